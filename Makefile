@@ -1,0 +1,89 @@
+# ckptfs — one Makefile.
+#   make            build build/ckptfs (warnings on)
+#   make run        install what is missing, build, mount ./mnt on defaults
+#   make test       install what is missing, build, run every unit and mounted test
+#   make bench      benchmarks (tests/bench), never part of make test
+#   make install    install ckptfs and mount.ckptfs into $(PREFIX) and /sbin
+#   SAN=address|thread   sanitizer builds (into build-$(SAN)/)
+#   CUDA=1          GPU fast path (later)
+
+CXX      ?= g++
+PREFIX   ?= /usr/local
+SAN      ?=
+BUILD    ?= build$(if $(SAN),-$(SAN))
+PKGS     := fuse3 liburing rocksdb
+
+CXXFLAGS ?= -O2 -g
+CXXFLAGS += -std=c++23 -Wall -Wextra -Wno-unused-parameter -Werror=return-type -I. \
+            -DSPDLOG_ACTIVE_LEVEL=SPDLOG_LEVEL_DEBUG -DSPDLOG_FMT_EXTERNAL \
+            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lspdlog -lfmt -lxxhash -lcurl -lpthread
+ifneq ($(SAN),)
+CXXFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer
+LDFLAGS  += -fsanitize=$(SAN)
+endif
+
+LIB_SRCS := $(wildcard fs/common/*.cc fs/meta/*.cc cache/*.cc backend/*.cc) \
+            $(filter-out fs/main.cc,$(wildcard fs/*.cc))
+LIB_OBJS := $(LIB_SRCS:%.cc=$(BUILD)/obj/%.o)
+MAIN_OBJ := $(BUILD)/obj/fs/main.o
+UNIT_DIRS := $(sort $(dir $(wildcard tests/unit/*/test_*.cc)))
+UNIT_BINS := $(patsubst tests/unit/%/,$(BUILD)/tests/unit_%,$(UNIT_DIRS))
+
+.SECONDEXPANSION:
+.PHONY: all units deps run test unit mounted bench install clean format stop crash-soak
+all: $(BUILD)/ckptfs
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/obj/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libckpt.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/ckptfs: $(MAIN_OBJ) $(BUILD)/libckpt.a
+	$(CXX) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/unit_%: $(BUILD)/libckpt.a $$(patsubst %.cc,$(BUILD)/obj/%.o,$$(wildcard tests/unit/%/*.cc))
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) $(BUILD)/libckpt.a -o $@ $(LDLIBS) -lcriterion
+
+units: $(UNIT_BINS)
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/run.sh
+
+stop:
+	@$(BUILD)/ckptfs umount $(CURDIR)/mnt
+
+test: deps
+	@$(MAKE) --no-print-directory all units
+	@BUILD=$(BUILD) tests/run_all.sh
+
+unit: all units
+	@BUILD=$(BUILD) ONLY=unit tests/run_all.sh
+
+mounted: all
+	@BUILD=$(BUILD) ONLY=mount tests/run_all.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) tests/bench/run.sh
+
+install: all
+	install -D -m 0755 $(BUILD)/ckptfs $(DESTDIR)$(PREFIX)/bin/ckptfs
+	install -D -m 0755 mount-helpers/mount.ckptfs $(DESTDIR)/sbin/mount.ckptfs
+	install -D -m 0644 mount-helpers/ckptfs@.service $(DESTDIR)/etc/systemd/system/ckptfs@.service
+
+format:
+	clang-format -i $(LIB_SRCS) fs/main.cc $(wildcard */*.h */*/*.h tests/unit/*/*.cc)
+
+clean:
+	rm -rf build build-address build-thread
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

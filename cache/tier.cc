@@ -1,0 +1,234 @@
+// tier.cc — tier files on tmpfs and their budget.
+#include "cache/tier.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+
+#include "fs/common/log.h"
+
+namespace ckpt::cache {
+namespace {
+
+uint64_t Allocated(const struct stat& st) { return static_cast<uint64_t>(st.st_blocks) * 512; }
+
+bool ParseName(const char* name, uint64_t* ino) {
+  if (strlen(name) != 16) return false;
+  char* end = nullptr;
+  *ino = strtoull(name, &end, 16);
+  return end && *end == '\0';
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tier>> Tier::Open(const std::string& dir, uint64_t budget) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    int e = errno;
+    LOG_ERROR("tier: cannot create {}: {}", dir, strerror(e));
+    return Err(e);
+  }
+  struct stat st;
+  if (lstat(dir.c_str(), &st) != 0) return ErrFromErrno();
+  if (!S_ISDIR(st.st_mode)) {
+    LOG_ERROR("tier: {} is not a directory", dir);
+    return Err(ENOTDIR);
+  }
+  if (st.st_uid != geteuid()) {
+    LOG_ERROR("tier: {} is owned by uid {}, not by this daemon (uid {})", dir, st.st_uid, geteuid());
+    return Err(EACCES);
+  }
+  if ((st.st_mode & 077) != 0) chmod(dir.c_str(), 0700);
+
+  std::unique_ptr<Tier> t(new Tier(dir, budget));
+  DIR* d = opendir(dir.c_str());
+  if (!d) return ErrFromErrno();
+  while (struct dirent* de = readdir(d)) {
+    uint64_t ino;
+    if (de->d_name[0] == '.') continue;
+    if (!ParseName(de->d_name, &ino)) {
+      LOG_WARN("tier: ignoring stray file {}/{}", dir, de->d_name);
+      continue;
+    }
+    struct stat fst;
+    if (fstatat(dirfd(d), de->d_name, &fst, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(fst.st_mode)) continue;
+    File f;
+    f.charged = Allocated(fst);
+    t->used_ += f.charged;
+    t->files_.emplace(ino, f);
+    t->attached_.emplace_back(ino, static_cast<uint64_t>(fst.st_size));
+  }
+  closedir(d);
+  return t;
+}
+
+Tier::~Tier() {
+  for (auto& [ino, f] : files_)
+    if (f.fd >= 0) close(f.fd);
+}
+
+std::string Tier::PathOf(uint64_t ino) const {
+  char name[24];
+  snprintf(name, sizeof name, "%016" PRIx64, ino);
+  return dir_ + "/" + name;
+}
+
+Result<Tier::File*> Tier::OpenLocked(uint64_t ino, bool create) {
+  auto it = files_.find(ino);
+  if (it != files_.end() && it->second.fd >= 0) return &it->second;
+  if (it == files_.end() && !create) return Err(ENOENT);
+  int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
+  int fd = open(PathOf(ino).c_str(), flags, 0600);
+  if (fd < 0) {
+    int e = errno;
+    if (e != ENOENT) LOG_ERROR("tier: open of ino {} failed: {}", ino, strerror(e));
+    return Err(e);
+  }
+  File& f = files_[ino];
+  f.fd = fd;
+  return &f;
+}
+
+Result<int> Tier::Pin(uint64_t ino, bool create) {
+  std::lock_guard lk(mu_);
+  auto f = OpenLocked(ino, create);
+  if (!f) return Err(f.error());
+  (*f)->pins++;
+  return (*f)->fd;
+}
+
+void Tier::Unpin(uint64_t ino) {
+  std::lock_guard lk(mu_);
+  auto it = files_.find(ino);
+  if (it == files_.end() || it->second.pins == 0) abort();  // broken invariant: unbalanced pin
+  if (--it->second.pins == 0) {
+    close(it->second.fd);
+    it->second.fd = -1;
+  }
+}
+
+void Tier::Recharge(File* f) {
+  struct stat st;
+  if (fstat(f->fd, &st) != 0) return;
+  uint64_t now = Allocated(st);
+  used_ = used_ - f->charged + now;
+  f->charged = now;
+}
+
+Status Tier::Reserve(uint64_t n) {
+  std::unique_lock lk(mu_);
+  if (n > budget_) return Err(ENOSPC);
+  if (used_ + reserved_ + n <= budget_) {
+    reserved_ += n;
+    return {};
+  }
+  if (wait_limit_.count() == 0) return Err(ENOSPC);
+  waits_++;
+  bool ok = space_cv_.wait_for(lk, wait_limit_, [&] { return used_ + reserved_ + n <= budget_; });
+  if (!ok) return Err(ENOSPC);
+  reserved_ += n;
+  return {};
+}
+
+void Tier::Unreserve(uint64_t n) {
+  std::lock_guard lk(mu_);
+  reserved_ -= n;
+}
+
+Result<size_t> Tier::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn) {
+  int fd;
+  {
+    std::lock_guard lk(mu_);
+    auto it = files_.find(ino);
+    if (it == files_.end() || it->second.fd < 0) abort();  // REQUIRES: pinned
+    fd = it->second.fd;
+  }
+  // Only bytes past the current end need new pages; writes inside the file
+  // are charged after the fact by Recharge (holes are rare in checkpoints).
+  struct stat st;
+  if (fstat(fd, &st) != 0) return ErrFromErrno();
+  uint64_t end = off + len;
+  uint64_t cur = static_cast<uint64_t>(st.st_size);
+  uint64_t need = end <= cur ? 0 : (off >= cur ? len : end - cur);
+  if (auto r = Reserve(need); !r) return Err(r.error());
+  ssize_t n = fn(fd);
+  {
+    std::lock_guard lk(mu_);
+    reserved_ -= need;
+    auto it = files_.find(ino);
+    Recharge(&it->second);
+  }
+  space_cv_.notify_all();
+  if (n < 0) return Err(static_cast<int>(-n));
+  return static_cast<size_t>(n);
+}
+
+Status Tier::Truncate(uint64_t ino, uint64_t size) {
+  std::lock_guard lk(mu_);
+  auto f = OpenLocked(ino, true);
+  if (!f) return Err(f.error());
+  Status res;
+  if (ftruncate((*f)->fd, static_cast<off_t>(size)) != 0) res = ErrFromErrno();
+  Recharge(*f);
+  if ((*f)->pins == 0) {
+    close((*f)->fd);
+    (*f)->fd = -1;
+  }
+  space_cv_.notify_all();
+  return res;
+}
+
+Status Tier::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len) {
+  if (auto r = Reserve(len); !r) return r;
+  std::lock_guard lk(mu_);
+  reserved_ -= len;
+  auto f = OpenLocked(ino, true);
+  if (!f) return Err(f.error());
+  Status res;
+  if (fallocate((*f)->fd, mode, static_cast<off_t>(off), static_cast<off_t>(len)) != 0) res = ErrFromErrno();
+  Recharge(*f);
+  if ((*f)->pins == 0) {
+    close((*f)->fd);
+    (*f)->fd = -1;
+  }
+  space_cv_.notify_all();
+  return res;
+}
+
+void Tier::Remove(uint64_t ino) {
+  {
+    std::lock_guard lk(mu_);
+    auto it = files_.find(ino);
+    if (unlink(PathOf(ino).c_str()) != 0 && errno != ENOENT)
+      LOG_ERROR("tier: cannot remove file of ino {}: {}", ino, strerror(errno));
+    if (it == files_.end()) return;
+    used_ -= it->second.charged;
+    if (it->second.fd >= 0) close(it->second.fd);
+    files_.erase(it);
+  }
+  space_cv_.notify_all();
+}
+
+bool Tier::Has(uint64_t ino) {
+  std::lock_guard lk(mu_);
+  return files_.count(ino) != 0;
+}
+
+uint64_t Tier::AllocatedBytes(uint64_t ino) {
+  std::lock_guard lk(mu_);
+  auto it = files_.find(ino);
+  return it == files_.end() ? 0 : it->second.charged;
+}
+
+TierStats Tier::Stats() {
+  std::lock_guard lk(mu_);
+  return TierStats{budget_, used_, reserved_, files_.size(), waits_};
+}
+
+void Tier::NotifySpace() { space_cv_.notify_all(); }
+
+}  // namespace ckpt::cache

@@ -1,0 +1,26 @@
+// log.h — spdlog set-up for the daemon and the control commands.
+//
+// The daemon logs to <state-dir>/ckptfs.log (and stderr when --foreground).
+// One line per error, naming the inode or path; credentials are never logged.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <string>
+
+#include "fs/common/result.h"
+
+namespace ckpt {
+
+// Returns false (with a message in *err) if the level name is unknown.
+bool ValidLogLevel(const std::string& level);
+
+// Installs the default logger. `file` may be empty (stderr only).
+Status InitLogging(const std::string& file, const std::string& level, bool to_stderr);
+
+}  // namespace ckpt
+
+#define LOG_DEBUG(...) SPDLOG_DEBUG(__VA_ARGS__)
+#define LOG_INFO(...) spdlog::info(__VA_ARGS__)
+#define LOG_WARN(...) spdlog::warn(__VA_ARGS__)
+#define LOG_ERROR(...) spdlog::error(__VA_ARGS__)

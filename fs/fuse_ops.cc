@@ -1,0 +1,531 @@
+// fuse_ops.cc — thin libfuse low-level callbacks (the ckpt_ prefix, like lo_
+// in passthrough_hp.cc). Each resolves its request, calls InodeTable or the
+// tier, and replies; no exception leaves a callback (bad_alloc -> ENOMEM).
+//
+// Data path: writes arrive through write_buf and are copied (or spliced, when
+// libfuse received them into a pipe) straight into the inode's tier file;
+// reads reply with an fd-backed buffer so the kernel can splice from the
+// tier. Files use the kernel page cache (not direct_io) so MAP_SHARED mmap
+// works, which numpy memmap and safetensors need on libfuse 3.14.
+#include <fcntl.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+
+#include "fs/common/log.h"
+#include "fs/daemon.h"
+
+namespace ckpt::fs {
+namespace {
+
+struct FileHandle {
+  uint64_t ino;
+  int fd;  // the tier file, owned by the tier while pinned
+  bool wrote = false;
+};
+
+struct DirHandle {
+  std::vector<DirEntry> entries;
+};
+
+Daemon* D(fuse_req_t req) { return static_cast<Daemon*>(fuse_req_userdata(req)); }
+
+Caller CallerOf(fuse_req_t req) {
+  const fuse_ctx* c = fuse_req_ctx(req);
+  return Caller{c->uid, c->gid};
+}
+
+void ReplyEntry(fuse_req_t req, const InodeRecord& r) {
+  Daemon* d = D(req);
+  fuse_entry_param e{};
+  e.ino = r.ino;
+  e.generation = 1;
+  e.attr_timeout = d->attr_timeout;
+  e.entry_timeout = d->entry_timeout;
+  d->table->FillStat(r, &e.attr);
+  fuse_reply_entry(req, &e);
+}
+
+void ReplyAttr(fuse_req_t req, const InodeRecord& r) {
+  struct stat st;
+  D(req)->table->FillStat(r, &st);
+  fuse_reply_attr(req, &st, D(req)->attr_timeout);
+}
+
+template <class F>
+void Guard(fuse_req_t req, F&& f) {
+  try {
+    f();
+  } catch (const std::bad_alloc&) {
+    fuse_reply_err(req, ENOMEM);
+  } catch (const std::exception& e) {
+    LOG_ERROR("internal error: {}", e.what());
+    fuse_reply_err(req, EIO);
+  }
+}
+
+void ckpt_init(void* userdata, fuse_conn_info* conn) {
+  // 1 MiB requests: libfuse 3.14's receive buffer tops out there.
+  conn->max_write = 1 << 20;
+  conn->max_readahead = conn->max_readahead;  // the daemon can only lower it
+  unsigned want = FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_ATOMIC_O_TRUNC |
+                  FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO |
+                  FUSE_CAP_ASYNC_READ | FUSE_CAP_AUTO_INVAL_DATA;
+  conn->want |= want & conn->capable;
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  LOG_INFO("fuse session ready: max_write {} want {:#x}", conn->max_write, conn->want);
+}
+
+void ckpt_destroy(void* userdata) {
+  auto* d = static_cast<Daemon*>(userdata);
+  d->table->PurgeOrphans();
+  LOG_INFO("fuse session ended");
+}
+
+void ckpt_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  LOG_DEBUG("lookup(parent={}, name={})", parent, name);
+  Guard(req, [&] {
+    auto r = D(req)->table->Lookup(parent, name);
+    if (!r) return (void)fuse_reply_err(req, r.error());
+    ReplyEntry(req, *r);
+  });
+}
+
+void ckpt_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  D(req)->table->Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void ckpt_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  for (size_t i = 0; i < count; i++) D(req)->table->Forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void ckpt_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  LOG_DEBUG("getattr(ino={})", ino);
+  Guard(req, [&] {
+    auto r = D(req)->table->GetAttr(ino);
+    if (!r) return (void)fuse_reply_err(req, r.error());
+    ReplyAttr(req, *r);
+  });
+}
+
+meta::Timespec ToTs(const struct timespec& t) {
+  if (t.tv_nsec == UTIME_NOW) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return {now.tv_sec, static_cast<uint32_t>(now.tv_nsec)};
+  }
+  return {t.tv_sec, static_cast<uint32_t>(t.tv_nsec)};
+}
+
+void ckpt_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  LOG_DEBUG("setattr(ino={}, to_set={:#x})", ino, to_set);
+  Guard(req, [&] {
+    AttrChange c;
+    if (to_set & FUSE_SET_ATTR_MODE) c.to_set |= kSetMode;
+    if (to_set & FUSE_SET_ATTR_UID) c.to_set |= kSetUid;
+    if (to_set & FUSE_SET_ATTR_GID) c.to_set |= kSetGid;
+    if (to_set & FUSE_SET_ATTR_SIZE) c.to_set |= kSetSize;
+    if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) c.to_set |= kSetAtime;
+    if (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) c.to_set |= kSetMtime;
+    c.mode = attr->st_mode;
+    c.uid = attr->st_uid;
+    c.gid = attr->st_gid;
+    c.size = static_cast<uint64_t>(attr->st_size);
+    if (to_set & FUSE_SET_ATTR_ATIME_NOW) c.atime = ToTs({0, UTIME_NOW});
+    else if (to_set & FUSE_SET_ATTR_ATIME) c.atime = ToTs(attr->st_atim);
+    if (to_set & FUSE_SET_ATTR_MTIME_NOW) c.mtime = ToTs({0, UTIME_NOW});
+    else if (to_set & FUSE_SET_ATTR_MTIME) c.mtime = ToTs(attr->st_mtim);
+    auto r = D(req)->table->SetAttr(ino, c);
+    if (!r) return (void)fuse_reply_err(req, r.error());
+    ReplyAttr(req, *r);
+  });
+}
+
+void ckpt_readlink(fuse_req_t req, fuse_ino_t ino) {
+  LOG_DEBUG("readlink(ino={})", ino);
+  Guard(req, [&] {
+    auto r = D(req)->table->Readlink(ino);
+    if (!r) return (void)fuse_reply_err(req, r.error());
+    fuse_reply_readlink(req, r->c_str());
+  });
+}
+
+void ckpt_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  LOG_DEBUG("mknod(parent={}, name={}, mode={:o})", parent, name, mode);
+  Guard(req, [&] {
+    auto r = D(req)->table->Mknod(parent, name, mode, rdev, CallerOf(req));
+    if (!r) return (void)fuse_reply_err(req, r.error());
+    ReplyEntry(req, *r);
+  });
+}
+
+void ckpt_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  LOG_DEBUG("mkdir(parent={}, name={}, mode={:o})", parent, name, mode);
+  Guard(req, [&] {
+    auto r = D(req)->table->Mkdir(parent, name, mode, CallerOf(req));
+    if (!r) return (void)fuse_reply_err(req, r.error());
+    ReplyEntry(req, *r);
+  });
+}
+
+void ckpt_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  LOG_DEBUG("symlink(parent={}, name={})", parent, name);
+  Guard(req, [&] {
+    auto r = D(req)->table->Symlink(parent, name, link, CallerOf(req));
+    if (!r) return (void)fuse_reply_err(req, r.error());
+    ReplyEntry(req, *r);
+  });
+}
+
+void ckpt_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  LOG_DEBUG("link(ino={}, newparent={}, newname={})", ino, newparent, newname);
+  Guard(req, [&] {
+    auto r = D(req)->table->Link(ino, newparent, newname);
+    if (!r) return (void)fuse_reply_err(req, r.error());
+    ReplyEntry(req, *r);
+  });
+}
+
+void ckpt_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  LOG_DEBUG("unlink(parent={}, name={})", parent, name);
+  Guard(req, [&] {
+    auto r = D(req)->table->Unlink(parent, name);
+    fuse_reply_err(req, r ? 0 : r.error());
+  });
+}
+
+void ckpt_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  LOG_DEBUG("rmdir(parent={}, name={})", parent, name);
+  Guard(req, [&] {
+    auto r = D(req)->table->Rmdir(parent, name);
+    fuse_reply_err(req, r ? 0 : r.error());
+  });
+}
+
+void ckpt_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
+                 unsigned int flags) {
+  LOG_DEBUG("rename(parent={}, name={}, newparent={}, newname={}, flags={})", parent, name, newparent, newname,
+            flags);
+  Guard(req, [&] {
+    auto r = D(req)->table->Rename(parent, name, newparent, newname, flags);
+    fuse_reply_err(req, r ? 0 : r.error());
+  });
+}
+
+// Opens the tier file and fills the handle. Returns 0 or an errno.
+int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  auto fd = D(req)->table->Open(ino, fi->flags);
+  if (!fd) return fd.error();
+  fi->fh = reinterpret_cast<uint64_t>(new FileHandle{ino, *fd});
+  // All changes come through this mount, so cached pages stay valid.
+  fi->keep_cache = 1;
+  return 0;
+}
+
+void ckpt_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  LOG_DEBUG("open(ino={}, flags={:#x})", ino, fi->flags);
+  Guard(req, [&] {
+    int e = OpenFile(req, ino, fi);
+    if (e) return (void)fuse_reply_err(req, e);
+    if (fuse_reply_open(req, fi) == -ENOENT) {  // interrupted: undo
+      auto* h = reinterpret_cast<FileHandle*>(fi->fh);
+      D(req)->table->Release(h->ino, false);
+      delete h;
+    }
+  });
+}
+
+void ckpt_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  LOG_DEBUG("create(parent={}, name={}, mode={:o}, flags={:#x})", parent, name, mode, fi->flags);
+  Guard(req, [&] {
+    Daemon* d = D(req);
+    auto r = d->table->Mknod(parent, name, S_IFREG | (mode & 07777), 0, CallerOf(req));
+    if (!r) return (void)fuse_reply_err(req, r.error());
+    int e = OpenFile(req, r->ino, fi);
+    if (e) {
+      d->table->Forget(r->ino, 1);
+      return (void)fuse_reply_err(req, e);
+    }
+    fuse_entry_param ep{};
+    ep.ino = r->ino;
+    ep.generation = 1;
+    ep.attr_timeout = d->attr_timeout;
+    ep.entry_timeout = d->entry_timeout;
+    d->table->FillStat(*r, &ep.attr);
+    fuse_reply_create(req, &ep, fi);
+  });
+}
+
+void ckpt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  LOG_DEBUG("read(ino={}, off={}, size={})", ino, off, size);
+  auto* h = reinterpret_cast<FileHandle*>(fi->fh);
+  fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+  buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+  buf.buf[0].fd = h->fd;
+  buf.buf[0].pos = off;
+  D(req)->bytes_read += size;
+  fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, fuse_file_info* fi) {
+  LOG_DEBUG("write_buf(ino={}, off={}, size={})", ino, off, fuse_buf_size(in));
+  Guard(req, [&] {
+    auto* h = reinterpret_cast<FileHandle*>(fi->fh);
+    size_t len = fuse_buf_size(in);
+    auto n = D(req)->table->Write(ino, static_cast<uint64_t>(off), len, [&](int fd) -> ssize_t {
+      fuse_bufvec dst = FUSE_BUFVEC_INIT(len);
+      dst.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+      dst.buf[0].fd = fd;
+      dst.buf[0].pos = off;
+      return fuse_buf_copy(&dst, in, FUSE_BUF_SPLICE_NONBLOCK);
+    });
+    if (!n) {
+      if (n.error() == ENOSPC) LOG_WARN("ino {}: write of {} bytes at {}: memory tier full", ino, len, off);
+      else LOG_ERROR("ino {}: write of {} bytes at {} failed: {}", ino, len, off, strerror(n.error()));
+      return (void)fuse_reply_err(req, n.error());
+    }
+    h->wrote = true;
+    D(req)->bytes_written += *n;
+    fuse_reply_write(req, *n);
+  });
+}
+
+void ckpt_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  LOG_DEBUG("flush(ino={})", ino);
+  auto r = D(req)->table->Sync(ino);
+  fuse_reply_err(req, r ? 0 : r.error());
+}
+
+void ckpt_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  LOG_DEBUG("release(ino={})", ino);
+  auto* h = reinterpret_cast<FileHandle*>(fi->fh);
+  D(req)->table->Release(ino, h->wrote);
+  delete h;
+  fuse_reply_err(req, 0);
+}
+
+void ckpt_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
+  LOG_DEBUG("fsync(ino={})", ino);
+  // --fsync=memory: the data is in the tier, which is all this promises.
+  auto r = D(req)->table->Sync(ino);
+  fuse_reply_err(req, r ? 0 : r.error());
+}
+
+void ckpt_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  LOG_DEBUG("opendir(ino={})", ino);
+  Guard(req, [&] {
+    auto r = D(req)->table->ListDir(ino);
+    if (!r) return (void)fuse_reply_err(req, r.error());
+    fi->fh = reinterpret_cast<uint64_t>(new DirHandle{std::move(*r)});
+    fi->cache_readdir = 0;
+    if (fuse_reply_open(req, fi) == -ENOENT) delete reinterpret_cast<DirHandle*>(fi->fh);
+  });
+}
+
+// Replies with entries from `off` on, as many as fit in `size`.
+void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
+  auto* dh = reinterpret_cast<DirHandle*>(fi->fh);
+  Daemon* d = D(req);
+  if (off == 0) {  // rewinddir: take a fresh snapshot
+    auto r = d->table->ListDir(ino);
+    if (!r) return (void)fuse_reply_err(req, r.error());
+    dh->entries = std::move(*r);
+  }
+  std::string buf(size, '\0');
+  size_t used = 0;
+  for (size_t i = static_cast<size_t>(off); i < dh->entries.size(); i++) {
+    const DirEntry& e = dh->entries[i];
+    size_t n;
+    if (plus) {
+      fuse_entry_param ep{};
+      bool dot = e.name == "." || e.name == "..";
+      if (!dot) {
+        auto r = d->table->LookupForReaddir(e.ino);
+        if (!r) continue;  // removed since the snapshot
+        ep.ino = e.ino;
+        ep.generation = 1;
+        ep.attr_timeout = d->attr_timeout;
+        ep.entry_timeout = d->entry_timeout;
+        d->table->FillStat(*r, &ep.attr);
+      } else {
+        ep.attr.st_ino = e.ino;
+        ep.attr.st_mode = S_IFDIR;
+      }
+      n = fuse_add_direntry_plus(req, buf.data() + used, size - used, e.name.c_str(), &ep,
+                                 static_cast<off_t>(i + 1));
+      if (n > size - used) {
+        if (!dot) d->table->Forget(e.ino, 1);  // did not fit: the kernel never saw it
+        break;
+      }
+    } else {
+      struct stat st{};
+      st.st_ino = e.ino;
+      st.st_mode = e.mode;
+      n = fuse_add_direntry(req, buf.data() + used, size - used, e.name.c_str(), &st, static_cast<off_t>(i + 1));
+      if (n > size - used) break;
+    }
+    used += n;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void ckpt_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  LOG_DEBUG("readdir(ino={}, off={})", ino, off);
+  Guard(req, [&] { DoReaddir(req, ino, size, off, fi, false); });
+}
+
+void ckpt_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  LOG_DEBUG("readdirplus(ino={}, off={})", ino, off);
+  Guard(req, [&] { DoReaddir(req, ino, size, off, fi, true); });
+}
+
+void ckpt_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  delete reinterpret_cast<DirHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void ckpt_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) { fuse_reply_err(req, 0); }
+
+void ckpt_statfs(fuse_req_t req, fuse_ino_t ino) {
+  Daemon* d = D(req);
+  cache::TierStats t = d->tier->Stats();
+  NamespaceStats ns = d->table->Stats();
+  struct statvfs sv{};
+  constexpr uint64_t kBlock = 4096;
+  sv.f_bsize = kBlock;
+  sv.f_frsize = kBlock;
+  sv.f_blocks = t.budget / kBlock;
+  uint64_t used = std::min(t.used, t.budget);
+  sv.f_bfree = sv.f_bavail = (t.budget - used) / kBlock;
+  sv.f_files = ns.inodes + (1ull << 32);
+  sv.f_ffree = sv.f_favail = 1ull << 32;
+  sv.f_fsid = d->fs_id;
+  sv.f_namemax = kMaxName;
+  fuse_reply_statfs(req, &sv);
+}
+
+void ReplyXattr(fuse_req_t req, const std::string& v, size_t size) {
+  if (size == 0) return (void)fuse_reply_xattr(req, v.size());
+  if (v.size() > size) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, v.data(), v.size());
+}
+
+void ckpt_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  LOG_DEBUG("setxattr(ino={}, name={})", ino, name);
+  Guard(req, [&] {
+    auto r = D(req)->table->SetXattr(ino, name, std::string_view(value, size), flags);
+    fuse_reply_err(req, r ? 0 : r.error());
+  });
+}
+
+void ckpt_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  LOG_DEBUG("getxattr(ino={}, name={})", ino, name);
+  Guard(req, [&] {
+    if (ino == meta::kRootIno && strcmp(name, kStatusXattr) == 0)
+      return ReplyXattr(req, StatusJson(D(req)), size);
+    auto r = D(req)->table->GetXattr(ino, name);
+    if (!r) return (void)fuse_reply_err(req, r.error());
+    ReplyXattr(req, *r, size);
+  });
+}
+
+void ckpt_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  LOG_DEBUG("listxattr(ino={})", ino);
+  Guard(req, [&] {
+    auto r = D(req)->table->ListXattr(ino);
+    if (!r) return (void)fuse_reply_err(req, r.error());
+    ReplyXattr(req, *r, size);
+  });
+}
+
+void ckpt_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  LOG_DEBUG("removexattr(ino={}, name={})", ino, name);
+  Guard(req, [&] {
+    auto r = D(req)->table->RemoveXattr(ino, name);
+    fuse_reply_err(req, r ? 0 : r.error());
+  });
+}
+
+void ckpt_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len, fuse_file_info* fi) {
+  LOG_DEBUG("fallocate(ino={}, mode={}, off={}, len={})", ino, mode, off, len);
+  Guard(req, [&] {
+    if (off < 0 || len <= 0) return (void)fuse_reply_err(req, EINVAL);
+    auto r = D(req)->table->Fallocate(ino, mode, static_cast<uint64_t>(off), static_cast<uint64_t>(len));
+    if (r) reinterpret_cast<FileHandle*>(fi->fh)->wrote = true;
+    fuse_reply_err(req, r ? 0 : r.error());
+  });
+}
+
+fuse_lowlevel_ops MakeOps() {
+  fuse_lowlevel_ops o{};
+  o.init = ckpt_init;
+  o.destroy = ckpt_destroy;
+  o.lookup = ckpt_lookup;
+  o.forget = ckpt_forget;
+  o.forget_multi = ckpt_forget_multi;
+  o.getattr = ckpt_getattr;
+  o.setattr = ckpt_setattr;
+  o.readlink = ckpt_readlink;
+  o.mknod = ckpt_mknod;
+  o.mkdir = ckpt_mkdir;
+  o.symlink = ckpt_symlink;
+  o.link = ckpt_link;
+  o.unlink = ckpt_unlink;
+  o.rmdir = ckpt_rmdir;
+  o.rename = ckpt_rename;
+  o.open = ckpt_open;
+  o.create = ckpt_create;
+  o.read = ckpt_read;
+  o.write_buf = ckpt_write_buf;
+  o.flush = ckpt_flush;
+  o.release = ckpt_release;
+  o.fsync = ckpt_fsync;
+  o.opendir = ckpt_opendir;
+  o.readdir = ckpt_readdir;
+  o.readdirplus = ckpt_readdirplus;
+  o.releasedir = ckpt_releasedir;
+  o.fsyncdir = ckpt_fsyncdir;
+  o.statfs = ckpt_statfs;
+  o.setxattr = ckpt_setxattr;
+  o.getxattr = ckpt_getxattr;
+  o.listxattr = ckpt_listxattr;
+  o.removexattr = ckpt_removexattr;
+  o.fallocate = ckpt_fallocate;
+  return o;
+}
+
+}  // namespace
+
+const fuse_lowlevel_ops& FuseOps() {
+  static const fuse_lowlevel_ops ops = MakeOps();
+  return ops;
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<int>(c));
+    else out += c;
+  }
+  return out;
+}
+
+std::string StatusJson(Daemon* d) {
+  cache::TierStats t = d->tier->Stats();
+  NamespaceStats ns = d->table->Stats();
+  return fmt::format(
+      "{{\"pid\":{},\"mountpoint\":\"{}\",\"backend\":\"{}\",\"state_dir\":\"{}\",\"tier_dir\":\"{}\","
+      "\"tier\":{{\"budget\":{},\"used\":{},\"reserved\":{},\"files\":{},\"waits\":{}}},"
+      "\"namespace\":{{\"inodes\":{},\"files\":{},\"dirs\":{},\"bytes\":{}}},"
+      "\"io\":{{\"bytes_written\":{},\"bytes_read\":{}}}}}",
+      getpid(), JsonEscape(d->cfg.mountpoint), JsonEscape(d->cfg.backend_raw), JsonEscape(d->cfg.state_dir),
+      JsonEscape(d->cfg.tier_dir), t.budget, t.used, t.reserved,
+      t.files, t.waits, ns.inodes, ns.files, ns.dirs, ns.bytes, d->bytes_written.load(), d->bytes_read.load());
+}
+
+}  // namespace ckpt::fs

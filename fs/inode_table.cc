@@ -1,0 +1,735 @@
+// inode_table.cc — namespace operations over the in-memory inode map, each
+// committed to fs/meta as one Batch before the map changes.
+#include "fs/inode_table.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/xattr.h>
+#include <time.h>
+
+#include "fs/common/log.h"
+
+namespace ckpt::fs {
+
+using meta::Batch;
+using meta::MetaStore;
+
+namespace {
+constexpr char kNextInoCounter[] = "next_ino";
+
+Status CheckName(std::string_view name) {
+  if (name.empty() || name == "." || name == "..") return Err(EINVAL);
+  if (name.size() > kMaxName) return Err(ENAMETOOLONG);
+  if (name.find('/') != std::string_view::npos) return Err(EINVAL);
+  return {};
+}
+}  // namespace
+
+meta::Timespec InodeTable::Now() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return meta::Timespec{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
+}
+
+InodeTable::Inode* InodeTable::Find(uint64_t ino) {
+  auto it = inodes_.find(ino);
+  return it == inodes_.end() ? nullptr : it->second.get();
+}
+
+Result<InodeTable::Inode*> InodeTable::FindDir(uint64_t ino) {
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  if (!n->is_dir()) return Err(ENOTDIR);
+  return n;
+}
+
+Result<InodeTable::Inode*> InodeTable::Child(Inode* dir, std::string_view name) {
+  auto it = dir->children.find(name);
+  if (it == dir->children.end()) return Err(ENOENT);
+  Inode* c = Find(it->second);
+  if (!c) abort();  // broken invariant: a directory entry without its inode
+  return c;
+}
+
+Status InodeTable::Load(Caller root_owner) {
+  std::lock_guard lk(mu_);
+  auto next = store_->GetCounter(kNextInoCounter);
+  if (!next) return Err(next.error());
+  next_ino_ = std::max<uint64_t>(*next, meta::kRootIno + 1);
+
+  auto st = store_->ForEachInode([&](InodeRecord&& r) {
+    auto n = std::make_unique<Inode>();
+    n->rec = std::move(r);
+    next_ino_ = std::max(next_ino_, n->rec.ino + 1);
+    inodes_[n->rec.ino] = std::move(n);
+  });
+  if (!st) return st;
+
+  Batch fix;
+  st = store_->ForEachDentry([&](uint64_t parent, std::string_view name, meta::DentryValue v) {
+    Inode* p = Find(parent);
+    if (!p || !p->is_dir() || !Find(v.ino)) {
+      LOG_ERROR("metadata: dropping entry '{}' in dir ino {} (points at missing ino {})", name, parent, v.ino);
+      MetaStore::DeleteDentry(&fix, parent, name);
+      return;
+    }
+    p->children.emplace(std::string(name), v.ino);
+  });
+  if (!st) return st;
+  st = store_->ForEachXattr([&](uint64_t ino, std::string_view name, std::string_view value) {
+    if (Inode* n = Find(ino)) n->xattrs.emplace(std::string(name), std::string(value));
+  });
+  if (!st) return st;
+
+  if (!Find(meta::kRootIno)) {
+    auto root = std::make_unique<Inode>();
+    InodeRecord& r = root->rec;
+    r.ino = r.parent = meta::kRootIno;
+    r.mode = S_IFDIR | 0755;
+    r.uid = root_owner.uid;
+    r.gid = root_owner.gid;
+    r.nlink = 2;
+    r.atime = r.mtime = r.ctime = Now();
+    r.state = meta::DataState::kPersisted;
+    MetaStore::PutInode(&fix, r);
+    inodes_[meta::kRootIno] = std::move(root);
+  }
+
+  // Orphans: inodes no name holds (unlinked while open, then the daemon
+  // stopped). Their bytes are unreachable; free them.
+  std::vector<uint64_t> orphans;
+  for (auto& [ino, n] : inodes_)
+    if (n->rec.nlink == 0 && ino != meta::kRootIno) orphans.push_back(ino);
+  for (uint64_t ino : orphans) {
+    Inode* n = Find(ino);
+    MetaStore::DeleteInode(&fix, ino);
+    for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(&fix, ino, k);
+    tier_->Remove(ino);
+    inodes_.erase(ino);
+  }
+  MetaStore::PutCounter(&fix, kNextInoCounter, next_ino_);
+  if (auto c = store_->Commit(fix, true); !c) return c;
+
+  // Tier files whose inode is gone hold unreachable bytes.
+  for (auto [ino, size] : tier_->attached()) {
+    Inode* n = Find(ino);
+    if (!n || !S_ISREG(n->rec.mode)) {
+      LOG_WARN("tier: removing file of unknown ino {} ({} bytes)", ino, size);
+      tier_->Remove(ino);
+    } else if (size != n->rec.size) {
+      // The record is written at close; a daemon that died with the file
+      // open leaves the tier file as the newer truth of its size.
+      LOG_WARN("ino {}: size {} in metadata, {} in tier; keeping the tier's", ino, n->rec.size, size);
+      n->rec.size = size;
+    }
+  }
+  LOG_INFO("namespace loaded: {} inodes, next ino {}", inodes_.size(), next_ino_);
+  return {};
+}
+
+void InodeTable::FillStat(const InodeRecord& r, struct stat* st) {
+  *st = {};
+  st->st_ino = r.ino;
+  st->st_mode = r.mode;
+  st->st_nlink = r.nlink;
+  st->st_uid = r.uid;
+  st->st_gid = r.gid;
+  st->st_rdev = r.rdev;
+  st->st_size = static_cast<off_t>(S_ISLNK(r.mode) ? r.target.size() : r.size);
+  st->st_blksize = 1 << 20;
+  uint64_t alloc = S_ISREG(r.mode) ? tier_->AllocatedBytes(r.ino) : 0;
+  if (S_ISREG(r.mode) && r.state == meta::DataState::kRemote) alloc = r.size;
+  st->st_blocks = static_cast<blkcnt_t>((alloc + 511) / 512);
+  st->st_atim = {r.atime.sec, r.atime.nsec};
+  st->st_mtim = {r.mtime.sec, r.mtime.nsec};
+  st->st_ctim = {r.ctime.sec, r.ctime.nsec};
+}
+
+Result<InodeRecord> InodeTable::Lookup(uint64_t parent, std::string_view name) {
+  if (name.size() > kMaxName) return Err(ENAMETOOLONG);
+  std::lock_guard lk(mu_);
+  auto dir = FindDir(parent);
+  if (!dir) return Err(dir.error());
+  Inode* c;
+  if (name == ".") c = *dir;
+  else if (name == "..") c = Find((*dir)->rec.parent);
+  else {
+    auto r = Child(*dir, name);
+    if (!r) return Err(r.error());
+    c = *r;
+  }
+  if (!c) return Err(ENOENT);
+  c->nlookup++;
+  return c->rec;
+}
+
+Result<InodeRecord> InodeTable::LookupForReaddir(uint64_t ino) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  n->nlookup++;
+  return n->rec;
+}
+
+void InodeTable::Forget(uint64_t ino, uint64_t count) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return;
+  if (n->nlookup < count) {
+    LOG_ERROR("ino {}: forget {} exceeds lookup count {}", ino, count, n->nlookup);
+    n->nlookup = 0;
+  } else {
+    n->nlookup -= count;
+  }
+  MaybeDelete(n);
+}
+
+void InodeTable::MaybeDelete(Inode* n) {
+  if (n->rec.nlink > 0 || n->nlookup > 0 || n->opens > 0 || n->rec.ino == meta::kRootIno) return;
+  uint64_t ino = n->rec.ino;
+  Batch b;
+  MetaStore::DeleteInode(&b, ino);
+  for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(&b, ino, k);
+  if (auto st = store_->Commit(b); !st) {
+    // The orphan stays recorded and is purged at the next Load.
+    LOG_ERROR("ino {}: could not delete metadata: {}", ino, strerror(st.error()));
+  }
+  if (S_ISREG(n->rec.mode)) tier_->Remove(ino);
+  inodes_.erase(ino);
+}
+
+void InodeTable::PurgeOrphans() {
+  std::lock_guard lk(mu_);
+  std::vector<Inode*> gone;
+  for (auto& [ino, n] : inodes_)
+    if (n->rec.nlink == 0) gone.push_back(n.get());
+  for (Inode* n : gone) {
+    n->nlookup = 0;
+    n->opens = 0;
+    MaybeDelete(n);
+  }
+}
+
+Result<InodeRecord> InodeTable::GetAttr(uint64_t ino) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  return n->rec;
+}
+
+Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  InodeRecord r = n->rec;
+  meta::Timespec now = Now();
+  if (c.to_set & kSetMode) r.mode = (r.mode & S_IFMT) | (c.mode & 07777);
+  if (c.to_set & kSetUid) r.uid = c.uid;
+  if (c.to_set & kSetGid) r.gid = c.gid;
+  if (c.to_set & (kSetUid | kSetGid)) {
+    // chown clears set-user-ID and (for group-executable files) set-group-ID.
+    if (!S_ISDIR(r.mode)) {
+      r.mode &= ~S_ISUID;
+      if (r.mode & S_IXGRP) r.mode &= ~S_ISGID;
+    }
+  }
+  if (c.to_set & kSetSize) {
+    if (S_ISDIR(r.mode)) return Err(EISDIR);
+    if (!S_ISREG(r.mode)) return Err(EINVAL);
+    if (auto st = tier_->Truncate(ino, c.size); !st) return Err(st.error());
+    r.size = c.size;
+    r.mtime = now;
+    r.state = meta::DataState::kDirty;
+  }
+  if (c.to_set & kSetAtime) r.atime = c.atime;
+  if (c.to_set & kSetMtime) r.mtime = c.mtime;
+  r.ctime = now;
+  Batch b;
+  MetaStore::PutInode(&b, r);
+  if (auto st = store_->Commit(b); !st) return Err(st.error());
+  n->rec = r;
+  n->size_dirty = false;
+  return r;
+}
+
+Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, uint32_t mode, Caller who,
+                                        std::string_view target, uint64_t rdev) {
+  if (auto st = CheckName(name); !st) return Err(st.error());
+  std::lock_guard lk(mu_);
+  auto dir = FindDir(parent);
+  if (!dir) return Err(dir.error());
+  Inode* p = *dir;
+  if (p->rec.nlink == 0) return Err(ENOENT);  // creating in a removed directory
+  if (p->children.count(name)) return Err(EEXIST);
+
+  auto n = std::make_unique<Inode>();
+  InodeRecord& r = n->rec;
+  r.ino = next_ino_;
+  r.parent = parent;
+  r.name = std::string(name);
+  r.mode = mode;
+  r.uid = who.uid;
+  r.gid = who.gid;
+  if (p->rec.mode & S_ISGID) {  // BSD group semantics in set-group-ID directories
+    r.gid = p->rec.gid;
+    if (S_ISDIR(mode)) r.mode |= S_ISGID;
+  }
+  r.nlink = S_ISDIR(mode) ? 2 : 1;
+  r.rdev = rdev;
+  r.target = std::string(target);
+  r.atime = r.mtime = r.ctime = Now();
+  r.state = S_ISREG(mode) ? meta::DataState::kDirty : meta::DataState::kPersisted;
+
+  InodeRecord pr = p->rec;
+  Touch(p, r.mtime);
+  pr.mtime = pr.ctime = r.mtime;
+  if (S_ISDIR(mode)) pr.nlink++;
+
+  Batch b;
+  MetaStore::PutInode(&b, r);
+  MetaStore::PutInode(&b, pr);
+  MetaStore::PutDentry(&b, parent, name, r.ino, DirentType(mode));
+  MetaStore::PutCounter(&b, kNextInoCounter, next_ino_ + 1);
+  if (auto st = store_->Commit(b); !st) return Err(st.error());
+
+  next_ino_++;
+  p->rec = pr;
+  p->children.emplace(std::string(name), r.ino);
+  n->nlookup = 1;
+  InodeRecord out = r;
+  inodes_[r.ino] = std::move(n);
+  return out;
+}
+
+Result<InodeRecord> InodeTable::Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
+                                      Caller who) {
+  if (S_ISDIR(mode) || S_ISLNK(mode)) return Err(EINVAL);
+  if ((mode & S_IFMT) == 0) mode |= S_IFREG;
+  return NewNode(parent, name, mode, who, {}, rdev);
+}
+
+Result<InodeRecord> InodeTable::Mkdir(uint64_t parent, std::string_view name, uint32_t mode, Caller who) {
+  return NewNode(parent, name, S_IFDIR | (mode & 07777), who, {}, 0);
+}
+
+Result<InodeRecord> InodeTable::Symlink(uint64_t parent, std::string_view name, std::string_view target,
+                                        Caller who) {
+  if (target.empty()) return Err(ENOENT);
+  if (target.size() >= 4096) return Err(ENAMETOOLONG);
+  return NewNode(parent, name, S_IFLNK | 0777, who, target, 0);
+}
+
+Result<std::string> InodeTable::Readlink(uint64_t ino) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  if (!S_ISLNK(n->rec.mode)) return Err(EINVAL);
+  return n->rec.target;
+}
+
+Result<InodeRecord> InodeTable::Link(uint64_t ino, uint64_t newparent, std::string_view newname) {
+  if (auto st = CheckName(newname); !st) return Err(st.error());
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  if (n->is_dir()) return Err(EPERM);
+  auto dir = FindDir(newparent);
+  if (!dir) return Err(dir.error());
+  Inode* p = *dir;
+  if (p->rec.nlink == 0) return Err(ENOENT);
+  if (p->children.count(newname)) return Err(EEXIST);
+  if (n->rec.nlink >= 65000) return Err(EMLINK);
+
+  meta::Timespec now = Now();
+  InodeRecord r = n->rec, pr = p->rec;
+  r.nlink++;
+  r.ctime = now;
+  if (r.nlink == 1) {  // re-linking an unlinked-but-open file is not allowed by the kernel, but be safe
+    r.parent = newparent;
+    r.name = std::string(newname);
+  }
+  pr.mtime = pr.ctime = now;
+  Batch b;
+  MetaStore::PutInode(&b, r);
+  MetaStore::PutInode(&b, pr);
+  MetaStore::PutDentry(&b, newparent, newname, ino, DirentType(r.mode));
+  if (auto st = store_->Commit(b); !st) return Err(st.error());
+  n->rec = r;
+  p->rec = pr;
+  p->children.emplace(std::string(newname), ino);
+  n->nlookup++;
+  return r;
+}
+
+void InodeTable::RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view gone_name) {
+  if (n->rec.parent != gone_parent || n->rec.name != gone_name || n->rec.nlink == 0) return;
+  // Rare: the first link of a hard-linked file went away; find another.
+  for (auto& [dino, d] : inodes_) {
+    if (!d->is_dir()) continue;
+    for (auto& [cname, cino] : d->children) {
+      if (cino == n->rec.ino && !(dino == gone_parent && cname == gone_name)) {
+        n->rec.parent = dino;
+        n->rec.name = cname;
+        return;
+      }
+    }
+  }
+}
+
+Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
+  if (name.size() > kMaxName) return Err(ENAMETOOLONG);
+  std::lock_guard lk(mu_);
+  auto dir = FindDir(parent);
+  if (!dir) return Err(dir.error());
+  Inode* p = *dir;
+  auto c = Child(p, name);
+  if (!c) return Err(c.error());
+  Inode* n = *c;
+  if (n->is_dir()) return Err(EISDIR);
+
+  meta::Timespec now = Now();
+  InodeRecord pr = p->rec;
+  pr.mtime = pr.ctime = now;
+  Inode tmp;  // the inode's next record, computed before the commit
+  tmp.rec = n->rec;
+  tmp.rec.nlink--;
+  tmp.rec.ctime = now;
+  p->children.erase(p->children.find(name));  // so RepointPrimary skips it
+  RepointPrimary(&tmp, parent, name);
+  Batch b;
+  MetaStore::PutInode(&b, pr);
+  MetaStore::DeleteDentry(&b, parent, name);
+  MetaStore::PutInode(&b, tmp.rec);
+  if (auto st = store_->Commit(b); !st) {
+    p->children.emplace(std::string(name), n->rec.ino);
+    return st;
+  }
+  p->rec = pr;
+  n->rec = tmp.rec;
+  MaybeDelete(n);
+  return {};
+}
+
+Status InodeTable::Rmdir(uint64_t parent, std::string_view name) {
+  if (name == ".") return Err(EINVAL);
+  if (name == "..") return Err(ENOTEMPTY);
+  if (name.size() > kMaxName) return Err(ENAMETOOLONG);
+  std::lock_guard lk(mu_);
+  auto dir = FindDir(parent);
+  if (!dir) return Err(dir.error());
+  Inode* p = *dir;
+  auto c = Child(p, name);
+  if (!c) return Err(c.error());
+  Inode* n = *c;
+  if (!n->is_dir()) return Err(ENOTDIR);
+  if (!n->children.empty()) return Err(ENOTEMPTY);
+
+  meta::Timespec now = Now();
+  InodeRecord pr = p->rec, r = n->rec;
+  pr.mtime = pr.ctime = now;
+  pr.nlink--;
+  r.nlink = 0;
+  r.ctime = now;
+  Batch b;
+  MetaStore::PutInode(&b, pr);
+  MetaStore::DeleteDentry(&b, parent, name);
+  MetaStore::PutInode(&b, r);
+  if (auto st = store_->Commit(b); !st) return st;
+  p->rec = pr;
+  n->rec = r;
+  p->children.erase(p->children.find(name));
+  MaybeDelete(n);
+  return {};
+}
+
+bool InodeTable::IsAncestor(uint64_t maybe_ancestor, uint64_t ino) {
+  // Walks up from ino; true if maybe_ancestor is ino or above it.
+  for (int depth = 0; depth < 100000; depth++) {
+    if (ino == maybe_ancestor) return true;
+    if (ino == meta::kRootIno) return false;
+    Inode* n = Find(ino);
+    if (!n) return false;
+    ino = n->rec.parent;
+  }
+  abort();  // broken invariant: a cycle in the directory tree
+}
+
+Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newparent, std::string_view newname,
+                          unsigned flags) {
+  if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return Err(EINVAL);
+  if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE)) return Err(EINVAL);
+  if (auto st = CheckName(newname); !st) return st;
+  if (name.size() > kMaxName) return Err(ENAMETOOLONG);
+  std::lock_guard lk(mu_);
+  auto sd = FindDir(parent);
+  if (!sd) return Err(sd.error());
+  auto dd = FindDir(newparent);
+  if (!dd) return Err(dd.error());
+  Inode *sp = *sd, *dp = *dd;
+  auto sc = Child(sp, name);
+  if (!sc) return Err(sc.error());
+  Inode* src = *sc;
+  Inode* dst = nullptr;
+  if (auto it = dp->children.find(newname); it != dp->children.end()) dst = Find(it->second);
+
+  if (dst == src) return {};  // same inode: POSIX says do nothing
+  if (src->is_dir() && IsAncestor(src->rec.ino, newparent)) return Err(EINVAL);
+  if (flags & RENAME_NOREPLACE && dst) return Err(EEXIST);
+  if (flags & RENAME_EXCHANGE) {
+    if (!dst) return Err(ENOENT);
+    if (dst->is_dir() && IsAncestor(dst->rec.ino, parent)) return Err(EINVAL);
+  } else if (dst) {
+    if (src->is_dir() && !dst->is_dir()) return Err(ENOTDIR);
+    if (!src->is_dir() && dst->is_dir()) return Err(EISDIR);
+    if (dst->is_dir() && !dst->children.empty()) return Err(ENOTEMPTY);
+  }
+
+  meta::Timespec now = Now();
+  // Work on copies; commit; then apply. sp and dp may be the same inode.
+  const bool same_dir = sp == dp;
+  const bool exchange = flags & RENAME_EXCHANGE;
+  InodeRecord spr = sp->rec, dpr = dp->rec, sr = src->rec;
+  InodeRecord dr = dst ? dst->rec : InodeRecord{};
+  InodeRecord* from = &spr;
+  InodeRecord* to = same_dir ? &spr : &dpr;
+  from->mtime = from->ctime = now;
+  to->mtime = to->ctime = now;
+  sr.ctime = now;
+  dr.ctime = now;
+  // A record's (parent, name) follows the link that moved; a directory has
+  // exactly one link, so its parent always does.
+  auto relink = [](InodeRecord& r, uint64_t p0, std::string_view n0, uint64_t p1, std::string_view n1) {
+    if (r.parent == p0 && r.name == n0) {
+      r.parent = p1;
+      r.name = std::string(n1);
+    }
+    if (S_ISDIR(r.mode)) r.parent = p1;
+  };
+  Batch b;
+  if (exchange) {
+    if (!same_dir && src->is_dir()) { from->nlink--; to->nlink++; }
+    if (!same_dir && dst->is_dir()) { to->nlink--; from->nlink++; }
+    relink(sr, parent, name, newparent, newname);
+    relink(dr, newparent, newname, parent, name);
+    MetaStore::PutDentry(&b, newparent, newname, sr.ino, DirentType(sr.mode));
+    MetaStore::PutDentry(&b, parent, name, dr.ino, DirentType(dr.mode));
+    MetaStore::PutInode(&b, dr);
+  } else {
+    if (dst && dst->is_dir()) {
+      dr.nlink = 0;
+      to->nlink--;
+    } else if (dst) {
+      dr.nlink--;
+      Inode tmp;
+      tmp.rec = dr;
+      RepointPrimary(&tmp, newparent, newname);
+      dr = tmp.rec;
+    }
+    if (!same_dir && src->is_dir()) { from->nlink--; to->nlink++; }
+    relink(sr, parent, name, newparent, newname);
+    MetaStore::DeleteDentry(&b, parent, name);
+    MetaStore::PutDentry(&b, newparent, newname, sr.ino, DirentType(sr.mode));
+    if (dst) MetaStore::PutInode(&b, dr);
+  }
+  MetaStore::PutInode(&b, sr);
+  MetaStore::PutInode(&b, spr);
+  if (!same_dir) MetaStore::PutInode(&b, dpr);
+  if (auto st = store_->Commit(b); !st) return st;
+
+  sp->rec = spr;
+  if (!same_dir) dp->rec = dpr;
+  src->rec = sr;
+  if (exchange) {
+    dst->rec = dr;
+    sp->children[std::string(name)] = dr.ino;
+    dp->children[std::string(newname)] = sr.ino;
+  } else {
+    sp->children.erase(sp->children.find(name));
+    dp->children[std::string(newname)] = sr.ino;
+    if (dst) {
+      dst->rec = dr;
+      MaybeDelete(dst);
+    }
+  }
+  return {};
+}
+
+Result<std::vector<DirEntry>> InodeTable::ListDir(uint64_t ino) {
+  std::lock_guard lk(mu_);
+  auto dir = FindDir(ino);
+  if (!dir) return Err(dir.error());
+  Inode* d = *dir;
+  std::vector<DirEntry> out;
+  out.reserve(d->children.size() + 2);
+  out.push_back({".", d->rec.ino, S_IFDIR});
+  out.push_back({"..", d->rec.parent, S_IFDIR});
+  for (auto& [name, cino] : d->children) {
+    Inode* c = Find(cino);
+    out.push_back({name, cino, c ? c->rec.mode : 0});
+  }
+  return out;
+}
+
+Status InodeTable::SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags) {
+  if (name.empty() || name.size() > 255) return Err(ERANGE);
+  if (value.size() > kMaxXattrValue) return Err(E2BIG);
+  if (name.starts_with("user.ckptfs.")) return Err(EPERM);
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  bool exists = n->xattrs.count(name) != 0;
+  if ((flags & XATTR_CREATE) && exists) return Err(EEXIST);
+  if ((flags & XATTR_REPLACE) && !exists) return Err(ENODATA);
+  InodeRecord r = n->rec;
+  r.ctime = Now();
+  Batch b;
+  MetaStore::PutXattr(&b, ino, name, value);
+  MetaStore::PutInode(&b, r);
+  if (auto st = store_->Commit(b); !st) return st;
+  n->rec = r;
+  n->xattrs[std::string(name)] = std::string(value);
+  return {};
+}
+
+Result<std::string> InodeTable::GetXattr(uint64_t ino, std::string_view name) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  if (name == kStateXattr) {
+    if (!S_ISREG(n->rec.mode)) return Err(ENODATA);
+    return std::string(meta::DataStateName(n->rec.state));
+  }
+  auto it = n->xattrs.find(name);
+  if (it == n->xattrs.end()) return Err(ENODATA);
+  return it->second;
+}
+
+Result<std::string> InodeTable::ListXattr(uint64_t ino) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  std::string out;
+  for (auto& [k, v] : n->xattrs) {
+    out.append(k);
+    out.push_back('\0');
+  }
+  return out;
+}
+
+Status InodeTable::RemoveXattr(uint64_t ino, std::string_view name) {
+  if (name.starts_with("user.ckptfs.")) return Err(EPERM);
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  auto it = n->xattrs.find(name);
+  if (it == n->xattrs.end()) return Err(ENODATA);
+  InodeRecord r = n->rec;
+  r.ctime = Now();
+  Batch b;
+  MetaStore::DeleteXattr(&b, ino, name);
+  MetaStore::PutInode(&b, r);
+  if (auto st = store_->Commit(b); !st) return st;
+  n->rec = r;
+  n->xattrs.erase(it);
+  return {};
+}
+
+Result<int> InodeTable::Open(uint64_t ino, int flags) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  if (n->is_dir()) return Err(EISDIR);
+  if (!S_ISREG(n->rec.mode)) return Err(ENXIO);
+  if (n->rec.state == meta::DataState::kRemote) return Err(EIO);  // read-through arrives with the drain
+  auto fd = tier_->Pin(ino, true);
+  if (!fd) return Err(fd.error());
+  if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY && n->rec.size != 0) {
+    if (auto st = tier_->Truncate(ino, 0); !st) {
+      tier_->Unpin(ino);
+      return Err(st.error());
+    }
+    n->rec.size = 0;
+    n->rec.mtime = n->rec.ctime = Now();
+    n->rec.state = meta::DataState::kDirty;
+    n->size_dirty = true;
+  }
+  n->opens++;
+  return *fd;
+}
+
+void InodeTable::Release(uint64_t ino, bool wrote) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return;
+  tier_->Unpin(ino);
+  n->opens--;
+  if (n->size_dirty && n->rec.nlink > 0) {
+    Batch b;
+    MetaStore::PutInode(&b, n->rec);
+    if (auto st = store_->Commit(b); !st) LOG_ERROR("ino {}: could not record size at close", ino);
+    else n->size_dirty = false;
+  }
+  MaybeDelete(n);
+}
+
+Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn) {
+  // The tier may wait for space here: never under mu_.
+  auto n = tier_->Write(ino, off, len, fn);
+  if (!n) return n;
+  std::lock_guard lk(mu_);
+  Inode* node = Find(ino);
+  if (!node) return n;
+  node->rec.size = std::max(node->rec.size, off + *n);
+  node->rec.mtime = node->rec.ctime = Now();
+  node->rec.state = meta::DataState::kDirty;
+  // Writing clears set-user-ID and set-group-ID, as on local filesystems.
+  if (node->rec.mode & (S_ISUID | S_ISGID)) node->rec.mode &= ~(S_ISUID | ((node->rec.mode & S_IXGRP) ? S_ISGID : 0));
+  node->size_dirty = true;
+  return n;
+}
+
+Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len) {
+  {
+    std::lock_guard lk(mu_);
+    Inode* n = Find(ino);
+    if (!n) return Err(ENOENT);
+    if (!S_ISREG(n->rec.mode)) return Err(ENODEV);
+  }
+  if (auto st = tier_->Fallocate(ino, mode, off, len); !st) return st;
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return {};
+  if (!(mode & FALLOC_FL_KEEP_SIZE)) n->rec.size = std::max(n->rec.size, off + len);
+  n->rec.mtime = n->rec.ctime = Now();
+  n->rec.state = meta::DataState::kDirty;
+  n->size_dirty = true;
+  return {};
+}
+
+Status InodeTable::Sync(uint64_t ino) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  if (!n->size_dirty) return {};
+  Batch b;
+  MetaStore::PutInode(&b, n->rec);
+  if (auto st = store_->Commit(b); !st) return st;
+  n->size_dirty = false;
+  return {};
+}
+
+NamespaceStats InodeTable::Stats() {
+  std::lock_guard lk(mu_);
+  NamespaceStats s;
+  for (auto& [ino, n] : inodes_) {
+    s.inodes++;
+    if (n->is_dir()) s.dirs++;
+    if (S_ISREG(n->rec.mode)) {
+      s.files++;
+      s.bytes += n->rec.size;
+    }
+  }
+  return s;
+}
+
+}  // namespace ckpt::fs

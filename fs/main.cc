@@ -1,0 +1,348 @@
+// main.cc — the ckptfs command: `mount` starts a daemon and returns once the
+// mount is ready (or prints why not); `umount` and `status` talk to a
+// running daemon through its mount point.
+//
+// Every user error is one line on stderr and a non-zero exit, and leaves
+// nothing mounted. The daemon reports its start-up result to the waiting
+// parent over a pipe, so failures after the fork still reach the user.
+#include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+#include <xxhash.h>
+
+#include "fs/common/log.h"
+#include "fs/daemon.h"
+
+namespace ckpt {
+namespace {
+
+namespace stdfs = std::filesystem;
+
+[[noreturn]] void Die(const std::string& msg) {
+  fprintf(stderr, "ckptfs: %s\n", msg.c_str());
+  exit(1);
+}
+
+std::string Errno(int e) { return strerror(e); }
+
+// Unescapes the octal escapes of /proc/self/mounts fields.
+std::string Unescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); i++) {
+    if (s[i] == '\\' && i + 3 < s.size() + 0 && isdigit(s[i + 1])) {
+      out.push_back(static_cast<char>(std::stoi(s.substr(i + 1, 3), nullptr, 8)));
+      i += 3;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+// The filesystem type mounted at `path`, or "" if none.
+std::string MountedType(const std::string& path) {
+  std::ifstream in("/proc/self/mounts");
+  std::string dev, mnt, type, rest, found;
+  while (in >> dev >> mnt >> type && std::getline(in, rest))
+    if (Unescape(mnt) == path) found = type;
+  return found;
+}
+
+bool ReadStatus(const std::string& mnt, std::string* out) {
+  std::string buf(64 * 1024, '\0');
+  ssize_t n = getxattr(mnt.c_str(), fs::kStatusXattr, buf.data(), buf.size());
+  if (n < 0) return false;
+  buf.resize(static_cast<size_t>(n));
+  *out = buf;
+  return true;
+}
+
+// Extracts a number field from the flat status JSON ("key":123).
+long long JsonNumber(const std::string& json, const std::string& key) {
+  auto p = json.find("\"" + key + "\":");
+  if (p == std::string::npos) return -1;
+  return std::atoll(json.c_str() + p + key.size() + 3);
+}
+
+std::string HexHash(const std::string& s) {
+  char buf[17];
+  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits(s.data(), s.size())));
+  return buf;
+}
+
+std::string DefaultStateDir(const std::string& mnt) {
+  std::string base;
+  if (geteuid() == 0) base = "/var/lib/ckptfs";
+  else if (const char* x = getenv("XDG_STATE_HOME")) base = std::string(x) + "/ckptfs";
+  else base = std::string(getenv("HOME") ? getenv("HOME") : "/tmp") + "/.local/state/ckptfs";
+  return base + "/" + HexHash(mnt);
+}
+
+// Checks the mount point: an existing, empty directory with nothing mounted
+// on it. A dead ckptfs mount (daemon killed) is cleaned up here.
+void CheckMountpoint(const std::string& mnt) {
+  struct stat st;
+  if (stat(mnt.c_str(), &st) != 0) {
+    int e = errno;
+    if (e == ENOTCONN && MountedType(mnt) == "fuse.ckptfs") {
+      std::string cmd = "fusermount3 -uz '" + mnt + "' 2>/dev/null || umount -l '" + mnt + "' 2>/dev/null";
+      if (system(cmd.c_str()) != 0 || stat(mnt.c_str(), &st) != 0)
+        Die("mount point " + mnt + " is a dead ckptfs mount and could not be detached; run: fusermount3 -uz " + mnt);
+      fprintf(stderr, "ckptfs: detached the dead ckptfs mount at %s\n", mnt.c_str());
+    } else if (e == ENOENT) {
+      Die("mount point " + mnt + " does not exist");
+    } else {
+      Die("mount point " + mnt + ": " + Errno(e));
+    }
+  }
+  if (!S_ISDIR(st.st_mode)) Die("mount point " + mnt + " is not a directory");
+  std::string type = MountedType(mnt);
+  if (!type.empty()) Die("mount point " + mnt + " is already mounted (" + type + ")");
+  std::error_code ec;
+  auto it = stdfs::directory_iterator(mnt, ec);
+  if (ec) Die("mount point " + mnt + ": " + ec.message());
+  if (it != stdfs::directory_iterator()) Die("mount point " + mnt + " is not empty");
+}
+
+void CheckWritableDir(const std::string& what, const std::string& dir, bool create) {
+  std::error_code ec;
+  if (create) stdfs::create_directories(dir, ec);
+  if (ec) Die("cannot create " + what + " " + dir + ": " + ec.message());
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) Die(what + " " + dir + " does not exist");
+  if (!S_ISDIR(st.st_mode)) Die(what + " " + dir + " is not a directory");
+  std::string probe = dir + "/.ckptfs-probe-" + std::to_string(getpid());
+  int fd = open(probe.c_str(), O_CREAT | O_WRONLY | O_EXCL, 0600);
+  if (fd < 0) Die(what + " " + dir + " is not writable: " + Errno(errno));
+  close(fd);
+  unlink(probe.c_str());
+}
+
+std::string Absolute(const std::string& p) {
+  std::error_code ec;
+  auto a = stdfs::absolute(p, ec);
+  if (ec) Die("bad path " + p);
+  return a.lexically_normal().string();
+}
+
+// Runs the daemon in this process. Reports "OK" or the error to `report_fd`
+// (if >= 0) once the mount is ready, then serves until unmounted.
+int RunDaemon(Config cfg, int report_fd) {
+  auto fail = [&](const std::string& msg) {
+    LOG_ERROR("{}", msg);
+    if (report_fd >= 0) {
+      (void)!write(report_fd, msg.data(), msg.size());
+      close(report_fd);
+    } else {
+      fprintf(stderr, "ckptfs: %s\n", msg.c_str());
+    }
+    return 1;
+  };
+  if (auto st = InitLogging(cfg.state_dir + "/ckptfs.log", cfg.log_level, cfg.foreground); !st)
+    return fail("cannot open log file in " + cfg.state_dir);
+
+  auto d = std::make_unique<fs::Daemon>();
+  d->cfg = cfg;
+  auto kv = meta::OpenRocksKv(cfg.state_dir + "/meta");
+  if (!kv) {
+    if (kv.error() == EBUSY) return fail("state dir " + cfg.state_dir + " is in use by another ckptfs daemon");
+    return fail("cannot open metadata in " + cfg.state_dir + "/meta: " + Errno(kv.error()) +
+                " (see " + cfg.state_dir + "/ckptfs.log)");
+  }
+  d->store = std::make_unique<meta::MetaStore>(std::move(*kv));
+  auto id = d->store->EnsureFormat();
+  if (!id) return fail("state dir " + cfg.state_dir + " holds metadata of an unknown format");
+  d->fs_id = *id;
+  auto tier = cache::Tier::Open(cfg.tier_dir, cfg.cache_size);
+  if (!tier) return fail("cannot use tier directory " + cfg.tier_dir + ": " + Errno(tier.error()));
+  d->tier = std::move(*tier);
+  d->table = std::make_unique<fs::InodeTable>(d->store.get(), d->tier.get());
+  if (auto st = d->table->Load(fs::Caller{geteuid(), getegid()}); !st)
+    return fail("cannot load metadata from " + cfg.state_dir + ": " + Errno(st.error()));
+
+  std::string opts = "fsname=ckptfs:" + cfg.backend_raw + ",subtype=ckptfs,default_permissions";
+  if (geteuid() == 0) opts += ",allow_other";
+  std::vector<std::string> args = {"ckptfs", "-o", opts};
+  if (!cfg.fuse_opts.empty()) {
+    args.push_back("-o");
+    args.push_back(cfg.fuse_opts);
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  fuse_session* se = fuse_session_new(&fargs, &fs::FuseOps(), sizeof(fuse_lowlevel_ops), d.get());
+  if (!se) return fail("invalid FUSE options: " + cfg.fuse_opts);
+  if (fuse_set_signal_handlers(se) != 0) return fail("cannot install signal handlers");
+  if (fuse_session_mount(se, cfg.mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    return fail("cannot mount at " + cfg.mountpoint + " (is /dev/fuse available? see " + cfg.state_dir +
+                "/ckptfs.log)");
+  }
+  cache::TierStats ts = d->tier->Stats();
+  LOG_INFO("mounted {} backend={} state={} tier={} budget={} in tier={}", cfg.mountpoint, cfg.backend_raw,
+           cfg.state_dir, cfg.tier_dir, ts.budget, ts.used);
+  if (report_fd >= 0) {
+    (void)!write(report_fd, "OK", 2);
+    close(report_fd);
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(null, 2);
+    if (null > 2) close(null);
+  }
+  fuse_loop_config* lc = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_clone_fd(lc, 0);
+  fuse_loop_cfg_set_max_threads(lc, 16);
+  int rc = fuse_session_loop_mt(se, lc);
+  fuse_loop_cfg_destroy(lc);
+  fuse_session_unmount(se);
+  fuse_remove_signal_handlers(se);
+  fuse_session_destroy(se);
+  LOG_INFO("unmounted {}", cfg.mountpoint);
+  spdlog::shutdown();
+  return rc == 0 ? 0 : 1;
+}
+
+int CmdMount(Config cfg, const std::string& cache_size) {
+  cfg.mountpoint = Absolute(cfg.mountpoint);
+  CheckMountpoint(cfg.mountpoint);
+  auto url = ParseBackendUrl(cfg.backend_raw);
+  if (!url) Die(url.error());
+  cfg.backend = *url;
+  if (cfg.backend.kind == BackendUrl::Kind::kS3)
+    Die("backend " + cfg.backend_raw + ": the S3 backend is not built yet; use a directory");
+  CheckWritableDir("backend", cfg.backend.path, false);
+  if (!ValidLogLevel(cfg.log_level)) Die("invalid log level '" + cfg.log_level + "'");
+  cfg.state_dir = cfg.state_dir.empty() ? DefaultStateDir(cfg.mountpoint) : Absolute(cfg.state_dir);
+  CheckWritableDir("state dir", cfg.state_dir, true);
+  if (cfg.tier_dir.empty()) cfg.tier_dir = "/dev/shm/ckptfs-" + HexHash(cfg.state_dir);
+  cfg.tier_dir = Absolute(cfg.tier_dir);
+  std::string tier_parent = stdfs::path(cfg.tier_dir).parent_path().string();
+  if (!cache_size.empty()) {
+    auto sz = ParseSize(cache_size);
+    if (!sz) Die(sz.error());
+    cfg.cache_size = *sz;
+  } else {
+    cfg.cache_size = DefaultCacheSize(tier_parent);
+  }
+  if (cfg.cache_size < (1u << 20)) Die("cache size " + cache_size + " is too small (minimum 1M)");
+
+  if (cfg.foreground) return RunDaemon(cfg, -1);
+
+  int pfd[2];
+  if (pipe2(pfd, O_CLOEXEC) != 0) Die("pipe: " + Errno(errno));
+  pid_t pid = fork();
+  if (pid < 0) Die("fork: " + Errno(errno));
+  if (pid == 0) {
+    close(pfd[0]);
+    setsid();
+    if (fork() > 0) _exit(0);  // the daemon is not a session leader, and not our child
+    (void)!chdir("/");
+    _exit(RunDaemon(cfg, pfd[1]));
+  }
+  close(pfd[1]);
+  waitpid(pid, nullptr, 0);
+  std::string msg;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(pfd[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
+  if (msg != "OK") Die(msg.empty() ? "the daemon exited during start-up (see " + cfg.state_dir + "/ckptfs.log)" : msg);
+  printf("ckptfs: mounted %s (backend %s, tier %s in %s, state %s)\n", cfg.mountpoint.c_str(),
+         cfg.backend_raw.c_str(), HumanBytes(cfg.cache_size).c_str(), cfg.tier_dir.c_str(), cfg.state_dir.c_str());
+  return 0;
+}
+
+int CmdUmount(const std::string& mnt_in, bool lazy) {
+  std::string mnt = Absolute(mnt_in);
+  std::string type = MountedType(mnt);
+  if (type.empty()) Die(mnt + " is not mounted");
+  if (type != "fuse.ckptfs") Die(mnt + " is not a ckptfs mount (" + type + ")");
+  std::string status;
+  long long pid = ReadStatus(mnt, &status) ? JsonNumber(status, "pid") : -1;
+  std::string cmd = std::string("fusermount3 -u") + (lazy ? "z" : "") + " '" + mnt + "'";
+  if (system(cmd.c_str()) != 0) Die("cannot unmount " + mnt + " (busy? close files using it, or use --lazy)");
+  // Wait for the daemon to close its metadata, so a new mount can open it.
+  for (int i = 0; pid > 0 && i < 600 && kill(static_cast<pid_t>(pid), 0) == 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (pid > 0 && kill(static_cast<pid_t>(pid), 0) == 0) Die("unmounted, but the daemon (pid " + std::to_string(pid) + ") has not exited");
+  return 0;
+}
+
+int CmdStatus(const std::string& mnt_in, bool json) {
+  std::string mnt = Absolute(mnt_in);
+  std::string s;
+  if (!ReadStatus(mnt, &s)) Die(mnt + " is not a ckptfs mount (" + Errno(errno) + ")");
+  if (json) {
+    printf("%s\n", s.c_str());
+    return 0;
+  }
+  long long budget = JsonNumber(s, "budget"), used = JsonNumber(s, "used");
+  printf("mount     %s\n", mnt.c_str());
+  printf("tier      %s used of %s (%.1f%%)\n", HumanBytes(static_cast<uint64_t>(used)).c_str(),
+         HumanBytes(static_cast<uint64_t>(budget)).c_str(), budget > 0 ? 100.0 * static_cast<double>(used) / static_cast<double>(budget) : 0.0);
+  printf("files     %lld files, %lld directories, %s\n", JsonNumber(s, "files"), JsonNumber(s, "dirs"),
+         HumanBytes(static_cast<uint64_t>(JsonNumber(s, "bytes"))).c_str());
+  printf("written   %s since mount\n", HumanBytes(static_cast<uint64_t>(JsonNumber(s, "bytes_written"))).c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace ckpt
+
+int main(int argc, char** argv) {
+  using namespace ckpt;
+  CLI::App app{"ckptfs: a checkpoint filesystem that acknowledges writes at memory speed"};
+  app.require_subcommand(1);
+  Config cfg;
+  std::string cache_size, fsync_mode = "memory";
+  auto* mount = app.add_subcommand("mount", "mount ckptfs at MOUNTPOINT");
+  mount->add_option("mountpoint", cfg.mountpoint, "where to mount")->required();
+  mount->add_option("--backend", cfg.backend_raw, "backend: /path, file:///path or s3://bucket/prefix")->required();
+  mount->add_option("--cache-size", cache_size, "memory tier budget (e.g. 8G, 25%); default 1/4 of RAM");
+  mount->add_option("--state-dir", cfg.state_dir, "metadata and log directory");
+  mount->add_option("--tier-dir", cfg.tier_dir, "memory tier directory (default /dev/shm/ckptfs-<id>)");
+  mount->add_option("--fsync", fsync_mode, "memory|backend")->check(CLI::IsMember({"memory", "backend"}));
+  mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
+  mount->add_option("-o", cfg.fuse_opts, "extra FUSE mount options");
+  mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
+  mount->add_option("--s3-endpoint", cfg.s3_endpoint, "S3 endpoint URL");
+
+  std::string target;
+  bool no_drain = false, lazy = false, json = false;
+  auto* umount = app.add_subcommand("umount", "unmount a ckptfs mount");
+  umount->add_option("mountpoint", target)->required();
+  umount->add_flag("--no-drain", no_drain, "do not wait for the drain");
+  umount->add_flag("--lazy,-l", lazy, "detach even if busy");
+  auto* status = app.add_subcommand("status", "show what is in memory, draining and safe");
+  status->add_option("mountpoint", target)->required();
+  status->add_flag("--json", json, "machine-readable output");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fprintf(stderr, "ckptfs: %s (see ckptfs --help)\n", e.what());
+    return 2;
+  }
+  cfg.fsync = fsync_mode == "backend" ? FsyncMode::kBackend : FsyncMode::kMemory;
+  if (*mount) return CmdMount(cfg, cache_size);
+  if (*umount) return CmdUmount(target, lazy);
+  if (*status) return CmdStatus(target, json);
+  return 2;
+}

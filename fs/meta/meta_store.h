@@ -1,0 +1,100 @@
+// meta_store.h — typed access to the metadata schema of keys.h.
+//
+// MetaStore turns inodes, directory entries, xattrs and counters into keys
+// and values, and loads them back at mount. It owns no in-memory state: the
+// namespace (fs/inode_table) keeps the hot copy and calls Commit() with one
+// Batch per operation, so each namespace change is atomic on disk.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "fs/meta/keys.h"
+#include "fs/meta/kv.h"
+
+namespace ckpt::meta {
+
+// Where a file's bytes are. Shown by `getfattr -n user.ckptfs.state`.
+enum class DataState : uint8_t {
+  kDirty = 0,      // in the tier, not yet in the backend
+  kDraining = 1,   // being copied to the backend
+  kPersisted = 2,  // in the backend and in the tier
+  kRemote = 3,     // in the backend only
+};
+
+const char* DataStateName(DataState s);
+
+struct Timespec {
+  int64_t sec = 0;
+  uint32_t nsec = 0;
+};
+
+struct InodeRecord {
+  uint64_t ino = 0;
+  uint64_t parent = 0;  // directories: the parent; files: the first link's parent
+  uint32_t mode = 0;    // type and permission bits
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t nlink = 0;
+  uint64_t size = 0;
+  uint64_t rdev = 0;
+  Timespec atime, mtime, ctime;
+  uint64_t version = 0;  // bumped on each sealed change of the file's bytes
+  DataState state = DataState::kDirty;
+  uint64_t checksum_hi = 0, checksum_lo = 0;  // XXH3-128 of the sealed version
+  std::string name;    // the first link's name (to find a path for the drainer)
+  std::string target;  // symlink target
+};
+
+std::string EncodeInode(const InodeRecord& r);
+// Returns EIO if the bytes are not a valid record.
+[[nodiscard]] Result<InodeRecord> DecodeInode(std::string_view v);
+
+struct DentryValue {
+  uint64_t ino;
+  uint8_t type;  // DT_REG, DT_DIR, ...
+};
+
+class MetaStore {
+ public:
+  explicit MetaStore(std::unique_ptr<Kv> kv) : kv_(std::move(kv)) {}
+
+  Kv* kv() { return kv_.get(); }
+
+  // Batch builders.
+  static void PutInode(Batch* b, const InodeRecord& r) { b->Put(InodeKey(r.ino), EncodeInode(r)); }
+  static void DeleteInode(Batch* b, uint64_t ino) { b->Delete(InodeKey(ino)); }
+  static void PutDentry(Batch* b, uint64_t parent, std::string_view name, uint64_t ino, uint8_t type);
+  static void DeleteDentry(Batch* b, uint64_t parent, std::string_view name) {
+    b->Delete(DentryKey(parent, name));
+  }
+  static void PutXattr(Batch* b, uint64_t ino, std::string_view name, std::string_view value) {
+    b->Put(XattrKey(ino, name), value);
+  }
+  static void DeleteXattr(Batch* b, uint64_t ino, std::string_view name) { b->Delete(XattrKey(ino, name)); }
+  static void PutCounter(Batch* b, std::string_view name, uint64_t v);
+
+  [[nodiscard]] Status Commit(const Batch& b, bool sync = false) { return kv_->Write(b, sync); }
+
+  // Reads a counter; 0 if absent.
+  [[nodiscard]] Result<uint64_t> GetCounter(std::string_view name);
+  [[nodiscard]] Result<InodeRecord> GetInode(uint64_t ino);
+
+  // Loaders used at mount. Each stops with EIO at the first undecodable value.
+  [[nodiscard]] Status ForEachInode(const std::function<void(InodeRecord&&)>& fn);
+  [[nodiscard]] Status ForEachDentry(const std::function<void(uint64_t parent, std::string_view name, DentryValue)>& fn);
+  [[nodiscard]] Status ForEachXattr(const std::function<void(uint64_t ino, std::string_view name, std::string_view value)>& fn);
+
+  // The format record: created on first use, checked afterwards. Returns the
+  // filesystem id (random, fixed at creation) or EINVAL for a foreign format.
+  [[nodiscard]] Result<uint64_t> EnsureFormat();
+
+ private:
+  std::unique_ptr<Kv> kv_;
+};
+
+}  // namespace ckpt::meta
