@@ -27,10 +27,9 @@ LIB_SRCS := $(wildcard fs/common/*.cc fs/meta/*.cc cache/*.cc backend/*.cc) \
             $(filter-out fs/main.cc,$(wildcard fs/*.cc))
 LIB_OBJS := $(LIB_SRCS:%.cc=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/fs/main.o
-UNIT_DIRS := $(sort $(dir $(wildcard tests/unit/*/test_*.cc)))
-UNIT_BINS := $(patsubst tests/unit/%/,$(BUILD)/tests/unit_%,$(UNIT_DIRS))
+UNIT_MODS := $(sort $(patsubst tests/unit/%/,%,$(dir $(wildcard tests/unit/*/test_*.cc))))
+UNIT_BINS := $(UNIT_MODS:%=$(BUILD)/tests/unit_%)
 
-.SECONDEXPANSION:
 .PHONY: all units deps run test unit mounted bench install clean format stop crash-soak
 all: $(BUILD)/ckptfs
 
@@ -48,9 +47,13 @@ $(BUILD)/libckpt.a: $(LIB_OBJS)
 $(BUILD)/ckptfs: $(MAIN_OBJ) $(BUILD)/libckpt.a
 	$(CXX) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/tests/unit_%: $(BUILD)/libckpt.a $$(patsubst %.cc,$(BUILD)/obj/%.o,$$(wildcard tests/unit/%/*.cc))
-	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $(filter %.o,$^) $(BUILD)/libckpt.a -o $@ $(LDLIBS) -lcriterion
+# One Criterion binary per module folder: build/tests/unit_<module>.
+define UNIT_RULE
+$(BUILD)/tests/unit_$(1): $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard tests/unit/$(1)/*.cc)) $(BUILD)/libckpt.a
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(LDFLAGS) $$^ -o $$@ $$(LDLIBS) -lcriterion
+endef
+$(foreach m,$(UNIT_MODS),$(eval $(call UNIT_RULE,$(m))))
 
 units: $(UNIT_BINS)
 

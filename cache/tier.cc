@@ -122,14 +122,34 @@ void Tier::Recharge(File* f) {
 Status Tier::Reserve(uint64_t n) {
   std::unique_lock lk(mu_);
   if (n > budget_) return Err(ENOSPC);
-  if (used_ + reserved_ + n <= budget_) {
-    reserved_ += n;
-    return {};
+  auto deadline = std::chrono::steady_clock::now() + wait_limit_;
+  bool waited = false;
+  while (used_ + reserved_ + n > budget_) {
+    uint64_t missing = used_ + reserved_ + n - budget_;
+    if (evictor_) {
+      lk.unlock();
+      Relief r = evictor_(missing);
+      lk.lock();
+      if (r == Relief::kFreed) continue;
+      if (r == Relief::kHopeless) {
+        LOG_WARN("tier: {} bytes requested, {} of {} in use, nothing can be drained or evicted: ENOSPC", n,
+                 used_ + reserved_, budget_);
+        return Err(ENOSPC);
+      }
+    } else if (wait_limit_.count() == 0) {
+      return Err(ENOSPC);
+    }
+    if (!waited) {
+      waited = true;
+      waits_++;
+      LOG_WARN("tier: full ({} of {} bytes in use); writer waits for the drain", used_ + reserved_, budget_);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      LOG_WARN("tier: gave up waiting for {} bytes after {} ms: ENOSPC", n, wait_limit_.count());
+      return Err(ENOSPC);
+    }
+    space_cv_.wait_for(lk, std::chrono::milliseconds(100));
   }
-  if (wait_limit_.count() == 0) return Err(ENOSPC);
-  waits_++;
-  bool ok = space_cv_.wait_for(lk, wait_limit_, [&] { return used_ + reserved_ + n <= budget_; });
-  if (!ok) return Err(ENOSPC);
   reserved_ += n;
   return {};
 }
@@ -197,6 +217,38 @@ Status Tier::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len) {
   }
   space_cv_.notify_all();
   return res;
+}
+
+Status Tier::Fill(uint64_t ino, uint64_t size, const std::function<int(int)>& fn) {
+  if (auto r = Reserve(size); !r) return r;
+  std::unique_lock lk(mu_);
+  reserved_ -= size;
+  int fd = open(PathOf(ino).c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrFromErrno();
+  File& f = files_[ino];
+  if (f.fd >= 0) close(f.fd);
+  f.fd = fd;
+  f.pins++;
+  int err = 0;
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) err = errno;
+  // Account the full size now: the fill is about to fault in every page.
+  used_ = used_ - f.charged + size;
+  f.charged = size;
+  lk.unlock();
+  if (!err) err = fn(fd);
+  lk.lock();
+  File& g = files_[ino];
+  g.pins--;
+  if (g.pins == 0) {
+    close(g.fd);
+    g.fd = -1;
+  }
+  if (err) {
+    lk.unlock();
+    Remove(ino);
+    return Err(err);
+  }
+  return {};
 }
 
 void Tier::Remove(uint64_t ino) {

@@ -92,6 +92,21 @@ class Tier {
   // How long a write waits for space before ENOSPC. Default 0 (fail at once).
   void set_wait_limit(std::chrono::milliseconds d) { wait_limit_ = d; }
 
+  // What an evictor could do for a writer that needs space.
+  enum class Relief {
+    kFreed,     // removed files; try again
+    kWait,      // nothing to evict now, but the drain will make some clean
+    kHopeless,  // nothing will ever free space (e.g. it is all open and dirty)
+  };
+  // Called (without the tier's lock) when a reservation does not fit, with
+  // the number of bytes missing. Install before any writes.
+  void set_evictor(std::function<Relief(uint64_t need)> fn) { evictor_ = std::move(fn); }
+
+  // Creates (or replaces) the inode's tier file with `size` bytes, reserving
+  // the space first, and fills it through fn(fd) (which returns 0 or an
+  // errno). On failure the file is removed. Used to fetch evicted files.
+  [[nodiscard]] Status Fill(uint64_t ino, uint64_t size, const std::function<int(int fd)>& fn);
+
   // Wakes writers waiting for space (call after freeing space elsewhere).
   void NotifySpace();
 
@@ -117,6 +132,7 @@ class Tier {
   const std::string dir_;
   const uint64_t budget_;
   std::chrono::milliseconds wait_limit_{0};
+  std::function<Relief(uint64_t)> evictor_;
   std::vector<std::pair<uint64_t, uint64_t>> attached_;
 
   std::mutex mu_;  // lock order: taken after any fs/ inode lock

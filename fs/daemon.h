@@ -9,8 +9,10 @@
 #include <memory>
 #include <string>
 
+#include "backend/backend.h"
 #include "cache/tier.h"
 #include "fs/common/config.h"
+#include "fs/drain.h"
 #include "fs/inode_table.h"
 #include "fs/meta/meta_store.h"
 
@@ -21,7 +23,9 @@ struct Daemon {
   uint64_t fs_id = 0;
   std::unique_ptr<meta::MetaStore> store;
   std::unique_ptr<cache::Tier> tier;
+  std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<InodeTable> table;
+  std::unique_ptr<Drainer> drainer;
   double attr_timeout = 10.0;   // the daemon is the only writer of its namespace
   double entry_timeout = 10.0;
   std::atomic<uint64_t> bytes_written{0};

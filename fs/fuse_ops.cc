@@ -311,7 +311,9 @@ void ckpt_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void ckpt_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
   LOG_DEBUG("fsync(ino={})", ino);
   // --fsync=memory: the data is in the tier, which is all this promises.
-  auto r = D(req)->table->Sync(ino);
+  // --fsync=backend: wait until this file and all before it are persisted.
+  Daemon* d = D(req);
+  auto r = d->cfg.fsync == FsyncMode::kBackend ? d->table->SyncToBackend(ino) : d->table->Sync(ino);
   fuse_reply_err(req, r ? 0 : r.error());
 }
 
@@ -518,14 +520,30 @@ std::string JsonEscape(const std::string& s) {
 std::string StatusJson(Daemon* d) {
   cache::TierStats t = d->tier->Stats();
   NamespaceStats ns = d->table->Stats();
+  DataStats ds = d->table->DataStatistics();
+  DrainStats dr = d->drainer ? d->drainer->Stats() : DrainStats{};
+  auto st = [&](meta::DataState s) {
+    auto i = static_cast<size_t>(s);
+    return fmt::format("{{\"files\":{},\"bytes\":{}}}", ds.files[i], ds.bytes[i]);
+  };
   return fmt::format(
       "{{\"pid\":{},\"mountpoint\":\"{}\",\"backend\":\"{}\",\"state_dir\":\"{}\",\"tier_dir\":\"{}\","
-      "\"tier\":{{\"budget\":{},\"used\":{},\"reserved\":{},\"files\":{},\"waits\":{}}},"
+      "\"fsync\":\"{}\","
+      "\"tier\":{{\"budget\":{},\"used\":{},\"reserved\":{},\"tier_files\":{},\"waits\":{}}},"
       "\"namespace\":{{\"inodes\":{},\"files\":{},\"dirs\":{},\"bytes\":{}}},"
+      "\"dirty\":{},\"draining\":{},\"persisted\":{},\"remote\":{},"
+      "\"drain\":{{\"queue\":{},\"head_seq\":{},\"applied_seq\":{},\"rate\":{:.0f},"
+      "\"bytes_persisted\":{},\"files_persisted\":{},\"skipped\":{},\"retries\":{},"
+      "\"in_error\":{},\"last_error\":\"{}\",\"last_error_time\":{}}},"
+      "\"lost\":[],"
       "\"io\":{{\"bytes_written\":{},\"bytes_read\":{}}}}}",
       getpid(), JsonEscape(d->cfg.mountpoint), JsonEscape(d->cfg.backend_raw), JsonEscape(d->cfg.state_dir),
-      JsonEscape(d->cfg.tier_dir), t.budget, t.used, t.reserved,
-      t.files, t.waits, ns.inodes, ns.files, ns.dirs, ns.bytes, d->bytes_written.load(), d->bytes_read.load());
+      JsonEscape(d->cfg.tier_dir), d->cfg.fsync == FsyncMode::kBackend ? "backend" : "memory", t.budget, t.used,
+      t.reserved, t.files, t.waits, ns.inodes, ns.files, ns.dirs, ns.bytes, st(meta::DataState::kDirty),
+      st(meta::DataState::kDraining), st(meta::DataState::kPersisted), st(meta::DataState::kRemote), ds.log_len,
+      ds.head_seq, ds.applied_seq, dr.rate, dr.bytes_persisted, dr.files_persisted, dr.entries_skipped, dr.retries,
+      dr.in_error ? "true" : "false", JsonEscape(dr.last_error), dr.last_error_time, d->bytes_written.load(),
+      d->bytes_read.load());
 }
 
 }  // namespace ckpt::fs

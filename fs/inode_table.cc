@@ -14,8 +14,14 @@ namespace ckpt::fs {
 using meta::Batch;
 using meta::MetaStore;
 
+using meta::DataState;
+using meta::LogEntry;
+using meta::LogOp;
+
 namespace {
 constexpr char kNextInoCounter[] = "next_ino";
+constexpr char kAppliedCounter[] = "applied_seq";
+constexpr char kImportedCounter[] = "imported";
 
 Status CheckName(std::string_view name) {
   if (name.empty() || name == "." || name == "..") return Err(EINVAL);
@@ -80,6 +86,22 @@ Status InodeTable::Load(Caller root_owner) {
     if (Inode* n = Find(ino)) n->xattrs.emplace(std::string(name), std::string(value));
   });
   if (!st) return st;
+
+  auto applied = store_->GetCounter(kAppliedCounter);
+  if (!applied) return Err(applied.error());
+  applied_seq_ = *applied;
+  next_seq_ = applied_seq_ + 1;
+  st = store_->ForEachLogEntry([&](LogEntry&& e) {
+    next_seq_ = std::max(next_seq_, e.seq + 1);
+    if (e.op == LogOp::kPersist)
+      if (Inode* n = Find(e.ino)) n->seal_seq = e.seq;
+    log_.push_back(std::move(e));
+  });
+  if (!st) return st;
+  for (auto& [ino, n] : inodes_) {
+    // A drain in flight when the daemon stopped starts over.
+    if (n->rec.state == DataState::kDraining) n->rec.state = DataState::kDirty;
+  }
 
   if (!Find(meta::kRootIno)) {
     auto root = std::make_unique<Inode>();
@@ -185,7 +207,8 @@ void InodeTable::Forget(uint64_t ino, uint64_t count) {
 }
 
 void InodeTable::MaybeDelete(Inode* n) {
-  if (n->rec.nlink > 0 || n->nlookup > 0 || n->opens > 0 || n->rec.ino == meta::kRootIno) return;
+  if (n->rec.nlink > 0 || n->nlookup > 0 || n->opens > 0 || n->drain_pinned || n->rec.ino == meta::kRootIno)
+    return;
   uint64_t ino = n->rec.ino;
   Batch b;
   MetaStore::DeleteInode(&b, ino);
@@ -218,9 +241,14 @@ Result<InodeRecord> InodeTable::GetAttr(uint64_t ino) {
 }
 
 Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
+  if ((c.to_set & kSetSize) && S_ISREG(n->rec.mode) && n->rec.state == DataState::kRemote && c.size != 0) {
+    if (auto st = EnsureLocal(lk, ino); !st) return Err(st.error());
+    n = Find(ino);
+    if (!n) return Err(ENOENT);
+  }
   InodeRecord r = n->rec;
   meta::Timespec now = Now();
   if (c.to_set & kSetMode) r.mode = (r.mode & S_IFMT) | (c.mode & 07777);
@@ -239,17 +267,31 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
     if (auto st = tier_->Truncate(ino, c.size); !st) return Err(st.error());
     r.size = c.size;
     r.mtime = now;
-    r.state = meta::DataState::kDirty;
+    r.state = DataState::kDirty;
+    n->data_gen++;
   }
   if (c.to_set & kSetAtime) r.atime = c.atime;
   if (c.to_set & kSetMtime) r.mtime = c.mtime;
   r.ctime = now;
-  Batch b;
-  MetaStore::PutInode(&b, r);
-  if (auto st = store_->Commit(b); !st) return Err(st.error());
   n->rec = r;
+  Batch b;
+  std::vector<LogEntry> log;
+  if ((c.to_set & kSetSize) && n->opens == 0 && r.nlink > 0) {
+    Seal(n, &b, &log);  // truncate(2) of a closed file: a new version now
+  } else if ((c.to_set & (kSetMode | kSetMtime)) && r.nlink > 0 && (S_ISREG(r.mode) || S_ISDIR(r.mode)) &&
+             ino != meta::kRootIno) {
+    LogEntry e;
+    e.op = LogOp::kSetattr;
+    e.ino = ino;
+    e.mode = n->rec.mode;
+    e.mtime = n->rec.mtime;
+    e.path = S_ISDIR(r.mode) ? DirPath(ino) : EntryPath(r.parent, r.name);
+    AppendLog(&b, e, &log);
+  }
+  MetaStore::PutInode(&b, n->rec);
+  if (auto st = CommitWithLog(b, std::move(log)); !st) return Err(st.error());
   n->size_dirty = false;
-  return r;
+  return n->rec;
 }
 
 Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, uint32_t mode, Caller who,
@@ -286,11 +328,22 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   if (S_ISDIR(mode)) pr.nlink++;
 
   Batch b;
+  std::vector<LogEntry> log;
+  if (S_ISDIR(mode) || S_ISLNK(mode)) {
+    LogEntry e;
+    e.op = S_ISDIR(mode) ? LogOp::kMkdir : LogOp::kSymlink;
+    e.ino = r.ino;
+    e.mode = r.mode;
+    e.path = EntryPath(parent, name);
+    e.path2 = r.target;
+    AppendLog(&b, e, &log);
+  }
   MetaStore::PutInode(&b, r);
   MetaStore::PutInode(&b, pr);
   MetaStore::PutDentry(&b, parent, name, r.ino, DirentType(mode));
   MetaStore::PutCounter(&b, kNextInoCounter, next_ino_ + 1);
-  if (auto st = store_->Commit(b); !st) return Err(st.error());
+  if (auto st = CommitWithLog(b, std::move(log)); !st) return Err(st.error());
+  if (S_ISREG(mode)) n->data_gen = 1;  // a new file is sealed at its first close
 
   next_ino_++;
   p->rec = pr;
@@ -350,10 +403,17 @@ Result<InodeRecord> InodeTable::Link(uint64_t ino, uint64_t newparent, std::stri
   }
   pr.mtime = pr.ctime = now;
   Batch b;
+  std::vector<LogEntry> log;
+  LogEntry e;
+  e.op = LogOp::kLink;
+  e.ino = ino;
+  e.path = EntryPath(n->rec.parent, n->rec.name);
+  e.path2 = EntryPath(newparent, newname);
+  AppendLog(&b, e, &log);
   MetaStore::PutInode(&b, r);
   MetaStore::PutInode(&b, pr);
   MetaStore::PutDentry(&b, newparent, newname, ino, DirentType(r.mode));
-  if (auto st = store_->Commit(b); !st) return Err(st.error());
+  if (auto st = CommitWithLog(b, std::move(log)); !st) return Err(st.error());
   n->rec = r;
   p->rec = pr;
   p->children.emplace(std::string(newname), ino);
@@ -397,10 +457,16 @@ Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
   p->children.erase(p->children.find(name));  // so RepointPrimary skips it
   RepointPrimary(&tmp, parent, name);
   Batch b;
+  std::vector<LogEntry> log;
+  LogEntry e;
+  e.op = LogOp::kUnlink;
+  e.ino = n->rec.ino;
+  e.path = EntryPath(parent, name);
+  AppendLog(&b, e, &log);
   MetaStore::PutInode(&b, pr);
   MetaStore::DeleteDentry(&b, parent, name);
   MetaStore::PutInode(&b, tmp.rec);
-  if (auto st = store_->Commit(b); !st) {
+  if (auto st = CommitWithLog(b, std::move(log)); !st) {
     p->children.emplace(std::string(name), n->rec.ino);
     return st;
   }
@@ -431,10 +497,16 @@ Status InodeTable::Rmdir(uint64_t parent, std::string_view name) {
   r.nlink = 0;
   r.ctime = now;
   Batch b;
+  std::vector<LogEntry> log;
+  LogEntry e;
+  e.op = LogOp::kRmdir;
+  e.ino = r.ino;
+  e.path = EntryPath(parent, name);
+  AppendLog(&b, e, &log);
   MetaStore::PutInode(&b, pr);
   MetaStore::DeleteDentry(&b, parent, name);
   MetaStore::PutInode(&b, r);
-  if (auto st = store_->Commit(b); !st) return st;
+  if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
   p->rec = pr;
   n->rec = r;
   p->children.erase(p->children.find(name));
@@ -506,6 +578,16 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
     if (S_ISDIR(r.mode)) r.parent = p1;
   };
   Batch b;
+  std::vector<LogEntry> log;
+  {
+    LogEntry e;
+    e.op = LogOp::kRename;
+    e.flags = exchange ? 1 : 0;
+    e.ino = sr.ino;
+    e.path = EntryPath(parent, name);
+    e.path2 = EntryPath(newparent, newname);
+    AppendLog(&b, e, &log);
+  }
   if (exchange) {
     if (!same_dir && src->is_dir()) { from->nlink--; to->nlink++; }
     if (!same_dir && dst->is_dir()) { to->nlink--; from->nlink++; }
@@ -534,7 +616,7 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
   MetaStore::PutInode(&b, sr);
   MetaStore::PutInode(&b, spr);
   if (!same_dir) MetaStore::PutInode(&b, dpr);
-  if (auto st = store_->Commit(b); !st) return st;
+  if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
 
   sp->rec = spr;
   if (!same_dir) dp->rec = dpr;
@@ -635,25 +717,32 @@ Status InodeTable::RemoveXattr(uint64_t ino, std::string_view name) {
 }
 
 Result<int> InodeTable::Open(uint64_t ino, int flags) {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   if (n->is_dir()) return Err(EISDIR);
   if (!S_ISREG(n->rec.mode)) return Err(ENXIO);
-  if (n->rec.state == meta::DataState::kRemote) return Err(EIO);  // read-through arrives with the drain
+  bool trunc = (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY;
+  if (n->rec.state == DataState::kRemote && !(trunc && !n->fetching)) {
+    if (auto st = EnsureLocal(lk, ino); !st) return Err(st.error());
+    n = Find(ino);
+    if (!n) return Err(ENOENT);
+  }
   auto fd = tier_->Pin(ino, true);
   if (!fd) return Err(fd.error());
-  if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY && n->rec.size != 0) {
+  if (trunc && (n->rec.size != 0 || n->rec.state == DataState::kRemote)) {
     if (auto st = tier_->Truncate(ino, 0); !st) {
       tier_->Unpin(ino);
       return Err(st.error());
     }
     n->rec.size = 0;
     n->rec.mtime = n->rec.ctime = Now();
-    n->rec.state = meta::DataState::kDirty;
+    n->rec.state = DataState::kDirty;
+    n->data_gen++;
     n->size_dirty = true;
   }
   n->opens++;
+  n->last_use = ++clock_;
   return *fd;
 }
 
@@ -663,7 +752,15 @@ void InodeTable::Release(uint64_t ino, bool wrote) {
   if (!n) return;
   tier_->Unpin(ino);
   n->opens--;
-  if (n->size_dirty && n->rec.nlink > 0) {
+  n->last_use = ++clock_;
+  if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen) {
+    Batch b;
+    std::vector<LogEntry> log;
+    Seal(n, &b, &log);
+    MetaStore::PutInode(&b, n->rec);
+    if (auto st = CommitWithLog(b, std::move(log)); !st) LOG_ERROR("ino {}: could not seal at close", ino);
+    else n->size_dirty = false;
+  } else if (n->size_dirty && n->rec.nlink > 0) {
     Batch b;
     MetaStore::PutInode(&b, n->rec);
     if (auto st = store_->Commit(b); !st) LOG_ERROR("ino {}: could not record size at close", ino);
@@ -681,7 +778,8 @@ Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const s
   if (!node) return n;
   node->rec.size = std::max(node->rec.size, off + *n);
   node->rec.mtime = node->rec.ctime = Now();
-  node->rec.state = meta::DataState::kDirty;
+  node->rec.state = DataState::kDirty;
+  node->data_gen++;
   // Writing clears set-user-ID and set-group-ID, as on local filesystems.
   if (node->rec.mode & (S_ISUID | S_ISGID)) node->rec.mode &= ~(S_ISUID | ((node->rec.mode & S_IXGRP) ? S_ISGID : 0));
   node->size_dirty = true;
@@ -701,7 +799,8 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len)
   if (!n) return {};
   if (!(mode & FALLOC_FL_KEEP_SIZE)) n->rec.size = std::max(n->rec.size, off + len);
   n->rec.mtime = n->rec.ctime = Now();
-  n->rec.state = meta::DataState::kDirty;
+  n->rec.state = DataState::kDirty;
+  n->data_gen++;
   n->size_dirty = true;
   return {};
 }
@@ -716,6 +815,373 @@ Status InodeTable::Sync(uint64_t ino) {
   if (auto st = store_->Commit(b); !st) return st;
   n->size_dirty = false;
   return {};
+}
+
+Status InodeTable::SyncToBackend(uint64_t ino) {
+  uint64_t seq;
+  {
+    std::lock_guard lk(mu_);
+    Inode* n = Find(ino);
+    if (!n) return Err(ENOENT);
+    if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode)) {
+      Batch b;
+      std::vector<LogEntry> log;
+      Seal(n, &b, &log);
+      MetaStore::PutInode(&b, n->rec);
+      if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
+      n->size_dirty = false;
+    }
+    // Everything logged so far, this file's seal included.
+    seq = next_seq_ - 1;
+  }
+  return WaitApplied(seq) ? Status{} : Err(EIO);
+}
+
+// ---- Paths and the log ----
+
+std::string InodeTable::DirPath(uint64_t dir_ino) {
+  std::vector<const std::string*> parts;
+  for (uint64_t ino = dir_ino; ino != meta::kRootIno;) {
+    Inode* n = Find(ino);
+    if (!n) break;
+    parts.push_back(&n->rec.name);
+    ino = n->rec.parent;
+  }
+  std::string out;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    if (!out.empty()) out.push_back('/');
+    out.append(**it);
+  }
+  return out;
+}
+
+std::string InodeTable::EntryPath(uint64_t parent, std::string_view name) {
+  std::string p = DirPath(parent);
+  if (!p.empty()) p.push_back('/');
+  p.append(name);
+  return p;
+}
+
+void InodeTable::AppendLog(Batch* b, LogEntry e, std::vector<LogEntry>* out) {
+  e.seq = next_seq_++;
+  MetaStore::PutLog(b, e);
+  out->push_back(std::move(e));
+}
+
+Status InodeTable::CommitWithLog(const Batch& b, std::vector<LogEntry>&& entries) {
+  if (auto st = store_->Commit(b); !st) return st;
+  if (entries.empty()) return {};
+  for (auto& e : entries) log_.push_back(std::move(e));
+  log_cv_.notify_all();
+  return {};
+}
+
+void InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
+  n->rec.version++;
+  n->rec.state = DataState::kDirty;
+  n->sealed_gen = n->data_gen;
+  LogEntry e;
+  e.op = LogOp::kPersist;
+  e.ino = n->rec.ino;
+  e.version = n->rec.version;
+  e.mode = n->rec.mode;
+  e.mtime = n->rec.mtime;
+  e.path = EntryPath(n->rec.parent, n->rec.name);
+  AppendLog(b, e, out);
+  n->seal_seq = out->back().seq;
+}
+
+std::vector<LogEntry> InodeTable::PendingLog(size_t max) {
+  std::lock_guard lk(mu_);
+  std::vector<LogEntry> out;
+  for (size_t i = 0; i < log_.size() && i < max; i++) out.push_back(log_[i]);
+  return out;
+}
+
+bool InodeTable::WaitForLog(std::chrono::milliseconds d) {
+  std::unique_lock lk(mu_);
+  log_cv_.wait_for(lk, d, [&] { return !log_.empty() || shutdown_; });
+  return !log_.empty() && !shutdown_;
+}
+
+Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(e.ino);
+  // Superseded: deleted, re-sealed, or written again since this seal (the
+  // next close seals the newer bytes).
+  if (!n || n->rec.nlink == 0 || n->rec.version != e.version || n->data_gen != n->sealed_gen ||
+      n->rec.state == DataState::kRemote)
+    return Err(ESTALE);
+  auto fd = tier_->Pin(e.ino, false);
+  if (!fd) return Err(fd.error() == ENOENT ? ESTALE : fd.error());
+  n->rec.state = DataState::kDraining;
+  n->drain_pinned = true;
+  PersistSource src;
+  src.fd = *fd;
+  src.size = n->rec.size;
+  src.gen = n->data_gen;
+  src.mode = n->rec.mode & 07777;
+  src.mtime = n->rec.mtime;
+  return src;
+}
+
+bool InodeTable::PersistStillValid(const LogEntry& e, uint64_t gen) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(e.ino);
+  return n && n->rec.version == e.version && n->data_gen == gen;
+}
+
+void InodeTable::AbortPersist(const LogEntry& e) {
+  std::lock_guard lk(mu_);
+  tier_->Unpin(e.ino);
+  Inode* n = Find(e.ino);
+  if (!n) return;
+  n->drain_pinned = false;
+  if (n->rec.state == DataState::kDraining) n->rec.state = DataState::kDirty;
+  MaybeDelete(n);
+}
+
+Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, uint64_t gen) {
+  std::lock_guard lk(mu_);
+  if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion
+  Inode* n = Find(e.ino);
+  bool current = n && n->rec.version == e.version && n->data_gen == gen;
+  Batch b;
+  if (current) {
+    InodeRecord r = n->rec;
+    r.state = DataState::kPersisted;
+    r.checksum_hi = s.checksum_hi;
+    r.checksum_lo = s.checksum_lo;
+    MetaStore::PutInode(&b, r);
+  }
+  MetaStore::DeleteLog(&b, e.seq);
+  MetaStore::PutCounter(&b, kAppliedCounter, e.seq);
+  if (auto st = store_->Commit(b); !st) return st;
+  tier_->Unpin(e.ino);
+  if (n) {
+    n->drain_pinned = false;
+    if (current) {
+      n->rec.state = DataState::kPersisted;
+      n->rec.checksum_hi = s.checksum_hi;
+      n->rec.checksum_lo = s.checksum_lo;
+    } else if (n->rec.state == DataState::kDraining) {
+      n->rec.state = DataState::kDirty;
+    }
+  }
+  log_.pop_front();
+  applied_seq_ = e.seq;
+  applied_cv_.notify_all();
+  if (n) MaybeDelete(n);
+  tier_->NotifySpace();  // a clean file can now be evicted for a waiting writer
+  return {};
+}
+
+Status InodeTable::CompleteEntry(const LogEntry& e) {
+  std::lock_guard lk(mu_);
+  if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion
+  Batch b;
+  MetaStore::DeleteLog(&b, e.seq);
+  MetaStore::PutCounter(&b, kAppliedCounter, e.seq);
+  if (auto st = store_->Commit(b); !st) return st;
+  log_.pop_front();
+  applied_seq_ = e.seq;
+  applied_cv_.notify_all();
+  return {};
+}
+
+bool InodeTable::WaitApplied(uint64_t seq) {
+  std::unique_lock lk(mu_);
+  applied_cv_.wait(lk, [&] { return applied_seq_ >= seq || shutdown_; });
+  return applied_seq_ >= seq;
+}
+
+void InodeTable::Shutdown() {
+  std::lock_guard lk(mu_);
+  shutdown_ = true;
+  log_cv_.notify_all();
+  applied_cv_.notify_all();
+  fetch_cv_.notify_all();
+}
+
+// ---- Budget and remote files ----
+
+cache::Tier::Relief InodeTable::Evict(uint64_t need) {
+  std::lock_guard lk(mu_);
+  std::vector<Inode*> clean;
+  for (auto& [ino, n] : inodes_)
+    if (S_ISREG(n->rec.mode) && n->rec.state == DataState::kPersisted && n->opens == 0 && !n->fetching &&
+        n->rec.nlink > 0)
+      clean.push_back(n.get());
+  std::sort(clean.begin(), clean.end(), [](Inode* a, Inode* b) { return a->last_use < b->last_use; });
+  uint64_t freed = 0;
+  Batch b;
+  std::vector<uint64_t> evicted;
+  for (Inode* n : clean) {
+    if (freed >= need) break;
+    uint64_t bytes = tier_->AllocatedBytes(n->rec.ino);
+    n->rec.state = DataState::kRemote;
+    MetaStore::PutInode(&b, n->rec);
+    evicted.push_back(n->rec.ino);
+    freed += bytes;
+  }
+  if (!evicted.empty()) {
+    // Record "remote" before the bytes go: a crash in between leaves a
+    // remote file whose tier copy is merely unused.
+    if (auto st = store_->Commit(b); !st) {
+      for (uint64_t ino : evicted) Find(ino)->rec.state = DataState::kPersisted;
+      return cache::Tier::Relief::kWait;
+    }
+    for (uint64_t ino : evicted) tier_->Remove(ino);
+    LOG_DEBUG("evicted {} files, {} bytes", evicted.size(), freed);
+    return cache::Tier::Relief::kFreed;
+  }
+  // Nothing clean: space comes back only if closed files can drain.
+  bool drainable = false;
+  for (const LogEntry& e : log_)
+    if (e.op == LogOp::kPersist) {
+      drainable = true;
+      break;
+    }
+  return drainable ? cache::Tier::Relief::kWait : cache::Tier::Relief::kHopeless;
+}
+
+Status InodeTable::EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino) {
+  for (;;) {
+    Inode* n = Find(ino);
+    if (!n) return Err(ENOENT);
+    if (n->rec.state != DataState::kRemote) return {};
+    if (!n->fetching) break;
+    fetch_cv_.wait(lk);
+    if (shutdown_) return Err(EIO);
+  }
+  if (!backend_) return Err(EIO);
+  // The backend holds the file under the path the log has reached; wait
+  // for pending renames to land so the current path is the backend's.
+  bool renames = false;
+  for (const LogEntry& e : log_) renames = renames || e.op == LogOp::kRename;
+  if (renames) {
+    uint64_t head = next_seq_ - 1;
+    applied_cv_.wait(lk, [&] { return applied_seq_ >= head || shutdown_; });
+    if (shutdown_) return Err(EIO);
+  }
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  if (n->rec.state != DataState::kRemote) return {};
+  n->fetching = true;
+  std::string path = EntryPath(n->rec.parent, n->rec.name);
+  uint64_t size = n->rec.size, hi = n->rec.checksum_hi, lo = n->rec.checksum_lo;
+  lk.unlock();
+  auto st = tier_->Fill(ino, size, [&](int fd) -> int {
+    auto sum = backend_->Fetch(path, fd, size);
+    if (!sum) return sum.error();
+    if ((hi | lo) != 0 && (sum->first != hi || sum->second != lo)) {
+      LOG_ERROR("ino {} '{}': checksum mismatch on fetch from backend ({:016x}{:016x}, expected {:016x}{:016x})",
+                ino, path, sum->first, sum->second, hi, lo);
+      return EIO;
+    }
+    return 0;
+  });
+  lk.lock();
+  n = Find(ino);
+  if (n) {
+    n->fetching = false;
+    if (st) {
+      n->rec.state = DataState::kPersisted;
+      Batch b;
+      MetaStore::PutInode(&b, n->rec);
+      (void)store_->Commit(b);
+    }
+  }
+  fetch_cv_.notify_all();
+  if (!st) {
+    if (st.error() != EIO) LOG_ERROR("ino {} '{}': fetch from backend failed: {}", ino, path, strerror(st.error()));
+    return Err(st.error() == ENOENT ? EIO : st.error());
+  }
+  return {};
+}
+
+Status InodeTable::ImportBackend() {
+  std::lock_guard lk(mu_);
+  auto imported = store_->GetCounter(kImportedCounter);
+  if (!imported) return Err(imported.error());
+  if (*imported || !backend_) return {};
+  Batch b;
+  std::unordered_map<std::string, uint64_t> dirs{{"", meta::kRootIno}};
+  uint64_t count = 0;
+  Inode* root = Find(meta::kRootIno);
+  auto st = backend_->List([&](const backend::Entry& e) {
+    auto slash = e.path.rfind('/');
+    std::string parent_path = slash == std::string::npos ? "" : e.path.substr(0, slash);
+    std::string name = slash == std::string::npos ? e.path : e.path.substr(slash + 1);
+    auto pit = dirs.find(parent_path);
+    if (pit == dirs.end() || name.empty() || name.size() > kMaxName) {
+      LOG_WARN("import: skipping backend entry '{}'", e.path);
+      return;
+    }
+    Inode* p = Find(pit->second);
+    if (p->children.count(name)) return;
+    auto n = std::make_unique<Inode>();
+    InodeRecord& r = n->rec;
+    r.ino = next_ino_++;
+    r.parent = p->rec.ino;
+    r.name = name;
+    r.uid = root->rec.uid;
+    r.gid = root->rec.gid;
+    r.mtime = r.atime = r.ctime = {e.mtime_sec, e.mtime_nsec};
+    r.version = 1;
+    switch (e.type) {
+      case backend::Entry::Type::kDir:
+        r.mode = S_IFDIR | (e.mode ? e.mode & 07777 : 0755);
+        r.nlink = 2;
+        r.state = DataState::kPersisted;
+        p->rec.nlink++;
+        dirs[e.path] = r.ino;
+        break;
+      case backend::Entry::Type::kFile:
+        r.mode = S_IFREG | (e.mode ? e.mode & 07777 : 0644);
+        r.nlink = 1;
+        r.size = e.size;
+        r.state = DataState::kRemote;
+        if (e.has_checksum) {
+          r.checksum_hi = e.checksum_hi;
+          r.checksum_lo = e.checksum_lo;
+        }
+        break;
+      case backend::Entry::Type::kSymlink:
+        r.mode = S_IFLNK | 0777;
+        r.nlink = 1;
+        r.target = e.target;
+        r.state = DataState::kPersisted;
+        break;
+    }
+    MetaStore::PutInode(&b, r);
+    MetaStore::PutInode(&b, p->rec);
+    MetaStore::PutDentry(&b, p->rec.ino, name, r.ino, DirentType(r.mode));
+    p->children.emplace(name, r.ino);
+    inodes_[r.ino] = std::move(n);
+    count++;
+  });
+  if (!st) return st;
+  MetaStore::PutCounter(&b, kNextInoCounter, next_ino_);
+  MetaStore::PutCounter(&b, kImportedCounter, 1);
+  if (auto c = store_->Commit(b, true); !c) return c;
+  if (count) LOG_INFO("import: {} entries found in the backend {}", count, backend_->Describe());
+  return {};
+}
+
+DataStats InodeTable::DataStatistics() {
+  std::lock_guard lk(mu_);
+  DataStats s;
+  for (auto& [ino, n] : inodes_) {
+    if (!S_ISREG(n->rec.mode) || n->rec.nlink == 0) continue;
+    auto i = static_cast<size_t>(n->rec.state);
+    s.files[i]++;
+    s.bytes[i] += n->rec.size;
+  }
+  s.log_len = log_.size();
+  s.head_seq = next_seq_ - 1;
+  s.applied_seq = applied_seq_;
+  return s;
 }
 
 NamespaceStats InodeTable::Stats() {

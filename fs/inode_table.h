@@ -15,7 +15,10 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -24,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/backend.h"
 #include "cache/tier.h"
 #include "fs/common/result.h"
 #include "fs/meta/meta_store.h"
@@ -61,13 +65,35 @@ struct NamespaceStats {
   uint64_t bytes = 0;  // sum of regular file sizes
 };
 
+// Files and bytes per data state, and the drain log's position.
+struct DataStats {
+  uint64_t files[4] = {0, 0, 0, 0};  // indexed by meta::DataState
+  uint64_t bytes[4] = {0, 0, 0, 0};
+  uint64_t log_len = 0;
+  uint64_t head_seq = 0;     // the newest log entry (0 if none ever)
+  uint64_t applied_seq = 0;  // every entry up to here is in the backend
+};
+
+// What the drainer needs to stage one persist entry. The tier file stays
+// pinned until CompletePersist or AbortPersist.
+struct PersistSource {
+  int fd = -1;
+  uint64_t size = 0;
+  uint64_t gen = 0;  // the data generation the bytes belong to
+  uint32_t mode = 0;
+  meta::Timespec mtime;
+};
+
 inline constexpr size_t kMaxName = 255;
 inline constexpr size_t kMaxXattrValue = 64 * 1024;
 inline constexpr char kStateXattr[] = "user.ckptfs.state";
 
 class InodeTable {
  public:
-  InodeTable(meta::MetaStore* store, cache::Tier* tier) : store_(store), tier_(tier) {}
+  // `backend` may be null (unit tests of the namespace alone): then remote
+  // files cannot be fetched and the log is only recorded.
+  InodeTable(meta::MetaStore* store, cache::Tier* tier, backend::Backend* backend = nullptr)
+      : store_(store), tier_(tier), backend_(backend) {}
   InodeTable(const InodeTable&) = delete;
   InodeTable& operator=(const InodeTable&) = delete;
 
@@ -124,6 +150,45 @@ class InodeTable {
   [[nodiscard]] Status Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len);
   // Records size and times durably (fsync, flush).
   [[nodiscard]] Status Sync(uint64_t ino);
+  // fsync=backend: seals the file if it changed since its last seal, then
+  // waits until that version and everything logged before it is in the
+  // backend. EIO if the table shuts down first.
+  [[nodiscard]] Status SyncToBackend(uint64_t ino);
+
+  // ---- The ordered drain log (fs/drain.cc is its only consumer) ----
+  // The first `max` entries not yet applied, oldest first.
+  std::vector<meta::LogEntry> PendingLog(size_t max);
+  // Waits until the log has entries, up to `d`. False on timeout or shutdown.
+  bool WaitForLog(std::chrono::milliseconds d);
+  // Starts draining a persist entry: pins the tier file and marks the inode
+  // draining. ESTALE if the history has superseded it (file deleted,
+  // rewritten or re-sealed since): the entry is then to be skipped.
+  [[nodiscard]] Result<PersistSource> BeginPersist(const meta::LogEntry& e);
+  // True while the bytes of e's version are still what the tier holds.
+  bool PersistStillValid(const meta::LogEntry& e, uint64_t gen);
+  // Ends a persist that did not complete (error, superseded): unpins, and
+  // the state goes back to dirty if the version is still current.
+  void AbortPersist(const meta::LogEntry& e);
+  // The entry's bytes are published: records the checksum and, if the
+  // version is still current, the persisted state; removes the entry.
+  // REQUIRES: e is the oldest pending entry.
+  [[nodiscard]] Status CompletePersist(const meta::LogEntry& e, const backend::Staged& s, uint64_t gen);
+  // Removes the oldest pending entry (applied or skipped).
+  [[nodiscard]] Status CompleteEntry(const meta::LogEntry& e);
+  // Waits until every entry up to `seq` is applied. False on shutdown.
+  bool WaitApplied(uint64_t seq);
+  // Wakes every waiter; further waits return false.
+  void Shutdown();
+
+  // ---- Budget ----
+  // The tier's evictor: drops clean, closed files least-recently-used first.
+  cache::Tier::Relief Evict(uint64_t need);
+
+  // On the first mount of a state dir, shows what the backend already holds
+  // (state remote). Later mounts do nothing.
+  [[nodiscard]] Status ImportBackend();
+
+  DataStats DataStatistics();
 
   NamespaceStats Stats();
 
@@ -139,6 +204,12 @@ class InodeTable {
     uint64_t nlookup = 0;
     uint32_t opens = 0;
     bool size_dirty = false;  // size/times changed since last commit
+    uint64_t data_gen = 0;    // bumped by every change of the bytes
+    uint64_t sealed_gen = 0;  // data_gen at the last seal
+    uint64_t seal_seq = 0;    // log seq of the last seal's persist entry
+    uint64_t last_use = 0;    // LRU clock
+    bool fetching = false;    // a fetch from the backend is under way
+    bool drain_pinned = false;  // the drainer holds the tier file
     bool is_dir() const { return S_ISDIR(rec.mode); }
   };
 
@@ -152,16 +223,38 @@ class InodeTable {
   // Points the record's (parent, name) at some remaining link.
   void RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view gone_name);
   bool IsAncestor(uint64_t maybe_ancestor, uint64_t ino);
+  // Paths relative to the mount root, for log entries. REQUIRES: mu_ held.
+  std::string DirPath(uint64_t dir_ino);
+  std::string EntryPath(uint64_t parent, std::string_view name);
+  // Assigns the entry its seq, adds it to the batch and to `out`; the
+  // caller then commits with CommitWithLog(b, out). REQUIRES: mu_ held.
+  void AppendLog(meta::Batch* b, meta::LogEntry e, std::vector<meta::LogEntry>* out);
+  // Seals the file's current bytes as a new version. REQUIRES: mu_ held.
+  void Seal(Inode* n, meta::Batch* b, std::vector<meta::LogEntry>* out);
+  // Commits `b` with the log entries, then publishes them. REQUIRES: mu_.
+  Status CommitWithLog(const meta::Batch& b, std::vector<meta::LogEntry>&& entries);
+  // Brings a remote file's bytes into the tier. Drops and retakes `lk`.
+  // REQUIRES: lk holds mu_; n is regular.
+  Status EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino);
   static meta::Timespec Now();
   static uint8_t DirentType(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
   void Touch(Inode* dir, const meta::Timespec& t) { dir->rec.mtime = dir->rec.ctime = t; }
 
   meta::MetaStore* const store_;
   cache::Tier* const tier_;
+  backend::Backend* const backend_;
 
   std::mutex mu_;  // lock order: mu_, then cache::Tier::mu_
   std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_;  // GUARDED_BY(mu_)
   uint64_t next_ino_ = meta::kRootIno + 1;                         // GUARDED_BY(mu_)
+  std::deque<meta::LogEntry> log_;                                 // GUARDED_BY(mu_), oldest first
+  uint64_t next_seq_ = 1;                                          // GUARDED_BY(mu_)
+  uint64_t applied_seq_ = 0;                                       // GUARDED_BY(mu_)
+  uint64_t clock_ = 0;                                             // GUARDED_BY(mu_), LRU clock
+  bool shutdown_ = false;                                          // GUARDED_BY(mu_)
+  std::condition_variable log_cv_;      // the log gained entries
+  std::condition_variable applied_cv_;  // applied_seq_ advanced
+  std::condition_variable fetch_cv_;    // a fetch finished
 };
 
 }  // namespace ckpt::fs

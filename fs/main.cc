@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iostream>
 #include <thread>
+#include <nlohmann/json.hpp>
 #include <xxhash.h>
 
 #include "fs/common/log.h"
@@ -60,20 +61,22 @@ std::string MountedType(const std::string& path) {
   return found;
 }
 
-bool ReadStatus(const std::string& mnt, std::string* out) {
-  std::string buf(64 * 1024, '\0');
+using Json = nlohmann::json;
+
+// Reads the daemon's status document (the root's user.ckptfs.status xattr).
+bool ReadStatus(const std::string& mnt, Json* out) {
+  std::string buf(256 * 1024, '\0');
   ssize_t n = getxattr(mnt.c_str(), fs::kStatusXattr, buf.data(), buf.size());
   if (n < 0) return false;
   buf.resize(static_cast<size_t>(n));
-  *out = buf;
-  return true;
+  *out = Json::parse(buf, nullptr, false);
+  return !out->is_discarded();
 }
 
-// Extracts a number field from the flat status JSON ("key":123).
-long long JsonNumber(const std::string& json, const std::string& key) {
-  auto p = json.find("\"" + key + "\":");
-  if (p == std::string::npos) return -1;
-  return std::atoll(json.c_str() + p + key.size() + 3);
+Json StatusOrDie(const std::string& mnt) {
+  Json j;
+  if (!ReadStatus(mnt, &j)) Die(mnt + " is not a ckptfs mount (" + Errno(errno) + ")");
+  return j;
 }
 
 std::string HexHash(const std::string& s) {
@@ -168,9 +171,23 @@ int RunDaemon(Config cfg, int report_fd) {
   auto tier = cache::Tier::Open(cfg.tier_dir, cfg.cache_size);
   if (!tier) return fail("cannot use tier directory " + cfg.tier_dir + ": " + Errno(tier.error()));
   d->tier = std::move(*tier);
-  d->table = std::make_unique<fs::InodeTable>(d->store.get(), d->tier.get());
+  auto be = backend::OpenPosixBackend(cfg.backend.path);
+  if (!be) return fail("cannot open backend " + cfg.backend_raw + ": " + Errno(be.error()));
+  d->backend = std::move(*be);
+  if (auto st = d->backend->Check(); !st)
+    return fail("backend " + cfg.backend_raw + " is not usable: " + Errno(st.error()));
+  d->table = std::make_unique<fs::InodeTable>(d->store.get(), d->tier.get(), d->backend.get());
   if (auto st = d->table->Load(fs::Caller{geteuid(), getegid()}); !st)
     return fail("cannot load metadata from " + cfg.state_dir + ": " + Errno(st.error()));
+  if (auto st = d->table->ImportBackend(); !st)
+    return fail("cannot list what backend " + cfg.backend_raw + " holds: " + Errno(st.error()));
+  // Writers that outgrow the budget wait for the drain (backpressure) and
+  // for eviction of clean files; they fail only when nothing can ever free
+  // space, or after this long.
+  fs::InodeTable* table = d->table.get();
+  d->tier->set_evictor([table](uint64_t need) { return table->Evict(need); });
+  d->tier->set_wait_limit(std::chrono::minutes(10));
+  d->drainer = std::make_unique<fs::Drainer>(d->table.get(), d->backend.get(), 4);
 
   std::string opts = "fsname=ckptfs:" + cfg.backend_raw + ",subtype=ckptfs,default_permissions";
   if (geteuid() == 0) opts += ",allow_other";
@@ -203,11 +220,14 @@ int RunDaemon(Config cfg, int report_fd) {
     dup2(null, 2);
     if (null > 2) close(null);
   }
+  d->drainer->Start();
   fuse_loop_config* lc = fuse_loop_cfg_create();
   fuse_loop_cfg_set_clone_fd(lc, 0);
   fuse_loop_cfg_set_max_threads(lc, 16);
   int rc = fuse_session_loop_mt(se, lc);
   fuse_loop_cfg_destroy(lc);
+  d->table->Shutdown();
+  d->drainer->Stop();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
@@ -265,37 +285,102 @@ int CmdMount(Config cfg, const std::string& cache_size) {
   return 0;
 }
 
-int CmdUmount(const std::string& mnt_in, bool lazy) {
+std::string Eta(double seconds) {
+  if (seconds < 0 || seconds > 1e7) return "--:--";
+  int t = static_cast<int>(seconds);
+  return fmt::format("{:02d}:{:02d}:{:02d}", t / 3600, t / 60 % 60, t % 60);
+}
+
+// Waits until everything logged when it started is in the backend. Returns
+// 0 when done, 1 on timeout (with a message).
+int WaitDrained(const std::string& mnt, double timeout_s) {
+  Json j = StatusOrDie(mnt);
+  uint64_t target = j["drain"]["head_seq"].get<uint64_t>();
+  bool tty = isatty(STDERR_FILENO);
+  auto start = std::chrono::steady_clock::now();
+  uint64_t total = 0;
+  double last_plain = -10;
+  for (;;) {
+    uint64_t applied = j["drain"]["applied_seq"].get<uint64_t>();
+    uint64_t pending = j["dirty"]["bytes"].get<uint64_t>() + j["draining"]["bytes"].get<uint64_t>();
+    total = std::max(total, pending);
+    double rate = j["drain"]["rate"].get<double>();
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    bool done = applied >= target;
+    std::string err = j["drain"]["in_error"].get<bool>() ? "  backend error: " + j["drain"]["last_error"].get<std::string>() : "";
+    std::string line = fmt::format("drain: {} to go, {}/s, ETA {}, {} entries queued{}", HumanBytes(pending),
+                                   HumanBytes(static_cast<uint64_t>(rate)), Eta(rate > 0 ? pending / rate : -1),
+                                   j["drain"]["queue"].get<uint64_t>(), err);
+    if (tty) {
+      int width = 30;
+      int fill = total ? static_cast<int>(width * (1.0 - static_cast<double>(pending) / static_cast<double>(total))) : width;
+      if (done) fill = width;
+      fprintf(stderr, "\r[%s%s] %s\033[K", std::string(fill, '#').c_str(), std::string(width - fill, '.').c_str(), line.c_str());
+    } else if (elapsed - last_plain >= 5 || done) {
+      fprintf(stderr, "%s\n", line.c_str());
+      last_plain = elapsed;
+    }
+    if (done) {
+      if (tty) fprintf(stderr, "\n");
+      fprintf(stderr, "drain: everything closed before the drain began is persisted (%.1f s)\n", elapsed);
+      return 0;
+    }
+    if (timeout_s > 0 && elapsed > timeout_s) {
+      if (tty) fprintf(stderr, "\n");
+      fprintf(stderr, "ckptfs: drain timed out after %.0f s with %s still to persist%s\n", timeout_s,
+              HumanBytes(pending).c_str(), err.c_str());
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(tty ? 200 : 500));
+    j = StatusOrDie(mnt);
+  }
+}
+
+int CmdDrain(const std::string& mnt_in, double timeout_s) { return WaitDrained(Absolute(mnt_in), timeout_s); }
+
+int CmdUmount(const std::string& mnt_in, bool no_drain, bool lazy) {
   std::string mnt = Absolute(mnt_in);
   std::string type = MountedType(mnt);
   if (type.empty()) Die(mnt + " is not mounted");
   if (type != "fuse.ckptfs") Die(mnt + " is not a ckptfs mount (" + type + ")");
-  std::string status;
-  long long pid = ReadStatus(mnt, &status) ? JsonNumber(status, "pid") : -1;
+  Json status;
+  long long pid = ReadStatus(mnt, &status) ? status["pid"].get<long long>() : -1;
+  if (!no_drain && pid > 0 && WaitDrained(mnt, 0) != 0) return 1;
   std::string cmd = std::string("fusermount3 -u") + (lazy ? "z" : "") + " '" + mnt + "'";
   if (system(cmd.c_str()) != 0) Die("cannot unmount " + mnt + " (busy? close files using it, or use --lazy)");
   // Wait for the daemon to close its metadata, so a new mount can open it.
-  for (int i = 0; pid > 0 && i < 600 && kill(static_cast<pid_t>(pid), 0) == 0; i++)
+  for (int i = 0; pid > 0 && i < 1200 && kill(static_cast<pid_t>(pid), 0) == 0; i++)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  if (pid > 0 && kill(static_cast<pid_t>(pid), 0) == 0) Die("unmounted, but the daemon (pid " + std::to_string(pid) + ") has not exited");
+  if (pid > 0 && kill(static_cast<pid_t>(pid), 0) == 0)
+    Die("unmounted, but the daemon (pid " + std::to_string(pid) + ") has not exited");
   return 0;
 }
 
 int CmdStatus(const std::string& mnt_in, bool json) {
   std::string mnt = Absolute(mnt_in);
-  std::string s;
-  if (!ReadStatus(mnt, &s)) Die(mnt + " is not a ckptfs mount (" + Errno(errno) + ")");
+  Json j = StatusOrDie(mnt);
   if (json) {
-    printf("%s\n", s.c_str());
+    printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  long long budget = JsonNumber(s, "budget"), used = JsonNumber(s, "used");
-  printf("mount     %s\n", mnt.c_str());
-  printf("tier      %s used of %s (%.1f%%)\n", HumanBytes(static_cast<uint64_t>(used)).c_str(),
-         HumanBytes(static_cast<uint64_t>(budget)).c_str(), budget > 0 ? 100.0 * static_cast<double>(used) / static_cast<double>(budget) : 0.0);
-  printf("files     %lld files, %lld directories, %s\n", JsonNumber(s, "files"), JsonNumber(s, "dirs"),
-         HumanBytes(static_cast<uint64_t>(JsonNumber(s, "bytes"))).c_str());
-  printf("written   %s since mount\n", HumanBytes(static_cast<uint64_t>(JsonNumber(s, "bytes_written"))).c_str());
+  auto hb = [](const Json& v) { return HumanBytes(v.get<uint64_t>()); };
+  const Json& t = j["tier"];
+  double pct = t["budget"].get<double>() > 0 ? 100.0 * t["used"].get<double>() / t["budget"].get<double>() : 0;
+  printf("mount      %s -> %s (fsync=%s)\n", mnt.c_str(), j["backend"].get<std::string>().c_str(),
+         j["fsync"].get<std::string>().c_str());
+  printf("memory     %s of %s (%.1f%%), %llu writer waits\n", hb(t["used"]).c_str(), hb(t["budget"]).c_str(), pct,
+         static_cast<unsigned long long>(t["waits"].get<uint64_t>()));
+  for (const char* s : {"dirty", "draining", "persisted", "remote"})
+    printf("%-10s %llu files, %s\n", s, static_cast<unsigned long long>(j[s]["files"].get<uint64_t>()),
+           hb(j[s]["bytes"]).c_str());
+  const Json& d = j["drain"];
+  printf("drain      %llu queued, %s/s, %s persisted since mount, %llu skipped as undone\n",
+         static_cast<unsigned long long>(d["queue"].get<uint64_t>()), HumanBytes(d["rate"].get<uint64_t>()).c_str(),
+         hb(d["bytes_persisted"]).c_str(), static_cast<unsigned long long>(d["skipped"].get<uint64_t>()));
+  if (d["in_error"].get<bool>())
+    printf("error      %s (retrying)\n", d["last_error"].get<std::string>().c_str());
+  printf("lost       %zu files\n", j["lost"].size());
+  for (const auto& l : j["lost"]) printf("  lost: %s\n", l.get<std::string>().c_str());
   return 0;
 }
 
@@ -322,6 +407,7 @@ int main(int argc, char** argv) {
 
   std::string target;
   bool no_drain = false, lazy = false, json = false;
+  double timeout_s = 0;
   auto* umount = app.add_subcommand("umount", "unmount a ckptfs mount");
   umount->add_option("mountpoint", target)->required();
   umount->add_flag("--no-drain", no_drain, "do not wait for the drain");
@@ -329,6 +415,9 @@ int main(int argc, char** argv) {
   auto* status = app.add_subcommand("status", "show what is in memory, draining and safe");
   status->add_option("mountpoint", target)->required();
   status->add_flag("--json", json, "machine-readable output");
+  auto* drain = app.add_subcommand("drain", "wait until everything closed so far is persisted");
+  drain->add_option("mountpoint", target)->required();
+  drain->add_option("--timeout", timeout_s, "give up after SECONDS (exit 1)")->check(CLI::NonNegativeNumber);
 
   try {
     app.parse(argc, argv);
@@ -342,7 +431,8 @@ int main(int argc, char** argv) {
   }
   cfg.fsync = fsync_mode == "backend" ? FsyncMode::kBackend : FsyncMode::kMemory;
   if (*mount) return CmdMount(cfg, cache_size);
-  if (*umount) return CmdUmount(target, lazy);
+  if (*umount) return CmdUmount(target, no_drain, lazy);
+  if (*drain) return CmdDrain(target, timeout_s);
   if (*status) return CmdStatus(target, json);
   return 2;
 }

@@ -104,6 +104,65 @@ Result<InodeRecord> DecodeInode(std::string_view v) {
   return r;
 }
 
+const char* LogOpName(LogOp op) {
+  switch (op) {
+    case LogOp::kPersist: return "persist";
+    case LogOp::kMkdir: return "mkdir";
+    case LogOp::kRmdir: return "rmdir";
+    case LogOp::kUnlink: return "unlink";
+    case LogOp::kRename: return "rename";
+    case LogOp::kSymlink: return "symlink";
+    case LogOp::kLink: return "link";
+    case LogOp::kSetattr: return "setattr";
+  }
+  return "unknown";
+}
+
+std::string EncodeLogEntry(const LogEntry& e) {
+  std::string s;
+  PutRaw<uint8_t>(&s, kInodeFormat);
+  PutRaw(&s, e.seq);
+  PutRaw(&s, static_cast<uint8_t>(e.op));
+  PutRaw(&s, e.flags);
+  PutRaw(&s, e.ino);
+  PutRaw(&s, e.version);
+  PutRaw(&s, e.mode);
+  PutRaw(&s, e.mtime.sec);
+  PutRaw(&s, e.mtime.nsec);
+  PutStr(&s, e.path);
+  PutStr(&s, e.path2);
+  return s;
+}
+
+Result<LogEntry> DecodeLogEntry(std::string_view v) {
+  Reader rd(v);
+  LogEntry e;
+  uint8_t fmt = 0, op = 0;
+  bool ok = rd.Get(&fmt) && fmt == kInodeFormat && rd.Get(&e.seq) && rd.Get(&op) && op >= 1 && op <= 8 &&
+            rd.Get(&e.flags) && rd.Get(&e.ino) && rd.Get(&e.version) && rd.Get(&e.mode) && rd.Get(&e.mtime.sec) &&
+            rd.Get(&e.mtime.nsec) && rd.GetStr(&e.path) && rd.GetStr(&e.path2) && rd.done();
+  if (!ok) return Err(EIO);
+  e.op = static_cast<LogOp>(op);
+  return e;
+}
+
+Status MetaStore::ForEachLogEntry(const std::function<void(LogEntry&&)>& fn) {
+  int err = 0;
+  auto st = kv_->Scan(std::string(1, kLogPrefix), [&](std::string_view k, std::string_view v) {
+    auto e = DecodeLogEntry(v);
+    if (!e || k.size() != 9 || ReadU64BE(k, 1) != e->seq) {
+      LOG_ERROR("metadata: undecodable drain log entry");
+      err = EIO;
+      return false;
+    }
+    fn(std::move(*e));
+    return true;
+  });
+  if (!st) return st;
+  if (err) return Err(err);
+  return {};
+}
+
 void MetaStore::PutDentry(Batch* b, uint64_t parent, std::string_view name, uint64_t ino, uint8_t type) {
   std::string v;
   AppendU64BE(&v, ino);

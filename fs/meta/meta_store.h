@@ -54,6 +54,36 @@ std::string EncodeInode(const InodeRecord& r);
 // Returns EIO if the bytes are not a valid record.
 [[nodiscard]] Result<InodeRecord> DecodeInode(std::string_view v);
 
+// One entry of the ordered drain log: what happened on the mount, in order,
+// with paths as they were at that moment.
+enum class LogOp : uint8_t {
+  kPersist = 1,  // the bytes of ino@version belong at `path`
+  kMkdir = 2,
+  kRmdir = 3,
+  kUnlink = 4,
+  kRename = 5,   // path -> path2; flags & 1: exchange
+  kSymlink = 6,  // path -> target in path2
+  kLink = 7,     // new name path2 for existing path
+  kSetattr = 8,  // mode and mtime of path
+};
+
+const char* LogOpName(LogOp op);
+
+struct LogEntry {
+  uint64_t seq = 0;
+  LogOp op = LogOp::kPersist;
+  uint8_t flags = 0;
+  uint64_t ino = 0;
+  uint64_t version = 0;
+  uint32_t mode = 0;
+  Timespec mtime;
+  std::string path;
+  std::string path2;
+};
+
+std::string EncodeLogEntry(const LogEntry& e);
+[[nodiscard]] Result<LogEntry> DecodeLogEntry(std::string_view v);
+
 struct DentryValue {
   uint64_t ino;
   uint8_t type;  // DT_REG, DT_DIR, ...
@@ -77,6 +107,8 @@ class MetaStore {
   }
   static void DeleteXattr(Batch* b, uint64_t ino, std::string_view name) { b->Delete(XattrKey(ino, name)); }
   static void PutCounter(Batch* b, std::string_view name, uint64_t v);
+  static void PutLog(Batch* b, const LogEntry& e) { b->Put(LogKey(e.seq), EncodeLogEntry(e)); }
+  static void DeleteLog(Batch* b, uint64_t seq) { b->Delete(LogKey(seq)); }
 
   [[nodiscard]] Status Commit(const Batch& b, bool sync = false) { return kv_->Write(b, sync); }
 
@@ -87,6 +119,7 @@ class MetaStore {
   // Loaders used at mount. Each stops with EIO at the first undecodable value.
   [[nodiscard]] Status ForEachInode(const std::function<void(InodeRecord&&)>& fn);
   [[nodiscard]] Status ForEachDentry(const std::function<void(uint64_t parent, std::string_view name, DentryValue)>& fn);
+  [[nodiscard]] Status ForEachLogEntry(const std::function<void(LogEntry&&)>& fn);
   [[nodiscard]] Status ForEachXattr(const std::function<void(uint64_t ino, std::string_view name, std::string_view value)>& fn);
 
   // The format record: created on first use, checked afterwards. Returns the

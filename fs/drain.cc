@@ -1,0 +1,279 @@
+// drain.cc — ordered, parallel, retried application of the log to a backend.
+#include "fs/drain.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "fs/common/log.h"
+
+namespace ckpt::fs {
+
+using meta::LogEntry;
+using meta::LogOp;
+
+namespace {
+
+constexpr size_t kWindow = 64;         // entries looked at for staging
+constexpr size_t kSkipLookahead = 4096;  // entries searched for an undoing rmdir
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// True if `path` is `dir` or lies under it.
+bool Under(const std::string& path, const std::string& dir) {
+  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
+}
+
+}  // namespace
+
+Drainer::Drainer(InodeTable* table, backend::Backend* backend, int parallel)
+    : table_(table), backend_(backend), parallel_(std::max(1, parallel)) {}
+
+Drainer::~Drainer() { Stop(); }
+
+void Drainer::Start() {
+  runner_ = std::thread([this] { Run(); });
+  for (int i = 0; i < parallel_; i++) stagers_.emplace_back([this] { StageLoop(); });
+}
+
+void Drainer::Stop() {
+  if (stop_.exchange(true)) return;
+  cv_.notify_all();
+  if (runner_.joinable()) runner_.join();
+  for (auto& t : stagers_) t.join();
+  stagers_.clear();
+  // Staged but unpublished uploads: drop them; the log still has the entries.
+  std::lock_guard lk(mu_);
+  for (auto& [seq, job] : jobs_) {
+    if (!job->done) continue;
+    if (job->err == 0) {
+      backend_->Abort(job->staged);
+      table_->AbortPersist(job->entry);
+    }
+  }
+  jobs_.clear();
+}
+
+DrainStats Drainer::Stats() {
+  std::lock_guard lk(mu_);
+  DrainStats s = stats_;
+  double now = NowSeconds();
+  while (!recent_.empty() && recent_.front().first < now - 10) recent_.pop_front();
+  uint64_t bytes = 0;
+  for (auto& [t, b] : recent_) bytes += b;
+  s.rate = recent_.empty() ? 0 : static_cast<double>(bytes) / std::max(1.0, now - recent_.front().first);
+  return s;
+}
+
+void Drainer::StageLoop() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      job = queue_.front();
+      queue_.pop_front();
+    }
+    int err = 0;
+    auto src = table_->BeginPersist(job->entry);
+    if (!src) {
+      err = src.error();
+    } else {
+      uint64_t gen = src->gen;
+      const LogEntry& e = job->entry;
+      auto staged = backend_->Stage(src->fd, src->size, [&] { return stop_ || !table_->PersistStillValid(e, gen); });
+      if (staged && !table_->PersistStillValid(e, gen)) {
+        backend_->Abort(*staged);
+        staged = std::unexpected(ECANCELED);
+      }
+      if (!staged) {
+        err = staged.error();
+        table_->AbortPersist(e);
+      } else {
+        job->staged = *staged;
+        job->src = *src;
+      }
+    }
+    std::lock_guard lk(mu_);
+    job->err = err;
+    job->done = true;
+    cv_.notify_all();
+  }
+}
+
+void Drainer::Schedule(const std::vector<LogEntry>& window) {
+  size_t active = 0;
+  for (auto& [seq, job] : jobs_) active += job->done ? 0 : 1;
+  for (const LogEntry& e : window) {
+    if (active >= static_cast<size_t>(parallel_)) break;
+    if (e.op != LogOp::kPersist || jobs_.count(e.seq)) continue;
+    if (std::find(skip_.begin(), skip_.end(), e.seq) != skip_.end()) continue;
+    auto job = std::make_shared<Job>();
+    job->entry = e;
+    jobs_[e.seq] = job;
+    queue_.push_back(job);
+    active++;
+  }
+  cv_.notify_all();
+}
+
+void Drainer::Run() {
+  while (!stop_) {
+    auto window = table_->PendingLog(kWindow);
+    if (window.empty()) {
+      table_->WaitForLog(std::chrono::milliseconds(200));
+      continue;
+    }
+    {
+      std::lock_guard lk(mu_);
+      Schedule(window);
+    }
+    int err = ApplyHead(window.front(), window);
+    if (err == 0) {
+      NoteSuccess();
+    } else if (!stop_) {
+      NoteError(window.front(), err);
+      Backoff();
+    }
+  }
+}
+
+int Drainer::ApplyHead(const LogEntry& e, const std::vector<LogEntry>& window) {
+  bool skip;
+  {
+    std::lock_guard lk(mu_);
+    auto it = std::find(skip_.begin(), skip_.end(), e.seq);
+    skip = it != skip_.end();
+    if (skip) skip_.erase(it);
+  }
+  if (!skip && e.op == LogOp::kMkdir) skip = SkipUndoneMkdir(e);
+  if (skip) {
+    LOG_DEBUG("drain: seq {} {} '{}' undone by later history; skipped", e.seq, meta::LogOpName(e.op), e.path);
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lk(mu_);
+      if (auto it = jobs_.find(e.seq); it != jobs_.end()) job = it->second;
+      if (job) cv_.wait(lk, [&] { return stop_ || job->done; });
+      if (stop_) return ECANCELED;
+      jobs_.erase(e.seq);
+    }
+    if (job && job->err == 0) {  // staged before the skip was known
+      backend_->Abort(job->staged);
+      table_->AbortPersist(e);
+    }
+    if (auto st = table_->CompleteEntry(e); !st) return st.error();
+    std::lock_guard lk(mu_);
+    stats_.entries_skipped++;
+    return 0;
+  }
+  return e.op == LogOp::kPersist ? ApplyPersist(e) : ApplyNamespace(e);
+}
+
+int Drainer::ApplyPersist(const LogEntry& e) {
+  std::shared_ptr<Job> job;
+  {
+    std::unique_lock lk(mu_);
+    auto it = jobs_.find(e.seq);
+    if (it == jobs_.end()) {
+      Schedule({e});
+      it = jobs_.find(e.seq);
+    }
+    job = it->second;
+    cv_.wait(lk, [&] { return stop_ || job->done; });
+    if (stop_) return ECANCELED;
+    if (job->err != 0) jobs_.erase(e.seq);  // a retry stages afresh
+  }
+  if (job->err == ESTALE || job->err == ECANCELED) {
+    LOG_DEBUG("drain: seq {} persist '{}' v{} superseded; skipped", e.seq, e.path, e.version);
+    if (auto st = table_->CompleteEntry(e); !st) return st.error();
+    std::lock_guard lk(mu_);
+    stats_.entries_skipped++;
+    return 0;
+  }
+  if (job->err != 0) return job->err;
+  if (auto st = backend_->Publish(job->staged, e.path, job->src.mode, job->src.mtime.sec, job->src.mtime.nsec); !st)
+    return st.error();  // the staged copy stays; the retry publishes it again
+  if (auto st = table_->CompletePersist(e, job->staged, job->src.gen); !st) return st.error();
+  std::lock_guard lk(mu_);
+  jobs_.erase(e.seq);
+  stats_.bytes_persisted += job->staged.size;
+  stats_.files_persisted++;
+  stats_.entries_applied++;
+  recent_.emplace_back(NowSeconds(), job->staged.size);
+  return 0;
+}
+
+int Drainer::ApplyNamespace(const LogEntry& e) {
+  Status st;
+  switch (e.op) {
+    case LogOp::kMkdir: st = backend_->Mkdir(e.path, e.mode & 07777); break;
+    case LogOp::kRmdir: st = backend_->Rmdir(e.path); break;
+    case LogOp::kUnlink: st = backend_->Remove(e.path); break;
+    case LogOp::kRename: st = backend_->Rename(e.path, e.path2, e.flags & 1); break;
+    case LogOp::kSymlink: st = backend_->Symlink(e.path, e.path2); break;
+    case LogOp::kLink: st = backend_->Link(e.path, e.path2); break;
+    case LogOp::kSetattr: st = backend_->SetAttr(e.path, e.mode & 07777, e.mtime.sec, e.mtime.nsec); break;
+    case LogOp::kPersist: break;
+  }
+  // ENOENT: the entry names something whose bytes never reached the backend
+  // (renamed or linked while still open, then sealed under the new name);
+  // the later persist entry brings it. Replaying it is a no-op.
+  if (!st && st.error() != ENOENT) return st.error();
+  if (!st) LOG_DEBUG("drain: seq {} {} '{}': not in backend; nothing to do", e.seq, meta::LogOpName(e.op), e.path);
+  if (auto c = table_->CompleteEntry(e); !c) return c.error();
+  std::lock_guard lk(mu_);
+  stats_.entries_applied++;
+  return 0;
+}
+
+bool Drainer::SkipUndoneMkdir(const LogEntry& e) {
+  auto later = table_->PendingLog(kSkipLookahead);
+  const std::string& dir = e.path;
+  for (size_t j = 1; j < later.size(); j++) {
+    const LogEntry& x = later[j];
+    if ((x.op == LogOp::kRename || x.op == LogOp::kLink) &&
+        (Under(x.path, dir) || Under(x.path2, dir) || Under(dir, x.path) || Under(dir, x.path2)))
+      return false;  // something moved in or out: replay it all
+    if (x.op == LogOp::kRmdir && x.path == dir) {
+      std::lock_guard lk(mu_);
+      for (size_t k = 1; k <= j; k++)
+        if (Under(later[k].path, dir)) skip_.push_back(later[k].seq);
+      return true;
+    }
+  }
+  return false;
+}
+
+void Drainer::NoteError(const LogEntry& e, int err) {
+  std::lock_guard lk(mu_);
+  stats_.retries++;
+  std::string msg = fmt::format("{} '{}': {}", meta::LogOpName(e.op), e.path, strerror(err));
+  if (!stats_.in_error || stats_.last_error != msg) {
+    LOG_ERROR("drain: seq {} {} (backend {}); retrying with backoff", e.seq, msg, backend_->Describe());
+  }
+  stats_.in_error = true;
+  stats_.last_error = msg;
+  stats_.last_error_time = std::chrono::duration_cast<std::chrono::seconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+}
+
+void Drainer::NoteSuccess() {
+  backoff_ms_ = 0;
+  std::lock_guard lk(mu_);
+  if (stats_.in_error) {
+    LOG_INFO("drain: backend {} healthy again after {} retries", backend_->Describe(), stats_.retries);
+    stats_.in_error = false;
+  }
+}
+
+void Drainer::Backoff() {
+  backoff_ms_ = backoff_ms_ == 0 ? 100 : std::min(backoff_ms_ * 2, 10000);
+  std::unique_lock lk(mu_);
+  cv_.wait_for(lk, std::chrono::milliseconds(backoff_ms_), [&] { return stop_.load(); });
+}
+
+}  // namespace ckpt::fs

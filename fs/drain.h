@@ -1,0 +1,97 @@
+// drain.h — the drainer: applies the ordered log of fs/meta to a backend.
+//
+// One thread walks the log oldest first and commits each entry in order;
+// a pool of staging threads copies the bytes of upcoming persist entries
+// into the backend's staging area in parallel, so transfers overlap while
+// the backend still sees the mount's history in order. Entries the history
+// has undone are skipped: a persist whose file was deleted, rewritten or
+// re-sealed since (InodeTable::BeginPersist says ESTALE), and a directory
+// created and removed again with nothing moved out of it in between.
+//
+// Errors from the backend are retried with exponential backoff (100 ms to
+// 10 s), one log line per episode; nothing is dropped. Stop() ends promptly:
+// staged uploads are aborted and the log keeps what was not applied.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "fs/inode_table.h"
+
+namespace ckpt::fs {
+
+struct DrainStats {
+  uint64_t bytes_persisted = 0;  // since mount
+  uint64_t files_persisted = 0;
+  uint64_t entries_applied = 0;
+  uint64_t entries_skipped = 0;
+  double rate = 0;               // bytes/s over the last seconds
+  uint64_t retries = 0;
+  std::string last_error;        // empty when the backend is healthy
+  int64_t last_error_time = 0;   // unix seconds
+  bool in_error = false;
+};
+
+class Drainer {
+ public:
+  Drainer(InodeTable* table, backend::Backend* backend, int parallel);
+  ~Drainer();
+  Drainer(const Drainer&) = delete;
+  Drainer& operator=(const Drainer&) = delete;
+
+  void Start();
+  // Stops the threads; safe to call twice.
+  void Stop();
+
+  DrainStats Stats();
+
+ private:
+  struct Job {
+    meta::LogEntry entry;
+    bool done = false;
+    int err = 0;  // ESTALE: superseded; ECANCELED: changed while staging
+    PersistSource src;
+    backend::Staged staged;
+  };
+
+  void Run();
+  void StageLoop();
+  // Starts staging jobs for persist entries in `window`. REQUIRES: mu_.
+  void Schedule(const std::vector<meta::LogEntry>& window);
+  // Applies the oldest entry. Returns 0 or the errno to retry on.
+  int ApplyHead(const meta::LogEntry& e, const std::vector<meta::LogEntry>& window);
+  int ApplyPersist(const meta::LogEntry& e);
+  int ApplyNamespace(const meta::LogEntry& e);
+  // Marks entries undone by a later rmdir of the directory `e` creates.
+  bool SkipUndoneMkdir(const meta::LogEntry& e);
+  void NoteError(const meta::LogEntry& e, int err);
+  void NoteSuccess();
+  void Backoff();
+
+  InodeTable* const table_;
+  backend::Backend* const backend_;
+  const int parallel_;
+
+  std::mutex mu_;  // lock order: mu_, then InodeTable's
+  std::condition_variable cv_;                    // jobs queued or finished
+  std::map<uint64_t, std::shared_ptr<Job>> jobs_;  // GUARDED_BY(mu_), by seq
+  std::deque<std::shared_ptr<Job>> queue_;         // GUARDED_BY(mu_), waiting for a stager
+  std::vector<uint64_t> skip_;                     // GUARDED_BY(mu_), seqs undone by history
+  DrainStats stats_;                               // GUARDED_BY(mu_)
+  std::deque<std::pair<double, uint64_t>> recent_;  // GUARDED_BY(mu_), (time, bytes) for the rate
+  int backoff_ms_ = 0;                             // drain thread only
+
+  std::atomic<bool> stop_{false};
+  std::thread runner_;
+  std::vector<std::thread> stagers_;
+};
+
+}  // namespace ckpt::fs
