@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "fs/common/log.h"
@@ -29,7 +30,9 @@ bool Under(const std::string& path, const std::string& dir) {
 }  // namespace
 
 Drainer::Drainer(InodeTable* table, backend::Backend* backend, int parallel)
-    : table_(table), backend_(backend), parallel_(std::max(1, parallel)) {}
+    : table_(table), backend_(backend), parallel_(std::max(1, parallel)) {
+  if (const char* v = getenv("CKPTFS_DRAIN_DELAY_MS")) publish_delay_ms_ = atoi(v);
+}
 
 Drainer::~Drainer() { Stop(); }
 
@@ -194,6 +197,10 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     return 0;
   }
   if (job->err != 0) return job->err;
+  if (publish_delay_ms_ > 0) {  // test knob: a slow backend, to watch the order from outside
+    std::unique_lock lk(mu_);
+    cv_.wait_for(lk, std::chrono::milliseconds(publish_delay_ms_), [&] { return stop_.load(); });
+  }
   if (auto st = backend_->Publish(job->staged, e.path, job->src.mode, job->src.mtime.sec, job->src.mtime.nsec); !st)
     return st.error();  // the staged copy stays; the retry publishes it again
   if (auto st = table_->CompletePersist(e, job->staged, job->src.gen); !st) return st.error();

@@ -11,6 +11,9 @@
 // Errors from the backend are retried with exponential backoff (100 ms to
 // 10 s), one log line per episode; nothing is dropped. Stop() ends promptly:
 // staged uploads are aborted and the log keeps what was not applied.
+//
+// Test knob: CKPTFS_DRAIN_DELAY_MS=N waits N ms before each publish, so
+// mounted tests can watch the backend while a drain is in progress.
 #pragma once
 
 #include <atomic>
@@ -88,6 +91,7 @@ class Drainer {
   DrainStats stats_;                               // GUARDED_BY(mu_)
   std::deque<std::pair<double, uint64_t>> recent_;  // GUARDED_BY(mu_), (time, bytes) for the rate
   int backoff_ms_ = 0;                             // drain thread only
+  int publish_delay_ms_ = 0;  // CKPTFS_DRAIN_DELAY_MS: a slow backend, for tests
 
   std::atomic<bool> stop_{false};
   std::thread runner_;

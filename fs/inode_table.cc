@@ -145,7 +145,27 @@ Status InodeTable::Load(Caller root_owner) {
       n->rec.size = size;
     }
   }
-  LOG_INFO("namespace loaded: {} inodes, next ino {}", inodes_.size(), next_ino_);
+  // Files written but never sealed when the daemon stopped (open for
+  // writing at a crash): the tier holds every acknowledged write, so seal
+  // what is there now and let it drain.
+  Batch seal;
+  std::vector<LogEntry> sealed;
+  for (auto& [ino, n] : inodes_) {
+    if (!S_ISREG(n->rec.mode) || n->rec.nlink == 0 || n->seal_seq != 0) continue;
+    if (n->rec.state != DataState::kDirty) continue;
+    if (!tier_->Has(ino)) {
+      LOG_ERROR("ino {} '{}': dirty, but its bytes are not in the tier", ino, EntryPath(n->rec.parent, n->rec.name));
+      continue;
+    }
+    LOG_WARN("ino {} '{}': was open for writing when the daemon stopped; sealing {} bytes", ino,
+             EntryPath(n->rec.parent, n->rec.name), n->rec.size);
+    Seal(n.get(), &seal, &sealed);
+    MetaStore::PutInode(&seal, n->rec);
+  }
+  if (!seal.empty())
+    if (auto c = CommitWithLog(seal, std::move(sealed)); !c) return c;
+  LOG_INFO("namespace loaded: {} inodes, next ino {}, {} log entries pending", inodes_.size(), next_ino_,
+           log_.size());
   return {};
 }
 

@@ -1,0 +1,296 @@
+// test_drain.cc — the drainer against a real POSIX backend directory:
+// ordering, skip rules, retries with backoff, checksums.
+#include <criterion/criterion.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "fs/drain.h"
+#include "tests/unit/fs/helpers.h"
+
+using ckpt::test::Env;
+using ckpt::test::KvKind;
+namespace backend = ckpt::backend;
+namespace stdfs = std::filesystem;
+constexpr uint64_t kRoot = ckpt::meta::kRootIno;
+
+namespace {
+
+// Wraps the real POSIX backend and fails the first `fail_publishes`
+// Publish calls and every call while `down` is set, to exercise retries.
+class FlakyBackend final : public backend::Backend {
+ public:
+  explicit FlakyBackend(std::unique_ptr<backend::Backend> inner) : inner_(std::move(inner)) {}
+  std::atomic<int> fail_publishes{0};
+  std::atomic<bool> down{false};
+  std::atomic<int> publishes{0};
+  std::vector<std::string> order;  // paths published and ops applied, in order
+  std::mutex mu;
+
+  std::string Describe() const override { return "flaky:" + inner_->Describe(); }
+  ckpt::Status Check() override { return inner_->Check(); }
+  ckpt::Result<backend::Staged> Stage(int fd, uint64_t size, const std::function<bool()>& c) override {
+    if (down) return std::unexpected(EIO);
+    return inner_->Stage(fd, size, c);
+  }
+  ckpt::Status Publish(const backend::Staged& s, const std::string& p, uint32_t m, int64_t a, uint32_t b) override {
+    if (down) return std::unexpected(EROFS);
+    if (fail_publishes > 0) {
+      fail_publishes--;
+      return std::unexpected(ENOSPC);
+    }
+    publishes++;
+    Note("put " + p);
+    return inner_->Publish(s, p, m, a, b);
+  }
+  void Abort(const backend::Staged& s) override { inner_->Abort(s); }
+  ckpt::Status Mkdir(const std::string& p, uint32_t m) override { return Op("mkdir " + p, [&] { return inner_->Mkdir(p, m); }); }
+  ckpt::Status Rmdir(const std::string& p) override { return Op("rmdir " + p, [&] { return inner_->Rmdir(p); }); }
+  ckpt::Status Remove(const std::string& p) override { return Op("rm " + p, [&] { return inner_->Remove(p); }); }
+  ckpt::Status Rename(const std::string& a, const std::string& b, bool x) override {
+    return Op("mv " + a + " " + b, [&] { return inner_->Rename(a, b, x); });
+  }
+  ckpt::Status Symlink(const std::string& p, const std::string& t) override {
+    return Op("ln " + p, [&] { return inner_->Symlink(p, t); });
+  }
+  ckpt::Status Link(const std::string& a, const std::string& b) override { return inner_->Link(a, b); }
+  ckpt::Status SetAttr(const std::string& p, uint32_t m, int64_t s, uint32_t n) override {
+    return inner_->SetAttr(p, m, s, n);
+  }
+  ckpt::Result<std::pair<uint64_t, uint64_t>> Fetch(const std::string& p, int fd, uint64_t size) override {
+    if (down) return std::unexpected(EIO);
+    return inner_->Fetch(p, fd, size);
+  }
+  ckpt::Status List(const std::function<void(const backend::Entry&)>& fn) override { return inner_->List(fn); }
+
+ private:
+  void Note(const std::string& s) {
+    std::lock_guard lk(mu);
+    order.push_back(s);
+  }
+  ckpt::Status Op(const std::string& what, const std::function<ckpt::Status()>& f) {
+    if (down) return std::unexpected(EIO);
+    Note(what);
+    return f();
+  }
+  std::unique_ptr<backend::Backend> inner_;
+};
+
+struct DrainEnv {
+  std::string root;
+  FlakyBackend* flaky;
+  std::unique_ptr<backend::Backend> be;
+  std::unique_ptr<Env> env;
+  std::unique_ptr<ckpt::fs::Drainer> drainer;
+
+  explicit DrainEnv(uint64_t budget = 64ull << 20) {
+    char tmpl[] = "/tmp/ckpt-drain-unit-XXXXXX";
+    cr_assert_not_null(mkdtemp(tmpl));
+    root = tmpl;
+    auto inner = backend::OpenPosixBackend(root);
+    cr_assert(inner.has_value());
+    auto f = std::make_unique<FlakyBackend>(std::move(*inner));
+    flaky = f.get();
+    be = std::move(f);
+    cr_assert(be->Check().has_value());
+    env = std::make_unique<Env>(KvKind::kRocks, budget, be.get());
+  }
+  ~DrainEnv() {
+    if (drainer) drainer->Stop();
+    drainer.reset();
+    env.reset();
+    stdfs::remove_all(root);
+  }
+  void Start() {
+    drainer = std::make_unique<ckpt::fs::Drainer>(env->table.get(), be.get(), 4);
+    drainer->Start();
+  }
+  // Waits until the log is empty (everything applied or skipped).
+  void Drain(int timeout_s = 20) {
+    uint64_t head = env->table->DataStatistics().head_seq;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (env->table->DataStatistics().applied_seq < head) {
+      cr_assert(std::chrono::steady_clock::now() < until, "drain timed out");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  std::string Read(const std::string& rel) {
+    std::ifstream in(root + "/" + rel, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  bool Exists(const std::string& rel) { return stdfs::exists(stdfs::symlink_status(root + "/" + rel)); }
+};
+
+}  // namespace
+
+Test(drain, trainer_history_reaches_backend_in_order) {
+  DrainEnv d;
+  Env& e = *d.env;
+  for (int step = 1; step <= 3; step++) {
+    std::string s = "step_" + std::to_string(step);
+    uint64_t dir = e.Mkdir(kRoot, s);
+    e.WriteFile(dir, "model.pt", std::string(100000 * step, static_cast<char>('a' + step)));
+    e.WriteFile(dir, "optim.pt", std::string(5000, 'o'));
+    if (step == 1) e.WriteFile(kRoot, "latest", s);
+    else e.Overwrite(e.table->Lookup(kRoot, "latest")->ino, s);
+  }
+  d.Start();
+  d.Drain();
+  cr_assert_eq(d.Read("step_3/model.pt"), std::string(300000, 'd'));
+  cr_assert_eq(d.Read("latest"), "step_3");
+  cr_assert(d.Exists("step_1/optim.pt"));
+  // Every file is persisted with a checksum; `latest` came after the steps.
+  auto latest = e.table->Lookup(kRoot, "latest");
+  cr_assert_eq(latest->state, ckpt::meta::DataState::kPersisted);
+  cr_assert_neq(latest->checksum_hi | latest->checksum_lo, 0u);
+  std::lock_guard lk(d.flaky->mu);
+  auto& o = d.flaky->order;
+  auto pos = [&](const std::string& s) { return std::find(o.begin(), o.end(), s) - o.begin(); };
+  cr_assert_lt(pos("put step_3/model.pt"), pos("put latest"));
+  cr_assert_lt(pos("put step_3/optim.pt"), pos("put latest"));
+  // Superseded versions of latest (step_1, step_2) were never uploaded.
+  cr_assert_eq(std::count(o.begin(), o.end(), "put latest"), 1);
+}
+
+Test(drain, write_then_delete_is_never_uploaded) {
+  DrainEnv d;
+  Env& e = *d.env;
+  e.WriteFile(kRoot, "tmp", "scratch");
+  cr_assert(e.table->Unlink(kRoot, "tmp").has_value());
+  uint64_t dir = e.Mkdir(kRoot, "step_9");
+  e.WriteFile(dir, "a", "A");
+  e.Mkdir(dir, "sub");
+  cr_assert(e.table->Unlink(dir, "a").has_value());
+  cr_assert(e.table->Rmdir(dir, "sub").has_value());
+  cr_assert(e.table->Rmdir(kRoot, "step_9").has_value());
+  e.WriteFile(kRoot, "kept", "K");
+  d.Start();
+  d.Drain();
+  cr_assert_eq(d.Read("kept"), "K");
+  std::lock_guard lk(d.flaky->mu);
+  // Only `kept` touched the backend: the tree created and removed was skipped.
+  cr_assert_eq(d.flaky->order.size(), 2u, "ops: %zu", d.flaky->order.size());  // rm tmp (no-op) + put kept
+  cr_assert_eq(d.flaky->publishes.load(), 1);
+  cr_assert_not(d.Exists("step_9"));
+  cr_assert_not(d.Exists("tmp"));
+}
+
+Test(drain, rename_chains_and_directory_rename_with_undrained_files) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t dir = e.Mkdir(kRoot, "tmp_ckpt");
+  e.WriteFile(dir, "w.pt", "weights");
+  e.WriteFile(kRoot, "a", "AAA");
+  cr_assert(e.table->Rename(kRoot, "a", kRoot, "b", 0).has_value());
+  cr_assert(e.table->Rename(kRoot, "b", dir, "c", 0).has_value());
+  cr_assert(e.table->Rename(kRoot, "tmp_ckpt", kRoot, "step_5", 0).has_value());
+  d.Start();
+  d.Drain();
+  cr_assert_eq(d.Read("step_5/w.pt"), "weights");
+  cr_assert_eq(d.Read("step_5/c"), "AAA");
+  cr_assert_not(d.Exists("tmp_ckpt"));
+  cr_assert_not(d.Exists("a"));
+  cr_assert_not(d.Exists("b"));
+}
+
+Test(drain, delete_of_whole_checkpoint_tree_after_persist) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t dir = e.Mkdir(kRoot, "step_1");
+  uint64_t sub = e.Mkdir(dir, "shards");
+  for (int i = 0; i < 5; i++) e.WriteFile(sub, "s" + std::to_string(i), std::string(1000, 'x'));
+  d.Start();
+  d.Drain();
+  cr_assert(d.Exists("step_1/shards/s4"));
+  for (int i = 0; i < 5; i++) cr_assert(e.table->Unlink(sub, "s" + std::to_string(i)).has_value());
+  cr_assert(e.table->Rmdir(dir, "shards").has_value());
+  cr_assert(e.table->Rmdir(kRoot, "step_1").has_value());
+  d.Drain();
+  cr_assert_not(d.Exists("step_1"));
+}
+
+Test(drain, retries_with_backoff_and_loses_nothing) {
+  DrainEnv d;
+  Env& e = *d.env;
+  d.flaky->fail_publishes = 3;
+  e.WriteFile(kRoot, "a", "first");
+  e.WriteFile(kRoot, "b", "second");
+  d.Start();
+  d.Drain(30);
+  cr_assert_eq(d.Read("a"), "first");
+  cr_assert_eq(d.Read("b"), "second");
+  auto st = d.drainer->Stats();
+  cr_assert_geq(st.retries, 3u);
+  cr_assert_not(st.in_error);
+  cr_assert_neq(st.last_error.find("No space left"), std::string::npos, "%s", st.last_error.c_str());
+  // A backend that goes away and comes back.
+  d.flaky->down = true;
+  e.WriteFile(kRoot, "c", "third");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  cr_assert(d.drainer->Stats().in_error);
+  cr_assert_eq(e.table->PendingLog(10).size(), 1u);
+  d.flaky->down = false;
+  d.Drain(30);
+  cr_assert_eq(d.Read("c"), "third");
+  // Nothing staged is left behind.
+  cr_assert(stdfs::is_empty(d.root + "/" + backend::kTmpDir));
+}
+
+Test(drain, evicted_file_fetched_and_verified) {
+  DrainEnv d;
+  Env& e = *d.env;
+  std::string data(2 << 20, 'q');
+  for (size_t i = 0; i < data.size(); i += 4096) data[i] = static_cast<char>(i / 4096);
+  uint64_t f = e.WriteFile(kRoot, "big", data);
+  d.Start();
+  d.Drain();
+  cr_assert(e.table->Evict(1) == ckpt::cache::Tier::Relief::kFreed);
+  cr_assert_eq(e.table->GetAttr(f)->state, ckpt::meta::DataState::kRemote);
+  auto fd = e.table->Open(f, O_RDONLY);
+  cr_assert(fd.has_value(), "fetch: %d", fd ? 0 : fd.error());
+  std::string back(data.size(), '\0');
+  cr_assert_eq(pread(*fd, back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
+  cr_assert(back == data);
+  e.table->Release(f, false);
+  cr_assert_eq(e.table->GetAttr(f)->state, ckpt::meta::DataState::kPersisted);
+  // Corrupt the backend copy: the next fetch is an EIO, not wrong bytes.
+  cr_assert(e.table->Evict(1) == ckpt::cache::Tier::Relief::kFreed);
+  {
+    std::fstream out(d.root + "/big", std::ios::in | std::ios::out | std::ios::binary);
+    out.seekp(12345);
+    out.put('!');
+  }
+  cr_assert_eq(e.table->Open(f, O_RDONLY).error(), EIO);
+}
+
+Test(drain, import_existing_backend_on_first_mount) {
+  DrainEnv d;
+  stdfs::create_directories(d.root + "/old/step_7");
+  { std::ofstream(d.root + "/old/step_7/model.pt") << "old weights"; }
+  stdfs::create_symlink("step_7", d.root + "/old/latest");
+  // A fresh state dir over this backend: reopen with a new store.
+  d.env.reset();
+  d.env = std::make_unique<Env>(KvKind::kRocks, 64ull << 20, d.be.get());
+  Env& e = *d.env;
+  cr_assert(e.table->ImportBackend().has_value());
+  auto old = e.table->Lookup(kRoot, "old");
+  cr_assert(old.has_value());
+  auto step = e.table->Lookup(old->ino, "step_7");
+  auto m = e.table->Lookup(step->ino, "model.pt");
+  cr_assert(m.has_value());
+  cr_assert_eq(m->state, ckpt::meta::DataState::kRemote);
+  cr_assert_eq(m->size, 11u);
+  cr_assert_str_eq(e.table->Readlink(e.table->Lookup(old->ino, "latest")->ino)->c_str(), "step_7");
+  auto fd = e.table->Open(m->ino, O_RDONLY);
+  cr_assert(fd.has_value());
+  char buf[16] = {};
+  cr_assert_eq(pread(*fd, buf, 11, 0), 11);
+  cr_assert_str_eq(buf, "old weights");
+  e.table->Release(m->ino, false);
+}
