@@ -17,7 +17,7 @@ CXXFLAGS ?= -O2 -g
 CXXFLAGS += -std=c++23 -Wall -Wextra -Wno-unused-parameter -Werror=return-type -I. \
             -DSPDLOG_ACTIVE_LEVEL=SPDLOG_LEVEL_DEBUG -DSPDLOG_FMT_EXTERNAL \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lspdlog -lfmt -lxxhash -lcurl -lpthread
+LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lspdlog -lfmt -lxxhash -lcurl -lcrypto -lpugixml -lpthread
 ifneq ($(SAN),)
 CXXFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer
 LDFLAGS  += -fsanitize=$(SAN)

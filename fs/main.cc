@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include "fs/common/failpoint.h"
 #include "fs/common/log.h"
 #include "fs/daemon.h"
 
@@ -155,6 +156,7 @@ int RunDaemon(Config cfg, int report_fd) {
   };
   if (auto st = InitLogging(cfg.state_dir + "/ckptfs.log", cfg.log_level, cfg.foreground); !st)
     return fail("cannot open log file in " + cfg.state_dir);
+  InitFailpoints();
 
   auto d = std::make_unique<fs::Daemon>();
   d->cfg = cfg;

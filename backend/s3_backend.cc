@@ -1,0 +1,1460 @@
+// s3_backend.cc — the S3 Backend: requests, retries, staging, copies,
+// listing. See s3_backend.h for the layout and the staging design.
+//
+// Requests: one curl easy handle per request, taken from a pool so that
+// connections are reused (curl_easy_reset keeps them), signed by libcurl
+// (CURLOPT_AWS_SIGV4). libcurl 7.88 signs the query string as given and
+// the payload as the SHA-256 of CURLOPT_POSTFIELDS (of "" without), and
+// does not send x-amz-content-sha256, which S3 requires; so every query is
+// built sorted and encoded (Query()), every body is sent from memory as
+// POSTFIELDS with the method in CURLOPT_CUSTOMREQUEST, and the same hash is
+// sent in x-amz-content-sha256 (newer libcurls take it from there). Bodies
+// are therefore signed, at the cost of hashing each part (SHA-256, ~1-2 GB/s).
+//
+// Parallelism: Stage reads parts in order on the caller's thread (so the
+// XXH3-128 is computed in order) and hands them to `parallel` uploader
+// threads; Fetch, copies and listing HEADs run on `parallel` short-lived
+// threads each. Memory: (parallel + 1) × part_size per large Stage, plus
+// the in-memory staged small files until they are published or aborted.
+//
+// What it gives up: directory renames and exchanges are copies of every
+// object under the directory (server-side, but O(bytes)) followed by
+// deletes, and are not atomic: a crash in between leaves both names, and
+// the drainer's retry of the entry finishes the job (copies are
+// idempotent). SetAttr is a no-op: mode and mtime are written at Publish
+// and Mkdir only (a chmod after a file was persisted survives only in the
+// mount's own metadata). List HEADs every object to learn its type, mode,
+// mtime and checksum: one request per object at mount time, `parallel`×4
+// in flight. Every multipart upload found under the prefix by Check is
+// aborted: one mount owns a prefix.
+#include "backend/s3_backend.h"
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "backend/s3_xml.h"
+#include "fs/common/log.h"
+
+namespace ckpt::backend {
+
+namespace s3 {
+
+std::string UriEncode(std::string_view s, bool keep_slash) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string r;
+  r.reserve(s.size() + s.size() / 4);
+  for (unsigned char c : s) {
+    bool plain = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+                 c == '.' || c == '_' || c == '~' || (keep_slash && c == '/');
+    if (plain) {
+      r.push_back(static_cast<char>(c));
+    } else {
+      r.push_back('%');
+      r.push_back(kHex[c >> 4]);
+      r.push_back(kHex[c & 15]);
+    }
+  }
+  return r;
+}
+
+std::string UriDecode(std::string_view s) {
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  std::string r;
+  r.reserve(s.size());
+  for (size_t i = 0; i < s.size(); i++) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      r.push_back(static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2])));
+      i += 2;
+    } else {
+      r.push_back(s[i]);
+    }
+  }
+  return r;
+}
+
+namespace {
+// Whether every '/'-separated component of `p` is non-empty and not "." or "..".
+bool CleanComponents(std::string_view p) {
+  if (p.empty()) return false;
+  size_t pos = 0;
+  for (;;) {
+    size_t slash = p.find('/', pos);
+    std::string_view comp = p.substr(pos, slash == std::string_view::npos ? std::string_view::npos : slash - pos);
+    if (comp.empty() || comp == "." || comp == "..") return false;
+    if (slash == std::string_view::npos) return true;
+    pos = slash + 1;
+  }
+}
+}  // namespace
+
+bool ValidPath(std::string_view path) {
+  if (path.empty() || path.front() == '/' || path.find('\0') != std::string_view::npos) return false;
+  if (!CleanComponents(path)) return false;
+  std::string_view first = path.substr(0, path.find('/'));
+  return first != kTmpDir;
+}
+
+Result<std::string> JoinKey(std::string_view prefix, std::string_view path) {
+  if (!ValidPath(path)) return Err(EINVAL);
+  if (prefix.empty()) return std::string(path);
+  std::string k;
+  k.reserve(prefix.size() + 1 + path.size());
+  k.append(prefix).push_back('/');
+  k.append(path);
+  return k;
+}
+
+std::optional<std::string> RelPath(std::string_view prefix, std::string_view key) {
+  std::string_view rel = key;
+  if (!prefix.empty()) {
+    if (key.size() <= prefix.size() + 1 || !key.starts_with(prefix) || key[prefix.size()] != '/')
+      return std::nullopt;
+    rel = key.substr(prefix.size() + 1);
+  }
+  std::string_view body = rel;
+  if (body.ends_with('/')) body.remove_suffix(1);
+  if (body.empty() || body.front() == '/' || body.find('\0') != std::string_view::npos || !CleanComponents(body))
+    return std::nullopt;
+  return std::string(rel);
+}
+
+Verdict ClassifyCurl(int curl_code) {
+  switch (static_cast<CURLcode>(curl_code)) {
+    case CURLE_OK:
+      return {false, 0};
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_HTTP3:
+    case CURLE_QUIC_CONNECT_ERROR:
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_AGAIN:
+      return {true, EIO};
+    case CURLE_ABORTED_BY_CALLBACK:
+      return {false, ECANCELED};
+    case CURLE_OUT_OF_MEMORY:
+      return {false, ENOMEM};
+    default:
+      return {false, EIO};
+  }
+}
+
+Verdict ClassifyHttp(long status, std::string_view code) {
+  if (status >= 200 && status < 300 && code.empty()) return {false, 0};
+  if (code == "SlowDown" || code == "RequestTimeout" || code == "InternalError" || code == "ServiceUnavailable" ||
+      code == "OperationAborted")
+    return {true, EIO};
+  if (status == 429 || status == 408 || (status >= 500 && status != 501)) return {true, EIO};
+  if (code == "AccessDenied" || code == "InvalidAccessKeyId" || code == "SignatureDoesNotMatch" ||
+      code == "ExpiredToken" || code == "InvalidToken" || code == "AllAccessDisabled")
+    return {false, EACCES};
+  if (code == "NoSuchBucket" || code == "NoSuchKey" || code == "NoSuchUpload") return {false, ENOENT};
+  if (code == "NotImplemented" || code == "MethodNotAllowed" || status == 501 || status == 405)
+    return {false, ENOTSUP};
+  switch (status) {
+    case 400:
+    case 416:
+      return {false, EINVAL};
+    case 403:
+      return {false, EACCES};
+    case 404:
+      return {false, ENOENT};
+    default:
+      return {false, EIO};
+  }
+}
+
+uint64_t BackoffMs(int attempt, uint64_t base_ms, uint64_t cap_ms, double unit) {
+  uint64_t ceiling = base_ms;
+  for (int i = 1; i < attempt && ceiling < cap_ms; i++) ceiling *= 2;
+  ceiling = std::min(ceiling, cap_ms);
+  return static_cast<uint64_t>(static_cast<double>(ceiling) * std::clamp(unit, 0.0, 1.0));
+}
+
+}  // namespace s3
+
+namespace {
+
+using s3::Verdict;
+
+constexpr uint64_t kMinPartSize = 5ull << 20;     // S3's smallest part (but the last)
+constexpr uint64_t kMaxParts = 10000;
+constexpr uint64_t kFetchRange = 8ull << 20;
+constexpr uint64_t kReadChunk = 4ull << 20;
+constexpr uint64_t kBackoffCapMs = 5000;
+constexpr size_t kDeleteBatch = 1000;
+constexpr char kEmptySha256[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+constexpr char kMetaChecksum[] = "x-amz-meta-ckptfs-xxh128";
+constexpr char kMetaMode[] = "x-amz-meta-ckptfs-mode";
+constexpr char kMetaMtime[] = "x-amz-meta-ckptfs-mtime";
+constexpr char kMetaSymlink[] = "x-amz-meta-ckptfs-symlink";
+
+std::string ErrStr(int e) { return std::generic_category().message(e); }
+
+std::string Hex(const unsigned char* p, size_t n) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string r(n * 2, '0');
+  for (size_t i = 0; i < n; i++) r[2 * i] = kHex[p[i] >> 4], r[2 * i + 1] = kHex[p[i] & 15];
+  return r;
+}
+
+std::string Sha256Hex(std::string_view data) {
+  if (data.empty()) return kEmptySha256;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
+  return Hex(md, len);
+}
+
+std::string Md5Base64(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_md5(), nullptr);
+  unsigned char out[64];
+  int n = EVP_EncodeBlock(out, md, static_cast<int>(len));
+  return std::string(reinterpret_cast<char*>(out), static_cast<size_t>(n));
+}
+
+std::string ChecksumHex(uint64_t hi, uint64_t lo) {
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(hi),
+                static_cast<unsigned long long>(lo));
+  return std::string(buf, 32);
+}
+
+bool ParseChecksumHex(std::string_view s, uint64_t* hi, uint64_t* lo) {
+  if (s.size() != 32) return false;
+  uint64_t v[2] = {0, 0};
+  for (size_t i = 0; i < 32; i++) {
+    char c = s[i];
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return false;
+    v[i / 16] = v[i / 16] << 4 | static_cast<uint64_t>(d);
+  }
+  *hi = v[0], *lo = v[1];
+  return true;
+}
+
+// Parameters sorted by name, names and values encoded: the canonical query
+// string of SigV4, which libcurl 7.88 signs as given.
+std::string Query(std::vector<std::pair<std::string, std::string>> params) {
+  for (auto& [k, v] : params) k = s3::UriEncode(k, false), v = s3::UriEncode(v, false);
+  std::sort(params.begin(), params.end());
+  std::string q;
+  for (const auto& [k, v] : params) {
+    if (!q.empty()) q.push_back('&');
+    q += k + "=" + v;
+  }
+  return q;
+}
+
+int PreadFull(int fd, char* buf, uint64_t len, uint64_t off) {
+  while (len > 0) {
+    ssize_t n = pread(fd, buf, len, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EIO;  // the source ended early
+    buf += n, len -= static_cast<uint64_t>(n), off += static_cast<uint64_t>(n);
+  }
+  return 0;
+}
+
+int PwriteFull(int fd, const char* buf, uint64_t len, uint64_t off) {
+  while (len > 0) {
+    ssize_t n = pwrite(fd, buf, len, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
+    buf += n, len -= static_cast<uint64_t>(n), off += static_cast<uint64_t>(n);
+  }
+  return 0;
+}
+
+// Runs fn(0..n-1) on up to `parallel` threads (the caller's included);
+// stops handing out indices after the first error and returns it.
+int RunParallel(size_t n, int parallel, const std::function<int(size_t)>& fn) {
+  if (n == 0) return 0;
+  std::atomic<size_t> next{0};
+  std::atomic<int> err{0};
+  auto worker = [&] {
+    for (;;) {
+      if (err.load()) return;
+      size_t i = next.fetch_add(1);
+      if (i >= n) return;
+      if (int e = fn(i)) {
+        int zero = 0;
+        err.compare_exchange_strong(zero, e);
+      }
+    }
+  };
+  size_t nthreads = std::min<size_t>(n, static_cast<size_t>(std::max(1, parallel)));
+  std::vector<std::thread> threads;
+  try {
+    for (size_t i = 1; i < nthreads; i++) threads.emplace_back(worker);
+  } catch (const std::system_error&) {
+    // Fewer threads than asked: the ones we have do the work.
+  }
+  worker();
+  for (auto& t : threads) t.join();
+  return err.load();
+}
+
+// One HTTP request, as the backend describes it.
+struct Request {
+  const char* method = "GET";
+  std::string key;    // object key (prefix included); empty: the bucket
+  std::string query;  // from Query()
+  std::vector<std::string> headers;
+  std::string_view body;              // PUT/POST payload
+  bool error_in_200 = false;          // a 200 reply may still carry <Error> (copy, complete)
+  std::vector<long> quiet;            // final statuses that are expected: no error line
+  std::function<int(const char*, size_t)> sink;  // 2xx body bytes go here (0 or an errno)
+  std::function<void()> on_retry;                // resets what the sink wrote
+  const std::function<bool()>* cancelled = nullptr;
+};
+
+struct Response {
+  long status = 0;
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
+  std::string error_code, error_message;
+
+  std::string Header(std::string_view name) const {
+    for (const auto& [k, v] : headers)
+      if (k == name) return v;
+    return {};
+  }
+};
+
+// What a HEAD says about an object.
+struct ObjectInfo {
+  uint64_t size = 0;
+  std::string etag;
+  bool has_checksum = false;
+  uint64_t hi = 0, lo = 0;
+  uint32_t mode = 0;
+  bool has_mtime = false;
+  int64_t mtime_sec = 0;
+  uint32_t mtime_nsec = 0;
+  bool symlink = false;
+  std::string target;
+  std::vector<std::string> meta;  // "x-amz-meta-...: value" lines, to copy them
+};
+
+// Owns idle curl handles; connections stay with them between requests.
+class EasyPool {
+ public:
+  ~EasyPool() {
+    for (CURL* h : free_) curl_easy_cleanup(h);
+  }
+  CURL* Acquire() {
+    {
+      std::lock_guard lock(mu_);
+      if (!free_.empty()) {
+        CURL* h = free_.back();
+        free_.pop_back();
+        return h;
+      }
+    }
+    return curl_easy_init();
+  }
+  void Release(CURL* h) {
+    std::lock_guard lock(mu_);
+    free_.push_back(h);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<CURL*> free_;  // GUARDED_BY(mu_)
+};
+
+struct CallState {
+  const Request* req;
+  Response* resp;
+  CURL* h;
+  int sink_err = 0;
+};
+
+size_t OnBody(char* data, size_t size, size_t nmemb, void* user) {
+  auto* st = static_cast<CallState*>(user);
+  size_t n = size * nmemb;
+  long status = 0;
+  curl_easy_getinfo(st->h, CURLINFO_RESPONSE_CODE, &status);
+  if (st->req->sink && status >= 200 && status < 300) {
+    if (int e = st->req->sink(data, n)) {
+      st->sink_err = e;
+      return 0;  // CURLE_WRITE_ERROR
+    }
+    return n;
+  }
+  if (st->resp->body.size() + n > (64u << 20)) return 0;  // no reply of ours is that large
+  st->resp->body.append(data, n);
+  return n;
+}
+
+size_t OnHeader(char* data, size_t size, size_t nmemb, void* user) {
+  auto* st = static_cast<CallState*>(user);
+  size_t n = size * nmemb;
+  std::string_view line(data, n);
+  if (line.starts_with("HTTP/")) {
+    st->resp->headers.clear();  // a new response (after 100 Continue)
+    return n;
+  }
+  size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return n;
+  std::string name(line.substr(0, colon));
+  for (char& c : name)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  std::string_view v = line.substr(colon + 1);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
+  st->resp->headers.emplace_back(std::move(name), std::string(v));
+  return n;
+}
+
+int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* st = static_cast<CallState*>(user);
+  return st->req->cancelled && *st->req->cancelled && (*st->req->cancelled)() ? 1 : 0;
+}
+
+class S3Backend final : public Backend {
+ public:
+  explicit S3Backend(const S3Config& cfg)
+      : cfg_(cfg),
+        root_(cfg.prefix.empty() ? std::string() : cfg.prefix + "/"),
+        tmp_root_(root_ + kTmpDir + "/"),
+        sigv4_("aws:amz:" + cfg.region + ":s3"),
+        nonce_(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32)) {
+    cfg_.parallel = std::max(1, cfg_.parallel);
+    cfg_.max_attempts = std::max(1, cfg_.max_attempts);
+    cfg_.list_max_keys = std::clamp(cfg_.list_max_keys, 1, 1000);
+    cfg_.part_size = std::max(cfg_.part_size, kMinPartSize);
+  }
+
+  std::string Describe() const override {
+    return "s3://" + cfg_.bucket + (cfg_.prefix.empty() ? "" : "/" + cfg_.prefix) + " (" + cfg_.endpoint + ")";
+  }
+
+  Status Check() override {
+    Response r;
+    Request list;
+    list.query = Query({{"list-type", "2"}, {"max-keys", "1"}, {"prefix", root_}});
+    list.quiet = {403, 404};
+    if (auto st = Perform(list, "check: list", &r); !st) {
+      if (st.error() == EACCES)
+        LOG_ERROR("s3 backend: s3://{}: access denied (HTTP {} {}): check the credentials (AWS_ACCESS_KEY_ID, "
+                  "AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and the bucket policy",
+                  cfg_.bucket, r.status, r.error_code);
+      else if (st.error() == ENOENT)
+        LOG_ERROR("s3 backend: s3://{}: no such bucket at {} (HTTP {} {})", cfg_.bucket, cfg_.endpoint, r.status,
+                  r.error_code);
+      return st;
+    }
+    if (auto p = s3::ParseListObjectsV2(r.body); !p) return BadReply("check: list", root_, r);
+
+    // Writable: a probe object in the staging area.
+    std::string probe = tmp_root_ + UniqueName("probe-");
+    Request put;
+    put.method = "PUT";
+    put.key = probe;
+    if (auto st = Perform(put, "check: write probe", &r); !st) return st;
+    if (auto st = Delete(probe); !st) return st;
+
+    // Leftovers of an earlier daemon: uploads never completed or aborted,
+    // and staged objects never published.
+    if (auto st = AbortLeftoverUploads(); !st) return st;
+    std::vector<std::string> stale;
+    auto st = ListKeys(tmp_root_, [&](const s3::ListedObject& o) { stale.push_back(o.key); });
+    if (!st) return st;
+    if (!stale.empty()) {
+      if (auto d = DeleteKeys(stale); !d) return d;
+      LOG_INFO("s3 backend: removed {} leftover staged objects under s3://{}/{}", stale.size(), cfg_.bucket,
+               tmp_root_);
+    }
+    return {};
+  }
+
+  Result<Staged> Stage(int src_fd, uint64_t size, const std::function<bool()>& cancelled) override {
+    try {
+      if (size <= cfg_.part_size) return StageSmall(src_fd, size, cancelled);
+      return StageMultipart(src_fd, size, cancelled);
+    } catch (const std::bad_alloc&) {
+      LOG_ERROR("s3 backend: stage of {} bytes: out of memory", size);
+      return Err(ENOMEM);
+    }
+  }
+
+  Status Publish(const Staged& s, const std::string& path, uint32_t mode, int64_t mtime_sec,
+                 uint32_t mtime_nsec) override {
+    auto key = KeyOf(path, "publish");
+    if (!key) return Err(key.error());
+    if (mtime_nsec >= 1000000000u) return Fail(EINVAL, "publish: invalid mtime nsec for", *key);
+    std::vector<std::string> meta = {
+        std::string(kMetaChecksum) + ": " + ChecksumHex(s.checksum_hi, s.checksum_lo),
+        std::string(kMetaMode) + ": " + ModeStr(mode),
+        std::string(kMetaMtime) + ": " + MtimeStr(mtime_sec, mtime_nsec),
+    };
+    if (s.token.starts_with("mem:")) {
+      std::shared_ptr<std::string> buf;
+      {
+        std::lock_guard lock(mu_);
+        auto it = small_.find(s.token);
+        if (it != small_.end()) buf = it->second;
+      }
+      if (!buf) return Fail(EINVAL, "publish: unknown staged token for", *key);
+      Request put;
+      put.method = "PUT";
+      put.key = *key;
+      put.headers = meta;
+      put.body = *buf;
+      put.headers.push_back("Content-Type: application/octet-stream");
+      Response r;
+      if (auto st = Perform(put, "publish: put", &r); !st) return st;
+      std::lock_guard lock(mu_);
+      small_.erase(s.token);
+      return {};
+    }
+    if (!s.token.starts_with("tmp:") || !ValidToken(s.token.substr(4)))
+      return Fail(EINVAL, "publish: invalid staged token for", *key);
+    std::string tmp = tmp_root_ + s.token.substr(4);
+    if (auto st = Copy(tmp, *key, s.size, &meta); !st) return st;
+    if (auto st = Delete(tmp); !st)
+      LOG_WARN("s3 backend: publish: staged object s3://{}/{} left behind (removed at next mount)", cfg_.bucket, tmp);
+    return {};
+  }
+
+  void Abort(const Staged& s) override {
+    if (s.token.starts_with("mem:")) {
+      std::lock_guard lock(mu_);
+      small_.erase(s.token);
+    } else if (s.token.starts_with("tmp:") && ValidToken(s.token.substr(4))) {
+      if (auto st = Delete(tmp_root_ + s.token.substr(4)); !st)
+        LOG_WARN("s3 backend: abort: staged object s3://{}/{}{} left behind (removed at next mount)", cfg_.bucket,
+                 tmp_root_, s.token.substr(4));
+    }
+  }
+
+  Status Mkdir(const std::string& path, uint32_t mode) override {
+    auto key = KeyOf(path, "mkdir");
+    if (!key) return Err(key.error());
+    auto now = std::chrono::system_clock::now().time_since_epoch();
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
+    Request put;
+    put.method = "PUT";
+    put.key = *key + "/";
+    put.headers = {std::string(kMetaMode) + ": " + ModeStr(mode ? mode : 0755),
+                   std::string(kMetaMtime) + ": " +
+                       MtimeStr(ns / 1000000000, static_cast<uint32_t>(ns % 1000000000))};
+    Response r;
+    return Perform(put, "mkdir: put marker", &r);
+  }
+
+  Status Rmdir(const std::string& path) override {
+    auto key = KeyOf(path, "rmdir");
+    if (!key) return Err(key.error());
+    std::vector<std::string> keys;
+    if (auto st = ListKeys(*key + "/", [&](const s3::ListedObject& o) { keys.push_back(o.key); }); !st) return st;
+    return DeleteKeys(keys);
+  }
+
+  Status Remove(const std::string& path) override {
+    auto key = KeyOf(path, "remove");
+    if (!key) return Err(key.error());
+    return Delete(*key);
+  }
+
+  // Cost: a file is one server-side copy and a delete; a directory is a
+  // LIST plus one copy per object under it (O(bytes) on the store, never
+  // through this host unless the store lacks UploadPartCopy for objects
+  // over 5 GiB) plus batched deletes. Exchange moves through a temporary
+  // name, three moves in all. None of it is atomic; see the file comment.
+  Status Rename(const std::string& from, const std::string& to, bool exchange) override {
+    auto f = KeyOf(from, "rename");
+    if (!f) return Err(f.error());
+    auto t = KeyOf(to, "rename");
+    if (!t) return Err(t.error());
+    if (*f == *t) return {};
+    if (!exchange) return Move(*f, *t);
+    auto fe = Exists(*f);
+    if (!fe) return Err(fe.error());
+    auto te = Exists(*t);
+    if (!te) return Err(te.error());
+    if (!*fe || !*te) return Fail(ENOENT, "rename: exchange: missing side of", *f + "' <-> '" + *t);
+    std::string tmp = tmp_root_ + UniqueName("xchg-");
+    if (auto st = Move(*f, tmp); !st) return st;
+    if (auto st = Move(*t, *f); !st) return st;
+    return Move(tmp, *t);
+  }
+
+  Status Symlink(const std::string& path, const std::string& target) override {
+    auto key = KeyOf(path, "symlink");
+    if (!key) return Err(key.error());
+    if (target.empty() || target.find('\0') != std::string::npos)
+      return Fail(EINVAL, "symlink: invalid target for", *key);
+    Request put;
+    put.method = "PUT";
+    put.key = *key;
+    put.headers = {std::string(kMetaSymlink) + ": " + s3::UriEncode(target, true),
+                   std::string(kMetaMode) + ": 777"};
+    Response r;
+    return Perform(put, "symlink: put", &r);
+  }
+
+  Status Link(const std::string& from, const std::string& to) override {
+    auto f = KeyOf(from, "link");
+    if (!f) return Err(f.error());
+    auto t = KeyOf(to, "link");
+    if (!t) return Err(t.error());
+    auto info = Head(*f, "link: head source");
+    if (!info) return Err(info.error());
+    return Copy(*f, *t, info->size, nullptr);
+  }
+
+  Status SetAttr(const std::string& path, uint32_t, int64_t, uint32_t) override {
+    if (!s3::ValidPath(path)) return Fail(EINVAL, "setattr: invalid path", path);
+    LOG_DEBUG("s3 backend: setattr '{}': not kept by this store (mode and mtime are set at publish)", path);
+    return {};
+  }
+
+  Result<std::pair<uint64_t, uint64_t>> Fetch(const std::string& path, int dst_fd, uint64_t size) override {
+    auto key = KeyOf(path, "fetch");
+    if (!key) return Err(key.error());
+    auto info = Head(*key, "fetch: head");
+    if (!info) return Err(info.error());
+    if (info->size != size) {
+      LOG_ERROR("s3 backend: fetch s3://{}/{}: holds {} bytes, {} expected", cfg_.bucket, *key, info->size, size);
+      return Err(EIO);
+    }
+    const uint64_t nranges = (size + kFetchRange - 1) / kFetchRange;
+    int err = RunParallel(nranges, cfg_.parallel, [&](size_t i) -> int {
+      const uint64_t off = i * kFetchRange, len = std::min(kFetchRange, size - off);
+      uint64_t done = 0;
+      Request get;
+      get.key = *key;
+      get.headers = {"Range: bytes=" + std::to_string(off) + "-" + std::to_string(off + len - 1)};
+      if (!info->etag.empty()) get.headers.push_back("If-Match: " + info->etag);
+      get.sink = [&](const char* data, size_t n) -> int {
+        if (done + n > len) return EIO;
+        if (int e = PwriteFull(dst_fd, data, n, off + done)) return e;
+        done += n;
+        return 0;
+      };
+      get.on_retry = [&] { done = 0; };
+      Response r;
+      if (auto st = Perform(get, "fetch: get range", &r); !st) return st.error();
+      if (done != len) {
+        LOG_ERROR("s3 backend: fetch s3://{}/{}: range at {} returned {} bytes, {} expected (HTTP {})", cfg_.bucket,
+                  *key, off, done, len, r.status);
+        return EIO;
+      }
+      return 0;
+    });
+    if (err) return Err(err);
+
+    // The checksum of what landed in dst_fd, read back in order.
+    XXH3_state_t* state = XXH3_createState();
+    if (!state) return Fail(ENOMEM, "fetch: hash state for", *key);
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> guard(state, XXH3_freeState);
+    XXH3_128bits_reset(state);
+    std::unique_ptr<char[]> buf(new (std::nothrow) char[kReadChunk]);
+    if (!buf) return Fail(ENOMEM, "fetch: buffer for", *key);
+    for (uint64_t off = 0; off < size; off += kReadChunk) {
+      uint64_t len = std::min(kReadChunk, size - off);
+      if (int e = PreadFull(dst_fd, buf.get(), len, off)) return Fail(e, "fetch: read back destination for", *key);
+      XXH3_128bits_update(state, buf.get(), len);
+    }
+    XXH128_hash_t h = XXH3_128bits_digest(state);
+    if (info->has_checksum && (info->hi != h.high64 || info->lo != h.low64)) {
+      LOG_ERROR("s3 backend: fetch s3://{}/{}: checksum {} does not match the stored {}", cfg_.bucket, *key,
+                ChecksumHex(h.high64, h.low64), ChecksumHex(info->hi, info->lo));
+      return Err(EIO);
+    }
+    return std::pair<uint64_t, uint64_t>{h.high64, h.low64};
+  }
+
+  Status List(const std::function<void(const Entry&)>& fn) override {
+    std::unordered_set<std::string> dirs;  // emitted already
+    auto emit_dirs = [&](std::string_view dir) {
+      // Every ancestor of `dir` and `dir` itself, outermost first.
+      for (size_t pos = 0; pos <= dir.size();) {
+        size_t slash = dir.find('/', pos);
+        size_t end = slash == std::string_view::npos ? dir.size() : slash;
+        std::string d(dir.substr(0, end));
+        if (!d.empty() && dirs.insert(d).second) {
+          Entry e{};
+          e.type = Entry::Type::kDir;
+          e.path = d;
+          fn(e);
+        }
+        pos = end + 1;
+      }
+    };
+    std::string token;
+    for (;;) {
+      std::vector<std::pair<std::string, std::string>> params = {
+          {"list-type", "2"}, {"prefix", root_}, {"encoding-type", "url"}, {"max-keys", std::to_string(cfg_.list_max_keys)}};
+      if (!token.empty()) params.emplace_back("continuation-token", token);
+      Request req;
+      req.query = Query(params);
+      Response r;
+      if (auto st = Perform(req, "list", &r); !st) return st;
+      auto page = s3::ParseListObjectsV2(r.body);
+      if (!page) return BadReply("list", root_, r);
+
+      struct Item {
+        std::string key, rel;
+        uint64_t size;
+        int64_t mtime;
+        ObjectInfo info;
+        bool gone = false;
+      };
+      std::vector<Item> items;
+      for (auto& o : page->objects) {
+        if (o.key == root_) continue;  // the prefix's own marker
+        auto rel = s3::RelPath(cfg_.prefix, o.key);
+        if (!rel) {
+          LOG_ERROR("s3 backend: list: skipping s3://{}/{}: not a valid path (empty, '.' or '..' component)",
+                    cfg_.bucket, o.key);
+          continue;
+        }
+        if (rel->starts_with(std::string(kTmpDir) + "/") || *rel == kTmpDir) continue;
+        items.push_back({o.key, std::move(*rel), o.size, o.mtime_sec, {}, false});
+      }
+      int err = RunParallel(items.size(), cfg_.parallel * 4, [&](size_t i) -> int {
+        auto info = Head(items[i].key, "list: head", /*quiet_404=*/true);
+        if (!info && info.error() == ENOENT) {
+          items[i].gone = true;  // removed while we listed
+          return 0;
+        }
+        if (!info) return info.error();
+        items[i].info = std::move(*info);
+        return 0;
+      });
+      if (err) return Err(err);
+      for (auto& it : items) {
+        if (it.gone) continue;
+        Entry e{};
+        e.mode = it.info.mode;
+        e.mtime_sec = it.info.has_mtime ? it.info.mtime_sec : it.mtime;
+        e.mtime_nsec = it.info.has_mtime ? it.info.mtime_nsec : 0;
+        if (it.rel.ends_with('/')) {
+          std::string d = it.rel.substr(0, it.rel.size() - 1);
+          auto slash = d.rfind('/');
+          if (slash != std::string::npos) emit_dirs(std::string_view(d).substr(0, slash));
+          if (!dirs.insert(d).second) continue;
+          e.type = Entry::Type::kDir;
+          e.path = std::move(d);
+          fn(e);
+          continue;
+        }
+        auto slash = it.rel.rfind('/');
+        if (slash != std::string::npos) emit_dirs(std::string_view(it.rel).substr(0, slash));
+        e.path = it.rel;
+        if (it.info.symlink) {
+          e.type = Entry::Type::kSymlink;
+          e.target = it.info.target;
+        } else {
+          e.type = Entry::Type::kFile;
+          e.size = it.size;
+          e.has_checksum = it.info.has_checksum;
+          e.checksum_hi = it.info.hi;
+          e.checksum_lo = it.info.lo;
+        }
+        fn(e);
+      }
+      if (!page->truncated) return {};
+      token = page->next_token;
+    }
+  }
+
+  // Sends one request, retrying transient failures. On failure *out holds
+  // the last attempt's status and error code, and one line is logged
+  // (unless the status is in req.quiet).
+  Status Perform(const Request& req, std::string_view what, Response* out) {
+    std::string url = Url(req.key, req.query);
+    std::string sha = Sha256Hex(req.body);
+    Verdict v;
+    std::string reason;
+    for (int attempt = 1;; attempt++) {
+      if (attempt > 1) {
+        if (!Sleep(s3::BackoffMs(attempt - 1, static_cast<uint64_t>(cfg_.retry_base_ms), kBackoffCapMs, Unit()),
+                   req.cancelled))
+          return Err(ECANCELED);
+        if (req.on_retry) req.on_retry();
+      }
+      *out = Response{};
+      CURL* h = pool_.Acquire();
+      if (!h) return Fail(ENOMEM, "curl handle for", req.key);
+      CallState st{&req, out, h};
+      curl_slist* hdrs = nullptr;
+      hdrs = curl_slist_append(hdrs, ("x-amz-content-sha256: " + sha).c_str());
+      if (!cfg_.session_token.empty())
+        hdrs = curl_slist_append(hdrs, ("x-amz-security-token: " + cfg_.session_token).c_str());
+      hdrs = curl_slist_append(hdrs, "Expect:");
+      for (const auto& x : req.headers) hdrs = curl_slist_append(hdrs, x.c_str());
+
+      curl_easy_reset(h);
+      curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+      curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
+      curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+      curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4_.c_str());
+      curl_easy_setopt(h, CURLOPT_USERNAME, cfg_.access_key.c_str());
+      curl_easy_setopt(h, CURLOPT_PASSWORD, cfg_.secret_key.c_str());
+      curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+      curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
+      curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);  // stalled for a minute: a timeout
+      curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
+      curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, OnBody);
+      curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
+      curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, OnHeader);
+      curl_easy_setopt(h, CURLOPT_HEADERDATA, &st);
+      if (req.cancelled) {
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, OnProgress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, &st);
+      }
+      std::string_view m = req.method;
+      if (m == "HEAD") {
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+      } else if (m == "PUT" || m == "POST") {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.body.empty() ? "" : req.body.data());
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method);
+      } else if (m != "GET") {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method);
+      }
+      CURLcode rc = curl_easy_perform(h);
+      curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
+      curl_slist_free_all(hdrs);
+      // Forget the credentials in the idle handle.
+      curl_easy_setopt(h, CURLOPT_USERNAME, "");
+      curl_easy_setopt(h, CURLOPT_PASSWORD, "");
+      pool_.Release(h);
+
+      if (rc == CURLE_WRITE_ERROR && st.sink_err) {
+        LOG_ERROR("s3 backend: {} s3://{}/{}: writing the reply: {}", what, cfg_.bucket, req.key,
+                  ErrStr(st.sink_err));
+        return Err(st.sink_err);
+      }
+      if (rc != CURLE_OK) {
+        v = s3::ClassifyCurl(rc);
+        reason = curl_easy_strerror(rc);
+      } else {
+        bool failed = out->status < 200 || out->status >= 300;
+        if (failed || (req.error_in_200 && out->status == 200)) {
+          if (auto e = s3::ParseError(out->body)) {
+            out->error_code = e->code;
+            out->error_message = e->message;
+            failed = true;
+            if (out->status == 200) out->status = 500;  // failed after the headers were sent
+          }
+        }
+        if (!failed) return {};
+        v = s3::ClassifyHttp(out->status, out->error_code);
+        reason = "HTTP " + std::to_string(out->status) + (out->error_code.empty() ? "" : " " + out->error_code);
+      }
+      if (v.err == ECANCELED) return Err(ECANCELED);
+      if (!v.retry || attempt >= cfg_.max_attempts) {
+        bool quiet = std::find(req.quiet.begin(), req.quiet.end(), out->status) != req.quiet.end();
+        if (quiet)
+          LOG_DEBUG("s3 backend: {} s3://{}/{}: {}", what, cfg_.bucket, req.key, reason);
+        else
+          LOG_ERROR("s3 backend: {} s3://{}/{}: {}{}{}{}", what, cfg_.bucket, req.key, reason,
+                    out->error_message.empty() ? "" : ": ", out->error_message,
+                    v.retry ? " (after " + std::to_string(attempt) + " attempts)" : "");
+        return Err(v.retry ? EIO : v.err);
+      }
+      LOG_DEBUG("s3 backend: {} s3://{}/{}: {}; retry {}", what, cfg_.bucket, req.key, reason, attempt);
+    }
+  }
+
+ private:
+  std::string Url(const std::string& key, const std::string& query) const {
+    std::string u;
+    if (cfg_.path_style) {
+      u = cfg_.endpoint + "/" + cfg_.bucket;
+      if (!key.empty()) u += "/" + s3::UriEncode(key, true);
+    } else {
+      size_t sep = cfg_.endpoint.find("://");
+      u = cfg_.endpoint.substr(0, sep + 3) + cfg_.bucket + "." + cfg_.endpoint.substr(sep + 3) + "/" +
+          s3::UriEncode(key, true);
+    }
+    if (!query.empty()) u += "?" + query;
+    return u;
+  }
+
+  static double Unit() {
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+  }
+
+  // Sleeps `ms`, polling `cancelled`; false when cancelled.
+  static bool Sleep(uint64_t ms, const std::function<bool()>* cancelled) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < until) {
+      if (cancelled && *cancelled && (*cancelled)()) return false;
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+          std::chrono::milliseconds(20), until - std::chrono::steady_clock::now()));
+    }
+    return true;
+  }
+
+  std::unexpected<int> Fail(int e, std::string_view what, std::string_view key) const {
+    LOG_ERROR("s3 backend: {} s3://{}/{}: {}", what, cfg_.bucket, key, ErrStr(e));
+    return Err(e);
+  }
+
+  std::unexpected<int> BadReply(std::string_view what, std::string_view key, const Response& r) const {
+    LOG_ERROR("s3 backend: {} s3://{}/{}: HTTP {}: unexpected reply ({} bytes)", what, cfg_.bucket, key, r.status,
+              r.body.size());
+    return Err(EIO);
+  }
+
+  Result<std::string> KeyOf(const std::string& path, std::string_view op) const {
+    auto k = s3::JoinKey(cfg_.prefix, path);
+    if (!k) {
+      LOG_ERROR("s3 backend: {}: invalid path '{}'", op, path);
+      return Err(EINVAL);
+    }
+    return k;
+  }
+
+  static bool ValidToken(std::string_view t) {
+    return !t.empty() && t.find('/') == std::string_view::npos && t != "." && t != "..";
+  }
+
+  std::string UniqueName(std::string_view prefix) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.*s%x-%llx-%llx", static_cast<int>(prefix.size()), prefix.data(),
+                  static_cast<unsigned>(getpid()), static_cast<unsigned long long>(nonce_),
+                  static_cast<unsigned long long>(counter_.fetch_add(1)));
+    return buf;
+  }
+
+  static std::string ModeStr(uint32_t mode) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%o", mode & 07777);
+    return buf;
+  }
+
+  static std::string MtimeStr(int64_t sec, uint32_t nsec) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%lld.%09u", static_cast<long long>(sec), nsec);
+    return buf;
+  }
+
+  static ObjectInfo InfoFrom(const Response& r) {
+    ObjectInfo info;
+    info.size = std::strtoull(r.Header("content-length").c_str(), nullptr, 10);
+    info.etag = r.Header("etag");
+    for (const auto& [k, v] : r.headers) {
+      if (!k.starts_with("x-amz-meta-")) continue;
+      info.meta.push_back(k + ": " + v);
+      if (k == kMetaChecksum) {
+        info.has_checksum = ParseChecksumHex(v, &info.hi, &info.lo);
+      } else if (k == kMetaMode) {
+        info.mode = static_cast<uint32_t>(std::strtoul(v.c_str(), nullptr, 8)) & 07777;
+      } else if (k == kMetaMtime) {
+        long long s = 0;
+        unsigned ns = 0;
+        if (std::sscanf(v.c_str(), "%lld.%u", &s, &ns) >= 1 && ns < 1000000000u) {
+          info.has_mtime = true;
+          info.mtime_sec = s;
+          info.mtime_nsec = ns;
+        }
+      } else if (k == kMetaSymlink) {
+        info.symlink = true;
+        info.target = s3::UriDecode(v);
+      }
+    }
+    return info;
+  }
+
+  Result<ObjectInfo> Head(const std::string& key, std::string_view what, bool quiet_404 = false) {
+    Request req;
+    req.method = "HEAD";
+    req.key = key;
+    if (quiet_404) req.quiet = {404};
+    Response r;
+    if (auto st = Perform(req, what, &r); !st) return Err(st.error());
+    return InfoFrom(r);
+  }
+
+  // Whether `key` names an object or a non-empty directory.
+  Result<bool> Exists(const std::string& key) {
+    auto info = Head(key, "exists: head", true);
+    if (info) return true;
+    if (info.error() != ENOENT) return Err(info.error());
+    Request req;
+    req.query = Query({{"list-type", "2"}, {"max-keys", "1"}, {"prefix", key + "/"}});
+    Response r;
+    if (auto st = Perform(req, "exists: list", &r); !st) return Err(st.error());
+    auto page = s3::ParseListObjectsV2(r.body);
+    if (!page) return BadReply("exists: list", key, r);
+    return !page->objects.empty();
+  }
+
+  Status Delete(const std::string& key) {
+    Request req;
+    req.method = "DELETE";
+    req.key = key;
+    req.quiet = {404};
+    Response r;
+    auto st = Perform(req, "delete", &r);
+    if (!st && st.error() == ENOENT) return {};  // some stores answer 404 for a missing key
+    return st;
+  }
+
+  // Calls fn for every object under `key_prefix`, in key order.
+  Status ListKeys(const std::string& key_prefix, const std::function<void(const s3::ListedObject&)>& fn) {
+    std::string token;
+    for (;;) {
+      std::vector<std::pair<std::string, std::string>> params = {
+          {"list-type", "2"}, {"prefix", key_prefix}, {"encoding-type", "url"}, {"max-keys", std::to_string(cfg_.list_max_keys)}};
+      if (!token.empty()) params.emplace_back("continuation-token", token);
+      Request req;
+      req.query = Query(params);
+      Response r;
+      if (auto st = Perform(req, "list", &r); !st) return st;
+      auto page = s3::ParseListObjectsV2(r.body);
+      if (!page) return BadReply("list", key_prefix, r);
+      for (const auto& o : page->objects) fn(o);
+      if (!page->truncated) return {};
+      token = page->next_token;
+    }
+  }
+
+  // DeleteObjects in batches of 1000 (Content-MD5 is required by S3).
+  Status DeleteKeys(const std::vector<std::string>& keys) {
+    for (size_t i = 0; i < keys.size(); i += kDeleteBatch) {
+      std::vector<std::string> batch(keys.begin() + static_cast<ptrdiff_t>(i),
+                                     keys.begin() + static_cast<ptrdiff_t>(std::min(keys.size(), i + kDeleteBatch)));
+      std::string body = s3::DeleteObjectsXml(batch);
+      Request req;
+      req.method = "POST";
+      req.query = Query({{"delete", ""}});
+      req.body = body;
+      req.headers = {"Content-MD5: " + Md5Base64(body), "Content-Type: application/xml"};
+      Response r;
+      if (auto st = Perform(req, "delete objects", &r); !st) return st;
+      auto failed = s3::ParseDeleteResult(r.body);
+      if (!failed) return BadReply("delete objects", batch.front(), r);
+      for (const auto& f : *failed) {
+        if (f.code == "NoSuchKey") continue;
+        LOG_ERROR("s3 backend: delete s3://{}/{}: {} {}", cfg_.bucket, f.key, f.code, f.message);
+        return Err(f.code == "AccessDenied" ? EACCES : EIO);
+      }
+    }
+    return {};
+  }
+
+  Status AbortLeftoverUploads() {
+    std::string key_marker, id_marker;
+    size_t aborted = 0;
+    for (;;) {
+      std::vector<std::pair<std::string, std::string>> params = {{"uploads", ""}, {"prefix", root_}};
+      if (!key_marker.empty()) params.emplace_back("key-marker", key_marker);
+      if (!id_marker.empty()) params.emplace_back("upload-id-marker", id_marker);
+      Request req;
+      req.query = Query(params);
+      req.quiet = {501};
+      Response r;
+      if (auto st = Perform(req, "check: list uploads", &r); !st) {
+        if (st.error() == ENOTSUP) {
+          LOG_INFO("s3 backend: {} cannot list multipart uploads; leftover uploads are not cleaned", cfg_.endpoint);
+          return {};
+        }
+        return st;
+      }
+      auto page = s3::ParseListMultipartUploads(r.body);
+      if (!page) return BadReply("check: list uploads", root_, r);
+      for (const auto& u : page->uploads) {
+        if (auto st = AbortUpload(u.key, u.upload_id); !st) return st;
+        aborted++;
+      }
+      if (!page->truncated) break;
+      key_marker = page->next_key_marker;
+      id_marker = page->next_upload_id_marker;
+    }
+    if (aborted) LOG_INFO("s3 backend: aborted {} leftover multipart uploads under s3://{}/{}", aborted, cfg_.bucket, root_);
+    return {};
+  }
+
+  Status AbortUpload(const std::string& key, const std::string& upload_id) {
+    Request req;
+    req.method = "DELETE";
+    req.key = key;
+    req.query = Query({{"uploadId", upload_id}});
+    req.quiet = {404, 405, 501};
+    Response r;
+    auto st = Perform(req, "abort multipart upload", &r);
+    if (!st && st.error() == ENOENT) return {};
+    if (!st && st.error() == ENOTSUP) {
+      // s3rver, for one: the parts stay until the store expires them.
+      LOG_DEBUG("s3 backend: {} cannot abort multipart uploads", cfg_.endpoint);
+      return {};
+    }
+    return st;
+  }
+
+  Result<std::string> InitiateUpload(const std::string& key, const std::vector<std::string>& headers) {
+    Request req;
+    req.method = "POST";
+    req.key = key;
+    req.query = Query({{"uploads", ""}});
+    req.headers = headers;
+    req.headers.push_back("Content-Type: application/octet-stream");
+    Response r;
+    if (auto st = Perform(req, "create multipart upload", &r); !st) return Err(st.error());
+    auto id = s3::ParseInitiateMultipartUpload(r.body);
+    if (!id) return BadReply("create multipart upload", key, r);
+    return id;
+  }
+
+  Status CompleteUpload(const std::string& key, const std::string& upload_id, const std::vector<std::string>& etags,
+                        uint64_t size) {
+    std::string body = s3::CompleteMultipartUploadXml(etags);
+    Request req;
+    req.method = "POST";
+    req.key = key;
+    req.query = Query({{"uploadId", upload_id}});
+    req.body = body;
+    req.headers = {"Content-Type: application/xml"};
+    req.error_in_200 = true;
+    req.quiet = {404};
+    Response r;
+    auto st = Perform(req, "complete multipart upload", &r);
+    if (!st && st.error() == ENOENT && r.error_code == "NoSuchUpload") {
+      // A retry after a completion whose reply was lost: check the object.
+      auto info = Head(key, "complete multipart upload: head");
+      if (info && info->size == size) return {};
+      LOG_ERROR("s3 backend: complete multipart upload s3://{}/{}: upload vanished", cfg_.bucket, key);
+      return Err(EIO);
+    }
+    return st;
+  }
+
+  Result<Staged> StageSmall(int src_fd, uint64_t size, const std::function<bool()>& cancelled) {
+    auto buf = std::make_shared<std::string>(size, '\0');
+    XXH3_state_t* state = XXH3_createState();
+    if (!state) return Err(ENOMEM);
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> guard(state, XXH3_freeState);
+    XXH3_128bits_reset(state);
+    for (uint64_t off = 0; off < size; off += kReadChunk) {
+      if (cancelled && cancelled()) return Err(ECANCELED);
+      uint64_t len = std::min(kReadChunk, size - off);
+      if (int e = PreadFull(src_fd, buf->data() + off, len, off)) {
+        LOG_ERROR("s3 backend: stage: read source fd {} at {}: {}", src_fd, off, ErrStr(e));
+        return Err(e);
+      }
+      XXH3_128bits_update(state, buf->data() + off, len);
+    }
+    XXH128_hash_t h = XXH3_128bits_digest(state);
+    std::string token = "mem:" + UniqueName("");
+    std::lock_guard lock(mu_);
+    small_[token] = std::move(buf);
+    return Staged{token, size, h.high64, h.low64};
+  }
+
+  // Parts are read in order here (hashing them) and uploaded by `parallel`
+  // threads; at most parallel + 1 part buffers exist.
+  Result<Staged> StageMultipart(int src_fd, uint64_t size, const std::function<bool()>& cancelled) {
+    uint64_t psize = cfg_.part_size;
+    if ((size + psize - 1) / psize > kMaxParts) psize = ((size + kMaxParts - 1) / kMaxParts + (1 << 20) - 1) & ~uint64_t((1 << 20) - 1);
+    const uint64_t nparts = (size + psize - 1) / psize;
+    std::string name = UniqueName("st-");
+    std::string key = tmp_root_ + name;
+    auto upload = InitiateUpload(key, {});
+    if (!upload) return Err(upload.error());
+
+    XXH3_state_t* state = XXH3_createState();
+    if (!state) return Err(ENOMEM);
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> guard(state, XXH3_freeState);
+    XXH3_128bits_reset(state);
+
+    std::vector<std::string> etags(nparts);
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::pair<uint64_t, std::unique_ptr<std::string>>> queue;  // GUARDED_BY(mu)
+    std::vector<std::unique_ptr<std::string>> spare;                      // GUARDED_BY(mu)
+    size_t buffers = 0;                                                   // GUARDED_BY(mu)
+    bool done = false;                                                    // GUARDED_BY(mu)
+    int err = 0;                                                          // GUARDED_BY(mu)
+    const auto nworkers = static_cast<size_t>(std::min<uint64_t>(nparts, static_cast<uint64_t>(cfg_.parallel)));
+
+    auto worker = [&] {
+      for (;;) {
+        std::pair<uint64_t, std::unique_ptr<std::string>> job;
+        {
+          std::unique_lock lock(mu);
+          cv.wait(lock, [&] { return !queue.empty() || done; });
+          if (queue.empty()) return;
+          job = std::move(queue.front());
+          queue.pop_front();
+        }
+        Request put;
+        put.method = "PUT";
+        put.key = key;
+        put.query = Query({{"partNumber", std::to_string(job.first + 1)}, {"uploadId", *upload}});
+        put.body = *job.second;
+        put.cancelled = &cancelled;
+        Response r;
+        int e = 0;
+        if (auto st = Perform(put, "stage: upload part", &r); !st)
+          e = st.error();
+        else if ((etags[job.first] = r.Header("etag")).empty())
+          e = EIO;
+        std::lock_guard lock(mu);
+        if (e && !err) err = e;
+        if (e) {
+          done = true;
+          queue.clear();  // the upload is lost anyway
+        }
+        spare.push_back(std::move(job.second));
+        cv.notify_all();
+      }
+    };
+    std::vector<std::thread> threads;
+    int read_err = 0;
+    try {
+      for (size_t i = 0; i < nworkers; i++) threads.emplace_back(worker);
+      for (uint64_t part = 0; part < nparts; part++) {
+        if (cancelled && cancelled()) {
+          read_err = ECANCELED;
+          break;
+        }
+        std::unique_ptr<std::string> buf;
+        {
+          std::unique_lock lock(mu);
+          cv.wait(lock, [&] { return err || !spare.empty() || buffers < nworkers + 1; });
+          if (err) break;
+          if (!spare.empty()) {
+            buf = std::move(spare.back());
+            spare.pop_back();
+          } else {
+            buffers++;
+          }
+        }
+        if (!buf) buf = std::make_unique<std::string>();
+        const uint64_t off = part * psize, len = std::min(psize, size - off);
+        buf->resize(len);
+        if (int e = PreadFull(src_fd, buf->data(), len, off)) {
+          LOG_ERROR("s3 backend: stage: read source fd {} at {}: {}", src_fd, off, ErrStr(e));
+          read_err = e;
+          break;
+        }
+        XXH3_128bits_update(state, buf->data(), len);
+        std::lock_guard lock(mu);
+        queue.emplace_back(part, std::move(buf));
+        cv.notify_all();
+      }
+    } catch (const std::exception&) {
+      read_err = ENOMEM;
+    }
+    {
+      std::lock_guard lock(mu);
+      done = true;
+      if (read_err) queue.clear();
+      cv.notify_all();
+    }
+    for (auto& t : threads) t.join();
+    int e = read_err ? read_err : err;
+    if (!e && threads.empty()) e = EAGAIN;
+    if (!e) {
+      if (auto st = CompleteUpload(key, *upload, etags, size); !st) e = st.error();
+    }
+    if (e) {
+      if (auto st = AbortUpload(key, *upload); !st)
+        LOG_WARN("s3 backend: stage: multipart upload of s3://{}/{} left behind (aborted at next mount)",
+                 cfg_.bucket, key);
+      if (e == ECANCELED) LOG_DEBUG("s3 backend: stage of {} bytes into {} cancelled", size, key);
+      return Err(e);
+    }
+    XXH128_hash_t h = XXH3_128bits_digest(state);
+    return Staged{"tmp:" + name, size, h.high64, h.low64};
+  }
+
+  // Copies object `src` (`size` bytes) to `dst`. With `meta`, the copy gets
+  // those metadata headers (REPLACE); without, it keeps the source's.
+  Status Copy(const std::string& src, const std::string& dst, uint64_t size, const std::vector<std::string>* meta) {
+    if (size > cfg_.multipart_copy_threshold || size > cfg_.max_copy_object_size) {
+      std::vector<std::string> headers;
+      if (meta) {
+        headers = *meta;
+      } else {
+        auto info = Head(src, "copy: head source");
+        if (!info) return Err(info.error());
+        headers = info->meta;
+      }
+      if (!no_part_copy_.load()) {
+        auto st = CopyMultipart(src, dst, size, headers, /*through_client=*/false);
+        if (st || st.error() != ENOTSUP) return st;
+        no_part_copy_ = true;
+        LOG_INFO("s3 backend: {} has no UploadPartCopy; large copies go {}", cfg_.endpoint,
+                 "through CopyObject up to 5 GiB, through this host above");
+      }
+      if (size > cfg_.max_copy_object_size) return CopyMultipart(src, dst, size, headers, /*through_client=*/true);
+    }
+    Request put;
+    put.method = "PUT";
+    put.key = dst;
+    put.headers = {"x-amz-copy-source: /" + cfg_.bucket + "/" + s3::UriEncode(src, true),
+                   std::string("x-amz-metadata-directive: ") + (meta ? "REPLACE" : "COPY")};
+    if (meta) put.headers.insert(put.headers.end(), meta->begin(), meta->end());
+    put.error_in_200 = true;
+    Response r;
+    if (auto st = Perform(put, "copy from " + src + " to", &r); !st) return st;
+    if (auto etag = s3::ParseETagResult(r.body); !etag) return BadReply("copy to", dst, r);
+    return {};
+  }
+
+  // A multipart copy: UploadPartCopy, or GET + UploadPart when
+  // `through_client`. ENOTSUP when the store has no UploadPartCopy.
+  Status CopyMultipart(const std::string& src, const std::string& dst, uint64_t size,
+                       const std::vector<std::string>& headers, bool through_client) {
+    uint64_t psize = std::max(cfg_.part_size, (size + kMaxParts - 1) / kMaxParts);
+    const uint64_t nparts = (size + psize - 1) / psize;
+    auto upload = InitiateUpload(dst, headers);
+    if (!upload) return Err(upload.error());
+    std::vector<std::string> etags(nparts);
+    const std::string source = "/" + cfg_.bucket + "/" + s3::UriEncode(src, true);
+    int err = RunParallel(nparts, cfg_.parallel, [&](size_t i) -> int {
+      const uint64_t off = i * psize, len = std::min(psize, size - off);
+      const std::string range = "bytes=" + std::to_string(off) + "-" + std::to_string(off + len - 1);
+      std::string q = Query({{"partNumber", std::to_string(i + 1)}, {"uploadId", *upload}});
+      Response r;
+      if (!through_client) {
+        Request put;
+        put.method = "PUT";
+        put.key = dst;
+        put.query = q;
+        put.headers = {"x-amz-copy-source: " + source, "x-amz-copy-source-range: " + range};
+        put.error_in_200 = true;
+        put.quiet = {501};
+        if (auto st = Perform(put, "copy part", &r); !st) return st.error();
+        auto etag = s3::ParseETagResult(r.body);
+        if (!etag) return BadReply("copy part", dst, r).error();
+        etags[i] = *etag;
+        return 0;
+      }
+      std::string data;
+      Request get;
+      get.key = src;
+      get.headers = {"Range: " + range};
+      get.sink = [&](const char* p, size_t n) {
+        data.append(p, n);
+        return 0;
+      };
+      get.on_retry = [&] { data.clear(); };
+      if (auto st = Perform(get, "copy: get range", &r); !st) return st.error();
+      if (data.size() != len) return BadReply("copy: get range", src, r).error();
+      Request put;
+      put.method = "PUT";
+      put.key = dst;
+      put.query = q;
+      put.body = data;
+      if (auto st = Perform(put, "copy: upload part", &r); !st) return st.error();
+      etags[i] = r.Header("etag");
+      return etags[i].empty() ? EIO : 0;
+    });
+    if (!err) {
+      if (auto st = CompleteUpload(dst, *upload, etags, size); !st) err = st.error();
+    }
+    if (err) {
+      (void)AbortUpload(dst, *upload);
+      return Err(err);
+    }
+    return {};
+  }
+
+  // Moves the object `from` and everything under `from/` to `to`: copies
+  // first, deletes after, so a failure leaves the source whole.
+  Status Move(const std::string& from, const std::string& to) {
+    auto info = Head(from, "rename: head source", true);
+    if (!info && info.error() != ENOENT) return Err(info.error());
+    std::vector<s3::ListedObject> under;
+    if (auto st = ListKeys(from + "/", [&](const s3::ListedObject& o) { under.push_back(o); }); !st) return st;
+    if (!info && under.empty()) return Fail(ENOENT, "rename: no such file or directory", from);
+    if (info) {
+      if (auto st = Copy(from, to, info->size, nullptr); !st) return st;
+    }
+    int err = RunParallel(under.size(), cfg_.parallel, [&](size_t i) -> int {
+      std::string dst = to + under[i].key.substr(from.size());
+      auto st = Copy(under[i].key, dst, under[i].size, nullptr);
+      return st ? 0 : st.error();
+    });
+    if (err) return Err(err);
+    std::vector<std::string> keys;
+    if (info) keys.push_back(from);
+    for (const auto& o : under) keys.push_back(o.key);
+    return DeleteKeys(keys);
+  }
+
+  S3Config cfg_;
+  const std::string root_;      // "<prefix>/" or "" — every key starts with it
+  const std::string tmp_root_;  // "<prefix>/.ckptfs-tmp/"
+  const std::string sigv4_;
+  const uint64_t nonce_;
+  std::atomic<uint64_t> counter_{0};
+  std::atomic<bool> no_part_copy_{false};  // the store answered UploadPartCopy with 501
+  EasyPool pool_;
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<std::string>> small_;  // GUARDED_BY(mu_): staged in memory
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> OpenS3Backend(const S3Config& cfg) {
+  if (cfg.bucket.empty() || cfg.endpoint.empty() || cfg.region.empty() || cfg.access_key.empty() ||
+      cfg.secret_key.empty()) {
+    LOG_ERROR("s3 backend: incomplete configuration for s3://{} (bucket, endpoint, region and credentials needed)",
+              cfg.bucket);
+    return Err(EINVAL);
+  }
+  if (auto p = s3::NormalizePrefix(cfg.prefix); !p || *p != cfg.prefix) {
+    LOG_ERROR("s3 backend: prefix '{}' is not normalized (use LoadS3Config)", cfg.prefix);
+    return Err(EINVAL);
+  }
+  static std::once_flag once;
+  static CURLcode init_rc = CURLE_OK;
+  std::call_once(once, [] { init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); });
+  if (init_rc != CURLE_OK) {
+    LOG_ERROR("s3 backend: curl_global_init: {}", curl_easy_strerror(init_rc));
+    return Err(EIO);
+  }
+  try {
+    return std::make_unique<S3Backend>(cfg);
+  } catch (const std::bad_alloc&) {
+    return Err(ENOMEM);
+  }
+}
+
+}  // namespace ckpt::backend

@@ -1,0 +1,87 @@
+// s3_backend.h — the Backend over S3-compatible object storage (AWS S3,
+// MinIO, Ceph RGW, s3rver), with libcurl and its built-in SigV4 signing.
+//
+// Layout: the file at relative path "a/b" is the object "<prefix>/a/b"; a
+// directory is a key prefix, and Mkdir also writes an empty marker object
+// "<prefix>/a/" so that empty directories survive. The staging area is
+// "<prefix>/.ckptfs-tmp/". Files keep their checksum, mode and mtime in
+// x-amz-meta-ckptfs-xxh128 / -mode / -mtime; symlinks are empty objects
+// with x-amz-meta-ckptfs-symlink (the URL-encoded target).
+//
+// Staging (the Backend interface keeps Stage path-less, on purpose):
+//  - a file of at most part_size bytes is read into memory by Stage and
+//    sent by Publish in one PUT with its metadata;
+//  - a larger file is uploaded by Stage as a multipart upload (part_size
+//    parts, `parallel` in flight) to a temporary key under .ckptfs-tmp/,
+//    completed there; Publish copies it server-side to the final key
+//    (CopyObject, or UploadPartCopy in parallel parts above
+//    multipart_copy_threshold, or GET + UploadPart where the store has no
+//    UploadPartCopy) with the final metadata, then deletes the temporary.
+// Why not a multipart upload on the final key, started by Stage: S3 orders
+// a multipart upload by the time it was *initiated*, so a Remove or an
+// older version's Publish applied between that Stage and its Publish could
+// win over it, and the backend would no longer replay the mount's history
+// in order. A copy at Publish time is a write at Publish time. The price is
+// one server-side copy per large file.
+//
+// Every request is retried (exponential backoff with full jitter) on
+// connection errors, timeouts, 5xx, 429 and SlowDown, up to max_attempts,
+// then fails with EIO; other 4xx fail at once: 403 → EACCES, 404 → ENOENT,
+// 400 → EINVAL. Each failure is logged once with bucket, key and HTTP
+// status; credentials and signatures never reach the log.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "backend/backend.h"
+#include "backend/s3_config.h"
+
+namespace ckpt::backend {
+
+// Opens an S3 backend (no request is made; Check() talks to the store).
+// Errors: EINVAL (bad configuration), ENOMEM.
+[[nodiscard]] Result<std::unique_ptr<Backend>> OpenS3Backend(const S3Config& cfg);
+
+namespace s3 {
+
+// RFC 3986 percent-encoding as SigV4 wants it: everything but A-Z a-z 0-9
+// - . _ ~ is encoded, and '/' too unless `keep_slash`.
+std::string UriEncode(std::string_view s, bool keep_slash);
+std::string UriDecode(std::string_view s);
+
+// Whether `path` is a relative path the backend accepts: not empty, no
+// leading '/', no empty, "." or ".." component, no NUL, and not under the
+// reserved top-level name ".ckptfs-tmp".
+bool ValidPath(std::string_view path);
+
+// "<prefix>/<path>" (just `path` when the prefix is empty); EINVAL when
+// !ValidPath(path).
+[[nodiscard]] Result<std::string> JoinKey(std::string_view prefix, std::string_view path);
+
+// The relative path of `key` under `prefix` (the inverse of JoinKey; a
+// trailing '/' — a directory marker — is kept). nullopt when the key is not
+// under the prefix, is the prefix's own marker, or has an empty, "." or
+// ".." component.
+std::optional<std::string> RelPath(std::string_view prefix, std::string_view key);
+
+// What to do after one attempt of a request.
+struct Verdict {
+  bool retry = false;  // transient: try again after a backoff
+  int err = 0;         // the errno if it is not (or no longer) retried; 0 = success
+};
+// From a curl result code (CURLcode as int); CURLE_OK → success.
+Verdict ClassifyCurl(int curl_code);
+// From an HTTP status and the S3 error code of its body (may be empty).
+Verdict ClassifyHttp(long status, std::string_view error_code);
+
+// The backoff before attempt `attempt` (1 = the first retry): a uniform
+// draw in [0, min(cap, base·2^(attempt-1))] milliseconds; `unit` in [0,1).
+uint64_t BackoffMs(int attempt, uint64_t base_ms, uint64_t cap_ms, double unit);
+
+}  // namespace s3
+}  // namespace ckpt::backend

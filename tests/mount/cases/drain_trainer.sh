@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# A trainer saves step_1..step_6 with torch.save (model + optimizer), writes
+# `latest` after each step and deletes old steps. While the (slowed) drain
+# runs, a watcher walks the backend and checks that `latest` never names a
+# step whose files are not complete. After `ckptfs drain` the backend tree
+# equals the mount tree byte for byte.
+set -euo pipefail
+source "$(dirname "$0")/../lib/common.sh"
+
+export CKPTFS_DRAIN_DELAY_MS=150
+mount_fs --cache-size 2G
+unset CKPTFS_DRAIN_DELAY_MS
+
+cat > "$T/trainer.py" <<'PY'
+import hashlib, json, os, shutil, sys, torch
+mnt, manifest = sys.argv[1], sys.argv[2]
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 512))
+opt = torch.optim.Adam(model.parameters())
+sums = {}
+for step in range(1, 7):
+    loss = model(torch.randn(8, 512)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    d = os.path.join(mnt, f"step_{step}")
+    os.makedirs(d)
+    torch.save(model.state_dict(), os.path.join(d, "model.pt"))
+    torch.save(opt.state_dict(), os.path.join(d, "optim.pt"))
+    for n in ("model.pt", "optim.pt"):
+        with open(os.path.join(d, n), "rb") as f:
+            sums[f"step_{step}/{n}"] = hashlib.sha256(f.read()).hexdigest()
+    with open(manifest + ".tmp", "w") as f:
+        json.dump(sums, f)
+    os.replace(manifest + ".tmp", manifest)
+    with open(os.path.join(mnt, "latest"), "w") as f:
+        f.write(f"step_{step}")
+    if step > 2:
+        shutil.rmtree(os.path.join(mnt, f"step_{step - 2}"))
+PY
+
+cat > "$T/watch.py" <<'PY'
+# Polls the backend until told to stop; fails if `latest` ever names a step
+# whose files are missing, short or different from what the trainer wrote.
+import hashlib, json, os, sys, time
+backend, manifest, stop = sys.argv[1:4]
+checks = 0
+while not os.path.exists(stop):
+    try:
+        step = open(os.path.join(backend, "latest")).read()
+    except FileNotFoundError:
+        time.sleep(0.02); continue
+    sums = json.load(open(manifest))
+    for n in ("model.pt", "optim.pt"):
+        p = os.path.join(backend, step, n)
+        try:
+            data = open(p, "rb").read()
+        except FileNotFoundError:
+            # Deleted by a later step: fine only if latest moved on meanwhile.
+            if open(os.path.join(backend, "latest")).read() != step:
+                continue
+            sys.exit(f"latest names {step} but {p} is missing")
+        if hashlib.sha256(data).hexdigest() != sums[f"{step}/{n}"]:
+            if open(os.path.join(backend, "latest")).read() == step and os.path.exists(p):
+                sys.exit(f"latest names {step} but {p} has wrong bytes")
+    checks += 1
+    time.sleep(0.01)
+print(f"watcher: {checks} consistent observations")
+PY
+
+/usr/bin/python3 "$T/watch.py" "$BACKEND" "$T/manifest.json" "$T/stop" > "$T/watch.out" 2>&1 &
+watcher=$!
+/usr/bin/python3 "$T/trainer.py" "$MNT" "$T/manifest.json"
+"$CKPTFS" drain "$MNT" --timeout 300
+touch "$T/stop"
+wait "$watcher" || { cat "$T/watch.out"; fail "the backend showed an inconsistent checkpoint"; }
+cat "$T/watch.out"
+
+# The backend equals the mount, byte for byte (the staging dir aside).
+diff -r --exclude=.ckptfs-tmp "$MNT" "$BACKEND" || fail "backend differs from the mount"
+[ "$(cat "$BACKEND/latest")" = step_6 ] || fail "latest in backend is $(cat "$BACKEND/latest")"
+[ ! -e "$BACKEND/step_1" ] || fail "deleted step_1 still in backend"
+[ -z "$(ls -A "$BACKEND/.ckptfs-tmp")" ] || fail "staging files left behind"
+for f in "$MNT"/step_6/*; do
+  [ "$(getfattr --only-values -n user.ckptfs.state "$f")" = persisted ] || fail "$f not persisted"
+done
+"$CKPTFS" status "$MNT" --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["dirty"]["files"] == 0 and s["draining"]["files"] == 0, s
+assert s["drain"]["queue"] == 0, s
+'
+umount_fs
+check_log

@@ -1,0 +1,274 @@
+# shellcheck shell=bash
+# common.sh — sourced by every mounted case (tests/mount/cases/*.sh), like
+# libfuse's test/cases/lib: a private directory, mount/unmount helpers, an
+# EXIT trap that leaves nothing mounted or running, assertions, and a scan
+# of the daemon log for warnings and errors.
+#
+# A case exits 0 on success, 77 to be skipped (no /dev/fuse, not root, ...),
+# anything else on failure. tests/run_all.sh runs them; each also runs alone:
+#     tests/mount/cases/rename.sh        (BUILD=build-address to pick a build)
+#
+# What a case gets:
+#   $T        private temp dir (reference files go here); mode 0755
+#   $MNT      $T/mnt, the mount point      $BACKEND  $T/backend
+#   $STATE    $T/state (log: $STATE/ckptfs.log)
+#   $TIER     /dev/shm/ckptfs-test-<unique>, removed at exit (and $TIER-*)
+#   $CKPTFS   the binary    $PY  /usr/bin/python3    $CASE  the case name
+#   at_exit CMD       run CMD (eval'd) first thing in the EXIT trap
+#   mount_fs [ARGS]   mount $MNT (defaults: --cache-size 2G, --state-dir
+#                     $STATE, --tier-dir $TIER; an ARG given overrides)
+#   umount_fs         `ckptfs umount`, then wait for the daemon to exit
+#   remount_fs [ARGS] umount_fs + mount_fs with the same ARGS as before
+#   check_log [--allow-errors RE] [--allow-warnings RE]
+#   fail MSG, skip MSG, require_root, same_bytes A B, expect_eq WANT GOT MSG
+#   expect_errno ERRNO OP ARGS...  (OP from lib/fsop.py; `--as UID:GID` first
+#   expect_ok OP ARGS...            to act as another user), fsop OP ARGS...
+#   as_nobody CMD...  run CMD as uid/gid 65534
+#   drop_caches       drop the kernel's page/dentry/inode caches (root)
+#   size_of F, used_bytes, df_size_bytes, state_of F, check_state F
+#   check_backend     `ckptfs drain`, then diff -r the mount and the backend
+#
+# Environment: BUILD (default build), KEEP=1 keeps $T on failure,
+# CKPTFS_TEST_ROOT (set by run_all.sh) is where $T is created.
+
+set -euo pipefail
+export LC_ALL=C TZ=UTC
+
+CASE=$(basename "$0" .sh)
+LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$LIB/../../.." && pwd)
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+CKPTFS=$BUILD/ckptfs
+PY=/usr/bin/python3
+FSOP="$PY $LIB/fsop.py"
+
+skip() { echo "SKIP: $CASE: $*" >&2; exit 77; }
+fail() { echo "FAIL: $CASE: $*" >&2; exit 1; }
+note() { echo "# $*" >&2; }
+
+[ -e /dev/fuse ] || skip "no /dev/fuse"
+( exec 9<>/dev/fuse ) 2>/dev/null || skip "cannot open /dev/fuse"
+command -v fusermount3 >/dev/null || skip "no fusermount3"
+[ -x "$PY" ] || skip "no $PY"
+[ -x "$CKPTFS" ] || fail "no $CKPTFS: run make"
+
+require_root() { [ "$(id -u)" = 0 ] || skip "needs root"; }
+
+_base=${CKPTFS_TEST_ROOT:-${TMPDIR:-/tmp}}
+mkdir -p "$_base"
+T=$(mktemp -d "$_base/ckptfs-$CASE.XXXXXX")
+chmod 755 "$T"   # other uids must reach $MNT in the permission cases
+MNT=$T/mnt
+BACKEND=$T/backend
+STATE=$T/state
+TIER=/dev/shm/ckptfs-test-$$-$(basename "$T")
+mkdir -p "$MNT" "$BACKEND"
+
+_MOUNT_ARGS=()        # the extra ARGS of the last mount_fs (for remount_fs)
+_STATE_DIRS=()        # every state dir used (check_log scans all their logs)
+_TIER_DIRS=("$TIER")  # every tier dir used (removed at exit)
+
+# Processes whose command line names a path under $T: the daemons this
+# case started (and nothing else), by pid.
+_our_daemons() {
+  local p cmd
+  for p in /proc/[0-9]*; do
+    { cmd=$(tr '\0' ' ' < "$p/cmdline"); } 2>/dev/null || continue
+    case $cmd in
+      *ckptfs*" mount "*"$T/"*) echo "${p#/proc/}" ;;
+    esac
+  done
+}
+
+# Mount points under $T, deepest first.
+_our_mounts() {
+  awk -v t="$T/" 'index($2, t) == 1 { print $2 }' /proc/mounts | sort -r
+}
+
+_AT_EXIT=()           # commands at_exit registered, run first by _cleanup
+
+# Runs CMD (a string, eval'd) at exit, before the unmounts, in reverse order.
+at_exit() { _AT_EXIT=("$1" "${_AT_EXIT[@]}"); }
+
+_cleanup() {
+  local rc=$? m p c
+  trap - EXIT INT TERM
+  set +e
+  for c in "${_AT_EXIT[@]}"; do eval "$c"; done
+  for m in $(_our_mounts); do
+    fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
+  done
+  for p in $(_our_daemons); do kill "$p" 2>/dev/null; done
+  for _ in $(seq 50); do [ -z "$(_our_daemons)" ] && break; sleep 0.1; done
+  for p in $(_our_daemons); do kill -9 "$p" 2>/dev/null; done
+  if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
+    local s
+    for s in "${_STATE_DIRS[@]}"; do
+      [ -f "$s/ckptfs.log" ] || continue
+      echo "--- last lines of $s/ckptfs.log" >&2
+      tail -n 15 "$s/ckptfs.log" >&2
+    done
+  fi
+  for p in "${_TIER_DIRS[@]}"; do
+    case $p in /dev/shm/ckptfs-test-?*|"$T"/?*) rm -rf "$p" "$p"-* ;; esac
+  done
+  if [ "$rc" != 0 ] && [ "$rc" != 77 ] && [ -n "${KEEP:-}" ]; then
+    echo "kept $T" >&2
+  else
+    rm -rf "$T"
+  fi
+  exit "$rc"
+}
+trap _cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+# True when ARGS (after the first) contain the option named first.
+_has_opt() {
+  local o=$1 a
+  shift
+  for a in "$@"; do [ "$a" = "$o" ] && return 0; done
+  return 1
+}
+
+# True when $1 equals one of the remaining args.
+_has_item() {
+  local x=$1 a
+  shift
+  for a in "$@"; do [ "$a" = "$x" ] && return 0; done
+  return 1
+}
+
+# The value of option $1 in the remaining args, or nothing.
+_opt_val() {
+  local o=$1
+  shift
+  while [ $# -gt 0 ]; do
+    if [ "$1" = "$o" ] && [ $# -gt 1 ]; then echo "$2"; return; fi
+    shift
+  done
+}
+
+is_mounted() { findmnt -n -M "${1:-$MNT}" >/dev/null 2>&1; }
+
+mount_fs() {
+  local args=("$@") st td
+  _MOUNT_ARGS=("$@")
+  _has_opt --cache-size "$@" || args+=(--cache-size 2G)
+  _has_opt --state-dir "$@" || args+=(--state-dir "$STATE")
+  _has_opt --tier-dir "$@" || args+=(--tier-dir "$TIER")
+  _has_opt --backend "$@" || args+=(--backend "$BACKEND")
+  st=$(_opt_val --state-dir "${args[@]}")
+  td=$(_opt_val --tier-dir "${args[@]}")
+  _has_item "$st" "${_STATE_DIRS[@]}" || _STATE_DIRS+=("$st")
+  _has_item "$td" "${_TIER_DIRS[@]}" || _TIER_DIRS+=("$td")
+  if ! "$CKPTFS" mount "$MNT" "${args[@]}" > "$T/mount.out" 2>&1; then
+    cat "$T/mount.out" >&2
+    fail "ckptfs mount $MNT ${args[*]} failed"
+  fi
+  [ "$(findmnt -n -o FSTYPE -M "$MNT")" = fuse.ckptfs ] || fail "ckptfs mount returned 0 but $MNT is not a ckptfs mount"
+  stat "$MNT" >/dev/null || fail "mount point not usable right after mount"
+}
+
+# Waits until no daemon of this case runs (the log is complete then).
+wait_daemon_exit() {
+  local _i
+  for _i in $(seq 600); do
+    [ -z "$(_our_daemons)" ] && return 0
+    sleep 0.1
+  done
+  fail "daemon still running 60 s after umount: $(_our_daemons)"
+}
+
+umount_fs() {
+  is_mounted || fail "umount_fs: $MNT is not mounted"
+  stat "$MNT" >/dev/null 2>&1 || fail "mount is dead before umount (daemon crashed?): $(stat "$MNT" 2>&1)"
+  if ! "$CKPTFS" umount "$MNT" > "$T/umount.out" 2>&1; then
+    cat "$T/umount.out" >&2
+    fail "ckptfs umount $MNT failed"
+  fi
+  ! is_mounted || fail "$MNT still mounted after ckptfs umount"
+  wait_daemon_exit
+}
+
+remount_fs() {
+  local prev=("${_MOUNT_ARGS[@]}")
+  umount_fs
+  if [ $# -gt 0 ]; then mount_fs "$@"; else mount_fs "${prev[@]}"; fi
+}
+
+# Fails the case if any daemon log of this case has C or E lines (except
+# those matching --allow-errors RE) or W lines (except --allow-warnings RE).
+check_log() {
+  local allow_e="" allow_w="" s log bad=""
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --allow-errors) allow_e=$2; shift 2 ;;
+      --allow-warnings) allow_w=$2; shift 2 ;;
+      *) fail "check_log: unknown argument $1" ;;
+    esac
+  done
+  for s in "${_STATE_DIRS[@]}"; do
+    log=$s/ckptfs.log
+    [ -f "$log" ] || fail "no daemon log at $log"
+    bad+=$(awk -v ae="$allow_e" -v aw="$allow_w" '
+      $2 == "C" { print; next }
+      $2 == "E" { if (ae == "" || $0 !~ ae) print; next }
+      $2 == "W" { if (aw == "" || $0 !~ aw) print; next }' "$log")$'\n'
+  done
+  bad=$(printf '%s' "$bad" | sed '/^$/d')
+  [ -z "$bad" ] || fail "daemon log has warnings or errors:
+$bad"
+}
+
+same_bytes() {
+  cmp "$1" "$2" || fail "$2 differs from $1"
+}
+
+expect_eq() {
+  [ "$1" = "$2" ] || fail "$3: expected '$1', got '$2'"
+}
+
+fsop() { $FSOP "$@"; }
+
+expect_errno() {
+  local want=$1 got
+  shift
+  got=$($FSOP "$@") || fail "fsop.py $* broke"
+  [ "$got" = "$want" ] || fail "$*: expected $want, got $got"
+}
+
+expect_ok() {
+  local got
+  got=$($FSOP "$@") || fail "fsop.py $* broke"
+  case $got in OK*) ;; *) fail "$*: expected success, got $got" ;; esac
+}
+
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"; }
+
+drop_caches() {
+  [ -w /proc/sys/vm/drop_caches ] || { note "cannot drop caches"; return 0; }
+  echo 3 > /proc/sys/vm/drop_caches
+}
+
+size_of() { stat -c %s "$1"; }
+df_size_bytes() { df -B1 --output=size "$MNT" | tail -n 1 | tr -d ' '; }
+used_bytes() { df -B1 --output=used "$MNT" | tail -n 1 | tr -d ' '; }
+state_of() { getfattr --only-values --absolute-names -n user.ckptfs.state "$1"; }
+
+# Fails unless the state xattr of $1 is one of the four documented values.
+check_state() {
+  local s
+  s=$(state_of "$1") || fail "getfattr user.ckptfs.state $1 failed"
+  case $s in dirty|draining|persisted|remote) ;; *) fail "$1: state '$s'" ;; esac
+}
+
+# Waits for the drain (`ckptfs drain`), then compares the backend tree with
+# the mount, names and bytes (the staging dir aside).
+check_backend() {
+  "$CKPTFS" drain "$MNT" --timeout "${1:-120}" > "$T/drain.out" 2>&1 \
+    || { cat "$T/drain.out" >&2; fail "ckptfs drain failed"; }
+  diff -r --no-dereference --exclude=.ckptfs-tmp "$MNT" "$BACKEND" > "$T/diff.out" 2>&1 \
+    || { head -n 20 "$T/diff.out" >&2; fail "backend differs from the mount after the drain"; }
+}

@@ -1,0 +1,535 @@
+// test_tier.cc — the memory tier: where bytes land, the page-counting
+// budget, ENOSPC and the bounded wait for space, and re-attaching files on
+// reopen. Each test works in a fresh directory under /dev/shm (the tier's
+// real home: a tmpfs, whose st_blocks count pages actually allocated).
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/tier.h"
+
+using ckpt::cache::Tier;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr uint64_t kKiB = 1024;
+const uint64_t kPage = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+
+// The running test's directory; the tier itself goes in <g_dir>/tier, so Open
+// also creates it. .fini removes it, even after a failed assertion.
+std::string g_dir;
+
+void Setup() {
+  char tmpl[] = "/dev/shm/ckpt-unit-XXXXXX";
+  cr_assert_not_null(mkdtemp(tmpl), "mkdtemp under /dev/shm");
+  g_dir = tmpl;
+}
+
+void Teardown() {
+  std::error_code ec;
+  if (!g_dir.empty()) std::filesystem::remove_all(g_dir, ec);
+}
+
+std::string TierDir() { return g_dir + "/tier"; }
+
+std::unique_ptr<Tier> OpenTier(uint64_t budget, const std::string& dir = TierDir()) {
+  auto t = Tier::Open(dir, budget);
+  cr_assert(t.has_value(), "Tier::Open(%s): errno %d", dir.c_str(), t ? 0 : t.error());
+  return std::move(*t);
+}
+
+std::string Pattern(size_t n, char seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; i++) s[i] = static_cast<char>(seed + i * 7);
+  return s;
+}
+
+// Pins, writes `data` at `off` with pwrite, unpins. Returns the tier's answer.
+ckpt::Result<size_t> WriteAt(Tier* t, uint64_t ino, uint64_t off, const std::string& data,
+                             bool* called = nullptr) {
+  auto fd = t->Pin(ino, true);
+  cr_assert(fd.has_value(), "pin ino %llu: errno %d", static_cast<unsigned long long>(ino), fd ? 0 : fd.error());
+  auto r = t->Write(ino, off, data.size(), [&](int f) -> ssize_t {
+    if (called) *called = true;
+    ssize_t n = pwrite(f, data.data(), data.size(), static_cast<off_t>(off));
+    return n < 0 ? -errno : n;
+  });
+  t->Unpin(ino);
+  return r;
+}
+
+void MustWrite(Tier* t, uint64_t ino, uint64_t off, const std::string& data) {
+  auto r = WriteAt(t, ino, off, data);
+  cr_assert(r.has_value(), "write of %zu bytes at %llu to ino %llu: errno %d", data.size(),
+            static_cast<unsigned long long>(off), static_cast<unsigned long long>(ino), r ? 0 : r.error());
+  cr_assert_eq(*r, data.size());
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  cr_assert(f.good(), "open %s", path.c_str());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct stat StatOf(const std::string& path) {
+  struct stat st;
+  cr_assert_eq(stat(path.c_str(), &st), 0, "stat %s", path.c_str());
+  return st;
+}
+
+uint64_t AllocatedOnDisk(const std::string& path) { return static_cast<uint64_t>(StatOf(path).st_blocks) * 512; }
+
+}  // namespace
+
+TestSuite(tier, .init = Setup, .fini = Teardown);
+
+Test(tier, write_lands_in_path_of) {
+  auto t = OpenTier(1 << 20);
+  struct stat dst = StatOf(TierDir());
+  cr_assert(S_ISDIR(dst.st_mode));
+  cr_assert_eq(dst.st_mode & 0777, 0700u, "the tier directory is private");
+  cr_assert(t->attached().empty());
+
+  cr_assert_eq(t->Pin(7, false).error(), ENOENT, "no file yet, and no create");
+  cr_assert(!t->Has(7));
+
+  std::string a = Pattern(10000, 'a');
+  MustWrite(t.get(), 7, 0, a);
+  cr_assert(t->PathOf(7) == TierDir() + "/0000000000000007", "%s", t->PathOf(7).c_str());
+  cr_assert(t->PathOf(0xabcdef0123456789ull) == TierDir() + "/abcdef0123456789");
+  cr_assert(t->Has(7));
+  cr_assert(ReadFile(t->PathOf(7)) == a, "the bytes are in the tier file");
+  cr_assert_eq(StatOf(t->PathOf(7)).st_mode & 0777, 0600u);
+
+  // Overwrite a middle range and append: the file is what pwrite made it.
+  std::string b = Pattern(300, 'b');
+  MustWrite(t.get(), 7, 5000, b);
+  std::string c = Pattern(100, 'c');
+  MustWrite(t.get(), 7, 10000, c);
+  std::string want = a;
+  want.replace(5000, 300, b);
+  want += c;
+  cr_assert(ReadFile(t->PathOf(7)) == want);
+
+  // Pin again without create finds it; the fd is the file.
+  auto fd = t->Pin(7, false);
+  cr_assert(fd.has_value());
+  char buf[4];
+  cr_assert_eq(pread(*fd, buf, 4, 5000), 4);
+  cr_assert(std::string(buf, 4) == b.substr(0, 4));
+  t->Unpin(7);
+
+  auto s = t->Stats();
+  cr_assert_eq(s.files, 1u);
+  cr_assert_eq(s.reserved, 0u);
+  cr_assert_eq(s.budget, 1u << 20);
+}
+
+Test(tier, write_reports_callback_error) {
+  auto t = OpenTier(1 << 20);
+  auto fd = t->Pin(3, true);
+  cr_assert(fd.has_value());
+  auto r = t->Write(3, 0, 4096, [](int) -> ssize_t { return -EFAULT; });
+  t->Unpin(3);
+  cr_assert(!r.has_value());
+  cr_assert_eq(r.error(), EFAULT);
+  cr_assert_eq(t->Stats().reserved, 0u, "the reservation is returned");
+  cr_assert_eq(t->Stats().used, 0u, "nothing was written, nothing is charged");
+}
+
+Test(tier, budget_counts_allocated_pages) {
+  auto t = OpenTier(1 << 20);
+  MustWrite(t.get(), 1, 0, Pattern(64 * kKiB, 'x'));
+  cr_assert_eq(t->Stats().used, 64 * kKiB);
+  cr_assert_eq(t->AllocatedBytes(1), 64 * kKiB);
+  cr_assert_eq(AllocatedOnDisk(t->PathOf(1)), 64 * kKiB);
+
+  // One more byte allocates one more page.
+  MustWrite(t.get(), 1, 64 * kKiB, "z");
+  cr_assert_eq(t->Stats().used, 64 * kKiB + kPage);
+  cr_assert_eq(t->AllocatedBytes(1), 64 * kKiB + kPage);
+
+  // Overwriting allocated bytes costs nothing.
+  MustWrite(t.get(), 1, 0, Pattern(64 * kKiB, 'y'));
+  cr_assert_eq(t->Stats().used, 64 * kKiB + kPage);
+
+  // A sparse write far past the end (and past the budget) charges only the
+  // page it touches: the hole is free.
+  uint64_t far = 1ull << 30;
+  MustWrite(t.get(), 2, far, Pattern(kPage, 'p'));
+  cr_assert_eq(t->AllocatedBytes(2), kPage);
+  cr_assert_eq(StatOf(t->PathOf(2)).st_size, static_cast<off_t>(far + kPage));
+  cr_assert_eq(t->Stats().used, 64 * kKiB + 2 * kPage);
+  cr_assert_eq(t->Stats().files, 2u);
+  cr_assert_eq(t->Stats().reserved, 0u);
+
+  // Filling a page inside the hole is charged after the fact.
+  MustWrite(t.get(), 2, 4 * kPage, Pattern(kPage, 'q'));
+  cr_assert_eq(t->AllocatedBytes(2), 2 * kPage);
+  cr_assert_eq(t->Stats().used, 64 * kKiB + 3 * kPage);
+  cr_assert_eq(t->Stats().used, AllocatedOnDisk(t->PathOf(1)) + AllocatedOnDisk(t->PathOf(2)));
+}
+
+Test(tier, enospc_over_budget_charges_nothing) {
+  auto t = OpenTier(64 * kKiB);
+  MustWrite(t.get(), 1, 0, Pattern(48 * kKiB, 'a'));
+  cr_assert_eq(t->Stats().used, 48 * kKiB);
+
+  // Appending 32 KiB would go 16 KiB over: refused before any byte is written.
+  bool called = false;
+  auto r = WriteAt(t.get(), 1, 48 * kKiB, Pattern(32 * kKiB, 'b'), &called);
+  cr_assert(!r.has_value());
+  cr_assert_eq(r.error(), ENOSPC);
+  cr_assert(!called, "the write callback must not run without a reservation");
+  cr_assert_eq(StatOf(t->PathOf(1)).st_size, static_cast<off_t>(48 * kKiB));
+  auto s = t->Stats();
+  cr_assert_eq(s.used, 48 * kKiB);
+  cr_assert_eq(s.reserved, 0u);
+
+  // The same for a new file: nothing is charged to it.
+  called = false;
+  r = WriteAt(t.get(), 2, 0, Pattern(20 * kKiB, 'c'), &called);
+  cr_assert_eq(r.error(), ENOSPC);
+  cr_assert(!called);
+  cr_assert_eq(t->AllocatedBytes(2), 0u);
+  cr_assert_eq(t->Stats().used, 48 * kKiB);
+
+  // Larger than the whole budget: ENOSPC even when waiting is allowed.
+  t->set_wait_limit(milliseconds(2000));
+  auto start = Clock::now();
+  r = WriteAt(t.get(), 3, 0, Pattern(65 * kKiB, 'd'), &called);
+  cr_assert_eq(r.error(), ENOSPC);
+  cr_assert_lt(Clock::now() - start, milliseconds(500), "a request that can never fit does not wait");
+  t->set_wait_limit(milliseconds(0));
+
+  // What does fit still goes in, up to the budget exactly.
+  MustWrite(t.get(), 1, 48 * kKiB, Pattern(16 * kKiB, 'e'));
+  cr_assert_eq(t->Stats().used, 64 * kKiB);
+  r = WriteAt(t.get(), 1, 64 * kKiB, "!");
+  cr_assert_eq(r.error(), ENOSPC, "the budget is full");
+  cr_assert_eq(t->Stats().used, 64 * kKiB);
+
+  // Rewriting pages the file already has needs no new space, even when full;
+  // an append that straddles the end reserves only the part past it.
+  MustWrite(t.get(), 1, 0, Pattern(32 * kKiB, 'f'));
+  r = WriteAt(t.get(), 1, 60 * kKiB, Pattern(8 * kKiB, 'g'));
+  cr_assert_eq(r.error(), ENOSPC, "4 KiB past the end of a full tier");
+  t->Remove(1);
+  MustWrite(t.get(), 4, 0, Pattern(60 * kKiB, 'h'));
+  MustWrite(t.get(), 4, 56 * kKiB, Pattern(8 * kKiB, 'i'));  // 4 KiB old, 4 KiB new: fits exactly
+  cr_assert_eq(t->Stats().used, 64 * kKiB);
+  cr_assert_eq(t->Stats().reserved, 0u);
+}
+
+Test(tier, remove_frees) {
+  auto t = OpenTier(1 << 20);
+  MustWrite(t.get(), 1, 0, Pattern(40 * kKiB, 'a'));
+  MustWrite(t.get(), 2, 0, Pattern(24 * kKiB, 'b'));
+  cr_assert_eq(t->Stats().used, 64 * kKiB);
+  cr_assert_eq(t->Stats().files, 2u);
+  std::string p1 = t->PathOf(1);
+
+  t->Remove(1);
+  cr_assert(!t->Has(1));
+  cr_assert_eq(access(p1.c_str(), F_OK), -1, "the file is gone");
+  cr_assert_eq(t->AllocatedBytes(1), 0u);
+  cr_assert_eq(t->Stats().used, 24 * kKiB);
+  cr_assert_eq(t->Stats().files, 1u);
+  cr_assert_eq(t->Pin(1, false).error(), ENOENT);
+
+  t->Remove(1);   // again: not an error
+  t->Remove(99);  // never existed
+  cr_assert_eq(t->Stats().used, 24 * kKiB);
+
+  t->Remove(2);
+  cr_assert_eq(t->Stats().used, 0u);
+  cr_assert_eq(t->Stats().files, 0u);
+}
+
+Test(tier, truncate_shrink_frees_and_grow_is_free) {
+  auto t = OpenTier(1 << 20);
+  MustWrite(t.get(), 1, 0, Pattern(64 * kKiB, 'a'));
+  cr_assert_eq(t->Stats().used, 64 * kKiB);
+
+  cr_assert(t->Truncate(1, 4 * kKiB + 1).has_value());
+  cr_assert_eq(StatOf(t->PathOf(1)).st_size, static_cast<off_t>(4 * kKiB + 1));
+  cr_assert_eq(t->AllocatedBytes(1), 4 * kKiB + kPage, "pages past the new end are freed");
+  cr_assert_eq(t->Stats().used, 4 * kKiB + kPage);
+  cr_assert(ReadFile(t->PathOf(1)) == Pattern(64 * kKiB, 'a').substr(0, 4 * kKiB + 1));
+
+  cr_assert(t->Truncate(1, 0).has_value());
+  cr_assert_eq(t->Stats().used, 0u);
+  cr_assert(t->Has(1), "truncating to 0 keeps the file");
+
+  // Growing makes a hole: no pages, no charge, even far past the budget.
+  cr_assert(t->Truncate(1, 1ull << 30).has_value());
+  cr_assert_eq(StatOf(t->PathOf(1)).st_size, static_cast<off_t>(1ull << 30));
+  cr_assert_eq(t->Stats().used, 0u);
+
+  // Truncate creates a missing file.
+  cr_assert(!t->Has(5));
+  cr_assert(t->Truncate(5, 123).has_value());
+  cr_assert(t->Has(5));
+  cr_assert_eq(StatOf(t->PathOf(5)).st_size, 123);
+  cr_assert_eq(t->Stats().files, 2u);
+
+  // Truncate of a pinned file keeps the pin's fd usable.
+  auto fd = t->Pin(5, false);
+  cr_assert(fd.has_value());
+  cr_assert(t->Truncate(5, 10).has_value());
+  cr_assert_eq(pwrite(*fd, "abc", 3, 0), 3, "the pinned fd survives the truncate");
+  t->Unpin(5);
+  cr_assert(ReadFile(t->PathOf(5)).starts_with("abc"));
+}
+
+Test(tier, fallocate_reserves_and_charges) {
+  auto t = OpenTier(64 * kKiB);
+  cr_assert(t->Fallocate(1, 0, 0, 32 * kKiB).has_value());
+  cr_assert_eq(t->AllocatedBytes(1), 32 * kKiB);
+  cr_assert_eq(StatOf(t->PathOf(1)).st_size, static_cast<off_t>(32 * kKiB));
+  cr_assert_eq(t->Stats().used, 32 * kKiB);
+
+  auto r = t->Fallocate(2, 0, 0, 48 * kKiB);
+  cr_assert(!r.has_value());
+  cr_assert_eq(r.error(), ENOSPC);
+  cr_assert_eq(t->Stats().used, 32 * kKiB);
+  cr_assert_eq(t->Stats().reserved, 0u);
+  cr_assert_eq(t->AllocatedBytes(2), 0u);
+
+  // Punching a hole gives pages back.
+  cr_assert(t->Fallocate(1, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 16 * kKiB).has_value());
+  cr_assert_eq(t->AllocatedBytes(1), 16 * kKiB);
+  cr_assert_eq(t->Stats().used, 16 * kKiB);
+  cr_assert_eq(StatOf(t->PathOf(1)).st_size, static_cast<off_t>(32 * kKiB));
+}
+
+// Freeing space must never need free space. Disabled: Fallocate reserves
+// `len` for a FALLOC_FL_PUNCH_HOLE too, so on a full tier the punch fails
+// with ENOSPC (reported to the daemon's author).
+Test(tier, punch_hole_on_full_tier, .disabled = true) {
+  auto t = OpenTier(64 * kKiB);
+  cr_assert(t->Fallocate(1, 0, 0, 64 * kKiB).has_value());
+  auto r = t->Fallocate(1, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 32 * kKiB);
+  cr_assert(r.has_value(), "punch on a full tier: errno %d", r ? 0 : r.error());
+  cr_assert_eq(t->Stats().used, 32 * kKiB);
+}
+
+Test(tier, fill_charges_and_cleans_up_on_error) {
+  auto t = OpenTier(64 * kKiB);
+  std::string data = Pattern(8 * kKiB, 'f');
+  auto st = t->Fill(4, data.size(), [&](int fd) {
+    return pwrite(fd, data.data(), data.size(), 0) == static_cast<ssize_t>(data.size()) ? 0 : EIO;
+  });
+  cr_assert(st.has_value());
+  cr_assert(ReadFile(t->PathOf(4)) == data);
+  cr_assert_eq(t->Stats().used, 8 * kKiB);
+
+  st = t->Fill(5, 16 * kKiB, [](int) { return EREMOTEIO; });
+  cr_assert_eq(st.error(), EREMOTEIO);
+  cr_assert(!t->Has(5));
+  cr_assert_eq(access(t->PathOf(5).c_str(), F_OK), -1, "a failed fill leaves no file");
+  cr_assert_eq(t->Stats().used, 8 * kKiB);
+
+  st = t->Fill(6, 60 * kKiB, [](int) { return 0; });
+  cr_assert_eq(st.error(), ENOSPC);
+  cr_assert(!t->Has(6));
+  cr_assert_eq(t->Stats().used, 8 * kKiB);
+}
+
+Test(tier, reopen_reattaches_files) {
+  uint64_t big = 1ull << 40;
+  uint64_t used_before;
+  {
+    auto t = OpenTier(1 << 20);
+    MustWrite(t.get(), 3, 0, Pattern(10000, '3'));
+    MustWrite(t.get(), 0x10, 1 << 20, Pattern(kPage, 's'));  // sparse
+    cr_assert(t->Truncate(big, 0).has_value());            // empty file
+    MustWrite(t.get(), 9, 0, Pattern(kPage, '9'));
+    t->Remove(9);                                          // removed: not re-attached
+    used_before = t->Stats().used;
+    cr_assert_eq(used_before, 3 * kPage + kPage);
+  }
+  // Things that are not tier files are ignored.
+  std::ofstream(TierDir() + "/junk") << "not a tier file";
+  std::ofstream(TierDir() + "/00000000000000zz") << "bad hex";
+  cr_assert_eq(mkdir((TierDir() + "/0000000000000020").c_str(), 0700), 0);
+  chmod(TierDir().c_str(), 0755);
+
+  auto t = OpenTier(1 << 20);
+  cr_assert_eq(StatOf(TierDir()).st_mode & 0777, 0700u, "Open makes the directory private again");
+  auto att = t->attached();
+  std::sort(att.begin(), att.end());
+  std::vector<std::pair<uint64_t, uint64_t>> want = {{3, 10000}, {0x10, (1 << 20) + kPage}, {big, 0}};
+  cr_assert_eq(att.size(), want.size(), "attached %zu files", att.size());
+  for (size_t i = 0; i < want.size(); i++)
+    cr_assert(att[i] == want[i], "attached[%zu] = (%llu, %llu)", i, static_cast<unsigned long long>(att[i].first),
+              static_cast<unsigned long long>(att[i].second));
+
+  auto s = t->Stats();
+  cr_assert_eq(s.used, used_before, "the budget counts re-attached pages");
+  cr_assert_eq(s.files, 3u);
+  cr_assert(t->Has(3) && t->Has(0x10) && t->Has(big));
+  cr_assert(!t->Has(9) && !t->Has(0x20));
+  cr_assert_eq(t->AllocatedBytes(3), 3 * kPage);
+  cr_assert_eq(t->AllocatedBytes(0x10), kPage);
+
+  // Re-attached files work like any other.
+  auto fd = t->Pin(3, false);
+  cr_assert(fd.has_value(), "pin of a re-attached file without create");
+  char buf[16];
+  cr_assert_eq(pread(*fd, buf, sizeof buf, 0), static_cast<ssize_t>(sizeof buf));
+  cr_assert(std::string(buf, sizeof buf) == Pattern(10000, '3').substr(0, sizeof buf));
+  t->Unpin(3);
+  t->Remove(3);
+  cr_assert_eq(t->Stats().used, kPage);
+  MustWrite(t.get(), big, 0, "x");
+  cr_assert_eq(t->Stats().used, 2 * kPage);
+}
+
+Test(tier, open_errors) {
+  // The path is a regular file.
+  std::string file = g_dir + "/file";
+  std::ofstream(file) << "x";
+  auto r = Tier::Open(file, 1 << 20);
+  cr_assert(!r.has_value());
+  cr_assert_eq(r.error(), ENOTDIR);
+  // Its parent is a regular file.
+  r = Tier::Open(file + "/tier", 1 << 20);
+  cr_assert(!r.has_value());
+  cr_assert_eq(r.error(), ENOTDIR);
+  // Its parent does not exist.
+  r = Tier::Open(g_dir + "/missing/tier", 1 << 20);
+  cr_assert(!r.has_value());
+  cr_assert_eq(r.error(), ENOENT);
+  // A symlink to a directory is not taken for the directory.
+  cr_assert_eq(mkdir((g_dir + "/real").c_str(), 0700), 0);
+  cr_assert_eq(symlink((g_dir + "/real").c_str(), (g_dir + "/link").c_str()), 0);
+  r = Tier::Open(g_dir + "/link", 1 << 20);
+  cr_assert(!r.has_value());
+  cr_assert_eq(r.error(), ENOTDIR);
+}
+
+Test(tier, open_refuses_another_users_dir) {
+  if (geteuid() != 0) cr_skip_test("needs root to chown the directory");
+  cr_assert_eq(mkdir(TierDir().c_str(), 0700), 0);
+  cr_assert_eq(chown(TierDir().c_str(), 65534, 65534), 0);
+  auto r = Tier::Open(TierDir(), 1 << 20);
+  cr_assert(!r.has_value());
+  cr_assert_eq(r.error(), EACCES);
+}
+
+Test(tier, waiting_writer_gets_space_freed_by_another_thread) {
+  auto t = OpenTier(64 * kKiB);
+  MustWrite(t.get(), 1, 0, Pattern(64 * kKiB, 'a'));
+  t->set_wait_limit(milliseconds(2000));
+  std::thread freer([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    t->Remove(1);
+  });
+  auto start = Clock::now();
+  auto r = WriteAt(t.get(), 2, 0, Pattern(32 * kKiB, 'b'));
+  auto waited = Clock::now() - start;
+  freer.join();
+  cr_assert(r.has_value(), "the writer should get the freed space: errno %d", r ? 0 : r.error());
+  cr_assert_eq(*r, 32 * kKiB);
+  cr_assert_geq(waited, milliseconds(150), "the writer waited for the removal");
+  cr_assert_lt(waited, milliseconds(1500), "and did not sit out the whole limit");
+  auto s = t->Stats();
+  cr_assert_eq(s.waits, 1u);
+  cr_assert_eq(s.used, 32 * kKiB);
+  cr_assert_eq(s.reserved, 0u);
+  cr_assert(ReadFile(t->PathOf(2)) == Pattern(32 * kKiB, 'b'));
+}
+
+Test(tier, waiting_writer_times_out_with_enospc) {
+  auto t = OpenTier(64 * kKiB);
+  MustWrite(t.get(), 1, 0, Pattern(64 * kKiB, 'a'));
+  t->set_wait_limit(milliseconds(200));
+  bool called = false;
+  auto start = Clock::now();
+  auto r = WriteAt(t.get(), 2, 0, Pattern(4 * kKiB, 'b'), &called);
+  auto waited = Clock::now() - start;
+  cr_assert(!r.has_value());
+  cr_assert_eq(r.error(), ENOSPC);
+  cr_assert(!called);
+  cr_assert_geq(waited, milliseconds(190), "it waited for the limit");
+  cr_assert_lt(waited, milliseconds(1500), "and no longer");
+  auto s = t->Stats();
+  cr_assert_eq(s.waits, 1u);
+  cr_assert_eq(s.used, 64 * kKiB);
+  cr_assert_eq(s.reserved, 0u);
+  cr_assert_eq(t->AllocatedBytes(2), 0u);
+}
+
+Test(tier, evictor_is_asked_for_the_missing_bytes) {
+  auto t = OpenTier(64 * kKiB);
+  MustWrite(t.get(), 1, 0, Pattern(48 * kKiB, 'a'));
+  std::vector<uint64_t> asked;
+  bool hopeless = false;
+  t->set_evictor([&](uint64_t need) {
+    asked.push_back(need);
+    if (hopeless) return Tier::Relief::kHopeless;
+    t->Remove(1);
+    return Tier::Relief::kFreed;
+  });
+  MustWrite(t.get(), 2, 0, Pattern(32 * kKiB, 'b'));
+  cr_assert(asked == std::vector<uint64_t>{16 * kKiB}, "asked for %zu times", asked.size());
+  cr_assert(!t->Has(1));
+  cr_assert_eq(t->Stats().used, 32 * kKiB);
+
+  hopeless = true;
+  t->set_wait_limit(milliseconds(2000));
+  auto start = Clock::now();
+  auto r = WriteAt(t.get(), 2, 32 * kKiB, Pattern(40 * kKiB, 'c'));
+  cr_assert_eq(r.error(), ENOSPC);
+  cr_assert_lt(Clock::now() - start, milliseconds(500), "hopeless means no wait");
+  cr_assert_eq(asked.size(), 2u);
+  cr_assert_eq(asked[1], 8 * kKiB);
+  cr_assert_eq(t->Stats().used, 32 * kKiB);
+}
+
+Test(tier, concurrent_writers_account_exactly) {
+  auto t = OpenTier(16 << 20);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> ts;
+  for (uint64_t ino = 1; ino <= 4; ino++) {
+    ts.emplace_back([&, ino] {
+      auto fd = t->Pin(ino, true);
+      if (!fd) {
+        failures++;
+        return;
+      }
+      std::string chunk = Pattern(16 * kKiB, static_cast<char>('a' + ino));
+      for (uint64_t i = 0; i < 32; i++) {
+        uint64_t off = i * chunk.size();
+        auto r = t->Write(ino, off, chunk.size(), [&](int f) -> ssize_t {
+          return pwrite(f, chunk.data(), chunk.size(), static_cast<off_t>(off));
+        });
+        if (!r || *r != chunk.size()) failures++;
+      }
+      t->Unpin(ino);
+    });
+  }
+  for (auto& th : ts) th.join();
+  cr_assert_eq(failures.load(), 0);
+  auto s = t->Stats();
+  cr_assert_eq(s.used, 4 * 32 * 16 * kKiB);
+  cr_assert_eq(s.reserved, 0u);
+  cr_assert_eq(s.files, 4u);
+}

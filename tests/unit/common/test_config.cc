@@ -1,0 +1,193 @@
+// test_config.cc — parsing of user-supplied sizes and backend URLs, and the
+// byte formatting used in messages.
+#include <criterion/criterion.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "fs/common/config.h"
+
+using ckpt::BackendUrl;
+using ckpt::HumanBytes;
+using ckpt::ParseBackendUrl;
+using ckpt::ParseSize;
+
+namespace {
+
+constexpr uint64_t kKiB = 1ull << 10, kMiB = 1ull << 20, kGiB = 1ull << 30, kTiB = 1ull << 40;
+
+void ExpectSize(const char* in, uint64_t want) {
+  auto r = ParseSize(in);
+  cr_assert(r.has_value(), "ParseSize(\"%s\") failed: %s", in, r ? "" : r.error().c_str());
+  cr_assert_eq(*r, want, "ParseSize(\"%s\") = %llu, want %llu", in, static_cast<unsigned long long>(*r),
+               static_cast<unsigned long long>(want));
+}
+
+void ExpectBadSize(const std::string& in) {
+  auto r = ParseSize(in);
+  cr_assert(!r.has_value(), "ParseSize(\"%s\") accepted: %llu", in.c_str(),
+            r ? static_cast<unsigned long long>(*r) : 0ull);
+  cr_assert(!r.error().empty());
+  cr_assert(r.error().find("'" + in + "'") != std::string::npos, "the message names the input: %s",
+            r.error().c_str());
+}
+
+void ExpectPosix(const char* in, const char* path) {
+  auto r = ParseBackendUrl(in);
+  cr_assert(r.has_value(), "ParseBackendUrl(\"%s\") failed: %s", in, r ? "" : r.error().c_str());
+  cr_assert(r->kind == BackendUrl::Kind::kPosix, "%s is a directory backend", in);
+  cr_assert_str_eq(r->path.c_str(), path, "path of %s", in);
+  cr_assert(r->bucket.empty() && r->prefix.empty());
+}
+
+void ExpectS3(const char* in, const char* bucket, const char* prefix) {
+  auto r = ParseBackendUrl(in);
+  cr_assert(r.has_value(), "ParseBackendUrl(\"%s\") failed: %s", in, r ? "" : r.error().c_str());
+  cr_assert(r->kind == BackendUrl::Kind::kS3, "%s is an S3 backend", in);
+  cr_assert_str_eq(r->bucket.c_str(), bucket, "bucket of %s", in);
+  cr_assert_str_eq(r->prefix.c_str(), prefix, "prefix of %s", in);
+  cr_assert(r->path.empty());
+}
+
+void ExpectBadUrl(const std::string& in, const char* why) {
+  auto r = ParseBackendUrl(in);
+  cr_assert(!r.has_value(), "ParseBackendUrl(\"%s\") accepted", in.c_str());
+  cr_assert(r.error().find("'" + in + "'") != std::string::npos, "the message names the input: %s",
+            r.error().c_str());
+  cr_assert(r.error().find(why) != std::string::npos, "the message for '%s' says '%s': %s", in.c_str(), why,
+            r.error().c_str());
+}
+
+void ExpectHuman(uint64_t n, const char* want) {
+  std::string got = HumanBytes(n);
+  cr_assert(got == want, "HumanBytes(%llu) = \"%s\", want \"%s\"", static_cast<unsigned long long>(n), got.c_str(),
+            want);
+}
+
+}  // namespace
+
+Test(parse_size, plain_bytes_and_units) {
+  ExpectSize("1", 1);
+  ExpectSize("1073741824", kGiB);
+  ExpectSize("10B", 10);
+  ExpectSize("10b", 10);
+  ExpectSize("1K", kKiB);
+  ExpectSize("2KB", 2 * kKiB);
+  ExpectSize("2KiB", 2 * kKiB);
+  ExpectSize("512M", 512 * kMiB);
+  ExpectSize("512m", 512 * kMiB);
+  ExpectSize("512MB", 512 * kMiB);
+  ExpectSize("512MiB", 512 * kMiB);
+  ExpectSize("4G", 4 * kGiB);
+  ExpectSize("4g", 4 * kGiB);
+  ExpectSize("4GB", 4 * kGiB);
+  ExpectSize("4gib", 4 * kGiB);
+  ExpectSize("1T", kTiB);
+  ExpectSize("3TiB", 3 * kTiB);
+}
+
+Test(parse_size, fractions) {
+  ExpectSize("1.5GiB", 3 * kGiB / 2);
+  ExpectSize("1.5G", 1610612736);
+  ExpectSize("0.5K", 512);
+  ExpectSize("0.25M", 256 * kKiB);
+  ExpectSize("2.0M", 2 * kMiB);
+  ExpectSize("1.5", 1);  // whole bytes, rounded down
+}
+
+Test(parse_size, percent_of_ram) {
+  uint64_t mem = ckpt::PhysicalMemory();
+  cr_assert_gt(mem, 0u);
+  auto near = [](uint64_t got, double want) { return std::fabs(static_cast<double>(got) - want) <= 1.0; };
+  auto q = ParseSize("25%");
+  cr_assert(q.has_value(), "25%%: %s", q ? "" : q.error().c_str());
+  cr_assert(near(*q, mem / 4.0), "25%% of %llu is %llu", static_cast<unsigned long long>(mem),
+            static_cast<unsigned long long>(*q));
+  cr_assert(near(*ParseSize("100%"), static_cast<double>(mem)));
+  cr_assert(near(*ParseSize("50%"), mem / 2.0));
+  cr_assert(near(*ParseSize("12.5%"), mem / 8.0));
+  for (const char* bad : {"0%", "101%", "150%", "%", "-5%", "25%%", "25 %"}) {
+    auto r = ParseSize(bad);
+    cr_assert(!r.has_value(), "ParseSize(\"%s\") accepted", bad);
+    cr_assert(r.error().find(bad) != std::string::npos, "message names %s: %s", bad, r.error().c_str());
+  }
+}
+
+Test(parse_size, rejects_bad_strings) {
+  for (const char* bad : {"", "M", "G1", "abc", "1X", "12Q", "1.2.3G", "..", ".", "1 G", " 1G", "1G ", "-1",
+                          "+1", "0", "0B", "0.1", "0.4B", "1e3", "1E3", "0x10", "1GiBs", "1KK", "1 ", "nan",
+                          "inf", "4Gb/s", "1PB", "99999999999T", "8388608T"}) {
+    ExpectBadSize(bad);
+  }
+  // The message also says what is expected.
+  auto r = ParseSize("lots");
+  cr_assert(r.error().find("512M") != std::string::npos, "%s", r.error().c_str());
+  // Large but representable sizes are fine.
+  ExpectSize("8000000T", 8000000 * kTiB);
+}
+
+Test(backend_url, directories) {
+  ExpectPosix("/data/ckpt", "/data/ckpt");
+  ExpectPosix("/data/ckpt/", "/data/ckpt");
+  ExpectPosix("/data/ckpt///", "/data/ckpt");
+  ExpectPosix("/", "/");
+  ExpectPosix("//", "/");
+  ExpectPosix("/with space/and:colon", "/with space/and:colon");
+  ExpectPosix("file:///mnt/nfs/ckpt", "/mnt/nfs/ckpt");
+  ExpectPosix("file:///mnt/nfs/ckpt/", "/mnt/nfs/ckpt");
+  ExpectPosix("file:///", "/");
+}
+
+Test(backend_url, s3) {
+  ExpectS3("s3://bucket/prefix", "bucket", "prefix");
+  ExpectS3("s3://bucket/a/b/c", "bucket", "a/b/c");
+  ExpectS3("s3://bucket/a/b/", "bucket", "a/b");
+  ExpectS3("s3://bucket/a//", "bucket", "a");
+  ExpectS3("s3://bucket/", "bucket", "");
+  ExpectS3("s3://bucket", "bucket", "");
+  ExpectS3("s3://my.bucket-1/x", "my.bucket-1", "x");
+}
+
+Test(backend_url, rejects) {
+  ExpectBadUrl("", "absolute");
+  ExpectBadUrl("relative/dir", "absolute");
+  ExpectBadUrl("./dir", "absolute");
+  ExpectBadUrl("~/ckpt", "absolute");
+  ExpectBadUrl("file://relative", "absolute");
+  ExpectBadUrl("file://", "absolute");
+  ExpectBadUrl("s3://", "bucket");
+  ExpectBadUrl("s3:///prefix", "bucket");
+  ExpectBadUrl("http://host/x", "s3://");
+  ExpectBadUrl("gs://bucket/x", "s3://");
+  ExpectBadUrl("S3://bucket/x", "s3://");  // schemes are lower case
+}
+
+// header: "prefix, without leading/trailing '/'". Disabled: ParseBackendUrl
+// strips only trailing slashes today (reported to the daemon's author).
+Test(backend_url, s3_prefix_without_leading_slash, .disabled = true) {
+  ExpectS3("s3://bucket//prefix", "bucket", "prefix");
+}
+
+Test(human_bytes, formats) {
+  ExpectHuman(0, "0 B");
+  ExpectHuman(1, "1 B");
+  ExpectHuman(1023, "1023 B");
+  ExpectHuman(1024, "1.0 KiB");
+  ExpectHuman(1536, "1.5 KiB");
+  ExpectHuman(512 * kMiB, "512.0 MiB");
+  ExpectHuman(3 * kGiB / 2, "1.5 GiB");
+  ExpectHuman(4 * kGiB, "4.0 GiB");
+  ExpectHuman(kTiB, "1.0 TiB");
+  ExpectHuman(kTiB * 1024, "1.0 PiB");
+  ExpectHuman(~0ull, "16384.0 PiB");  // no unit past PiB
+}
+
+Test(default_cache_size, quarter_of_ram_capped_by_tier_fs) {
+  uint64_t mem = ckpt::PhysicalMemory();
+  uint64_t d = ckpt::DefaultCacheSize("/dev/shm");
+  cr_assert_gt(d, 0u);
+  cr_assert_leq(d, mem / 4);
+  // A directory that does not exist cannot cap it.
+  cr_assert_eq(ckpt::DefaultCacheSize("/nonexistent/ckpt-unit"), mem / 4);
+}

@@ -1,0 +1,402 @@
+// test_s3_server.cc — the S3 backend against a real S3-compatible server:
+// s3rver on 127.0.0.1 (tests/s3/s3rver.sh, with strict SigV4 checks), one
+// fresh server and data directory per test. Skipped, with the reason, when
+// node or s3rver is not installed (npm install --prefix tests/s3/node s3rver@3).
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/s3_backend.h"
+
+using namespace ckpt::backend;
+
+namespace {
+
+std::string g_dir, g_script;
+int g_port = 0;
+const char kBucket[] = "ckptfs-test";
+
+std::string FindScript() {
+  if (const char* src = std::getenv("CKPTFS_SRC_DIR")) return std::string(src) + "/tests/s3/s3rver.sh";
+  std::filesystem::path p = std::filesystem::current_path();
+  for (int i = 0; i < 6; i++, p = p.parent_path())
+    if (std::filesystem::exists(p / "tests/s3/s3rver.sh")) return (p / "tests/s3/s3rver.sh").string();
+  return {};
+}
+
+void StartServer() {
+  g_script = FindScript();
+  if (g_script.empty()) cr_skip_test("tests/s3/s3rver.sh not found (run from the source tree or set CKPTFS_SRC_DIR)");
+  char tmpl[] = "/tmp/ckpt-s3rver-XXXXXX";
+  g_dir = mkdtemp(tmpl);
+  std::string cmd = g_script + " start " + g_dir + " 0 " + kBucket + " 2>" + g_dir + "/start.err";
+  FILE* f = popen(cmd.c_str(), "r");
+  cr_assert(f);
+  char buf[64] = {0};
+  bool got = fgets(buf, sizeof buf, f) != nullptr;
+  int rc = pclose(f);
+  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77)
+    cr_skip_test("s3rver is not available: node or tests/s3/node/node_modules/s3rver missing "
+                 "(npm install --prefix tests/s3/node s3rver@3)");
+  cr_assert(got && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "s3rver did not start (see %s/start.err)", g_dir.c_str());
+  g_port = std::atoi(buf);
+  cr_assert(g_port > 0);
+}
+
+void StopServer() {
+  if (g_dir.empty()) return;
+  std::string cmd = g_script + " stop " + g_dir;
+  if (std::system(cmd.c_str()) != 0) fprintf(stderr, "stopping s3rver failed\n");
+  std::filesystem::remove_all(g_dir);
+}
+
+S3Config Cfg(const std::string& prefix = "ck/run1") {
+  S3Config c;
+  c.endpoint = "http://127.0.0.1:" + std::to_string(g_port);
+  c.region = "us-east-1";
+  c.bucket = kBucket;
+  c.prefix = prefix;
+  c.access_key = "S3RVER";
+  c.secret_key = "S3RVER";
+  c.part_size = 5ull << 20;
+  c.parallel = 4;
+  c.retry_base_ms = 10;
+  return c;
+}
+
+std::unique_ptr<Backend> Open(const S3Config& c) {
+  auto be = OpenS3Backend(c);
+  cr_assert(be.has_value(), "OpenS3Backend: %d", be.error());
+  return std::move(*be);
+}
+
+// A temporary file holding `size` pseudo-random bytes (seeded), unlinked.
+int SourceFile(uint64_t size, uint32_t seed, std::string* bytes) {
+  char tmpl[] = "/tmp/ckpt-s3src-XXXXXX";
+  int fd = mkstemp(tmpl);
+  cr_assert(fd >= 0);
+  unlink(tmpl);
+  bytes->resize(size);
+  std::mt19937 rng(seed);
+  for (auto& c : *bytes) c = static_cast<char>(rng());
+  cr_assert_eq(pwrite(fd, bytes->data(), size, 0), static_cast<ssize_t>(size));
+  return fd;
+}
+
+int DestFile(uint64_t size) {
+  char tmpl[] = "/tmp/ckpt-s3dst-XXXXXX";
+  int fd = mkstemp(tmpl);
+  cr_assert(fd >= 0);
+  unlink(tmpl);
+  cr_assert_eq(ftruncate(fd, static_cast<off_t>(size)), 0);
+  return fd;
+}
+
+std::string ReadAll(int fd, uint64_t size) {
+  std::string s(size, '\0');
+  cr_assert_eq(pread(fd, s.data(), size, 0), static_cast<ssize_t>(size));
+  return s;
+}
+
+const std::function<bool()> kNever = [] { return false; };
+
+// Stages `size` random bytes and publishes them at `path`; returns the bytes.
+std::string Put(Backend& be, const std::string& path, uint64_t size, uint32_t seed = 1) {
+  std::string bytes;
+  int fd = SourceFile(size, seed, &bytes);
+  auto st = be.Stage(fd, size, kNever);
+  close(fd);
+  cr_assert(st.has_value(), "stage %s: %d", path.c_str(), st.error());
+  XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  cr_expect_eq(st->checksum_hi, h.high64);
+  cr_expect_eq(st->checksum_lo, h.low64);
+  cr_expect_eq(st->size, size);
+  auto pub = be.Publish(*st, path, 0640, 1700000000, 123456789);
+  cr_assert(pub.has_value(), "publish %s: %d", path.c_str(), pub.error());
+  return bytes;
+}
+
+void ExpectContent(Backend& be, const std::string& path, const std::string& bytes) {
+  int fd = DestFile(bytes.size());
+  auto h = be.Fetch(path, fd, bytes.size());
+  cr_assert(h.has_value(), "fetch %s: %d", path.c_str(), h.error());
+  XXH128_hash_t want = XXH3_128bits(bytes.data(), bytes.size());
+  cr_expect_eq(h->first, want.high64);
+  cr_expect_eq(h->second, want.low64);
+  cr_expect(ReadAll(fd, bytes.size()) == bytes, "content of %s differs", path.c_str());
+  close(fd);
+}
+
+std::map<std::string, Entry> ListAll(Backend& be, std::vector<std::string>* order = nullptr) {
+  std::map<std::string, Entry> m;
+  auto st = be.List([&](const Entry& e) {
+    m[e.path] = e;
+    if (order) order->push_back(e.path);
+  });
+  cr_assert(st.has_value(), "list: %d", st.error());
+  return m;
+}
+
+// What the staging area holds (a backend rooted at it).
+size_t StagedCount(const std::string& prefix = "ck/run1") {
+  auto be = Open(Cfg(prefix.empty() ? ".ckptfs-tmp" : prefix + "/.ckptfs-tmp"));
+  size_t n = 0;
+  cr_assert(be->List([&](const Entry& e) { n += e.type != Entry::Type::kDir; }).has_value());
+  return n;
+}
+
+}  // namespace
+
+TestSuite(s3_server, .init = StartServer, .fini = StopServer, .timeout = 120);
+
+Test(s3_server, check_ok_and_cleans_leftovers) {
+  auto be = Open(Cfg());
+  cr_assert(be->Check().has_value());
+  // A large staged file never published: what a crashed daemon leaves.
+  std::string bytes;
+  int fd = SourceFile(12ull << 20, 3, &bytes);
+  auto st = be->Stage(fd, bytes.size(), kNever);
+  close(fd);
+  cr_assert(st.has_value());
+  cr_expect_eq(StagedCount(), 1u);
+  auto be2 = Open(Cfg());
+  cr_assert(be2->Check().has_value());
+  cr_expect_eq(StagedCount(), 0u);
+  cr_expect(ListAll(*be2).empty());
+}
+
+Test(s3_server, check_wrong_credentials_is_eacces) {
+  S3Config c = Cfg();
+  c.access_key = "NOSUCHKEY";
+  auto st = Open(c)->Check();
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), EACCES);
+  c = Cfg();
+  c.secret_key = "wrong-secret";  // caught by the strict SigV4 check
+  st = Open(c)->Check();
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), EACCES);
+}
+
+Test(s3_server, check_missing_bucket_is_enoent) {
+  S3Config c = Cfg();
+  c.bucket = "no-such-bucket";
+  auto st = Open(c)->Check();
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), ENOENT);
+}
+
+Test(s3_server, unreachable_endpoint_retries_then_eio) {
+  S3Config c = Cfg();
+  c.endpoint = "http://127.0.0.1:1";  // nothing listens there
+  c.max_attempts = 3;
+  auto st = Open(c)->Check();
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), EIO);
+}
+
+Test(s3_server, small_file_stage_publish_fetch_list) {
+  auto be = Open(Cfg());
+  cr_assert(be->Check().has_value());
+  std::string bytes = Put(*be, "step_1/model.pt", 1000003);
+  std::string empty = Put(*be, "step_1/empty", 0);
+  ExpectContent(*be, "step_1/model.pt", bytes);
+  ExpectContent(*be, "step_1/empty", empty);
+
+  std::vector<std::string> order;
+  auto m = ListAll(*be, &order);
+  cr_assert_eq(m.size(), 3u);
+  cr_expect_eq(order.front(), std::string("step_1"));  // synthesized parent first
+  cr_expect(m["step_1"].type == Entry::Type::kDir);
+  const Entry& f = m["step_1/model.pt"];
+  cr_expect(f.type == Entry::Type::kFile);
+  cr_expect_eq(f.size, bytes.size());
+  cr_expect_eq(f.mode, 0640u);
+  cr_expect_eq(f.mtime_sec, 1700000000);
+  cr_expect_eq(f.mtime_nsec, 123456789u);
+  cr_expect(f.has_checksum);
+  XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  cr_expect_eq(f.checksum_hi, h.high64);
+  cr_expect_eq(f.checksum_lo, h.low64);
+
+  int fd = DestFile(10);
+  auto r = be->Fetch("step_1/model.pt", fd, 10);  // wrong size
+  cr_assert(!r.has_value());
+  cr_expect_eq(r.error(), EIO);
+  r = be->Fetch("nope", fd, 10);
+  cr_assert(!r.has_value());
+  cr_expect_eq(r.error(), ENOENT);
+  close(fd);
+  cr_expect_eq(StagedCount(), 0u);
+}
+
+Test(s3_server, multipart_stage_publish_fetch) {
+  auto be = Open(Cfg());
+  cr_assert(be->Check().has_value());
+  const uint64_t size = (40ull << 20) + 12345;  // 9 parts of 5 MiB, the last one short
+  std::string bytes;
+  int fd = SourceFile(size, 7, &bytes);
+  auto st = be->Stage(fd, size, kNever);
+  close(fd);
+  cr_assert(st.has_value(), "stage: %d", st.error());
+  // Nothing under the final name before Publish.
+  cr_expect(ListAll(*be).empty());
+  cr_expect_eq(StagedCount(), 1u);
+  cr_assert(be->Publish(*st, "big/shard.bin", 0600, 1700000001, 0).has_value());
+  cr_expect_eq(StagedCount(), 0u);
+  ExpectContent(*be, "big/shard.bin", bytes);
+  auto m = ListAll(*be);
+  cr_expect_eq(m["big/shard.bin"].size, size);
+  cr_expect_eq(m["big/shard.bin"].mode, 0600u);
+  cr_expect(m["big/shard.bin"].has_checksum);
+}
+
+Test(s3_server, multipart_copy_paths) {
+  // UploadPartCopy (s3rver answers 501: falls back to CopyObject), and the
+  // GET + UploadPart path for objects over CopyObject's limit.
+  S3Config c = Cfg();
+  c.multipart_copy_threshold = 8ull << 20;
+  auto be = Open(c);
+  cr_assert(be->Check().has_value());
+  std::string a = Put(*be, "a.bin", 21ull << 20, 11);
+  ExpectContent(*be, "a.bin", a);
+  c.max_copy_object_size = 6ull << 20;
+  auto be2 = Open(c);
+  std::string b = Put(*be2, "b.bin", 17ull << 20, 12);
+  ExpectContent(*be2, "b.bin", b);
+  cr_assert(be2->Rename("b.bin", "c.bin", false).has_value());
+  ExpectContent(*be2, "c.bin", b);
+  auto m = ListAll(*be2);
+  cr_expect(m.count("b.bin") == 0);
+  cr_expect_eq(m["c.bin"].mode, 0640u);  // metadata went along
+  cr_expect(m["c.bin"].has_checksum);
+}
+
+Test(s3_server, rename_directory_and_exchange) {
+  auto be = Open(Cfg());
+  cr_assert(be->Check().has_value());
+  cr_assert(be->Mkdir("a", 0750).has_value());
+  cr_assert(be->Mkdir("a/empty", 0700).has_value());
+  std::string x = Put(*be, "a/x", 1000, 1);
+  std::string y = Put(*be, "a/sub/y", 7ull << 20, 2);  // multipart-staged
+  cr_assert(be->Rename("a", "b", false).has_value());
+  auto m = ListAll(*be);
+  for (const char* gone : {"a", "a/x", "a/sub", "a/sub/y", "a/empty"}) cr_expect(m.count(gone) == 0, "%s still there", gone);
+  for (const char* there : {"b", "b/x", "b/sub", "b/sub/y", "b/empty"}) cr_expect(m.count(there) == 1, "%s missing", there);
+  cr_expect_eq(m["b"].mode, 0750u);
+  cr_expect_eq(m["b/empty"].mode, 0700u);
+  ExpectContent(*be, "b/sub/y", y);
+  ExpectContent(*be, "b/x", x);
+
+  auto st = be->Rename("nope", "other", false);
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), ENOENT);
+
+  std::string p = Put(*be, "p", 100, 5), q = Put(*be, "q", 200, 6);
+  cr_assert(be->Rename("p", "q", true).has_value());
+  ExpectContent(*be, "p", q);
+  ExpectContent(*be, "q", p);
+  cr_assert(be->Rename("b", "p", true).has_value());  // a directory with a file
+  m = ListAll(*be);
+  cr_expect(m["b"].type == Entry::Type::kFile);
+  cr_expect(m["p"].type == Entry::Type::kDir);
+  ExpectContent(*be, "p/sub/y", y);
+  cr_expect_eq(StagedCount(), 0u);
+}
+
+Test(s3_server, rmdir_remove_symlink_link) {
+  auto be = Open(Cfg());
+  cr_assert(be->Check().has_value());
+  cr_assert(be->Mkdir("d", 0755).has_value());
+  cr_assert(be->Mkdir("d", 0755).has_value());  // idempotent
+  Put(*be, "d/e/f", 10);
+  std::string g = Put(*be, "g", 4096, 9);
+  cr_assert(be->Symlink("d/link", "../g target").has_value());
+  cr_assert(be->Link("g", "d/hard").has_value());
+  cr_assert(be->SetAttr("g", 0600, 1, 2).has_value());
+  auto m = ListAll(*be);
+  cr_expect(m["d/link"].type == Entry::Type::kSymlink);
+  cr_expect_eq(m["d/link"].target, std::string("../g target"));
+  ExpectContent(*be, "d/hard", g);
+
+  cr_assert(be->Rmdir("d").has_value());
+  cr_assert(be->Rmdir("d").has_value());  // missing: fine
+  cr_assert(be->Remove("g").has_value());
+  cr_assert(be->Remove("g").has_value());
+  cr_expect(ListAll(*be).empty());
+  cr_expect_eq(be->Mkdir("../x", 0755).error(), EINVAL);
+  cr_expect_eq(be->Remove(".ckptfs-tmp/x").error(), EINVAL);
+}
+
+Test(s3_server, cancel_and_abort_leave_nothing) {
+  auto be = Open(Cfg());
+  cr_assert(be->Check().has_value());
+  std::string bytes;
+  int fd = SourceFile(30ull << 20, 4, &bytes);
+  int calls = 0;
+  auto st = be->Stage(fd, bytes.size(), [&] { return ++calls > 2; });
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), ECANCELED);
+  auto big = be->Stage(fd, bytes.size(), kNever);
+  cr_assert(big.has_value());
+  be->Abort(*big);
+  auto small = be->Stage(fd, 1000, kNever);
+  cr_assert(small.has_value());
+  be->Abort(*small);
+  close(fd);
+  cr_expect_eq(be->Publish(*small, "x", 0644, 0, 0).error(), EINVAL);
+  cr_expect_eq(StagedCount(), 0u);
+  cr_expect(ListAll(*be).empty());
+}
+
+Test(s3_server, empty_prefix) {
+  auto be = Open(Cfg(""));
+  cr_assert(be->Check().has_value());
+  std::string bytes = Put(*be, "top.bin", 5000);
+  ExpectContent(*be, "top.bin", bytes);
+  auto m = ListAll(*be);
+  cr_expect_eq(m.size(), 1u);
+  cr_expect_eq(StagedCount(""), 0u);
+}
+
+Test(s3_server, listing_pages_and_parents_first) {
+  S3Config c = Cfg();
+  // Continuation tokens (with '+', '/', '=') on every page. s3rver lists in
+  // directory-walk order, not S3's byte order ("a/x" before "a-b"), and
+  // resumes after the last key in byte order, so names like "a-b" next to a
+  // directory "a" would be skipped by s3rver itself; they are avoided here.
+  c.list_max_keys = 2;
+  auto be = Open(c);
+  cr_assert(be->Check().has_value());
+  for (const char* p : {"z/1", "b-c", "a/b/c/d", "a/b/e", "m n/o+p", "a/x"}) Put(*be, p, 10);
+  cr_assert(be->Mkdir("q/r", 0711).has_value());
+  std::vector<std::string> order;
+  auto m = ListAll(*be, &order);
+  for (const char* p : {"z", "z/1", "b-c", "a", "a/b", "a/b/c", "a/b/c/d", "a/b/e", "m n", "m n/o+p", "a/x", "q", "q/r"})
+    cr_expect(m.count(p) == 1, "%s missing", p);
+  cr_expect_eq(m.size(), 13u);
+  cr_expect_eq(m["q/r"].mode, 0711u);
+  // Parents before children.
+  std::map<std::string, size_t> pos;
+  for (size_t i = 0; i < order.size(); i++) pos[order[i]] = i;
+  cr_expect_eq(pos.size(), order.size(), "an entry was reported twice");
+  for (const auto& [path, i] : pos) {
+    auto slash = path.rfind('/');
+    if (slash != std::string::npos) cr_expect_lt(pos[path.substr(0, slash)], i, "%s before its parent", path.c_str());
+  }
+  cr_assert(be->Rmdir("a").has_value());  // several delete batches' worth of listing pages
+  m = ListAll(*be);
+  cr_expect(m.count("a/b/e") == 0);
+  cr_expect(m.count("b-c") == 1);
+}
