@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,29 @@ namespace ckpt::cache {
 namespace {
 
 uint64_t Allocated(const struct stat& st) { return static_cast<uint64_t>(st.st_blocks) * 512; }
+
+// Copies the data ranges of `from` into `to` (holes stay holes).
+int CopySparse(int from, int to, uint64_t size) {
+  if (ftruncate(to, static_cast<off_t>(size)) != 0) return errno;
+  off_t pos = 0;
+  const off_t end = static_cast<off_t>(size);
+  while (pos < end) {
+    off_t data = lseek(from, pos, SEEK_DATA);
+    if (data < 0) return errno == ENXIO ? 0 : errno;
+    off_t hole = lseek(from, data, SEEK_HOLE);
+    if (hole < 0) return errno;
+    hole = std::min(hole, end);
+    off_t in = data, out = data;
+    while (in < hole) {
+      ssize_t n = copy_file_range(from, &in, to, &out, static_cast<size_t>(hole - in), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return errno;
+      if (n == 0) break;
+    }
+    pos = hole;
+  }
+  return 0;
+}
 
 bool ParseName(const char* name, uint64_t* ino) {
   if (strlen(name) != 16) return false;
@@ -35,12 +59,10 @@ Result<std::unique_ptr<Tier>> Tier::Open(const std::string& dir, uint64_t budget
   struct stat st;
   if (lstat(dir.c_str(), &st) != 0) return ErrFromErrno();
   if (!S_ISDIR(st.st_mode)) {
-    LOG_ERROR("tier: {} is not a directory", dir);
-    return Err(ENOTDIR);
+    return Err(ENOTDIR);  // the caller reports it
   }
   if (st.st_uid != geteuid()) {
-    LOG_ERROR("tier: {} is owned by uid {}, not by this daemon (uid {})", dir, st.st_uid, geteuid());
-    return Err(EACCES);
+    return Err(EPERM);  // another user's tier: the caller reports it
   }
   if ((st.st_mode & 077) != 0) chmod(dir.c_str(), 0700);
 
@@ -50,6 +72,11 @@ Result<std::unique_ptr<Tier>> Tier::Open(const std::string& dir, uint64_t budget
   while (struct dirent* de = readdir(d)) {
     uint64_t ino;
     if (de->d_name[0] == '.') continue;
+    std::string_view nm(de->d_name);
+    if (nm.size() > 4 && nm.substr(nm.size() - 4) == ".tmp") {  // a snapshot copy cut short
+      unlinkat(dirfd(d), de->d_name, 0);
+      continue;
+    }
     if (!ParseName(de->d_name, &ino)) {
       LOG_WARN("tier: ignoring stray file {}/{}", dir, de->d_name);
       continue;
@@ -66,10 +93,11 @@ Result<std::unique_ptr<Tier>> Tier::Open(const std::string& dir, uint64_t budget
   return t;
 }
 
-Tier::~Tier() {
-  for (auto& [ino, f] : files_)
-    if (f.fd >= 0) close(f.fd);
+FdHolder::~FdHolder() {
+  if (fd >= 0) close(fd);
 }
+
+Tier::~Tier() = default;
 
 std::string Tier::PathOf(uint64_t ino) const {
   char name[24];
@@ -79,7 +107,7 @@ std::string Tier::PathOf(uint64_t ino) const {
 
 Result<Tier::File*> Tier::OpenLocked(uint64_t ino, bool create) {
   auto it = files_.find(ino);
-  if (it != files_.end() && it->second.fd >= 0) return &it->second;
+  if (it != files_.end() && it->second.fd) return &it->second;
   if (it == files_.end() && !create) return Err(ENOENT);
   int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
   int fd = open(PathOf(ino).c_str(), flags, 0600);
@@ -89,7 +117,7 @@ Result<Tier::File*> Tier::OpenLocked(uint64_t ino, bool create) {
     return Err(e);
   }
   File& f = files_[ino];
-  f.fd = fd;
+  f.fd = std::make_shared<const FdHolder>(fd);
   return &f;
 }
 
@@ -98,22 +126,115 @@ Result<int> Tier::Pin(uint64_t ino, bool create) {
   auto f = OpenLocked(ino, create);
   if (!f) return Err(f.error());
   (*f)->pins++;
-  return (*f)->fd;
+  return (*f)->fd->fd;
 }
 
 void Tier::Unpin(uint64_t ino) {
   std::lock_guard lk(mu_);
   auto it = files_.find(ino);
   if (it == files_.end() || it->second.pins == 0) abort();  // broken invariant: unbalanced pin
-  if (--it->second.pins == 0) {
-    close(it->second.fd);
-    it->second.fd = -1;
+  --it->second.pins;
+  MaybeClose(&it->second);
+}
+
+Result<FdRef> Tier::Ref(uint64_t key) {
+  std::lock_guard lk(mu_);
+  auto f = OpenLocked(key, false);
+  if (!f) return Err(f.error());
+  FdRef r = (*f)->fd;
+  MaybeClose(*f);
+  return r;
+}
+
+Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy) {
+  FdRef src;
+  {
+    std::lock_guard lk(mu_);
+    auto f = OpenLocked(ino, false);
+    if (!f) return Err(f.error());
+    src = (*f)->fd;
+    MaybeClose(*f);
   }
+  const std::string live = PathOf(ino), snap = PathOf(snap_key), tmp = snap + ".tmp";
+  FdRef fresh;
+  if (copy) {
+    // Not reserved: callers hold the namespace lock, which the evictor
+    // needs. The copy is charged when done and may take the tier over its
+    // budget for a moment; writers then wait until the drain frees it.
+    struct stat st;
+    int err = fstat(src->fd, &st) != 0 ? errno : 0;
+    int fd = err ? -1 : open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (!err && fd < 0) err = errno;
+    if (!err) {
+      fresh = std::make_shared<const FdHolder>(fd);
+      err = CopySparse(src->fd, fd, static_cast<uint64_t>(st.st_size));
+    }
+    if (err) {
+      unlink(tmp.c_str());
+      LOG_ERROR("tier: snapshot copy of ino {} failed: {}", ino, strerror(err));
+      return Err(err);
+    }
+  }
+  std::unique_lock lk(mu_);
+  auto cur = files_.find(ino);
+  if (cur == files_.end()) {  // removed meanwhile
+    if (copy) unlink(tmp.c_str());
+    return Err(ENOENT);
+  }
+  File old = cur->second;
+  if (rename(live.c_str(), snap.c_str()) != 0) {
+    int e = errno;
+    if (copy) unlink(tmp.c_str());
+    LOG_ERROR("tier: snapshot of ino {} failed: {}", ino, strerror(e));
+    return Err(e);
+  }
+  File& s = files_[snap_key];
+  used_ -= s.charged;  // a stale snapshot of the same key is replaced
+  s.fd = nullptr;
+  s.pins = 0;
+  s.charged = old.charged;
+  File& l = files_[ino];
+  l.charged = 0;
+  l.fd = nullptr;
+  if (copy) {
+    if (rename(tmp.c_str(), live.c_str()) != 0) abort();  // same directory, just created: cannot fail
+    l.fd = fresh;
+    Recharge(&l);
+  } else if (old.pins > 0) {
+    int fd = open(live.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      int e = errno;
+      LOG_ERROR("tier: cannot create new file for ino {}: {}", ino, strerror(e));
+      files_.erase(ino);
+      return Err(e);
+    }
+    l.fd = std::make_shared<const FdHolder>(fd);
+  } else {
+    files_.erase(ino);
+    return {};
+  }
+  MaybeClose(&l);
+  return {};
+}
+
+Status Tier::Rekey(uint64_t from, uint64_t to) {
+  std::lock_guard lk(mu_);
+  auto it = files_.find(from);
+  if (it == files_.end()) return Err(ENOENT);
+  if (rename(PathOf(from).c_str(), PathOf(to).c_str()) != 0) return ErrFromErrno();
+  if (auto old = files_.find(to); old != files_.end()) {
+    used_ -= old->second.charged;
+    files_.erase(old);
+  }
+  File f = it->second;
+  files_.erase(it);
+  files_[to] = f;
+  return {};
 }
 
 void Tier::Recharge(File* f) {
   struct stat st;
-  if (fstat(f->fd, &st) != 0) return;
+  if (!f->fd || fstat(f->fd->fd, &st) != 0) return;
   uint64_t now = Allocated(st);
   used_ = used_ - f->charged + now;
   f->charged = now;
@@ -160,13 +281,14 @@ void Tier::Unreserve(uint64_t n) {
 }
 
 Result<size_t> Tier::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn) {
-  int fd;
+  FdRef ref;
   {
     std::lock_guard lk(mu_);
     auto it = files_.find(ino);
-    if (it == files_.end() || it->second.fd < 0) abort();  // REQUIRES: pinned
-    fd = it->second.fd;
+    if (it == files_.end() || !it->second.fd) abort();  // REQUIRES: pinned
+    ref = it->second.fd;
   }
+  int fd = ref->fd;
   // Only bytes past the current end need new pages; writes inside the file
   // are charged after the fact by Recharge (holes are rare in checkpoints).
   struct stat st;
@@ -180,7 +302,7 @@ Result<size_t> Tier::Write(uint64_t ino, uint64_t off, size_t len, const std::fu
     std::lock_guard lk(mu_);
     reserved_ -= need;
     auto it = files_.find(ino);
-    Recharge(&it->second);
+    if (it != files_.end() && it->second.fd == ref) Recharge(&it->second);
   }
   space_cv_.notify_all();
   if (n < 0) return Err(static_cast<int>(-n));
@@ -192,29 +314,26 @@ Status Tier::Truncate(uint64_t ino, uint64_t size) {
   auto f = OpenLocked(ino, true);
   if (!f) return Err(f.error());
   Status res;
-  if (ftruncate((*f)->fd, static_cast<off_t>(size)) != 0) res = ErrFromErrno();
+  if (ftruncate((*f)->fd->fd, static_cast<off_t>(size)) != 0) res = ErrFromErrno();
   Recharge(*f);
-  if ((*f)->pins == 0) {
-    close((*f)->fd);
-    (*f)->fd = -1;
-  }
+  MaybeClose(*f);
   space_cv_.notify_all();
   return res;
 }
 
 Status Tier::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len) {
-  if (auto r = Reserve(len); !r) return r;
+  // Only allocating modes take pages; punching and collapsing give them back.
+  bool allocates = !(mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_COLLAPSE_RANGE));
+  uint64_t need = allocates ? len : 0;
+  if (auto r = Reserve(need); !r) return r;
   std::lock_guard lk(mu_);
-  reserved_ -= len;
+  reserved_ -= need;
   auto f = OpenLocked(ino, true);
   if (!f) return Err(f.error());
   Status res;
-  if (fallocate((*f)->fd, mode, static_cast<off_t>(off), static_cast<off_t>(len)) != 0) res = ErrFromErrno();
+  if (fallocate((*f)->fd->fd, mode, static_cast<off_t>(off), static_cast<off_t>(len)) != 0) res = ErrFromErrno();
   Recharge(*f);
-  if ((*f)->pins == 0) {
-    close((*f)->fd);
-    (*f)->fd = -1;
-  }
+  MaybeClose(*f);
   space_cv_.notify_all();
   return res;
 }
@@ -226,8 +345,7 @@ Status Tier::Fill(uint64_t ino, uint64_t size, const std::function<int(int)>& fn
   int fd = open(PathOf(ino).c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return ErrFromErrno();
   File& f = files_[ino];
-  if (f.fd >= 0) close(f.fd);
-  f.fd = fd;
+  f.fd = std::make_shared<const FdHolder>(fd);
   f.pins++;
   int err = 0;
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) err = errno;
@@ -239,10 +357,7 @@ Status Tier::Fill(uint64_t ino, uint64_t size, const std::function<int(int)>& fn
   lk.lock();
   File& g = files_[ino];
   g.pins--;
-  if (g.pins == 0) {
-    close(g.fd);
-    g.fd = -1;
-  }
+  MaybeClose(&g);
   if (err) {
     lk.unlock();
     Remove(ino);
@@ -259,7 +374,6 @@ void Tier::Remove(uint64_t ino) {
       LOG_ERROR("tier: cannot remove file of ino {}: {}", ino, strerror(errno));
     if (it == files_.end()) return;
     used_ -= it->second.charged;
-    if (it->second.fd >= 0) close(it->second.fd);
     files_.erase(it);
   }
   space_cv_.notify_all();

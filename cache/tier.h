@@ -34,6 +34,29 @@
 
 namespace ckpt::cache {
 
+// An open tier file descriptor, closed when the last reference goes. Readers
+// and the drainer hold one across a transfer, so a snapshot or removal that
+// happens meanwhile never closes a descriptor under them.
+struct FdHolder {
+  int fd = -1;
+  explicit FdHolder(int f) : fd(f) {}
+  ~FdHolder();
+  FdHolder(const FdHolder&) = delete;
+  FdHolder& operator=(const FdHolder&) = delete;
+};
+using FdRef = std::shared_ptr<const FdHolder>;
+
+// Keys of snapshot files (see Tier::Snapshot): the top bit set, then the
+// inode number (43 bits) and the low 20 bits of the version. Two pending
+// versions of one file collide only after a million seals in a row.
+inline constexpr uint64_t kSnapBit = 1ULL << 63;
+inline uint64_t SnapKey(uint64_t ino, uint64_t version) {
+  return kSnapBit | ((ino & ((1ULL << 43) - 1)) << 20) | (version & 0xFFFFF);
+}
+inline bool IsSnapKey(uint64_t key) { return (key & kSnapBit) != 0; }
+inline uint64_t SnapIno(uint64_t key) { return (key & ~kSnapBit) >> 20; }
+inline bool SnapMatches(uint64_t key, uint64_t ino, uint64_t version) { return key == SnapKey(ino, version); }
+
 struct TierStats {
   uint64_t budget = 0;
   uint64_t used = 0;      // bytes allocated by tier files
@@ -64,6 +87,27 @@ class Tier {
   // absent and !create.
   [[nodiscard]] Result<int> Pin(uint64_t ino, bool create);
   void Unpin(uint64_t ino);
+
+  // A reference to the file's current descriptor (opened for the caller if
+  // nobody has it pinned). ENOENT if the file does not exist. The holder
+  // keeps reading the same bytes even if the key is snapshotted or removed
+  // meanwhile.
+  [[nodiscard]] Result<FdRef> Ref(uint64_t key);
+
+  // Copy-on-write of a sealed version: the bytes now under `ino` go to
+  // `snap_key` (an immutable snapshot the drainer publishes later), and
+  // `ino` gets a new file: empty if `copy` is false (an O_TRUNC, an unlink:
+  // a rename, no bytes copied), otherwise a copy of the old bytes (holes
+  // stay holes; charged when done, without waiting for space: the caller
+  // may hold locks the evictor needs). Pins on `ino` stay with
+  // `ino`; references already handed out keep the old bytes. A crash part
+  // way leaves either the old state or the snapshot plus a live file (a
+  // copy in progress is named *.tmp and removed at the next Open).
+  [[nodiscard]] Status Snapshot(uint64_t ino, uint64_t snap_key, bool copy);
+
+  // Renames the file under `from` to `to` (replacing it). For start-up
+  // recovery, when nothing is pinned.
+  [[nodiscard]] Status Rekey(uint64_t from, uint64_t to);
 
   // Writes through `fn(fd)` (which must write `len` bytes at `off` and
   // return the count or a negative errno), reserving the space first.
@@ -116,7 +160,7 @@ class Tier {
   Tier(std::string dir, uint64_t budget) : dir_(std::move(dir)), budget_(budget) {}
 
   struct File {
-    int fd = -1;
+    FdRef fd;  // held while pinned
     int pins = 0;
     uint64_t charged = 0;  // bytes of `used_` this file accounts for
   };
@@ -128,6 +172,10 @@ class Tier {
   // Re-reads the file's allocation and adjusts used_. REQUIRES: mu_ held.
   void Recharge(File* f);
   Result<File*> OpenLocked(uint64_t ino, bool create);
+  // Drops the file's descriptor if nothing pins it. REQUIRES: mu_ held.
+  static void MaybeClose(File* f) {
+    if (f->pins == 0) f->fd.reset();
+  }
 
   const std::string dir_;
   const uint64_t budget_;
