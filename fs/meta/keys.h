@@ -21,11 +21,13 @@
 namespace ckpt::meta {
 
 inline constexpr char kFormatKey[] = "F";
+inline constexpr char kBackendKey[] = "B";  // the backend URL this state dir belongs to
 inline constexpr char kCounterPrefix = 'C';
 inline constexpr char kInodePrefix = 'I';
 inline constexpr char kDentryPrefix = 'D';
 inline constexpr char kXattrPrefix = 'X';
 inline constexpr char kLogPrefix = 'L';
+inline constexpr char kLostPrefix = 'Z';  // Z <seq u64 BE> -> "path\0reason"
 
 inline constexpr uint64_t kRootIno = 1;
 
@@ -77,6 +79,12 @@ inline std::string XattrKey(uint64_t ino, std::string_view name) {
 
 inline std::string LogKey(uint64_t seq) {
   std::string k(1, kLogPrefix);
+  AppendU64BE(&k, seq);
+  return k;
+}
+
+inline std::string LostKey(uint64_t seq) {
+  std::string k(1, kLostPrefix);
   AppendU64BE(&k, seq);
   return k;
 }

@@ -13,9 +13,9 @@
 namespace ckpt::meta {
 namespace {
 
-constexpr uint8_t kInodeFormat = 1;
+constexpr uint8_t kInodeFormat = 2;  // 2: sealed_size
 constexpr char kMagic[] = "ckptfs-meta";
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;  // 2: sealed_size, snapshots, lost list
 
 template <class T>
 void PutRaw(std::string* s, T v) {
@@ -85,6 +85,7 @@ std::string EncodeInode(const InodeRecord& r) {
   PutRaw(&s, static_cast<uint8_t>(r.state));
   PutRaw(&s, r.checksum_hi);
   PutRaw(&s, r.checksum_lo);
+  PutRaw(&s, r.sealed_size);
   PutStr(&s, r.name);
   PutStr(&s, r.target);
   return s;
@@ -98,7 +99,7 @@ Result<InodeRecord> DecodeInode(std::string_view v) {
             rd.Get(&r.uid) && rd.Get(&r.gid) && rd.Get(&r.nlink) && rd.Get(&r.size) && rd.Get(&r.rdev);
   for (Timespec* t : {&r.atime, &r.mtime, &r.ctime}) ok = ok && rd.Get(&t->sec) && rd.Get(&t->nsec);
   ok = ok && rd.Get(&r.version) && rd.Get(&state) && state <= 3 && rd.Get(&r.checksum_hi) &&
-       rd.Get(&r.checksum_lo) && rd.GetStr(&r.name) && rd.GetStr(&r.target) && rd.done();
+       rd.Get(&r.checksum_lo) && rd.Get(&r.sealed_size) && rd.GetStr(&r.name) && rd.GetStr(&r.target) && rd.done();
   if (!ok) return Err(EIO);
   r.state = static_cast<DataState>(state);
   return r;
@@ -161,6 +162,22 @@ Status MetaStore::ForEachLogEntry(const std::function<void(LogEntry&&)>& fn) {
   if (!st) return st;
   if (err) return Err(err);
   return {};
+}
+
+void MetaStore::PutLost(Batch* b, uint64_t seq, std::string_view path, std::string_view reason) {
+  std::string v(path);
+  v.push_back('\0');
+  v.append(reason);
+  b->Put(LostKey(seq), v);
+}
+
+Status MetaStore::ForEachLost(const std::function<void(uint64_t, std::string_view, std::string_view)>& fn) {
+  return kv_->Scan(std::string(1, kLostPrefix), [&](std::string_view k, std::string_view v) {
+    if (k.size() != 9) return true;
+    size_t z = v.find('\0');
+    fn(ReadU64BE(k, 1), v.substr(0, z), z == std::string_view::npos ? std::string_view() : v.substr(z + 1));
+    return true;
+  });
 }
 
 void MetaStore::PutDentry(Batch* b, uint64_t parent, std::string_view name, uint64_t ino, uint8_t type) {
@@ -249,6 +266,19 @@ Result<uint64_t> MetaStore::EnsureFormat() {
   b.Put(kFormatKey, s);
   if (auto st = kv_->Write(b, true); !st) return Err(st.error());
   return id;
+}
+
+Status MetaStore::BindBackend(std::string_view url, std::string* bound) {
+  auto v = kv_->Get(kBackendKey);
+  if (v) {
+    if (*v == url) return {};
+    *bound = *v;
+    return Err(EXDEV);
+  }
+  if (v.error() != ENOENT) return Err(v.error());
+  Batch b;
+  b.Put(kBackendKey, url);
+  return kv_->Write(b, true);
 }
 
 }  // namespace ckpt::meta

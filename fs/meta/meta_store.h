@@ -46,6 +46,7 @@ struct InodeRecord {
   uint64_t version = 0;  // bumped on each sealed change of the file's bytes
   DataState state = DataState::kDirty;
   uint64_t checksum_hi = 0, checksum_lo = 0;  // XXH3-128 of the sealed version
+  uint64_t sealed_size = 0;  // size of the sealed version (`size` may be ahead of it while open)
   std::string name;    // the first link's name (to find a path for the drainer)
   std::string target;  // symlink target
 };
@@ -109,6 +110,9 @@ class MetaStore {
   static void PutCounter(Batch* b, std::string_view name, uint64_t v);
   static void PutLog(Batch* b, const LogEntry& e) { b->Put(LogKey(e.seq), EncodeLogEntry(e)); }
   static void DeleteLog(Batch* b, uint64_t seq) { b->Delete(LogKey(seq)); }
+  // Files whose promised bytes were lost (the tier vanished with them, e.g.
+  // at a node reboot), kept for `ckptfs status` until cleared.
+  static void PutLost(Batch* b, uint64_t seq, std::string_view path, std::string_view reason);
 
   [[nodiscard]] Status Commit(const Batch& b, bool sync = false) { return kv_->Write(b, sync); }
 
@@ -120,11 +124,15 @@ class MetaStore {
   [[nodiscard]] Status ForEachInode(const std::function<void(InodeRecord&&)>& fn);
   [[nodiscard]] Status ForEachDentry(const std::function<void(uint64_t parent, std::string_view name, DentryValue)>& fn);
   [[nodiscard]] Status ForEachLogEntry(const std::function<void(LogEntry&&)>& fn);
+  [[nodiscard]] Status ForEachLost(const std::function<void(uint64_t seq, std::string_view path, std::string_view reason)>& fn);
   [[nodiscard]] Status ForEachXattr(const std::function<void(uint64_t ino, std::string_view name, std::string_view value)>& fn);
 
   // The format record: created on first use, checked afterwards. Returns the
   // filesystem id (random, fixed at creation) or EINVAL for a foreign format.
   [[nodiscard]] Result<uint64_t> EnsureFormat();
+  // Ties the state dir to one backend: records `url` on first use; EXDEV
+  // (with the recorded URL in *bound) if it was made for another backend.
+  [[nodiscard]] Status BindBackend(std::string_view url, std::string* bound);
 
  private:
   std::unique_ptr<Kv> kv_;

@@ -76,6 +76,7 @@ InodeRecord FullRecord() {
   r.state = DataState::kDraining;
   r.checksum_hi = 0xdeadbeefcafebabeull;
   r.checksum_lo = 0x0123456789abcdefull;
+  r.sealed_size = 0x1122334455ull;
   r.name = "ck\0pt\xff.bin"s;
   r.target = "../\0target\0"s + std::string(4096, 'x');
   return r;
@@ -100,6 +101,7 @@ void ExpectSameRecord(const InodeRecord& a, const InodeRecord& b) {
   cr_assert_eq(static_cast<int>(a.state), static_cast<int>(b.state));
   cr_assert_eq(a.checksum_hi, b.checksum_hi);
   cr_assert_eq(a.checksum_lo, b.checksum_lo);
+  cr_assert_eq(a.sealed_size, b.sealed_size);
   cr_assert(a.name == b.name, "name: %zu vs %zu bytes", a.name.size(), b.name.size());
   cr_assert(a.target == b.target, "target: %zu vs %zu bytes", a.target.size(), b.target.size());
 }
@@ -118,7 +120,7 @@ InodeRecord SmallRecord(uint64_t ino, std::string name) {
 // Offsets in the inode encoding, counted from the end so that they follow
 // the strings: ... state(1) checksum_hi(8) checksum_lo(8) len(4) name len(4) target.
 size_t StateOffset(const InodeRecord& r, const std::string& enc) {
-  return enc.size() - (1 + 16 + 4 + r.name.size() + 4 + r.target.size());
+  return enc.size() - (1 + 16 + 8 + 4 + r.name.size() + 4 + r.target.size());  // state, checksum, sealed_size
 }
 
 }  // namespace
@@ -172,7 +174,7 @@ KV_TEST(inode, truncated_or_garbage_bytes_are_eio) {
   std::string bad = enc;
   bad[0] = 0;  // unknown format byte
   cr_assert_eq(DecodeInode(bad).error(), EIO);
-  bad[0] = 2;
+  bad[0] = 3;
   cr_assert_eq(DecodeInode(bad).error(), EIO);
 
   size_t state_at = StateOffset(r, enc);
@@ -184,7 +186,7 @@ KV_TEST(inode, truncated_or_garbage_bytes_are_eio) {
   }
 
   // String lengths that point past the end, including 0xffffffff.
-  size_t name_len_at = state_at + 17;
+  size_t name_len_at = state_at + 25;  // state, checksum, sealed_size
   uint32_t name_len;
   memcpy(&name_len, enc.data() + name_len_at, 4);
   cr_assert_eq(name_len, r.name.size(), "layout: name length found");
