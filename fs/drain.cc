@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "fs/common/failpoint.h"
 #include "fs/common/log.h"
 
 namespace ckpt::fs {
@@ -85,13 +86,10 @@ void Drainer::StageLoop() {
     if (!src) {
       err = src.error();
     } else {
-      uint64_t gen = src->gen;
       const LogEntry& e = job->entry;
-      auto staged = backend_->Stage(src->fd, src->size, [&] { return stop_ || !table_->PersistStillValid(e, gen); });
-      if (staged && !table_->PersistStillValid(e, gen)) {
-        backend_->Abort(*staged);
-        staged = std::unexpected(ECANCELED);
-      }
+      // The bytes are a sealed version nothing changes any more (see
+      // InodeTable::Preserve): only a stop cancels the transfer.
+      auto staged = backend_->Stage(src->fd, src->size, [&] { return stop_.load(); });
       if (!staged) {
         err = staged.error();
         table_->AbortPersist(e);
@@ -153,6 +151,7 @@ int Drainer::ApplyHead(const LogEntry& e, const std::vector<LogEntry>& window) {
     if (skip) skip_.erase(it);
   }
   if (!skip && e.op == LogOp::kMkdir) skip = SkipUndoneMkdir(e);
+  if (!skip && e.op == LogOp::kPersist) skip = SkipUndonePersist(e, window);
   if (skip) {
     LOG_DEBUG("drain: seq {} {} '{}' undone by later history; skipped", e.seq, meta::LogOpName(e.op), e.path);
     std::shared_ptr<Job> job;
@@ -189,8 +188,12 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     if (stop_) return ECANCELED;
     if (job->err != 0) jobs_.erase(e.seq);  // a retry stages afresh
   }
-  if (job->err == ESTALE || job->err == ECANCELED) {
-    LOG_DEBUG("drain: seq {} persist '{}' v{} superseded; skipped", e.seq, e.path, e.version);
+  if (job->err == ENODATA) {
+    // The sealed bytes are gone (the memory tier did not survive, e.g. a
+    // node reboot): nothing to publish. Listed by `ckptfs status`.
+    LOG_ERROR("drain: seq {} persist '{}' v{}: lost, its bytes are not in the memory tier", e.seq, e.path,
+              e.version);
+    table_->RecordLost(e, "not persisted, and its bytes are not in the memory tier");
     if (auto st = table_->CompleteEntry(e); !st) return st.error();
     std::lock_guard lk(mu_);
     stats_.entries_skipped++;
@@ -203,6 +206,7 @@ int Drainer::ApplyPersist(const LogEntry& e) {
   }
   if (auto st = backend_->Publish(job->staged, e.path, job->src.mode, job->src.mtime.sec, job->src.mtime.nsec); !st)
     return st.error();  // the staged copy stays; the retry publishes it again
+  FAILPOINT("drain.after_publish");
   if (auto st = table_->CompletePersist(e, job->staged, job->src.gen); !st) return st.error();
   std::lock_guard lk(mu_);
   jobs_.erase(e.seq);
@@ -244,6 +248,9 @@ bool Drainer::SkipUndoneMkdir(const LogEntry& e) {
     if ((x.op == LogOp::kRename || x.op == LogOp::kLink) &&
         (Under(x.path, dir) || Under(x.path2, dir) || Under(dir, x.path) || Under(dir, x.path2)))
       return false;  // something moved in or out: replay it all
+    // Anything outside the directory in between would be seen by the
+    // backend without the directory it had at that moment: replay it all.
+    if (!Under(x.path, dir)) return false;
     if (x.op == LogOp::kRmdir && x.path == dir) {
       std::lock_guard lk(mu_);
       for (size_t k = 1; k <= j; k++)
@@ -252,6 +259,22 @@ bool Drainer::SkipUndoneMkdir(const LogEntry& e) {
     }
   }
   return false;
+}
+
+bool Drainer::SkipUndonePersist(const LogEntry& e, const std::vector<LogEntry>& window) {
+  // Only when the very next entry undoes this one: then the backend goes
+  // from the state before this version straight to the state after its
+  // undoing, both moments of the mount's history. With anything in
+  // between (a `latest` written after this checkpoint, say), skipping would
+  // show the backend a state that never existed.
+  if (window.size() < 2 || window[0].seq != e.seq) return false;
+  const LogEntry& x = window[1];
+  switch (x.op) {
+    case LogOp::kPersist: return x.ino == e.ino && x.path == e.path;  // rewritten
+    case LogOp::kUnlink: return x.path == e.path;                      // deleted
+    case LogOp::kRename: return x.path2 == e.path && !(x.flags & 1);  // replaced by another file
+    default: return false;
+  }
 }
 
 void Drainer::NoteError(const LogEntry& e, int err) {

@@ -74,6 +74,8 @@ class Drainer {
   int ApplyPersist(const meta::LogEntry& e);
   int ApplyNamespace(const meta::LogEntry& e);
   // Marks entries undone by a later rmdir of the directory `e` creates.
+  // A persist whose very next entry rewrites, deletes or replaces the file.
+  bool SkipUndonePersist(const meta::LogEntry& e, const std::vector<meta::LogEntry>& window);
   bool SkipUndoneMkdir(const meta::LogEntry& e);
   void NoteError(const meta::LogEntry& e, int err);
   void NoteSuccess();

@@ -2,11 +2,16 @@
 // committed to fs/meta as one Batch before the map changes.
 #include "fs/inode_table.h"
 
+#include <set>
+
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sys/xattr.h>
 #include <time.h>
 
+#include <set>
+
+#include "fs/common/failpoint.h"
 #include "fs/common/log.h"
 
 namespace ckpt::fs {
@@ -98,10 +103,6 @@ Status InodeTable::Load(Caller root_owner) {
     log_.push_back(std::move(e));
   });
   if (!st) return st;
-  for (auto& [ino, n] : inodes_) {
-    // A drain in flight when the daemon stopped starts over.
-    if (n->rec.state == DataState::kDraining) n->rec.state = DataState::kDirty;
-  }
 
   if (!Find(meta::kRootIno)) {
     auto root = std::make_unique<Inode>();
@@ -126,47 +127,143 @@ Status InodeTable::Load(Caller root_owner) {
     Inode* n = Find(ino);
     MetaStore::DeleteInode(&fix, ino);
     for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(&fix, ino, k);
+    if (S_ISREG(n->rec.mode)) (void)Preserve(n, false);  // its pending version still drains
     tier_->Remove(ino);
     inodes_.erase(ino);
   }
   MetaStore::PutCounter(&fix, kNextInoCounter, next_ino_);
   if (auto c = store_->Commit(fix, true); !c) return c;
 
-  // Tier files whose inode is gone hold unreachable bytes.
-  for (auto [ino, size] : tier_->attached()) {
-    Inode* n = Find(ino);
-    if (!n || !S_ISREG(n->rec.mode)) {
-      LOG_WARN("tier: removing file of unknown ino {} ({} bytes)", ino, size);
-      tier_->Remove(ino);
-    } else if (size != n->rec.size) {
-      // The record is written at close; a daemon that died with the file
-      // open leaves the tier file as the newer truth of its size.
-      LOG_WARN("ino {}: size {} in metadata, {} in tier; keeping the tier's", ino, n->rec.size, size);
-      n->rec.size = size;
-    }
-  }
-  // Files written but never sealed when the daemon stopped (open for
-  // writing at a crash): the tier holds every acknowledged write, so seal
-  // what is there now and let it drain.
-  Batch seal;
-  std::vector<LogEntry> sealed;
-  for (auto& [ino, n] : inodes_) {
-    if (!S_ISREG(n->rec.mode) || n->rec.nlink == 0 || n->seal_seq != 0) continue;
-    if (n->rec.state != DataState::kDirty) continue;
-    if (!tier_->Has(ino)) {
-      LOG_ERROR("ino {} '{}': dirty, but its bytes are not in the tier", ino, EntryPath(n->rec.parent, n->rec.name));
+  // The tier against the metadata: every regular file's bytes, and the
+  // snapshots the pending log needs. Lost files leave the namespace here.
+  std::unordered_map<uint64_t, uint64_t> sizes;  // tier key -> st_size
+  for (auto [key, size] : tier_->attached()) sizes[key] = size;
+  std::set<uint64_t> wanted;
+  for (const LogEntry& e : log_)
+    if (e.op == LogOp::kPersist) wanted.insert(cache::SnapKey(e.ino, e.version));
+  for (auto [key, size] : sizes) {
+    if (cache::IsSnapKey(key)) {
+      Inode* n = Find(cache::SnapIno(key));
+      bool current = n && S_ISREG(n->rec.mode) && cache::SnapMatches(key, n->rec.ino, n->rec.version);
+      if (!wanted.count(key) && !current) tier_->Remove(key);  // published before the daemon stopped
       continue;
     }
-    LOG_WARN("ino {} '{}': was open for writing when the daemon stopped; sealing {} bytes", ino,
-             EntryPath(n->rec.parent, n->rec.name), n->rec.size);
-    Seal(n.get(), &seal, &sealed);
-    MetaStore::PutInode(&seal, n->rec);
+    Inode* n = Find(key);
+    if (!n || !S_ISREG(n->rec.mode)) {
+      LOG_WARN("tier: removing file of unknown ino {} ({} bytes)", key, size);
+      tier_->Remove(key);
+    }
   }
-  if (!seal.empty())
-    if (auto c = CommitWithLog(seal, std::move(sealed)); !c) return c;
+  Batch rec;
+  std::vector<Inode*> files;
+  for (auto& [ino, n] : inodes_)
+    if (S_ISREG(n->rec.mode) && n->rec.nlink > 0) files.push_back(n.get());
+  std::vector<Inode*> lost;
+  for (Inode* n : files)
+    if (!RecoverFile(n, sizes, &rec)) lost.push_back(n);
+  std::vector<LogEntry> unlinks;
+  for (Inode* n : lost) DropLost(n, "not persisted, and its bytes are not in the memory tier", &rec, &unlinks);
+  st = store_->ForEachLost([&](uint64_t seq, std::string_view path, std::string_view) {
+    next_lost_ = std::max(next_lost_, seq + 1);
+    lost_.emplace_back(path);
+  });
+  if (!st) return st;
+  FAILPOINT("load.recovery");
+  if (!rec.empty())
+    if (auto c = store_->Commit(rec, true); !c) return c;
+  for (auto& e : unlinks) log_.push_back(std::move(e));
   LOG_INFO("namespace loaded: {} inodes, next ino {}, {} log entries pending", inodes_.size(), next_ino_,
            log_.size());
   return {};
+}
+
+bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64_t>& sizes, Batch* b) {
+  InodeRecord& r = n->rec;
+  const uint64_t ino = r.ino;
+  const std::string path = EntryPath(r.parent, r.name);
+  const uint64_t snap = cache::SnapKey(ino, r.version);
+  const bool pending = SealPending(n);
+  auto live = sizes.find(ino);
+  InodeRecord before = r;
+  if (r.state == DataState::kDraining) r.state = DataState::kDirty;  // a transfer in flight starts over
+  if (tier_->Has(snap)) {
+    // Being rewritten when the daemon stopped: the last close's version
+    // is the snapshot; what was written since was never sealed.
+    if (live != sizes.end()) tier_->Remove(ino);
+    if (auto st = tier_->Rekey(snap, ino); !st) {
+      LOG_ERROR("ino {} '{}': cannot restore version {}: {}", ino, path, r.version, strerror(st.error()));
+      return false;
+    }
+    r.size = r.sealed_size = sizes.at(snap);
+    r.state = pending ? DataState::kDirty : DataState::kPersisted;
+    LOG_WARN("ino {} '{}': open for writing when the daemon stopped; back to version {} ({} bytes), sealed at its "
+             "last close", ino, path, r.version, r.size);
+  } else if (pending) {
+    // Sealed, not yet in the backend: the live file is that version.
+    if (live == sizes.end()) return false;
+    if (live->second < r.sealed_size) {
+      LOG_ERROR("ino {} '{}': the memory tier holds {} of the {} bytes sealed", ino, path, live->second,
+                r.sealed_size);
+      tier_->Remove(ino);
+      return false;
+    }
+    if (live->second > r.sealed_size) (void)tier_->Truncate(ino, r.sealed_size);
+    r.size = r.sealed_size;
+    r.state = DataState::kDirty;
+  } else if (r.state == DataState::kDirty) {
+    // Written since its last seal and never closed again (or never
+    // closed at all): keep what the last close sealed.
+    if (live != sizes.end()) tier_->Remove(ino);
+    if (r.version == 0) {
+      LOG_WARN("ino {} '{}': created but never closed before the daemon stopped", ino, path);
+      return false;
+    }
+    r.size = r.sealed_size;
+    r.state = DataState::kRemote;
+    LOG_WARN("ino {} '{}': open for writing when the daemon stopped; back to version {} (in the backend)", ino,
+             path, r.version);
+  } else if (r.state == DataState::kPersisted) {
+    if (live == sizes.end() || live->second != r.size) {
+      if (live != sizes.end()) {
+        LOG_WARN("ino {} '{}': tier holds {} bytes, {} expected; reading it from the backend", ino, path,
+                 live->second, r.size);
+        tier_->Remove(ino);
+      }
+      r.state = DataState::kRemote;  // fetched again on the next read
+    }
+  } else if (r.state == DataState::kRemote && live != sizes.end()) {
+    tier_->Remove(ino);  // a fetch cut short
+  }
+  if (r.state != before.state || r.size != before.size || r.sealed_size != before.sealed_size)
+    MetaStore::PutInode(b, r);
+  return true;
+}
+
+void InodeTable::DropLost(Inode* n, std::string_view reason, Batch* b, std::vector<LogEntry>* out) {
+  // Every name of the file goes; directories keep their other entries.
+  std::vector<std::pair<Inode*, std::string>> names;
+  for (auto& [dino, d] : inodes_) {
+    if (!d->is_dir()) continue;
+    for (auto& [name, child] : d->children)
+      if (child == n->rec.ino) names.emplace_back(d.get(), name);
+  }
+  for (auto& [d, name] : names) {
+    std::string path = EntryPath(d->rec.ino, name);
+    LOG_ERROR("ino {} '{}': lost ({}); removed from the namespace", n->rec.ino, path, reason);
+    MetaStore::PutLost(b, next_lost_++, path, reason);
+    lost_.push_back(path);
+    MetaStore::DeleteDentry(b, d->rec.ino, name);
+    d->children.erase(d->children.find(name));
+    LogEntry e;
+    e.op = LogOp::kUnlink;
+    e.ino = n->rec.ino;
+    e.path = path;
+    AppendLog(b, e, out);
+  }
+  MetaStore::DeleteInode(b, n->rec.ino);
+  for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(b, n->rec.ino, k);
+  tier_->Remove(n->rec.ino);
+  inodes_.erase(n->rec.ino);
 }
 
 void InodeTable::FillStat(const InodeRecord& r, struct stat* st) {
@@ -227,9 +324,10 @@ void InodeTable::Forget(uint64_t ino, uint64_t count) {
 }
 
 void InodeTable::MaybeDelete(Inode* n) {
-  if (n->rec.nlink > 0 || n->nlookup > 0 || n->opens > 0 || n->drain_pinned || n->rec.ino == meta::kRootIno)
-    return;
+  if (n->rec.nlink > 0 || n->nlookup > 0 || n->opens > 0 || n->rec.ino == meta::kRootIno) return;
   uint64_t ino = n->rec.ino;
+  // A sealed version still on its way to the backend outlives its file.
+  if (S_ISREG(n->rec.mode)) (void)Preserve(n, false);
   Batch b;
   MetaStore::DeleteInode(&b, ino);
   for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(&b, ino, k);
@@ -284,6 +382,10 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
   if (c.to_set & kSetSize) {
     if (S_ISDIR(r.mode)) return Err(EISDIR);
     if (!S_ISREG(r.mode)) return Err(EINVAL);
+    // Keep the sealed version first: truncate(2) of a file nobody writes
+    // moves it aside (or copies, if bytes stay); a writer that opened the
+    // file already preserved it, unless its close sealed again since.
+    if (auto st = n->writers == 0 ? Preserve(n, c.size != 0) : BeforeMutation(n); !st) return Err(st.error());
     if (auto st = tier_->Truncate(ino, c.size); !st) return Err(st.error());
     r.size = c.size;
     r.mtime = now;
@@ -742,15 +844,34 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
   if (!n) return Err(ENOENT);
   if (n->is_dir()) return Err(EISDIR);
   if (!S_ISREG(n->rec.mode)) return Err(ENXIO);
-  bool trunc = (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY;
-  if (n->rec.state == DataState::kRemote && !(trunc && !n->fetching)) {
+  bool writable = (flags & O_ACCMODE) != O_RDONLY;
+  bool trunc = (flags & O_TRUNC) && writable;
+  bool was_remote = n->rec.state == DataState::kRemote;
+  if (was_remote && !(trunc && !n->fetching)) {
     if (auto st = EnsureLocal(lk, ino); !st) return Err(st.error());
     n = Find(ino);
     if (!n) return Err(ENOENT);
   }
+  if (writable && n->writers == 0) {
+    // The sealed version the drain has not published stays as it is.
+    if (auto st = Preserve(n, !trunc); !st) return Err(st.error());
+    // Record "being rewritten" before any byte changes, so that a daemon
+    // that dies now restarts from the last sealed version, not from torn
+    // bytes it would otherwise take for that version.
+    if (n->rec.state == DataState::kPersisted || n->rec.state == DataState::kRemote) {
+      InodeRecord r = n->rec;
+      r.state = DataState::kDirty;
+      Batch b;
+      MetaStore::PutInode(&b, r);
+      if (auto st = store_->Commit(b); !st) return Err(st.error());
+      n->pre_open_state = n->rec.state;
+      n->open_marked = true;
+      n->rec.state = DataState::kDirty;
+    }
+  }
   auto fd = tier_->Pin(ino, true);
   if (!fd) return Err(fd.error());
-  if (trunc && (n->rec.size != 0 || n->rec.state == DataState::kRemote)) {
+  if (trunc && (n->rec.size != 0 || was_remote)) {
     if (auto st = tier_->Truncate(ino, 0); !st) {
       tier_->Unpin(ino);
       return Err(st.error());
@@ -762,16 +883,18 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
     n->size_dirty = true;
   }
   n->opens++;
+  if (writable) n->writers++;
   n->last_use = ++clock_;
   return *fd;
 }
 
-void InodeTable::Release(uint64_t ino, bool wrote) {
+void InodeTable::Release(uint64_t ino, int open_flags) {
   std::lock_guard lk(mu_);
   Inode* n = Find(ino);
   if (!n) return;
   tier_->Unpin(ino);
   n->opens--;
+  if ((open_flags & O_ACCMODE) != O_RDONLY && n->writers > 0) n->writers--;
   n->last_use = ++clock_;
   if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen) {
     Batch b;
@@ -779,6 +902,19 @@ void InodeTable::Release(uint64_t ino, bool wrote) {
     Seal(n, &b, &log);
     MetaStore::PutInode(&b, n->rec);
     if (auto st = CommitWithLog(b, std::move(log)); !st) LOG_ERROR("ino {}: could not seal at close", ino);
+    else n->size_dirty = false;
+    n->open_marked = false;
+    // Still open for writing elsewhere: those writes must not reach the
+    // version just sealed.
+    if (n->writers > 0) (void)Preserve(n, true);
+  } else if (n->writers == 0 && n->open_marked && n->rec.nlink > 0) {
+    // Opened for writing, closed unchanged: back to what it was.
+    n->open_marked = false;
+    n->rec.state = n->pre_open_state == DataState::kRemote && tier_->Has(ino) ? DataState::kPersisted
+                                                                             : n->pre_open_state;
+    Batch b;
+    MetaStore::PutInode(&b, n->rec);
+    if (auto st = store_->Commit(b); !st) LOG_ERROR("ino {}: could not record state at close", ino);
     else n->size_dirty = false;
   } else if (n->size_dirty && n->rec.nlink > 0) {
     Batch b;
@@ -790,6 +926,14 @@ void InodeTable::Release(uint64_t ino, bool wrote) {
 }
 
 Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn) {
+  {
+    // A write through a handle that outlived the seal (a dup'd fd after
+    // close, mmap writeback): the sealed version is kept first.
+    std::lock_guard lk(mu_);
+    Inode* node = Find(ino);
+    if (node)
+      if (auto st = BeforeMutation(node); !st) return Err(st.error());
+  }
   // The tier may wait for space here: never under mu_.
   auto n = tier_->Write(ino, off, len, fn);
   if (!n) return n;
@@ -812,6 +956,7 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len)
     Inode* n = Find(ino);
     if (!n) return Err(ENOENT);
     if (!S_ISREG(n->rec.mode)) return Err(ENODEV);
+    if (auto st = BeforeMutation(n); !st) return st;
   }
   if (auto st = tier_->Fallocate(ino, mode, off, len); !st) return st;
   std::lock_guard lk(mu_);
@@ -825,10 +970,21 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len)
   return {};
 }
 
-Status InodeTable::Sync(uint64_t ino) {
+Status InodeTable::Flush(uint64_t ino, int open_flags) {
   std::lock_guard lk(mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
+  bool last_writer = (open_flags & O_ACCMODE) != O_RDONLY && n->writers == 1;
+  if (last_writer && n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode)) {
+    Batch b;
+    std::vector<LogEntry> log;
+    Seal(n, &b, &log);
+    MetaStore::PutInode(&b, n->rec);
+    if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
+    n->size_dirty = false;
+    n->open_marked = false;
+    return {};
+  }
   if (!n->size_dirty) return {};
   Batch b;
   MetaStore::PutInode(&b, n->rec);
@@ -837,7 +993,12 @@ Status InodeTable::Sync(uint64_t ino) {
   return {};
 }
 
-Status InodeTable::SyncToBackend(uint64_t ino) {
+Status InodeTable::BeforeMutation(Inode* n) {
+  if (n->data_gen != n->sealed_gen || !SealPending(n)) return {};
+  return Preserve(n, true);
+}
+
+Status InodeTable::SyncToBackend(uint64_t ino, bool wait) {
   uint64_t seq;
   {
     std::lock_guard lk(mu_);
@@ -850,9 +1011,13 @@ Status InodeTable::SyncToBackend(uint64_t ino) {
       MetaStore::PutInode(&b, n->rec);
       if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
       n->size_dirty = false;
+      n->open_marked = false;
+      if (n->writers > 0)  // the caller keeps writing: not into this version
+        if (auto st = Preserve(n, true); !st) return st;
     }
     // Everything logged so far, this file's seal included.
     seq = next_seq_ - 1;
+    if (!wait) return {};
   }
   return WaitApplied(seq) ? Status{} : Err(EIO);
 }
@@ -898,6 +1063,7 @@ Status InodeTable::CommitWithLog(const Batch& b, std::vector<LogEntry>&& entries
 
 void InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
   n->rec.version++;
+  n->rec.sealed_size = n->rec.size;
   n->rec.state = DataState::kDirty;
   n->sealed_gen = n->data_gen;
   LogEntry e;
@@ -924,52 +1090,83 @@ bool InodeTable::WaitForLog(std::chrono::milliseconds d) {
   return !log_.empty() && !shutdown_;
 }
 
+Status InodeTable::Preserve(Inode* n, bool keep_bytes) {
+  uint64_t ino = n->rec.ino;
+  if (!S_ISREG(n->rec.mode) || !SealPending(n)) return {};
+  uint64_t key = cache::SnapKey(ino, n->rec.version);
+  if (tier_->Has(key) || !tier_->Has(ino)) return {};
+  if (auto st = tier_->Snapshot(ino, key, keep_bytes); !st) {
+    LOG_ERROR("ino {} '{}': cannot keep version {} for the drain: {}", ino, EntryPath(n->rec.parent, n->rec.name),
+              n->rec.version, strerror(st.error()));
+    return st;
+  }
+  LOG_DEBUG("ino {}: version {} kept as a snapshot ({})", ino, n->rec.version, keep_bytes ? "copy" : "move");
+  return {};
+}
+
 Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
   std::lock_guard lk(mu_);
   Inode* n = Find(e.ino);
-  // Superseded: deleted, re-sealed, or written again since this seal (the
-  // next close seals the newer bytes).
-  if (!n || n->rec.nlink == 0 || n->rec.version != e.version || n->data_gen != n->sealed_gen ||
-      n->rec.state == DataState::kRemote)
-    return Err(ESTALE);
-  auto fd = tier_->Pin(e.ino, false);
-  if (!fd) return Err(fd.error() == ENOENT ? ESTALE : fd.error());
-  n->rec.state = DataState::kDraining;
-  n->drain_pinned = true;
+  bool same = n && n->rec.version == e.version && S_ISREG(n->rec.mode);
   PersistSource src;
-  src.fd = *fd;
-  src.size = n->rec.size;
-  src.gen = n->data_gen;
-  src.mode = n->rec.mode & 07777;
-  src.mtime = n->rec.mtime;
+  uint64_t key = cache::SnapKey(e.ino, e.version);
+  if (tier_->Has(key)) {
+    auto ref = tier_->Ref(key);
+    if (!ref) return Err(ref.error() == ENOENT ? ENODATA : ref.error());
+    src.ref = *ref;
+    src.gen = same ? n->sealed_gen : 0;
+  } else {
+    // No snapshot: the live file still holds exactly this version.
+    if (!same || n->data_gen != n->sealed_gen || n->rec.state == DataState::kRemote) return Err(ENODATA);
+    auto ref = tier_->Ref(e.ino);
+    if (!ref) return Err(ref.error() == ENOENT ? ENODATA : ref.error());
+    src.ref = *ref;
+    src.gen = n->data_gen;
+  }
+  struct stat st;
+  if (fstat(src.ref->fd, &st) != 0) return ErrFromErrno();
+  src.fd = src.ref->fd;
+  src.size = static_cast<uint64_t>(st.st_size);
+  src.mode = e.mode & 07777;
+  src.mtime = e.mtime;
+  if (same && n->data_gen == src.gen) n->rec.state = DataState::kDraining;
   return src;
-}
-
-bool InodeTable::PersistStillValid(const LogEntry& e, uint64_t gen) {
-  std::lock_guard lk(mu_);
-  Inode* n = Find(e.ino);
-  return n && n->rec.version == e.version && n->data_gen == gen;
 }
 
 void InodeTable::AbortPersist(const LogEntry& e) {
   std::lock_guard lk(mu_);
-  tier_->Unpin(e.ino);
   Inode* n = Find(e.ino);
-  if (!n) return;
-  n->drain_pinned = false;
-  if (n->rec.state == DataState::kDraining) n->rec.state = DataState::kDirty;
-  MaybeDelete(n);
+  if (n && n->rec.state == DataState::kDraining) n->rec.state = DataState::kDirty;
+}
+
+void InodeTable::RecordLost(const LogEntry& e, std::string_view reason) {
+  std::lock_guard lk(mu_);
+  tier_->Remove(cache::SnapKey(e.ino, e.version));
+  if (std::find(lost_.begin(), lost_.end(), e.path) != lost_.end()) return;  // listed at start-up
+  Batch b;
+  MetaStore::PutLost(&b, next_lost_, e.path, reason);
+  if (auto st = store_->Commit(b); !st) LOG_ERROR("'{}': cannot record the loss: {}", e.path, strerror(st.error()));
+  next_lost_++;
+  lost_.push_back(e.path);
+}
+
+std::vector<std::string> InodeTable::LostFiles() {
+  std::lock_guard lk(mu_);
+  return lost_;
 }
 
 Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, uint64_t gen) {
   std::lock_guard lk(mu_);
   if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion
   Inode* n = Find(e.ino);
-  bool current = n && n->rec.version == e.version && n->data_gen == gen;
+  // The checksum belongs to version e.version; the state is "persisted"
+  // only if the live bytes are still that version.
+  bool same = n && n->rec.version == e.version;
+  bool current = same && n->data_gen == gen && n->data_gen == n->sealed_gen;
   Batch b;
-  if (current) {
+  if (same) {
     InodeRecord r = n->rec;
-    r.state = DataState::kPersisted;
+    if (current) r.state = DataState::kPersisted;
     r.checksum_hi = s.checksum_hi;
     r.checksum_lo = s.checksum_lo;
     MetaStore::PutInode(&b, r);
@@ -977,21 +1174,22 @@ Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, 
   MetaStore::DeleteLog(&b, e.seq);
   MetaStore::PutCounter(&b, kAppliedCounter, e.seq);
   if (auto st = store_->Commit(b); !st) return st;
-  tier_->Unpin(e.ino);
-  if (n) {
-    n->drain_pinned = false;
+  if (same) {
     if (current) {
       n->rec.state = DataState::kPersisted;
-      n->rec.checksum_hi = s.checksum_hi;
-      n->rec.checksum_lo = s.checksum_lo;
+      n->open_marked = false;
     } else if (n->rec.state == DataState::kDraining) {
       n->rec.state = DataState::kDirty;
     }
+    n->rec.checksum_hi = s.checksum_hi;
+    n->rec.checksum_lo = s.checksum_lo;
+  } else if (n && n->rec.state == DataState::kDraining) {
+    n->rec.state = DataState::kDirty;
   }
   log_.pop_front();
   applied_seq_ = e.seq;
   applied_cv_.notify_all();
-  if (n) MaybeDelete(n);
+  tier_->Remove(cache::SnapKey(e.ino, e.version));  // published: the snapshot has done its job
   tier_->NotifySpace();  // a clean file can now be evicted for a waiting writer
   return {};
 }
@@ -1006,6 +1204,10 @@ Status InodeTable::CompleteEntry(const LogEntry& e) {
   log_.pop_front();
   applied_seq_ = e.seq;
   applied_cv_.notify_all();
+  if (e.op == LogOp::kPersist) {  // skipped: its snapshot, if any, is not needed
+    tier_->Remove(cache::SnapKey(e.ino, e.version));
+    tier_->NotifySpace();
+  }
   return {};
 }
 
@@ -1051,6 +1253,7 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need) {
       for (uint64_t ino : evicted) Find(ino)->rec.state = DataState::kPersisted;
       return cache::Tier::Relief::kWait;
     }
+    FAILPOINT("evict.mid");
     for (uint64_t ino : evicted) tier_->Remove(ino);
     LOG_DEBUG("evicted {} files, {} bytes", evicted.size(), freed);
     return cache::Tier::Relief::kFreed;
@@ -1160,7 +1363,7 @@ Status InodeTable::ImportBackend() {
       case backend::Entry::Type::kFile:
         r.mode = S_IFREG | (e.mode ? e.mode & 07777 : 0644);
         r.nlink = 1;
-        r.size = e.size;
+        r.size = r.sealed_size = e.size;
         r.state = DataState::kRemote;
         if (e.has_checksum) {
           r.checksum_hi = e.checksum_hi;

@@ -74,9 +74,11 @@ struct DataStats {
   uint64_t applied_seq = 0;  // every entry up to here is in the backend
 };
 
-// What the drainer needs to stage one persist entry. The tier file stays
-// pinned until CompletePersist or AbortPersist.
+// What the drainer needs to stage one persist entry: the sealed version's
+// bytes, which nothing changes any more (a writer that reopens the file
+// first moves them to a snapshot; see Preserve).
 struct PersistSource {
+  cache::FdRef ref;  // keeps the descriptor open for the transfer
   int fd = -1;
   uint64_t size = 0;
   uint64_t gen = 0;  // the data generation the bytes belong to
@@ -142,33 +144,41 @@ class InodeTable {
   // Data path. Open pins the tier file and returns its fd (creating an empty
   // tier file for a file that has none yet); O_TRUNC truncates.
   [[nodiscard]] Result<int> Open(uint64_t ino, int flags);
-  // Called once per successful Open. Persists size and times if written.
-  void Release(uint64_t ino, bool wrote);
+  // Called once per successful Open, with the same flags. Seals the file if
+  // its bytes changed; persists size and times.
+  void Release(uint64_t ino, int open_flags);
   // Writes through the tier; updates size and mtime.
   [[nodiscard]] Result<size_t> Write(uint64_t ino, uint64_t off, size_t len,
                                      const std::function<ssize_t(int fd)>& fn);
   [[nodiscard]] Status Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len);
-  // Records size and times durably (fsync, flush).
-  [[nodiscard]] Status Sync(uint64_t ino);
-  // fsync=backend: seals the file if it changed since its last seal, then
-  // waits until that version and everything logged before it is in the
-  // backend. EIO if the table shuts down first.
-  [[nodiscard]] Status SyncToBackend(uint64_t ino);
+  // close(2) of a handle (FUSE flush). The kernel answers close(2) after
+  // this, not after release: so the last writer's flush seals the file (a
+  // file whose close returned is never lost), and any flush records size
+  // and times durably.
+  [[nodiscard]] Status Flush(uint64_t ino, int open_flags);
+  // fsync: seals the file if it changed since its last seal, then, if
+  // `wait` (fsync=backend), waits until that version and everything logged
+  // before it is in the backend. EIO if the table shuts down first.
+  [[nodiscard]] Status SyncToBackend(uint64_t ino, bool wait = true);
 
   // ---- The ordered drain log (fs/drain.cc is its only consumer) ----
   // The first `max` entries not yet applied, oldest first.
   std::vector<meta::LogEntry> PendingLog(size_t max);
   // Waits until the log has entries, up to `d`. False on timeout or shutdown.
   bool WaitForLog(std::chrono::milliseconds d);
-  // Starts draining a persist entry: pins the tier file and marks the inode
-  // draining. ESTALE if the history has superseded it (file deleted,
-  // rewritten or re-sealed since): the entry is then to be skipped.
+  // Starts draining a persist entry: finds the sealed version's bytes (in
+  // its snapshot, or in the live tier file if the file has not changed
+  // since) and marks the inode draining. ENODATA if the bytes are gone
+  // (the tier was lost, e.g. a node reboot): see RecordLost.
   [[nodiscard]] Result<PersistSource> BeginPersist(const meta::LogEntry& e);
-  // True while the bytes of e's version are still what the tier holds.
-  bool PersistStillValid(const meta::LogEntry& e, uint64_t gen);
-  // Ends a persist that did not complete (error, superseded): unpins, and
-  // the state goes back to dirty if the version is still current.
+  // Ends a persist that did not complete (error, stop): the state goes
+  // back to dirty if the version is still current.
   void AbortPersist(const meta::LogEntry& e);
+  // Records that e's bytes are lost (listed by LostFiles) and drops e's
+  // snapshot if any. The caller then completes the entry.
+  void RecordLost(const meta::LogEntry& e, std::string_view reason);
+  // Paths of files whose promised bytes were lost, oldest first.
+  std::vector<std::string> LostFiles();
   // The entry's bytes are published: records the checksum and, if the
   // version is still current, the persisted state; removes the entry.
   // REQUIRES: e is the oldest pending entry.
@@ -209,7 +219,9 @@ class InodeTable {
     uint64_t seal_seq = 0;    // log seq of the last seal's persist entry
     uint64_t last_use = 0;    // LRU clock
     bool fetching = false;    // a fetch from the backend is under way
-    bool drain_pinned = false;  // the drainer holds the tier file
+    uint32_t writers = 0;     // opens for writing
+    bool open_marked = false; // state recorded dirty by an open for writing
+    meta::DataState pre_open_state = meta::DataState::kDirty;
     bool is_dir() const { return S_ISDIR(rec.mode); }
   };
 
@@ -231,6 +243,24 @@ class InodeTable {
   void AppendLog(meta::Batch* b, meta::LogEntry e, std::vector<meta::LogEntry>* out);
   // Seals the file's current bytes as a new version. REQUIRES: mu_ held.
   void Seal(Inode* n, meta::Batch* b, std::vector<meta::LogEntry>* out);
+  // Is the file's current version sealed and not yet applied by the drain?
+  bool SealPending(const Inode* n) const { return n->seal_seq > applied_seq_; }
+  // Before bytes change: if they are still a sealed version the drain has
+  // not taken yet, keep that version (copy-on-write). REQUIRES: mu_ held.
+  Status BeforeMutation(Inode* n);
+  // Copy-on-write: before anything changes or drops the bytes of a sealed
+  // version the drain has not published, move them (keep_bytes false: the
+  // live file starts empty) or copy them (keep_bytes true) to the version's
+  // snapshot. No-op if not needed. REQUIRES: mu_ held.
+  Status Preserve(Inode* n, bool keep_bytes);
+  // Start-up recovery of one regular file's bytes against its metadata.
+  // Returns false if the file is lost. REQUIRES: mu_ held.
+  bool RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64_t>& live_sizes, meta::Batch* b);
+  // Removes a lost file from the namespace and records it. REQUIRES: mu_.
+  // Removes a lost file's names; logs an unlink of each, so an older copy
+  // the backend holds under that name goes too (backend == mount after the
+  // drain). REQUIRES: called from Load.
+  void DropLost(Inode* n, std::string_view reason, meta::Batch* b, std::vector<meta::LogEntry>* out);
   // Commits `b` with the log entries, then publishes them. REQUIRES: mu_.
   Status CommitWithLog(const meta::Batch& b, std::vector<meta::LogEntry>&& entries);
   // Brings a remote file's bytes into the tier. Drops and retakes `lk`.
@@ -251,6 +281,8 @@ class InodeTable {
   uint64_t next_seq_ = 1;                                          // GUARDED_BY(mu_)
   uint64_t applied_seq_ = 0;                                       // GUARDED_BY(mu_)
   uint64_t clock_ = 0;                                             // GUARDED_BY(mu_), LRU clock
+  uint64_t next_lost_ = 1;                                         // GUARDED_BY(mu_)
+  std::vector<std::string> lost_;                                  // GUARDED_BY(mu_)
   bool shutdown_ = false;                                          // GUARDED_BY(mu_)
   std::condition_variable log_cv_;      // the log gained entries
   std::condition_variable applied_cv_;  // applied_seq_ advanced

@@ -69,7 +69,7 @@ struct Env {
     cr_assert(fd.has_value());
     auto n = table->Write(ino, 0, data.size(), [&](int f) { return pwrite(f, data.data(), data.size(), 0); });
     cr_assert(n.has_value() && *n == data.size());
-    table->Release(ino, true);
+    table->Release(ino, O_RDWR);
   }
   uint64_t Mkdir(uint64_t parent, const std::string& name) {
     auto r = table->Mkdir(parent, name, 0755, fs::Caller{0, 0});

@@ -152,10 +152,40 @@ Test(drain, trainer_history_reaches_backend_in_order) {
   std::lock_guard lk(d.flaky->mu);
   auto& o = d.flaky->order;
   auto pos = [&](const std::string& s) { return std::find(o.begin(), o.end(), s) - o.begin(); };
-  cr_assert_lt(pos("put step_3/model.pt"), pos("put latest"));
-  cr_assert_lt(pos("put step_3/optim.pt"), pos("put latest"));
-  // Superseded versions of latest (step_1, step_2) were never uploaded.
+  // Each version of `latest` reached the backend after its step's files:
+  // with step_(N+1) written in between, no version may be skipped, or the
+  // backend would show an old `latest` next to newer steps.
+  cr_assert_eq(std::count(o.begin(), o.end(), "put latest"), 3);
+  size_t from = 0;
+  for (int step = 1; step <= 3; step++) {
+    auto it = std::find(o.begin() + from, o.end(), "put latest");
+    size_t at = it - o.begin();
+    std::string s = "step_" + std::to_string(step);
+    cr_assert_lt(pos("put " + s + "/model.pt"), at, "%s before its latest", s.c_str());
+    cr_assert_lt(pos("put " + s + "/optim.pt"), at);
+    if (step < 3) cr_assert_gt(pos("put step_" + std::to_string(step + 1) + "/model.pt"), at);
+    from = at + 1;
+  }
+}
+
+// Work undone by the very next entry is skipped: nothing in between
+// depends on it, and the backend jumps between two moments of history.
+Test(drain, back_to_back_rewrites_and_deletes_are_skipped) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t l = e.WriteFile(kRoot, "latest", "step_1");
+  e.Overwrite(l, "step_2");
+  e.Overwrite(l, "step_3");
+  e.WriteFile(kRoot, "tmp", "scratch");
+  cr_assert(e.table->Unlink(kRoot, "tmp").has_value());
+  d.Start();
+  d.Drain();
+  cr_assert_eq(d.Read("latest"), "step_3");
+  cr_assert_not(d.Exists("tmp"));
+  std::lock_guard lk(d.flaky->mu);
+  auto& o = d.flaky->order;
   cr_assert_eq(std::count(o.begin(), o.end(), "put latest"), 1);
+  cr_assert_eq(std::count(o.begin(), o.end(), "put tmp"), 0);
 }
 
 Test(drain, write_then_delete_is_never_uploaded) {
@@ -257,7 +287,7 @@ Test(drain, evicted_file_fetched_and_verified) {
   std::string back(data.size(), '\0');
   cr_assert_eq(pread(*fd, back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
   cr_assert(back == data);
-  e.table->Release(f, false);
+  e.table->Release(f, O_RDONLY);
   cr_assert_eq(e.table->GetAttr(f)->state, ckpt::meta::DataState::kPersisted);
   // Corrupt the backend copy: the next fetch is an EIO, not wrong bytes.
   cr_assert(e.table->Evict(1) == ckpt::cache::Tier::Relief::kFreed);
@@ -292,5 +322,5 @@ Test(drain, import_existing_backend_on_first_mount) {
   char buf[16] = {};
   cr_assert_eq(pread(*fd, buf, 11, 0), 11);
   cr_assert_str_eq(buf, "old weights");
-  e.table->Release(m->ino, false);
+  e.table->Release(m->ino, O_RDONLY);
 }

@@ -82,7 +82,7 @@ BOTH(hard_links_and_orphans) {
   cr_assert(fd.has_value());
   cr_assert(e.table->Unlink(kRoot, "g").has_value());
   cr_assert(e.tier->Has(f));
-  e.table->Release(f, false);
+  e.table->Release(f, O_RDONLY);
   e.table->Forget(f, 2);  // the Mknod and Link lookups
   cr_assert_not(e.tier->Has(f));
   cr_assert_eq(e.table->GetAttr(f).error(), ENOENT);
@@ -139,31 +139,61 @@ BOTH(log_records_history_in_order) {
   for (size_t i = 0; i < 5; i++) cr_assert_str_eq(ops[i].c_str(), want[i]);
 }
 
-BOTH(persist_superseded_by_rewrite_or_delete) {
+static std::string ReadAll(int fd) {
+  struct stat st;
+  cr_assert_eq(fstat(fd, &st), 0);
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  cr_assert_eq(pread(fd, out.data(), out.size(), 0), st.st_size);
+  return out;
+}
+
+// A sealed version the drain has not published keeps its bytes, whatever
+// happens to the file afterwards: rewrite (O_TRUNC: moved), in-place write
+// (copied), truncate(2), unlink. The drain reads exactly what was sealed.
+BOTH(sealed_versions_survive_rewrite_truncate_and_delete) {
   Env e(k);
-  uint64_t f = e.WriteFile(kRoot, "f", "v1");
+  uint64_t f = e.WriteFile(kRoot, "f", "version one");
   auto v1 = e.table->PendingLog(10).at(0);
-  e.Overwrite(f, "v2");
-  // v1's bytes are gone from the tier: draining it must be refused.
-  cr_assert_eq(e.table->BeginPersist(v1).error(), ESTALE);
+  e.Overwrite(f, "v2");  // O_TRUNC: v1 moves to its snapshot
+  auto s1 = e.table->BeginPersist(v1);
+  cr_assert(s1.has_value());
+  cr_assert_eq(ReadAll(s1->fd), "version one");
   auto v2 = e.table->PendingLog(10).at(1);
   cr_assert_eq(v2.version, v1.version + 1);
-  auto src = e.table->BeginPersist(v2);
-  cr_assert(src.has_value());
+  auto s2 = e.table->BeginPersist(v2);
+  cr_assert(s2.has_value());
   cr_assert_str_eq(e.table->GetXattr(f, "user.ckptfs.state")->c_str(), "draining");
-  // A write while draining invalidates the staged copy.
+  // A write in place while v2 drains: v2 is copied first, the staged
+  // bytes do not change under the drainer.
   auto fd = e.table->Open(f, O_RDWR);
   cr_assert(fd.has_value());
   cr_assert(e.table->Write(f, 0, 1, [&](int x) { return pwrite(x, "X", 1, 0); }).has_value());
-  cr_assert_not(e.table->PersistStillValid(v2, src->gen));
+  cr_assert_eq(ReadAll(s2->fd), "v2");
+  e.table->Release(f, O_RDWR);
   e.table->AbortPersist(v2);
-  e.table->Release(f, true);
-  // Deleted before draining: superseded too.
+  auto v3 = e.table->PendingLog(10).back();
+  cr_assert_eq(v3.version, v2.version + 1);
+  auto s3 = e.table->BeginPersist(v3);
+  cr_assert(s3.has_value());
+  cr_assert_eq(ReadAll(s3->fd), "X2");
+  // truncate(2) of the closed file keeps v3.
+  ckpt::fs::AttrChange c;
+  c.to_set = ckpt::fs::kSetSize;
+  c.size = 1;
+  cr_assert(e.table->SetAttr(f, c).has_value());
+  cr_assert_eq(ReadAll(e.table->BeginPersist(v3)->fd), "X2");
+  // Deleted before draining: the sealed bytes still drain.
   uint64_t g = e.WriteFile(kRoot, "g", "gone");
   auto gl = e.table->PendingLog(100).back();
   cr_assert_eq(gl.ino, g);
   cr_assert(e.table->Unlink(kRoot, "g").has_value());
-  cr_assert_eq(e.table->BeginPersist(gl).error(), ESTALE);
+  e.table->Forget(g, 1);
+  auto sg = e.table->BeginPersist(gl);
+  cr_assert(sg.has_value(), "%d", sg ? 0 : sg.error());
+  cr_assert_eq(ReadAll(sg->fd), "gone");
+  // Without its bytes (the tier lost them) a version is reported, not served.
+  e.tier->Remove(ckpt::cache::SnapKey(gl.ino, gl.version));
+  cr_assert_eq(e.table->BeginPersist(gl).error(), ENODATA);
 }
 
 BOTH(complete_marks_persisted_and_evict_frees) {
@@ -190,6 +220,30 @@ BOTH(complete_marks_persisted_and_evict_frees) {
   cr_assert(e.table->Evict(1) == ckpt::cache::Tier::Relief::kHopeless);
 }
 
+// close(2) returns after flush, not release: the last writer's flush seals,
+// and a write through a handle that outlived it keeps that version.
+BOTH(flush_of_last_writer_seals_and_later_writes_copy) {
+  Env e(k);
+  auto f = e.table->Mknod(kRoot, "f", S_IFREG | 0644, 0, ckpt::fs::Caller{0, 0});
+  cr_assert(f.has_value());
+  uint64_t ino = f->ino;
+  cr_assert(e.table->Open(ino, O_RDWR).has_value());
+  cr_assert(e.table->Write(ino, 0, 3, [&](int x) { return pwrite(x, "abc", 3, 0); }).has_value());
+  cr_assert(e.table->Flush(ino, O_RDONLY).has_value());  // a reader's close seals nothing
+  cr_assert_eq(e.table->PendingLog(10).size(), 0u);
+  cr_assert(e.table->Flush(ino, O_RDWR).has_value());
+  auto log = e.table->PendingLog(10);
+  cr_assert_eq(log.size(), 1u);
+  cr_assert_eq(log[0].version, 1u);
+  cr_assert(e.table->Write(ino, 0, 1, [&](int x) { return pwrite(x, "X", 1, 0); }).has_value());
+  auto src = e.table->BeginPersist(log[0]);
+  cr_assert(src.has_value());
+  cr_assert_eq(ReadAll(src->fd), "abc");
+  e.table->Release(ino, O_RDWR);  // the late write is sealed as version 2
+  cr_assert_eq(e.table->PendingLog(10).size(), 2u);
+  cr_assert_eq(e.table->PendingLog(10).at(1).version, 2u);
+}
+
 BOTH(truncate_of_closed_file_seals) {
   Env e(k);
   uint64_t f = e.WriteFile(kRoot, "f", "abcdef");
@@ -201,4 +255,96 @@ BOTH(truncate_of_closed_file_seals) {
   cr_assert_eq(log.size(), 2u);
   cr_assert(log[1].op == LogOp::kPersist);
   cr_assert_eq(log[1].version, 2u);
+}
+
+// ---- Start-up recovery (a daemon that died, a tier that vanished) ----
+
+static std::string ReadFile(Env& e, uint64_t ino) {
+  auto fd = e.table->Open(ino, O_RDONLY);
+  cr_assert(fd.has_value(), "open: %d", fd ? 0 : fd.error());
+  std::string s = ReadAll(*fd);
+  e.table->Release(ino, O_RDONLY);
+  return s;
+}
+
+// Open for rewriting when the daemon died: the file comes back as its last
+// sealed version, never as the torn bytes written since.
+Test(recovery, rewrite_cut_short_keeps_the_last_sealed_version) {
+  Env e(KvKind::kRocks);
+  uint64_t f = e.WriteFile(kRoot, "ckpt.pt", "sealed bytes");
+  auto fd = e.table->Open(f, O_WRONLY | O_TRUNC);  // rewrite begins, never closed
+  cr_assert(fd.has_value());
+  cr_assert(e.table->Write(f, 0, 4, [&](int x) { return pwrite(x, "torn", 4, 0); }).has_value());
+  cr_assert(e.table->Flush(f, O_RDONLY).has_value());  // even a flush of the new size
+  e.Open();                                 // the daemon dies and restarts
+  auto r = e.table->Lookup(kRoot, "ckpt.pt");
+  cr_assert(r.has_value());
+  cr_assert_eq(r->size, 12u);
+  cr_assert_eq(ReadFile(e, r->ino), "sealed bytes");
+  // Its persist entry is still pending and drains those bytes.
+  auto log = e.table->PendingLog(10);
+  cr_assert_eq(log.size(), 1u);
+  cr_assert_eq(ReadAll(e.table->BeginPersist(log[0])->fd), "sealed bytes");
+}
+
+// Never closed: nothing was sealed, so nothing is promised; the file goes,
+// listed as lost. A file the drain already persisted goes back to the
+// backend's copy instead.
+Test(recovery, never_closed_is_lost_persisted_rewrite_goes_remote) {
+  Env e(KvKind::kRocks);
+  uint64_t p = e.WriteFile(kRoot, "persisted", "in the backend");
+  auto l = e.table->PendingLog(10).at(0);
+  auto src = e.table->BeginPersist(l);
+  cr_assert(e.table->CompletePersist(l, ckpt::backend::Staged{"", 14, 1, 2}, src->gen).has_value());
+  cr_assert_eq(e.table->GetAttr(p)->state, DataState::kPersisted);
+  auto fd = e.table->Open(p, O_RDWR);
+  cr_assert(e.table->Write(p, 0, 2, [&](int x) { return pwrite(x, "XX", 2, 0); }).has_value());
+  auto n = e.table->Mknod(kRoot, "new", S_IFREG | 0644, 0, Caller{});
+  auto nfd = e.table->Open(n->ino, O_WRONLY);
+  cr_assert(e.table->Write(n->ino, 0, 3, [&](int x) { return pwrite(x, "abc", 3, 0); }).has_value());
+  (void)fd;
+  (void)nfd;
+  e.Open();
+  auto pr = e.table->Lookup(kRoot, "persisted");
+  cr_assert_eq(pr->state, DataState::kRemote);
+  cr_assert_eq(pr->size, 14u);
+  cr_assert_eq(e.table->Lookup(kRoot, "new").error(), ENOENT);
+  auto lost = e.table->LostFiles();
+  cr_assert_eq(lost.size(), 1u);
+  cr_assert_str_eq(lost[0].c_str(), "new");
+}
+
+// A node reboot wipes the tier: persisted files come back from the
+// backend, sealed but unpersisted ones are lost and listed, never served.
+Test(recovery, tier_wiped_persisted_remote_pending_lost) {
+  Env e(KvKind::kRocks);
+  uint64_t p = e.WriteFile(kRoot, "old", "persisted");
+  auto l = e.table->PendingLog(10).at(0);
+  auto src = e.table->BeginPersist(l);
+  cr_assert(e.table->CompletePersist(l, ckpt::backend::Staged{"", 9, 1, 2}, src->gen).has_value());
+  uint64_t d = e.Mkdir(kRoot, "step_2");
+  e.WriteFile(d, "model.pt", "not yet drained");
+  src.value().ref.reset();
+  e.table.reset();
+  e.tier.reset();
+  std::filesystem::remove_all(e.dir + "/tier");
+  e.Open();
+  cr_assert_eq(e.table->GetAttr(p)->state, DataState::kRemote);
+  cr_assert(e.table->Lookup(kRoot, "step_2").has_value());
+  auto sd = e.table->Lookup(kRoot, "step_2");
+  cr_assert_eq(e.table->Lookup(sd->ino, "model.pt").error(), ENOENT);
+  auto lost = e.table->LostFiles();
+  cr_assert_eq(lost.size(), 1u);
+  cr_assert_str_eq(lost[0].c_str(), "step_2/model.pt");
+  // The log still holds the entry; its bytes are reported gone.
+  auto log = e.table->PendingLog(10);
+  auto it = std::find_if(log.begin(), log.end(), [](auto& x) { return x.op == LogOp::kPersist; });
+  cr_assert(it != log.end());
+  cr_assert_eq(e.table->BeginPersist(*it).error(), ENODATA);
+  // ... and the log ends with an unlink of the lost name, so an older copy
+  // in the backend goes too (and it survives another restart).
+  cr_assert(log.back().op == LogOp::kUnlink);
+  cr_assert_str_eq(log.back().path.c_str(), "step_2/model.pt");
+  e.Open();
+  cr_assert(e.table->PendingLog(10).back().op == LogOp::kUnlink);
 }
