@@ -26,7 +26,10 @@
 // mount's own metadata). List HEADs every object to learn its type, mode,
 // mtime and checksum: one request per object at mount time, `parallel`×4
 // in flight. Every multipart upload found under the prefix by Check is
-// aborted: one mount owns a prefix.
+// aborted: one mount owns a prefix. An upload whose abort fails (the store
+// is down) is remembered and aborted again around the next multipart
+// upload (before it starts and once it completes), so a store that comes
+// back is left clean without a remount.
 #include "backend/s3_backend.h"
 
 #include <curl/curl.h>
@@ -51,6 +54,7 @@
 #include <vector>
 
 #include "backend/s3_xml.h"
+#include "fs/common/failpoint.h"
 #include "fs/common/log.h"
 
 namespace ckpt::backend {
@@ -1125,6 +1129,27 @@ class S3Backend final : public Backend {
     return st;
   }
 
+  void RememberOrphan(const std::string& key, const std::string& upload_id) {
+    std::lock_guard lock(mu_);
+    orphans_.emplace_back(key, upload_id);
+  }
+
+  // Aborts the uploads whose abort failed earlier; keeps those that fail again.
+  void AbortOrphans() {
+    std::vector<std::pair<std::string, std::string>> todo;
+    {
+      std::lock_guard lock(mu_);
+      todo.swap(orphans_);
+    }
+    for (const auto& [key, id] : todo) {
+      if (auto st = AbortUpload(key, id); !st) {
+        RememberOrphan(key, id);
+      } else {
+        LOG_INFO("s3 backend: aborted the multipart upload of s3://{}/{} left behind earlier", cfg_.bucket, key);
+      }
+    }
+  }
+
   Result<std::string> InitiateUpload(const std::string& key, const std::vector<std::string>& headers) {
     Request req;
     req.method = "POST";
@@ -1190,6 +1215,7 @@ class S3Backend final : public Backend {
     uint64_t psize = cfg_.part_size;
     if ((size + psize - 1) / psize > kMaxParts) psize = ((size + kMaxParts - 1) / kMaxParts + (1 << 20) - 1) & ~uint64_t((1 << 20) - 1);
     const uint64_t nparts = (size + psize - 1) / psize;
+    AbortOrphans();
     std::string name = UniqueName("st-");
     std::string key = tmp_root_ + name;
     auto upload = InitiateUpload(key, {});
@@ -1201,6 +1227,7 @@ class S3Backend final : public Backend {
     XXH3_128bits_reset(state);
 
     std::vector<std::string> etags(nparts);
+    std::atomic<uint64_t> parts_done{0};
     std::mutex mu;
     std::condition_variable cv;
     std::deque<std::pair<uint64_t, std::unique_ptr<std::string>>> queue;  // GUARDED_BY(mu)
@@ -1232,6 +1259,9 @@ class S3Backend final : public Backend {
           e = st.error();
         else if ((etags[job.first] = r.Header("etag")).empty())
           e = EIO;
+        // The crash harness's "half staged": a part is in the store, the
+        // upload is not complete.
+        if (e == 0 && parts_done.fetch_add(1) == 0) FAILPOINT("drain.mid_transfer");
         std::lock_guard lock(mu);
         if (e && !err) err = e;
         if (e) {
@@ -1292,12 +1322,14 @@ class S3Backend final : public Backend {
       if (auto st = CompleteUpload(key, *upload, etags, size); !st) e = st.error();
     }
     if (e) {
-      if (auto st = AbortUpload(key, *upload); !st)
-        LOG_WARN("s3 backend: stage: multipart upload of s3://{}/{} left behind (aborted at next mount)",
-                 cfg_.bucket, key);
+      if (auto st = AbortUpload(key, *upload); !st) {
+        LOG_WARN("s3 backend: stage: multipart upload of s3://{}/{} left behind (aborted later)", cfg_.bucket, key);
+        RememberOrphan(key, *upload);
+      }
       if (e == ECANCELED) LOG_DEBUG("s3 backend: stage of {} bytes into {} cancelled", size, key);
       return Err(e);
     }
+    AbortOrphans();  // the store answers again: clean up what it could not take earlier
     XXH128_hash_t h = XXH3_128bits_digest(state);
     return Staged{"tmp:" + name, size, h.high64, h.low64};
   }
@@ -1389,7 +1421,7 @@ class S3Backend final : public Backend {
       if (auto st = CompleteUpload(dst, *upload, etags, size); !st) err = st.error();
     }
     if (err) {
-      (void)AbortUpload(dst, *upload);
+      if (auto st = AbortUpload(dst, *upload); !st) RememberOrphan(dst, *upload);
       return Err(err);
     }
     return {};
@@ -1428,6 +1460,7 @@ class S3Backend final : public Backend {
   EasyPool pool_;
   std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<std::string>> small_;  // GUARDED_BY(mu_): staged in memory
+  std::vector<std::pair<std::string, std::string>> orphans_;  // GUARDED_BY(mu_): (key, upload id) to abort
 };
 
 }  // namespace

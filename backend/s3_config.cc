@@ -4,10 +4,12 @@
 // only the absence of credentials everywhere is.
 #include "backend/s3_config.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
+#include "fs/common/config.h"
 #include "fs/common/log.h"
 
 namespace ckpt::backend {
@@ -73,6 +75,22 @@ bool ValidBucket(std::string_view b) {
   return true;
 }
 
+// Reads an integer tuning variable in [lo, hi] into *out (unchanged when
+// unset). False, with *msg set, when it is set to anything else.
+bool EnvInt(const char* name, long lo, long hi, int* out, std::string* msg) {
+  std::string v = Env(name);
+  if (v.empty()) return true;
+  char* end = nullptr;
+  errno = 0;
+  long n = std::strtol(v.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || n < lo || n > hi) {
+    *msg = std::string(name) + "='" + v + "' is not a number from " + std::to_string(lo) + " to " + std::to_string(hi);
+    return false;
+  }
+  *out = static_cast<int>(n);
+  return true;
+}
+
 }  // namespace
 
 namespace s3 {
@@ -123,18 +141,20 @@ Result<std::string> NormalizePrefix(std::string_view prefix) {
 }  // namespace s3
 
 Result<S3Config> LoadS3Config(const std::string& bucket, const std::string& prefix,
-                              const std::string& endpoint_override) {
+                              const std::string& endpoint_override, std::string* why) {
+  auto fail = [why](int e, const std::string& msg) {
+    LOG_ERROR("s3 config: {}", msg);
+    if (why) *why = msg;
+    return Err(e);
+  };
   S3Config cfg;
-  if (!ValidBucket(bucket)) {
-    LOG_ERROR("s3 config: invalid bucket name '{}'", bucket);
-    return Err(EINVAL);
-  }
+  if (bucket.find('@') != std::string::npos)  // s3://KEY:SECRET@bucket: never echo it
+    return fail(EINVAL, "credentials in the backend URL are not supported: use AWS_ACCESS_KEY_ID/"
+                        "AWS_SECRET_ACCESS_KEY or a profile in ~/.aws/credentials");
+  if (!ValidBucket(bucket)) return fail(EINVAL, "invalid bucket name '" + bucket + "'");
   cfg.bucket = bucket;
   auto p = s3::NormalizePrefix(prefix);
-  if (!p) {
-    LOG_ERROR("s3 config: invalid prefix '{}' (empty, '.' or '..' component)", prefix);
-    return Err(EINVAL);
-  }
+  if (!p) return fail(EINVAL, "invalid prefix '" + prefix + "' (empty, '.' or '..' component)");
   cfg.prefix = *p;
 
   std::string profile = Env("AWS_PROFILE");
@@ -163,11 +183,10 @@ Result<S3Config> LoadS3Config(const std::string& bucket, const std::string& pref
     cfg.secret_key = Get(conf_sec, "aws_secret_access_key");
     cfg.session_token = Get(conf_sec, "aws_session_token");
   } else {
-    LOG_ERROR(
-        "s3 config: no AWS credentials for s3://{}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
-        "put aws_access_key_id/aws_secret_access_key in profile '{}' of {} or {}",
-        bucket, profile, cred_path, conf_path);
-    return Err(EACCES);
+    return fail(EACCES, "no AWS credentials for s3://" + bucket +
+                            ": set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or put "
+                            "aws_access_key_id/aws_secret_access_key in profile '" +
+                            profile + "' of " + cred_path + " or " + conf_path);
   }
 
   cfg.region = Env("AWS_REGION");
@@ -182,14 +201,29 @@ Result<S3Config> LoadS3Config(const std::string& bucket, const std::string& pref
   if (cfg.endpoint.empty()) cfg.endpoint = Get(conf_sec, "endpoint_url");
   if (cfg.endpoint.empty()) cfg.endpoint = "https://s3." + cfg.region + ".amazonaws.com";
   while (!cfg.endpoint.empty() && cfg.endpoint.back() == '/') cfg.endpoint.pop_back();
-  if (!cfg.endpoint.starts_with("http://") && !cfg.endpoint.starts_with("https://")) {
-    LOG_ERROR("s3 config: endpoint '{}' must start with http:// or https://", cfg.endpoint);
-    return Err(EINVAL);
-  }
+  if (cfg.endpoint.find('@') != std::string::npos)  // user:password@host: never echo it
+    return fail(EINVAL, "the S3 endpoint must not hold credentials (user@host): use AWS_ACCESS_KEY_ID/"
+                        "AWS_SECRET_ACCESS_KEY or a profile in ~/.aws/credentials");
+  if (!cfg.endpoint.starts_with("http://") && !cfg.endpoint.starts_with("https://"))
+    return fail(EINVAL, "endpoint '" + cfg.endpoint + "' must start with http:// or https://");
   if (cfg.endpoint.find('/', cfg.endpoint.find("//") + 2) != std::string::npos ||
-      cfg.endpoint.find('?') != std::string::npos) {
-    LOG_ERROR("s3 config: endpoint '{}' must be scheme://host[:port] without a path", cfg.endpoint);
-    return Err(EINVAL);
+      cfg.endpoint.find('?') != std::string::npos)
+    return fail(EINVAL, "endpoint '" + cfg.endpoint + "' must be scheme://host[:port] without a path");
+
+  if (std::string v = Env("CKPTFS_S3_PART_SIZE"); !v.empty()) {
+    auto sz = v.find('%') == std::string::npos ? ParseSize(v) : std::unexpected(std::string());
+    if (!sz || *sz < (5ull << 20) || *sz > (5ull << 30))
+      return fail(EINVAL, "CKPTFS_S3_PART_SIZE='" + v + "' is not a size from 5M to 5G");
+    cfg.part_size = *sz;
+  }
+  std::string msg;
+  if (!EnvInt("CKPTFS_S3_PARALLEL", 1, 64, &cfg.parallel, &msg) ||
+      !EnvInt("CKPTFS_S3_LIST_MAX_KEYS", 1, 1000, &cfg.list_max_keys, &msg) ||
+      !EnvInt("CKPTFS_S3_MAX_ATTEMPTS", 1, 100, &cfg.max_attempts, &msg))
+    return fail(EINVAL, msg);
+  if (std::string v = Env("CKPTFS_S3_ADDRESSING"); !v.empty()) {
+    if (v != "path" && v != "virtual") return fail(EINVAL, "CKPTFS_S3_ADDRESSING='" + v + "' is not path or virtual");
+    cfg.path_style = v == "path";
   }
   return cfg;
 }

@@ -11,6 +11,12 @@
 // AWS_REGION, AWS_DEFAULT_REGION, the profile's `region` in the config
 // file, else us-east-1. What it gives up: no SSO, no assume-role, no
 // credential_process, no instance metadata — static keys only.
+//
+// Tuning comes from the environment too, for stores (and tests) that want
+// other values than the defaults below: CKPTFS_S3_PART_SIZE (a size such as
+// 64M, 5 MiB to 5 GiB), CKPTFS_S3_PARALLEL (1-64), CKPTFS_S3_LIST_MAX_KEYS
+// (1-1000), CKPTFS_S3_MAX_ATTEMPTS (1-100) and CKPTFS_S3_ADDRESSING
+// (path | virtual).
 #pragma once
 
 #include <cstdint>
@@ -42,10 +48,12 @@ struct S3Config {
 
 // Builds the configuration for s3://bucket/prefix. `endpoint_override`
 // (--s3-endpoint) wins over AWS_ENDPOINT_URL when not empty.
-// Errors: EINVAL (bad bucket, prefix or endpoint), EACCES (no credentials
-// found; the log says where it looked). Never logs a secret.
+// Errors: EINVAL (bad bucket, prefix, endpoint or tuning variable), EACCES
+// (no credentials found; the message says where it looked). On error the
+// message is logged and, when `why` is not null, stored there (one line, for
+// the user). Never logs or returns a secret.
 [[nodiscard]] Result<S3Config> LoadS3Config(const std::string& bucket, const std::string& prefix,
-                                            const std::string& endpoint_override);
+                                            const std::string& endpoint_override, std::string* why = nullptr);
 
 namespace s3 {
 

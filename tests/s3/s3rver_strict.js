@@ -9,12 +9,26 @@
 // x-amz-content-sha256, which must be present and signed), and answers 403
 // SignatureDoesNotMatch when it differs. It does not hash request bodies.
 //
+// It also closes three gaps between s3rver 3.7 and S3 that the ckptfs tests
+// depend on (see fidelity() below): objects appear atomically (s3rver writes
+// them in place, so a LIST or GET during a PUT, a copy or a crash of the
+// server shows a partial object); keys keep ".", ".." and empty components
+// (s3rver maps keys to paths with path.join, which folds "a/../b" into "b");
+// and ListMultipartUploads and AbortMultipartUpload exist (s3rver answers
+// 501 and 405), with parts refused for an upload that no longer exists.
+//
 // Usage: node s3rver_strict.js DATA_DIR PORT BUCKET   (PORT 0 picks one)
 // Prints "listening PORT" on stdout once it accepts connections.
 'use strict';
 const path = require('path');
 const crypto = require('crypto');
-const S3rver = require(path.join(__dirname, 'node', 'node_modules', 's3rver'));
+const fs = require('fs');
+const { Transform } = require('stream');
+const { pipeline } = require('stream/promises');
+const MODULES = path.join(__dirname, 'node', 'node_modules');
+const S3rver = require(path.join(MODULES, 's3rver'));
+const FilesystemStore = require(path.join(MODULES, 's3rver', 'lib', 'stores', 'filesystem'));
+const S3Object = require(path.join(MODULES, 's3rver', 'lib', 'models', 'object'));
 
 const [dataDir, port, bucket] = process.argv.slice(2);
 const secrets = { S3RVER: 'S3RVER' };
@@ -74,6 +88,188 @@ async function verify(ctx, next) {
   return next();
 }
 
+// ---- fidelity: where s3rver's filesystem store differs from S3 ----------
+
+// Keys as paths: every component but the last is a directory. A component
+// that is empty, "." or ".." cannot be a file name, so it is escaped
+// ("&" alone, "&2E", "&2E&2E"), and a literal '&' becomes "&26". The last
+// component may be empty (a "dir/" marker) and stays so.
+FilesystemStore.encodeKeyPath = key => {
+  const parts = key.split('/');
+  return parts.map((c, i) => {
+    c = c.replace(/&/g, '&26');
+    if (c === '.') return '&2E';
+    if (c === '..') return '&2E&2E';
+    if (c === '' && i < parts.length - 1) return '&';
+    return c;
+  }).join('/');
+};
+FilesystemStore.decodeKeyPath = p =>
+  p.split('/').map(c => (c === '&' ? '' : c.replace(/&([0-9A-F]{2})/g, (_, h) => String.fromCharCode(parseInt(h, 16))))).join('/');
+
+// Atomic objects: bytes, metadata and MD5 go to temporary files (never
+// listed: they do not end in ._S3rver_object) and are renamed into place
+// in one synchronous step, so no request sees a mix or a partial object.
+let tmpSeq = 0;
+const tmpName = p => `${p}.${process.pid}-${++tmpSeq}.tmp`;
+const metadataJson = metadata => JSON.stringify({
+  ...Object.fromEntries(Object.entries(metadata).filter(([k]) => S3Object.ALLOWED_METADATA.includes(k))),
+  ...Object.fromEntries(Object.entries(metadata).filter(([k]) => k.startsWith('x-amz-meta-'))),
+}, null, 2);
+
+async function commitObject(store, bucket, key, objTmp, metaText, md5) {
+  const objPath = store.getResourcePath(bucket, key, 'object');
+  const metaPath = store.getResourcePath(bucket, key, 'metadata.json');
+  const md5Path = store.getResourcePath(bucket, key, 'object.md5');
+  const metaTmp = tmpName(metaPath), md5Tmp = tmpName(md5Path);
+  try {
+    if (metaText !== null) await fs.promises.writeFile(metaTmp, metaText);
+    if (md5 !== null) await fs.promises.writeFile(md5Tmp, md5);
+  } catch (err) {
+    for (const f of [objTmp, metaTmp, md5Tmp]) fs.rmSync(f, { force: true });
+    throw err;
+  }
+  if (metaText !== null) fs.renameSync(metaTmp, metaPath);
+  else fs.rmSync(metaPath, { force: true });
+  if (md5 !== null) fs.renameSync(md5Tmp, md5Path);
+  else fs.rmSync(md5Path, { force: true });  // recomputed on the next read
+  fs.renameSync(objTmp, objPath);
+}
+
+FilesystemStore.prototype.putObject = async function putObject(object) {
+  const objPath = this.getResourcePath(object.bucket, object.key, 'object');
+  await fs.promises.mkdir(path.dirname(objPath), { recursive: true });
+  const tmp = tmpName(objPath);
+  const md5 = crypto.createHash('md5');
+  let size = 0;
+  try {
+    if (Buffer.isBuffer(object.content)) {
+      md5.update(object.content);
+      size = object.content.length;
+      await fs.promises.writeFile(tmp, object.content);
+    } else {
+      await pipeline(object.content, new Transform({
+        transform(chunk, encoding, callback) {
+          md5.update(chunk);
+          size += chunk.length;
+          callback(null, chunk);
+        },
+      }), fs.createWriteStream(tmp));
+    }
+  } catch (err) {
+    fs.rmSync(tmp, { force: true });
+    throw err;
+  }
+  const digest = md5.digest('hex');
+  await commitObject(this, object.bucket, object.key, tmp, metadataJson(object.metadata), digest);
+  return { size, md5: digest };
+};
+
+FilesystemStore.prototype.copyObject = async function copyObject(srcBucket, srcKey, destBucket, destKey, replacement) {
+  const src = this.getResourcePath(srcBucket, srcKey, 'object');
+  const dst = this.getResourcePath(destBucket, destKey, 'object');
+  if (src === dst) {
+    if (replacement) await this.putMetadata(destBucket, destKey, replacement);
+    return this.getMetadata(destBucket, destKey);
+  }
+  await fs.promises.mkdir(path.dirname(dst), { recursive: true });
+  const tmp = tmpName(dst);
+  const readOr = (p, dflt) => fs.promises.readFile(p, 'utf8').catch(err => {
+    if (err.code === 'ENOENT') return dflt;
+    throw err;
+  });
+  try {
+    await fs.promises.copyFile(src, tmp);
+  } catch (err) {
+    fs.rmSync(tmp, { force: true });
+    throw err;
+  }
+  const metaText = replacement ? metadataJson(replacement)
+    : await readOr(this.getResourcePath(srcBucket, srcKey, 'metadata.json'), null);
+  const md5 = await readOr(this.getResourcePath(srcBucket, srcKey, 'object.md5'), null);
+  await commitObject(this, destBucket, destKey, tmp, metaText, md5);
+  return this.getMetadata(destBucket, destKey);
+};
+
+const xmlEscape = s => String(s).replace(/[&<>"']/g, c => `&#${c.charCodeAt(0)};`);
+
+function s3error(ctx, status, code, message) {
+  ctx.status = status;
+  ctx.type = 'application/xml';
+  ctx.body = `<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>${code}</Code><Message>${message}</Message></Error>`;
+}
+
+// s3rver's router matches /:bucket/:key+, which has no empty segment, so a
+// key with an empty component ("a//b") would be a 404: fold each empty
+// segment into the next one as an encoded '/' ("a/%2Fb"), which the router
+// decodes back into the same key. Runs after verify (which signs the path
+// as received).
+async function emptySegments(ctx, next) {
+  const q = ctx.path.indexOf('/', 1);
+  if (q > 0 && ctx.path.indexOf('//', q) >= 0) {
+    const head = ctx.path.slice(0, q + 1);
+    let rest = ctx.path.slice(q + 1);
+    while (rest.includes('//')) rest = rest.replace(/\/\//, '/%2F');
+    if (rest.startsWith('/')) rest = '%2F' + rest.slice(1);
+    ctx.path = head + rest;
+  }
+  return next();
+}
+
+// Multipart uploads live in DATA_DIR/BUCKET/._S3rver_uploads/ID/ (files
+// `key`, `metadata`, and one per part), as s3rver keeps them. ListMultipartUploads
+// and AbortMultipartUpload read and remove them; UploadPart and
+// CompleteMultipartUpload of an id that is not there are NoSuchUpload.
+async function uploads(ctx, next) {
+  const store = ctx.store;
+  const segs = ctx.path.split('/');  // ['', bucket, ...key]
+  const bucket = decodeURIComponent(segs[1] || '');
+  const key = segs.slice(2).map(decodeURIComponent).join('/');
+  const q = ctx.query;
+  const listing = ctx.method === 'GET' && segs.length === 2 && 'uploads' in q;
+  const byId = 'uploadId' in q && segs.length > 2;
+  if (!listing && !byId) return next();
+  if (!bucket || !(await store.getBucket(bucket))) return s3error(ctx, 404, 'NoSuchBucket', 'The specified bucket does not exist');
+  const root = store.getResourcePath(bucket, undefined, 'uploads');
+  if (listing) {
+    const prefix = q.prefix || '', keyMarker = q['key-marker'] || '', idMarker = q['upload-id-marker'] || '';
+    const max = Math.max(1, Math.min(1000, Number(q['max-uploads'] || 1000)));
+    let all = [];
+    for (const id of fs.existsSync(root) ? fs.readdirSync(root) : []) {
+      let k;
+      try { k = fs.readFileSync(path.join(root, id, 'key'), 'utf8'); } catch { continue; }
+      const initiated = fs.statSync(path.join(root, id)).mtime.toISOString();
+      if (k.startsWith(prefix)) all.push({ key: k, id, initiated });
+    }
+    all.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    all = all.filter(u => u.key > keyMarker || (u.key === keyMarker && idMarker && u.id > idMarker));
+    const page = all.slice(0, max), truncated = all.length > max, last = page[page.length - 1];
+    ctx.type = 'application/xml';
+    ctx.body = '<?xml version="1.0" encoding="UTF-8"?>\n' +
+      '<ListMultipartUploadsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">' +
+      `<Bucket>${xmlEscape(bucket)}</Bucket><KeyMarker>${xmlEscape(keyMarker)}</KeyMarker>` +
+      `<UploadIdMarker>${xmlEscape(idMarker)}</UploadIdMarker><Prefix>${xmlEscape(prefix)}</Prefix>` +
+      (truncated ? `<NextKeyMarker>${xmlEscape(last.key)}</NextKeyMarker><NextUploadIdMarker>${last.id}</NextUploadIdMarker>` : '') +
+      `<MaxUploads>${max}</MaxUploads><IsTruncated>${truncated}</IsTruncated>` +
+      page.map(u => `<Upload><Key>${xmlEscape(u.key)}</Key><UploadId>${u.id}</UploadId>` +
+        `<Initiated>${u.initiated}</Initiated><StorageClass>STANDARD</StorageClass></Upload>`).join('') +
+      '</ListMultipartUploadsResult>';
+    return;
+  }
+  // An upload id names a directory: only hex ids are ours.
+  const id = q.uploadId;
+  const dir = /^[0-9a-f]+$/.test(id) ? path.join(root, id) : null;
+  let owner = null;
+  try { owner = dir && fs.readFileSync(path.join(dir, 'key'), 'utf8'); } catch { owner = null; }
+  if (owner !== key) return s3error(ctx, 404, 'NoSuchUpload', 'The specified upload does not exist.');
+  if (ctx.method === 'DELETE') {
+    fs.rmSync(dir, { recursive: true, force: true });
+    ctx.status = 204;
+    return;
+  }
+  return next();  // UploadPart, CompleteMultipartUpload on a live upload
+}
+
 const server = new S3rver({
   address: '127.0.0.1',
   port: Number(port),
@@ -81,7 +277,7 @@ const server = new S3rver({
   silent: true,
   configureBuckets: bucket ? [{ name: bucket, configs: [] }] : [],
 });
-server.middleware.unshift(verify);
+server.middleware.unshift(verify, emptySegments, uploads);
 server.run().then(({ port: p }) => console.log(`listening ${p}`)).catch(err => {
   console.error(err);
   process.exit(1);

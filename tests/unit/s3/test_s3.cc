@@ -260,7 +260,9 @@ namespace {
 void ClearAwsEnv() {
   for (const char* v : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
                         "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-                        "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"})
+                        "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "CKPTFS_S3_PART_SIZE",
+                        "CKPTFS_S3_PARALLEL", "CKPTFS_S3_LIST_MAX_KEYS", "CKPTFS_S3_MAX_ATTEMPTS",
+                        "CKPTFS_S3_ADDRESSING"})
     unsetenv(v);
 }
 
@@ -351,6 +353,59 @@ Test(s3_config, missing_credentials_and_bad_input) {
   cr_expect_eq(LoadS3Config("bad/bucket", "", "").error(), EINVAL);
   cr_expect_eq(LoadS3Config("bucket", "", "ftp://host").error(), EINVAL);
   cr_expect_eq(LoadS3Config("bucket", "", "http://host/path").error(), EINVAL);
+  std::filesystem::remove_all(home);
+}
+
+Test(s3_config, tuning_from_environment_and_messages) {
+  ClearAwsEnv();
+  std::string home = FakeHome("", "");
+  setenv("AWS_ACCESS_KEY_ID", "AKID", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "topsecret", 1);
+  auto cfg = LoadS3Config("bucket", "", "http://h:1");
+  cr_assert(cfg.has_value());
+  cr_expect_eq(cfg->part_size, 16ull << 20);  // the defaults
+  cr_expect_eq(cfg->list_max_keys, 1000);
+  cr_expect(cfg->path_style);
+  setenv("CKPTFS_S3_PART_SIZE", "8M", 1);
+  setenv("CKPTFS_S3_PARALLEL", "2", 1);
+  setenv("CKPTFS_S3_LIST_MAX_KEYS", "7", 1);
+  setenv("CKPTFS_S3_MAX_ATTEMPTS", "3", 1);
+  setenv("CKPTFS_S3_ADDRESSING", "virtual", 1);
+  cfg = LoadS3Config("bucket", "", "http://h:1");
+  cr_assert(cfg.has_value());
+  cr_expect_eq(cfg->part_size, 8ull << 20);
+  cr_expect_eq(cfg->parallel, 2);
+  cr_expect_eq(cfg->list_max_keys, 7);
+  cr_expect_eq(cfg->max_attempts, 3);
+  cr_expect(!cfg->path_style);
+
+  std::string why;
+  for (auto [name, value] : {std::pair{"CKPTFS_S3_PART_SIZE", "1M"}, {"CKPTFS_S3_PART_SIZE", "10%"},
+                             {"CKPTFS_S3_PART_SIZE", "6G"}, {"CKPTFS_S3_PARALLEL", "0"},
+                             {"CKPTFS_S3_LIST_MAX_KEYS", "1001"}, {"CKPTFS_S3_MAX_ATTEMPTS", "x"},
+                             {"CKPTFS_S3_ADDRESSING", "dns"}}) {
+    std::string saved = std::getenv(name) ? std::getenv(name) : "";
+    setenv(name, value, 1);
+    why.clear();
+    auto bad = LoadS3Config("bucket", "", "http://h:1", &why);
+    cr_expect(!bad.has_value() && bad.error() == EINVAL, "%s=%s accepted", name, value);
+    cr_expect(why.find(name) != std::string::npos, "message '%s' does not name %s", why.c_str(), name);
+    if (saved.empty()) unsetenv(name);
+    else setenv(name, saved.c_str(), 1);
+  }
+
+  // The messages for the user say what is wrong and never hold a secret.
+  why.clear();
+  cr_expect_eq(LoadS3Config("AKID:topsecret@bucket", "", "http://h:1", &why).error(), EINVAL);
+  cr_expect(why.find("topsecret") == std::string::npos && why.find("credentials") != std::string::npos, "%s",
+            why.c_str());
+  why.clear();
+  cr_expect_eq(LoadS3Config("bucket", "", "http://u:topsecret@h:1", &why).error(), EINVAL);
+  cr_expect(why.find("topsecret") == std::string::npos && !why.empty(), "%s", why.c_str());
+  unsetenv("AWS_SECRET_ACCESS_KEY");
+  why.clear();
+  cr_expect_eq(LoadS3Config("bucket", "", "http://h:1", &why).error(), EACCES);
+  cr_expect(why.find("AWS_ACCESS_KEY_ID") != std::string::npos, "%s", why.c_str());
   std::filesystem::remove_all(home);
 }
 
