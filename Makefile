@@ -3,6 +3,7 @@
 #   make run        install what is missing, build, mount ./mnt on defaults
 #   make test       install what is missing, build, run every unit and mounted test
 #   make bench      benchmarks (tests/bench), never part of make test
+#   make crash-soak N=200 [SEED=S]   the kill -9 crash harness, N iterations
 #   make install    install ckptfs and mount.ckptfs into $(PREFIX) and /sbin
 #   SAN=address|thread   sanitizer builds (into build-$(SAN)/)
 #   CUDA=1          GPU fast path (later)
@@ -75,8 +76,14 @@ mounted: all
 	@BUILD=$(BUILD) ONLY=mount tests/run_all.sh
 
 bench: deps
+	@scripts/install-bench-deps.sh
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/bench/run.sh
+
+# The crash harness beyond make test's bounded set (tests/mount/cases/crash_bounded.sh).
+N ?= 200
+crash-soak: all
+	@BUILD=$(BUILD) tests/crash/harness.py --iterations $(N) $(if $(SEED),--seed $(SEED))
 
 install: all
 	install -D -m 0755 $(BUILD)/ckptfs $(DESTDIR)$(PREFIX)/bin/ckptfs

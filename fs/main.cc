@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -23,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include "backend/s3_backend.h"
 #include "fs/common/failpoint.h"
 #include "fs/common/log.h"
 #include "fs/daemon.h"
@@ -97,19 +99,23 @@ std::string DefaultStateDir(const std::string& mnt) {
 // Checks the mount point: an existing, empty directory with nothing mounted
 // on it. A dead ckptfs mount (daemon killed) is cleaned up here.
 void CheckMountpoint(const std::string& mnt) {
+  // A killed daemon leaves its mount behind. stat() may still answer from
+  // the kernel's attribute cache; statfs always goes to the daemon, so it
+  // tells a dead mount (ENOTCONN) from a live one.
+  if (MountedType(mnt) == "fuse.ckptfs") {
+    struct statvfs sv;
+    if (statvfs(mnt.c_str(), &sv) == 0 || errno != ENOTCONN)
+      Die("mount point " + mnt + " is already mounted (fuse.ckptfs)");
+    std::string cmd = "fusermount3 -uz '" + mnt + "' 2>/dev/null || umount -l '" + mnt + "' 2>/dev/null";
+    if (system(cmd.c_str()) != 0 || !MountedType(mnt).empty())
+      Die("mount point " + mnt + " is a dead ckptfs mount and could not be detached; run: fusermount3 -uz " + mnt);
+    fprintf(stderr, "ckptfs: detached the dead ckptfs mount at %s\n", mnt.c_str());
+  }
   struct stat st;
   if (stat(mnt.c_str(), &st) != 0) {
     int e = errno;
-    if (e == ENOTCONN && MountedType(mnt) == "fuse.ckptfs") {
-      std::string cmd = "fusermount3 -uz '" + mnt + "' 2>/dev/null || umount -l '" + mnt + "' 2>/dev/null";
-      if (system(cmd.c_str()) != 0 || stat(mnt.c_str(), &st) != 0)
-        Die("mount point " + mnt + " is a dead ckptfs mount and could not be detached; run: fusermount3 -uz " + mnt);
-      fprintf(stderr, "ckptfs: detached the dead ckptfs mount at %s\n", mnt.c_str());
-    } else if (e == ENOENT) {
-      Die("mount point " + mnt + " does not exist");
-    } else {
-      Die("mount point " + mnt + ": " + Errno(e));
-    }
+    if (e == ENOENT) Die("mount point " + mnt + " does not exist");
+    Die("mount point " + mnt + ": " + Errno(e));
   }
   if (!S_ISDIR(st.st_mode)) Die("mount point " + mnt + " is not a directory");
   std::string type = MountedType(mnt);
@@ -139,6 +145,38 @@ std::string Absolute(const std::string& p) {
   auto a = stdfs::absolute(p, ec);
   if (ec) Die("bad path " + p);
   return a.lexically_normal().string();
+}
+
+// Opens the backend `cfg` names and checks it (reachable, writable, leftovers
+// of an earlier daemon cleaned up: staged files, S3 multipart uploads), or
+// returns the one-line message for the user. S3 credentials never appear in
+// a message: only the bucket, prefix and endpoint do.
+std::expected<std::unique_ptr<backend::Backend>, std::string> OpenBackend(const Config& cfg) {
+  const std::string& url = cfg.backend_raw;
+  if (cfg.backend.kind == BackendUrl::Kind::kPosix) {
+    auto be = backend::OpenPosixBackend(cfg.backend.path);
+    if (!be) return std::unexpected("cannot open backend " + url + ": " + Errno(be.error()));
+    if (auto st = (*be)->Check(); !st) return std::unexpected("backend " + url + " is not usable: " + Errno(st.error()));
+    return std::move(*be);
+  }
+  std::string why;
+  auto s3cfg = backend::LoadS3Config(cfg.backend.bucket, cfg.backend.prefix, cfg.s3_endpoint, &why);
+  if (!s3cfg) return std::unexpected("backend " + url + ": " + why);
+  auto be = backend::OpenS3Backend(*s3cfg);
+  if (!be) return std::unexpected("cannot open backend " + url + ": " + Errno(be.error()));
+  auto st = (*be)->Check();
+  if (st) return std::move(*be);
+  const std::string& ep = s3cfg->endpoint;
+  switch (st.error()) {
+    case EACCES:
+      return std::unexpected("backend " + url + ": access denied by " + ep + " (wrong credentials, or no access to bucket '" +
+                             s3cfg->bucket + "'); check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE");
+    case ENOENT:
+      return std::unexpected("backend " + url + ": no bucket '" + s3cfg->bucket + "' at " + ep);
+    default:
+      return std::unexpected("backend " + url + ": cannot use " + ep + ": " + Errno(st.error()) +
+                             " (unreachable, or an unexpected reply; see " + cfg.state_dir + "/ckptfs.log)");
+  }
 }
 
 // Runs the daemon in this process. Reports "OK" or the error to `report_fd`
@@ -171,13 +209,28 @@ int RunDaemon(Config cfg, int report_fd) {
   if (!id) return fail("state dir " + cfg.state_dir + " holds metadata of an unknown format");
   d->fs_id = *id;
   auto tier = cache::Tier::Open(cfg.tier_dir, cfg.cache_size);
-  if (!tier) return fail("cannot use tier directory " + cfg.tier_dir + ": " + Errno(tier.error()));
+  if (!tier) {
+    struct stat tst;
+    if (tier.error() == EPERM && lstat(cfg.tier_dir.c_str(), &tst) == 0)
+      return fail("cannot use tier directory " + cfg.tier_dir + ": owned by uid " + std::to_string(tst.st_uid) +
+                  ", not by this daemon (uid " + std::to_string(geteuid()) + ")");
+    return fail("cannot use tier directory " + cfg.tier_dir + ": " + Errno(tier.error()));
+  }
   d->tier = std::move(*tier);
-  auto be = backend::OpenPosixBackend(cfg.backend.path);
-  if (!be) return fail("cannot open backend " + cfg.backend_raw + ": " + Errno(be.error()));
+  auto be = OpenBackend(cfg);
+  if (!be) return fail(be.error());
   d->backend = std::move(*be);
-  if (auto st = d->backend->Check(); !st)
-    return fail("backend " + cfg.backend_raw + " is not usable: " + Errno(st.error()));
+  // A state dir describes one backend's history: mounting it over another
+  // would drain that history into the wrong place. Bound only once the
+  // backend proved usable, so a failed first mount leaves the dir free.
+  std::string canon = cfg.backend.kind == BackendUrl::Kind::kS3
+                          ? "s3://" + cfg.backend.bucket + "/" + cfg.backend.prefix
+                          : cfg.backend.path;
+  std::string bound;
+  if (auto st = d->store->BindBackend(canon, &bound); !st)
+    return fail(st.error() == EXDEV ? "state dir " + cfg.state_dir + " belongs to backend " + bound + ", not " +
+                                          canon + "; use another --state-dir"
+                                    : "cannot record the backend in " + cfg.state_dir + ": " + Errno(st.error()));
   d->table = std::make_unique<fs::InodeTable>(d->store.get(), d->tier.get(), d->backend.get());
   if (auto st = d->table->Load(fs::Caller{geteuid(), getegid()}); !st)
     return fail("cannot load metadata from " + cfg.state_dir + ": " + Errno(st.error()));
@@ -244,9 +297,14 @@ int CmdMount(Config cfg, const std::string& cache_size) {
   auto url = ParseBackendUrl(cfg.backend_raw);
   if (!url) Die(url.error());
   cfg.backend = *url;
-  if (cfg.backend.kind == BackendUrl::Kind::kS3)
-    Die("backend " + cfg.backend_raw + ": the S3 backend is not built yet; use a directory");
-  CheckWritableDir("backend", cfg.backend.path, false);
+  if (cfg.backend.kind == BackendUrl::Kind::kPosix) {
+    if (!cfg.s3_endpoint.empty()) Die("--s3-endpoint is for s3:// backends, not " + cfg.backend_raw);
+    CheckWritableDir("backend", cfg.backend.path, false);
+  } else {
+    // The daemon chdirs to /: relative AWS file paths must not change meaning.
+    for (const char* v : {"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"})
+      if (const char* p = getenv(v); p && *p && *p != '/') setenv(v, Absolute(p).c_str(), 1);
+  }
   if (!ValidLogLevel(cfg.log_level)) Die("invalid log level '" + cfg.log_level + "'");
   cfg.state_dir = cfg.state_dir.empty() ? DefaultStateDir(cfg.mountpoint) : Absolute(cfg.state_dir);
   CheckWritableDir("state dir", cfg.state_dir, true);
@@ -405,7 +463,8 @@ int main(int argc, char** argv) {
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
   mount->add_option("-o", cfg.fuse_opts, "extra FUSE mount options");
   mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
-  mount->add_option("--s3-endpoint", cfg.s3_endpoint, "S3 endpoint URL");
+  mount->add_option("--s3-endpoint", cfg.s3_endpoint,
+                    "S3 endpoint URL, e.g. http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL, else AWS)");
 
   std::string target;
   bool no_drain = false, lazy = false, json = false;

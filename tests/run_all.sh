@@ -50,7 +50,8 @@ clean_root() {
     echo "  cleanup: stale mount $m" >&2
     fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
   done
-  for p in /proc/[0-9]*; do
+  for p in $(grep -lasz -- "$root/" /proc/[0-9]*/cmdline 2>/dev/null); do
+    p=${p%/cmdline}
     { cmd=$(tr '\0' ' ' < "$p/cmdline"); } 2>/dev/null || continue
     case $cmd in
       *ckptfs*" mount "*"$root/"*)

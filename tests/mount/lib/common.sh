@@ -72,11 +72,13 @@ _TIER_DIRS=("$TIER")  # every tier dir used (removed at exit)
 # Processes whose command line names a path under $T: the daemons this
 # case started (and nothing else), by pid.
 _our_daemons() {
-  local p cmd
-  for p in /proc/[0-9]*; do
-    { cmd=$(tr '\0' ' ' < "$p/cmdline"); } 2>/dev/null || continue
+  # One grep over every cmdline (NUL-separated args, so match "mount" then
+  # a path under $T as separate args); forking per process is far slower.
+  grep -lasz -- "$T/" /proc/[0-9]*/cmdline 2>/dev/null | while IFS= read -r f; do
+    local cmd
+    { cmd=$(tr '\0' ' ' < "$f"); } 2>/dev/null || continue
     case $cmd in
-      *ckptfs*" mount "*"$T/"*) echo "${p#/proc/}" ;;
+      *ckptfs*" mount "*"$T/"*) f=${f#/proc/}; echo "${f%/cmdline}" ;;
     esac
   done
 }

@@ -1,0 +1,902 @@
+#!/usr/bin/python3
+"""harness.py — the kill -9 crash harness (issue 5).
+
+Each iteration mounts ckptfs on a fresh backend, state dir and tier dir,
+runs the trainer-like writer (writer.py) into it, crashes something, then
+checks what survived against the writer's fsynced journal (model.py):
+
+  kill      SIGKILL the daemon at a random moment
+  fp:NAME   arm the failpoint NAME@N (fs/common/failpoint.h) in the daemon
+            and let it kill itself; load.recovery is armed on the remount
+            after a random kill instead
+  reboot    SIGKILL the daemon, remove the tier directory (what a node
+            reboot does to /dev/shm), remount
+  trainer   SIGKILL the writer (the daemon lives), restart it: it reads
+            its checkpoint back from the mount and goes on
+
+After a daemon crash the writer must stop with an I/O error (ENOTCONN, EIO,
+ECONNABORTED); the harness checks the backend as the crash left it, mounts
+again on the same mount point (ckptfs mount is to detach the dead mount
+itself), runs `ckptfs drain` and checks:
+
+  P1  every acknowledged file reads back with its bytes, or (reboot only)
+      is listed in status "lost" and gone from the namespace; never wrong,
+      short, unreadable or silently missing. Files in flight show the
+      version of their last close, the empty file of their create or
+      O_TRUNC, or the whole new version — never part of it (a killed
+      writer is the exception: the kernel closed its half-written file).
+  P2  the backend, walked directly (.ckptfs-tmp aside), holds under each
+      name only versions the writer began: never a partial file.
+  P3  the backend is a prefix of the history: `latest` never names a step
+      whose files are missing or wrong; what was removed before that
+      `latest` was written is gone, and what was closed before it and
+      never touched again is there. Checked on the backend as the crash
+      left it, while the writer runs (a watcher thread polls the backend,
+      the drain slowed with CKPTFS_DRAIN_DELAY_MS), and after the drain,
+      when the backend must equal the mount byte for byte.
+
+Every iteration prints its seed, its kill point and its result. The seed
+alone fixes the kind and the parameters (KINDS[seed % 17]), so
+
+    tests/crash/harness.py --seed S --iterations 1
+
+repeats an iteration (timing aside). Seeds S..S+16 with S a multiple of 17
+are the bounded set: each failpoint once, a reboot, a trainer restart and
+10 random kills (--bounded picks a random such S).
+
+Environment: BUILD (build dir, default build, as tests/mount/lib/common.sh),
+CKPTFS_TEST_ROOT or TMPDIR (where the iteration dirs go), KEEP=1 (keep a
+failed iteration's dir). Needs root-free FUSE (/dev/fuse, fusermount3) and
+/usr/bin/python3 with torch. Exit: 0 all passed, 1 a check failed, 77
+cannot run here.
+"""
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+
+from model import ABSENT, EMPTY_SHA, Model, classify  # noqa: E402
+
+FAILPOINTS = ["drain.mid_transfer", "drain.after_publish", "meta.after_commit", "evict.mid", "load.recovery"]
+KINDS = [f"fp:{f}" for f in FAILPOINTS] + ["reboot", "trainer"] + ["kill"] * 10
+IO_ERRNOS = {"ENOTCONN", "EIO", "ECONNABORTED", "ENODEV"}
+
+
+def log(msg=""):
+    print(msg, flush=True)
+
+
+class Failed(Exception):
+    """A checked property does not hold."""
+
+
+class Skip(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- helpers
+
+def run(cmd, env=None, timeout=300, check=False):
+    e = dict(os.environ)
+    for k in ("CKPTFS_FAILPOINT", "CKPTFS_DRAIN_DELAY_MS"):
+        e.pop(k, None)
+    e.update(env or {})
+    p = subprocess.run(cmd, env=e, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if check and p.returncode != 0:
+        raise Failed(f"{' '.join(cmd)} exited {p.returncode}: {p.stdout.strip()}")
+    return p
+
+
+def pid_alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pid, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def mounted_type(path):
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            dev, mnt, typ = line.split()[:3]
+            if mnt.encode().decode("unicode_escape") == path:
+                return typ
+    return None
+
+
+def sha_file(path):
+    h = hashlib.sha256()
+    n = 0
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                break
+            h.update(b)
+            n += len(b)
+    return h.hexdigest(), n
+
+
+def read_all(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def walk(root, skip_top=()):
+    """{rel: ("dir",) | ("file", sha, size) | ("error", errno name) | ("other",)}"""
+    out = {}
+    for dirpath, dirs, files in os.walk(root, onerror=lambda e: out.setdefault(
+            os.path.relpath(e.filename, root), ("error", errno_name(e.errno)))):
+        rel_dir = os.path.relpath(dirpath, root)
+        if rel_dir == ".":
+            dirs[:] = [d for d in dirs if not any(d.startswith(s) for s in skip_top)]
+            files = [f for f in files if not any(f.startswith(s) for s in skip_top)]
+        for d in dirs:
+            out[os.path.normpath(os.path.join(rel_dir, d))] = ("dir",)
+        for name in files:
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            p = os.path.join(dirpath, name)
+            try:
+                if os.path.islink(p) or not os.path.isfile(p):
+                    out[rel] = ("other",)
+                    continue
+                s, n = sha_file(p)
+                out[rel] = ("file", s, n)
+            except OSError as e:
+                out[rel] = ("error", errno_name(e.errno))
+    return out
+
+
+def errno_name(e):
+    import errno as E
+    return E.errorcode.get(e, str(e))
+
+
+BACKEND_SKIP = (".ckptfs-tmp", ".ckptfs-probe-")
+
+
+# ---------------------------------------------------------------- watcher
+
+class Watcher(threading.Thread):
+    """Polls the backend while the writer runs: `latest` must never name a
+    step whose files are missing or wrong (P3), and no file may hold bytes
+    the writer never began (P2). Tolerates the races of a live tree: a
+    missing step file counts only if `latest` still names that step after
+    the look (steps only grow, and a step is deleted in the backend only
+    after a later `latest` is), a file unknown to the journal only if the
+    journal, read again after the walk, still does not know it."""
+
+    def __init__(self, backend, journal):
+        super().__init__(daemon=True)
+        self.backend = backend
+        self.journal = journal
+        self.stop = threading.Event()
+        self.violations = []
+        self.polls = 0
+        self.consistent = 0
+        self.cache = {}
+
+    def records(self):
+        return load_journal(self.journal)
+
+    def file_sha(self, rel):
+        p = os.path.join(self.backend, rel)
+        st = os.stat(p)
+        key = (rel, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if key not in self.cache:
+            self.cache[key] = sha_file(p)[0]
+        return self.cache[key]
+
+    def read_latest(self):
+        try:
+            return read_all(os.path.join(self.backend, "latest")).decode(errors="replace")
+        except FileNotFoundError:
+            return None
+
+    def poll(self):
+        self.polls += 1
+        v = self.read_latest()
+        if v and v.startswith("step_"):
+            m = Model(self.records())
+            i, files = m.step_files(v)
+            if files is None:
+                self.violations.append(f"backend latest is '{v}', which the writer never began to write")
+                return
+            bad = []
+            for rel, want in sorted(files.items()):
+                try:
+                    got = self.file_sha(rel)
+                except FileNotFoundError:
+                    bad.append(f"{rel} missing")
+                    continue
+                if got != want:
+                    bad.append(f"{rel} has sha {got[:12]}, acknowledged {want[:12]}")
+            if bad:
+                if self.read_latest() == v:
+                    self.violations.append(f"backend latest names {v} but " + "; ".join(bad))
+            else:
+                self.consistent += 1
+        if self.polls % 5 == 0:
+            m = Model(self.records())
+            for rel, obs in walk(self.backend, BACKEND_SKIP).items():
+                if obs[0] != "file":
+                    continue
+                if obs[1] in m.ever.get(rel, ()):
+                    continue
+                m2 = Model(self.records())
+                if obs[1] in m2.ever.get(rel, ()):
+                    continue
+                try:  # the file may have been replaced since the walk
+                    if self.file_sha(rel) != obs[1]:
+                        continue
+                except FileNotFoundError:
+                    continue
+                self.violations.append(f"backend file {rel}: {classify(m2, rel, obs[1], obs[2], lambda: read_all(os.path.join(self.backend, rel)), m2.ever.get(rel, set()))}")
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                self.poll()
+            except Exception as e:  # a racing rename or rmdir under the walk
+                if not isinstance(e, OSError):
+                    self.violations.append(f"watcher error: {e!r}")
+            self.stop.wait(0.03)
+
+
+def load_journal(path):
+    recs = []
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.endswith("\n"):
+                    recs.append(json.loads(line))
+    except FileNotFoundError:
+        pass
+    return recs
+
+
+# ---------------------------------------------------------------- one iteration
+
+class Iteration:
+    def __init__(self, h, seed):
+        self.h = h
+        self.seed = seed
+        self.kind = KINDS[seed % len(KINDS)]
+        r = random.Random(seed)
+        self.steps = r.randrange(8, 14)
+        self.compute_ms = r.choice([20, 50, 80])
+        self.pace_ms = r.choice([2, 5, 8])
+        # Slow enough that the drain falls steps behind the writer.
+        self.drain_delay_ms = r.choice([30, 80, 150])
+        self.latest_mode = "rename" if self.kind == "trainer" else r.choice(["inplace", "rename"])
+        self.cache = r.choice(["24M", "64M", "1G"])
+        # The writer runs 2-4 s, the slowed drain trails it by a few more.
+        self.kill_delay = r.uniform(0.05, 4.0)
+        # A third of the runs mount with --fsync=backend and fsync `latest` before
+        # its close: a barrier the backend must never fall behind.
+        self.fsync_backend = r.random() < 0.35
+        self.fp = None
+        self.recovery_fp = None
+        if self.kind.startswith("fp:"):
+            name = self.kind[3:]
+            n = {"drain.mid_transfer": r.randrange(1, 25), "drain.after_publish": r.randrange(1, 40),
+                 "meta.after_commit": r.randrange(1, 150), "evict.mid": r.randrange(1, 4),
+                 "load.recovery": 1}[name]
+            if name == "load.recovery":
+                self.recovery_fp = f"{name}@{n}"
+            else:
+                self.fp = f"{name}@{n}"
+            if name == "evict.mid":
+                self.cache = "16M"  # eviction needs a full tier of clean files
+                self.drain_delay_ms = 20
+        self.dir = os.path.join(h.root, f"it-{seed}")
+        self.mnt = os.path.join(self.dir, "mnt")
+        self.backend = os.path.join(self.dir, "backend")
+        self.state = os.path.join(self.dir, "state")
+        self.journal = os.path.join(self.dir, "journal.jsonl")
+        self.tier = f"{h.tier_prefix}-{seed}"
+        self.notes = Notes()
+        self.kill_point = "?"
+        self.writer_pid = None
+        self.daemon_pid = None
+
+    def describe(self):
+        fp = self.fp or self.recovery_fp
+        return (f"seed={self.seed} kind={self.kind}{' ' + fp if fp else ''} steps={self.steps} "
+                f"latest={self.latest_mode}{'+fsync' if self.fsync_backend else ''} cache={self.cache} "
+                f"drain_delay={self.drain_delay_ms}ms")
+
+    # ---- daemon ----
+    def mount(self, env=None, expect_ok=True):
+        self.h.tiers.add(self.tier)
+        p = run([self.h.ckptfs, "mount", self.mnt, "--backend", self.backend, "--state-dir", self.state,
+                 "--tier-dir", self.tier, "--cache-size", self.cache,
+                 "--fsync", "backend" if self.fsync_backend else "memory"], env=env, timeout=120)
+        if p.returncode != 0:
+            if expect_ok:
+                raise Failed(f"ckptfs mount failed ({p.returncode}): {p.stdout.strip()}")
+            return p
+        if mounted_type(self.mnt) != "fuse.ckptfs":
+            raise Failed("ckptfs mount returned 0 but nothing is mounted")
+        self.daemon_pid = self.status()["pid"]
+        return p
+
+    def status(self):
+        p = run([self.h.ckptfs, "status", self.mnt, "--json"], timeout=60)
+        if p.returncode != 0:
+            raise Failed(f"ckptfs status failed: {p.stdout.strip()}")
+        return json.loads(p.stdout)
+
+    def lost(self):
+        out = set()
+        for x in self.status().get("lost", []):
+            x = x if isinstance(x, str) else x.get("path", "")
+            if x.startswith(self.mnt + "/"):
+                x = x[len(self.mnt) + 1:]
+            out.add(x.lstrip("/"))
+        return out
+
+    def kill_daemon(self):
+        if self.daemon_pid and pid_alive(self.daemon_pid):
+            os.kill(self.daemon_pid, signal.SIGKILL)
+        if self.daemon_pid and not wait_gone(self.daemon_pid, 30):
+            raise Failed(f"daemon {self.daemon_pid} survived SIGKILL for 30 s")
+
+    def remount_after_crash(self, env=None, expect_ok=True):
+        """`ckptfs mount` on the dead mount: it is to detach it itself."""
+        typ = mounted_type(self.mnt)
+        p = self.mount(env=env, expect_ok=False)
+        if p.returncode != 0 and typ and mounted_type(self.mnt):
+            self.notes.append("BUG: ckptfs mount did not detach the dead mount itself; fusermount3 -uz did")
+            subprocess.run(["fusermount3", "-uz", self.mnt], stderr=subprocess.DEVNULL)
+            p = self.mount(env=env, expect_ok=False)
+        if p.returncode != 0 and expect_ok:
+            raise Failed(f"remount failed ({p.returncode}): {p.stdout.strip()}")
+        return p
+
+    def daemon_log(self):
+        try:
+            with open(os.path.join(self.state, "ckptfs.log"), errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    # ---- writer ----
+    def start_writer(self, steps, resume=False):
+        pid = os.fork()
+        if pid == 0:
+            rc = 5
+            try:
+                os.setpgid(0, 0)
+                import writer
+                rc = writer.run(self.mnt, self.journal, self.seed, steps, self.compute_ms, self.latest_mode, resume,
+                                self.fsync_backend, self.pace_ms)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(rc)
+        self.writer_pid = pid
+        self.writer_rc = None
+        self.h.children.add(pid)
+        return pid
+
+    def wait_writer(self, timeout):
+        """The writer's exit status, or None if it still runs after `timeout`."""
+        end = time.monotonic() + timeout
+        while self.writer_rc is None:
+            pid, st = os.waitpid(self.writer_pid, os.WNOHANG)
+            if pid:
+                self.h.children.discard(self.writer_pid)
+                self.writer_rc = os.waitstatus_to_exitcode(st)
+                break
+            if time.monotonic() >= end:
+                break
+            time.sleep(0.02)
+        return self.writer_rc
+
+    def wait_ready(self, nready, timeout=120):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            recs = load_journal(self.journal)
+            if sum(1 for r in recs if r["op"] == "ready") >= nready or any(r["op"] in ("error", "internal") for r in recs):
+                return
+            if self.wait_writer(0) is not None:
+                raise Failed(f"writer exited ({self.writer_rc}) before it was ready")
+            time.sleep(0.02)
+        raise Failed("writer not ready after 120 s")
+
+    def journal_point(self):
+        recs = load_journal(self.journal)
+        last = recs[-1] if recs else {}
+        what = last.get("path", last.get("step", last.get("at", "")))
+        return f"journal #{len(recs)} ({last.get('op')} {what})"
+
+    # ---- checks ----
+    def check_backend(self, m, where, strict=True):
+        """P2 and P3 on the backend tree as it is (static: no daemon runs, or
+        the drain is done)."""
+        errs = []
+        tree = walk(self.backend, BACKEND_SKIP)
+        for rel, obs in sorted(tree.items()):
+            if obs[0] == "dir":
+                if rel not in m.dirs:
+                    errs.append(f"P2 {where}: backend has dir {rel} the writer never made")
+                continue
+            if obs[0] != "file":
+                errs.append(f"P2 {where}: backend {rel}: {obs}")
+                continue
+            if rel not in m.ever:
+                errs.append(f"P2 {where}: backend has {rel}, a name the writer never wrote")
+                continue
+            ever = set(m.ever[rel])
+            if m.writer_killed:
+                ever.add("prefix")
+            if obs[1] not in ever:
+                why = classify(m, rel, obs[1], obs[2], lambda: read_all(os.path.join(self.backend, rel)),
+                               ever)
+                if why:
+                    errs.append(f"P2 {where}: backend {rel}: {why}")
+        latest = tree.get("latest")
+        if latest and latest[0] == "file" and latest[2] > 0:
+            text = read_all(os.path.join(self.backend, "latest")).decode(errors="replace")
+            i, files = m.step_files(text)
+            if files is None:
+                errs.append(f"P3 {where}: backend latest is '{text}', never written by the writer")
+            else:
+                for rel, want in sorted(files.items()):
+                    got = tree.get(rel)
+                    if got is None:
+                        errs.append(f"P3 {where}: backend latest names {text} but {rel} is missing")
+                    elif got[0] != "file" or got[1] != want:
+                        errs.append(f"P3 {where}: backend latest names {text} but {rel} is not the acknowledged version")
+                if strict:
+                    acked, dirs = m.state_at(i)
+                    for rel, s in sorted(acked.items()):
+                        if m.touched_after(rel, i):
+                            continue
+                        got = tree.get(rel)
+                        if s is ABSENT and got is not None:
+                            errs.append(f"P3 {where}: backend latest is {text}, but {rel}, removed before it, is present")
+                        elif s is not ABSENT and (got is None or got[0] != "file" or got[1] != s):
+                            errs.append(f"P3 {where}: backend latest is {text}, but {rel}, closed before it and never touched again, is {'missing' if got is None else 'different'}")
+                    for d, present in sorted(dirs.items()):
+                        if not present and not m.touched_after(d, i) and d in tree:
+                            errs.append(f"P3 {where}: backend latest is {text}, but dir {d}, removed before it, is present")
+        if strict and m.barrier:
+            errs += self.check_barrier(m, tree, where)
+        return errs
+
+    def check_barrier(self, m, tree, where):
+        """P3: the backend is at or after the last acknowledged barrier (an
+        fsync with --fsync=backend): the file fsynced, everything closed
+        before it and everything removed before it, unless touched since."""
+        errs = []
+        b, rec = m.barrier
+        acked, dirs = m.state_at(b)
+        for rel, s in sorted(acked.items()):
+            if m.touched_after(rel, b):
+                continue
+            got = tree.get(rel)
+            if s is ABSENT and got is not None:
+                errs.append(f"P3 {where}: {rel}, removed before the last barrier (record {b}), is in the backend")
+            elif s is not ABSENT and (got is None or got[0] != "file" or got[1] != s):
+                errs.append(f"P3 {where}: {rel}, closed before the last barrier (record {b}), is "
+                            f"{'missing from' if got is None else 'different in'} the backend")
+        for d, present in sorted(dirs.items()):
+            if not present and not m.touched_after(d, b) and d in tree:
+                errs.append(f"P3 {where}: dir {d}, removed before the last barrier (record {b}), is in the backend")
+        p = rec["path"]
+        moved = any(r.get("op") in ("begin_rename", "begin_rmtree") and (r["path"] == p or p.startswith(r["path"] + "/"))
+                    for r in m.records[b:])
+        got = tree.get(p)
+        if not moved and (got is None or got[0] != "file" or got[1] not in {rec["sha"]} | m.begun_after(p, b)):
+            errs.append(f"P3 {where}: {p} was fsynced (--fsync=backend, record {b}) but the backend "
+                        f"{'lacks it' if got is None else 'holds an older version'}")
+        return errs
+
+    def check_mount(self, m, where, lost, reboot, backend_at_crash):
+        """P1 on the mount (and, on reboot, the "lost" list)."""
+        errs = []
+        tree = walk(self.mnt)
+        for rel in sorted(lost):
+            if rel in tree:
+                errs.append(f"P1 {where}: {rel} is listed lost but still in the namespace (half-present)")
+            if not reboot and ABSENT not in m.allowed(rel):
+                errs.append(f"P1 {where}: {rel} listed lost after a daemon crash (the tier survived), "
+                            "though its last close was acknowledged")
+            elif not reboot:
+                self.notes.append(f"{rel} (never closed) dropped and listed lost")
+            if rel not in m.paths():
+                errs.append(f"P1 {where}: lost lists {rel}, a path the writer never wrote")
+            a = m.acked(rel)
+            b = backend_at_crash.get(rel)
+            if a and b and b[0] == "file" and b[1] == a:
+                errs.append(f"P1 {where}: {rel} is listed lost but the backend held its acknowledged bytes at the crash")
+        for rel in sorted(m.paths()):
+            if rel in lost:
+                continue
+            allowed = m.allowed(rel)
+            obs = tree.get(rel)
+            if obs is None:
+                if ABSENT not in allowed:
+                    errs.append(f"P1 {where}: acknowledged {rel} is silently missing")
+                continue
+            if obs[0] == "error":
+                errs.append(f"P1 {where}: {rel} is in the namespace but unreadable ({obs[1]})")
+                continue
+            if obs[0] != "file":
+                errs.append(f"P1 {where}: {rel} is a {obs[0]}")
+                continue
+            why = classify(m, rel, obs[1], obs[2], lambda: read_all(os.path.join(self.mnt, rel)))
+            if why:
+                what = "acknowledged" if m.acked(rel) else "in-flight"
+                errs.append(f"P1 {where}: {what} {rel}: {why}")
+        for rel, obs in sorted(tree.items()):
+            if obs[0] == "dir":
+                if True not in m.dirs.get(rel, {False}):
+                    errs.append(f"P1 {where}: dir {rel} present, removed (or never made) per the journal")
+            elif rel not in m.paths():
+                errs.append(f"P1 {where}: unexpected {obs[0]} {rel}")
+        for d, allowed in sorted(m.dirs.items()):
+            if allowed == {True} and tree.get(d) != ("dir",) and not any(x.startswith(d + "/") for x in lost):
+                errs.append(f"P1 {where}: acknowledged dir {d} missing")
+        return errs
+
+    def check_equal(self, where):
+        """After the drain: the backend equals the mount, names and bytes."""
+        a = walk(self.mnt)
+        b = walk(self.backend, BACKEND_SKIP)
+        errs = []
+        for rel in sorted(set(a) | set(b)):
+            if a.get(rel) != b.get(rel):
+                errs.append(f"P3 {where}: after drain, mount {rel}={fmt(a.get(rel))} but backend {fmt(b.get(rel))}")
+        tmp = os.path.join(self.backend, ".ckptfs-tmp")
+        if os.path.isdir(tmp) and os.listdir(tmp):
+            self.notes.append(f"{len(os.listdir(tmp))} staged files left in .ckptfs-tmp after the drain")
+        return errs
+
+    def drain(self):
+        p = run([self.h.ckptfs, "drain", self.mnt, "--timeout", "180"], timeout=240)
+        if p.returncode != 0:
+            raise Failed(f"ckptfs drain failed ({p.returncode}): {p.stdout.strip()[-300:]}")
+
+    def umount(self):
+        p = run([self.h.ckptfs, "umount", self.mnt], timeout=300)
+        if p.returncode != 0:
+            raise Failed(f"ckptfs umount failed ({p.returncode}): {p.stdout.strip()}")
+        if self.daemon_pid and not wait_gone(self.daemon_pid, 60):
+            raise Failed("daemon still running 60 s after ckptfs umount")
+
+    # ---- the iteration ----
+    def run(self):
+        os.makedirs(self.mnt)
+        os.makedirs(self.backend)
+        env = {"CKPTFS_DRAIN_DELAY_MS": str(self.drain_delay_ms)}
+        if self.fp:
+            env["CKPTFS_FAILPOINT"] = self.fp
+        self.mount(env=env)
+        first_pid = self.daemon_pid
+        watcher = Watcher(self.backend, self.journal)
+        self.start_writer(self.steps)  # fork before the watcher thread starts
+        errs = []
+        try:
+            watcher.start()
+            self.wait_ready(1)
+            t0 = time.monotonic()
+            daemon_crashed = True
+            if self.kind in ("kill", "reboot", "fp:load.recovery"):
+                time.sleep(self.kill_delay)
+                self.kill_point = f"SIGKILL after {time.monotonic() - t0:.2f}s at {self.journal_point()}"
+                self.kill_daemon()
+            elif self.kind == "trainer":
+                time.sleep(self.kill_delay)
+                self.kill_point = f"writer SIGKILL after {time.monotonic() - t0:.2f}s at {self.journal_point()}"
+                os.killpg(self.writer_pid, signal.SIGKILL)
+                daemon_crashed = False
+            else:
+                # Wait for the failpoint: the daemon dies, or the writer ends
+                # and the drain finishes with the daemon still alive.
+                while pid_alive(first_pid) and self.wait_writer(0.05) is None:
+                    pass
+                if pid_alive(first_pid):
+                    run([self.h.ckptfs, "drain", self.mnt, "--timeout", "120"], timeout=180)
+                    time.sleep(0.2)
+                if pid_alive(first_pid):
+                    self.notes.append(f"failpoint {self.fp} never reached: killed the daemon after the drain")
+                    self.kill_point = f"failpoint {self.fp} not reached; SIGKILL at the end, {self.journal_point()}"
+                    self.kill_daemon()
+                else:
+                    if f"failpoint {self.fp.split('@')[0]} reached" not in self.daemon_log():
+                        self.notes.append("daemon died without the failpoint's log line")
+                    self.kill_point = f"failpoint {self.fp} fired at {self.journal_point()}"
+                    self.kill_daemon()
+            rc = self.wait_writer(60)
+            if rc is None:
+                os.killpg(self.writer_pid, signal.SIGKILL)
+                self.wait_writer(10)
+                errs.append("writer hung on the dead mount for 60 s (its I/O should fail)")
+        finally:
+            watcher.stop.set()
+            watcher.join(30)
+        errs += [f"P3 while running: {v}" for v in watcher.violations]
+        self.notes.append(f"watcher: {watcher.polls} polls, {watcher.consistent} consistent latest")
+
+        recs = load_journal(self.journal)
+        m = Model(recs, writer_killed=(self.kind == "trainer"))
+        if any(r["op"] == "internal" for r in recs):
+            raise Failed(f"writer: {[r for r in recs if r['op'] == 'internal']}")
+        if daemon_crashed:
+            if rc == 0:
+                self.notes.append("writer finished before the crash")
+            elif rc == 3:
+                e = m.error
+                if e and errno_name(e["errno"]) not in IO_ERRNOS:
+                    self.notes.append(f"writer stopped with {errno_name(e['errno'])} at {e['at']}")
+            else:
+                errs.append(f"writer exited {rc} (want 0 or 3: stopped by an I/O error)")
+
+        # The backend as the crash left it.
+        backend_at_crash = walk(self.backend, BACKEND_SKIP)
+        errs += self.check_backend(m, "at crash")
+
+        if daemon_crashed:
+            if self.kind == "reboot":
+                shutil.rmtree(self.tier, ignore_errors=True)
+            if self.recovery_fp:
+                p = self.remount_after_crash(env={"CKPTFS_FAILPOINT": self.recovery_fp}, expect_ok=False)
+                fired = f"failpoint {self.recovery_fp.split('@')[0]} reached" in self.daemon_log()
+                if p.returncode == 0 and self.daemon_pid and not wait_gone(self.daemon_pid, 0.5):
+                    if not fired:
+                        self.notes.append(f"failpoint {self.recovery_fp} never reached at mount")
+                    self.kill_daemon()
+                elif not fired:
+                    self.notes.append(f"mount with {self.recovery_fp} failed without reaching it: {p.stdout.strip()}")
+                self.kill_point += f"; then {self.recovery_fp} {'fired' if fired else 'not reached'} on remount"
+            self.remount_after_crash()
+            lost = self.lost()
+            errs += self.check_mount(m, "after remount", lost, self.kind == "reboot", backend_at_crash)
+            self.drain()
+            lost2 = self.lost()
+            errs += self.check_mount(m, "after drain", lost2, self.kind == "reboot", backend_at_crash)
+            errs += self.check_backend(m, "after drain")
+            errs += self.check_equal("after drain")
+        else:
+            errs += self.check_mount(m, "after writer kill", set(), False, backend_at_crash)
+            # The trainer restarts: reads latest and its model back, goes on.
+            if self.wait_writer(0) == 0:
+                self.notes.append("writer finished before it was killed")
+            if os.path.exists(os.path.join(self.mnt, "latest")):
+                n_ready = sum(1 for r in recs if r["op"] == "ready")
+                self.start_writer(2, resume=True)
+                self.wait_ready(n_ready + 1)
+                rc = self.wait_writer(120)
+                recs = load_journal(self.journal)
+                if rc != 0:
+                    errs.append(f"restarted writer exited {rc}: {recs[-1] if recs else ''}")
+                res = [r for r in recs if r["op"] == "resumed"]
+                if res:
+                    self.notes.append(f"restarted writer loaded {res[-1]['path']} back and wrote 2 more steps")
+                    m0 = Model(recs[:recs.index(res[-1])], writer_killed=True)
+                    want = m0.acked(res[-1]["path"])
+                    if want and want != res[-1]["sha"]:
+                        errs.append(f"P1 restart read {res[-1]['path']} with sha {res[-1]['sha'][:12]}, acknowledged {want[:12]}")
+                m = Model(recs, writer_killed=True)
+            else:
+                self.notes.append("killed before any latest: nothing to restart from")
+            self.drain()
+            errs += self.check_mount(m, "after restart", set(), False, backend_at_crash)
+            errs += self.check_backend(m, "after drain")
+            errs += self.check_equal("after drain")
+        self.umount()
+        return errs
+
+
+class Notes(list):
+    """A list that keeps each note once."""
+
+    def append(self, x):
+        if x not in self:
+            super().append(x)
+
+
+def fmt(o):
+    if o is None:
+        return "absent"
+    if o[0] == "file":
+        return f"file({o[1][:12]},{o[2]})"
+    return "/".join(o)
+
+
+# ---------------------------------------------------------------- the harness
+
+class Harness:
+    def __init__(self, args):
+        build = os.environ.get("BUILD", "build")
+        if not os.path.isabs(build):
+            build = os.path.join(ROOT, build)
+        self.ckptfs = os.path.join(build, "ckptfs")
+        base = args.root or os.environ.get("CKPTFS_TEST_ROOT") or os.environ.get("TMPDIR") or "/tmp"
+        os.makedirs(base, exist_ok=True)
+        import tempfile
+        self.root = tempfile.mkdtemp(prefix="ckptfs-crash.", dir=base)
+        os.chmod(self.root, 0o755)
+        self.tier_prefix = args.tier_prefix or f"/dev/shm/ckptfs-crash-{os.getpid()}"
+        self.tiers = set()
+        self.children = set()
+        self.keep = args.keep or os.environ.get("KEEP") == "1"
+        self.failed_dirs = []
+        self.bugs = {}  # note starting with "BUG" -> seeds
+
+    def preflight(self):
+        if not os.path.exists("/dev/fuse"):
+            raise Skip("no /dev/fuse")
+        try:
+            os.close(os.open("/dev/fuse", os.O_RDWR))
+        except OSError as e:
+            raise Skip(f"cannot open /dev/fuse: {e}")
+        if not shutil.which("fusermount3"):
+            raise Skip("no fusermount3")
+        if not os.access(self.ckptfs, os.X_OK):
+            raise Failed(f"no {self.ckptfs}: run make (BUILD={os.environ.get('BUILD', 'build')})")
+        try:
+            import torch  # noqa: F401 — once here; forked writers inherit it
+        except ImportError:
+            raise Skip("no torch for /usr/bin/python3")
+
+    def cleanup_iteration(self, it, passed):
+        for pid in list(self.children):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self.children.discard(pid)
+        self.cleanup_mounts(it.dir)
+        shutil.rmtree(it.tier, ignore_errors=True)
+        self.tiers.discard(it.tier)
+        if passed or not self.keep:
+            shutil.rmtree(it.dir, ignore_errors=True)
+        else:
+            self.failed_dirs.append(it.dir)
+
+    def cleanup_mounts(self, under):
+        with open("/proc/self/mounts") as f:
+            mnts = [l.split()[1] for l in f]
+        for m in sorted((m for m in mnts if m.startswith(under + "/")), reverse=True):
+            subprocess.run(["fusermount3", "-uz", m], stderr=subprocess.DEVNULL)
+        for p in os.listdir("/proc"):
+            if not p.isdigit():
+                continue
+            try:
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "ckptfs" in cmd and " mount " in cmd and (under + "/") in cmd:
+                try:
+                    os.kill(int(p), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def cleanup_all(self):
+        for pid in list(self.children):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.cleanup_mounts(self.root)
+        for t in list(self.tiers):
+            shutil.rmtree(t, ignore_errors=True)
+        if self.failed_dirs:
+            log(f"kept failed iteration dirs: {' '.join(self.failed_dirs)}")
+        else:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def iteration(self, seed):
+        it = Iteration(self, seed)
+        t0 = time.monotonic()
+        passed = False
+        try:
+            errs = it.run()
+        except Failed as e:
+            errs = [str(e)]
+        except Exception:
+            errs = ["harness error: " + traceback.format_exc()]
+        finally:
+            dt = time.monotonic() - t0
+        passed = not errs
+        log(f"[{'PASS' if passed else 'FAIL'}] {it.describe()}")
+        log(f"       kill point: {it.kill_point}; {dt:.1f}s")
+        for n in it.notes:
+            if n.startswith("BUG"):
+                self.bugs.setdefault(n, []).append(seed)
+            log(f"       note: {n}")
+        for e in errs[:25]:
+            log(f"       {e}")
+        if len(errs) > 25:
+            log(f"       ... and {len(errs) - 25} more")
+        if not passed:
+            tail = [l for l in it.daemon_log().splitlines() if " W " in l or " E " in l or " C " in l][-12:]
+            for l in tail:
+                log(f"       | {l}")
+            log(f"       reproduce: tests/crash/harness.py --seed {seed} --iterations 1")
+        self.cleanup_iteration(it, passed)
+        return passed
+
+
+def main():
+    ap = argparse.ArgumentParser(description="ckptfs crash harness (see the file's comment)")
+    ap.add_argument("--seed", type=int, help="first seed (default: random)")
+    ap.add_argument("--iterations", type=int, help="how many seeds from --seed on (default 1 with --seed)")
+    ap.add_argument("--bounded", action="store_true", help="the make test set: 17 seeds from a multiple of 17")
+    ap.add_argument("--only", help="run only seeds whose kind contains this word (kill, reboot, fp:evict.mid...)")
+    ap.add_argument("--root", help="where iteration dirs go")
+    ap.add_argument("--tier-prefix", help="tier dirs are PREFIX-<seed> (default /dev/shm/ckptfs-crash-<pid>)")
+    ap.add_argument("--keep", action="store_true", help="keep failed iteration dirs")
+    args = ap.parse_args()
+    if args.bounded:
+        base = args.seed if args.seed is not None else random.randrange(1, 10 ** 6) * len(KINDS)
+        seeds = list(range(base - base % len(KINDS), base - base % len(KINDS) + len(KINDS)))
+    else:
+        base = args.seed if args.seed is not None else random.randrange(1, 10 ** 7)
+        n = args.iterations or 1
+        seeds = []
+        s = base
+        while len(seeds) < n:
+            if not args.only or args.only in KINDS[s % len(KINDS)]:
+                seeds.append(s)
+            s += 1
+
+    h = Harness(args)
+
+    def on_signal(sig, frame):
+        raise KeyboardInterrupt()
+    signal.signal(signal.SIGTERM, on_signal)
+    failed = []
+    t0 = time.monotonic()
+    try:
+        try:
+            h.preflight()
+        except Skip as e:
+            log(f"SKIP: {e}")
+            return 77
+        log(f"crash harness: {len(seeds)} iterations, seeds {seeds[0]}..{seeds[-1]}, binary {h.ckptfs}")
+        for s in seeds:
+            if not h.iteration(s):
+                failed.append(s)
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+    finally:
+        h.cleanup_all()
+    for bug, where in h.bugs.items():
+        log(f"crash harness: {bug} (seeds {' '.join(map(str, where))})")
+    log(f"crash harness: {len(seeds) - len(failed)} passed, {len(failed)} failed in {time.monotonic() - t0:.0f}s"
+        + (f"; failed seeds: {' '.join(map(str, failed))}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The most common save pattern: torch.save to the same path every step
+# (O_TRUNC rewrite), plus an in-place `r+` patch, while the slowed drain is
+# still publishing the previous versions. Each sealed version is kept until
+# published, so a watcher on the backend must only ever see one of the
+# versions that were closed, whole — never a torn or truncated mix — and the
+# last one after `ckptfs drain`.
+set -euo pipefail
+source "$(dirname "$0")/../lib/common.sh"
+
+export CKPTFS_DRAIN_DELAY_MS=100
+mount_fs --cache-size 1G
+unset CKPTFS_DRAIN_DELAY_MS
+
+cat > "$T/saver.py" <<'PY'
+import hashlib, json, os, sys, torch
+mnt, sums_path = sys.argv[1], sys.argv[2]
+p = os.path.join(mnt, "ckpt.pt")
+sums = []
+def record():
+    with open(p, "rb") as f:
+        sums.append(hashlib.sha256(f.read()).hexdigest())
+    with open(sums_path + ".tmp", "w") as f:
+        json.dump(sums, f)
+    os.replace(sums_path + ".tmp", sums_path)
+for step in range(8):
+    state = {"step": step, "w": torch.full((1 << 20,), float(step))}  # 4 MiB
+    # Recorded before the save: the watcher may see the new version at once.
+    buf = __import__("io").BytesIO(); torch.save(state, buf)
+    sums.append(hashlib.sha256(buf.getvalue()).hexdigest())
+    torch.save(state, p)
+    record()
+    if step % 3 == 2:  # an in-place patch of the closed file
+        with open(p, "r+b") as f:
+            f.seek(1 << 20)
+            f.write(os.urandom(4096))
+        record()
+PY
+
+cat > "$T/watch.py" <<'PY'
+import hashlib, json, os, sys, time
+backend, sums_path, stop = sys.argv[1:4]
+seen = 0
+while not os.path.exists(stop):
+    try:
+        data = open(os.path.join(backend, "ckpt.pt"), "rb").read()
+    except FileNotFoundError:
+        time.sleep(0.01); continue
+    h = hashlib.sha256(data).hexdigest()
+    if h not in json.load(open(sums_path)):
+        # Re-read once: the version may have been recorded just after publish.
+        time.sleep(0.2)
+        if h not in json.load(open(sums_path)):
+            sys.exit(f"backend ckpt.pt ({len(data)} bytes) is no version that was closed")
+    seen += 1
+    time.sleep(0.01)
+print(f"watcher: {seen} whole versions observed")
+PY
+
+echo '[]' > "$T/sums.json"
+$PY "$T/watch.py" "$BACKEND" "$T/sums.json" "$T/stop" > "$T/watch.out" 2>&1 &
+watcher=$!
+$PY "$T/saver.py" "$MNT" "$T/sums.json"
+"$CKPTFS" drain "$MNT" --timeout 300
+touch "$T/stop"
+wait "$watcher" || { cat "$T/watch.out"; fail "the backend showed a torn checkpoint"; }
+cat "$T/watch.out"
+cmp "$MNT/ckpt.pt" "$BACKEND/ckpt.pt" || fail "backend does not hold the last version"
+# Step 7 is not patched in place (7 % 3 != 2): both load as step 7.
+for f in "$BACKEND/ckpt.pt" "$MNT/ckpt.pt"; do
+  $PY -c 'import torch,sys; s=torch.load(sys.argv[1]); assert s["step"]==7, s["step"]' "$f" || fail "$f: not step 7"
+done
+snaps=$(find "$TIER" -maxdepth 1 -name '8*' | wc -l)
+[ "$snaps" = 0 ] || fail "$snaps snapshots left in the tier after the drain"
+umount_fs
+check_log
