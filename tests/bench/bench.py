@@ -1,0 +1,344 @@
+#!/usr/bin/python3
+"""bench.py — the measuring half of `make bench` (tests/bench/run.sh mounts,
+this times). Each subcommand does one measured thing in its own process and
+prints `metric value unit` lines on stdout; run.sh turns them into CSV rows.
+
+  seq-write PATH BYTES          write BYTES in 1 MiB blocks (open..close timed);
+                                --poll-state: then the time until ckptfs says
+                                the file is persisted; --pid: the daemon's
+                                CPU seconds at close
+  seq-read PATH                 read PATH in 1 MiB blocks
+  torch-save DIR GIB SHARDS     build a ~GIB GiB model + Adam state, torch.save
+                                it as DIR/single/model.pt, then split into
+                                SHARDS files under DIR/sharded/; each save's
+                                blocked time, and with --after CMD the time
+                                from save return until CMD (run with {dir}
+                                replaced) exits: the time to durable; with
+                                --poll-state, until ckptfs's user.ckptfs.state
+                                says every file is persisted (5 ms polling)
+  torch-load DIR MODE           a new process loads what torch-save wrote:
+                                MODE plain (torch.load) or mmap (see below)
+  mkfiles DIR COUNT BYTES       create COUNT files of BYTES each
+  proc PID                      the daemon's CPU seconds and memory
+
+mmap: torch 1.13 has no torch.load(mmap=True). `mmap` mode does what torch
+2.1's mmap=True does, by hand: the whole file is mapped MAP_PRIVATE with
+torch.UntypedStorage.from_file(path, shared=False), each tensor record is a
+slice of that mapping (zip records are stored uncompressed), and the pickle
+is unpickled with a persistent_load that hands out those slices. Nothing is
+copied; the figure includes touching every 4 KiB page of every tensor, which
+is when the bytes are actually read.
+"""
+import argparse
+import mmap
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+
+BS = 1 << 20
+
+
+def out(metric, value, unit):
+    print(f"{metric} {value:.6f} {unit}", flush=True)
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def seq_write(path, nbytes, poll=False, pid=0):
+    buf = os.urandom(BS)
+    t0 = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    left = nbytes
+    while left > 0:
+        n = os.write(fd, buf if left >= BS else buf[:left])
+        left -= n
+    os.close(fd)
+    t = time.perf_counter() - t0
+    if pid:
+        out("written_cpu_seconds", cpu_seconds(pid), "s")
+    out("write_seconds", t, "s")
+    out("write_throughput", nbytes / t / 1e9, "GB/s")
+    if poll:
+        out("durable_seconds", wait_persisted([path]), "s")
+
+
+def seq_read(path):
+    buf = bytearray(BS)
+    mv = memoryview(buf)
+    total = 0
+    t0 = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            n = f.readinto(mv)
+            if not n:
+                break
+            total += n
+    t = time.perf_counter() - t0
+    out("seconds", t, "s")
+    out("throughput", total / t / 1e9, "GB/s")
+
+
+def build_state(gib):
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    width = 2048
+    per_layer = (width * width + width) * 4 * 3  # weights + Adam's exp_avg, exp_avg_sq
+    layers = max(1, round(gib * 2**30 / per_layer))
+    model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for p in model.parameters():
+        p.grad = p.detach().clone()
+    opt.step()
+    for p in model.parameters():
+        p.grad = None
+    return {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": 1000}
+
+
+def shard_state(state, shards):
+    """Splits the state into `shards` dicts of about equal bytes."""
+    items = [("model/" + k, v) for k, v in state["model"].items()]
+    for pid, st in state["optimizer"]["state"].items():
+        for k, v in st.items():
+            items.append((f"optimizer/{pid}/{k}", v))
+    items.sort(key=lambda kv: -kv[1].numel() * kv[1].element_size())
+    parts = [{} for _ in range(shards)]
+    sizes = [0] * shards
+    for k, v in items:
+        i = sizes.index(min(sizes))
+        parts[i][k] = v
+        sizes[i] += v.numel() * v.element_size()
+    parts[0]["param_groups"] = state["optimizer"]["param_groups"]
+    parts[0]["step"] = state["step"]
+    return parts
+
+
+def wait_persisted(paths, timeout=3600):
+    """Polls ckptfs's user.ckptfs.state of `paths` every 5 ms until all are
+    persisted; returns the seconds waited. `ckptfs drain` would do, but it
+    polls the daemon only every 500 ms."""
+    t0 = time.perf_counter()
+    left = list(paths)
+    while left:
+        left = [p for p in left if os.getxattr(p, "user.ckptfs.state") not in (b"persisted", b"remote")]
+        if left:
+            if time.perf_counter() - t0 > timeout:
+                raise TimeoutError(f"{len(left)} files not persisted after {timeout} s")
+            time.sleep(0.005)
+    return time.perf_counter() - t0
+
+
+def after(cmd, d, poll):
+    """Time to durable after a save into `d`: with `poll`, until ckptfs says
+    every file is persisted (xattr), then `cmd` (if any), timed from the
+    save's return; returns (poll seconds or None, total seconds or None)."""
+    t0 = time.perf_counter()
+    tp = None
+    if poll:
+        tp = wait_persisted([os.path.join(d, f) for f in os.listdir(d)])
+    if not cmd:
+        return tp, None
+    subprocess.run(cmd.replace("{dir}", d), shell=True, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return tp, time.perf_counter() - t0
+
+
+def torch_save(d, gib, shards, after_cmd, poll):
+    import torch
+
+    state = build_state(gib)
+    nbytes = sum(v.numel() * v.element_size() for v in state["model"].values())
+    nbytes += sum(v.numel() * v.element_size() for st in state["optimizer"]["state"].values() for v in st.values())
+    parts = shard_state(state, shards)
+    single, sharded = os.path.join(d, "single"), os.path.join(d, "sharded")
+    os.makedirs(single, exist_ok=True)
+    os.makedirs(sharded, exist_ok=True)
+    out("tensor_bytes", nbytes / 1e9, "GB")
+
+    t0 = time.perf_counter()
+    torch.save(state, os.path.join(single, "model.pt"))
+    out("save_single", time.perf_counter() - t0, "s")
+    out("file_bytes_single", os.path.getsize(os.path.join(single, "model.pt")) / 1e9, "GB")
+    report_durable("single", *after(after_cmd, single, poll))
+
+    t0 = time.perf_counter()
+    for i, p in enumerate(parts):
+        torch.save(p, os.path.join(sharded, f"shard_{i:03d}.pt"))
+    out("save_sharded", time.perf_counter() - t0, "s")
+    report_durable("sharded", *after(after_cmd, sharded, poll))
+
+
+def report_durable(name, tp, tc):
+    """With polling, durable_X is the polled time and durable_cli_X the time
+    until the command (ckptfs drain) returned; without, durable_X is the
+    command's time."""
+    if tp is not None:
+        out(f"durable_{name}", tp, "s")
+        if tc is not None:
+            out(f"durable_cli_{name}", tc, "s")
+    elif tc is not None:
+        out(f"durable_{name}", tc, "s")
+
+
+class _MmapUnpickler(pickle.Unpickler):
+    def __init__(self, f, storages):
+        super().__init__(f)
+        self.storages = storages
+
+    def find_class(self, mod, name):
+        import torch.serialization
+
+        if isinstance(name, str) and "Storage" in name:
+            try:
+                return torch.serialization.StorageType(name)
+            except KeyError:
+                pass
+        return super().find_class(mod, name)
+
+    def persistent_load(self, saved_id):
+        import torch
+
+        typename, storage_type, key, location, numel = saved_id
+        assert typename == "storage"
+        dtype = torch.uint8 if storage_type is torch.UntypedStorage else storage_type.dtype
+        return torch.storage.TypedStorage(wrap_storage=self.storages(key, numel * torch._utils._element_size(dtype)),
+                                          dtype=dtype)
+
+
+def mmap_load(path):
+    """torch.load(path, mmap=True) as torch 2.1 does it, for torch 1.13."""
+    import torch
+
+    size = os.path.getsize(path)
+    whole = torch.UntypedStorage.from_file(path, False, size)  # MAP_PRIVATE
+    z = zipfile.ZipFile(path)
+    prefix = z.namelist()[0].split("/")[0]
+    with open(path, "rb") as f:
+        offsets = {}
+        for info in z.infolist():
+            f.seek(info.header_offset)
+            hdr = f.read(30)
+            nlen, xlen = struct.unpack("<HH", hdr[26:30])
+            offsets[info.filename] = info.header_offset + 30 + nlen + xlen
+
+    def storage(key, nbytes):
+        off = offsets[f"{prefix}/data/{key}"]
+        return whole[off:off + nbytes]
+
+    return _MmapUnpickler(z.open(f"{prefix}/data.pkl"), storage).load()
+
+
+def touch(obj):
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        if obj.numel():
+            flat = obj.reshape(-1).view(torch.uint8)
+            return int(flat[::4096].sum()) + int(flat[-1])
+        return 0
+    if isinstance(obj, dict):
+        return sum(touch(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(touch(v) for v in obj)
+    return 0
+
+
+def torch_load(d, mode, which):
+    import torch
+
+    files = []
+    if which in ("single", "all"):
+        files.append(("single", [os.path.join(d, "single", "model.pt")]))
+    if which in ("sharded", "all"):
+        sd = os.path.join(d, "sharded")
+        files.append(("sharded", sorted(os.path.join(sd, f) for f in os.listdir(sd))))
+    for name, paths in files:
+        nbytes = sum(os.path.getsize(p) for p in paths)
+        t0 = time.perf_counter()
+        for p in paths:
+            obj = torch.load(p, map_location="cpu") if mode == "plain" else mmap_load(p)
+            touch(obj)
+            del obj
+        t = time.perf_counter() - t0
+        out(f"load_{mode}_{name}", t, "s")
+        out(f"load_{mode}_{name}_throughput", nbytes / t / 1e9, "GB/s")
+
+
+def mkfiles(d, count, nbytes):
+    data = os.urandom(nbytes)
+    os.makedirs(d, exist_ok=True)
+    per_dir = 1000
+    t0 = time.perf_counter()
+    for i in range(count):
+        sub = os.path.join(d, f"d{i // per_dir:03d}")
+        if i % per_dir == 0:
+            os.makedirs(sub, exist_ok=True)
+        with open(os.path.join(sub, f"f{i:06d}"), "wb") as f:
+            f.write(data)
+    t = time.perf_counter() - t0
+    out("create_seconds", t, "s")
+    out("creates_per_second", count / t, "1/s")
+
+
+def proc(pid):
+    out("cpu_seconds", cpu_seconds(pid), "s")
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem"):
+                out(k, int(v.split()[0]) / 1024, "MiB")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp = ap.add_subparsers(dest="cmd", required=True)
+    p = sp.add_parser("seq-write")
+    p.add_argument("path")
+    p.add_argument("bytes", type=int)
+    p.add_argument("--poll-state", action="store_true")
+    p.add_argument("--pid", type=int, default=0, help="print this daemon's CPU seconds at close")
+    p = sp.add_parser("seq-read")
+    p.add_argument("path")
+    p = sp.add_parser("torch-save")
+    p.add_argument("dir")
+    p.add_argument("gib", type=float)
+    p.add_argument("shards", type=int)
+    p.add_argument("--after", default="")
+    p.add_argument("--poll-state", action="store_true")
+    p = sp.add_parser("torch-load")
+    p.add_argument("dir")
+    p.add_argument("mode", choices=["plain", "mmap"])
+    p.add_argument("--which", default="all", choices=["single", "sharded", "all"])
+    p = sp.add_parser("mkfiles")
+    p.add_argument("dir")
+    p.add_argument("count", type=int)
+    p.add_argument("bytes", type=int)
+    p = sp.add_parser("proc")
+    p.add_argument("pid", type=int)
+    a = ap.parse_args()
+    if a.cmd == "seq-write":
+        seq_write(a.path, a.bytes, a.poll_state, a.pid)
+    elif a.cmd == "seq-read":
+        seq_read(a.path)
+    elif a.cmd == "torch-save":
+        torch_save(a.dir, a.gib, a.shards, a.after, a.poll_state)
+    elif a.cmd == "torch-load":
+        torch_load(a.dir, a.mode, a.which)
+    elif a.cmd == "mkfiles":
+        mkfiles(a.dir, a.count, a.bytes)
+    elif a.cmd == "proc":
+        proc(a.pid)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

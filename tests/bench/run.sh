@@ -1,0 +1,384 @@
+#!/usr/bin/env bash
+# run.sh — `make bench`: ckptfs against tmpfs (/dev/shm), a local disk
+# directory and rclone (vfs-cache-mode full), each mounted or created fresh
+# for every measurement, in an order that rotates from one repetition to the
+# next. bench.py does the timing; this script mounts, drops caches, collects
+# `metric value unit` lines into a CSV, and at the end calls report.py, which
+# writes docs/benchmarks.md (the tables between its markers) and
+# docs/benchmarks.png. Every goal is a ratio against a peer measured in the
+# same repetition, reported as min/median/max over the repetitions.
+#
+#   make bench                                # full run (root; ~20-30 min on 2 cores)
+#   BUILD=build-bench SIZE=512M TORCH_GIB=0.25 REPS=2 FILES=1000 tests/bench/run.sh   # quick
+#
+# Environment (defaults in brackets):
+#   BUILD [build]        where ckptfs was built
+#   SIZE [4G]            sequential file size (1 MiB blocks)
+#   TORCH_GIB [2]        model + Adam state size for torch.save/load
+#   SHARDS [64]          the same state split into this many files
+#   FILES [10000]        files in the tier for the remount test (FILE_BYTES [16384] each)
+#   REPS [3]             repetitions (each one measures every target once)
+#   TARGETS [ckptfs tmpfs disk rclone]
+#   PHASES [seq torch remount s3]
+#   CACHE_SIZE [fits]    ckptfs --cache-size (default: what the largest phase needs, +25 %)
+#   BENCH_WORK [tests/bench/out/work-PID]  the local disk directory (disk target, ckptfs backend
+#                        and state, rclone's remote and cache)
+#   S3_SIZE [1G]         file size for tests/bench/s3_drain.sh (run with N=REPS)
+#   REPORT [1]           0: do not touch docs/ (CSV only)
+#   BENCH_NOTE           a sentence added to the report (e.g. "quiet machine")
+#
+# Output: tests/bench/out/results-STAMP.csv (and results.csv, a copy of the
+# latest), columns run,phase,metric,target,rep,value,unit. tests/bench/s3_drain.sh,
+# if present, is run last (SIZE=$S3_SIZE N=$REPS, with BENCH_CSV, BENCH_RUN and
+# BUILD exported): it prints its own results (kept in out/s3_drain-STAMP.out,
+# whose summary lines the report quotes) and may append rows (phase s3_drain)
+# to $BENCH_CSV, which the report shows as they are.
+#
+# Needs root (mounts, /proc/sys/vm/drop_caches); cleans up every mount,
+# daemon and /dev/shm directory it created, also on failure or Ctrl-C.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+REPO=$(pwd)
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD=$REPO/$BUILD ;; esac
+CKPTFS=$BUILD/ckptfs
+PY=/usr/bin/python3
+BENCH="$PY $REPO/tests/bench/bench.py"
+export LC_ALL=C
+
+SIZE=${SIZE:-4G}
+TORCH_GIB=${TORCH_GIB:-2}
+SHARDS=${SHARDS:-64}
+FILES=${FILES:-10000}
+FILE_BYTES=${FILE_BYTES:-16384}
+REPS=${REPS:-3}
+TARGETS=${TARGETS:-"ckptfs tmpfs disk rclone"}
+PHASES=${PHASES:-"seq torch remount s3"}
+REPORT=${REPORT:-1}
+OUT=$REPO/tests/bench/out
+STAMP=$(date -u +%Y%m%d-%H%M%S)
+RUN_ID=$STAMP
+WORK=${BENCH_WORK:-$OUT/work-$$}
+SHM=/dev/shm/ckptfs-bench-$$
+CSV=$OUT/results-$STAMP.csv
+LOG=$OUT/run-$STAMP.log
+S3_OUT=$OUT/s3_drain-$STAMP.out
+S3_SIZE=${S3_SIZE:-1G}
+
+die() { echo "bench: $*" >&2; exit 1; }
+say() { echo "bench: $*" | tee -a "$LOG" >&2; }
+
+[ "$(id -u)" = 0 ] || die "needs root (FUSE mounts for every user, drop_caches)"
+[ -x "$CKPTFS" ] || die "no $CKPTFS: run make BUILD=${BUILD#"$REPO"/}"
+[ -e /dev/fuse ] || die "no /dev/fuse"
+command -v fusermount3 >/dev/null || die "no fusermount3"
+"$PY" -c 'import torch' 2>/dev/null || die "python3-torch missing (scripts/install-bench-deps.sh)"
+case " $TARGETS " in *" rclone "*) command -v rclone >/dev/null || die "rclone missing (scripts/install-bench-deps.sh)" ;; esac
+SIZE_BYTES=$(numfmt --from=iec "$SIZE") || die "bad SIZE $SIZE"
+TORCH_BYTES=$(awk -v g="$TORCH_GIB" 'BEGIN { printf "%d", g * 2^30 * 1.02 }')
+if [ -z "${CACHE_SIZE:-}" ]; then
+  CACHE_SIZE=$(awk -v a="$SIZE_BYTES" -v b="$TORCH_BYTES" -v c="$((FILES * (FILE_BYTES + 4096)))" \
+    'BEGIN { m = a; if (2 * b > m) m = 2 * b; if (c > m) m = c; printf "%dM", m * 1.25 / 2^20 + 64 }')
+fi
+need_kb=$(( $(numfmt --from=iec "$CACHE_SIZE") / 1024 * 2 + 3 * TORCH_BYTES / 1024 ))
+avail_kb=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+shm_kb=$(df -k --output=avail /dev/shm | tail -n 1 | tr -d ' ')
+[ "$shm_kb" -gt $(( $(numfmt --from=iec "$CACHE_SIZE") / 1024 )) ] || die "/dev/shm has ${shm_kb} KiB free, the tier needs $CACHE_SIZE"
+
+mkdir -p "$OUT" "$WORK" || die "cannot create $WORK"
+: > "$CSV"
+: > "$LOG"
+[ "$avail_kb" -gt "$need_kb" ] || say "warning: ${avail_kb} KiB available, ~${need_kb} KiB wanted; results may include reclaim or swap"
+echo "run,phase,metric,target,rep,value,unit" > "$CSV"
+
+# ---------------------------------------------------------------- cleanup
+CK_PIDS=()   # ckptfs daemons we started
+RC_PIDS=()   # rclone processes we started
+failures=0
+
+our_mounts() { awk -v w="$WORK/" 'index($2, w) == 1 { print $2 }' /proc/mounts | sort -r; }
+
+# Kills pid $1 if it is still the process we started (its command line names $WORK or $SHM).
+kill_ours() {
+  local p=$1 cmd
+  { cmd=$(tr '\0' ' ' < "/proc/$p/cmdline"); } 2>/dev/null || return 0
+  case $cmd in *"$WORK"*|*"$SHM"*) kill "${2:--TERM}" "$p" 2>/dev/null ;; esac
+}
+
+cleanup() {
+  local rc=$? m p i
+  trap - EXIT INT TERM
+  for m in $(our_mounts); do fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
+  for p in "${CK_PIDS[@]}" "${RC_PIDS[@]}"; do kill_ours "$p"; done
+  for i in $(seq 50); do
+    local alive=0
+    for p in "${CK_PIDS[@]}" "${RC_PIDS[@]}"; do [ -d "/proc/$p" ] && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
+  for p in "${CK_PIDS[@]}" "${RC_PIDS[@]}"; do kill_ours "$p" -KILL; done
+  rm -rf "$SHM"-* "$WORK"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------- helpers
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.6f", b - a }'; }
+
+rec() {  # phase metric target rep value unit
+  echo "$RUN_ID,$1,$2,$3,$4,$5,$6" >> "$CSV"
+  printf '  %-8s %-28s %-14s rep %s  %12s %s\n' "$1" "$2" "$3" "$4" "$5" "$6" | tee -a "$LOG" >&2
+}
+
+# measure PHASE TARGET REP PREFIX CMD...: runs CMD, records its `metric value unit` lines.
+measure() {
+  local phase=$1 target=$2 rep=$3 prefix=$4 out m v u
+  shift 4
+  if ! out=$(timeout 1200 "$@" 2>>"$LOG"); then
+    say "FAILED ($target rep $rep): $*"
+    failures=$((failures + 1))
+    return 1
+  fi
+  while read -r m v u; do
+    [ -n "$m" ] && rec "$phase" "$prefix$m" "$target" "$rep" "$v" "$u"
+  done <<< "$out"
+}
+
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+
+ck_pid() { "$CKPTFS" status --json "$1" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["pid"])'; }
+
+# ck_mount TAG: mounts ckptfs at $WORK/TAG/mnt (backend, state under $WORK/TAG,
+# tier $SHM-TAG); sets DIR and CK_PID. Mounting an existing TAG re-attaches it.
+ck_mount() {
+  local t=$WORK/$1
+  mkdir -p "$t/mnt" "$t/backend" "$t/state"
+  "$CKPTFS" mount "$t/mnt" --backend "$t/backend" --state-dir "$t/state" --tier-dir "$SHM-$1" \
+    --cache-size "$CACHE_SIZE" >> "$LOG" 2>&1 || { say "ckptfs mount failed (see $t/state/ckptfs.log)"; return 1; }
+  CK_PID=$(ck_pid "$t/mnt") || return 1
+  CK_PIDS+=("$CK_PID")
+  DIR=$t/mnt
+}
+
+# ck_umount TAG [--no-drain]: unmounts and waits for the daemon to exit.
+ck_umount() {
+  "$CKPTFS" umount "$WORK/$1/mnt" ${2:-} >> "$LOG" 2>&1 || { say "ckptfs umount $1 failed"; return 1; }
+}
+
+rc_mount() {
+  local t=$WORK/$1 i
+  mkdir -p "$t/mnt" "$t/remote" "$t/cache"
+  rclone mount ":local:$t/remote" "$t/mnt" --vfs-cache-mode full --cache-dir "$t/cache" --config /dev/null \
+    --log-file "$t/rclone.log" &
+  RC_PIDS+=($!)
+  for i in $(seq 300); do
+    findmnt -n -M "$t/mnt" >/dev/null 2>&1 && { DIR=$t/mnt; return 0; }
+    sleep 0.1
+  done
+  say "rclone mount did not appear in 30 s"
+  return 1
+}
+
+rc_umount() {
+  local t=$WORK/$1 p=${RC_PIDS[-1]} i
+  fusermount3 -u "$t/mnt" 2>/dev/null || fusermount3 -uz "$t/mnt"
+  for i in $(seq 300); do [ -d "/proc/$p" ] || return 0; sleep 0.1; done
+  kill_ours "$p"
+}
+
+# up TARGET TAG: creates or mounts a fresh instance of TARGET; sets DIR.
+up() {
+  case $1 in
+    ckptfs) ck_mount "$2" ;;
+    rclone) rc_mount "$2" ;;
+    tmpfs) DIR=$SHM-$2; mkdir -p "$DIR" ;;
+    disk) DIR=$WORK/$2; mkdir -p "$DIR" ;;
+  esac
+}
+
+down() {
+  case $1 in
+    ckptfs) ck_umount "$2"; rm -rf "${SHM:?}-$2" ;;
+    rclone) rc_umount "$2" ;;
+    tmpfs) rm -rf "${SHM:?}-$2" ;;
+  esac
+  rm -rf "${WORK:?}/$2"
+}
+
+# The targets of repetition $1, rotated so that no target always goes first.
+order() {
+  local -a t=($TARGETS)
+  local n=${#t[@]} i
+  for ((i = 0; i < n; i++)); do echo "${t[$(((i + $1 - 1) % n))]}"; done
+}
+
+# Daemon figures: CPU seconds and memory (proc), tier bytes.
+ck_proc() { measure "$1" ckptfs "$2" "$3" $BENCH proc "$CK_PID"; }
+tier_bytes() { du -s -B1 "$SHM-$1" | cut -f1; }
+data_bytes() { find "$1" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%d", s }'; }
+
+# ---------------------------------------------------------------- phases
+phase_seq() {
+  local r t tag f t0 d
+  for r in $(seq "$REPS"); do
+    for t in $(order "$r"); do
+      say "seq: $t, repetition $r of $REPS"
+      tag=seq-$t-$r
+      drop_caches
+      up "$t" "$tag" || { failures=$((failures + 1)); down "$t" "$tag"; continue; }
+      f=$DIR/seq.bin
+      case $t in
+        ckptfs)
+          ck_proc seq "$r" before_
+          # Time to durable: polled in bench.py (user.ckptfs.state every 5 ms)
+          # from close; `ckptfs drain` polls only every 500 ms.
+          measure seq "$t" "$r" "" $BENCH seq-write "$f" "$SIZE_BYTES" --poll-state --pid "$CK_PID"
+          "$CKPTFS" drain "$DIR" >> "$LOG" 2>&1 || failures=$((failures + 1))
+          ck_proc seq "$r" drained_ ;;
+        tmpfs)  # and the peer for time to durable: cp + sync of the same bytes to the backend's disk
+          measure seq "$t" "$r" "" $BENCH seq-write "$f" "$SIZE_BYTES"
+          d=$WORK/cp-$tag
+          mkdir -p "$d"
+          sync
+          t0=$(now)
+          cp "$f" "$d/" && sync
+          rec seq durable_seconds tmpfs "$r" "$(since "$t0")" s
+          rm -rf "$d" ;;
+        disk)
+          measure seq "$t" "$r" "" $BENCH seq-write "$f" "$SIZE_BYTES"
+          t0=$(now)
+          sync
+          rec seq durable_seconds disk "$r" "$(since "$t0")" s ;;
+        *)
+          measure seq "$t" "$r" "" $BENCH seq-write "$f" "$SIZE_BYTES" ;;
+      esac
+      measure seq "$t" "$r" read_warm_ $BENCH seq-read "$f"
+      drop_caches
+      measure seq "$t" "$r" read_cold_ $BENCH seq-read "$f"
+      if [ "$t" = ckptfs ]; then
+        rec seq tier_bytes ckptfs "$r" "$(tier_bytes "$tag")" B
+        rec seq data_bytes ckptfs "$r" "$(data_bytes "$DIR")" B
+      fi
+      down "$t" "$tag"
+    done
+  done
+}
+
+phase_torch() {
+  local r t tag after d
+  for r in $(seq "$REPS"); do
+    for t in $(order "$r"); do
+      say "torch: $t, repetition $r of $REPS"
+      tag=torch-$t-$r
+      drop_caches
+      up "$t" "$tag" || { failures=$((failures + 1)); down "$t" "$tag"; continue; }
+      case $t in
+        ckptfs) after="$CKPTFS drain $DIR" ;;
+        tmpfs) d=$WORK/cp-$tag; mkdir -p "$d"; after="cp -r {dir} $d/ && sync" ;;
+        disk) after="sync" ;;
+        rclone) after="" ;;
+      esac
+      sync
+      # The trainer: saves, waits until durable (the --after command), exits.
+      local poll=()
+      [ "$t" = ckptfs ] && poll=(--poll-state)
+      measure torch "$t" "$r" "" $BENCH torch-save "$DIR" "$TORCH_GIB" "$SHARDS" --after "$after" "${poll[@]}"
+      [ "$t" = tmpfs ] && rm -rf "$d"
+      # Trainer restart: a new process loads the checkpoint.
+      measure torch "$t" "$r" "" $BENCH torch-load "$DIR" plain
+      measure torch "$t" "$r" "" $BENCH torch-load "$DIR" mmap
+      if [ "$t" = ckptfs ]; then
+        ck_proc torch "$r" ""
+        rec torch tier_bytes ckptfs "$r" "$(tier_bytes "$tag")" B
+        rec torch data_bytes ckptfs "$r" "$(data_bytes "$DIR")" B
+        # Daemon restart: umount + mount on the same state dir; the tier on
+        # /dev/shm is re-attached. Each load gets its own restart (cold kernel cache).
+        local mode
+        for mode in plain mmap; do
+          ck_umount "$tag" && ck_mount "$tag" || { failures=$((failures + 1)); break; }
+          measure torch ckptfs "$r" restart_ $BENCH torch-load "$DIR" "$mode"
+        done
+      fi
+      down "$t" "$tag"
+    done
+  done
+}
+
+phase_remount() {
+  local r tag=remount t0
+  case " $TARGETS " in *" ckptfs "*) ;; *) return 0 ;; esac
+  say "remount: creating $FILES files of $FILE_BYTES bytes"
+  ck_mount "$tag" || { failures=$((failures + 1)); return; }
+  measure remount ckptfs 1 "" $BENCH mkfiles "$DIR/files" "$FILES" "$FILE_BYTES"
+  t0=$(now)
+  "$CKPTFS" drain "$DIR" >> "$LOG" 2>&1 || failures=$((failures + 1))
+  rec remount drain_seconds ckptfs 1 "$(since "$t0")" s
+  rec remount tier_files ckptfs 1 "$(find "$SHM-$tag" -type f | wc -l)" files
+  for r in $(seq "$REPS"); do
+    t0=$(now)
+    ck_umount "$tag" || { failures=$((failures + 1)); break; }
+    rec remount umount_seconds ckptfs "$r" "$(since "$t0")" s
+    t0=$(now)
+    ck_mount "$tag" || { failures=$((failures + 1)); break; }
+    rec remount mount_seconds ckptfs "$r" "$(since "$t0")" s
+    [ "$(find "$DIR/files" -type f | wc -l)" = "$FILES" ] || { say "remount: files missing after remount"; failures=$((failures + 1)); }
+    # The peer: mounting an empty ckptfs, same options.
+    t0=$(now)
+    ck_mount "empty-$r" || { failures=$((failures + 1)); continue; }
+    rec remount mount_seconds ckptfs-empty "$r" "$(since "$t0")" s
+    ck_umount "empty-$r"
+    rm -rf "${SHM:?}-empty-$r" "${WORK:?}/empty-$r"
+  done
+  findmnt -n -M "$WORK/$tag/mnt" >/dev/null 2>&1 && ck_umount "$tag"
+  rm -rf "${SHM:?}-$tag" "${WORK:?}/$tag"
+}
+
+phase_s3() {
+  local s=$REPO/tests/bench/s3_drain.sh
+  [ -f "$s" ] || { say "s3: tests/bench/s3_drain.sh not present, skipped"; return 0; }
+  say "s3: running tests/bench/s3_drain.sh"
+  local rc
+  BENCH_CSV=$CSV BENCH_RUN=$RUN_ID BUILD=$BUILD SIZE=$S3_SIZE N=$REPS bash "$s" 2>&1 | tee "$S3_OUT" | tee -a "$LOG"
+  rc=${PIPESTATUS[0]}
+  case $rc in
+    0) ;;
+    77) say "s3: skipped by s3_drain.sh" ;;
+    *) say "s3_drain.sh failed (exit $rc)"; failures=$((failures + 1)) ;;
+  esac
+}
+
+# ---------------------------------------------------------------- main
+say "run $RUN_ID: SIZE=$SIZE TORCH_GIB=$TORCH_GIB SHARDS=$SHARDS FILES=$FILES REPS=$REPS CACHE_SIZE=$CACHE_SIZE"
+say "targets: $TARGETS; phases: $PHASES; work dir $WORK; build $BUILD"
+T_START=$(now)
+rec meta loadavg_start all 0 "$(cut -d' ' -f1 /proc/loadavg)" load
+rec meta size_bytes all 0 "$SIZE_BYTES" B
+rec meta torch_gib all 0 "$TORCH_GIB" GiB
+rec meta shards all 0 "$SHARDS" files
+rec meta files all 0 "$FILES" files
+rec meta file_bytes all 0 "$FILE_BYTES" B
+rec meta reps all 0 "$REPS" reps
+rec meta cache_size all 0 "$(numfmt --from=iec "$CACHE_SIZE")" B
+rec meta cpu_busy_start all 0 "$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat)" ticks
+for p in $PHASES; do
+  case $p in
+    seq) phase_seq ;;
+    torch) phase_torch ;;
+    remount) phase_remount ;;
+    s3) phase_s3 ;;
+    *) say "unknown phase $p" ;;
+  esac
+done
+rec meta loadavg_end all 0 "$(cut -d' ' -f1 /proc/loadavg)" load
+rec meta cpu_busy_end all 0 "$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat)" ticks
+rec meta wall_seconds all 0 "$(since "$T_START")" s
+cp "$CSV" "$OUT/results.csv"
+say "results: $CSV ($failures failures)"
+if [ "$REPORT" = 1 ]; then
+  "$PY" "$REPO/tests/bench/report.py" "$CSV" ${S3_OUT:+--s3-out "$S3_OUT"} --md "$REPO/docs/benchmarks.md" --png "$REPO/docs/benchmarks.png" \
+    ${BENCH_NOTE:+--note "$BENCH_NOTE"} || failures=$((failures + 1))
+fi
+[ "$failures" = 0 ]
