@@ -161,6 +161,7 @@ Status InodeTable::Load(Caller root_owner) {
   std::vector<Inode*> lost;
   for (Inode* n : files)
     if (!RecoverFile(n, sizes, &rec)) lost.push_back(n);
+  if (!lost.empty()) AdoptPublished(&lost, &rec);
   std::vector<LogEntry> unlinks;
   for (Inode* n : lost) DropLost(n, "not persisted, and its bytes are not in the memory tier", &rec, &unlinks);
   st = store_->ForEachLost([&](uint64_t seq, std::string_view path, std::string_view) {
@@ -237,6 +238,41 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
   if (r.state != before.state || r.size != before.size || r.sealed_size != before.sealed_size)
     MetaStore::PutInode(b, r);
   return true;
+}
+
+void InodeTable::AdoptPublished(std::vector<Inode*>* lost, Batch* b) {
+  // The daemon can die after the backend rename and before the RocksDB
+  // commit: the version is in the backend, only the record says otherwise.
+  // It is that version if name, size, mtime (ns) and a checksum match.
+  if (!backend_) return;
+  std::unordered_map<std::string, backend::Entry> files;
+  auto st = backend_->List([&](const backend::Entry& e) {
+    if (e.type == backend::Entry::Type::kFile && e.has_checksum) files.emplace(e.path, e);
+  });
+  if (!st) {
+    LOG_WARN("recovery: cannot list the backend ({}); files not in the tier count as lost", strerror(st.error()));
+    return;
+  }
+  std::erase_if(*lost, [&](Inode* n) {
+    InodeRecord& r = n->rec;
+    auto it = std::find_if(log_.begin(), log_.end(), [&](const LogEntry& e) { return e.seq == n->seal_seq; });
+    if (r.version == 0 || it == log_.end() || it->op != LogOp::kPersist || it->version != r.version) return false;
+    auto f = files.find(it->path);
+    if (f == files.end() || f->second.size != r.sealed_size || f->second.mtime_sec != it->mtime.sec ||
+        f->second.mtime_nsec != it->mtime.nsec)
+      return false;
+    LOG_WARN("ino {} '{}': version {} was published before the daemon stopped; taken from the backend", r.ino,
+             it->path, r.version);
+    r.size = r.sealed_size;
+    r.state = DataState::kRemote;
+    r.checksum_hi = f->second.checksum_hi;
+    r.checksum_lo = f->second.checksum_lo;
+    MetaStore::PutInode(b, r);
+    MetaStore::DeleteLog(b, it->seq);
+    log_.erase(it);
+    n->seal_seq = 0;
+    return true;
+  });
 }
 
 void InodeTable::DropLost(Inode* n, std::string_view reason, Batch* b, std::vector<LogEntry>* out) {

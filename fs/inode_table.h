@@ -257,6 +257,9 @@ class InodeTable {
   // Returns false if the file is lost. REQUIRES: mu_ held.
   bool RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64_t>& live_sizes, meta::Batch* b);
   // Removes a lost file from the namespace and records it. REQUIRES: mu_.
+  // Takes out of `lost` the files whose pending version the backend
+  // already holds (published, then the daemon died before the commit).
+  void AdoptPublished(std::vector<Inode*>* lost, meta::Batch* b);
   // Removes a lost file's names; logs an unlink of each, so an older copy
   // the backend holds under that name goes too (backend == mount after the
   // drain). REQUIRES: called from Load.

@@ -324,3 +324,45 @@ Test(drain, import_existing_backend_on_first_mount) {
   cr_assert_str_eq(buf, "old weights");
   e.table->Release(m->ino, O_RDONLY);
 }
+
+// The daemon died after the backend rename and before the RocksDB commit,
+// and the tier is gone (a node reboot): the backend already holds the
+// version, so the file is taken from there (remote), not listed lost.
+Test(drain, published_but_not_committed_survives_a_reboot) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t f = e.WriteFile(kRoot, "model.pt", "all of step 3");
+  auto l = e.table->PendingLog(10).at(0);
+  {
+    auto src = e.table->BeginPersist(l);
+    cr_assert(src.has_value());
+    auto staged = d.be->Stage(src->fd, src->size, [] { return false; });
+    cr_assert(staged.has_value());
+    cr_assert(d.be->Publish(*staged, l.path, src->mode, src->mtime.sec, src->mtime.nsec).has_value());
+  }  // ... and the daemon dies here
+  e.table.reset();
+  e.tier.reset();
+  stdfs::remove_all(e.dir + "/tier");
+  e.Open();
+  cr_assert_eq(e.table->LostFiles().size(), 0u);
+  auto a = e.table->GetAttr(f);
+  cr_assert(a.has_value());
+  cr_assert_eq(a->state, ckpt::meta::DataState::kRemote);
+  cr_assert_eq(a->size, 13u);
+  cr_assert_eq(e.table->PendingLog(10).size(), 0u);
+  // Not so for a file the backend holds another version of (size differs).
+  uint64_t g = e.WriteFile(kRoot, "latest", "step 3");
+  auto gl = e.table->PendingLog(10).at(0);
+  {
+    auto src = e.table->BeginPersist(gl);
+    auto staged = d.be->Stage(src->fd, src->size, [] { return false; });
+    cr_assert(d.be->Publish(*staged, gl.path, src->mode, src->mtime.sec, src->mtime.nsec).has_value());
+  }
+  e.Overwrite(g, "step 4");  // same size, new mtime: a different version
+  e.table.reset();
+  e.tier.reset();
+  stdfs::remove_all(e.dir + "/tier");
+  e.Open();
+  cr_assert_eq(e.table->LostFiles().size(), 1u);
+  cr_assert_eq(e.table->Lookup(kRoot, "latest").error(), ENOENT);
+}
