@@ -1,6 +1,9 @@
 // drain.cc — ordered, parallel, retried application of the log to a backend.
 #include "fs/drain.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -72,6 +75,15 @@ DrainStats Drainer::Stats() {
 }
 
 void Drainer::StageLoop() {
+  // Copying checkpoints out is background work: at a lower CPU priority
+  // (and, by the kernel's default mapping, I/O priority) than the FUSE
+  // threads that serve the trainer, so a drain never slows a save down on
+  // a busy node, yet takes every idle cycle. io_uring's workers, created by
+  // this thread, inherit it. The value is measured in docs/benchmarks.md.
+  int nice_value = kStagerNice;
+  if (const char* v = getenv("CKPTFS_DRAIN_NICE")) nice_value = atoi(v);  // 0: as the FUSE threads
+  if (setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice_value) != 0)
+    LOG_DEBUG("drain: cannot lower the stager's priority: {}", strerror(errno));
   for (;;) {
     std::shared_ptr<Job> job;
     {

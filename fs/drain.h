@@ -43,6 +43,9 @@ struct DrainStats {
   bool in_error = false;
 };
 
+// The nice value of the threads that copy bytes to the backend.
+inline constexpr int kStagerNice = 10;
+
 class Drainer {
  public:
   Drainer(InodeTable* table, backend::Backend* backend, int parallel);

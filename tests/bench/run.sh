@@ -75,7 +75,7 @@ command -v fusermount3 >/dev/null || die "no fusermount3"
 "$PY" -c 'import torch' 2>/dev/null || die "python3-torch missing (scripts/install-bench-deps.sh)"
 case " $TARGETS " in *" rclone "*) command -v rclone >/dev/null || die "rclone missing (scripts/install-bench-deps.sh)" ;; esac
 SIZE_BYTES=$(numfmt --from=iec "$SIZE") || die "bad SIZE $SIZE"
-TORCH_BYTES=$(awk -v g="$TORCH_GIB" 'BEGIN { printf "%d", g * 2^30 * 1.02 }')
+TORCH_BYTES=$(awk -v g="$TORCH_GIB" 'BEGIN { printf "%.0f", g * 2^30 * 1.02 }')
 if [ -z "${CACHE_SIZE:-}" ]; then
   CACHE_SIZE=$(awk -v a="$SIZE_BYTES" -v b="$TORCH_BYTES" -v c="$((FILES * (FILE_BYTES + 4096)))" \
     'BEGIN { m = a; if (2 * b > m) m = 2 * b; if (c > m) m = c; printf "%dM", m * 1.25 / 2^20 + 64 }')
@@ -218,7 +218,7 @@ order() {
 # Daemon figures: CPU seconds and memory (proc), tier bytes.
 ck_proc() { measure "$1" ckptfs "$2" "$3" $BENCH proc "$CK_PID"; }
 tier_bytes() { du -s -B1 "$SHM-$1" | cut -f1; }
-data_bytes() { find "$1" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%d", s }'; }
+data_bytes() { find "$1" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s }'; }
 
 # ---------------------------------------------------------------- phases
 phase_seq() {
