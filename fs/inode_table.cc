@@ -933,13 +933,7 @@ void InodeTable::Release(uint64_t ino, int open_flags) {
   if ((open_flags & O_ACCMODE) != O_RDONLY && n->writers > 0) n->writers--;
   n->last_use = ++clock_;
   if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen) {
-    Batch b;
-    std::vector<LogEntry> log;
-    Seal(n, &b, &log);
-    MetaStore::PutInode(&b, n->rec);
-    if (auto st = CommitWithLog(b, std::move(log)); !st) LOG_ERROR("ino {}: could not seal at close", ino);
-    else n->size_dirty = false;
-    n->open_marked = false;
+    if (auto st = SealNow(n); !st) LOG_ERROR("ino {}: could not seal at close: {}", ino, strerror(st.error()));
     // Still open for writing elsewhere: those writes must not reach the
     // version just sealed.
     if (n->writers > 0) (void)Preserve(n, true);
@@ -1011,16 +1005,7 @@ Status InodeTable::Flush(uint64_t ino, int open_flags) {
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   bool last_writer = (open_flags & O_ACCMODE) != O_RDONLY && n->writers == 1;
-  if (last_writer && n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode)) {
-    Batch b;
-    std::vector<LogEntry> log;
-    Seal(n, &b, &log);
-    MetaStore::PutInode(&b, n->rec);
-    if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
-    n->size_dirty = false;
-    n->open_marked = false;
-    return {};
-  }
+  if (last_writer && n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode)) return SealNow(n);
   if (!n->size_dirty) return {};
   Batch b;
   MetaStore::PutInode(&b, n->rec);
@@ -1041,13 +1026,7 @@ Status InodeTable::SyncToBackend(uint64_t ino, bool wait) {
     Inode* n = Find(ino);
     if (!n) return Err(ENOENT);
     if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode)) {
-      Batch b;
-      std::vector<LogEntry> log;
-      Seal(n, &b, &log);
-      MetaStore::PutInode(&b, n->rec);
-      if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
-      n->size_dirty = false;
-      n->open_marked = false;
+      if (auto st = SealNow(n); !st) return st;
       if (n->writers > 0)  // the caller keeps writing: not into this version
         if (auto st = Preserve(n, true); !st) return st;
     }
@@ -1111,6 +1090,17 @@ void InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
   e.path = EntryPath(n->rec.parent, n->rec.name);
   AppendLog(b, e, out);
   n->seal_seq = out->back().seq;
+}
+
+Status InodeTable::SealNow(Inode* n) {
+  Batch b;
+  std::vector<LogEntry> log;
+  Seal(n, &b, &log);
+  MetaStore::PutInode(&b, n->rec);
+  if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
+  n->size_dirty = false;
+  n->open_marked = false;
+  return {};
 }
 
 std::vector<LogEntry> InodeTable::PendingLog(size_t max) {

@@ -243,6 +243,8 @@ class InodeTable {
   void AppendLog(meta::Batch* b, meta::LogEntry e, std::vector<meta::LogEntry>* out);
   // Seals the file's current bytes as a new version. REQUIRES: mu_ held.
   void Seal(Inode* n, meta::Batch* b, std::vector<meta::LogEntry>* out);
+  // Seals and commits in one WriteBatch. REQUIRES: mu_ held.
+  Status SealNow(Inode* n);
   // Is the file's current version sealed and not yet applied by the drain?
   bool SealPending(const Inode* n) const { return n->seal_seq > applied_seq_; }
   // Before bytes change: if they are still a sealed version the drain has

@@ -11,31 +11,6 @@ export CKPTFS_DRAIN_DELAY_MS=150
 mount_fs --cache-size 2G
 unset CKPTFS_DRAIN_DELAY_MS
 
-cat > "$T/trainer.py" <<'PY'
-import hashlib, json, os, shutil, sys, torch
-mnt, manifest = sys.argv[1], sys.argv[2]
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 512))
-opt = torch.optim.Adam(model.parameters())
-sums = {}
-for step in range(1, 7):
-    loss = model(torch.randn(8, 512)).pow(2).mean()
-    opt.zero_grad(); loss.backward(); opt.step()
-    d = os.path.join(mnt, f"step_{step}")
-    os.makedirs(d)
-    torch.save(model.state_dict(), os.path.join(d, "model.pt"))
-    torch.save(opt.state_dict(), os.path.join(d, "optim.pt"))
-    for n in ("model.pt", "optim.pt"):
-        with open(os.path.join(d, n), "rb") as f:
-            sums[f"step_{step}/{n}"] = hashlib.sha256(f.read()).hexdigest()
-    with open(manifest + ".tmp", "w") as f:
-        json.dump(sums, f)
-    os.replace(manifest + ".tmp", manifest)
-    with open(os.path.join(mnt, "latest"), "w") as f:
-        f.write(f"step_{step}")
-    if step > 2:
-        shutil.rmtree(os.path.join(mnt, f"step_{step - 2}"))
-PY
 
 cat > "$T/watch.py" <<'PY'
 # Polls the backend until told to stop; fails if `latest` ever names a step
@@ -68,7 +43,7 @@ PY
 
 /usr/bin/python3 "$T/watch.py" "$BACKEND" "$T/manifest.json" "$T/stop" > "$T/watch.out" 2>&1 &
 watcher=$!
-/usr/bin/python3 "$T/trainer.py" "$MNT" "$T/manifest.json"
+/usr/bin/python3 "$(dirname "$0")/../lib/trainer.py" "$MNT" "$T/manifest.json"
 "$CKPTFS" drain "$MNT" --timeout 300
 touch "$T/stop"
 wait "$watcher" || { cat "$T/watch.out"; fail "the backend showed an inconsistent checkpoint"; }
