@@ -233,6 +233,27 @@ int RingCopy(Ring& ring, Op op, int fd, char* base, uint64_t size, const std::fu
 // freshly drained file through the mount 3-6x slower.
 void DropCache(int fd) { (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); }
 
+// Anonymous memory mapped for one transfer and unmapped after it, so the
+// buffers never stay in the daemon's heap (malloc keeps freed 4 MiB blocks
+// once its mmap threshold has grown, and the daemon's RSS with them).
+class Buffers {
+ public:
+  explicit Buffers(size_t bytes) : size_(bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    base_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+  }
+  ~Buffers() {
+    if (base_) munmap(base_, size_);
+  }
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+  char* get() const { return base_; }
+
+ private:
+  char* base_;
+  size_t size_;
+};
+
 // pread exactly `len` bytes; 0 or an errno (EIO when the file ends early).
 int PreadFull(int fd, char* buf, uint64_t len, uint64_t off) {
   while (len > 0) {
@@ -260,8 +281,8 @@ int PwriteFull(int fd, const char* buf, uint64_t len, uint64_t off) {
 // hashing what was read. `*read_failed` tells the caller which side failed.
 int BufferedCopy(int in_fd, int out_fd, uint64_t size, const std::function<bool()>& cancelled,
                  XXH3_state_t* hash, bool* read_failed) {
-  std::unique_ptr<char[]> buf(new (std::nothrow) char[kChunkSize]);
-  if (!buf) return ENOMEM;
+  Buffers buf(kChunkSize);
+  if (!buf.get()) return ENOMEM;
   for (uint64_t off = 0; off < size; off += kChunkSize) {
     if (cancelled && cancelled()) return ECANCELED;
     uint64_t len = std::min(kChunkSize, size - off);
@@ -276,27 +297,28 @@ int BufferedCopy(int in_fd, int out_fd, uint64_t size, const std::function<bool(
 }
 
 // Stage's copy: reads `in_fd` (the tier) chunk by chunk into one of
-// kQueueDepth buffers, hashes it, and queues an io_uring write of it to
-// `out_fd`, up to kQueueDepth writes in flight; every kWritebackWindow bytes
+// kStageDepth buffers, hashes it, and queues an io_uring write of it to
+// `out_fd`, up to kStageDepth writes in flight; every kWritebackWindow bytes
 // written in order, the kernel is told to start writing them back, so the
 // final fdatasync has little left to do. Reading through buffers, not a
 // mapping of the tier file: measured, writes sourced from a MAP_SHARED
 // mapping of a tmpfs file ran at a seventh of the speed (page faults inside
 // the buffered write path). Short writes are requeued. 0 or an errno.
 constexpr uint64_t kWritebackWindow = 32ull << 20;
+constexpr unsigned kStageDepth = 4;  // 16 MiB of buffers per transfer
+
 
 int RingStage(Ring& ring, int in_fd, int out_fd, uint64_t size, const std::function<bool()>& cancelled,
               XXH3_state_t* hash, bool* read_failed) {
   struct Slot {
-    std::unique_ptr<char[]> buf;
+    char* buf = nullptr;
     uint64_t off = 0, len = 0, done = 0;
     bool busy = false;
   };
-  std::vector<Slot> slots(kQueueDepth);
-  for (auto& sl : slots) {
-    sl.buf.reset(new (std::nothrow) char[kChunkSize]);
-    if (!sl.buf) return ENOMEM;
-  }
+  Buffers mem(kStageDepth * kChunkSize);
+  if (!mem.get()) return ENOMEM;
+  std::vector<Slot> slots(kStageDepth);
+  for (unsigned i = 0; i < kStageDepth; i++) slots[i].buf = mem.get() + i * kChunkSize;
   const uint64_t nchunks = (size + kChunkSize - 1) / kChunkSize;
   std::vector<bool> written(nchunks);
   uint64_t next = 0, next_written = 0, synced = 0;
@@ -305,12 +327,12 @@ int RingStage(Ring& ring, int in_fd, int out_fd, uint64_t size, const std::funct
   auto prep = [&](unsigned i) {
     Slot& sl = slots[i];
     io_uring_sqe* sqe = ring.GetSqe();
-    io_uring_prep_write(sqe, out_fd, sl.buf.get() + sl.done, static_cast<unsigned>(sl.len - sl.done), sl.off + sl.done);
+    io_uring_prep_write(sqe, out_fd, sl.buf + sl.done, static_cast<unsigned>(sl.len - sl.done), sl.off + sl.done);
     io_uring_sqe_set_data64(sqe, i);
   };
   for (;;) {
     bool queued = false;
-    while (!err && inflight < kQueueDepth && next < nchunks) {
+    while (!err && inflight < kStageDepth && next < nchunks) {
       if (cancelled && cancelled()) {
         err = ECANCELED;
         break;
@@ -321,12 +343,12 @@ int RingStage(Ring& ring, int in_fd, int out_fd, uint64_t size, const std::funct
       sl.off = next * kChunkSize;
       sl.len = std::min(kChunkSize, size - sl.off);
       sl.done = 0;
-      if (int e = PreadFull(in_fd, sl.buf.get(), sl.len, sl.off)) {
+      if (int e = PreadFull(in_fd, sl.buf, sl.len, sl.off)) {
         *read_failed = true;
         err = e;
         break;
       }
-      XXH3_128bits_update(hash, sl.buf.get(), sl.len);
+      XXH3_128bits_update(hash, sl.buf, sl.len);
       sl.busy = true;
       prep(i);
       queued = true;
