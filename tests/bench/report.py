@@ -168,7 +168,7 @@ def absolute_rows(r, files):
         ("daemon CPU seconds per GB written (write only)", per_gb("before_cpu_seconds", "written_cpu_seconds"), "s/GB"),
         ("daemon CPU seconds per GB written (write + drain)", per_gb("before_cpu_seconds", "drained_cpu_seconds"),
          "s/GB"),
-        ("daemon peak RSS, VmHWM (counts tier pages the drainer maps)",
+        ("daemon peak RSS, VmHWM",
          r.values("seq", "drained_VmHWM", ck) + r.values("torch", "VmHWM", ck), "MiB"),
         (f"remount with {files} files in the tier", r.values("remount", "mount_seconds", ck), "s"),
         ("mount of an empty ckptfs", r.values("remount", "mount_seconds", "ckptfs-empty"), "s"),
