@@ -132,18 +132,14 @@ std::unique_ptr<Ring> MakeRing() {
   return std::move(*ring);
 }
 
-enum class Op { kRead, kWrite };
-
-// Moves `size` bytes between the mapping at `base` and `fd` at the same
-// offsets (kWrite: base → fd, kRead: fd → base) with up to kQueueDepth
-// chunks of kChunkSize in flight. `on_submit(off, len)` is called for each
-// chunk in offset order just before it is first submitted, `on_done(off,
-// len)` in offset order once the chunk and every chunk before it completed.
-// `cancelled` (may be empty) is polled before each chunk. Returns 0 or an
-// errno (ECANCELED); everything submitted has completed by then.
-template <class OnSubmit, class OnDone>
-int RingCopy(Ring& ring, Op op, int fd, char* base, uint64_t size, const std::function<bool()>& cancelled,
-             OnSubmit on_submit, OnDone on_done) {
+// Fetch's copy: reads `size` bytes of `fd` into the mapping at `base` at the
+// same offsets, with up to kQueueDepth chunks of kChunkSize in flight.
+// `on_done(off, len)` is called in offset order once the chunk and every
+// chunk before it completed. `cancelled` (may be empty) is polled before
+// each chunk. Returns 0 or an errno (ECANCELED); everything submitted has
+// completed by then.
+template <class OnDone>
+int RingRead(Ring& ring, int fd, char* base, uint64_t size, const std::function<bool()>& cancelled, OnDone on_done) {
   struct Slot {
     uint64_t chunk = 0, off = 0, len = 0, done = 0;
     bool busy = false;
@@ -160,10 +156,7 @@ int RingCopy(Ring& ring, Op op, int fd, char* base, uint64_t size, const std::fu
     io_uring_sqe* sqe = ring.GetSqe();
     uint64_t off = slots[s].off + slots[s].done;
     auto len = static_cast<unsigned>(slots[s].len - slots[s].done);
-    if (op == Op::kWrite)
-      io_uring_prep_write(sqe, fd, base + off, len, off);
-    else
-      io_uring_prep_read(sqe, fd, base + off, len, off);
+    io_uring_prep_read(sqe, fd, base + off, len, off);
     io_uring_sqe_set_data64(sqe, s);
     pending = true;
   };
@@ -178,7 +171,6 @@ int RingCopy(Ring& ring, Op op, int fd, char* base, uint64_t size, const std::fu
       while (slots[s].busy) s++;
       uint64_t off = next_chunk * kChunkSize;
       slots[s] = Slot{next_chunk, off, std::min(kChunkSize, size - off), 0, true};
-      on_submit(off, slots[s].len);
       prep(s);
       inflight++;
       next_chunk++;
@@ -696,9 +688,8 @@ class PosixBackend final : public Backend {
     std::unique_ptr<Ring> ring = size > 0 && map->ok() ? MakeRing() : nullptr;
     if (ring) {
       char* base = map->base();
-      err = RingCopy(
-          *ring, Op::kRead, fd.get(), base, size, {}, [](uint64_t, uint64_t) {},
-          [&](uint64_t off, uint64_t len) { XXH3_128bits_update(hash.get(), base + off, len); });
+      err = RingRead(*ring, fd.get(), base, size, {},
+                     [&](uint64_t off, uint64_t len) { XXH3_128bits_update(hash.get(), base + off, len); });
       read_failed = true;
       ring.reset();
     } else if (size > 0) {
