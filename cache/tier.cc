@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -50,39 +51,76 @@ bool ParseName(const char* name, uint64_t* ino) {
 
 }  // namespace
 
-Result<std::unique_ptr<Tier>> Tier::Open(const std::string& dir, uint64_t budget) {
+Result<std::unique_ptr<Tier>> Tier::Open(const std::string& dir, uint64_t budget, std::string* why) {
+  std::string ignored;
+  if (!why) why = &ignored;
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     int e = errno;
-    LOG_ERROR("tier: cannot create {}: {}", dir, strerror(e));
+    *why = fmt::format("cannot create it: {}", strerror(e));
     return Err(e);
   }
+  // Everything below goes through this descriptor: a symlink planted at
+  // the directory's name, or at any file's name in it, is never followed.
+  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) {
+    int e = errno;
+    *why = e == ELOOP || e == ENOTDIR ? "it is not a directory (a symlink?)" : strerror(e);
+    return Err(e == ELOOP ? ENOTDIR : e);
+  }
+  std::unique_ptr<Tier> t(new Tier(dir, budget, dfd));
   struct stat st;
-  if (lstat(dir.c_str(), &st) != 0) return ErrFromErrno();
-  if (!S_ISDIR(st.st_mode)) {
-    return Err(ENOTDIR);  // the caller reports it
-  }
+  if (fstat(dfd, &st) != 0) return ErrFromErrno();
   if (st.st_uid != geteuid()) {
-    return Err(EPERM);  // another user's tier: the caller reports it
+    *why = fmt::format("owned by uid {}, not by this daemon (uid {})", st.st_uid, geteuid());
+    return Err(EPERM);
   }
-  if ((st.st_mode & 077) != 0) chmod(dir.c_str(), 0700);
+  if ((st.st_mode & 077) != 0) (void)fchmod(dfd, 0700);
+  // One daemon per tier directory, for the daemon's life: a second mount
+  // given the same --tier-dir would otherwise delete this one's files as
+  // "unknown" at its start-up.
+  t->lock_fd_ = openat(dfd, kLockName, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (t->lock_fd_ < 0) {
+    int e = errno;
+    *why = fmt::format("cannot create its lock file: {}", strerror(e));
+    return Err(e);
+  }
+  if (flock(t->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    *why = "it is in use by another ckptfs daemon";
+    return Err(e == EWOULDBLOCK ? EBUSY : e);
+  }
 
-  std::unique_ptr<Tier> t(new Tier(dir, budget));
-  DIR* d = opendir(dir.c_str());
+  DIR* d = fdopendir(dup(dfd));
   if (!d) return ErrFromErrno();
+  int err = 0;
   while (struct dirent* de = readdir(d)) {
-    uint64_t ino;
-    if (de->d_name[0] == '.') continue;
     std::string_view nm(de->d_name);
-    if (nm.size() > 4 && nm.substr(nm.size() - 4) == ".tmp") {  // a snapshot copy cut short
-      unlinkat(dirfd(d), de->d_name, 0);
-      continue;
-    }
-    if (!ParseName(de->d_name, &ino)) {
-      LOG_WARN("tier: ignoring stray file {}/{}", dir, de->d_name);
-      continue;
-    }
+    if (nm == "." || nm == ".." || nm == kLockName) continue;
     struct stat fst;
-    if (fstatat(dirfd(d), de->d_name, &fst, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(fst.st_mode)) continue;
+    if (fstatat(dfd, de->d_name, &fst, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
+    if (nm == kOrphanDir) {
+      if (!S_ISDIR(fst.st_mode) || fst.st_uid != geteuid()) {
+        *why = fmt::format("{}/{} is not a directory this daemon made", dir, nm);
+        err = EEXIST;
+        break;
+      }
+      continue;
+    }
+    // Only regular files this user made under names this module gives out.
+    uint64_t ino;
+    bool tmp = nm.size() > 4 && nm.substr(nm.size() - 4) == ".tmp";
+    std::string base(tmp ? nm.substr(0, nm.size() - 4) : nm);
+    if (!S_ISREG(fst.st_mode) || fst.st_uid != geteuid() || !ParseName(base.c_str(), &ino)) {
+      *why = fmt::format("{}/{} is not a file ckptfs made ({}); move it away", dir, nm,
+                         S_ISLNK(fst.st_mode) ? "a symlink" : !S_ISREG(fst.st_mode) ? "not a regular file"
+                                              : fst.st_uid != geteuid() ? "another user's file" : "a foreign name");
+      err = EEXIST;
+      break;
+    }
+    if (tmp) {  // a snapshot copy cut short
+      unlinkat(dfd, de->d_name, 0);
+      continue;
+    }
     File f;
     f.charged = Allocated(fst);
     t->used_ += f.charged;
@@ -90,27 +128,70 @@ Result<std::unique_ptr<Tier>> Tier::Open(const std::string& dir, uint64_t budget
     t->attached_.emplace_back(ino, static_cast<uint64_t>(fst.st_size));
   }
   closedir(d);
+  if (err) return Err(err);
+  t->orphans_ = t->CountOrphans();
   return t;
+}
+
+uint64_t Tier::CountOrphans() {
+  int od = openat(dirfd_, kOrphanDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (od < 0) return 0;
+  DIR* d = fdopendir(od);
+  if (!d) {
+    close(od);
+    return 0;
+  }
+  uint64_t n = 0;
+  while (struct dirent* de = readdir(d))
+    if (de->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+Status Tier::Orphan(uint64_t key) {
+  std::lock_guard lk(mu_);
+  auto it = files_.find(key);
+  if (it != files_.end() && it->second.pins > 0) return Err(EBUSY);
+  if (mkdirat(dirfd_, kOrphanDir, 0700) != 0 && errno != EEXIST) return ErrFromErrno();
+  std::string name = NameOf(key);
+  std::string to = std::string(kOrphanDir) + "/" + name;
+  if (renameat(dirfd_, name.c_str(), dirfd_, to.c_str()) != 0) return ErrFromErrno();
+  if (it != files_.end()) {
+    used_ -= it->second.charged;  // no longer the budget's: the operator's, until removed
+    files_.erase(it);
+  }
+  orphans_++;
+  space_cv_.notify_all();
+  return {};
 }
 
 FdHolder::~FdHolder() {
   if (fd >= 0) close(fd);
 }
 
-Tier::~Tier() = default;
+Tier::~Tier() {
+  files_.clear();
+  if (lock_fd_ >= 0) close(lock_fd_);
+  if (dirfd_ >= 0) close(dirfd_);
+}
 
-std::string Tier::PathOf(uint64_t ino) const {
+std::string Tier::NameOf(uint64_t ino) {
   char name[24];
   snprintf(name, sizeof name, "%016" PRIx64, ino);
-  return dir_ + "/" + name;
+  return name;
+}
+
+std::string Tier::PathOf(uint64_t ino) const { return dir_ + "/" + NameOf(ino); }
+
+int Tier::OpenAt(const std::string& name, int flags) const {
+  return openat(dirfd_, name.c_str(), flags | O_NOFOLLOW | O_CLOEXEC, 0600);
 }
 
 Result<Tier::File*> Tier::OpenLocked(uint64_t ino, bool create) {
   auto it = files_.find(ino);
   if (it != files_.end() && it->second.fd) return &it->second;
   if (it == files_.end() && !create) return Err(ENOENT);
-  int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
-  int fd = open(PathOf(ino).c_str(), flags, 0600);
+  int fd = OpenAt(NameOf(ino), O_RDWR | (create ? O_CREAT : 0));
   if (fd < 0) {
     int e = errno;
     if (e != ENOENT) LOG_ERROR("tier: open of ino {} failed: {}", ino, strerror(e));
@@ -155,7 +236,7 @@ Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy) {
     src = (*f)->fd;
     MaybeClose(*f);
   }
-  const std::string live = PathOf(ino), snap = PathOf(snap_key), tmp = snap + ".tmp";
+  const std::string live = NameOf(ino), snap = NameOf(snap_key), tmp = snap + ".tmp";
   FdRef fresh;
   if (copy) {
     // Not reserved: callers hold the namespace lock, which the evictor
@@ -163,14 +244,14 @@ Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy) {
     // budget for a moment; writers then wait until the drain frees it.
     struct stat st;
     int err = fstat(src->fd, &st) != 0 ? errno : 0;
-    int fd = err ? -1 : open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = err ? -1 : OpenAt(tmp, O_RDWR | O_CREAT | O_TRUNC);
     if (!err && fd < 0) err = errno;
     if (!err) {
       fresh = std::make_shared<const FdHolder>(fd);
       err = CopySparse(src->fd, fd, static_cast<uint64_t>(st.st_size));
     }
     if (err) {
-      unlink(tmp.c_str());
+      unlinkat(dirfd_, tmp.c_str(), 0);
       LOG_ERROR("tier: snapshot copy of ino {} failed: {}", ino, strerror(err));
       return Err(err);
     }
@@ -178,13 +259,13 @@ Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy) {
   std::unique_lock lk(mu_);
   auto cur = files_.find(ino);
   if (cur == files_.end()) {  // removed meanwhile
-    if (copy) unlink(tmp.c_str());
+    if (copy) unlinkat(dirfd_, tmp.c_str(), 0);
     return Err(ENOENT);
   }
   File old = cur->second;
-  if (rename(live.c_str(), snap.c_str()) != 0) {
+  if (renameat(dirfd_, live.c_str(), dirfd_, snap.c_str()) != 0) {
     int e = errno;
-    if (copy) unlink(tmp.c_str());
+    if (copy) unlinkat(dirfd_, tmp.c_str(), 0);
     LOG_ERROR("tier: snapshot of ino {} failed: {}", ino, strerror(e));
     return Err(e);
   }
@@ -197,11 +278,11 @@ Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy) {
   l.charged = 0;
   l.fd = nullptr;
   if (copy) {
-    if (rename(tmp.c_str(), live.c_str()) != 0) abort();  // same directory, just created: cannot fail
+    if (renameat(dirfd_, tmp.c_str(), dirfd_, live.c_str()) != 0) abort();  // same directory, just created: cannot fail
     l.fd = fresh;
     Recharge(&l);
   } else if (old.pins > 0) {
-    int fd = open(live.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = OpenAt(live, O_RDWR | O_CREAT | O_EXCL);
     if (fd < 0) {
       int e = errno;
       LOG_ERROR("tier: cannot create new file for ino {}: {}", ino, strerror(e));
@@ -221,7 +302,7 @@ Status Tier::Rekey(uint64_t from, uint64_t to) {
   std::lock_guard lk(mu_);
   auto it = files_.find(from);
   if (it == files_.end()) return Err(ENOENT);
-  if (rename(PathOf(from).c_str(), PathOf(to).c_str()) != 0) return ErrFromErrno();
+  if (renameat(dirfd_, NameOf(from).c_str(), dirfd_, NameOf(to).c_str()) != 0) return ErrFromErrno();
   if (auto old = files_.find(to); old != files_.end()) {
     used_ -= old->second.charged;
     files_.erase(old);
@@ -342,7 +423,7 @@ Status Tier::Fill(uint64_t ino, uint64_t size, const std::function<int(int)>& fn
   if (auto r = Reserve(size); !r) return r;
   std::unique_lock lk(mu_);
   reserved_ -= size;
-  int fd = open(PathOf(ino).c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int fd = OpenAt(NameOf(ino), O_RDWR | O_CREAT | O_TRUNC);
   if (fd < 0) return ErrFromErrno();
   File& f = files_[ino];
   f.fd = std::make_shared<const FdHolder>(fd);
@@ -370,7 +451,7 @@ void Tier::Remove(uint64_t ino) {
   {
     std::lock_guard lk(mu_);
     auto it = files_.find(ino);
-    if (unlink(PathOf(ino).c_str()) != 0 && errno != ENOENT)
+    if (unlinkat(dirfd_, NameOf(ino).c_str(), 0) != 0 && errno != ENOENT)
       LOG_ERROR("tier: cannot remove file of ino {}: {}", ino, strerror(errno));
     if (it == files_.end()) return;
     used_ -= it->second.charged;
@@ -392,7 +473,7 @@ uint64_t Tier::AllocatedBytes(uint64_t ino) {
 
 TierStats Tier::Stats() {
   std::lock_guard lk(mu_);
-  return TierStats{budget_, used_, reserved_, files_.size(), waits_};
+  return TierStats{budget_, used_, reserved_, files_.size(), waits_, orphans_};
 }
 
 void Tier::NotifySpace() { space_cv_.notify_all(); }

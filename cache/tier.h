@@ -63,14 +63,21 @@ struct TierStats {
   uint64_t reserved = 0;  // bytes promised to writes in flight
   uint64_t files = 0;     // tier files present
   uint64_t waits = 0;     // writes that had to wait for space
+  uint64_t orphans = 0;   // files in <dir>/orphans (bytes of no known inode)
 };
 
 class Tier {
  public:
-  // Opens (creating with mode 0700) the tier directory and re-attaches the
-  // files already there. Errors: EACCES if the directory cannot be created
-  // or is owned by another user, ENOTDIR if it is not a directory.
-  [[nodiscard]] static Result<std::unique_ptr<Tier>> Open(const std::string& dir, uint64_t budget);
+  // Opens (creating with mode 0700) the tier directory, locks it for the
+  // Tier's life (flock on <dir>/.lock) and re-attaches the files already
+  // there. Every later access goes through the directory's descriptor with
+  // O_NOFOLLOW. Refuses, with the reason in *why: EBUSY if another daemon
+  // holds the lock, EPERM if the directory belongs to another user, ENOTDIR
+  // if it is not a directory (or a symlink), EEXIST if it holds anything
+  // but this module's own regular files (a symlink, a device, another
+  // user's file, a foreign name) — nothing is deleted then.
+  [[nodiscard]] static Result<std::unique_ptr<Tier>> Open(const std::string& dir, uint64_t budget,
+                                                          std::string* why = nullptr);
 
   ~Tier();
   Tier(const Tier&) = delete;
@@ -125,6 +132,11 @@ class Tier {
   // Missing files are not an error.
   void Remove(uint64_t ino);
 
+  // Moves the key's file to <dir>/orphans/ (out of the budget) instead of
+  // deleting it: for bytes whose inode the metadata does not know, which an
+  // operator may still want. EBUSY if pinned.
+  [[nodiscard]] Status Orphan(uint64_t key);
+
   // Does the inode have a tier file?
   bool Has(uint64_t ino);
 
@@ -157,7 +169,14 @@ class Tier {
   std::string PathOf(uint64_t ino) const;
 
  private:
-  Tier(std::string dir, uint64_t budget) : dir_(std::move(dir)), budget_(budget) {}
+  Tier(std::string dir, uint64_t budget, int dirfd) : dir_(std::move(dir)), budget_(budget), dirfd_(dirfd) {}
+
+  static constexpr char kLockName[] = ".lock";
+  static constexpr char kOrphanDir[] = "orphans";
+  static std::string NameOf(uint64_t ino);
+  // openat(dirfd_, name, flags | O_NOFOLLOW | O_CLOEXEC, 0600).
+  int OpenAt(const std::string& name, int flags) const;
+  uint64_t CountOrphans();
 
   struct File {
     FdRef fd;  // held while pinned
@@ -179,6 +198,8 @@ class Tier {
 
   const std::string dir_;
   const uint64_t budget_;
+  const int dirfd_;   // the directory, opened O_NOFOLLOW; every file op is relative to it
+  int lock_fd_ = -1;  // flock'ed for the Tier's life
   std::chrono::milliseconds wait_limit_{0};
   std::function<Relief(uint64_t)> evictor_;
   std::vector<std::pair<uint64_t, uint64_t>> attached_;
@@ -189,6 +210,7 @@ class Tier {
   uint64_t used_ = 0;                         // GUARDED_BY(mu_)
   uint64_t reserved_ = 0;                     // GUARDED_BY(mu_)
   uint64_t waits_ = 0;                        // GUARDED_BY(mu_)
+  uint64_t orphans_ = 0;                      // GUARDED_BY(mu_)
 };
 
 }  // namespace ckpt::cache

@@ -208,14 +208,9 @@ int RunDaemon(Config cfg, int report_fd) {
   auto id = d->store->EnsureFormat();
   if (!id) return fail("state dir " + cfg.state_dir + " holds metadata of an unknown format");
   d->fs_id = *id;
-  auto tier = cache::Tier::Open(cfg.tier_dir, cfg.cache_size);
-  if (!tier) {
-    struct stat tst;
-    if (tier.error() == EPERM && lstat(cfg.tier_dir.c_str(), &tst) == 0)
-      return fail("cannot use tier directory " + cfg.tier_dir + ": owned by uid " + std::to_string(tst.st_uid) +
-                  ", not by this daemon (uid " + std::to_string(geteuid()) + ")");
-    return fail("cannot use tier directory " + cfg.tier_dir + ": " + Errno(tier.error()));
-  }
+  std::string tier_why;
+  auto tier = cache::Tier::Open(cfg.tier_dir, cfg.cache_size, &tier_why);
+  if (!tier) return fail("cannot use tier directory " + cfg.tier_dir + ": " + tier_why);
   d->tier = std::move(*tier);
   auto be = OpenBackend(cfg);
   if (!be) return fail(be.error());

@@ -55,8 +55,10 @@ class Kv {
                                     const std::function<bool(std::string_view, std::string_view)>& fn) = 0;
 };
 
-// Opens (creating if needed) a RocksDB database in `dir`. Errors: EACCES,
-// EIO (corruption, with the reason logged), EBUSY (locked by another daemon).
+// Opens (creating if needed, mode 0700) a RocksDB database in `dir`.
+// Errors: EACCES, EBUSY (another daemon holds it), EUCLEAN (damaged: a
+// corrupted record anywhere but the WAL's torn tail; the reason, naming
+// the file, is logged), EIO (anything else).
 [[nodiscard]] Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir);
 
 // A fresh in-memory store.

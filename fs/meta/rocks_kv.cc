@@ -1,9 +1,25 @@
 // rocks_kv.cc — the durable Kv: one RocksDB database in the state dir.
 //
 // RocksDB statuses become errno here and nowhere else (as 3FS
-// RocksDBStore::get). Writes go to the WAL without fsync unless asked: that
-// survives a daemon crash, and the ordered drain log makes a power loss
-// recoverable from the backend.
+// RocksDBStore::get), by Status code, never by message text. Writes go to
+// the WAL without fsync unless asked: that survives a daemon crash, and the
+// ordered drain log makes a power loss recoverable from the backend.
+//
+// Damage is refused, not repaired: paranoid checks on, and the WAL replayed
+// with kTolerateCorruptedTailRecords, which accepts only a torn last record
+// (what a power loss leaves) and fails the open on corruption anywhere
+// else. RocksDB's default (kPointInTimeRecovery) stops at the first bad
+// record and opens what came before it: closed checkpoints recorded after
+// that point vanished, and start-up then deleted their tier bytes as
+// belonging to unknown inodes.
+//
+// One daemon per database: a lock file (flock, held for the Kv's life)
+// tells a second daemon EBUSY before RocksDB is touched.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
@@ -16,19 +32,30 @@ namespace ckpt::meta {
 namespace {
 
 int ToErrno(const rocksdb::Status& s) {
+  using C = rocksdb::Status::Code;
   if (s.ok()) return 0;
-  if (s.IsNotFound()) return ENOENT;
-  if (s.IsIOError()) {
-    if (s.ToString().find("lock") != std::string::npos) return EBUSY;
-    if (s.ToString().find("ermission") != std::string::npos) return EACCES;
-    if (s.IsNoSpace()) return ENOSPC;
+  if (s.IsNoSpace()) return ENOSPC;
+  if (s.IsPathNotFound()) return ENOENT;
+  switch (s.code()) {
+    case C::kNotFound: return ENOENT;
+    case C::kCorruption: return EUCLEAN;
+    case C::kNotSupported: return EOPNOTSUPP;
+    case C::kInvalidArgument: return EINVAL;
+    case C::kBusy: return EBUSY;
+    case C::kTimedOut: return ETIMEDOUT;
+    case C::kAborted: return ECANCELED;
+    case C::kTryAgain: return EAGAIN;
+    default: return EIO;
   }
-  return EIO;
 }
 
 class RocksKv final : public Kv {
  public:
-  explicit RocksKv(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+  RocksKv(std::unique_ptr<rocksdb::DB> db, int lock_fd) : db_(std::move(db)), lock_fd_(lock_fd) {}
+  ~RocksKv() override {
+    db_.reset();
+    close(lock_fd_);  // releases the flock
+  }
 
   Result<std::string> Get(std::string_view key) override {
     std::string v;
@@ -76,11 +103,24 @@ class RocksKv final : public Kv {
 
  private:
   std::unique_ptr<rocksdb::DB> db_;
+  int lock_fd_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrFromErrno();
+  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return Err(errno == ELOOP ? ENOTDIR : errno);
+  int lock_fd = openat(dfd, "CKPTFS.LOCK", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  int e = lock_fd < 0 ? errno : 0;
+  close(dfd);
+  if (lock_fd < 0) return Err(e);
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    e = errno;
+    close(lock_fd);
+    return Err(e == EWOULDBLOCK ? EBUSY : e);
+  }
   rocksdb::Options opts;
   opts.create_if_missing = true;
   opts.IncreaseParallelism(2);
@@ -88,13 +128,15 @@ Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir) {
   opts.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   opts.keep_log_file_num = 2;
   opts.paranoid_checks = true;
+  opts.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   rocksdb::DB* raw = nullptr;
   auto s = rocksdb::DB::Open(opts, dir, &raw);
   if (!s.ok()) {
+    close(lock_fd);
     LOG_ERROR("cannot open metadata store {}: {}", dir, s.ToString());
     return Err(ToErrno(s));
   }
-  return std::unique_ptr<Kv>(new RocksKv(std::unique_ptr<rocksdb::DB>(raw)));
+  return std::unique_ptr<Kv>(new RocksKv(std::unique_ptr<rocksdb::DB>(raw), lock_fd));
 }
 
 }  // namespace ckpt::meta

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -365,10 +366,6 @@ Test(tier, reopen_reattaches_files) {
     used_before = t->Stats().used;
     cr_assert_eq(used_before, 3 * kPage + kPage);
   }
-  // Things that are not tier files are ignored.
-  std::ofstream(TierDir() + "/junk") << "not a tier file";
-  std::ofstream(TierDir() + "/00000000000000zz") << "bad hex";
-  cr_assert_eq(mkdir((TierDir() + "/0000000000000020").c_str(), 0700), 0);
   chmod(TierDir().c_str(), 0755);
 
   auto t = OpenTier(1 << 20);
@@ -581,4 +578,88 @@ Test(tier, snapshot_copy_cut_short_is_cleaned_at_open) {
   t = OpenTier(1 << 20);
   cr_assert_not(std::filesystem::exists(TierDir() + "/" + std::filesystem::path(t->PathOf(ckpt::cache::SnapKey(9, 1))).filename().string() + ".tmp"));
   cr_assert_eq(t->attached().size(), 1u);
+}
+
+// A tier dir holding anything this module did not make is refused, with
+// the name in the reason, and nothing in it is deleted or written.
+Test(tier, foreign_entries_are_refused) {
+  { auto t = OpenTier(1 << 20); }
+  struct Case {
+    const char* name;
+    std::function<void(const std::string&)> make;
+  };
+  std::string victim = g_dir + "/victim";
+  std::ofstream(victim) << "precious";
+  std::vector<Case> cases = {
+      {"0000000000000007", [&](const std::string& p) { cr_assert_eq(symlink(victim.c_str(), p.c_str()), 0); }},
+      {"0000000000000020", [](const std::string& p) { cr_assert_eq(mkdir(p.c_str(), 0700), 0); }},
+      {"junk", [](const std::string& p) { std::ofstream(p) << "not a tier file"; }},
+      {"00000000000000zz", [](const std::string& p) { std::ofstream(p) << "bad hex"; }},
+      {"0000000000000009", [](const std::string& p) { cr_assert_eq(mkfifo(p.c_str(), 0600), 0); }},
+  };
+  for (auto& c : cases) {
+    std::string p = TierDir() + "/" + c.name;
+    c.make(p);
+    std::string why;
+    auto t = Tier::Open(TierDir(), 1 << 20, &why);
+    cr_assert(!t.has_value(), "%s: a tier dir with it must be refused", c.name);
+    cr_assert_eq(t.error(), EEXIST, "%s: errno %d", c.name, t.error());
+    cr_assert(why.find(c.name) != std::string::npos, "%s: the reason names it: %s", c.name, why.c_str());
+    struct stat st;
+    cr_assert_eq(lstat(p.c_str(), &st), 0, "%s: left in place", c.name);
+    std::filesystem::remove(p);
+  }
+  cr_assert_eq(ReadFile(victim), "precious");
+  // Another user's regular file under a tier name.
+  std::string other = TierDir() + "/0000000000000011";
+  std::ofstream(other) << "x";
+  cr_assert_eq(chown(other.c_str(), 65534, 65534), 0);
+  std::string why;
+  auto t = Tier::Open(TierDir(), 1 << 20, &why);
+  cr_assert(!t.has_value() && t.error() == EEXIST, "another user's file is refused");
+  std::filesystem::remove(other);
+  cr_assert(Tier::Open(TierDir(), 1 << 20).has_value(), "clean again: opens");
+}
+
+// Two daemons on one tier dir: the second is refused while the first lives.
+Test(tier, second_open_is_busy) {
+  auto first = OpenTier(1 << 20);
+  MustWrite(first.get(), 3, 0, Pattern(kPage, '3'));
+  std::string why;
+  auto second = Tier::Open(TierDir(), 1 << 20, &why);
+  cr_assert(!second.has_value(), "a second open of a tier dir in use must fail");
+  cr_assert_eq(second.error(), EBUSY);
+  cr_assert(why.find("in use") != std::string::npos, "%s", why.c_str());
+  cr_assert(ReadFile(first->PathOf(3)) == Pattern(kPage, '3'), "the first one's bytes are untouched");
+  first.reset();
+  auto third = Tier::Open(TierDir(), 1 << 20);
+  cr_assert(third.has_value(), "opens once the first is gone");
+  cr_assert((*third)->Has(3));
+}
+
+// A symlink where the tier dir should be is refused, never followed.
+Test(tier, symlinked_dir_is_refused) {
+  std::string real = g_dir + "/real";
+  cr_assert_eq(mkdir(real.c_str(), 0700), 0);
+  std::string link = g_dir + "/link";
+  cr_assert_eq(symlink(real.c_str(), link.c_str()), 0);
+  auto t = Tier::Open(link, 1 << 20);
+  cr_assert(!t.has_value());
+  cr_assert_eq(t.error(), ENOTDIR);
+  cr_assert(std::filesystem::is_empty(real), "nothing made in the symlink's target");
+}
+
+// Bytes of an unknown inode go to orphans/, out of the budget, not away.
+Test(tier, orphan_keeps_the_bytes) {
+  auto t = OpenTier(1 << 20);
+  MustWrite(t.get(), 5, 0, Pattern(3 * kPage, '5'));
+  cr_assert(t->Orphan(5).has_value());
+  cr_assert(!t->Has(5));
+  cr_assert_eq(t->Stats().used, 0u);
+  cr_assert_eq(t->Stats().orphans, 1u);
+  cr_assert(ReadFile(TierDir() + "/orphans/0000000000000005") == Pattern(3 * kPage, '5'));
+  t.reset();
+  auto again = OpenTier(1 << 20);
+  cr_assert_eq(again->Stats().orphans, 1u, "counted again after a reopen");
+  cr_assert_eq(again->Stats().files, 0u);
 }

@@ -327,3 +327,51 @@ ROCKS_TEST(rocks_kv, open_of_a_regular_file_fails) {
   cr_assert(!under.has_value());
   cr_assert_neq(under.error(), 0);
 }
+
+namespace {
+// Writes `n` small batches (one WAL record each) and closes the store
+// without a flush, so everything is in the WAL only.
+std::string WriteWalOnly(const std::string& dir, int n) {
+  {
+    auto kv = ckpt::meta::OpenRocksKv(dir);
+    cr_assert(kv.has_value());
+    for (int i = 0; i < n; i++) {
+      Batch b;
+      b.Put("k" + std::to_string(1000 + i), std::string(100, 'a' + i % 26));
+      cr_assert((*kv)->Write(b, true).has_value());
+    }
+  }
+  for (auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".log" && std::filesystem::file_size(e.path()) > 0) return e.path().string();
+  cr_assert_fail("no WAL file in %s", dir.c_str());
+  return {};
+}
+}  // namespace
+
+// Four bytes overwritten in the middle of the WAL: the open fails (EUCLEAN)
+// instead of opening what came before the damage and dropping the rest.
+ROCKS_TEST(rocks_kv, mid_log_corruption_is_refused) {
+  std::string dir = ckpt::test::g_dir + "/db";
+  std::string log = WriteWalOnly(dir, 60);
+  auto size = std::filesystem::file_size(log);
+  int fd = open(log.c_str(), O_WRONLY);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(pwrite(fd, "XXXX", 4, static_cast<off_t>(size / 2)), 4);
+  close(fd);
+  auto kv = ckpt::meta::OpenRocksKv(dir);
+  cr_assert(!kv.has_value(), "a WAL damaged in the middle must not open");
+  cr_assert_eq(kv.error(), EUCLEAN, "want EUCLEAN, got %d", kv.error());
+}
+
+// A torn last record (a power loss during the append) is what may be
+// tolerated: the store opens with every record before it.
+ROCKS_TEST(rocks_kv, torn_wal_tail_is_tolerated) {
+  std::string dir = ckpt::test::g_dir + "/db";
+  std::string log = WriteWalOnly(dir, 60);
+  auto size = std::filesystem::file_size(log);
+  cr_assert_eq(truncate(log.c_str(), static_cast<off_t>(size - 50)), 0);
+  auto kv = ckpt::meta::OpenRocksKv(dir);
+  cr_assert(kv.has_value(), "torn tail: errno %d", kv ? 0 : kv.error());
+  ExpectValue(kv->get(), "k1000", std::string(100, 'a'));
+  ExpectValue(kv->get(), "k1058", std::string(100, 'a' + 58 % 26));
+}
