@@ -26,6 +26,25 @@ double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+}  // namespace
+
+bool IsPermanent(int err) {
+  switch (err) {
+    case ELOOP:         // a symlink where the backend needs a directory: never followed
+    case ENOTDIR:       // a file where the backend needs a directory
+    case EISDIR:        // a directory where the backend needs a file
+    case ENAMETOOLONG:  // a name or path the backend cannot hold
+    case EINVAL:        // a request the store rejects as such (S3 4xx)
+    case EILSEQ:        // a name the store cannot encode
+    case EFBIG:         // a file larger than the store takes
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
 // True if `path` is `dir` or lies under it.
 bool Under(const std::string& path, const std::string& dir) {
   return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
@@ -145,6 +164,7 @@ void Drainer::Run() {
       Schedule(window);
     }
     int err = ApplyHead(window.front(), window);
+    if (err != 0 && !stop_ && IsPermanent(err)) err = FailHead(window.front(), err);
     if (err == 0) {
       NoteSuccess();
     } else if (!stop_) {
@@ -186,6 +206,30 @@ int Drainer::ApplyHead(const LogEntry& e, const std::vector<LogEntry>& window) {
   return e.op == LogOp::kPersist ? ApplyPersist(e) : ApplyNamespace(e);
 }
 
+int Drainer::FailHead(const LogEntry& e, int err) {
+  // Retrying cannot help, and waiting would hold back every later entry
+  // for good (a user's unholdable name stopping root's checkpoint): the
+  // entry is recorded as failed and the drain goes on. The backend then
+  // misses that one change, which status, the log and the file's state
+  // (`failed`) say.
+  std::shared_ptr<Job> job;
+  {
+    std::unique_lock lk(mu_);
+    if (auto it = jobs_.find(e.seq); it != jobs_.end()) job = it->second;
+    if (job) cv_.wait(lk, [&] { return stop_ || job->done; });
+    if (stop_) return ECANCELED;
+    jobs_.erase(e.seq);
+  }
+  if (job && job->done && job->err == 0) backend_->Abort(job->staged);
+  std::string reason = fmt::format("{}: {}", meta::LogOpName(e.op), strerror(err));
+  LOG_ERROR("drain: seq {} {} '{}' refused by backend {} for good ({}); marked failed, the drain goes on", e.seq,
+            meta::LogOpName(e.op), e.path, backend_->Describe(), strerror(err));
+  if (auto st = table_->FailEntry(e, reason); !st) return st.error();
+  std::lock_guard lk(mu_);
+  stats_.entries_failed++;
+  return 0;
+}
+
 int Drainer::ApplyPersist(const LogEntry& e) {
   std::shared_ptr<Job> job;
   {
@@ -216,8 +260,16 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     std::unique_lock lk(mu_);
     cv_.wait_for(lk, std::chrono::milliseconds(publish_delay_ms_), [&] { return stop_.load(); });
   }
-  if (auto st = backend_->Publish(job->staged, e.path, job->src.mode, job->src.mtime.sec, job->src.mtime.nsec); !st)
-    return st.error();  // the staged copy stays; the retry publishes it again
+  if (auto st = backend_->Publish(job->staged, e.path, job->src.mode, job->src.mtime.sec, job->src.mtime.nsec); !st) {
+    // ESTALE: the staged copy is gone (deleted behind the daemon's back,
+    // the backend remounted): stage again. Otherwise the staged copy stays
+    // and the retry publishes it again.
+    if (st.error() == ESTALE) {
+      std::lock_guard lk(mu_);
+      jobs_.erase(e.seq);
+    }
+    return st.error();
+  }
   FAILPOINT("drain.after_publish");
   if (auto st = table_->CompletePersist(e, job->staged, job->src.gen); !st) return st.error();
   std::lock_guard lk(mu_);

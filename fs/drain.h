@@ -9,7 +9,10 @@
 // created and removed again with nothing moved out of it in between.
 //
 // Errors from the backend are retried with exponential backoff (100 ms to
-// 10 s), one log line per episode; nothing is dropped. Stop() ends promptly:
+// 10 s), one log line per episode; nothing is dropped — except an entry the
+// backend refuses for good (IsPermanent: a name it cannot hold, a symlink
+// where a directory should be), which is recorded as failed so the entries
+// after it still drain. Stop() ends promptly:
 // staged uploads are aborted and the log keeps what was not applied.
 //
 // Test knob: CKPTFS_DRAIN_DELAY_MS=N waits N ms before each publish, so
@@ -36,12 +39,18 @@ struct DrainStats {
   uint64_t files_persisted = 0;
   uint64_t entries_applied = 0;
   uint64_t entries_skipped = 0;
+  uint64_t entries_failed = 0;   // refused by the backend for good (see IsPermanent)
   double rate = 0;               // bytes/s over the last seconds
   uint64_t retries = 0;
   std::string last_error;        // empty when the backend is healthy
   int64_t last_error_time = 0;   // unix seconds
   bool in_error = false;
 };
+
+// Is a backend error one that no retry can fix for this entry? Then the
+// entry is marked failed (InodeTable::FailEntry) and the drain goes on;
+// every other error is retried with backoff, for ever.
+bool IsPermanent(int err);
 
 // The nice value of the threads that copy bytes to the backend.
 inline constexpr int kStagerNice = 10;
@@ -75,6 +84,8 @@ class Drainer {
   // Applies the oldest entry. Returns 0 or the errno to retry on.
   int ApplyHead(const meta::LogEntry& e, const std::vector<meta::LogEntry>& window);
   int ApplyPersist(const meta::LogEntry& e);
+  // Records the head entry as failed and removes it from the log.
+  int FailHead(const meta::LogEntry& e, int err);
   int ApplyNamespace(const meta::LogEntry& e);
   // Marks entries undone by a later rmdir of the directory `e` creates.
   // A persist whose very next entry rewrites, deletes or replaces the file.

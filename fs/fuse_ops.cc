@@ -18,6 +18,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <sstream>
@@ -64,6 +65,9 @@ void ReplyAttr(fuse_req_t req, const InodeRecord& r) {
   fuse_reply_attr(req, &st, D(req)->attr_timeout);
 }
 
+// Every callback runs its body in Guard: no exception leaves a callback
+// (libfuse is C); bad_alloc becomes ENOMEM, anything else EIO with a line.
+// A body that throws has not replied yet: replying is always its last act.
 template <class F>
 void Guard(fuse_req_t req, F&& f) {
   try {
@@ -74,6 +78,17 @@ void Guard(fuse_req_t req, F&& f) {
     LOG_ERROR("internal error: {}", e.what());
     fuse_reply_err(req, EIO);
   }
+}
+
+// The same for requests that take no reply (forget).
+template <class F>
+void GuardNoReply(fuse_req_t req, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    LOG_ERROR("internal error in forget: {}", e.what());
+  }
+  fuse_reply_none(req);
 }
 
 // The largest read reply libfuse can splice: it needs a pipe of the reply
@@ -178,13 +193,13 @@ void ckpt_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void ckpt_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
-  D(req)->table->Forget(ino, nlookup);
-  fuse_reply_none(req);
+  GuardNoReply(req, [&] { D(req)->table->Forget(ino, nlookup); });
 }
 
 void ckpt_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
-  for (size_t i = 0; i < count; i++) D(req)->table->Forget(forgets[i].ino, forgets[i].nlookup);
-  fuse_reply_none(req);
+  GuardNoReply(req, [&] {
+    for (size_t i = 0; i < count; i++) D(req)->table->Forget(forgets[i].ino, forgets[i].nlookup);
+  });
 }
 
 void ckpt_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
@@ -358,19 +373,22 @@ void ckpt_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mod
 
 void ckpt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   LOG_DEBUG("read(ino={}, off={}, size={})", ino, off, size);
-  // The inode's current tier file, not the one it had at open: a writer
-  // that truncated it since moved the old bytes to a snapshot for the drain.
-  // The reference keeps the descriptor open while the reply is spliced.
-  auto ref = D(req)->tier->Ref(ino);
-  if (!ref) return (void)fuse_reply_err(req, ref.error() == ENOENT ? EIO : ref.error());
-  fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
-  buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-  buf.buf[0].fd = (*ref)->fd;
-  buf.buf[0].pos = off;
-  D(req)->bytes_read += size;
-  if (size <= g_splice_max) return (void)fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
-  // Too large to splice: copy through this thread's buffer, allocated once.
   Guard(req, [&] {
+    // The inode's current tier file, not the one it had at open: a writer
+    // that truncated it since moved the old bytes to a snapshot for the
+    // drain. The reference keeps the descriptor open while the reply is
+    // spliced.
+    auto ref = D(req)->tier->Ref(ino);
+    if (!ref) return (void)fuse_reply_err(req, ref.error() == ENOENT ? EIO : ref.error());
+    D(req)->bytes_read += size;
+    if (size <= g_splice_max) {
+      fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+      buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+      buf.buf[0].fd = (*ref)->fd;
+      buf.buf[0].pos = off;
+      return (void)fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+    }
+    // Too large to splice: copy through this thread's buffer, allocated once.
     thread_local std::vector<char> tb;
     if (tb.size() < size) tb.assign(size, 0);
     size_t got = 0;
@@ -414,19 +432,22 @@ void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, 
 
 void ckpt_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   LOG_DEBUG("flush(ino={})", ino);
-  auto r = D(req)->table->Flush(ino, fi->flags);
-  if (r) FAILPOINT("meta.after_commit");  // close(2) waits for this reply, not for release's
-  fuse_reply_err(req, r ? 0 : r.error());
+  Guard(req, [&] {
+    auto r = D(req)->table->Flush(ino, fi->flags);
+    if (r) FAILPOINT("meta.after_commit");  // close(2) waits for this reply, not for release's
+    fuse_reply_err(req, r ? 0 : r.error());
+  });
 }
 
 void ckpt_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   LOG_DEBUG("release(ino={})", ino);
-  auto* h = reinterpret_cast<FileHandle*>(fi->fh);
-  D(req)->table->Release(ino, fi->flags);
-  // The close sealed a new version (one WriteBatch); the kernel has not heard back.
-  if (h->wrote) FAILPOINT("meta.after_commit");
-  delete h;
-  fuse_reply_err(req, 0);
+  std::unique_ptr<FileHandle> h(reinterpret_cast<FileHandle*>(fi->fh));
+  Guard(req, [&] {
+    D(req)->table->Release(ino, fi->flags);
+    // The close sealed a new version (one WriteBatch); the kernel has not heard back.
+    if (h->wrote) FAILPOINT("meta.after_commit");
+    fuse_reply_err(req, 0);
+  });
 }
 
 void ckpt_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
@@ -435,9 +456,11 @@ void ckpt_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi
   // survive a daemon crash, and drain); returns at memory speed.
   // --fsync=backend: also wait until that version and everything logged
   // before it is persisted.
-  Daemon* d = D(req);
-  auto r = d->table->SyncToBackend(ino, d->cfg.fsync == FsyncMode::kBackend);
-  fuse_reply_err(req, r ? 0 : r.error());
+  Guard(req, [&] {
+    Daemon* d = D(req);
+    auto r = d->table->SyncToBackend(ino, d->cfg.fsync == FsyncMode::kBackend);
+    fuse_reply_err(req, r ? 0 : r.error());
+  });
 }
 
 void ckpt_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -509,7 +532,7 @@ void ckpt_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fu
 }
 
 void ckpt_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  delete reinterpret_cast<DirHandle*>(fi->fh);
+  delete reinterpret_cast<DirHandle*>(fi->fh);  // cannot throw
   fuse_reply_err(req, 0);
 }
 
@@ -517,21 +540,23 @@ void ckpt_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info*
 
 void ckpt_statfs(fuse_req_t req, fuse_ino_t ino) {
   TuneOnce(req);
-  Daemon* d = D(req);
-  cache::TierStats t = d->tier->Stats();
-  NamespaceStats ns = d->table->Stats();
-  struct statvfs sv{};
-  constexpr uint64_t kBlock = 4096;
-  sv.f_bsize = kBlock;
-  sv.f_frsize = kBlock;
-  sv.f_blocks = t.budget / kBlock;
-  uint64_t used = std::min(t.used, t.budget);
-  sv.f_bfree = sv.f_bavail = (t.budget - used) / kBlock;
-  sv.f_files = ns.inodes + (1ull << 32);
-  sv.f_ffree = sv.f_favail = 1ull << 32;
-  sv.f_fsid = d->fs_id;
-  sv.f_namemax = kMaxName;
-  fuse_reply_statfs(req, &sv);
+  Guard(req, [&] {
+    Daemon* d = D(req);
+    cache::TierStats t = d->tier->Stats();
+    NamespaceStats ns = d->table->Stats();
+    struct statvfs sv{};
+    constexpr uint64_t kBlock = 4096;
+    sv.f_bsize = kBlock;
+    sv.f_frsize = kBlock;
+    sv.f_blocks = t.budget / kBlock;
+    uint64_t used = std::min(t.used, t.budget);
+    sv.f_bfree = sv.f_bavail = (t.budget - used) / kBlock;
+    sv.f_files = ns.inodes + (1ull << 32);
+    sv.f_ffree = sv.f_favail = 1ull << 32;
+    sv.f_fsid = d->fs_id;
+    sv.f_namemax = kMaxName;
+    fuse_reply_statfs(req, &sv);
+  });
 }
 
 void ReplyXattr(fuse_req_t req, const std::string& v, size_t size) {

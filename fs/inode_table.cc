@@ -62,6 +62,76 @@ Result<InodeTable::Inode*> InodeTable::Child(Inode* dir, std::string_view name) 
   return c;
 }
 
+Status InodeTable::Writable() const {
+  return read_only_.load(std::memory_order_relaxed) ? Err(EROFS) : Status{};
+}
+
+std::string InodeTable::ReadOnlyReason() {
+  std::lock_guard lk(ro_mu_);
+  return ro_reason_;
+}
+
+Status InodeTable::Commit(const Batch& b, bool sync) {
+  auto st = store_->Commit(b, sync);
+  if (st || read_only_.exchange(true)) return st;
+  // LevelDB's sticky background error: after the store refused a write,
+  // the in-memory namespace and the record may differ; going on would
+  // acknowledge changes a restart forgets.
+  std::string why = fmt::format("metadata write failed ({}); the mount is read-only until remounted",
+                                strerror(st.error()));
+  LOG_ERROR("{}", why);
+  std::lock_guard lk(ro_mu_);
+  ro_reason_ = why;
+  return st;
+}
+
+namespace {
+bool ValidUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    auto c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+    for (size_t k = 1; k < n; k++) {
+      auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += n;
+  }
+  return true;
+}
+}  // namespace
+
+Status InodeTable::CheckNewName(uint64_t parent, std::string_view name, size_t subtree) {
+  if (parent == meta::kRootIno && name.starts_with(kReservedRootPrefix)) return Err(EPERM);
+  if (limits_.utf8_names && !ValidUtf8(name)) return Err(EILSEQ);
+  size_t len = DirPath(parent).size();
+  len += (len ? 1 : 0) + name.size() + (subtree ? 1 + subtree : 0);
+  if (len > limits_.max_path) return Err(ENAMETOOLONG);
+  return {};
+}
+
+size_t InodeTable::SubtreePathLen(const Inode* n) {
+  size_t longest = 0;
+  std::vector<std::pair<const Inode*, size_t>> stack{{n, 0}};
+  while (!stack.empty()) {
+    auto [d, base] = stack.back();
+    stack.pop_back();
+    for (auto& [name, ino] : d->children) {
+      size_t len = base + (base ? 1 : 0) + name.size();
+      longest = std::max(longest, len);
+      const Inode* c = Find(ino);
+      if (c && c->is_dir()) stack.emplace_back(c, len);
+    }
+  }
+  return longest;
+}
+
 Status InodeTable::Load(Caller root_owner) {
   std::lock_guard lk(mu_);
   auto next = store_->GetCounter(kNextInoCounter);
@@ -87,6 +157,21 @@ Status InodeTable::Load(Caller root_owner) {
     p->children.emplace(std::string(name), v.ino);
   });
   if (!st) return st;
+  // Every parent chain must end at the root. A cycle (damaged or edited
+  // metadata) would make every path walk loop, allocating without bound:
+  // refuse the state dir instead.
+  for (auto& [ino, n] : inodes_) {
+    uint64_t cur = ino;
+    for (size_t steps = 0; cur != meta::kRootIno; steps++) {
+      Inode* c = Find(cur);
+      if (!c) break;  // a dangling parent: the path stops there
+      if (steps > inodes_.size()) {
+        LOG_ERROR("metadata: the parents of ino {} ('{}') form a cycle; the state dir is damaged", ino, n->rec.name);
+        return Err(EUCLEAN);
+      }
+      cur = c->rec.parent;
+    }
+  }
   st = store_->ForEachXattr([&](uint64_t ino, std::string_view name, std::string_view value) {
     if (Inode* n = Find(ino)) n->xattrs.emplace(std::string(name), std::string(value));
   });
@@ -127,12 +212,15 @@ Status InodeTable::Load(Caller root_owner) {
     Inode* n = Find(ino);
     MetaStore::DeleteInode(&fix, ino);
     for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(&fix, ino, k);
-    if (S_ISREG(n->rec.mode)) (void)Preserve(n, false);  // its pending version still drains
+    // Its pending version still drains: without its bytes kept aside, a
+    // close that returned would end as "lost". Refuse to go on instead.
+    if (S_ISREG(n->rec.mode))
+      if (auto p = Preserve(n, false); !p) return p;
     tier_->Remove(ino);
     inodes_.erase(ino);
   }
   MetaStore::PutCounter(&fix, kNextInoCounter, next_ino_);
-  if (auto c = store_->Commit(fix, true); !c) return c;
+  if (auto c = Commit(fix, true); !c) return c;
 
   // The tier against the metadata: every regular file's bytes, and the
   // snapshots the pending log needs. Lost files leave the namespace here.
@@ -150,8 +238,13 @@ Status InodeTable::Load(Caller root_owner) {
     }
     Inode* n = Find(key);
     if (!n || !S_ISREG(n->rec.mode)) {
-      LOG_WARN("tier: removing file of unknown ino {} ({} bytes)", key, size);
-      tier_->Remove(key);
+      // Never deleted: the metadata may be what is wrong. The operator
+      // finds them in orphans/ (counted by `ckptfs status`).
+      if (auto o = tier_->Orphan(key); !o) {
+        LOG_ERROR("tier: cannot move the file of unknown ino {:016x} to orphans/: {}", key, strerror(o.error()));
+        return o;
+      }
+      LOG_WARN("tier: file of unknown ino {:016x} ({} bytes) moved to {}/orphans/", key, size, tier_->dir());
     }
   }
   Batch rec;
@@ -169,9 +262,14 @@ Status InodeTable::Load(Caller root_owner) {
     lost_.emplace_back(path);
   });
   if (!st) return st;
+  st = store_->ForEachFailed([&](uint64_t seq, std::string_view path, std::string_view reason) {
+    next_failed_ = std::max(next_failed_, seq + 1);
+    failed_[seq] = FailedEntry{std::string(path), std::string(reason)};
+  });
+  if (!st) return st;
   FAILPOINT("load.recovery");
   if (!rec.empty())
-    if (auto c = store_->Commit(rec, true); !c) return c;
+    if (auto c = Commit(rec, true); !c) return c;
   for (auto& e : unlinks) log_.push_back(std::move(e));
   LOG_INFO("namespace loaded: {} inodes, next ino {}, {} log entries pending", inodes_.size(), next_ino_,
            log_.size());
@@ -234,6 +332,12 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
     }
   } else if (r.state == DataState::kRemote && live != sizes.end()) {
     tier_->Remove(ino);  // a fetch cut short
+  } else if (r.state == DataState::kFailed) {
+    // The backend refused it; the tier holds the only copy.
+    if (live == sizes.end() || live->second != r.size) {
+      if (live != sizes.end()) tier_->Remove(ino);
+      return false;
+    }
   }
   if (r.state != before.state || r.size != before.size || r.sealed_size != before.sealed_size)
     MetaStore::PutInode(b, r);
@@ -363,15 +467,23 @@ void InodeTable::MaybeDelete(Inode* n) {
   if (n->rec.nlink > 0 || n->nlookup > 0 || n->opens > 0 || n->rec.ino == meta::kRootIno) return;
   uint64_t ino = n->rec.ino;
   // A sealed version still on its way to the backend outlives its file.
-  if (S_ISREG(n->rec.mode)) (void)Preserve(n, false);
+  // If it cannot be kept, the tier file stays (under its ino, reported at
+  // the next start-up) rather than the promised bytes going silently.
+  bool keep_live = false;
+  if (S_ISREG(n->rec.mode))
+    if (auto p = Preserve(n, false); !p) {
+      keep_live = true;
+      LOG_ERROR("ino {}: its pending version {} could not be kept for the drain ({}); its tier file stays",
+                ino, n->rec.version, strerror(p.error()));
+    }
   Batch b;
   MetaStore::DeleteInode(&b, ino);
   for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(&b, ino, k);
-  if (auto st = store_->Commit(b); !st) {
+  if (auto st = Commit(b); !st) {
     // The orphan stays recorded and is purged at the next Load.
     LOG_ERROR("ino {}: could not delete metadata: {}", ino, strerror(st.error()));
   }
-  if (S_ISREG(n->rec.mode)) tier_->Remove(ino);
+  if (S_ISREG(n->rec.mode) && !keep_live) tier_->Remove(ino);
   inodes_.erase(ino);
 }
 
@@ -395,6 +507,8 @@ Result<InodeRecord> InodeTable::GetAttr(uint64_t ino) {
 }
 
 Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
+  if (auto st = Writable(); !st) return Err(st.error());
+  if ((c.to_set & kSetSize) && c.size > limits_.max_file_size) return Err(EFBIG);
   std::unique_lock lk(mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
@@ -455,12 +569,14 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
 Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, uint32_t mode, Caller who,
                                         std::string_view target, uint64_t rdev) {
   if (auto st = CheckName(name); !st) return Err(st.error());
+  if (auto st = Writable(); !st) return Err(st.error());
   std::lock_guard lk(mu_);
   auto dir = FindDir(parent);
   if (!dir) return Err(dir.error());
   Inode* p = *dir;
   if (p->rec.nlink == 0) return Err(ENOENT);  // creating in a removed directory
   if (p->children.count(name)) return Err(EEXIST);
+  if (auto st = CheckNewName(parent, name); !st) return Err(st.error());
 
   auto n = std::make_unique<Inode>();
   InodeRecord& r = n->rec;
@@ -550,6 +666,8 @@ Result<InodeRecord> InodeTable::Link(uint64_t ino, uint64_t newparent, std::stri
   if (p->rec.nlink == 0) return Err(ENOENT);
   if (p->children.count(newname)) return Err(EEXIST);
   if (n->rec.nlink >= 65000) return Err(EMLINK);
+  if (auto st = Writable(); !st) return Err(st.error());
+  if (auto st = CheckNewName(newparent, newname); !st) return Err(st.error());
 
   meta::Timespec now = Now();
   InodeRecord r = n->rec, pr = p->rec;
@@ -596,6 +714,7 @@ void InodeTable::RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view
 
 Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
+  if (auto st = Writable(); !st) return st;
   std::lock_guard lk(mu_);
   auto dir = FindDir(parent);
   if (!dir) return Err(dir.error());
@@ -638,6 +757,7 @@ Status InodeTable::Rmdir(uint64_t parent, std::string_view name) {
   if (name == ".") return Err(EINVAL);
   if (name == "..") return Err(ENOTEMPTY);
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
+  if (auto st = Writable(); !st) return st;
   std::lock_guard lk(mu_);
   auto dir = FindDir(parent);
   if (!dir) return Err(dir.error());
@@ -713,6 +833,10 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
     if (!src->is_dir() && dst->is_dir()) return Err(EISDIR);
     if (dst->is_dir() && !dst->children.empty()) return Err(ENOTEMPTY);
   }
+  if (auto st = Writable(); !st) return st;
+  if (auto st = CheckNewName(newparent, newname, src->is_dir() ? SubtreePathLen(src) : 0); !st) return st;
+  if (dst && (flags & RENAME_EXCHANGE))
+    if (auto st = CheckNewName(parent, name, dst->is_dir() ? SubtreePathLen(dst) : 0); !st) return st;
 
   meta::Timespec now = Now();
   // Work on copies; commit; then apply. sp and dp may be the same inode.
@@ -814,6 +938,8 @@ Status InodeTable::SetXattr(uint64_t ino, std::string_view name, std::string_vie
   if (name.empty() || name.size() > 255) return Err(ERANGE);
   if (value.size() > kMaxXattrValue) return Err(E2BIG);
   if (name.starts_with("user.ckptfs.")) return Err(EPERM);
+  if (auto st = Writable(); !st) return st;
+  if (auto st = Writable(); !st) return st;
   std::lock_guard lk(mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
@@ -825,7 +951,7 @@ Status InodeTable::SetXattr(uint64_t ino, std::string_view name, std::string_vie
   Batch b;
   MetaStore::PutXattr(&b, ino, name, value);
   MetaStore::PutInode(&b, r);
-  if (auto st = store_->Commit(b); !st) return st;
+  if (auto st = Commit(b); !st) return st;
   n->rec = r;
   n->xattrs[std::string(name)] = std::string(value);
   return {};
@@ -858,6 +984,7 @@ Result<std::string> InodeTable::ListXattr(uint64_t ino) {
 
 Status InodeTable::RemoveXattr(uint64_t ino, std::string_view name) {
   if (name.starts_with("user.ckptfs.")) return Err(EPERM);
+  if (auto st = Writable(); !st) return st;
   std::lock_guard lk(mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
@@ -868,7 +995,7 @@ Status InodeTable::RemoveXattr(uint64_t ino, std::string_view name) {
   Batch b;
   MetaStore::DeleteXattr(&b, ino, name);
   MetaStore::PutInode(&b, r);
-  if (auto st = store_->Commit(b); !st) return st;
+  if (auto st = Commit(b); !st) return st;
   n->rec = r;
   n->xattrs.erase(it);
   return {};
@@ -882,6 +1009,8 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
   if (!S_ISREG(n->rec.mode)) return Err(ENXIO);
   bool writable = (flags & O_ACCMODE) != O_RDONLY;
   bool trunc = (flags & O_TRUNC) && writable;
+  if (writable)
+    if (auto st = Writable(); !st) return Err(st.error());
   bool was_remote = n->rec.state == DataState::kRemote;
   if (was_remote && !(trunc && !n->fetching)) {
     if (auto st = EnsureLocal(lk, ino); !st) return Err(st.error());
@@ -899,7 +1028,7 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
       r.state = DataState::kDirty;
       Batch b;
       MetaStore::PutInode(&b, r);
-      if (auto st = store_->Commit(b); !st) return Err(st.error());
+      if (auto st = Commit(b); !st) return Err(st.error());
       n->pre_open_state = n->rec.state;
       n->open_marked = true;
       n->rec.state = DataState::kDirty;
@@ -935,8 +1064,12 @@ void InodeTable::Release(uint64_t ino, int open_flags) {
   if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen) {
     if (auto st = SealNow(n); !st) LOG_ERROR("ino {}: could not seal at close: {}", ino, strerror(st.error()));
     // Still open for writing elsewhere: those writes must not reach the
-    // version just sealed.
-    if (n->writers > 0) (void)Preserve(n, true);
+    // version just sealed. If the copy fails now, the next write retries it
+    // (BeforeMutation) and fails itself rather than touch sealed bytes.
+    if (n->writers > 0)
+      if (auto p = Preserve(n, true); !p)
+        LOG_ERROR("ino {}: version {} not yet kept aside at close ({}); the next write retries", ino,
+                  n->rec.version, strerror(p.error()));
   } else if (n->writers == 0 && n->open_marked && n->rec.nlink > 0) {
     // Opened for writing, closed unchanged: back to what it was.
     n->open_marked = false;
@@ -944,18 +1077,20 @@ void InodeTable::Release(uint64_t ino, int open_flags) {
                                                                              : n->pre_open_state;
     Batch b;
     MetaStore::PutInode(&b, n->rec);
-    if (auto st = store_->Commit(b); !st) LOG_ERROR("ino {}: could not record state at close", ino);
+    if (auto st = Commit(b); !st) LOG_ERROR("ino {}: could not record state at close", ino);
     else n->size_dirty = false;
   } else if (n->size_dirty && n->rec.nlink > 0) {
     Batch b;
     MetaStore::PutInode(&b, n->rec);
-    if (auto st = store_->Commit(b); !st) LOG_ERROR("ino {}: could not record size at close", ino);
+    if (auto st = Commit(b); !st) LOG_ERROR("ino {}: could not record size at close", ino);
     else n->size_dirty = false;
   }
   MaybeDelete(n);
 }
 
 Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn) {
+  if (auto st = Writable(); !st) return Err(st.error());
+  if (off > limits_.max_file_size || len > limits_.max_file_size - off) return Err(EFBIG);
   {
     // A write through a handle that outlived the seal (a dup'd fd after
     // close, mmap writeback): the sealed version is kept first.
@@ -981,6 +1116,8 @@ Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const s
 }
 
 Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len) {
+  if (auto st = Writable(); !st) return st;
+  if (off > limits_.max_file_size || len > limits_.max_file_size - off) return Err(EFBIG);
   {
     std::lock_guard lk(mu_);
     Inode* n = Find(ino);
@@ -1009,7 +1146,7 @@ Status InodeTable::Flush(uint64_t ino, int open_flags) {
   if (!n->size_dirty) return {};
   Batch b;
   MetaStore::PutInode(&b, n->rec);
-  if (auto st = store_->Commit(b); !st) return st;
+  if (auto st = Commit(b); !st) return st;
   n->size_dirty = false;
   return {};
 }
@@ -1043,7 +1180,7 @@ std::string InodeTable::DirPath(uint64_t dir_ino) {
   std::vector<const std::string*> parts;
   for (uint64_t ino = dir_ino; ino != meta::kRootIno;) {
     Inode* n = Find(ino);
-    if (!n) break;
+    if (!n || parts.size() > inodes_.size()) break;  // Load refused cycles; never loop
     parts.push_back(&n->rec.name);
     ino = n->rec.parent;
   }
@@ -1069,7 +1206,7 @@ void InodeTable::AppendLog(Batch* b, LogEntry e, std::vector<LogEntry>* out) {
 }
 
 Status InodeTable::CommitWithLog(const Batch& b, std::vector<LogEntry>&& entries) {
-  if (auto st = store_->Commit(b); !st) return st;
+  if (auto st = Commit(b); !st) return st;
   if (entries.empty()) return {};
   for (auto& e : entries) log_.push_back(std::move(e));
   log_cv_.notify_all();
@@ -1171,7 +1308,7 @@ void InodeTable::RecordLost(const LogEntry& e, std::string_view reason) {
   if (std::find(lost_.begin(), lost_.end(), e.path) != lost_.end()) return;  // listed at start-up
   Batch b;
   MetaStore::PutLost(&b, next_lost_, e.path, reason);
-  if (auto st = store_->Commit(b); !st) LOG_ERROR("'{}': cannot record the loss: {}", e.path, strerror(st.error()));
+  if (auto st = Commit(b); !st) LOG_ERROR("'{}': cannot record the loss: {}", e.path, strerror(st.error()));
   next_lost_++;
   lost_.push_back(e.path);
 }
@@ -1179,6 +1316,46 @@ void InodeTable::RecordLost(const LogEntry& e, std::string_view reason) {
 std::vector<std::string> InodeTable::LostFiles() {
   std::lock_guard lk(mu_);
   return lost_;
+}
+
+Status InodeTable::FailEntry(const LogEntry& e, std::string_view reason) {
+  std::lock_guard lk(mu_);
+  if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion
+  Inode* n = Find(e.ino);
+  bool current = e.op == LogOp::kPersist && n && S_ISREG(n->rec.mode) && n->rec.version == e.version;
+  Batch b;
+  MetaStore::PutFailed(&b, next_failed_, e.path, reason);
+  MetaStore::DeleteLog(&b, e.seq);
+  MetaStore::PutCounter(&b, kAppliedCounter, e.seq);
+  InodeRecord r;
+  if (current) {
+    r = n->rec;
+    // Only a version nothing rewrote since: its bytes stay in the tier,
+    // never evicted (the backend has no copy), shown as `failed`.
+    if (n->data_gen == n->sealed_gen) r.state = DataState::kFailed;
+    MetaStore::PutInode(&b, r);
+  }
+  if (auto st = Commit(b); !st) return st;
+  if (current) n->rec.state = r.state;
+  failed_[next_failed_++] = FailedEntry{e.path, std::string(reason)};
+  log_.pop_front();
+  applied_seq_ = e.seq;
+  applied_cv_.notify_all();
+  if (e.op == LogOp::kPersist) {
+    // The snapshot of a version since rewritten is no use any more; the
+    // live file of a current version stays.
+    tier_->Remove(cache::SnapKey(e.ino, e.version));
+    tier_->NotifySpace();
+  }
+  return {};
+}
+
+std::vector<FailedEntry> InodeTable::FailedEntries() {
+  std::lock_guard lk(mu_);
+  std::vector<FailedEntry> out;
+  out.reserve(failed_.size());
+  for (auto& [seq, f] : failed_) out.push_back(f);
+  return out;
 }
 
 Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, uint64_t gen) {
@@ -1199,7 +1376,14 @@ Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, 
   }
   MetaStore::DeleteLog(&b, e.seq);
   MetaStore::PutCounter(&b, kAppliedCounter, e.seq);
-  if (auto st = store_->Commit(b); !st) return st;
+  std::vector<uint64_t> healed;  // failed records of this path: it is in the backend now
+  for (auto& [seq, f] : failed_)
+    if (f.path == e.path) {
+      healed.push_back(seq);
+      MetaStore::DeleteFailed(&b, seq);
+    }
+  if (auto st = Commit(b); !st) return st;
+  for (uint64_t seq : healed) failed_.erase(seq);
   if (same) {
     if (current) {
       n->rec.state = DataState::kPersisted;
@@ -1226,7 +1410,7 @@ Status InodeTable::CompleteEntry(const LogEntry& e) {
   Batch b;
   MetaStore::DeleteLog(&b, e.seq);
   MetaStore::PutCounter(&b, kAppliedCounter, e.seq);
-  if (auto st = store_->Commit(b); !st) return st;
+  if (auto st = Commit(b); !st) return st;
   log_.pop_front();
   applied_seq_ = e.seq;
   applied_cv_.notify_all();
@@ -1275,7 +1459,7 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need) {
   if (!evicted.empty()) {
     // Record "remote" before the bytes go: a crash in between leaves a
     // remote file whose tier copy is merely unused.
-    if (auto st = store_->Commit(b); !st) {
+    if (auto st = Commit(b); !st) {
       for (uint64_t ino : evicted) Find(ino)->rec.state = DataState::kPersisted;
       return cache::Tier::Relief::kWait;
     }
@@ -1338,7 +1522,7 @@ Status InodeTable::EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino) {
       n->rec.state = DataState::kPersisted;
       Batch b;
       MetaStore::PutInode(&b, n->rec);
-      (void)store_->Commit(b);
+      (void)Commit(b);
     }
   }
   fetch_cv_.notify_all();
@@ -1413,7 +1597,7 @@ Status InodeTable::ImportBackend() {
   if (!st) return st;
   MetaStore::PutCounter(&b, kNextInoCounter, next_ino_);
   MetaStore::PutCounter(&b, kImportedCounter, 1);
-  if (auto c = store_->Commit(b, true); !c) return c;
+  if (auto c = Commit(b, true); !c) return c;
   if (count) LOG_INFO("import: {} entries found in the backend {}", count, backend_->Describe());
   return {};
 }

@@ -15,7 +15,9 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -67,8 +69,8 @@ struct NamespaceStats {
 
 // Files and bytes per data state, and the drain log's position.
 struct DataStats {
-  uint64_t files[4] = {0, 0, 0, 0};  // indexed by meta::DataState
-  uint64_t bytes[4] = {0, 0, 0, 0};
+  uint64_t files[5] = {0, 0, 0, 0, 0};  // indexed by meta::DataState
+  uint64_t bytes[5] = {0, 0, 0, 0, 0};
   uint64_t log_len = 0;
   uint64_t head_seq = 0;     // the newest log entry (0 if none ever)
   uint64_t applied_seq = 0;  // every entry up to here is in the backend
@@ -86,6 +88,25 @@ struct PersistSource {
   meta::Timespec mtime;
 };
 
+// What names and sizes the mount accepts, so that nothing it acknowledges
+// is something the backend cannot hold (checked at create, link, rename,
+// truncate and write, where it is knowable).
+struct Limits {
+  size_t max_path = 4095;        // bytes of a path relative to the backend root
+  bool utf8_names = false;       // names must be valid UTF-8 (S3 keys)
+  uint64_t max_file_size = UINT64_MAX;  // EFBIG beyond (bounds what a drain sends)
+};
+
+// A failed log entry, for status: the path and why the backend refused it.
+struct FailedEntry {
+  std::string path;
+  std::string reason;
+};
+
+// Names at the mount root that the daemon keeps for itself: the backend's
+// staging area (.ckptfs-tmp) and probes. Creating one is EPERM.
+inline constexpr char kReservedRootPrefix[] = ".ckptfs";
+
 inline constexpr size_t kMaxName = 255;
 inline constexpr size_t kMaxXattrValue = 64 * 1024;
 inline constexpr char kStateXattr[] = "user.ckptfs.state";
@@ -99,9 +120,13 @@ class InodeTable {
   InodeTable(const InodeTable&) = delete;
   InodeTable& operator=(const InodeTable&) = delete;
 
+  // Before Load: the limits every later operation checks.
+  void set_limits(const Limits& l) { limits_ = l; }
+
   // Loads the namespace from the store (creating the root on first use),
-  // purges orphans (nlink 0) and tier files with no inode. EIO if the
-  // store holds undecodable records.
+  // purges orphans (nlink 0) and moves tier files with no inode to the
+  // tier's orphans/. EIO if the store holds undecodable records, EUCLEAN if
+  // the parent pointers form a cycle.
   [[nodiscard]] Status Load(Caller root_owner);
 
   // Fills `st` from the record (st_blocks from the tier allocation).
@@ -179,6 +204,21 @@ class InodeTable {
   void RecordLost(const meta::LogEntry& e, std::string_view reason);
   // Paths of files whose promised bytes were lost, oldest first.
   std::vector<std::string> LostFiles();
+  // The backend refused `e` for good (`err` is permanent: see
+  // drain.cc IsPermanent): records it (status, and state `failed` for a
+  // persist whose version is still current) and removes it from the log,
+  // so the drain goes on with the next entry. REQUIRES: e is the oldest
+  // pending entry.
+  [[nodiscard]] Status FailEntry(const meta::LogEntry& e, std::string_view reason);
+  // Entries the backend refused for good, oldest first (a path that later
+  // persists leaves the list).
+  std::vector<FailedEntry> FailedEntries();
+
+  // Sticky: after an error the metadata store cannot take (a failed
+  // RocksDB write), every change is refused with EROFS and the reason is
+  // shown by status; reads and the drain of what is logged go on. Empty
+  // while healthy.
+  std::string ReadOnlyReason();
   // The entry's bytes are published: records the checksum and, if the
   // version is still current, the persisted state; removes the entry.
   // REQUIRES: e is the oldest pending entry.
@@ -226,6 +266,17 @@ class InodeTable {
   };
 
   Inode* Find(uint64_t ino);  // REQUIRES: mu_ held
+  // EROFS once read-only. Any thread.
+  Status Writable() const;
+  // Commits to the store; a failure turns the mount read-only (sticky),
+  // with one log line. REQUIRES: mu_ held.
+  Status Commit(const meta::Batch& b, bool sync = false);
+  // Can `name` be added in `parent` (reserved names, the backend's path
+  // length and encoding)? `subtree` is the longest path below the entry
+  // (a directory being renamed). REQUIRES: mu_ held.
+  Status CheckNewName(uint64_t parent, std::string_view name, size_t subtree = 0);
+  // The longest path under directory `n`, relative to it ("" is 0).
+  size_t SubtreePathLen(const Inode* n);
   Result<Inode*> FindDir(uint64_t ino);
   Result<Inode*> Child(Inode* dir, std::string_view name);
   Result<InodeRecord> NewNode(uint64_t parent, std::string_view name, uint32_t mode, Caller who,
@@ -288,6 +339,12 @@ class InodeTable {
   uint64_t clock_ = 0;                                             // GUARDED_BY(mu_), LRU clock
   uint64_t next_lost_ = 1;                                         // GUARDED_BY(mu_)
   std::vector<std::string> lost_;                                  // GUARDED_BY(mu_)
+  std::map<uint64_t, FailedEntry> failed_;                         // GUARDED_BY(mu_), by record seq
+  uint64_t next_failed_ = 1;                                       // GUARDED_BY(mu_)
+  Limits limits_;                                                  // set before Load
+  std::atomic<bool> read_only_{false};
+  mutable std::mutex ro_mu_;  // leaf lock
+  std::string ro_reason_;     // GUARDED_BY(ro_mu_)
   bool shutdown_ = false;                                          // GUARDED_BY(mu_)
   std::condition_variable log_cv_;      // the log gained entries
   std::condition_variable applied_cv_;  // applied_seq_ advanced

@@ -179,6 +179,20 @@ std::expected<std::unique_ptr<backend::Backend>, std::string> OpenBackend(const 
   }
 }
 
+// What the mount accepts, from what its backend can hold: S3 keys are at
+// most 1024 bytes of UTF-8 (the prefix and a directory marker's '/'
+// included); a POSIX backend takes relative paths below PATH_MAX.
+fs::Limits MountLimits(const Config& cfg) {
+  fs::Limits l;
+  if (cfg.backend.kind == BackendUrl::Kind::kS3) {
+    size_t prefix = cfg.backend.prefix.empty() ? 0 : cfg.backend.prefix.size() + 1;
+    l.max_path = 1024 - 1 - std::min<size_t>(prefix, 1000);
+    l.utf8_names = true;
+  }
+  l.max_file_size = 4 * cfg.cache_size;
+  return l;
+}
+
 // Runs the daemon in this process. Reports "OK" or the error to `report_fd`
 // (if >= 0) once the mount is ready, then serves until unmounted.
 int RunDaemon(Config cfg, int report_fd) {
@@ -227,6 +241,7 @@ int RunDaemon(Config cfg, int report_fd) {
                                           canon + "; use another --state-dir"
                                     : "cannot record the backend in " + cfg.state_dir + ": " + Errno(st.error()));
   d->table = std::make_unique<fs::InodeTable>(d->store.get(), d->tier.get(), d->backend.get());
+  d->table->set_limits(MountLimits(cfg));
   if (auto st = d->table->Load(fs::Caller{geteuid(), getegid()}); !st)
     return fail("cannot load metadata from " + cfg.state_dir + ": " + Errno(st.error()));
   if (auto st = d->table->ImportBackend(); !st)

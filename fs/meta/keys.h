@@ -9,6 +9,8 @@
 // | 'D'    | "D" + parent ino (u64 BE) + name      | child ino (u64 BE) + file type (u8)    |
 // | 'X'    | "X" + ino (u64 BE) + name             | xattr value bytes                      |
 // | 'L'    | "L" + seq (u64 BE)                    | drain log entry                        |
+// | 'Z'    | "Z" + seq (u64 BE)                    | lost file: path \0 reason              |
+// | 'Q'    | "Q" + seq (u64 BE)                    | failed log entry: path \0 reason       |
 //
 // Inode numbers and sequence numbers are big-endian so that a prefix scan
 // returns them in numeric order (as JuiceFS does for chunk indexes).
@@ -27,7 +29,8 @@ inline constexpr char kInodePrefix = 'I';
 inline constexpr char kDentryPrefix = 'D';
 inline constexpr char kXattrPrefix = 'X';
 inline constexpr char kLogPrefix = 'L';
-inline constexpr char kLostPrefix = 'Z';  // Z <seq u64 BE> -> "path\0reason"
+inline constexpr char kLostPrefix = 'Z';    // Z <seq u64 BE> -> "path\0reason"
+inline constexpr char kFailedPrefix = 'Q';  // Q <seq u64 BE> -> "path\0reason"
 
 inline constexpr uint64_t kRootIno = 1;
 
@@ -85,6 +88,12 @@ inline std::string LogKey(uint64_t seq) {
 
 inline std::string LostKey(uint64_t seq) {
   std::string k(1, kLostPrefix);
+  AppendU64BE(&k, seq);
+  return k;
+}
+
+inline std::string FailedKey(uint64_t seq) {
+  std::string k(1, kFailedPrefix);
   AppendU64BE(&k, seq);
   return k;
 }

@@ -61,6 +61,7 @@ const char* DataStateName(DataState s) {
     case DataState::kDraining: return "draining";
     case DataState::kPersisted: return "persisted";
     case DataState::kRemote: return "remote";
+    case DataState::kFailed: return "failed";
   }
   return "unknown";
 }
@@ -98,7 +99,7 @@ Result<InodeRecord> DecodeInode(std::string_view v) {
   bool ok = rd.Get(&fmt) && fmt == kInodeFormat && rd.Get(&r.ino) && rd.Get(&r.parent) && rd.Get(&r.mode) &&
             rd.Get(&r.uid) && rd.Get(&r.gid) && rd.Get(&r.nlink) && rd.Get(&r.size) && rd.Get(&r.rdev);
   for (Timespec* t : {&r.atime, &r.mtime, &r.ctime}) ok = ok && rd.Get(&t->sec) && rd.Get(&t->nsec);
-  ok = ok && rd.Get(&r.version) && rd.Get(&state) && state <= 3 && rd.Get(&r.checksum_hi) &&
+  ok = ok && rd.Get(&r.version) && rd.Get(&state) && state <= static_cast<uint8_t>(DataState::kFailed) && rd.Get(&r.checksum_hi) &&
        rd.Get(&r.checksum_lo) && rd.Get(&r.sealed_size) && rd.GetStr(&r.name) && rd.GetStr(&r.target) && rd.done();
   if (!ok) return Err(EIO);
   r.state = static_cast<DataState>(state);
@@ -164,15 +165,25 @@ Status MetaStore::ForEachLogEntry(const std::function<void(LogEntry&&)>& fn) {
   return {};
 }
 
-void MetaStore::PutLost(Batch* b, uint64_t seq, std::string_view path, std::string_view reason) {
+namespace {
+std::string PathNote(std::string_view path, std::string_view reason) {
   std::string v(path);
   v.push_back('\0');
   v.append(reason);
-  b->Put(LostKey(seq), v);
+  return v;
+}
+}  // namespace
+
+void MetaStore::PutLost(Batch* b, uint64_t seq, std::string_view path, std::string_view reason) {
+  b->Put(LostKey(seq), PathNote(path, reason));
 }
 
-Status MetaStore::ForEachLost(const std::function<void(uint64_t, std::string_view, std::string_view)>& fn) {
-  return kv_->Scan(std::string(1, kLostPrefix), [&](std::string_view k, std::string_view v) {
+void MetaStore::PutFailed(Batch* b, uint64_t seq, std::string_view path, std::string_view reason) {
+  b->Put(FailedKey(seq), PathNote(path, reason));
+}
+
+Status MetaStore::ScanPathNotes(char prefix, const std::function<void(uint64_t, std::string_view, std::string_view)>& fn) {
+  return kv_->Scan(std::string(1, prefix), [&](std::string_view k, std::string_view v) {
     if (k.size() != 9) return true;
     size_t z = v.find('\0');
     fn(ReadU64BE(k, 1), v.substr(0, z), z == std::string_view::npos ? std::string_view() : v.substr(z + 1));

@@ -24,6 +24,7 @@ enum class DataState : uint8_t {
   kDraining = 1,   // being copied to the backend
   kPersisted = 2,  // in the backend and in the tier
   kRemote = 3,     // in the backend only
+  kFailed = 4,     // in the tier only: the backend refused it for good (see the failed list)
 };
 
 const char* DataStateName(DataState s);
@@ -113,6 +114,11 @@ class MetaStore {
   // Files whose promised bytes were lost (the tier vanished with them, e.g.
   // at a node reboot), kept for `ckptfs status` until cleared.
   static void PutLost(Batch* b, uint64_t seq, std::string_view path, std::string_view reason);
+  // Log entries the backend refused for good (a name it cannot hold, a
+  // symlink where a directory should be): skipped so the drain goes on,
+  // kept for `ckptfs status` until the path persists again.
+  static void PutFailed(Batch* b, uint64_t seq, std::string_view path, std::string_view reason);
+  static void DeleteFailed(Batch* b, uint64_t seq) { b->Delete(FailedKey(seq)); }
 
   [[nodiscard]] Status Commit(const Batch& b, bool sync = false) { return kv_->Write(b, sync); }
 
@@ -124,7 +130,12 @@ class MetaStore {
   [[nodiscard]] Status ForEachInode(const std::function<void(InodeRecord&&)>& fn);
   [[nodiscard]] Status ForEachDentry(const std::function<void(uint64_t parent, std::string_view name, DentryValue)>& fn);
   [[nodiscard]] Status ForEachLogEntry(const std::function<void(LogEntry&&)>& fn);
-  [[nodiscard]] Status ForEachLost(const std::function<void(uint64_t seq, std::string_view path, std::string_view reason)>& fn);
+  [[nodiscard]] Status ForEachLost(const std::function<void(uint64_t seq, std::string_view path, std::string_view reason)>& fn) {
+    return ScanPathNotes(kLostPrefix, fn);
+  }
+  [[nodiscard]] Status ForEachFailed(const std::function<void(uint64_t seq, std::string_view path, std::string_view reason)>& fn) {
+    return ScanPathNotes(kFailedPrefix, fn);
+  }
   [[nodiscard]] Status ForEachXattr(const std::function<void(uint64_t ino, std::string_view name, std::string_view value)>& fn);
 
   // The format record: created on first use, checked afterwards. Returns the
@@ -135,6 +146,8 @@ class MetaStore {
   [[nodiscard]] Status BindBackend(std::string_view url, std::string* bound);
 
  private:
+  Status ScanPathNotes(char prefix, const std::function<void(uint64_t, std::string_view, std::string_view)>& fn);
+
   std::unique_ptr<Kv> kv_;
 };
 

@@ -28,6 +28,9 @@ class FlakyBackend final : public backend::Backend {
   std::atomic<int> fail_publishes{0};
   std::atomic<bool> down{false};
   std::atomic<int> publishes{0};
+  // Publish and Mkdir of paths starting with refuse_prefix fail with refuse_err.
+  std::string refuse_prefix;
+  int refuse_err = 0;
   std::vector<std::string> order;  // paths published and ops applied, in order
   std::mutex mu;
 
@@ -43,12 +46,16 @@ class FlakyBackend final : public backend::Backend {
       fail_publishes--;
       return std::unexpected(ENOSPC);
     }
+    if (Refused(p)) return std::unexpected(refuse_err);
     publishes++;
     Note("put " + p);
     return inner_->Publish(s, p, m, a, b);
   }
   void Abort(const backend::Staged& s) override { inner_->Abort(s); }
-  ckpt::Status Mkdir(const std::string& p, uint32_t m) override { return Op("mkdir " + p, [&] { return inner_->Mkdir(p, m); }); }
+  ckpt::Status Mkdir(const std::string& p, uint32_t m) override {
+    if (Refused(p)) return std::unexpected(refuse_err);
+    return Op("mkdir " + p, [&] { return inner_->Mkdir(p, m); });
+  }
   ckpt::Status Rmdir(const std::string& p) override { return Op("rmdir " + p, [&] { return inner_->Rmdir(p); }); }
   ckpt::Status Remove(const std::string& p) override { return Op("rm " + p, [&] { return inner_->Remove(p); }); }
   ckpt::Status Rename(const std::string& a, const std::string& b, bool x) override {
@@ -68,6 +75,7 @@ class FlakyBackend final : public backend::Backend {
   ckpt::Status List(const std::function<void(const backend::Entry&)>& fn) override { return inner_->List(fn); }
 
  private:
+  bool Refused(const std::string& p) const { return refuse_err && p.starts_with(refuse_prefix); }
   void Note(const std::string& s) {
     std::lock_guard lk(mu);
     order.push_back(s);
@@ -365,4 +373,57 @@ Test(drain, published_but_not_committed_survives_a_reboot) {
   e.Open();
   cr_assert_eq(e.table->LostFiles().size(), 1u);
   cr_assert_eq(e.table->Lookup(kRoot, "latest").error(), ENOENT);
+}
+
+// An entry the backend refuses for good (here ENAMETOOLONG, as for a path
+// past the backend's PATH_MAX) is marked failed; everything after it still
+// drains, in order, and the failure is listed and shown in the file's state.
+Test(drain, permanent_refusal_fails_one_entry_and_the_drain_goes_on) {
+  DrainEnv d;
+  Env& e = *d.env;
+  d.flaky->refuse_prefix = "bad";
+  d.flaky->refuse_err = ENAMETOOLONG;
+  uint64_t bad = e.WriteFile(kRoot, "bad.pt", "refused");
+  uint64_t dir = e.Mkdir(kRoot, "badir");
+  e.WriteFile(dir, "inside.pt", "under a refused directory");
+  e.WriteFile(kRoot, "good.pt", "accepted");
+  e.WriteFile(kRoot, "latest", "step");
+  d.Start();
+  d.Drain(30);  // fails the test if the drain wedges on the refused entries
+  cr_assert_eq(d.Read("good.pt"), "accepted");
+  cr_assert_eq(d.Read("latest"), "step");
+  cr_assert_not(d.Exists("bad.pt"));
+  auto failed = e.table->FailedEntries();
+  cr_assert_geq(failed.size(), 2u, "bad.pt and badir are listed, got %zu", failed.size());
+  cr_assert_eq(failed[0].path, "bad.pt");
+  cr_assert_neq(failed[0].reason.find("File name too long"), std::string::npos, "%s", failed[0].reason.c_str());
+  cr_assert_eq(e.table->GetAttr(bad)->state, ckpt::meta::DataState::kFailed);
+  auto x = e.table->GetXattr(bad, ckpt::fs::kStateXattr);
+  cr_assert(x.has_value() && *x == "failed", "state xattr: %s", x ? x->c_str() : "?");
+  cr_assert_geq(d.drainer->Stats().entries_failed, 2u);
+  cr_assert_not(d.drainer->Stats().in_error, "a permanent failure is not a backend outage");
+  // The failed file keeps its bytes in memory and is never evicted.
+  cr_assert(e.tier->Has(bad));
+  e.table->Evict(1ull << 40);
+  cr_assert(e.tier->Has(bad), "the only copy is not evicted");
+  // The failure survives a restart; once the path persists, it leaves the list.
+  d.drainer->Stop();
+  d.drainer.reset();
+  e.Open();
+  cr_assert_geq(e.table->FailedEntries().size(), 2u);
+  cr_assert_eq(e.table->GetAttr(bad)->state, ckpt::meta::DataState::kFailed);
+  d.flaky->refuse_err = 0;
+  e.Overwrite(bad, "accepted now");
+  d.Start();
+  d.Drain(30);
+  cr_assert_eq(d.Read("bad.pt"), "accepted now");
+  for (auto& f : e.table->FailedEntries()) cr_assert_neq(f.path, "bad.pt");
+}
+
+// A transient error (EIO, ENOSPC, EACCES...) is never a failure: retried.
+Test(drain, transient_errors_are_not_permanent) {
+  for (int err : {EIO, ENOSPC, EACCES, EROFS, ENOENT, ESTALE, ETIMEDOUT, EDQUOT})
+    cr_assert_not(ckpt::fs::IsPermanent(err), "errno %d", err);
+  for (int err : {ELOOP, ENOTDIR, EISDIR, ENAMETOOLONG, EINVAL, EILSEQ, EFBIG})
+    cr_assert(ckpt::fs::IsPermanent(err), "errno %d", err);
 }

@@ -348,3 +348,153 @@ Test(recovery, tier_wiped_persisted_remote_pending_lost) {
   e.Open();
   cr_assert(e.table->PendingLog(10).back().op == LogOp::kUnlink);
 }
+
+// The root names the backend uses for itself cannot be made through the mount.
+Test(hardening, reserved_root_names_are_eperm) {
+  Env e(KvKind::kMem);
+  for (const char* n : {".ckptfs-tmp", ".ckptfs", ".ckptfs-probe-1"}) {
+    auto r = e.table->Mkdir(kRoot, n, 0755, ckpt::fs::Caller{0, 0});
+    cr_assert(!r.has_value() && r.error() == EPERM, "mkdir %s", n);
+    r = e.table->Mknod(kRoot, n, S_IFREG | 0644, 0, ckpt::fs::Caller{0, 0});
+    cr_assert(!r.has_value() && r.error() == EPERM, "create %s", n);
+  }
+  uint64_t f = e.WriteFile(kRoot, "f", "x");
+  auto rn = e.table->Rename(kRoot, "f", kRoot, ".ckptfs-tmp", 0);
+  cr_assert(!rn.has_value() && rn.error() == EPERM);
+  auto ln = e.table->Link(f, kRoot, ".ckptfs-tmp");
+  cr_assert(!ln.has_value() && ln.error() == EPERM);
+  // Below the root the name is an ordinary one.
+  uint64_t d = e.Mkdir(kRoot, "d");
+  cr_assert(e.table->Mkdir(d, ".ckptfs-tmp", 0755, ckpt::fs::Caller{0, 0}).has_value());
+}
+
+// Paths the backend cannot hold are refused when made, not found at drain.
+Test(hardening, backend_path_limits_checked_at_create_and_rename) {
+  Env e(KvKind::kMem);
+  ckpt::fs::Limits l;
+  l.max_path = 40;
+  l.utf8_names = true;
+  e.table->set_limits(l);
+  uint64_t d = e.Mkdir(kRoot, "0123456789");            // 10
+  uint64_t sub = e.Mkdir(d, "0123456789");              // 21
+  e.WriteFile(sub, "0123456789", "x");                  // 32
+  auto r = e.table->Mknod(sub, std::string(19, 'a'), S_IFREG | 0644, 0, ckpt::fs::Caller{0, 0});  // 41
+  cr_assert(!r.has_value() && r.error() == ENAMETOOLONG);
+  cr_assert(e.table->Mknod(sub, std::string(18, 'a'), S_IFREG | 0644, 0, ckpt::fs::Caller{0, 0}).has_value());
+  // Renaming the directory to a longer name pushes its files past the limit.
+  auto rn = e.table->Rename(kRoot, "0123456789", kRoot, "0123456789abcdef", 0);
+  cr_assert(!rn.has_value() && rn.error() == ENAMETOOLONG);
+  cr_assert(e.table->Rename(kRoot, "0123456789", kRoot, "x", 0).has_value());
+  // S3 keys are UTF-8.
+  auto bad = e.table->Mknod(kRoot, "caf\xe9", S_IFREG | 0644, 0, ckpt::fs::Caller{0, 0});
+  cr_assert(!bad.has_value() && bad.error() == EILSEQ);
+  cr_assert(e.table->Mknod(kRoot, "caf\xc3\xa9", S_IFREG | 0644, 0, ckpt::fs::Caller{0, 0}).has_value());
+}
+
+// --max-file-size: writes, truncates and fallocates past it are EFBIG.
+Test(hardening, max_file_size_is_efbig) {
+  Env e(KvKind::kMem);
+  ckpt::fs::Limits l;
+  l.max_file_size = 1 << 20;
+  e.table->set_limits(l);
+  uint64_t f = e.WriteFile(kRoot, "f", "x");
+  ckpt::fs::AttrChange c;
+  c.to_set = ckpt::fs::kSetSize;
+  c.size = 100ull << 40;  // truncate -s 100T
+  auto r = e.table->SetAttr(f, c);
+  cr_assert(!r.has_value() && r.error() == EFBIG);
+  c.size = 1 << 20;
+  cr_assert(e.table->SetAttr(f, c).has_value());
+  auto fd = e.table->Open(f, O_RDWR);
+  cr_assert(fd.has_value());
+  auto w = e.table->Write(f, (1 << 20) - 1, 2, [](int) -> ssize_t { return 2; });
+  cr_assert(!w.has_value() && w.error() == EFBIG);
+  auto fa = e.table->Fallocate(f, 0, 0, 2 << 20);
+  cr_assert(!fa.has_value() && fa.error() == EFBIG);
+  e.table->Release(f, O_RDWR);
+}
+
+// A parent-pointer cycle in the metadata is refused at load (it made every
+// path walk loop and allocate without bound).
+Test(hardening, parent_cycle_is_refused_at_load) {
+  Env e(KvKind::kRocks);
+  uint64_t a = e.Mkdir(kRoot, "a");
+  uint64_t b = e.Mkdir(a, "b");
+  e.WriteFile(b, "f", "x");
+  auto ra = e.store->GetInode(a);
+  cr_assert(ra.has_value());
+  ckpt::meta::InodeRecord r = *ra;
+  r.parent = b;  // a -> b -> a
+  ckpt::meta::Batch batch;
+  ckpt::meta::MetaStore::PutInode(&batch, r);
+  cr_assert(e.store->Commit(batch, true).has_value());
+  e.table.reset();
+  auto t = std::make_unique<ckpt::fs::InodeTable>(e.store.get(), e.tier.get(), nullptr);
+  auto st = t->Load(ckpt::fs::Caller{0, 0});
+  cr_assert(!st.has_value(), "a cycle must be refused");
+  cr_assert_eq(st.error(), EUCLEAN);
+}
+
+// Tier bytes of an inode the metadata does not know are kept in orphans/.
+Test(hardening, unknown_tier_files_go_to_orphans) {
+  Env e(KvKind::kRocks);
+  e.WriteFile(kRoot, "f", "x");
+  {
+    auto fd = e.tier->Pin(0x777, true);
+    cr_assert(fd.has_value());
+    cr_assert_eq(pwrite(*fd, "orphan bytes", 12, 0), 12);
+    e.tier->Unpin(0x777);
+  }
+  e.Open();
+  cr_assert_not(e.tier->Has(0x777));
+  cr_assert_eq(e.tier->Stats().orphans, 1u);
+  cr_assert(std::filesystem::exists(e.dir + "/tier/orphans/0000000000000777"));
+}
+
+namespace {
+// A store that refuses writes on demand, as RocksDB does after a failed
+// WAL write.
+class FailingKv final : public ckpt::meta::Kv {
+ public:
+  explicit FailingKv(std::unique_ptr<ckpt::meta::Kv> inner) : inner_(std::move(inner)) {}
+  std::atomic<bool> fail{false};
+  ckpt::Result<std::string> Get(std::string_view k) override { return inner_->Get(k); }
+  ckpt::Status Write(const ckpt::meta::Batch& b, bool sync) override {
+    if (fail) return std::unexpected(EIO);
+    return inner_->Write(b, sync);
+  }
+  ckpt::Status Scan(std::string_view p, const std::function<bool(std::string_view, std::string_view)>& fn) override {
+    return inner_->Scan(p, fn);
+  }
+
+ private:
+  std::unique_ptr<ckpt::meta::Kv> inner_;
+};
+}  // namespace
+
+// After one failed metadata write the mount is read-only for good (until a
+// remount), says why, and still serves reads.
+Test(hardening, failed_metadata_write_makes_the_mount_read_only) {
+  Env e(KvKind::kMem);
+  auto kv = std::make_unique<FailingKv>(ckpt::meta::NewMemKv());
+  FailingKv* fk = kv.get();
+  e.table.reset();
+  e.store = std::make_unique<ckpt::meta::MetaStore>(std::move(kv));
+  e.table = std::make_unique<ckpt::fs::InodeTable>(e.store.get(), e.tier.get(), nullptr);
+  cr_assert(e.table->Load(ckpt::fs::Caller{0, 0}).has_value());
+  uint64_t f = e.WriteFile(kRoot, "f", "kept");
+  cr_assert(e.table->ReadOnlyReason().empty());
+  fk->fail = true;
+  auto r = e.table->Mkdir(kRoot, "d", 0755, ckpt::fs::Caller{0, 0});
+  cr_assert(!r.has_value() && r.error() == EIO, "the failing write itself reports the error");
+  fk->fail = false;  // the store would accept again: the mount stays read-only
+  cr_assert_neq(e.table->ReadOnlyReason().find("read-only"), std::string::npos);
+  r = e.table->Mkdir(kRoot, "d2", 0755, ckpt::fs::Caller{0, 0});
+  cr_assert(!r.has_value() && r.error() == EROFS);
+  auto w = e.table->Open(f, O_WRONLY);
+  cr_assert(!w.has_value() && w.error() == EROFS);
+  auto rd = e.table->Open(f, O_RDONLY);
+  cr_assert(rd.has_value(), "reads go on");
+  e.table->Release(f, O_RDONLY);
+  cr_assert(!e.table->Unlink(kRoot, "f").has_value());
+}

@@ -179,7 +179,7 @@ KV_TEST(inode, truncated_or_garbage_bytes_are_eio) {
 
   size_t state_at = StateOffset(r, enc);
   cr_assert_eq(static_cast<uint8_t>(enc[state_at]), 1u, "layout: state byte (kDraining) found");
-  for (uint8_t s : {4, 5, 0x80, 0xff}) {
+  for (uint8_t s : {5, 6, 0x80, 0xff}) {  // 4 is kFailed
     bad = enc;
     bad[state_at] = static_cast<char>(s);
     cr_assert_eq(DecodeInode(bad).error(), EIO, "state %u", s);
