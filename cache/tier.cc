@@ -321,7 +321,7 @@ void Tier::Recharge(File* f) {
   f->charged = now;
 }
 
-Status Tier::Reserve(uint64_t n) {
+Status Tier::Reserve(uint64_t n, bool wait) {
   std::unique_lock lk(mu_);
   if (n > budget_) return Err(ENOSPC);
   auto deadline = std::chrono::steady_clock::now() + wait_limit_;
@@ -341,6 +341,8 @@ Status Tier::Reserve(uint64_t n) {
     } else if (wait_limit_.count() == 0) {
       return Err(ENOSPC);
     }
+    if (!wait) return Err(EAGAIN);  // the caller waits elsewhere (not on a FUSE worker)
+    if (closed_) return Err(ENOSPC);
     if (!waited) {
       waited = true;
       waits_++;
@@ -361,7 +363,8 @@ void Tier::Unreserve(uint64_t n) {
   reserved_ -= n;
 }
 
-Result<size_t> Tier::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn) {
+Result<size_t> Tier::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn,
+                           bool wait) {
   FdRef ref;
   {
     std::lock_guard lk(mu_);
@@ -377,7 +380,7 @@ Result<size_t> Tier::Write(uint64_t ino, uint64_t off, size_t len, const std::fu
   uint64_t end = off + len;
   uint64_t cur = static_cast<uint64_t>(st.st_size);
   uint64_t need = end <= cur ? 0 : (off >= cur ? len : end - cur);
-  if (auto r = Reserve(need); !r) return Err(r.error());
+  if (auto r = Reserve(need, wait); !r) return Err(r.error());
   ssize_t n = fn(fd);
   {
     std::lock_guard lk(mu_);
@@ -402,11 +405,11 @@ Status Tier::Truncate(uint64_t ino, uint64_t size) {
   return res;
 }
 
-Status Tier::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len) {
+Status Tier::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait) {
   // Only allocating modes take pages; punching and collapsing give them back.
   bool allocates = !(mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_COLLAPSE_RANGE));
   uint64_t need = allocates ? len : 0;
-  if (auto r = Reserve(need); !r) return r;
+  if (auto r = Reserve(need, wait); !r) return r;
   std::lock_guard lk(mu_);
   reserved_ -= need;
   auto f = OpenLocked(ino, true);
@@ -420,7 +423,7 @@ Status Tier::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len) {
 }
 
 Status Tier::Fill(uint64_t ino, uint64_t size, const std::function<int(int)>& fn) {
-  if (auto r = Reserve(size); !r) return r;
+  if (auto r = Reserve(size, true); !r) return r;
   std::unique_lock lk(mu_);
   reserved_ -= size;
   int fd = OpenAt(NameOf(ino), O_RDWR | O_CREAT | O_TRUNC);
@@ -477,5 +480,13 @@ TierStats Tier::Stats() {
 }
 
 void Tier::NotifySpace() { space_cv_.notify_all(); }
+
+void Tier::Close() {
+  {
+    std::lock_guard lk(mu_);
+    closed_ = true;
+  }
+  space_cv_.notify_all();
+}
 
 }  // namespace ckpt::cache

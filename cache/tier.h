@@ -118,15 +118,19 @@ class Tier {
 
   // Writes through `fn(fd)` (which must write `len` bytes at `off` and
   // return the count or a negative errno), reserving the space first.
+  // With `wait` false, a reservation that would have to wait for space
+  // returns EAGAIN at once (nothing written, nothing charged): the caller
+  // queues the write where waiting holds no FUSE worker.
   // REQUIRES: the inode is pinned.
   [[nodiscard]] Result<size_t> Write(uint64_t ino, uint64_t off, size_t len,
-                                     const std::function<ssize_t(int fd)>& fn);
+                                     const std::function<ssize_t(int fd)>& fn, bool wait = true);
 
   // Sets the file's size (creating the file if needed). Shrinking frees pages.
   [[nodiscard]] Status Truncate(uint64_t ino, uint64_t size);
 
-  // fallocate(2) on the tier file, reserving `len` bytes first.
-  [[nodiscard]] Status Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len);
+  // fallocate(2) on the tier file, reserving `len` bytes first (`wait`: as
+  // for Write).
+  [[nodiscard]] Status Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait = true);
 
   // Deletes the inode's tier file and returns its pages to the budget.
   // Missing files are not an error.
@@ -166,6 +170,10 @@ class Tier {
   // Wakes writers waiting for space (call after freeing space elsewhere).
   void NotifySpace();
 
+  // At unmount: every reservation still waiting, and any later one that
+  // would wait, fails with ENOSPC at once.
+  void Close();
+
   std::string PathOf(uint64_t ino) const;
 
  private:
@@ -184,9 +192,10 @@ class Tier {
     uint64_t charged = 0;  // bytes of `used_` this file accounts for
   };
 
-  // Reserves `n` bytes, waiting for space up to wait_limit_. ENOSPC if the
-  // request can never fit or the wait runs out.
-  Status Reserve(uint64_t n);
+  // Reserves `n` bytes, waiting for space up to wait_limit_ (or EAGAIN at
+  // the first wait if !wait). ENOSPC if the request can never fit or the
+  // wait runs out.
+  Status Reserve(uint64_t n, bool wait);
   void Unreserve(uint64_t n);
   // Re-reads the file's allocation and adjusts used_. REQUIRES: mu_ held.
   void Recharge(File* f);
@@ -211,6 +220,7 @@ class Tier {
   uint64_t reserved_ = 0;                     // GUARDED_BY(mu_)
   uint64_t waits_ = 0;                        // GUARDED_BY(mu_)
   uint64_t orphans_ = 0;                      // GUARDED_BY(mu_)
+  bool closed_ = false;                       // GUARDED_BY(mu_)
 };
 
 }  // namespace ckpt::cache

@@ -15,6 +15,7 @@
 #include "fs/drain.h"
 #include "fs/inode_table.h"
 #include "fs/meta/meta_store.h"
+#include "fs/space_waiter.h"
 
 namespace ckpt::fs {
 
@@ -26,6 +27,7 @@ struct Daemon {
   std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<InodeTable> table;
   std::unique_ptr<Drainer> drainer;
+  std::unique_ptr<SpaceWaiter> space_waiter;  // writes waiting for tier space (null: they wait in place)
   double attr_timeout = 10.0;   // the daemon is the only writer of its namespace
   double entry_timeout = 10.0;
   std::atomic<uint64_t> bytes_written{0};

@@ -55,6 +55,7 @@ bool Under(const std::string& path, const std::string& dir) {
 Drainer::Drainer(InodeTable* table, backend::Backend* backend, int parallel)
     : table_(table), backend_(backend), parallel_(std::max(1, parallel)) {
   if (const char* v = getenv("CKPTFS_DRAIN_DELAY_MS")) publish_delay_ms_ = atoi(v);
+  if (const char* v = getenv("CKPTFS_DRAIN_PAUSE_FILE")) pause_file_ = v;
 }
 
 Drainer::~Drainer() { Stop(); }
@@ -256,6 +257,7 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     return 0;
   }
   if (job->err != 0) return job->err;
+  WhilePaused();
   if (publish_delay_ms_ > 0) {  // test knob: a slow backend, to watch the order from outside
     std::unique_lock lk(mu_);
     cv_.wait_for(lk, std::chrono::milliseconds(publish_delay_ms_), [&] { return stop_.load(); });
@@ -281,7 +283,15 @@ int Drainer::ApplyPersist(const LogEntry& e) {
   return 0;
 }
 
+void Drainer::WhilePaused() {
+  if (pause_file_.empty()) return;
+  std::unique_lock lk(mu_);
+  while (!stop_ && access(pause_file_.c_str(), F_OK) == 0)
+    cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return stop_.load(); });
+}
+
 int Drainer::ApplyNamespace(const LogEntry& e) {
+  WhilePaused();
   Status st;
   switch (e.op) {
     case LogOp::kMkdir: st = backend_->Mkdir(e.path, e.mode & 07777); break;

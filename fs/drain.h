@@ -15,8 +15,10 @@
 // after it still drain. Stop() ends promptly:
 // staged uploads are aborted and the log keeps what was not applied.
 //
-// Test knob: CKPTFS_DRAIN_DELAY_MS=N waits N ms before each publish, so
-// mounted tests can watch the backend while a drain is in progress.
+// Test knobs: CKPTFS_DRAIN_DELAY_MS=N waits N ms before each publish, so
+// mounted tests can watch the backend while a drain is in progress;
+// CKPTFS_DRAIN_PAUSE_FILE=PATH applies nothing while PATH exists (a
+// backend that is stuck, then recovers).
 #pragma once
 
 #include <atomic>
@@ -108,6 +110,8 @@ class Drainer {
   std::deque<std::pair<double, uint64_t>> recent_;  // GUARDED_BY(mu_), (time, bytes) for the rate
   int backoff_ms_ = 0;                             // drain thread only
   int publish_delay_ms_ = 0;  // CKPTFS_DRAIN_DELAY_MS: a slow backend, for tests
+  std::string pause_file_;    // CKPTFS_DRAIN_PAUSE_FILE: a stuck backend, for tests
+  void WhilePaused();
 
   std::atomic<bool> stop_{false};
   std::thread runner_;

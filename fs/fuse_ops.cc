@@ -407,26 +407,75 @@ void ckpt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file
   });
 }
 
+// Replies to a write (from a worker or from the space waiter).
+void FinishWrite(fuse_req_t req, fuse_ino_t ino, size_t len, off_t off, const Result<size_t>& n) {
+  if (!n) {
+    // ENOSPC: the tier has said why, once.
+    if (n.error() != ENOSPC && n.error() != EFBIG && n.error() != EROFS)
+      LOG_ERROR("ino {}: write of {} bytes at {} failed: {}", ino, len, off, strerror(n.error()));
+    return (void)fuse_reply_err(req, n.error());
+  }
+  D(req)->bytes_written += *n;
+  fuse_reply_write(req, *n);
+}
+
+// A write the tier has no room for yet: its bytes are copied out of
+// libfuse's buffer (which the worker reuses) into a job that the space
+// waiter runs once there is room. The worker returns at once.
+bool QueueWrite(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off) {
+  Daemon* d = D(req);
+  size_t len = fuse_buf_size(in);
+  auto data = std::make_shared<std::vector<char>>(len);
+  fuse_bufvec mem = FUSE_BUFVEC_INIT(len);
+  mem.buf[0].mem = data->data();
+  ssize_t got = fuse_buf_copy(&mem, in, static_cast<fuse_buf_copy_flags>(0));
+  if (got < 0 || static_cast<size_t>(got) != len) {
+    fuse_reply_err(req, got < 0 ? static_cast<int>(-got) : EIO);
+    return true;
+  }
+  auto job = [req, ino, off, data](bool cancelled) {
+    Daemon* d = D(req);
+    if (cancelled) return (void)fuse_reply_err(req, EIO);
+    Guard(req, [&] {
+      auto n = d->table->Write(ino, static_cast<uint64_t>(off), data->size(), [&](int fd) -> ssize_t {
+        size_t done = 0;
+        while (done < data->size()) {
+          ssize_t w = pwrite(fd, data->data() + done, data->size() - done, off + static_cast<off_t>(done));
+          if (w < 0 && errno == EINTR) continue;
+          if (w < 0) return -errno;
+          done += static_cast<size_t>(w);
+        }
+        return static_cast<ssize_t>(done);
+      });
+      FinishWrite(req, ino, data->size(), off, n);
+    });
+  };
+  return d->space_waiter->Submit(std::move(job), len);
+}
+
 void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, fuse_file_info* fi) {
   LOG_DEBUG("write_buf(ino={}, off={}, size={})", ino, off, fuse_buf_size(in));
   Guard(req, [&] {
+    Daemon* d = D(req);
     auto* h = reinterpret_cast<FileHandle*>(fi->fh);
+    h->wrote = true;
     size_t len = fuse_buf_size(in);
-    auto n = D(req)->table->Write(ino, static_cast<uint64_t>(off), len, [&](int fd) -> ssize_t {
+    // Writers already waiting for space go first: queue behind them.
+    bool can_queue = d->space_waiter != nullptr;
+    if (can_queue && d->space_waiter->Busy() && QueueWrite(req, ino, in, off)) return;
+    auto copy_in = [&](int fd) -> ssize_t {
       fuse_bufvec dst = FUSE_BUFVEC_INIT(len);
       dst.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
       dst.buf[0].fd = fd;
       dst.buf[0].pos = off;
       return fuse_buf_copy(&dst, in, FUSE_BUF_SPLICE_NONBLOCK);
-    });
-    if (!n) {
-      // ENOSPC: the tier has said why, once.
-      if (n.error() != ENOSPC) LOG_ERROR("ino {}: write of {} bytes at {} failed: {}", ino, len, off, strerror(n.error()));
-      return (void)fuse_reply_err(req, n.error());
+    };
+    auto n = d->table->Write(ino, static_cast<uint64_t>(off), len, copy_in, /*wait=*/!can_queue);
+    if (!n && n.error() == EAGAIN) {
+      if (QueueWrite(req, ino, in, off)) return;
+      n = d->table->Write(ino, static_cast<uint64_t>(off), len, copy_in);  // queue full: wait here
     }
-    h->wrote = true;
-    D(req)->bytes_written += *n;
-    fuse_reply_write(req, *n);
+    FinishWrite(req, ino, len, off, n);
   });
 }
 
@@ -606,8 +655,23 @@ void ckpt_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t l
   LOG_DEBUG("fallocate(ino={}, mode={}, off={}, len={})", ino, mode, off, len);
   Guard(req, [&] {
     if (off < 0 || len <= 0) return (void)fuse_reply_err(req, EINVAL);
-    auto r = D(req)->table->Fallocate(ino, mode, static_cast<uint64_t>(off), static_cast<uint64_t>(len));
-    if (r) reinterpret_cast<FileHandle*>(fi->fh)->wrote = true;
+    Daemon* d = D(req);
+    reinterpret_cast<FileHandle*>(fi->fh)->wrote = true;
+    auto uoff = static_cast<uint64_t>(off), ulen = static_cast<uint64_t>(len);
+    bool can_queue = d->space_waiter != nullptr;
+    auto r = d->table->Fallocate(ino, mode, uoff, ulen, /*wait=*/!can_queue);
+    if (!r && r.error() == EAGAIN) {
+      // No room yet: wait on the space waiter's thread, not this worker.
+      auto job = [req, ino, mode, uoff, ulen](bool cancelled) {
+        if (cancelled) return (void)fuse_reply_err(req, EIO);
+        Guard(req, [&] {
+          auto st = D(req)->table->Fallocate(ino, mode, uoff, ulen);
+          fuse_reply_err(req, st ? 0 : st.error());
+        });
+      };
+      if (d->space_waiter->Submit(std::move(job), 0)) return;
+      r = d->table->Fallocate(ino, mode, uoff, ulen);
+    }
     fuse_reply_err(req, r ? 0 : r.error());
   });
 }

@@ -1088,7 +1088,8 @@ void InodeTable::Release(uint64_t ino, int open_flags) {
   MaybeDelete(n);
 }
 
-Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn) {
+Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn,
+                                 bool wait) {
   if (auto st = Writable(); !st) return Err(st.error());
   if (off > limits_.max_file_size || len > limits_.max_file_size - off) return Err(EFBIG);
   {
@@ -1100,7 +1101,7 @@ Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const s
       if (auto st = BeforeMutation(node); !st) return Err(st.error());
   }
   // The tier may wait for space here: never under mu_.
-  auto n = tier_->Write(ino, off, len, fn);
+  auto n = tier_->Write(ino, off, len, fn, wait);
   if (!n) return n;
   std::lock_guard lk(mu_);
   Inode* node = Find(ino);
@@ -1115,7 +1116,7 @@ Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const s
   return n;
 }
 
-Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len) {
+Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait) {
   if (auto st = Writable(); !st) return st;
   if (off > limits_.max_file_size || len > limits_.max_file_size - off) return Err(EFBIG);
   {
@@ -1125,7 +1126,7 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len)
     if (!S_ISREG(n->rec.mode)) return Err(ENODEV);
     if (auto st = BeforeMutation(n); !st) return st;
   }
-  if (auto st = tier_->Fallocate(ino, mode, off, len); !st) return st;
+  if (auto st = tier_->Fallocate(ino, mode, off, len, wait); !st) return st;
   std::lock_guard lk(mu_);
   Inode* n = Find(ino);
   if (!n) return {};

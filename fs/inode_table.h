@@ -172,10 +172,11 @@ class InodeTable {
   // Called once per successful Open, with the same flags. Seals the file if
   // its bytes changed; persists size and times.
   void Release(uint64_t ino, int open_flags);
-  // Writes through the tier; updates size and mtime.
+  // Writes through the tier; updates size and mtime. `wait` false: EAGAIN
+  // instead of waiting for space (see cache::Tier::Write).
   [[nodiscard]] Result<size_t> Write(uint64_t ino, uint64_t off, size_t len,
-                                     const std::function<ssize_t(int fd)>& fn);
-  [[nodiscard]] Status Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len);
+                                     const std::function<ssize_t(int fd)>& fn, bool wait = true);
+  [[nodiscard]] Status Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait = true);
   // close(2) of a handle (FUSE flush). The kernel answers close(2) after
   // this, not after release: so the last writer's flush seals the file (a
   // file whose close returned is never lost), and any flush records size

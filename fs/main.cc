@@ -253,6 +253,7 @@ int RunDaemon(Config cfg, int report_fd) {
   d->tier->set_evictor([table](uint64_t need) { return table->Evict(need); });
   d->tier->set_wait_limit(std::chrono::minutes(10));
   d->drainer = std::make_unique<fs::Drainer>(d->table.get(), d->backend.get(), 4);
+  d->space_waiter = std::make_unique<fs::SpaceWaiter>();
 
   std::string opts = "fsname=ckptfs:" + cfg.backend_raw + ",subtype=ckptfs,default_permissions";
   if (geteuid() == 0) opts += ",allow_other";
@@ -291,6 +292,8 @@ int RunDaemon(Config cfg, int report_fd) {
   fuse_loop_cfg_set_max_threads(lc, 16);
   int rc = fuse_session_loop_mt(se, lc);
   fuse_loop_cfg_destroy(lc);
+  d->tier->Close();  // writes still waiting for space give up
+  if (d->space_waiter) d->space_waiter->Stop();
   d->table->Shutdown();
   d->drainer->Stop();
   fuse_session_unmount(se);

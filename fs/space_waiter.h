@@ -1,0 +1,65 @@
+// space_waiter.h — where requests wait for memory-tier space, so that no
+// FUSE worker does.
+//
+// libfuse serves requests from a fixed pool of worker threads. A write that
+// finds the tier full used to wait for the drain inside its worker; twenty
+// such writers took every worker, and then `stat`, `ls` and `ckptfs status`
+// hung too. Now the worker tries the write without waiting
+// (cache::Tier::Write with wait=false); on EAGAIN it copies the request's
+// bytes (at most one request, 1 MiB, per writer) into a job and returns at
+// once, and this one thread runs the jobs oldest first, each waiting as long
+// as the tier's wait limit allows, and replies from here (STYLE.md: the
+// thread that finishes the work replies).
+//
+// Order: while any job is queued, new writes that need space queue behind
+// it (Busy()), so a writer that waited is not overtaken by later ones.
+//
+// Thread-safety: Submit/Busy from any thread; jobs run on the waiter's
+// thread. Stop() runs every job still queued with cancelled=true (each must
+// reply) and joins.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace ckpt::fs {
+
+class SpaceWaiter {
+ public:
+  // A job waits for space and replies; `cancelled` means: reply an error now.
+  using Job = std::function<void(bool cancelled)>;
+
+  SpaceWaiter();
+  ~SpaceWaiter();
+  SpaceWaiter(const SpaceWaiter&) = delete;
+  SpaceWaiter& operator=(const SpaceWaiter&) = delete;
+
+  // Queues a job holding `bytes` of copied request data. False if the
+  // queue already holds kMaxQueuedBytes (the caller then waits itself: a
+  // bound on the memory copies take, reached only with hundreds of
+  // writers at once).
+  bool Submit(Job job, size_t bytes);
+  bool Busy() const { return queued_.load() > 0; }
+  size_t Queued() const { return queued_.load(); }
+  void Stop();
+
+  static constexpr size_t kMaxQueuedBytes = 256u << 20;
+
+ private:
+  void Run();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<Job, size_t>> jobs_;  // GUARDED_BY(mu_)
+  size_t bytes_ = 0;                         // GUARDED_BY(mu_)
+  bool stop_ = false;                        // GUARDED_BY(mu_)
+  std::atomic<size_t> queued_{0};            // jobs queued or running
+  std::thread thread_;
+};
+
+}  // namespace ckpt::fs
