@@ -33,6 +33,7 @@ bool IsPermanent(int err) {
     case ELOOP:         // a symlink where the backend needs a directory: never followed
     case ENOTDIR:       // a file where the backend needs a directory
     case EISDIR:        // a directory where the backend needs a file
+    case EEXIST:        // a file where the backend needs to make a directory
     case ENAMETOOLONG:  // a name or path the backend cannot hold
     case EINVAL:        // a request the store rejects as such (S3 4xx)
     case EILSEQ:        // a name the store cannot encode

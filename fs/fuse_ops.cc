@@ -745,7 +745,7 @@ std::string StatusJson(Daemon* d) {
   return fmt::format(
       "{{\"pid\":{},\"mountpoint\":\"{}\",\"backend\":\"{}\",\"state_dir\":\"{}\",\"tier_dir\":\"{}\","
       "\"fsync\":\"{}\","
-      "\"tier\":{{\"budget\":{},\"used\":{},\"reserved\":{},\"tier_files\":{},\"waits\":{}}},"
+      "\"tier\":{{\"budget\":{},\"used\":{},\"reserved\":{},\"tier_files\":{},\"waits\":{},\"orphans\":{}}},"
       "\"namespace\":{{\"inodes\":{},\"files\":{},\"dirs\":{},\"bytes\":{}}},"
       "\"dirty\":{},\"draining\":{},\"persisted\":{},\"remote\":{},"
       "\"drain\":{{\"queue\":{},\"head_seq\":{},\"applied_seq\":{},\"rate\":{:.0f},"
@@ -755,7 +755,7 @@ std::string StatusJson(Daemon* d) {
       "\"io\":{{\"bytes_written\":{},\"bytes_read\":{}}}}}",
       getpid(), JsonEscape(d->cfg.mountpoint), JsonEscape(d->cfg.backend_raw), JsonEscape(d->cfg.state_dir),
       JsonEscape(d->cfg.tier_dir), d->cfg.fsync == FsyncMode::kBackend ? "backend" : "memory", t.budget, t.used,
-      t.reserved, t.files, t.waits, ns.inodes, ns.files, ns.dirs, ns.bytes, st(meta::DataState::kDirty),
+      t.reserved, t.files, t.waits, t.orphans, ns.inodes, ns.files, ns.dirs, ns.bytes, st(meta::DataState::kDirty),
       st(meta::DataState::kDraining), st(meta::DataState::kPersisted), st(meta::DataState::kRemote), ds.log_len,
       ds.head_seq, ds.applied_seq, dr.rate, dr.bytes_persisted, dr.files_persisted, dr.entries_skipped, dr.retries,
       dr.in_error ? "true" : "false", JsonEscape(dr.last_error), dr.last_error_time, lost,

@@ -212,9 +212,13 @@ int RunDaemon(Config cfg, int report_fd) {
 
   auto d = std::make_unique<fs::Daemon>();
   d->cfg = cfg;
-  auto kv = meta::OpenRocksKv(cfg.state_dir + "/meta");
+  std::string kv_why;
+  auto kv = meta::OpenRocksKv(cfg.state_dir + "/meta", &kv_why);
   if (!kv) {
     if (kv.error() == EBUSY) return fail("state dir " + cfg.state_dir + " is in use by another ckptfs daemon");
+    if (kv.error() == EUCLEAN)
+      return fail("metadata in " + cfg.state_dir + "/meta is damaged (" + kv_why +
+                  "); nothing was mounted or changed. See docs/operations.md, \"Damaged metadata\"");
     return fail("cannot open metadata in " + cfg.state_dir + "/meta: " + Errno(kv.error()) +
                 " (see " + cfg.state_dir + "/ckptfs.log)");
   }
@@ -243,7 +247,9 @@ int RunDaemon(Config cfg, int report_fd) {
   d->table = std::make_unique<fs::InodeTable>(d->store.get(), d->tier.get(), d->backend.get());
   d->table->set_limits(MountLimits(cfg));
   if (auto st = d->table->Load(fs::Caller{geteuid(), getegid()}); !st)
-    return fail("cannot load metadata from " + cfg.state_dir + ": " + Errno(st.error()));
+    return fail(st.error() == EUCLEAN ? "metadata in " + cfg.state_dir +
+                                            "/meta is damaged (a directory cycle; see the log); nothing was mounted"
+                                      : "cannot load metadata from " + cfg.state_dir + ": " + Errno(st.error()));
   if (auto st = d->table->ImportBackend(); !st)
     return fail("cannot list what backend " + cfg.backend_raw + " holds: " + Errno(st.error()));
   // Writers that outgrow the budget wait for the drain (backpressure) and

@@ -58,8 +58,8 @@ class Kv {
 // Opens (creating if needed, mode 0700) a RocksDB database in `dir`.
 // Errors: EACCES, EBUSY (another daemon holds it), EUCLEAN (damaged: a
 // corrupted record anywhere but the WAL's torn tail; the reason, naming
-// the file, is logged), EIO (anything else).
-[[nodiscard]] Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir);
+// the file, is logged and put in *why), EIO (anything else).
+[[nodiscard]] Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir, std::string* why = nullptr);
 
 // A fresh in-memory store.
 std::unique_ptr<Kv> NewMemKv();

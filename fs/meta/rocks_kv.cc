@@ -20,6 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
@@ -47,6 +49,18 @@ int ToErrno(const rocksdb::Status& s) {
     case C::kTryAgain: return EAGAIN;
     default: return EIO;
   }
+}
+
+// RocksDB's corruption status does not say which file; the write-ahead
+// logs are where a mid-log corruption sits, so name them (with sizes).
+std::string DamagedFiles(const std::string& dir) {
+  std::string out;
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() != ".log" || e.file_size(ec) == 0) continue;
+    out += (out.empty() ? "" : ", ") + e.path().string() + " (" + std::to_string(e.file_size(ec)) + " bytes)";
+  }
+  return out.empty() ? "" : " in " + out;
 }
 
 class RocksKv final : public Kv {
@@ -108,7 +122,7 @@ class RocksKv final : public Kv {
 
 }  // namespace
 
-Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir) {
+Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir, std::string* why) {
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrFromErrno();
   int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dfd < 0) return Err(errno == ELOOP ? ENOTDIR : errno);
@@ -134,6 +148,7 @@ Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir) {
   if (!s.ok()) {
     close(lock_fd);
     LOG_ERROR("cannot open metadata store {}: {}", dir, s.ToString());
+    if (why) *why = s.ToString() + (s.IsCorruption() ? DamagedFiles(dir) : "");
     return Err(ToErrno(s));
   }
   return std::unique_ptr<Kv>(new RocksKv(std::unique_ptr<rocksdb::DB>(raw), lock_fd));

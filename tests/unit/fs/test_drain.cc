@@ -424,6 +424,6 @@ Test(drain, permanent_refusal_fails_one_entry_and_the_drain_goes_on) {
 Test(drain, transient_errors_are_not_permanent) {
   for (int err : {EIO, ENOSPC, EACCES, EROFS, ENOENT, ESTALE, ETIMEDOUT, EDQUOT})
     cr_assert_not(ckpt::fs::IsPermanent(err), "errno %d", err);
-  for (int err : {ELOOP, ENOTDIR, EISDIR, ENAMETOOLONG, EINVAL, EILSEQ, EFBIG})
+  for (int err : {ELOOP, ENOTDIR, EISDIR, EEXIST, ENAMETOOLONG, EINVAL, EILSEQ, EFBIG})
     cr_assert(ckpt::fs::IsPermanent(err), "errno %d", err);
 }

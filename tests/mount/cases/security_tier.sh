@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The memory tier belongs to one daemon (issue #16 item 2). A second mount
+# given the same --tier-dir is refused with one line while the first lives,
+# and the first one's files stay whole (it used to delete them as "unknown"
+# and the first then published 0-byte files). A tier dir holding a symlink
+# (planted as the next inode's tier file, it received that file's bytes) or
+# anything else ckptfs did not make is refused, nothing in it touched.
+set -euo pipefail
+source "$(dirname "$0")/../lib/common.sh"
+
+refused() {  # PATTERN MNT ARGS...: ckptfs mount must fail, one line naming PATTERN
+  local pat=$1 mnt=$2 rc=0
+  shift 2
+  "$CKPTFS" mount "$mnt" "$@" > "$T/out" 2> "$T/err" < /dev/null || rc=$?
+  [ "$rc" != 0 ] || fail "mount $mnt $* succeeded"
+  [ "$(wc -l < "$T/err")" = 1 ] || fail "want one line on stderr: $(cat "$T/err")"
+  grep -Eq -- "$pat" "$T/err" || fail "stderr does not name /$pat/: $(cat "$T/err")"
+  ! is_mounted "$mnt" || fail "left $mnt mounted"
+  note "ok: $(cat "$T/err")"
+}
+
+mount_fs --cache-size 64M
+head -c 2M /dev/urandom > "$T/ref"
+cp "$T/ref" "$MNT/model.pt"
+before=$(ls "$TIER" | sort)
+# 1. A second daemon on the same tier dir (another mount point and state).
+mkdir -p "$T/mnt2" "$T/backend2"
+refused "tier directory .* in use by another ckptfs daemon" "$T/mnt2" --backend "$T/backend2" \
+  --state-dir "$T/state2" --tier-dir "$TIER" --cache-size 64M
+[ "$(ls "$TIER" | sort)" = "$before" ] || fail "the second mount changed the first one's tier dir"
+cmp "$T/ref" "$MNT/model.pt" || fail "model.pt changed"
+"$CKPTFS" drain "$MNT" --timeout 60
+cmp "$T/ref" "$BACKEND/model.pt" || fail "the backend got something else than model.pt's bytes"
+umount_fs
+
+# 2. Planted entries in a tier dir: refused, never followed, never removed.
+echo "precious" > "$T/victim"
+for kind in symlink fifo foreign dir; do
+  case $kind in
+    symlink) ln -s "$T/victim" "$TIER/00000000000000ff"; what=00000000000000ff ;;
+    fifo) mkfifo "$TIER/00000000000000fe"; what=00000000000000fe ;;
+    foreign) echo x > "$TIER/notes.txt"; what=notes.txt ;;
+    dir) mkdir "$TIER/0000000000000abc"; what=0000000000000abc ;;
+  esac
+  refused "tier directory .*$what.*not a file ckptfs made" "$MNT" --backend "$BACKEND" --state-dir "$STATE" \
+    --tier-dir "$TIER" --cache-size 64M
+  [ -e "$TIER/$what" ] || [ -L "$TIER/$what" ] || fail "$kind: $what was removed"
+  rm -rf "${TIER:?}/$what"
+done
+[ "$(cat "$T/victim")" = precious ] || fail "the symlink's target was written"
+# 3. The tier dir itself a symlink.
+mv "$TIER" "$TIER-real"
+ln -s "$TIER-real" "$TIER"
+refused "tier directory .*not a directory" "$MNT" --backend "$BACKEND" --state-dir "$STATE" --tier-dir "$TIER" \
+  --cache-size 64M
+rm "$TIER"
+mv "$TIER-real" "$TIER"
+# Clean again: mounts, and the file is still there.
+mount_fs --cache-size 64M
+cmp "$T/ref" "$MNT/model.pt" || fail "model.pt after the refusals"
+umount_fs
+check_log --allow-errors "tier directory"
