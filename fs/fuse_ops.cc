@@ -178,7 +178,11 @@ void ckpt_init(void* userdata, fuse_conn_info* conn) {
 
 void ckpt_destroy(void* userdata) {
   auto* d = static_cast<Daemon*>(userdata);
-  d->table->PurgeOrphans();
+  try {
+    d->table->PurgeOrphans();
+  } catch (const std::exception& e) {
+    LOG_ERROR("internal error purging orphans at unmount: {}", e.what());
+  }
   LOG_INFO("fuse session ended");
 }
 
