@@ -63,6 +63,7 @@ struct TierStats {
   uint64_t reserved = 0;  // bytes promised to writes in flight
   uint64_t files = 0;     // tier files present
   uint64_t waits = 0;     // writes that had to wait for space
+  uint64_t orphans = 0;   // tier files that no inode owns
 };
 
 class Tier {

@@ -1181,6 +1181,22 @@ std::vector<std::string> InodeTable::LostFiles() {
   return lost_;
 }
 
+Status InodeTable::ClearLost() {
+  std::lock_guard lk(mu_);
+  Batch b;
+  auto del = [&](uint64_t seq, std::string_view, std::string_view) { MetaStore::DeleteLost(&b, seq); };
+  if (auto st = store_->ForEachLost(del); !st) return st;
+  if (auto st = store_->Commit(b); !st) return st;
+  LOG_INFO("lost list cleared ({} entries)", lost_.size());
+  lost_.clear();
+  return {};
+}
+
+// filled by the drainer's permanent-failure handling
+std::vector<std::pair<std::string, std::string>> InodeTable::FailedEntries() { return {}; }
+
+std::string InodeTable::ReadOnlyReason() { return {}; }
+
 Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, uint64_t gen) {
   std::lock_guard lk(mu_);
   if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion

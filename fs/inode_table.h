@@ -179,6 +179,14 @@ class InodeTable {
   void RecordLost(const meta::LogEntry& e, std::string_view reason);
   // Paths of files whose promised bytes were lost, oldest first.
   std::vector<std::string> LostFiles();
+  // Forgets every lost file (`ckptfs lost --clear`): deletes their records
+  // and empties LostFiles. Errors: the store's errno (nothing cleared).
+  [[nodiscard]] Status ClearLost();
+  // Files the backend refused for good, (path, reason), oldest first; shown
+  // by `ckptfs status` (the first 100).
+  std::vector<std::pair<std::string, std::string>> FailedEntries();
+  // Why the mount is read-only, or empty when it is healthy.
+  std::string ReadOnlyReason();
   // The entry's bytes are published: records the checksum and, if the
   // version is still current, the persisted state; removes the entry.
   // REQUIRES: e is the oldest pending entry.

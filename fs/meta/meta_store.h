@@ -113,6 +113,7 @@ class MetaStore {
   // Files whose promised bytes were lost (the tier vanished with them, e.g.
   // at a node reboot), kept for `ckptfs status` until cleared.
   static void PutLost(Batch* b, uint64_t seq, std::string_view path, std::string_view reason);
+  static void DeleteLost(Batch* b, uint64_t seq) { b->Delete(LostKey(seq)); }
 
   [[nodiscard]] Status Commit(const Batch& b, bool sync = false) { return kv_->Write(b, sync); }
 
