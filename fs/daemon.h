@@ -1,5 +1,6 @@
-// daemon.h — what one mounted ckptfs daemon owns, and the FUSE operation
-// table (fuse_ops.cc) that serves it.
+// daemon.h — what one mounted ckptfs daemon owns, the FUSE operation table
+// (fuse_ops.cc) that serves it, and the status channel the control commands
+// read through xattrs on the mount root (status.cc).
 #pragma once
 
 #define FUSE_USE_VERSION 314
