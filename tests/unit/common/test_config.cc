@@ -1,5 +1,6 @@
-// test_config.cc — parsing of user-supplied sizes and backend URLs, and the
-// byte formatting used in messages.
+// test_config.cc — parsing of user-supplied sizes and backend URLs (edge
+// cases, overflow, credentials refused without echo), and the forms used in
+// messages: byte counts, the URL's display form, redaction, escaped names.
 #include <criterion/criterion.h>
 
 #include <cmath>
