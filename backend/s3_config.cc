@@ -148,9 +148,9 @@ Result<S3Config> LoadS3Config(const std::string& bucket, const std::string& pref
     return Err(e);
   };
   S3Config cfg;
-  if (bucket.find('@') != std::string::npos)  // s3://KEY:SECRET@bucket: never echo it
-    return fail(EINVAL, "credentials in the backend URL are not supported: use AWS_ACCESS_KEY_ID/"
-                        "AWS_SECRET_ACCESS_KEY or a profile in ~/.aws/credentials");
+  // s3://KEY:SECRET@bucket: ParseBackendUrl refuses it first; never echo it.
+  if (bucket.find('@') != std::string::npos || bucket.find(':') != std::string::npos)
+    return fail(EINVAL, std::string(kCredentialsInUrl));
   if (!ValidBucket(bucket)) return fail(EINVAL, "invalid bucket name '" + bucket + "'");
   cfg.bucket = bucket;
   auto p = s3::NormalizePrefix(prefix);
@@ -202,8 +202,8 @@ Result<S3Config> LoadS3Config(const std::string& bucket, const std::string& pref
   if (cfg.endpoint.empty()) cfg.endpoint = "https://s3." + cfg.region + ".amazonaws.com";
   while (!cfg.endpoint.empty() && cfg.endpoint.back() == '/') cfg.endpoint.pop_back();
   if (cfg.endpoint.find('@') != std::string::npos)  // user:password@host: never echo it
-    return fail(EINVAL, "the S3 endpoint must not hold credentials (user@host): use AWS_ACCESS_KEY_ID/"
-                        "AWS_SECRET_ACCESS_KEY or a profile in ~/.aws/credentials");
+    return fail(EINVAL, "credentials in the S3 endpoint are not accepted; use AWS_ACCESS_KEY_ID/"
+                        "AWS_SECRET_ACCESS_KEY or a profile");
   if (!cfg.endpoint.starts_with("http://") && !cfg.endpoint.starts_with("https://"))
     return fail(EINVAL, "endpoint '" + cfg.endpoint + "' must start with http:// or https://");
   if (cfg.endpoint.find('/', cfg.endpoint.find("//") + 2) != std::string::npos ||

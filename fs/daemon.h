@@ -1,5 +1,6 @@
-// daemon.h — what one mounted ckptfs daemon owns, and the FUSE operation
-// table (fuse_ops.cc) that serves it.
+// daemon.h — what one mounted ckptfs daemon owns, the FUSE operation table
+// (fuse_ops.cc) that serves it, and the status channel the control commands
+// read through xattrs on the mount root (status.cc).
 #pragma once
 
 #define FUSE_USE_VERSION 314
@@ -37,10 +38,23 @@ struct Daemon {
 // The low-level operation table; fuse_session_new(..., &FuseOps(), ..., daemon).
 const fuse_lowlevel_ops& FuseOps();
 
+// status.cc: what the control commands read through xattrs on the root.
+inline constexpr char kStatusXattr[] = "user.ckptfs.status";
+inline constexpr char kLostXattrPrefix[] = "user.ckptfs.lost.";      // + page number: the lost list
+inline constexpr char kLostClearXattr[] = "user.ckptfs.lost.clear";  // setxattr: clears it
+inline constexpr size_t kLostPageBytes = 60 * 1024;  // under the kernel's 64 KiB xattr limit
+inline constexpr size_t kStatusListMax = 100;        // entries of each list in the status
+inline constexpr size_t kStatusListBytes = 16 * 1024;  // bytes of names of each list in the status
+
 // The JSON document served as the root's user.ckptfs.status xattr (and
-// printed by `ckptfs status`).
+// printed by `ckptfs status`): always valid UTF-8 (bytes that are not are
+// replaced by U+FFFD) and under 64 KiB (lists capped, totals beside them).
+// May throw std::bad_alloc.
 std::string StatusJson(Daemon* d);
 
-inline constexpr char kStatusXattr[] = "user.ckptfs.status";
+// Page `page` of the full lost list: whole paths, raw bytes, each followed by
+// a NUL, at most kLostPageBytes (a longer path has a page of its own).
+// Page 0 always exists (empty when nothing is lost); ENODATA past the end.
+[[nodiscard]] Result<std::string> LostPage(Daemon* d, uint64_t page);
 
 }  // namespace ckpt::fs

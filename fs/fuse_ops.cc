@@ -621,6 +621,12 @@ void ReplyXattr(fuse_req_t req, const std::string& v, size_t size) {
 void ckpt_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
   LOG_DEBUG("setxattr(ino={}, name={})", ino, name);
   Guard(req, [&] {
+    if (ino == meta::kRootIno && strcmp(name, kLostClearXattr) == 0) {  // `ckptfs lost --clear`
+      uid_t uid = fuse_req_ctx(req)->uid;
+      if (uid != 0 && uid != geteuid()) return (void)fuse_reply_err(req, EPERM);
+      auto r = D(req)->table->ClearLost();
+      return (void)fuse_reply_err(req, r ? 0 : r.error());
+    }
     auto r = D(req)->table->SetXattr(ino, name, std::string_view(value, size), flags);
     fuse_reply_err(req, r ? 0 : r.error());
   });
@@ -632,6 +638,18 @@ void ckpt_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size
   Guard(req, [&] {
     if (ino == meta::kRootIno && strcmp(name, kStatusXattr) == 0)
       return ReplyXattr(req, StatusJson(D(req)), size);
+    if (ino == meta::kRootIno && strncmp(name, kLostXattrPrefix, sizeof kLostXattrPrefix - 1) == 0) {
+      // user.ckptfs.lost.N: page N of the lost list (`ckptfs lost`).
+      const char* num = name + sizeof kLostXattrPrefix - 1;
+      char* end = nullptr;
+      errno = 0;
+      unsigned long long page = strtoull(num, &end, 10);
+      if (*num >= '0' && *num <= '9' && *end == '\0' && errno == 0 && (num[0] != '0' || num[1] == '\0')) {
+        auto r = LostPage(D(req), page);
+        if (!r) return (void)fuse_reply_err(req, r.error());
+        return ReplyXattr(req, *r, size);
+      }
+    }
     auto r = D(req)->table->GetXattr(ino, name);
     if (!r) return (void)fuse_reply_err(req, r.error());
     ReplyXattr(req, *r, size);
@@ -723,47 +741,6 @@ fuse_lowlevel_ops MakeOps() {
 const fuse_lowlevel_ops& FuseOps() {
   static const fuse_lowlevel_ops ops = MakeOps();
   return ops;
-}
-
-std::string JsonEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<int>(c));
-    else out += c;
-  }
-  return out;
-}
-
-std::string StatusJson(Daemon* d) {
-  cache::TierStats t = d->tier->Stats();
-  NamespaceStats ns = d->table->Stats();
-  DataStats ds = d->table->DataStatistics();
-  DrainStats dr = d->drainer ? d->drainer->Stats() : DrainStats{};
-  std::string lost;
-  for (const std::string& p : d->table->LostFiles()) lost += (lost.empty() ? "\"" : ",\"") + JsonEscape(p) + "\"";
-  auto st = [&](meta::DataState s) {
-    auto i = static_cast<size_t>(s);
-    return fmt::format("{{\"files\":{},\"bytes\":{}}}", ds.files[i], ds.bytes[i]);
-  };
-  return fmt::format(
-      "{{\"pid\":{},\"mountpoint\":\"{}\",\"backend\":\"{}\",\"state_dir\":\"{}\",\"tier_dir\":\"{}\","
-      "\"fsync\":\"{}\","
-      "\"tier\":{{\"budget\":{},\"used\":{},\"reserved\":{},\"tier_files\":{},\"waits\":{},\"orphans\":{}}},"
-      "\"namespace\":{{\"inodes\":{},\"files\":{},\"dirs\":{},\"bytes\":{}}},"
-      "\"dirty\":{},\"draining\":{},\"persisted\":{},\"remote\":{},"
-      "\"drain\":{{\"queue\":{},\"head_seq\":{},\"applied_seq\":{},\"rate\":{:.0f},"
-      "\"bytes_persisted\":{},\"files_persisted\":{},\"skipped\":{},\"retries\":{},"
-      "\"in_error\":{},\"last_error\":\"{}\",\"last_error_time\":{}}},"
-      "\"lost\":[{}],"
-      "\"io\":{{\"bytes_written\":{},\"bytes_read\":{}}}}}",
-      getpid(), JsonEscape(d->cfg.mountpoint), JsonEscape(d->cfg.backend_raw), JsonEscape(d->cfg.state_dir),
-      JsonEscape(d->cfg.tier_dir), d->cfg.fsync == FsyncMode::kBackend ? "backend" : "memory", t.budget, t.used,
-      t.reserved, t.files, t.waits, t.orphans, ns.inodes, ns.files, ns.dirs, ns.bytes, st(meta::DataState::kDirty),
-      st(meta::DataState::kDraining), st(meta::DataState::kPersisted), st(meta::DataState::kRemote), ds.log_len,
-      ds.head_seq, ds.applied_seq, dr.rate, dr.bytes_persisted, dr.files_persisted, dr.entries_skipped, dr.retries,
-      dr.in_error ? "true" : "false", JsonEscape(dr.last_error), dr.last_error_time, lost,
-      d->bytes_written.load(), d->bytes_read.load());
 }
 
 }  // namespace ckpt::fs

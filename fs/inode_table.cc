@@ -1359,6 +1359,17 @@ std::vector<FailedEntry> InodeTable::FailedEntries() {
   return out;
 }
 
+Status InodeTable::ClearLost() {
+  std::lock_guard lk(mu_);
+  Batch b;
+  auto del = [&](uint64_t seq, std::string_view, std::string_view) { MetaStore::DeleteLost(&b, seq); };
+  if (auto st = store_->ForEachLost(del); !st) return st;
+  if (auto st = Commit(b); !st) return st;
+  LOG_INFO("lost list cleared ({} entries)", lost_.size());
+  lost_.clear();
+  return {};
+}
+
 Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, uint64_t gen) {
   std::lock_guard lk(mu_);
   if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion

@@ -205,6 +205,9 @@ class InodeTable {
   void RecordLost(const meta::LogEntry& e, std::string_view reason);
   // Paths of files whose promised bytes were lost, oldest first.
   std::vector<std::string> LostFiles();
+  // Forgets every lost file (`ckptfs lost --clear`): deletes their records
+  // and empties LostFiles. Errors: the store's errno (nothing cleared).
+  [[nodiscard]] Status ClearLost();
   // The backend refused `e` for good (`err` is permanent: see
   // drain.cc IsPermanent): records it (status, and state `failed` for a
   // persist whose version is still current) and removes it from the log,

@@ -1,52 +1,93 @@
-// config.cc — parsing of sizes and backend URLs.
+// config.cc — parsing of sizes and backend URLs, and the forms in which
+// URLs and names are shown to people.
 #include "fs/common/config.h"
 
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 
 namespace ckpt {
 
+namespace {
+
+constexpr uint64_t kMaxSize = kMaxSizeBytes;
+
+// The authority of "scheme://authority/path": the text between "://" and
+// the next '/'; npos when `s` has no "://".
+size_t AuthorityEnd(const std::string& s, size_t start) {
+  size_t slash = s.find('/', start);
+  return slash == std::string::npos ? s.size() : slash;
+}
+
+}  // namespace
+
 std::expected<uint64_t, std::string> ParseSize(const std::string& s) {
-  auto bad = [&] {
-    return std::unexpected("invalid size '" + s + "' (expected e.g. 512M, 4G, 1.5GiB, 25%)");
-  };
-  if (s.empty()) return bad();
+  const char* kExpect = " (expected e.g. 512M, 4G, 1.5GiB, 25%)";
+  auto bad = [&] { return std::unexpected("invalid size '" + s + "'" + kExpect); };
+  if (s.empty()) return std::unexpected(std::string("invalid size '': empty") + kExpect);
+  auto digit = [&](size_t i) { return i < s.size() && s[i] >= '0' && s[i] <= '9'; };
+  // DIGITS [. DIGITS] [UNIT | %], in integers: a double would round large
+  // byte counts and let 8000000T through as "representable".
   size_t i = 0;
-  while (i < s.size() && (isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) i++;
+  uint64_t whole = 0;
+  bool overflow = false;
+  for (; digit(i); i++) {
+    auto d = static_cast<uint64_t>(s[i] - '0');
+    if (whole > (UINT64_MAX - d) / 10) overflow = true;
+    else whole = whole * 10 + d;
+  }
   if (i == 0) return bad();
-  std::string num = s.substr(0, i);
-  if (num.find('.') != num.rfind('.')) return bad();
-  double v;
-  try {
-    size_t used = 0;
-    v = std::stod(num, &used);
-    if (used != num.size()) return bad();
-  } catch (...) {
-    return bad();
+  uint64_t frac = 0, den = 1;  // the fraction frac/den, 18 digits kept
+  if (i < s.size() && s[i] == '.') {
+    size_t start = ++i;
+    for (; digit(i); i++) {
+      if (den < 1000000000000000000ull) {
+        frac = frac * 10 + static_cast<uint64_t>(s[i] - '0');
+        den *= 10;
+      }
+    }
+    if (i == start) return bad();
   }
   std::string unit = s.substr(i);
   for (auto& c : unit) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
-  double mult = 1;
   if (unit == "%") {
-    if (v <= 0 || v > 100) return std::unexpected("invalid size '" + s + "': percentage must be in (0, 100]");
-    return static_cast<uint64_t>(static_cast<double>(PhysicalMemory()) * v / 100.0);
+    using U128 = unsigned __int128;
+    U128 scaled = static_cast<U128>(whole) * den + frac;  // percent x den
+    if (overflow || scaled == 0 || scaled > static_cast<U128>(100) * den)
+      return std::unexpected("invalid size '" + s + "': percentage must be in (0, 100]");
+    return static_cast<uint64_t>(static_cast<U128>(PhysicalMemory()) * scaled / (static_cast<U128>(100) * den));
   }
+  uint64_t mult;
   if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "K" || unit == "KB" || unit == "KIB") mult = 1024.0;
-  else if (unit == "M" || unit == "MB" || unit == "MIB") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "K" || unit == "KB" || unit == "KIB") mult = 1ull << 10;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") mult = 1ull << 20;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1ull << 30;
+  else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1ull << 40;
   else return bad();
-  double bytes = v * mult;
-  if (!std::isfinite(bytes) || bytes < 1 || bytes > 9.0e18) return bad();
+  using U128 = unsigned __int128;
+  U128 bytes = static_cast<U128>(whole) * mult + static_cast<U128>(frac) * mult / den;
+  if (overflow || bytes > kMaxSize)
+    return std::unexpected("invalid size '" + s + "': larger than the largest size accepted, 1048576T (1 EiB)");
+  if (bytes < 1) return bad();
   return static_cast<uint64_t>(bytes);
 }
 
 std::expected<BackendUrl, std::string> ParseBackendUrl(const std::string& s) {
+  // Userinfo (user:password@) in any URL is refused before anything else,
+  // with a message that does not echo the URL: every later message may.
+  if (size_t sep = s.find("://"); sep != std::string::npos) {
+    size_t start = sep + 3, end = AuthorityEnd(s, start);
+    std::string_view auth(s.data() + start, end - start);
+    // s3://KEY:SECRET/x@bucket (a '/' in the secret, not encoded) ends the
+    // authority early: no bucket or file host has a ':' either.
+    bool colon = auth.find(':') != std::string_view::npos && (s.starts_with("s3://") || s.starts_with("file://"));
+    if (auth.find('@') != std::string_view::npos || colon)
+      return std::unexpected(std::string(kCredentialsInUrl));
+  }
   BackendUrl u;
   std::string rest = s;
   if (s.rfind("s3://", 0) == 0) {
@@ -69,6 +110,85 @@ std::expected<BackendUrl, std::string> ParseBackendUrl(const std::string& s) {
   return u;
 }
 
+std::string BackendDisplay(const BackendUrl& u, const std::string& raw) {
+  if (u.kind == BackendUrl::Kind::kS3) return "s3://" + u.bucket + (u.prefix.empty() ? "" : "/" + u.prefix);
+  return raw.starts_with("file://") ? "file://" + u.path : u.path;
+}
+
+std::string RedactUserinfo(const std::string& text) {
+  std::string out;
+  size_t pos = 0;
+  for (;;) {
+    size_t sep = text.find("://", pos);
+    if (sep == std::string::npos) break;
+    size_t start = sep + 3;
+    size_t end = start;
+    while (end < text.size() && !isspace(static_cast<unsigned char>(text[end]))) end++;
+    size_t at = text.rfind('@', end == 0 ? 0 : end - 1);
+    out.append(text, pos, start - pos);
+    if (at != std::string::npos && at >= start && at < end) {
+      out += "***";
+      pos = at;
+    } else {
+      pos = start;
+    }
+  }
+  out.append(text, pos, std::string::npos);
+  return out;
+}
+
+std::string EscapeName(std::string_view s) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  auto hex = [&](unsigned char c) {
+    out += "\\x";
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  };
+  size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c == '\\') {
+      out += "\\\\";
+      i++;
+    } else if (c == '\n') {
+      out += "\\n";
+      i++;
+    } else if (c == '\t') {
+      out += "\\t";
+      i++;
+    } else if (c < 0x20 || c == 0x7f) {
+      hex(c);
+      i++;
+    } else if (c < 0x80) {
+      out += static_cast<char>(c);
+      i++;
+    } else {
+      // A well-formed UTF-8 sequence (no overlong forms, no surrogates, at
+      // most U+10FFFF) is kept; any other byte is escaped on its own.
+      size_t n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+      bool ok = n > 0 && c <= 0xf4 && i + n <= s.size();
+      for (size_t k = 1; ok && k < n; k++) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+      if (ok && n >= 3) {
+        auto c1 = static_cast<unsigned char>(s[i + 1]);
+        if (c == 0xe0 && c1 < 0xa0) ok = false;   // overlong
+        if (c == 0xed && c1 >= 0xa0) ok = false;  // surrogates
+        if (c == 0xf0 && c1 < 0x90) ok = false;   // overlong
+        if (c == 0xf4 && c1 >= 0x90) ok = false;  // past U+10FFFF
+      }
+      if (ok) {
+        out.append(s.substr(i, n));
+        i += n;
+      } else {
+        hex(c);
+        i++;
+      }
+    }
+  }
+  return out;
+}
+
 uint64_t PhysicalMemory() {
   long pages = sysconf(_SC_PHYS_PAGES);
   long psz = sysconf(_SC_PAGESIZE);
@@ -85,6 +205,19 @@ uint64_t DefaultCacheSize(const std::string& tier_dir) {
   }
   return quarter;
 }
+
+uint64_t FilesystemSize(const std::string& path) {
+  std::string p = path;
+  struct statvfs sv;
+  for (;;) {
+    if (statvfs(p.c_str(), &sv) == 0) return static_cast<uint64_t>(sv.f_blocks) * sv.f_frsize;
+    if (errno != ENOENT || p.empty() || p == "/") return 0;
+    size_t slash = p.find_last_of('/');
+    p = slash == 0 ? "/" : slash == std::string::npos ? "" : p.substr(0, slash);
+  }
+}
+
+uint64_t TierUsable(uint64_t fs_size) { return fs_size - fs_size / 16; }
 
 std::string HumanBytes(uint64_t n) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};

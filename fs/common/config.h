@@ -1,11 +1,14 @@
 // config.h — the daemon's settings and the parsing of user-supplied strings
 // (sizes, backend URLs). Parsing returns a message instead of throwing, so the
-// CLI can print one line and exit non-zero.
+// CLI can print one line and exit non-zero. Also the forms in which URLs and
+// names are shown: a backend URL only ever appears in its display form
+// (never with credentials), names from the filesystem escaped.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "fs/common/result.h"
 
@@ -23,8 +26,10 @@ struct BackendUrl {
 struct Config {
   std::string mountpoint;       // absolute
   BackendUrl backend;
-  std::string backend_raw;      // as the user gave it (for messages)
+  std::string backend_raw;      // as the user gave it: never shown (use backend_display)
+  std::string backend_display;  // the URL for messages, logs, fsname and status (BackendDisplay)
   uint64_t cache_size = 0;      // bytes
+  uint64_t max_file_size = 0;   // bytes; default 4 x cache_size (at least 1 MiB)
   std::string state_dir;        // absolute
   std::string tier_dir;         // absolute; default /dev/shm/ckptfs-<hash of state dir>
   FsyncMode fsync = FsyncMode::kMemory;
@@ -34,12 +39,42 @@ struct Config {
   std::string s3_endpoint;
 };
 
-// Parses "512M", "4G", "1.5GiB", "1073741824", "25%" (of RAM). Returns the size
-// in bytes, or a message saying what is wrong.
+// The largest size ParseSize accepts: 1 EiB (1048576T), so that sums of
+// sizes and 4 x a budget never overflow 64 bits.
+inline constexpr uint64_t kMaxSizeBytes = 1ull << 60;
+
+// Parses "512M", "4G", "1.5GiB", "1073741824", "25%" (of RAM): DIGITS[.DIGITS]
+// then B, K, M, G, T (optionally with B or iB; binary, case-insensitive) or
+// %, nothing else (no spaces, signs or exponents). Returns the size in bytes
+// (fractions rounded down; at least 1, at most kMaxSizeBytes; a percentage
+// in (0, 100]), or a one-line message naming the input and what is wrong.
 std::expected<uint64_t, std::string> ParseSize(const std::string& s);
 
-// Parses an absolute path, file:///path or s3://bucket/prefix.
+// The one line for a backend URL holding userinfo: it never echoes the URL.
+inline constexpr std::string_view kCredentialsInUrl =
+    "credentials in the backend URL are not accepted; use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile";
+
+// Parses an absolute path, file:///path or s3://bucket/prefix. A URL with
+// userinfo (scheme://user[:password]@..., or a ':' in an s3:// or file://
+// authority, as in s3://KEY:SECRET/x@bucket) is refused with
+// kCredentialsInUrl; every other message names the input.
 std::expected<BackendUrl, std::string> ParseBackendUrl(const std::string& s);
+
+// The form of a parsed backend URL shown everywhere (messages, the log, the
+// FUSE fsname in /proc/mounts, status JSON): s3://bucket[/prefix], the
+// directory, or file:///directory when `raw` was a file:// URL.
+std::string BackendDisplay(const BackendUrl& u, const std::string& raw);
+
+// `text` with the userinfo of every "scheme://user:pw@host" in it replaced
+// by "***" (everything from "://" to the last '@' of that word). For text
+// that may quote an unparsed URL back, such as a command-line parser's
+// error.
+std::string RedactUserinfo(const std::string& text);
+
+// A name (path, error text) as a terminal may show it, with its exact bytes
+// recoverable (printf '%b'): valid UTF-8 kept, '\' as '\\', \n and \t, every
+// other control byte and every byte that is not part of valid UTF-8 as \xHH.
+std::string EscapeName(std::string_view s);
 
 // Total physical memory in bytes.
 uint64_t PhysicalMemory();
@@ -47,6 +82,14 @@ uint64_t PhysicalMemory();
 // The default cache budget: a quarter of RAM, and never more than half of
 // what the tier's filesystem can hold.
 uint64_t DefaultCacheSize(const std::string& tier_dir);
+
+// The size of the filesystem holding `path`, or of its nearest existing
+// ancestor (f_blocks x f_frsize); 0 if none can be stat-ed.
+uint64_t FilesystemSize(const std::string& path);
+
+// How much of a tier filesystem of `fs_size` bytes a budget may use: all
+// but 1/16, left for the tier's metadata and other users of the filesystem.
+uint64_t TierUsable(uint64_t fs_size);
 
 // Formats a byte count for humans: "1.5 GiB".
 std::string HumanBytes(uint64_t n);

@@ -2,6 +2,8 @@
 //
 // The daemon logs to <state-dir>/ckptfs.log (and stderr when --foreground).
 // One line per error, naming the inode or path; credentials are never logged.
+// The log file is opened by OpenLogFile (never through a symlink) and
+// written through that descriptor.
 #pragma once
 
 #include <spdlog/spdlog.h>
@@ -15,7 +17,14 @@ namespace ckpt {
 // Returns false (with a message in *err) if the level name is unknown.
 bool ValidLogLevel(const std::string& level);
 
-// Installs the default logger. `file` may be empty (stderr only).
+// Opens `file` for appending: O_NOFOLLOW | O_CLOEXEC, created 0600, an
+// existing one chmod-ed to 0600. Errors: ELOOP when `file` is a symbolic
+// link; EPERM when it is not a regular file, has other hard links or
+// belongs to another user; else open's errno.
+[[nodiscard]] Result<int> OpenLogFile(const std::string& file);
+
+// Installs the default logger. `file` may be empty (stderr only); else it
+// is opened with OpenLogFile and its errors returned.
 Status InitLogging(const std::string& file, const std::string& level, bool to_stderr);
 
 }  // namespace ckpt

@@ -119,6 +119,7 @@ class MetaStore {
   // kept for `ckptfs status` until the path persists again.
   static void PutFailed(Batch* b, uint64_t seq, std::string_view path, std::string_view reason);
   static void DeleteFailed(Batch* b, uint64_t seq) { b->Delete(FailedKey(seq)); }
+  static void DeleteLost(Batch* b, uint64_t seq) { b->Delete(LostKey(seq)); }
 
   [[nodiscard]] Status Commit(const Batch& b, bool sync = false) { return kv_->Write(b, sync); }
 

@@ -1,5 +1,6 @@
-// test_config.cc — parsing of user-supplied sizes and backend URLs, and the
-// byte formatting used in messages.
+// test_config.cc — parsing of user-supplied sizes and backend URLs (edge
+// cases, overflow, credentials refused without echo), and the forms used in
+// messages: byte counts, the URL's display form, redaction, escaped names.
 #include <criterion/criterion.h>
 
 #include <cmath>
@@ -57,6 +58,12 @@ void ExpectBadUrl(const std::string& in, const char* why) {
             r.error().c_str());
   cr_assert(r.error().find(why) != std::string::npos, "the message for '%s' says '%s': %s", in.c_str(), why,
             r.error().c_str());
+}
+
+// Compares whole strings (Criterion's str_eq keeps pointers into
+// temporaries past their end).
+void ExpectStr(const std::string& got, const std::string& want) {
+  cr_assert(got == want, "got \"%s\", want \"%s\"", got.c_str(), want.c_str());
 }
 
 void ExpectHuman(uint64_t n, const char* want) {
@@ -117,14 +124,38 @@ Test(parse_size, percent_of_ram) {
 Test(parse_size, rejects_bad_strings) {
   for (const char* bad : {"", "M", "G1", "abc", "1X", "12Q", "1.2.3G", "..", ".", "1 G", " 1G", "1G ", "-1",
                           "+1", "0", "0B", "0.1", "0.4B", "1e3", "1E3", "0x10", "1GiBs", "1KK", "1 ", "nan",
-                          "inf", "4Gb/s", "1PB", "99999999999T", "8388608T"}) {
+                          "inf", "4Gb/s", "1PB", "99999999999T", "8388608T", "8000000T", "1048577T",
+                          "1GG", "1G1", "1.G", ".5G", "1..5G", "--1", "1-", "18446744073709551616",
+                          "99999999999999999999", "1e", "1%G", "0.0", "0M", "00", "0.0000001K"}) {
     ExpectBadSize(bad);
   }
   // The message also says what is expected.
   auto r = ParseSize("lots");
   cr_assert(r.error().find("512M") != std::string::npos, "%s", r.error().c_str());
-  // Large but representable sizes are fine.
-  ExpectSize("8000000T", 8000000 * kTiB);
+  // The largest size accepted is 1 EiB (2^60 bytes), so that sums and the
+  // x4 default of --max-file-size never overflow 64 bits.
+  ExpectSize("1048576T", 1ull << 60);
+  ExpectSize("1152921504606846976", 1ull << 60);
+  ExpectBadSize("1152921504606846977");
+  ExpectSize("1048575.5T", (1ull << 60) - kTiB / 2);
+}
+
+Test(parse_size, exact_integers) {
+  // Integers are exact, not rounded through a double.
+  ExpectSize("9007199254740993", 9007199254740993ull);
+  ExpectSize("1125899906842623K", 1125899906842623ull * kKiB);
+  ExpectSize("007", 7);
+  ExpectSize("1.5G", 3 * kGiB / 2);
+}
+
+Test(parse_size, messages_are_one_line) {
+  for (const char* bad : {"", "0", "1GG", "8000000T", "25%%", "-1"}) {
+    auto r = ParseSize(bad);
+    cr_assert(!r.has_value(), "ParseSize(\"%s\") accepted", bad);
+    cr_assert(r.error().find('\n') == std::string::npos, "one line: %s", r.error().c_str());
+  }
+  auto e = ParseSize("");
+  cr_assert(e.error().find("empty") != std::string::npos, "an empty size says so: %s", e.error().c_str());
 }
 
 Test(backend_url, directories) {
@@ -190,4 +221,57 @@ Test(default_cache_size, quarter_of_ram_capped_by_tier_fs) {
   cr_assert_leq(d, mem / 4);
   // A directory that does not exist cannot cap it.
   cr_assert_eq(ckpt::DefaultCacheSize("/nonexistent/ckpt-unit"), mem / 4);
+}
+
+Test(backend_url, refuses_credentials_without_echo) {
+  for (const char* url : {"s3://AKIAEXAMPLE:s3cr3t@bucket/prefix", "s3://AKIAEXAMPLE:s3cr3t%2Fx@bucket",
+                          "s3://AKIAEXAMPLE:s3cr3t/x@bucket/p", "s3://AKIAEXAMPLE@bucket", "s3://:s3cr3t@bucket",
+                          "file://user:s3cr3t@/data", "file://AKIAEXAMPLE@localhost/data",
+                          "http://AKIAEXAMPLE:s3cr3t@host/x", "gs://AKIAEXAMPLE:s3cr3t@b/x"}) {
+    auto r = ParseBackendUrl(url);
+    cr_assert(!r.has_value(), "ParseBackendUrl(\"%s\") accepted", url);
+    cr_assert(r.error().find("credentials in the backend URL are not accepted") != std::string::npos, "%s: %s", url,
+              r.error().c_str());
+    cr_assert(r.error().find("s3cr3t") == std::string::npos && r.error().find("AKIAEXAMPLE") == std::string::npos,
+              "the message echoes the secret: %s", r.error().c_str());
+  }
+  // '@' in a path or prefix is not userinfo.
+  ExpectS3("s3://bucket/team@x/run", "bucket", "team@x/run");
+  ExpectPosix("/data/user:pw@host", "/data/user:pw@host");
+  ExpectPosix("file:///data/a@b", "/data/a@b");
+}
+
+Test(backend_url, display_form) {
+  auto s3 = ParseBackendUrl("s3://bucket/a/b/");
+  cr_assert(s3.has_value());
+  ExpectStr(ckpt::BackendDisplay(*s3, "s3://bucket/a/b/"), "s3://bucket/a/b");
+  auto f = ParseBackendUrl("file:///data/x/");
+  cr_assert(f.has_value());
+  ExpectStr(ckpt::BackendDisplay(*f, "file:///data/x/"), "file:///data/x");
+  auto p = ParseBackendUrl("/data/x");
+  cr_assert(p.has_value());
+  ExpectStr(ckpt::BackendDisplay(*p, "/data/x"), "/data/x");
+}
+
+Test(redact, userinfo_in_free_text) {
+  using ckpt::RedactUserinfo;
+  ExpectStr(RedactUserinfo("The following argument was not expected: s3://K:S@b/p"),
+            "The following argument was not expected: s3://***@b/p");
+  ExpectStr(RedactUserinfo("x http://u:p%2F@h:9/x y"), "x http://***@h:9/x y");
+  ExpectStr(RedactUserinfo("s3://K:S/x@b"), "s3://***@b");
+  ExpectStr(RedactUserinfo("s3://bucket/prefix"), "s3://bucket/prefix");
+  ExpectStr(RedactUserinfo("no url @ here"), "no url @ here");
+}
+
+Test(escape_name, exact_bytes_recoverable) {
+  using ckpt::EscapeName;
+  ExpectStr(EscapeName("plain/name.pt"), "plain/name.pt");
+  ExpectStr(EscapeName("caf\xc3\xa9"), "caf\xc3\xa9");  // valid UTF-8 stays
+  ExpectStr(EscapeName("a\xff" "b"), "a\\xffb");
+  ExpectStr(EscapeName("l\nx\t\x1b[1m"), "l\\nx\\t\\x1b[1m");
+  ExpectStr(EscapeName("back\\slash"), "back\\\\slash");
+  ExpectStr(EscapeName("\xc3"), "\\xc3");          // truncated sequence
+  ExpectStr(EscapeName("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate is not UTF-8
+  ExpectStr(EscapeName("\xc0\xaf"), "\\xc0\\xaf");  // overlong
+  ExpectStr(EscapeName("\x7f"), "\\x7f");
 }
