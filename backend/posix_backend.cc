@@ -25,7 +25,7 @@
 // without following symlinks, and requires the directory opened at mount —
 // or, if that one was replaced (an export re-created), a directory with the
 // same owner. A root that is missing fails every operation with EIO (not
-// ENOENT, which would read as "nothing to do"), logged once per episode,
+// ENOENT, which would read as "nothing to do"), logged (info) once per episode,
 // so a backend that goes away and comes back needs no remount.
 //
 // Staging. A file is staged as <root>/.ckptfs-tmp/<unique name> (O_EXCL,
@@ -1168,7 +1168,9 @@ class PosixBackend final : public Backend {
   std::unexpected<int> RootMissing(int e, std::string_view what) {
     std::lock_guard lk(root_mu_);
     if (!root_missing_) {
-      LOG_WARN("posix backend: root '{}' {} ({}); the store is unavailable until it is back", root_, what, ErrStr(e));
+      // Info, not a warning: the drainer logs the failure itself, once per
+      // episode; this line says why.
+      LOG_INFO("posix backend: root '{}' {} ({}); the store is unavailable until it is back", root_, what, ErrStr(e));
       root_missing_ = true;
     }
     return Err(EIO);

@@ -717,6 +717,13 @@ Test(posix_backend_vanish, stage_recreates_staging_dir) {
   cr_assert_eq(st.st_uid, geteuid());
   cr_assert(e.be->Publish(s, "f", A(0644, 1, 0)).has_value());
   cr_assert(ReadFile(e.P("f")) == src.bytes);
+  // Between two Stage calls.
+  Staged first = StageChecked(e, src);
+  std::filesystem::remove_all(e.Tmp());
+  Staged second = StageChecked(e, src);
+  cr_assert_eq(e.be->Publish(first, "g", A(0644, 1, 0)).error(), ESTALE);
+  cr_assert(e.be->Publish(second, "g", A(0644, 1, 0)).has_value());
+  cr_assert(ReadFile(e.P("g")) == src.bytes);
 }
 
 Test(posix_backend_vanish, vanished_staged_file_is_estale) {
