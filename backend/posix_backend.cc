@@ -40,8 +40,11 @@
 // file, fsyncs it and renames it over the final name, then fsyncs the
 // parent directory; a reader of the root therefore sees either the old
 // file or the whole new one, never one with the wrong owner. A staged file
-// that vanished before its Publish gives ESTALE: stage again. Every
-// namespace change fsyncs the directories it touched. Fetch reads the
+// that vanished before its Publish gives ESTALE: stage again. Mkdir and
+// Symlink likewise make the new entry in the staging area, with its owner
+// and mode, and rename it into place; an existing directory is left as it
+// is (never re-owned: it may be another user's). Every namespace change
+// fsyncs the directories it touched. Fetch reads the
 // backend file's data extents with io_uring into buffers, hashes them and
 // writes the blocks that are not all zeros into the destination, so a
 // sparse file stays sparse in the tier even on an NFS without SEEK_DATA.
@@ -850,23 +853,43 @@ class PosixBackend final : public Backend {
     if (!parent) return Err(parent.error());
     int pfd = parent->dir.get();
     const char* name = parent->name.c_str();
-    // Made private first, then given its owner and mode: it never shows a
-    // wider mode with the wrong owner.
-    if (mkdirat(pfd, name, 0700) != 0) {
-      int e = errno;
-      if (e != EEXIST) return Fail(e, "mkdir", Show(path));
+    auto existing = [&]() -> Status {
       struct stat st;
       if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return Fail(errno, "mkdir: stat", Show(path));
-      if (S_ISDIR(st.st_mode)) return {};  // replayed, or made as a parent: left as it is
+      // Replayed, or made as a parent: left as it is. Never re-owned: it
+      // may be another user's directory.
+      if (S_ISDIR(st.st_mode)) return {};
       if (S_ISLNK(st.st_mode)) return Refuse(ELOOP, "mkdir", path, "a symlink is in the way; not followed");
       return Fail(EEXIST, "mkdir: not a directory:", Show(path));
+    };
+    struct stat st;
+    if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) return existing();
+    // Made in the staging area, given its owner and exact mode (mkdir
+    // applies the umask and drops S_ISGID), and renamed into place only
+    // then: it never shows under its name with the wrong owner or mode,
+    // and a failure half-way leaves nothing there for a retry to trust.
+    auto tmp = OpenTmp(root->get(), /*create=*/true);
+    if (!tmp) return Err(tmp.error() == ELOOP || tmp.error() == ENOTDIR ? EACCES : tmp.error());
+    std::string tname = UniqueName("md-");
+    if (mkdirat(tmp->get(), tname.c_str(), 0700) != 0) return Fail(errno, "mkdir: create", Show(kTmpDir, tname));
+    auto drop = [&] { unlinkat(tmp->get(), tname.c_str(), AT_REMOVEDIR); };
+    Fd dir(openat(tmp->get(), tname.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    int e = dir.ok() ? ApplyOwner(dir.get(), "", AT_EMPTY_PATH, a, path) : errno;
+    if (!e && fchmod(dir.get(), a.mode ? a.mode & 07777 : 0755) != 0) e = errno;
+    if (!e && fsync(dir.get()) != 0 && errno != EINVAL) e = errno;
+    if (e) {
+      drop();
+      return Fail(e, "mkdir: set owner and mode of", Show(path));
     }
-    Fd dir(openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!dir.ok()) return Fail(errno, "mkdir: open new", Show(path));
-    if (int e = ApplyOwner(dir.get(), "", AT_EMPTY_PATH, a, path)) return Fail(e, "mkdir: chown", Show(path));
-    // mkdir() applies the umask and drops S_ISUID/S_ISGID; the mode is the
-    // namespace's, so set it exactly.
-    if (fchmod(dir.get(), a.mode ? a.mode & 07777 : 0755) != 0) return Fail(errno, "mkdir: chmod", Show(path));
+    int rc = renameat2(tmp->get(), tname.c_str(), pfd, name, RENAME_NOREPLACE);
+    if (rc != 0 && errno == EINVAL)  // no RENAME_NOREPLACE (NFS): absent a moment ago, so a plain rename
+      rc = renameat(tmp->get(), tname.c_str(), pfd, name);
+    if (rc != 0) {
+      e = errno;
+      drop();
+      if (e == EEXIST || e == ENOTEMPTY || e == ENOTDIR || e == EISDIR) return existing();  // made meanwhile
+      return Fail(e, "mkdir: rename into place", Show(path));
+    }
     return FsyncDirFd(pfd, Show(ParentOf(path)));
   }
 
