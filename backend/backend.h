@@ -9,9 +9,29 @@
 // backend ever sees a partial file under a final name. Staging may run for
 // many files in parallel; the drainer publishes them in log order.
 //
-// Errors are positive errno values: ENOENT, EACCES/EROFS (not writable),
-// ENOSPC/EDQUOT (full), EIO (anything else, with a log line). This module
-// knows nothing of FUSE, RocksDB or cache/.
+// Errors are positive errno values, in two classes the drainer tells apart:
+//
+//  - PERMANENT for one entry (retrying cannot help; the drainer marks that
+//    entry failed and goes on with the next): exactly ELOOP (a symlink
+//    where a directory or the entry should be: never followed), ENOTDIR (a
+//    non-directory where a directory should be), ENAMETOOLONG, EINVAL (a
+//    path the store refuses, e.g. "..", or a bad argument), EILSEQ (a name
+//    the store cannot encode), EFBIG (too large for the store), EISDIR (a
+//    directory where a file should be). The POSIX backend logs one warning
+//    line with the path for each.
+//  - TRANSIENT (the drainer retries with backoff): everything else, e.g.
+//    EIO (the store failed, or its root is missing: see posix_backend.cc),
+//    EACCES/EPERM/EROFS (not writable; also a staging area that is not the
+//    daemon's own directory), ENOSPC/EDQUOT (full), ENOENT, EAGAIN.
+//  - ESTALE from Publish only: the staged object is gone (deleted by
+//    someone else, or the store came back without it). Not an error of the
+//    entry: Abort() it, Stage the bytes again and Publish the new one.
+//
+// ENOENT from a namespace replay (Remove, Rmdir, Rename's source, Link's
+// source, SetAttr) means the entry is not in the store; the drainer treats
+// that as nothing to do. So a store that is unreachable as a whole must not
+// answer ENOENT: the POSIX backend answers EIO while its root is missing.
+// This module knows nothing of FUSE, RocksDB or cache/.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -31,8 +51,22 @@ inline constexpr char kTmpDir[] = ".ckptfs-tmp";
 struct Staged {
   std::string token;        // the store's handle: temp path, upload id...
   uint64_t size = 0;
-  uint64_t checksum_hi = 0;  // XXH3-128 of the bytes as read from the source
+  uint64_t checksum_hi = 0;  // the checksum (backend/checksum.h) of the bytes read
   uint64_t checksum_lo = 0;
+};
+
+// What a replayed entry carries besides its name. `mode`: permission bits
+// (07777), 0 = leave as is. Owner and group are applied only when
+// `has_owner` and the store keeps them (POSIX, daemon running as root);
+// S3 ignores them. The mtime is applied by Publish and SetAttr (Mkdir and
+// Symlink ignore it).
+struct Attrs {
+  uint32_t mode = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  bool has_owner = false;
+  int64_t mtime_sec = 0;
+  uint32_t mtime_nsec = 0;
 };
 
 // One entry found by List.
@@ -60,40 +94,47 @@ class Backend {
   [[nodiscard]] virtual Status Check() = 0;
 
   // Copies `size` bytes of `src_fd` (a file readable with pread at any
-  // offset) into a staged object and returns it with the XXH3-128 checksum
-  // of the bytes copied. `cancelled` is polled between chunks; when it
-  // returns true the staging stops with ECANCELED and leaves nothing.
+  // offset) into a staged object and returns it with the checksum
+  // (backend/checksum.h) of the bytes copied. Holes of the source
+  // (SEEK_DATA/SEEK_HOLE) are not copied where the store keeps holes.
+  // `cancelled` is polled between chunks; when it returns true the staging
+  // stops with ECANCELED and leaves nothing.
   [[nodiscard]] virtual Result<Staged> Stage(int src_fd, uint64_t size,
                                              const std::function<bool()>& cancelled) = 0;
 
   // Makes a staged object visible at `path` atomically, replacing what was
   // there, creating missing parent directories, durably (fsync of file and
-  // directory on POSIX). `mode` and mtime are applied where the store keeps them.
-  [[nodiscard]] virtual Status Publish(const Staged& s, const std::string& path, uint32_t mode,
-                                       int64_t mtime_sec, uint32_t mtime_nsec) = 0;
+  // directory on POSIX). `a` (mode, owner, mtime) is applied where the store
+  // keeps it, before the object appears under its name. ESTALE: the staged
+  // object is gone; stage again.
+  [[nodiscard]] virtual Status Publish(const Staged& s, const std::string& path, const Attrs& a) = 0;
 
   // Drops a staged object.
   virtual void Abort(const Staged& s) = 0;
 
   // Namespace replay. Each is idempotent where it can be: Mkdir of an
   // existing directory, Remove/Rmdir of a missing one succeed.
-  [[nodiscard]] virtual Status Mkdir(const std::string& path, uint32_t mode) = 0;
+  // A directory created gets a.mode (0755 if 0) and, see Attrs, its owner;
+  // an existing one is left as it is.
+  [[nodiscard]] virtual Status Mkdir(const std::string& path, const Attrs& a) = 0;
   // Removes a directory and anything still under it.
   [[nodiscard]] virtual Status Rmdir(const std::string& path) = 0;
   [[nodiscard]] virtual Status Remove(const std::string& path) = 0;
   // Renames a file or directory; `exchange` swaps two existing entries.
   // ENOENT if `from` is missing.
   [[nodiscard]] virtual Status Rename(const std::string& from, const std::string& to, bool exchange) = 0;
-  [[nodiscard]] virtual Status Symlink(const std::string& path, const std::string& target) = 0;
+  // The link itself gets a's owner (see Attrs); its target is never followed.
+  [[nodiscard]] virtual Status Symlink(const std::string& path, const std::string& target, const Attrs& a) = 0;
   // A second name for an existing file (stores without links copy).
   [[nodiscard]] virtual Status Link(const std::string& from, const std::string& to) = 0;
-  // Applies mode and times to an existing entry (no-op where unsupported).
-  [[nodiscard]] virtual Status SetAttr(const std::string& path, uint32_t mode, int64_t mtime_sec,
-                                       uint32_t mtime_nsec) = 0;
+  // Applies mode, owner and mtime to an existing entry (no-op where
+  // unsupported; a symlink's mode is never changed).
+  [[nodiscard]] virtual Status SetAttr(const std::string& path, const Attrs& a) = 0;
 
-  // Copies the object at `path` into `dst_fd` (already sized to `size`),
-  // in parallel ranges, and returns the XXH3-128 of what it copied.
-  // ENOENT if missing; EIO if its size is not `size`.
+  // Copies the object at `path` into `dst_fd` (already sized to `size`,
+  // and holding only holes), in parallel ranges, and returns the checksum
+  // (backend/checksum.h) of what it copied. Blocks of zeros may be left as
+  // holes in `dst_fd`. ENOENT if missing; EIO if its size is not `size`.
   [[nodiscard]] virtual Result<std::pair<uint64_t, uint64_t>> Fetch(const std::string& path, int dst_fd,
                                                                     uint64_t size) = 0;
 

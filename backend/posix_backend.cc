@@ -1,47 +1,99 @@
 // posix_backend.cc — the Backend over a POSIX directory: NFS, Lustre or a
-// local disk.
+// local disk, typically a shared team directory that other users can write
+// to while the daemon runs as root.
 //
-// A file is staged as <root>/.ckptfs-tmp/<unique name> (O_EXCL, 0600): the
-// source is mapped read-only and written with io_uring, 8 writes of 4 MiB in
-// flight, hashed (XXH3-128) chunk by chunk as the chunks are submitted, then
-// fdatasynced. Publish sets the checksum xattr, mtime and mode on the staged
-// file, fsyncs it and renames it over the final name, then fsyncs the parent
-// directory; a reader of the root therefore sees either the old file or the
-// whole new one. Every namespace change fsyncs the directories it touched.
-// Fetch is the mirror image: io_uring reads into the mapped destination,
-// hashed in order as the chunks complete.
+// Paths. Nothing under the root is trusted: any component may be replaced
+// by a symlink, a file or another directory at any moment. So no operation
+// ever walks a path string from "/": each one opens the root, resolves the
+// entry's parent directory beneath it with openat2(RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) — or, where the kernel has
+// no openat2 (ENOSYS), a walk of openat(O_NOFOLLOW | O_DIRECTORY) one
+// component at a time — and then acts with *at() calls on that directory's
+// descriptor: renameat2, unlinkat, mkdirat, symlinkat, linkat (never
+// AT_SYMLINK_FOLLOW), fchown/fchmod/futimens on an fd opened O_NOFOLLOW.
+// A symlink where a directory should be is never followed: the operation
+// fails with ELOOP (ENOTDIR for a non-directory), a permanent error for that
+// entry (backend.h), with one warning line naming the path. Entries that
+// are themselves symlinks (made by Symlink) are acted on as links. Rmdir
+// removes a tree through descriptors and unlinks the symlinks it meets.
+// Hard links planted by other users are not detected; the kernel's
+// fs.protected_hardlinks (default on) keeps them from linking files they
+// do not own.
+//
+// The root. Its path is trusted (the operator chose it) and is resolved to
+// a canonical path once at open; every operation opens that path again,
+// without following symlinks, and requires the directory opened at mount —
+// or, if that one was replaced (an export re-created), a directory with the
+// same owner. A root that is missing fails every operation with EIO (not
+// ENOENT, which would read as "nothing to do"), logged (info) once per episode,
+// so a backend that goes away and comes back needs no remount.
+//
+// Staging. A file is staged as <root>/.ckptfs-tmp/<unique name> (O_EXCL,
+// 0600). The staging area is the daemon's own 0700 directory, re-created by
+// Stage when it is missing; one that is a symlink, not a directory, or
+// owned by another user is refused (EACCES, a transient error, logged once
+// per episode) and left in place. Only the source's data extents
+// (SEEK_DATA/SEEK_HOLE) are read, hashed (backend/checksum.h) and written
+// with io_uring, up to 4 writes of 4 MiB in flight; ftruncate sets the
+// size, so holes stay holes, then fdatasync. Publish sets the checksum
+// xattr, mtime, owner (daemon running as root only) and mode on the staged
+// file, fsyncs it and renames it over the final name, then fsyncs the
+// parent directory; a reader of the root therefore sees either the old
+// file or the whole new one, never one with the wrong owner. A staged file
+// that vanished before its Publish gives ESTALE: stage again. Mkdir and
+// Symlink likewise make the new entry in the staging area, with its owner
+// and mode, and rename it into place; an existing directory is left as it
+// is (never re-owned: it may be another user's). Every namespace change
+// fsyncs the directories it touched. Fetch reads the
+// backend file's data extents with io_uring into buffers, hashes them and
+// writes the blocks that are not all zeros into the destination, so a
+// sparse file stays sparse in the tier even on an NFS without SEEK_DATA.
+//
+// Ownership. As root, files, directories made by Mkdir and symlinks get
+// the owner and group of the entry (Attrs); directories created implicitly
+// as missing parents belong to the daemon (0755): their owner on the mount
+// is not known here, and their own mkdir entry, earlier in the log, made
+// them already unless it failed. Where the store refuses chown (EPERM or
+// EINVAL: a root-squashed NFS) one warning per mount is logged and files
+// are published with the daemon's owner, modes still applied. A daemon not
+// running as root applies no owner at all and logs nothing about it.
 //
 // What it gives up: one ring per Stage/Fetch call (a few tens of µs, small
 // next to an fsync) instead of a long-lived ring per thread, so nothing is
-// shared between threads; where io_uring or mmap is unavailable it copies
-// through a 4 MiB buffer with pread/pwrite. RENAME_EXCHANGE is passed to
-// the store as is: stores without it (NFS) fail the exchange with EINVAL
-// rather than emulate it non-atomically. The name ".ckptfs-tmp" (and
-// ".ckptfs-probe-*") at the top of the root is reserved: paths under it are
-// rejected with EINVAL. Modes are applied as given, so a directory made
-// read-only before a file under it is published refuses the publish
-// (EACCES) unless the daemon runs as root.
+// shared between threads; where io_uring is unavailable it copies through a
+// 4 MiB buffer with pread/pwrite. Two extra syscalls per operation to check
+// the root. RENAME_EXCHANGE is passed to the store as is: stores without it
+// (NFS) fail the exchange with EINVAL rather than emulate it non-atomically.
+// The name ".ckptfs-tmp" (and ".ckptfs-probe-*") at the top of the root is
+// reserved: paths under it are rejected with EINVAL. Modes are applied as
+// given, so a directory made read-only before a file under it is published
+// refuses the publish (EACCES) unless the daemon runs as root.
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <mutex>
 #include <random>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/checksum.h"
 #include "backend/uring.h"
 #include "fs/common/failpoint.h"
 #include "fs/common/log.h"
@@ -51,9 +103,9 @@ namespace ckpt::backend {
 namespace {
 
 constexpr uint64_t kChunkSize = 4ull << 20;
-constexpr unsigned kQueueDepth = 8;
-constexpr char kChecksumXattr[] = "user.ckptfs.xxh128";
+constexpr unsigned kQueueDepth = 8;  // Fetch: reads in flight
 constexpr char kProbePrefix[] = ".ckptfs-probe-";
+constexpr int kMaxTreeDepth = 256;  // Rmdir: deeper trees are refused (ENAMETOOLONG)
 
 // strerror() is not thread-safe; the generic category's message is.
 std::string ErrStr(int e) { return std::generic_category().message(e); }
@@ -73,6 +125,14 @@ class Fd {
   ~Fd() {
     if (fd_ >= 0) close(fd_);
   }
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      if (fd_ >= 0) close(fd_);
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
@@ -82,31 +142,140 @@ class Fd {
   int fd_;
 };
 
-// Owns a mapping of a whole file.
-class Mapping {
- public:
-  // Maps `size` bytes of `fd`; ok() is false (errno set) on failure.
-  Mapping(int fd, uint64_t size, int prot) : size_(size) {
-    void* p = mmap(nullptr, size, prot, MAP_SHARED, fd, 0);
-    base_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
-  }
-  ~Mapping() {
-    if (base_) munmap(base_, size_);
-  }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  bool ok() const { return base_ != nullptr; }
-  char* base() const { return base_; }
+// ---- Resolving paths beneath a directory, never following symlinks ----
 
- private:
-  char* base_ = nullptr;
-  uint64_t size_;
+// 0: openat2 not tried yet or works; 1: unavailable (ENOSYS), walk instead.
+// CKPTFS_BACKEND_NO_OPENAT2=1 forces the walk (tests).
+std::atomic<int> g_no_openat2{0};
+
+bool UseOpenat2() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("CKPTFS_BACKEND_NO_OPENAT2");
+    return v && *v && std::string_view(v) != "0";
+  }();
+  return !disabled && g_no_openat2.load(std::memory_order_relaxed) == 0;
+}
+
+// openat2 beneath `dirfd` with no symlink resolution. -1 with errno set;
+// ENOSYS (remembered) when the kernel lacks it.
+int Openat2(int dirfd, const char* path, int flags) {
+  open_how how{};
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  for (int tries = 0;; tries++) {
+    long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+    if (fd >= 0) return static_cast<int>(fd);
+    // EAGAIN: a concurrent rename raced the lookup; E2BIG/EINVAL on `how`
+    // itself would mean an older openat2: walk instead.
+    if (errno == EAGAIN && tries < 8) continue;
+    if (errno == ENOSYS || errno == E2BIG) {
+      if (g_no_openat2.exchange(1) == 0)
+        LOG_INFO("posix backend: openat2 unavailable; resolving paths one component at a time");
+      errno = ENOSYS;
+    }
+    return -1;
+  }
+}
+
+// Why a component could not be opened as a directory: ELOOP for a symlink,
+// ENOTDIR for anything else that is not a directory, else `e`.
+int Classify(int dirfd, const std::string& name, int e) {
+  if (e != ELOOP && e != ENOTDIR) return e;
+  struct stat st;
+  if (fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return e;
+  if (S_ISLNK(st.st_mode)) return ELOOP;
+  return S_ISDIR(st.st_mode) ? e : ENOTDIR;
+}
+
+// Splits "a/b/c" into its components.
+std::vector<std::string> Components(std::string_view rel) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= rel.size() && !rel.empty()) {
+    size_t slash = rel.find('/', pos);
+    if (slash == std::string_view::npos) slash = rel.size();
+    out.emplace_back(rel.substr(pos, slash - pos));
+    pos = slash + 1;
+  }
+  return out;
+}
+
+// The outcome of a resolution: an fd, or an errno and, for ELOOP/ENOTDIR,
+// the prefix of the path that is the symlink or non-directory.
+struct Resolved {
+  Fd fd;
+  int err = 0;
+  std::string bad;  // e.g. "team" for "team/sub/f"
 };
 
-struct HashStateDeleter {
-  void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
-};
-using HashState = std::unique_ptr<XXH3_state_t, HashStateDeleter>;
+// Opens the directory `rel` ("" = `base` itself) beneath `base`, one
+// component at a time with O_NOFOLLOW, creating missing components when
+// `create_mode` is not 0 (mkdirat, then exactly that mode; the new entry
+// made durable by an fsync of its parent). Intermediate components are
+// opened O_PATH; the last with `last_flags` (O_RDONLY, or O_PATH).
+Resolved WalkDir(int base, std::string_view rel, int last_flags, mode_t create_mode) {
+  Resolved r;
+  std::vector<std::string> comps = Components(rel);
+  Fd cur(openat(base, ".", (comps.empty() ? last_flags : O_PATH) | O_DIRECTORY | O_CLOEXEC));
+  if (!cur.ok()) {
+    r.err = errno;
+    return r;
+  }
+  std::string done;
+  for (size_t i = 0; i < comps.size(); i++) {
+    const std::string& c = comps[i];
+    const bool last = i + 1 == comps.size();
+    const int flags = (last ? last_flags : O_PATH) | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    if (!done.empty()) done.push_back('/');
+    done.append(c);
+    int fd = openat(cur.get(), c.c_str(), flags);
+    if (fd < 0 && errno == ENOENT && create_mode != 0) {
+      if (mkdirat(cur.get(), c.c_str(), 0700) == 0) {
+        fd = openat(cur.get(), c.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0 && fchmod(fd, create_mode) != 0) LOG_DEBUG("posix backend: chmod new '{}': {}", done, ErrStr(errno));
+        // Durable before anything is put into it.
+        Fd sync(openat(cur.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        if (sync.ok()) (void)fsync(sync.get());
+      } else if (errno == EEXIST) {
+        fd = openat(cur.get(), c.c_str(), flags);  // made by someone else meanwhile
+      } else {
+        fd = -1;
+      }
+    }
+    if (fd < 0) {
+      r.err = Classify(cur.get(), c, errno);
+      if (r.err == ELOOP || r.err == ENOTDIR) r.bad = done;
+      return r;
+    }
+    cur = Fd(fd);
+  }
+  r.fd = std::move(cur);
+  return r;
+}
+
+// Opens directory `rel` beneath `base` (see WalkDir), trying openat2 first.
+Resolved OpenDirBeneath(int base, std::string_view rel, int flags, mode_t create_mode) {
+  if (!rel.empty() && UseOpenat2()) {
+    std::string p(rel);
+    int fd = Openat2(base, p.c_str(), flags | O_DIRECTORY);
+    if (fd >= 0) {
+      Resolved r;
+      r.fd = Fd(fd);
+      return r;
+    }
+    // Anything but a missing component to create or a refusal to explain
+    // is the answer; the walk names the offending component.
+    if (errno != ENOSYS && !(errno == ENOENT && create_mode) && errno != ELOOP && errno != ENOTDIR &&
+        errno != EXDEV) {
+      Resolved r;
+      r.err = errno;
+      return r;
+    }
+  }
+  return WalkDir(base, rel, flags, create_mode);
+}
+
+// ---- Copying ----
 
 // The ring for one copy, or nullptr when io_uring cannot be used here (a
 // warning is logged the first time). CKPTFS_BACKEND_NO_URING=1 in the
@@ -132,92 +301,63 @@ std::unique_ptr<Ring> MakeRing() {
   return std::move(*ring);
 }
 
-// Fetch's copy: reads `size` bytes of `fd` into the mapping at `base` at the
-// same offsets, with up to kQueueDepth chunks of kChunkSize in flight.
-// `on_done(off, len)` is called in offset order once the chunk and every
-// chunk before it completed. `cancelled` (may be empty) is polled before
-// each chunk. Returns 0 or an errno (ECANCELED); everything submitted has
-// completed by then.
-template <class OnDone>
-int RingRead(Ring& ring, int fd, char* base, uint64_t size, const std::function<bool()>& cancelled, OnDone on_done) {
-  struct Slot {
-    uint64_t chunk = 0, off = 0, len = 0, done = 0;
-    bool busy = false;
-  };
-  Slot slots[kQueueDepth];
-  const uint64_t nchunks = (size + kChunkSize - 1) / kChunkSize;
-  std::vector<bool> complete(nchunks);
-  uint64_t next_chunk = 0, next_done = 0;
-  unsigned inflight = 0;
-  bool pending = false;  // entries prepared but not yet submitted
-  int err = 0;
-
-  auto prep = [&](unsigned s) {
-    io_uring_sqe* sqe = ring.GetSqe();
-    uint64_t off = slots[s].off + slots[s].done;
-    auto len = static_cast<unsigned>(slots[s].len - slots[s].done);
-    io_uring_prep_read(sqe, fd, base + off, len, off);
-    io_uring_sqe_set_data64(sqe, s);
-    pending = true;
-  };
-
-  for (;;) {
-    while (!err && inflight < kQueueDepth && next_chunk < nchunks) {
-      if (cancelled && cancelled()) {
-        err = ECANCELED;
-        break;
-      }
-      unsigned s = 0;
-      while (slots[s].busy) s++;
-      uint64_t off = next_chunk * kChunkSize;
-      slots[s] = Slot{next_chunk, off, std::min(kChunkSize, size - off), 0, true};
-      prep(s);
-      inflight++;
-      next_chunk++;
-    }
-    if (pending) {
-      // A failed submit leaves the ring in an unknown state; give up on it
-      // (its owner tears it down, which cancels what is in flight).
-      if (auto st = ring.Submit(); !st) return st.error();
-      pending = false;
-    }
-    if (inflight == 0) break;
-    auto cqe = ring.Wait();
-    if (!cqe) return cqe.error();
-    auto s = static_cast<unsigned>(io_uring_cqe_get_data64(*cqe));
-    int res = (*cqe)->res;
-    ring.Seen(*cqe);
-    Slot& slot = slots[s];
-    if (res == -EINTR || res == -EAGAIN) {
-      if (!err) {
-        prep(s);
-        continue;
-      }
-    } else if (res < 0) {
-      if (!err) err = -res;
-    } else if (res == 0) {
-      if (!err) err = EIO;  // the file ended early, or the store made no progress
-    } else {
-      slot.done += static_cast<uint64_t>(res);
-      if (slot.done < slot.len) {
-        if (!err) {
-          prep(s);  // short transfer: requeue the remainder
-          continue;
-        }
+// The data of a file in [0, size) as chunks of at most kChunkSize that
+// never cross a hole: the extents SEEK_DATA/SEEK_HOLE report, or the whole
+// range where the file system cannot tell (EINVAL). lseek with SEEK_DATA or
+// SEEK_HOLE computes from its argument, so sharing the descriptor's offset
+// with other users of the fd is harmless.
+class Extents {
+ public:
+  Extents(int fd, uint64_t size) : fd_(fd), size_(size) {}
+  // The next chunk; false at the end or on error (then err() is set).
+  bool Next(uint64_t* off, uint64_t* len) {
+    if (pos_ >= end_) {
+      if (pos_ >= size_ || err_) return false;
+      if (dense_) {
+        end_ = size_;
       } else {
-        complete[slot.chunk] = true;
-        while (next_done < nchunks && complete[next_done]) {
-          uint64_t off = next_done * kChunkSize;
-          on_done(off, std::min(kChunkSize, size - off));
-          next_done++;
+        off_t d = lseek(fd_, static_cast<off_t>(pos_), SEEK_DATA);
+        if (d < 0) {
+          if (errno == ENXIO) {  // nothing but a hole up to EOF
+            pos_ = size_;
+            return false;
+          }
+          if (errno != EINVAL && errno != EOPNOTSUPP) {
+            err_ = errno;
+            return false;
+          }
+          dense_ = true;
+          end_ = size_;
+        } else {
+          if (static_cast<uint64_t>(d) >= size_) {
+            pos_ = size_;
+            return false;
+          }
+          off_t h = lseek(fd_, d, SEEK_HOLE);
+          if (h < 0) {
+            err_ = errno;
+            return false;
+          }
+          pos_ = static_cast<uint64_t>(d);
+          end_ = std::min(static_cast<uint64_t>(h), size_);
+          if (end_ <= pos_) end_ = size_;  // a file that grew past `size` meanwhile
         }
       }
     }
-    slot.busy = false;
-    inflight--;
+    *off = pos_;
+    *len = std::min(kChunkSize, end_ - pos_);
+    pos_ += *len;
+    return true;
   }
-  return err;
-}
+  int err() const { return err_; }
+
+ private:
+  int fd_;
+  uint64_t size_;
+  uint64_t pos_ = 0, end_ = 0;  // the current extent is [.., end_)
+  bool dense_ = false;
+  int err_ = 0;
+};
 
 // Drops a backend file's clean pages from the page cache. The tier already
 // holds the bytes, so caching them twice only costs memory; and measured
@@ -269,52 +409,166 @@ int PwriteFull(int fd, const char* buf, uint64_t len, uint64_t off) {
   return 0;
 }
 
-// The fallback copy: `size` bytes from in_fd to out_fd through one buffer,
-// hashing what was read. `*read_failed` tells the caller which side failed.
-int BufferedCopy(int in_fd, int out_fd, uint64_t size, const std::function<bool()>& cancelled,
-                 XXH3_state_t* hash, bool* read_failed) {
-  Buffers buf(kChunkSize);
-  if (!buf.get()) return ENOMEM;
-  for (uint64_t off = 0; off < size; off += kChunkSize) {
-    if (cancelled && cancelled()) return ECANCELED;
-    uint64_t len = std::min(kChunkSize, size - off);
-    if (int e = PreadFull(in_fd, buf.get(), len, off)) {
-      *read_failed = true;
-      return e;
+// Writes the bytes of `buf` (file offset `off`) that are not in 4 KiB
+// blocks of zeros (blocks aligned to file offsets), one pwrite per run: the
+// destination holds holes there already. 0 or an errno.
+int WriteNonZero(int fd, const char* buf, uint64_t len, uint64_t off) {
+  uint64_t p = 0;
+  auto piece = [&](uint64_t at) { return std::min(len - at, kChecksumBlock - (off + at) % kChecksumBlock); };
+  while (p < len) {
+    uint64_t n = piece(p);
+    if (AllZero(buf + p, n)) {
+      p += n;
+      continue;
     }
-    XXH3_128bits_update(hash, buf.get(), len);
-    if (int e = PwriteFull(out_fd, buf.get(), len, off)) return e;
+    uint64_t run = p;
+    while (p < len && !AllZero(buf + p, piece(p))) p += piece(p);
+    if (int e = PwriteFull(fd, buf + run, p - run, off + run)) return e;
   }
   return 0;
 }
 
-// Stage's copy: reads `in_fd` (the tier) chunk by chunk into one of
-// kStageDepth buffers, hashes it, and queues an io_uring write of it to
-// `out_fd`, up to kStageDepth writes in flight; every kWritebackWindow bytes
-// written in order, the kernel is told to start writing them back, so the
-// final fdatasync has little left to do. Reading through buffers, not a
-// mapping of the tier file: measured, writes sourced from a MAP_SHARED
-// mapping of a tmpfs file ran at a seventh of the speed (page faults inside
-// the buffered write path). Short writes are requeued. 0 or an errno.
+// Reads the chunks `ext` yields from `fd` with up to kQueueDepth reads in
+// flight, and calls on_chunk(off, len, data) for each, in offset order.
+// Returns 0, an errno of the read (with *read_failed), or on_chunk's.
+template <class OnChunk>
+int RingReadChunks(Ring& ring, int fd, Extents& ext, bool* read_failed, OnChunk on_chunk) {
+  struct Slot {
+    char* buf = nullptr;
+    uint64_t seq = 0, off = 0, len = 0, done = 0;
+    bool busy = false, complete = false;
+  };
+  Buffers mem(kQueueDepth * kChunkSize);
+  if (!mem.get()) return ENOMEM;
+  Slot slots[kQueueDepth];
+  for (unsigned i = 0; i < kQueueDepth; i++) slots[i].buf = mem.get() + i * kChunkSize;
+  uint64_t next_seq = 0, deliver_seq = 0;
+  unsigned inflight = 0;  // reads submitted and not completed
+  bool more = true, pending = false;
+  int err = 0;
+  auto prep = [&](unsigned i) {
+    Slot& sl = slots[i];
+    io_uring_sqe* sqe = ring.GetSqe();
+    io_uring_prep_read(sqe, fd, sl.buf + sl.done, static_cast<unsigned>(sl.len - sl.done), sl.off + sl.done);
+    io_uring_sqe_set_data64(sqe, i);
+    pending = true;
+  };
+  for (;;) {
+    while (!err && more) {
+      unsigned i = 0;
+      while (i < kQueueDepth && slots[i].busy) i++;
+      if (i == kQueueDepth) break;
+      uint64_t off, len;
+      if (!ext.Next(&off, &len)) {
+        more = false;
+        if (ext.err()) {
+          *read_failed = true;
+          err = ext.err();
+        }
+        break;
+      }
+      slots[i] = Slot{slots[i].buf, next_seq++, off, len, 0, true, false};
+      prep(i);
+      inflight++;
+    }
+    if (pending) {
+      // A failed submit leaves the ring in an unknown state; give up on it
+      // (its owner tears it down, which cancels what is in flight).
+      if (auto st = ring.Submit(); !st) return st.error();
+      pending = false;
+    }
+    // Deliver what completed, in order.
+    for (bool progress = true; progress && !err;) {
+      progress = false;
+      for (auto& sl : slots)
+        if (sl.busy && sl.complete && sl.seq == deliver_seq) {
+          if (int e = on_chunk(sl.off, sl.len, static_cast<const char*>(sl.buf))) err = e;
+          sl.busy = false;
+          deliver_seq++;
+          progress = true;
+        }
+    }
+    if (inflight == 0 && (err || !more)) break;
+    if (inflight == 0) continue;
+    auto cqe = ring.Wait();
+    if (!cqe) return cqe.error();
+    auto i = static_cast<unsigned>(io_uring_cqe_get_data64(*cqe));
+    int res = (*cqe)->res;
+    ring.Seen(*cqe);
+    Slot& sl = slots[i];
+    if ((res == -EINTR || res == -EAGAIN) && !err) {
+      prep(i);
+      continue;
+    }
+    if (res < 0) {
+      if (!err) *read_failed = true, err = -res;
+    } else if (res == 0) {
+      if (!err) *read_failed = true, err = EIO;  // the file ended early
+    } else {
+      sl.done += static_cast<uint64_t>(res);
+      if (sl.done < sl.len && !err) {
+        prep(i);  // short read: queue the remainder
+        continue;
+      }
+    }
+    inflight--;
+    if (sl.done == sl.len) sl.complete = true;
+    if (err) sl.busy = false;
+  }
+  return err;
+}
+
+// The fallback read: chunk by chunk through one buffer.
+template <class OnChunk>
+int BufferedReadChunks(int fd, Extents& ext, const std::function<bool()>& cancelled, bool* read_failed,
+                       OnChunk on_chunk) {
+  Buffers buf(kChunkSize);
+  if (!buf.get()) return ENOMEM;
+  uint64_t off, len;
+  while (ext.Next(&off, &len)) {
+    if (cancelled && cancelled()) return ECANCELED;
+    if (int e = PreadFull(fd, buf.get(), len, off)) {
+      *read_failed = true;
+      return e;
+    }
+    if (int e = on_chunk(off, len, static_cast<const char*>(buf.get()))) return e;
+  }
+  if (ext.err()) *read_failed = true;
+  return ext.err();
+}
+
+// Stage's copy: reads the data chunks of `in_fd` (the tier) into one of
+// kStageDepth buffers, hashes them, and queues an io_uring write of each to
+// `out_fd` at the same offset, up to kStageDepth writes in flight; every
+// kWritebackWindow bytes written in order, the kernel is told to start
+// writing them back, so the final fdatasync has little left to do. Reading
+// through buffers, not a mapping of the tier file: measured, writes sourced
+// from a MAP_SHARED mapping of a tmpfs file ran at a seventh of the speed
+// (page faults inside the buffered write path). Short writes are requeued.
+// 0 or an errno.
 constexpr uint64_t kWritebackWindow = 32ull << 20;
 constexpr unsigned kStageDepth = 4;  // 16 MiB of buffers per transfer
 
-
-int RingStage(Ring& ring, int in_fd, int out_fd, uint64_t size, const std::function<bool()>& cancelled,
-              XXH3_state_t* hash, bool* read_failed) {
+int RingStage(Ring& ring, int in_fd, Extents& ext, int out_fd, const std::function<bool()>& cancelled,
+              ContentHash* hash, bool* read_failed) {
   struct Slot {
     char* buf = nullptr;
-    uint64_t off = 0, len = 0, done = 0;
+    uint64_t seq = 0, off = 0, len = 0, done = 0;
     bool busy = false;
   };
   Buffers mem(kStageDepth * kChunkSize);
   if (!mem.get()) return ENOMEM;
   std::vector<Slot> slots(kStageDepth);
   for (unsigned i = 0; i < kStageDepth; i++) slots[i].buf = mem.get() + i * kChunkSize;
-  const uint64_t nchunks = (size + kChunkSize - 1) / kChunkSize;
-  std::vector<bool> written(nchunks);
-  uint64_t next = 0, next_written = 0, synced = 0;
+  // Chunks queued, oldest first: (seq, end offset, written).
+  struct Queued {
+    uint64_t end;
+    bool written;
+  };
+  std::deque<Queued> order;
+  uint64_t next = 0, first_seq = 0, written_end = 0, synced = 0, since_sync = 0;
   unsigned inflight = 0;
+  bool more = true;
   int err = 0;
   auto prep = [&](unsigned i) {
     Slot& sl = slots[i];
@@ -324,28 +578,38 @@ int RingStage(Ring& ring, int in_fd, int out_fd, uint64_t size, const std::funct
   };
   for (;;) {
     bool queued = false;
-    while (!err && inflight < kStageDepth && next < nchunks) {
+    while (!err && more && inflight < kStageDepth) {
       if (cancelled && cancelled()) {
         err = ECANCELED;
+        break;
+      }
+      uint64_t off, len;
+      if (!ext.Next(&off, &len)) {
+        more = false;
+        if (ext.err()) {
+          *read_failed = true;
+          err = ext.err();
+        }
         break;
       }
       unsigned i = 0;
       while (slots[i].busy) i++;
       Slot& sl = slots[i];
-      sl.off = next * kChunkSize;
-      sl.len = std::min(kChunkSize, size - sl.off);
+      sl.seq = next++;
+      sl.off = off;
+      sl.len = len;
       sl.done = 0;
       if (int e = PreadFull(in_fd, sl.buf, sl.len, sl.off)) {
         *read_failed = true;
         err = e;
         break;
       }
-      XXH3_128bits_update(hash, sl.buf, sl.len);
+      hash->Update(sl.off, sl.buf, sl.len);
       sl.busy = true;
+      order.push_back({off + len, false});
       prep(i);
       queued = true;
       inflight++;
-      next++;
       // The first chunk is queued; the rest (and the fdatasync) are not done.
       if (next == 1) FAILPOINT("drain.mid_transfer");
     }
@@ -367,13 +631,18 @@ int RingStage(Ring& ring, int in_fd, int out_fd, uint64_t size, const std::funct
     if (res < 0 && !err) err = -res;
     if (res == 0 && !err) err = EIO;
     if (res > 0) {
-      written[sl.off / kChunkSize] = true;
-      while (next_written < nchunks && written[next_written]) next_written++;
-      uint64_t done_bytes = std::min(size, next_written * kChunkSize);
-      if (done_bytes - synced >= kWritebackWindow) {
-        (void)sync_file_range(out_fd, static_cast<off_t>(synced), static_cast<off_t>(done_bytes - synced),
+      order[sl.seq - first_seq].written = true;
+      since_sync += sl.len;
+      while (!order.empty() && order.front().written) {
+        written_end = order.front().end;
+        order.pop_front();
+        first_seq++;
+      }
+      if (since_sync >= kWritebackWindow && written_end > synced) {
+        (void)sync_file_range(out_fd, static_cast<off_t>(synced), static_cast<off_t>(written_end - synced),
                               SYNC_FILE_RANGE_WRITE);
-        synced = done_bytes;
+        synced = written_end;
+        since_sync = 0;
       }
     }
     sl.busy = false;
@@ -382,30 +651,16 @@ int RingStage(Ring& ring, int in_fd, int out_fd, uint64_t size, const std::funct
   return err;
 }
 
-std::string ChecksumHex(uint64_t hi, uint64_t lo) {
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(hi),
-                static_cast<unsigned long long>(lo));
-  return std::string(buf, 32);
-}
-
-bool ParseChecksumHex(std::string_view s, uint64_t* hi, uint64_t* lo) {
-  if (s.size() != 32) return false;
-  uint64_t v[2] = {0, 0};
-  for (size_t i = 0; i < 32; i++) {
-    char c = s[i];
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (d < 0) return false;
-    v[i / 16] = v[i / 16] << 4 | static_cast<uint64_t>(d);
-  }
-  *hi = v[0], *lo = v[1];
-  return true;
-}
-
 // "a/b/c" → "a/b"; "c" → "".
 std::string ParentOf(const std::string& rel) {
   auto slash = rel.rfind('/');
   return slash == std::string::npos ? std::string() : rel.substr(0, slash);
+}
+
+// "a/b/c" → "c".
+std::string LeafOf(const std::string& rel) {
+  auto slash = rel.rfind('/');
+  return slash == std::string::npos ? rel : rel.substr(slash + 1);
 }
 
 // Whether `path` is a relative path this backend accepts: no leading '/',
@@ -425,55 +680,50 @@ bool ValidPath(const std::string& path) {
   }
 }
 
+// Makes a directory durable: its entries survive a crash. A directory
+// opened O_PATH (no read permission, daemon not root) cannot be fsynced:
+// its entries reach the store when it writes them back.
+Status FsyncDirFd(int fd, std::string_view what) {
+  if (fsync(fd) != 0 && errno != EINVAL && errno != EBADF) return Fail(errno, "fsync directory", what);
+  return {};
+}
+
+// The parent directory of an entry, open, and the entry's name in it.
+struct Parent {
+  Fd dir;
+  std::string name;
+};
+
 class PosixBackend final : public Backend {
  public:
-  explicit PosixBackend(std::string root)
+  PosixBackend(std::string root, std::string canon, const struct stat& st)
       : root_(std::move(root)),
-        prefix_(root_ == "/" ? root_ : root_ + "/"),
-        tmp_dir_(prefix_ + kTmpDir),
+        canon_(std::move(canon)),
+        root_dev_(st.st_dev),
+        root_ino_(st.st_ino),
+        root_uid_(st.st_uid),
+        apply_owner_(geteuid() == 0),
         nonce_(Nonce()) {}
 
   std::string Describe() const override { return "posix:" + root_; }
 
   Status Check() override {
-    struct stat st;
-    if (stat(root_.c_str(), &st) != 0) return Fail(errno, "check: stat root", root_);
-    if (!S_ISDIR(st.st_mode)) return Fail(ENOTDIR, "check: root", root_);
+    auto root = Root();
+    if (!root) return Err(root.error());
+    std::string probe = UniqueName(kProbePrefix);
+    Fd pfd(openat(root->get(), probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!pfd.ok()) return Fail(errno, "check: root not writable: create", Show(probe));
+    if (unlinkat(root->get(), probe.c_str(), 0) != 0) return Fail(errno, "check: unlink probe", Show(probe));
 
-    std::string probe = prefix_ + UniqueName(kProbePrefix);
-    Fd pfd(open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-    if (!pfd.ok()) return Fail(errno, "check: root not writable: create", probe);
-    if (unlink(probe.c_str()) != 0) return Fail(errno, "check: unlink probe", probe);
-
-    if (mkdir(tmp_dir_.c_str(), 0700) == 0) {
-      if (auto s = FsyncDir(root_); !s) return s;
-    } else if (errno != EEXIST) {
-      return Fail(errno, "check: mkdir", tmp_dir_);
-    } else if (lstat(tmp_dir_.c_str(), &st) != 0) {
-      return Fail(errno, "check: stat", tmp_dir_);
-    } else if (!S_ISDIR(st.st_mode)) {
-      return Fail(ENOTDIR, "check: staging area", tmp_dir_);
-    }
-
+    auto tmp = OpenTmp(root->get(), /*create=*/true);
+    if (!tmp) return Err(tmp.error());
     // Whatever is staged now was left by a daemon that died before it
     // published or aborted: nothing refers to it any more.
-    DIR* d = opendir(tmp_dir_.c_str());
-    if (!d) return Fail(errno, "check: opendir", tmp_dir_);
-    std::vector<std::string> names;
-    while (dirent* de = readdir(d)) {
-      std::string_view n = de->d_name;
-      if (n != "." && n != "..") names.emplace_back(n);
-    }
-    closedir(d);
-    for (const auto& n : names) {
-      std::error_code ec;
-      std::string p = tmp_dir_ + "/" + n;
-      std::filesystem::remove_all(p, ec);
-      if (ec && ec.value() != ENOENT) return Fail(ec.value(), "check: remove leftover", p);
-    }
-    if (!names.empty()) {
-      LOG_INFO("posix backend: removed {} leftover staged files from {}", names.size(), tmp_dir_);
-      if (auto s = FsyncDir(tmp_dir_); !s) return s;
+    size_t removed = 0;
+    if (int e = RemoveContents(tmp->get(), 0, kTmpDir, &removed)) return Fail(e, "check: remove leftovers in", Show(kTmpDir));
+    if (removed) {
+      LOG_INFO("posix backend: removed {} leftover staged files from {}", removed, Show(kTmpDir));
+      if (auto s = FsyncDirFd(tmp->get(), kTmpDir); !s) return s;
     }
     return {};
   }
@@ -481,187 +731,339 @@ class PosixBackend final : public Backend {
   Result<Staged> Stage(int src_fd, uint64_t size, const std::function<bool()>& cancelled) override {
     struct stat st;
     if (fstat(src_fd, &st) != 0) return Fail(errno, "stage: fstat source fd", std::to_string(src_fd));
-    // A mapping read past the end of its file raises SIGBUS: refuse early.
     if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) < size) {
       LOG_ERROR("posix backend: stage: source fd {} holds {} bytes, {} expected", src_fd, st.st_size, size);
       return Err(EIO);
     }
-    std::string name, path;
+    auto root = Root();
+    if (!root) return Err(root.error());
+    auto tmp = OpenTmp(root->get(), /*create=*/true);
+    if (!tmp) {
+      // Not the entry's fault: a transient error, retried.
+      int e = tmp.error();
+      return Err(e == ELOOP || e == ENOTDIR ? EACCES : e);
+    }
+    std::string name;
     int raw = -1;
     for (int tries = 0; raw < 0; tries++) {
       name = UniqueName("st-");
-      path = tmp_dir_ + "/" + name;
-      raw = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-      if (raw < 0 && (errno != EEXIST || tries >= 8)) return Fail(errno, "stage: create", path);
+      raw = openat(tmp->get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+      if (raw < 0 && (errno != EEXIST || tries >= 8)) return Fail(errno, "stage: create", Show(kTmpDir, name));
     }
     Fd fd(raw);
-    HashState hash(XXH3_createState());
-    if (!hash) {
-      unlink(path.c_str());
-      return Fail(ENOMEM, "stage: hash state for", path);
+    auto drop = [&] { unlinkat(tmp->get(), name.c_str(), 0); };
+    ContentHash hash;
+    if (!hash.ok()) {
+      drop();
+      return Fail(ENOMEM, "stage: hash state for", Show(kTmpDir, name));
     }
-    XXH3_128bits_reset(hash.get());
 
     int err = 0;
     bool read_failed = false;
+    Extents ext(src_fd, size);
     std::unique_ptr<Ring> ring = size > 0 ? MakeRing() : nullptr;
     if (ring) {
-      err = RingStage(*ring, src_fd, fd.get(), size, cancelled, hash.get(), &read_failed);
+      err = RingStage(*ring, src_fd, ext, fd.get(), cancelled, &hash, &read_failed);
       ring.reset();  // nothing stays in flight past here
     } else if (size > 0) {
-      err = BufferedCopy(src_fd, fd.get(), size, cancelled, hash.get(), &read_failed);
+      bool first = true;
+      err = BufferedReadChunks(src_fd, ext, cancelled, &read_failed, [&](uint64_t off, uint64_t len, const char* p) {
+        hash.Update(off, p, len);
+        int e = PwriteFull(fd.get(), p, len, off);
+        if (first && !e) FAILPOINT("drain.mid_transfer");
+        first = false;
+        return e;
+      });
     }
+    // Holes at the end (or all over) are made by the size alone.
+    if (!err && ftruncate(fd.get(), static_cast<off_t>(size)) != 0) err = errno;
     if (!err && fdatasync(fd.get()) != 0) err = errno;
     if (!err) DropCache(fd.get());
     if (err) {
-      unlink(path.c_str());
+      drop();
       if (err == ECANCELED) {
-        LOG_DEBUG("posix backend: stage of {} bytes into {} cancelled", size, path);
+        LOG_DEBUG("posix backend: stage of {} bytes into {} cancelled", size, Show(kTmpDir, name));
         return Err(err);
       }
-      return Fail(err, read_failed ? "stage: read source for" : "stage: write", path);
+      return Fail(err, read_failed ? "stage: read source for" : "stage: write", Show(kTmpDir, name));
     }
-    XXH128_hash_t h = XXH3_128bits_digest(hash.get());
-    return Staged{name, size, h.high64, h.low64};
+    auto [hi, lo] = hash.Finish(size);
+    return Staged{name, size, hi, lo};
   }
 
-  Status Publish(const Staged& s, const std::string& path, uint32_t mode, int64_t mtime_sec,
-                 uint32_t mtime_nsec) override {
+  Status Publish(const Staged& s, const std::string& path, const Attrs& a) override {
     if (!ValidPath(path)) return Fail(EINVAL, "publish: invalid path", path);
     if (!ValidToken(s.token)) return Fail(EINVAL, "publish: invalid staged token", s.token);
-    if (mtime_nsec >= 1000000000u) return Fail(EINVAL, "publish: invalid mtime nsec for", path);
-    std::string tmp = tmp_dir_ + "/" + s.token;
-    Fd fd(open(tmp.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd.ok()) return Fail(errno, "publish: open staged", tmp);
+    if (a.mtime_nsec >= 1000000000u) return Fail(EINVAL, "publish: invalid mtime nsec for", path);
+    auto root = Root();
+    if (!root) return Err(root.error());
+    auto tmp = OpenTmp(root->get(), /*create=*/false);
+    if (!tmp) {
+      if (tmp.error() == ENOENT) return Fail(ESTALE, "publish: staging area gone; stage again:", path);
+      int e = tmp.error();
+      return Err(e == ELOOP || e == ENOTDIR ? EACCES : e);
+    }
+    Fd fd(openat(tmp->get(), s.token.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd.ok()) {
+      if (errno == ENOENT) return Fail(ESTALE, "publish: staged file gone; stage again:", Show(kTmpDir, s.token));
+      return Fail(errno, "publish: open staged", Show(kTmpDir, s.token));
+    }
+    std::string staged = Show(kTmpDir, s.token);
 
     // The xattr first: setting a user.* xattr needs write permission, which
-    // the final mode may not grant.
+    // the final mode may not grant. The owner before the mode: chown clears
+    // the set-user-ID and set-group-ID bits.
     std::string hex = ChecksumHex(s.checksum_hi, s.checksum_lo);
     if (fsetxattr(fd.get(), kChecksumXattr, hex.data(), hex.size(), 0) != 0 && errno != ENOTSUP)
-      return Fail(errno, "publish: set checksum xattr on", tmp);
-    timespec times[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(mtime_sec), static_cast<long>(mtime_nsec)}};
-    if (futimens(fd.get(), times) != 0) return Fail(errno, "publish: set mtime on", tmp);
-    if (mode != 0 && fchmod(fd.get(), mode & 07777) != 0) return Fail(errno, "publish: chmod", tmp);
-    if (fsync(fd.get()) != 0) return Fail(errno, "publish: fsync", tmp);
+      return Fail(errno, "publish: set checksum xattr on", staged);
+    timespec times[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(a.mtime_sec), static_cast<long>(a.mtime_nsec)}};
+    if (futimens(fd.get(), times) != 0) return Fail(errno, "publish: set mtime on", staged);
+    if (int e = ApplyOwner(fd.get(), "", AT_EMPTY_PATH, a, path)) return Fail(e, "publish: chown", staged);
+    if (a.mode != 0 && fchmod(fd.get(), a.mode & 07777) != 0) return Fail(errno, "publish: chmod", staged);
+    if (fsync(fd.get()) != 0) return Fail(errno, "publish: fsync", staged);
 
-    std::string dst = Abs(path);
-    if (rename(tmp.c_str(), dst.c_str()) != 0) {
-      // ENOENT: a parent is missing (the staged file is open, so it was there).
-      if (errno != ENOENT) return Fail(errno, "publish: rename to", dst);
-      if (auto st = EnsureParent(path); !st) return st;
-      if (rename(tmp.c_str(), dst.c_str()) != 0) return Fail(errno, "publish: rename to", dst);
+    auto parent = OpenParent(root->get(), path, /*create=*/true, "publish");
+    if (!parent) return Err(parent.error());
+    if (renameat(tmp->get(), s.token.c_str(), parent->dir.get(), parent->name.c_str()) != 0) {
+      int e = errno;
+      struct stat st;
+      if (e == ENOENT && fstatat(tmp->get(), s.token.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return Fail(ESTALE, "publish: staged file gone; stage again:", staged);
+      if (e == EISDIR || e == ENOTDIR) return Refuse(e, "publish", path, "a directory is in the way");
+      return Fail(e, "publish: rename to", Show(path));
     }
-    return FsyncDir(AbsDir(ParentOf(path)));
+    return FsyncDirFd(parent->dir.get(), Show(ParentOf(path)));
   }
 
   void Abort(const Staged& s) override {
     if (!ValidToken(s.token)) return;
-    std::string tmp = tmp_dir_ + "/" + s.token;
-    if (unlink(tmp.c_str()) != 0 && errno != ENOENT)
-      LOG_WARN("posix backend: abort: unlink '{}': {}", tmp, ErrStr(errno));
+    auto root = Root();
+    if (!root) return;
+    auto tmp = OpenTmp(root->get(), /*create=*/false);
+    if (!tmp) return;
+    if (unlinkat(tmp->get(), s.token.c_str(), 0) != 0 && errno != ENOENT)
+      LOG_WARN("posix backend: abort: unlink '{}': {}", Show(kTmpDir, s.token), ErrStr(errno));
   }
 
-  Status Mkdir(const std::string& path, uint32_t mode) override {
+  Status Mkdir(const std::string& path, const Attrs& a) override {
     if (!ValidPath(path)) return Fail(EINVAL, "mkdir: invalid path", path);
-    return MkdirOne(path, mode, /*may_create_parents=*/true);
+    auto root = Root();
+    if (!root) return Err(root.error());
+    auto parent = OpenParent(root->get(), path, /*create=*/true, "mkdir");
+    if (!parent) return Err(parent.error());
+    int pfd = parent->dir.get();
+    const char* name = parent->name.c_str();
+    auto existing = [&]() -> Status {
+      struct stat st;
+      if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return Fail(errno, "mkdir: stat", Show(path));
+      // Replayed, or made as a parent: left as it is. Never re-owned: it
+      // may be another user's directory.
+      if (S_ISDIR(st.st_mode)) return {};
+      if (S_ISLNK(st.st_mode)) return Refuse(ELOOP, "mkdir", path, "a symlink is in the way; not followed");
+      return Fail(EEXIST, "mkdir: not a directory:", Show(path));
+    };
+    struct stat st;
+    if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) return existing();
+    // Made in the staging area, given its owner and exact mode (mkdir
+    // applies the umask and drops S_ISGID), and renamed into place only
+    // then: it never shows under its name with the wrong owner or mode,
+    // and a failure half-way leaves nothing there for a retry to trust.
+    auto tmp = OpenTmp(root->get(), /*create=*/true);
+    if (!tmp) return Err(tmp.error() == ELOOP || tmp.error() == ENOTDIR ? EACCES : tmp.error());
+    std::string tname = UniqueName("md-");
+    if (mkdirat(tmp->get(), tname.c_str(), 0700) != 0) return Fail(errno, "mkdir: create", Show(kTmpDir, tname));
+    auto drop = [&] { unlinkat(tmp->get(), tname.c_str(), AT_REMOVEDIR); };
+    Fd dir(openat(tmp->get(), tname.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    int e = dir.ok() ? ApplyOwner(dir.get(), "", AT_EMPTY_PATH, a, path) : errno;
+    if (!e && fchmod(dir.get(), a.mode ? a.mode & 07777 : 0755) != 0) e = errno;
+    if (!e && fsync(dir.get()) != 0 && errno != EINVAL) e = errno;
+    if (e) {
+      drop();
+      return Fail(e, "mkdir: set owner and mode of", Show(path));
+    }
+    int rc = renameat2(tmp->get(), tname.c_str(), pfd, name, RENAME_NOREPLACE);
+    if (rc != 0 && errno == EINVAL)  // no RENAME_NOREPLACE (NFS): absent a moment ago, so a plain rename
+      rc = renameat(tmp->get(), tname.c_str(), pfd, name);
+    if (rc != 0) {
+      e = errno;
+      drop();
+      if (e == EEXIST || e == ENOTEMPTY || e == ENOTDIR || e == EISDIR) return existing();  // made meanwhile
+      return Fail(e, "mkdir: rename into place", Show(path));
+    }
+    return FsyncDirFd(pfd, Show(ParentOf(path)));
   }
 
   Status Rmdir(const std::string& path) override {
     if (!ValidPath(path)) return Fail(EINVAL, "rmdir: invalid path", path);
-    std::string p = Abs(path);
+    auto root = Root();
+    if (!root) return Err(root.error());
+    auto parent = OpenParent(root->get(), path, /*create=*/false, "rmdir");
+    if (!parent) return parent.error() == ENOENT ? Status{} : Err(parent.error());
+    int pfd = parent->dir.get();
+    const char* name = parent->name.c_str();
     struct stat st;
-    if (lstat(p.c_str(), &st) != 0) {
+    if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) return {};
-      return Fail(errno, "rmdir: stat", p);
+      return Fail(errno, "rmdir: stat", Show(path));
     }
-    if (!S_ISDIR(st.st_mode)) return Fail(ENOTDIR, "rmdir", p);
-    std::error_code ec;
-    std::filesystem::remove_all(p, ec);  // never follows symlinks
-    if (ec && ec.value() != ENOENT) return Fail(ec.value(), "rmdir: remove tree", p);
-    return FsyncDir(AbsDir(ParentOf(path)));
+    if (S_ISLNK(st.st_mode)) return Refuse(ELOOP, "rmdir", path, "a symlink, not a directory; not followed");
+    if (!S_ISDIR(st.st_mode)) return Fail(ENOTDIR, "rmdir", Show(path));
+    Fd dir(openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir.ok()) {
+      if (errno == ENOENT) return {};
+      int e = Classify(pfd, name, errno);
+      if (e == ELOOP) return Refuse(ELOOP, "rmdir", path, "a symlink, not a directory; not followed");
+      return Fail(e, "rmdir: open", Show(path));
+    }
+    size_t removed = 0;
+    if (int e = RemoveContents(dir.get(), 0, path, &removed)) {
+      if (e == ENAMETOOLONG) return Refuse(e, "rmdir", path, "tree too deep");
+      return Fail(e, "rmdir: remove tree", Show(path));
+    }
+    if (unlinkat(pfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) return Fail(errno, "rmdir", Show(path));
+    return FsyncDirFd(pfd, Show(ParentOf(path)));
   }
 
   Status Remove(const std::string& path) override {
     if (!ValidPath(path)) return Fail(EINVAL, "remove: invalid path", path);
-    std::string p = Abs(path);
-    if (unlink(p.c_str()) != 0) {
+    auto root = Root();
+    if (!root) return Err(root.error());
+    auto parent = OpenParent(root->get(), path, /*create=*/false, "remove");
+    if (!parent) return parent.error() == ENOENT ? Status{} : Err(parent.error());
+    int pfd = parent->dir.get();
+    const char* name = parent->name.c_str();
+    // unlinkat removes a symlink itself, never its target.
+    if (unlinkat(pfd, name, 0) != 0) {
       int e = errno;
       if (e == ENOENT) return {};
       struct stat st;
-      if (e == EPERM && lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) e = EISDIR;  // POSIX says EPERM
-      return Fail(e, "remove: unlink", p);
+      if (e == EPERM && fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+        e = EISDIR;  // POSIX says EPERM
+      return Fail(e, "remove: unlink", Show(path));
     }
-    return FsyncDir(AbsDir(ParentOf(path)));
+    return FsyncDirFd(pfd, Show(ParentOf(path)));
   }
 
   Status Rename(const std::string& from, const std::string& to, bool exchange) override {
     if (!ValidPath(from)) return Fail(EINVAL, "rename: invalid path", from);
     if (!ValidPath(to)) return Fail(EINVAL, "rename: invalid path", to);
-    std::string f = Abs(from), t = Abs(to);
+    auto root = Root();
+    if (!root) return Err(root.error());
+    auto pf = OpenParent(root->get(), from, /*create=*/false, "rename");
+    if (!pf) return Err(pf.error());
     struct stat st;
-    if (lstat(f.c_str(), &st) != 0) return Fail(errno, "rename: stat source", f);
-    if (auto s = EnsureParent(to); !s) return s;
-    int rc = exchange ? renameat2(AT_FDCWD, f.c_str(), AT_FDCWD, t.c_str(), RENAME_EXCHANGE)
-                      : rename(f.c_str(), t.c_str());
-    if (rc != 0) return Fail(errno, exchange ? "rename: exchange with" : "rename: to", f + "' -> '" + t);
-    std::string pf = ParentOf(from), pt = ParentOf(to);
-    if (auto s = FsyncDir(AbsDir(pt)); !s) return s;
-    if (pf != pt) return FsyncDir(AbsDir(pf));
+    if (fstatat(pf->dir.get(), pf->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+      return Fail(errno, "rename: stat source", Show(from));
+    auto pt = OpenParent(root->get(), to, /*create=*/true, "rename");
+    if (!pt) return Err(pt.error());
+    if (renameat2(pf->dir.get(), pf->name.c_str(), pt->dir.get(), pt->name.c_str(), exchange ? RENAME_EXCHANGE : 0) !=
+        0)
+      return Fail(errno, exchange ? "rename: exchange with" : "rename: to", Show(from) + "' -> '" + Show(to));
+    if (auto s = FsyncDirFd(pt->dir.get(), Show(ParentOf(to))); !s) return s;
+    if (ParentOf(from) != ParentOf(to)) return FsyncDirFd(pf->dir.get(), Show(ParentOf(from)));
     return {};
   }
 
-  Status Symlink(const std::string& path, const std::string& target) override {
+  Status Symlink(const std::string& path, const std::string& target, const Attrs& a) override {
     if (!ValidPath(path)) return Fail(EINVAL, "symlink: invalid path", path);
     if (target.empty() || target.find('\0') != std::string::npos)
       return Fail(EINVAL, "symlink: invalid target for", path);
-    if (auto s = EnsureParent(path); !s) return s;
-    // Made in the staging area and renamed over `path`: an existing entry
-    // is replaced in one step.
-    std::string tmp = tmp_dir_ + "/" + UniqueName("sl-");
-    if (symlink(target.c_str(), tmp.c_str()) != 0) return Fail(errno, "symlink: create", tmp);
-    return ReplaceWith(tmp, path, "symlink");
+    auto root = Root();
+    if (!root) return Err(root.error());
+    auto parent = OpenParent(root->get(), path, /*create=*/true, "symlink");
+    if (!parent) return Err(parent.error());
+    auto tmp = OpenTmp(root->get(), /*create=*/true);
+    if (!tmp) return Err(tmp.error() == ELOOP || tmp.error() == ENOTDIR ? EACCES : tmp.error());
+    // Made in the staging area, given its owner, and renamed over `path`:
+    // an existing entry is replaced in one step.
+    std::string name = UniqueName("sl-");
+    if (symlinkat(target.c_str(), tmp->get(), name.c_str()) != 0)
+      return Fail(errno, "symlink: create", Show(kTmpDir, name));
+    if (int e = ApplyOwner(tmp->get(), name.c_str(), AT_SYMLINK_NOFOLLOW, a, path)) {
+      unlinkat(tmp->get(), name.c_str(), 0);
+      return Fail(e, "symlink: chown", Show(path));
+    }
+    return ReplaceWith(tmp->get(), name, *parent, path, "symlink");
   }
 
   Status Link(const std::string& from, const std::string& to) override {
     if (!ValidPath(from)) return Fail(EINVAL, "link: invalid path", from);
     if (!ValidPath(to)) return Fail(EINVAL, "link: invalid path", to);
-    std::string f = Abs(from);
+    auto root = Root();
+    if (!root) return Err(root.error());
+    auto pf = OpenParent(root->get(), from, /*create=*/false, "link");
+    if (!pf) return Err(pf.error());
     struct stat st;
-    if (lstat(f.c_str(), &st) != 0) return Fail(errno, "link: stat source", f);
-    if (auto s = EnsureParent(to); !s) return s;
-    std::string tmp = tmp_dir_ + "/" + UniqueName("ln-");
-    if (link(f.c_str(), tmp.c_str()) != 0) return Fail(errno, "link: link", f);
-    return ReplaceWith(tmp, to, "link");
+    if (fstatat(pf->dir.get(), pf->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+      return Fail(errno, "link: stat source", Show(from));
+    auto pt = OpenParent(root->get(), to, /*create=*/true, "link");
+    if (!pt) return Err(pt.error());
+    auto tmp = OpenTmp(root->get(), /*create=*/true);
+    if (!tmp) return Err(tmp.error() == ELOOP || tmp.error() == ENOTDIR ? EACCES : tmp.error());
+    std::string name = UniqueName("ln-");
+    // No AT_SYMLINK_FOLLOW: a symlink entry gets a second name, its target nothing.
+    if (linkat(pf->dir.get(), pf->name.c_str(), tmp->get(), name.c_str(), 0) != 0)
+      return Fail(errno, "link: link", Show(from));
+    return ReplaceWith(tmp->get(), name, *pt, to, "link");
   }
 
-  Status SetAttr(const std::string& path, uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec) override {
+  Status SetAttr(const std::string& path, const Attrs& a) override {
     if (!ValidPath(path)) return Fail(EINVAL, "setattr: invalid path", path);
-    if (mtime_nsec >= 1000000000u) return Fail(EINVAL, "setattr: invalid mtime nsec for", path);
-    std::string p = Abs(path);
+    if (a.mtime_nsec >= 1000000000u) return Fail(EINVAL, "setattr: invalid mtime nsec for", path);
+    auto root = Root();
+    if (!root) return Err(root.error());
+    auto parent = OpenParent(root->get(), path, /*create=*/false, "setattr");
+    if (!parent) return Err(parent.error());
+    int pfd = parent->dir.get();
+    const char* name = parent->name.c_str();
+    // An O_PATH descriptor of the entry itself (a symlink stays a symlink).
+    Fd ent(openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!ent.ok()) return Fail(errno, "setattr: open", Show(path));
     struct stat st;
-    if (lstat(p.c_str(), &st) != 0) return Fail(errno, "setattr: stat", p);
-    // A symlink's own mode means nothing and cannot be changed on Linux.
-    if (mode != 0 && !S_ISLNK(st.st_mode) && fchmodat(AT_FDCWD, p.c_str(), mode & 07777, 0) != 0)
-      return Fail(errno, "setattr: chmod", p);
-    timespec times[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(mtime_sec), static_cast<long>(mtime_nsec)}};
-    if (utimensat(AT_FDCWD, p.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0) return Fail(errno, "setattr: utimes", p);
-    if (S_ISLNK(st.st_mode)) return {};  // a symlink cannot be opened to fsync
-    Fd fd(open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
-    if (!fd.ok()) {
-      // A mode without read permission (non-root): the change stays in the
-      // page cache until the store writes it back.
-      LOG_DEBUG("posix backend: setattr: cannot open '{}' to fsync: {}", p, ErrStr(errno));
+    if (fstat(ent.get(), &st) != 0) return Fail(errno, "setattr: fstat", Show(path));
+    timespec times[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(a.mtime_sec), static_cast<long>(a.mtime_nsec)}};
+    if (S_ISLNK(st.st_mode)) {
+      // A symlink's own mode means nothing and cannot be changed on Linux.
+      if (int e = ApplyOwner(ent.get(), "", AT_EMPTY_PATH, a, path)) return Fail(e, "setattr: chown", Show(path));
+      if (utimensat(pfd, name, times, AT_SYMLINK_NOFOLLOW) != 0) return Fail(errno, "setattr: utimes", Show(path));
       return {};
     }
-    if (fsync(fd.get()) != 0) return Fail(errno, "setattr: fsync", p);
-    return {};
+    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+      return Refuse(EINVAL, "setattr", path, "not a file or directory");
+    // A readable descriptor to change and fsync it through; where the mode
+    // denies reading (daemon not root), the O_PATH one via /proc.
+    Fd fd(openat(pfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    struct stat st2;
+    if (fd.ok() && (fstat(fd.get(), &st2) != 0 || st2.st_ino != st.st_ino || st2.st_dev != st.st_dev))
+      return Fail(EAGAIN, "setattr: replaced while opened:", Show(path));
+    if (int e = ApplyOwner(ent.get(), "", AT_EMPTY_PATH, a, path)) return Fail(e, "setattr: chown", Show(path));
+    if (fd.ok()) {
+      if (a.mode != 0 && fchmod(fd.get(), a.mode & 07777) != 0) return Fail(errno, "setattr: chmod", Show(path));
+      if (futimens(fd.get(), times) != 0) return Fail(errno, "setattr: utimes", Show(path));
+      if (fsync(fd.get()) != 0) return Fail(errno, "setattr: fsync", Show(path));
+      return {};
+    }
+    LOG_DEBUG("posix backend: setattr: cannot open '{}' ({}); through /proc", Show(path), ErrStr(errno));
+    char proc[64];
+    std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", ent.get());
+    if (a.mode != 0 && fchmodat(AT_FDCWD, proc, a.mode & 07777, 0) != 0) return Fail(errno, "setattr: chmod", Show(path));
+    if (utimensat(AT_FDCWD, proc, times, 0) != 0) return Fail(errno, "setattr: utimes", Show(path));
+    return {};  // not fsynced: the store writes the change back in time
   }
 
   Result<std::pair<uint64_t, uint64_t>> Fetch(const std::string& path, int dst_fd, uint64_t size) override {
     if (!ValidPath(path)) return Fail(EINVAL, "fetch: invalid path", path);
-    std::string p = Abs(path);
-    Fd fd(open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd.ok()) return Fail(errno, "fetch: open", p);
+    auto root = Root();
+    if (!root) return Err(root.error());
+    auto parent = OpenParent(root->get(), path, /*create=*/false, "fetch");
+    if (!parent) return Err(parent.error());
+    // O_NONBLOCK: a FIFO planted under the name must not hang the open.
+    Fd fd(openat(parent->dir.get(), parent->name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (!fd.ok()) {
+      if (errno == ELOOP) return Refuse(ELOOP, "fetch", path, "a symlink; not followed");
+      return Fail(errno, "fetch: open", Show(path));
+    }
+    std::string p = Show(path);
     struct stat st;
     if (fstat(fd.get(), &st) != 0) return Fail(errno, "fetch: fstat", p);
     if (!S_ISREG(st.st_mode)) return Fail(EIO, "fetch: not a regular file:", p);
@@ -671,46 +1073,55 @@ class PosixBackend final : public Backend {
     }
     struct stat dst;
     if (fstat(dst_fd, &dst) != 0) return Fail(errno, "fetch: fstat destination for", p);
-    // Writing through a mapping past the end of the file raises SIGBUS.
     if (static_cast<uint64_t>(dst.st_size) < size) {
       LOG_ERROR("posix backend: fetch '{}': destination holds {} bytes, {} needed", p, dst.st_size, size);
       return Err(EINVAL);
     }
-    HashState hash(XXH3_createState());
-    if (!hash) return Fail(ENOMEM, "fetch: hash state for", p);
-    XXH3_128bits_reset(hash.get());
+    ContentHash hash;
+    if (!hash.ok()) return Fail(ENOMEM, "fetch: hash state for", p);
     posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
 
     int err = 0;
     bool read_failed = false;
-    std::unique_ptr<Mapping> map;
-    if (size > 0) map = std::make_unique<Mapping>(dst_fd, size, PROT_READ | PROT_WRITE);
-    std::unique_ptr<Ring> ring = size > 0 && map->ok() ? MakeRing() : nullptr;
+    Extents ext(fd.get(), size);
+    auto deliver = [&](uint64_t off, uint64_t len, const char* data) -> int {
+      hash.Update(off, data, len);
+      return WriteNonZero(dst_fd, data, len, off);
+    };
+    std::unique_ptr<Ring> ring = size > 0 ? MakeRing() : nullptr;
     if (ring) {
-      char* base = map->base();
-      err = RingRead(*ring, fd.get(), base, size, {},
-                     [&](uint64_t off, uint64_t len) { XXH3_128bits_update(hash.get(), base + off, len); });
-      read_failed = true;
+      err = RingReadChunks(*ring, fd.get(), ext, &read_failed, deliver);
       ring.reset();
     } else if (size > 0) {
-      err = BufferedCopy(fd.get(), dst_fd, size, {}, hash.get(), &read_failed);
+      err = BufferedReadChunks(fd.get(), ext, {}, &read_failed, deliver);
     }
     if (err) return Fail(err, read_failed ? "fetch: read" : "fetch: write destination for", p);
     DropCache(fd.get());  // the tier holds the bytes now
-    XXH128_hash_t h = XXH3_128bits_digest(hash.get());
-    return std::pair<uint64_t, uint64_t>{h.high64, h.low64};
+    return hash.Finish(size);
   }
 
   Status List(const std::function<void(const Entry&)>& fn) override {
-    int fd = open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    auto root = Root();
+    if (!root) return Err(root.error());
+    int fd = openat(root->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return Fail(errno, "list: open", root_);
     return Walk(fd, "", fn);
   }
 
  private:
-  // The absolute path of a relative one; of the root when `rel` is empty.
-  std::string Abs(const std::string& rel) const { return prefix_ + rel; }
-  std::string AbsDir(const std::string& rel) const { return rel.empty() ? root_ : Abs(rel); }
+  // The path of `rel` for log lines ("<root>/a/b"); of the root when empty.
+  std::string Show(std::string_view rel) const {
+    return rel.empty() ? root_ : (root_ == "/" ? "" : root_) + "/" + std::string(rel);
+  }
+  std::string Show(std::string_view dir, std::string_view name) const {
+    return Show(std::string(dir) + "/" + std::string(name));
+  }
+
+  // A permanent error for one entry: one warning line with the path.
+  std::unexpected<int> Refuse(int e, std::string_view op, const std::string& rel, std::string_view why) const {
+    LOG_WARN("posix backend: {} '{}': {}: {}", op, Show(rel), why, ErrStr(e));
+    return Err(e);
+  }
 
   static uint64_t Nonce() {
     std::random_device rd;
@@ -732,64 +1143,198 @@ class PosixBackend final : public Backend {
     return buf;
   }
 
-  // Makes a directory durable: its entries survive a crash.
-  static Status FsyncDir(const std::string& dir) {
-    Fd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!fd.ok()) return Fail(errno, "open directory to fsync", dir);
-    if (fsync(fd.get()) != 0 && errno != EINVAL) return Fail(errno, "fsync directory", dir);
-    return {};
-  }
-
-  // mkdir of one relative path: EEXIST of a directory is success; with
-  // `may_create_parents`, missing parents are made (0755) first. A created
-  // directory gets mode & 07777 exactly (0755 when mode is 0), umask aside.
-  Status MkdirOne(const std::string& rel, uint32_t mode, bool may_create_parents) {
-    std::string p = Abs(rel);
-    mode_t m = mode ? mode & 07777 : 0755;
-    if (mkdir(p.c_str(), m) != 0) {
-      int e = errno;
-      if (e == EEXIST) {
-        struct stat st;
-        if (lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return {};
-        return Fail(EEXIST, "mkdir: not a directory:", p);
+  // The root, opened O_PATH by its canonical path without following
+  // symlinks; see the file comment. EIO (logged once per episode) while
+  // it is missing, not a directory, or not the directory it was.
+  Result<Fd> Root() {
+    int fd;
+    if (UseOpenat2()) {
+      open_how how{};
+      how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+      how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+      fd = static_cast<int>(syscall(SYS_openat2, AT_FDCWD, canon_.c_str(), &how, sizeof how));
+      if (fd < 0 && (errno == ENOSYS || errno == E2BIG)) {
+        g_no_openat2.store(1);
+        return Root();
       }
-      if (e != ENOENT || !may_create_parents) return Fail(e, "mkdir", p);
-      if (auto s = EnsureParent(rel); !s) return s;
-      if (mkdir(p.c_str(), m) != 0) {
-        if (errno == EEXIST) return MkdirOne(rel, mode, false);  // made by someone else meanwhile
-        return Fail(errno, "mkdir", p);
-      }
+    } else {
+      Fd top(open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+      Resolved r = top.ok() ? WalkDir(top.get(), std::string_view(canon_).substr(1), O_PATH, 0) : Resolved{Fd(), errno, {}};
+      fd = r.fd.ok() ? dup(r.fd.get()) : -1;
+      if (!r.fd.ok()) errno = r.err;
     }
-    // mkdir() applies the umask and drops S_ISUID/S_ISGID; the mode is the
-    // namespace's, so set it exactly.
-    if (mode != 0 && chmod(p.c_str(), m) != 0) return Fail(errno, "mkdir: chmod", p);
-    return FsyncDir(AbsDir(ParentOf(rel)));
-  }
-
-  // Makes every missing directory above `rel`.
-  Status EnsureParent(const std::string& rel) {
-    std::string parent = ParentOf(rel);
-    if (parent.empty()) return {};
+    if (fd < 0) return RootMissing(errno, "cannot be opened");
+    Fd root(fd);
     struct stat st;
-    if (lstat(Abs(parent).c_str(), &st) == 0) {
-      if (S_ISDIR(st.st_mode)) return {};
-      return Fail(ENOTDIR, "parent is not a directory:", Abs(parent));
+    if (fstat(root.get(), &st) != 0) return RootMissing(errno, "cannot be examined");
+    std::lock_guard lk(root_mu_);
+    if (st.st_dev != root_dev_ || st.st_ino != root_ino_) {
+      if (st.st_uid != root_uid_) {
+        if (!root_missing_) {
+          LOG_ERROR("posix backend: root '{}' was replaced by a directory owned by uid {}, not {}; not using it",
+                    root_, st.st_uid, root_uid_);
+          root_missing_ = true;
+        }
+        return Err(EIO);
+      }
+      LOG_WARN("posix backend: root '{}' was replaced by another directory (same owner); using the new one", root_);
+      root_dev_ = st.st_dev;
+      root_ino_ = st.st_ino;
     }
-    return MkdirOne(parent, 0, true);
+    if (root_missing_) {
+      LOG_INFO("posix backend: root '{}' is back", root_);
+      root_missing_ = false;
+    }
+    return root;
   }
 
-  // Renames the staging-area entry `tmp` over `rel` and makes it durable;
-  // `tmp` is gone afterwards whatever happened.
-  Status ReplaceWith(const std::string& tmp, const std::string& rel, std::string_view op) {
-    std::string dst = Abs(rel);
-    if (rename(tmp.c_str(), dst.c_str()) != 0) {
-      int e = errno;
-      unlink(tmp.c_str());
-      return Fail(e, std::string(op) + ": replace", dst);
+  std::unexpected<int> RootMissing(int e, std::string_view what) {
+    std::lock_guard lk(root_mu_);
+    if (!root_missing_) {
+      // Info, not a warning: the drainer logs the failure itself, once per
+      // episode; this line says why.
+      LOG_INFO("posix backend: root '{}' {} ({}); the store is unavailable until it is back", root_, what, ErrStr(e));
+      root_missing_ = true;
     }
-    // rename() of two links to one inode does nothing and leaves `tmp`.
-    unlink(tmp.c_str());
-    return FsyncDir(AbsDir(ParentOf(rel)));
+    return Err(EIO);
+  }
+
+  // The staging area, open. With `create`, a missing one is made (0700).
+  // Refused, and left as it is: a symlink (ELOOP), a non-directory
+  // (ENOTDIR), a directory owned by another user (EACCES). Logged once per
+  // episode; ENOENT (without `create`) is not logged.
+  Result<Fd> OpenTmp(int root, bool create) {
+    for (int tries = 0;; tries++) {
+      Fd fd(openat(root, kTmpDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!fd.ok()) {
+        int e = errno;
+        if (e == ENOENT && create && tries < 2) {
+          if (mkdirat(root, kTmpDir, 0700) == 0) {
+            LOG_INFO("posix backend: staging area {} (re-)created", Show(kTmpDir));
+            Fd r(openat(root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+            if (r.ok()) (void)fsync(r.get());
+          } else if (errno != EEXIST) {
+            return Fail(errno, "mkdir staging area", Show(kTmpDir));
+          }
+          continue;
+        }
+        e = Classify(root, kTmpDir, e);
+        if (e == ELOOP) return TmpBad(ELOOP, "is a symlink");
+        if (e == ENOTDIR) return TmpBad(ENOTDIR, "is not a directory");
+        return Fail(e, "open staging area", Show(kTmpDir));
+      }
+      struct stat st;
+      if (fstat(fd.get(), &st) != 0) return Fail(errno, "stat staging area", Show(kTmpDir));
+      if (st.st_uid != geteuid()) return TmpBad(EACCES, fmt::format("is owned by uid {}, not the daemon's", st.st_uid));
+      if ((st.st_mode & 077) != 0) {
+        LOG_WARN("posix backend: staging area {} had mode {:o}; set to 0700", Show(kTmpDir), st.st_mode & 07777);
+        if (fchmod(fd.get(), 0700) != 0) return Fail(errno, "chmod staging area", Show(kTmpDir));
+      }
+      tmp_bad_.store(false, std::memory_order_relaxed);
+      return fd;
+    }
+  }
+
+  std::unexpected<int> TmpBad(int e, std::string_view why) {
+    if (!tmp_bad_.exchange(true))
+      LOG_ERROR("posix backend: staging area {} {}; refusing it (remove it to resume staging)", Show(kTmpDir), why);
+    return Err(e);
+  }
+
+  // The parent directory of `rel`, beneath `root`, without following any
+  // symlink; with `create`, missing directories are made (0755, the
+  // daemon's owner). A symlink or non-directory on the way is refused
+  // (ELOOP/ENOTDIR, one warning line).
+  Result<Parent> OpenParent(int root, const std::string& rel, bool create, std::string_view op) {
+    std::string dir = ParentOf(rel);
+    Resolved r = OpenDirBeneath(root, dir, O_RDONLY, create ? 0755 : 0);
+    if (!r.fd.ok() && r.err == EACCES && !create)  // no read permission (daemon not root): O_PATH will do
+      r = OpenDirBeneath(root, dir, O_PATH, 0);
+    if (!r.fd.ok()) {
+      if (r.err == ELOOP)
+        return Refuse(ELOOP, op, rel, fmt::format("'{}' is a symlink; not followed", r.bad.empty() ? dir : r.bad));
+      if (r.err == ENOTDIR)
+        return Refuse(ENOTDIR, op, rel, fmt::format("'{}' is not a directory", r.bad.empty() ? dir : r.bad));
+      if (r.err == EXDEV) return Refuse(ELOOP, op, rel, "resolves outside the root");
+      if (r.err == ENAMETOOLONG) return Refuse(r.err, op, rel, "name too long");
+      return Fail(r.err, std::string(op) + ": open parent of", Show(rel));
+    }
+    return Parent{std::move(r.fd), LeafOf(rel)};
+  }
+
+  // Sets a's owner on the entry (`name` in `dirfd`, or `dirfd` itself with
+  // AT_EMPTY_PATH) when the daemon runs as root. 0, or the errno to fail
+  // with; EPERM/EINVAL (a store that keeps no owners: root-squashed NFS)
+  // are logged once per mount and ignored.
+  int ApplyOwner(int dirfd, const char* name, int flags, const Attrs& a, const std::string& rel) {
+    if (!apply_owner_ || !a.has_owner) return 0;
+    if (fchownat(dirfd, name, a.uid, a.gid, flags) == 0) return 0;
+    int e = errno;
+    if (e != EPERM && e != EINVAL) return e;
+    if (!owner_warned_.exchange(true))
+      LOG_WARN("posix backend: the store refuses owners ({} for '{}'); files keep the daemon's owner, modes are "
+               "still applied (root-squashed NFS?). Warned once per mount.",
+               ErrStr(e), Show(rel));
+    return 0;
+  }
+
+  // Renames the staging-area entry `tmp_name` over `rel` and makes it
+  // durable; the temporary is gone afterwards whatever happened.
+  Status ReplaceWith(int tmp, const std::string& tmp_name, const Parent& dst, const std::string& rel,
+                     std::string_view op) {
+    if (renameat(tmp, tmp_name.c_str(), dst.dir.get(), dst.name.c_str()) != 0) {
+      int e = errno;
+      unlinkat(tmp, tmp_name.c_str(), 0);
+      if (e == EISDIR || e == ENOTDIR) return Refuse(e, op, rel, "a directory is in the way");
+      return Fail(e, std::string(op) + ": replace", Show(rel));
+    }
+    // rename() of two links to one inode does nothing and leaves the temporary.
+    unlinkat(tmp, tmp_name.c_str(), 0);
+    return FsyncDirFd(dst.dir.get(), Show(ParentOf(rel)));
+  }
+
+  // Removes everything in the directory open as `dfd`, through descriptors:
+  // symlinks are unlinked, never followed. 0 or an errno (ENAMETOOLONG past
+  // kMaxTreeDepth levels). `*removed` counts top-level entries.
+  static int RemoveContents(int dfd, int depth, std::string_view where, size_t* removed) {
+    if (depth > kMaxTreeDepth) return ENAMETOOLONG;
+    std::vector<std::string> names;
+    {
+      int dup_fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dup_fd < 0) return errno;
+      DIR* d = fdopendir(dup_fd);
+      if (!d) {
+        int e = errno;
+        close(dup_fd);
+        return e;
+      }
+      errno = 0;
+      while (dirent* de = readdir(d)) {
+        std::string_view n = de->d_name;
+        if (n != "." && n != "..") names.emplace_back(n);
+      }
+      int e = errno;
+      closedir(d);
+      if (e) return e;
+    }
+    for (const auto& n : names) {
+      for (int tries = 0;; tries++) {
+        if (unlinkat(dfd, n.c_str(), 0) == 0 || errno == ENOENT) break;
+        if ((errno != EISDIR && errno != EPERM) || tries > 4) return errno;
+        Fd sub(openat(dfd, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!sub.ok()) {
+          if (errno == ENOENT) break;
+          if (errno == ELOOP || errno == ENOTDIR) continue;  // swapped for a link or file: unlink that
+          return errno;
+        }
+        size_t ignored = 0;
+        if (int e = RemoveContents(sub.get(), depth + 1, where, &ignored)) return e;
+        if (unlinkat(dfd, n.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) break;
+        if (errno != ENOTEMPTY || tries > 4) return errno;  // refilled meanwhile: again
+      }
+      ++*removed;
+    }
+    return 0;
   }
 
   // Reports the entries of the directory open as `fd` (taken over), whose
@@ -799,7 +1344,7 @@ class PosixBackend final : public Backend {
     if (!d) {
       int e = errno;
       close(fd);
-      return Fail(e, "list: opendir", AbsDir(rel));
+      return Fail(e, "list: opendir", Show(rel));
     }
     std::unique_ptr<DIR, int (*)(DIR*)> guard(d, closedir);
     std::vector<std::string> names;
@@ -810,14 +1355,14 @@ class PosixBackend final : public Backend {
       if (rel.empty() && (n == kTmpDir || n.starts_with(kProbePrefix))) continue;
       names.emplace_back(n);
     }
-    if (errno != 0) return Fail(errno, "list: readdir", AbsDir(rel));
+    if (errno != 0) return Fail(errno, "list: readdir", Show(rel));
     std::sort(names.begin(), names.end());
     for (const auto& name : names) {
       std::string child = rel.empty() ? name : rel + "/" + name;
       struct stat st;
       if (fstatat(dirfd(d), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno == ENOENT) continue;  // removed while we walked
-        return Fail(errno, "list: stat", Abs(child));
+        return Fail(errno, "list: stat", Show(child));
       }
       Entry e{};
       e.path = child;
@@ -829,15 +1374,16 @@ class PosixBackend final : public Backend {
         fn(e);
         int sub = openat(dirfd(d), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (sub < 0) {
-          if (errno == ENOENT) continue;
-          return Fail(errno, "list: open", Abs(child));
+          if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR) continue;  // changed while we walked
+          return Fail(errno, "list: open", Show(child));
         }
         if (auto s = Walk(sub, child, fn); !s) return s;
       } else if (S_ISREG(st.st_mode)) {
         e.type = Entry::Type::kFile;
         e.size = static_cast<uint64_t>(st.st_size);
+        Fd f(openat(dirfd(d), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
         char buf[64];
-        ssize_t n = lgetxattr(Abs(child).c_str(), kChecksumXattr, buf, sizeof buf);
+        ssize_t n = f.ok() ? fgetxattr(f.get(), kChecksumXattr, buf, sizeof buf) : -1;
         if (n > 0) e.has_checksum = ParseChecksumHex(std::string_view(buf, n), &e.checksum_hi, &e.checksum_lo);
         fn(e);
       } else if (S_ISLNK(st.st_mode)) {
@@ -847,7 +1393,7 @@ class PosixBackend final : public Backend {
           ssize_t n = readlinkat(dirfd(d), name.c_str(), target.data(), target.size());
           if (n < 0) {
             if (errno == ENOENT) break;
-            return Fail(errno, "list: readlink", Abs(child));
+            return Fail(errno, "list: readlink", Show(child));
           }
           if (static_cast<size_t>(n) < target.size()) {
             target.resize(static_cast<size_t>(n));
@@ -858,15 +1404,22 @@ class PosixBackend final : public Backend {
           target.resize(target.size() * 2);  // grew since the stat
         }
       } else {
-        LOG_WARN("posix backend: list: skipping '{}': not a file, directory or symlink", Abs(child));
+        LOG_WARN("posix backend: list: skipping '{}': not a file, directory or symlink", Show(child));
       }
     }
     return {};
   }
 
-  const std::string root_;    // absolute, no trailing '/' (unless it is "/")
-  const std::string prefix_;  // root_ with a trailing '/'
-  const std::string tmp_dir_;
+  const std::string root_;   // as configured (absolute, normalized): for logs
+  const std::string canon_;  // its canonical path at open: what is opened
+  std::mutex root_mu_;
+  dev_t root_dev_;             // GUARDED_BY(root_mu_): the root directory in use
+  ino_t root_ino_;             // GUARDED_BY(root_mu_)
+  const uid_t root_uid_;       // its owner at open; a replacement must match it
+  bool root_missing_ = false;  // GUARDED_BY(root_mu_): an episode is being logged
+  const bool apply_owner_;     // running as root: owners are applied
+  std::atomic<bool> owner_warned_{false};
+  std::atomic<bool> tmp_bad_{false};
   const uint64_t nonce_;
   std::atomic<uint64_t> counter_{0};
 };
@@ -880,11 +1433,16 @@ Result<std::unique_ptr<Backend>> OpenPosixBackend(const std::string& root) {
   if (ec) return Fail(ec.value(), "open: resolve", root);
   std::string r = abs.lexically_normal().string();
   while (r.size() > 1 && r.back() == '/') r.pop_back();
+  // The operator's path may go through symlinks; resolve them once, now.
+  char* real = realpath(r.c_str(), nullptr);
+  if (!real) return Fail(errno, "open: resolve root", r);
+  std::string canon(real);
+  free(real);
   struct stat st;
-  if (stat(r.c_str(), &st) != 0) return Fail(errno, "open: stat root", r);
+  if (stat(canon.c_str(), &st) != 0) return Fail(errno, "open: stat root", r);
   if (!S_ISDIR(st.st_mode)) return Fail(ENOTDIR, "open: root", r);
   try {
-    return std::make_unique<PosixBackend>(std::move(r));
+    return std::make_unique<PosixBackend>(std::move(r), std::move(canon), st);
   } catch (const std::bad_alloc&) {
     return Err(ENOMEM);
   }

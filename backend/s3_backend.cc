@@ -12,7 +12,8 @@
 // are therefore signed, at the cost of hashing each part (SHA-256, ~1-2 GB/s).
 //
 // Parallelism: Stage reads parts in order on the caller's thread (so the
-// XXH3-128 is computed in order) and hands them to `parallel` uploader
+// checksum of backend/checksum.h is computed in order; holes of the source
+// are read and sent as zeros) and hands them to `parallel` uploader
 // threads; Fetch, copies and listing HEADs run on `parallel` short-lived
 // threads each. Memory: (parallel + 1) × part_size per large Stage, plus
 // the in-memory staged small files until they are published or aborted.
@@ -21,8 +22,8 @@
 // object under the directory (server-side, but O(bytes)) followed by
 // deletes, and are not atomic: a crash in between leaves both names, and
 // the drainer's retry of the entry finishes the job (copies are
-// idempotent). SetAttr is a no-op: mode and mtime are written at Publish
-// and Mkdir only (a chmod after a file was persisted survives only in the
+// idempotent). Owners (Attrs::uid/gid) are not kept. SetAttr is a no-op:
+// mode and mtime are written at Publish and Mkdir only (a chmod after a file was persisted survives only in the
 // mount's own metadata). List HEADs every object to learn its type, mode,
 // mtime and checksum: one request per object at mount time, `parallel`×4
 // in flight. Every multipart upload found under the prefix by Check is
@@ -36,7 +37,6 @@
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -53,6 +53,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/checksum.h"
 #include "backend/s3_xml.h"
 #include "fs/common/failpoint.h"
 #include "fs/common/log.h"
@@ -216,7 +217,9 @@ constexpr uint64_t kReadChunk = 4ull << 20;
 constexpr uint64_t kBackoffCapMs = 5000;
 constexpr size_t kDeleteBatch = 1000;
 constexpr char kEmptySha256[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-constexpr char kMetaChecksum[] = "x-amz-meta-ckptfs-xxh128";
+// The checksum of backend/checksum.h ("xxh128s"); objects of older daemons
+// carry x-amz-meta-ckptfs-xxh128 (dense XXH3-128), which is never compared.
+constexpr char kMetaChecksum[] = "x-amz-meta-ckptfs-xxh128s";
 constexpr char kMetaMode[] = "x-amz-meta-ckptfs-mode";
 constexpr char kMetaMtime[] = "x-amz-meta-ckptfs-mtime";
 constexpr char kMetaSymlink[] = "x-amz-meta-ckptfs-symlink";
@@ -245,26 +248,6 @@ std::string Md5Base64(std::string_view data) {
   unsigned char out[64];
   int n = EVP_EncodeBlock(out, md, static_cast<int>(len));
   return std::string(reinterpret_cast<char*>(out), static_cast<size_t>(n));
-}
-
-std::string ChecksumHex(uint64_t hi, uint64_t lo) {
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(hi),
-                static_cast<unsigned long long>(lo));
-  return std::string(buf, 32);
-}
-
-bool ParseChecksumHex(std::string_view s, uint64_t* hi, uint64_t* lo) {
-  if (s.size() != 32) return false;
-  uint64_t v[2] = {0, 0};
-  for (size_t i = 0; i < 32; i++) {
-    char c = s[i];
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (d < 0) return false;
-    v[i / 16] = v[i / 16] << 4 | static_cast<uint64_t>(d);
-  }
-  *hi = v[0], *lo = v[1];
-  return true;
 }
 
 // Parameters sorted by name, names and values encoded: the canonical query
@@ -516,15 +499,14 @@ class S3Backend final : public Backend {
     }
   }
 
-  Status Publish(const Staged& s, const std::string& path, uint32_t mode, int64_t mtime_sec,
-                 uint32_t mtime_nsec) override {
+  Status Publish(const Staged& s, const std::string& path, const Attrs& a) override {
     auto key = KeyOf(path, "publish");
     if (!key) return Err(key.error());
-    if (mtime_nsec >= 1000000000u) return Fail(EINVAL, "publish: invalid mtime nsec for", *key);
+    if (a.mtime_nsec >= 1000000000u) return Fail(EINVAL, "publish: invalid mtime nsec for", *key);
     std::vector<std::string> meta = {
         std::string(kMetaChecksum) + ": " + ChecksumHex(s.checksum_hi, s.checksum_lo),
-        std::string(kMetaMode) + ": " + ModeStr(mode),
-        std::string(kMetaMtime) + ": " + MtimeStr(mtime_sec, mtime_nsec),
+        std::string(kMetaMode) + ": " + ModeStr(a.mode),
+        std::string(kMetaMtime) + ": " + MtimeStr(a.mtime_sec, a.mtime_nsec),
     };
     if (s.token.starts_with("mem:")) {
       std::shared_ptr<std::string> buf;
@@ -566,7 +548,8 @@ class S3Backend final : public Backend {
     }
   }
 
-  Status Mkdir(const std::string& path, uint32_t mode) override {
+  Status Mkdir(const std::string& path, const Attrs& a) override {
+    const uint32_t mode = a.mode;
     auto key = KeyOf(path, "mkdir");
     if (!key) return Err(key.error());
     auto now = std::chrono::system_clock::now().time_since_epoch();
@@ -618,7 +601,7 @@ class S3Backend final : public Backend {
     return Move(tmp, *t);
   }
 
-  Status Symlink(const std::string& path, const std::string& target) override {
+  Status Symlink(const std::string& path, const std::string& target, const Attrs&) override {
     auto key = KeyOf(path, "symlink");
     if (!key) return Err(key.error());
     if (target.empty() || target.find('\0') != std::string::npos)
@@ -642,7 +625,7 @@ class S3Backend final : public Backend {
     return Copy(*f, *t, info->size, nullptr);
   }
 
-  Status SetAttr(const std::string& path, uint32_t, int64_t, uint32_t) override {
+  Status SetAttr(const std::string& path, const Attrs&) override {
     if (!s3::ValidPath(path)) return Fail(EINVAL, "setattr: invalid path", path);
     LOG_DEBUG("s3 backend: setattr '{}': not kept by this store (mode and mtime are set at publish)", path);
     return {};
@@ -683,25 +666,23 @@ class S3Backend final : public Backend {
     });
     if (err) return Err(err);
 
-    // The checksum of what landed in dst_fd, read back in order.
-    XXH3_state_t* state = XXH3_createState();
-    if (!state) return Fail(ENOMEM, "fetch: hash state for", *key);
-    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> guard(state, XXH3_freeState);
-    XXH3_128bits_reset(state);
+    // The checksum (backend/checksum.h) of what landed in dst_fd, read back in order.
+    ContentHash hash;
+    if (!hash.ok()) return Fail(ENOMEM, "fetch: hash state for", *key);
     std::unique_ptr<char[]> buf(new (std::nothrow) char[kReadChunk]);
     if (!buf) return Fail(ENOMEM, "fetch: buffer for", *key);
     for (uint64_t off = 0; off < size; off += kReadChunk) {
       uint64_t len = std::min(kReadChunk, size - off);
       if (int e = PreadFull(dst_fd, buf.get(), len, off)) return Fail(e, "fetch: read back destination for", *key);
-      XXH3_128bits_update(state, buf.get(), len);
+      hash.Update(off, buf.get(), len);
     }
-    XXH128_hash_t h = XXH3_128bits_digest(state);
-    if (info->has_checksum && (info->hi != h.high64 || info->lo != h.low64)) {
+    auto [hi, lo] = hash.Finish(size);
+    if (info->has_checksum && (info->hi != hi || info->lo != lo)) {
       LOG_ERROR("s3 backend: fetch s3://{}/{}: checksum {} does not match the stored {}", cfg_.bucket, *key,
-                ChecksumHex(h.high64, h.low64), ChecksumHex(info->hi, info->lo));
+                ChecksumHex(hi, lo), ChecksumHex(info->hi, info->lo));
       return Err(EIO);
     }
-    return std::pair<uint64_t, uint64_t>{h.high64, h.low64};
+    return std::pair<uint64_t, uint64_t>{hi, lo};
   }
 
   Status List(const std::function<void(const Entry&)>& fn) override {
@@ -1189,10 +1170,8 @@ class S3Backend final : public Backend {
 
   Result<Staged> StageSmall(int src_fd, uint64_t size, const std::function<bool()>& cancelled) {
     auto buf = std::make_shared<std::string>(size, '\0');
-    XXH3_state_t* state = XXH3_createState();
-    if (!state) return Err(ENOMEM);
-    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> guard(state, XXH3_freeState);
-    XXH3_128bits_reset(state);
+    ContentHash hash;
+    if (!hash.ok()) return Err(ENOMEM);
     for (uint64_t off = 0; off < size; off += kReadChunk) {
       if (cancelled && cancelled()) return Err(ECANCELED);
       uint64_t len = std::min(kReadChunk, size - off);
@@ -1200,13 +1179,13 @@ class S3Backend final : public Backend {
         LOG_ERROR("s3 backend: stage: read source fd {} at {}: {}", src_fd, off, ErrStr(e));
         return Err(e);
       }
-      XXH3_128bits_update(state, buf->data() + off, len);
+      hash.Update(off, buf->data() + off, len);
     }
-    XXH128_hash_t h = XXH3_128bits_digest(state);
+    auto [hi, lo] = hash.Finish(size);
     std::string token = "mem:" + UniqueName("");
     std::lock_guard lock(mu_);
     small_[token] = std::move(buf);
-    return Staged{token, size, h.high64, h.low64};
+    return Staged{token, size, hi, lo};
   }
 
   // Parts are read in order here (hashing them) and uploaded by `parallel`
@@ -1221,10 +1200,8 @@ class S3Backend final : public Backend {
     auto upload = InitiateUpload(key, {});
     if (!upload) return Err(upload.error());
 
-    XXH3_state_t* state = XXH3_createState();
-    if (!state) return Err(ENOMEM);
-    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> guard(state, XXH3_freeState);
-    XXH3_128bits_reset(state);
+    ContentHash hash;
+    if (!hash.ok()) return Err(ENOMEM);
 
     std::vector<std::string> etags(nparts);
     std::atomic<uint64_t> parts_done{0};
@@ -1301,7 +1278,7 @@ class S3Backend final : public Backend {
           read_err = e;
           break;
         }
-        XXH3_128bits_update(state, buf->data(), len);
+        hash.Update(off, buf->data(), len);
         std::lock_guard lock(mu);
         queue.emplace_back(part, std::move(buf));
         cv.notify_all();
@@ -1330,8 +1307,8 @@ class S3Backend final : public Backend {
       return Err(e);
     }
     AbortOrphans();  // the store answers again: clean up what it could not take earlier
-    XXH128_hash_t h = XXH3_128bits_digest(state);
-    return Staged{"tmp:" + name, size, h.high64, h.low64};
+    auto [hi, lo] = hash.Finish(size);
+    return Staged{"tmp:" + name, size, hi, lo};
   }
 
   // Copies object `src` (`size` bytes) to `dst`. With `meta`, the copy gets

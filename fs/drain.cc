@@ -263,11 +263,15 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     std::unique_lock lk(mu_);
     cv_.wait_for(lk, std::chrono::milliseconds(publish_delay_ms_), [&] { return stop_.load(); });
   }
-  if (auto st = backend_->Publish(job->staged, e.path, job->src.mode, job->src.mtime.sec, job->src.mtime.nsec); !st) {
+  backend::Attrs attrs{job->src.mode, job->src.uid, job->src.gid, job->src.has_owner, job->src.mtime.sec,
+                       job->src.mtime.nsec};
+  if (auto st = backend_->Publish(job->staged, e.path, attrs); !st) {
     // ESTALE: the staged copy is gone (deleted behind the daemon's back,
-    // the backend remounted): stage again. Otherwise the staged copy stays
+    // the backend replaced): stage again. Otherwise the staged copy stays
     // and the retry publishes it again.
     if (st.error() == ESTALE) {
+      backend_->Abort(job->staged);
+      table_->AbortPersist(e);
       std::lock_guard lk(mu_);
       jobs_.erase(e.seq);
     }
@@ -294,14 +298,15 @@ void Drainer::WhilePaused() {
 int Drainer::ApplyNamespace(const LogEntry& e) {
   WhilePaused();
   Status st;
+  const backend::Attrs attrs{e.mode & 07777, e.uid, e.gid, e.has_owner, e.mtime.sec, e.mtime.nsec};
   switch (e.op) {
-    case LogOp::kMkdir: st = backend_->Mkdir(e.path, e.mode & 07777); break;
+    case LogOp::kMkdir: st = backend_->Mkdir(e.path, attrs); break;
     case LogOp::kRmdir: st = backend_->Rmdir(e.path); break;
     case LogOp::kUnlink: st = backend_->Remove(e.path); break;
     case LogOp::kRename: st = backend_->Rename(e.path, e.path2, e.flags & 1); break;
-    case LogOp::kSymlink: st = backend_->Symlink(e.path, e.path2); break;
+    case LogOp::kSymlink: st = backend_->Symlink(e.path, e.path2, attrs); break;
     case LogOp::kLink: st = backend_->Link(e.path, e.path2); break;
-    case LogOp::kSetattr: st = backend_->SetAttr(e.path, e.mode & 07777, e.mtime.sec, e.mtime.nsec); break;
+    case LogOp::kSetattr: st = backend_->SetAttr(e.path, attrs); break;
     case LogOp::kPersist: break;
   }
   // ENOENT: the entry names something whose bytes never reached the backend

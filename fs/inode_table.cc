@@ -550,13 +550,16 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
   std::vector<LogEntry> log;
   if ((c.to_set & kSetSize) && n->opens == 0 && r.nlink > 0) {
     Seal(n, &b, &log);  // truncate(2) of a closed file: a new version now
-  } else if ((c.to_set & (kSetMode | kSetMtime)) && r.nlink > 0 && (S_ISREG(r.mode) || S_ISDIR(r.mode)) &&
-             ino != meta::kRootIno) {
+  } else if ((c.to_set & (kSetMode | kSetMtime | kSetUid | kSetGid)) && r.nlink > 0 &&
+             (S_ISREG(r.mode) || S_ISDIR(r.mode)) && ino != meta::kRootIno) {
     LogEntry e;
     e.op = LogOp::kSetattr;
     e.ino = ino;
     e.mode = n->rec.mode;
     e.mtime = n->rec.mtime;
+    e.uid = n->rec.uid;
+    e.gid = n->rec.gid;
+    e.has_owner = true;
     e.path = S_ISDIR(r.mode) ? DirPath(ino) : EntryPath(r.parent, r.name);
     AppendLog(&b, e, &log);
   }
@@ -608,6 +611,9 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
     e.op = S_ISDIR(mode) ? LogOp::kMkdir : LogOp::kSymlink;
     e.ino = r.ino;
     e.mode = r.mode;
+    e.uid = r.uid;
+    e.gid = r.gid;
+    e.has_owner = true;
     e.path = EntryPath(parent, name);
     e.path2 = r.target;
     AppendLog(&b, e, &log);
@@ -1225,6 +1231,9 @@ void InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
   e.version = n->rec.version;
   e.mode = n->rec.mode;
   e.mtime = n->rec.mtime;
+  e.uid = n->rec.uid;
+  e.gid = n->rec.gid;
+  e.has_owner = true;
   e.path = EntryPath(n->rec.parent, n->rec.name);
   AppendLog(b, e, out);
   n->seal_seq = out->back().seq;
@@ -1293,6 +1302,13 @@ Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
   src.size = static_cast<uint64_t>(st.st_size);
   src.mode = e.mode & 07777;
   src.mtime = e.mtime;
+  // The owner the version was sealed with; for an entry logged before
+  // owners were recorded, the file's current one.
+  if (e.has_owner) {
+    src.uid = e.uid, src.gid = e.gid, src.has_owner = true;
+  } else if (n) {
+    src.uid = n->rec.uid, src.gid = n->rec.gid, src.has_owner = true;
+  }
   if (same && n->data_gen == src.gen) n->rec.state = DataState::kDraining;
   return src;
 }

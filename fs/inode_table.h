@@ -86,6 +86,8 @@ struct PersistSource {
   uint64_t gen = 0;  // the data generation the bytes belong to
   uint32_t mode = 0;
   meta::Timespec mtime;
+  uint32_t uid = 0, gid = 0;  // the owner the backend copy gets
+  bool has_owner = false;     // false: unknown (the file is gone, old log entry)
 };
 
 // What names and sizes the mount accepts, so that nothing it acknowledges

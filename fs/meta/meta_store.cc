@@ -2,7 +2,11 @@
 //
 // InodeRecord is encoded as a version byte, fixed little-endian fields, then
 // two length-prefixed strings. Decoding checks lengths, so a torn or foreign
-// value is an EIO, never a crash.
+// value is an EIO, never a crash. Older formats still decode: an inode of
+// format 2 carries a checksum of the dense bytes (checksum version 1), which
+// is dropped (0, 0: verified by size only, logged once at load) rather than
+// compared with the sparse-aware checksum of backend/checksum.h; a log
+// entry of format 2 has no owner (has_owner = false).
 #include "fs/meta/meta_store.h"
 
 #include <cstring>
@@ -13,7 +17,10 @@
 namespace ckpt::meta {
 namespace {
 
-constexpr uint8_t kInodeFormat = 2;  // 2: sealed_size
+constexpr uint8_t kInodeFormat = 3;  // 2: sealed_size; 3: checksum of backend/checksum.h
+constexpr uint8_t kOldInodeFormat = 2;
+constexpr uint8_t kLogFormat = 3;     // 3: uid, gid, has_owner
+constexpr uint8_t kOldLogFormat = 2;  // the inode format's byte, shared until format 3
 constexpr char kMagic[] = "ckptfs-meta";
 constexpr uint32_t kFormatVersion = 2;  // 2: sealed_size, snapshots, lost list
 
@@ -96,13 +103,14 @@ Result<InodeRecord> DecodeInode(std::string_view v) {
   Reader rd(v);
   InodeRecord r;
   uint8_t fmt = 0, state = 0;
-  bool ok = rd.Get(&fmt) && fmt == kInodeFormat && rd.Get(&r.ino) && rd.Get(&r.parent) && rd.Get(&r.mode) &&
+  bool ok = rd.Get(&fmt) && (fmt == kInodeFormat || fmt == kOldInodeFormat) && rd.Get(&r.ino) && rd.Get(&r.parent) && rd.Get(&r.mode) &&
             rd.Get(&r.uid) && rd.Get(&r.gid) && rd.Get(&r.nlink) && rd.Get(&r.size) && rd.Get(&r.rdev);
   for (Timespec* t : {&r.atime, &r.mtime, &r.ctime}) ok = ok && rd.Get(&t->sec) && rd.Get(&t->nsec);
   ok = ok && rd.Get(&r.version) && rd.Get(&state) && state <= static_cast<uint8_t>(DataState::kFailed) && rd.Get(&r.checksum_hi) &&
        rd.Get(&r.checksum_lo) && rd.Get(&r.sealed_size) && rd.GetStr(&r.name) && rd.GetStr(&r.target) && rd.done();
   if (!ok) return Err(EIO);
   r.state = static_cast<DataState>(state);
+  if (fmt == kOldInodeFormat) r.checksum_hi = r.checksum_lo = 0;  // another kind of checksum: unknown
   return r;
 }
 
@@ -122,7 +130,7 @@ const char* LogOpName(LogOp op) {
 
 std::string EncodeLogEntry(const LogEntry& e) {
   std::string s;
-  PutRaw<uint8_t>(&s, kInodeFormat);
+  PutRaw<uint8_t>(&s, kLogFormat);
   PutRaw(&s, e.seq);
   PutRaw(&s, static_cast<uint8_t>(e.op));
   PutRaw(&s, e.flags);
@@ -133,6 +141,9 @@ std::string EncodeLogEntry(const LogEntry& e) {
   PutRaw(&s, e.mtime.nsec);
   PutStr(&s, e.path);
   PutStr(&s, e.path2);
+  PutRaw(&s, e.uid);
+  PutRaw(&s, e.gid);
+  PutRaw<uint8_t>(&s, e.has_owner ? 1 : 0);
   return s;
 }
 
@@ -140,10 +151,14 @@ Result<LogEntry> DecodeLogEntry(std::string_view v) {
   Reader rd(v);
   LogEntry e;
   uint8_t fmt = 0, op = 0;
-  bool ok = rd.Get(&fmt) && fmt == kInodeFormat && rd.Get(&e.seq) && rd.Get(&op) && op >= 1 && op <= 8 &&
-            rd.Get(&e.flags) && rd.Get(&e.ino) && rd.Get(&e.version) && rd.Get(&e.mode) && rd.Get(&e.mtime.sec) &&
-            rd.Get(&e.mtime.nsec) && rd.GetStr(&e.path) && rd.GetStr(&e.path2) && rd.done();
+  bool ok = rd.Get(&fmt) && (fmt == kLogFormat || fmt == kOldLogFormat) && rd.Get(&e.seq) && rd.Get(&op) &&
+            op >= 1 && op <= 8 && rd.Get(&e.flags) && rd.Get(&e.ino) && rd.Get(&e.version) && rd.Get(&e.mode) &&
+            rd.Get(&e.mtime.sec) && rd.Get(&e.mtime.nsec) && rd.GetStr(&e.path) && rd.GetStr(&e.path2);
+  uint8_t has_owner = 0;
+  if (ok && fmt == kLogFormat) ok = rd.Get(&e.uid) && rd.Get(&e.gid) && rd.Get(&has_owner) && has_owner <= 1;
+  ok = ok && rd.done();
   if (!ok) return Err(EIO);
+  e.has_owner = has_owner == 1;
   e.op = static_cast<LogOp>(op);
   return e;
 }
@@ -219,6 +234,7 @@ Result<InodeRecord> MetaStore::GetInode(uint64_t ino) {
 
 Status MetaStore::ForEachInode(const std::function<void(InodeRecord&&)>& fn) {
   int err = 0;
+  uint64_t old_sums = 0;
   auto st = kv_->Scan(std::string(1, kInodePrefix), [&](std::string_view k, std::string_view v) {
     auto r = DecodeInode(v);
     if (!r || k.size() != 9 || ReadU64BE(k, 1) != r->ino) {
@@ -226,9 +242,14 @@ Status MetaStore::ForEachInode(const std::function<void(InodeRecord&&)>& fn) {
       err = EIO;
       return false;
     }
+    if (!v.empty() && static_cast<uint8_t>(v[0]) == kOldInodeFormat && r->state >= DataState::kPersisted) old_sums++;
     fn(std::move(*r));
     return true;
   });
+  if (old_sums)
+    LOG_WARN("metadata: {} persisted files carry a checksum of the older, dense kind; they are fetched without "
+             "checksum verification until written again",
+             old_sums);
   if (!st) return st;
   if (err) return Err(err);
   return {};

@@ -46,7 +46,9 @@ struct InodeRecord {
   Timespec atime, mtime, ctime;
   uint64_t version = 0;  // bumped on each sealed change of the file's bytes
   DataState state = DataState::kDirty;
-  uint64_t checksum_hi = 0, checksum_lo = 0;  // XXH3-128 of the sealed version
+  // The checksum of the persisted version (backend/checksum.h); 0, 0 when
+  // unknown (records of format 2, whose checksum was of another kind).
+  uint64_t checksum_hi = 0, checksum_lo = 0;
   uint64_t sealed_size = 0;  // size of the sealed version (`size` may be ahead of it while open)
   std::string name;    // the first link's name (to find a path for the drainer)
   std::string target;  // symlink target
@@ -66,7 +68,7 @@ enum class LogOp : uint8_t {
   kRename = 5,   // path -> path2; flags & 1: exchange
   kSymlink = 6,  // path -> target in path2
   kLink = 7,     // new name path2 for existing path
-  kSetattr = 8,  // mode and mtime of path
+  kSetattr = 8,  // mode, owner and mtime of path
 };
 
 const char* LogOpName(LogOp op);
@@ -81,6 +83,12 @@ struct LogEntry {
   Timespec mtime;
   std::string path;
   std::string path2;
+  // Owner and group of the entry when it was logged (persist, mkdir,
+  // symlink, setattr). has_owner is false for entries logged before owners
+  // were recorded (log format 2): the backend then applies none.
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  bool has_owner = false;
 };
 
 std::string EncodeLogEntry(const LogEntry& e);

@@ -6,8 +6,9 @@
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
-#include <xxhash.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,7 +23,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/checksum.h"
 
+using ckpt::backend::Attrs;
 using ckpt::backend::Backend;
 using ckpt::backend::Entry;
 using ckpt::backend::Staged;
@@ -30,6 +33,15 @@ using ckpt::backend::Staged;
 namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
+
+// Attributes with no owner.
+Attrs A(uint32_t mode, int64_t sec = 0, uint32_t nsec = 0) {
+  Attrs a;
+  a.mode = mode;
+  a.mtime_sec = sec;
+  a.mtime_nsec = nsec;
+  return a;
+}
 
 // A backend over a fresh directory, checked (so the staging area exists).
 struct Env {
@@ -131,10 +143,10 @@ const std::function<bool()> kNever = [] { return false; };
 Staged StageChecked(Env& e, const Source& src) {
   auto s = e.be->Stage(src.fd, src.bytes.size(), kNever);
   cr_assert(s.has_value(), "stage: %d", s.error());
-  XXH128_hash_t h = XXH3_128bits(src.bytes.data(), src.bytes.size());
+  auto [hi, lo] = ckpt::backend::ContentChecksum(src.bytes.data(), src.bytes.size());
   cr_assert_eq(s->size, src.bytes.size());
-  cr_assert_eq(s->checksum_hi, h.high64);
-  cr_assert_eq(s->checksum_lo, h.low64);
+  cr_assert_eq(s->checksum_hi, hi);
+  cr_assert_eq(s->checksum_lo, lo);
   return *s;
 }
 
@@ -151,7 +163,7 @@ void StagePublishSizes() {
     cr_assert_eq(e.TmpCount(), 1u);
     int64_t sec = 1700000000 + i;
     uint32_t nsec = 123456789;
-    cr_assert(e.be->Publish(s, rel, 0640, sec, nsec).has_value());
+    cr_assert(e.be->Publish(s, rel, A(0640, sec, nsec)).has_value());
     cr_assert_eq(e.TmpCount(), 0u);
     cr_assert(ReadFile(e.P(rel)) == src.bytes, "bytes differ for size %llu", (unsigned long long)size);
     struct stat st;
@@ -160,7 +172,7 @@ void StagePublishSizes() {
     cr_assert_eq(st.st_mtim.tv_sec, sec);
     cr_assert_eq(st.st_mtim.tv_nsec, nsec);
     char x[64];
-    ssize_t n = getxattr(e.P(rel).c_str(), "user.ckptfs.xxh128", x, sizeof x);
+    ssize_t n = getxattr(e.P(rel).c_str(), ckpt::backend::kChecksumXattr, x, sizeof x);
     cr_assert_eq(n, 32);
     cr_assert(std::string(x, 32) == Hex(s.checksum_hi, s.checksum_lo));
     i++;
@@ -168,10 +180,10 @@ void StagePublishSizes() {
   // Publishing over an existing file replaces it.
   Source again(5000, 77);
   Staged s = StageChecked(e, again);
-  cr_assert(e.be->Publish(s, "d/e/f1", 0, 5, 0).has_value());
+  cr_assert(e.be->Publish(s, "d/e/f1", A(0, 5, 0)).has_value());
   cr_assert(ReadFile(e.P("d/e/f1")) == again.bytes);
-  // The staged file is gone once published.
-  cr_assert_eq(e.be->Publish(s, "d/e/f9", 0, 5, 0).error(), ENOENT);
+  // The staged file is gone once published: stage again.
+  cr_assert_eq(e.be->Publish(s, "d/e/f9", A(0, 5, 0)).error(), ESTALE);
   cr_assert_not(Exists(e.P("d/e/f9")));
 }
 
@@ -203,7 +215,7 @@ Test(posix_backend, abort_leaves_nothing) {
   e.be->Abort(s);
   cr_assert_eq(e.TmpCount(), 0u);
   e.be->Abort(s);  // twice is harmless
-  cr_assert_eq(e.be->Publish(s, "x", 0, 0, 0).error(), ENOENT);
+  cr_assert_eq(e.be->Publish(s, "x", A(0, 0, 0)).error(), ESTALE);
   cr_assert_not(Exists(e.P("x")));
 }
 
@@ -253,16 +265,16 @@ Test(posix_backend, check_cleans_leftovers) {
 
 Test(posix_backend, mkdir_rmdir_remove) {
   Env e;
-  cr_assert(e.be->Mkdir("a/b/c", 0750).has_value());
+  cr_assert(e.be->Mkdir("a/b/c", A(0750)).has_value());
   struct stat st;
   cr_assert_eq(stat(e.P("a/b/c").c_str(), &st), 0);
   cr_assert(S_ISDIR(st.st_mode));
   cr_assert_eq(st.st_mode & 07777, 0750u);
-  cr_assert(e.be->Mkdir("a/b/c", 0700).has_value());  // exists: fine
-  cr_assert(e.be->Mkdir("a", 0).has_value());
+  cr_assert(e.be->Mkdir("a/b/c", A(0700)).has_value());  // exists: fine
+  cr_assert(e.be->Mkdir("a", A(0)).has_value());
   WriteFile(e.P("a/file"), "data");
-  cr_assert_eq(e.be->Mkdir("a/file", 0755).error(), EEXIST);
-  cr_assert_eq(e.be->Mkdir("a/file/x", 0755).error(), ENOTDIR);
+  cr_assert_eq(e.be->Mkdir("a/file", A(0755)).error(), EEXIST);
+  cr_assert_eq(e.be->Mkdir("a/file/x", A(0755)).error(), ENOTDIR);
 
   // Remove: files only, a missing one is fine.
   cr_assert(e.be->Remove("a/file").has_value());
@@ -278,7 +290,7 @@ Test(posix_backend, mkdir_rmdir_remove) {
   // Rmdir takes the whole tree, never following symlinks out of it.
   WriteFile(e.P("a/b/c/f1"), "1");
   WriteFile(e.P("a/b/f2"), "2");
-  cr_assert(e.be->Mkdir("outside", 0755).has_value());
+  cr_assert(e.be->Mkdir("outside", A(0755)).has_value());
   WriteFile(e.P("outside/keep"), "k");
   cr_assert(symlink(e.P("outside").c_str(), e.P("a/b/c/escape").c_str()) == 0);
   cr_assert(e.be->Rmdir("a/b").has_value());
@@ -339,16 +351,16 @@ Test(posix_backend, link_and_symlink) {
   cr_assert_eq(e.be->Link("missing", "z").error(), ENOENT);
   cr_assert_not(Exists(e.P("z")));
 
-  cr_assert(e.be->Symlink("s/l", "../f").has_value());
+  cr_assert(e.be->Symlink("s/l", "../f", {}).has_value());
   char buf[64];
   ssize_t n = readlink(e.P("s/l").c_str(), buf, sizeof buf);
   cr_assert_eq(n, 4);
   cr_assert(std::string(buf, 4) == "../f");
   cr_assert(ReadFile(e.P("s/l")) == "data");
-  cr_assert(e.be->Symlink("s/l", "/elsewhere").has_value());  // replaces
+  cr_assert(e.be->Symlink("s/l", "/elsewhere", {}).has_value());  // replaces
   n = readlink(e.P("s/l").c_str(), buf, sizeof buf);
   cr_assert(std::string(buf, n) == "/elsewhere");
-  cr_assert(e.be->Symlink("other", "f").has_value());  // replaces a file
+  cr_assert(e.be->Symlink("other", "f", {}).has_value());  // replaces a file
   n = readlink(e.P("other").c_str(), buf, sizeof buf);
   cr_assert(std::string(buf, n) == "f");
   cr_assert_eq(e.TmpCount(), 0u);
@@ -357,36 +369,36 @@ Test(posix_backend, link_and_symlink) {
 Test(posix_backend, setattr) {
   Env e;
   WriteFile(e.P("f"), "data");
-  cr_assert(e.be->Mkdir("d", 0755).has_value());
-  cr_assert(e.be->Symlink("l", "f").has_value());
+  cr_assert(e.be->Mkdir("d", A(0755)).has_value());
+  cr_assert(e.be->Symlink("l", "f", {}).has_value());
   struct stat st;
 
-  cr_assert(e.be->SetAttr("f", 0604, 1234, 5678).has_value());
+  cr_assert(e.be->SetAttr("f", A(0604, 1234, 5678)).has_value());
   cr_assert_eq(lstat(e.P("f").c_str(), &st), 0);
   cr_assert_eq(st.st_mode & 07777, 0604u);
   cr_assert_eq(st.st_mtim.tv_sec, 1234);
   cr_assert_eq(st.st_mtim.tv_nsec, 5678);
 
-  cr_assert(e.be->SetAttr("f", 0, 99, 0).has_value());  // mode 0: unchanged
+  cr_assert(e.be->SetAttr("f", A(0, 99, 0)).has_value());  // mode 0: unchanged
   cr_assert_eq(lstat(e.P("f").c_str(), &st), 0);
   cr_assert_eq(st.st_mode & 07777, 0604u);
   cr_assert_eq(st.st_mtim.tv_sec, 99);
 
-  cr_assert(e.be->SetAttr("d", 0711, 42, 1).has_value());
+  cr_assert(e.be->SetAttr("d", A(0711, 42, 1)).has_value());
   cr_assert_eq(lstat(e.P("d").c_str(), &st), 0);
   cr_assert_eq(st.st_mode & 07777, 0711u);
   cr_assert_eq(st.st_mtim.tv_sec, 42);
 
   // The symlink itself, never its target.
-  cr_assert(e.be->SetAttr("l", 0600, 7, 0).has_value());
+  cr_assert(e.be->SetAttr("l", A(0600, 7, 0)).has_value());
   cr_assert_eq(lstat(e.P("l").c_str(), &st), 0);
   cr_assert_eq(st.st_mtim.tv_sec, 7);
   cr_assert_eq(lstat(e.P("f").c_str(), &st), 0);
   cr_assert_eq(st.st_mtim.tv_sec, 99);
   cr_assert_eq(st.st_mode & 07777, 0604u);
 
-  cr_assert_eq(e.be->SetAttr("missing", 0644, 1, 0).error(), ENOENT);
-  cr_assert_eq(e.be->SetAttr("f", 0644, 1, 1000000000u).error(), EINVAL);
+  cr_assert_eq(e.be->SetAttr("missing", A(0644, 1, 0)).error(), ENOENT);
+  cr_assert_eq(e.be->SetAttr("f", A(0644, 1, 1000000000u)).error(), EINVAL);
 }
 
 static void FetchRoundTrip() {
@@ -397,7 +409,7 @@ static void FetchRoundTrip() {
     Source src(size, 200 + i);
     Staged s = StageChecked(e, src);
     std::string rel = "fetch/f" + std::to_string(i++);
-    cr_assert(e.be->Publish(s, rel, 0644, 1, 0).has_value());
+    cr_assert(e.be->Publish(s, rel, A(0644, 1, 0)).has_value());
     Dest dst(size);
     auto sum = e.be->Fetch(rel, dst.fd, size);
     cr_assert(sum.has_value(), "fetch: %d", sum.error());
@@ -423,7 +435,7 @@ Test(posix_backend, fetch_into_unmappable_destination) {
   Env e;
   Source src(9 * kMiB + 7, 300);
   Staged s = StageChecked(e, src);
-  cr_assert(e.be->Publish(s, "f", 0644, 1, 0).has_value());
+  cr_assert(e.be->Publish(s, "f", A(0644, 1, 0)).has_value());
   Dest dst(src.bytes.size(), O_WRONLY);  // cannot be mapped for writing: buffered copy
   auto sum = e.be->Fetch("f", dst.fd, src.bytes.size());
   cr_assert(sum.has_value());
@@ -438,11 +450,11 @@ Test(posix_backend, list) {
   Env e;
   Source src(4 * kMiB + 123, 400);
   Staged s = StageChecked(e, src);
-  cr_assert(e.be->Publish(s, "dir/sub/file", 0640, 1600000000, 42).has_value());
-  cr_assert(e.be->Mkdir("empty", 0700).has_value());
-  cr_assert(e.be->Symlink("dir/link", "sub/file").has_value());
+  cr_assert(e.be->Publish(s, "dir/sub/file", A(0640, 1600000000, 42)).has_value());
+  cr_assert(e.be->Mkdir("empty", A(0700)).has_value());
+  cr_assert(e.be->Symlink("dir/link", "sub/file", {}).has_value());
   WriteFile(e.P("plain"), "abc");  // no checksum xattr
-  cr_assert(setxattr(e.P("plain").c_str(), "user.ckptfs.xxh128", "zz", 2, 0) == 0 || errno == ENOTSUP);
+  cr_assert(setxattr(e.P("plain").c_str(), ckpt::backend::kChecksumXattr, "zz", 2, 0) == 0 || errno == ENOTSUP);
   // Something staged but never published is not listed.
   Source other(10, 401);
   Staged pending = StageChecked(e, other);
@@ -496,24 +508,24 @@ Test(posix_backend, path_validation) {
   for (const char* bad : {"../x", "/abs", "a//b", "", ".", "..", "a/./b", "a/../b", "a/", ".ckptfs-tmp",
                           ".ckptfs-tmp/x", ".ckptfs-probe-1"}) {
     std::string p = bad;
-    cr_assert_eq(e.be->Mkdir(p, 0755).error(), EINVAL, "mkdir '%s'", bad);
+    cr_assert_eq(e.be->Mkdir(p, A(0755)).error(), EINVAL, "mkdir '%s'", bad);
     cr_assert_eq(e.be->Rmdir(p).error(), EINVAL, "rmdir '%s'", bad);
     cr_assert_eq(e.be->Remove(p).error(), EINVAL, "remove '%s'", bad);
     cr_assert_eq(e.be->Rename("f", p, false).error(), EINVAL, "rename to '%s'", bad);
     cr_assert_eq(e.be->Rename(p, "g", false).error(), EINVAL, "rename from '%s'", bad);
-    cr_assert_eq(e.be->Symlink(p, "t").error(), EINVAL, "symlink '%s'", bad);
+    cr_assert_eq(e.be->Symlink(p, "t", {}).error(), EINVAL, "symlink '%s'", bad);
     cr_assert_eq(e.be->Link("f", p).error(), EINVAL, "link '%s'", bad);
-    cr_assert_eq(e.be->SetAttr(p, 0644, 0, 0).error(), EINVAL, "setattr '%s'", bad);
+    cr_assert_eq(e.be->SetAttr(p, A(0644, 0, 0)).error(), EINVAL, "setattr '%s'", bad);
     cr_assert_eq(e.be->Fetch(p, dst.fd, 10).error(), EINVAL, "fetch '%s'", bad);
-    cr_assert_eq(e.be->Publish(s, p, 0644, 0, 0).error(), EINVAL, "publish '%s'", bad);
+    cr_assert_eq(e.be->Publish(s, p, A(0644, 0, 0)).error(), EINVAL, "publish '%s'", bad);
   }
   // Names that merely look alike are fine.
-  cr_assert(e.be->Mkdir("a/..b/.c/...", 0755).has_value());
-  cr_assert(e.be->Mkdir("sub/.ckptfs-tmp", 0755).has_value());
+  cr_assert(e.be->Mkdir("a/..b/.c/...", A(0755)).has_value());
+  cr_assert(e.be->Mkdir("sub/.ckptfs-tmp", A(0755)).has_value());
   Staged forged = s;
   forged.token = "../f";
-  cr_assert_eq(e.be->Publish(forged, "g", 0644, 0, 0).error(), EINVAL);
-  cr_assert(e.be->Publish(s, "g", 0644, 0, 0).has_value());
+  cr_assert_eq(e.be->Publish(forged, "g", A(0644, 0, 0)).error(), EINVAL);
+  cr_assert(e.be->Publish(s, "g", A(0644, 0, 0)).has_value());
   cr_assert(ReadFile(e.P("f")) == "data");
 }
 
@@ -533,7 +545,7 @@ Test(posix_backend, parallel_stage_and_publish) {
         return;
       }
       staged[i] = *s;
-      if (auto st = e.be->Publish(*s, "p/q/f" + std::to_string(i), 0644, 1, 0); !st) errs[i] = st.error();
+      if (auto st = e.be->Publish(*s, "p/q/f" + std::to_string(i), A(0644, 1, 0)); !st) errs[i] = st.error();
     });
   for (auto& t : ts) t.join();
   for (int i = 0; i < kThreads; i++) {
@@ -541,4 +553,444 @@ Test(posix_backend, parallel_stage_and_publish) {
     cr_assert(ReadFile(e.P("p/q/f" + std::to_string(i))) == srcs[i]->bytes);
   }
   cr_assert_eq(e.TmpCount(), 0u);
+}
+
+// ---- Issue #16: symlinks in the backend are never followed (item 1) ----
+
+namespace {
+
+// A directory outside the backend root, standing for a root-only directory
+// an attacker would like the daemon to write into.
+struct Outside {
+  std::string dir;
+  Outside() {
+    char tmpl[] = "/tmp/ckpt-backend-outside-XXXXXX";
+    cr_assert_not_null(mkdtemp(tmpl));
+    dir = tmpl;
+    WriteFile(dir + "/a", "victim");
+    cr_assert_eq(chmod((dir + "/a").c_str(), 0600), 0);
+  }
+  ~Outside() { std::filesystem::remove_all(dir); }
+  std::string P(const std::string& rel) const { return dir + "/" + rel; }
+  // Names in the directory, sorted.
+  std::vector<std::string> Names() const {
+    std::vector<std::string> v;
+    for (auto& de : std::filesystem::directory_iterator(dir)) v.push_back(de.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
+  }
+  void ExpectUntouched() const {
+    cr_assert(Names() == std::vector<std::string>{"a"}, "the outside directory changed");
+    cr_assert(ReadFile(P("a")) == "victim");
+    struct stat st;
+    cr_assert_eq(lstat(P("a").c_str(), &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0600u);
+  }
+};
+
+// "team" in the backend, then replaced by a symlink to `o`.
+void PlantTeamLink(Env& e, const Outside& o) {
+  cr_assert(e.be->Mkdir("team", A(0755)).has_value());
+  std::filesystem::remove_all(e.P("team"));
+  cr_assert_eq(symlink(o.dir.c_str(), e.P("team").c_str()), 0);
+}
+
+}  // namespace
+
+Test(posix_backend_symlink, publish_through_symlinked_parent) {
+  Env e;
+  Outside o;
+  PlantTeamLink(e, o);
+  Source src(100, 900);
+  Staged s = StageChecked(e, src);
+  cr_assert_eq(e.be->Publish(s, "team/b", A(0644, 1, 0)).error(), ELOOP);
+  cr_assert_eq(e.be->Publish(s, "team/a", A(0644, 1, 0)).error(), ELOOP);
+  cr_assert_eq(e.be->Publish(s, "team/new/deeper", A(0644, 1, 0)).error(), ELOOP);
+  o.ExpectUntouched();
+  // The staged copy is still there and publishes elsewhere.
+  cr_assert(e.be->Publish(s, "other/c", A(0644, 1, 0)).has_value());
+  cr_assert(ReadFile(e.P("other/c")) == src.bytes);
+}
+
+Test(posix_backend_symlink, mkdir_remove_rmdir_through_symlink) {
+  Env e;
+  Outside o;
+  PlantTeamLink(e, o);
+  cr_assert_eq(e.be->Mkdir("team/x", A(0755)).error(), ELOOP);
+  cr_assert_eq(e.be->Mkdir("team/x/y", A(0755)).error(), ELOOP);
+  cr_assert_eq(e.be->Remove("team/a").error(), ELOOP);
+  std::filesystem::create_directory(o.P("sub"));
+  WriteFile(o.P("sub/f"), "x");
+  cr_assert_eq(e.be->Rmdir("team/sub").error(), ELOOP);
+  cr_assert(ReadFile(o.P("sub/f")) == "x");
+  std::filesystem::remove_all(o.P("sub"));
+  // Rmdir of the symlink itself: refused, not followed.
+  cr_assert_eq(e.be->Rmdir("team").error(), ELOOP);
+  o.ExpectUntouched();
+}
+
+Test(posix_backend_symlink, rmdir_tree_with_symlink_to_outside) {
+  Env e;
+  Outside o;
+  cr_assert(e.be->Mkdir("t/d", A(0755)).has_value());
+  WriteFile(e.P("t/d/f"), "f");
+  cr_assert_eq(symlink(o.dir.c_str(), e.P("t/d/escape").c_str()), 0);
+  cr_assert_eq(symlink(o.dir.c_str(), e.P("t/escape2").c_str()), 0);
+  cr_assert(e.be->Rmdir("t").has_value());
+  cr_assert_not(Exists(e.P("t")));
+  o.ExpectUntouched();
+}
+
+Test(posix_backend_symlink, rename_from_and_to_symlinked_dir) {
+  Env e;
+  Outside o;
+  PlantTeamLink(e, o);
+  cr_assert_eq(e.be->Rename("team/a", "stolen", false).error(), ELOOP);
+  cr_assert_not(Exists(e.P("stolen")));
+  WriteFile(e.P("mine"), "mine");
+  cr_assert_eq(e.be->Rename("mine", "team/a", false).error(), ELOOP);
+  cr_assert_eq(e.be->Rename("mine", "team/new/a", false).error(), ELOOP);
+  cr_assert_eq(e.be->Rename("mine", "team/a", true).error(), ELOOP);
+  cr_assert(ReadFile(e.P("mine")) == "mine");
+  o.ExpectUntouched();
+  // A symlink entry itself (one ckptfs made) moves as a link.
+  cr_assert(e.be->Symlink("ln", "target", {}).has_value());
+  cr_assert(e.be->Rename("ln", "ln2", false).has_value());
+  char buf[16];
+  cr_assert_eq(readlink(e.P("ln2").c_str(), buf, sizeof buf), 6);
+}
+
+Test(posix_backend_symlink, setattr_link_symlink_fetch_through_symlink) {
+  Env e;
+  Outside o;
+  PlantTeamLink(e, o);
+  cr_assert_eq(e.be->SetAttr("team/a", A(0666, 1, 0)).error(), ELOOP);
+  WriteFile(e.P("f"), "data");
+  cr_assert_eq(e.be->Link("f", "team/g").error(), ELOOP);
+  cr_assert_eq(e.be->Link("team/a", "g").error(), ELOOP);
+  cr_assert_not(Exists(e.P("g")));
+  cr_assert_eq(e.be->Symlink("team/l", "x", {}).error(), ELOOP);
+  Dest dst(6);
+  cr_assert_eq(e.be->Fetch("team/a", dst.fd, 6).error(), ELOOP);
+  o.ExpectUntouched();
+  // A file that is itself a symlink to an outside file is not fetched either.
+  cr_assert_eq(symlink(o.P("a").c_str(), e.P("direct").c_str()), 0);
+  cr_assert_eq(e.be->Fetch("direct", dst.fd, 6).error(), ELOOP);
+  cr_assert(e.be->SetAttr("direct", A(0666, 1, 0)).has_value());  // the link itself: mode ignored
+  o.ExpectUntouched();
+}
+
+Test(posix_backend_symlink, non_directory_component_is_enotdir) {
+  Env e;
+  WriteFile(e.P("file"), "x");
+  Source src(10, 901);
+  Staged s = StageChecked(e, src);
+  cr_assert_eq(e.be->Publish(s, "file/b", A(0644, 1, 0)).error(), ENOTDIR);
+  cr_assert_eq(e.be->Mkdir("file/d", A(0755)).error(), ENOTDIR);
+  cr_assert_eq(e.be->Remove("file/b").error(), ENOTDIR);
+  cr_assert(ReadFile(e.P("file")) == "x");
+}
+
+Test(posix_backend_symlink, escaping_paths_refused) {
+  Env e;
+  Outside o;
+  Dest dst(6);
+  std::string rel_out = "../" + std::filesystem::path(o.dir).filename().string() + "/a";
+  cr_assert_eq(e.be->Fetch(rel_out, dst.fd, 6).error(), EINVAL);
+  cr_assert_eq(e.be->Remove(rel_out).error(), EINVAL);
+  cr_assert_eq(e.be->SetAttr(rel_out, A(0666, 1, 0)).error(), EINVAL);
+  cr_assert_eq(e.be->Rename(rel_out, "x", false).error(), EINVAL);
+  o.ExpectUntouched();
+}
+
+// ---- Issue #16 item 10: the staging area and staged files may vanish ----
+
+Test(posix_backend_vanish, stage_recreates_staging_dir) {
+  Env e;
+  std::filesystem::remove_all(e.Tmp());
+  Source src(5000, 910);
+  Staged s = StageChecked(e, src);
+  struct stat st;
+  cr_assert_eq(lstat(e.Tmp().c_str(), &st), 0);
+  cr_assert(S_ISDIR(st.st_mode));
+  cr_assert_eq(st.st_mode & 07777, 0700u);
+  cr_assert_eq(st.st_uid, geteuid());
+  cr_assert(e.be->Publish(s, "f", A(0644, 1, 0)).has_value());
+  cr_assert(ReadFile(e.P("f")) == src.bytes);
+  // Between two Stage calls.
+  Staged first = StageChecked(e, src);
+  std::filesystem::remove_all(e.Tmp());
+  Staged second = StageChecked(e, src);
+  cr_assert_eq(e.be->Publish(first, "g", A(0644, 1, 0)).error(), ESTALE);
+  cr_assert(e.be->Publish(second, "g", A(0644, 1, 0)).has_value());
+  cr_assert(ReadFile(e.P("g")) == src.bytes);
+}
+
+Test(posix_backend_vanish, vanished_staged_file_is_estale) {
+  Env e;
+  Source src(5000, 911);
+  Staged s = StageChecked(e, src);
+  std::filesystem::remove(e.Tmp() + "/" + s.token);
+  cr_assert_eq(e.be->Publish(s, "f", A(0644, 1, 0)).error(), ESTALE);
+  Staged s2 = StageChecked(e, src);
+  std::filesystem::remove_all(e.Tmp());
+  cr_assert_eq(e.be->Publish(s2, "f", A(0644, 1, 0)).error(), ESTALE);
+  cr_assert_not(Exists(e.P("f")));
+}
+
+Test(posix_backend_vanish, bad_staging_dir_refused) {
+  Env e;
+  Outside o;
+  Source src(100, 912);
+  std::filesystem::remove_all(e.Tmp());
+  cr_assert_eq(symlink(o.dir.c_str(), e.Tmp().c_str()), 0);
+  auto r = e.be->Stage(src.fd, src.bytes.size(), kNever);
+  cr_assert_not(r.has_value());
+  cr_assert_neq(r.error(), ELOOP);  // not an entry's fault: retried, not dropped
+  cr_assert_neq(r.error(), ENOTDIR);
+  o.ExpectUntouched();
+  cr_assert_eq(unlink(e.Tmp().c_str()), 0);
+  WriteFile(e.Tmp(), "");
+  cr_assert_not(e.be->Stage(src.fd, src.bytes.size(), kNever).has_value());
+  cr_assert_eq(unlink(e.Tmp().c_str()), 0);
+  if (geteuid() == 0) {
+    cr_assert_eq(mkdir(e.Tmp().c_str(), 0700), 0);
+    cr_assert_eq(chown(e.Tmp().c_str(), 65534, 65534), 0);
+    cr_assert_not(e.be->Stage(src.fd, src.bytes.size(), kNever).has_value());
+    struct stat st;
+    cr_assert_eq(lstat(e.Tmp().c_str(), &st), 0);
+    cr_assert_eq(st.st_uid, 65534u);  // left as it is, not renamed aside
+  }
+}
+
+Test(posix_backend_vanish, root_moved_away_and_back) {
+  Env e;
+  Source src(100, 913);
+  std::string away = e.root + ".away";
+  cr_assert_eq(rename(e.root.c_str(), away.c_str()), 0);
+  auto r = e.be->Stage(src.fd, src.bytes.size(), kNever);
+  cr_assert_not(r.has_value());
+  cr_assert_neq(r.error(), ENOENT);  // ENOENT would read as "nothing to do" for namespace entries
+  cr_assert_neq(e.be->Mkdir("d", A(0755)).error(), ENOENT);
+  cr_assert_neq(e.be->Remove("d").error(), 0);
+  cr_assert_eq(rename(away.c_str(), e.root.c_str()), 0);
+  Staged s = StageChecked(e, src);
+  cr_assert(e.be->Publish(s, "d/f", A(0644, 1, 0)).has_value());
+  cr_assert(ReadFile(e.P("d/f")) == src.bytes);
+}
+
+// ---- Issue #16 item 13: sparse files stay sparse ----
+
+namespace {
+
+constexpr uint64_t kTiB = 1ull << 40;
+
+// A /dev/shm file of apparent size `size` holding two 4 KiB extents.
+struct SparseSource {
+  int fd = -1;
+  uint64_t size;
+  std::string x1, x2;
+  uint64_t off1 = 12345 * 4096ull, off2;
+  explicit SparseSource(uint64_t sz) : size(sz), off2(sz - 8192) {
+    char tmpl[] = "/dev/shm/ckpt-backend-sparse-XXXXXX";
+    fd = mkstemp(tmpl);
+    cr_assert_geq(fd, 0);
+    unlink(tmpl);
+    cr_assert_eq(ftruncate(fd, static_cast<off_t>(size)), 0);
+    x1.assign(4096, 'a');
+    x2.assign(4096, 'b');
+    cr_assert_eq(pwrite(fd, x1.data(), 4096, static_cast<off_t>(off1)), 4096);
+    cr_assert_eq(pwrite(fd, x2.data(), 4096, static_cast<off_t>(off2)), 4096);
+  }
+  ~SparseSource() { close(fd); }
+};
+
+}  // namespace
+
+Test(posix_backend_sparse, stage_and_fetch_keep_holes, .timeout = 120) {
+  Env e;
+  SparseSource src(kTiB);
+  auto start = std::chrono::steady_clock::now();
+  auto s = e.be->Stage(src.fd, src.size, [&] { return std::chrono::steady_clock::now() - start > std::chrono::seconds(20); });
+  cr_assert(s.has_value(), "stage: %d", s.error());
+  cr_assert(e.be->Publish(*s, "sparse", A(0644, 1, 0)).has_value());
+  struct stat st;
+  cr_assert_eq(stat(e.P("sparse").c_str(), &st), 0);
+  cr_assert_eq(static_cast<uint64_t>(st.st_size), src.size);
+  cr_assert_lt(static_cast<uint64_t>(st.st_blocks) * 512, 1 * kMiB, "%lld blocks", (long long)st.st_blocks);
+  Dest dst(src.size);
+  auto sum = e.be->Fetch("sparse", dst.fd, src.size);
+  cr_assert(sum.has_value(), "fetch: %d", sum.error());
+  cr_assert_eq(sum->first, s->checksum_hi);
+  cr_assert_eq(sum->second, s->checksum_lo);
+  cr_assert_eq(fstat(dst.fd, &st), 0);
+  cr_assert_lt(static_cast<uint64_t>(st.st_blocks) * 512, 1 * kMiB);
+  std::string got(4096, '\0');
+  cr_assert_eq(pread(dst.fd, got.data(), 4096, static_cast<off_t>(src.off2)), 4096);
+  cr_assert(got == src.x2);
+}
+
+// The sparse checksum agrees with one computed from the extents alone.
+Test(posix_backend_sparse, checksum_of_extents_matches) {
+  SparseSource src(kTiB);
+  Env e;
+  auto s = e.be->Stage(src.fd, src.size, kNever);
+  cr_assert(s.has_value());
+  ckpt::backend::ContentHash h;
+  h.Update(src.off1, src.x1.data(), src.x1.size());
+  h.Update(src.off2, src.x2.data(), src.x2.size());
+  auto [hi, lo] = h.Finish(src.size);
+  cr_assert_eq(s->checksum_hi, hi);
+  cr_assert_eq(s->checksum_lo, lo);
+}
+
+Test(posix_backend_sparse, without_uring_and_fetch_skips_zero_blocks) {
+  setenv("CKPTFS_BACKEND_NO_URING", "1", 1);
+  Env e;
+  SparseSource src(64 * kMiB + 100);
+  auto s = e.be->Stage(src.fd, src.size, kNever);
+  cr_assert(s.has_value());
+  cr_assert(e.be->Publish(*s, "f", A(0644, 1, 0)).has_value());
+  struct stat st;
+  cr_assert_eq(stat(e.P("f").c_str(), &st), 0);
+  cr_assert_eq(static_cast<uint64_t>(st.st_size), src.size);
+  cr_assert_lt(static_cast<uint64_t>(st.st_blocks) * 512, 1 * kMiB);
+  // A dense backend copy (an NFS without holes): Fetch still leaves the
+  // zero blocks out of the destination, and the checksum is the same.
+  std::string dense(src.size, '\0');
+  std::memcpy(dense.data() + src.off1, src.x1.data(), 4096);
+  std::memcpy(dense.data() + src.off2, src.x2.data(), 4096);
+  WriteFile(e.P("dense"), dense);
+  cr_assert_eq(stat(e.P("dense").c_str(), &st), 0);
+  cr_assert_gt(static_cast<uint64_t>(st.st_blocks) * 512, 32 * kMiB);
+  Dest dst(src.size);
+  auto sum = e.be->Fetch("dense", dst.fd, src.size);
+  cr_assert(sum.has_value());
+  cr_assert_eq(sum->first, s->checksum_hi);
+  cr_assert_eq(sum->second, s->checksum_lo);
+  cr_assert_eq(fstat(dst.fd, &st), 0);
+  cr_assert_lt(static_cast<uint64_t>(st.st_blocks) * 512, 1 * kMiB);
+  cr_assert(dst.Read(src.size) == dense);
+}
+
+// ---- The checksum (backend/checksum.h) ----
+
+Test(checksum, layout_independent) {
+  using ckpt::backend::ContentChecksum;
+  using ckpt::backend::ContentHash;
+  std::mt19937_64 rng(42);
+  for (uint64_t size : {0ull, 1ull, 4095ull, 4096ull, 4097ull, 3 * 4096ull + 17, 1ull << 20}) {
+    std::string data(size, '\0');
+    // Random bytes with runs of zeros, some block-aligned, some not.
+    for (uint64_t i = 0; i < size; i++) data[i] = (i / 3000) % 3 == 1 ? 0 : static_cast<char>(rng() | 1);
+    auto whole = ContentChecksum(data.data(), data.size());
+    // The same content fed in random pieces, skipping arbitrary zero runs.
+    for (int round = 0; round < 20; round++) {
+      ContentHash h;
+      uint64_t off = 0;
+      while (off < size) {
+        uint64_t n = std::min<uint64_t>(size - off, 1 + rng() % 9000);
+        bool zeros = std::all_of(data.begin() + off, data.begin() + off + n, [](char c) { return c == 0; });
+        if (!zeros || rng() % 2) h.Update(off, data.data() + off, n);
+        off += n;
+      }
+      auto pieces = h.Finish(size);
+      cr_assert(pieces == whole, "size %llu round %d", (unsigned long long)size, round);
+    }
+  }
+  // It depends on content, position and size.
+  std::string a(8192, '\0'), b(8192, '\0');
+  a[10] = 1;
+  b[4096 + 10] = 1;
+  cr_assert(ContentChecksum(a.data(), a.size()) != ContentChecksum(b.data(), b.size()));
+  cr_assert(ContentChecksum(a.data(), 8192) != ContentChecksum(a.data(), 8191));
+  cr_assert(ContentChecksum(a.data(), 0) != ContentChecksum(a.data(), 4096));
+}
+
+// ---- Issue #16 item 12: owners ----
+
+Test(posix_backend_owner, publish_mkdir_symlink_setattr_apply_owner) {
+  if (geteuid() != 0) cr_skip_test("needs root");
+  Env e;
+  Source src(10000, 920);
+  Staged s = StageChecked(e, src);
+  Attrs a = A(0600, 5, 0);
+  a.uid = 65534;
+  a.gid = 65533;
+  a.has_owner = true;
+  cr_assert(e.be->Publish(s, "implicit/parent/f", a).has_value());
+  struct stat st;
+  cr_assert_eq(lstat(e.P("implicit/parent/f").c_str(), &st), 0);
+  cr_assert_eq(st.st_uid, 65534u);
+  cr_assert_eq(st.st_gid, 65533u);
+  cr_assert_eq(st.st_mode & 07777, 0600u);
+  // Implicit parents belong to the daemon, 0755.
+  cr_assert_eq(lstat(e.P("implicit/parent").c_str(), &st), 0);
+  cr_assert_eq(st.st_uid, 0u);
+  cr_assert_eq(st.st_mode & 07777, 0755u);
+
+  Attrs d = A(02750);
+  d.uid = 65534;
+  d.gid = 65533;
+  d.has_owner = true;
+  cr_assert(e.be->Mkdir("dir", d).has_value());
+  cr_assert_eq(lstat(e.P("dir").c_str(), &st), 0);
+  cr_assert_eq(st.st_uid, 65534u);
+  cr_assert_eq(st.st_gid, 65533u);
+  cr_assert_eq(st.st_mode & 07777, 02750u);  // set after the chown: kept
+
+  cr_assert(e.be->Symlink("dir/l", "../f", d).has_value());
+  cr_assert_eq(lstat(e.P("dir/l").c_str(), &st), 0);
+  cr_assert(S_ISLNK(st.st_mode));
+  cr_assert_eq(st.st_uid, 65534u);
+
+  // chown replay, and without has_owner nothing changes.
+  Attrs c = A(0, 7, 0);
+  c.uid = 1234;
+  c.gid = 4321;
+  c.has_owner = true;
+  cr_assert(e.be->SetAttr("implicit/parent/f", c).has_value());
+  cr_assert_eq(lstat(e.P("implicit/parent/f").c_str(), &st), 0);
+  cr_assert_eq(st.st_uid, 1234u);
+  cr_assert_eq(st.st_gid, 4321u);
+  cr_assert_eq(st.st_mode & 07777, 0600u);
+  cr_assert(e.be->SetAttr("implicit/parent/f", A(0640, 7, 0)).has_value());
+  cr_assert_eq(lstat(e.P("implicit/parent/f").c_str(), &st), 0);
+  cr_assert_eq(st.st_uid, 1234u);
+  cr_assert_eq(st.st_mode & 07777, 0640u);
+  cr_assert(e.be->SetAttr("dir/l", c).has_value());  // the link itself
+  cr_assert_eq(lstat(e.P("dir/l").c_str(), &st), 0);
+  cr_assert_eq(st.st_uid, 1234u);
+  cr_assert_eq(lstat(e.P("dir").c_str(), &st), 0);
+  cr_assert_eq(st.st_uid, 65534u);
+}
+
+// The symlink cases again, resolving one component at a time (kernels
+// without openat2).
+Test(posix_backend_symlink, walk_fallback) {
+  setenv("CKPTFS_BACKEND_NO_OPENAT2", "1", 1);
+  Env e;
+  Outside o;
+  PlantTeamLink(e, o);
+  Source src(100, 930);
+  Staged s = StageChecked(e, src);
+  cr_assert_eq(e.be->Publish(s, "team/b", A(0644, 1, 0)).error(), ELOOP);
+  cr_assert_eq(e.be->Publish(s, "team/new/deeper", A(0644, 1, 0)).error(), ELOOP);
+  cr_assert_eq(e.be->Mkdir("team/x", A(0755)).error(), ELOOP);
+  cr_assert_eq(e.be->Remove("team/a").error(), ELOOP);
+  cr_assert_eq(e.be->SetAttr("team/a", A(0666, 1, 0)).error(), ELOOP);
+  cr_assert_eq(e.be->Rename("team/a", "x", false).error(), ELOOP);
+  Dest dst(6);
+  cr_assert_eq(e.be->Fetch("team/a", dst.fd, 6).error(), ELOOP);
+  WriteFile(e.P("file"), "x");
+  cr_assert_eq(e.be->Mkdir("file/d", A(0755)).error(), ENOTDIR);
+  o.ExpectUntouched();
+  cr_assert(e.be->Publish(s, "ok/deep/f", A(0644, 1, 0)).has_value());
+  cr_assert(ReadFile(e.P("ok/deep/f")) == src.bytes);
+  // The root moved away: EIO, then back.
+  std::string away = e.root + ".away";
+  cr_assert_eq(rename(e.root.c_str(), away.c_str()), 0);
+  cr_assert_eq(e.be->Mkdir("d", A(0755)).error(), EIO);
+  cr_assert_eq(rename(away.c_str(), e.root.c_str()), 0);
+  cr_assert(e.be->Mkdir("d", A(0755)).has_value());
 }

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Issue #16 item 1: another user who can write to the backend directory
+# replaces a directory ckptfs drained (team/) with a symlink to a root-only
+# directory. The daemon (root) must never follow it: the victim directory is
+# untouched, the refusal is logged with the path, the daemon stays up, and
+# (EXPECT_CONTINUE=1) later entries outside team/ still reach the backend.
+#
+# EXPECT_CONTINUE=1 (default) also asserts that the drain goes on past the
+# refused entries; that needs the drainer's "mark the entry failed and
+# continue" (fs/drain.cc). Set EXPECT_CONTINUE=0 to check only the refusal.
+set -euo pipefail
+source "$(dirname "$0")/../lib/common.sh"
+require_root
+EXPECT_CONTINUE=${EXPECT_CONTINUE:-1}
+
+mount_fs
+mkdir "$MNT/team"
+echo "first" > "$MNT/team/a"
+"$CKPTFS" drain "$MNT" --timeout 60
+[ "$(cat "$BACKEND/team/a")" = first ] || fail "team/a did not drain"
+
+# A root-only directory the attacker wants the daemon to write into.
+VICTIM=$T/victim
+mkdir -m 0700 "$VICTIM"
+echo secret > "$VICTIM/a"
+chmod 0600 "$VICTIM/a"
+snapshot() { (cd "$VICTIM" && find . -printf '%p %m %u %s\n' | sort && { cat a 2>&1 || true; }); }
+snapshot > "$T/victim.before"
+
+# The backend is a shared team directory: anyone may write to it.
+chmod 0777 "$BACKEND"
+as_nobody mv "$BACKEND/team" "$BACKEND/team.old"
+as_nobody ln -s "$VICTIM" "$BACKEND/team"
+[ -L "$BACKEND/team" ] || fail "could not plant the symlink"
+
+echo "second" > "$MNT/team/b"
+chmod 0666 "$MNT/team/a"
+mkdir "$MNT/team/sub"
+rm "$MNT/team/a"
+mkdir "$MNT/other"
+echo "later" > "$MNT/other/c"
+
+if [ "$EXPECT_CONTINUE" = 1 ]; then
+  for _ in $(seq 100); do
+    [ -f "$BACKEND/other/c" ] && break
+    sleep 0.3
+  done
+  [ "$(cat "$BACKEND/other/c" 2>/dev/null)" = later ] \
+    || fail "other/c did not reach the backend within 30 s (drainer does not skip refused entries?)"
+else
+  sleep 5
+fi
+
+snapshot > "$T/victim.after"
+diff "$T/victim.before" "$T/victim.after" || fail "the root-only victim directory was changed through the symlink"
+[ -L "$BACKEND/team" ] || fail "the planted symlink itself was replaced"
+stat "$MNT" > /dev/null || fail "daemon died"
+"$CKPTFS" status "$MNT" > /dev/null || fail "status failed"
+grep -E "posix backend: .*team.*(symlink|ELOOP|Too many levels)" "$STATE/ckptfs.log" > /dev/null \
+  || fail "the refusal was not logged with the path"
+
+# The drain may still hold the refused entries: unmount without draining.
+"$CKPTFS" umount "$MNT" --no-drain > "$T/umount.out" 2>&1 || { cat "$T/umount.out" >&2; fail "umount"; }
+wait_daemon_exit
+snapshot > "$T/victim.after"
+diff "$T/victim.before" "$T/victim.after" || fail "victim changed by the end"
+check_log --allow-errors "drain: |posix backend: " --allow-warnings "posix backend: |drain: "
