@@ -350,8 +350,12 @@ class Iteration:
         return json.loads(p.stdout)
 
     def lost(self):
+        # The full list: status carries only the first 100 (`ckptfs lost`).
+        p = run([self.h.ckptfs, "lost", self.mnt, "--json"], timeout=60)
+        if p.returncode != 0:
+            raise Failed(f"ckptfs lost failed: {p.stdout.strip()}")
         out = set()
-        for x in self.status().get("lost", []):
+        for x in json.loads(p.stdout)["lost"]:
             x = x if isinstance(x, str) else x.get("path", "")
             if x.startswith(self.mnt + "/"):
                 x = x[len(self.mnt) + 1:]

@@ -11,7 +11,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 require_root
-EXPECT_RESTAGE=${EXPECT_RESTAGE:-0}
+EXPECT_RESTAGE=${EXPECT_RESTAGE:-1}
 
 in_error() {
   "$CKPTFS" status "$MNT" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["drain"]["in_error"])'
