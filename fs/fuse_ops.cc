@@ -508,11 +508,14 @@ void ckpt_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi
   // --fsync=memory: seal the bytes written so far as a version (they then
   // survive a daemon crash, and drain); returns at memory speed.
   // --fsync=backend: also wait until that version and everything logged
-  // before it is persisted.
+  // before it is persisted — answered by the drain thread that applies it,
+  // not waited for here, so a slow backend never holds a FUSE worker.
   Guard(req, [&] {
     Daemon* d = D(req);
-    auto r = d->table->SyncToBackend(ino, d->cfg.fsync == FsyncMode::kBackend);
-    fuse_reply_err(req, r ? 0 : r.error());
+    auto seq = d->table->SyncSeal(ino);
+    if (!seq) return (void)fuse_reply_err(req, seq.error());
+    if (d->cfg.fsync != FsyncMode::kBackend) return (void)fuse_reply_err(req, 0);
+    d->table->WhenApplied(*seq, [req](int err) { fuse_reply_err(req, err); });
   });
 }
 

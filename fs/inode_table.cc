@@ -1163,22 +1163,45 @@ Status InodeTable::BeforeMutation(Inode* n) {
   return Preserve(n, true);
 }
 
+Result<uint64_t> InodeTable::SyncSeal(uint64_t ino) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode)) {
+    if (auto st = SealNow(n); !st) return Err(st.error());
+    if (n->writers > 0)  // the caller keeps writing: not into this version
+      if (auto st = Preserve(n, true); !st) return Err(st.error());
+  }
+  // Everything logged so far, this file's seal included.
+  return next_seq_ - 1;
+}
+
 Status InodeTable::SyncToBackend(uint64_t ino, bool wait) {
-  uint64_t seq;
+  auto seq = SyncSeal(ino);
+  if (!seq) return Err(seq.error());
+  if (!wait) return {};
+  return WaitApplied(*seq) ? Status{} : Err(EIO);
+}
+
+void InodeTable::WhenApplied(uint64_t seq, std::function<void(int err)> fn) {
+  int err = 0;
   {
     std::lock_guard lk(mu_);
-    Inode* n = Find(ino);
-    if (!n) return Err(ENOENT);
-    if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode)) {
-      if (auto st = SealNow(n); !st) return st;
-      if (n->writers > 0)  // the caller keeps writing: not into this version
-        if (auto st = Preserve(n, true); !st) return st;
+    if (applied_seq_ < seq && !shutdown_) {
+      applied_waiters_.emplace(seq, std::move(fn));
+      return;
     }
-    // Everything logged so far, this file's seal included.
-    seq = next_seq_ - 1;
-    if (!wait) return {};
+    err = applied_seq_ >= seq ? 0 : EIO;
   }
-  return WaitApplied(seq) ? Status{} : Err(EIO);
+  fn(err);
+}
+
+void InodeTable::AdvanceApplied(uint64_t seq, DueCallbacks* due) {
+  applied_seq_ = seq;
+  applied_cv_.notify_all();
+  auto end = applied_waiters_.upper_bound(seq);
+  for (auto it = applied_waiters_.begin(); it != end; ++it) due->fns.push_back(std::move(it->second));
+  applied_waiters_.erase(applied_waiters_.begin(), end);
 }
 
 // ---- Paths and the log ----
@@ -1336,6 +1359,7 @@ std::vector<std::string> InodeTable::LostFiles() {
 }
 
 Status InodeTable::FailEntry(const LogEntry& e, std::string_view reason) {
+  DueCallbacks due;  // fsync=backend waiters now satisfied; run once mu_ is released
   std::lock_guard lk(mu_);
   if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion
   Inode* n = Find(e.ino);
@@ -1356,8 +1380,7 @@ Status InodeTable::FailEntry(const LogEntry& e, std::string_view reason) {
   if (current) n->rec.state = r.state;
   failed_[next_failed_++] = FailedEntry{e.path, std::string(reason)};
   log_.pop_front();
-  applied_seq_ = e.seq;
-  applied_cv_.notify_all();
+  AdvanceApplied(e.seq, &due);
   if (e.op == LogOp::kPersist) {
     // The snapshot of a version since rewritten is no use any more; the
     // live file of a current version stays.
@@ -1387,6 +1410,7 @@ Status InodeTable::ClearLost() {
 }
 
 Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, uint64_t gen) {
+  DueCallbacks due;  // fsync=backend waiters now satisfied; run once mu_ is released
   std::lock_guard lk(mu_);
   if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion
   Inode* n = Find(e.ino);
@@ -1425,14 +1449,14 @@ Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, 
     n->rec.state = DataState::kDirty;
   }
   log_.pop_front();
-  applied_seq_ = e.seq;
-  applied_cv_.notify_all();
+  AdvanceApplied(e.seq, &due);
   tier_->Remove(cache::SnapKey(e.ino, e.version));  // published: the snapshot has done its job
   tier_->NotifySpace();  // a clean file can now be evicted for a waiting writer
   return {};
 }
 
 Status InodeTable::CompleteEntry(const LogEntry& e) {
+  DueCallbacks due;  // fsync=backend waiters now satisfied; run once mu_ is released
   std::lock_guard lk(mu_);
   if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion
   Batch b;
@@ -1440,8 +1464,7 @@ Status InodeTable::CompleteEntry(const LogEntry& e) {
   MetaStore::PutCounter(&b, kAppliedCounter, e.seq);
   if (auto st = Commit(b); !st) return st;
   log_.pop_front();
-  applied_seq_ = e.seq;
-  applied_cv_.notify_all();
+  AdvanceApplied(e.seq, &due);
   if (e.op == LogOp::kPersist) {  // skipped: its snapshot, if any, is not needed
     tier_->Remove(cache::SnapKey(e.ino, e.version));
     tier_->NotifySpace();
@@ -1456,7 +1479,11 @@ bool InodeTable::WaitApplied(uint64_t seq) {
 }
 
 void InodeTable::Shutdown() {
+  DueCallbacks due;  // runs after the lock is released: waiters get EIO
+  due.err = EIO;
   std::lock_guard lk(mu_);
+  for (auto& [seq, fn] : applied_waiters_) due.fns.push_back(std::move(fn));
+  applied_waiters_.clear();
   shutdown_ = true;
   log_cv_.notify_all();
   applied_cv_.notify_all();

@@ -188,6 +188,14 @@ class InodeTable {
   // `wait` (fsync=backend), waits until that version and everything logged
   // before it is in the backend. EIO if the table shuts down first.
   [[nodiscard]] Status SyncToBackend(uint64_t ino, bool wait = true);
+  // The fsync's seal alone: returns the log seq that must be applied for
+  // the file (and everything before it) to be in the backend.
+  [[nodiscard]] Result<uint64_t> SyncSeal(uint64_t ino);
+  // Calls fn(0) once every entry up to `seq` is applied, or fn(EIO) at
+  // Shutdown; at once (on this thread) if that is already so. fn runs
+  // without the table's lock held, on whichever thread applied the entry,
+  // so a FUSE request can wait for the backend without holding a worker.
+  void WhenApplied(uint64_t seq, std::function<void(int err)> fn);
 
   // ---- The ordered drain log (fs/drain.cc is its only consumer) ----
   // The first `max` entries not yet applied, oldest first.
@@ -253,6 +261,19 @@ class InodeTable {
   void PurgeOrphans();
 
  private:
+  // Callbacks to run after the table's lock is released: declared before
+  // the lock_guard, so its destructor runs after the unlock.
+  struct DueCallbacks {
+    int err = 0;
+    std::vector<std::function<void(int)>> fns;
+    ~DueCallbacks() {
+      for (auto& f : fns) f(err);
+    }
+  };
+  // Sets applied_seq_ and moves the waiters it satisfies to `due`.
+  // REQUIRES: mu_ held.
+  void AdvanceApplied(uint64_t seq, DueCallbacks* due);
+
   struct Inode {
     InodeRecord rec;
     std::map<std::string, uint64_t, std::less<>> children;  // directories
@@ -354,6 +375,7 @@ class InodeTable {
   bool shutdown_ = false;                                          // GUARDED_BY(mu_)
   std::condition_variable log_cv_;      // the log gained entries
   std::condition_variable applied_cv_;  // applied_seq_ advanced
+  std::multimap<uint64_t, std::function<void(int)>> applied_waiters_;  // GUARDED_BY(mu_), by seq
   std::condition_variable fetch_cv_;    // a fetch finished
 };
 

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# --fsync backend: fsync returns once the file (and everything closed
+# before it) is in the backend, and a waiting fsync holds no FUSE worker
+# (issue #10): with the drain stuck, 24 fsyncs wait (more than the 16
+# workers) while stat, ls and `ckptfs status` answer at once; when the
+# drain resumes every fsync returns, and each file was in the backend when
+# its fsync returned.
+set -euo pipefail
+source "$(dirname "$0")/../lib/common.sh"
+
+touch "$T/pause"
+CKPTFS_DRAIN_PAUSE_FILE=$T/pause mount_fs --cache-size 256M --fsync backend
+at_exit 'rm -f "$T/pause"'
+cat > "$T/fsyncer.py" <<'PY'
+import os, sys
+path, backend = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, (os.path.basename(path) * 1000).encode())
+os.fsync(fd)
+# fsync returned: the bytes must be in the backend now.
+with open(backend, "rb") as f:
+    assert f.read() == (os.path.basename(path) * 1000).encode(), "not in the backend when fsync returned"
+os.close(fd)
+PY
+pids=()
+for i in $(seq 1 24); do
+  $PY "$T/fsyncer.py" "$MNT/f$i" "$BACKEND/f$i" 2> "$T/f$i.err" &
+  pids+=($!)
+done
+sleep 3
+waiting=0
+for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && waiting=$((waiting + 1)); done
+[ "$waiting" -ge 17 ] || fail "only $waiting fsyncs waiting"
+for cmd in "stat $MNT" "ls -l $MNT" "$CKPTFS status $MNT"; do
+  t0=$(date +%s.%N)
+  timeout 10 $cmd > /dev/null || fail "'$cmd' did not answer while fsyncs wait for the backend"
+  dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+  awk -v d="$dt" 'BEGIN { exit !(d < 2) }' || fail "'$cmd' took $dt s"
+done
+rm -f "$T/pause"
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || fail "fsync $((i + 1)): $(cat "$T/f$((i + 1)).err")"
+done
+umount_fs
+check_log
