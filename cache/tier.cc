@@ -423,9 +423,14 @@ Status Tier::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool 
 }
 
 Status Tier::Fill(uint64_t ino, uint64_t size, const std::function<int(int)>& fn) {
-  if (auto r = Reserve(size, true); !r) return r;
+  // A file larger than the whole budget can only be sparse (a write past
+  // the budget fails), and the fetch writes its data only: it is charged
+  // by what the fetch allocated, checked once it is done.
+  const bool beyond_budget = size > budget_;
+  const uint64_t reserve = beyond_budget ? 0 : size;
+  if (auto r = Reserve(reserve, true); !r) return r;
   std::unique_lock lk(mu_);
-  reserved_ -= size;
+  reserved_ -= reserve;
   int fd = OpenAt(NameOf(ino), O_RDWR | O_CREAT | O_TRUNC);
   if (fd < 0) return ErrFromErrno();
   File& f = files_[ino];
@@ -433,20 +438,26 @@ Status Tier::Fill(uint64_t ino, uint64_t size, const std::function<int(int)>& fn
   f.pins++;
   int err = 0;
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) err = errno;
-  // Account the full size now: the fill is about to fault in every page.
-  used_ = used_ - f.charged + size;
-  f.charged = size;
+  // Account the reservation now: the fill is about to fault in the pages.
+  used_ = used_ - f.charged + reserve;
+  f.charged = reserve;
   lk.unlock();
   if (!err) err = fn(fd);
   lk.lock();
   File& g = files_[ino];
   g.pins--;
+  Recharge(&g);  // holes the fetch skipped are free
+  if (!err && beyond_budget && g.charged > budget_) {
+    LOG_WARN("tier: ino {} holds {} bytes of data, more than the whole budget ({})", ino, g.charged, budget_);
+    err = ENOSPC;
+  }
   MaybeClose(&g);
   if (err) {
     lk.unlock();
     Remove(ino);
     return Err(err);
   }
+  space_cv_.notify_all();
   return {};
 }
 

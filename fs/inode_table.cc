@@ -271,6 +271,16 @@ Status InodeTable::Load(Caller root_owner) {
   if (!rec.empty())
     if (auto c = Commit(rec, true); !c) return c;
   for (auto& e : unlinks) log_.push_back(std::move(e));
+  // Where the backend holds each file: its current path, unless a pending
+  // entry may have moved or removed it there (then found on demand).
+  bool moves = std::any_of(log_.begin(), log_.end(), [](const LogEntry& e) {
+    return e.op == LogOp::kRename || e.op == LogOp::kUnlink || e.op == LogOp::kRmdir || e.op == LogOp::kLink;
+  });
+  if (!moves)
+    for (auto& [ino, n] : inodes_)
+      if (S_ISREG(n->rec.mode) && n->rec.nlink > 0 &&
+          (n->rec.state == DataState::kPersisted || n->rec.state == DataState::kRemote))
+        SetBackendPath(n.get(), EntryPath(n->rec.parent, n->rec.name));
   LOG_INFO("namespace loaded: {} inodes, next ino {}, {} log entries pending", inodes_.size(), next_ino_,
            log_.size());
   return {};
@@ -484,6 +494,7 @@ void InodeTable::MaybeDelete(Inode* n) {
     LOG_ERROR("ino {}: could not delete metadata: {}", ino, strerror(st.error()));
   }
   if (S_ISREG(n->rec.mode) && !keep_live) tier_->Remove(ino);
+  SetBackendPath(n, "");
   inodes_.erase(ino);
 }
 
@@ -1445,6 +1456,7 @@ Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, 
     }
     n->rec.checksum_hi = s.checksum_hi;
     n->rec.checksum_lo = s.checksum_lo;
+    SetBackendPath(n, e.path);
   } else if (n && n->rec.state == DataState::kDraining) {
     n->rec.state = DataState::kDirty;
   }
@@ -1469,6 +1481,7 @@ Status InodeTable::CompleteEntry(const LogEntry& e) {
     tier_->Remove(cache::SnapKey(e.ino, e.version));
     tier_->NotifySpace();
   }
+  ApplyToBackendPaths(e);
   return {};
 }
 
@@ -1533,7 +1546,62 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need) {
   return drainable ? cache::Tier::Relief::kWait : cache::Tier::Relief::kHopeless;
 }
 
-Status InodeTable::EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino) {
+void InodeTable::SetBackendPath(Inode* n, std::string path) {
+  if (!n->backend_path.empty()) {
+    auto it = by_backend_path_.find(n->backend_path);
+    if (it != by_backend_path_.end() && it->second == n->rec.ino) by_backend_path_.erase(it);
+  }
+  n->backend_path = std::move(path);
+  if (n->backend_path.empty()) return;
+  // Another inode recorded there was replaced in the backend.
+  auto [it, fresh] = by_backend_path_.try_emplace(n->backend_path, n->rec.ino);
+  if (!fresh && it->second != n->rec.ino) {
+    if (Inode* old = Find(it->second)) old->backend_path.clear();
+    it->second = n->rec.ino;
+  }
+}
+
+void InodeTable::ApplyToBackendPaths(const LogEntry& e) {
+  // The inodes at `path` and below it, in the backend.
+  auto subtree = [&](const std::string& path) {
+    std::vector<uint64_t> out;
+    if (auto it = by_backend_path_.find(path); it != by_backend_path_.end()) out.push_back(it->second);
+    std::string prefix = path + "/";
+    for (auto it = by_backend_path_.lower_bound(prefix); it != by_backend_path_.end() && it->first.starts_with(prefix);
+         ++it)
+      out.push_back(it->second);
+    return out;
+  };
+  auto move = [&](const std::vector<uint64_t>& inos, const std::string& from, const std::string& to) {
+    for (uint64_t ino : inos)
+      if (Inode* n = Find(ino)) SetBackendPath(n, to + n->backend_path.substr(from.size()));
+  };
+  switch (e.op) {
+    case LogOp::kRename: {
+      auto src = subtree(e.path), dst = subtree(e.path2);
+      if (e.flags & 1) {  // an exchange is rare: both sides fall back to waiting for the log
+        for (uint64_t ino : src)
+          if (Inode* n = Find(ino)) SetBackendPath(n, "");
+        for (uint64_t ino : dst)
+          if (Inode* n = Find(ino)) SetBackendPath(n, "");
+        break;
+      }
+      for (uint64_t ino : dst)  // replaced in the backend
+        if (Inode* n = Find(ino)) SetBackendPath(n, "");
+      move(src, e.path, e.path2);
+      break;
+    }
+    case LogOp::kUnlink:
+    case LogOp::kRmdir:
+      for (uint64_t ino : subtree(e.path))
+        if (Inode* n = Find(ino)) SetBackendPath(n, "");
+      break;
+    default:
+      break;
+  }
+}
+
+Status InodeTable::EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino, int attempt) {
   for (;;) {
     Inode* n = Find(ino);
     if (!n) return Err(ENOENT);
@@ -1543,20 +1611,22 @@ Status InodeTable::EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino) {
     if (shutdown_) return Err(EIO);
   }
   if (!backend_) return Err(EIO);
-  // The backend holds the file under the path the log has reached; wait
-  // for pending renames to land so the current path is the backend's.
-  bool renames = false;
-  for (const LogEntry& e : log_) renames = renames || e.op == LogOp::kRename;
-  if (renames) {
+  Inode* n = Find(ino);
+  if (n->backend_path.empty()) {
+    // Where the backend holds it is not tracked (after an exchange, an
+    // unlink of the name it had, or a restart with renames pending): once
+    // the log has reached this moment, it is the current path.
     uint64_t head = next_seq_ - 1;
     applied_cv_.wait(lk, [&] { return applied_seq_ >= head || shutdown_; });
     if (shutdown_) return Err(EIO);
+    n = Find(ino);
+    if (!n) return Err(ENOENT);
+    if (n->rec.state != DataState::kRemote) return {};
+    if (n->fetching) return EnsureLocal(lk, ino, attempt);  // another fetch started meanwhile
+    if (n->backend_path.empty()) SetBackendPath(n, EntryPath(n->rec.parent, n->rec.name));
   }
-  Inode* n = Find(ino);
-  if (!n) return Err(ENOENT);
-  if (n->rec.state != DataState::kRemote) return {};
   n->fetching = true;
-  std::string path = EntryPath(n->rec.parent, n->rec.name);
+  std::string path = n->backend_path;
   uint64_t size = n->rec.size, hi = n->rec.checksum_hi, lo = n->rec.checksum_lo;
   lk.unlock();
   auto st = tier_->Fill(ino, size, [&](int fd) -> int {
@@ -1581,6 +1651,10 @@ Status InodeTable::EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino) {
     }
   }
   fetch_cv_.notify_all();
+  // The drain moved it while it was being read (a rename applied
+  // meanwhile): fetch again from where it is now.
+  if (!st && st.error() == ENOENT && n && n->backend_path != path && attempt < 3)
+    return EnsureLocal(lk, ino, attempt + 1);
   if (!st) {
     if (st.error() != EIO) LOG_ERROR("ino {} '{}': fetch from backend failed: {}", ino, path, strerror(st.error()));
     return Err(st.error() == ENOENT ? EIO : st.error());
@@ -1647,6 +1721,7 @@ Status InodeTable::ImportBackend() {
     MetaStore::PutDentry(&b, p->rec.ino, name, r.ino, DirentType(r.mode));
     p->children.emplace(name, r.ino);
     inodes_[r.ino] = std::move(n);
+    if (e.type == backend::Entry::Type::kFile) SetBackendPath(Find(r.ino), e.path);
     count++;
   });
   if (!st) return st;

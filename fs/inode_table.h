@@ -289,6 +289,10 @@ class InodeTable {
     uint32_t writers = 0;     // opens for writing
     bool open_marked = false; // state recorded dirty by an open for writing
     meta::DataState pre_open_state = meta::DataState::kDirty;
+    // Where the backend holds this file's persisted bytes as of the last
+    // applied log entry ("" when unknown), so a fetch goes there without
+    // waiting for unrelated entries (a pending `latest.tmp` -> `latest`).
+    std::string backend_path;
     bool is_dir() const { return S_ISDIR(rec.mode); }
   };
 
@@ -346,9 +350,15 @@ class InodeTable {
   void DropLost(Inode* n, std::string_view reason, meta::Batch* b, std::vector<meta::LogEntry>* out);
   // Commits `b` with the log entries, then publishes them. REQUIRES: mu_.
   Status CommitWithLog(const meta::Batch& b, std::vector<meta::LogEntry>&& entries);
+  // Records that the backend holds `n`'s bytes at `path` ("" forgets).
+  // REQUIRES: mu_ held.
+  void SetBackendPath(Inode* n, std::string path);
+  // Follows an applied rename, unlink or rmdir in the backend paths.
+  // REQUIRES: mu_ held.
+  void ApplyToBackendPaths(const meta::LogEntry& e);
   // Brings a remote file's bytes into the tier. Drops and retakes `lk`.
   // REQUIRES: lk holds mu_; n is regular.
-  Status EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino);
+  Status EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino, int attempt = 0);
   static meta::Timespec Now();
   static uint8_t DirentType(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
   void Touch(Inode* dir, const meta::Timespec& t) { dir->rec.mtime = dir->rec.ctime = t; }
@@ -366,6 +376,7 @@ class InodeTable {
   uint64_t clock_ = 0;                                             // GUARDED_BY(mu_), LRU clock
   uint64_t next_lost_ = 1;                                         // GUARDED_BY(mu_)
   std::vector<std::string> lost_;                                  // GUARDED_BY(mu_)
+  std::map<std::string, uint64_t, std::less<>> by_backend_path_;   // GUARDED_BY(mu_), Inode::backend_path -> ino
   std::map<uint64_t, FailedEntry> failed_;                         // GUARDED_BY(mu_), by record seq
   uint64_t next_failed_ = 1;                                       // GUARDED_BY(mu_)
   Limits limits_;                                                  // set before Load
