@@ -29,6 +29,7 @@ struct Daemon {
   std::unique_ptr<InodeTable> table;
   std::unique_ptr<Drainer> drainer;
   std::unique_ptr<SpaceWaiter> space_waiter;  // writes waiting for tier space (null: they wait in place)
+  std::unique_ptr<SpaceWaiter> fetcher;       // opens that fetch an evicted file first (null: in place)
   double attr_timeout = 10.0;   // the daemon is the only writer of its namespace
   double entry_timeout = 10.0;
   std::atomic<uint64_t> bytes_written{0};

@@ -16,12 +16,14 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "fs/common/failpoint.h"
@@ -340,16 +342,32 @@ int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   return 0;
 }
 
+// Opens and replies; undoes the open if the kernel no longer waits.
+void OpenAndReply(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  int e = OpenFile(req, ino, fi);
+  if (e) return (void)fuse_reply_err(req, e);
+  if (fuse_reply_open(req, fi) == -ENOENT) {  // interrupted: undo
+    auto* h = reinterpret_cast<FileHandle*>(fi->fh);
+    D(req)->table->Release(h->ino, fi->flags);
+    delete h;
+  }
+}
+
 void ckpt_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   LOG_DEBUG("open(ino={}, flags={:#x})", ino, fi->flags);
   Guard(req, [&] {
-    int e = OpenFile(req, ino, fi);
-    if (e) return (void)fuse_reply_err(req, e);
-    if (fuse_reply_open(req, fi) == -ENOENT) {  // interrupted: undo
-      auto* h = reinterpret_cast<FileHandle*>(fi->fh);
-      D(req)->table->Release(h->ino, fi->flags);
-      delete h;
+    Daemon* d = D(req);
+    // An evicted file is fetched from the backend first: on a fetcher
+    // thread, which replies, never on this FUSE worker.
+    if (d->fetcher && d->table->NeedsFetch(ino, fi->flags)) {
+      fuse_file_info copy = *fi;  // *fi lives only as long as this call
+      auto job = [req, ino, copy](bool cancelled) mutable {
+        if (cancelled) return (void)fuse_reply_err(req, EIO);
+        Guard(req, [&] { OpenAndReply(req, ino, &copy); });
+      };
+      if (d->fetcher->Submit(std::move(job), 0)) return;
     }
+    OpenAndReply(req, ino, fi);
   });
 }
 

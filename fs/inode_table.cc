@@ -3,6 +3,7 @@
 #include "fs/inode_table.h"
 
 #include <set>
+#include <thread>
 
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -1018,6 +1019,13 @@ Status InodeTable::RemoveXattr(uint64_t ino, std::string_view name) {
   return {};
 }
 
+bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  bool trunc = (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY;
+  return n && S_ISREG(n->rec.mode) && n->rec.state == DataState::kRemote && !trunc;
+}
+
 Result<int> InodeTable::Open(uint64_t ino, int flags) {
   std::unique_lock lk(mu_);
   Inode* n = Find(ino);
@@ -1629,6 +1637,13 @@ Status InodeTable::EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino, i
   std::string path = n->backend_path;
   uint64_t size = n->rec.size, hi = n->rec.checksum_hi, lo = n->rec.checksum_lo;
   lk.unlock();
+  // Test knob: CKPTFS_FETCH_DELAY_MS=N makes every fetch take N ms longer
+  // (a slow backend), read once.
+  static const int fetch_delay_ms = [] {
+    const char* v = getenv("CKPTFS_FETCH_DELAY_MS");
+    return v ? atoi(v) : 0;
+  }();
+  if (fetch_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(fetch_delay_ms));
   auto st = tier_->Fill(ino, size, [&](int fd) -> int {
     auto sum = backend_->Fetch(path, fd, size);
     if (!sum) return sum.error();

@@ -171,6 +171,8 @@ class InodeTable {
   // Data path. Open pins the tier file and returns its fd (creating an empty
   // tier file for a file that has none yet); O_TRUNC truncates.
   [[nodiscard]] Result<int> Open(uint64_t ino, int flags);
+  // Would Open(ino, flags) first fetch the file from the backend?
+  bool NeedsFetch(uint64_t ino, int flags);
   // Called once per successful Open, with the same flags. Seals the file if
   // its bytes changed; persists size and times.
   void Release(uint64_t ino, int open_flags);

@@ -372,6 +372,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->tier->set_wait_limit(std::chrono::minutes(10));
   d->drainer = std::make_unique<fs::Drainer>(d->table.get(), d->backend.get(), 4);
   d->space_waiter = std::make_unique<fs::SpaceWaiter>();
+  d->fetcher = std::make_unique<fs::SpaceWaiter>(4);
 
   // fsname is what /proc/mounts shows: the display form, with the ',' and
   // '\\' that libfuse's option parser would split on escaped.
@@ -419,7 +420,8 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   fuse_loop_cfg_destroy(lc);
   d->tier->Close();  // writes still waiting for space give up
   if (d->space_waiter) d->space_waiter->Stop();
-  d->table->Shutdown();
+  d->table->Shutdown();  // fetches and fsync waits still pending give up
+  if (d->fetcher) d->fetcher->Stop();
   d->drainer->Stop();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);

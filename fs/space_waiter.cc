@@ -1,9 +1,13 @@
 // space_waiter.cc — one thread that runs the requests waiting for tier space.
 #include "fs/space_waiter.h"
 
+#include <algorithm>
+
 namespace ckpt::fs {
 
-SpaceWaiter::SpaceWaiter() : thread_([this] { Run(); }) {}
+SpaceWaiter::SpaceWaiter(int threads) {
+  for (int i = 0; i < std::max(1, threads); i++) threads_.emplace_back([this] { Run(); });
+}
 
 SpaceWaiter::~SpaceWaiter() { Stop(); }
 
@@ -38,11 +42,11 @@ void SpaceWaiter::Run() {
 void SpaceWaiter::Stop() {
   {
     std::lock_guard lk(mu_);
-    if (stop_ && !thread_.joinable()) return;
     stop_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
 }
 
 }  // namespace ckpt::fs

@@ -14,8 +14,12 @@
 // Order: while any job is queued, new writes that need space queue behind
 // it (Busy()), so a writer that waited is not overtaken by later ones.
 //
+// The daemon has two: one thread for writes waiting for space (FIFO), and
+// a few threads for opens that must first fetch an evicted file from the
+// backend.
+//
 // Thread-safety: Submit/Busy from any thread; jobs run on the waiter's
-// thread. Stop() runs every job still queued with cancelled=true (each must
+// threads. Stop() runs every job still queued with cancelled=true (each must
 // reply) and joins.
 #pragma once
 
@@ -26,6 +30,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace ckpt::fs {
 
@@ -34,7 +39,9 @@ class SpaceWaiter {
   // A job waits for space and replies; `cancelled` means: reply an error now.
   using Job = std::function<void(bool cancelled)>;
 
-  SpaceWaiter();
+  // `threads` > 1 runs jobs side by side (started oldest first): for waits
+  // that do not compete, such as fetches of different files.
+  explicit SpaceWaiter(int threads = 1);
   ~SpaceWaiter();
   SpaceWaiter(const SpaceWaiter&) = delete;
   SpaceWaiter& operator=(const SpaceWaiter&) = delete;
@@ -59,7 +66,7 @@ class SpaceWaiter {
   size_t bytes_ = 0;                         // GUARDED_BY(mu_)
   bool stop_ = false;                        // GUARDED_BY(mu_)
   std::atomic<size_t> queued_{0};            // jobs queued or running
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace ckpt::fs
