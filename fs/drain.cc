@@ -188,18 +188,7 @@ int Drainer::ApplyHead(const LogEntry& e, const std::vector<LogEntry>& window) {
   if (!skip && e.op == LogOp::kPersist) skip = SkipUndonePersist(e, window);
   if (skip) {
     LOG_DEBUG("drain: seq {} {} '{}' undone by later history; skipped", e.seq, meta::LogOpName(e.op), e.path);
-    std::shared_ptr<Job> job;
-    {
-      std::unique_lock lk(mu_);
-      if (auto it = jobs_.find(e.seq); it != jobs_.end()) job = it->second;
-      if (job) cv_.wait(lk, [&] { return stop_ || job->done; });
-      if (stop_) return ECANCELED;
-      jobs_.erase(e.seq);
-    }
-    if (job && job->err == 0) {  // staged before the skip was known
-      backend_->Abort(job->staged);
-      table_->AbortPersist(e);
-    }
+    if (!DropJob(e)) return ECANCELED;
     if (auto st = table_->CompleteEntry(e); !st) return st.error();
     std::lock_guard lk(mu_);
     stats_.entries_skipped++;
@@ -208,21 +197,29 @@ int Drainer::ApplyHead(const LogEntry& e, const std::vector<LogEntry>& window) {
   return e.op == LogOp::kPersist ? ApplyPersist(e) : ApplyNamespace(e);
 }
 
+bool Drainer::DropJob(const LogEntry& e) {
+  std::shared_ptr<Job> job;
+  {
+    std::unique_lock lk(mu_);
+    if (auto it = jobs_.find(e.seq); it != jobs_.end()) job = it->second;
+    if (job) cv_.wait(lk, [&] { return stop_ || job->done; });
+    if (stop_) return false;
+    jobs_.erase(e.seq);
+  }
+  if (job && job->err == 0) {  // staged before it was known not to be published
+    backend_->Abort(job->staged);
+    table_->AbortPersist(e);
+  }
+  return true;
+}
+
 int Drainer::FailHead(const LogEntry& e, int err) {
   // Retrying cannot help, and waiting would hold back every later entry
   // for good (a user's unholdable name stopping root's checkpoint): the
   // entry is recorded as failed and the drain goes on. The backend then
   // misses that one change, which status, the log and the file's state
   // (`failed`) say.
-  std::shared_ptr<Job> job;
-  {
-    std::unique_lock lk(mu_);
-    if (auto it = jobs_.find(e.seq); it != jobs_.end()) job = it->second;
-    if (job) cv_.wait(lk, [&] { return stop_ || job->done; });
-    if (stop_) return ECANCELED;
-    jobs_.erase(e.seq);
-  }
-  if (job && job->done && job->err == 0) backend_->Abort(job->staged);
+  if (!DropJob(e)) return ECANCELED;
   std::string reason = fmt::format("{}: {}", meta::LogOpName(e.op), strerror(err));
   LOG_ERROR("drain: seq {} {} '{}' refused by backend {} for good ({}); marked failed, the drain goes on", e.seq,
             meta::LogOpName(e.op), e.path, backend_->Describe(), strerror(err));

@@ -86,6 +86,9 @@ class Drainer {
   // Applies the oldest entry. Returns 0 or the errno to retry on.
   int ApplyHead(const meta::LogEntry& e, const std::vector<meta::LogEntry>& window);
   int ApplyPersist(const meta::LogEntry& e);
+  // Waits for the entry's staging job, if any, and drops it (aborting what
+  // it staged). False if the drainer stops meanwhile.
+  bool DropJob(const meta::LogEntry& e);
   // Records the head entry as failed and removes it from the log.
   int FailHead(const meta::LogEntry& e, int err);
   int ApplyNamespace(const meta::LogEntry& e);

@@ -8,17 +8,6 @@ set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 require_root
 
-refused() {  # PATTERN ARGS...: ckptfs mount ARGS must fail naming PATTERN
-  local pat=$1 rc=0
-  shift
-  "$CKPTFS" mount "$MNT" "$@" > "$T/out" 2> "$T/err" < /dev/null || rc=$?
-  [ "$rc" != 0 ] || fail "mount $* succeeded"
-  [ "$(wc -l < "$T/err")" = 1 ] || fail "mount $*: want one line on stderr: $(cat "$T/err")"
-  grep -Eq -- "$pat" "$T/err" || fail "mount $*: stderr does not name /$pat/: $(cat "$T/err")"
-  ! is_mounted "$MNT" || fail "mount $*: left $MNT mounted"
-  note "ok: $(cat "$T/err")"
-}
-
 mount_fs
 head -c 3M /dev/urandom > "$T/ref"
 cp "$T/ref" "$MNT/model.pt"
@@ -27,11 +16,11 @@ umount_fs
 
 # 1. The same state dir over another backend.
 mkdir "$T/other"
-refused "belongs to backend $BACKEND" --backend "$T/other" --state-dir "$STATE" --tier-dir "$TIER"
+expect_mount_refused "belongs to backend $BACKEND" "$MNT" --backend "$T/other" --state-dir "$STATE" --tier-dir "$TIER"
 
 # 2. A tier directory owned by someone else.
 mkdir -p "$T/foreign-tier" && chown 65534:65534 "$T/foreign-tier" && chmod 700 "$T/foreign-tier"
-refused "tier directory .*owned by uid 65534" --backend "$BACKEND" --state-dir "$STATE" --tier-dir "$T/foreign-tier"
+expect_mount_refused "tier directory .*owned by uid 65534" "$MNT" --backend "$BACKEND" --state-dir "$STATE" --tier-dir "$T/foreign-tier"
 
 # 3. A backend file changed behind the mount's back: EIO, and a log line.
 rm -rf "$TIER"  # a node reboot: model.pt is persisted, so it comes back remote
@@ -48,4 +37,4 @@ check_log --allow-errors "checksum mismatch|fetch|belongs to backend|tier direct
 for f in "$STATE"/meta/MANIFEST-* "$STATE"/meta/*.sst "$STATE"/meta/*.log; do
   [ -f "$f" ] && head -c 4096 /dev/urandom > "$f"
 done
-refused "metadata" --backend "$BACKEND" --state-dir "$STATE" --tier-dir "$TIER"
+expect_mount_refused "metadata" "$MNT" --backend "$BACKEND" --state-dir "$STATE" --tier-dir "$TIER"

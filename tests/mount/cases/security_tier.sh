@@ -8,24 +8,13 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
-refused() {  # PATTERN MNT ARGS...: ckptfs mount must fail, one line naming PATTERN
-  local pat=$1 mnt=$2 rc=0
-  shift 2
-  "$CKPTFS" mount "$mnt" "$@" > "$T/out" 2> "$T/err" < /dev/null || rc=$?
-  [ "$rc" != 0 ] || fail "mount $mnt $* succeeded"
-  [ "$(wc -l < "$T/err")" = 1 ] || fail "want one line on stderr: $(cat "$T/err")"
-  grep -Eq -- "$pat" "$T/err" || fail "stderr does not name /$pat/: $(cat "$T/err")"
-  ! is_mounted "$mnt" || fail "left $mnt mounted"
-  note "ok: $(cat "$T/err")"
-}
-
 mount_fs --cache-size 64M
 head -c 2M /dev/urandom > "$T/ref"
 cp "$T/ref" "$MNT/model.pt"
 before=$(ls "$TIER" | sort)
 # 1. A second daemon on the same tier dir (another mount point and state).
 mkdir -p "$T/mnt2" "$T/backend2"
-refused "tier directory .* in use by another ckptfs daemon" "$T/mnt2" --backend "$T/backend2" \
+expect_mount_refused "tier directory .* in use by another ckptfs daemon" "$T/mnt2" --backend "$T/backend2" \
   --state-dir "$T/state2" --tier-dir "$TIER" --cache-size 64M
 [ "$(ls "$TIER" | sort)" = "$before" ] || fail "the second mount changed the first one's tier dir"
 cmp "$T/ref" "$MNT/model.pt" || fail "model.pt changed"
@@ -42,7 +31,7 @@ for kind in symlink fifo foreign dir; do
     foreign) echo x > "$TIER/notes.txt"; what=notes.txt ;;
     dir) mkdir "$TIER/0000000000000abc"; what=0000000000000abc ;;
   esac
-  refused "tier directory .*$what.*not a file ckptfs made" "$MNT" --backend "$BACKEND" --state-dir "$STATE" \
+  expect_mount_refused "tier directory .*$what.*not a file ckptfs made" "$MNT" --backend "$BACKEND" --state-dir "$STATE" \
     --tier-dir "$TIER" --cache-size 64M
   [ -e "$TIER/$what" ] || [ -L "$TIER/$what" ] || fail "$kind: $what was removed"
   rm -rf "${TIER:?}/$what"
@@ -51,7 +40,7 @@ done
 # 3. The tier dir itself a symlink.
 mv "$TIER" "$TIER-real"
 ln -s "$TIER-real" "$TIER"
-refused "tier directory .*not a directory" "$MNT" --backend "$BACKEND" --state-dir "$STATE" --tier-dir "$TIER" \
+expect_mount_refused "tier directory .*not a directory" "$MNT" --backend "$BACKEND" --state-dir "$STATE" --tier-dir "$TIER" \
   --cache-size 64M
 rm "$TIER"
 mv "$TIER-real" "$TIER"

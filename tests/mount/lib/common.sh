@@ -247,6 +247,31 @@ expect_ok() {
   case $got in OK*) ;; *) fail "$*: expected success, got $got" ;; esac
 }
 
+# expect_mount_refused PATTERN MNT ARGS...: `ckptfs mount MNT ARGS` fails
+# with one line on stderr matching PATTERN and leaves nothing mounted.
+expect_mount_refused() {
+  local pat=$1 mnt=$2 rc=0
+  shift 2
+  "$CKPTFS" mount "$mnt" "$@" > "$T/refused.out" 2> "$T/refused.err" < /dev/null || rc=$?
+  [ "$rc" != 0 ] || fail "mount $mnt $* succeeded"
+  [ "$(wc -l < "$T/refused.err")" = 1 ] || fail "mount $*: want one line on stderr: $(cat "$T/refused.err")"
+  grep -Eq -- "$pat" "$T/refused.err" || fail "mount $*: stderr does not name /$pat/: $(cat "$T/refused.err")"
+  ! is_mounted "$mnt" || fail "mount $*: left $mnt mounted"
+  note "ok: $(cat "$T/refused.err")"
+}
+
+# expect_answers SECONDS WHAT: stat, ls -l and `ckptfs status` of $MNT each
+# answer within SECONDS (while WHAT keeps requests waiting in the daemon).
+expect_answers() {
+  local limit=$1 what=$2 cmd t0 dt
+  for cmd in "stat $MNT" "ls -l $MNT" "$CKPTFS status $MNT"; do
+    t0=$(date +%s.%N)
+    timeout 10 $cmd > /dev/null || fail "'$cmd' did not answer while $what"
+    dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+    awk -v d="$dt" -v l="$limit" 'BEGIN { exit !(d < l) }' || fail "'$cmd' took $dt s while $what"
+  done
+}
+
 as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"; }
 
 drop_caches() {
