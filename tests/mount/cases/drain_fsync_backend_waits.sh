@@ -28,8 +28,7 @@ for i in $(seq 1 24); do
   pids+=($!)
 done
 sleep 3
-waiting=0
-for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && waiting=$((waiting + 1)); done
+waiting=$(alive "${pids[@]}")
 [ "$waiting" -ge 17 ] || fail "only $waiting fsyncs waiting"
 expect_answers 2 "fsyncs wait for the backend"
 rm -f "$T/pause"

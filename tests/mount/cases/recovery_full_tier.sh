@@ -22,8 +22,7 @@ for i in $(seq 1 24); do
 done
 sleep 3
 # Writers are waiting: the budget is full and nothing can drain.
-waiting=0
-for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && waiting=$((waiting + 1)); done
+waiting=$(alive "${pids[@]}")
 [ "$waiting" -ge 17 ] || fail "only $waiting writers waiting: the test did not fill the workers"
 expect_answers 5 "writers wait for space"
 timeout 10 getfattr -n user.ckptfs.state "$MNT/f1" > /dev/null || fail "getfattr did not answer"

@@ -260,6 +260,13 @@ expect_mount_refused() {
   note "ok: $(cat "$T/refused.err")"
 }
 
+# alive PID...: how many of the processes still run.
+alive() {
+  local n=0 p
+  for p; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
+  echo "$n"
+}
+
 # expect_answers SECONDS WHAT: stat, ls -l and `ckptfs status` of $MNT each
 # answer within SECONDS (while WHAT keeps requests waiting in the daemon).
 expect_answers() {
