@@ -143,6 +143,7 @@ Status InodeTable::Load(Caller root_owner) {
     auto n = std::make_unique<Inode>();
     n->rec = std::move(r);
     next_ino_ = std::max(next_ino_, n->rec.ino + 1);
+    if (S_ISREG(n->rec.mode)) lru_.emplace(0, n->rec.ino);
     inodes_[n->rec.ino] = std::move(n);
   });
   if (!st) return st;
@@ -218,7 +219,7 @@ Status InodeTable::Load(Caller root_owner) {
     if (S_ISREG(n->rec.mode))
       if (auto p = Preserve(n, false); !p) return p;
     tier_->Remove(ino);
-    inodes_.erase(ino);
+    EraseInode(n);
   }
   MetaStore::PutCounter(&fix, kNextInoCounter, next_ino_);
   if (auto c = Commit(fix, true); !c) return c;
@@ -414,7 +415,7 @@ void InodeTable::DropLost(Inode* n, std::string_view reason, Batch* b, std::vect
   MetaStore::DeleteInode(b, n->rec.ino);
   for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(b, n->rec.ino, k);
   tier_->Remove(n->rec.ino);
-  inodes_.erase(n->rec.ino);
+  EraseInode(n);
 }
 
 void InodeTable::FillStat(const InodeRecord& r, struct stat* st) {
@@ -495,8 +496,7 @@ void InodeTable::MaybeDelete(Inode* n) {
     LOG_ERROR("ino {}: could not delete metadata: {}", ino, strerror(st.error()));
   }
   if (S_ISREG(n->rec.mode) && !keep_live) tier_->Remove(ino);
-  SetBackendPath(n, "");
-  inodes_.erase(ino);
+  EraseInode(n);
 }
 
 void InodeTable::PurgeOrphans() {
@@ -642,6 +642,7 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   p->children.emplace(std::string(name), r.ino);
   n->nlookup = 1;
   InodeRecord out = r;
+  if (S_ISREG(r.mode)) lru_.emplace(0, r.ino);
   inodes_[r.ino] = std::move(n);
   return out;
 }
@@ -1074,7 +1075,7 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
   }
   n->opens++;
   if (writable) n->writers++;
-  n->last_use = ++clock_;
+  TouchLru(n);
   return *fd;
 }
 
@@ -1085,7 +1086,7 @@ void InodeTable::Release(uint64_t ino, int open_flags) {
   tier_->Unpin(ino);
   n->opens--;
   if ((open_flags & O_ACCMODE) != O_RDONLY && n->writers > 0) n->writers--;
-  n->last_use = ++clock_;
+  TouchLru(n);
   if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen) {
     if (auto st = SealNow(n); !st) LOG_ERROR("ino {}: could not seal at close: {}", ino, strerror(st.error()));
     // Still open for writing elsewhere: those writes must not reach the
@@ -1515,12 +1516,13 @@ void InodeTable::Shutdown() {
 
 cache::Tier::Relief InodeTable::Evict(uint64_t need) {
   std::lock_guard lk(mu_);
+  // Least recently used first: the LRU set is in that order already.
   std::vector<Inode*> clean;
-  for (auto& [ino, n] : inodes_)
-    if (S_ISREG(n->rec.mode) && n->rec.state == DataState::kPersisted && n->opens == 0 && !n->fetching &&
-        n->rec.nlink > 0)
-      clean.push_back(n.get());
-  std::sort(clean.begin(), clean.end(), [](Inode* a, Inode* b) { return a->last_use < b->last_use; });
+  for (auto [use, ino] : lru_) {
+    Inode* n = Find(ino);
+    if (n && n->rec.state == DataState::kPersisted && n->opens == 0 && !n->fetching && n->rec.nlink > 0)
+      clean.push_back(n);
+  }
   uint64_t freed = 0;
   Batch b;
   std::vector<uint64_t> evicted;
@@ -1552,6 +1554,19 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need) {
       break;
     }
   return drainable ? cache::Tier::Relief::kWait : cache::Tier::Relief::kHopeless;
+}
+
+void InodeTable::TouchLru(Inode* n) {
+  lru_.erase({n->last_use, n->rec.ino});
+  n->last_use = ++clock_;
+  lru_.emplace(n->last_use, n->rec.ino);
+}
+
+void InodeTable::EraseInode(Inode* n) {
+  uint64_t ino = n->rec.ino;
+  lru_.erase({n->last_use, ino});
+  SetBackendPath(n, "");
+  inodes_.erase(ino);
 }
 
 void InodeTable::SetBackendPath(Inode* n, std::string path) {
@@ -1736,7 +1751,10 @@ Status InodeTable::ImportBackend() {
     MetaStore::PutDentry(&b, p->rec.ino, name, r.ino, DirentType(r.mode));
     p->children.emplace(name, r.ino);
     inodes_[r.ino] = std::move(n);
-    if (e.type == backend::Entry::Type::kFile) SetBackendPath(Find(r.ino), e.path);
+    if (e.type == backend::Entry::Type::kFile) {
+      lru_.emplace(0, r.ino);
+      SetBackendPath(Find(r.ino), e.path);
+    }
     count++;
   });
   if (!st) return st;

@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -352,6 +353,10 @@ class InodeTable {
   void DropLost(Inode* n, std::string_view reason, meta::Batch* b, std::vector<meta::LogEntry>* out);
   // Commits `b` with the log entries, then publishes them. REQUIRES: mu_.
   Status CommitWithLog(const meta::Batch& b, std::vector<meta::LogEntry>&& entries);
+  // Marks `n` used now (LRU order). REQUIRES: mu_ held; n regular.
+  void TouchLru(Inode* n);
+  // Removes `n` from the table and every index. REQUIRES: mu_ held.
+  void EraseInode(Inode* n);
   // Records that the backend holds `n`'s bytes at `path` ("" forgets).
   // REQUIRES: mu_ held.
   void SetBackendPath(Inode* n, std::string path);
@@ -376,6 +381,7 @@ class InodeTable {
   uint64_t next_seq_ = 1;                                          // GUARDED_BY(mu_)
   uint64_t applied_seq_ = 0;                                       // GUARDED_BY(mu_)
   uint64_t clock_ = 0;                                             // GUARDED_BY(mu_), LRU clock
+  std::set<std::pair<uint64_t, uint64_t>> lru_;  // GUARDED_BY(mu_), (last_use, ino) of regular files, oldest first
   uint64_t next_lost_ = 1;                                         // GUARDED_BY(mu_)
   std::vector<std::string> lost_;                                  // GUARDED_BY(mu_)
   std::map<std::string, uint64_t, std::less<>> by_backend_path_;   // GUARDED_BY(mu_), Inode::backend_path -> ino
