@@ -24,7 +24,7 @@ CXXFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer
 LDFLAGS  += -fsanitize=$(SAN)
 endif
 
-LIB_SRCS := $(wildcard fs/common/*.cc fs/meta/*.cc cache/*.cc backend/*.cc) \
+LIB_SRCS := $(wildcard common/*.cc fs/meta/*.cc cache/*.cc backend/*.cc) \
             $(filter-out fs/main.cc,$(wildcard fs/*.cc))
 LIB_OBJS := $(LIB_SRCS:%.cc=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/fs/main.o

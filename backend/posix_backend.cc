@@ -95,8 +95,8 @@
 #include "backend/backend.h"
 #include "backend/checksum.h"
 #include "backend/uring.h"
-#include "fs/common/failpoint.h"
-#include "fs/common/log.h"
+#include "common/failpoint.h"
+#include "common/log.h"
 
 namespace ckpt::backend {
 

@@ -55,8 +55,8 @@
 
 #include "backend/checksum.h"
 #include "backend/s3_xml.h"
-#include "fs/common/failpoint.h"
-#include "fs/common/log.h"
+#include "common/failpoint.h"
+#include "common/log.h"
 
 namespace ckpt::backend {
 

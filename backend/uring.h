@@ -13,7 +13,7 @@
 
 #include <memory>
 
-#include "fs/common/result.h"
+#include "common/result.h"
 
 namespace ckpt::backend {
 

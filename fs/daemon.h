@@ -12,7 +12,7 @@
 
 #include "backend/backend.h"
 #include "cache/tier.h"
-#include "fs/common/config.h"
+#include "common/config.h"
 #include "fs/drain.h"
 #include "fs/inode_table.h"
 #include "fs/meta/meta_store.h"

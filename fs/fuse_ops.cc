@@ -24,8 +24,8 @@
 #include <sstream>
 #include <vector>
 
-#include "fs/common/failpoint.h"
-#include "fs/common/log.h"
+#include "common/failpoint.h"
+#include "common/log.h"
 #include "fs/daemon.h"
 
 namespace ckpt::fs {

@@ -35,9 +35,9 @@
 #include <xxhash.h>
 
 #include "backend/s3_backend.h"
-#include "fs/common/failpoint.h"
-#include "fs/common/log.h"
-#include "fs/common/spawn.h"
+#include "common/failpoint.h"
+#include "common/log.h"
+#include "common/spawn.h"
 #include "fs/daemon.h"
 
 namespace ckpt {

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <random>
 
-#include "fs/common/log.h"
+#include "common/log.h"
 
 namespace ckpt::meta {
 namespace {

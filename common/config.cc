@@ -1,6 +1,6 @@
 // config.cc — parsing of sizes and backend URLs, and the forms in which
 // URLs and names are shown to people.
-#include "fs/common/config.h"
+#include "common/config.h"
 
 #include <sys/statvfs.h>
 #include <unistd.h>
