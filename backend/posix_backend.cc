@@ -96,6 +96,7 @@
 #include "backend/checksum.h"
 #include "backend/uring.h"
 #include "common/failpoint.h"
+#include "common/io.h"
 #include "common/log.h"
 
 namespace ckpt::backend {
@@ -106,9 +107,6 @@ constexpr uint64_t kChunkSize = 4ull << 20;
 constexpr unsigned kQueueDepth = 8;  // Fetch: reads in flight
 constexpr char kProbePrefix[] = ".ckptfs-probe-";
 constexpr int kMaxTreeDepth = 256;  // Rmdir: deeper trees are refused (ENAMETOOLONG)
-
-// strerror() is not thread-safe; the generic category's message is.
-std::string ErrStr(int e) { return std::generic_category().message(e); }
 
 // Returns the errno, with a debug line naming the operation and the path.
 // The caller decides what is worth an error line: the drainer logs one per
@@ -385,29 +383,6 @@ class Buffers {
   char* base_;
   size_t size_;
 };
-
-// pread exactly `len` bytes; 0 or an errno (EIO when the file ends early).
-int PreadFull(int fd, char* buf, uint64_t len, uint64_t off) {
-  while (len > 0) {
-    ssize_t n = pread(fd, buf, len, static_cast<off_t>(off));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    if (n == 0) return EIO;
-    buf += n, len -= static_cast<uint64_t>(n), off += static_cast<uint64_t>(n);
-  }
-  return 0;
-}
-
-int PwriteFull(int fd, const char* buf, uint64_t len, uint64_t off) {
-  while (len > 0) {
-    ssize_t n = pwrite(fd, buf, len, static_cast<off_t>(off));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    if (n == 0) return EIO;
-    buf += n, len -= static_cast<uint64_t>(n), off += static_cast<uint64_t>(n);
-  }
-  return 0;
-}
 
 // Writes the bytes of `buf` (file offset `off`) that are not in 4 KiB
 // blocks of zeros (blocks aligned to file offsets), one pwrite per run: the

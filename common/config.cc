@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/text.h"
+
 namespace ckpt {
 
 namespace {
@@ -138,13 +140,12 @@ std::string RedactUserinfo(const std::string& text) {
 }
 
 std::string EscapeName(std::string_view s) {
-  static const char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(s.size());
   auto hex = [&](unsigned char c) {
     out += "\\x";
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
+    out += kHexLower[c >> 4];
+    out += kHexLower[c & 15];
   };
   size_t i = 0;
   while (i < s.size()) {

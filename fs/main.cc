@@ -38,6 +38,7 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/spawn.h"
+#include "common/text.h"
 #include "fs/daemon.h"
 
 namespace ckpt {
@@ -52,27 +53,12 @@ namespace stdfs = std::filesystem;
 
 std::string Errno(int e) { return strerror(e); }
 
-// Unescapes the octal escapes of /proc/self/mounts fields.
-std::string Unescape(const std::string& s) {
-  std::string out;
-  auto oct = [&](size_t i) { return i < s.size() && s[i] >= '0' && s[i] <= '7'; };
-  for (size_t i = 0; i < s.size(); i++) {
-    if (s[i] == '\\' && oct(i + 1) && oct(i + 2) && oct(i + 3)) {
-      out.push_back(static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0')));
-      i += 3;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
 // The filesystem type mounted at `path`, or "" if none.
 std::string MountedType(const std::string& path) {
   std::ifstream in("/proc/self/mounts");
   std::string dev, mnt, type, rest, found;
   while (in >> dev >> mnt >> type && std::getline(in, rest))
-    if (Unescape(mnt) == path) found = type;
+    if (UnescapeMountinfo(mnt) == path) found = type;
   return found;
 }
 
