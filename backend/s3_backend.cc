@@ -655,18 +655,8 @@ class S3Backend final : public Backend {
         pos = end + 1;
       }
     };
-    std::string token;
-    for (;;) {
-      std::vector<std::pair<std::string, std::string>> params = {
-          {"list-type", "2"}, {"prefix", root_}, {"encoding-type", "url"}, {"max-keys", std::to_string(cfg_.list_max_keys)}};
-      if (!token.empty()) params.emplace_back("continuation-token", token);
-      Request req;
-      req.query = Query(params);
-      Response r;
-      if (auto st = Perform(req, "list", &r); !st) return st;
-      auto page = s3::ParseListObjectsV2(r.body);
-      if (!page) return BadReply("list", root_, r);
-
+    // Each page's objects are HEADed in parallel, then emitted in key order.
+    return ListPages(root_, [&](const s3::ListPage& page) -> Status {
       struct Item {
         std::string key, rel;
         uint64_t size;
@@ -675,7 +665,7 @@ class S3Backend final : public Backend {
         bool gone = false;
       };
       std::vector<Item> items;
-      for (auto& o : page->objects) {
+      for (auto& o : page.objects) {
         if (o.key == root_) continue;  // the prefix's own marker
         auto rel = s3::RelPath(cfg_.prefix, o.key);
         if (!rel) {
@@ -728,9 +718,8 @@ class S3Backend final : public Backend {
         }
         fn(e);
       }
-      if (!page->truncated) return {};
-      token = page->next_token;
-    }
+      return {};
+    });
   }
 
   // Sends one request, retrying transient failures. On failure *out holds
@@ -973,6 +962,15 @@ class S3Backend final : public Backend {
 
   // Calls fn for every object under `key_prefix`, in key order.
   Status ListKeys(const std::string& key_prefix, const std::function<void(const s3::ListedObject&)>& fn) {
+    return ListPages(key_prefix, [&](const s3::ListPage& page) -> Status {
+      for (const auto& o : page.objects) fn(o);
+      return {};
+    });
+  }
+
+  // Calls fn for every page of ListObjectsV2 under `key_prefix` (keys
+  // decoded), in key order; stops at the first error, fn's included.
+  Status ListPages(const std::string& key_prefix, const std::function<Status(const s3::ListPage&)>& fn) {
     std::string token;
     for (;;) {
       std::vector<std::pair<std::string, std::string>> params = {
@@ -984,7 +982,7 @@ class S3Backend final : public Backend {
       if (auto st = Perform(req, "list", &r); !st) return st;
       auto page = s3::ParseListObjectsV2(r.body);
       if (!page) return BadReply("list", key_prefix, r);
-      for (const auto& o : page->objects) fn(o);
+      if (auto st = fn(*page); !st) return st;
       if (!page->truncated) return {};
       token = page->next_token;
     }
