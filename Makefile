@@ -24,10 +24,10 @@ CXXFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer
 LDFLAGS  += -fsanitize=$(SAN)
 endif
 
-LIB_SRCS := $(wildcard fs/common/*.cc fs/meta/*.cc cache/*.cc backend/*.cc) \
-            $(filter-out fs/main.cc,$(wildcard fs/*.cc))
+LIB_SRCS := $(wildcard common/*.cc fs/meta/*.cc fs/*.cc cache/*.cc backend/*.cc)
 LIB_OBJS := $(LIB_SRCS:%.cc=$(BUILD)/obj/%.o)
-MAIN_OBJ := $(BUILD)/obj/fs/main.o
+CLI_SRCS := $(wildcard cli/*.cc)
+MAIN_OBJ := $(CLI_SRCS:%.cc=$(BUILD)/obj/%.o)
 UNIT_MODS := $(sort $(patsubst tests/unit/%/,%,$(dir $(wildcard tests/unit/*/test_*.cc))))
 UNIT_BINS := $(UNIT_MODS:%=$(BUILD)/tests/unit_%)
 
@@ -91,7 +91,7 @@ install: all
 	install -D -m 0644 mount-helpers/ckptfs@.service $(DESTDIR)/etc/systemd/system/ckptfs@.service
 
 format:
-	clang-format -i $(LIB_SRCS) fs/main.cc $(wildcard */*.h */*/*.h tests/unit/*/*.cc)
+	clang-format -i $(LIB_SRCS) $(CLI_SRCS) $(wildcard */*.h */*/*.h tests/unit/*/*.cc)
 
 clean:
 	rm -rf build build-address build-thread

@@ -41,7 +41,7 @@
 #include <memory>
 #include <string>
 
-#include "fs/common/result.h"
+#include "common/result.h"
 
 namespace ckpt::backend {
 

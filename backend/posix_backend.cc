@@ -71,7 +71,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
@@ -95,8 +94,9 @@
 #include "backend/backend.h"
 #include "backend/checksum.h"
 #include "backend/uring.h"
-#include "fs/common/failpoint.h"
-#include "fs/common/log.h"
+#include "common/failpoint.h"
+#include "common/io.h"
+#include "common/log.h"
 
 namespace ckpt::backend {
 
@@ -106,9 +106,6 @@ constexpr uint64_t kChunkSize = 4ull << 20;
 constexpr unsigned kQueueDepth = 8;  // Fetch: reads in flight
 constexpr char kProbePrefix[] = ".ckptfs-probe-";
 constexpr int kMaxTreeDepth = 256;  // Rmdir: deeper trees are refused (ENAMETOOLONG)
-
-// strerror() is not thread-safe; the generic category's message is.
-std::string ErrStr(int e) { return std::generic_category().message(e); }
 
 // Returns the errno, with a debug line naming the operation and the path.
 // The caller decides what is worth an error line: the drainer logs one per
@@ -365,50 +362,6 @@ class Extents {
 // freshly drained file through the mount 3-6x slower.
 void DropCache(int fd) { (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); }
 
-// Anonymous memory mapped for one transfer and unmapped after it, so the
-// buffers never stay in the daemon's heap (malloc keeps freed 4 MiB blocks
-// once its mmap threshold has grown, and the daemon's RSS with them).
-class Buffers {
- public:
-  explicit Buffers(size_t bytes) : size_(bytes) {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    base_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
-  }
-  ~Buffers() {
-    if (base_) munmap(base_, size_);
-  }
-  Buffers(const Buffers&) = delete;
-  Buffers& operator=(const Buffers&) = delete;
-  char* get() const { return base_; }
-
- private:
-  char* base_;
-  size_t size_;
-};
-
-// pread exactly `len` bytes; 0 or an errno (EIO when the file ends early).
-int PreadFull(int fd, char* buf, uint64_t len, uint64_t off) {
-  while (len > 0) {
-    ssize_t n = pread(fd, buf, len, static_cast<off_t>(off));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    if (n == 0) return EIO;
-    buf += n, len -= static_cast<uint64_t>(n), off += static_cast<uint64_t>(n);
-  }
-  return 0;
-}
-
-int PwriteFull(int fd, const char* buf, uint64_t len, uint64_t off) {
-  while (len > 0) {
-    ssize_t n = pwrite(fd, buf, len, static_cast<off_t>(off));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    if (n == 0) return EIO;
-    buf += n, len -= static_cast<uint64_t>(n), off += static_cast<uint64_t>(n);
-  }
-  return 0;
-}
-
 // Writes the bytes of `buf` (file offset `off`) that are not in 4 KiB
 // blocks of zeros (blocks aligned to file offsets), one pwrite per run: the
 // destination holds holes there already. 0 or an errno.
@@ -433,31 +386,15 @@ int WriteNonZero(int fd, const char* buf, uint64_t len, uint64_t off) {
 // Returns 0, an errno of the read (with *read_failed), or on_chunk's.
 template <class OnChunk>
 int RingReadChunks(Ring& ring, int fd, Extents& ext, bool* read_failed, OnChunk on_chunk) {
-  struct Slot {
-    char* buf = nullptr;
-    uint64_t seq = 0, off = 0, len = 0, done = 0;
-    bool busy = false, complete = false;
-  };
-  Buffers mem(kQueueDepth * kChunkSize);
-  if (!mem.get()) return ENOMEM;
-  Slot slots[kQueueDepth];
-  for (unsigned i = 0; i < kQueueDepth; i++) slots[i].buf = mem.get() + i * kChunkSize;
+  SlotQueue q(ring, fd, SlotQueue::Op::kRead, kQueueDepth, kChunkSize);
+  if (!q.ok()) return ENOMEM;
   uint64_t next_seq = 0, deliver_seq = 0;
-  unsigned inflight = 0;  // reads submitted and not completed
-  bool more = true, pending = false;
+  bool more = true;
   int err = 0;
-  auto prep = [&](unsigned i) {
-    Slot& sl = slots[i];
-    io_uring_sqe* sqe = ring.GetSqe();
-    io_uring_prep_read(sqe, fd, sl.buf + sl.done, static_cast<unsigned>(sl.len - sl.done), sl.off + sl.done);
-    io_uring_sqe_set_data64(sqe, i);
-    pending = true;
-  };
   for (;;) {
     while (!err && more) {
-      unsigned i = 0;
-      while (i < kQueueDepth && slots[i].busy) i++;
-      if (i == kQueueDepth) break;
+      int i = q.FreeSlot();
+      if (i < 0) break;
       uint64_t off, len;
       if (!ext.Next(&off, &len)) {
         more = false;
@@ -467,53 +404,28 @@ int RingReadChunks(Ring& ring, int fd, Extents& ext, bool* read_failed, OnChunk 
         }
         break;
       }
-      slots[i] = Slot{slots[i].buf, next_seq++, off, len, 0, true, false};
-      prep(i);
-      inflight++;
+      q.Start(static_cast<unsigned>(i), next_seq++, off, len);
     }
-    if (pending) {
-      // A failed submit leaves the ring in an unknown state; give up on it
-      // (its owner tears it down, which cancels what is in flight).
-      if (auto st = ring.Submit(); !st) return st.error();
-      pending = false;
-    }
+    if (auto st = q.Submit(); !st) return st.error();  // the owner tears the ring down
     // Deliver what completed, in order.
     for (bool progress = true; progress && !err;) {
       progress = false;
-      for (auto& sl : slots)
+      for (unsigned i = 0; i < q.depth(); i++) {
+        SlotQueue::Slot& sl = q[i];
         if (sl.busy && sl.complete && sl.seq == deliver_seq) {
           if (int e = on_chunk(sl.off, sl.len, static_cast<const char*>(sl.buf))) err = e;
           sl.busy = false;
           deliver_seq++;
           progress = true;
         }
-    }
-    if (inflight == 0 && (err || !more)) break;
-    if (inflight == 0) continue;
-    auto cqe = ring.Wait();
-    if (!cqe) return cqe.error();
-    auto i = static_cast<unsigned>(io_uring_cqe_get_data64(*cqe));
-    int res = (*cqe)->res;
-    ring.Seen(*cqe);
-    Slot& sl = slots[i];
-    if ((res == -EINTR || res == -EAGAIN) && !err) {
-      prep(i);
-      continue;
-    }
-    if (res < 0) {
-      if (!err) *read_failed = true, err = -res;
-    } else if (res == 0) {
-      if (!err) *read_failed = true, err = EIO;  // the file ended early
-    } else {
-      sl.done += static_cast<uint64_t>(res);
-      if (sl.done < sl.len && !err) {
-        prep(i);  // short read: queue the remainder
-        continue;
       }
     }
-    inflight--;
-    if (sl.done == sl.len) sl.complete = true;
-    if (err) sl.busy = false;
+    if (q.inflight() == 0 && (err || !more)) break;
+    if (q.inflight() == 0) continue;
+    auto done = q.Reap(/*retry=*/!err);
+    if (!done) return done.error();
+    if (done->err && !err) *read_failed = true, err = done->err;
+    if (err) q[done->slot].busy = false;
   }
   return err;
 }
@@ -522,7 +434,7 @@ int RingReadChunks(Ring& ring, int fd, Extents& ext, bool* read_failed, OnChunk 
 template <class OnChunk>
 int BufferedReadChunks(int fd, Extents& ext, const std::function<bool()>& cancelled, bool* read_failed,
                        OnChunk on_chunk) {
-  Buffers buf(kChunkSize);
+  MappedBuffer buf(kChunkSize);
   if (!buf.get()) return ENOMEM;
   uint64_t off, len;
   while (ext.Next(&off, &len)) {
@@ -551,15 +463,8 @@ constexpr unsigned kStageDepth = 4;  // 16 MiB of buffers per transfer
 
 int RingStage(Ring& ring, int in_fd, Extents& ext, int out_fd, const std::function<bool()>& cancelled,
               ContentHash* hash, bool* read_failed) {
-  struct Slot {
-    char* buf = nullptr;
-    uint64_t seq = 0, off = 0, len = 0, done = 0;
-    bool busy = false;
-  };
-  Buffers mem(kStageDepth * kChunkSize);
-  if (!mem.get()) return ENOMEM;
-  std::vector<Slot> slots(kStageDepth);
-  for (unsigned i = 0; i < kStageDepth; i++) slots[i].buf = mem.get() + i * kChunkSize;
+  SlotQueue q(ring, out_fd, SlotQueue::Op::kWrite, kStageDepth, kChunkSize);
+  if (!q.ok()) return ENOMEM;
   // Chunks queued, oldest first: (seq, end offset, written).
   struct Queued {
     uint64_t end;
@@ -567,18 +472,10 @@ int RingStage(Ring& ring, int in_fd, Extents& ext, int out_fd, const std::functi
   };
   std::deque<Queued> order;
   uint64_t next = 0, first_seq = 0, written_end = 0, synced = 0, since_sync = 0;
-  unsigned inflight = 0;
   bool more = true;
   int err = 0;
-  auto prep = [&](unsigned i) {
-    Slot& sl = slots[i];
-    io_uring_sqe* sqe = ring.GetSqe();
-    io_uring_prep_write(sqe, out_fd, sl.buf + sl.done, static_cast<unsigned>(sl.len - sl.done), sl.off + sl.done);
-    io_uring_sqe_set_data64(sqe, i);
-  };
   for (;;) {
-    bool queued = false;
-    while (!err && more && inflight < kStageDepth) {
+    while (!err && more && q.inflight() < kStageDepth) {
       if (cancelled && cancelled()) {
         err = ECANCELED;
         break;
@@ -592,45 +489,27 @@ int RingStage(Ring& ring, int in_fd, Extents& ext, int out_fd, const std::functi
         }
         break;
       }
-      unsigned i = 0;
-      while (slots[i].busy) i++;
-      Slot& sl = slots[i];
-      sl.seq = next++;
-      sl.off = off;
-      sl.len = len;
-      sl.done = 0;
-      if (int e = PreadFull(in_fd, sl.buf, sl.len, sl.off)) {
+      auto i = static_cast<unsigned>(q.FreeSlot());  // one is free: fewer than kStageDepth in flight
+      char* buf = q[i].buf;
+      if (int e = PreadFull(in_fd, buf, len, off)) {
         *read_failed = true;
         err = e;
         break;
       }
-      hash->Update(sl.off, sl.buf, sl.len);
-      sl.busy = true;
+      hash->Update(off, buf, len);
       order.push_back({off + len, false});
-      prep(i);
-      queued = true;
-      inflight++;
+      q.Start(i, next++, off, len);
       // The first chunk is queued; the rest (and the fdatasync) are not done.
       if (next == 1) FAILPOINT("drain.mid_transfer");
     }
-    if (queued)
-      if (auto st = ring.Submit(); !st) return st.error();  // the owner tears the ring down
-    if (inflight == 0) break;
-    auto cqe = ring.Wait();
-    if (!cqe) return cqe.error();
-    auto i = static_cast<unsigned>(io_uring_cqe_get_data64(*cqe));
-    int res = (*cqe)->res;
-    ring.Seen(*cqe);
-    Slot& sl = slots[i];
-    if ((res == -EINTR || res == -EAGAIN || (res > 0 && sl.done + static_cast<uint64_t>(res) < sl.len)) && !err) {
-      if (res > 0) sl.done += static_cast<uint64_t>(res);
-      prep(i);  // interrupted or short: queue the rest
-      if (auto st = ring.Submit(); !st) return st.error();
-      continue;
-    }
-    if (res < 0 && !err) err = -res;
-    if (res == 0 && !err) err = EIO;
-    if (res > 0) {
+    if (auto st = q.Submit(); !st) return st.error();  // the owner tears the ring down
+    if (q.inflight() == 0) break;
+    auto done = q.Reap(/*retry=*/!err);
+    if (!done) return done.error();
+    SlotQueue::Slot& sl = q[done->slot];
+    if (done->err) {
+      if (!err) err = done->err;
+    } else {
       order[sl.seq - first_seq].written = true;
       since_sync += sl.len;
       while (!order.empty() && order.front().written) {
@@ -646,7 +525,6 @@ int RingStage(Ring& ring, int in_fd, Extents& ext, int out_fd, const std::functi
       }
     }
     sl.busy = false;
-    inflight--;
   }
   return err;
 }

@@ -55,15 +55,16 @@
 
 #include "backend/checksum.h"
 #include "backend/s3_xml.h"
-#include "fs/common/failpoint.h"
-#include "fs/common/log.h"
+#include "common/failpoint.h"
+#include "common/io.h"
+#include "common/log.h"
+#include "common/text.h"
 
 namespace ckpt::backend {
 
 namespace s3 {
 
 std::string UriEncode(std::string_view s, bool keep_slash) {
-  static const char kHex[] = "0123456789ABCDEF";
   std::string r;
   r.reserve(s.size() + s.size() / 4);
   for (unsigned char c : s) {
@@ -73,25 +74,8 @@ std::string UriEncode(std::string_view s, bool keep_slash) {
       r.push_back(static_cast<char>(c));
     } else {
       r.push_back('%');
-      r.push_back(kHex[c >> 4]);
-      r.push_back(kHex[c & 15]);
-    }
-  }
-  return r;
-}
-
-std::string UriDecode(std::string_view s) {
-  auto hex = [](char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-  };
-  std::string r;
-  r.reserve(s.size());
-  for (size_t i = 0; i < s.size(); i++) {
-    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
-      r.push_back(static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2])));
-      i += 2;
-    } else {
-      r.push_back(s[i]);
+      r.push_back(kHexUpper[c >> 4]);
+      r.push_back(kHexUpper[c & 15]);
     }
   }
   return r;
@@ -224,21 +208,12 @@ constexpr char kMetaMode[] = "x-amz-meta-ckptfs-mode";
 constexpr char kMetaMtime[] = "x-amz-meta-ckptfs-mtime";
 constexpr char kMetaSymlink[] = "x-amz-meta-ckptfs-symlink";
 
-std::string ErrStr(int e) { return std::generic_category().message(e); }
-
-std::string Hex(const unsigned char* p, size_t n) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string r(n * 2, '0');
-  for (size_t i = 0; i < n; i++) r[2 * i] = kHex[p[i] >> 4], r[2 * i + 1] = kHex[p[i] & 15];
-  return r;
-}
-
 std::string Sha256Hex(std::string_view data) {
   if (data.empty()) return kEmptySha256;
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
-  return Hex(md, len);
+  return HexLower(md, len);
 }
 
 std::string Md5Base64(std::string_view data) {
@@ -261,28 +236,6 @@ std::string Query(std::vector<std::pair<std::string, std::string>> params) {
     q += k + "=" + v;
   }
   return q;
-}
-
-int PreadFull(int fd, char* buf, uint64_t len, uint64_t off) {
-  while (len > 0) {
-    ssize_t n = pread(fd, buf, len, static_cast<off_t>(off));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    if (n == 0) return EIO;  // the source ended early
-    buf += n, len -= static_cast<uint64_t>(n), off += static_cast<uint64_t>(n);
-  }
-  return 0;
-}
-
-int PwriteFull(int fd, const char* buf, uint64_t len, uint64_t off) {
-  while (len > 0) {
-    ssize_t n = pwrite(fd, buf, len, static_cast<off_t>(off));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    if (n == 0) return EIO;
-    buf += n, len -= static_cast<uint64_t>(n), off += static_cast<uint64_t>(n);
-  }
-  return 0;
 }
 
 // Runs fn(0..n-1) on up to `parallel` threads (the caller's included);
@@ -702,18 +655,8 @@ class S3Backend final : public Backend {
         pos = end + 1;
       }
     };
-    std::string token;
-    for (;;) {
-      std::vector<std::pair<std::string, std::string>> params = {
-          {"list-type", "2"}, {"prefix", root_}, {"encoding-type", "url"}, {"max-keys", std::to_string(cfg_.list_max_keys)}};
-      if (!token.empty()) params.emplace_back("continuation-token", token);
-      Request req;
-      req.query = Query(params);
-      Response r;
-      if (auto st = Perform(req, "list", &r); !st) return st;
-      auto page = s3::ParseListObjectsV2(r.body);
-      if (!page) return BadReply("list", root_, r);
-
+    // Each page's objects are HEADed in parallel, then emitted in key order.
+    return ListPages(root_, [&](const s3::ListPage& page) -> Status {
       struct Item {
         std::string key, rel;
         uint64_t size;
@@ -722,7 +665,7 @@ class S3Backend final : public Backend {
         bool gone = false;
       };
       std::vector<Item> items;
-      for (auto& o : page->objects) {
+      for (auto& o : page.objects) {
         if (o.key == root_) continue;  // the prefix's own marker
         auto rel = s3::RelPath(cfg_.prefix, o.key);
         if (!rel) {
@@ -775,9 +718,8 @@ class S3Backend final : public Backend {
         }
         fn(e);
       }
-      if (!page->truncated) return {};
-      token = page->next_token;
-    }
+      return {};
+    });
   }
 
   // Sends one request, retrying transient failures. On failure *out holds
@@ -977,7 +919,7 @@ class S3Backend final : public Backend {
         }
       } else if (k == kMetaSymlink) {
         info.symlink = true;
-        info.target = s3::UriDecode(v);
+        info.target = PercentDecode(v, /*plus_is_space=*/false);
       }
     }
     return info;
@@ -1020,6 +962,15 @@ class S3Backend final : public Backend {
 
   // Calls fn for every object under `key_prefix`, in key order.
   Status ListKeys(const std::string& key_prefix, const std::function<void(const s3::ListedObject&)>& fn) {
+    return ListPages(key_prefix, [&](const s3::ListPage& page) -> Status {
+      for (const auto& o : page.objects) fn(o);
+      return {};
+    });
+  }
+
+  // Calls fn for every page of ListObjectsV2 under `key_prefix` (keys
+  // decoded), in key order; stops at the first error, fn's included.
+  Status ListPages(const std::string& key_prefix, const std::function<Status(const s3::ListPage&)>& fn) {
     std::string token;
     for (;;) {
       std::vector<std::pair<std::string, std::string>> params = {
@@ -1031,7 +982,7 @@ class S3Backend final : public Backend {
       if (auto st = Perform(req, "list", &r); !st) return st;
       auto page = s3::ParseListObjectsV2(r.body);
       if (!page) return BadReply("list", key_prefix, r);
-      for (const auto& o : page->objects) fn(o);
+      if (auto st = fn(*page); !st) return st;
       if (!page->truncated) return {};
       token = page->next_token;
     }

@@ -52,7 +52,6 @@ namespace s3 {
 // RFC 3986 percent-encoding as SigV4 wants it: everything but A-Z a-z 0-9
 // - . _ ~ is encoded, and '/' too unless `keep_slash`.
 std::string UriEncode(std::string_view s, bool keep_slash);
-std::string UriDecode(std::string_view s);
 
 // Whether `path` is a relative path the backend accepts: not empty, no
 // leading '/', no empty, "." or ".." component, no NUL, and not under the

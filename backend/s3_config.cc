@@ -9,8 +9,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "fs/common/config.h"
-#include "fs/common/log.h"
+#include "common/config.h"
+#include "common/log.h"
 
 namespace ckpt::backend {
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <string_view>
 
-#include "fs/common/result.h"
+#include "common/result.h"
 
 namespace ckpt::backend {
 

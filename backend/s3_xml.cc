@@ -7,6 +7,8 @@
 #include <ctime>
 #include <sstream>
 
+#include "common/text.h"
+
 namespace ckpt::backend::s3 {
 
 namespace {
@@ -49,32 +51,14 @@ bool ParseU64(const std::string& s, uint64_t* v) {
   return true;
 }
 
-int Hex(char c) {
-  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-// Percent-decoding of encoding-type=url values ('+' is a space there).
-std::string UrlDecode(std::string_view s) {
-  std::string r;
-  r.reserve(s.size());
-  for (size_t i = 0; i < s.size(); i++) {
-    if (s[i] == '%' && i + 2 < s.size() && Hex(s[i + 1]) >= 0 && Hex(s[i + 2]) >= 0) {
-      r.push_back(static_cast<char>(Hex(s[i + 1]) * 16 + Hex(s[i + 2])));
-      i += 2;
-    } else if (s[i] == '+') {
-      r.push_back(' ');
-    } else {
-      r.push_back(s[i]);
-    }
-  }
-  return r;
-}
-
 std::string Save(const pugi::xml_document& doc) {
   std::ostringstream ss;
   doc.save(ss, "", pugi::format_raw);
   return ss.str();
 }
+
+// Values of encoding-type=url replies: percent-encoded, '+' for a space.
+std::string UrlDecode(std::string_view s) { return PercentDecode(s, /*plus_is_space=*/true); }
 
 }  // namespace
 

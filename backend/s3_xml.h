@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "fs/common/result.h"
+#include "common/result.h"
 
 namespace ckpt::backend::s3 {
 

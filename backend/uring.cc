@@ -1,5 +1,8 @@
-// uring.cc — Ring: io_uring set-up, probing, submit and wait.
+// uring.cc — Ring: io_uring set-up, probing, submit and wait; SlotQueue:
+// chunk transfers in flight on one ring, requeued until whole.
 #include "backend/uring.h"
+
+#include <sys/mman.h>
 
 #include <atomic>
 
@@ -53,6 +56,73 @@ Result<io_uring_cqe*> Ring::Wait() {
     int rc = io_uring_wait_cqe(&ring_, &cqe);
     if (rc == 0) return cqe;
     if (rc != -EINTR && rc != -EAGAIN) return Err(-rc);
+  }
+}
+
+MappedBuffer::MappedBuffer(size_t bytes) : size_(bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  base_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+}
+
+MappedBuffer::~MappedBuffer() {
+  if (base_) munmap(base_, size_);
+}
+
+SlotQueue::SlotQueue(Ring& ring, int fd, Op op, unsigned depth, uint64_t chunk)
+    : ring_(ring), fd_(fd), op_(op), mem_(depth * chunk), slots_(depth) {
+  if (mem_.get())
+    for (unsigned i = 0; i < depth; i++) slots_[i].buf = mem_.get() + i * chunk;
+}
+
+int SlotQueue::FreeSlot() const {
+  for (unsigned i = 0; i < slots_.size(); i++)
+    if (!slots_[i].busy) return static_cast<int>(i);
+  return -1;
+}
+
+void SlotQueue::Prep(unsigned i) {
+  Slot& sl = slots_[i];
+  io_uring_sqe* sqe = ring_.GetSqe();
+  auto n = static_cast<unsigned>(sl.len - sl.done);
+  if (op_ == Op::kRead) io_uring_prep_read(sqe, fd_, sl.buf + sl.done, n, sl.off + sl.done);
+  else io_uring_prep_write(sqe, fd_, sl.buf + sl.done, n, sl.off + sl.done);
+  io_uring_sqe_set_data64(sqe, i);
+  pending_ = true;
+}
+
+void SlotQueue::Start(unsigned i, uint64_t seq, uint64_t off, uint64_t len) {
+  Slot& sl = slots_[i];
+  sl.seq = seq, sl.off = off, sl.len = len, sl.done = 0;
+  sl.busy = true, sl.complete = false;
+  Prep(i);
+  inflight_++;
+}
+
+Status SlotQueue::Submit() {
+  if (!pending_) return {};
+  pending_ = false;
+  return ring_.Submit();
+}
+
+Result<SlotQueue::Done> SlotQueue::Reap(bool retry) {
+  for (;;) {
+    auto cqe = ring_.Wait();
+    if (!cqe) return Err(cqe.error());
+    auto i = static_cast<unsigned>(io_uring_cqe_get_data64(*cqe));
+    int res = (*cqe)->res;
+    ring_.Seen(*cqe);
+    Slot& sl = slots_[i];
+    if (res > 0) sl.done += static_cast<uint64_t>(res);
+    bool again = res == -EINTR || res == -EAGAIN || (res > 0 && sl.done < sl.len);
+    if (retry && again) {
+      Prep(i);  // interrupted or short: queue the rest
+      if (auto st = Submit(); !st) return Err(st.error());
+      continue;
+    }
+    inflight_--;
+    int err = res < 0 ? -res : res == 0 || sl.done < sl.len ? EIO : 0;
+    sl.complete = err == 0;
+    return Done{i, err};
   }
 }
 

@@ -7,13 +7,21 @@
 // IORING_OP_READ/WRITE) makes Create fail, and callers fall back to plain
 // pread/pwrite. It gives up any sharing: each ring belongs to the one thread
 // that created it, and no method is thread-safe.
+//
+// SlotQueue is the loop both of the POSIX backend's copies share (liburing
+// examples/io_uring-cp.c): a fixed set of chunk buffers, one transfer each
+// (all reads or all writes on one fd), with interrupted and short transfers
+// requeued until they are whole.
 #pragma once
 
 #include <liburing.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
-#include "fs/common/result.h"
+#include "common/result.h"
 
 namespace ckpt::backend {
 
@@ -43,6 +51,76 @@ class Ring {
   Ring() = default;
   io_uring ring_{};
   bool live_ = false;  // io_uring_queue_init succeeded
+};
+
+// Anonymous memory mapped for one transfer and unmapped after it, so the
+// buffers never stay in the daemon's heap (malloc keeps freed 4 MiB blocks
+// once its mmap threshold has grown, and the daemon's RSS with them).
+class MappedBuffer {
+ public:
+  explicit MappedBuffer(size_t bytes);
+  ~MappedBuffer();
+  MappedBuffer(const MappedBuffer&) = delete;
+  MappedBuffer& operator=(const MappedBuffer&) = delete;
+  char* get() const { return base_; }  // nullptr when the mapping failed
+
+ private:
+  char* base_;
+  size_t size_;
+};
+
+// `depth` slots over one ring and one fd, each with a `chunk`-byte buffer
+// and at most one transfer (a read into its buffer, or a write from it) in
+// flight. The caller picks a free slot, fills it (writes) and Starts it,
+// Submits, and Reaps completions one at a time. Thread: the ring's.
+class SlotQueue {
+ public:
+  enum class Op { kRead, kWrite };
+  struct Slot {
+    char* buf = nullptr;  // `chunk` bytes, owned by the queue
+    uint64_t seq = 0;     // the caller's order of this transfer
+    uint64_t off = 0, len = 0, done = 0;  // file range, and how much of it is transferred
+    bool busy = false;      // Started and not yet released by the caller
+    bool complete = false;  // done == len
+  };
+  struct Done {
+    unsigned slot;
+    int err;  // 0: the whole range; else an errno (EIO: a transfer of 0 bytes, the file ended early)
+  };
+
+  SlotQueue(Ring& ring, int fd, Op op, unsigned depth, uint64_t chunk);
+  // False when the buffers could not be mapped (ENOMEM).
+  bool ok() const { return mem_.get() != nullptr; }
+
+  unsigned depth() const { return static_cast<unsigned>(slots_.size()); }
+  unsigned inflight() const { return inflight_; }
+  Slot& operator[](unsigned i) { return slots_[i]; }
+  // A slot that is not busy, or -1.
+  int FreeSlot() const;
+
+  // Marks slot `i` busy with transfer `seq` of [off, off + len) and
+  // prepares it (len <= chunk). REQUIRES: slot `i` not busy.
+  void Start(unsigned i, uint64_t seq, uint64_t off, uint64_t len);
+  // Submits what Start prepared (nothing: no syscall). A failure leaves the
+  // ring in an unknown state: its owner tears it down, which cancels what
+  // is in flight.
+  [[nodiscard]] Status Submit();
+  // Waits until one transfer ends. With `retry`, one that was interrupted
+  // (EINTR, EAGAIN) or short is requeued and waited for again; without (the
+  // caller has given up), it ends as it is, with an errno. The slot stays
+  // busy: the caller releases it (busy = false). Errors: the ring's.
+  [[nodiscard]] Result<Done> Reap(bool retry);
+
+ private:
+  void Prep(unsigned i);
+
+  Ring& ring_;
+  int fd_;
+  Op op_;
+  MappedBuffer mem_;
+  std::vector<Slot> slots_;
+  unsigned inflight_ = 0;  // transfers started and not reaped
+  bool pending_ = false;   // prepared and not submitted
 };
 
 }  // namespace ckpt::backend

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "fs/common/log.h"
+#include "common/log.h"
 
 namespace ckpt::cache {
 namespace {

@@ -30,7 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "fs/common/result.h"
+#include "common/result.h"
 
 namespace ckpt::cache {
 

@@ -1,6 +1,6 @@
-// daemon.h — what one mounted ckptfs daemon owns, the FUSE operation table
-// (fuse_ops.cc) that serves it, and the status channel the control commands
-// read through xattrs on the mount root (status.cc).
+// daemon.h — what one mounted ckptfs daemon owns, its start (daemon.cc), the
+// FUSE operation table (fuse_ops.cc) that serves it, and the status channel
+// the control commands read through xattrs on the mount root (status.cc).
 #pragma once
 
 #define FUSE_USE_VERSION 314
@@ -9,10 +9,11 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "cache/tier.h"
-#include "fs/common/config.h"
+#include "common/config.h"
 #include "fs/drain.h"
 #include "fs/inode_table.h"
 #include "fs/meta/meta_store.h"
@@ -35,6 +36,14 @@ struct Daemon {
   std::atomic<uint64_t> bytes_written{0};
   std::atomic<uint64_t> bytes_read{0};
 };
+
+// Runs the daemon in this process: opens the log, metadata, tier and
+// backend, mounts cfg.mountpoint and serves until it is unmounted. Reports
+// "OK", or the one-line reason it could not start, to `report_fd` (when >= 0,
+// then closed; else the reason goes to stderr) once the mount is ready.
+// `warnings` (found by the command line before the fork) go to the log.
+// Returns the process's exit status (0 after a clean unmount).
+int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warnings);
 
 // The low-level operation table; fuse_session_new(..., &FuseOps(), ..., daemon).
 const fuse_lowlevel_ops& FuseOps();

@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "fs/common/failpoint.h"
-#include "fs/common/log.h"
+#include "common/failpoint.h"
+#include "common/log.h"
 
 namespace ckpt::fs {
 

@@ -26,8 +26,9 @@
 #include <thread>
 #include <vector>
 
-#include "fs/common/failpoint.h"
-#include "fs/common/log.h"
+#include "common/failpoint.h"
+#include "common/log.h"
+#include "common/text.h"
 #include "fs/daemon.h"
 
 namespace ckpt::fs {
@@ -119,19 +120,6 @@ size_t SpliceLimit(size_t want) {
 // (the INIT reply clamps it), so the first request after INIT does it.
 constexpr int kReadaheadKb = 4096;
 std::once_flag g_tune_once;
-
-std::string UnescapeMountinfo(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); i++) {
-    if (s[i] == '\\' && i + 3 < s.size() && isdigit(static_cast<unsigned char>(s[i + 1]))) {
-      out.push_back(static_cast<char>(std::stoi(s.substr(i + 1, 3), nullptr, 8)));
-      i += 3;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
 
 void TuneBdi(Daemon* d) {
   std::ifstream mi("/proc/self/mountinfo");

@@ -12,8 +12,8 @@
 
 #include <set>
 
-#include "fs/common/failpoint.h"
-#include "fs/common/log.h"
+#include "common/failpoint.h"
+#include "common/log.h"
 
 namespace ckpt::fs {
 

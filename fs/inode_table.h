@@ -32,7 +32,7 @@
 
 #include "backend/backend.h"
 #include "cache/tier.h"
-#include "fs/common/result.h"
+#include "common/result.h"
 #include "fs/meta/meta_store.h"
 
 namespace ckpt::fs {

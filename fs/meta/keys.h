@@ -4,6 +4,7 @@
 // | prefix | key                                   | value                                  |
 // |--------|---------------------------------------|----------------------------------------|
 // | 'F'    | "F"                                   | format record: magic, version, fs id   |
+// | 'B'    | "B"                                   | backend this state dir is bound to     |
 // | 'C'    | "C" + name                            | counter, u64 big-endian (next_ino, ..) |
 // | 'I'    | "I" + ino (u64 BE)                    | InodeRecord (meta_store.cc encoding)   |
 // | 'D'    | "D" + parent ino (u64 BE) + name      | child ino (u64 BE) + file type (u8)    |

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "fs/common/result.h"
+#include "common/result.h"
 
 namespace ckpt::meta {
 

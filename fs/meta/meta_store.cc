@@ -1,7 +1,8 @@
 // meta_store.cc — encoding of the metadata schema.
 //
-// InodeRecord is encoded as a version byte, fixed little-endian fields, then
-// two length-prefixed strings. Decoding checks lengths, so a torn or foreign
+// InodeRecord is encoded as a version byte, fixed-width fields in host byte
+// order (memcpy: little-endian on x86-64 and arm64; a state dir is not
+// portable to a big-endian host), then two length-prefixed strings. Decoding checks lengths, so a torn or foreign
 // value is an EIO, never a crash. Older formats still decode: an inode of
 // format 2 carries a checksum of the dense bytes (checksum version 1), which
 // is dropped (0, 0: verified by size only, logged once at load) rather than
@@ -12,7 +13,7 @@
 #include <cstring>
 #include <random>
 
-#include "fs/common/log.h"
+#include "common/log.h"
 
 namespace ckpt::meta {
 namespace {

@@ -27,7 +27,7 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
-#include "fs/common/log.h"
+#include "common/log.h"
 #include "fs/meta/kv.h"
 
 namespace ckpt::meta {

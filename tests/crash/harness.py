@@ -6,7 +6,7 @@ runs the trainer-like writer (writer.py) into it, crashes something, then
 checks what survived against the writer's fsynced journal (model.py):
 
   kill      SIGKILL the daemon at a random moment
-  fp:NAME   arm the failpoint NAME@N (fs/common/failpoint.h) in the daemon
+  fp:NAME   arm the failpoint NAME@N (common/failpoint.h) in the daemon
             and let it kill itself; load.recovery is armed on the remount
             after a random kill instead
   reboot    SIGKILL the daemon, remove the tier directory (what a node

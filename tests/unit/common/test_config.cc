@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "fs/common/config.h"
+#include "common/config.h"
 
 using ckpt::BackendUrl;
 using ckpt::HumanBytes;

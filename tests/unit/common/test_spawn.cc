@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "fs/common/spawn.h"
+#include "common/spawn.h"
 
 using ckpt::RunCommand;
 

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <expected>
+#include <string>
+#include <system_error>
 
 namespace ckpt {
 
@@ -20,5 +22,9 @@ inline std::unexpected<int> Err(int e) { return std::unexpected<int>(e); }
 
 // The current errno as an error; never 0 (EIO if errno was not set).
 inline std::unexpected<int> ErrFromErrno() { return std::unexpected<int>(errno ? errno : EIO); }
+
+// The message of an errno, for logs and user messages. strerror() is not
+// thread-safe; the generic category's message is (and reads the same).
+inline std::string ErrStr(int e) { return std::generic_category().message(e); }
 
 }  // namespace ckpt

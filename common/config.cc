@@ -1,6 +1,6 @@
 // config.cc — parsing of sizes and backend URLs, and the forms in which
 // URLs and names are shown to people.
-#include "fs/common/config.h"
+#include "common/config.h"
 
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+
+#include "common/text.h"
 
 namespace ckpt {
 
@@ -138,13 +140,12 @@ std::string RedactUserinfo(const std::string& text) {
 }
 
 std::string EscapeName(std::string_view s) {
-  static const char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(s.size());
   auto hex = [&](unsigned char c) {
     out += "\\x";
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
+    out += kHexLower[c >> 4];
+    out += kHexLower[c & 15];
   };
   size_t i = 0;
   while (i < s.size()) {

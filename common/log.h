@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "fs/common/result.h"
+#include "common/result.h"
 
 namespace ckpt {
 

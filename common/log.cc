@@ -6,7 +6,7 @@
 // one link), so a ckptfs.log planted as a symlink or hard link to another
 // file never makes the daemon append to that file. FdSink then writes to
 // that descriptor.
-#include "fs/common/log.h"
+#include "common/log.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
 // spawn.cc — RunCommand: posix_spawnp + waitpid.
-#include "fs/common/spawn.h"
+#include "common/spawn.h"
 
 #include <spawn.h>
 #include <sys/wait.h>

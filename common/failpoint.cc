@@ -1,5 +1,5 @@
 // failpoint.cc — see failpoint.h.
-#include "fs/common/failpoint.h"
+#include "common/failpoint.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "fs/common/log.h"
+#include "common/log.h"
 
 namespace ckpt {
 

@@ -1,0 +1,292 @@
+// commands.cc — the client commands `status`, `drain`, `umount` and `lost`:
+// they talk to a running daemon through xattrs on its mount root (the
+// status document and the lost pages of fs/status.cc), and the helpers
+// every command shares (Die, Absolute, MountedType).
+//
+// Every user error is one line on stderr and a non-zero exit. Names that
+// come back from the daemon (lost files, errors) are printed escaped, never
+// as raw bytes to a terminal; no path goes through a shell (RunCommand).
+#include "cli/commands.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/config.h"
+#include "common/spawn.h"
+#include "common/text.h"
+#include "fs/daemon.h"
+
+namespace ckpt::cli {
+
+namespace stdfs = std::filesystem;
+
+[[noreturn]] void Die(const std::string& msg) {
+  fprintf(stderr, "ckptfs: %s\n", msg.c_str());
+  exit(1);
+}
+
+// The filesystem type mounted at `path`, or "" if none.
+std::string MountedType(const std::string& path) {
+  std::ifstream in("/proc/self/mounts");
+  std::string dev, mnt, type, rest, found;
+  while (in >> dev >> mnt >> type && std::getline(in, rest))
+    if (UnescapeMountinfo(mnt) == path) found = type;
+  return found;
+}
+
+std::string Absolute(const std::string& p) {
+  std::error_code ec;
+  auto a = stdfs::absolute(p, ec);
+  if (ec) Die("bad path " + p);
+  return a.lexically_normal().string();
+}
+
+namespace {
+
+using Json = nlohmann::json;
+
+// Reads the daemon's status document (the root's user.ckptfs.status xattr).
+// Returns 0, or the errno of the read (EBADMSG: not a JSON object).
+int ReadStatus(const std::string& mnt, Json* out) {
+  std::string buf(256 * 1024, '\0');
+  ssize_t n = getxattr(mnt.c_str(), fs::kStatusXattr, buf.data(), buf.size());
+  if (n < 0) return errno;
+  buf.resize(static_cast<size_t>(n));
+  *out = Json::parse(buf, nullptr, false);
+  return out->is_object() ? 0 : EBADMSG;
+}
+
+Json StatusOrDie(const std::string& mnt) {
+  Json j;
+  if (int e = ReadStatus(mnt, &j); e != 0) {
+    if (e == ENODATA || e == ENOTSUP) Die(mnt + " is not a ckptfs mount (" + ErrStr(e) + ")");
+    Die("cannot read the status of " + mnt + ": " + ErrStr(e));
+  }
+  return j;
+}
+
+// Field readers that take a missing field (an older or newer daemon) as
+// its default instead of throwing.
+uint64_t U64(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<uint64_t>() : 0;
+}
+double Dbl(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+std::string Str(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+bool Bool(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+const Json& Obj(const Json& j, const char* key) {
+  static const Json kEmpty = Json::object();
+  auto it = j.find(key);
+  return it != j.end() && it->is_object() ? *it : kEmpty;
+}
+
+std::string Eta(double seconds) {
+  if (seconds < 0 || seconds > 1e7) return "--:--";
+  int t = static_cast<int>(seconds);
+  return fmt::format("{:02d}:{:02d}:{:02d}", t / 3600, t / 60 % 60, t % 60);
+}
+
+// Waits until everything logged when it started is in the backend. Returns
+// 0 when done, 1 on timeout (with a message).
+int WaitDrained(const std::string& mnt, double timeout_s) {
+  Json j = StatusOrDie(mnt);
+  uint64_t target = U64(Obj(j, "drain"), "head_seq");
+  bool tty = isatty(STDERR_FILENO);
+  auto start = std::chrono::steady_clock::now();
+  uint64_t total = 0;
+  double last_plain = -10;
+  for (;;) {
+    const Json& dr = Obj(j, "drain");
+    uint64_t applied = U64(dr, "applied_seq");
+    uint64_t pending = U64(Obj(j, "dirty"), "bytes") + U64(Obj(j, "draining"), "bytes");
+    total = std::max(total, pending);
+    double rate = Dbl(dr, "rate");
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    bool done = applied >= target;
+    std::string err = Bool(dr, "in_error") ? "  backend error: " + EscapeName(Str(dr, "last_error")) : "";
+    std::string line = fmt::format("drain: {} to go, {}/s, ETA {}, {} entries queued{}", HumanBytes(pending),
+                                   HumanBytes(static_cast<uint64_t>(rate)), Eta(rate > 0 ? pending / rate : -1),
+                                   U64(dr, "queue"), err);
+    if (tty) {
+      int width = 30;
+      int fill =
+          total ? static_cast<int>(width * (1.0 - static_cast<double>(pending) / static_cast<double>(total))) : width;
+      if (done) fill = width;
+      fprintf(stderr, "\r[%s%s] %s\033[K", std::string(fill, '#').c_str(), std::string(width - fill, '.').c_str(),
+              line.c_str());
+    } else if (elapsed - last_plain >= 5 || done) {
+      fprintf(stderr, "%s\n", line.c_str());
+      last_plain = elapsed;
+    }
+    if (done) {
+      if (tty) fprintf(stderr, "\n");
+      fprintf(stderr, "drain: everything closed before the drain began is persisted (%.1f s)\n", elapsed);
+      return 0;
+    }
+    if (timeout_s > 0 && elapsed > timeout_s) {
+      if (tty) fprintf(stderr, "\n");
+      fprintf(stderr, "ckptfs: drain timed out after %.0f s with %s still to persist%s\n", timeout_s,
+              HumanBytes(pending).c_str(), err.c_str());
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(tty ? 200 : 500));
+    j = StatusOrDie(mnt);
+  }
+}
+
+// The mount's type, or a one-line exit when it is not a ckptfs mount.
+void RequireCkptfsMount(const std::string& mnt) {
+  std::string type = MountedType(mnt);
+  if (type.empty()) Die(mnt + " is not mounted");
+  if (type != "fuse.ckptfs") Die(mnt + " is not a ckptfs mount (" + type + ")");
+}
+
+// Reads the whole lost list, page by page (user.ckptfs.lost.N). Exits with
+// one line when it cannot.
+std::vector<std::string> ReadLost(const std::string& mnt) {
+  std::vector<std::string> out;
+  std::string buf(256 * 1024, '\0');
+  for (uint64_t page = 0;; page++) {
+    std::string name = fs::kLostXattrPrefix + std::to_string(page);
+    ssize_t n = getxattr(mnt.c_str(), name.c_str(), buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == ENODATA && page > 0) break;
+      Die("cannot read the lost list of " + mnt + ": " + ErrStr(errno) +
+          (errno == ENODATA ? " (a daemon older than this command?)" : ""));
+    }
+    std::string_view v(buf.data(), static_cast<size_t>(n));
+    while (!v.empty()) {
+      size_t z = v.find('\0');
+      out.emplace_back(v.substr(0, z));
+      v.remove_prefix(z == std::string_view::npos ? v.size() : z + 1);
+    }
+    if (n == 0) break;
+  }
+  return out;
+}
+
+}  // namespace
+
+int CmdDrain(const std::string& mnt_in, double timeout_s) { return WaitDrained(Absolute(mnt_in), timeout_s); }
+
+int CmdUmount(const std::string& mnt_in, bool no_drain, bool lazy) {
+  std::string mnt = Absolute(mnt_in);
+  RequireCkptfsMount(mnt);
+  // Without the status there is no knowing what is still to drain: refuse
+  // rather than unmount and report success. --no-drain is the way out (a
+  // dead daemon); the next mount resumes the drain either way.
+  Json status;
+  int err = ReadStatus(mnt, &status);
+  if (err != 0 && !no_drain)
+    Die("cannot read the status of " + mnt + " (" + ErrStr(err) + "), so the drain cannot be waited for; nothing " +
+        "unmounted (`ckptfs umount --no-drain` unmounts without it; the next mount resumes the drain)");
+  long long pid =
+      err == 0 && status.contains("pid") && status["pid"].is_number_integer() ? status["pid"].get<long long>() : -1;
+  if (!no_drain && WaitDrained(mnt, 0) != 0) return 1;
+  int rc = RunCommand({"fusermount3", lazy ? "-uz" : "-u", mnt});
+  if (rc < 0) Die("cannot run fusermount3: " + ErrStr(errno));
+  if (rc != 0) Die("cannot unmount " + mnt + " (busy? close files using it, or use --lazy)");
+  // Wait for the daemon to close its metadata, so a new mount can open it.
+  for (int i = 0; pid > 0 && i < 1200 && kill(static_cast<pid_t>(pid), 0) == 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (pid > 0 && kill(static_cast<pid_t>(pid), 0) == 0)
+    Die("unmounted, but the daemon (pid " + std::to_string(pid) + ") has not exited");
+  return 0;
+}
+
+int CmdStatus(const std::string& mnt_in, bool json) {
+  std::string mnt = Absolute(mnt_in);
+  Json j = StatusOrDie(mnt);
+  if (json) {
+    printf("%s\n", j.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  const Json& t = Obj(j, "tier");
+  uint64_t budget = U64(t, "budget"), used = U64(t, "used");
+  double pct = budget > 0 ? 100.0 * static_cast<double>(used) / static_cast<double>(budget) : 0;
+  printf("mount      %s -> %s (fsync=%s)\n", EscapeName(mnt).c_str(), EscapeName(Str(j, "backend")).c_str(),
+         Str(j, "fsync").c_str());
+  if (std::string ro = Str(j, "read_only"); !ro.empty()) printf("READ-ONLY  %s\n", EscapeName(ro).c_str());
+  printf("memory     %s of %s (%.1f%%), %llu writer waits\n", HumanBytes(used).c_str(), HumanBytes(budget).c_str(), pct,
+         static_cast<unsigned long long>(U64(t, "waits")));
+  if (uint64_t o = U64(t, "orphans"); o > 0)
+    printf("orphans    %llu tier files that no file owns\n", static_cast<unsigned long long>(o));
+  for (const char* s : {"dirty", "draining", "persisted", "remote"})
+    printf("%-10s %llu files, %s\n", s, static_cast<unsigned long long>(U64(Obj(j, s), "files")),
+           HumanBytes(U64(Obj(j, s), "bytes")).c_str());
+  const Json& d = Obj(j, "drain");
+  printf("drain      %llu queued, %s/s, %s persisted since mount, %llu skipped as undone\n",
+         static_cast<unsigned long long>(U64(d, "queue")), HumanBytes(U64(d, "rate")).c_str(),
+         HumanBytes(U64(d, "bytes_persisted")).c_str(), static_cast<unsigned long long>(U64(d, "skipped")));
+  if (Bool(d, "in_error")) printf("error      %s (retrying)\n", EscapeName(Str(d, "last_error")).c_str());
+  const Json& f = Obj(j, "failed");
+  if (uint64_t n = U64(f, "count"); n > 0) {
+    printf("failed     %llu files the backend refused for good\n", static_cast<unsigned long long>(n));
+    size_t shown = 0;
+    if (auto it = f.find("first"); it != f.end() && it->is_array())
+      for (const Json& e : *it) {
+        if (shown++ == 10 || !e.is_object()) break;
+        printf("  failed: %s: %s\n", EscapeName(Str(e, "path")).c_str(), EscapeName(Str(e, "reason")).c_str());
+      }
+    if (n > 10) printf("  ... %llu more\n", static_cast<unsigned long long>(n - 10));
+  }
+  // lost_count is new; an older daemon sent only the (whole) list.
+  auto lit = j.find("lost");
+  size_t listed = lit != j.end() && lit->is_array() ? lit->size() : 0;
+  uint64_t lost = j.contains("lost_count") ? U64(j, "lost_count") : listed;
+  printf("lost       %llu files\n", static_cast<unsigned long long>(lost));
+  size_t shown = 0;
+  if (listed > 0)
+    for (const Json& l : *lit) {
+      if (shown++ == 10) break;
+      printf("  lost: %s\n", l.is_string() ? EscapeName(l.get<std::string>()).c_str() : "?");
+    }
+  if (lost > 10)
+    printf("  ... %llu more: ckptfs lost %s\n", static_cast<unsigned long long>(lost - 10), EscapeName(mnt).c_str());
+  return 0;
+}
+
+int CmdLost(const std::string& mnt_in, bool json, bool clear) {
+  std::string mnt = Absolute(mnt_in);
+  RequireCkptfsMount(mnt);
+  if (clear) {
+    Json j = StatusOrDie(mnt);
+    if (setxattr(mnt.c_str(), fs::kLostClearXattr, "1", 1, 0) != 0) {
+      int e = errno;
+      Die("cannot clear the lost list of " + mnt + ": " + ErrStr(e) +
+          (e == EPERM || e == EACCES ? " (only root or the mount's owner may)" : ""));
+    }
+    fprintf(stderr, "ckptfs: cleared the lost list of %s (%llu entries)\n", EscapeName(mnt).c_str(),
+            static_cast<unsigned long long>(U64(j, "lost_count")));
+    return 0;
+  }
+  std::vector<std::string> lost = ReadLost(mnt);
+  if (json) {
+    Json j = {{"count", lost.size()}, {"lost", lost}};
+    printf("%s\n", j.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  for (const std::string& p : lost) printf("%s\n", EscapeName(p).c_str());
+  return 0;
+}
+
+}  // namespace ckpt::cli

@@ -1,0 +1,52 @@
+// commands.h — the ckptfs client commands, one function each, called by
+// cli/main.cc once CLI11 has parsed the command line. Each returns the
+// process's exit status, or exits itself (Die) after one line on stderr.
+// `mount` (mount.cc) starts a daemon and returns once the mount is ready;
+// the others (commands.cc) talk to a running daemon through xattrs on its
+// mount root.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/config.h"
+
+namespace ckpt::cli {
+
+// Prints "ckptfs: <msg>" on stderr and exits 1.
+[[noreturn]] void Die(const std::string& msg);
+
+// `p` made absolute and normalized; Die when it cannot be.
+std::string Absolute(const std::string& p);
+
+// The filesystem type mounted at `path` (the last mount there, as
+// /proc/self/mounts lists it), or "" if none.
+std::string MountedType(const std::string& path);
+
+// Sizes given on the command line; nullopt when the option was not given
+// (an empty string given is an error, not the default).
+struct SizeArgs {
+  std::optional<std::string> cache_size;
+  std::optional<std::string> max_file_size;
+};
+
+// ckptfs mount: checks everything it can before forking the daemon, then
+// waits for the daemon's report (foreground: runs the daemon here).
+int CmdMount(Config cfg, const SizeArgs& sizes);
+
+// ckptfs umount: waits for the drain unless `no_drain`, unmounts (`lazy`:
+// detaches even if busy) and waits for the daemon to exit.
+int CmdUmount(const std::string& mnt_in, bool no_drain, bool lazy);
+
+// ckptfs drain: waits until everything closed so far is persisted; 1 after
+// `timeout_s` (0: no limit).
+int CmdDrain(const std::string& mnt_in, double timeout_s);
+
+// ckptfs status: the daemon's status, for people or as JSON.
+int CmdStatus(const std::string& mnt_in, bool json);
+
+// ckptfs lost: every file lost at a node reboot (or, with `clear`, clears
+// the list).
+int CmdLost(const std::string& mnt_in, bool json, bool clear);
+
+}  // namespace ckpt::cli

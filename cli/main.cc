@@ -1,0 +1,86 @@
+// main.cc — the ckptfs command: parses the command line (CLI11) and runs one
+// of the client commands of cli/commands.h (mount, umount, drain, status,
+// lost). The daemon itself starts in fs/daemon.cc (RunDaemon).
+//
+// A command-line error is one line on stderr (exit 2); no message quotes a
+// URL's userinfo back (RedactUserinfo).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "cli/commands.h"
+#include "common/config.h"
+
+int main(int argc, char** argv) {
+  using namespace ckpt;
+  using namespace ckpt::cli;
+  CLI::App app{"ckptfs: a checkpoint filesystem that acknowledges writes at memory speed"};
+  app.require_subcommand(1);
+  Config cfg;
+  std::string cache_size, max_file_size, fsync_mode = "memory";
+  auto* mount = app.add_subcommand("mount", "mount ckptfs at MOUNTPOINT");
+  mount->add_option("mountpoint", cfg.mountpoint, "where to mount")->required();
+  mount->add_option("--backend", cfg.backend_raw, "backend: /path, file:///path or s3://bucket/prefix")->required();
+  auto* cache_opt =
+      mount->add_option("--cache-size", cache_size, "memory tier budget (e.g. 8G, 25%); default 1/4 of RAM");
+  auto* max_file_opt = mount->add_option("--max-file-size", max_file_size,
+                                         "largest file (e.g. 64G, at least 1M); default 4 x the budget");
+  mount->add_option("--state-dir", cfg.state_dir, "metadata and log directory");
+  mount->add_option("--tier-dir", cfg.tier_dir, "memory tier directory (default /dev/shm/ckptfs-<id>)");
+  mount->add_option("--fsync", fsync_mode, "memory|backend")->check(CLI::IsMember({"memory", "backend"}));
+  mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
+  mount->add_option("-o", cfg.fuse_opts, "extra FUSE mount options");
+  mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
+  mount->add_option("--s3-endpoint", cfg.s3_endpoint,
+                    "S3 endpoint URL, e.g. http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL, else AWS)");
+
+  std::string target;
+  bool no_drain = false, lazy = false, json = false, clear = false;
+  double timeout_s = 0;
+  auto* umount = app.add_subcommand("umount", "drain, then unmount a ckptfs mount");
+  umount->add_option("mountpoint", target)->required();
+  umount->add_flag("--no-drain", no_drain, "do not wait for the drain");
+  umount->add_flag("--lazy,-l", lazy, "detach even if busy");
+  auto* status = app.add_subcommand("status", "show what is in memory, draining and safe");
+  status->add_option("mountpoint", target)->required();
+  status->add_flag("--json", json, "machine-readable output");
+  auto* drain = app.add_subcommand("drain", "wait until everything closed so far is persisted");
+  drain->add_option("mountpoint", target)->required();
+  drain->add_option("--timeout", timeout_s, "give up after SECONDS (exit 1)")->check(CLI::NonNegativeNumber);
+  auto* lost = app.add_subcommand("lost", "list every file lost at a node reboot (or clear the list)");
+  lost->add_option("mountpoint", target)->required();
+  lost->add_flag("--json", json, "machine-readable output");
+  lost->add_flag("--clear", clear, "clear the list (root or the mount's owner)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 may quote an argument back (an unexpected positional): never
+    // a URL's userinfo.
+    fprintf(stderr, "ckptfs: %s (see ckptfs --help)\n", RedactUserinfo(e.what()).c_str());
+    return 2;
+  }
+  cfg.fsync = fsync_mode == "backend" ? FsyncMode::kBackend : FsyncMode::kMemory;
+  try {
+    if (*mount) {
+      SizeArgs sizes;
+      if (cache_opt->count() > 0) sizes.cache_size = cache_size;
+      if (max_file_opt->count() > 0) sizes.max_file_size = max_file_size;
+      return CmdMount(cfg, sizes);
+    }
+    if (*umount) return CmdUmount(target, no_drain, lazy);
+    if (*drain) return CmdDrain(target, timeout_s);
+    if (*status) return CmdStatus(target, json);
+    if (*lost) return CmdLost(target, json, clear);
+  } catch (const std::exception& e) {
+    // Nothing should throw here; if something does, one line, not an abort.
+    fprintf(stderr, "ckptfs: internal error: %s\n", RedactUserinfo(e.what()).c_str());
+    return 1;
+  }
+  return 2;
+}

@@ -1,0 +1,237 @@
+// mount.cc — the parent side of `ckptfs mount`: checks the command line,
+// the mount point, the backend directory and the sizes, makes the state dir
+// private, then forks the daemon (fs/daemon.cc, RunDaemon) and returns once
+// it reports the mount ready, or prints why not.
+//
+// Every user error is one line on stderr and a non-zero exit, and leaves
+// nothing mounted. The daemon reports its start-up result to the waiting
+// parent over a pipe, so failures after the fork still reach the user.
+//
+// The daemon runs as root on shared nodes, so every input is hostile until
+// checked: no path goes through a shell (RunCommand), credentials in the
+// backend URL are refused without being echoed and only the URL's display
+// form is ever shown, and the state dir and its files are private
+// (0700/0600, umask 077).
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "common/log.h"
+#include "common/spawn.h"
+#include "fs/daemon.h"
+
+namespace ckpt::cli {
+namespace {
+
+namespace stdfs = std::filesystem;
+
+std::string HexHash(const std::string& s) {
+  char buf[17];
+  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits(s.data(), s.size())));
+  return buf;
+}
+
+std::string DefaultStateDir(const std::string& mnt) {
+  std::string base;
+  if (geteuid() == 0) base = "/var/lib/ckptfs";
+  else if (const char* x = getenv("XDG_STATE_HOME")) base = std::string(x) + "/ckptfs";
+  else base = std::string(getenv("HOME") ? getenv("HOME") : "/tmp") + "/.local/state/ckptfs";
+  return base + "/" + HexHash(mnt);
+}
+
+// Checks the mount point: an existing, empty directory with nothing mounted
+// on it. A dead ckptfs mount (daemon killed) is cleaned up here.
+void CheckMountpoint(const std::string& mnt) {
+  // A killed daemon leaves its mount behind. stat() may still answer from
+  // the kernel's attribute cache; statfs always goes to the daemon, so it
+  // tells a dead mount (ENOTCONN) from a live one.
+  if (MountedType(mnt) == "fuse.ckptfs") {
+    struct statvfs sv;
+    if (statvfs(mnt.c_str(), &sv) == 0 || errno != ENOTCONN)
+      Die("mount point " + mnt + " is already mounted (fuse.ckptfs)");
+    if ((RunCommand({"fusermount3", "-uz", mnt}) != 0 && RunCommand({"umount", "-l", mnt}) != 0) ||
+        !MountedType(mnt).empty())
+      Die("mount point " + mnt + " is a dead ckptfs mount and could not be detached; run: fusermount3 -uz " + mnt);
+    fprintf(stderr, "ckptfs: detached the dead ckptfs mount at %s\n", mnt.c_str());
+  }
+  struct stat st;
+  if (stat(mnt.c_str(), &st) != 0) {
+    int e = errno;
+    if (e == ENOENT) Die("mount point " + mnt + " does not exist");
+    Die("mount point " + mnt + ": " + ErrStr(e));
+  }
+  if (!S_ISDIR(st.st_mode)) Die("mount point " + mnt + " is not a directory");
+  std::string type = MountedType(mnt);
+  if (!type.empty()) Die("mount point " + mnt + " is already mounted (" + type + ")");
+  std::error_code ec;
+  auto it = stdfs::directory_iterator(mnt, ec);
+  if (ec) Die("mount point " + mnt + ": " + ec.message());
+  if (it != stdfs::directory_iterator()) Die("mount point " + mnt + " is not empty");
+}
+
+void CheckWritableDir(const std::string& what, const std::string& dir) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) Die(what + " " + dir + " does not exist");
+  if (!S_ISDIR(st.st_mode)) Die(what + " " + dir + " is not a directory");
+  std::string probe = dir + "/.ckptfs-probe-" + std::to_string(getpid());
+  int fd = open(probe.c_str(), O_CREAT | O_WRONLY | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) Die(what + " " + dir + " is not writable: " + ErrStr(errno));
+  close(fd);
+  unlink(probe.c_str());
+}
+
+// Tightens what an earlier version left readable in the state dir: every
+// file directly in `fd`'s directory, or one level down (meta/), owned by us
+// becomes 0600, every directory 0700. Symlinks are never followed.
+void TightenTree(int dirfd, int depth) {
+  int dup = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) return;
+  DIR* dir = fdopendir(dup);
+  if (!dir) {
+    close(dup);
+    return;
+  }
+  while (dirent* e = readdir(dir)) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    int fd = openat(dirfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) continue;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_uid == geteuid()) {
+      if (S_ISDIR(st.st_mode)) {
+        if ((st.st_mode & 07777) != 0700) (void)!fchmod(fd, 0700);
+        if (depth > 0) TightenTree(fd, depth - 1);
+      } else if (S_ISREG(st.st_mode) && (st.st_mode & 077) != 0) {
+        (void)!fchmod(fd, st.st_mode & 0700);
+      }
+    }
+    close(fd);
+  }
+  closedir(dir);
+}
+
+// Makes the state dir private to this daemon's user: created 0700 (its
+// parents with the usual mode), an existing one of ours chmod-ed to 0700
+// and what it holds tightened. Refused: a state dir owned by another user,
+// or one that is itself a symbolic link owned by another user (whoever owns
+// the link decides where the metadata and log go; links owned by us or by
+// root are followed). Then checks it is writable.
+void PrepareStateDir(const std::string& dir) {
+  std::error_code ec;
+  stdfs::path parent = stdfs::path(dir).parent_path();
+  if (!parent.empty()) stdfs::create_directories(parent, ec);
+  if (ec) Die("cannot create state dir " + dir + ": " + ec.message());
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) Die("cannot create state dir " + dir + ": " + ErrStr(errno));
+  struct stat lst;
+  if (lstat(dir.c_str(), &lst) != 0) Die("state dir " + dir + ": " + ErrStr(errno));
+  if (S_ISLNK(lst.st_mode) && lst.st_uid != geteuid() && lst.st_uid != 0)
+    Die("state dir " + dir + " is a symbolic link owned by uid " + std::to_string(lst.st_uid) +
+        "; give the directory itself");
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    Die(errno == ENOTDIR ? "state dir " + dir + " is not a directory" : "state dir " + dir + ": " + ErrStr(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) Die("state dir " + dir + ": " + ErrStr(errno));
+  if (st.st_uid != geteuid())
+    Die("state dir " + dir + " is owned by uid " + std::to_string(st.st_uid) + ", not by this daemon (uid " +
+        std::to_string(geteuid()) + ")");
+  if ((st.st_mode & 07777) != 0700 && fchmod(fd, 0700) != 0)
+    Die("cannot make state dir " + dir + " private (chmod 0700): " + ErrStr(errno));
+  TightenTree(fd, 1);
+  close(fd);
+  CheckWritableDir("state dir", dir);
+}
+
+}  // namespace
+
+int CmdMount(Config cfg, const SizeArgs& sizes) {
+  cfg.mountpoint = Absolute(cfg.mountpoint);
+  CheckMountpoint(cfg.mountpoint);
+  auto url = ParseBackendUrl(cfg.backend_raw);
+  if (!url) Die(url.error());
+  cfg.backend = *url;
+  cfg.backend_display = BackendDisplay(cfg.backend, cfg.backend_raw);
+  if (cfg.backend.kind == BackendUrl::Kind::kPosix) {
+    if (!cfg.s3_endpoint.empty()) Die("--s3-endpoint is for s3:// backends, not " + cfg.backend_display);
+    CheckWritableDir("backend", cfg.backend.path);
+  } else {
+    // The daemon chdirs to /: relative AWS file paths must not change meaning.
+    for (const char* v : {"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"})
+      if (const char* p = getenv(v); p && *p && *p != '/') setenv(v, Absolute(p).c_str(), 1);
+  }
+  if (!ValidLogLevel(cfg.log_level)) Die("invalid log level '" + cfg.log_level + "'");
+  cfg.state_dir = cfg.state_dir.empty() ? DefaultStateDir(cfg.mountpoint) : Absolute(cfg.state_dir);
+  PrepareStateDir(cfg.state_dir);
+  if (cfg.tier_dir.empty()) cfg.tier_dir = "/dev/shm/ckptfs-" + HexHash(cfg.state_dir);
+  cfg.tier_dir = Absolute(cfg.tier_dir);
+  std::string tier_parent = stdfs::path(cfg.tier_dir).parent_path().string();
+  std::string shown_size;  // the budget as the user gave it, for messages
+  if (sizes.cache_size) {
+    auto sz = ParseSize(*sizes.cache_size);
+    if (!sz) Die("--cache-size: " + sz.error());
+    cfg.cache_size = *sz;
+    shown_size = *sizes.cache_size;
+  } else {
+    cfg.cache_size = DefaultCacheSize(tier_parent);
+    shown_size = HumanBytes(cfg.cache_size);
+  }
+  if (cfg.cache_size < (1u << 20)) Die("cache size " + shown_size + " is too small (minimum 1M)");
+  // A budget the tier's filesystem cannot hold fails writes with ENOSPC
+  // while clean files could still have been evicted: cap it.
+  std::vector<std::string> warnings;
+  if (uint64_t fs_size = FilesystemSize(cfg.tier_dir); fs_size > 0 && cfg.cache_size > TierUsable(fs_size)) {
+    uint64_t usable = TierUsable(fs_size);
+    if (usable < (1u << 20))
+      Die("the filesystem of tier directory " + cfg.tier_dir + " is too small (" + HumanBytes(fs_size) + ")");
+    std::string w = "cache size " + shown_size + " is larger than the tier filesystem (" + HumanBytes(fs_size) +
+                    "); using " + HumanBytes(usable);
+    fprintf(stderr, "ckptfs: warning: %s\n", w.c_str());
+    warnings.push_back(w);
+    cfg.cache_size = usable;
+  }
+  if (sizes.max_file_size) {
+    if (sizes.max_file_size->find('%') != std::string::npos)
+      Die("--max-file-size takes a size such as 64G, not a percentage ('" + *sizes.max_file_size + "')");
+    auto sz = ParseSize(*sizes.max_file_size);
+    if (!sz) Die("--max-file-size: " + sz.error());
+    if (*sz < (1u << 20)) Die("max file size " + *sizes.max_file_size + " is too small (minimum 1M)");
+    cfg.max_file_size = *sz;
+  } else {
+    cfg.max_file_size = std::max<uint64_t>(4 * cfg.cache_size, 1u << 20);
+  }
+
+  if (cfg.foreground) return fs::RunDaemon(cfg, -1, warnings);
+
+  int pfd[2];
+  if (pipe2(pfd, O_CLOEXEC) != 0) Die("pipe: " + ErrStr(errno));
+  pid_t pid = fork();
+  if (pid < 0) Die("fork: " + ErrStr(errno));
+  if (pid == 0) {
+    close(pfd[0]);
+    setsid();
+    if (fork() > 0) _exit(0);  // the daemon is not a session leader, and not our child
+    (void)!chdir("/");
+    _exit(fs::RunDaemon(cfg, pfd[1], warnings));
+  }
+  close(pfd[1]);
+  waitpid(pid, nullptr, 0);
+  std::string msg;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(pfd[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
+  if (msg != "OK") Die(msg.empty() ? "the daemon exited during start-up (see " + cfg.state_dir + "/ckptfs.log)" : msg);
+  printf("ckptfs: mounted %s (backend %s, tier %s in %s, state %s)\n", cfg.mountpoint.c_str(),
+         cfg.backend_display.c_str(), HumanBytes(cfg.cache_size).c_str(), cfg.tier_dir.c_str(), cfg.state_dir.c_str());
+  return 0;
+}
+
+}  // namespace ckpt::cli

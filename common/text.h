@@ -1,0 +1,36 @@
+// text.h — the small text codecs every module shares: hex digits, percent-
+// decoding and the octal escapes of /proc/self/mounts and mountinfo.
+// Pure functions, thread-safe; nothing here allocates more than its result.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace ckpt {
+
+inline constexpr char kHexLower[] = "0123456789abcdef";
+inline constexpr char kHexUpper[] = "0123456789ABCDEF";
+
+// The value of one hex digit (either case), or -1 when `c` is not one.
+constexpr int HexValue(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
+
+// `n` bytes at `p` as 2n lower-case hex digits.
+std::string HexLower(const void* p, size_t n);
+
+// Percent-decoding: every "%HH" becomes its byte; a '%' not followed by two
+// hex digits is kept as it is. With `plus_is_space` (form encoding, and S3's
+// encoding-type=url), '+' becomes ' '.
+std::string PercentDecode(std::string_view s, bool plus_is_space);
+
+// A field of /proc/self/mounts or /proc/self/mountinfo with its octal
+// escapes ("\040" for ' ', "\134" for '\') undone; a '\' not followed by
+// three octal digits is kept as it is.
+std::string UnescapeMountinfo(std::string_view s);
+
+}  // namespace ckpt

@@ -1,0 +1,218 @@
+// daemon.cc — the daemon's start: RunDaemon opens the log, the metadata
+// store, the memory tier and the backend, loads the namespace, mounts and
+// serves until unmounted. `ckptfs mount` (cli/mount.cc) checks the command
+// line, forks and calls it in the child; with --foreground it runs in the
+// command's own process.
+//
+// Every start-up failure is one line for the user: to the parent waiting on
+// `report_fd`, or to stderr in the foreground, and to the log once it is
+// open. Nothing is left mounted after one. S3 credentials never appear in a
+// message: only the bucket, prefix and endpoint do.
+#include "fs/daemon.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/s3_backend.h"
+#include "common/failpoint.h"
+#include "common/log.h"
+
+namespace ckpt::fs {
+namespace {
+
+// Opens the backend `cfg` names and checks it (reachable, writable, leftovers
+// of an earlier daemon cleaned up: staged files, S3 multipart uploads), or
+// returns the one-line message for the user. S3 credentials never appear in
+// a message: only the bucket, prefix and endpoint do.
+std::expected<std::unique_ptr<backend::Backend>, std::string> OpenBackend(const Config& cfg) {
+  const std::string& url = cfg.backend_display;
+  if (cfg.backend.kind == BackendUrl::Kind::kPosix) {
+    auto be = backend::OpenPosixBackend(cfg.backend.path);
+    if (!be) return std::unexpected("cannot open backend " + url + ": " + ErrStr(be.error()));
+    if (auto st = (*be)->Check(); !st)
+      return std::unexpected("backend " + url + " is not usable: " + ErrStr(st.error()));
+    return std::move(*be);
+  }
+  std::string why;
+  auto s3cfg = backend::LoadS3Config(cfg.backend.bucket, cfg.backend.prefix, cfg.s3_endpoint, &why);
+  if (!s3cfg) return std::unexpected("backend " + url + ": " + why);
+  auto be = backend::OpenS3Backend(*s3cfg);
+  if (!be) return std::unexpected("cannot open backend " + url + ": " + ErrStr(be.error()));
+  auto st = (*be)->Check();
+  if (st) return std::move(*be);
+  const std::string& ep = s3cfg->endpoint;
+  switch (st.error()) {
+    case EACCES:
+      return std::unexpected("backend " + url + ": access denied by " + ep +
+                             " (wrong credentials, or no access to bucket '" + s3cfg->bucket +
+                             "'); check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE");
+    case ENOENT: return std::unexpected("backend " + url + ": no bucket '" + s3cfg->bucket + "' at " + ep);
+    default:
+      return std::unexpected("backend " + url + ": cannot use " + ep + ": " + ErrStr(st.error()) +
+                             " (unreachable, or an unexpected reply; see " + cfg.state_dir + "/ckptfs.log)");
+  }
+}
+
+// What the mount accepts, from what its backend can hold: S3 keys are at
+// most 1024 bytes of UTF-8 (the prefix and a directory marker's '/'
+// included); a POSIX backend takes relative paths below PATH_MAX.
+Limits MountLimits(const Config& cfg) {
+  Limits l;
+  if (cfg.backend.kind == BackendUrl::Kind::kS3) {
+    size_t prefix = cfg.backend.prefix.empty() ? 0 : cfg.backend.prefix.size() + 1;
+    l.max_path = 1024 - 1 - std::min<size_t>(prefix, 1000);
+    l.utf8_names = true;
+  }
+  l.max_file_size = cfg.max_file_size ? cfg.max_file_size : 4 * cfg.cache_size;
+  return l;
+}
+
+}  // namespace
+
+// The contract is in daemon.h.
+int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warnings) {
+  // Everything the daemon creates is its own: RocksDB creates its files
+  // 0644 & ~umask, and the state dir's mode alone would guard them. Tier
+  // files, and the backend's files and directories, are given their modes
+  // explicitly (only a backend parent directory made with no mode of its
+  // own would come out 0700).
+  umask(077);
+  bool logging = false;
+  auto fail = [&](const std::string& msg) {
+    if (logging) LOG_ERROR("{}", msg);
+    if (report_fd >= 0) {
+      (void)!write(report_fd, msg.data(), msg.size());
+      close(report_fd);
+    } else {
+      fprintf(stderr, "ckptfs: %s\n", msg.c_str());
+    }
+    return 1;
+  };
+  std::string log_file = cfg.state_dir + "/ckptfs.log";
+  if (auto st = InitLogging(log_file, cfg.log_level, cfg.foreground); !st) {
+    if (st.error() == ELOOP) return fail("log file " + log_file + " is a symbolic link; refusing to follow it");
+    if (st.error() == EPERM)
+      return fail("log file " + log_file + " is not a regular file of this daemon's user with one link; refusing it");
+    return fail("cannot open log file " + log_file + ": " + ErrStr(st.error()));
+  }
+  logging = true;
+  for (const std::string& w : warnings) LOG_WARN("{}", w);
+  InitFailpoints();
+
+  auto d = std::make_unique<Daemon>();
+  d->cfg = cfg;
+  std::string kv_why;
+  auto kv = meta::OpenRocksKv(cfg.state_dir + "/meta", &kv_why);
+  if (!kv) {
+    if (kv.error() == EBUSY) return fail("state dir " + cfg.state_dir + " is in use by another ckptfs daemon");
+    if (kv.error() == EUCLEAN)
+      return fail("metadata in " + cfg.state_dir + "/meta is damaged (" + kv_why +
+                  "); nothing was mounted or changed. See docs/operations.md, \"Damaged metadata\"");
+    return fail("cannot open metadata in " + cfg.state_dir + "/meta: " + ErrStr(kv.error()) + " (see " + cfg.state_dir +
+                "/ckptfs.log)");
+  }
+  d->store = std::make_unique<meta::MetaStore>(std::move(*kv));
+  auto id = d->store->EnsureFormat();
+  if (!id) return fail("state dir " + cfg.state_dir + " holds metadata of an unknown format");
+  d->fs_id = *id;
+  std::string tier_why;
+  auto tier = cache::Tier::Open(cfg.tier_dir, cfg.cache_size, &tier_why);
+  if (!tier) return fail("cannot use tier directory " + cfg.tier_dir + ": " + tier_why);
+  d->tier = std::move(*tier);
+  auto be = OpenBackend(cfg);
+  if (!be) return fail(be.error());
+  d->backend = std::move(*be);
+  // A state dir describes one backend's history: mounting it over another
+  // would drain that history into the wrong place. Bound only once the
+  // backend proved usable, so a failed first mount leaves the dir free.
+  std::string canon = cfg.backend.kind == BackendUrl::Kind::kS3
+                          ? "s3://" + cfg.backend.bucket + "/" + cfg.backend.prefix
+                          : cfg.backend.path;
+  std::string bound;
+  if (auto st = d->store->BindBackend(canon, &bound); !st)
+    return fail(st.error() == EXDEV ? "state dir " + cfg.state_dir + " belongs to backend " + bound + ", not " + canon +
+                                          "; use another --state-dir"
+                                    : "cannot record the backend in " + cfg.state_dir + ": " + ErrStr(st.error()));
+  d->table = std::make_unique<InodeTable>(d->store.get(), d->tier.get(), d->backend.get());
+  d->table->set_limits(MountLimits(cfg));
+  if (auto st = d->table->Load(Caller{geteuid(), getegid()}); !st)
+    return fail(st.error() == EUCLEAN ? "metadata in " + cfg.state_dir +
+                                            "/meta is damaged (a directory cycle; see the log); nothing was mounted"
+                                      : "cannot load metadata from " + cfg.state_dir + ": " + ErrStr(st.error()));
+  if (auto st = d->table->ImportBackend(); !st)
+    return fail("cannot list what backend " + cfg.backend_display + " holds: " + ErrStr(st.error()));
+  // Writers that outgrow the budget wait for the drain (backpressure) and
+  // for eviction of clean files; they fail only when nothing can ever free
+  // space, or after this long.
+  InodeTable* table = d->table.get();
+  d->tier->set_evictor([table](uint64_t need) { return table->Evict(need); });
+  d->tier->set_wait_limit(std::chrono::minutes(10));
+  d->drainer = std::make_unique<Drainer>(d->table.get(), d->backend.get(), 4);
+  d->space_waiter = std::make_unique<SpaceWaiter>();
+  d->fetcher = std::make_unique<SpaceWaiter>(4);
+
+  // fsname is what /proc/mounts shows: the display form, with the ',' and
+  // '\\' that libfuse's option parser would split on escaped.
+  std::string fsname = "ckptfs:";
+  for (char c : cfg.backend_display) {
+    if (c == ',' || c == '\\') fsname += '\\';
+    fsname += c;
+  }
+  std::string opts = "fsname=" + fsname + ",subtype=ckptfs,default_permissions";
+  if (geteuid() == 0) opts += ",allow_other";
+  std::vector<std::string> args = {"ckptfs", "-o", opts};
+  if (!cfg.fuse_opts.empty()) {
+    args.push_back("-o");
+    args.push_back(cfg.fuse_opts);
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  fuse_session* se = fuse_session_new(&fargs, &FuseOps(), sizeof(fuse_lowlevel_ops), d.get());
+  if (!se) return fail("invalid FUSE options: " + cfg.fuse_opts);
+  if (fuse_set_signal_handlers(se) != 0) return fail("cannot install signal handlers");
+  if (fuse_session_mount(se, cfg.mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    return fail("cannot mount at " + cfg.mountpoint + " (is /dev/fuse available? see " + cfg.state_dir +
+                "/ckptfs.log)");
+  }
+  cache::TierStats ts = d->tier->Stats();
+  LOG_INFO("mounted {} backend={} state={} tier={} budget={} in tier={} max_file_size={}", cfg.mountpoint,
+           cfg.backend_display, cfg.state_dir, cfg.tier_dir, ts.budget, ts.used, cfg.max_file_size);
+  if (report_fd >= 0) {
+    (void)!write(report_fd, "OK", 2);
+    close(report_fd);
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(null, 2);
+    if (null > 2) close(null);
+  }
+  d->drainer->Start();
+  fuse_loop_config* lc = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_clone_fd(lc, 0);
+  fuse_loop_cfg_set_max_threads(lc, 16);
+  int rc = fuse_session_loop_mt(se, lc);
+  fuse_loop_cfg_destroy(lc);
+  d->tier->Close();  // writes still waiting for space give up
+  if (d->space_waiter) d->space_waiter->Stop();
+  d->table->Shutdown();  // fetches and fsync waits still pending give up
+  if (d->fetcher) d->fetcher->Stop();
+  d->drainer->Stop();
+  fuse_session_unmount(se);
+  fuse_remove_signal_handlers(se);
+  fuse_session_destroy(se);
+  LOG_INFO("unmounted {}", cfg.mountpoint);
+  spdlog::shutdown();
+  return rc == 0 ? 0 : 1;
+}
+
+}  // namespace ckpt::fs
