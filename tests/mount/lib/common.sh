@@ -276,6 +276,7 @@ expect_answers() {
     timeout 10 $cmd > /dev/null || fail "'$cmd' did not answer while $what"
     dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
     awk -v d="$dt" -v l="$limit" 'BEGIN { exit !(d < l) }' || fail "'$cmd' took $dt s while $what"
+    note "'${cmd%% *} ...' answered in $dt s while $what"
   done
 }
 
