@@ -30,6 +30,21 @@
 #
 # Environment: BUILD (default build), KEEP=1 keeps $T on failure,
 # CKPTFS_TEST_ROOT (set by run_all.sh) is where $T is created.
+#
+# Running side by side: run_all.sh runs cases JOBS (2) at a time, so a case
+# keeps to its own $T, $TIER, state dir, s3rver (port 0: a free one) and
+# daemon. A case that cannot share the machine says why in a line
+#     # serial: REASON
+# in its header comment, and then runs with no other case beside it. Mark
+# a case serial when it changes something global (a sysctl or other
+# /proc/sys setting, /sbin/mount.ckptfs, a fixed user from useradd, bdi
+# settings in sysfs), needs a fixed port that another case could take, or
+# measures time or memory (a deadline in seconds, "writers still wait after
+# 3 s", throughput, a budget filled many times over, kill -9 at random
+# moments). drop_caches alone is no reason: it only evicts clean caches,
+# which costs another case time but never changes what it reads, and the
+# cases that measure time are serial anyway. Deadlines that only guard
+# against a hang (timeout 120, drain --timeout) are no reason either.
 
 set -euo pipefail
 export LC_ALL=C TZ=UTC
