@@ -27,6 +27,7 @@
 #   drop_caches       drop the kernel's page/dentry/inode caches (root)
 #   size_of F, used_bytes, df_size_bytes, state_of F, check_state F
 #   check_backend     `ckptfs drain`, then diff -r the mount and the backend
+#                     and compare their modes, owners and file mtimes
 #
 # Environment: BUILD (default build), KEEP=1 keeps $T on failure,
 # CKPTFS_TEST_ROOT (set by run_all.sh) is where $T is created.
@@ -282,10 +283,18 @@ check_state() {
 }
 
 # Waits for the drain (`ckptfs drain`), then compares the backend tree with
-# the mount, names and bytes (the staging dir aside).
+# the mount (the staging dir aside): names and bytes (diff -r), then what
+# docs/consistency.md promises about metadata (lib/tree_meta.py): the mode
+# of files and dirs, file mtimes to the ns, and, the daemon running as
+# root, every entry's uid and gid.
 check_backend() {
+  local owners=()
   "$CKPTFS" drain "$MNT" --timeout "${1:-120}" > "$T/drain.out" 2>&1 \
     || { cat "$T/drain.out" >&2; fail "ckptfs drain failed"; }
   diff -r --no-dereference --exclude=.ckptfs-tmp "$MNT" "$BACKEND" > "$T/diff.out" 2>&1 \
     || { head -n 20 "$T/diff.out" >&2; fail "backend differs from the mount after the drain"; }
+  # The daemons of a case run as the case's user: owners are kept as root.
+  [ "$(id -u)" = 0 ] && owners=(--owners)
+  $PY "$LIB/tree_meta.py" "$MNT" "$BACKEND" "${owners[@]}" > "$T/meta.out" 2>&1 \
+    || { head -n 31 "$T/meta.out" >&2; fail "backend metadata differs from the mount after the drain"; }
 }
