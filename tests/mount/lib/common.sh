@@ -90,7 +90,9 @@ _TIER_DIRS=("$TIER")  # every tier dir used (removed at exit)
 _our_daemons() {
   # One grep over every cmdline (NUL-separated args, so match "mount" then
   # a path under $T as separate args); forking per process is far slower.
-  grep -lasz -- "$T/" /proc/[0-9]*/cmdline 2>/dev/null | while IFS= read -r f; do
+  # grep exits 2 when a process ends between the glob and its read (often,
+  # with other cases running): under pipefail that failed the whole case.
+  { grep -lasz -- "$T/" /proc/[0-9]*/cmdline 2>/dev/null || true; } | while IFS= read -r f; do
     local cmd
     { cmd=$(tr '\0' ' ' < "$f"); } 2>/dev/null || continue
     case $cmd in
