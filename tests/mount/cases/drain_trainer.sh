@@ -18,8 +18,8 @@ cat > "$T/watch.py" <<'PY'
 # fails if `latest` ever names a step whose files are missing, short or
 # different from what the trainer wrote, and if it never saw a consistent
 # step before the last (step_6): a watcher that sees nothing proves
-# nothing. Its first such sighting lets the trainer go on past step 3
-# (TRAINER_PAUSE, lib/trainer.py).
+# nothing. The trainer waits after step 3 until the watcher has seen
+# step_3 (TRAINER_PAUSE, lib/trainer.py).
 import hashlib, json, os, sys, time
 backend, manifest, stop, pause = sys.argv[1:5]
 def latest():
@@ -53,6 +53,7 @@ def poll():
     steps.add(step)
     if step != "step_6":
         mid.add(step)
+    if step == "step_3":  # the trainer waits there for this sighting
         open(pause, "w").close()
 while True:
     done = os.path.exists(stop)
@@ -61,7 +62,7 @@ while True:
         break
     time.sleep(0.01)
 print(f"watcher: {checks} consistent observations of {sorted(steps)}")
-if not mid or "step_6" not in steps:
+if "step_3" not in mid or "step_6" not in steps:
     sys.exit("watcher: never saw a consistent intermediate checkpoint, or not the last one")
 PY
 

@@ -23,8 +23,8 @@ unset CKPTFS_DRAIN_DELAY_MS
 cat > "$T/watch.py" <<'PY'
 # Polls the bucket until told to stop, then once more (the drained state);
 # fails if `latest` ever names a step whose objects are missing, short or
-# different from what the trainer wrote, and if it saw too few consistent
-# states, or none before the last step (step_6).
+# different from what the trainer wrote, and unless it saw step_3 (the
+# trainer waits after step 3 until it has) and, once drained, step_6.
 import hashlib, json, os, sys, time
 prefix, manifest, stop, lib, pause = sys.argv[1:6]
 sys.path.insert(0, lib)
@@ -60,8 +60,9 @@ def poll():
         return
     checks += 1
     steps.add(step)
-    if step != "step_6":  # an intermediate state: lets the trainer go on past step 3
+    if step != "step_6":
         mid.add(step)
+    if step == "step_3":  # the trainer waits there for this sighting
         open(pause, "w").close()
 while True:
     done = os.path.exists(stop)
@@ -70,7 +71,8 @@ while True:
         break
     time.sleep(0.02)
 print(f"watcher: {checks} consistent observations of {sorted(steps)}")
-if checks < 3 or len(steps) < 2 or not mid:
+# step_3 while the trainer waited, step_6 on the last look: both certain.
+if "step_3" not in steps or "step_6" not in steps:
     sys.exit("watcher: too few observations while draining to mean anything")
 PY
 

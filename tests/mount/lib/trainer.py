@@ -6,9 +6,9 @@ mount) of their sha256, then `latest` rewritten in place, then the step
 two back deleted.
 
 TRAINER_PAUSE=FILE: after step 3, wait (at most 60 s) until FILE exists.
-The cases' watchers create it once they have seen a consistent backend
-while the trainer is not done, so each run shows them one intermediate
-state at least (a watcher that never sees one fails its case)."""
+The cases' watchers create it once they have seen step_3 consistent in the
+backend, so each run shows them one intermediate state at least (a
+watcher that never sees one fails its case)."""
 import hashlib, json, os, shutil, sys, time, torch
 mnt, manifest = sys.argv[1], sys.argv[2]
 pause = os.environ.get("TRAINER_PAUSE")
