@@ -1,7 +1,8 @@
 # ckptfs — one Makefile.
 #   make            build build/ckptfs (warnings on)
 #   make run        install what is missing, build, mount ./mnt on defaults
-#   make test       install what is missing, build, run every unit and mounted test
+#   make test       install what is missing, build (-j, one job per core), run every
+#                   unit test and the mounted cases (two at a time: JOBS=N)
 #   make bench      benchmarks (tests/bench), never part of make test
 #   make crash-soak N=200 [SEED=S]   the kill -9 crash harness, N iterations
 #   make install    install ckptfs and mount.ckptfs into $(PREFIX) and /sbin
@@ -28,6 +29,11 @@ LIB_SRCS := $(wildcard common/*.cc fs/meta/*.cc fs/*.cc cache/*.cc backend/*.cc)
 LIB_OBJS := $(LIB_SRCS:%.cc=$(BUILD)/obj/%.o)
 CLI_SRCS := $(wildcard cli/*.cc)
 MAIN_OBJ := $(CLI_SRCS:%.cc=$(BUILD)/obj/%.o)
+# Jobs for the builds that make run/test/unit/mounted start: one per core,
+# fewer if memory is short (g++ on the RocksDB headers takes about 1 GB).
+BUILD_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); \
+                m=$$(awk '/^MemAvailable:/ { print int($$2 / 1100000) }' /proc/meminfo 2>/dev/null); \
+                [ -n "$$m" ] && [ "$$m" -lt "$$n" ] && n=$$m; [ "$$n" -ge 1 ] || n=1; echo $$n)
 UNIT_MODS := $(sort $(patsubst tests/unit/%/,%,$(dir $(wildcard tests/unit/*/test_*.cc))))
 UNIT_BINS := $(UNIT_MODS:%=$(BUILD)/tests/unit_%)
 
@@ -59,28 +65,32 @@ $(foreach m,$(UNIT_MODS),$(eval $(call UNIT_RULE,$(m))))
 units: $(UNIT_BINS)
 
 run: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all
 	@scripts/run.sh
 
 stop:
 	@$(BUILD)/ckptfs umount $(CURDIR)/mnt
 
+# JOBS=N: mounted cases run at once (tests/run_all.sh; default 2).
 test: deps
-	@$(MAKE) --no-print-directory all units
-	@BUILD=$(BUILD) tests/run_all.sh
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all units
+	@BUILD=$(BUILD) $(if $(JOBS),JOBS=$(JOBS)) tests/run_all.sh
 
-unit: all units
+unit:
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all units
 	@BUILD=$(BUILD) ONLY=unit tests/run_all.sh
 
-mounted: all
-	@BUILD=$(BUILD) ONLY=mount tests/run_all.sh
+mounted:
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all
+	@BUILD=$(BUILD) $(if $(JOBS),JOBS=$(JOBS)) ONLY=mount tests/run_all.sh
 
 bench: deps
 	@scripts/install-bench-deps.sh
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/bench/run.sh
 
-# The crash harness beyond make test's bounded set (tests/mount/cases/crash_bounded.sh).
+# The crash harness beyond make test's bounded set (tests/mount/cases/crash_bounded.sh:
+# one crash of each kind): N random seeds, every kind, random kills the most.
 N ?= 200
 crash-soak: all
 	@BUILD=$(BUILD) tests/crash/harness.py --iterations $(N) $(if $(SEED),--seed $(SEED))

@@ -10,9 +10,15 @@
 #   tests/run_all.sh rename errors    only names containing one of the words
 #
 # Environment: BUILD (default build), CASE_TIMEOUT (seconds per mounted case,
-# default 600), UNIT_TIMEOUT (per unit binary, default 600), KEEP=1 keeps a
-# failed case's temp dir. A mounted case exits 0 (pass), 77 (skip) or
-# anything else (fail); whatever it leaves mounted or running is cleaned up.
+# default 600), UNIT_TIMEOUT (per unit binary, default 600), JOBS (mounted
+# cases run at once, default 2; a case marked `# serial: REASON` always runs
+# alone, see tests/mount/lib/common.sh), KEEP=1 keeps a failed case's temp
+# dir. A mounted case exits 0 (pass), 77 (skip) or anything else (fail);
+# whatever it leaves mounted or running is cleaned up. Case results print
+# as each case finishes, each case's block whole.
+#
+# A Criterion test that is skipped (cr_skip_test, .disabled) fails the run
+# unless tests/unit/expected_skips.txt names it (`suite::test  reason`).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 REPO=$(pwd)
@@ -22,6 +28,8 @@ export BUILD
 ONLY=${ONLY:-}
 CASE_TIMEOUT=${CASE_TIMEOUT:-600}
 UNIT_TIMEOUT=${UNIT_TIMEOUT:-600}
+JOBS=${JOBS:-2}
+case $JOBS in ''|*[!0-9]*|0) echo "JOBS must be a positive number, not '$JOBS'" >&2; exit 2 ;; esac
 FILTERS=("$@")
 case $ONLY in
   ""|unit|mount) ;;
@@ -67,7 +75,9 @@ clean_root() {
 }
 
 cleanup_run() {
-  local r
+  local r f
+  for f in "$RUN"/*.tpid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
+  [ -z "$(jobs -p)" ] || sleep 2  # the cases' own EXIT traps go first
   for r in "$RUN"/case-*; do [ -d "$r" ] && clean_root "$r"; done
 }
 trap 'cleanup_run; exit 130' INT TERM
@@ -75,8 +85,33 @@ trap 'cleanup_run; exit 130' INT TERM
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
+# tests/unit/expected_skips.txt: `suite::test  reason` per line, # comments.
+EXPECTED_SKIPS=$REPO/tests/unit/expected_skips.txt
+# Prints the reason the list gives for skipping $1; false if it is not listed.
+expected_skip() {
+  [ -f "$EXPECTED_SKIPS" ] && awk -v t="$1" '$1 == t { f = 1; $1 = ""; sub(/^ +/, ""); print } END { exit !f }' "$EXPECTED_SKIPS"
+}
+
+# Reports and counts the Criterion tests in log $1 that were skipped
+# (`[SKIP] suite::test: why`, shown with --verbose). Returns 1 if one of them
+# is not an expected skip.
+check_unit_skips() {
+  local log=$1 t why listed bad=0
+  while IFS=$'\t' read -r t why; do
+    if listed=$(expected_skip "$t"); then
+      skipped=$((skipped + 1))
+      echo "  skip $t: $why (expected: $listed)"
+    else
+      failed=$((failed + 1))
+      echo "  UNEXPECTED SKIP $t: $why (fix the condition, or list it in tests/unit/expected_skips.txt)"
+      bad=1
+    fi
+  done < <(sed 's/\x1b\[[0-9;]*m//g' "$log" | sed -nE 's/^\[SKIP\] ([^ :]+::[^ :]+): ?(.*)$/\1\t\2/p')
+  return $bad
+}
+
 run_units() {
-  local bin name out t0 rc syn tested passing failing crashing
+  local bin name out t0 rc syn tested passing failing crashing skips skip_rc
   shopt -s nullglob
   local bins=("$BUILD"/tests/unit_*)
   shopt -u nullglob
@@ -91,7 +126,8 @@ run_units() {
     selected "$name" || continue
     out=$RUN/$name.log
     t0=$(now)
-    timeout -k 10 "$UNIT_TIMEOUT" "$bin" --ascii > "$out" 2>&1
+    # --verbose: only then does Criterion print [SKIP] lines.
+    timeout -k 10 "$UNIT_TIMEOUT" "$bin" --ascii --verbose > "$out" 2>&1
     rc=$?
     syn=$(sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E 'Synthesis: Tested: [0-9]+' | tail -n 1)
     if [ -z "$syn" ]; then
@@ -108,9 +144,18 @@ run_units() {
     failed=$((failed + failing))
     # Criterion counts crashes among the failures; if not, add them.
     if [ $((passing + failing)) -lt "$tested" ]; then failed=$((failed + tested - passing - failing)); fi
-    if [ "$failing" -eq 0 ] && [ "$crashing" -eq 0 ] && [ "$passing" -eq "$tested" ] && [ "$rc" -eq 0 ]; then
+    check_unit_skips "$out" > "$out.skips"
+    skip_rc=$?
+    skips=$(cat "$out.skips")
+    if [ "$failing" -eq 0 ] && [ "$crashing" -eq 0 ] && [ "$passing" -eq "$tested" ] && [ "$rc" -eq 0 ] \
+      && [ "$skip_rc" -eq 0 ]; then
       echo "PASS $name: $passing tests ($(elapsed "$t0")s)"
+      [ -z "$skips" ] || echo "$skips"
+    elif [ "$failing" -eq 0 ] && [ "$crashing" -eq 0 ] && [ "$passing" -eq "$tested" ] && [ "$rc" -eq 0 ]; then
+      echo "FAIL $name: $passing tests passed, but some were skipped ($(elapsed "$t0")s)"
+      echo "$skips"
     else
+      [ -z "$skips" ] || echo "$skips"
       if [ "$failing" -eq 0 ] && [ "$passing" -eq "$tested" ]; then
         failed=$((failed + 1))  # exit status says something broke
       fi
@@ -120,37 +165,87 @@ run_units() {
   done
 }
 
+# Runs one mounted case (in the background under run_mounted): its output
+# goes to $RUN/NAME.log, "RC ELAPSED" to $RUN/NAME.rc once it is done and its
+# root is cleaned up.
+run_case() {
+  local c=$1 name root t0 rc
+  name=$(basename "$c" .sh)
+  root=$RUN/case-$name
+  mkdir -p "$root"
+  chmod 755 "$root"
+  t0=$(now)
+  # timeout in the background, so that an interrupted run can stop it by
+  # pid (it passes the signal on to the case, whose EXIT trap cleans up).
+  CKPTFS_TEST_ROOT=$root timeout -k 20 "$CASE_TIMEOUT" bash "$c" > "$RUN/$name.log" 2>&1 < /dev/null &
+  echo $! > "$RUN/$name.tpid"
+  wait $!
+  rc=$?
+  rm -f "$RUN/$name.tpid"
+  echo "$rc $(elapsed "$t0")" > "$RUN/$name.rc.tmp"
+  clean_root "$root" >> "$RUN/$name.log" 2>&1
+  mv "$RUN/$name.rc.tmp" "$RUN/$name.rc"
+}
+
+# Prints the result of a finished case (its whole block at once, so that
+# cases running side by side never interleave) and counts it.
+report_case() {
+  local name=$1 out=$RUN/$1.log rc secs why
+  read -r rc secs < "$RUN/$name.rc" || { rc=1; secs=?; }
+  case $rc in
+    0)
+      echo "PASS $name (${secs}s)"
+      passed=$((passed + 1)) ;;
+    77)
+      why=$(grep -E '^SKIP: ' "$out" | tail -n 1 | sed -E 's/^SKIP: [^:]*: //')
+      echo "SKIP $name${why:+ ($why)}"
+      skipped=$((skipped + 1)) ;;
+    *)
+      [ "$rc" = 124 ] && why="timed out after ${CASE_TIMEOUT}s" || why="exit $rc"
+      { echo "FAIL $name ($why, ${secs}s)"; tail -n 40 "$out" | sed 's/^/  | /'; }
+      failed=$((failed + 1)) ;;
+  esac
+}
+
+# A case with a line `# serial: REASON` runs alone (see the header of
+# tests/mount/lib/common.sh); the others run JOBS at a time. Results are
+# printed in the order the cases finish.
+is_serial() { grep -qE '^# serial: ' "$1"; }
+
+declare -A _running=()  # pid -> case name
+
+# Waits for one running case and reports it (wait -p: bash 5.1).
+reap_one() {
+  local pid=""
+  wait -n -p pid "${!_running[@]}"
+  [ -n "$pid" ] || return 0
+  report_case "${_running[$pid]}"
+  unset "_running[$pid]"
+}
+
 run_mounted() {
-  local c name root out t0 rc why
+  local c name
+  local -a par=() ser=()
   shopt -s nullglob
   local cases=("$REPO"/tests/mount/cases/*.sh)
   shopt -u nullglob
   for c in "${cases[@]}"; do
     name=$(basename "$c" .sh)
     selected "$name" || continue
-    root=$RUN/case-$name
-    mkdir -p "$root"
-    chmod 755 "$root"
-    out=$RUN/$name.log
-    t0=$(now)
-    CKPTFS_TEST_ROOT=$root timeout -k 20 "$CASE_TIMEOUT" bash "$c" > "$out" 2>&1 < /dev/null
-    rc=$?
-    case $rc in
-      0)
-        echo "PASS $name ($(elapsed "$t0")s)"
-        passed=$((passed + 1)) ;;
-      77)
-        why=$(grep -E '^SKIP: ' "$out" | tail -n 1 | sed -E 's/^SKIP: [^:]*: //')
-        echo "SKIP $name${why:+ ($why)}"
-        skipped=$((skipped + 1)) ;;
-      *)
-        [ "$rc" = 124 ] && why="timed out after ${CASE_TIMEOUT}s" || why="exit $rc"
-        echo "FAIL $name ($why, $(elapsed "$t0")s)"
-        tail -n 40 "$out" | sed 's/^/  | /'
-        failed=$((failed + 1)) ;;
-    esac
-    clean_root "$root"
+    if is_serial "$c"; then ser+=("$c"); else par+=("$c"); fi
   done
+  # The serial cases first, one by one: the longest of them set the pace,
+  # and nothing else runs beside them.
+  for c in "${ser[@]}"; do
+    run_case "$c"
+    report_case "$(basename "$c" .sh)"
+  done
+  for c in "${par[@]}"; do
+    while [ "${#_running[@]}" -ge "$JOBS" ]; do reap_one; done
+    run_case "$c" &
+    _running[$!]=$(basename "$c" .sh)
+  done
+  while [ "${#_running[@]}" -gt 0 ]; do reap_one; done
 }
 
 case $ONLY in

@@ -40,9 +40,14 @@ alone fixes the kind and the parameters (KINDS[seed % 17]), so
 
     tests/crash/harness.py --seed S --iterations 1
 
-repeats an iteration (timing aside). Seeds S..S+16 with S a multiple of 17
-are the bounded set: each failpoint once, a reboot, a trainer restart and
-10 random kills (--bounded picks a random such S).
+repeats an iteration (timing aside). The bounded set (make test, through
+tests/mount/cases/crash_bounded.sh) is one of each kind from the block of
+seeds S..S+16, S a multiple of 17: each failpoint, a reboot, a trainer
+restart and one of the 10 random kills (bounded_seeds(); --bounded picks a
+random such S). The other kills are `make crash-soak`'s. The watcher must
+have found a consistent `latest` while the writer ran in at least one
+iteration of a bounded set, and in every iteration whose backend holds a
+`latest` when the writer stops.
 
 Environment: BUILD (build dir, default build, as tests/mount/lib/common.sh),
 CKPTFS_TEST_ROOT or TMPDIR (where the iteration dirs go), KEEP=1 (keep a
@@ -73,6 +78,16 @@ from model import ABSENT, EMPTY_SHA, Model, classify  # noqa: E402
 FAILPOINTS = ["drain.mid_transfer", "drain.after_publish", "meta.after_commit", "evict.mid", "load.recovery"]
 KINDS = [f"fp:{f}" for f in FAILPOINTS] + ["reboot", "trainer"] + ["kill"] * 10
 IO_ERRNOS = {"ENOTCONN", "EIO", "ECONNABORTED", "ENODEV"}
+
+
+def bounded_seeds(seed):
+    """The bounded set that holds `seed`: the first seed of each kind in
+    its block of len(KINDS), the kill being `seed` itself when it is one,
+    else one picked by the block's number (so repeated runs cover them)."""
+    base = seed - seed % len(KINDS)
+    first = KINDS.index("kill")
+    kill = seed if KINDS[seed % len(KINDS)] == "kill" else base + first + (base // len(KINDS)) % KINDS.count("kill")
+    return [base + i for i in range(first)] + [kill]
 
 
 def log(msg=""):
@@ -257,12 +272,31 @@ class Watcher(threading.Thread):
 
     def run(self):
         while not self.stop.is_set():
-            try:
-                self.poll()
-            except Exception as e:  # a racing rename or rmdir under the walk
-                if not isinstance(e, OSError):
-                    self.violations.append(f"watcher error: {e!r}")
+            self.poll_once()
             self.stop.wait(0.03)
+
+    def poll_once(self):
+        try:
+            self.poll()
+        except Exception as e:  # a racing rename or rmdir under the walk
+            if not isinstance(e, OSError):
+                self.violations.append(f"watcher error: {e!r}")
+
+    def last_look(self, timeout=5.0):
+        """After the thread stopped: polls the backend as the crash left it
+        (a live drain may still move it: then until one poll is consistent,
+        for at most `timeout` s). Returns True if the backend has a `latest`
+        naming a step, which the watcher must then have found consistent."""
+        deadline = time.monotonic() + timeout
+        while True:
+            before = self.consistent
+            v = self.read_latest()
+            if not (v and v.startswith("step_")):
+                return False
+            self.poll_once()
+            if self.consistent > before or self.violations or time.monotonic() > deadline:
+                return True
+            time.sleep(0.05)
 
 
 def load_journal(path):
@@ -318,6 +352,7 @@ class Iteration:
         self.journal = os.path.join(self.dir, "journal.jsonl")
         self.tier = f"{h.tier_prefix}-{seed}"
         self.notes = Notes()
+        self.live_consistent = 0
         self.kill_point = "?"
         self.writer_pid = None
         self.daemon_pid = None
@@ -649,8 +684,13 @@ class Iteration:
         finally:
             watcher.stop.set()
             watcher.join(30)
+        self.live_consistent = watcher.consistent
+        if watcher.last_look() and watcher.consistent == 0 and not watcher.violations:
+            errs.append(f"P3 watcher: the backend's latest is '{watcher.read_latest()}', "
+                        "and the watcher never found it (or any latest) consistent")
         errs += [f"P3 while running: {v}" for v in watcher.violations]
-        self.notes.append(f"watcher: {watcher.polls} polls, {watcher.consistent} consistent latest")
+        self.notes.append(f"watcher: {watcher.polls} polls, {self.live_consistent} consistent latest "
+                          f"while the writer ran, {watcher.consistent} with the last look")
 
         recs = load_journal(self.journal)
         m = Model(recs, writer_killed=(self.kind == "trainer"))
@@ -757,6 +797,7 @@ class Harness:
         self.keep = args.keep or os.environ.get("KEEP") == "1"
         self.failed_dirs = []
         self.bugs = {}  # note starting with "BUG" -> seeds
+        self.live_seen = 0  # iterations whose watcher saw a consistent latest while the writer ran
 
     def preflight(self):
         if not os.path.exists("/dev/fuse"):
@@ -836,6 +877,8 @@ class Harness:
         finally:
             dt = time.monotonic() - t0
         passed = not errs
+        if it.live_consistent > 0:
+            self.live_seen += 1
         log(f"[{'PASS' if passed else 'FAIL'}] {it.describe()}")
         log(f"       kill point: {it.kill_point}; {dt:.1f}s")
         for n in it.notes:
@@ -859,15 +902,14 @@ def main():
     ap = argparse.ArgumentParser(description="ckptfs crash harness (see the file's comment)")
     ap.add_argument("--seed", type=int, help="first seed (default: random)")
     ap.add_argument("--iterations", type=int, help="how many seeds from --seed on (default 1 with --seed)")
-    ap.add_argument("--bounded", action="store_true", help="the make test set: 17 seeds from a multiple of 17")
+    ap.add_argument("--bounded", action="store_true", help="the make test set: one seed of each kind (bounded_seeds)")
     ap.add_argument("--only", help="run only seeds whose kind contains this word (kill, reboot, fp:evict.mid...)")
     ap.add_argument("--root", help="where iteration dirs go")
     ap.add_argument("--tier-prefix", help="tier dirs are PREFIX-<seed> (default /dev/shm/ckptfs-crash-<pid>)")
     ap.add_argument("--keep", action="store_true", help="keep failed iteration dirs")
     args = ap.parse_args()
     if args.bounded:
-        base = args.seed if args.seed is not None else random.randrange(1, 10 ** 6) * len(KINDS)
-        seeds = list(range(base - base % len(KINDS), base - base % len(KINDS) + len(KINDS)))
+        seeds = bounded_seeds(args.seed if args.seed is not None else random.randrange(1, 10 ** 6) * len(KINDS))
     else:
         base = args.seed if args.seed is not None else random.randrange(1, 10 ** 7)
         n = args.iterations or 1
@@ -891,7 +933,8 @@ def main():
         except Skip as e:
             log(f"SKIP: {e}")
             return 77
-        log(f"crash harness: {len(seeds)} iterations, seeds {seeds[0]}..{seeds[-1]}, binary {h.ckptfs}")
+        log(f"crash harness: {len(seeds)} iterations, seeds "
+            + (" ".join(map(str, seeds)) if len(seeds) <= 20 else f"{seeds[0]}..{seeds[-1]}") + f", binary {h.ckptfs}")
         for s in seeds:
             if not h.iteration(s):
                 failed.append(s)
@@ -902,6 +945,10 @@ def main():
         h.cleanup_all()
     for bug, where in h.bugs.items():
         log(f"crash harness: {bug} (seeds {' '.join(map(str, where))})")
+    log(f"crash harness: the watcher saw a consistent latest while the writer ran in {h.live_seen} of {len(seeds)} iterations")
+    if args.bounded and h.live_seen == 0 and not failed:
+        log("crash harness: FAIL: in no iteration did the watcher see a consistent latest: it proved nothing")
+        return 1
     log(f"crash harness: {len(seeds) - len(failed)} passed, {len(failed)} failed in {time.monotonic() - t0:.0f}s"
         + (f"; failed seeds: {' '.join(map(str, failed))}" if failed else ""))
     return 1 if failed else 0

@@ -81,5 +81,6 @@ drop_caches
 stat -c '%n %a %u %g %s %x %y' "$MNT/f" "$MNT/d" "$MNT/d/g" "$MNT/d/h" | diff "$T/attrs" - || fail "attributes differ after dropping caches"
 remount_fs
 stat -c '%n %a %u %g %s %x %y' "$MNT/f" "$MNT/d" "$MNT/d/g" "$MNT/d/h" | diff "$T/attrs" - || fail "attributes differ after remount"
+check_backend
 umount_fs
 check_log

@@ -18,5 +18,6 @@ expect_eq 4 "$(stat -c %h "$MNT")" "nlink of the root (p, b + 2)"
 ls -af "$MNT/p" | sort > "$T/ls"
 printf '.\n..\na\nf\n' | diff - "$T/ls" || fail "readdir of p"
 expect_eq "$(stat -c %i "$MNT")" "$(stat -c %i "$MNT/p/..")" "inode of p/.."
+check_backend
 umount_fs
 check_log

@@ -4,7 +4,8 @@
 # still publishing the previous versions. Each sealed version is kept until
 # published, so a watcher on the backend must only ever see one of the
 # versions that were closed, whole — never a torn or truncated mix — and the
-# last one after `ckptfs drain`.
+# last one after `ckptfs drain`; it must see one before the last (the saver
+# waits after step 3 until it has).
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
@@ -13,8 +14,8 @@ mount_fs --cache-size 1G
 unset CKPTFS_DRAIN_DELAY_MS
 
 cat > "$T/saver.py" <<'PY'
-import hashlib, json, os, sys, torch
-mnt, sums_path = sys.argv[1], sys.argv[2]
+import hashlib, json, os, sys, time, torch
+mnt, sums_path, pause = sys.argv[1:4]
 p = os.path.join(mnt, "ckpt.pt")
 sums = []
 def record():
@@ -35,35 +36,53 @@ for step in range(8):
             f.seek(1 << 20)
             f.write(os.urandom(4096))
         record()
+    if step == 3:  # wait (60 s at most) until the watcher saw a version
+        deadline = time.monotonic() + 60
+        while not os.path.exists(pause) and time.monotonic() < deadline:
+            time.sleep(0.02)
 PY
 
 cat > "$T/watch.py" <<'PY'
+# Polls the backend until told to stop, then once more (the drained state);
+# fails on a ckpt.pt that is no closed version, and if it never saw a whole
+# version other than the last: a watcher that sees nothing proves nothing.
+# Its first sighting lets the saver go on past step 3.
 import hashlib, json, os, sys, time
-backend, sums_path, stop = sys.argv[1:4]
-seen = 0
-while not os.path.exists(stop):
+backend, sums_path, stop, pause = sys.argv[1:5]
+seen, last = set(), None
+def poll():
+    global last
     try:
         data = open(os.path.join(backend, "ckpt.pt"), "rb").read()
     except FileNotFoundError:
-        time.sleep(0.01); continue
+        return
     h = hashlib.sha256(data).hexdigest()
     if h not in json.load(open(sums_path)):
         # Re-read once: the version may have been recorded just after publish.
         time.sleep(0.2)
         if h not in json.load(open(sums_path)):
             sys.exit(f"backend ckpt.pt ({len(data)} bytes) is no version that was closed")
-    seen += 1
+    seen.add(h)
+    last = h
+    open(pause, "w").close()
+while True:
+    done = os.path.exists(stop)
+    poll()
+    if done:
+        break
     time.sleep(0.01)
-print(f"watcher: {seen} whole versions observed")
+print(f"watcher: {len(seen)} whole versions observed")
+if not seen - {last}:
+    sys.exit("watcher: never saw a whole version before the last one")
 PY
 
 echo '[]' > "$T/sums.json"
-$PY "$T/watch.py" "$BACKEND" "$T/sums.json" "$T/stop" > "$T/watch.out" 2>&1 &
+$PY "$T/watch.py" "$BACKEND" "$T/sums.json" "$T/stop" "$T/pause" > "$T/watch.out" 2>&1 &
 watcher=$!
-$PY "$T/saver.py" "$MNT" "$T/sums.json"
+$PY "$T/saver.py" "$MNT" "$T/sums.json" "$T/pause"
 "$CKPTFS" drain "$MNT" --timeout 300
 touch "$T/stop"
-wait "$watcher" || { cat "$T/watch.out"; fail "the backend showed a torn checkpoint"; }
+wait "$watcher" || { cat "$T/watch.out"; fail "the backend showed a torn checkpoint, or no version before the last"; }
 cat "$T/watch.out"
 cmp "$MNT/ckpt.pt" "$BACKEND/ckpt.pt" || fail "backend does not hold the last version"
 # Step 7 is not patched in place (7 % 3 != 2): both load as step 7.

@@ -40,6 +40,8 @@ expect_eq remote "$(state_of "$MNT/mid")" "mid after the tier was dropped"
 cmp "$T/mid.ref" "$MNT/mid" || fail "mid reads back wrong after eviction"
 tier_alloc=$(du -sB1 "$TIER" | cut -f1)
 [ "$tier_alloc" -lt $((64 << 20)) ] || fail "the fetched copy allocates $tier_alloc bytes in the tier (fetched dense?)"
+expect_eq remote "$(state_of "$MNT/big")" "big after the tier was dropped"
+expect_eq $((100 * G)) "$(size_of "$MNT/big")" "size of big after remount"
 for blk in 0 $((50 * G / 4096)) $((100 * G / 4096 - 1)); do
   expect_eq "$(range "$BACKEND/big" "$blk" 1)" "$(range "$MNT/big" "$blk" 1)" "big after remount, block $blk"
 done

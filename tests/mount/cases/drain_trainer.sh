@@ -2,8 +2,9 @@
 # A trainer saves step_1..step_6 with torch.save (model + optimizer), writes
 # `latest` after each step and deletes old steps. While the (slowed) drain
 # runs, a watcher walks the backend and checks that `latest` never names a
-# step whose files are not complete. After `ckptfs drain` the backend tree
-# equals the mount tree byte for byte.
+# step whose files are not complete, and that it saw at least one complete
+# step before the last (the trainer waits after step 3 until it has). After
+# `ckptfs drain` the backend tree equals the mount tree byte for byte.
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
@@ -13,16 +14,25 @@ unset CKPTFS_DRAIN_DELAY_MS
 
 
 cat > "$T/watch.py" <<'PY'
-# Polls the backend until told to stop; fails if `latest` ever names a step
-# whose files are missing, short or different from what the trainer wrote.
+# Polls the backend until told to stop, then once more (the drained state);
+# fails if `latest` ever names a step whose files are missing, short or
+# different from what the trainer wrote, and if it never saw a consistent
+# step before the last (step_6): a watcher that sees nothing proves
+# nothing. The trainer waits after step 3 until the watcher has seen
+# step_3 (TRAINER_PAUSE, lib/trainer.py).
 import hashlib, json, os, sys, time
-backend, manifest, stop = sys.argv[1:4]
-checks = 0
-while not os.path.exists(stop):
+backend, manifest, stop, pause = sys.argv[1:5]
+def latest():
     try:
-        step = open(os.path.join(backend, "latest")).read()
+        return open(os.path.join(backend, "latest")).read()
     except FileNotFoundError:
-        time.sleep(0.02); continue
+        return None
+checks, steps, mid = 0, set(), set()
+def poll():
+    global checks
+    step = latest()
+    if step is None:
+        return
     sums = json.load(open(manifest))
     for n in ("model.pt", "optim.pt"):
         p = os.path.join(backend, step, n)
@@ -30,23 +40,38 @@ while not os.path.exists(stop):
             data = open(p, "rb").read()
         except FileNotFoundError:
             # Deleted by a later step: fine only if latest moved on meanwhile.
-            if open(os.path.join(backend, "latest")).read() != step:
-                continue
+            if latest() != step:
+                return
             sys.exit(f"latest names {step} but {p} is missing")
         if hashlib.sha256(data).hexdigest() != sums[f"{step}/{n}"]:
-            if open(os.path.join(backend, "latest")).read() == step and os.path.exists(p):
+            if latest() == step and os.path.exists(p):
                 sys.exit(f"latest names {step} but {p} has wrong bytes")
+            return
+    if latest() != step:
+        return
     checks += 1
+    steps.add(step)
+    if step != "step_6":
+        mid.add(step)
+    if step == "step_3":  # the trainer waits there for this sighting
+        open(pause, "w").close()
+while True:
+    done = os.path.exists(stop)
+    poll()
+    if done:
+        break
     time.sleep(0.01)
-print(f"watcher: {checks} consistent observations")
+print(f"watcher: {checks} consistent observations of {sorted(steps)}")
+if "step_3" not in mid or "step_6" not in steps:
+    sys.exit("watcher: never saw a consistent intermediate checkpoint, or not the last one")
 PY
 
-/usr/bin/python3 "$T/watch.py" "$BACKEND" "$T/manifest.json" "$T/stop" > "$T/watch.out" 2>&1 &
+/usr/bin/python3 "$T/watch.py" "$BACKEND" "$T/manifest.json" "$T/stop" "$T/pause" > "$T/watch.out" 2>&1 &
 watcher=$!
-/usr/bin/python3 "$(dirname "$0")/../lib/trainer.py" "$MNT" "$T/manifest.json"
+TRAINER_PAUSE=$T/pause /usr/bin/python3 "$(dirname "$0")/../lib/trainer.py" "$MNT" "$T/manifest.json"
 "$CKPTFS" drain "$MNT" --timeout 300
 touch "$T/stop"
-wait "$watcher" || { cat "$T/watch.out"; fail "the backend showed an inconsistent checkpoint"; }
+wait "$watcher" || { cat "$T/watch.out"; fail "the backend showed an inconsistent checkpoint, or none"; }
 cat "$T/watch.out"
 
 # The backend equals the mount, byte for byte (the staging dir aside).

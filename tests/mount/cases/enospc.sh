@@ -2,6 +2,7 @@
 # A file larger than the whole --cache-size budget fails cleanly with
 # ENOSPC (dd says so, promptly, nothing hangs); deleting it frees the space
 # (df) and a 32 MiB write then succeeds and reads back.
+# serial: asserts a prompt ENOSPC and the space freed a second after a delete (timing)
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 

@@ -44,5 +44,6 @@ case $r in
   EOPNOTSUPP) note "fallocate(2) itself is not supported (posix_fallocate emulates it)" ;;
   *) fail "fallocate(2): $r" ;;
 esac
+check_backend
 umount_fs
 check_log

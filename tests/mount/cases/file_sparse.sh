@@ -40,5 +40,6 @@ du_k=$(du -k "$MNT/sparse" | cut -f1)
 [ "$du_k" -lt $((16 << 10)) ] || fail "du says the sparse file takes ${du_k} KiB (st_blocks $(stat -c %b "$MNT/sparse"))"
 used1=$(used_bytes)
 [ $((used1 - used0)) -lt $((64 << 20)) ] || fail "df used grew by $((used1 - used0)) bytes for 1 MiB of data"
+check_backend
 umount_fs
 check_log

@@ -57,5 +57,6 @@ expect_eq 0 "$(size_of "$MNT/f")" "truncate -s 0"
 [ ! -s "$MNT/f" ] || fail "f not empty"
 remount_fs
 expect_eq 0 "$(size_of "$MNT/f")" "size of f after remount"
+check_backend
 umount_fs
 check_log

@@ -59,5 +59,6 @@ PY
 same_bytes "$T/ref" "$MNT/rand"
 remount_fs
 same_bytes "$T/ref" "$MNT/rand"
+check_backend
 umount_fs
 check_log

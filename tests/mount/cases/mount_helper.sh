@@ -5,6 +5,7 @@
 # (mount -T FILE DIR) works the same; a bad option fails with nothing
 # mounted; FUSE options pass through. Installs the helper as
 # /sbin/mount.ckptfs for the test and restores what was there.
+# serial: installs /sbin/mount.ckptfs (global), as s3_mount_helper does
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 require_root

@@ -43,5 +43,6 @@ PY
 ls "$MNT" > "$T/ls"
 remount_fs
 ls "$MNT" | diff "$T/ls" - || fail "names differ after remount"
+check_backend
 umount_fs
 check_log

@@ -64,5 +64,6 @@ stat -c '%n %u %g %a' "$MNT/pub"/* > "$T/owners"
 remount_fs
 stat -c '%n %u %g %a' "$MNT/pub"/* | diff "$T/owners" - || fail "owners differ after remount"
 expect_errno EACCES --as $NB stat "$MNT/closed/inner"
+check_backend
 umount_fs
 check_log

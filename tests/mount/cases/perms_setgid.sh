@@ -19,5 +19,6 @@ expect_eq 65534:4242 "$(stat -c %u:%g "$MNT/sg/d")" "group of a dir in a setgid 
 echo x > "$MNT/suid"; chmod 4777 "$MNT/suid"
 as_nobody sh -c "echo y >> '$MNT/suid'"
 [ ! -u "$MNT/suid" ] || fail "setuid bit kept after a write by another user: $(stat -c %a "$MNT/suid")"
+check_backend
 umount_fs
 check_log

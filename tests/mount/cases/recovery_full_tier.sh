@@ -6,6 +6,7 @@
 # workers `stat`, `ls` and `ckptfs status` then hung; now the waiting
 # writes are parked on the space waiter and everything else answers. When
 # the drain resumes, every writer finishes and every file reads back right.
+# serial: asserts that writers still wait after 3 s and that stat/ls answer within 5 s (timing)
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 

@@ -68,5 +68,6 @@ $PY "$T/manifest.py" "$MNT" > "$T/m3"
 remount_fs
 $PY "$T/manifest.py" "$MNT" > "$T/m4"
 diff "$T/m3" "$T/m4" || fail "tree differs after the second remount"
+check_backend
 umount_fs
 check_log

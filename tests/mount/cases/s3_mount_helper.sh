@@ -5,6 +5,7 @@
 # line with an s3:// source works the same; a wrong endpoint fails with the
 # daemon's message and nothing mounted. Installs the helper as
 # /sbin/mount.ckptfs for the test and restores what was there.
+# serial: installs /sbin/mount.ckptfs (global), as mount_helper does
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 source "$LIB/s3.sh"

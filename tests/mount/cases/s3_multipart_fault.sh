@@ -6,6 +6,7 @@
 # too; a poller listing the bucket all along never saw the final key with a
 # partial size; the upload cut short was aborted (no multipart upload left,
 # through the API and on s3rver's disk) and no staged object is left.
+# serial: restarts s3rver on the port it had; another case may take a free port meanwhile
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 source "$LIB/s3.sh"

@@ -21,12 +21,14 @@ unset CKPTFS_DRAIN_DELAY_MS
 
 
 cat > "$T/watch.py" <<'PY'
-# Polls the bucket until told to stop; fails if `latest` ever names a step
-# whose objects are missing, short or different from what the trainer wrote.
+# Polls the bucket until told to stop, then once more (the drained state);
+# fails if `latest` ever names a step whose objects are missing, short or
+# different from what the trainer wrote, and unless it saw step_3 (the
+# trainer waits after step 3 until it has) and, once drained, step_6.
 import hashlib, json, os, sys, time
-sys.path.insert(0, sys.argv[4])
+prefix, manifest, stop, lib, pause = sys.argv[1:6]
+sys.path.insert(0, lib)
 import s3c
-prefix, manifest, stop = sys.argv[1:4]
 def latest():
     try:
         return s3c.get(f"{prefix}/latest").decode()
@@ -34,11 +36,12 @@ def latest():
         if e.status == 404:
             return None
         raise
-checks, steps = 0, set()
-while not os.path.exists(stop):
+checks, steps, mid = 0, set(), set()
+def poll():
+    global checks
     step = latest()
     if step is None:
-        time.sleep(0.02); continue
+        return
     sums = json.load(open(manifest))
     for n in ("model.pt", "optim.pt"):
         key = f"{prefix}/{step}/{n}"
@@ -49,21 +52,33 @@ while not os.path.exists(stop):
                 raise
             # Deleted by a later step: fine only if latest moved on meanwhile.
             if latest() != step:
-                continue
+                return
             sys.exit(f"latest names {step} but {key} is missing")
         if hashlib.sha256(data).hexdigest() != sums[f"{step}/{n}"]:
             sys.exit(f"latest names {step} but {key} holds {len(data)} bytes that differ from what was saved")
+    if latest() != step:
+        return
     checks += 1
     steps.add(step)
-    time.sleep(0.01)
+    if step != "step_6":
+        mid.add(step)
+    if step == "step_3":  # the trainer waits there for this sighting
+        open(pause, "w").close()
+while True:
+    done = os.path.exists(stop)
+    poll()
+    if done:
+        break
+    time.sleep(0.02)
 print(f"watcher: {checks} consistent observations of {sorted(steps)}")
-if checks < 3 or len(steps) < 2:
+# step_3 while the trainer waited, step_6 on the last look: both certain.
+if "step_3" not in steps or "step_6" not in steps:
     sys.exit("watcher: too few observations while draining to mean anything")
 PY
 
-"$PY" "$T/watch.py" "$PREFIX" "$T/manifest.json" "$T/stop" "$LIB" > "$T/watch.out" 2>&1 &
+"$PY" "$T/watch.py" "$PREFIX" "$T/manifest.json" "$T/stop" "$LIB" "$T/pause" > "$T/watch.out" 2>&1 &
 watcher=$!
-"$PY" "$(dirname "$0")/../lib/trainer.py" "$MNT" "$T/manifest.json"
+TRAINER_PAUSE=$T/pause "$PY" "$(dirname "$0")/../lib/trainer.py" "$MNT" "$T/manifest.json"
 "$CKPTFS" drain "$MNT" --timeout 120 > "$T/drain.out" 2>&1 || { cat "$T/drain.out"; fail "ckptfs drain failed"; }
 touch "$T/stop"
 wait "$watcher" || { cat "$T/watch.out"; fail "the bucket showed an inconsistent checkpoint"; }

@@ -30,5 +30,6 @@ sleep 1
 used1=$(used_bytes)
 [ $((used1 - used0)) -lt $((8 << 20)) ] || fail "tier still holds $((used1 - used0)) bytes after the unlinked file was closed"
 expect_eq "new file" "$(cat "$MNT/victim")" "new file under the old name"
+check_backend
 umount_fs
 check_log

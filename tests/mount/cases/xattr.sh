@@ -60,5 +60,6 @@ getfattr -d -e hex --absolute-names -m '^user\.(one|two|empty|big|dir)$' "$MNT/f
 remount_fs
 getfattr -d -e hex --absolute-names -m '^user\.(one|two|empty|big|dir)$' "$MNT/f" "$MNT/d" | diff "$T/all" - \
   || fail "xattrs differ after remount"
+check_backend
 umount_fs
 check_log

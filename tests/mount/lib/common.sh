@@ -27,9 +27,25 @@
 #   drop_caches       drop the kernel's page/dentry/inode caches (root)
 #   size_of F, used_bytes, df_size_bytes, state_of F, check_state F
 #   check_backend     `ckptfs drain`, then diff -r the mount and the backend
+#                     and compare their modes, owners and file mtimes
 #
 # Environment: BUILD (default build), KEEP=1 keeps $T on failure,
 # CKPTFS_TEST_ROOT (set by run_all.sh) is where $T is created.
+#
+# Running side by side: run_all.sh runs cases JOBS (2) at a time, so a case
+# keeps to its own $T, $TIER, state dir, s3rver (port 0: a free one) and
+# daemon. A case that cannot share the machine says why in a line
+#     # serial: REASON
+# in its header comment, and then runs with no other case beside it. Mark
+# a case serial when it changes something global (a sysctl or other
+# /proc/sys setting, /sbin/mount.ckptfs, a fixed user from useradd, bdi
+# settings in sysfs), needs a fixed port that another case could take, or
+# measures time or memory (a deadline in seconds, "writers still wait after
+# 3 s", throughput, a budget filled many times over, kill -9 at random
+# moments). drop_caches alone is no reason: it only evicts clean caches,
+# which costs another case time but never changes what it reads, and the
+# cases that measure time are serial anyway. Deadlines that only guard
+# against a hang (timeout 120, drain --timeout) are no reason either.
 
 set -euo pipefail
 export LC_ALL=C TZ=UTC
@@ -74,7 +90,9 @@ _TIER_DIRS=("$TIER")  # every tier dir used (removed at exit)
 _our_daemons() {
   # One grep over every cmdline (NUL-separated args, so match "mount" then
   # a path under $T as separate args); forking per process is far slower.
-  grep -lasz -- "$T/" /proc/[0-9]*/cmdline 2>/dev/null | while IFS= read -r f; do
+  # grep exits 2 when a process ends between the glob and its read (often,
+  # with other cases running): under pipefail that failed the whole case.
+  { grep -lasz -- "$T/" /proc/[0-9]*/cmdline 2>/dev/null || true; } | while IFS= read -r f; do
     local cmd
     { cmd=$(tr '\0' ' ' < "$f"); } 2>/dev/null || continue
     case $cmd in
@@ -300,10 +318,18 @@ check_state() {
 }
 
 # Waits for the drain (`ckptfs drain`), then compares the backend tree with
-# the mount, names and bytes (the staging dir aside).
+# the mount (the staging dir aside): names and bytes (diff -r), then what
+# docs/consistency.md promises about metadata (lib/tree_meta.py): the mode
+# of files and dirs, file mtimes to the ns, and, the daemon running as
+# root, every entry's uid and gid.
 check_backend() {
+  local owners=()
   "$CKPTFS" drain "$MNT" --timeout "${1:-120}" > "$T/drain.out" 2>&1 \
     || { cat "$T/drain.out" >&2; fail "ckptfs drain failed"; }
   diff -r --no-dereference --exclude=.ckptfs-tmp "$MNT" "$BACKEND" > "$T/diff.out" 2>&1 \
     || { head -n 20 "$T/diff.out" >&2; fail "backend differs from the mount after the drain"; }
+  # The daemons of a case run as the case's user: owners are kept as root.
+  [ "$(id -u)" = 0 ] && owners=(--owners)
+  $PY "$LIB/tree_meta.py" "$MNT" "$BACKEND" "${owners[@]}" > "$T/meta.out" 2>&1 \
+    || { head -n 31 "$T/meta.out" >&2; fail "backend metadata differs from the mount after the drain"; }
 }

@@ -72,7 +72,9 @@ s3_uploads_on_disk() {
 expect_no_daemon() {
   local _i
   for _i in $(seq 50); do
-    grep -lasP "mount\\x00\\Q$MNT\\E\\x00" /proc/[0-9]*/cmdline > /dev/null 2>&1 || return 0
+    # -q: a match counts even when another process vanished under grep
+    # (exit 2 otherwise, which read as "no daemon").
+    grep -qasP "mount\\x00\\Q$MNT\\E\\x00" /proc/[0-9]*/cmdline 2> /dev/null || return 0
     sleep 0.1
   done
   fail "a daemon still serves $MNT: $(grep -lasP "mount\\x00\\Q$MNT\\E\\x00" /proc/[0-9]*/cmdline)"

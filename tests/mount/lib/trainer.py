@@ -3,9 +3,15 @@
 (drain_trainer.sh, s3_trainer.sh): six steps, each a step_N/ with a
 torch.save of the model and of the optimizer, a manifest (outside the
 mount) of their sha256, then `latest` rewritten in place, then the step
-two back deleted."""
-import hashlib, json, os, shutil, sys, torch
+two back deleted.
+
+TRAINER_PAUSE=FILE: after step 3, wait (at most 60 s) until FILE exists.
+The cases' watchers create it once they have seen step_3 consistent in the
+backend, so each run shows them one intermediate state at least (a
+watcher that never sees one fails its case)."""
+import hashlib, json, os, shutil, sys, time, torch
 mnt, manifest = sys.argv[1], sys.argv[2]
+pause = os.environ.get("TRAINER_PAUSE")
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 512))
 opt = torch.optim.Adam(model.parameters())
@@ -27,3 +33,7 @@ for step in range(1, 7):
         f.write(f"step_{step}")
     if step > 2:
         shutil.rmtree(os.path.join(mnt, f"step_{step - 2}"))
+    if pause and step == 3:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(pause) and time.monotonic() < deadline:
+            time.sleep(0.02)

