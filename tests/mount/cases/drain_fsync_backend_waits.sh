@@ -5,6 +5,7 @@
 # workers) while stat, ls and `ckptfs status` answer at once; when the
 # drain resumes every fsync returns, and each file was in the backend when
 # its fsync returned.
+# serial: asserts that fsyncs still wait after 3 s and that stat/ls/status answer within 2 s (timing)
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 

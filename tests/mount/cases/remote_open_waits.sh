@@ -4,6 +4,7 @@
 # fetch), 24 readers open remote files at once — more than the 16 workers —
 # while stat, ls and `ckptfs status` answer at once; every reader then gets
 # the right bytes.
+# serial: asserts that stat/ls/status answer within 1.5 s while fetches wait (timing)
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
