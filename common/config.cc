@@ -98,7 +98,10 @@ std::expected<BackendUrl, std::string> ParseBackendUrl(const std::string& s) {
     auto slash = rest.find('/');
     u.bucket = rest.substr(0, slash);
     if (slash != std::string::npos) u.prefix = rest.substr(slash + 1);
+    // The prefix is stored without leading or trailing '/': s3://b//p and
+    // s3://b/p/ name the same keys as s3://b/p.
     while (!u.prefix.empty() && u.prefix.back() == '/') u.prefix.pop_back();
+    while (!u.prefix.empty() && u.prefix.front() == '/') u.prefix.erase(0, 1);
     if (u.bucket.empty()) return std::unexpected("invalid backend '" + s + "': no bucket in s3:// URL");
     return u;
   }

@@ -194,6 +194,12 @@ Test(backend_url, rejects) {
   ExpectBadUrl("S3://bucket/x", "s3://");  // schemes are lower case
 }
 
+// header: "prefix, without leading/trailing '/'".
+Test(backend_url, s3_prefix_without_leading_slash) {
+  ExpectS3("s3://bucket//prefix", "bucket", "prefix");
+  ExpectS3("s3://bucket///a/b//", "bucket", "a/b");
+}
+
 Test(human_bytes, formats) {
   ExpectHuman(0, "0 B");
   ExpectHuman(1, "1 B");
