@@ -275,6 +275,15 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     return st.error();
   }
   FAILPOINT("drain.after_publish");
+  // The file's other names (hard links) point at the new bytes too.
+  for (size_t at = 0; at < e.path2.size();) {
+    size_t end = e.path2.find('\0', at);
+    if (end == std::string::npos) end = e.path2.size();
+    std::string other = e.path2.substr(at, end - at);
+    at = end + 1;
+    if (auto st = backend_->Remove(other); !st && st.error() != ENOENT) return st.error();
+    if (auto st = backend_->Link(e.path, other); !st) return st.error();
+  }
   if (auto st = table_->CompletePersist(e, job->staged, job->src.gen); !st) return st.error();
   std::lock_guard lk(mu_);
   jobs_.erase(e.seq);

@@ -1278,6 +1278,20 @@ void InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
   e.gid = n->rec.gid;
   e.has_owner = true;
   e.path = EntryPath(n->rec.parent, n->rec.name);
+  // A file with several names: the backend publishes under the first and
+  // must link the others to the new bytes (publishing renames a new file
+  // over the name, which breaks the backend's hard link). path2 lists them,
+  // NUL-separated. Scanning every directory is fine: hard links are rare.
+  if (n->rec.nlink > 1) {
+    for (auto& [dino, d] : inodes_) {
+      if (!d->is_dir()) continue;
+      for (auto& [name, child] : d->children) {
+        if (child != n->rec.ino || (dino == n->rec.parent && name == n->rec.name)) continue;
+        if (!e.path2.empty()) e.path2.push_back('\0');
+        e.path2 += EntryPath(dino, name);
+      }
+    }
+  }
   AppendLog(b, e, out);
   n->seal_seq = out->back().seq;
 }

@@ -61,7 +61,7 @@ std::string EncodeInode(const InodeRecord& r);
 // One entry of the ordered drain log: what happened on the mount, in order,
 // with paths as they were at that moment.
 enum class LogOp : uint8_t {
-  kPersist = 1,  // the bytes of ino@version belong at `path`
+  kPersist = 1,  // the bytes of ino@version belong at `path` (and at the NUL-separated other names in path2)
   kMkdir = 2,
   kRmdir = 3,
   kUnlink = 4,

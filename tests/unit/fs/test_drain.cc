@@ -478,3 +478,26 @@ Test(drain, fetch_of_evicted_file_uses_the_backend_path_without_waiting) {
   cr_assert(fd.has_value(), "fetch of the linked file after the unlink applied: %d", fd ? 0 : fd.error());
   e.table->Release(c, O_RDONLY);
 }
+
+// A file with several names, rewritten through one of them: every name in
+// the backend gets the new bytes (publishing by rename used to leave the
+// other names on the old version).
+Test(drain, rewrite_of_a_hard_linked_file_reaches_every_name) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t sub = e.Mkdir(kRoot, "sub");
+  uint64_t a = e.WriteFile(kRoot, "a", "version one");
+  cr_assert(e.table->Link(a, sub, "b").has_value());
+  e.Overwrite(a, "version two");  // through either name: one inode
+  cr_assert(e.table->Link(a, kRoot, "c").has_value());
+  cr_assert(e.table->Unlink(kRoot, "a").has_value());
+  d.Start();
+  d.Drain();
+  cr_assert_eq(d.Read("sub/b"), "version two");
+  cr_assert_eq(d.Read("c"), "version two");
+  cr_assert_not(d.Exists("a"));
+  struct stat b1, c1;
+  cr_assert_eq(stat((d.root + "/sub/b").c_str(), &b1), 0);
+  cr_assert_eq(stat((d.root + "/c").c_str(), &c1), 0);
+  cr_assert_eq(b1.st_ino, c1.st_ino, "still one file in the backend");
+}
