@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Opening an evicted (remote) file fetches it from the backend on a fetcher
-# thread, never on a FUSE worker (issue #10): with a slow backend (3 s per
-# fetch), 24 readers open remote files at once — more than the 16 workers —
+# thread, never on a FUSE worker (issue #10): with a slow backend (1 s per
+# fetch), 64 readers open remote files at once — more than the 16 workers —
 # while stat, ls and `ckptfs status` answer at once; every reader then gets
 # the right bytes.
 # serial: asserts that stat/ls/status answer within 1.5 s while fetches wait (timing)
@@ -10,13 +10,13 @@ source "$(dirname "$0")/../lib/common.sh"
 
 mount_fs --cache-size 256M
 head -c 256K /dev/urandom > "$T/ref"
-for i in $(seq 1 24); do cp "$T/ref" "$MNT/f$i"; done
+for i in $(seq 1 64); do cp "$T/ref" "$MNT/f$i"; done
 umount_fs
 rm -rf "$TIER"  # a node reboot: the files come back remote
-CKPTFS_FETCH_DELAY_MS=3000 mount_fs --cache-size 256M
+CKPTFS_FETCH_DELAY_MS=1000 mount_fs --cache-size 256M
 [ "$(state_of "$MNT/f1")" = remote ] || fail "f1 should be remote, is $(state_of "$MNT/f1")"
 pids=()
-for i in $(seq 1 24); do
+for i in $(seq 1 64); do
   cmp "$T/ref" "$MNT/f$i" 2> "$T/r$i.err" &
   pids+=($!)
 done
@@ -25,6 +25,6 @@ expect_answers 1.5 "opens wait for fetches"
 for i in "${!pids[@]}"; do
   wait "${pids[$i]}" || fail "reader $((i + 1)): $(cat "$T/r$((i + 1)).err")"
 done
-[ "$(state_of "$MNT/f24")" = persisted ] || fail "f24 should be back in memory"
+[ "$(state_of "$MNT/f64")" = persisted ] || fail "f64 should be back in memory"
 umount_fs
 check_log
