@@ -155,7 +155,14 @@ Status Tier::Orphan(uint64_t key) {
   if (mkdirat(dirfd_, kOrphanDir, 0700) != 0 && errno != EEXIST) return ErrFromErrno();
   std::string name = NameOf(key);
   std::string to = std::string(kOrphanDir) + "/" + name;
-  if (renameat(dirfd_, name.c_str(), dirfd_, to.c_str()) != 0) return ErrFromErrno();
+  if (renameat(dirfd_, name.c_str(), dirfd_, to.c_str()) != 0) {
+    if (errno != ENOENT) return ErrFromErrno();
+    if (it != files_.end()) {  // already gone: nothing to keep
+      used_ -= it->second.charged;
+      files_.erase(it);
+    }
+    return {};
+  }
   if (it != files_.end()) {
     used_ -= it->second.charged;  // no longer the budget's: the operator's, until removed
     files_.erase(it);

@@ -232,6 +232,7 @@ Status InodeTable::Load(Caller root_owner) {
   for (const LogEntry& e : log_)
     if (e.op == LogOp::kPersist) wanted.insert(cache::SnapKey(e.ino, e.version));
   for (auto [key, size] : sizes) {
+    if (!tier_->Has(key)) continue;  // removed above (an orphan inode's bytes)
     if (cache::IsSnapKey(key)) {
       Inode* n = Find(cache::SnapIno(key));
       bool current = n && S_ISREG(n->rec.mode) && cache::SnapMatches(key, n->rec.ino, n->rec.version);
