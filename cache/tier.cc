@@ -234,7 +234,7 @@ Result<FdRef> Tier::Ref(uint64_t key) {
   return r;
 }
 
-Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy) {
+Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy, bool wait) {
   FdRef src;
   {
     std::lock_guard lk(mu_);
@@ -245,25 +245,31 @@ Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy) {
   }
   const std::string live = NameOf(ino), snap = NameOf(snap_key), tmp = snap + ".tmp";
   FdRef fresh;
+  uint64_t reserve = 0;  // bytes reserved for the copy, until it is charged
   if (copy) {
-    // Not reserved: callers hold the namespace lock, which the evictor
-    // needs. The copy is charged when done and may take the tier over its
-    // budget for a moment; writers then wait until the drain frees it.
+    // The copy allocates what the source allocates (holes stay holes):
+    // reserved before it starts, released once Recharge below counts it.
     struct stat st;
-    int err = fstat(src->fd, &st) != 0 ? errno : 0;
-    int fd = err ? -1 : OpenAt(tmp, O_RDWR | O_CREAT | O_TRUNC);
-    if (!err && fd < 0) err = errno;
+    if (fstat(src->fd, &st) != 0) return ErrFromErrno();
+    reserve = static_cast<uint64_t>(st.st_blocks) * 512;
+    if (auto r = Reserve(reserve, wait); !r) return r;
+    int fd = OpenAt(tmp, O_RDWR | O_CREAT | O_TRUNC);
+    int err = fd < 0 ? errno : 0;
     if (!err) {
       fresh = std::make_shared<const FdHolder>(fd);
       err = CopySparse(src->fd, fd, static_cast<uint64_t>(st.st_size));
     }
     if (err) {
       unlinkat(dirfd_, tmp.c_str(), 0);
+      Unreserve(reserve);
+      space_cv_.notify_all();
       LOG_ERROR("tier: snapshot copy of ino {} failed: {}", ino, strerror(err));
       return Err(err);
     }
   }
   std::unique_lock lk(mu_);
+  reserved_ -= reserve;  // from here on the copy is charged (Recharge) or gone
+  space_cv_.notify_all();
   auto cur = files_.find(ino);
   if (cur == files_.end()) {  // removed meanwhile
     if (copy) unlinkat(dirfd_, tmp.c_str(), 0);

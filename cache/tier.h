@@ -105,12 +105,14 @@ class Tier {
   // `snap_key` (an immutable snapshot the drainer publishes later), and
   // `ino` gets a new file: empty if `copy` is false (an O_TRUNC, an unlink:
   // a rename, no bytes copied), otherwise a copy of the old bytes (holes
-  // stay holes; charged when done, without waiting for space: the caller
-  // may hold locks the evictor needs). Pins on `ino` stay with
-  // `ino`; references already handed out keep the old bytes. A crash part
-  // way leaves either the old state or the snapshot plus a live file (a
-  // copy in progress is named *.tmp and removed at the next Open).
-  [[nodiscard]] Status Snapshot(uint64_t ino, uint64_t snap_key, bool copy);
+  // stay holes). A copy reserves the pages it allocates first, like a write
+  // (`wait` false: EAGAIN instead of waiting for space), so it never takes
+  // the tier over its budget; the caller must not hold a lock the evictor
+  // needs. Pins on `ino` stay with `ino`; references already handed out
+  // keep the old bytes. A crash part way leaves either the old state or the
+  // snapshot plus a live file (a copy in progress is named *.tmp and
+  // removed at the next Open).
+  [[nodiscard]] Status Snapshot(uint64_t ino, uint64_t snap_key, bool copy, bool wait = true);
 
   // Renames the file under `from` to `to` (replacing it). For start-up
   // recovery, when nothing is pinned.

@@ -121,7 +121,7 @@ void Drainer::StageLoop() {
     } else {
       const LogEntry& e = job->entry;
       // The bytes are a sealed version nothing changes any more (see
-      // InodeTable::Preserve): only a stop cancels the transfer.
+      // InodeTable::MoveAside, LockForMutation): only a stop cancels it.
       auto staged = backend_->Stage(src->fd, src->size, [&] { return stop_.load(); });
       if (!staged) {
         err = staged.error();
@@ -242,6 +242,15 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     cv_.wait(lk, [&] { return stop_ || job->done; });
     if (stop_) return ECANCELED;
     if (job->err != 0) jobs_.erase(e.seq);  // a retry stages afresh
+  }
+  if (job->err == ESTALE) {
+    // A newer version of the file replaced this one before the drain took
+    // it (InodeTable::Seal): the very next entry brings the newer bytes.
+    LOG_DEBUG("drain: seq {} persist '{}' v{} superseded; skipped", e.seq, e.path, e.version);
+    if (auto st = table_->CompleteEntry(e); !st) return st.error();
+    std::lock_guard lk(mu_);
+    stats_.entries_skipped++;
+    return 0;
   }
   if (job->err == ENODATA) {
     // The sealed bytes are gone (the memory tier did not survive, e.g. a

@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -79,7 +80,7 @@ struct DataStats {
 
 // What the drainer needs to stage one persist entry: the sealed version's
 // bytes, which nothing changes any more (a writer that reopens the file
-// first moves them to a snapshot; see Preserve).
+// first moves or copies them to a snapshot; see MoveAside, LockForMutation).
 struct PersistSource {
   cache::FdRef ref;  // keeps the descriptor open for the transfer
   int fd = -1;
@@ -208,7 +209,8 @@ class InodeTable {
   // Starts draining a persist entry: finds the sealed version's bytes (in
   // its snapshot, or in the live tier file if the file has not changed
   // since) and marks the inode draining. ENODATA if the bytes are gone
-  // (the tier was lost, e.g. a node reboot): see RecordLost.
+  // (the tier was lost, e.g. a node reboot): see RecordLost. ESTALE if a
+  // newer version superseded the entry (the drain skips it).
   [[nodiscard]] Result<PersistSource> BeginPersist(const meta::LogEntry& e);
   // Ends a persist that did not complete (error, stop): the state goes
   // back to dirty if the version is still current.
@@ -296,6 +298,14 @@ class InodeTable {
     // applied log entry ("" when unknown), so a fetch goes there without
     // waiting for unrelated entries (a pending `latest.tmp` -> `latest`).
     std::string backend_path;
+    // The data lock: held shared by every change of the file's bytes (a
+    // write, fallocate, truncate) from its copy-on-write check to its
+    // size update, and exclusive by a seal and by the copy-on-write copy,
+    // so a version is never sealed with a write half done and a copy never
+    // sees bytes change under it. Never taken while holding mu_ (lock
+    // order: data_mu, then mu_); shared_ptr so a holder outlives an inode
+    // erased meanwhile.
+    std::shared_ptr<std::shared_mutex> data_mu = std::make_shared<std::shared_mutex>();
     bool is_dir() const { return S_ISDIR(rec.mode); }
   };
 
@@ -326,20 +336,49 @@ class InodeTable {
   // Assigns the entry its seq, adds it to the batch and to `out`; the
   // caller then commits with CommitWithLog(b, out). REQUIRES: mu_ held.
   void AppendLog(meta::Batch* b, meta::LogEntry e, std::vector<meta::LogEntry>* out);
-  // Seals the file's current bytes as a new version. REQUIRES: mu_ held.
-  void Seal(Inode* n, meta::Batch* b, std::vector<meta::LogEntry>* out);
+  // Seals the file's current bytes as a new version. If the previous
+  // version's entry is the last in the log, it is superseded: deleted from
+  // the store in `b`, and its seq returned (0 if none) for Supersede once
+  // `b` is committed. REQUIRES: mu_ held, and the data lock exclusive (or
+  // the file not open).
+  uint64_t Seal(Inode* n, meta::Batch* b, std::vector<meta::LogEntry>* out);
+  // After the commit of a Seal that superseded entry `seq` (0: none) of
+  // `version`: the drain skips it, its copy is dropped. REQUIRES: mu_ held.
+  void Supersede(uint64_t seq, uint64_t ino, uint64_t version);
   // Seals and commits in one WriteBatch. REQUIRES: mu_ held.
   Status SealNow(Inode* n);
   // Is the file's current version sealed and not yet applied by the drain?
   bool SealPending(const Inode* n) const { return n->seal_seq > applied_seq_; }
-  // Before bytes change: if they are still a sealed version the drain has
-  // not taken yet, keep that version (copy-on-write). REQUIRES: mu_ held.
-  Status BeforeMutation(Inode* n);
-  // Copy-on-write: before anything changes or drops the bytes of a sealed
-  // version the drain has not published, move them (keep_bytes false: the
-  // live file starts empty) or copy them (keep_bytes true) to the version's
-  // snapshot. No-op if not needed. REQUIRES: mu_ held.
-  Status Preserve(Inode* n, bool keep_bytes);
+  // A held data lock and the mutex it locks (the mutex outlives the inode
+  // if that is erased meanwhile). Members in this order: unlock, then drop.
+  template <class Lock>
+  struct DataLock {
+    std::shared_ptr<std::shared_mutex> mu;
+    Lock lock;
+    bool owns_lock() const { return lock.owns_lock(); }
+  };
+  using DataShared = DataLock<std::shared_lock<std::shared_mutex>>;
+  using DataExclusive = DataLock<std::unique_lock<std::shared_mutex>>;
+  // Before the file's bytes change: returns its data lock held shared,
+  // after copying the sealed version aside if the drain still needs it
+  // (lazy copy-on-write: only the first change after a seal pays). The copy
+  // runs with the data lock exclusive and mu_ released, so other files'
+  // operations go on, and is reserved against the budget (`wait` false:
+  // EAGAIN instead of waiting for space). ENOENT if the inode is gone.
+  // REQUIRES: mu_ not held.
+  Result<DataShared> LockForMutation(uint64_t ino, bool wait);
+  // The data lock exclusive, for a seal: no change of the bytes is in
+  // flight. An unlocked lock if the inode is gone. REQUIRES: mu_ not held.
+  DataExclusive LockForSeal(uint64_t ino);
+  // Must the sealed version be copied aside before the bytes change?
+  // REQUIRES: mu_ held.
+  bool NeedsCopy(const Inode* n);
+  // Before the live bytes are dropped or emptied (O_TRUNC, truncate to 0,
+  // the last name gone): moves a sealed version the drain has not published
+  // to its snapshot (a rename; the live file starts empty). No-op if not
+  // needed. A change that keeps bytes copies instead: LockForMutation.
+  // REQUIRES: mu_ held, and no change of the bytes in flight.
+  Status MoveAside(Inode* n);
   // Start-up recovery of one regular file's bytes against its metadata.
   // Returns false if the file is lost. REQUIRES: mu_ held.
   bool RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64_t>& live_sizes, meta::Batch* b);
@@ -386,6 +425,10 @@ class InodeTable {
   std::vector<std::string> lost_;                                  // GUARDED_BY(mu_)
   std::map<std::string, uint64_t, std::less<>> by_backend_path_;   // GUARDED_BY(mu_), Inode::backend_path -> ino
   std::map<uint64_t, FailedEntry> failed_;                         // GUARDED_BY(mu_), by record seq
+  // Persist entries a newer version of the same file replaced before the
+  // drain took them (see Seal): dropped from the store, skipped by the
+  // drain (BeginPersist says ESTALE).
+  std::set<uint64_t> superseded_;                                  // GUARDED_BY(mu_)
   uint64_t next_failed_ = 1;                                       // GUARDED_BY(mu_)
   Limits limits_;                                                  // set before Load
   std::atomic<bool> read_only_{false};

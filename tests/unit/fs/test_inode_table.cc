@@ -154,11 +154,12 @@ BOTH(sealed_versions_survive_rewrite_truncate_and_delete) {
   Env e(k);
   uint64_t f = e.WriteFile(kRoot, "f", "version one");
   auto v1 = e.table->PendingLog(10).at(0);
+  e.WriteFile(kRoot, "other", "logged after f's v1, so v1 is not superseded");
   e.Overwrite(f, "v2");  // O_TRUNC: v1 moves to its snapshot
   auto s1 = e.table->BeginPersist(v1);
   cr_assert(s1.has_value());
   cr_assert_eq(ReadAll(s1->fd), "version one");
-  auto v2 = e.table->PendingLog(10).at(1);
+  auto v2 = e.table->PendingLog(10).at(2);
   cr_assert_eq(v2.version, v1.version + 1);
   auto s2 = e.table->BeginPersist(v2);
   cr_assert(s2.has_value());
@@ -176,12 +177,18 @@ BOTH(sealed_versions_survive_rewrite_truncate_and_delete) {
   auto s3 = e.table->BeginPersist(v3);
   cr_assert(s3.has_value());
   cr_assert_eq(ReadAll(s3->fd), "X2");
-  // truncate(2) of the closed file keeps v3.
+  // truncate(2) of the closed file seals v4, which supersedes v3 (the last
+  // entry in the log): the drain skips v3, a transfer already reading it
+  // keeps its bytes.
   ckpt::fs::AttrChange c;
   c.to_set = ckpt::fs::kSetSize;
   c.size = 1;
   cr_assert(e.table->SetAttr(f, c).has_value());
-  cr_assert_eq(ReadAll(e.table->BeginPersist(v3)->fd), "X2");
+  cr_assert_eq(e.table->BeginPersist(v3).error(), ESTALE);
+  cr_assert_eq(ReadAll(s3->fd), "X2");
+  auto v4 = e.table->PendingLog(10).back();
+  cr_assert_eq(v4.version, v3.version + 1);
+  cr_assert_eq(ReadAll(e.table->BeginPersist(v4)->fd), "X");
   // Deleted before draining: the sealed bytes still drain.
   uint64_t g = e.WriteFile(kRoot, "g", "gone");
   auto gl = e.table->PendingLog(100).back();
@@ -194,6 +201,37 @@ BOTH(sealed_versions_survive_rewrite_truncate_and_delete) {
   // Without its bytes (the tier lost them) a version is reported, not served.
   e.tier->Remove(ckpt::cache::SnapKey(gl.ino, gl.version));
   cr_assert_eq(e.table->BeginPersist(gl).error(), ENODATA);
+}
+
+// A version still last in the log when the file is sealed again is
+// superseded: the drain skips it (ESTALE) and its copy is dropped at once,
+// so a file rewritten and fsynced in a loop never piles up copies however
+// far behind the drain is.
+BOTH(superseded_versions_hold_no_copy) {
+  Env e(k);
+  uint64_t f = e.WriteFile(kRoot, "f", std::string(64 * 1024, 'a'));
+  auto fd = e.table->Open(f, O_RDWR);
+  cr_assert(fd.has_value());
+  for (int i = 0; i < 20; i++) {
+    // Each in-place write copies the sealed version aside; each fsync seals
+    // a new version that supersedes the one before.
+    char c = static_cast<char>('b' + i);
+    cr_assert(e.table->Write(f, 0, 1, [&](int x) { return pwrite(x, &c, 1, 0); }).has_value());
+    cr_assert(e.table->SyncSeal(f).has_value());
+    // Live bytes plus at most one copy, never one per fsync.
+    cr_assert_leq(e.tier->Stats().used, 2u * 64 * 1024 + 8192, "used %lu after %d fsyncs",
+                  static_cast<unsigned long>(e.tier->Stats().used), i + 1);
+  }
+  e.table->Release(f, O_RDWR);
+  auto log = e.table->PendingLog(100);
+  cr_assert_eq(log.size(), 21u);  // superseded entries stay until the drain skips them
+  for (size_t i = 0; i + 1 < log.size(); i++) cr_assert_eq(e.table->BeginPersist(log[i]).error(), ESTALE);
+  auto last = e.table->BeginPersist(log.back());
+  cr_assert(last.has_value());
+  cr_assert_eq(ReadAll(last->fd)[0], static_cast<char>('b' + 19));
+  // An fsync with no write since seals nothing and copies nothing.
+  cr_assert_eq(e.table->SyncSeal(f).value(), log.back().seq);
+  cr_assert_leq(e.tier->Stats().used, 64u * 1024 + 8192);
 }
 
 BOTH(complete_marks_persisted_and_evict_frees) {

@@ -1,0 +1,289 @@
+// oplog.cc — the ordered drain log as the drainer sees it: entries appended
+// with the change that caused them (one Batch), handed out oldest first,
+// completed, skipped, failed or lost in order, and the waiters of
+// fsync=backend answered as they are applied.
+//
+// One of the files of InodeTable (fs/inode_table.h), split by
+// responsibility; docs/architecture.md maps them.
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/xattr.h>
+#include <time.h>
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+#include "common/failpoint.h"
+#include "common/log.h"
+#include "fs/inode_table.h"
+
+namespace ckpt::fs {
+
+using meta::Batch;
+using meta::DataState;
+using meta::LogEntry;
+using meta::LogOp;
+using meta::MetaStore;
+using meta::kAppliedCounter;
+using meta::kImportedCounter;
+using meta::kNextInoCounter;
+
+void InodeTable::WhenApplied(uint64_t seq, std::function<void(int err)> fn) {
+  int err = 0;
+  {
+    std::lock_guard lk(mu_);
+    if (applied_seq_ < seq && !shutdown_) {
+      applied_waiters_.emplace(seq, std::move(fn));
+      return;
+    }
+    err = applied_seq_ >= seq ? 0 : EIO;
+  }
+  fn(err);
+}
+
+void InodeTable::AdvanceApplied(uint64_t seq, DueCallbacks* due) {
+  applied_seq_ = seq;
+  applied_cv_.notify_all();
+  auto end = applied_waiters_.upper_bound(seq);
+  for (auto it = applied_waiters_.begin(); it != end; ++it) due->fns.push_back(std::move(it->second));
+  applied_waiters_.erase(applied_waiters_.begin(), end);
+}
+
+void InodeTable::AppendLog(Batch* b, LogEntry e, std::vector<LogEntry>* out) {
+  e.seq = next_seq_++;
+  MetaStore::PutLog(b, e);
+  out->push_back(std::move(e));
+}
+
+Status InodeTable::CommitWithLog(const Batch& b, std::vector<LogEntry>&& entries) {
+  if (auto st = Commit(b); !st) return st;
+  if (entries.empty()) return {};
+  for (auto& e : entries) log_.push_back(std::move(e));
+  log_cv_.notify_all();
+  return {};
+}
+
+std::vector<LogEntry> InodeTable::PendingLog(size_t max) {
+  std::lock_guard lk(mu_);
+  std::vector<LogEntry> out;
+  for (size_t i = 0; i < log_.size() && i < max; i++) out.push_back(log_[i]);
+  return out;
+}
+
+bool InodeTable::WaitForLog(std::chrono::milliseconds d) {
+  std::unique_lock lk(mu_);
+  log_cv_.wait_for(lk, d, [&] { return !log_.empty() || shutdown_; });
+  return !log_.empty() && !shutdown_;
+}
+
+Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
+  std::lock_guard lk(mu_);
+  if (superseded_.count(e.seq)) return Err(ESTALE);
+  Inode* n = Find(e.ino);
+  bool same = n && n->rec.version == e.version && S_ISREG(n->rec.mode);
+  PersistSource src;
+  uint64_t key = cache::SnapKey(e.ino, e.version);
+  if (tier_->Has(key)) {
+    auto ref = tier_->Ref(key);
+    if (!ref) return Err(ref.error() == ENOENT ? ENODATA : ref.error());
+    src.ref = *ref;
+    src.gen = same ? n->sealed_gen : 0;
+  } else {
+    // No snapshot: the live file still holds exactly this version.
+    if (!same || n->data_gen != n->sealed_gen || n->rec.state == DataState::kRemote) return Err(ENODATA);
+    auto ref = tier_->Ref(e.ino);
+    if (!ref) return Err(ref.error() == ENOENT ? ENODATA : ref.error());
+    src.ref = *ref;
+    src.gen = n->data_gen;
+  }
+  struct stat st;
+  if (fstat(src.ref->fd, &st) != 0) return ErrFromErrno();
+  src.fd = src.ref->fd;
+  src.size = static_cast<uint64_t>(st.st_size);
+  src.mode = e.mode & 07777;
+  src.mtime = e.mtime;
+  // The owner the version was sealed with; for an entry logged before
+  // owners were recorded, the file's current one.
+  if (e.has_owner) {
+    src.uid = e.uid, src.gid = e.gid, src.has_owner = true;
+  } else if (n) {
+    src.uid = n->rec.uid, src.gid = n->rec.gid, src.has_owner = true;
+  }
+  if (same && n->data_gen == src.gen) n->rec.state = DataState::kDraining;
+  return src;
+}
+
+void InodeTable::AbortPersist(const LogEntry& e) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(e.ino);
+  if (n && n->rec.state == DataState::kDraining) n->rec.state = DataState::kDirty;
+}
+
+void InodeTable::RecordLost(const LogEntry& e, std::string_view reason) {
+  std::lock_guard lk(mu_);
+  tier_->Remove(cache::SnapKey(e.ino, e.version));
+  if (std::find(lost_.begin(), lost_.end(), e.path) != lost_.end()) return;  // listed at start-up
+  Batch b;
+  MetaStore::PutLost(&b, next_lost_, e.path, reason);
+  if (auto st = Commit(b); !st) LOG_ERROR("'{}': cannot record the loss: {}", e.path, strerror(st.error()));
+  next_lost_++;
+  lost_.push_back(e.path);
+}
+
+std::vector<std::string> InodeTable::LostFiles() {
+  std::lock_guard lk(mu_);
+  return lost_;
+}
+
+Status InodeTable::FailEntry(const LogEntry& e, std::string_view reason) {
+  DueCallbacks due;  // fsync=backend waiters now satisfied; run once mu_ is released
+  std::lock_guard lk(mu_);
+  if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion
+  Inode* n = Find(e.ino);
+  bool current = e.op == LogOp::kPersist && n && S_ISREG(n->rec.mode) && n->rec.version == e.version;
+  Batch b;
+  MetaStore::PutFailed(&b, next_failed_, e.path, reason);
+  MetaStore::DeleteLog(&b, e.seq);
+  MetaStore::PutCounter(&b, kAppliedCounter, e.seq);
+  InodeRecord r;
+  if (current) {
+    r = n->rec;
+    // Only a version nothing rewrote since: its bytes stay in the tier,
+    // never evicted (the backend has no copy), shown as `failed`.
+    if (n->data_gen == n->sealed_gen) r.state = DataState::kFailed;
+    MetaStore::PutInode(&b, r);
+  }
+  if (auto st = Commit(b); !st) return st;
+  if (current) n->rec.state = r.state;
+  failed_[next_failed_++] = FailedEntry{e.path, std::string(reason)};
+  log_.pop_front();
+  AdvanceApplied(e.seq, &due);
+  if (e.op == LogOp::kPersist) {
+    // The snapshot of a version since rewritten is no use any more; the
+    // live file of a current version stays.
+    tier_->Remove(cache::SnapKey(e.ino, e.version));
+    tier_->NotifySpace();
+  }
+  return {};
+}
+
+std::vector<FailedEntry> InodeTable::FailedEntries() {
+  std::lock_guard lk(mu_);
+  std::vector<FailedEntry> out;
+  out.reserve(failed_.size());
+  for (auto& [seq, f] : failed_) out.push_back(f);
+  return out;
+}
+
+Status InodeTable::ClearLost() {
+  std::lock_guard lk(mu_);
+  Batch b;
+  auto del = [&](uint64_t seq, std::string_view, std::string_view) { MetaStore::DeleteLost(&b, seq); };
+  if (auto st = store_->ForEachLost(del); !st) return st;
+  if (auto st = Commit(b); !st) return st;
+  LOG_INFO("lost list cleared ({} entries)", lost_.size());
+  lost_.clear();
+  return {};
+}
+
+Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, uint64_t gen) {
+  DueCallbacks due;  // fsync=backend waiters now satisfied; run once mu_ is released
+  std::lock_guard lk(mu_);
+  if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion
+  Inode* n = Find(e.ino);
+  // The checksum belongs to version e.version; the state is "persisted"
+  // only if the live bytes are still that version.
+  bool same = n && n->rec.version == e.version;
+  bool current = same && n->data_gen == gen && n->data_gen == n->sealed_gen;
+  Batch b;
+  if (same) {
+    InodeRecord r = n->rec;
+    if (current) r.state = DataState::kPersisted;
+    r.checksum_hi = s.checksum_hi;
+    r.checksum_lo = s.checksum_lo;
+    MetaStore::PutInode(&b, r);
+  }
+  MetaStore::DeleteLog(&b, e.seq);
+  MetaStore::PutCounter(&b, kAppliedCounter, e.seq);
+  std::vector<uint64_t> healed;  // failed records of this path: it is in the backend now
+  for (auto& [seq, f] : failed_)
+    if (f.path == e.path) {
+      healed.push_back(seq);
+      MetaStore::DeleteFailed(&b, seq);
+    }
+  if (auto st = Commit(b); !st) return st;
+  for (uint64_t seq : healed) failed_.erase(seq);
+  if (same) {
+    if (current) {
+      n->rec.state = DataState::kPersisted;
+      n->open_marked = false;
+    } else if (n->rec.state == DataState::kDraining) {
+      n->rec.state = DataState::kDirty;
+    }
+    n->rec.checksum_hi = s.checksum_hi;
+    n->rec.checksum_lo = s.checksum_lo;
+    SetBackendPath(n, e.path);
+  } else if (n && n->rec.state == DataState::kDraining) {
+    n->rec.state = DataState::kDirty;
+  }
+  log_.pop_front();
+  AdvanceApplied(e.seq, &due);
+  tier_->Remove(cache::SnapKey(e.ino, e.version));  // published: the snapshot has done its job
+  tier_->NotifySpace();  // a clean file can now be evicted for a waiting writer
+  return {};
+}
+
+Status InodeTable::CompleteEntry(const LogEntry& e) {
+  DueCallbacks due;  // fsync=backend waiters now satisfied; run once mu_ is released
+  std::lock_guard lk(mu_);
+  if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion
+  Batch b;
+  MetaStore::DeleteLog(&b, e.seq);
+  MetaStore::PutCounter(&b, kAppliedCounter, e.seq);
+  if (auto st = Commit(b); !st) return st;
+  log_.pop_front();
+  superseded_.erase(e.seq);
+  AdvanceApplied(e.seq, &due);
+  if (e.op == LogOp::kPersist) {  // skipped: its snapshot, if any, is not needed
+    tier_->Remove(cache::SnapKey(e.ino, e.version));
+    tier_->NotifySpace();
+  }
+  ApplyToBackendPaths(e);
+  return {};
+}
+
+bool InodeTable::WaitApplied(uint64_t seq) {
+  std::unique_lock lk(mu_);
+  applied_cv_.wait(lk, [&] { return applied_seq_ >= seq || shutdown_; });
+  return applied_seq_ >= seq;
+}
+
+void InodeTable::Shutdown() {
+  DueCallbacks due;  // runs after the lock is released: waiters get EIO
+  due.err = EIO;
+  std::lock_guard lk(mu_);
+  for (auto& [seq, fn] : applied_waiters_) due.fns.push_back(std::move(fn));
+  applied_waiters_.clear();
+  shutdown_ = true;
+  log_cv_.notify_all();
+  applied_cv_.notify_all();
+  fetch_cv_.notify_all();
+}
+
+DataStats InodeTable::DataStatistics() {
+  std::lock_guard lk(mu_);
+  DataStats s;
+  for (auto& [ino, n] : inodes_) {
+    if (!S_ISREG(n->rec.mode) || n->rec.nlink == 0) continue;
+    auto i = static_cast<size_t>(n->rec.state);
+    s.files[i]++;
+    s.bytes[i] += n->rec.size;
+  }
+  s.log_len = log_.size();
+  s.head_seq = next_seq_ - 1;
+  s.applied_seq = applied_seq_;
+  return s;
+}
+
+}  // namespace ckpt::fs

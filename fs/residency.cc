@@ -1,0 +1,211 @@
+// residency.cc — which files are in RAM: the LRU evictor that drops clean
+// files for the budget, and the fetch that brings an evicted (remote) file
+// back from where the backend holds it now.
+//
+// One of the files of InodeTable (fs/inode_table.h), split by
+// responsibility; docs/architecture.md maps them.
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/xattr.h>
+#include <time.h>
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+#include "common/failpoint.h"
+#include "common/log.h"
+#include "fs/inode_table.h"
+
+namespace ckpt::fs {
+
+using meta::Batch;
+using meta::DataState;
+using meta::LogEntry;
+using meta::LogOp;
+using meta::MetaStore;
+using meta::kAppliedCounter;
+using meta::kImportedCounter;
+using meta::kNextInoCounter;
+
+bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
+  std::lock_guard lk(mu_);
+  Inode* n = Find(ino);
+  bool trunc = (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY;
+  return n && S_ISREG(n->rec.mode) && n->rec.state == DataState::kRemote && !trunc;
+}
+
+// ---- Budget and remote files ----
+
+cache::Tier::Relief InodeTable::Evict(uint64_t need) {
+  std::lock_guard lk(mu_);
+  // Least recently used first: the LRU set is in that order already.
+  std::vector<Inode*> clean;
+  for (auto [use, ino] : lru_) {
+    Inode* n = Find(ino);
+    if (n && n->rec.state == DataState::kPersisted && n->opens == 0 && !n->fetching && n->rec.nlink > 0)
+      clean.push_back(n);
+  }
+  uint64_t freed = 0;
+  Batch b;
+  std::vector<uint64_t> evicted;
+  for (Inode* n : clean) {
+    if (freed >= need) break;
+    uint64_t bytes = tier_->AllocatedBytes(n->rec.ino);
+    n->rec.state = DataState::kRemote;
+    MetaStore::PutInode(&b, n->rec);
+    evicted.push_back(n->rec.ino);
+    freed += bytes;
+  }
+  if (!evicted.empty()) {
+    // Record "remote" before the bytes go: a crash in between leaves a
+    // remote file whose tier copy is merely unused.
+    if (auto st = Commit(b); !st) {
+      for (uint64_t ino : evicted) Find(ino)->rec.state = DataState::kPersisted;
+      return cache::Tier::Relief::kWait;
+    }
+    FAILPOINT("evict.mid");
+    for (uint64_t ino : evicted) tier_->Remove(ino);
+    LOG_DEBUG("evicted {} files, {} bytes", evicted.size(), freed);
+    return cache::Tier::Relief::kFreed;
+  }
+  // Nothing clean: space comes back only if closed files can drain.
+  bool drainable = false;
+  for (const LogEntry& e : log_)
+    if (e.op == LogOp::kPersist) {
+      drainable = true;
+      break;
+    }
+  return drainable ? cache::Tier::Relief::kWait : cache::Tier::Relief::kHopeless;
+}
+
+void InodeTable::TouchLru(Inode* n) {
+  lru_.erase({n->last_use, n->rec.ino});
+  n->last_use = ++clock_;
+  lru_.emplace(n->last_use, n->rec.ino);
+}
+
+void InodeTable::SetBackendPath(Inode* n, std::string path) {
+  if (!n->backend_path.empty()) {
+    auto it = by_backend_path_.find(n->backend_path);
+    if (it != by_backend_path_.end() && it->second == n->rec.ino) by_backend_path_.erase(it);
+  }
+  n->backend_path = std::move(path);
+  if (n->backend_path.empty()) return;
+  // Another inode recorded there was replaced in the backend.
+  auto [it, fresh] = by_backend_path_.try_emplace(n->backend_path, n->rec.ino);
+  if (!fresh && it->second != n->rec.ino) {
+    if (Inode* old = Find(it->second)) old->backend_path.clear();
+    it->second = n->rec.ino;
+  }
+}
+
+void InodeTable::ApplyToBackendPaths(const LogEntry& e) {
+  // The inodes at `path` and below it, in the backend.
+  auto subtree = [&](const std::string& path) {
+    std::vector<uint64_t> out;
+    if (auto it = by_backend_path_.find(path); it != by_backend_path_.end()) out.push_back(it->second);
+    std::string prefix = path + "/";
+    for (auto it = by_backend_path_.lower_bound(prefix); it != by_backend_path_.end() && it->first.starts_with(prefix);
+         ++it)
+      out.push_back(it->second);
+    return out;
+  };
+  auto move = [&](const std::vector<uint64_t>& inos, const std::string& from, const std::string& to) {
+    for (uint64_t ino : inos)
+      if (Inode* n = Find(ino)) SetBackendPath(n, to + n->backend_path.substr(from.size()));
+  };
+  switch (e.op) {
+    case LogOp::kRename: {
+      auto src = subtree(e.path), dst = subtree(e.path2);
+      if (e.flags & 1) {  // an exchange is rare: both sides fall back to waiting for the log
+        for (uint64_t ino : src)
+          if (Inode* n = Find(ino)) SetBackendPath(n, "");
+        for (uint64_t ino : dst)
+          if (Inode* n = Find(ino)) SetBackendPath(n, "");
+        break;
+      }
+      for (uint64_t ino : dst)  // replaced in the backend
+        if (Inode* n = Find(ino)) SetBackendPath(n, "");
+      move(src, e.path, e.path2);
+      break;
+    }
+    case LogOp::kUnlink:
+    case LogOp::kRmdir:
+      for (uint64_t ino : subtree(e.path))
+        if (Inode* n = Find(ino)) SetBackendPath(n, "");
+      break;
+    default:
+      break;
+  }
+}
+
+Status InodeTable::EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino, int attempt) {
+  for (;;) {
+    Inode* n = Find(ino);
+    if (!n) return Err(ENOENT);
+    if (n->rec.state != DataState::kRemote) return {};
+    if (!n->fetching) break;
+    fetch_cv_.wait(lk);
+    if (shutdown_) return Err(EIO);
+  }
+  if (!backend_) return Err(EIO);
+  Inode* n = Find(ino);
+  if (n->backend_path.empty()) {
+    // Where the backend holds it is not tracked (after an exchange, an
+    // unlink of the name it had, or a restart with renames pending): once
+    // the log has reached this moment, it is the current path.
+    uint64_t head = next_seq_ - 1;
+    applied_cv_.wait(lk, [&] { return applied_seq_ >= head || shutdown_; });
+    if (shutdown_) return Err(EIO);
+    n = Find(ino);
+    if (!n) return Err(ENOENT);
+    if (n->rec.state != DataState::kRemote) return {};
+    if (n->fetching) return EnsureLocal(lk, ino, attempt);  // another fetch started meanwhile
+    if (n->backend_path.empty()) SetBackendPath(n, EntryPath(n->rec.parent, n->rec.name));
+  }
+  n->fetching = true;
+  std::string path = n->backend_path;
+  uint64_t size = n->rec.size, hi = n->rec.checksum_hi, lo = n->rec.checksum_lo;
+  lk.unlock();
+  // Test knob: CKPTFS_FETCH_DELAY_MS=N makes every fetch take N ms longer
+  // (a slow backend), read once.
+  static const int fetch_delay_ms = [] {
+    const char* v = getenv("CKPTFS_FETCH_DELAY_MS");
+    return v ? atoi(v) : 0;
+  }();
+  if (fetch_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(fetch_delay_ms));
+  auto st = tier_->Fill(ino, size, [&](int fd) -> int {
+    auto sum = backend_->Fetch(path, fd, size);
+    if (!sum) return sum.error();
+    if ((hi | lo) != 0 && (sum->first != hi || sum->second != lo)) {
+      LOG_ERROR("ino {} '{}': checksum mismatch on fetch from backend ({:016x}{:016x}, expected {:016x}{:016x})",
+                ino, path, sum->first, sum->second, hi, lo);
+      return EIO;
+    }
+    return 0;
+  });
+  lk.lock();
+  n = Find(ino);
+  if (n) {
+    n->fetching = false;
+    if (st) {
+      n->rec.state = DataState::kPersisted;
+      Batch b;
+      MetaStore::PutInode(&b, n->rec);
+      (void)Commit(b);
+    }
+  }
+  fetch_cv_.notify_all();
+  // The drain moved it while it was being read (a rename applied
+  // meanwhile): fetch again from where it is now.
+  if (!st && st.error() == ENOENT && n && n->backend_path != path && attempt < 3)
+    return EnsureLocal(lk, ino, attempt + 1);
+  if (!st) {
+    if (st.error() != EIO) LOG_ERROR("ino {} '{}': fetch from backend failed: {}", ino, path, strerror(st.error()));
+    return Err(st.error() == ENOENT ? EIO : st.error());
+  }
+  return {};
+}
+
+}  // namespace ckpt::fs
