@@ -13,7 +13,6 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
-MIB=$((1 << 20))
 WARN="open for writing when the daemon stopped"
 touch "$T/pause"
 CKPTFS_DRAIN_PAUSE_FILE=$T/pause mount_fs --cache-size 512M
