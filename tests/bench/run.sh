@@ -10,6 +10,7 @@
 #
 #   make bench                                # full run (root; ~20-30 min on 2 cores)
 #   BUILD=build-bench SIZE=512M TORCH_GIB=0.25 REPS=2 FILES=1000 tests/bench/run.sh   # quick
+#   PHASES=fsync TARGETS="ckptfs tmpfs" REPORT=0 tests/bench/run.sh         # one phase alone
 #
 # Environment (defaults in brackets):
 #   BUILD [build]        where ckptfs was built
@@ -19,7 +20,11 @@
 #   FILES [10000]        files in the tier for the remount test (FILE_BYTES [16384] each)
 #   REPS [3]             repetitions (each one measures every target once)
 #   TARGETS [ckptfs tmpfs disk rclone]
-#   PHASES [seq torch remount s3]
+#   PHASES [seq torch remount fsync s3]
+#   FSYNC_SIZE [2G]      file size for the fsync phase (tests/bench/fsync_latency.py: fsync of a
+#                        file still open for writing, then a 1 MiB write, while another thread
+#                        stats other paths; ckptfs with --fsync memory and its drain paused, and
+#                        tmpfs; the other targets are not measured there)
 #   CACHE_SIZE [fits]    ckptfs --cache-size (default: what the largest phase needs, +25 %)
 #   BENCH_WORK [tests/bench/out/work-PID]  the local disk directory (disk target, ckptfs backend
 #                        and state, rclone's remote and cache)
@@ -53,7 +58,8 @@ FILES=${FILES:-10000}
 FILE_BYTES=${FILE_BYTES:-16384}
 REPS=${REPS:-3}
 TARGETS=${TARGETS:-"ckptfs tmpfs disk rclone"}
-PHASES=${PHASES:-"seq torch remount s3"}
+PHASES=${PHASES:-"seq torch remount fsync s3"}
+FSYNC_SIZE=${FSYNC_SIZE:-2G}
 REPORT=${REPORT:-1}
 OUT=$REPO/tests/bench/out
 STAMP=$(date -u +%Y%m%d-%H%M%S)
@@ -72,9 +78,12 @@ say() { echo "bench: $*" | tee -a "$LOG" >&2; }
 [ -x "$CKPTFS" ] || die "no $CKPTFS: run make BUILD=${BUILD#"$REPO"/}"
 [ -e /dev/fuse ] || die "no /dev/fuse"
 command -v fusermount3 >/dev/null || die "no fusermount3"
-"$PY" -c 'import torch' 2>/dev/null || die "python3-torch missing (scripts/install-bench-deps.sh)"
+case " $PHASES " in
+  *" torch "*) "$PY" -c 'import torch' 2>/dev/null || die "python3-torch missing (scripts/install-bench-deps.sh)" ;;
+esac
 case " $TARGETS " in *" rclone "*) command -v rclone >/dev/null || die "rclone missing (scripts/install-bench-deps.sh)" ;; esac
 SIZE_BYTES=$(numfmt --from=iec "$SIZE") || die "bad SIZE $SIZE"
+FSYNC_BYTES=$(numfmt --from=iec "$FSYNC_SIZE") || die "bad FSYNC_SIZE $FSYNC_SIZE"
 TORCH_BYTES=$(awk -v g="$TORCH_GIB" 'BEGIN { printf "%.0f", g * 2^30 * 1.02 }')
 if [ -z "${CACHE_SIZE:-}" ]; then
   CACHE_SIZE=$(awk -v a="$SIZE_BYTES" -v b="$TORCH_BYTES" -v c="$((FILES * (FILE_BYTES + 4096)))" \
@@ -151,13 +160,14 @@ drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 ck_pid() { "$CKPTFS" status --json "$1" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["pid"])'; }
 
-# ck_mount TAG: mounts ckptfs at $WORK/TAG/mnt (backend, state under $WORK/TAG,
-# tier $SHM-TAG); sets DIR and CK_PID. Mounting an existing TAG re-attaches it.
+# ck_mount TAG [ARGS...]: mounts ckptfs at $WORK/TAG/mnt (backend, state under
+# $WORK/TAG, tier $SHM-TAG, ARGS added); sets DIR and CK_PID. Mounting an
+# existing TAG re-attaches it.
 ck_mount() {
   local t=$WORK/$1
   mkdir -p "$t/mnt" "$t/backend" "$t/state"
   "$CKPTFS" mount "$t/mnt" --backend "$t/backend" --state-dir "$t/state" --tier-dir "$SHM-$1" \
-    --cache-size "$CACHE_SIZE" >> "$LOG" 2>&1 || { say "ckptfs mount failed (see $t/state/ckptfs.log)"; return 1; }
+    --cache-size "$CACHE_SIZE" "${@:2}" >> "$LOG" 2>&1 || { say "ckptfs mount failed (see $t/state/ckptfs.log)"; return 1; }
   CK_PID=$(ck_pid "$t/mnt") || return 1
   CK_PIDS+=("$CK_PID")
   DIR=$t/mnt
@@ -336,6 +346,40 @@ phase_remount() {
   rm -rf "${SHM:?}-$tag" "${WORK:?}/$tag"
 }
 
+# fsync of a large file still open for writing (issue #10): ckptfs with
+# --fsync memory and its drain paused (so the version the fsync seals stays
+# pending and the next write must keep it aside), and tmpfs for reference.
+phase_fsync() {
+  local r t tag cs
+  # Room for the file twice (the version kept aside and the live bytes:
+  # nothing drains) and the write after the fsync.
+  cs=$((FSYNC_BYTES * 2 / 1048576 + 256))M
+  for r in $(seq "$REPS"); do
+    for t in $(order "$r"); do
+      case $t in ckptfs|tmpfs) ;; *) continue ;; esac
+      say "fsync: $t, repetition $r of $REPS"
+      tag=fsync-$t-$r
+      drop_caches
+      if [ "$t" = ckptfs ]; then
+        touch "$WORK/pause-$tag"
+        CKPTFS_DRAIN_PAUSE_FILE=$WORK/pause-$tag CACHE_SIZE=$cs ck_mount "$tag" --fsync memory \
+          || { failures=$((failures + 1)); rm -rf "${WORK:?}/$tag" "$WORK/pause-$tag"; continue; }
+      else
+        up "$t" "$tag"
+      fi
+      measure fsync "$t" "$r" "" "$PY" "$REPO/tests/bench/fsync_latency.py" "$DIR" "$FSYNC_BYTES"
+      if [ "$t" = ckptfs ]; then
+        # Nothing to learn from draining it: leave without.
+        rm -f "$WORK/pause-$tag"
+        ck_umount "$tag" --no-drain
+        rm -rf "${SHM:?}-$tag" "${WORK:?}/$tag"
+      else
+        down "$t" "$tag"
+      fi
+    done
+  done
+}
+
 phase_s3() {
   local s=$REPO/tests/bench/s3_drain.sh
   [ -f "$s" ] || { say "s3: tests/bench/s3_drain.sh not present, skipped"; return 0; }
@@ -351,7 +395,7 @@ phase_s3() {
 }
 
 # ---------------------------------------------------------------- main
-say "run $RUN_ID: SIZE=$SIZE TORCH_GIB=$TORCH_GIB SHARDS=$SHARDS FILES=$FILES REPS=$REPS CACHE_SIZE=$CACHE_SIZE"
+say "run $RUN_ID: SIZE=$SIZE FSYNC_SIZE=$FSYNC_SIZE TORCH_GIB=$TORCH_GIB SHARDS=$SHARDS FILES=$FILES REPS=$REPS CACHE_SIZE=$CACHE_SIZE"
 say "targets: $TARGETS; phases: $PHASES; work dir $WORK; build $BUILD"
 T_START=$(now)
 rec meta loadavg_start all 0 "$(cut -d' ' -f1 /proc/loadavg)" load
@@ -360,6 +404,7 @@ rec meta torch_gib all 0 "$TORCH_GIB" GiB
 rec meta shards all 0 "$SHARDS" files
 rec meta files all 0 "$FILES" files
 rec meta file_bytes all 0 "$FILE_BYTES" B
+rec meta fsync_size_bytes all 0 "$FSYNC_BYTES" B
 rec meta reps all 0 "$REPS" reps
 rec meta cache_size all 0 "$(numfmt --from=iec "$CACHE_SIZE")" B
 rec meta cpu_busy_start all 0 "$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat)" ticks
@@ -368,6 +413,7 @@ for p in $PHASES; do
     seq) phase_seq ;;
     torch) phase_torch ;;
     remount) phase_remount ;;
+    fsync) phase_fsync ;;
     s3) phase_s3 ;;
     *) say "unknown phase $p" ;;
   esac
