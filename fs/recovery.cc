@@ -128,13 +128,12 @@ Status InodeTable::Load(Caller root_owner) {
     if (e.op == LogOp::kPersist) wanted.insert(cache::SnapKey(e.ino, e.version));
   for (auto [key, size] : sizes) {
     if (!tier_->Has(key)) continue;  // removed above (an orphan inode's bytes)
-    if (cache::IsSnapKey(key)) {
-      Inode* n = Find(cache::SnapIno(key));
-      bool current = n && S_ISREG(n->rec.mode) && cache::SnapMatches(key, n->rec.ino, n->rec.version);
-      if (!wanted.count(key) && !current) tier_->Remove(key);  // published before the daemon stopped
+    Inode* n = Find(cache::IsSnapKey(key) ? cache::SnapIno(key) : key);
+    if (cache::IsSnapKey(key) && n) {
+      bool current = S_ISREG(n->rec.mode) && cache::SnapMatches(key, n->rec.ino, n->rec.version);
+      if (!wanted.count(key) && !current) tier_->Remove(key);  // published (or superseded) before the stop
       continue;
     }
-    Inode* n = Find(key);
     if (!n || !S_ISREG(n->rec.mode)) {
       // Never deleted: the metadata may be what is wrong. The operator
       // finds them in orphans/ (counted by `ckptfs status`).

@@ -37,11 +37,16 @@ note "refused: $(cat "$T/err")"
   || fail "the refused mount changed the tier"
 
 # A fresh state dir over the same tier: every tier file is of an unknown
-# inode. They go to orphans/, bytes intact, and status counts them.
+# inode, the copies of `latest`'s older versions kept for the drain
+# included. All go to orphans/, bytes intact, and status counts them.
+files=$(cd "$TIER" && find . -type f ! -name .lock | wc -l)
+[ "$files" -gt 6 ] || fail "want snapshots of latest in the tier too; found $files files"
 mount_fs --state-dir "$T/state-new" --cache-size 256M
 n=$("$CKPTFS" status "$MNT" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["tier"]["orphans"])')
-[ "$n" -ge 6 ] || fail "status counts $n orphans, want >= 6"
-[ "$(cd "$TIER/orphans" && find . -type f | wc -l)" -ge 6 ] || fail "orphans/ does not hold the files"
+[ "$n" = "$files" ] || fail "status counts $n orphans, want all $files tier files"
+[ "$(cd "$TIER/orphans" && find . -type f | wc -l)" = "$files" ] || fail "orphans/ does not hold every file"
+[ "$(cd "$TIER/orphans" && find . -type f -print0 | xargs -0 md5sum | awk '{print $1}' | sort)" = \
+  "$(echo "$tier_before" | awk '{print $1}' | sort)" ] || fail "orphans/ bytes differ from the tier's before"
 umount_fs
 rm -f "$T/pause"
 check_log --allow-errors "metadata|damaged|Corruption|cannot open" --allow-warnings "orphans|unknown ino|open for writing|daemon stopped"
