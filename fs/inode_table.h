@@ -4,10 +4,14 @@
 //
 // Every operation validates, builds its Batch, commits it, and only then
 // changes the in-memory copy, so a failed RocksDB write leaves both as they
-// were. All of it runs under one mutex: on a 2-core machine, with metadata
-// operations a few microseconds long, a finer scheme buys nothing yet. File
-// bytes are not touched under that mutex (cache/ writes them), only the
-// resulting size and times.
+// were. Metadata runs under one mutex (mu_): with operations a few
+// microseconds long, a finer scheme buys nothing yet. File bytes are never
+// touched under it: writes, truncates and the copy-on-write of a sealed
+// version run under the inode's own data lock (Inode::data_mu), so a long
+// copy delays only that file. The class is split across files by
+// responsibility: inode_table.cc (namespace), file_state.cc (write path,
+// seal, copy-on-write), oplog.cc (drain log), recovery.cc (start-up),
+// residency.cc (evictor, fetch).
 //
 // This layer knows nothing of FUSE: fuse_ops.cc turns requests into calls
 // here and results into replies. Errors are positive errno values.
@@ -413,7 +417,8 @@ class InodeTable {
   cache::Tier* const tier_;
   backend::Backend* const backend_;
 
-  std::mutex mu_;  // lock order: mu_, then cache::Tier::mu_
+  // Lock order: Inode::data_mu, Drainer::mu_, mu_, cache::Tier::mu_.
+  std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_;  // GUARDED_BY(mu_)
   uint64_t next_ino_ = meta::kRootIno + 1;                         // GUARDED_BY(mu_)
   std::deque<meta::LogEntry> log_;                                 // GUARDED_BY(mu_), oldest first
