@@ -15,9 +15,52 @@
 
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "fs/file_state.h"
 #include "fs/inode_table.h"
 
 namespace ckpt::fs {
+
+const char* FileEventName(FileEvent e) {
+  switch (e) {
+    case FileEvent::kChange: return "change";
+    case FileEvent::kStage: return "stage";
+    case FileEvent::kStageEnd: return "stage-end";
+    case FileEvent::kPublish: return "publish";
+    case FileEvent::kRefuse: return "refuse";
+    case FileEvent::kEvict: return "evict";
+    case FileEvent::kFetch: return "fetch";
+  }
+  return "?";
+}
+
+std::optional<meta::DataState> NextState(meta::DataState s, FileEvent e) {
+  using S = meta::DataState;
+  constexpr int kStates = 5, kEvents = 7;
+  // kNone: the event cannot happen in that state.
+  constexpr int kNone = -1;
+  // Rows: dirty, draining, persisted, remote, failed (meta::DataState order).
+  // Columns: change, stage, stage-end, publish, refuse, evict, fetch.
+  static constexpr int kTable[kStates][kEvents] = {
+      /* dirty     */ {0, 1, 0, 2, 4, kNone, kNone},
+      /* draining  */ {0, 1, 0, 2, 4, kNone, kNone},
+      /* persisted */ {0, kNone, 2, kNone, kNone, 3, kNone},
+      /* remote    */ {0, kNone, 3, kNone, kNone, kNone, 2},
+      /* failed    */ {0, kNone, 4, kNone, kNone, kNone, kNone},
+  };
+  auto row = static_cast<int>(s), col = static_cast<int>(e);
+  if (row < 0 || row >= kStates || col < 0 || col >= kEvents || kTable[row][col] == kNone) return std::nullopt;
+  return static_cast<S>(kTable[row][col]);
+}
+
+void InodeTable::Transition(Inode* n, FileEvent e) {
+  auto next = NextState(n->rec.state, e);
+  if (!next) {
+    LOG_ERROR("ino {}: event {} in state {} is not in the state table; state kept", n->rec.ino, FileEventName(e),
+              meta::DataStateName(n->rec.state));
+    return;
+  }
+  n->rec.state = *next;
+}
 
 using meta::Batch;
 using meta::DataState;
@@ -55,14 +98,16 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
     // that dies now restarts from the last sealed version, not from torn
     // bytes it would otherwise take for that version.
     if (n->rec.state == DataState::kPersisted || n->rec.state == DataState::kRemote) {
-      InodeRecord r = n->rec;
-      r.state = DataState::kDirty;
+      const DataState before = n->rec.state;
+      Transition(n, FileEvent::kChange);
       Batch b;
-      MetaStore::PutInode(&b, r);
-      if (auto st = Commit(b); !st) return Err(st.error());
-      n->pre_open_state = n->rec.state;
+      MetaStore::PutInode(&b, n->rec);
+      if (auto st = Commit(b); !st) {
+        n->rec.state = before;
+        return Err(st.error());
+      }
+      n->pre_open_state = before;
       n->open_marked = true;
-      n->rec.state = DataState::kDirty;
     }
   }
   auto fd = tier_->Pin(ino, true);
@@ -74,7 +119,7 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
     }
     n->rec.size = 0;
     n->rec.mtime = n->rec.ctime = Now();
-    n->rec.state = DataState::kDirty;
+    Transition(n, FileEvent::kChange);
     n->data_gen++;
     n->size_dirty = true;
   }
@@ -131,7 +176,7 @@ Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const s
   if (!node) return n;
   node->rec.size = std::max(node->rec.size, off + *n);
   node->rec.mtime = node->rec.ctime = Now();
-  node->rec.state = DataState::kDirty;
+  Transition(node, FileEvent::kChange);
   node->data_gen++;
   // Writing clears set-user-ID and set-group-ID, as on local filesystems.
   if (node->rec.mode & (S_ISUID | S_ISGID)) node->rec.mode &= ~(S_ISUID | ((node->rec.mode & S_IXGRP) ? S_ISGID : 0));
@@ -156,7 +201,7 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len,
   if (!n) return {};
   if (!(mode & FALLOC_FL_KEEP_SIZE)) n->rec.size = std::max(n->rec.size, off + len);
   n->rec.mtime = n->rec.ctime = Now();
-  n->rec.state = DataState::kDirty;
+  Transition(n, FileEvent::kChange);
   n->data_gen++;
   n->size_dirty = true;
   return {};
@@ -273,7 +318,7 @@ uint64_t InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
   }
   n->rec.version++;
   n->rec.sealed_size = n->rec.size;
-  n->rec.state = DataState::kDirty;
+  Transition(n, FileEvent::kChange);  // a new version, in no backend yet
   n->sealed_gen = n->data_gen;
   LogEntry e;
   e.op = LogOp::kPersist;

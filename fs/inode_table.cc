@@ -3,6 +3,7 @@
 // fs/meta as one Batch before the map changes. The write path, the drain
 // log, recovery and residency (evict, fetch) are in file_state.cc,
 // oplog.cc, recovery.cc and residency.cc.
+#include "fs/file_state.h"
 #include "fs/inode_table.h"
 
 #include <fcntl.h>
@@ -276,7 +277,7 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
     if (auto st = tier_->Truncate(ino, c.size); !st) return Err(st.error());
     r.size = c.size;
     r.mtime = now;
-    r.state = DataState::kDirty;
+    r.state = *NextState(r.state, FileEvent::kChange);
     n->data_gen++;
   }
   if (c.to_set & kSetAtime) r.atime = c.atime;

@@ -38,6 +38,7 @@
 #include "backend/backend.h"
 #include "cache/tier.h"
 #include "common/result.h"
+#include "fs/file_state.h"
 #include "fs/meta/meta_store.h"
 
 namespace ckpt::fs {
@@ -314,6 +315,10 @@ class InodeTable {
   };
 
   Inode* Find(uint64_t ino);  // REQUIRES: mu_ held
+  // Moves `n` along the state table (fs/file_state.h); an event the table
+  // does not allow in n's state is logged and changes nothing.
+  // REQUIRES: mu_ held.
+  void Transition(Inode* n, FileEvent e);
   // EROFS once read-only. Any thread.
   Status Writable() const;
   // Commits to the store; a failure turns the mount read-only (sticky),

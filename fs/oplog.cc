@@ -16,6 +16,7 @@
 
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "fs/file_state.h"
 #include "fs/inode_table.h"
 
 namespace ckpt::fs {
@@ -110,14 +111,14 @@ Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
   } else if (n) {
     src.uid = n->rec.uid, src.gid = n->rec.gid, src.has_owner = true;
   }
-  if (same && n->data_gen == src.gen) n->rec.state = DataState::kDraining;
+  if (same && n->data_gen == src.gen) Transition(n, FileEvent::kStage);
   return src;
 }
 
 void InodeTable::AbortPersist(const LogEntry& e) {
   std::lock_guard lk(mu_);
   Inode* n = Find(e.ino);
-  if (n && n->rec.state == DataState::kDraining) n->rec.state = DataState::kDirty;
+  if (n) Transition(n, FileEvent::kStageEnd);
 }
 
 void InodeTable::RecordLost(const LogEntry& e, std::string_view reason) {
@@ -151,7 +152,7 @@ Status InodeTable::FailEntry(const LogEntry& e, std::string_view reason) {
     r = n->rec;
     // Only a version nothing rewrote since: its bytes stay in the tier,
     // never evicted (the backend has no copy), shown as `failed`.
-    if (n->data_gen == n->sealed_gen) r.state = DataState::kFailed;
+    if (n->data_gen == n->sealed_gen) r.state = NextState(r.state, FileEvent::kRefuse).value_or(r.state);
     MetaStore::PutInode(&b, r);
   }
   if (auto st = Commit(b); !st) return st;
@@ -199,7 +200,7 @@ Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, 
   Batch b;
   if (same) {
     InodeRecord r = n->rec;
-    if (current) r.state = DataState::kPersisted;
+    if (current) r.state = NextState(r.state, FileEvent::kPublish).value_or(r.state);
     r.checksum_hi = s.checksum_hi;
     r.checksum_lo = s.checksum_lo;
     MetaStore::PutInode(&b, r);
@@ -216,16 +217,16 @@ Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, 
   for (uint64_t seq : healed) failed_.erase(seq);
   if (same) {
     if (current) {
-      n->rec.state = DataState::kPersisted;
+      Transition(n, FileEvent::kPublish);
       n->open_marked = false;
-    } else if (n->rec.state == DataState::kDraining) {
-      n->rec.state = DataState::kDirty;
+    } else {
+      Transition(n, FileEvent::kStageEnd);
     }
     n->rec.checksum_hi = s.checksum_hi;
     n->rec.checksum_lo = s.checksum_lo;
     SetBackendPath(n, e.path);
-  } else if (n && n->rec.state == DataState::kDraining) {
-    n->rec.state = DataState::kDirty;
+  } else if (n) {
+    Transition(n, FileEvent::kStageEnd);
   }
   log_.pop_front();
   AdvanceApplied(e.seq, &due);

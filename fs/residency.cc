@@ -15,6 +15,7 @@
 
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "fs/file_state.h"
 #include "fs/inode_table.h"
 
 namespace ckpt::fs {
@@ -52,7 +53,7 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need) {
   for (Inode* n : clean) {
     if (freed >= need) break;
     uint64_t bytes = tier_->AllocatedBytes(n->rec.ino);
-    n->rec.state = DataState::kRemote;
+    Transition(n, FileEvent::kEvict);
     MetaStore::PutInode(&b, n->rec);
     evicted.push_back(n->rec.ino);
     freed += bytes;
@@ -61,7 +62,7 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need) {
     // Record "remote" before the bytes go: a crash in between leaves a
     // remote file whose tier copy is merely unused.
     if (auto st = Commit(b); !st) {
-      for (uint64_t ino : evicted) Find(ino)->rec.state = DataState::kPersisted;
+      for (uint64_t ino : evicted) Transition(Find(ino), FileEvent::kFetch);  // undone
       return cache::Tier::Relief::kWait;
     }
     FAILPOINT("evict.mid");
@@ -190,7 +191,7 @@ Status InodeTable::EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino, i
   if (n) {
     n->fetching = false;
     if (st) {
-      n->rec.state = DataState::kPersisted;
+      Transition(n, FileEvent::kFetch);
       Batch b;
       MetaStore::PutInode(&b, n->rec);
       (void)Commit(b);
