@@ -2,6 +2,10 @@
 # Installs the Debian packages ckptfs needs to build, run and test, if any
 # are missing. Runs apt-get only when something is missing, so repeated
 # `make test` runs stay fast and work offline once set up.
+#
+# With arguments, installs just those Debian packages if missing, and nothing
+# else: `make analyze` brings its compiler (clang-16) this way, so make test
+# never waits for it.
 set -euo pipefail
 
 PKGS=(g++ make pkg-config libfuse3-dev fuse3 librocksdb-dev liburing-dev libspdlog-dev libfmt-dev
@@ -11,7 +15,11 @@ PKGS=(g++ make pkg-config libfuse3-dev fuse3 librocksdb-dev liburing-dev libspdl
 missing=()
 # node and npm run the S3 test server (s3rver); any node >= 18 will do, so a
 # nodesource build already on the machine is kept.
-command -v node >/dev/null && command -v npm >/dev/null || PKGS+=(nodejs npm)
+if (($#)); then
+  PKGS=("$@")
+elif ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  PKGS+=(nodejs npm)
+fi
 for p in "${PKGS[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
@@ -26,6 +34,8 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
 fi
+
+if (($#)); then exit 0; fi
 
 # The S3-compatible test server, from the npm registry, into the repo only.
 here=$(cd "$(dirname "$0")/.." && pwd)
