@@ -92,6 +92,7 @@ Result<std::unique_ptr<Tier>> Tier::Open(const std::string& dir, uint64_t budget
 
   DIR* d = fdopendir(dup(dfd));
   if (!d) return ErrFromErrno();
+  MutexLock lk(&t->mu_);  // nobody else sees the Tier yet: for the analysis
   int err = 0;
   while (struct dirent* de = readdir(d)) {
     std::string_view nm(de->d_name);
@@ -149,7 +150,7 @@ uint64_t Tier::CountOrphans() {
 }
 
 Status Tier::Orphan(uint64_t key) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto it = files_.find(key);
   if (it != files_.end() && it->second.pins > 0) return Err(EBUSY);
   if (mkdirat(dirfd_, kOrphanDir, 0700) != 0 && errno != EEXIST) return ErrFromErrno();
@@ -168,7 +169,7 @@ Status Tier::Orphan(uint64_t key) {
     files_.erase(it);
   }
   orphans_++;
-  space_cv_.notify_all();
+  space_cv_.NotifyAll();
   return {};
 }
 
@@ -210,7 +211,7 @@ Result<Tier::File*> Tier::OpenLocked(uint64_t ino, bool create) {
 }
 
 Result<int> Tier::Pin(uint64_t ino, bool create) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto f = OpenLocked(ino, create);
   if (!f) return Err(f.error());
   (*f)->pins++;
@@ -218,7 +219,7 @@ Result<int> Tier::Pin(uint64_t ino, bool create) {
 }
 
 void Tier::Unpin(uint64_t ino) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto it = files_.find(ino);
   if (it == files_.end() || it->second.pins == 0) abort();  // broken invariant: unbalanced pin
   --it->second.pins;
@@ -226,7 +227,7 @@ void Tier::Unpin(uint64_t ino) {
 }
 
 Result<FdRef> Tier::Ref(uint64_t key) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto f = OpenLocked(key, false);
   if (!f) return Err(f.error());
   FdRef r = (*f)->fd;
@@ -237,7 +238,7 @@ Result<FdRef> Tier::Ref(uint64_t key) {
 Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy, bool wait) {
   FdRef src;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     auto f = OpenLocked(ino, false);
     if (!f) return Err(f.error());
     src = (*f)->fd;
@@ -262,14 +263,14 @@ Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy, bool wait) {
     if (err) {
       unlinkat(dirfd_, tmp.c_str(), 0);
       Unreserve(reserve);
-      space_cv_.notify_all();
+      space_cv_.NotifyAll();
       LOG_ERROR("tier: snapshot copy of ino {} failed: {}", ino, strerror(err));
       return Err(err);
     }
   }
-  std::unique_lock lk(mu_);
+  MutexLock lk(&mu_);
   reserved_ -= reserve;  // from here on the copy is charged (Recharge) or gone
-  space_cv_.notify_all();
+  space_cv_.NotifyAll();
   auto cur = files_.find(ino);
   if (cur == files_.end()) {  // removed meanwhile
     if (copy) unlinkat(dirfd_, tmp.c_str(), 0);
@@ -312,7 +313,7 @@ Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy, bool wait) {
 }
 
 Status Tier::Rekey(uint64_t from, uint64_t to) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto it = files_.find(from);
   if (it == files_.end()) return Err(ENOENT);
   if (renameat(dirfd_, NameOf(from).c_str(), dirfd_, NameOf(to).c_str()) != 0) return ErrFromErrno();
@@ -335,16 +336,16 @@ void Tier::Recharge(File* f) {
 }
 
 Status Tier::Reserve(uint64_t n, bool wait) {
-  std::unique_lock lk(mu_);
+  MutexLock lk(&mu_);
   if (n > budget_) return Err(ENOSPC);
   auto deadline = std::chrono::steady_clock::now() + wait_limit_;
   bool waited = false;
   while (used_ + reserved_ + n > budget_) {
     uint64_t missing = used_ + reserved_ + n - budget_;
     if (evictor_) {
-      lk.unlock();
+      lk.Unlock();  // the evictor takes InodeTable's lock, which comes first
       Relief r = evictor_(missing);
-      lk.lock();
+      lk.Lock();
       if (r == Relief::kFreed) continue;
       if (r == Relief::kHopeless) {
         LOG_WARN("tier: {} bytes requested, {} of {} in use, nothing can be drained or evicted: ENOSPC", n,
@@ -365,14 +366,14 @@ Status Tier::Reserve(uint64_t n, bool wait) {
       LOG_WARN("tier: gave up waiting for {} bytes after {} ms: ENOSPC", n, wait_limit_.count());
       return Err(ENOSPC);
     }
-    space_cv_.wait_for(lk, std::chrono::milliseconds(100));
+    space_cv_.WaitFor(&mu_, std::chrono::milliseconds(100));
   }
   reserved_ += n;
   return {};
 }
 
 void Tier::Unreserve(uint64_t n) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   reserved_ -= n;
 }
 
@@ -380,7 +381,7 @@ Result<size_t> Tier::Write(uint64_t ino, uint64_t off, size_t len, const std::fu
                            bool wait) {
   FdRef ref;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     auto it = files_.find(ino);
     if (it == files_.end() || !it->second.fd) abort();  // REQUIRES: pinned
     ref = it->second.fd;
@@ -396,25 +397,25 @@ Result<size_t> Tier::Write(uint64_t ino, uint64_t off, size_t len, const std::fu
   if (auto r = Reserve(need, wait); !r) return Err(r.error());
   ssize_t n = fn(fd);
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     reserved_ -= need;
     auto it = files_.find(ino);
     if (it != files_.end() && it->second.fd == ref) Recharge(&it->second);
   }
-  space_cv_.notify_all();
+  space_cv_.NotifyAll();
   if (n < 0) return Err(static_cast<int>(-n));
   return static_cast<size_t>(n);
 }
 
 Status Tier::Truncate(uint64_t ino, uint64_t size) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto f = OpenLocked(ino, true);
   if (!f) return Err(f.error());
   Status res;
   if (ftruncate((*f)->fd->fd, static_cast<off_t>(size)) != 0) res = ErrFromErrno();
   Recharge(*f);
   MaybeClose(*f);
-  space_cv_.notify_all();
+  space_cv_.NotifyAll();
   return res;
 }
 
@@ -423,7 +424,7 @@ Status Tier::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool 
   bool allocates = !(mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_COLLAPSE_RANGE));
   uint64_t need = allocates ? len : 0;
   if (auto r = Reserve(need, wait); !r) return r;
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   reserved_ -= need;
   auto f = OpenLocked(ino, true);
   if (!f) return Err(f.error());
@@ -431,7 +432,7 @@ Status Tier::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool 
   if (fallocate((*f)->fd->fd, mode, static_cast<off_t>(off), static_cast<off_t>(len)) != 0) res = ErrFromErrno();
   Recharge(*f);
   MaybeClose(*f);
-  space_cv_.notify_all();
+  space_cv_.NotifyAll();
   return res;
 }
 
@@ -442,7 +443,7 @@ Status Tier::Fill(uint64_t ino, uint64_t size, const std::function<int(int)>& fn
   const bool beyond_budget = size > budget_;
   const uint64_t reserve = beyond_budget ? 0 : size;
   if (auto r = Reserve(reserve, true); !r) return r;
-  std::unique_lock lk(mu_);
+  MutexLock lk(&mu_);
   reserved_ -= reserve;
   int fd = OpenAt(NameOf(ino), O_RDWR | O_CREAT | O_TRUNC);
   if (fd < 0) return ErrFromErrno();
@@ -454,9 +455,9 @@ Status Tier::Fill(uint64_t ino, uint64_t size, const std::function<int(int)>& fn
   // Account the reservation now: the fill is about to fault in the pages.
   used_ = used_ - f.charged + reserve;
   f.charged = reserve;
-  lk.unlock();
+  lk.Unlock();
   if (!err) err = fn(fd);
-  lk.lock();
+  lk.Lock();
   File& g = files_[ino];
   g.pins--;
   Recharge(&g);  // holes the fetch skipped are free
@@ -466,17 +467,17 @@ Status Tier::Fill(uint64_t ino, uint64_t size, const std::function<int(int)>& fn
   }
   MaybeClose(&g);
   if (err) {
-    lk.unlock();
+    lk.Unlock();
     Remove(ino);
     return Err(err);
   }
-  space_cv_.notify_all();
+  space_cv_.NotifyAll();
   return {};
 }
 
 void Tier::Remove(uint64_t ino) {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     auto it = files_.find(ino);
     if (unlinkat(dirfd_, NameOf(ino).c_str(), 0) != 0 && errno != ENOENT)
       LOG_ERROR("tier: cannot remove file of ino {}: {}", ino, strerror(errno));
@@ -484,33 +485,33 @@ void Tier::Remove(uint64_t ino) {
     used_ -= it->second.charged;
     files_.erase(it);
   }
-  space_cv_.notify_all();
+  space_cv_.NotifyAll();
 }
 
 bool Tier::Has(uint64_t ino) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   return files_.count(ino) != 0;
 }
 
 uint64_t Tier::AllocatedBytes(uint64_t ino) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto it = files_.find(ino);
   return it == files_.end() ? 0 : it->second.charged;
 }
 
 TierStats Tier::Stats() {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   return TierStats{budget_, used_, reserved_, files_.size(), waits_, orphans_};
 }
 
-void Tier::NotifySpace() { space_cv_.notify_all(); }
+void Tier::NotifySpace() { space_cv_.NotifyAll(); }
 
 void Tier::Close() {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     closed_ = true;
   }
-  space_cv_.notify_all();
+  space_cv_.NotifyAll();
 }
 
 }  // namespace ckpt::cache

@@ -21,15 +21,14 @@
 #include <sys/types.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/result.h"
 
 namespace ckpt::cache {
@@ -197,13 +196,14 @@ class Tier {
   // Reserves `n` bytes, waiting for space up to wait_limit_ (or EAGAIN at
   // the first wait if !wait). ENOSPC if the request can never fit or the
   // wait runs out.
-  Status Reserve(uint64_t n, bool wait);
-  void Unreserve(uint64_t n);
-  // Re-reads the file's allocation and adjusts used_. REQUIRES: mu_ held.
-  void Recharge(File* f);
-  Result<File*> OpenLocked(uint64_t ino, bool create);
-  // Drops the file's descriptor if nothing pins it. REQUIRES: mu_ held.
-  static void MaybeClose(File* f) {
+  Status Reserve(uint64_t n, bool wait) EXCLUDES(mu_);
+  void Unreserve(uint64_t n) EXCLUDES(mu_);
+  // Re-reads the file's allocation (f is in files_) and adjusts used_.
+  void Recharge(File* f) REQUIRES(mu_);
+  // The inode's entry with its file open (created if `create`).
+  Result<File*> OpenLocked(uint64_t ino, bool create) REQUIRES(mu_);
+  // Drops the file's descriptor (f is in files_) if nothing pins it.
+  void MaybeClose(File* f) REQUIRES(mu_) {
     if (f->pins == 0) f->fd.reset();
   }
 
@@ -215,14 +215,16 @@ class Tier {
   std::function<Relief(uint64_t)> evictor_;
   std::vector<std::pair<uint64_t, uint64_t>> attached_;
 
-  std::mutex mu_;  // lock order: taken after any fs/ inode lock
-  std::condition_variable space_cv_;
-  std::unordered_map<uint64_t, File> files_;  // GUARDED_BY(mu_)
-  uint64_t used_ = 0;                         // GUARDED_BY(mu_)
-  uint64_t reserved_ = 0;                     // GUARDED_BY(mu_)
-  uint64_t waits_ = 0;                        // GUARDED_BY(mu_)
-  uint64_t orphans_ = 0;                      // GUARDED_BY(mu_)
-  bool closed_ = false;                       // GUARDED_BY(mu_)
+  // Lock order: taken after any fs/ inode lock (InodeTable's); a leaf:
+  // nothing is locked, and the evictor is not called, while it is held.
+  Mutex mu_;
+  CondVar space_cv_;  // space freed, or Close()
+  std::unordered_map<uint64_t, File> files_ GUARDED_BY(mu_);
+  uint64_t used_ GUARDED_BY(mu_) = 0;
+  uint64_t reserved_ GUARDED_BY(mu_) = 0;
+  uint64_t waits_ GUARDED_BY(mu_) = 0;
+  uint64_t orphans_ GUARDED_BY(mu_) = 0;
+  bool closed_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ckpt::cache
