@@ -68,12 +68,12 @@ void Drainer::Start() {
 
 void Drainer::Stop() {
   if (stop_.exchange(true)) return;
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (runner_.joinable()) runner_.join();
   for (auto& t : stagers_) t.join();
   stagers_.clear();
   // Staged but unpublished uploads: drop them; the log still has the entries.
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   for (auto& [seq, job] : jobs_) {
     if (!job->done) continue;
     if (job->err == 0) {
@@ -85,7 +85,7 @@ void Drainer::Stop() {
 }
 
 DrainStats Drainer::Stats() {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   DrainStats s = stats_;
   double now = NowSeconds();
   while (!recent_.empty() && recent_.front().first < now - 10) recent_.pop_front();
@@ -108,8 +108,8 @@ void Drainer::StageLoop() {
   for (;;) {
     std::shared_ptr<Job> job;
     {
-      std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      MutexLock lk(&mu_);
+      while (!stop_ && queue_.empty()) cv_.Wait(&mu_);
       if (stop_) return;
       job = queue_.front();
       queue_.pop_front();
@@ -131,10 +131,10 @@ void Drainer::StageLoop() {
         job->src = *src;
       }
     }
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     job->err = err;
     job->done = true;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 }
 
@@ -151,7 +151,7 @@ void Drainer::Schedule(const std::vector<LogEntry>& window) {
     queue_.push_back(job);
     active++;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Drainer::Run() {
@@ -162,7 +162,7 @@ void Drainer::Run() {
       continue;
     }
     {
-      std::lock_guard lk(mu_);
+      MutexLock lk(&mu_);
       Schedule(window);
     }
     int err = ApplyHead(window.front(), window);
@@ -179,7 +179,7 @@ void Drainer::Run() {
 int Drainer::ApplyHead(const LogEntry& e, const std::vector<LogEntry>& window) {
   bool skip;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     auto it = std::find(skip_.begin(), skip_.end(), e.seq);
     skip = it != skip_.end();
     if (skip) skip_.erase(it);
@@ -190,7 +190,7 @@ int Drainer::ApplyHead(const LogEntry& e, const std::vector<LogEntry>& window) {
     LOG_DEBUG("drain: seq {} {} '{}' undone by later history; skipped", e.seq, meta::LogOpName(e.op), e.path);
     if (!DropJob(e)) return ECANCELED;
     if (auto st = table_->CompleteEntry(e); !st) return st.error();
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     stats_.entries_skipped++;
     return 0;
   }
@@ -200,9 +200,9 @@ int Drainer::ApplyHead(const LogEntry& e, const std::vector<LogEntry>& window) {
 bool Drainer::DropJob(const LogEntry& e) {
   std::shared_ptr<Job> job;
   {
-    std::unique_lock lk(mu_);
+    MutexLock lk(&mu_);
     if (auto it = jobs_.find(e.seq); it != jobs_.end()) job = it->second;
-    if (job) cv_.wait(lk, [&] { return stop_ || job->done; });
+    while (job && !stop_ && !job->done) cv_.Wait(&mu_);
     if (stop_) return false;
     jobs_.erase(e.seq);
   }
@@ -224,7 +224,7 @@ int Drainer::FailHead(const LogEntry& e, int err) {
   LOG_ERROR("drain: seq {} {} '{}' refused by backend {} for good ({}); marked failed, the drain goes on", e.seq,
             meta::LogOpName(e.op), e.path, backend_->Describe(), strerror(err));
   if (auto st = table_->FailEntry(e, reason); !st) return st.error();
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   stats_.entries_failed++;
   return 0;
 }
@@ -232,14 +232,14 @@ int Drainer::FailHead(const LogEntry& e, int err) {
 int Drainer::ApplyPersist(const LogEntry& e) {
   std::shared_ptr<Job> job;
   {
-    std::unique_lock lk(mu_);
+    MutexLock lk(&mu_);
     auto it = jobs_.find(e.seq);
     if (it == jobs_.end()) {
       Schedule({e});
       it = jobs_.find(e.seq);
     }
     job = it->second;
-    cv_.wait(lk, [&] { return stop_ || job->done; });
+    while (!stop_ && !job->done) cv_.Wait(&mu_);
     if (stop_) return ECANCELED;
     if (job->err != 0) jobs_.erase(e.seq);  // a retry stages afresh
   }
@@ -248,7 +248,7 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     // it (InodeTable::Seal): the very next entry brings the newer bytes.
     LOG_DEBUG("drain: seq {} persist '{}' v{} superseded; skipped", e.seq, e.path, e.version);
     if (auto st = table_->CompleteEntry(e); !st) return st.error();
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     stats_.entries_skipped++;
     return 0;
   }
@@ -259,15 +259,15 @@ int Drainer::ApplyPersist(const LogEntry& e) {
               e.version);
     table_->RecordLost(e, "not persisted, and its bytes are not in the memory tier");
     if (auto st = table_->CompleteEntry(e); !st) return st.error();
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     stats_.entries_skipped++;
     return 0;
   }
   if (job->err != 0) return job->err;
   WhilePaused();
   if (publish_delay_ms_ > 0) {  // test knob: a slow backend, to watch the order from outside
-    std::unique_lock lk(mu_);
-    cv_.wait_for(lk, std::chrono::milliseconds(publish_delay_ms_), [&] { return stop_.load(); });
+    MutexLock lk(&mu_);
+    SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(publish_delay_ms_));
   }
   backend::Attrs attrs{job->src.mode, job->src.uid, job->src.gid, job->src.has_owner, job->src.mtime.sec,
                        job->src.mtime.nsec};
@@ -278,7 +278,7 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     if (st.error() == ESTALE) {
       backend_->Abort(job->staged);
       table_->AbortPersist(e);
-      std::lock_guard lk(mu_);
+      MutexLock lk(&mu_);
       jobs_.erase(e.seq);
     }
     return st.error();
@@ -294,7 +294,7 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     if (auto st = backend_->Link(e.path, other); !st) return st.error();
   }
   if (auto st = table_->CompletePersist(e, job->staged, job->src.gen); !st) return st.error();
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   jobs_.erase(e.seq);
   stats_.bytes_persisted += job->staged.size;
   stats_.files_persisted++;
@@ -305,9 +305,14 @@ int Drainer::ApplyPersist(const LogEntry& e) {
 
 void Drainer::WhilePaused() {
   if (pause_file_.empty()) return;
-  std::unique_lock lk(mu_);
+  MutexLock lk(&mu_);
   while (!stop_ && access(pause_file_.c_str(), F_OK) == 0)
-    cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return stop_.load(); });
+    SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+}
+
+void Drainer::SleepUntil(std::chrono::steady_clock::time_point deadline) {
+  while (!stop_ && cv_.WaitUntil(&mu_, deadline)) {
+  }
 }
 
 int Drainer::ApplyNamespace(const LogEntry& e) {
@@ -330,7 +335,7 @@ int Drainer::ApplyNamespace(const LogEntry& e) {
   if (!st && st.error() != ENOENT) return st.error();
   if (!st) LOG_DEBUG("drain: seq {} {} '{}': not in backend; nothing to do", e.seq, meta::LogOpName(e.op), e.path);
   if (auto c = table_->CompleteEntry(e); !c) return c.error();
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   stats_.entries_applied++;
   return 0;
 }
@@ -347,7 +352,7 @@ bool Drainer::SkipUndoneMkdir(const LogEntry& e) {
     // backend without the directory it had at that moment: replay it all.
     if (!Under(x.path, dir)) return false;
     if (x.op == LogOp::kRmdir && x.path == dir) {
-      std::lock_guard lk(mu_);
+      MutexLock lk(&mu_);
       for (size_t k = 1; k <= j; k++)
         if (Under(later[k].path, dir)) skip_.push_back(later[k].seq);
       return true;
@@ -373,7 +378,7 @@ bool Drainer::SkipUndonePersist(const LogEntry& e, const std::vector<LogEntry>& 
 }
 
 void Drainer::NoteError(const LogEntry& e, int err) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   stats_.retries++;
   std::string msg = fmt::format("{} '{}': {}", meta::LogOpName(e.op), e.path, strerror(err));
   if (!stats_.in_error || stats_.last_error != msg) {
@@ -388,7 +393,7 @@ void Drainer::NoteError(const LogEntry& e, int err) {
 
 void Drainer::NoteSuccess() {
   backoff_ms_ = 0;
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   if (stats_.in_error) {
     LOG_INFO("drain: backend {} healthy again after {} retries", backend_->Describe(), stats_.retries);
     stats_.in_error = false;
@@ -397,8 +402,8 @@ void Drainer::NoteSuccess() {
 
 void Drainer::Backoff() {
   backoff_ms_ = backoff_ms_ == 0 ? 100 : std::min(backoff_ms_ * 2, 10000);
-  std::unique_lock lk(mu_);
-  cv_.wait_for(lk, std::chrono::milliseconds(backoff_ms_), [&] { return stop_.load(); });
+  MutexLock lk(&mu_);
+  SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(backoff_ms_));
 }
 
 }  // namespace ckpt::fs

@@ -22,16 +22,16 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backend/backend.h"
+#include "common/mutex.h"
 #include "fs/inode_table.h"
 
 namespace ckpt::fs {
@@ -71,6 +71,9 @@ class Drainer {
   DrainStats Stats();
 
  private:
+  // A staging job. `done` and `err` are read and written under mu_ (the
+  // analysis cannot say so: they are not members of Drainer); src and staged
+  // belong to the stager until it sets `done`, then to the drain thread.
   struct Job {
     meta::LogEntry entry;
     bool done = false;
@@ -81,8 +84,10 @@ class Drainer {
 
   void Run();
   void StageLoop();
-  // Starts staging jobs for persist entries in `window`. REQUIRES: mu_.
-  void Schedule(const std::vector<meta::LogEntry>& window);
+  // Starts staging jobs for persist entries in `window`.
+  void Schedule(const std::vector<meta::LogEntry>& window) REQUIRES(mu_);
+  // Waits on cv_ until `deadline` or Stop(), whichever is first.
+  void SleepUntil(std::chrono::steady_clock::time_point deadline) REQUIRES(mu_);
   // Applies the oldest entry. Returns 0 or the errno to retry on.
   int ApplyHead(const meta::LogEntry& e, const std::vector<meta::LogEntry>& window);
   int ApplyPersist(const meta::LogEntry& e);
@@ -104,14 +109,16 @@ class Drainer {
   backend::Backend* const backend_;
   const int parallel_;
 
-  std::mutex mu_;  // lock order: mu_, then InodeTable's
-  std::condition_variable cv_;                    // jobs queued or finished
-  std::map<uint64_t, std::shared_ptr<Job>> jobs_;  // GUARDED_BY(mu_), by seq
-  std::deque<std::shared_ptr<Job>> queue_;         // GUARDED_BY(mu_), waiting for a stager
-  std::vector<uint64_t> skip_;                     // GUARDED_BY(mu_), seqs undone by history
-  DrainStats stats_;                               // GUARDED_BY(mu_)
-  std::deque<std::pair<double, uint64_t>> recent_;  // GUARDED_BY(mu_), (time, bytes) for the rate
-  int backoff_ms_ = 0;                             // drain thread only
+  // Lock order: mu_, then InodeTable's.
+  Mutex mu_;
+  CondVar cv_;                                                     // jobs queued or finished, or Stop()
+  std::map<uint64_t, std::shared_ptr<Job>> jobs_ GUARDED_BY(mu_);  // by seq
+  std::deque<std::shared_ptr<Job>> queue_ GUARDED_BY(mu_);         // waiting for a stager
+  std::vector<uint64_t> skip_ GUARDED_BY(mu_);                     // seqs undone by history
+  DrainStats stats_ GUARDED_BY(mu_);
+  std::deque<std::pair<double, uint64_t>> recent_ GUARDED_BY(mu_);  // (time, bytes) for the rate
+
+  int backoff_ms_ = 0;        // drain thread only
   int publish_delay_ms_ = 0;  // CKPTFS_DRAIN_DELAY_MS: a slow backend, for tests
   std::string pause_file_;    // CKPTFS_DRAIN_PAUSE_FILE: a stuck backend, for tests
   void WhilePaused();

@@ -13,27 +13,27 @@ SpaceWaiter::~SpaceWaiter() { Stop(); }
 
 bool SpaceWaiter::Submit(Job job, size_t bytes) {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     if (stop_ || bytes_ + bytes > kMaxQueuedBytes) return false;
     bytes_ += bytes;
     jobs_.emplace_back(std::move(job), bytes);
     queued_++;
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
   return true;
 }
 
 void SpaceWaiter::Run() {
-  std::unique_lock lk(mu_);
+  MutexLock lk(&mu_);
   for (;;) {
-    cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+    while (!stop_ && jobs_.empty()) cv_.Wait(&mu_);
     if (jobs_.empty()) return;  // stopped, nothing left
     auto [job, bytes] = std::move(jobs_.front());
     jobs_.pop_front();
     bool cancelled = stop_;
-    lk.unlock();
+    lk.Unlock();
     job(cancelled);
-    lk.lock();
+    lk.Lock();
     bytes_ -= bytes;
     queued_--;
   }
@@ -41,10 +41,10 @@ void SpaceWaiter::Run() {
 
 void SpaceWaiter::Stop() {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   for (auto& t : threads_)
     if (t.joinable()) t.join();
 }

@@ -24,13 +24,13 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace ckpt::fs {
 
@@ -60,12 +60,12 @@ class SpaceWaiter {
  private:
   void Run();
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<Job, size_t>> jobs_;  // GUARDED_BY(mu_)
-  size_t bytes_ = 0;                         // GUARDED_BY(mu_)
-  bool stop_ = false;                        // GUARDED_BY(mu_)
-  std::atomic<size_t> queued_{0};            // jobs queued or running
+  Mutex mu_;    // a leaf: jobs run without it
+  CondVar cv_;  // a job queued, or Stop()
+  std::deque<std::pair<Job, size_t>> jobs_ GUARDED_BY(mu_);
+  size_t bytes_ GUARDED_BY(mu_) = 0;
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::atomic<size_t> queued_{0};  // jobs queued or running
   std::vector<std::thread> threads_;
 };
 
