@@ -97,6 +97,7 @@
 #include "common/failpoint.h"
 #include "common/io.h"
 #include "common/log.h"
+#include "common/mutex.h"
 
 namespace ckpt::backend {
 
@@ -1024,7 +1025,7 @@ class PosixBackend final : public Backend {
   // The root, opened O_PATH by its canonical path without following
   // symlinks; see the file comment. EIO (logged once per episode) while
   // it is missing, not a directory, or not the directory it was.
-  Result<Fd> Root() {
+  Result<Fd> Root() EXCLUDES(root_mu_) {
     int fd;
     if (UseOpenat2()) {
       open_how how{};
@@ -1045,7 +1046,7 @@ class PosixBackend final : public Backend {
     Fd root(fd);
     struct stat st;
     if (fstat(root.get(), &st) != 0) return RootMissing(errno, "cannot be examined");
-    std::lock_guard lk(root_mu_);
+    MutexLock lk(&root_mu_);
     if (st.st_dev != root_dev_ || st.st_ino != root_ino_) {
       if (st.st_uid != root_uid_) {
         if (!root_missing_) {
@@ -1066,8 +1067,8 @@ class PosixBackend final : public Backend {
     return root;
   }
 
-  std::unexpected<int> RootMissing(int e, std::string_view what) {
-    std::lock_guard lk(root_mu_);
+  std::unexpected<int> RootMissing(int e, std::string_view what) EXCLUDES(root_mu_) {
+    MutexLock lk(&root_mu_);
     if (!root_missing_) {
       // Info, not a warning: the drainer logs the failure itself, once per
       // episode; this line says why.
@@ -1290,11 +1291,11 @@ class PosixBackend final : public Backend {
 
   const std::string root_;   // as configured (absolute, normalized): for logs
   const std::string canon_;  // its canonical path at open: what is opened
-  std::mutex root_mu_;
-  dev_t root_dev_;             // GUARDED_BY(root_mu_): the root directory in use
-  ino_t root_ino_;             // GUARDED_BY(root_mu_)
-  const uid_t root_uid_;       // its owner at open; a replacement must match it
-  bool root_missing_ = false;  // GUARDED_BY(root_mu_): an episode is being logged
+  Mutex root_mu_;                                   // a leaf
+  dev_t root_dev_ GUARDED_BY(root_mu_);             // the root directory in use
+  ino_t root_ino_ GUARDED_BY(root_mu_);
+  const uid_t root_uid_;                            // its owner at open; a replacement must match it
+  bool root_missing_ GUARDED_BY(root_mu_) = false;  // an episode is being logged
   const bool apply_owner_;     // running as root: owners are applied
   std::atomic<bool> owner_warned_{false};
   std::atomic<bool> tmp_bad_{false};

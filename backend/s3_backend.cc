@@ -41,7 +41,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -58,6 +57,7 @@
 #include "common/failpoint.h"
 #include "common/io.h"
 #include "common/log.h"
+#include "common/mutex.h"
 #include "common/text.h"
 
 namespace ckpt::backend {
@@ -317,7 +317,7 @@ class EasyPool {
   }
   CURL* Acquire() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (!free_.empty()) {
         CURL* h = free_.back();
         free_.pop_back();
@@ -327,13 +327,13 @@ class EasyPool {
     return curl_easy_init();
   }
   void Release(CURL* h) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     free_.push_back(h);
   }
 
  private:
-  std::mutex mu_;
-  std::vector<CURL*> free_;  // GUARDED_BY(mu_)
+  Mutex mu_;  // a leaf
+  std::vector<CURL*> free_ GUARDED_BY(mu_);
 };
 
 struct CallState {
@@ -464,7 +464,7 @@ class S3Backend final : public Backend {
     if (s.token.starts_with("mem:")) {
       std::shared_ptr<std::string> buf;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         auto it = small_.find(s.token);
         if (it != small_.end()) buf = it->second;
       }
@@ -477,7 +477,7 @@ class S3Backend final : public Backend {
       put.headers.push_back("Content-Type: application/octet-stream");
       Response r;
       if (auto st = Perform(put, "publish: put", &r); !st) return st;
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       small_.erase(s.token);
       return {};
     }
@@ -492,7 +492,7 @@ class S3Backend final : public Backend {
 
   void Abort(const Staged& s) override {
     if (s.token.starts_with("mem:")) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       small_.erase(s.token);
     } else if (s.token.starts_with("tmp:") && ValidToken(s.token.substr(4))) {
       if (auto st = Delete(tmp_root_ + s.token.substr(4)); !st)
@@ -1062,7 +1062,7 @@ class S3Backend final : public Backend {
   }
 
   void RememberOrphan(const std::string& key, const std::string& upload_id) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     orphans_.emplace_back(key, upload_id);
   }
 
@@ -1070,7 +1070,7 @@ class S3Backend final : public Backend {
   void AbortOrphans() {
     std::vector<std::pair<std::string, std::string>> todo;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       todo.swap(orphans_);
     }
     for (const auto& [key, id] : todo) {
@@ -1134,7 +1134,7 @@ class S3Backend final : public Backend {
     }
     auto [hi, lo] = hash.Finish(size);
     std::string token = "mem:" + UniqueName("");
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     small_[token] = std::move(buf);
     return Staged{token, size, hi, lo};
   }
@@ -1156,24 +1156,27 @@ class S3Backend final : public Backend {
 
     std::vector<std::string> etags(nparts);
     std::atomic<uint64_t> parts_done{0};
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<std::pair<uint64_t, std::unique_ptr<std::string>>> queue;  // GUARDED_BY(mu)
-    std::vector<std::unique_ptr<std::string>> spare;                      // GUARDED_BY(mu)
-    size_t buffers = 0;                                                   // GUARDED_BY(mu)
-    bool done = false;                                                    // GUARDED_BY(mu)
-    int err = 0;                                                          // GUARDED_BY(mu)
+    // What this thread (reading parts) and the workers (uploading them) share.
+    struct Shared {
+      Mutex mu;    // a leaf
+      CondVar cv;  // a part queued or uploaded, or done
+      std::deque<std::pair<uint64_t, std::unique_ptr<std::string>>> queue GUARDED_BY(mu);
+      std::vector<std::unique_ptr<std::string>> spare GUARDED_BY(mu);
+      size_t buffers GUARDED_BY(mu) = 0;
+      bool done GUARDED_BY(mu) = false;
+      int err GUARDED_BY(mu) = 0;
+    } sh;
     const auto nworkers = static_cast<size_t>(std::min<uint64_t>(nparts, static_cast<uint64_t>(cfg_.parallel)));
 
     auto worker = [&] {
       for (;;) {
         std::pair<uint64_t, std::unique_ptr<std::string>> job;
         {
-          std::unique_lock lock(mu);
-          cv.wait(lock, [&] { return !queue.empty() || done; });
-          if (queue.empty()) return;
-          job = std::move(queue.front());
-          queue.pop_front();
+          MutexLock lock(&sh.mu);
+          while (sh.queue.empty() && !sh.done) sh.cv.Wait(&sh.mu);
+          if (sh.queue.empty()) return;
+          job = std::move(sh.queue.front());
+          sh.queue.pop_front();
         }
         Request put;
         put.method = "PUT";
@@ -1190,14 +1193,14 @@ class S3Backend final : public Backend {
         // The crash harness's "half staged": a part is in the store, the
         // upload is not complete.
         if (e == 0 && parts_done.fetch_add(1) == 0) FAILPOINT("drain.mid_transfer");
-        std::lock_guard lock(mu);
-        if (e && !err) err = e;
+        MutexLock lock(&sh.mu);
+        if (e && !sh.err) sh.err = e;
         if (e) {
-          done = true;
-          queue.clear();  // the upload is lost anyway
+          sh.done = true;
+          sh.queue.clear();  // the upload is lost anyway
         }
-        spare.push_back(std::move(job.second));
-        cv.notify_all();
+        sh.spare.push_back(std::move(job.second));
+        sh.cv.NotifyAll();
       }
     };
     std::vector<std::thread> threads;
@@ -1211,14 +1214,14 @@ class S3Backend final : public Backend {
         }
         std::unique_ptr<std::string> buf;
         {
-          std::unique_lock lock(mu);
-          cv.wait(lock, [&] { return err || !spare.empty() || buffers < nworkers + 1; });
-          if (err) break;
-          if (!spare.empty()) {
-            buf = std::move(spare.back());
-            spare.pop_back();
+          MutexLock lock(&sh.mu);
+          while (!sh.err && sh.spare.empty() && sh.buffers >= nworkers + 1) sh.cv.Wait(&sh.mu);
+          if (sh.err) break;
+          if (!sh.spare.empty()) {
+            buf = std::move(sh.spare.back());
+            sh.spare.pop_back();
           } else {
-            buffers++;
+            sh.buffers++;
           }
         }
         if (!buf) buf = std::make_unique<std::string>();
@@ -1230,21 +1233,25 @@ class S3Backend final : public Backend {
           break;
         }
         hash.Update(off, buf->data(), len);
-        std::lock_guard lock(mu);
-        queue.emplace_back(part, std::move(buf));
-        cv.notify_all();
+        MutexLock lock(&sh.mu);
+        sh.queue.emplace_back(part, std::move(buf));
+        sh.cv.NotifyAll();
       }
     } catch (const std::exception&) {
       read_err = ENOMEM;
     }
     {
-      std::lock_guard lock(mu);
-      done = true;
-      if (read_err) queue.clear();
-      cv.notify_all();
+      MutexLock lock(&sh.mu);
+      sh.done = true;
+      if (read_err) sh.queue.clear();
+      sh.cv.NotifyAll();
     }
     for (auto& t : threads) t.join();
-    int e = read_err ? read_err : err;
+    int e = read_err;
+    if (!e) {
+      MutexLock lock(&sh.mu);  // the workers are gone: for the analysis
+      e = sh.err;
+    }
     if (!e && threads.empty()) e = EAGAIN;
     if (!e) {
       if (auto st = CompleteUpload(key, *upload, etags, size); !st) e = st.error();
@@ -1386,9 +1393,9 @@ class S3Backend final : public Backend {
   std::atomic<uint64_t> counter_{0};
   std::atomic<bool> no_part_copy_{false};  // the store answered UploadPartCopy with 501
   EasyPool pool_;
-  std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<std::string>> small_;  // GUARDED_BY(mu_): staged in memory
-  std::vector<std::pair<std::string, std::string>> orphans_;  // GUARDED_BY(mu_): (key, upload id) to abort
+  Mutex mu_;  // a leaf
+  std::unordered_map<std::string, std::shared_ptr<std::string>> small_ GUARDED_BY(mu_);  // staged in memory
+  std::vector<std::pair<std::string, std::string>> orphans_ GUARDED_BY(mu_);             // (key, upload id) to abort
 };
 
 }  // namespace

@@ -1,7 +1,7 @@
 // mem_kv.cc — an in-memory Kv for unit tests: a std::map under a mutex.
 #include <map>
-#include <mutex>
 
+#include "common/mutex.h"
 #include "fs/meta/kv.h"
 
 namespace ckpt::meta {
@@ -10,14 +10,14 @@ namespace {
 class MemKv final : public Kv {
  public:
   Result<std::string> Get(std::string_view key) override {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     auto it = map_.find(std::string(key));
     if (it == map_.end()) return Err(ENOENT);
     return it->second;
   }
 
   Status Write(const Batch& batch, bool /*sync*/) override {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     for (const auto& op : batch.ops()) {
       if (op.del) map_.erase(op.key);
       else map_[op.key] = op.value;
@@ -27,7 +27,7 @@ class MemKv final : public Kv {
 
   Status Scan(std::string_view prefix,
               const std::function<bool(std::string_view, std::string_view)>& fn) override {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     for (auto it = map_.lower_bound(std::string(prefix)); it != map_.end(); ++it) {
       if (it->first.compare(0, prefix.size(), prefix) != 0) break;
       if (!fn(it->first, it->second)) break;
@@ -36,8 +36,10 @@ class MemKv final : public Kv {
   }
 
  private:
-  std::mutex mu_;
-  std::map<std::string, std::string> map_;  // GUARDED_BY(mu_)
+  // A leaf; held across Scan's callback, which therefore must not call back
+  // into this Kv (it would deadlock).
+  Mutex mu_;
+  std::map<std::string, std::string> map_ GUARDED_BY(mu_);
 };
 
 }  // namespace
