@@ -67,7 +67,13 @@ void Drainer::Start() {
 }
 
 void Drainer::Stop() {
-  if (stop_.exchange(true)) return;
+  {
+    // Set under mu_: a thread that has just found stop_ false under mu_ is
+    // then already waiting on cv_ and gets the wake-up (set without mu_, a
+    // stager could miss it and block for ever, and with it the join below).
+    MutexLock lk(&mu_);
+    if (stop_.exchange(true)) return;
+  }
   cv_.NotifyAll();
   if (runner_.joinable()) runner_.join();
   for (auto& t : stagers_) t.join();
