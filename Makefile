@@ -118,7 +118,7 @@ ANALYZE_OKS   := $(patsubst %.cc,$(BUILD)/analyze/%.ok,$(LIB_SRCS) $(CLI_SRCS))
 
 analyze:
 	@command -v $(ANALYZE_CXX) >/dev/null || scripts/install-deps.sh $(ANALYZE_PKG)
-	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) analyze-files
+	@$(MAKE) -s --no-print-directory -j$(BUILD_JOBS) analyze-files
 	@echo "analyze: $(words $(ANALYZE_OKS)) files, no warnings ($(ANALYZE_CXX))"
 
 analyze-files: $(ANALYZE_OKS)
