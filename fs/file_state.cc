@@ -72,7 +72,7 @@ using meta::kImportedCounter;
 using meta::kNextInoCounter;
 
 Result<int> InodeTable::Open(uint64_t ino, int flags) {
-  std::unique_lock lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   if (n->is_dir()) return Err(EISDIR);
@@ -83,7 +83,7 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
     if (auto st = Writable(); !st) return Err(st.error());
   bool was_remote = n->rec.state == DataState::kRemote;
   if (was_remote && !(trunc && !n->fetching)) {
-    if (auto st = EnsureLocal(lk, ino); !st) return Err(st.error());
+    if (auto st = EnsureLocal(ino); !st) return Err(st.error());
     n = Find(ino);
     if (!n) return Err(ENOENT);
   }
@@ -131,7 +131,7 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
 
 void InodeTable::Release(uint64_t ino, int open_flags) {
   DataExclusive data = LockForSeal(ino);
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return;
   tier_->Unpin(ino);
@@ -171,7 +171,7 @@ Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const s
   // The tier may wait for space here: never under mu_.
   auto n = tier_->Write(ino, off, len, fn, wait);
   if (!n) return n;
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* node = Find(ino);
   if (!node) return n;
   node->rec.size = std::max(node->rec.size, off + *n);
@@ -188,7 +188,7 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len,
   if (auto st = Writable(); !st) return st;
   if (off > limits_.max_file_size || len > limits_.max_file_size - off) return Err(EFBIG);
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     Inode* n = Find(ino);
     if (!n) return Err(ENOENT);
     if (!S_ISREG(n->rec.mode)) return Err(ENODEV);
@@ -196,7 +196,7 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len,
   auto data = LockForMutation(ino, wait);
   if (!data) return Err(data.error());
   if (auto st = tier_->Fallocate(ino, mode, off, len, wait); !st) return st;
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return {};
   if (!(mode & FALLOC_FL_KEEP_SIZE)) n->rec.size = std::max(n->rec.size, off + len);
@@ -209,7 +209,7 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len,
 
 Status InodeTable::Flush(uint64_t ino, int open_flags) {
   DataExclusive data = LockForSeal(ino);
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   bool last_writer = (open_flags & O_ACCMODE) != O_RDONLY && n->writers == 1;
@@ -231,7 +231,7 @@ bool InodeTable::NeedsCopy(const Inode* n) {
 InodeTable::DataExclusive InodeTable::LockForSeal(uint64_t ino) {
   DataExclusive l;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     Inode* n = Find(ino);
     if (!n) return l;
     l.mu = n->data_mu;
@@ -243,7 +243,7 @@ InodeTable::DataExclusive InodeTable::LockForSeal(uint64_t ino) {
 Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait) {
   std::shared_ptr<std::shared_mutex> mu;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     Inode* n = Find(ino);
     if (!n) return Err(ENOENT);
     mu = n->data_mu;
@@ -251,7 +251,7 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
   for (;;) {
     DataShared shared{mu, std::shared_lock(*mu)};
     {
-      std::lock_guard lk(mu_);
+      MutexLock lk(&mu_);
       Inode* n = Find(ino);
       if (!n) return Err(ENOENT);
       if (!NeedsCopy(n)) return shared;
@@ -260,7 +260,7 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
     std::unique_lock excl(*mu);
     uint64_t version;
     {
-      std::lock_guard lk(mu_);
+      MutexLock lk(&mu_);
       Inode* n = Find(ino);
       if (!n) return Err(ENOENT);
       if (!NeedsCopy(n)) continue;  // another writer copied it meanwhile
@@ -276,7 +276,7 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
       return Err(st.error());
     }
     LOG_DEBUG("ino {}: version {} copied aside before a write", ino, version);
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     Inode* n = Find(ino);
     // Published while it was copied: the copy is not needed after all.
     if (!n || n->rec.version != version || !SealPending(n)) tier_->Remove(key);
@@ -285,7 +285,7 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
 
 Result<uint64_t> InodeTable::SyncSeal(uint64_t ino) {
   DataExclusive data = LockForSeal(ino);
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   // The seal is metadata only: a writer that goes on copies the version

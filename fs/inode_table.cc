@@ -66,7 +66,7 @@ Status InodeTable::Writable() const {
 }
 
 std::string InodeTable::ReadOnlyReason() {
-  std::lock_guard lk(ro_mu_);
+  MutexLock lk(&ro_mu_);
   return ro_reason_;
 }
 
@@ -79,7 +79,7 @@ Status InodeTable::Commit(const Batch& b, bool sync) {
   std::string why = fmt::format("metadata write failed ({}); the mount is read-only until remounted",
                                 strerror(st.error()));
   LOG_ERROR("{}", why);
-  std::lock_guard lk(ro_mu_);
+  MutexLock lk(&ro_mu_);
   ro_reason_ = why;
   return st;
 }
@@ -151,7 +151,7 @@ void InodeTable::FillStat(const InodeRecord& r, struct stat* st) {
 
 Result<InodeRecord> InodeTable::Lookup(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto dir = FindDir(parent);
   if (!dir) return Err(dir.error());
   Inode* c;
@@ -168,7 +168,7 @@ Result<InodeRecord> InodeTable::Lookup(uint64_t parent, std::string_view name) {
 }
 
 Result<InodeRecord> InodeTable::LookupForReaddir(uint64_t ino) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   n->nlookup++;
@@ -176,7 +176,7 @@ Result<InodeRecord> InodeTable::LookupForReaddir(uint64_t ino) {
 }
 
 void InodeTable::Forget(uint64_t ino, uint64_t count) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return;
   if (n->nlookup < count) {
@@ -213,7 +213,7 @@ void InodeTable::MaybeDelete(Inode* n) {
 }
 
 void InodeTable::PurgeOrphans() {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   std::vector<Inode*> gone;
   for (auto& [ino, n] : inodes_)
     if (n->rec.nlink == 0) gone.push_back(n.get());
@@ -225,7 +225,7 @@ void InodeTable::PurgeOrphans() {
 }
 
 Result<InodeRecord> InodeTable::GetAttr(uint64_t ino) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   return n->rec;
@@ -234,11 +234,11 @@ Result<InodeRecord> InodeTable::GetAttr(uint64_t ino) {
 Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
   if (auto st = Writable(); !st) return Err(st.error());
   if ((c.to_set & kSetSize) && c.size > limits_.max_file_size) return Err(EFBIG);
-  std::unique_lock lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   if ((c.to_set & kSetSize) && S_ISREG(n->rec.mode) && n->rec.state == DataState::kRemote && c.size != 0) {
-    if (auto st = EnsureLocal(lk, ino); !st) return Err(st.error());
+    if (auto st = EnsureLocal(ino); !st) return Err(st.error());
     n = Find(ino);
     if (!n) return Err(ENOENT);
   }
@@ -247,11 +247,11 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
   // nobody writes and none stay).
   DataShared data;
   if ((c.to_set & kSetSize) && S_ISREG(n->rec.mode) && (n->writers > 0 || c.size != 0)) {
-    lk.unlock();
+    lk.Unlock();
     auto l = LockForMutation(ino, true);
     if (!l) return Err(l.error());
     data = std::move(*l);
-    lk.lock();
+    lk.Lock();
     n = Find(ino);
     if (!n) return Err(ENOENT);
   }
@@ -313,7 +313,7 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
                                         std::string_view target, uint64_t rdev) {
   if (auto st = CheckName(name); !st) return Err(st.error());
   if (auto st = Writable(); !st) return Err(st.error());
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto dir = FindDir(parent);
   if (!dir) return Err(dir.error());
   Inode* p = *dir;
@@ -394,7 +394,7 @@ Result<InodeRecord> InodeTable::Symlink(uint64_t parent, std::string_view name, 
 }
 
 Result<std::string> InodeTable::Readlink(uint64_t ino) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   if (!S_ISLNK(n->rec.mode)) return Err(EINVAL);
@@ -403,7 +403,7 @@ Result<std::string> InodeTable::Readlink(uint64_t ino) {
 
 Result<InodeRecord> InodeTable::Link(uint64_t ino, uint64_t newparent, std::string_view newname) {
   if (auto st = CheckName(newname); !st) return Err(st.error());
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   if (n->is_dir()) return Err(EPERM);
@@ -462,7 +462,7 @@ void InodeTable::RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view
 Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
   if (auto st = Writable(); !st) return st;
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto dir = FindDir(parent);
   if (!dir) return Err(dir.error());
   Inode* p = *dir;
@@ -505,7 +505,7 @@ Status InodeTable::Rmdir(uint64_t parent, std::string_view name) {
   if (name == "..") return Err(ENOTEMPTY);
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
   if (auto st = Writable(); !st) return st;
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto dir = FindDir(parent);
   if (!dir) return Err(dir.error());
   Inode* p = *dir;
@@ -557,7 +557,7 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
   if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE)) return Err(EINVAL);
   if (auto st = CheckName(newname); !st) return st;
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto sd = FindDir(parent);
   if (!sd) return Err(sd.error());
   auto dd = FindDir(newparent);
@@ -666,7 +666,7 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
 }
 
 Result<std::vector<DirEntry>> InodeTable::ListDir(uint64_t ino) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto dir = FindDir(ino);
   if (!dir) return Err(dir.error());
   Inode* d = *dir;
@@ -687,7 +687,7 @@ Status InodeTable::SetXattr(uint64_t ino, std::string_view name, std::string_vie
   if (name.starts_with("user.ckptfs.")) return Err(EPERM);
   if (auto st = Writable(); !st) return st;
   if (auto st = Writable(); !st) return st;
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   bool exists = n->xattrs.count(name) != 0;
@@ -705,7 +705,7 @@ Status InodeTable::SetXattr(uint64_t ino, std::string_view name, std::string_vie
 }
 
 Result<std::string> InodeTable::GetXattr(uint64_t ino, std::string_view name) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   if (name == kStateXattr) {
@@ -718,7 +718,7 @@ Result<std::string> InodeTable::GetXattr(uint64_t ino, std::string_view name) {
 }
 
 Result<std::string> InodeTable::ListXattr(uint64_t ino) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   std::string out;
@@ -732,7 +732,7 @@ Result<std::string> InodeTable::ListXattr(uint64_t ino) {
 Status InodeTable::RemoveXattr(uint64_t ino, std::string_view name) {
   if (name.starts_with("user.ckptfs.")) return Err(EPERM);
   if (auto st = Writable(); !st) return st;
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   auto it = n->xattrs.find(name);
@@ -781,7 +781,7 @@ void InodeTable::EraseInode(Inode* n) {
 }
 
 NamespaceStats InodeTable::Stats() {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   NamespaceStats s;
   for (auto& [ino, n] : inodes_) {
     s.inodes++;

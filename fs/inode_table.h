@@ -22,13 +22,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <condition_variable>
-#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <shared_mutex>
 #include <string>
@@ -37,7 +34,9 @@
 
 #include "backend/backend.h"
 #include "cache/tier.h"
+#include "common/mutex.h"
 #include "common/result.h"
+#include "common/thread_annotations.h"
 #include "fs/file_state.h"
 #include "fs/meta/meta_store.h"
 
@@ -282,7 +281,7 @@ class InodeTable {
   };
   // Sets applied_seq_ and moves the waiters it satisfies to `due`.
   // REQUIRES: mu_ held.
-  void AdvanceApplied(uint64_t seq, DueCallbacks* due);
+  void AdvanceApplied(uint64_t seq, DueCallbacks* due) REQUIRES(mu_);
 
   struct Inode {
     InodeRecord rec;
@@ -314,50 +313,50 @@ class InodeTable {
     bool is_dir() const { return S_ISDIR(rec.mode); }
   };
 
-  Inode* Find(uint64_t ino);  // REQUIRES: mu_ held
+  Inode* Find(uint64_t ino) REQUIRES(mu_);  // REQUIRES: mu_ held
   // Moves `n` along the state table (fs/file_state.h); an event the table
   // does not allow in n's state is logged and changes nothing.
   // REQUIRES: mu_ held.
-  void Transition(Inode* n, FileEvent e);
+  void Transition(Inode* n, FileEvent e) REQUIRES(mu_);
   // EROFS once read-only. Any thread.
   Status Writable() const;
   // Commits to the store; a failure turns the mount read-only (sticky),
   // with one log line. REQUIRES: mu_ held.
-  Status Commit(const meta::Batch& b, bool sync = false);
+  Status Commit(const meta::Batch& b, bool sync = false) REQUIRES(mu_);
   // Can `name` be added in `parent` (reserved names, the backend's path
   // length and encoding)? `subtree` is the longest path below the entry
   // (a directory being renamed). REQUIRES: mu_ held.
-  Status CheckNewName(uint64_t parent, std::string_view name, size_t subtree = 0);
+  Status CheckNewName(uint64_t parent, std::string_view name, size_t subtree = 0) REQUIRES(mu_);
   // The longest path under directory `n`, relative to it ("" is 0).
-  size_t SubtreePathLen(const Inode* n);
-  Result<Inode*> FindDir(uint64_t ino);
-  Result<Inode*> Child(Inode* dir, std::string_view name);
+  size_t SubtreePathLen(const Inode* n) REQUIRES(mu_);
+  Result<Inode*> FindDir(uint64_t ino) REQUIRES(mu_);
+  Result<Inode*> Child(Inode* dir, std::string_view name) REQUIRES(mu_);
   Result<InodeRecord> NewNode(uint64_t parent, std::string_view name, uint32_t mode, Caller who,
-                              std::string_view target, uint64_t rdev);
+                              std::string_view target, uint64_t rdev) EXCLUDES(mu_);
   // Deletes the inode if nothing references it. REQUIRES: mu_ held.
-  void MaybeDelete(Inode* n);
+  void MaybeDelete(Inode* n) REQUIRES(mu_);
   // Points the record's (parent, name) at some remaining link.
-  void RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view gone_name);
-  bool IsAncestor(uint64_t maybe_ancestor, uint64_t ino);
+  void RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view gone_name) REQUIRES(mu_);
+  bool IsAncestor(uint64_t maybe_ancestor, uint64_t ino) REQUIRES(mu_);
   // Paths relative to the mount root, for log entries. REQUIRES: mu_ held.
-  std::string DirPath(uint64_t dir_ino);
-  std::string EntryPath(uint64_t parent, std::string_view name);
+  std::string DirPath(uint64_t dir_ino) REQUIRES(mu_);
+  std::string EntryPath(uint64_t parent, std::string_view name) REQUIRES(mu_);
   // Assigns the entry its seq, adds it to the batch and to `out`; the
   // caller then commits with CommitWithLog(b, out). REQUIRES: mu_ held.
-  void AppendLog(meta::Batch* b, meta::LogEntry e, std::vector<meta::LogEntry>* out);
+  void AppendLog(meta::Batch* b, meta::LogEntry e, std::vector<meta::LogEntry>* out) REQUIRES(mu_);
   // Seals the file's current bytes as a new version. If the previous
   // version's entry is the last in the log, it is superseded: deleted from
   // the store in `b`, and its seq returned (0 if none) for Supersede once
   // `b` is committed. REQUIRES: mu_ held, and the data lock exclusive (or
   // the file not open).
-  uint64_t Seal(Inode* n, meta::Batch* b, std::vector<meta::LogEntry>* out);
+  uint64_t Seal(Inode* n, meta::Batch* b, std::vector<meta::LogEntry>* out) REQUIRES(mu_);
   // After the commit of a Seal that superseded entry `seq` (0: none) of
   // `version`: the drain skips it, its copy is dropped. REQUIRES: mu_ held.
-  void Supersede(uint64_t seq, uint64_t ino, uint64_t version);
+  void Supersede(uint64_t seq, uint64_t ino, uint64_t version) REQUIRES(mu_);
   // Seals and commits in one WriteBatch. REQUIRES: mu_ held.
-  Status SealNow(Inode* n);
+  Status SealNow(Inode* n) REQUIRES(mu_);
   // Is the file's current version sealed and not yet applied by the drain?
-  bool SealPending(const Inode* n) const { return n->seal_seq > applied_seq_; }
+  bool SealPending(const Inode* n) const REQUIRES(mu_) { return n->seal_seq > applied_seq_; }
   // A held data lock and the mutex it locks (the mutex outlives the inode
   // if that is erased meanwhile). Members in this order: unlock, then drop.
   template <class Lock>
@@ -375,45 +374,45 @@ class InodeTable {
   // operations go on, and is reserved against the budget (`wait` false:
   // EAGAIN instead of waiting for space). ENOENT if the inode is gone.
   // REQUIRES: mu_ not held.
-  Result<DataShared> LockForMutation(uint64_t ino, bool wait);
+  Result<DataShared> LockForMutation(uint64_t ino, bool wait) EXCLUDES(mu_);
   // The data lock exclusive, for a seal: no change of the bytes is in
   // flight. An unlocked lock if the inode is gone. REQUIRES: mu_ not held.
-  DataExclusive LockForSeal(uint64_t ino);
+  DataExclusive LockForSeal(uint64_t ino) EXCLUDES(mu_);
   // Must the sealed version be copied aside before the bytes change?
   // REQUIRES: mu_ held.
-  bool NeedsCopy(const Inode* n);
+  bool NeedsCopy(const Inode* n) REQUIRES(mu_);
   // Before the live bytes are dropped or emptied (O_TRUNC, truncate to 0,
   // the last name gone): moves a sealed version the drain has not published
   // to its snapshot (a rename; the live file starts empty). No-op if not
   // needed. A change that keeps bytes copies instead: LockForMutation.
   // REQUIRES: mu_ held, and no change of the bytes in flight.
-  Status MoveAside(Inode* n);
+  Status MoveAside(Inode* n) REQUIRES(mu_);
   // Start-up recovery of one regular file's bytes against its metadata.
   // Returns false if the file is lost. REQUIRES: mu_ held.
-  bool RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64_t>& live_sizes, meta::Batch* b);
+  bool RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64_t>& live_sizes, meta::Batch* b) REQUIRES(mu_);
   // Removes a lost file from the namespace and records it. REQUIRES: mu_.
   // Takes out of `lost` the files whose pending version the backend
   // already holds (published, then the daemon died before the commit).
-  void AdoptPublished(std::vector<Inode*>* lost, meta::Batch* b);
+  void AdoptPublished(std::vector<Inode*>* lost, meta::Batch* b) REQUIRES(mu_);
   // Removes a lost file's names; logs an unlink of each, so an older copy
   // the backend holds under that name goes too (backend == mount after the
   // drain). REQUIRES: called from Load.
-  void DropLost(Inode* n, std::string_view reason, meta::Batch* b, std::vector<meta::LogEntry>* out);
+  void DropLost(Inode* n, std::string_view reason, meta::Batch* b, std::vector<meta::LogEntry>* out) REQUIRES(mu_);
   // Commits `b` with the log entries, then publishes them. REQUIRES: mu_.
-  Status CommitWithLog(const meta::Batch& b, std::vector<meta::LogEntry>&& entries);
+  Status CommitWithLog(const meta::Batch& b, std::vector<meta::LogEntry>&& entries) REQUIRES(mu_);
   // Marks `n` used now (LRU order). REQUIRES: mu_ held; n regular.
-  void TouchLru(Inode* n);
+  void TouchLru(Inode* n) REQUIRES(mu_);
   // Removes `n` from the table and every index. REQUIRES: mu_ held.
-  void EraseInode(Inode* n);
+  void EraseInode(Inode* n) REQUIRES(mu_);
   // Records that the backend holds `n`'s bytes at `path` ("" forgets).
   // REQUIRES: mu_ held.
-  void SetBackendPath(Inode* n, std::string path);
+  void SetBackendPath(Inode* n, std::string path) REQUIRES(mu_);
   // Follows an applied rename, unlink or rmdir in the backend paths.
   // REQUIRES: mu_ held.
-  void ApplyToBackendPaths(const meta::LogEntry& e);
-  // Brings a remote file's bytes into the tier. Drops and retakes `lk`.
-  // REQUIRES: lk holds mu_; n is regular.
-  Status EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino, int attempt = 0);
+  void ApplyToBackendPaths(const meta::LogEntry& e) REQUIRES(mu_);
+  // Brings a remote file's bytes into the tier. Drops mu_ during the
+  // fetch and retakes it before returning. REQUIRES: mu_ held; regular file.
+  Status EnsureLocal(uint64_t ino, int attempt = 0) REQUIRES(mu_);
   static meta::Timespec Now();
   static uint8_t DirentType(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
   void Touch(Inode* dir, const meta::Timespec& t) { dir->rec.mtime = dir->rec.ctime = t; }
@@ -422,33 +421,35 @@ class InodeTable {
   cache::Tier* const tier_;
   backend::Backend* const backend_;
 
-  // Lock order: Inode::data_mu, Drainer::mu_, mu_, cache::Tier::mu_.
-  std::mutex mu_;
-  std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_;  // GUARDED_BY(mu_)
-  uint64_t next_ino_ = meta::kRootIno + 1;                         // GUARDED_BY(mu_)
-  std::deque<meta::LogEntry> log_;                                 // GUARDED_BY(mu_), oldest first
-  uint64_t next_seq_ = 1;                                          // GUARDED_BY(mu_)
-  uint64_t applied_seq_ = 0;                                       // GUARDED_BY(mu_)
-  uint64_t clock_ = 0;                                             // GUARDED_BY(mu_), LRU clock
-  std::set<std::pair<uint64_t, uint64_t>> lru_;  // GUARDED_BY(mu_), (last_use, ino) of regular files, oldest first
-  uint64_t next_lost_ = 1;                                         // GUARDED_BY(mu_)
-  std::vector<std::string> lost_;                                  // GUARDED_BY(mu_)
-  std::map<std::string, uint64_t, std::less<>> by_backend_path_;   // GUARDED_BY(mu_), Inode::backend_path -> ino
-  std::map<uint64_t, FailedEntry> failed_;                         // GUARDED_BY(mu_), by record seq
+  // Lock order: Drainer::mu_, Inode::data_mu, mu_, cache::Tier::mu_
+  // (docs/architecture.md, "Locks").
+  ckpt::Mutex mu_;
+  std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_ GUARDED_BY(mu_);
+  uint64_t next_ino_ GUARDED_BY(mu_) = meta::kRootIno + 1;
+  std::deque<meta::LogEntry> log_ GUARDED_BY(mu_);  // oldest first
+  uint64_t next_seq_ GUARDED_BY(mu_) = 1;
+  uint64_t applied_seq_ GUARDED_BY(mu_) = 0;
+  uint64_t clock_ GUARDED_BY(mu_) = 0;  // LRU clock
+  // (last_use, ino) of regular files, oldest first.
+  std::set<std::pair<uint64_t, uint64_t>> lru_ GUARDED_BY(mu_);
+  uint64_t next_lost_ GUARDED_BY(mu_) = 1;
+  std::vector<std::string> lost_ GUARDED_BY(mu_);
+  std::map<std::string, uint64_t, std::less<>> by_backend_path_ GUARDED_BY(mu_);  // Inode::backend_path -> ino
+  std::map<uint64_t, FailedEntry> failed_ GUARDED_BY(mu_);                         // by record seq
   // Persist entries a newer version of the same file replaced before the
   // drain took them (see Seal): dropped from the store, skipped by the
   // drain (BeginPersist says ESTALE).
-  std::set<uint64_t> superseded_;                                  // GUARDED_BY(mu_)
-  uint64_t next_failed_ = 1;                                       // GUARDED_BY(mu_)
-  Limits limits_;                                                  // set before Load
+  std::set<uint64_t> superseded_ GUARDED_BY(mu_);
+  uint64_t next_failed_ GUARDED_BY(mu_) = 1;
+  Limits limits_;  // set before Load, read-only after
   std::atomic<bool> read_only_{false};
-  mutable std::mutex ro_mu_;  // leaf lock
-  std::string ro_reason_;     // GUARDED_BY(ro_mu_)
-  bool shutdown_ = false;                                          // GUARDED_BY(mu_)
-  std::condition_variable log_cv_;      // the log gained entries
-  std::condition_variable applied_cv_;  // applied_seq_ advanced
-  std::multimap<uint64_t, std::function<void(int)>> applied_waiters_;  // GUARDED_BY(mu_), by seq
-  std::condition_variable fetch_cv_;    // a fetch finished
+  mutable ckpt::Mutex ro_mu_;  // leaf lock
+  std::string ro_reason_ GUARDED_BY(ro_mu_);
+  bool shutdown_ GUARDED_BY(mu_) = false;
+  ckpt::CondVar log_cv_;      // the log gained entries (with mu_)
+  ckpt::CondVar applied_cv_;  // applied_seq_ advanced (with mu_)
+  std::multimap<uint64_t, std::function<void(int)>> applied_waiters_ GUARDED_BY(mu_);  // by seq
+  ckpt::CondVar fetch_cv_;    // a fetch finished (with mu_)
 };
 
 }  // namespace ckpt::fs

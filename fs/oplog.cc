@@ -33,7 +33,7 @@ using meta::kNextInoCounter;
 void InodeTable::WhenApplied(uint64_t seq, std::function<void(int err)> fn) {
   int err = 0;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     if (applied_seq_ < seq && !shutdown_) {
       applied_waiters_.emplace(seq, std::move(fn));
       return;
@@ -45,7 +45,7 @@ void InodeTable::WhenApplied(uint64_t seq, std::function<void(int err)> fn) {
 
 void InodeTable::AdvanceApplied(uint64_t seq, DueCallbacks* due) {
   applied_seq_ = seq;
-  applied_cv_.notify_all();
+  applied_cv_.NotifyAll();
   auto end = applied_waiters_.upper_bound(seq);
   for (auto it = applied_waiters_.begin(); it != end; ++it) due->fns.push_back(std::move(it->second));
   applied_waiters_.erase(applied_waiters_.begin(), end);
@@ -61,25 +61,27 @@ Status InodeTable::CommitWithLog(const Batch& b, std::vector<LogEntry>&& entries
   if (auto st = Commit(b); !st) return st;
   if (entries.empty()) return {};
   for (auto& e : entries) log_.push_back(std::move(e));
-  log_cv_.notify_all();
+  log_cv_.NotifyAll();
   return {};
 }
 
 std::vector<LogEntry> InodeTable::PendingLog(size_t max) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   std::vector<LogEntry> out;
   for (size_t i = 0; i < log_.size() && i < max; i++) out.push_back(log_[i]);
   return out;
 }
 
 bool InodeTable::WaitForLog(std::chrono::milliseconds d) {
-  std::unique_lock lk(mu_);
-  log_cv_.wait_for(lk, d, [&] { return !log_.empty() || shutdown_; });
+  MutexLock lk(&mu_);
+  const auto deadline = std::chrono::steady_clock::now() + d;
+  while (log_.empty() && !shutdown_)
+    if (!log_cv_.WaitUntil(&mu_, deadline)) break;
   return !log_.empty() && !shutdown_;
 }
 
 Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   if (superseded_.count(e.seq)) return Err(ESTALE);
   Inode* n = Find(e.ino);
   bool same = n && n->rec.version == e.version && S_ISREG(n->rec.mode);
@@ -116,13 +118,13 @@ Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
 }
 
 void InodeTable::AbortPersist(const LogEntry& e) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(e.ino);
   if (n) Transition(n, FileEvent::kStageEnd);
 }
 
 void InodeTable::RecordLost(const LogEntry& e, std::string_view reason) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   tier_->Remove(cache::SnapKey(e.ino, e.version));
   if (std::find(lost_.begin(), lost_.end(), e.path) != lost_.end()) return;  // listed at start-up
   Batch b;
@@ -133,13 +135,13 @@ void InodeTable::RecordLost(const LogEntry& e, std::string_view reason) {
 }
 
 std::vector<std::string> InodeTable::LostFiles() {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   return lost_;
 }
 
 Status InodeTable::FailEntry(const LogEntry& e, std::string_view reason) {
   DueCallbacks due;  // fsync=backend waiters now satisfied; run once mu_ is released
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion
   Inode* n = Find(e.ino);
   bool current = e.op == LogOp::kPersist && n && S_ISREG(n->rec.mode) && n->rec.version == e.version;
@@ -170,7 +172,7 @@ Status InodeTable::FailEntry(const LogEntry& e, std::string_view reason) {
 }
 
 std::vector<FailedEntry> InodeTable::FailedEntries() {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   std::vector<FailedEntry> out;
   out.reserve(failed_.size());
   for (auto& [seq, f] : failed_) out.push_back(f);
@@ -178,7 +180,7 @@ std::vector<FailedEntry> InodeTable::FailedEntries() {
 }
 
 Status InodeTable::ClearLost() {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Batch b;
   auto del = [&](uint64_t seq, std::string_view, std::string_view) { MetaStore::DeleteLost(&b, seq); };
   if (auto st = store_->ForEachLost(del); !st) return st;
@@ -190,7 +192,7 @@ Status InodeTable::ClearLost() {
 
 Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, uint64_t gen) {
   DueCallbacks due;  // fsync=backend waiters now satisfied; run once mu_ is released
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion
   Inode* n = Find(e.ino);
   // The checksum belongs to version e.version; the state is "persisted"
@@ -237,7 +239,7 @@ Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, 
 
 Status InodeTable::CompleteEntry(const LogEntry& e) {
   DueCallbacks due;  // fsync=backend waiters now satisfied; run once mu_ is released
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   if (log_.empty() || log_.front().seq != e.seq) abort();  // broken invariant: out-of-order completion
   Batch b;
   MetaStore::DeleteLog(&b, e.seq);
@@ -255,25 +257,25 @@ Status InodeTable::CompleteEntry(const LogEntry& e) {
 }
 
 bool InodeTable::WaitApplied(uint64_t seq) {
-  std::unique_lock lk(mu_);
-  applied_cv_.wait(lk, [&] { return applied_seq_ >= seq || shutdown_; });
+  MutexLock lk(&mu_);
+  while (applied_seq_ < seq && !shutdown_) applied_cv_.Wait(&mu_);
   return applied_seq_ >= seq;
 }
 
 void InodeTable::Shutdown() {
   DueCallbacks due;  // runs after the lock is released: waiters get EIO
   due.err = EIO;
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   for (auto& [seq, fn] : applied_waiters_) due.fns.push_back(std::move(fn));
   applied_waiters_.clear();
   shutdown_ = true;
-  log_cv_.notify_all();
-  applied_cv_.notify_all();
-  fetch_cv_.notify_all();
+  log_cv_.NotifyAll();
+  applied_cv_.NotifyAll();
+  fetch_cv_.NotifyAll();
 }
 
 DataStats InodeTable::DataStatistics() {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   DataStats s;
   for (auto& [ino, n] : inodes_) {
     if (!S_ISREG(n->rec.mode) || n->rec.nlink == 0) continue;

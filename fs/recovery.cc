@@ -29,12 +29,13 @@ using meta::kImportedCounter;
 using meta::kNextInoCounter;
 
 Status InodeTable::Load(Caller root_owner) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto next = store_->GetCounter(kNextInoCounter);
   if (!next) return Err(next.error());
   next_ino_ = std::max<uint64_t>(*next, meta::kRootIno + 1);
 
   auto st = store_->ForEachInode([&](InodeRecord&& r) {
+    mu_.AssertHeld();  // called back while Load holds mu_
     auto n = std::make_unique<Inode>();
     n->rec = std::move(r);
     next_ino_ = std::max(next_ino_, n->rec.ino + 1);
@@ -45,6 +46,7 @@ Status InodeTable::Load(Caller root_owner) {
 
   Batch fix;
   st = store_->ForEachDentry([&](uint64_t parent, std::string_view name, meta::DentryValue v) {
+    mu_.AssertHeld();  // called back while Load holds mu_
     Inode* p = Find(parent);
     if (!p || !p->is_dir() || !Find(v.ino)) {
       LOG_ERROR("metadata: dropping entry '{}' in dir ino {} (points at missing ino {})", name, parent, v.ino);
@@ -70,6 +72,7 @@ Status InodeTable::Load(Caller root_owner) {
     }
   }
   st = store_->ForEachXattr([&](uint64_t ino, std::string_view name, std::string_view value) {
+    mu_.AssertHeld();  // called back while Load holds mu_
     if (Inode* n = Find(ino)) n->xattrs.emplace(std::string(name), std::string(value));
   });
   if (!st) return st;
@@ -79,6 +82,7 @@ Status InodeTable::Load(Caller root_owner) {
   applied_seq_ = *applied;
   next_seq_ = applied_seq_ + 1;
   st = store_->ForEachLogEntry([&](LogEntry&& e) {
+    mu_.AssertHeld();  // called back while Load holds mu_
     next_seq_ = std::max(next_seq_, e.seq + 1);
     if (e.op == LogOp::kPersist)
       if (Inode* n = Find(e.ino)) n->seal_seq = e.seq;
@@ -155,11 +159,13 @@ Status InodeTable::Load(Caller root_owner) {
   std::vector<LogEntry> unlinks;
   for (Inode* n : lost) DropLost(n, "not persisted, and its bytes are not in the memory tier", &rec, &unlinks);
   st = store_->ForEachLost([&](uint64_t seq, std::string_view path, std::string_view) {
+    mu_.AssertHeld();  // called back while Load holds mu_
     next_lost_ = std::max(next_lost_, seq + 1);
     lost_.emplace_back(path);
   });
   if (!st) return st;
   st = store_->ForEachFailed([&](uint64_t seq, std::string_view path, std::string_view reason) {
+    mu_.AssertHeld();  // called back while Load holds mu_
     next_failed_ = std::max(next_failed_, seq + 1);
     failed_[seq] = FailedEntry{std::string(path), std::string(reason)};
   });
@@ -265,6 +271,7 @@ void InodeTable::AdoptPublished(std::vector<Inode*>* lost, Batch* b) {
     return;
   }
   std::erase_if(*lost, [&](Inode* n) {
+    mu_.AssertHeld();  // called back while Load holds mu_
     InodeRecord& r = n->rec;
     auto it = std::find_if(log_.begin(), log_.end(), [&](const LogEntry& e) { return e.seq == n->seal_seq; });
     if (r.version == 0 || it == log_.end() || it->op != LogOp::kPersist || it->version != r.version) return false;
@@ -314,7 +321,7 @@ void InodeTable::DropLost(Inode* n, std::string_view reason, Batch* b, std::vect
 }
 
 Status InodeTable::ImportBackend() {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   auto imported = store_->GetCounter(kImportedCounter);
   if (!imported) return Err(imported.error());
   if (*imported || !backend_) return {};
@@ -323,6 +330,7 @@ Status InodeTable::ImportBackend() {
   uint64_t count = 0;
   Inode* root = Find(meta::kRootIno);
   auto st = backend_->List([&](const backend::Entry& e) {
+    mu_.AssertHeld();  // called back while ImportBackend holds mu_
     auto slash = e.path.rfind('/');
     std::string parent_path = slash == std::string::npos ? "" : e.path.substr(0, slash);
     std::string name = slash == std::string::npos ? e.path : e.path.substr(slash + 1);

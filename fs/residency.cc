@@ -30,7 +30,7 @@ using meta::kImportedCounter;
 using meta::kNextInoCounter;
 
 bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   Inode* n = Find(ino);
   bool trunc = (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY;
   return n && S_ISREG(n->rec.mode) && n->rec.state == DataState::kRemote && !trunc;
@@ -39,7 +39,7 @@ bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
 // ---- Budget and remote files ----
 
 cache::Tier::Relief InodeTable::Evict(uint64_t need) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   // Least recently used first: the LRU set is in that order already.
   std::vector<Inode*> clean;
   for (auto [use, ino] : lru_) {
@@ -104,6 +104,7 @@ void InodeTable::SetBackendPath(Inode* n, std::string path) {
 void InodeTable::ApplyToBackendPaths(const LogEntry& e) {
   // The inodes at `path` and below it, in the backend.
   auto subtree = [&](const std::string& path) {
+    mu_.AssertHeld();  // the caller's
     std::vector<uint64_t> out;
     if (auto it = by_backend_path_.find(path); it != by_backend_path_.end()) out.push_back(it->second);
     std::string prefix = path + "/";
@@ -113,6 +114,7 @@ void InodeTable::ApplyToBackendPaths(const LogEntry& e) {
     return out;
   };
   auto move = [&](const std::vector<uint64_t>& inos, const std::string& from, const std::string& to) {
+    mu_.AssertHeld();  // the caller's
     for (uint64_t ino : inos)
       if (Inode* n = Find(ino)) SetBackendPath(n, to + n->backend_path.substr(from.size()));
   };
@@ -141,13 +143,13 @@ void InodeTable::ApplyToBackendPaths(const LogEntry& e) {
   }
 }
 
-Status InodeTable::EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino, int attempt) {
+Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
   for (;;) {
     Inode* n = Find(ino);
     if (!n) return Err(ENOENT);
     if (n->rec.state != DataState::kRemote) return {};
     if (!n->fetching) break;
-    fetch_cv_.wait(lk);
+    fetch_cv_.Wait(&mu_);
     if (shutdown_) return Err(EIO);
   }
   if (!backend_) return Err(EIO);
@@ -157,18 +159,18 @@ Status InodeTable::EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino, i
     // unlink of the name it had, or a restart with renames pending): once
     // the log has reached this moment, it is the current path.
     uint64_t head = next_seq_ - 1;
-    applied_cv_.wait(lk, [&] { return applied_seq_ >= head || shutdown_; });
+    while (applied_seq_ < head && !shutdown_) applied_cv_.Wait(&mu_);
     if (shutdown_) return Err(EIO);
     n = Find(ino);
     if (!n) return Err(ENOENT);
     if (n->rec.state != DataState::kRemote) return {};
-    if (n->fetching) return EnsureLocal(lk, ino, attempt);  // another fetch started meanwhile
+    if (n->fetching) return EnsureLocal(ino, attempt);  // another fetch started meanwhile
     if (n->backend_path.empty()) SetBackendPath(n, EntryPath(n->rec.parent, n->rec.name));
   }
   n->fetching = true;
   std::string path = n->backend_path;
   uint64_t size = n->rec.size, hi = n->rec.checksum_hi, lo = n->rec.checksum_lo;
-  lk.unlock();
+  mu_.unlock();  // the fetch runs without the namespace lock
   // Test knob: CKPTFS_FETCH_DELAY_MS=N makes every fetch take N ms longer
   // (a slow backend), read once.
   static const int fetch_delay_ms = [] {
@@ -186,7 +188,7 @@ Status InodeTable::EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino, i
     }
     return 0;
   });
-  lk.lock();
+  mu_.lock();
   n = Find(ino);
   if (n) {
     n->fetching = false;
@@ -197,11 +199,11 @@ Status InodeTable::EnsureLocal(std::unique_lock<std::mutex>& lk, uint64_t ino, i
       (void)Commit(b);
     }
   }
-  fetch_cv_.notify_all();
+  fetch_cv_.NotifyAll();
   // The drain moved it while it was being read (a rename applied
   // meanwhile): fetch again from where it is now.
   if (!st && st.error() == ENOENT && n && n->backend_path != path && attempt < 3)
-    return EnsureLocal(lk, ino, attempt + 1);
+    return EnsureLocal(ino, attempt + 1);
   if (!st) {
     if (st.error() != EIO) LOG_ERROR("ino {} '{}': fetch from backend failed: {}", ino, path, strerror(st.error()));
     return Err(st.error() == ENOENT ? EIO : st.error());
