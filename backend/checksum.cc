@@ -7,23 +7,6 @@
 
 namespace ckpt::backend {
 
-bool AllZero(const char* p, size_t n) {
-  // Data blocks usually differ from zero in their first bytes: test those
-  // word by word, then compare the block with itself shifted by one byte.
-  size_t i = 0;
-  for (; i + 8 <= n && i < 64; i += 8) {
-    uint64_t v;
-    std::memcpy(&v, p + i, 8);
-    if (v) return false;
-  }
-  if (n <= 64) {
-    for (; i < n; i++)
-      if (p[i]) return false;
-    return true;
-  }
-  return p[0] == 0 && std::memcmp(p, p + 1, n - 1) == 0;
-}
-
 ContentHash::ContentHash() : state_(XXH3_createState()) {
   if (state_) XXH3_128bits_reset(state_);
 }

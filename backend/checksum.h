@@ -32,14 +32,15 @@
 #include <string_view>
 #include <utility>
 
+#include "common/io.h"
+
 namespace ckpt::backend {
 
 inline constexpr uint64_t kChecksumBlock = 4096;
 // Where the posix backend keeps the checksum, and S3's metadata header.
 inline constexpr char kChecksumXattr[] = "user.ckptfs.xxh128s";
 
-// True if the `n` bytes at `p` are all zero.
-bool AllZero(const char* p, size_t n);
+using ckpt::AllZero;  // common/io.h: true if the `n` bytes at `p` are all zero
 
 // Streams a file's content in increasing offset order: Update() with the
 // bytes at `off` (any length, any alignment; ranges never overlap and come

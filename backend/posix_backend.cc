@@ -363,25 +363,6 @@ class Extents {
 // freshly drained file through the mount 3-6x slower.
 void DropCache(int fd) { (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); }
 
-// Writes the bytes of `buf` (file offset `off`) that are not in 4 KiB
-// blocks of zeros (blocks aligned to file offsets), one pwrite per run: the
-// destination holds holes there already. 0 or an errno.
-int WriteNonZero(int fd, const char* buf, uint64_t len, uint64_t off) {
-  uint64_t p = 0;
-  auto piece = [&](uint64_t at) { return std::min(len - at, kChecksumBlock - (off + at) % kChecksumBlock); };
-  while (p < len) {
-    uint64_t n = piece(p);
-    if (AllZero(buf + p, n)) {
-      p += n;
-      continue;
-    }
-    uint64_t run = p;
-    while (p < len && !AllZero(buf + p, piece(p))) p += piece(p);
-    if (int e = PwriteFull(fd, buf + run, p - run, off + run)) return e;
-  }
-  return 0;
-}
-
 // Reads the chunks `ext` yields from `fd` with up to kQueueDepth reads in
 // flight, and calls on_chunk(off, len, data) for each, in offset order.
 // Returns 0, an errno of the read (with *read_failed), or on_chunk's.
@@ -965,7 +946,7 @@ class PosixBackend final : public Backend {
     Extents ext(fd.get(), size);
     auto deliver = [&](uint64_t off, uint64_t len, const char* data) -> int {
       hash.Update(off, data, len);
-      return WriteNonZero(dst_fd, data, len, off);
+      return WriteNonZero(dst_fd, data, len, off, kChecksumBlock);
     };
     std::unique_ptr<Ring> ring = size > 0 ? MakeRing() : nullptr;
     if (ring) {

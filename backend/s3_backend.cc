@@ -601,9 +601,13 @@ class S3Backend final : public Backend {
       get.key = *key;
       get.headers = {"Range: bytes=" + std::to_string(off) + "-" + std::to_string(off + len - 1)};
       if (!info->etag.empty()) get.headers.push_back("If-Match: " + info->etag);
+      // Zeros are not written: dst_fd is a fresh file of `size` bytes, so
+      // they stay holes (and a sparse file larger than the tier's budget
+      // can be read back); the checksum counts them all the same. A retry
+      // rewrites the same bytes.
       get.sink = [&](const char* data, size_t n) -> int {
         if (done + n > len) return EIO;
-        if (int e = PwriteFull(dst_fd, data, n, off + done)) return e;
+        if (int e = WriteNonZero(dst_fd, data, n, off + done, kChecksumBlock)) return e;
         done += n;
         return 0;
       };

@@ -106,15 +106,25 @@ std::string Eta(double seconds) {
 }
 
 // Waits until everything logged when it started is in the backend. Returns
-// 0 when done, 1 on timeout (with a message).
-int WaitDrained(const std::string& mnt, double timeout_s) {
+// 0 when done, 1 on timeout or when the mount is read-only (the drain stops
+// then, fs/drain.h: waiting would never end), with a message that ends in
+// `read_only_hint`.
+int WaitDrained(const std::string& mnt, double timeout_s, const std::string& read_only_hint) {
   Json j = StatusOrDie(mnt);
   uint64_t target = U64(Obj(j, "drain"), "head_seq");
   bool tty = isatty(STDERR_FILENO);
   auto start = std::chrono::steady_clock::now();
   uint64_t total = 0;
   double last_plain = -10;
+  bool shown = false;  // a progress line is on the terminal
   for (;;) {
+    if (std::string ro = Str(j, "read_only"); !ro.empty()) {
+      if (tty && shown) fprintf(stderr, "\n");
+      fprintf(stderr, "ckptfs: mount is read-only (%s): the drain cannot record progress; %s\n",
+              EscapeName(ro).c_str(), read_only_hint.c_str());
+      return 1;
+    }
+    shown = true;
     const Json& dr = Obj(j, "drain");
     uint64_t applied = U64(dr, "applied_seq");
     uint64_t pending = U64(Obj(j, "dirty"), "bytes") + U64(Obj(j, "draining"), "bytes");
@@ -186,7 +196,9 @@ std::vector<std::string> ReadLost(const std::string& mnt) {
 
 }  // namespace
 
-int CmdDrain(const std::string& mnt_in, double timeout_s) { return WaitDrained(Absolute(mnt_in), timeout_s); }
+int CmdDrain(const std::string& mnt_in, double timeout_s) {
+  return WaitDrained(Absolute(mnt_in), timeout_s, "fix the disk and mount again: the next mount resumes the drain");
+}
 
 int CmdUmount(const std::string& mnt_in, bool no_drain, bool lazy) {
   std::string mnt = Absolute(mnt_in);
@@ -201,7 +213,7 @@ int CmdUmount(const std::string& mnt_in, bool no_drain, bool lazy) {
         "unmounted (`ckptfs umount --no-drain` unmounts without it; the next mount resumes the drain)");
   long long pid =
       err == 0 && status.contains("pid") && status["pid"].is_number_integer() ? status["pid"].get<long long>() : -1;
-  if (!no_drain && WaitDrained(mnt, 0) != 0) return 1;
+  if (!no_drain && WaitDrained(mnt, 0, "use `ckptfs umount --no-drain`, fix the disk and mount again") != 0) return 1;
   int rc = RunCommand({"fusermount3", lazy ? "-uz" : "-u", mnt});
   if (rc < 0) Die("cannot run fusermount3: " + ErrStr(errno));
   if (rc != 0) Die("cannot unmount " + mnt + " (busy? close files using it, or use --lazy)");

@@ -15,11 +15,14 @@ namespace ckpt {
 namespace failpoint_detail {
 
 const char* armed = nullptr;
+const char* fault_armed = nullptr;
 
 namespace {
 std::string name_;
 long at_ = 1;
 std::atomic<long> hits_{0};
+std::string fault_name_, fault_file_;
+std::atomic<bool> fault_logged_{false};
 }  // namespace
 
 void Hit(std::string_view name) {
@@ -31,9 +34,23 @@ void Hit(std::string_view name) {
   _exit(137);  // not reached
 }
 
+bool FaultOn(std::string_view name) {
+  if (name != fault_name_ || access(fault_file_.c_str(), F_OK) != 0) return false;
+  if (!fault_logged_.exchange(true)) LOG_WARN("fault {} on ({} exists): failing with EIO", name, fault_file_);
+  return true;
+}
+
 }  // namespace failpoint_detail
 
 void InitFailpoints() {
+  if (const char* f = getenv("CKPTFS_FAULT"); f && *f) {
+    std::string s(f);
+    if (auto colon = s.find(':'); colon != std::string::npos) {
+      failpoint_detail::fault_name_ = s.substr(0, colon);
+      failpoint_detail::fault_file_ = s.substr(colon + 1);
+      failpoint_detail::fault_armed = failpoint_detail::fault_name_.c_str();
+    }
+  }
   const char* v = getenv("CKPTFS_FAILPOINT");
   if (!v || !*v) return;
   std::string s(v);

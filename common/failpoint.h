@@ -1,4 +1,5 @@
-// failpoint.h — named crash points for the crash harness (tests/crash).
+// failpoint.h — named crash points for the crash harness (tests/crash),
+// and named I/O faults for the mounted cases.
 //
 //   CKPTFS_FAILPOINT=name        the daemon kills itself (SIGKILL, no clean-up,
 //                                like a crash) the first time it reaches `name`
@@ -16,6 +17,17 @@
 //   evict.mid             eviction recorded "remote", the tier bytes not yet freed
 //   load.recovery         start-up recovery half done (metadata fixed, log not
 //                         yet resumed)
+//
+//   CKPTFS_FAULT=name:FILE       FAULT(name) is true, and the caller fails its
+//                                operation with EIO, each time it is reached
+//                                while FILE exists: a disk error a test turns
+//                                on (touch FILE) at the moment it chooses
+//
+// Always compiled in; unset, FAULT(name) costs one predictable branch.
+//
+// Faults in use (keep docs/consistency.md in step):
+//   meta.write            a metadata write (fs/meta/rocks_kv.cc), as when the
+//                         state dir's disk fails
 #pragma once
 
 #include <string_view>
@@ -25,9 +37,11 @@ namespace ckpt {
 namespace failpoint_detail {
 extern const char* armed;  // nullptr when CKPTFS_FAILPOINT is unset
 void Hit(std::string_view name);
+extern const char* fault_armed;  // nullptr when CKPTFS_FAULT is unset
+bool FaultOn(std::string_view name);
 }  // namespace failpoint_detail
 
-// Reads CKPTFS_FAILPOINT. Call once at start-up, before any thread starts.
+// Reads CKPTFS_FAILPOINT and CKPTFS_FAULT. Call once at start-up, before any thread starts.
 void InitFailpoints();
 
 }  // namespace ckpt
@@ -37,3 +51,6 @@ void InitFailpoints();
     if (__builtin_expect(::ckpt::failpoint_detail::armed != nullptr, 0)) [[unlikely]] \
       ::ckpt::failpoint_detail::Hit(name);                                              \
   } while (0)
+
+#define FAULT(name) \
+  (__builtin_expect(::ckpt::failpoint_detail::fault_armed != nullptr, 0) && ::ckpt::failpoint_detail::FaultOn(name))

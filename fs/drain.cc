@@ -162,6 +162,10 @@ void Drainer::Schedule(const std::vector<LogEntry>& window) {
 
 void Drainer::Run() {
   while (!stop_) {
+    if (std::string ro = table_->ReadOnlyReason(); !ro.empty()) {
+      HoldReadOnly(ro);
+      continue;
+    }
     auto window = table_->PendingLog(kWindow);
     if (window.empty()) {
       table_->WaitForLog(std::chrono::milliseconds(200));
@@ -404,6 +408,21 @@ void Drainer::NoteSuccess() {
     LOG_INFO("drain: backend {} healthy again after {} retries", backend_->Describe(), stats_.retries);
     stats_.in_error = false;
   }
+}
+
+void Drainer::HoldReadOnly(const std::string& why) {
+  std::unique_lock lk(mu_);
+  if (!read_only_noted_) {
+    read_only_noted_ = true;
+    LOG_ERROR("drain: stopped, {}: nothing more is applied to backend {}; the next mount resumes the drain", why,
+              backend_->Describe());
+    stats_.in_error = true;
+    stats_.last_error = "drain stopped: " + why;
+    stats_.last_error_time = std::chrono::duration_cast<std::chrono::seconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+  }
+  cv_.wait_for(lk, std::chrono::seconds(1), [&] { return stop_.load(); });
 }
 
 void Drainer::Backoff() {

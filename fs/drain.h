@@ -12,7 +12,11 @@
 // 10 s), one log line per episode; nothing is dropped — except an entry the
 // backend refuses for good (IsPermanent: a name it cannot hold, a symlink
 // where a directory should be), which is recorded as failed so the entries
-// after it still drain. Stop() ends promptly:
+// after it still drain. While the mount is read-only (a metadata write
+// failed: InodeTable::ReadOnlyReason) nothing is applied or staged: no
+// progress could be recorded, so every round would upload the same files
+// again; the drain waits, once logged, for the next mount to resume it.
+// Stop() ends promptly:
 // staged uploads are aborted and the log keeps what was not applied.
 //
 // Test knobs: CKPTFS_DRAIN_DELAY_MS=N waits N ms before each publish, so
@@ -104,6 +108,10 @@ class Drainer {
   void NoteError(const meta::LogEntry& e, int err);
   void NoteSuccess();
   void Backoff();
+  // Records that the drain stands still because the mount is read-only
+  // (`why`), once, then waits a second (or for Stop).
+  void HoldReadOnly(const std::string& why);
+  bool read_only_noted_ = false;  // drain thread only
 
   InodeTable* const table_;
   backend::Backend* const backend_;

@@ -10,7 +10,11 @@
 // in the lost pages (raw, NUL-separated), which `ckptfs lost` prints with
 // \xHH escapes. An xattr value is at most 64 KiB, so the lists in the
 // document are capped (kStatusListMax entries, kStatusListBytes bytes of
-// names each) and their totals given beside them.
+// *escaped* names each: a control byte takes 6 bytes as \u00XX, a byte
+// that is not UTF-8 3 as U+FFFD) and their totals given beside them; as a
+// last guard the whole document is kept under kStatusMaxBytes by dropping
+// list entries, then by shortening the long strings (paths, the last
+// error), so a hostile name can never make the status unreadable.
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +24,23 @@
 namespace ckpt::fs {
 
 using Json = nlohmann::json;
+
+namespace {
+
+constexpr size_t kStatusMaxBytes = 60 * 1024;  // the whole document, at most (the xattr limit is 64 KiB)
+constexpr size_t kStatusStringMax = 512;       // raw bytes of a path kept when the document is too long
+
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+// The bytes `s` takes in the document, quotes included.
+size_t Encoded(const std::string& s) { return Dump(Json(s)).size(); }
+
+// `s` cut to at most `max` raw bytes, marked when cut.
+std::string Shorten(const std::string& s, size_t max) {
+  return s.size() <= max ? s : s.substr(0, max) + "...[shortened]";
+}
+
+}  // namespace
 
 std::string StatusJson(Daemon* d) {
   cache::TierStats t = d->tier->Stats();
@@ -35,17 +56,20 @@ std::string StatusJson(Daemon* d) {
   Json lost = Json::array();
   size_t bytes = 0;
   for (const std::string& p : lost_all) {
-    if (lost.size() >= kStatusListMax || bytes + p.size() > kStatusListBytes) break;
-    bytes += p.size();
+    size_t n = Encoded(p) + 1;
+    if (lost.size() >= kStatusListMax || bytes + n > kStatusListBytes) break;
+    bytes += n;
     lost.push_back(p);
   }
   std::vector<FailedEntry> failed_all = d->table->FailedEntries();
   Json failed = Json::array();
   bytes = 0;
   for (const auto& [path, reason] : failed_all) {
-    if (failed.size() >= kStatusListMax || bytes + path.size() + reason.size() > kStatusListBytes) break;
-    bytes += path.size() + reason.size();
-    failed.push_back(Json{{"path", path}, {"reason", reason}});
+    Json entry{{"path", path}, {"reason", reason}};
+    size_t n = Dump(entry).size() + 1;
+    if (failed.size() >= kStatusListMax || bytes + n > kStatusListBytes) break;
+    bytes += n;
+    failed.push_back(std::move(entry));
   }
 
   Json j = {
@@ -89,7 +113,23 @@ std::string StatusJson(Daemon* d) {
       {"failed", {{"count", failed_all.size()}, {"first", std::move(failed)}}},
       {"io", {{"bytes_written", d->bytes_written.load()}, {"bytes_read", d->bytes_read.load()}}},
   };
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string out = Dump(j);
+  // The lists fit kStatusListBytes each; what else is long is a few paths
+  // and one error, each up to PATH_MAX bytes that may all be escaped.
+  Json& lj = j["lost"];
+  Json& fj = j["failed"]["first"];
+  while (out.size() > kStatusMaxBytes && (!lj.empty() || !fj.empty())) {
+    for (Json* list : {&lj, &fj})
+      if (!list->empty()) list->erase(list->size() - 1);
+    out = Dump(j);
+  }
+  if (out.size() > kStatusMaxBytes) {
+    for (const char* k : {"mountpoint", "backend", "state_dir", "tier_dir", "read_only"})
+      j[k] = Shorten(j[k].get<std::string>(), kStatusStringMax);
+    j["drain"]["last_error"] = Shorten(j["drain"]["last_error"].get<std::string>(), kStatusStringMax);
+    out = Dump(j);
+  }
+  return out;
 }
 
 Result<std::string> LostPage(Daemon* d, uint64_t page) {

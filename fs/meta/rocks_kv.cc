@@ -27,6 +27,7 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "fs/meta/kv.h"
 
@@ -90,7 +91,7 @@ class RocksKv final : public Kv {
     }
     rocksdb::WriteOptions wo;
     wo.sync = sync;
-    auto s = db_->Write(wo, &wb);
+    auto s = FAULT("meta.write") ? rocksdb::Status::IOError("fault meta.write") : db_->Write(wo, &wb);
     if (!s.ok()) {
       LOG_ERROR("rocksdb write of {} ops failed: {}", batch.size(), s.ToString());
       return Err(ToErrno(s));

@@ -2,7 +2,8 @@
 # Size limits on the command line. `--cache-size ""`, 8000000T and other
 # bad sizes are refused with one line; --max-file-size is checked (at least
 # 1M) and defaults to 4 x the budget (status "max_file_size"; the mount
-# helper maps -o max_file_size=). A budget
+# helper maps -o max_file_size=); `truncate -s 100T` through the mount
+# fails with EFBIG (File too large). A budget
 # larger than the tier's filesystem (1G on a 64M tmpfs) is capped at that
 # filesystem's size less a margin, with a one-line warning on stderr and in
 # the log; then 200M written in 10 files through the capped budget all
@@ -37,6 +38,12 @@ refused "max-file-size|size" --cache-size 64M --max-file-size 10%
 mount_fs --cache-size 64M
 expect_eq $((256 << 20)) "$("$CKPTFS" status "$MNT" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["max_file_size"])')" \
   "default max_file_size"
+# Past it, through the mount: EFBIG, which truncate(1) prints as "File too large".
+touch "$MNT/big"
+expect_errno EFBIG truncate "$MNT/big" $((100 << 40))
+if truncate -s 100T "$MNT/big" 2> "$T/err"; then fail "truncate -s 100T through the mount succeeded"; fi
+grep -q "File too large" "$T/err" || fail "truncate -s 100T: want File too large, got: $(cat "$T/err")"
+expect_eq 0 "$(size_of "$MNT/big")" "size of big after the refused truncates"
 umount_fs
 # Through the mount helper (mount -t ckptfs -o max_file_size=3G).
 CKPTFS_BIN=$CKPTFS sh "$ROOT/mount-helpers/mount.ckptfs" "$BACKEND" "$MNT" \

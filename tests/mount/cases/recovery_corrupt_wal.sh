@@ -31,6 +31,7 @@ rc=0
 [ "$rc" != 0 ] || fail "mount over a damaged WAL succeeded"
 [ "$(wc -l < "$T/err")" = 1 ] || fail "want one line: $(cat "$T/err")"
 grep -q "metadata in .* is damaged" "$T/err" || fail "stderr: $(cat "$T/err")"
+grep -qF "$(basename "$log")" "$T/err" || fail "the refusal does not name the damaged $(basename "$log"): $(cat "$T/err")"
 note "refused: $(cat "$T/err")"
 ! is_mounted "$MNT" || fail "left mounted"
 [ "$(cd "$TIER" && find . -type f ! -name .lock | sort | xargs md5sum)" = "$tier_before" ] \

@@ -7,7 +7,8 @@
 #    in a 1777 directory past PATH_MAX) is refused when made;
 #  - a change the backend refuses for good (here a plain file another user
 #    put where the drain needs a directory) marks that entry failed —
-#    state `failed`, one log line — and later checkpoints still drain, in
+#    state `failed`, one log line, listed under `failed` in `ckptfs status
+#    --json` with its reason — and later checkpoints still drain, in
 #    order, and umount completes.
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
@@ -49,6 +50,14 @@ cmp "$T/ref" "$BACKEND/step_1/model.pt" || fail "step_1 did not reach the backen
 [ "$(state_of "$MNT/team/a.pt")" = failed ] || fail "team/a.pt state: $(state_of "$MNT/team/a.pt")"
 [ "$(cat "$MNT/team/a.pt")" = refused ] || fail "the failed file still reads from memory"
 grep -q "refused by backend .* for good" "$STATE/ckptfs.log" || fail "no log line for the failed entry"
+"$CKPTFS" status "$MNT" --json > "$T/status.json" || fail "ckptfs status --json failed"
+$PY - "$T/status.json" <<'PY' || fail "status does not list team/a.pt as failed: $(cat "$T/status.json")"
+import json, sys
+f = json.load(open(sys.argv[1]))["failed"]
+hit = [e for e in f["first"] if e["path"].lstrip("/") == "team/a.pt"]
+assert f["count"] >= 1 and f["count"] >= len(f["first"]) and hit and hit[0]["reason"], f
+print("# failed:", f, file=sys.stderr)
+PY
 # Once the obstacle is gone, a new version drains.
 rm "$BACKEND/team"
 echo "accepted" > "$MNT/team/a.pt"

@@ -263,6 +263,41 @@ Test(s3_server, multipart_stage_publish_fetch) {
   cr_expect(m["big/shard.bin"].has_checksum);
 }
 
+// S3 sends a sparse file's zeros; the fetch leaves them out of the
+// destination (holes), so a file far larger than the memory tier's budget
+// can be fetched into it (issue #16, "the same rule for fetch").
+Test(s3_server, fetch_leaves_zero_blocks_as_holes) {
+  auto be = Open(Cfg());
+  cr_assert(be->Check().has_value());
+  const uint64_t size = (24ull << 20) + 100;  // 4 ranges of 8 MiB, the last one short
+  std::string bytes(size, '\0');
+  bytes[0] = 'h';
+  bytes[(9ull << 20) + 4095] = 'X';  // the last byte of a block, in the second range
+  bytes[(9ull << 20) + 4096] = 'Y';  // the first of the next
+  bytes[size - 1] = 't';
+  char tmpl[] = "/tmp/ckpt-s3src-XXXXXX";
+  int src = mkstemp(tmpl);
+  cr_assert(src >= 0);
+  unlink(tmpl);
+  cr_assert_eq(pwrite(src, bytes.data(), size, 0), static_cast<ssize_t>(size));
+  auto st = be->Stage(src, size, kNever);
+  close(src);
+  cr_assert(st.has_value(), "stage: %d", st.error());
+  cr_assert(be->Publish(*st, "sparse.bin", {0600, 0, 0, false, 1700000001, 0}).has_value());
+  int fd = DestFile(size);
+  auto h = be->Fetch("sparse.bin", fd, size);
+  cr_assert(h.has_value(), "fetch: %d", h.error());
+  auto want = ckpt::backend::ContentChecksum(bytes.data(), bytes.size());
+  cr_expect_eq(h->first, want.first);
+  cr_expect_eq(h->second, want.second);
+  cr_expect(ReadAll(fd, size) == bytes, "content differs");
+  struct stat sb;
+  cr_assert_eq(fstat(fd, &sb), 0);
+  cr_expect_lt(static_cast<uint64_t>(sb.st_blocks) * 512, 1ull << 20, "the fetched copy allocates %llu bytes",
+               static_cast<unsigned long long>(sb.st_blocks) * 512);
+  close(fd);
+}
+
 Test(s3_server, multipart_copy_paths) {
   // UploadPartCopy (s3rver answers 501: falls back to CopyObject), and the
   // GET + UploadPart path for objects over CopyObject's limit.
