@@ -411,7 +411,7 @@ void Drainer::NoteSuccess() {
 }
 
 void Drainer::HoldReadOnly(const std::string& why) {
-  std::unique_lock lk(mu_);
+  MutexLock lk(&mu_);
   if (!read_only_noted_) {
     read_only_noted_ = true;
     LOG_ERROR("drain: stopped, {}: nothing more is applied to backend {}; the next mount resumes the drain", why,
@@ -422,7 +422,7 @@ void Drainer::HoldReadOnly(const std::string& why) {
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();
   }
-  cv_.wait_for(lk, std::chrono::seconds(1), [&] { return stop_.load(); });
+  SleepUntil(std::chrono::steady_clock::now() + std::chrono::seconds(1));
 }
 
 void Drainer::Backoff() {
