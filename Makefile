@@ -36,6 +36,9 @@ BUILD_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); \
                 [ -n "$$m" ] && [ "$$m" -lt "$$n" ] && n=$$m; [ "$$n" -ge 1 ] || n=1; echo $$n)
 UNIT_MODS := $(sort $(patsubst tests/unit/%/,%,$(dir $(wildcard tests/unit/*/test_*.cc))))
 UNIT_BINS := $(UNIT_MODS:%=$(BUILD)/tests/unit_%)
+# Under TSan, Criterion's sandbox needs an address TSan allows for its arena
+# (tests/unit/criterion_tsan.cc says why).
+UNIT_EXTRA := $(if $(filter thread,$(SAN)),$(BUILD)/obj/tests/unit/criterion_tsan.o)
 
 .PHONY: all units deps run test unit mounted bench install clean format stop crash-soak
 all: $(BUILD)/ckptfs
@@ -56,7 +59,7 @@ $(BUILD)/ckptfs: $(MAIN_OBJ) $(BUILD)/libckpt.a
 
 # One Criterion binary per module folder: build/tests/unit_<module>.
 define UNIT_RULE
-$(BUILD)/tests/unit_$(1): $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard tests/unit/$(1)/*.cc)) $(BUILD)/libckpt.a
+$(BUILD)/tests/unit_$(1): $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard tests/unit/$(1)/*.cc)) $(UNIT_EXTRA) $(BUILD)/libckpt.a
 	@mkdir -p $$(dir $$@)
 	$$(CXX) $$(LDFLAGS) $$^ -o $$@ $$(LDLIBS) -lcriterion
 endef
