@@ -2,7 +2,8 @@
 #   make            build build/ckptfs (warnings on)
 #   make run        install what is missing, build, mount ./mnt on defaults
 #   make test       install what is missing, build (-j, one job per core), run every
-#                   unit test and the mounted cases (two at a time: JOBS=N)
+#                   unit test and the mounted cases (two at a time: JOBS=N), then
+#                   the ThreadSanitizer phase of make tsan (WITH_TSAN=0: without)
 #   make tsan       ThreadSanitizer build (build-thread/), its unit tests and the
 #                   mounted cases marked `# tsan:` (docs/testing.md)
 #   make bench      benchmarks (tests/bench), never part of make test
@@ -86,9 +87,14 @@ stop:
 	@$(BUILD)/ckptfs umount $(CURDIR)/mnt
 
 # JOBS=N: mounted cases run at once (tests/run_all.sh; default 2).
+# WITH_TSAN=0: without the ThreadSanitizer phase (make tsan runs it alone).
+WITH_TSAN ?= 1
 test: deps
 	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all units
-	@BUILD=$(BUILD) $(if $(JOBS),JOBS=$(JOBS)) tests/run_all.sh
+ifneq ($(WITH_TSAN),0)
+	@$(MAKE) --no-print-directory SAN=thread -j$(BUILD_JOBS) all units
+endif
+	@BUILD=$(BUILD) $(if $(filter-out 0,$(WITH_TSAN)),TSAN=build-thread) $(if $(JOBS),JOBS=$(JOBS)) tests/run_all.sh
 
 unit:
 	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all units

@@ -5,7 +5,6 @@
 # restore uses: torch.load(mmap=True) where this torch has it; otherwise
 # (torch < 2.1) numpy.memmap of the checkpoint file and np.load(mmap_mode=
 # 'r') of a .npy saved into the mount.
-# tsan: a real torch.save and mmap restore: the trainer's write path beside the drain
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 $PY -c 'import torch, numpy' 2>/dev/null || skip "$PY has no torch/numpy"
