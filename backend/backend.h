@@ -98,7 +98,9 @@ class Backend {
   // (backend/checksum.h) of the bytes copied. Holes of the source
   // (SEEK_DATA/SEEK_HOLE) are not copied where the store keeps holes.
   // `cancelled` is polled between chunks; when it returns true the staging
-  // stops with ECANCELED and leaves nothing.
+  // stops with ECANCELED and leaves nothing. It may be called from several
+  // threads at once (S3 polls it from each part upload), so it must be
+  // thread-safe.
   [[nodiscard]] virtual Result<Staged> Stage(int src_fd, uint64_t size,
                                              const std::function<bool()>& cancelled) = 0;
 

@@ -8,6 +8,14 @@
 #   ONLY=unit tests/run_all.sh        only the unit binaries
 #   ONLY=mount tests/run_all.sh       only the mounted cases
 #   tests/run_all.sh rename errors    only names containing one of the words
+#   TSAN=build-thread tests/run_all.sh   then the ThreadSanitizer phase
+#   TSAN=build-thread ONLY=tsan tests/run_all.sh   only that phase (make tsan)
+#
+# The ThreadSanitizer phase (TSAN=DIR, a `make SAN=thread` build) runs DIR's
+# unit binaries and the mounted cases whose header has a line
+# `# tsan: REASON` against DIR's daemon, each named tsan-NAME. Any TSan
+# report fails the binary or case (reports go to files, TSAN_OPTIONS
+# log_path; suppressions: tests/tsan.supp). See docs/testing.md.
 #
 # Environment: BUILD (default build), CASE_TIMEOUT (seconds per mounted case,
 # default 600), UNIT_TIMEOUT (per unit binary, default 600), JOBS (mounted
@@ -33,8 +41,15 @@ case $JOBS in ''|*[!0-9]*|0) echo "JOBS must be a positive number, not '$JOBS'" 
 FILTERS=("$@")
 case $ONLY in
   ""|unit|mount) ;;
-  *) echo "ONLY must be unit or mount, not '$ONLY'" >&2; exit 2 ;;
+  tsan) [ -n "${TSAN:-}" ] || { echo "ONLY=tsan needs TSAN=DIR (a make SAN=thread build)" >&2; exit 2; } ;;
+  *) echo "ONLY must be unit, mount or tsan, not '$ONLY'" >&2; exit 2 ;;
 esac
+TSAN=${TSAN:-}
+case $TSAN in ''|/*) ;; *) TSAN=$REPO/$TSAN ;; esac
+# What every TSan-built process gets (a unit binary or case adds log_path).
+# Later options win: the caller's TSAN_OPTIONS go after the defaults.
+export TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1 suppressions=$REPO/tests/tsan.supp ${TSAN_OPTIONS:-}"
+PREFIX=""  # tsan- in the ThreadSanitizer phase
 
 passed=0 failed=0 skipped=0
 RUN=$(mktemp -d "${TMPDIR:-/tmp}/ckptfs-run.XXXXXX")
@@ -110,8 +125,20 @@ check_unit_skips() {
   return $bad
 }
 
+# Prints the ThreadSanitizer reports written under directory $1 (the
+# first whole, six frames a stack, then one summary line each); false if
+# there are none.
+san_reports() {
+  local reports
+  reports=$(grep -lsE '(WARNING|ERROR): ThreadSanitizer' "$1"/r.* 2>/dev/null) || return 1
+  awk '/^==================$/ { n++; next } n == 1 && !/^ *#([6-9]|[1-9][0-9])/ && !/^$/' \
+    "${reports%%$'\n'*}" | head -n 60 | sed 's/^/  | /'
+  grep -hs '^SUMMARY: ThreadSanitizer' $reports | sort | uniq -c | sed 's/^/  | /'
+  return 0
+}
+
 run_units() {
-  local bin name out t0 rc syn tested passing failing crashing skips skip_rc
+  local bin name out t0 rc syn tested passing failing crashing skips skip_rc san
   shopt -s nullglob
   local bins=("$BUILD"/tests/unit_*)
   shopt -u nullglob
@@ -122,14 +149,25 @@ run_units() {
   fi
   for bin in "${bins[@]}"; do
     [ -x "$bin" ] || continue
-    name=$(basename "$bin")
+    name=$PREFIX$(basename "$bin")
     selected "$name" || continue
     out=$RUN/$name.log
+    mkdir -p "$RUN/san-$name"
     t0=$(now)
     # --verbose: only then does Criterion print [SKIP] lines.
-    timeout -k 10 "$UNIT_TIMEOUT" "$bin" --ascii --verbose > "$out" 2>&1
+    TSAN_OPTIONS="$TSAN_OPTIONS log_path=$RUN/san-$name/r" \
+      timeout -k 10 "$UNIT_TIMEOUT" "$bin" --ascii --verbose > "$out" 2>&1
     rc=$?
     syn=$(sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E 'Synthesis: Tested: [0-9]+' | tail -n 1)
+    # Criterion does not see TSan's reports (a test that raced still
+    # passes): each fails the binary once.
+    if san=$(san_reports "$RUN/san-$name"); then
+      echo "FAIL $name: ThreadSanitizer reports ($(elapsed "$t0")s)"
+      echo "$san"
+      failed=$((failed + 1))
+      [ -n "$syn" ] && passed=$((passed + $(sed -E 's/.*Passing: ([0-9]+).*/\1/' <<< "$syn")))
+      continue
+    fi
     if [ -z "$syn" ]; then
       echo "FAIL $name (exit $rc, no Criterion synthesis line, $(elapsed "$t0")s)"
       tail -n 30 "$out" | sed 's/^/  | /'
@@ -170,7 +208,7 @@ run_units() {
 # root is cleaned up.
 run_case() {
   local c=$1 name root t0 rc
-  name=$(basename "$c" .sh)
+  name=$(case_key "$c")
   root=$RUN/case-$name
   mkdir -p "$root"
   chmod 755 "$root"
@@ -211,6 +249,10 @@ report_case() {
 # tests/mount/lib/common.sh); the others run JOBS at a time. Results are
 # printed in the order the cases finish.
 is_serial() { grep -qE '^# serial: ' "$1"; }
+# A case with a line `# tsan: REASON` also runs in the ThreadSanitizer phase.
+is_tsan() { grep -qE '^# tsan: ' "$1"; }
+# The name a case's files and results go by (tsan-NAME in that phase).
+case_key() { echo "$PREFIX$(basename "$1" .sh)"; }
 
 declare -A _running=()  # pid -> case name
 
@@ -230,28 +272,38 @@ run_mounted() {
   local cases=("$REPO"/tests/mount/cases/*.sh)
   shopt -u nullglob
   for c in "${cases[@]}"; do
-    name=$(basename "$c" .sh)
+    name=$PREFIX$(basename "$c" .sh)
     selected "$name" || continue
+    [ -z "$PREFIX" ] || is_tsan "$c" || continue
     if is_serial "$c"; then ser+=("$c"); else par+=("$c"); fi
   done
   # The serial cases first, one by one: the longest of them set the pace,
   # and nothing else runs beside them.
   for c in "${ser[@]}"; do
     run_case "$c"
-    report_case "$(basename "$c" .sh)"
+    report_case "$(case_key "$c")"
   done
   for c in "${par[@]}"; do
     while [ "${#_running[@]}" -ge "$JOBS" ]; do reap_one; done
     run_case "$c" &
-    _running[$!]=$(basename "$c" .sh)
+    _running[$!]=$(case_key "$c")
   done
   while [ "${#_running[@]}" -gt 0 ]; do reap_one; done
 }
 
+# The ThreadSanitizer phase: TSAN's binaries, the cases marked for it.
+run_tsan() {
+  [ -n "$TSAN" ] || return 0
+  BUILD=$TSAN PREFIX=tsan-
+  run_units
+  run_mounted
+}
+
 case $ONLY in
-  "") run_units; run_mounted ;;
+  "") run_units; run_mounted; run_tsan ;;
   unit) run_units ;;
   mount) run_mounted ;;
+  tsan) run_tsan ;;
 esac
 
 cleanup_run

@@ -2,6 +2,7 @@
 # Two processes write different 256 MiB files at once (and a third reads a
 # file meanwhile); both files compare equal to their references; then two
 # writers append-free write disjoint halves of one file at once.
+# tsan: writes to two files and one shared file on many FUSE workers at once, a read beside them
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 

@@ -5,6 +5,7 @@
 # cleanly with ENOSPC instead of hanging. (16 x 16 MiB into 64 MiB: the
 # same 4x as the 16 x 64 MiB into 256 MiB it was, a quarter of the bytes.)
 # serial: fills a 64 MiB budget 4x over and asserts that writers waited (memory and drain pace)
+# tsan: writers wait on the space waiter while the drain, stagers and evictor free space
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 

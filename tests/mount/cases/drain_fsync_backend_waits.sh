@@ -6,6 +6,7 @@
 # drain resumes every fsync returns, and each file was in the backend when
 # its fsync returned.
 # serial: asserts that fsyncs still wait after 3 s and that stat/ls/status answer within 2 s (timing)
+# tsan: fsync=backend replies from the drain thread (WhenApplied), 64 of them pending at once
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 

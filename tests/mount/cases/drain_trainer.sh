@@ -5,6 +5,7 @@
 # step whose files are not complete, and that it saw at least one complete
 # step before the last (the trainer waits after step 3 until it has). After
 # `ckptfs drain` the backend tree equals the mount tree byte for byte.
+# tsan: the drain publishes in order while the trainer writes and a watcher reads
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 

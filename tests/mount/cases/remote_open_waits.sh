@@ -5,6 +5,7 @@
 # while stat, ls and `ckptfs status` answer at once; every reader then gets
 # the right bytes.
 # serial: asserts that stat/ls/status answer within 1.5 s while fetches wait (timing)
+# tsan: opens fetched on the fetcher threads while FUSE workers serve stat, ls and status
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 

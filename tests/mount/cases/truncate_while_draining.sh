@@ -4,6 +4,7 @@
 # version while the file shrinks under it. The daemon must stay up (no
 # SIGBUS from the shrunk tier mapping), log no errors (no EFAULT from the
 # staging copy), and mount and backend must end with the final bytes.
+# tsan: stagers read a version while writers truncate and rewrite the file
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 

@@ -30,7 +30,9 @@
 #                     and compare their modes, owners and file mtimes
 #
 # Environment: BUILD (default build), KEEP=1 keeps $T on failure,
-# CKPTFS_TEST_ROOT (set by run_all.sh) is where $T is created.
+# CKPTFS_TEST_ROOT (set by run_all.sh) is where $T is created. With a
+# ThreadSanitizer build (BUILD=build-thread) a case fails if any of its
+# processes reported a race (TSAN_OPTIONS log_path: $T/tsan/r.PID).
 #
 # Running side by side: run_all.sh runs cases JOBS (2) at a time, so a case
 # keeps to its own $T, $TIER, state dir, s3rver (port 0: a free one) and
@@ -81,6 +83,13 @@ STATE=$T/state
 TIER=/dev/shm/ckptfs-test-$$-$(basename "$T")
 mkdir -p "$MNT" "$BACKEND"
 
+# A ThreadSanitizer build (BUILD=build-thread) writes its reports to
+# $T/tsan/r.PID instead of stderr, which a daemon has pointed at /dev/null:
+# _cleanup fails the case if any are there. Mode 1777: the cases run
+# ckptfs as other users too. Other builds ignore TSAN_OPTIONS.
+mkdir -m 1777 "$T/tsan"
+export TSAN_OPTIONS="suppressions=$ROOT/tests/tsan.supp ${TSAN_OPTIONS:-} log_path=$T/tsan/r"
+
 _MOUNT_ARGS=()        # the extra ARGS of the last mount_fs (for remount_fs)
 _STATE_DIRS=()        # every state dir used (check_log scans all their logs)
 _TIER_DIRS=("$TIER")  # every tier dir used (removed at exit)
@@ -111,6 +120,18 @@ _AT_EXIT=()           # commands at_exit registered, run first by _cleanup
 # Runs CMD (a string, eval'd) at exit, before the unmounts, in reverse order.
 at_exit() { _AT_EXIT=("$1" "${_AT_EXIT[@]}"); }
 
+# Fails (returns 1) if a ThreadSanitizer report is in $T/tsan: prints the
+# first report (six frames a stack), then the summary line of each.
+_check_tsan() {
+  local reports
+  reports=$(grep -lsE '(WARNING|ERROR): ThreadSanitizer' "$T"/tsan/r.* 2>/dev/null) || return 0
+  echo "FAIL: $CASE: ThreadSanitizer reports (KEEP=1 keeps them in $T/tsan):" >&2
+  awk '/^==================$/ { n++; next } n == 1 && !/^ *#([6-9]|[1-9][0-9])/ && !/^$/' \
+    "${reports%%$'\n'*}" | head -n 60 >&2
+  grep -hs '^SUMMARY: ThreadSanitizer' $reports | sort | uniq -c >&2
+  return 1
+}
+
 _cleanup() {
   local rc=$? m p c
   trap - EXIT INT TERM
@@ -130,6 +151,7 @@ _cleanup() {
       tail -n 15 "$s/ckptfs.log" >&2
     done
   fi
+  _check_tsan || rc=1
   for p in "${_TIER_DIRS[@]}"; do
     case $p in /dev/shm/ckptfs-test-?*|"$T"/?*) rm -rf "$p" "$p"-* ;; esac
   done

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -380,7 +381,7 @@ Test(s3_server, cancel_and_abort_leave_nothing) {
   cr_assert(be->Check().has_value());
   std::string bytes;
   int fd = SourceFile(30ull << 20, 4, &bytes);
-  int calls = 0;
+  std::atomic<int> calls{0};  // polled by every part upload's thread
   auto st = be->Stage(fd, bytes.size(), [&] { return ++calls > 2; });
   cr_assert(!st.has_value());
   cr_expect_eq(st.error(), ECANCELED);
