@@ -241,7 +241,8 @@ int CmdStatus(const std::string& mnt_in, bool json) {
   printf("memory     %s of %s (%.1f%%), %llu writer waits\n", HumanBytes(used).c_str(), HumanBytes(budget).c_str(), pct,
          static_cast<unsigned long long>(U64(t, "waits")));
   if (uint64_t o = U64(t, "orphans"); o > 0)
-    printf("orphans    %llu tier files that no file owns\n", static_cast<unsigned long long>(o));
+    printf("orphans    %llu tier files that no file owns, in %s/orphans/ (docs/operations.md)\n",
+           static_cast<unsigned long long>(o), EscapeName(Str(j, "tier_dir")).c_str());
   for (const char* s : {"dirty", "draining", "persisted", "remote"})
     printf("%-10s %llu files, %s\n", s, static_cast<unsigned long long>(U64(Obj(j, s), "files")),
            HumanBytes(U64(Obj(j, s), "bytes")).c_str());

@@ -45,6 +45,8 @@ files=$(cd "$TIER" && find . -type f ! -name .lock | wc -l)
 mount_fs --state-dir "$T/state-new" --cache-size 256M
 n=$("$CKPTFS" status "$MNT" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["tier"]["orphans"])')
 [ "$n" = "$files" ] || fail "status counts $n orphans, want all $files tier files"
+"$CKPTFS" status "$MNT" | grep -q "^orphans .*$files tier files .*$TIER/orphans/" \
+  || fail "the text status does not say where the orphans are: $("$CKPTFS" status "$MNT" | grep orphans)"
 [ "$(cd "$TIER/orphans" && find . -type f | wc -l)" = "$files" ] || fail "orphans/ does not hold every file"
 [ "$(cd "$TIER/orphans" && find . -type f -print0 | xargs -0 md5sum | awk '{print $1}' | sort)" = \
   "$(echo "$tier_before" | awk '{print $1}' | sort)" ] || fail "orphans/ bytes differ from the tier's before"
