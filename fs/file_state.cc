@@ -4,19 +4,7 @@
 //
 // One of the files of InodeTable (fs/inode_table.h), split by
 // responsibility; docs/architecture.md maps them.
-#include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/xattr.h>
-#include <time.h>
-
-#include <algorithm>
-#include <set>
-#include <thread>
-
-#include "common/failpoint.h"
-#include "common/log.h"
-#include "fs/file_state.h"
-#include "fs/inode_table.h"
+#include "fs/core_impl.h"
 
 namespace ckpt::fs {
 
@@ -61,15 +49,6 @@ void InodeTable::Transition(Inode* n, FileEvent e) {
   }
   n->rec.state = *next;
 }
-
-using meta::Batch;
-using meta::DataState;
-using meta::LogEntry;
-using meta::LogOp;
-using meta::MetaStore;
-using meta::kAppliedCounter;
-using meta::kImportedCounter;
-using meta::kNextInoCounter;
 
 Result<int> InodeTable::Open(uint64_t ino, int flags) {
   MutexLock lk(&mu_);

@@ -3,28 +3,9 @@
 // fs/meta as one Batch before the map changes. The write path, the drain
 // log, recovery and residency (evict, fetch) are in file_state.cc,
 // oplog.cc, recovery.cc and residency.cc.
-#include "fs/file_state.h"
-#include "fs/inode_table.h"
-
-#include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/xattr.h>
-#include <time.h>
-
-#include <algorithm>
-#include <set>
-
-#include "common/failpoint.h"
-#include "common/log.h"
+#include "fs/core_impl.h"
 
 namespace ckpt::fs {
-
-using meta::Batch;
-using meta::DataState;
-using meta::LogEntry;
-using meta::LogOp;
-using meta::MetaStore;
-using meta::kNextInoCounter;
 
 namespace {
 Status CheckName(std::string_view name) {

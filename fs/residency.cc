@@ -4,30 +4,9 @@
 //
 // One of the files of InodeTable (fs/inode_table.h), split by
 // responsibility; docs/architecture.md maps them.
-#include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/xattr.h>
-#include <time.h>
-
-#include <algorithm>
-#include <set>
-#include <thread>
-
-#include "common/failpoint.h"
-#include "common/log.h"
-#include "fs/file_state.h"
-#include "fs/inode_table.h"
+#include "fs/core_impl.h"
 
 namespace ckpt::fs {
-
-using meta::Batch;
-using meta::DataState;
-using meta::LogEntry;
-using meta::LogOp;
-using meta::MetaStore;
-using meta::kAppliedCounter;
-using meta::kImportedCounter;
-using meta::kNextInoCounter;
 
 bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
   MutexLock lk(&mu_);
