@@ -71,9 +71,17 @@ void ReplyAttr(fuse_req_t req, const InodeRecord& r) {
 // Every callback runs its body in Guard: no exception leaves a callback
 // (libfuse is C); bad_alloc becomes ENOMEM, anything else EIO with a line.
 // A body that throws has not replied yet: replying is always its last act.
+// The faults fuse.throw and fuse.nomem (common/failpoint.h) throw at the
+// top of every guarded callback, so a test can see the guard at work.
+inline void MaybeThrowFault() {
+  if (FAULT("fuse.throw")) throw std::runtime_error("fault fuse.throw");
+  if (FAULT("fuse.nomem")) throw std::bad_alloc();
+}
+
 template <class F>
 void Guard(fuse_req_t req, F&& f) {
   try {
+    MaybeThrowFault();
     f();
   } catch (const std::bad_alloc&) {
     fuse_reply_err(req, ENOMEM);
@@ -87,6 +95,7 @@ void Guard(fuse_req_t req, F&& f) {
 template <class F>
 void GuardNoReply(fuse_req_t req, F&& f) {
   try {
+    MaybeThrowFault();
     f();
   } catch (const std::exception& e) {
     LOG_ERROR("internal error in forget: {}", e.what());

@@ -133,7 +133,7 @@ def wait_gone(pid, timeout):
 
 
 def mounted_type(path):
-    with open("/proc/self/mounts") as f:
+    with open("/proc/self/mounts", errors="surrogateescape") as f:
         for line in f:
             dev, mnt, typ = line.split()[:3]
             if mnt.encode().decode("unicode_escape") == path:
@@ -832,7 +832,7 @@ class Harness:
             self.failed_dirs.append(it.dir)
 
     def cleanup_mounts(self, under):
-        with open("/proc/self/mounts") as f:
+        with open("/proc/self/mounts", errors="surrogateescape") as f:
             mnts = [l.split()[1] for l in f]
         for m in sorted((m for m in mnts if m.startswith(under + "/")), reverse=True):
             subprocess.run(["fusermount3", "-uz", m], stderr=subprocess.DEVNULL)
