@@ -2,7 +2,7 @@
 #   make            build build/ckptfs (warnings on)
 #   make run        install what is missing, build, mount ./mnt on defaults
 #   make test       install what is missing, build (-j, one job per core), run every
-#                   unit test and the mounted cases (two at a time: JOBS=N), then
+#                   unit test and the mounted cases (three at a time: JOBS=N), then
 #                   the ThreadSanitizer phase of make tsan (WITH_TSAN=0: without)
 #   make tsan       ThreadSanitizer build (build-thread/), its unit tests and the
 #                   mounted cases marked `# tsan:` (docs/testing.md)
@@ -87,7 +87,7 @@ run: deps
 stop:
 	@$(BUILD)/ckptfs umount $(CURDIR)/mnt
 
-# JOBS=N: mounted cases run at once (tests/run_all.sh; default 2).
+# JOBS=N: mounted cases run at once (tests/run_all.sh; default 3).
 # WITH_TSAN=0: without the ThreadSanitizer phase (make tsan runs it alone).
 WITH_TSAN ?= 1
 test: deps

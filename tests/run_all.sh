@@ -19,7 +19,7 @@
 #
 # Environment: BUILD (default build), CASE_TIMEOUT (seconds per mounted case,
 # default 600), UNIT_TIMEOUT (per unit binary, default 600), JOBS (mounted
-# cases run at once, default 2; a case marked `# serial: REASON` always runs
+# cases run at once, default 3; a case marked `# serial: REASON` always runs
 # alone, see tests/mount/lib/common.sh), KEEP=1 keeps a failed case's temp
 # dir. A mounted case exits 0 (pass), 77 (skip) or anything else (fail);
 # whatever it leaves mounted or running is cleaned up. Case results print
@@ -36,7 +36,7 @@ export BUILD
 ONLY=${ONLY:-}
 CASE_TIMEOUT=${CASE_TIMEOUT:-600}
 UNIT_TIMEOUT=${UNIT_TIMEOUT:-600}
-JOBS=${JOBS:-2}
+JOBS=${JOBS:-3}
 case $JOBS in ''|*[!0-9]*|0) echo "JOBS must be a positive number, not '$JOBS'" >&2; exit 2 ;; esac
 FILTERS=("$@")
 case $ONLY in
