@@ -49,7 +49,7 @@ inline constexpr char kTmpDir[] = ".ckptfs-tmp";
 
 // What a staged upload produced, passed back to Publish or Abort.
 struct Staged {
-  std::string token;        // the store's handle: temp path, upload id...
+  std::string token;  // the store's handle: temp path, upload id...
   uint64_t size = 0;
   uint64_t checksum_hi = 0;  // the checksum (backend/checksum.h) of the bytes read
   uint64_t checksum_lo = 0;
@@ -101,8 +101,7 @@ class Backend {
   // stops with ECANCELED and leaves nothing. It may be called from several
   // threads at once (S3 polls it from each part upload), so it must be
   // thread-safe.
-  [[nodiscard]] virtual Result<Staged> Stage(int src_fd, uint64_t size,
-                                             const std::function<bool()>& cancelled) = 0;
+  [[nodiscard]] virtual Result<Staged> Stage(int src_fd, uint64_t size, const std::function<bool()>& cancelled) = 0;
 
   // Makes a staged object visible at `path` atomically, replacing what was
   // there, creating missing parent directories, durably (fsync of file and

@@ -65,7 +65,7 @@ class ContentHash {
   void Block(uint64_t index, const char* p, size_t n);
 
   XXH3_state_t* state_;
-  uint64_t pos_ = 0;          // logical offset consumed so far
+  uint64_t pos_ = 0;              // logical offset consumed so far
   char partial_[kChecksumBlock];  // the block holding pos_, when pos_ is not aligned
 };
 

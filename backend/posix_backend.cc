@@ -230,7 +230,8 @@ Resolved WalkDir(int base, std::string_view rel, int last_flags, mode_t create_m
     if (fd < 0 && errno == ENOENT && create_mode != 0) {
       if (mkdirat(cur.get(), c.c_str(), 0700) == 0) {
         fd = openat(cur.get(), c.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd >= 0 && fchmod(fd, create_mode) != 0) LOG_DEBUG("posix backend: chmod new '{}': {}", done, ErrStr(errno));
+        if (fd >= 0 && fchmod(fd, create_mode) != 0)
+          LOG_DEBUG("posix backend: chmod new '{}': {}", done, ErrStr(errno));
         // Durable before anything is put into it.
         Fd sync(openat(cur.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
         if (sync.ok()) (void)fsync(sync.get());
@@ -263,8 +264,7 @@ Resolved OpenDirBeneath(int base, std::string_view rel, int flags, mode_t create
     }
     // Anything but a missing component to create or a refusal to explain
     // is the answer; the walk names the offending component.
-    if (errno != ENOSYS && !(errno == ENOENT && create_mode) && errno != ELOOP && errno != ENOTDIR &&
-        errno != EXDEV) {
+    if (errno != ENOSYS && !(errno == ENOENT && create_mode) && errno != ELOOP && errno != ENOTDIR && errno != EXDEV) {
       Resolved r;
       r.err = errno;
       return r;
@@ -291,9 +291,8 @@ std::unique_ptr<Ring> MakeRing() {
   auto ring = Ring::Create(kQueueDepth);
   if (!ring) {
     int e = ring.error();
-    std::call_once(warned, [e] {
-      LOG_WARN("posix backend: io_uring unavailable ({}); copying with pread/pwrite", ErrStr(e));
-    });
+    std::call_once(warned,
+                   [e] { LOG_WARN("posix backend: io_uring unavailable ({}); copying with pread/pwrite", ErrStr(e)); });
     return nullptr;
   }
   return std::move(*ring);
@@ -580,7 +579,8 @@ class PosixBackend final : public Backend {
     // Whatever is staged now was left by a daemon that died before it
     // published or aborted: nothing refers to it any more.
     size_t removed = 0;
-    if (int e = RemoveContents(tmp->get(), 0, kTmpDir, &removed)) return Fail(e, "check: remove leftovers in", Show(kTmpDir));
+    if (int e = RemoveContents(tmp->get(), 0, kTmpDir, &removed))
+      return Fail(e, "check: remove leftovers in", Show(kTmpDir));
     if (removed) {
       LOG_INFO("posix backend: removed {} leftover staged files from {}", removed, Show(kTmpDir));
       if (auto s = FsyncDirFd(tmp->get(), kTmpDir); !s) return s;
@@ -888,8 +888,7 @@ class PosixBackend final : public Backend {
       if (utimensat(pfd, name, times, AT_SYMLINK_NOFOLLOW) != 0) return Fail(errno, "setattr: utimes", Show(path));
       return {};
     }
-    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
-      return Refuse(EINVAL, "setattr", path, "not a file or directory");
+    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return Refuse(EINVAL, "setattr", path, "not a file or directory");
     // A readable descriptor to change and fsync it through; where the mode
     // denies reading (daemon not root), the O_PATH one via /proc.
     Fd fd(openat(pfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
@@ -906,7 +905,8 @@ class PosixBackend final : public Backend {
     LOG_DEBUG("posix backend: setattr: cannot open '{}' ({}); through /proc", Show(path), ErrStr(errno));
     char proc[64];
     std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", ent.get());
-    if (a.mode != 0 && fchmodat(AT_FDCWD, proc, a.mode & 07777, 0) != 0) return Fail(errno, "setattr: chmod", Show(path));
+    if (a.mode != 0 && fchmodat(AT_FDCWD, proc, a.mode & 07777, 0) != 0)
+      return Fail(errno, "setattr: chmod", Show(path));
     if (utimensat(AT_FDCWD, proc, times, 0) != 0) return Fail(errno, "setattr: utimes", Show(path));
     return {};  // not fsynced: the store writes the change back in time
   }
@@ -989,8 +989,7 @@ class PosixBackend final : public Backend {
   }
 
   static bool ValidToken(const std::string& t) {
-    return !t.empty() && t != "." && t != ".." && t.find('/') == std::string::npos &&
-           t.find('\0') == std::string::npos;
+    return !t.empty() && t != "." && t != ".." && t.find('/') == std::string::npos && t.find('\0') == std::string::npos;
   }
 
   // A name no other call of this process, nor (with the random nonce)
@@ -1019,7 +1018,8 @@ class PosixBackend final : public Backend {
       }
     } else {
       Fd top(open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
-      Resolved r = top.ok() ? WalkDir(top.get(), std::string_view(canon_).substr(1), O_PATH, 0) : Resolved{Fd(), errno, {}};
+      Resolved r =
+          top.ok() ? WalkDir(top.get(), std::string_view(canon_).substr(1), O_PATH, 0) : Resolved{Fd(), errno, {}};
       fd = r.fd.ok() ? dup(r.fd.get()) : -1;
       if (!r.fd.ok()) errno = r.err;
     }
@@ -1031,8 +1031,8 @@ class PosixBackend final : public Backend {
     if (st.st_dev != root_dev_ || st.st_ino != root_ino_) {
       if (st.st_uid != root_uid_) {
         if (!root_missing_) {
-          LOG_ERROR("posix backend: root '{}' was replaced by a directory owned by uid {}, not {}; not using it",
-                    root_, st.st_uid, root_uid_);
+          LOG_ERROR("posix backend: root '{}' was replaced by a directory owned by uid {}, not {}; not using it", root_,
+                    st.st_uid, root_uid_);
           root_missing_ = true;
         }
         return Err(EIO);
@@ -1132,9 +1132,10 @@ class PosixBackend final : public Backend {
     int e = errno;
     if (e != EPERM && e != EINVAL) return e;
     if (!owner_warned_.exchange(true))
-      LOG_WARN("posix backend: the store refuses owners ({} for '{}'); files keep the daemon's owner, modes are "
-               "still applied (root-squashed NFS?). Warned once per mount.",
-               ErrStr(e), Show(rel));
+      LOG_WARN(
+          "posix backend: the store refuses owners ({} for '{}'); files keep the daemon's owner, modes are "
+          "still applied (root-squashed NFS?). Warned once per mount.",
+          ErrStr(e), Show(rel));
     return 0;
   }
 
@@ -1270,14 +1271,14 @@ class PosixBackend final : public Backend {
     return {};
   }
 
-  const std::string root_;   // as configured (absolute, normalized): for logs
-  const std::string canon_;  // its canonical path at open: what is opened
-  Mutex root_mu_;                                   // a leaf
-  dev_t root_dev_ GUARDED_BY(root_mu_);             // the root directory in use
+  const std::string root_;               // as configured (absolute, normalized): for logs
+  const std::string canon_;              // its canonical path at open: what is opened
+  Mutex root_mu_;                        // a leaf
+  dev_t root_dev_ GUARDED_BY(root_mu_);  // the root directory in use
   ino_t root_ino_ GUARDED_BY(root_mu_);
   const uid_t root_uid_;                            // its owner at open; a replacement must match it
   bool root_missing_ GUARDED_BY(root_mu_) = false;  // an episode is being logged
-  const bool apply_owner_;     // running as root: owners are applied
+  const bool apply_owner_;                          // running as root: owners are applied
   std::atomic<bool> owner_warned_{false};
   std::atomic<bool> tmp_bad_{false};
   const uint64_t nonce_;

@@ -68,8 +68,8 @@ std::string UriEncode(std::string_view s, bool keep_slash) {
   std::string r;
   r.reserve(s.size() + s.size() / 4);
   for (unsigned char c : s) {
-    bool plain = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-                 c == '.' || c == '_' || c == '~' || (keep_slash && c == '/');
+    bool plain = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+                 c == '_' || c == '~' || (keep_slash && c == '/');
     if (plain) {
       r.push_back(static_cast<char>(c));
     } else {
@@ -116,8 +116,7 @@ Result<std::string> JoinKey(std::string_view prefix, std::string_view path) {
 std::optional<std::string> RelPath(std::string_view prefix, std::string_view key) {
   std::string_view rel = key;
   if (!prefix.empty()) {
-    if (key.size() <= prefix.size() + 1 || !key.starts_with(prefix) || key[prefix.size()] != '/')
-      return std::nullopt;
+    if (key.size() <= prefix.size() + 1 || !key.starts_with(prefix) || key[prefix.size()] != '/') return std::nullopt;
     rel = key.substr(prefix.size() + 1);
   }
   std::string_view body = rel;
@@ -129,8 +128,7 @@ std::optional<std::string> RelPath(std::string_view prefix, std::string_view key
 
 Verdict ClassifyCurl(int curl_code) {
   switch (static_cast<CURLcode>(curl_code)) {
-    case CURLE_OK:
-      return {false, 0};
+    case CURLE_OK: return {false, 0};
     case CURLE_COULDNT_RESOLVE_PROXY:
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_CONNECT:
@@ -145,14 +143,10 @@ Verdict ClassifyCurl(int curl_code) {
     case CURLE_HTTP3:
     case CURLE_QUIC_CONNECT_ERROR:
     case CURLE_WEIRD_SERVER_REPLY:
-    case CURLE_AGAIN:
-      return {true, EIO};
-    case CURLE_ABORTED_BY_CALLBACK:
-      return {false, ECANCELED};
-    case CURLE_OUT_OF_MEMORY:
-      return {false, ENOMEM};
-    default:
-      return {false, EIO};
+    case CURLE_AGAIN: return {true, EIO};
+    case CURLE_ABORTED_BY_CALLBACK: return {false, ECANCELED};
+    case CURLE_OUT_OF_MEMORY: return {false, ENOMEM};
+    default: return {false, EIO};
   }
 }
 
@@ -166,18 +160,13 @@ Verdict ClassifyHttp(long status, std::string_view code) {
       code == "ExpiredToken" || code == "InvalidToken" || code == "AllAccessDisabled")
     return {false, EACCES};
   if (code == "NoSuchBucket" || code == "NoSuchKey" || code == "NoSuchUpload") return {false, ENOENT};
-  if (code == "NotImplemented" || code == "MethodNotAllowed" || status == 501 || status == 405)
-    return {false, ENOTSUP};
+  if (code == "NotImplemented" || code == "MethodNotAllowed" || status == 501 || status == 405) return {false, ENOTSUP};
   switch (status) {
     case 400:
-    case 416:
-      return {false, EINVAL};
-    case 403:
-      return {false, EACCES};
-    case 404:
-      return {false, ENOENT};
-    default:
-      return {false, EIO};
+    case 416: return {false, EINVAL};
+    case 403: return {false, EACCES};
+    case 404: return {false, ENOENT};
+    default: return {false, EIO};
   }
 }
 
@@ -194,7 +183,7 @@ namespace {
 
 using s3::Verdict;
 
-constexpr uint64_t kMinPartSize = 5ull << 20;     // S3's smallest part (but the last)
+constexpr uint64_t kMinPartSize = 5ull << 20;  // S3's smallest part (but the last)
 constexpr uint64_t kMaxParts = 10000;
 constexpr uint64_t kFetchRange = 8ull << 20;
 constexpr uint64_t kReadChunk = 4ull << 20;
@@ -273,9 +262,9 @@ struct Request {
   std::string key;    // object key (prefix included); empty: the bucket
   std::string query;  // from Query()
   std::vector<std::string> headers;
-  std::string_view body;              // PUT/POST payload
-  bool error_in_200 = false;          // a 200 reply may still carry <Error> (copy, complete)
-  std::vector<long> quiet;            // final statuses that are expected: no error line
+  std::string_view body;                         // PUT/POST payload
+  bool error_in_200 = false;                     // a 200 reply may still carry <Error> (copy, complete)
+  std::vector<long> quiet;                       // final statuses that are expected: no error line
   std::function<int(const char*, size_t)> sink;  // 2xx body bytes go here (0 or an errno)
   std::function<void()> on_retry;                // resets what the sink wrote
   const std::function<bool()>* cancelled = nullptr;
@@ -410,9 +399,10 @@ class S3Backend final : public Backend {
     list.quiet = {403, 404};
     if (auto st = Perform(list, "check: list", &r); !st) {
       if (st.error() == EACCES)
-        LOG_ERROR("s3 backend: s3://{}: access denied (HTTP {} {}): check the credentials (AWS_ACCESS_KEY_ID, "
-                  "AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and the bucket policy",
-                  cfg_.bucket, r.status, r.error_code);
+        LOG_ERROR(
+            "s3 backend: s3://{}: access denied (HTTP {} {}): check the credentials (AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and the bucket policy",
+            cfg_.bucket, r.status, r.error_code);
       else if (st.error() == ENOENT)
         LOG_ERROR("s3 backend: s3://{}: no such bucket at {} (HTTP {} {})", cfg_.bucket, cfg_.endpoint, r.status,
                   r.error_code);
@@ -436,8 +426,7 @@ class S3Backend final : public Backend {
     if (!st) return st;
     if (!stale.empty()) {
       if (auto d = DeleteKeys(stale); !d) return d;
-      LOG_INFO("s3 backend: removed {} leftover staged objects under s3://{}/{}", stale.size(), cfg_.bucket,
-               tmp_root_);
+      LOG_INFO("s3 backend: removed {} leftover staged objects under s3://{}/{}", stale.size(), cfg_.bucket, tmp_root_);
     }
     return {};
   }
@@ -511,8 +500,7 @@ class S3Backend final : public Backend {
     put.method = "PUT";
     put.key = *key + "/";
     put.headers = {std::string(kMetaMode) + ": " + ModeStr(mode ? mode : 0755),
-                   std::string(kMetaMtime) + ": " +
-                       MtimeStr(ns / 1000000000, static_cast<uint32_t>(ns % 1000000000))};
+                   std::string(kMetaMtime) + ": " + MtimeStr(ns / 1000000000, static_cast<uint32_t>(ns % 1000000000))};
     Response r;
     return Perform(put, "mkdir: put marker", &r);
   }
@@ -562,8 +550,7 @@ class S3Backend final : public Backend {
     Request put;
     put.method = "PUT";
     put.key = *key;
-    put.headers = {std::string(kMetaSymlink) + ": " + s3::UriEncode(target, true),
-                   std::string(kMetaMode) + ": 777"};
+    put.headers = {std::string(kMetaSymlink) + ": " + s3::UriEncode(target, true), std::string(kMetaMode) + ": 777"};
     Response r;
     return Perform(put, "symlink: put", &r);
   }
@@ -791,8 +778,7 @@ class S3Backend final : public Backend {
       pool_.Release(h);
 
       if (rc == CURLE_WRITE_ERROR && st.sink_err) {
-        LOG_ERROR("s3 backend: {} s3://{}/{}: writing the reply: {}", what, cfg_.bucket, req.key,
-                  ErrStr(st.sink_err));
+        LOG_ERROR("s3 backend: {} s3://{}/{}: writing the reply: {}", what, cfg_.bucket, req.key, ErrStr(st.sink_err));
         return Err(st.sink_err);
       }
       if (rc != CURLE_OK) {
@@ -815,8 +801,7 @@ class S3Backend final : public Backend {
       if (v.err == ECANCELED) return Err(ECANCELED);
       if (!v.retry || attempt >= cfg_.max_attempts) {
         bool quiet = std::find(req.quiet.begin(), req.quiet.end(), out->status) != req.quiet.end();
-        if (quiet)
-          LOG_DEBUG("s3 backend: {} s3://{}/{}: {}", what, cfg_.bucket, req.key, reason);
+        if (quiet) LOG_DEBUG("s3 backend: {} s3://{}/{}: {}", what, cfg_.bucket, req.key, reason);
         else
           LOG_ERROR("s3 backend: {} s3://{}/{}: {}{}{}{}", what, cfg_.bucket, req.key, reason,
                     out->error_message.empty() ? "" : ": ", out->error_message,
@@ -977,8 +962,10 @@ class S3Backend final : public Backend {
   Status ListPages(const std::string& key_prefix, const std::function<Status(const s3::ListPage&)>& fn) {
     std::string token;
     for (;;) {
-      std::vector<std::pair<std::string, std::string>> params = {
-          {"list-type", "2"}, {"prefix", key_prefix}, {"encoding-type", "url"}, {"max-keys", std::to_string(cfg_.list_max_keys)}};
+      std::vector<std::pair<std::string, std::string>> params = {{"list-type", "2"},
+                                                                 {"prefix", key_prefix},
+                                                                 {"encoding-type", "url"},
+                                                                 {"max-keys", std::to_string(cfg_.list_max_keys)}};
       if (!token.empty()) params.emplace_back("continuation-token", token);
       Request req;
       req.query = Query(params);
@@ -1044,7 +1031,8 @@ class S3Backend final : public Backend {
       key_marker = page->next_key_marker;
       id_marker = page->next_upload_id_marker;
     }
-    if (aborted) LOG_INFO("s3 backend: aborted {} leftover multipart uploads under s3://{}/{}", aborted, cfg_.bucket, root_);
+    if (aborted)
+      LOG_INFO("s3 backend: aborted {} leftover multipart uploads under s3://{}/{}", aborted, cfg_.bucket, root_);
     return {};
   }
 
@@ -1147,7 +1135,8 @@ class S3Backend final : public Backend {
   // threads; at most parallel + 1 part buffers exist.
   Result<Staged> StageMultipart(int src_fd, uint64_t size, const std::function<bool()>& cancelled) {
     uint64_t psize = cfg_.part_size;
-    if ((size + psize - 1) / psize > kMaxParts) psize = ((size + kMaxParts - 1) / kMaxParts + (1 << 20) - 1) & ~uint64_t((1 << 20) - 1);
+    if ((size + psize - 1) / psize > kMaxParts)
+      psize = ((size + kMaxParts - 1) / kMaxParts + (1 << 20) - 1) & ~uint64_t((1 << 20) - 1);
     const uint64_t nparts = (size + psize - 1) / psize;
     AbortOrphans();
     std::string name = UniqueName("st-");
@@ -1190,10 +1179,8 @@ class S3Backend final : public Backend {
         put.cancelled = &cancelled;
         Response r;
         int e = 0;
-        if (auto st = Perform(put, "stage: upload part", &r); !st)
-          e = st.error();
-        else if ((etags[job.first] = r.Header("etag")).empty())
-          e = EIO;
+        if (auto st = Perform(put, "stage: upload part", &r); !st) e = st.error();
+        else if ((etags[job.first] = r.Header("etag")).empty()) e = EIO;
         // The crash harness's "half staged": a part is in the store, the
         // upload is not complete.
         if (e == 0 && parts_done.fetch_add(1) == 0) FAILPOINT("drain.mid_transfer");
@@ -1397,7 +1384,7 @@ class S3Backend final : public Backend {
   std::atomic<uint64_t> counter_{0};
   std::atomic<bool> no_part_copy_{false};  // the store answered UploadPartCopy with 501
   EasyPool pool_;
-  Mutex mu_;  // a leaf
+  Mutex mu_;                                                                             // a leaf
   std::unordered_map<std::string, std::shared_ptr<std::string>> small_ GUARDED_BY(mu_);  // staged in memory
   std::vector<std::pair<std::string, std::string>> orphans_ GUARDED_BY(mu_);             // (key, upload id) to abort
 };

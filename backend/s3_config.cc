@@ -68,8 +68,8 @@ std::string Get(const std::map<std::string, std::string>* sec, const char* key) 
 bool ValidBucket(std::string_view b) {
   if (b.size() < 3 || b.size() > 255) return false;
   for (char c : b) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-              c == '-' || c == '_';
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
     if (!ok) return false;
   }
   return true;
@@ -111,8 +111,7 @@ IniFile ParseIni(std::string_view text) {
       std::string_view inner = Trim(line.substr(1, close - 1));
       if (inner.starts_with("profile ") || inner.starts_with("profile\t"))
         section = "profile " + std::string(Trim(inner.substr(8)));
-      else
-        section = std::string(inner);
+      else section = std::string(inner);
       ini[section];
       continue;
     }
@@ -202,8 +201,9 @@ Result<S3Config> LoadS3Config(const std::string& bucket, const std::string& pref
   if (cfg.endpoint.empty()) cfg.endpoint = "https://s3." + cfg.region + ".amazonaws.com";
   while (!cfg.endpoint.empty() && cfg.endpoint.back() == '/') cfg.endpoint.pop_back();
   if (cfg.endpoint.find('@') != std::string::npos)  // user:password@host: never echo it
-    return fail(EINVAL, "credentials in the S3 endpoint are not accepted; use AWS_ACCESS_KEY_ID/"
-                        "AWS_SECRET_ACCESS_KEY or a profile");
+    return fail(EINVAL,
+                "credentials in the S3 endpoint are not accepted; use AWS_ACCESS_KEY_ID/"
+                "AWS_SECRET_ACCESS_KEY or a profile");
   if (!cfg.endpoint.starts_with("http://") && !cfg.endpoint.starts_with("https://"))
     return fail(EINVAL, "endpoint '" + cfg.endpoint + "' must start with http:// or https://");
   if (cfg.endpoint.find('/', cfg.endpoint.find("//") + 2) != std::string::npos ||

@@ -34,16 +34,16 @@ struct S3Config {
   std::string bucket;
   std::string prefix;  // no leading or trailing '/', may be empty
   std::string access_key, secret_key, session_token;
-  bool path_style = true;  // https://host/bucket/key; false: https://bucket.host/key
+  bool path_style = true;            // https://host/bucket/key; false: https://bucket.host/key
   uint64_t part_size = 16ull << 20;  // staging part size; files up to this size are sent in one PUT
   int parallel = 4;                  // transfers in flight per Stage, Fetch, copy or listing step
 
   // Tuning that tests lower; the defaults suit real stores.
   uint64_t multipart_copy_threshold = 256ull << 20;  // larger objects are copied part by part
-  uint64_t max_copy_object_size = 5ull << 30;         // CopyObject's limit (S3: 5 GiB)
-  int list_max_keys = 1000;                           // keys per ListObjectsV2 page
-  int max_attempts = 5;                               // per request, then EIO
-  int retry_base_ms = 100;                            // first backoff; doubles, with jitter, capped at 5 s
+  uint64_t max_copy_object_size = 5ull << 30;        // CopyObject's limit (S3: 5 GiB)
+  int list_max_keys = 1000;                          // keys per ListObjectsV2 page
+  int max_attempts = 5;                              // per request, then EIO
+  int retry_base_ms = 100;                           // first backoff; doubles, with jitter, capped at 5 s
 };
 
 // Builds the configuration for s3://bucket/prefix. `endpoint_override`

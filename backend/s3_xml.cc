@@ -1,10 +1,9 @@
 // s3_xml.cc — pugixml readers and writers for the S3 backend's documents.
 #include "backend/s3_xml.h"
 
-#include <pugixml.hpp>
-
 #include <cstdlib>
 #include <ctime>
+#include <pugixml.hpp>
 #include <sstream>
 
 #include "common/text.h"

@@ -20,8 +20,8 @@ bool OpsSupported(io_uring* ring) {
   if (known) return known == 1;
   io_uring_probe* probe = io_uring_get_probe_ring(ring);
   // No probe (kernels before 5.6) also means no IORING_OP_READ/WRITE.
-  bool ok = probe && io_uring_opcode_supported(probe, IORING_OP_READ) &&
-            io_uring_opcode_supported(probe, IORING_OP_WRITE);
+  bool ok =
+      probe && io_uring_opcode_supported(probe, IORING_OP_READ) && io_uring_opcode_supported(probe, IORING_OP_WRITE);
   if (probe) io_uring_free_probe(probe);
   g_ops_supported.store(ok ? 1 : 2, std::memory_order_relaxed);
   return ok;

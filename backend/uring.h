@@ -77,11 +77,11 @@ class SlotQueue {
  public:
   enum class Op { kRead, kWrite };
   struct Slot {
-    char* buf = nullptr;  // `chunk` bytes, owned by the queue
-    uint64_t seq = 0;     // the caller's order of this transfer
+    char* buf = nullptr;                  // `chunk` bytes, owned by the queue
+    uint64_t seq = 0;                     // the caller's order of this transfer
     uint64_t off = 0, len = 0, done = 0;  // file range, and how much of it is transferred
-    bool busy = false;      // Started and not yet released by the caller
-    bool complete = false;  // done == len
+    bool busy = false;                    // Started and not yet released by the caller
+    bool complete = false;                // done == len
   };
   struct Done {
     unsigned slot;

@@ -113,8 +113,10 @@ Result<std::unique_ptr<Tier>> Tier::Open(const std::string& dir, uint64_t budget
     std::string base(tmp ? nm.substr(0, nm.size() - 4) : nm);
     if (!S_ISREG(fst.st_mode) || fst.st_uid != geteuid() || !ParseName(base.c_str(), &ino)) {
       *why = fmt::format("{}/{} is not a file ckptfs made ({}); move it away", dir, nm,
-                         S_ISLNK(fst.st_mode) ? "a symlink" : !S_ISREG(fst.st_mode) ? "not a regular file"
-                                              : fst.st_uid != geteuid() ? "another user's file" : "a foreign name");
+                         S_ISLNK(fst.st_mode)      ? "a symlink"
+                         : !S_ISREG(fst.st_mode)   ? "not a regular file"
+                         : fst.st_uid != geteuid() ? "another user's file"
+                                                   : "a foreign name");
       err = EEXIST;
       break;
     }
@@ -377,8 +379,7 @@ void Tier::Unreserve(uint64_t n) {
   reserved_ -= n;
 }
 
-Result<size_t> Tier::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn,
-                           bool wait) {
+Result<size_t> Tier::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn, bool wait) {
   FdRef ref;
   {
     MutexLock lk(&mu_);

@@ -123,8 +123,8 @@ class Tier {
   // returns EAGAIN at once (nothing written, nothing charged): the caller
   // queues the write where waiting holds no FUSE worker.
   // REQUIRES: the inode is pinned.
-  [[nodiscard]] Result<size_t> Write(uint64_t ino, uint64_t off, size_t len,
-                                     const std::function<ssize_t(int fd)>& fn, bool wait = true);
+  [[nodiscard]] Result<size_t> Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int fd)>& fn,
+                                     bool wait = true);
 
   // Sets the file's size (creating the file if needed). Shrinking frees pages.
   [[nodiscard]] Status Truncate(uint64_t ino, uint64_t size);

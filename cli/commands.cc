@@ -120,8 +120,8 @@ int WaitDrained(const std::string& mnt, double timeout_s, const std::string& rea
   for (;;) {
     if (std::string ro = Str(j, "read_only"); !ro.empty()) {
       if (tty && shown) fprintf(stderr, "\n");
-      fprintf(stderr, "ckptfs: mount is read-only (%s): the drain cannot record progress; %s\n",
-              EscapeName(ro).c_str(), read_only_hint.c_str());
+      fprintf(stderr, "ckptfs: mount is read-only (%s): the drain cannot record progress; %s\n", EscapeName(ro).c_str(),
+              read_only_hint.c_str());
       return 1;
     }
     shown = true;

@@ -87,8 +87,7 @@ std::expected<BackendUrl, std::string> ParseBackendUrl(const std::string& s) {
     // s3://KEY:SECRET/x@bucket (a '/' in the secret, not encoded) ends the
     // authority early: no bucket or file host has a ':' either.
     bool colon = auth.find(':') != std::string_view::npos && (s.starts_with("s3://") || s.starts_with("file://"));
-    if (auth.find('@') != std::string_view::npos || colon)
-      return std::unexpected(std::string(kCredentialsInUrl));
+    if (auth.find('@') != std::string_view::npos || colon) return std::unexpected(std::string(kCredentialsInUrl));
   }
   BackendUrl u;
   std::string rest = s;
@@ -108,8 +107,7 @@ std::expected<BackendUrl, std::string> ParseBackendUrl(const std::string& s) {
   if (s.rfind("file://", 0) == 0) rest = s.substr(7);
   else if (s.find("://") != std::string::npos)
     return std::unexpected("invalid backend '" + s + "': expected a directory, file:///path or s3://bucket/prefix");
-  if (rest.empty() || rest[0] != '/')
-    return std::unexpected("invalid backend '" + s + "': the path must be absolute");
+  if (rest.empty() || rest[0] != '/') return std::unexpected("invalid backend '" + s + "': the path must be absolute");
   while (rest.size() > 1 && rest.back() == '/') rest.pop_back();
   u.path = rest;
   return u;

@@ -24,7 +24,7 @@ struct BackendUrl {
 };
 
 struct Config {
-  std::string mountpoint;       // absolute
+  std::string mountpoint;  // absolute
   BackendUrl backend;
   std::string backend_raw;      // as the user gave it: never shown (use backend_display)
   std::string backend_display;  // the URL for messages, logs, fsname and status (BackendDisplay)
@@ -34,7 +34,7 @@ struct Config {
   std::string tier_dir;         // absolute; default /dev/shm/ckptfs-<hash of state dir>
   FsyncMode fsync = FsyncMode::kMemory;
   bool foreground = false;
-  std::string fuse_opts;        // extra -o options passed to libfuse
+  std::string fuse_opts;  // extra -o options passed to libfuse
   std::string log_level = "info";
   std::string s3_endpoint;
 };

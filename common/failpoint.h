@@ -49,10 +49,10 @@ void InitFailpoints();
 
 }  // namespace ckpt
 
-#define FAILPOINT(name)                                                                 \
-  do {                                                                                  \
+#define FAILPOINT(name)                                                               \
+  do {                                                                                \
     if (__builtin_expect(::ckpt::failpoint_detail::armed != nullptr, 0)) [[unlikely]] \
-      ::ckpt::failpoint_detail::Hit(name);                                              \
+      ::ckpt::failpoint_detail::Hit(name);                                            \
   } while (0)
 
 #define FAULT(name) \

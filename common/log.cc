@@ -9,11 +9,10 @@
 #include "common/log.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <mutex>
@@ -56,8 +55,8 @@ class FdSink final : public spdlog::sinks::base_sink<std::mutex> {
 }  // namespace
 
 bool ValidLogLevel(const std::string& level) {
-  return level == "trace" || level == "debug" || level == "info" || level == "warn" ||
-         level == "error" || level == "critical" || level == "off";
+  return level == "trace" || level == "debug" || level == "info" || level == "warn" || level == "error" ||
+         level == "critical" || level == "off";
 }
 
 Result<int> OpenLogFile(const std::string& file) {

@@ -31,7 +31,7 @@ struct Daemon {
   std::unique_ptr<Drainer> drainer;
   std::unique_ptr<SpaceWaiter> space_waiter;  // writes waiting for tier space (null: they wait in place)
   std::unique_ptr<SpaceWaiter> fetcher;       // opens that fetch an evicted file first (null: in place)
-  double attr_timeout = 10.0;   // the daemon is the only writer of its namespace
+  double attr_timeout = 10.0;                 // the daemon is the only writer of its namespace
   double entry_timeout = 10.0;
   std::atomic<uint64_t> bytes_written{0};
   std::atomic<uint64_t> bytes_read{0};
@@ -52,9 +52,9 @@ const fuse_lowlevel_ops& FuseOps();
 inline constexpr char kStatusXattr[] = "user.ckptfs.status";
 inline constexpr char kLostXattrPrefix[] = "user.ckptfs.lost.";      // + page number: the lost list
 inline constexpr char kLostClearXattr[] = "user.ckptfs.lost.clear";  // setxattr: clears it
-inline constexpr size_t kLostPageBytes = 60 * 1024;  // under the kernel's 64 KiB xattr limit
-inline constexpr size_t kStatusListMax = 100;        // entries of each list in the status
-inline constexpr size_t kStatusListBytes = 16 * 1024;  // bytes of names of each list in the status
+inline constexpr size_t kLostPageBytes = 60 * 1024;                  // under the kernel's 64 KiB xattr limit
+inline constexpr size_t kStatusListMax = 100;                        // entries of each list in the status
+inline constexpr size_t kStatusListBytes = 16 * 1024;                // bytes of names of each list in the status
 
 // The JSON document served as the root's user.ckptfs.status xattr (and
 // printed by `ckptfs status`): always valid UTF-8 (bytes that are not are

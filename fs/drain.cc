@@ -19,7 +19,7 @@ using meta::LogOp;
 
 namespace {
 
-constexpr size_t kWindow = 64;         // entries looked at for staging
+constexpr size_t kWindow = 64;           // entries looked at for staging
 constexpr size_t kSkipLookahead = 4096;  // entries searched for an undoing rmdir
 
 double NowSeconds() {
@@ -39,8 +39,7 @@ bool IsPermanent(int err) {
     case EILSEQ:        // a name the store cannot encode
     case EFBIG:         // a file larger than the store takes
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -265,8 +264,7 @@ int Drainer::ApplyPersist(const LogEntry& e) {
   if (job->err == ENODATA) {
     // The sealed bytes are gone (the memory tier did not survive, e.g. a
     // node reboot): nothing to publish. Listed by `ckptfs status`.
-    LOG_ERROR("drain: seq {} persist '{}' v{}: lost, its bytes are not in the memory tier", e.seq, e.path,
-              e.version);
+    LOG_ERROR("drain: seq {} persist '{}' v{}: lost, its bytes are not in the memory tier", e.seq, e.path, e.version);
     table_->RecordLost(e, "not persisted, and its bytes are not in the memory tier");
     if (auto st = table_->CompleteEntry(e); !st) return st.error();
     MutexLock lk(&mu_);
@@ -279,8 +277,8 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     MutexLock lk(&mu_);
     SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(publish_delay_ms_));
   }
-  backend::Attrs attrs{job->src.mode, job->src.uid, job->src.gid, job->src.has_owner, job->src.mtime.sec,
-                       job->src.mtime.nsec};
+  backend::Attrs attrs{job->src.mode,      job->src.uid,       job->src.gid,
+                       job->src.has_owner, job->src.mtime.sec, job->src.mtime.nsec};
   if (auto st = backend_->Publish(job->staged, e.path, attrs); !st) {
     // ESTALE: the staged copy is gone (deleted behind the daemon's back,
     // the backend replaced): stage again. Otherwise the staged copy stays
@@ -381,7 +379,7 @@ bool Drainer::SkipUndonePersist(const LogEntry& e, const std::vector<LogEntry>& 
   const LogEntry& x = window[1];
   switch (x.op) {
     case LogOp::kPersist: return x.ino == e.ino && x.path == e.path;  // rewritten
-    case LogOp::kUnlink: return x.path == e.path;                      // deleted
+    case LogOp::kUnlink: return x.path == e.path;                     // deleted
     case LogOp::kRename: return x.path2 == e.path && !(x.flags & 1);  // replaced by another file
     default: return false;
   }
@@ -396,9 +394,8 @@ void Drainer::NoteError(const LogEntry& e, int err) {
   }
   stats_.in_error = true;
   stats_.last_error = msg;
-  stats_.last_error_time = std::chrono::duration_cast<std::chrono::seconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count();
+  stats_.last_error_time =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 void Drainer::NoteSuccess() {
@@ -418,9 +415,8 @@ void Drainer::HoldReadOnly(const std::string& why) {
               backend_->Describe());
     stats_.in_error = true;
     stats_.last_error = "drain stopped: " + why;
-    stats_.last_error_time = std::chrono::duration_cast<std::chrono::seconds>(
-                                 std::chrono::system_clock::now().time_since_epoch())
-                                 .count();
+    stats_.last_error_time =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   }
   SleepUntil(std::chrono::steady_clock::now() + std::chrono::seconds(1));
 }

@@ -45,11 +45,11 @@ struct DrainStats {
   uint64_t files_persisted = 0;
   uint64_t entries_applied = 0;
   uint64_t entries_skipped = 0;
-  uint64_t entries_failed = 0;   // refused by the backend for good (see IsPermanent)
-  double rate = 0;               // bytes/s over the last seconds
+  uint64_t entries_failed = 0;  // refused by the backend for good (see IsPermanent)
+  double rate = 0;              // bytes/s over the last seconds
   uint64_t retries = 0;
-  std::string last_error;        // empty when the backend is healthy
-  int64_t last_error_time = 0;   // unix seconds
+  std::string last_error;       // empty when the backend is healthy
+  int64_t last_error_time = 0;  // unix seconds
   bool in_error = false;
 };
 

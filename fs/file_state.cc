@@ -124,8 +124,8 @@ void InodeTable::Release(uint64_t ino, int open_flags) {
   } else if (n->writers == 0 && n->open_marked && n->rec.nlink > 0) {
     // Opened for writing, closed unchanged: back to what it was.
     n->open_marked = false;
-    n->rec.state = n->pre_open_state == DataState::kRemote && tier_->Has(ino) ? DataState::kPersisted
-                                                                             : n->pre_open_state;
+    n->rec.state =
+        n->pre_open_state == DataState::kRemote && tier_->Has(ino) ? DataState::kPersisted : n->pre_open_state;
     Batch b;
     MetaStore::PutInode(&b, n->rec);
     if (auto st = Commit(b); !st) LOG_ERROR("ino {}: could not record state at close", ino);

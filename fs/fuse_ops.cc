@@ -165,14 +165,13 @@ void ckpt_init(void* userdata, fuse_conn_info* conn) {
   // reads went back through the daemon at a fifth of the speed.
   // No FUSE_CAP_SPLICE_READ: a 1 MiB write needs a pipe larger than
   // fs.pipe-max-size, and where it fit it measured no faster.
-  unsigned want = FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_ATOMIC_O_TRUNC |
-                  FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO |
-                  FUSE_CAP_ASYNC_READ;
+  unsigned want = FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_PARALLEL_DIROPS |
+                  FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO | FUSE_CAP_ASYNC_READ;
   conn->want |= want & conn->capable;
   conn->want &= ~(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_AUTO_INVAL_DATA);
   g_splice_max = SpliceLimit(conn->max_write + 2 * 4096);
-  LOG_INFO("fuse session ready: max_write {} want {:#x}, reads up to {} bytes spliced", conn->max_write,
-           conn->want, g_splice_max);
+  LOG_INFO("fuse session ready: max_write {} want {:#x}, reads up to {} bytes spliced", conn->max_write, conn->want,
+           g_splice_max);
 }
 
 void ckpt_destroy(void* userdata) {
@@ -313,8 +312,7 @@ void ckpt_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void ckpt_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
                  unsigned int flags) {
-  LOG_DEBUG("rename(parent={}, name={}, newparent={}, newname={}, flags={})", parent, name, newparent, newname,
-            flags);
+  LOG_DEBUG("rename(parent={}, name={}, newparent={}, newname={}, flags={})", parent, name, newparent, newname, flags);
   Guard(req, [&] {
     auto r = D(req)->table->Rename(parent, name, newparent, newname, flags);
     if (r) FAILPOINT("meta.after_commit");
@@ -574,14 +572,13 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file
         ep.attr.st_ino = e.ino;
         ep.attr.st_mode = S_IFDIR;
       }
-      n = fuse_add_direntry_plus(req, buf.data() + used, size - used, e.name.c_str(), &ep,
-                                 static_cast<off_t>(i + 1));
+      n = fuse_add_direntry_plus(req, buf.data() + used, size - used, e.name.c_str(), &ep, static_cast<off_t>(i + 1));
       if (n > size - used) {
         if (!dot) d->table->Forget(e.ino, 1);  // did not fit: the kernel never saw it
         break;
       }
     } else {
-      struct stat st{};
+      struct stat st {};
       st.st_ino = e.ino;
       st.st_mode = e.mode;
       n = fuse_add_direntry(req, buf.data() + used, size - used, e.name.c_str(), &st, static_cast<off_t>(i + 1));
@@ -615,7 +612,7 @@ void ckpt_statfs(fuse_req_t req, fuse_ino_t ino) {
     Daemon* d = D(req);
     cache::TierStats t = d->tier->Stats();
     NamespaceStats ns = d->table->Stats();
-    struct statvfs sv{};
+    struct statvfs sv {};
     constexpr uint64_t kBlock = 4096;
     sv.f_bsize = kBlock;
     sv.f_frsize = kBlock;
@@ -654,8 +651,7 @@ void ckpt_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size
   LOG_DEBUG("getxattr(ino={}, name={})", ino, name);
   TuneOnce(req);
   Guard(req, [&] {
-    if (ino == meta::kRootIno && strcmp(name, kStatusXattr) == 0)
-      return ReplyXattr(req, StatusJson(D(req)), size);
+    if (ino == meta::kRootIno && strcmp(name, kStatusXattr) == 0) return ReplyXattr(req, StatusJson(D(req)), size);
     if (ino == meta::kRootIno && strncmp(name, kLostXattrPrefix, sizeof kLostXattrPrefix - 1) == 0) {
       // user.ckptfs.lost.N: page N of the lost list (`ckptfs lost`).
       const char* num = name + sizeof kLostXattrPrefix - 1;

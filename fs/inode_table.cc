@@ -42,9 +42,7 @@ Result<InodeTable::Inode*> InodeTable::Child(Inode* dir, std::string_view name) 
   return c;
 }
 
-Status InodeTable::Writable() const {
-  return read_only_.load(std::memory_order_relaxed) ? Err(EROFS) : Status{};
-}
+Status InodeTable::Writable() const { return read_only_.load(std::memory_order_relaxed) ? Err(EROFS) : Status{}; }
 
 std::string InodeTable::ReadOnlyReason() {
   MutexLock lk(&ro_mu_);
@@ -57,8 +55,8 @@ Status InodeTable::Commit(const Batch& b, bool sync) {
   // LevelDB's sticky background error: after the store refused a write,
   // the in-memory namespace and the record may differ; going on would
   // acknowledge changes a restart forgets.
-  std::string why = fmt::format("metadata write failed ({}); the mount is read-only until remounted",
-                                strerror(st.error()));
+  std::string why =
+      fmt::format("metadata write failed ({}); the mount is read-only until remounted", strerror(st.error()));
   LOG_ERROR("{}", why);
   MutexLock lk(&ro_mu_);
   ro_reason_ = why;
@@ -179,8 +177,8 @@ void InodeTable::MaybeDelete(Inode* n) {
   if (S_ISREG(n->rec.mode))
     if (auto p = MoveAside(n); !p) {
       keep_live = true;
-      LOG_ERROR("ino {}: its pending version {} could not be kept for the drain ({}); its tier file stays",
-                ino, n->rec.version, strerror(p.error()));
+      LOG_ERROR("ino {}: its pending version {} could not be kept for the drain ({}); its tier file stays", ino,
+                n->rec.version, strerror(p.error()));
     }
   Batch b;
   MetaStore::DeleteInode(&b, ino);
@@ -367,8 +365,7 @@ Result<InodeRecord> InodeTable::Mkdir(uint64_t parent, std::string_view name, ui
   return NewNode(parent, name, S_IFDIR | (mode & 07777), who, {}, 0);
 }
 
-Result<InodeRecord> InodeTable::Symlink(uint64_t parent, std::string_view name, std::string_view target,
-                                        Caller who) {
+Result<InodeRecord> InodeTable::Symlink(uint64_t parent, std::string_view name, std::string_view target, Caller who) {
   if (target.empty()) return Err(ENOENT);
   if (target.size() >= 4096) return Err(ENAMETOOLONG);
   return NewNode(parent, name, S_IFLNK | 0777, who, target, 0);
@@ -599,8 +596,14 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
     AppendLog(&b, e, &log);
   }
   if (exchange) {
-    if (!same_dir && src->is_dir()) { from->nlink--; to->nlink++; }
-    if (!same_dir && dst->is_dir()) { to->nlink--; from->nlink++; }
+    if (!same_dir && src->is_dir()) {
+      from->nlink--;
+      to->nlink++;
+    }
+    if (!same_dir && dst->is_dir()) {
+      to->nlink--;
+      from->nlink++;
+    }
     relink(sr, parent, name, newparent, newname);
     relink(dr, newparent, newname, parent, name);
     MetaStore::PutDentry(&b, newparent, newname, sr.ino, DirentType(sr.mode));
@@ -617,7 +620,10 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
       RepointPrimary(&tmp, newparent, newname);
       dr = tmp.rec;
     }
-    if (!same_dir && src->is_dir()) { from->nlink--; to->nlink++; }
+    if (!same_dir && src->is_dir()) {
+      from->nlink--;
+      to->nlink++;
+    }
     relink(sr, parent, name, newparent, newname);
     MetaStore::DeleteDentry(&b, parent, name);
     MetaStore::PutDentry(&b, newparent, newname, sr.ino, DirentType(sr.mode));

@@ -100,8 +100,8 @@ struct PersistSource {
 // is something the backend cannot hold (checked at create, link, rename,
 // truncate and write, where it is knowable).
 struct Limits {
-  size_t max_path = 4095;        // bytes of a path relative to the backend root
-  bool utf8_names = false;       // names must be valid UTF-8 (S3 keys)
+  size_t max_path = 4095;               // bytes of a path relative to the backend root
+  bool utf8_names = false;              // names must be valid UTF-8 (S3 keys)
   uint64_t max_file_size = UINT64_MAX;  // EFBIG beyond (bounds what a drain sends)
 };
 
@@ -184,8 +184,8 @@ class InodeTable {
   void Release(uint64_t ino, int open_flags);
   // Writes through the tier; updates size and mtime. `wait` false: EAGAIN
   // instead of waiting for space (see cache::Tier::Write).
-  [[nodiscard]] Result<size_t> Write(uint64_t ino, uint64_t off, size_t len,
-                                     const std::function<ssize_t(int fd)>& fn, bool wait = true);
+  [[nodiscard]] Result<size_t> Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int fd)>& fn,
+                                     bool wait = true);
   [[nodiscard]] Status Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait = true);
   // close(2) of a handle (FUSE flush). The kernel answers close(2) after
   // this, not after release: so the last writer's flush seals the file (a
@@ -289,14 +289,14 @@ class InodeTable {
     std::map<std::string, std::string, std::less<>> xattrs;
     uint64_t nlookup = 0;
     uint32_t opens = 0;
-    bool size_dirty = false;  // size/times changed since last commit
-    uint64_t data_gen = 0;    // bumped by every change of the bytes
-    uint64_t sealed_gen = 0;  // data_gen at the last seal
-    uint64_t seal_seq = 0;    // log seq of the last seal's persist entry
-    uint64_t last_use = 0;    // LRU clock
-    bool fetching = false;    // a fetch from the backend is under way
-    uint32_t writers = 0;     // opens for writing
-    bool open_marked = false; // state recorded dirty by an open for writing
+    bool size_dirty = false;   // size/times changed since last commit
+    uint64_t data_gen = 0;     // bumped by every change of the bytes
+    uint64_t sealed_gen = 0;   // data_gen at the last seal
+    uint64_t seal_seq = 0;     // log seq of the last seal's persist entry
+    uint64_t last_use = 0;     // LRU clock
+    bool fetching = false;     // a fetch from the backend is under way
+    uint32_t writers = 0;      // opens for writing
+    bool open_marked = false;  // state recorded dirty by an open for writing
     meta::DataState pre_open_state = meta::DataState::kDirty;
     // Where the backend holds this file's persisted bytes as of the last
     // applied log entry ("" when unknown), so a fetch goes there without
@@ -435,7 +435,7 @@ class InodeTable {
   uint64_t next_lost_ GUARDED_BY(mu_) = 1;
   std::vector<std::string> lost_ GUARDED_BY(mu_);
   std::map<std::string, uint64_t, std::less<>> by_backend_path_ GUARDED_BY(mu_);  // Inode::backend_path -> ino
-  std::map<uint64_t, FailedEntry> failed_ GUARDED_BY(mu_);                         // by record seq
+  std::map<uint64_t, FailedEntry> failed_ GUARDED_BY(mu_);                        // by record seq
   // Persist entries a newer version of the same file replaced before the
   // drain took them (see Seal): dropped from the store, skipped by the
   // drain (BeginPersist says ESTALE).
@@ -449,7 +449,7 @@ class InodeTable {
   ckpt::CondVar log_cv_;      // the log gained entries (with mu_)
   ckpt::CondVar applied_cv_;  // applied_seq_ advanced (with mu_)
   std::multimap<uint64_t, std::function<void(int)>> applied_waiters_ GUARDED_BY(mu_);  // by seq
-  ckpt::CondVar fetch_cv_;    // a fetch finished (with mu_)
+  ckpt::CondVar fetch_cv_;                                                             // a fetch finished (with mu_)
 };
 
 }  // namespace ckpt::fs

@@ -212,7 +212,7 @@ Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, 
   log_.pop_front();
   AdvanceApplied(e.seq, &due);
   tier_->Remove(cache::SnapKey(e.ino, e.version));  // published: the snapshot has done its job
-  tier_->NotifySpace();  // a clean file can now be evicted for a waiting writer
+  tier_->NotifySpace();                             // a clean file can now be evicted for a waiting writer
   return {};
 }
 

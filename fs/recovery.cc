@@ -164,8 +164,7 @@ Status InodeTable::Load(Caller root_owner) {
       if (S_ISREG(n->rec.mode) && n->rec.nlink > 0 &&
           (n->rec.state == DataState::kPersisted || n->rec.state == DataState::kRemote))
         SetBackendPath(n.get(), EntryPath(n->rec.parent, n->rec.name));
-  LOG_INFO("namespace loaded: {} inodes, next ino {}, {} log entries pending", inodes_.size(), next_ino_,
-           log_.size());
+  LOG_INFO("namespace loaded: {} inodes, next ino {}, {} log entries pending", inodes_.size(), next_ino_, log_.size());
   return {};
 }
 
@@ -188,14 +187,15 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
     }
     r.size = r.sealed_size = sizes.at(snap);
     r.state = pending ? DataState::kDirty : DataState::kPersisted;
-    LOG_WARN("ino {} '{}': open for writing when the daemon stopped; back to version {} ({} bytes), sealed at its "
-             "last close", ino, path, r.version, r.size);
+    LOG_WARN(
+        "ino {} '{}': open for writing when the daemon stopped; back to version {} ({} bytes), sealed at its "
+        "last close",
+        ino, path, r.version, r.size);
   } else if (pending) {
     // Sealed, not yet in the backend: the live file is that version.
     if (live == sizes.end()) return false;
     if (live->second < r.sealed_size) {
-      LOG_ERROR("ino {} '{}': the memory tier holds {} of the {} bytes sealed", ino, path, live->second,
-                r.sealed_size);
+      LOG_ERROR("ino {} '{}': the memory tier holds {} of the {} bytes sealed", ino, path, live->second, r.sealed_size);
       tier_->Remove(ino);
       return false;
     }
@@ -212,13 +212,13 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
     }
     r.size = r.sealed_size;
     r.state = DataState::kRemote;
-    LOG_WARN("ino {} '{}': open for writing when the daemon stopped; back to version {} (in the backend)", ino,
-             path, r.version);
+    LOG_WARN("ino {} '{}': open for writing when the daemon stopped; back to version {} (in the backend)", ino, path,
+             r.version);
   } else if (r.state == DataState::kPersisted) {
     if (live == sizes.end() || live->second != r.size) {
       if (live != sizes.end()) {
-        LOG_WARN("ino {} '{}': tier holds {} bytes, {} expected; reading it from the backend", ino, path,
-                 live->second, r.size);
+        LOG_WARN("ino {} '{}': tier holds {} bytes, {} expected; reading it from the backend", ino, path, live->second,
+                 r.size);
         tier_->Remove(ino);
       }
       r.state = DataState::kRemote;  // fetched again on the next read
@@ -259,8 +259,8 @@ void InodeTable::AdoptPublished(std::vector<Inode*>* lost, Batch* b) {
     if (f == files.end() || f->second.size != r.sealed_size || f->second.mtime_sec != it->mtime.sec ||
         f->second.mtime_nsec != it->mtime.nsec)
       return false;
-    LOG_WARN("ino {} '{}': version {} was published before the daemon stopped; taken from the backend", r.ino,
-             it->path, r.version);
+    LOG_WARN("ino {} '{}': version {} was published before the daemon stopped; taken from the backend", r.ino, it->path,
+             r.version);
     r.size = r.sealed_size;
     r.state = DataState::kRemote;
     r.checksum_hi = f->second.checksum_hi;

@@ -117,8 +117,7 @@ void InodeTable::ApplyToBackendPaths(const LogEntry& e) {
       for (uint64_t ino : subtree(e.path))
         if (Inode* n = Find(ino)) SetBackendPath(n, "");
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -161,8 +160,8 @@ Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
     auto sum = backend_->Fetch(path, fd, size);
     if (!sum) return sum.error();
     if ((hi | lo) != 0 && (sum->first != hi || sum->second != lo)) {
-      LOG_ERROR("ino {} '{}': checksum mismatch on fetch from backend ({:016x}{:016x}, expected {:016x}{:016x})",
-                ino, path, sum->first, sum->second, hi, lo);
+      LOG_ERROR("ino {} '{}': checksum mismatch on fetch from backend ({:016x}{:016x}, expected {:016x}{:016x})", ino,
+                path, sum->first, sum->second, hi, lo);
       return EIO;
     }
     return 0;
@@ -181,8 +180,7 @@ Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
   fetch_cv_.NotifyAll();
   // The drain moved it while it was being read (a rename applied
   // meanwhile): fetch again from where it is now.
-  if (!st && st.error() == ENOENT && n && n->backend_path != path && attempt < 3)
-    return EnsureLocal(ino, attempt + 1);
+  if (!st && st.error() == ENOENT && n && n->backend_path != path && attempt < 3) return EnsureLocal(ino, attempt + 1);
   if (!st) {
     if (st.error() != EIO) LOG_ERROR("ino {} '{}': fetch from backend failed: {}", ino, path, strerror(st.error()));
     return Err(st.error() == ENOENT ? EIO : st.error());

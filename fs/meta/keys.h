@@ -46,7 +46,7 @@ inline uint64_t ReadU64BE(std::string_view s, size_t off = 0) {
 }
 
 // Counter names (CounterKey).
-inline constexpr char kNextInoCounter[] = "next_ino";   // the next inode number to hand out
+inline constexpr char kNextInoCounter[] = "next_ino";     // the next inode number to hand out
 inline constexpr char kAppliedCounter[] = "applied_seq";  // every log entry up to here is applied
 inline constexpr char kImportedCounter[] = "imported";    // 1 once the backend was imported (first mount)
 

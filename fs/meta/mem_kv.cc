@@ -25,8 +25,7 @@ class MemKv final : public Kv {
     return {};
   }
 
-  Status Scan(std::string_view prefix,
-              const std::function<bool(std::string_view, std::string_view)>& fn) override {
+  Status Scan(std::string_view prefix, const std::function<bool(std::string_view, std::string_view)>& fn) override {
     MutexLock lk(&mu_);
     for (auto it = map_.lower_bound(std::string(prefix)); it != map_.end(); ++it) {
       if (it->first.compare(0, prefix.size(), prefix) != 0) break;

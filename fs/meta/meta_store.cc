@@ -104,11 +104,13 @@ Result<InodeRecord> DecodeInode(std::string_view v) {
   Reader rd(v);
   InodeRecord r;
   uint8_t fmt = 0, state = 0;
-  bool ok = rd.Get(&fmt) && (fmt == kInodeFormat || fmt == kOldInodeFormat) && rd.Get(&r.ino) && rd.Get(&r.parent) && rd.Get(&r.mode) &&
-            rd.Get(&r.uid) && rd.Get(&r.gid) && rd.Get(&r.nlink) && rd.Get(&r.size) && rd.Get(&r.rdev);
+  bool ok = rd.Get(&fmt) && (fmt == kInodeFormat || fmt == kOldInodeFormat) && rd.Get(&r.ino) && rd.Get(&r.parent) &&
+            rd.Get(&r.mode) && rd.Get(&r.uid) && rd.Get(&r.gid) && rd.Get(&r.nlink) && rd.Get(&r.size) &&
+            rd.Get(&r.rdev);
   for (Timespec* t : {&r.atime, &r.mtime, &r.ctime}) ok = ok && rd.Get(&t->sec) && rd.Get(&t->nsec);
-  ok = ok && rd.Get(&r.version) && rd.Get(&state) && state <= static_cast<uint8_t>(DataState::kFailed) && rd.Get(&r.checksum_hi) &&
-       rd.Get(&r.checksum_lo) && rd.Get(&r.sealed_size) && rd.GetStr(&r.name) && rd.GetStr(&r.target) && rd.done();
+  ok = ok && rd.Get(&r.version) && rd.Get(&state) && state <= static_cast<uint8_t>(DataState::kFailed) &&
+       rd.Get(&r.checksum_hi) && rd.Get(&r.checksum_lo) && rd.Get(&r.sealed_size) && rd.GetStr(&r.name) &&
+       rd.GetStr(&r.target) && rd.done();
   if (!ok) return Err(EIO);
   r.state = static_cast<DataState>(state);
   if (fmt == kOldInodeFormat) r.checksum_hi = r.checksum_lo = 0;  // another kind of checksum: unknown
@@ -152,8 +154,8 @@ Result<LogEntry> DecodeLogEntry(std::string_view v) {
   Reader rd(v);
   LogEntry e;
   uint8_t fmt = 0, op = 0;
-  bool ok = rd.Get(&fmt) && (fmt == kLogFormat || fmt == kOldLogFormat) && rd.Get(&e.seq) && rd.Get(&op) &&
-            op >= 1 && op <= 8 && rd.Get(&e.flags) && rd.Get(&e.ino) && rd.Get(&e.version) && rd.Get(&e.mode) &&
+  bool ok = rd.Get(&fmt) && (fmt == kLogFormat || fmt == kOldLogFormat) && rd.Get(&e.seq) && rd.Get(&op) && op >= 1 &&
+            op <= 8 && rd.Get(&e.flags) && rd.Get(&e.ino) && rd.Get(&e.version) && rd.Get(&e.mode) &&
             rd.Get(&e.mtime.sec) && rd.Get(&e.mtime.nsec) && rd.GetStr(&e.path) && rd.GetStr(&e.path2);
   uint8_t has_owner = 0;
   if (ok && fmt == kLogFormat) ok = rd.Get(&e.uid) && rd.Get(&e.gid) && rd.Get(&has_owner) && has_owner <= 1;
@@ -198,7 +200,8 @@ void MetaStore::PutFailed(Batch* b, uint64_t seq, std::string_view path, std::st
   b->Put(FailedKey(seq), PathNote(path, reason));
 }
 
-Status MetaStore::ScanPathNotes(char prefix, const std::function<void(uint64_t, std::string_view, std::string_view)>& fn) {
+Status MetaStore::ScanPathNotes(char prefix,
+                                const std::function<void(uint64_t, std::string_view, std::string_view)>& fn) {
   return kv_->Scan(std::string(1, prefix), [&](std::string_view k, std::string_view v) {
     if (k.size() != 9) return true;
     size_t z = v.find('\0');
@@ -248,9 +251,10 @@ Status MetaStore::ForEachInode(const std::function<void(InodeRecord&&)>& fn) {
     return true;
   });
   if (old_sums)
-    LOG_WARN("metadata: {} persisted files carry a checksum of the older, dense kind; they are fetched without "
-             "checksum verification until written again",
-             old_sums);
+    LOG_WARN(
+        "metadata: {} persisted files carry a checksum of the older, dense kind; they are fetched without "
+        "checksum verification until written again",
+        old_sums);
   if (!st) return st;
   if (err) return Err(err);
   return {};

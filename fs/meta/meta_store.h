@@ -50,8 +50,8 @@ struct InodeRecord {
   // unknown (records of format 2, whose checksum was of another kind).
   uint64_t checksum_hi = 0, checksum_lo = 0;
   uint64_t sealed_size = 0;  // size of the sealed version (`size` may be ahead of it while open)
-  std::string name;    // the first link's name (to find a path for the drainer)
-  std::string target;  // symlink target
+  std::string name;          // the first link's name (to find a path for the drainer)
+  std::string target;        // symlink target
 };
 
 std::string EncodeInode(const InodeRecord& r);
@@ -109,9 +109,7 @@ class MetaStore {
   static void PutInode(Batch* b, const InodeRecord& r) { b->Put(InodeKey(r.ino), EncodeInode(r)); }
   static void DeleteInode(Batch* b, uint64_t ino) { b->Delete(InodeKey(ino)); }
   static void PutDentry(Batch* b, uint64_t parent, std::string_view name, uint64_t ino, uint8_t type);
-  static void DeleteDentry(Batch* b, uint64_t parent, std::string_view name) {
-    b->Delete(DentryKey(parent, name));
-  }
+  static void DeleteDentry(Batch* b, uint64_t parent, std::string_view name) { b->Delete(DentryKey(parent, name)); }
   static void PutXattr(Batch* b, uint64_t ino, std::string_view name, std::string_view value) {
     b->Put(XattrKey(ino, name), value);
   }
@@ -137,15 +135,19 @@ class MetaStore {
 
   // Loaders used at mount. Each stops with EIO at the first undecodable value.
   [[nodiscard]] Status ForEachInode(const std::function<void(InodeRecord&&)>& fn);
-  [[nodiscard]] Status ForEachDentry(const std::function<void(uint64_t parent, std::string_view name, DentryValue)>& fn);
+  [[nodiscard]] Status ForEachDentry(
+      const std::function<void(uint64_t parent, std::string_view name, DentryValue)>& fn);
   [[nodiscard]] Status ForEachLogEntry(const std::function<void(LogEntry&&)>& fn);
-  [[nodiscard]] Status ForEachLost(const std::function<void(uint64_t seq, std::string_view path, std::string_view reason)>& fn) {
+  [[nodiscard]] Status ForEachLost(
+      const std::function<void(uint64_t seq, std::string_view path, std::string_view reason)>& fn) {
     return ScanPathNotes(kLostPrefix, fn);
   }
-  [[nodiscard]] Status ForEachFailed(const std::function<void(uint64_t seq, std::string_view path, std::string_view reason)>& fn) {
+  [[nodiscard]] Status ForEachFailed(
+      const std::function<void(uint64_t seq, std::string_view path, std::string_view reason)>& fn) {
     return ScanPathNotes(kFailedPrefix, fn);
   }
-  [[nodiscard]] Status ForEachXattr(const std::function<void(uint64_t ino, std::string_view name, std::string_view value)>& fn);
+  [[nodiscard]] Status ForEachXattr(
+      const std::function<void(uint64_t ino, std::string_view name, std::string_view value)>& fn);
 
   // The format record: created on first use, checked afterwards. Returns the
   // filesystem id (random, fixed at creation) or EINVAL for a foreign format.

@@ -16,17 +16,16 @@
 // One daemon per database: a lock file (flock, held for the Kv's life)
 // tells a second daemon EBUSY before RocksDB is touched.
 #include <fcntl.h>
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <mutex>
-
-#include <rocksdb/db.h>
-#include <rocksdb/options.h>
-#include <rocksdb/table.h>
-#include <rocksdb/write_batch.h>
 
 #include "common/failpoint.h"
 #include "common/log.h"
@@ -108,8 +107,7 @@ class RocksKv final : public Kv {
     return {};
   }
 
-  Status Scan(std::string_view prefix,
-              const std::function<bool(std::string_view, std::string_view)>& fn) override {
+  Status Scan(std::string_view prefix, const std::function<bool(std::string_view, std::string_view)>& fn) override {
     rocksdb::ReadOptions ro;
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
     rocksdb::Slice p(prefix.data(), prefix.size());

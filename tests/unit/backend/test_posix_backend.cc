@@ -811,7 +811,8 @@ Test(posix_backend_sparse, stage_and_fetch_keep_holes, .timeout = 120) {
   Env e;
   SparseSource src(kTiB);
   auto start = std::chrono::steady_clock::now();
-  auto s = e.be->Stage(src.fd, src.size, [&] { return std::chrono::steady_clock::now() - start > std::chrono::seconds(20); });
+  auto s = e.be->Stage(src.fd, src.size,
+                       [&] { return std::chrono::steady_clock::now() - start > std::chrono::seconds(20); });
   cr_assert(s.has_value(), "stage: %d", s.error());
   cr_assert(e.be->Publish(*s, "sparse", A(0644, 1, 0)).has_value());
   struct stat st;

@@ -60,8 +60,7 @@ std::string Pattern(size_t n, char seed) {
 }
 
 // Pins, writes `data` at `off` with pwrite, unpins. Returns the tier's answer.
-ckpt::Result<size_t> WriteAt(Tier* t, uint64_t ino, uint64_t off, const std::string& data,
-                             bool* called = nullptr) {
+ckpt::Result<size_t> WriteAt(Tier* t, uint64_t ino, uint64_t off, const std::string& data, bool* called = nullptr) {
   auto fd = t->Pin(ino, true);
   cr_assert(fd.has_value(), "pin ino %llu: errno %d", static_cast<unsigned long long>(ino), fd ? 0 : fd.error());
   auto r = t->Write(ino, off, data.size(), [&](int f) -> ssize_t {
@@ -358,9 +357,9 @@ Test(tier, reopen_reattaches_files) {
     auto t = OpenTier(1 << 20);
     MustWrite(t.get(), 3, 0, Pattern(10000, '3'));
     MustWrite(t.get(), 0x10, 1 << 20, Pattern(kPage, 's'));  // sparse
-    cr_assert(t->Truncate(big, 0).has_value());            // empty file
+    cr_assert(t->Truncate(big, 0).has_value());              // empty file
     MustWrite(t.get(), 9, 0, Pattern(kPage, '9'));
-    t->Remove(9);                                          // removed: not re-attached
+    t->Remove(9);  // removed: not re-attached
     used_before = t->Stats().used;
     cr_assert_eq(used_before, 3 * kPage + kPage);
   }
@@ -574,7 +573,8 @@ Test(tier, snapshot_copy_cut_short_is_cleaned_at_open) {
   std::ofstream(t->PathOf(ckpt::cache::SnapKey(9, 1)) + ".tmp") << "partial";
   t.reset();
   t = OpenTier(1 << 20);
-  cr_assert_not(std::filesystem::exists(TierDir() + "/" + std::filesystem::path(t->PathOf(ckpt::cache::SnapKey(9, 1))).filename().string() + ".tmp"));
+  cr_assert_not(std::filesystem::exists(
+      TierDir() + "/" + std::filesystem::path(t->PathOf(ckpt::cache::SnapKey(9, 1))).filename().string() + ".tmp"));
   cr_assert_eq(t->attached().size(), 1u);
 }
 

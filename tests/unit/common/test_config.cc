@@ -30,8 +30,7 @@ void ExpectBadSize(const std::string& in) {
   cr_assert(!r.has_value(), "ParseSize(\"%s\") accepted: %llu", in.c_str(),
             r ? static_cast<unsigned long long>(*r) : 0ull);
   cr_assert(!r.error().empty());
-  cr_assert(r.error().find("'" + in + "'") != std::string::npos, "the message names the input: %s",
-            r.error().c_str());
+  cr_assert(r.error().find("'" + in + "'") != std::string::npos, "the message names the input: %s", r.error().c_str());
 }
 
 void ExpectPosix(const char* in, const char* path) {
@@ -54,8 +53,7 @@ void ExpectS3(const char* in, const char* bucket, const char* prefix) {
 void ExpectBadUrl(const std::string& in, const char* why) {
   auto r = ParseBackendUrl(in);
   cr_assert(!r.has_value(), "ParseBackendUrl(\"%s\") accepted", in.c_str());
-  cr_assert(r.error().find("'" + in + "'") != std::string::npos, "the message names the input: %s",
-            r.error().c_str());
+  cr_assert(r.error().find("'" + in + "'") != std::string::npos, "the message names the input: %s", r.error().c_str());
   cr_assert(r.error().find(why) != std::string::npos, "the message for '%s' says '%s': %s", in.c_str(), why,
             r.error().c_str());
 }
@@ -122,11 +120,53 @@ Test(parse_size, percent_of_ram) {
 }
 
 Test(parse_size, rejects_bad_strings) {
-  for (const char* bad : {"", "M", "G1", "abc", "1X", "12Q", "1.2.3G", "..", ".", "1 G", " 1G", "1G ", "-1",
-                          "+1", "0", "0B", "0.1", "0.4B", "1e3", "1E3", "0x10", "1GiBs", "1KK", "1 ", "nan",
-                          "inf", "4Gb/s", "1PB", "99999999999T", "8388608T", "8000000T", "1048577T",
-                          "1GG", "1G1", "1.G", ".5G", "1..5G", "--1", "1-", "18446744073709551616",
-                          "99999999999999999999", "1e", "1%G", "0.0", "0M", "00", "0.0000001K"}) {
+  for (const char* bad : {"",
+                          "M",
+                          "G1",
+                          "abc",
+                          "1X",
+                          "12Q",
+                          "1.2.3G",
+                          "..",
+                          ".",
+                          "1 G",
+                          " 1G",
+                          "1G ",
+                          "-1",
+                          "+1",
+                          "0",
+                          "0B",
+                          "0.1",
+                          "0.4B",
+                          "1e3",
+                          "1E3",
+                          "0x10",
+                          "1GiBs",
+                          "1KK",
+                          "1 ",
+                          "nan",
+                          "inf",
+                          "4Gb/s",
+                          "1PB",
+                          "99999999999T",
+                          "8388608T",
+                          "8000000T",
+                          "1048577T",
+                          "1GG",
+                          "1G1",
+                          "1.G",
+                          ".5G",
+                          "1..5G",
+                          "--1",
+                          "1-",
+                          "18446744073709551616",
+                          "99999999999999999999",
+                          "1e",
+                          "1%G",
+                          "0.0",
+                          "0M",
+                          "00",
+                          "0.0000001K"}) {
     ExpectBadSize(bad);
   }
   // The message also says what is expected.
@@ -267,11 +307,13 @@ Test(escape_name, exact_bytes_recoverable) {
   using ckpt::EscapeName;
   ExpectStr(EscapeName("plain/name.pt"), "plain/name.pt");
   ExpectStr(EscapeName("caf\xc3\xa9"), "caf\xc3\xa9");  // valid UTF-8 stays
-  ExpectStr(EscapeName("a\xff" "b"), "a\\xffb");
+  ExpectStr(EscapeName("a\xff"
+                       "b"),
+            "a\\xffb");
   ExpectStr(EscapeName("l\nx\t\x1b[1m"), "l\\nx\\t\\x1b[1m");
   ExpectStr(EscapeName("back\\slash"), "back\\\\slash");
-  ExpectStr(EscapeName("\xc3"), "\\xc3");          // truncated sequence
+  ExpectStr(EscapeName("\xc3"), "\\xc3");                    // truncated sequence
   ExpectStr(EscapeName("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate is not UTF-8
-  ExpectStr(EscapeName("\xc0\xaf"), "\\xc0\\xaf");  // overlong
+  ExpectStr(EscapeName("\xc0\xaf"), "\\xc0\\xaf");           // overlong
   ExpectStr(EscapeName("\x7f"), "\\x7f");
 }

@@ -42,6 +42,4 @@ Test(run_command, missing_program) {
   cr_assert_lt(RunCommand({}), 0);
 }
 
-Test(run_command, killed_by_signal) {
-  cr_assert_eq(RunCommand({"sh", "-c", "kill -9 $$"}), 128 + 9);
-}
+Test(run_command, killed_by_signal) { cr_assert_eq(RunCommand({"sh", "-c", "kill -9 $$"}), 128 + 9); }

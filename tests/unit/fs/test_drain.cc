@@ -56,8 +56,12 @@ class FlakyBackend final : public backend::Backend {
     if (Refused(p)) return std::unexpected(refuse_err);
     return Op("mkdir " + p, [&] { return inner_->Mkdir(p, a); });
   }
-  ckpt::Status Rmdir(const std::string& p) override { return Op("rmdir " + p, [&] { return inner_->Rmdir(p); }); }
-  ckpt::Status Remove(const std::string& p) override { return Op("rm " + p, [&] { return inner_->Remove(p); }); }
+  ckpt::Status Rmdir(const std::string& p) override {
+    return Op("rmdir " + p, [&] { return inner_->Rmdir(p); });
+  }
+  ckpt::Status Remove(const std::string& p) override {
+    return Op("rm " + p, [&] { return inner_->Remove(p); });
+  }
   ckpt::Status Rename(const std::string& a, const std::string& b, bool x) override {
     return Op("mv " + a + " " + b, [&] { return inner_->Rename(a, b, x); });
   }
@@ -65,9 +69,7 @@ class FlakyBackend final : public backend::Backend {
     return Op("ln " + p, [&] { return inner_->Symlink(p, t, a); });
   }
   ckpt::Status Link(const std::string& a, const std::string& b) override { return inner_->Link(a, b); }
-  ckpt::Status SetAttr(const std::string& p, const backend::Attrs& a) override {
-    return inner_->SetAttr(p, a);
-  }
+  ckpt::Status SetAttr(const std::string& p, const backend::Attrs& a) override { return inner_->SetAttr(p, a); }
   ckpt::Result<std::pair<uint64_t, uint64_t>> Fetch(const std::string& p, int fd, uint64_t size) override {
     if (down) return std::unexpected(EIO);
     return inner_->Fetch(p, fd, size);
@@ -346,7 +348,9 @@ Test(drain, published_but_not_committed_survives_a_reboot) {
     cr_assert(src.has_value());
     auto staged = d.be->Stage(src->fd, src->size, [] { return false; });
     cr_assert(staged.has_value());
-    cr_assert(d.be->Publish(*staged, l.path, {src->mode, src->uid, src->gid, src->has_owner, src->mtime.sec, src->mtime.nsec}).has_value());
+    cr_assert(
+        d.be->Publish(*staged, l.path, {src->mode, src->uid, src->gid, src->has_owner, src->mtime.sec, src->mtime.nsec})
+            .has_value());
   }  // ... and the daemon dies here
   e.table.reset();
   e.tier.reset();
@@ -364,7 +368,9 @@ Test(drain, published_but_not_committed_survives_a_reboot) {
   {
     auto src = e.table->BeginPersist(gl);
     auto staged = d.be->Stage(src->fd, src->size, [] { return false; });
-    cr_assert(d.be->Publish(*staged, gl.path, {src->mode, src->uid, src->gid, src->has_owner, src->mtime.sec, src->mtime.nsec}).has_value());
+    cr_assert(d.be->Publish(*staged, gl.path,
+                            {src->mode, src->uid, src->gid, src->has_owner, src->mtime.sec, src->mtime.nsec})
+                  .has_value());
   }
   e.Overwrite(g, "step 4");  // same size, new mtime: a different version
   e.table.reset();

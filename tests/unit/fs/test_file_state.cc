@@ -11,9 +11,8 @@ using S = ckpt::meta::DataState;
 static void Want(S from, FileEvent e, S to) {
   auto n = NextState(from, e);
   cr_assert(n.has_value(), "%s --%s--> nothing", ckpt::meta::DataStateName(from), ckpt::fs::FileEventName(e));
-  cr_assert_eq(static_cast<int>(*n), static_cast<int>(to), "%s --%s--> %s, want %s",
-               ckpt::meta::DataStateName(from), ckpt::fs::FileEventName(e), ckpt::meta::DataStateName(*n),
-               ckpt::meta::DataStateName(to));
+  cr_assert_eq(static_cast<int>(*n), static_cast<int>(to), "%s --%s--> %s, want %s", ckpt::meta::DataStateName(from),
+               ckpt::fs::FileEventName(e), ckpt::meta::DataStateName(*n), ckpt::meta::DataStateName(to));
 }
 
 static void Never(S from, FileEvent e) {

@@ -13,8 +13,8 @@ using ckpt::test::Env;
 using ckpt::test::KvKind;
 constexpr uint64_t kRoot = ckpt::meta::kRootIno;
 
-#define BOTH(name)                      \
-  static void name(KvKind k);           \
+#define BOTH(name)                                          \
+  static void name(KvKind k);                               \
   Test(inode_table, name##_mem) { name(KvKind::kMem); }     \
   Test(inode_table, name##_rocks) { name(KvKind::kRocks); } \
   static void name(KvKind k)
@@ -245,7 +245,8 @@ BOTH(copy_on_write_is_charged_to_the_budget) {
   uint64_t f = e.WriteFile(kRoot, "f", v1);
   auto l = e.table->PendingLog(10).at(0);
   cr_assert(e.table->Open(f, O_RDWR).has_value());
-  auto w = e.table->Write(f, 0, 1, [&](int x) { return pwrite(x, "b", 1, 0); }, /*wait=*/false);
+  auto w = e.table->Write(
+      f, 0, 1, [&](int x) { return pwrite(x, "b", 1, 0); }, /*wait=*/false);
   cr_assert(!w.has_value(), "a write whose copy does not fit went through");
   cr_assert(w.error() == ENOSPC || w.error() == EAGAIN, "%d", w.error());
   cr_assert_leq(e.tier->Stats().used + e.tier->Stats().reserved, 256u << 10);
@@ -254,7 +255,8 @@ BOTH(copy_on_write_is_charged_to_the_budget) {
   cr_assert(ReadAll(src->fd) == v1, "the sealed version changed");
   cr_assert(e.table->CompletePersist(l, ckpt::backend::Staged{"", v1.size(), 1, 2}, src->gen).has_value());
   src = {};
-  w = e.table->Write(f, 0, 1, [&](int x) { return pwrite(x, "b", 1, 0); }, false);
+  w = e.table->Write(
+      f, 0, 1, [&](int x) { return pwrite(x, "b", 1, 0); }, false);
   cr_assert(w.has_value(), "%d", w ? 0 : w.error());
   e.table->Release(f, O_RDWR);
 }
@@ -339,7 +341,7 @@ Test(recovery, rewrite_cut_short_keeps_the_last_sealed_version) {
   cr_assert(fd.has_value());
   cr_assert(e.table->Write(f, 0, 4, [&](int x) { return pwrite(x, "torn", 4, 0); }).has_value());
   cr_assert(e.table->Flush(f, O_RDONLY).has_value());  // even a flush of the new size
-  e.Open();                                 // the daemon dies and restarts
+  e.Open();                                            // the daemon dies and restarts
   auto r = e.table->Lookup(kRoot, "ckpt.pt");
   cr_assert(r.has_value());
   cr_assert_eq(r->size, 12u);
@@ -438,9 +440,9 @@ Test(hardening, backend_path_limits_checked_at_create_and_rename) {
   l.max_path = 40;
   l.utf8_names = true;
   e.table->set_limits(l);
-  uint64_t d = e.Mkdir(kRoot, "0123456789");            // 10
-  uint64_t sub = e.Mkdir(d, "0123456789");              // 21
-  e.WriteFile(sub, "0123456789", "x");                  // 32
+  uint64_t d = e.Mkdir(kRoot, "0123456789");                                                      // 10
+  uint64_t sub = e.Mkdir(d, "0123456789");                                                        // 21
+  e.WriteFile(sub, "0123456789", "x");                                                            // 32
   auto r = e.table->Mknod(sub, std::string(19, 'a'), S_IFREG | 0644, 0, ckpt::fs::Caller{0, 0});  // 41
   cr_assert(!r.has_value() && r.error() == ENAMETOOLONG);
   cr_assert(e.table->Mknod(sub, std::string(18, 'a'), S_IFREG | 0644, 0, ckpt::fs::Caller{0, 0}).has_value());

@@ -85,7 +85,7 @@ KV_TEST(kv, put_get_overwrite_binary) {
   std::string val = "\0\0v\xff\0"s;
   Put(kv, key, val);
   ExpectValue(kv, key, val);
-  ExpectAbsent(kv, "k");                 // a prefix of the key is another key
+  ExpectAbsent(kv, "k");  // a prefix of the key is another key
   ExpectAbsent(kv, "k\0\xff\x01"s);
   // An empty value is present, not ENOENT.
   Put(kv, "empty", "");
@@ -110,16 +110,16 @@ KV_TEST(kv, batch_applies_ops_in_order) {
   Put(kv, "y", "old");
   Batch b;
   b.Put("a", "1");
-  b.Delete("a");        // put then delete: absent
-  b.Delete("b");        // delete then put: present
+  b.Delete("a");  // put then delete: absent
+  b.Delete("b");  // delete then put: present
   b.Put("b", "2");
   b.Put("c", "first");  // last put wins
   b.Put("c", "second");
-  b.Delete("x");        // delete then re-put an existing key: the new value
+  b.Delete("x");  // delete then re-put an existing key: the new value
   b.Put("x", "new");
-  b.Put("y", "mid");    // put then delete an existing key: absent
+  b.Put("y", "mid");  // put then delete an existing key: absent
   b.Delete("y");
-  b.Delete("never");    // deleting a missing key is not an error
+  b.Delete("never");  // deleting a missing key is not an error
   cr_assert_eq(b.size(), 11u);
   cr_assert(kv->Write(b).has_value());
   ExpectAbsent(kv, "a");
@@ -174,8 +174,8 @@ KV_TEST(kv, scan_prefix_boundaries) {
   KvEnv e(k);
   Kv* kv = e.kv.get();
   std::vector<std::string> keys = {
-      "a", "aa\xff"s, "ab", "ab\0"s, "ab\0\0"s, "ab\x01"s, "ab\x7f"s, "ab\x80"s, "ab\xff"s, "ab\xff\xff"s,
-      "ac", "b", "\xff"s, "\0"s,
+      "a",       "aa\xff"s, "ab",          "ab\0"s, "ab\0\0"s, "ab\x01"s, "ab\x7f"s,
+      "ab\x80"s, "ab\xff"s, "ab\xff\xff"s, "ac",    "b",       "\xff"s,   "\0"s,
   };
   std::vector<std::string> shuffled = keys;
   std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(1));
@@ -184,8 +184,8 @@ KV_TEST(kv, scan_prefix_boundaries) {
   cr_assert(kv->Write(b).has_value());
 
   // Bytewise unsigned order: 0x80 and 0xff sort after 0x7f.
-  std::vector<std::string> want_ab = {"ab", "ab\0"s, "ab\0\0"s, "ab\x01"s, "ab\x7f"s, "ab\x80"s, "ab\xff"s,
-                                      "ab\xff\xff"s};
+  std::vector<std::string> want_ab = {"ab",      "ab\0"s,   "ab\0\0"s, "ab\x01"s,
+                                      "ab\x7f"s, "ab\x80"s, "ab\xff"s, "ab\xff\xff"s};
   Pairs ab = ScanAll(kv, "ab");
   cr_assert(Keys(ab) == want_ab, "scan 'ab' returned %zu keys", ab.size());
   for (auto& [key, v] : ab) cr_assert(v == "v:" + key, "value belongs to its key");
@@ -228,8 +228,8 @@ KV_TEST(kv, scan_stops_when_fn_returns_false) {
 KV_TEST(kv, inode_keys_scan_in_numeric_order) {
   KvEnv e(k);
   Kv* kv = e.kv.get();
-  std::vector<uint64_t> inos = {1, 2, 127, 128, 255, 256, 257, 65535, 65536, 1ull << 32, 1ull << 40,
-                                (1ull << 40) + 1, 1ull << 63, ~0ull};
+  std::vector<uint64_t> inos = {
+      1, 2, 127, 128, 255, 256, 257, 65535, 65536, 1ull << 32, 1ull << 40, (1ull << 40) + 1, 1ull << 63, ~0ull};
   std::vector<uint64_t> shuffled = inos;
   std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(2));
   Batch b;

@@ -313,14 +313,9 @@ KV_TEST(dentry, put_delete_and_scan_order) {
   StoreEnv e(k);
   using Entry = std::tuple<uint64_t, std::string, uint64_t, uint8_t>;
   std::vector<Entry> want = {
-      {1, "a", 10, DT_REG},
-      {1, "a\0b"s, 11, DT_DIR},  // a NUL inside a name
-      {1, "b", 12, DT_LNK},
-      {1, "\xff"s, 13, DT_REG},
-      {255, "x", 14, DT_REG},
-      {256, "x", 15, DT_REG},
-      {65536, "y", 16, DT_DIR},
-      {1ull << 40, "z", ~0ull, DT_REG},
+      {1, "a", 10, DT_REG},   {1, "a\0b"s, 11, DT_DIR},  // a NUL inside a name
+      {1, "b", 12, DT_LNK},   {1, "\xff"s, 13, DT_REG}, {255, "x", 14, DT_REG},
+      {256, "x", 15, DT_REG}, {65536, "y", 16, DT_DIR}, {1ull << 40, "z", ~0ull, DT_REG},
   };
   std::vector<Entry> shuffled = want;
   std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(4));
@@ -332,9 +327,8 @@ KV_TEST(dentry, put_delete_and_scan_order) {
   e.Reopen();
 
   std::vector<Entry> got;
-  auto st = e->ForEachDentry([&](uint64_t p, std::string_view n, DentryValue v) {
-    got.emplace_back(p, std::string(n), v.ino, v.type);
-  });
+  auto st = e->ForEachDentry(
+      [&](uint64_t p, std::string_view n, DentryValue v) { got.emplace_back(p, std::string(n), v.ino, v.type); });
   cr_assert(st.has_value());
   cr_assert_eq(got.size(), want.size());
   for (size_t i = 0; i < want.size(); i++) cr_assert(got[i] == want[i], "entry %zu differs or is out of order", i);
@@ -578,10 +572,8 @@ KV_TEST(format, rejects_foreign_record) {
   std::string good = *e->kv()->Get(ckpt::meta::kFormatKey);
 
   std::vector<std::string> foreign = {
-      "",
-      "something else entirely",
-      good.substr(0, good.size() - 1),  // torn
-      good + "x",                       // longer
+      "", "something else entirely", good.substr(0, good.size() - 1),  // torn
+      good + "x",                                                      // longer
   };
   std::string wrong_magic = good;
   wrong_magic[0] = 'X';

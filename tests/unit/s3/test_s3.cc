@@ -44,11 +44,11 @@ Test(s3_keys, relpath_inverts_join) {
 }
 
 Test(s3_keys, relpath_refuses_foreign_and_unsafe_keys) {
-  cr_expect(!s3::RelPath("p", "p/").has_value());       // the prefix's own marker
-  cr_expect(!s3::RelPath("p", "px/a").has_value());     // another prefix
+  cr_expect(!s3::RelPath("p", "p/").has_value());    // the prefix's own marker
+  cr_expect(!s3::RelPath("p", "px/a").has_value());  // another prefix
   cr_expect(!s3::RelPath("p", "p").has_value());
-  cr_expect(!s3::RelPath("p", "p/a//b").has_value());   // empty component
-  cr_expect(!s3::RelPath("p", "p/../etc").has_value()); // escapes
+  cr_expect(!s3::RelPath("p", "p/a//b").has_value());    // empty component
+  cr_expect(!s3::RelPath("p", "p/../etc").has_value());  // escapes
   cr_expect(!s3::RelPath("p", "p/a/./b").has_value());
   cr_expect(!s3::RelPath("", "/a").has_value());
   cr_expect(!s3::RelPath("", "a//").has_value());
@@ -118,8 +118,8 @@ Test(s3_xml, list_objects_v2_rejects_garbage) {
                                     "</ListBucketResult>")
                  .has_value());
   // Truncated without a token: the listing could never finish.
-  cr_expect(!s3::ParseListObjectsV2("<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>")
-                 .has_value());
+  cr_expect(
+      !s3::ParseListObjectsV2("<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>").has_value());
 }
 
 Test(s3_xml, initiate_multipart_upload) {
@@ -261,9 +261,8 @@ namespace {
 void ClearAwsEnv() {
   for (const char* v : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
                         "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-                        "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "CKPTFS_S3_PART_SIZE",
-                        "CKPTFS_S3_PARALLEL", "CKPTFS_S3_LIST_MAX_KEYS", "CKPTFS_S3_MAX_ATTEMPTS",
-                        "CKPTFS_S3_ADDRESSING"})
+                        "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "CKPTFS_S3_PART_SIZE", "CKPTFS_S3_PARALLEL",
+                        "CKPTFS_S3_LIST_MAX_KEYS", "CKPTFS_S3_MAX_ATTEMPTS", "CKPTFS_S3_ADDRESSING"})
     unsetenv(v);
 }
 
@@ -381,9 +380,12 @@ Test(s3_config, tuning_from_environment_and_messages) {
   cr_expect(!cfg->path_style);
 
   std::string why;
-  for (auto [name, value] : {std::pair{"CKPTFS_S3_PART_SIZE", "1M"}, {"CKPTFS_S3_PART_SIZE", "10%"},
-                             {"CKPTFS_S3_PART_SIZE", "6G"}, {"CKPTFS_S3_PARALLEL", "0"},
-                             {"CKPTFS_S3_LIST_MAX_KEYS", "1001"}, {"CKPTFS_S3_MAX_ATTEMPTS", "x"},
+  for (auto [name, value] : {std::pair{"CKPTFS_S3_PART_SIZE", "1M"},
+                             {"CKPTFS_S3_PART_SIZE", "10%"},
+                             {"CKPTFS_S3_PART_SIZE", "6G"},
+                             {"CKPTFS_S3_PARALLEL", "0"},
+                             {"CKPTFS_S3_LIST_MAX_KEYS", "1001"},
+                             {"CKPTFS_S3_MAX_ATTEMPTS", "x"},
                              {"CKPTFS_S3_ADDRESSING", "dns"}}) {
     std::string saved = std::getenv(name) ? std::getenv(name) : "";
     setenv(name, value, 1);

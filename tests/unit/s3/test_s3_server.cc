@@ -49,8 +49,9 @@ void StartServer() {
   bool got = fgets(buf, sizeof buf, f) != nullptr;
   int rc = pclose(f);
   if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77)
-    cr_skip_test("s3rver is not available: node or tests/s3/node/node_modules/s3rver missing "
-                 "(npm install --prefix tests/s3/node s3rver@3)");
+    cr_skip_test(
+        "s3rver is not available: node or tests/s3/node/node_modules/s3rver missing "
+        "(npm install --prefix tests/s3/node s3rver@3)");
   cr_assert(got && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "s3rver did not start (see %s/start.err)", g_dir.c_str());
   g_port = std::atoi(buf);
   cr_assert(g_port > 0);
@@ -329,8 +330,10 @@ Test(s3_server, rename_directory_and_exchange) {
   std::string y = Put(*be, "a/sub/y", 7ull << 20, 2);  // multipart-staged
   cr_assert(be->Rename("a", "b", false).has_value());
   auto m = ListAll(*be);
-  for (const char* gone : {"a", "a/x", "a/sub", "a/sub/y", "a/empty"}) cr_expect(m.count(gone) == 0, "%s still there", gone);
-  for (const char* there : {"b", "b/x", "b/sub", "b/sub/y", "b/empty"}) cr_expect(m.count(there) == 1, "%s missing", there);
+  for (const char* gone : {"a", "a/x", "a/sub", "a/sub/y", "a/empty"})
+    cr_expect(m.count(gone) == 0, "%s still there", gone);
+  for (const char* there : {"b", "b/x", "b/sub", "b/sub/y", "b/empty"})
+    cr_expect(m.count(there) == 1, "%s missing", there);
   cr_expect_eq(m["b"].mode, 0750u);
   cr_expect_eq(m["b/empty"].mode, 0700u);
   ExpectContent(*be, "b/sub/y", y);
@@ -420,7 +423,8 @@ Test(s3_server, listing_pages_and_parents_first) {
   cr_assert(be->Mkdir("q/r", {0711}).has_value());
   std::vector<std::string> order;
   auto m = ListAll(*be, &order);
-  for (const char* p : {"z", "z/1", "b-c", "a", "a/b", "a/b/c", "a/b/c/d", "a/b/e", "m n", "m n/o+p", "a/x", "q", "q/r"})
+  for (const char* p :
+       {"z", "z/1", "b-c", "a", "a/b", "a/b/c", "a/b/c/d", "a/b/e", "m n", "m n/o+p", "a/x", "q", "q/r"})
     cr_expect(m.count(p) == 1, "%s missing", p);
   cr_expect_eq(m.size(), 13u);
   cr_expect_eq(m["q/r"].mode, 0711u);
