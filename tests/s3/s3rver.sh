@@ -2,7 +2,7 @@
 # s3rver.sh — runs a private S3-compatible server (s3rver, with strict SigV4
 # checks from s3rver_strict.js) on 127.0.0.1 for the S3 backend tests.
 #
-#   s3rver.sh start DATA_DIR [PORT [BUCKET]]   prints the port; PORT 0 or none picks a free one
+#   s3rver.sh start DATA_DIR [PORT [BUCKET[,BUCKET...]]]   prints the port; PORT 0 or none picks a free one
 #   s3rver.sh stop DATA_DIR
 #
 # Credentials: access key S3RVER, secret S3RVER; the bucket (default

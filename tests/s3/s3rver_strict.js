@@ -17,7 +17,7 @@
 // and ListMultipartUploads and AbortMultipartUpload exist (s3rver answers
 // 501 and 405), with parts refused for an upload that no longer exists.
 //
-// Usage: node s3rver_strict.js DATA_DIR PORT BUCKET   (PORT 0 picks one)
+// Usage: node s3rver_strict.js DATA_DIR PORT BUCKET[,BUCKET...]   (PORT 0 picks one)
 // Prints "listening PORT" on stdout once it accepts connections.
 'use strict';
 const path = require('path');
@@ -275,7 +275,7 @@ const server = new S3rver({
   port: Number(port),
   directory: dataDir,
   silent: true,
-  configureBuckets: bucket ? [{ name: bucket, configs: [] }] : [],
+  configureBuckets: (bucket || '').split(',').filter(Boolean).map(name => ({ name, configs: [] })),
 });
 server.middleware.unshift(verify, emptySegments, uploads);
 server.run().then(({ port: p }) => console.log(`listening ${p}`)).catch(err => {

@@ -1,8 +1,9 @@
 // test_s3_server.cc — the S3 backend against a real S3-compatible server:
 // s3rver on 127.0.0.1 (tests/s3/s3rver.sh, with strict SigV4 checks), one
-// fresh server and data directory per test. Skipped, with the reason, when
+// server per binary run (one bucket per test; a test run alone starts its own). Skipped, with the reason, when
 // node or s3rver is not installed (npm install --prefix tests/s3/node s3rver@3).
 #include <criterion/criterion.h>
+#include <criterion/hooks.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -25,9 +26,18 @@ using namespace ckpt::backend;
 
 namespace {
 
-std::string g_dir, g_script;
+std::string g_dir, g_script, g_bucket = "ckptfs-test";
 int g_port = 0;
-const char kBucket[] = "ckptfs-test";
+bool g_own_server = false;  // this test started its own server (no shared one)
+
+// One server for the whole binary: started before the first test (the report
+// hook runs in Criterion's runner, whose environment every test process
+// inherits), one bucket per test, claimed by creating a file in the shared
+// directory. A node start-up costs ~0.7 s; 20 of them were most of this
+// binary's time. A test run alone, or with the hook's server missing, starts
+// its own.
+constexpr int kSharedBuckets = 64;
+const char kSharedEnv[] = "CKPTFS_TEST_S3RVER";  // "PORT:DIR"
 
 std::string FindScript() {
   if (const char* src = std::getenv("CKPTFS_SRC_DIR")) return std::string(src) + "/tests/s3/s3rver.sh";
@@ -37,38 +47,71 @@ std::string FindScript() {
   return {};
 }
 
-void StartServer() {
-  g_script = FindScript();
-  if (g_script.empty()) cr_skip_test("tests/s3/s3rver.sh not found (run from the source tree or set CKPTFS_SRC_DIR)");
+// Starts s3rver with `buckets` (comma-separated) under a new directory.
+// Returns the exit code of s3rver.sh start (77: not installed).
+int Launch(const std::string& buckets, std::string* dir, int* port) {
   char tmpl[] = "/tmp/ckpt-s3rver-XXXXXX";
-  g_dir = mkdtemp(tmpl);
-  std::string cmd = g_script + " start " + g_dir + " 0 " + kBucket + " 2>" + g_dir + "/start.err";
+  *dir = mkdtemp(tmpl);
+  std::string cmd = g_script + " start " + *dir + " 0 " + buckets + " 2>" + *dir + "/start.err";
   FILE* f = popen(cmd.c_str(), "r");
-  cr_assert(f);
+  if (!f) return 1;
   char buf[64] = {0};
   bool got = fgets(buf, sizeof buf, f) != nullptr;
   int rc = pclose(f);
-  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77)
+  if (!WIFEXITED(rc)) return 1;
+  *port = got ? std::atoi(buf) : 0;
+  return WEXITSTATUS(rc) == 0 && *port <= 0 ? 1 : WEXITSTATUS(rc);
+}
+
+void Shutdown(const std::string& dir) {
+  std::string cmd = g_script + " stop " + dir;
+  if (std::system(cmd.c_str()) != 0) fprintf(stderr, "stopping s3rver failed\n");
+  std::filesystem::remove_all(dir);
+}
+
+// A bucket of the shared server, if there is one and a bucket is left.
+bool ClaimShared() {
+  const char* env = std::getenv(kSharedEnv);
+  if (!env) return false;
+  std::string v = env;
+  auto colon = v.find(':');
+  if (colon == std::string::npos) return false;
+  for (int i = 0; i < kSharedBuckets; i++) {
+    std::string claim = v.substr(colon + 1) + "/claim-" + std::to_string(i);
+    int fd = open(claim.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
+    if (fd < 0) continue;
+    close(fd);
+    g_port = std::atoi(v.c_str());
+    g_bucket = "ckptfs-test-" + std::to_string(i);
+    return true;
+  }
+  return false;
+}
+
+void StartServer() {
+  g_script = FindScript();
+  if (g_script.empty()) cr_skip_test("tests/s3/s3rver.sh not found (run from the source tree or set CKPTFS_SRC_DIR)");
+  if (ClaimShared()) return;
+  g_own_server = true;
+  int rc = Launch(g_bucket, &g_dir, &g_port);
+  if (rc == 77)
     cr_skip_test(
         "s3rver is not available: node or tests/s3/node/node_modules/s3rver missing "
         "(npm install --prefix tests/s3/node s3rver@3)");
-  cr_assert(got && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "s3rver did not start (see %s/start.err)", g_dir.c_str());
-  g_port = std::atoi(buf);
-  cr_assert(g_port > 0);
+  cr_assert(rc == 0, "s3rver did not start (see %s/start.err)", g_dir.c_str());
 }
 
 void StopServer() {
-  if (g_dir.empty()) return;
-  std::string cmd = g_script + " stop " + g_dir;
-  if (std::system(cmd.c_str()) != 0) fprintf(stderr, "stopping s3rver failed\n");
-  std::filesystem::remove_all(g_dir);
+  if (g_own_server && !g_dir.empty()) Shutdown(g_dir);
 }
+
+std::string g_shared_dir;  // in the runner: the shared server's directory
 
 S3Config Cfg(const std::string& prefix = "ck/run1") {
   S3Config c;
   c.endpoint = "http://127.0.0.1:" + std::to_string(g_port);
   c.region = "us-east-1";
-  c.bucket = kBucket;
+  c.bucket = g_bucket;
   c.prefix = prefix;
   c.access_key = "S3RVER";
   c.secret_key = "S3RVER";
@@ -160,6 +203,24 @@ size_t StagedCount(const std::string& prefix = "ck/run1") {
 }
 
 }  // namespace
+
+ReportHook(PRE_ALL)(struct criterion_test_set*) {
+  g_script = FindScript();
+  if (g_script.empty()) return;
+  std::string buckets;
+  for (int i = 0; i < kSharedBuckets; i++) buckets += (i ? ",ckptfs-test-" : "ckptfs-test-") + std::to_string(i);
+  int port = 0;
+  if (Launch(buckets, &g_shared_dir, &port) != 0) {
+    std::filesystem::remove_all(g_shared_dir);  // each test starts its own, and says why it cannot
+    g_shared_dir.clear();
+    return;
+  }
+  setenv(kSharedEnv, (std::to_string(port) + ":" + g_shared_dir).c_str(), 1);
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats*) {
+  if (!g_shared_dir.empty()) Shutdown(g_shared_dir);
+}
 
 TestSuite(s3_server, .init = StartServer, .fini = StopServer, .timeout = 120);
 
