@@ -329,6 +329,62 @@ Status Tier::Rekey(uint64_t from, uint64_t to) {
   return {};
 }
 
+Status Tier::CopyOut(uint64_t ino, uint64_t snap_key, bool wait) {
+  FdRef src;
+  {
+    MutexLock lk(&mu_);
+    auto f = OpenLocked(ino, false);
+    if (!f) return Err(f.error());
+    src = (*f)->fd;
+    MaybeClose(*f);
+  }
+  const std::string snap = NameOf(snap_key), tmp = snap + ".tmp";
+  struct stat st;
+  if (fstat(src->fd, &st) != 0) return ErrFromErrno();
+  const uint64_t reserve = Allocated(st);
+  if (auto r = Reserve(reserve, wait); !r) return r;
+  int fd = OpenAt(tmp, O_RDWR | O_CREAT | O_TRUNC);
+  int err = fd < 0 ? errno : 0;
+  FdRef fresh;
+  if (!err) {
+    fresh = std::make_shared<const FdHolder>(fd);
+    err = CopySparse(src->fd, fd, static_cast<uint64_t>(st.st_size));
+  }
+  if (!err && renameat(dirfd_, tmp.c_str(), dirfd_, snap.c_str()) != 0) err = errno;
+  MutexLock lk(&mu_);
+  reserved_ -= reserve;
+  space_cv_.NotifyAll();
+  if (err) {
+    unlinkat(dirfd_, tmp.c_str(), 0);
+    LOG_ERROR("tier: copy of ino {} for its snapshot failed: {}", ino, strerror(err));
+    return Err(err);
+  }
+  File& s = files_[snap_key];
+  used_ -= s.charged;  // a stale snapshot of the same key is replaced
+  s.charged = 0;
+  s.pins = 0;
+  s.fd = fresh;
+  Recharge(&s);
+  MaybeClose(&s);
+  return {};
+}
+
+Result<struct stat> Tier::Refresh(uint64_t ino) {
+  MutexLock lk(&mu_);
+  auto f = OpenLocked(ino, false);
+  if (!f) return Err(f.error());
+  struct stat st;
+  if (fstat((*f)->fd->fd, &st) != 0) {
+    MaybeClose(*f);
+    return ErrFromErrno();
+  }
+  uint64_t now = Allocated(st);
+  used_ = used_ - (*f)->charged + now;
+  (*f)->charged = now;
+  MaybeClose(*f);
+  return st;
+}
+
 void Tier::Recharge(File* f) {
   struct stat st;
   if (!f->fd || fstat(f->fd->fd, &st) != 0) return;

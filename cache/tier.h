@@ -18,6 +18,7 @@
 // may run concurrently (they are pwrite/splice on a shared fd).
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -112,6 +113,17 @@ class Tier {
   // snapshot plus a live file (a copy in progress is named *.tmp and
   // removed at the next Open).
   [[nodiscard]] Status Snapshot(uint64_t ino, uint64_t snap_key, bool copy, bool wait = true);
+
+  // Copy-on-write for a file whose live descriptor must stay the same (the
+  // kernel serves passthrough handles from it): the bytes now under `ino`
+  // are copied to `snap_key` (replacing it), and `ino` is left as it is.
+  // Reserves the copy's pages first, as Snapshot does.
+  [[nodiscard]] Status CopyOut(uint64_t ino, uint64_t snap_key, bool wait = true);
+
+  // Re-reads the allocation of the inode's file into the budget: for bytes
+  // written behind the tier's back (passthrough writes by the kernel).
+  // Returns the file's size and mtime (ENOENT if it has none).
+  [[nodiscard]] Result<struct stat> Refresh(uint64_t ino);
 
   // Renames the file under `from` to `to` (replacing it). For start-up
   // recovery, when nothing is pinned.

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   mount->add_option("--tier-dir", cfg.tier_dir, "memory tier directory (default /dev/shm/ckptfs-<id>)");
   mount->add_option("--fsync", fsync_mode, "memory|backend")->check(CLI::IsMember({"memory", "backend"}));
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
-  mount->add_option("-o", cfg.fuse_opts, "extra FUSE mount options");
+  mount->add_option("-o", cfg.fuse_opts, "FUSE mount options, and passthrough=off (every read and write through the daemon)");
   mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
   mount->add_option("--s3-endpoint", cfg.s3_endpoint,
                     "S3 endpoint URL, e.g. http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL, else AWS)");
@@ -66,6 +66,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   cfg.fsync = fsync_mode == "backend" ? FsyncMode::kBackend : FsyncMode::kMemory;
+  if (auto own = TakeOwnOptions(&cfg.fuse_opts, &cfg); !own) {
+    fprintf(stderr, "ckptfs: %s\n", own.error().c_str());
+    return 2;
+  }
   try {
     if (*mount) {
       SizeArgs sizes;

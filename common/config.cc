@@ -235,4 +235,26 @@ std::string HumanBytes(uint64_t n) {
   return buf;
 }
 
+std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* cfg) {
+  std::string rest;
+  size_t at = 0;
+  while (at <= fuse_opts->size()) {
+    size_t end = fuse_opts->find(',', at);
+    if (end == std::string::npos) end = fuse_opts->size();
+    std::string opt = fuse_opts->substr(at, end - at);
+    at = end + 1;
+    if (opt.starts_with("passthrough")) {
+      if (opt == "passthrough=off") cfg->passthrough = false;
+      else if (opt == "passthrough=on" || opt == "passthrough") cfg->passthrough = true;
+      else return std::unexpected("-o " + EscapeName(opt) + ": want passthrough=on or passthrough=off");
+      continue;
+    }
+    if (opt.empty()) continue;
+    if (!rest.empty()) rest += ',';
+    rest += opt;
+  }
+  *fuse_opts = rest;
+  return {};
+}
+
 }  // namespace ckpt

@@ -35,6 +35,7 @@ struct Config {
   FsyncMode fsync = FsyncMode::kMemory;
   bool foreground = false;
   std::string fuse_opts;  // extra -o options passed to libfuse
+  bool passthrough = true;  // -o passthrough=off: every handle through the daemon
   std::string log_level = "info";
   std::string s3_endpoint;
 };
@@ -75,6 +76,10 @@ std::string RedactUserinfo(const std::string& text);
 // recoverable (printf '%b'): valid UTF-8 kept, '\' as '\\', \n and \t, every
 // other control byte and every byte that is not part of valid UTF-8 as \xHH.
 std::string EscapeName(std::string_view s);
+
+// Takes ckptfs's own options out of a -o list (comma-separated), leaving
+// libfuse's: passthrough=on|off. Returns a one-line message for a bad value.
+std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* cfg);
 
 // Total physical memory in bytes.
 uint64_t PhysicalMemory();

@@ -184,6 +184,9 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     return fail("cannot mount at " + cfg.mountpoint + " (is /dev/fuse available? see " + cfg.state_dir +
                 "/ckptfs.log)");
   }
+  // Passthrough is negotiated at INIT, through libfuse's custom I/O hooks.
+  d->pt = std::make_unique<Passthrough>(se, cfg.passthrough);
+  if (d->pt->Install()) d->table->set_backing(d->pt.get());
   cache::TierStats ts = d->tier->Stats();
   LOG_INFO("mounted {} backend={} state={} tier={} budget={} in tier={} max_file_size={}", cfg.mountpoint,
            cfg.backend_display, cfg.state_dir, cfg.tier_dir, ts.budget, ts.used, cfg.max_file_size);

@@ -175,6 +175,14 @@ void Drainer::Run() {
       Schedule(window);
     }
     int err = ApplyHead(window.front(), window);
+    if (err == EINPROGRESS) {
+      // A version sealed by an fsync while a passthrough writer still has
+      // the file open: its bytes may still change, so it waits for the
+      // close (which seals again). Not a backend error.
+      MutexLock lk(&mu_);
+      SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(20));
+      continue;
+    }
     if (err != 0 && !stop_ && IsPermanent(err)) err = FailHead(window.front(), err);
     if (err == 0) {
       NoteSuccess();
@@ -271,6 +279,7 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     stats_.entries_skipped++;
     return 0;
   }
+  if (job->err == EINPROGRESS) return EINPROGRESS;  // sealed in place under a passthrough writer: see Run
   if (job->err != 0) return job->err;
   WhilePaused();
   if (publish_delay_ms_ > 0) {  // test knob: a slow backend, to watch the order from outside

@@ -51,20 +51,127 @@ void InodeTable::Transition(Inode* n, FileEvent e) {
 }
 
 Result<int> InodeTable::Open(uint64_t ino, int flags) {
-  MutexLock lk(&mu_);
-  Inode* n = Find(ino);
-  if (!n) return Err(ENOENT);
-  if (n->is_dir()) return Err(EISDIR);
-  if (!S_ISREG(n->rec.mode)) return Err(ENXIO);
-  bool writable = (flags & O_ACCMODE) != O_RDONLY;
-  bool trunc = (flags & O_TRUNC) && writable;
-  if (writable)
-    if (auto st = Writable(); !st) return Err(st.error());
+  auto r = OpenImpl(ino, flags, false);
+  if (!r) return Err(r.error());
+  return r->fd;
+}
+
+Result<OpenResult> InodeTable::OpenHandle(uint64_t ino, int flags) { return OpenImpl(ino, flags, true); }
+
+bool InodeTable::PassthroughRoom(const Inode* n, bool trunc) {
+  cache::TierStats s = tier_->Stats();
+  uint64_t taken = s.used + s.reserved;
+  uint64_t free = s.budget > taken ? s.budget - taken : 0;
+  // The kernel writes without asking: the last version's size must fit,
+  // with an eighth of the budget to spare; otherwise the copying path,
+  // which can make the writer wait for space.
+  uint64_t need = std::max(n->rec.sealed_size, trunc ? 0 : n->rec.size) + s.budget / 8;
+  return free >= need;
+}
+
+Status InodeTable::StartPassthrough(Inode* n, bool writable) {
+  const uint64_t ino = n->rec.ino;
+  if (n->pt_opens == 0) {
+    auto ref = tier_->Ref(ino);
+    if (!ref) return Err(ref.error());
+    auto id = backing_->OpenBacking((*ref)->fd);
+    if (!id) return Err(id.error());
+    n->backing_id = *id;
+  }
+  n->pt_opens++;
+  if (writable && n->pt_writers++ == 0) {
+    auto st = tier_->Refresh(ino);
+    n->pt_size = st ? static_cast<uint64_t>(st->st_size) : n->rec.size;
+    n->pt_mtime_ns = st ? st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec : 0;
+  }
+  return {};
+}
+
+void InodeTable::Absorb(Inode* n) {
+  auto st = tier_->Refresh(n->rec.ino);
+  if (!st) return;
+  const uint64_t size = static_cast<uint64_t>(st->st_size);
+  const int64_t mtime_ns = st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+  if (size == n->pt_size && mtime_ns == n->pt_mtime_ns) return;
+  n->pt_size = size;
+  n->pt_mtime_ns = mtime_ns;
+  // A version sealed in place (an fsync under this writer) changed before
+  // the drain took it: the next seal carries these bytes instead.
+  if (SealPending(n) && n->data_gen == n->sealed_gen && !tier_->Has(cache::SnapKey(n->rec.ino, n->rec.version)))
+    superseded_.insert(n->seal_seq);
+  n->rec.size = size;
+  n->rec.mtime = n->rec.ctime = meta::Timespec{st->st_mtim.tv_sec, static_cast<uint32_t>(st->st_mtim.tv_nsec)};
+  Transition(n, FileEvent::kChange);
+  n->data_gen++;
+  if (n->rec.mode & (S_ISUID | S_ISGID)) n->rec.mode &= ~(S_ISUID | ((n->rec.mode & S_IXGRP) ? S_ISGID : 0));
+  n->size_dirty = true;
+}
+
+void InodeTable::MarkChanged(Inode* n) {
+  // A passthrough writer's stores through a shared mapping move neither the
+  // size nor (on tmpfs) the mtime: Absorb cannot see them. Sealing when
+  // nothing changed only sends the same bytes again.
+  if (n->rec.nlink == 0 || n->data_gen != n->sealed_gen) return;
+  Transition(n, FileEvent::kChange);
+  n->data_gen++;
+}
+
+Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_passthrough) {
+  const bool writable = (flags & O_ACCMODE) != O_RDONLY;
+  const bool trunc = (flags & O_TRUNC) && writable;
+  for (;;) {
+    uint64_t copy_version = 0;
+    bool copy_out = false;
+    {
+      MutexLock lk(&mu_);
+      Inode* n = Find(ino);
+      if (!n) return Err(ENOENT);
+      if (n->is_dir()) return Err(EISDIR);
+      if (!S_ISREG(n->rec.mode)) return Err(ENXIO);
+      if (writable)
+        if (auto st = Writable(); !st) return Err(st.error());
+      // Passthrough for every handle of the inode or for none (the kernel
+      // fails a mix with EIO): decided by the handles open now.
+      bool pt = allow_passthrough && backing_ && backing_->active() && n->opens == n->pt_opens;
+      // A new passthrough writer only for an O_TRUNC (torch.save, np.save,
+      // a DCP shard: a new version from nothing) with room in the budget;
+      // r+ opens (np.memmap, in-place updates) keep the copying path, which
+      // sees every change and can make a writer wait for space.
+      if (pt && writable && n->pt_opens == 0 && (!trunc || !PassthroughRoom(n, trunc))) pt = false;
+      // A passthrough writer changes bytes the daemon never sees: the
+      // sealed version the drain still needs is copied aside now, under
+      // the data lock, outside mu_ (below). An O_TRUNC with no handle open
+      // moves it aside instead (a rename, in OpenLocked).
+      if (pt && writable && n->rec.state != DataState::kRemote && NeedsCopy(n) && !(trunc && n->pt_opens == 0)) {
+        copy_version = n->rec.version;
+        copy_out = n->pt_opens > 0;  // the kernel holds the live file: copy from it, leave it in place
+      } else {
+        return OpenLocked(n, flags, pt);
+      }
+    }
+    DataExclusive data = LockForSeal(ino);
+    const uint64_t key = cache::SnapKey(ino, copy_version);
+    Status st = copy_out ? tier_->CopyOut(ino, key) : tier_->Snapshot(ino, key, true);
+    if (!st) {
+      LOG_ERROR("ino {}: cannot keep version {} for the drain: {}", ino, copy_version, strerror(st.error()));
+      return Err(st.error());
+    }
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    if (!n || n->rec.version != copy_version || !SealPending(n)) tier_->Remove(key);
+  }
+}
+
+Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
+  const uint64_t ino = n->rec.ino;
+  const bool writable = (flags & O_ACCMODE) != O_RDONLY;
+  const bool trunc = (flags & O_TRUNC) && writable;
   bool was_remote = n->rec.state == DataState::kRemote;
   if (was_remote && !(trunc && !n->fetching)) {
     if (auto st = EnsureLocal(ino); !st) return Err(st.error());
     n = Find(ino);
     if (!n) return Err(ENOENT);
+    pt = pt && n->opens == n->pt_opens;  // others may have opened while it was fetched
   }
   if (writable && n->writers == 0) {
     // The sealed version the drain has not published stays as it is: an
@@ -102,20 +209,39 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
     n->data_gen++;
     n->size_dirty = true;
   }
+  OpenResult res{*fd, 0};
+  if (pt) {
+    if (auto st = StartPassthrough(n, writable); st) {
+      res.backing_id = n->backing_id;
+    } else if (n->pt_opens > 0) {  // the others are passthrough: this one must be too
+      tier_->Unpin(ino);
+      return Err(st.error());
+    }
+  }
   n->opens++;
   if (writable) n->writers++;
   TouchLru(n);
-  return *fd;
+  return res;
 }
 
-void InodeTable::Release(uint64_t ino, int open_flags) {
+void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
   DataExclusive data = LockForSeal(ino);
   MutexLock lk(&mu_);
-  Inode* n = Find(ino);
+  Inode* n = Find(ino);  // a passthrough writer's bytes taken in
   if (!n) return;
   tier_->Unpin(ino);
   n->opens--;
-  if ((open_flags & O_ACCMODE) != O_RDONLY && n->writers > 0) n->writers--;
+  const bool writable = (open_flags & O_ACCMODE) != O_RDONLY;
+  if (writable && n->writers > 0) n->writers--;
+  if (passthrough && writable) MarkChanged(n);
+  if (passthrough && n->pt_opens > 0) {
+    n->pt_opens--;
+    if (writable && n->pt_writers > 0) n->pt_writers--;
+    if (n->pt_opens == 0 && n->backing_id > 0) {
+      backing_->CloseBacking(n->backing_id);
+      n->backing_id = 0;
+    }
+  }
   TouchLru(n);
   if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen) {
     // Writers through other handles copy the version aside before their
@@ -192,6 +318,7 @@ Status InodeTable::Flush(uint64_t ino, int open_flags) {
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   bool last_writer = (open_flags & O_ACCMODE) != O_RDONLY && n->writers == 1;
+  if (last_writer && n->pt_writers > 0) MarkChanged(n);
   if (last_writer && n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode)) return SealNow(n);
   if (!n->size_dirty) return {};
   Batch b;
@@ -238,18 +365,20 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
     shared.lock.unlock();
     std::unique_lock excl(*mu);
     uint64_t version;
+    bool keep_live;
     {
       MutexLock lk(&mu_);
       Inode* n = Find(ino);
       if (!n) return Err(ENOENT);
       if (!NeedsCopy(n)) continue;  // another writer copied it meanwhile
       version = n->rec.version;
+      keep_live = n->pt_opens > 0;  // the kernel serves them from the live file
     }
     // No change of the bytes and no seal can run now (data lock), but
     // everything else can (mu_ is free), the evictor that makes room for
     // the copy included.
     const uint64_t key = cache::SnapKey(ino, version);
-    if (auto st = tier_->Snapshot(ino, key, true, wait); !st) {
+    if (auto st = keep_live ? tier_->CopyOut(ino, key, wait) : tier_->Snapshot(ino, key, true, wait); !st) {
       if (st.error() != EAGAIN)
         LOG_ERROR("ino {}: cannot keep version {} for the drain: {}", ino, version, strerror(st.error()));
       return Err(st.error());
@@ -262,17 +391,32 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
   }
 }
 
-Result<uint64_t> InodeTable::SyncSeal(uint64_t ino) {
+Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
   DataExclusive data = LockForSeal(ino);
-  MutexLock lk(&mu_);
-  Inode* n = Find(ino);
-  if (!n) return Err(ENOENT);
-  // The seal is metadata only: a writer that goes on copies the version
-  // aside at its next write (LockForMutation), not here.
-  if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode))
-    if (auto st = SealNow(n); !st) return Err(st.error());
-  // Everything logged so far, this file's seal included.
-  return next_seq_ - 1;
+  uint64_t seq, version;
+  {
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    if (!n) return Err(ENOENT);
+    // The seal is metadata only: a writer that goes on copies the version
+    // aside at its next write (LockForMutation), not here. A passthrough
+    // writer cannot be stopped at its next write: the version is sealed in
+    // place, and the drain waits for the writer's close (BeginPersist)
+    // unless it is copied aside below.
+    if (n->pt_writers > 0) MarkChanged(n);
+    if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode))
+      if (auto st = SealNow(n); !st) return Err(st.error());
+    // Everything logged so far, this file's seal included.
+    seq = next_seq_ - 1;
+    if (!keep || n->pt_writers == 0 || !SealPending(n) || tier_->Has(cache::SnapKey(ino, n->rec.version)))
+      return seq;
+    version = n->rec.version;
+  }
+  // fsync=backend under a passthrough writer: the drain must not wait for
+  // its close, so the version is copied now (the writer's own thread is in
+  // this fsync).
+  if (auto st = tier_->CopyOut(ino, cache::SnapKey(ino, version)); !st) return Err(st.error());
+  return seq;
 }
 
 Status InodeTable::SyncToBackend(uint64_t ino, bool wait) {
@@ -352,7 +496,9 @@ Status InodeTable::MoveAside(Inode* n) {
   if (!S_ISREG(n->rec.mode) || !SealPending(n)) return {};
   uint64_t key = cache::SnapKey(ino, n->rec.version);
   if (tier_->Has(key) || !tier_->Has(ino)) return {};
-  if (auto st = tier_->Snapshot(ino, key, false); !st) {
+  // Passthrough handles are served from the live file: it stays, the
+  // version is copied (rare: a truncate(2) by path under a reader).
+  if (auto st = n->pt_opens > 0 ? tier_->CopyOut(ino, key) : tier_->Snapshot(ino, key, false); !st) {
     LOG_ERROR("ino {} '{}': cannot keep version {} for the drain: {}", ino, EntryPath(n->rec.parent, n->rec.name),
               n->rec.version, strerror(st.error()));
     return st;

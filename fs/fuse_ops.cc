@@ -38,6 +38,7 @@ struct FileHandle {
   uint64_t ino;
   int fd;  // the tier file, owned by the tier while pinned
   bool wrote = false;
+  bool passthrough = false;  // the kernel serves its I/O from the tier file
 };
 
 struct DirHandle {
@@ -322,9 +323,19 @@ void ckpt_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t
 
 // Opens the tier file and fills the handle. Returns 0 or an errno.
 int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  auto fd = D(req)->table->Open(ino, fi->flags);
-  if (!fd) return fd.error();
-  fi->fh = reinterpret_cast<uint64_t>(new FileHandle{ino, *fd});
+  Daemon* d = D(req);
+  auto r = d->table->OpenHandle(ino, fi->flags);
+  if (!r) return r.error();
+  auto* h = new FileHandle{ino, r->fd};
+  fi->fh = reinterpret_cast<uint64_t>(h);
+  if (r->backing_id > 0) {
+    // Reads, writes and mmap go from the kernel to the tier file; the
+    // reply is marked on its way out (fs/passthrough.h). The kernel takes
+    // no other open flag with passthrough but direct_io and noflush.
+    h->passthrough = true;
+    d->pt->Expect(fi->fh, r->backing_id);
+    return 0;
+  }
   // All changes come through this mount, so cached pages stay valid.
   fi->keep_cache = 1;
   // Write-only handles (torch.save, cp) bypass the page cache: one copy
@@ -337,15 +348,18 @@ int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   return 0;
 }
 
+// Undoes OpenFile when the reply could not be sent.
+void UndoOpen(fuse_req_t req, fuse_file_info* fi) {
+  std::unique_ptr<FileHandle> h(reinterpret_cast<FileHandle*>(fi->fh));
+  if (h->passthrough) D(req)->pt->Forget(fi->fh);
+  D(req)->table->Release(h->ino, fi->flags, h->passthrough);
+}
+
 // Opens and replies; undoes the open if the kernel no longer waits.
 void OpenAndReply(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   int e = OpenFile(req, ino, fi);
   if (e) return (void)fuse_reply_err(req, e);
-  if (fuse_reply_open(req, fi) == -ENOENT) {  // interrupted: undo
-    auto* h = reinterpret_cast<FileHandle*>(fi->fh);
-    D(req)->table->Release(h->ino, fi->flags);
-    delete h;
-  }
+  if (fuse_reply_open(req, fi) == -ENOENT) UndoOpen(req, fi);  // interrupted
 }
 
 void ckpt_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -384,7 +398,7 @@ void ckpt_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mod
     ep.entry_timeout = d->entry_timeout;
     d->table->FillStat(*r, &ep.attr);
     FAILPOINT("meta.after_commit");
-    fuse_reply_create(req, &ep, fi);
+    if (fuse_reply_create(req, &ep, fi) == -ENOENT) UndoOpen(req, fi);
   });
 }
 
@@ -509,7 +523,7 @@ void ckpt_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   LOG_DEBUG("release(ino={})", ino);
   std::unique_ptr<FileHandle> h(reinterpret_cast<FileHandle*>(fi->fh));
   Guard(req, [&] {
-    D(req)->table->Release(ino, fi->flags);
+    D(req)->table->Release(ino, fi->flags, h->passthrough);
     // The close sealed a new version (one WriteBatch); the kernel has not heard back.
     if (h->wrote) FAILPOINT("meta.after_commit");
     fuse_reply_err(req, 0);
@@ -525,7 +539,7 @@ void ckpt_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi
   // not waited for here, so a slow backend never holds a FUSE worker.
   Guard(req, [&] {
     Daemon* d = D(req);
-    auto seq = d->table->SyncSeal(ino);
+    auto seq = d->table->SyncSeal(ino, d->cfg.fsync == FsyncMode::kBackend);
     if (!seq) return (void)fuse_reply_err(req, seq.error());
     if (d->cfg.fsync != FsyncMode::kBackend) return (void)fuse_reply_err(req, 0);
     d->table->WhenApplied(*seq, [req](int err) { fuse_reply_err(req, err); });

@@ -24,7 +24,10 @@ meta::Timespec InodeTable::Now() {
 
 InodeTable::Inode* InodeTable::Find(uint64_t ino) {
   auto it = inodes_.find(ino);
-  return it == inodes_.end() ? nullptr : it->second.get();
+  if (it == inodes_.end()) return nullptr;
+  Inode* n = it->second.get();
+  if (n->pt_writers > 0) Absorb(n);
+  return n;
 }
 
 Result<InodeTable::Inode*> InodeTable::FindDir(uint64_t ino) {
@@ -698,6 +701,10 @@ Result<std::string> InodeTable::GetXattr(uint64_t ino, std::string_view name) {
   if (name == kStateXattr) {
     if (!S_ISREG(n->rec.mode)) return Err(ENODATA);
     return std::string(meta::DataStateName(n->rec.state));
+  }
+  if (name == kIoXattr) {
+    if (!S_ISREG(n->rec.mode)) return Err(ENODATA);
+    return std::string(n->opens == 0 ? "closed" : n->pt_opens > 0 ? "passthrough" : "daemon");
   }
   auto it = n->xattrs.find(name);
   if (it == n->xattrs.end()) return Err(ENODATA);

@@ -56,6 +56,22 @@ struct DirEntry {
   uint32_t mode;  // type bits only are meaningful
 };
 
+// How an open handle reaches its bytes.
+struct OpenResult {
+  int fd = -1;         // the tier file (owned by the tier while pinned)
+  int backing_id = 0;  // > 0: passthrough; the kernel serves I/O from the tier file under this id
+};
+
+// Registers tier files with the kernel for passthrough (fs/passthrough.h);
+// the table decides which opens use it, per inode.
+class BackingFiles {
+ public:
+  virtual ~BackingFiles() = default;
+  virtual bool active() const = 0;
+  [[nodiscard]] virtual Result<int> OpenBacking(int fd) = 0;
+  virtual void CloseBacking(int id) = 0;
+};
+
 // Which fields SetAttr changes.
 enum : int { kSetMode = 1, kSetUid = 2, kSetGid = 4, kSetSize = 8, kSetAtime = 16, kSetMtime = 32 };
 
@@ -118,6 +134,9 @@ inline constexpr char kReservedRootPrefix[] = ".ckptfs";
 inline constexpr size_t kMaxName = 255;
 inline constexpr size_t kMaxXattrValue = 64 * 1024;
 inline constexpr char kStateXattr[] = "user.ckptfs.state";
+// How the file's open handles reach its bytes: "passthrough", "daemon" or
+// "closed".
+inline constexpr char kIoXattr[] = "user.ckptfs.io";
 
 class InodeTable {
  public:
@@ -177,11 +196,22 @@ class InodeTable {
   // Data path. Open pins the tier file and returns its fd (creating an empty
   // tier file for a file that has none yet); O_TRUNC truncates.
   [[nodiscard]] Result<int> Open(uint64_t ino, int flags);
+  // Open for a FUSE handle: passthrough where `backing` (set_backing) is
+  // active and the kernel's rules allow it (passthrough.h): every handle of
+  // an inode is passthrough, or none is. A passthrough writer's bytes reach
+  // the tier file without the daemon; Flush, Release, SyncSeal and every
+  // attribute read take them in (size, mtime, the budget) from the file.
+  // The sealed version a passthrough writer could change is copied aside
+  // at open (the kernel cannot be stopped at its first write).
+  [[nodiscard]] Result<OpenResult> OpenHandle(uint64_t ino, int flags);
+  void set_backing(BackingFiles* b) { backing_ = b; }
+  // Passthrough handles open now, and inodes with a passthrough writer.
+  std::pair<uint64_t, uint64_t> PassthroughOpens();
   // Would Open(ino, flags) first fetch the file from the backend?
   bool NeedsFetch(uint64_t ino, int flags);
   // Called once per successful Open, with the same flags. Seals the file if
   // its bytes changed; persists size and times.
-  void Release(uint64_t ino, int open_flags);
+  void Release(uint64_t ino, int open_flags, bool passthrough = false);
   // Writes through the tier; updates size and mtime. `wait` false: EAGAIN
   // instead of waiting for space (see cache::Tier::Write).
   [[nodiscard]] Result<size_t> Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int fd)>& fn,
@@ -198,7 +228,9 @@ class InodeTable {
   [[nodiscard]] Status SyncToBackend(uint64_t ino, bool wait = true);
   // The fsync's seal alone: returns the log seq that must be applied for
   // the file (and everything before it) to be in the backend.
-  [[nodiscard]] Result<uint64_t> SyncSeal(uint64_t ino);
+  // `keep` (fsync=backend): a version sealed under a passthrough writer is
+  // copied aside, so the drain need not wait for the writer's close.
+  [[nodiscard]] Result<uint64_t> SyncSeal(uint64_t ino, bool keep = false);
   // Calls fn(0) once every entry up to `seq` is applied, or fn(EIO) at
   // Shutdown; at once (on this thread) if that is already so. fn runs
   // without the table's lock held, on whichever thread applied the entry,
@@ -295,6 +327,13 @@ class InodeTable {
     uint64_t seal_seq = 0;     // log seq of the last seal's persist entry
     uint64_t last_use = 0;     // LRU clock
     bool fetching = false;     // a fetch from the backend is under way
+    // Passthrough: handles, those open for writing, the kernel's id for
+    // the tier file while any is open, and the tier file's size and mtime
+    // when last taken in (Absorb).
+    uint32_t pt_opens = 0, pt_writers = 0;
+    int backing_id = 0;
+    uint64_t pt_size = 0;
+    int64_t pt_mtime_ns = 0;
     uint32_t writers = 0;      // opens for writing
     bool open_marked = false;  // state recorded dirty by an open for writing
     meta::DataState pre_open_state = meta::DataState::kDirty;
@@ -313,7 +352,24 @@ class InodeTable {
     bool is_dir() const { return S_ISDIR(rec.mode); }
   };
 
+  // The inode, with what a passthrough writer wrote taken in (Absorb).
   Inode* Find(uint64_t ino) REQUIRES(mu_);  // REQUIRES: mu_ held
+  // Takes in a passthrough writer's changes from the tier file: size, mtime,
+  // a new data generation, the budget. A sealed version still waiting for
+  // the drain in the live file is superseded (its bytes changed in place:
+  // the next seal brings them).
+  void Absorb(Inode* n) REQUIRES(mu_);
+  // Starts the file's passthrough state for a handle (registers the tier
+  // file at the first). REQUIRES: mu_ held.
+  Status StartPassthrough(Inode* n, bool writable) REQUIRES(mu_);
+  // Would a new passthrough writer of `n` fit in the budget (its last
+  // version's size, with room to spare)? REQUIRES: mu_ held.
+  bool PassthroughRoom(const Inode* n, bool trunc) REQUIRES(mu_);
+  // Counts a passthrough writer's close or fsync as a change of the bytes
+  // (if none was seen). REQUIRES: mu_ held.
+  void MarkChanged(Inode* n) REQUIRES(mu_);
+  Result<OpenResult> OpenImpl(uint64_t ino, int flags, bool allow_passthrough) EXCLUDES(mu_);
+  Result<OpenResult> OpenLocked(Inode* n, int flags, bool passthrough) REQUIRES(mu_);
   // Moves `n` along the state table (fs/file_state.h); an event the table
   // does not allow in n's state is logged and changes nothing.
   // REQUIRES: mu_ held.
@@ -441,6 +497,7 @@ class InodeTable {
   // drain (BeginPersist says ESTALE).
   std::set<uint64_t> superseded_ GUARDED_BY(mu_);
   uint64_t next_failed_ GUARDED_BY(mu_) = 1;
+  BackingFiles* backing_ = nullptr;  // set before the mount serves, read-only after
   Limits limits_;  // set before Load, read-only after
   std::atomic<bool> read_only_{false};
   mutable ckpt::Mutex ro_mu_;  // leaf lock

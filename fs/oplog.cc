@@ -61,8 +61,8 @@ bool InodeTable::WaitForLog(std::chrono::milliseconds d) {
 
 Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
   MutexLock lk(&mu_);
+  Inode* n = Find(e.ino);  // takes in a passthrough writer's changes first (they may supersede e)
   if (superseded_.count(e.seq)) return Err(ESTALE);
-  Inode* n = Find(e.ino);
   bool same = n && n->rec.version == e.version && S_ISREG(n->rec.mode);
   PersistSource src;
   uint64_t key = cache::SnapKey(e.ino, e.version);
@@ -72,7 +72,10 @@ Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
     src.ref = *ref;
     src.gen = same ? n->sealed_gen : 0;
   } else {
-    // No snapshot: the live file still holds exactly this version.
+    // No snapshot: the live file still holds exactly this version, unless
+    // a passthrough writer (which sealed it in place with an fsync) still
+    // has it open: wait for its close.
+    if (same && n->pt_writers > 0) return Err(EINPROGRESS);
     if (!same || n->data_gen != n->sealed_gen || n->rec.state == DataState::kRemote) return Err(ENODATA);
     auto ref = tier_->Ref(e.ino);
     if (!ref) return Err(ref.error() == ENOENT ? ENODATA : ref.error());
@@ -111,6 +114,16 @@ void InodeTable::RecordLost(const LogEntry& e, std::string_view reason) {
   if (auto st = Commit(b); !st) LOG_ERROR("'{}': cannot record the loss: {}", e.path, strerror(st.error()));
   next_lost_++;
   lost_.push_back(e.path);
+}
+
+std::pair<uint64_t, uint64_t> InodeTable::PassthroughOpens() {
+  MutexLock lk(&mu_);
+  uint64_t handles = 0, writers = 0;
+  for (auto& [ino, n] : inodes_) {
+    handles += n->pt_opens;
+    writers += n->pt_writers > 0;
+  }
+  return {handles, writers};
 }
 
 std::vector<std::string> InodeTable::LostFiles() {

@@ -1,0 +1,213 @@
+// passthrough.cc — see passthrough.h. The kernel's ABI (include/uapi/linux/
+// fuse.h of 6.9+) is spelled out here: Debian 12's headers predate it.
+#include "fs/passthrough.h"
+
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "common/log.h"
+
+namespace ckpt::fs {
+namespace {
+
+constexpr uint32_t kOpOpen = 14, kOpInit = 26, kOpCreate = 35;
+constexpr uint32_t kInitExt = 1u << 30;          // FUSE_INIT_EXT: flags2 is valid
+constexpr uint32_t kWritebackCache = 1u << 16;   // FUSE_WRITEBACK_CACHE: excludes passthrough
+constexpr uint32_t kPassthroughFlag2 = 1u << 5;  // FUSE_PASSTHROUGH (1ULL << 37), in flags2
+constexpr uint32_t kFopenPassthrough = 1u << 7;  // FOPEN_PASSTHROUGH
+constexpr uint32_t kMaxStackDepth = 1;           // the tier is on tmpfs (depth 0)
+
+struct InHeader {
+  uint32_t len, opcode;
+  uint64_t unique, nodeid;
+  uint32_t uid, gid, pid;
+  uint16_t total_extlen, padding;
+};
+static_assert(sizeof(InHeader) == 40);
+
+struct OutHeader {
+  uint32_t len;
+  int32_t error;
+  uint64_t unique;
+};
+static_assert(sizeof(OutHeader) == 16);
+
+struct InitIn {
+  uint32_t major, minor, max_readahead, flags, flags2;
+};
+
+struct InitOut {
+  uint32_t major, minor, max_readahead, flags;
+  uint16_t max_background, congestion_threshold;
+  uint32_t max_write, time_gran;
+  uint16_t max_pages, map_alignment;
+  uint32_t flags2, max_stack_depth;
+  uint16_t request_timeout, unused[11];
+};
+static_assert(sizeof(InitOut) == 64);
+
+struct OpenOut {
+  uint64_t fh;
+  uint32_t open_flags;
+  int32_t backing_id;
+};
+static_assert(sizeof(OpenOut) == 16);
+
+struct BackingMap {
+  int32_t fd;
+  uint32_t flags;
+  uint64_t padding;
+};
+constexpr unsigned long kIocBackingOpen = _IOW(229, 1, BackingMap);
+constexpr unsigned long kIocBackingClose = _IOW(229, 2, uint32_t);
+
+// libfuse hands its hooks the session's userdata (the Daemon), not ours:
+// one session per process, so the instance is found here.
+std::atomic<Passthrough*> g_instance{nullptr};
+
+}  // namespace
+
+Passthrough::Passthrough(fuse_session* se, bool want) : se_(se), want_(want) {
+  MutexLock lk(&mu_);
+  why_ = want ? "not negotiated yet" : "off (-o passthrough=off)";
+}
+
+bool Passthrough::Install() {
+  fuse_custom_io io{};
+  io.read = ReadHook;
+  io.writev = WritevHook;
+  io.splice_send = SpliceSendHook;
+  g_instance.store(this);
+  if (int rc = fuse_session_custom_io(se_, &io, fuse_session_fd(se_)); rc != 0) {
+    g_instance.store(nullptr);
+    TurnOff("libfuse refused custom I/O: " + ErrStr(-rc));
+    return false;
+  }
+  return true;
+}
+
+std::string Passthrough::why() const {
+  MutexLock lk(&mu_);
+  return active() ? std::string() : why_;
+}
+
+void Passthrough::TurnOff(const std::string& why) {
+  MutexLock lk(&mu_);
+  if (active_.exchange(false)) LOG_WARN("passthrough off for the rest of this mount: {}", why);
+  why_ = why;
+}
+
+ssize_t Passthrough::ReadHook(int fd, void* buf, size_t len, void*) {
+  ssize_t n = read(fd, buf, len);
+  if (n >= static_cast<ssize_t>(sizeof(InHeader)))
+    if (Passthrough* self = g_instance.load(std::memory_order_relaxed)) self->SawRequest(buf, static_cast<size_t>(n));
+  return n;
+}
+
+ssize_t Passthrough::WritevHook(int fd, struct iovec* iov, int count, void*) {
+  Passthrough* self = g_instance.load(std::memory_order_relaxed);
+  if (self && count >= 1 && iov[0].iov_len >= sizeof(OutHeader) && self->npending_.load(std::memory_order_acquire))
+    self->PatchReply(iov, count);
+  return writev(fd, iov, count);
+}
+
+ssize_t Passthrough::SpliceSendHook(int fdin, off_t* offin, int fdout, off_t* offout, size_t len, unsigned flags,
+                                    void*) {
+  return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+void Passthrough::SawRequest(const void* buf, size_t len) {
+  InHeader h;
+  memcpy(&h, buf, sizeof h);
+  if (h.opcode != kOpOpen && h.opcode != kOpCreate && h.opcode != kOpInit) return;
+  MutexLock lk(&mu_);
+  if (h.opcode == kOpInit) {
+    InitIn in{};
+    memcpy(&in, static_cast<const char*>(buf) + sizeof h, std::min(sizeof in, len - sizeof h));
+    init_flags2_ = (in.flags & kInitExt) ? in.flags2 : 0;
+  } else if (!active()) {
+    return;  // no open reply to patch
+  }
+  pending_[h.unique] = h.opcode;
+  npending_.store(pending_.size(), std::memory_order_release);
+}
+
+void Passthrough::PatchReply(struct iovec* iov, int count) {
+  OutHeader h;
+  memcpy(&h, iov[0].iov_base, sizeof h);
+  MutexLock lk(&mu_);
+  auto it = pending_.find(h.unique);
+  if (it == pending_.end()) return;
+  uint32_t opcode = it->second;
+  pending_.erase(it);
+  npending_.store(pending_.size(), std::memory_order_release);
+  if (h.error != 0 || count < 2) return;
+  struct iovec& body = iov[count - 1];
+  if (opcode == kOpInit) {
+    if (body.iov_len < sizeof(InitOut)) {
+      why_ = "the kernel's protocol is too old";
+      return;
+    }
+    auto* out = static_cast<InitOut*>(body.iov_base);
+    if (!want_) return;
+    if (!(init_flags2_ & kPassthroughFlag2)) {
+      why_ = "the kernel does not offer FUSE_PASSTHROUGH (needs Linux 6.9+ with CONFIG_FUSE_PASSTHROUGH)";
+      return;
+    }
+    if (out->flags & kWritebackCache) {
+      why_ = "writeback_cache is on";
+      return;
+    }
+    out->flags |= kInitExt;
+    out->flags2 |= kPassthroughFlag2;
+    out->max_stack_depth = kMaxStackDepth;
+    active_.store(true, std::memory_order_release);
+    why_.clear();
+    LOG_INFO("fuse: passthrough negotiated (kernel protocol 7.{})", out->minor);
+    return;
+  }
+  if (body.iov_len < sizeof(OpenOut)) return;
+  auto* out = reinterpret_cast<OpenOut*>(static_cast<char*>(body.iov_base) + body.iov_len - sizeof(OpenOut));
+  auto e = expected_.find(out->fh);
+  if (e == expected_.end()) return;
+  out->open_flags |= kFopenPassthrough;
+  out->backing_id = e->second;
+  expected_.erase(e);
+  opens_.fetch_add(1, std::memory_order_relaxed);
+}
+
+Result<int> Passthrough::OpenBacking(int fd) {
+  if (!active()) return Err(EOPNOTSUPP);
+  BackingMap map{fd, 0, 0};
+  int id = ioctl(fuse_session_fd(se_), kIocBackingOpen, &map);
+  if (id > 0) return id;
+  int e = id < 0 ? errno : EIO;
+  if (e == EPERM || e == ENOTTY || e == EINVAL || e == EOPNOTSUPP)
+    TurnOff(e == EPERM ? "registering a backing file needs CAP_SYS_ADMIN (mount as root)"
+                       : "the kernel refused a backing file: " + ErrStr(e));
+  else
+    LOG_ERROR("fuse: cannot register a tier file for passthrough: {}", ErrStr(e));
+  return Err(e);
+}
+
+void Passthrough::CloseBacking(int id) {
+  uint32_t v = static_cast<uint32_t>(id);
+  if (id > 0 && ioctl(fuse_session_fd(se_), kIocBackingClose, &v) != 0)
+    LOG_ERROR("fuse: closing backing id {} failed: {}", id, ErrStr(errno));
+}
+
+void Passthrough::Expect(uint64_t fh, int backing_id) {
+  MutexLock lk(&mu_);
+  expected_[fh] = backing_id;
+}
+
+void Passthrough::Forget(uint64_t fh) {
+  MutexLock lk(&mu_);
+  expected_.erase(fh);
+}
+
+}  // namespace ckpt::fs
