@@ -240,6 +240,12 @@ int CmdStatus(const std::string& mnt_in, bool json) {
   if (std::string ro = Str(j, "read_only"); !ro.empty()) printf("READ-ONLY  %s\n", EscapeName(ro).c_str());
   printf("memory     %s of %s (%.1f%%), %llu writer waits\n", HumanBytes(used).c_str(), HumanBytes(budget).c_str(), pct,
          static_cast<unsigned long long>(U64(t, "waits")));
+  if (const Json& p = Obj(j, "passthrough"); Bool(p, "active"))
+    printf("io         passthrough: %llu handles open (%llu files written), %llu opens since mount\n",
+           static_cast<unsigned long long>(U64(p, "handles")), static_cast<unsigned long long>(U64(p, "writers")),
+           static_cast<unsigned long long>(U64(p, "opens")));
+  else
+    printf("io         through the daemon (passthrough %s)\n", EscapeName(Str(p, "why_not")).c_str());
   if (uint64_t o = U64(t, "orphans"); o > 0)
     printf("orphans    %llu tier files that no file owns, in %s/orphans/ (docs/operations.md)\n",
            static_cast<unsigned long long>(o), EscapeName(Str(j, "tier_dir")).c_str());

@@ -65,8 +65,13 @@ bool InodeTable::PassthroughRoom(const Inode* n, bool trunc) {
   // The kernel writes without asking: the last version's size must fit,
   // with an eighth of the budget to spare; otherwise the copying path,
   // which can make the writer wait for space.
-  uint64_t need = std::max(n->rec.sealed_size, trunc ? 0 : n->rec.size) + s.budget / 8;
-  return free >= need;
+  // A file with no history is expected to be as large as the largest one
+  // sealed since the mount, and the first file of a mount (nothing known)
+  // takes the copying path, so a budget smaller than one checkpoint is
+  // never overrun by a writer nobody could stop.
+  uint64_t expect = std::max({n->rec.sealed_size, trunc ? 0 : n->rec.size, largest_sealed_});
+  if (largest_sealed_ == 0) return false;
+  return free >= expect + s.budget / 8;
 }
 
 Status InodeTable::StartPassthrough(Inode* n, bool writable) {
@@ -441,6 +446,7 @@ uint64_t InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
   }
   n->rec.version++;
   n->rec.sealed_size = n->rec.size;
+  largest_sealed_ = std::max(largest_sealed_, n->rec.size);
   Transition(n, FileEvent::kChange);  // a new version, in no backend yet
   n->sealed_gen = n->data_gen;
   LogEntry e;

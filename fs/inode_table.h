@@ -498,6 +498,9 @@ class InodeTable {
   std::set<uint64_t> superseded_ GUARDED_BY(mu_);
   uint64_t next_failed_ GUARDED_BY(mu_) = 1;
   BackingFiles* backing_ = nullptr;  // set before the mount serves, read-only after
+  // The largest version sealed since the mount: what a passthrough writer
+  // of a new file is expected to write (PassthroughRoom).
+  uint64_t largest_sealed_ GUARDED_BY(mu_) = 0;
   Limits limits_;  // set before Load, read-only after
   std::atomic<bool> read_only_{false};
   mutable ckpt::Mutex ro_mu_;  // leaf lock

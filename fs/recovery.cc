@@ -176,6 +176,7 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
   const bool pending = SealPending(n);
   auto live = sizes.find(ino);
   InodeRecord before = r;
+  largest_sealed_ = std::max(largest_sealed_, r.sealed_size);
   if (r.state == DataState::kDraining) r.state = DataState::kDirty;  // a transfer in flight starts over
   if (tier_->Has(snap)) {
     // Being rewritten when the daemon stopped: the last close's version
@@ -199,7 +200,17 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
       tier_->Remove(ino);
       return false;
     }
-    if (live->second > r.sealed_size) (void)tier_->Truncate(ino, r.sealed_size);
+    if (live->second > r.sealed_size) {
+      // Only a passthrough writer grows the live file past a pending seal
+      // (the copying path copies the version aside first): it was open
+      // after an fsync sealed the file in place. Bytes it overwrote below
+      // the sealed size stay as written (docs/consistency.md).
+      (void)tier_->Truncate(ino, r.sealed_size);
+      LOG_WARN(
+          "ino {} '{}': open for writing when the daemon stopped; back to version {} ({} bytes), sealed at its "
+          "last fsync",
+          ino, path, r.version, r.sealed_size);
+    }
     r.size = r.sealed_size;
     r.state = DataState::kDirty;
   } else if (r.state == DataState::kDirty) {

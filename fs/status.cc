@@ -47,6 +47,7 @@ std::string StatusJson(Daemon* d) {
   NamespaceStats ns = d->table->Stats();
   DataStats ds = d->table->DataStatistics();
   DrainStats dr = d->drainer ? d->drainer->Stats() : DrainStats{};
+  auto pto = d->table->PassthroughOpens();
   auto state = [&](meta::DataState s) {
     auto i = static_cast<size_t>(s);
     return Json{{"files", ds.files[i]}, {"bytes", ds.bytes[i]}};
@@ -89,6 +90,12 @@ std::string StatusJson(Daemon* d) {
         {"waits", t.waits},
         {"writers_waiting", d->space_waiter ? d->space_waiter->Queued() : 0},
         {"orphans", t.orphans}}},
+      {"passthrough",
+       {{"active", d->pt && d->pt->active()},
+        {"why_not", d->pt ? d->pt->why() : std::string("not mounted yet")},
+        {"handles", pto.first},
+        {"writers", pto.second},
+        {"opens", d->pt ? d->pt->opens() : 0}}},
       {"namespace", {{"inodes", ns.inodes}, {"files", ns.files}, {"dirs", ns.dirs}, {"bytes", ns.bytes}}},
       {"dirty", state(meta::DataState::kDirty)},
       {"draining", state(meta::DataState::kDraining)},
