@@ -661,3 +661,46 @@ Test(tier, orphan_keeps_the_bytes) {
   cr_assert_eq(again->Stats().orphans, 1u, "counted again after a reopen");
   cr_assert_eq(again->Stats().files, 0u);
 }
+
+// Copy-on-write for passthrough: the snapshot gets a copy, the live file
+// (which the kernel holds) stays the same file, and both count.
+Test(tier, copy_out_leaves_the_live_file) {
+  auto t = OpenTier(1 << 20);
+  std::string a = Pattern(64 * kKiB, 'a');
+  MustWrite(t.get(), 3, 0, a);
+  struct stat before = StatOf(t->PathOf(3));
+  const uint64_t key = ckpt::cache::SnapKey(3, 1);
+  cr_assert(t->CopyOut(3, key).has_value());
+  struct stat after = StatOf(t->PathOf(3));
+  cr_assert_eq(before.st_ino, after.st_ino, "the live file was replaced");
+  cr_assert(ReadFile(t->PathOf(key)) == a, "snapshot bytes");
+  cr_assert(ReadFile(t->PathOf(3)) == a, "live bytes");
+  cr_assert_geq(t->Stats().used, 2 * a.size(), "both copies count against the budget");
+  // Too large for the budget: refused, nothing left behind.
+  auto small = OpenTier(96 * kKiB, g_dir + "/small");
+  MustWrite(small.get(), 4, 0, a);
+  cr_assert_eq(small->CopyOut(4, ckpt::cache::SnapKey(4, 1), false).error(), ENOSPC);
+  cr_assert(!small->Has(ckpt::cache::SnapKey(4, 1)));
+  cr_assert_eq(small->Stats().reserved, 0u);
+}
+
+// Bytes written behind the tier's back (by the kernel, for a passthrough
+// handle) are counted once Refresh looks.
+Test(tier, refresh_counts_bytes_written_behind_its_back) {
+  auto t = OpenTier(1 << 20);
+  auto fd = t->Pin(9, true);
+  cr_assert(fd.has_value());
+  uint64_t used0 = t->Stats().used;
+  std::string a = Pattern(128 * kKiB, 'z');
+  cr_assert_eq(pwrite(*fd, a.data(), a.size(), 0), static_cast<ssize_t>(a.size()));
+  cr_assert_eq(t->Stats().used, used0, "not seen yet");
+  auto st = t->Refresh(9);
+  cr_assert(st.has_value());
+  cr_assert_eq(static_cast<uint64_t>(st->st_size), a.size());
+  cr_assert_geq(t->Stats().used, used0 + a.size());
+  cr_assert(ftruncate(*fd, 0) == 0);
+  cr_assert(t->Refresh(9).has_value());
+  cr_assert_eq(t->Stats().used, 0u, "freed pages are given back");
+  t->Unpin(9);
+  cr_assert_eq(t->Refresh(10).error(), ENOENT);
+}

@@ -317,3 +317,22 @@ Test(escape_name, exact_bytes_recoverable) {
   ExpectStr(EscapeName("\xc0\xaf"), "\\xc0\\xaf");           // overlong
   ExpectStr(EscapeName("\x7f"), "\\x7f");
 }
+
+Test(config, take_own_options) {
+  ckpt::Config c;
+  std::string o = "allow_other,passthrough=off,max_read=131072";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert(!c.passthrough);
+  cr_assert_str_eq(o.c_str(), "allow_other,max_read=131072", "libfuse keeps the rest");
+  o = "passthrough=on";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert(c.passthrough);
+  cr_assert_str_eq(o.c_str(), "");
+  o = "passthrough=maybe";
+  auto bad = ckpt::TakeOwnOptions(&o, &c);
+  cr_assert(!bad.has_value());
+  cr_assert(bad.error().find("passthrough=on or passthrough=off") != std::string::npos, "%s", bad.error().c_str());
+  o = "";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert_str_eq(o.c_str(), "");
+}

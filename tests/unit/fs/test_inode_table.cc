@@ -4,6 +4,8 @@
 #include <linux/fs.h>
 #include <sys/xattr.h>
 
+#include <set>
+
 #include "tests/unit/fs/helpers.h"
 
 using ckpt::fs::Caller;
@@ -562,4 +564,74 @@ Test(hardening, failed_metadata_write_makes_the_mount_read_only) {
   cr_assert(rd.has_value(), "reads go on");
   e.table->Release(f, O_RDONLY);
   cr_assert(!e.table->Unlink(kRoot, "f").has_value());
+}
+
+namespace {
+// Stands in for fs/passthrough (the kernel's backing ids).
+struct FakeBacking : ckpt::fs::BackingFiles {
+  int next = 1;
+  std::set<int> open;
+  bool active() const override { return true; }
+  ckpt::Result<int> OpenBacking(int) override {
+    open.insert(next);
+    return next++;
+  }
+  void CloseBacking(int id) override { open.erase(id); }
+};
+}  // namespace
+
+// The per-inode passthrough rules (docs/architecture.md, "Passthrough"):
+// all handles of an inode or none; new writers only for O_TRUNC; the first
+// file of a mount takes the copying path; a writer under passthrough
+// readers copies the pending version aside and truncates the live file in
+// place; what the kernel wrote is taken in at getattr and sealed at close.
+BOTH(passthrough_handles) {
+  Env e(k);
+  FakeBacking fb;
+  e.table->set_backing(&fb);
+  auto made = e.table->Mknod(kRoot, "first", S_IFREG | 0644, 0, Caller{});
+  cr_assert(made.has_value());
+  auto w0 = e.table->OpenHandle(made->ino, O_WRONLY | O_TRUNC);
+  cr_assert(w0.has_value());
+  cr_assert_eq(w0->backing_id, 0, "the first file of a mount: nothing says how large it will be");
+  e.table->Release(made->ino, O_WRONLY, false);
+
+  uint64_t f = e.WriteFile(kRoot, "f", std::string(4096, 'a'));  // sealed, pending in the log
+  auto r1 = e.table->OpenHandle(f, O_RDONLY);
+  auto r2 = e.table->OpenHandle(f, O_RDONLY);
+  cr_assert(r1.has_value() && r2.has_value());
+  cr_assert_gt(r1->backing_id, 0, "readers are passthrough");
+  cr_assert_eq(r2->backing_id, r1->backing_id, "one backing id per inode");
+  cr_assert_eq(*e.table->GetXattr(f, ckpt::fs::kIoXattr), "passthrough");
+  auto w = e.table->OpenHandle(f, O_WRONLY | O_TRUNC);
+  cr_assert(w.has_value());
+  cr_assert_eq(w->backing_id, r1->backing_id, "a writer beside passthrough readers must be one too");
+  const uint64_t v1 = e.table->GetAttr(f)->version;
+  cr_assert(e.tier->Has(ckpt::cache::SnapKey(f, v1)), "the pending version was copied aside");
+  cr_assert_eq(e.table->GetAttr(f)->size, 0u, "truncated in place");
+  // The kernel writes into the tier file.
+  cr_assert_eq(pwrite(w->fd, "hello world", 11, 0), 11);
+  cr_assert_eq(e.table->GetAttr(f)->size, 11u, "taken in at getattr");
+  cr_assert(e.table->Flush(f, O_WRONLY).has_value());
+  e.table->Release(f, O_WRONLY, true);
+  cr_assert_gt(e.table->GetAttr(f)->version, v1, "sealed at close");
+  e.table->Release(f, O_RDONLY, true);
+  cr_assert_eq(fb.open.size(), 1u);
+  e.table->Release(f, O_RDONLY, true);
+  cr_assert(fb.open.empty(), "the backing id is closed with the last handle");
+  cr_assert_eq(*e.table->GetXattr(f, ckpt::fs::kIoXattr), "closed");
+
+  // r+ opens keep the copying path, and then so does a reader beside it.
+  auto rw = e.table->OpenHandle(f, O_RDWR);
+  cr_assert_eq(rw->backing_id, 0);
+  auto r3 = e.table->OpenHandle(f, O_RDONLY);
+  cr_assert_eq(r3->backing_id, 0);
+  cr_assert_eq(*e.table->GetXattr(f, ckpt::fs::kIoXattr), "daemon");
+  e.table->Release(f, O_RDONLY, false);
+  e.table->Release(f, O_RDWR, false);
+  // Two versions drain, in order; none is lost.
+  auto log = e.table->PendingLog(100);
+  size_t persists = 0;
+  for (auto& l : log) persists += l.op == LogOp::kPersist && l.ino == f;
+  cr_assert_geq(persists, 2u);
 }
