@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/s3_backend.h"
@@ -200,11 +201,27 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     if (null > 2) close(null);
   }
   d->drainer->Start();
+  // Passthrough writers fill the tier without the daemon: every 50 ms while
+  // one is open, what they wrote is counted and clean files are evicted if
+  // that took the tier over its budget.
+  std::atomic<bool> stop_watch{false};
+  std::thread pt_watch([&] {
+    while (!stop_watch.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      try {
+        if (d->table->PassthroughOpens().second > 0) d->table->RelieveOverBudget();
+      } catch (const std::exception& e) {
+        LOG_ERROR("internal error in the passthrough budget watch: {}", e.what());
+      }
+    }
+  });
   fuse_loop_config* lc = fuse_loop_cfg_create();
   fuse_loop_cfg_set_clone_fd(lc, 0);
   fuse_loop_cfg_set_max_threads(lc, 16);
   int rc = fuse_session_loop_mt(se, lc);
   fuse_loop_cfg_destroy(lc);
+  stop_watch = true;
+  pt_watch.join();
   d->tier->Close();  // writes still waiting for space give up
   if (d->space_waiter) d->space_waiter->Stop();
   d->table->Shutdown();  // fetches and fsync waits still pending give up

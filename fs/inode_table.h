@@ -205,6 +205,10 @@ class InodeTable {
   // at open (the kernel cannot be stopped at its first write).
   [[nodiscard]] Result<OpenResult> OpenHandle(uint64_t ino, int flags);
   void set_backing(BackingFiles* b) { backing_ = b; }
+  // Passthrough writers fill the tier without asking: takes in what they
+  // wrote and, if the tier is over its budget, evicts clean files for the
+  // difference. Run every 50 ms while one is open, and at their close.
+  void RelieveOverBudget() EXCLUDES(mu_);
   // Passthrough handles open now, and inodes with a passthrough writer.
   std::pair<uint64_t, uint64_t> PassthroughOpens();
   // Would Open(ino, flags) first fetch the file from the backend?

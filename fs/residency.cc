@@ -17,6 +17,16 @@ bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
 
 // ---- Budget and remote files ----
 
+void InodeTable::RelieveOverBudget() {
+  {
+    MutexLock lk(&mu_);
+    for (auto& [ino, n] : inodes_)
+      if (n->pt_writers > 0) Absorb(n.get());
+  }
+  cache::TierStats s = tier_->Stats();
+  if (s.used + s.reserved > s.budget) (void)Evict(s.used + s.reserved - s.budget);
+}
+
 cache::Tier::Relief InodeTable::Evict(uint64_t need) {
   MutexLock lk(&mu_);
   // Least recently used first: the LRU set is in that order already.

@@ -273,6 +273,53 @@ def torch_load(d, mode, which):
         out(f"load_{mode}_{name}_throughput", nbytes / t / 1e9, "GB/s")
 
 
+def trainer_state(gib, seed=0):
+    """A trainer's state of about `gib` GiB in tensors of several sizes: a
+    few large (embeddings, 64 MiB), many medium (1-16 MiB layers and their
+    Adam moments), and small ones (biases, norms, 4-64 KiB)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    target = int(gib * 2**30)
+    sizes, total = [], 0
+    mib = 1 << 20
+    pattern = [64 * mib] + [16 * mib] * 2 + [8 * mib] * 4 + [4 * mib] * 8 + [1 * mib] * 8 + [64 << 10, 4 << 10] * 8
+    i = 0
+    while total < target:
+        n = pattern[i % len(pattern)]
+        sizes.append(n)
+        total += n
+        i += 1
+    return {f"t{i:04d}": torch.rand(n // 4, generator=g) for i, n in enumerate(sizes)}
+
+
+def trainer(gib, reps, dirs):
+    """A long-lived trainer: builds its state once, then saves it again and
+    again, to each DIR in turn (NAME=PATH), rotating which goes first in
+    each repetition so no target always follows another; one file per
+    save, as a trainer writing step_N.pt; the previous step's file is
+    removed after the next one is saved (rotation). Prints
+    `NAME save_seconds S s` per save and the bytes once."""
+    import torch
+
+    state = trainer_state(gib)
+    nbytes = sum(v.numel() * v.element_size() for v in state.values())
+    out("tensor_bytes", nbytes / 1e9, "GB")
+    targets = [d.split("=", 1) for d in dirs]
+    for r in range(reps + 1):  # repetition 0 warms every target (first file of a mount, allocator)
+        for k in range(len(targets)):
+            name, d = targets[(k + r) % len(targets)]
+            path = os.path.join(d, f"step_{r}.pt")
+            t0 = time.perf_counter()
+            torch.save(state, path)
+            t = time.perf_counter() - t0
+            if r > 0:
+                print(f"{name} save_seconds {t:.6f} s", flush=True)
+            prev = os.path.join(d, f"step_{r - 1}.pt")
+            if os.path.exists(prev):
+                os.unlink(prev)
+
+
 def mkfiles(d, count, nbytes):
     data = os.urandom(nbytes)
     os.makedirs(d, exist_ok=True)
@@ -318,6 +365,10 @@ def main():
     p.add_argument("dir")
     p.add_argument("mode", choices=["plain", "mmap"])
     p.add_argument("--which", default="all", choices=["single", "sharded", "all"])
+    p = sp.add_parser("trainer")
+    p.add_argument("gib", type=float)
+    p.add_argument("reps", type=int)
+    p.add_argument("dirs", nargs="+", help="NAME=DIR")
     p = sp.add_parser("mkfiles")
     p.add_argument("dir")
     p.add_argument("count", type=int)
@@ -333,6 +384,8 @@ def main():
         torch_save(a.dir, a.gib, a.shards, a.after, a.poll_state)
     elif a.cmd == "torch-load":
         torch_load(a.dir, a.mode, a.which)
+    elif a.cmd == "trainer":
+        trainer(a.gib, a.reps, a.dirs)
     elif a.cmd == "mkfiles":
         mkfiles(a.dir, a.count, a.bytes)
     elif a.cmd == "proc":

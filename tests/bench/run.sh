@@ -20,7 +20,8 @@
 #   FILES [10000]        files in the tier for the remount test (FILE_BYTES [16384] each)
 #   REPS [3]             repetitions (each one measures every target once)
 #   TARGETS [ckptfs tmpfs disk rclone]
-#   PHASES [seq torch remount fsync s3]
+#   PHASES [trainer seq torch remount fsync s3]   (trainer: one long-lived process saving
+#                        TORCH_GIB to ckptfs, ckptfs -o passthrough=off, tmpfs and disk in turn)
 #   FSYNC_SIZE [2G]      file size for the fsync phase (tests/bench/fsync_latency.py: fsync of a
 #                        file still open for writing, then a 1 MiB write, while another thread
 #                        stats other paths; ckptfs with --fsync memory and its drain paused, and
@@ -58,7 +59,7 @@ FILES=${FILES:-10000}
 FILE_BYTES=${FILE_BYTES:-16384}
 REPS=${REPS:-3}
 TARGETS=${TARGETS:-"ckptfs tmpfs disk rclone"}
-PHASES=${PHASES:-"seq torch remount fsync s3"}
+PHASES=${PHASES:-"trainer seq torch remount fsync s3"}
 FSYNC_SIZE=${FSYNC_SIZE:-2G}
 REPORT=${REPORT:-1}
 OUT=$REPO/tests/bench/out
@@ -79,7 +80,7 @@ say() { echo "bench: $*" | tee -a "$LOG" >&2; }
 [ -e /dev/fuse ] || die "no /dev/fuse"
 command -v fusermount3 >/dev/null || die "no fusermount3"
 case " $PHASES " in
-  *" torch "*) "$PY" -c 'import torch' 2>/dev/null || die "python3-torch missing (scripts/install-bench-deps.sh)" ;;
+  *" torch "*|*" trainer "*) "$PY" -c 'import torch' 2>/dev/null || die "python3-torch missing (scripts/install-bench-deps.sh)" ;;
 esac
 case " $TARGETS " in *" rclone "*) command -v rclone >/dev/null || die "rclone missing (scripts/install-bench-deps.sh)" ;; esac
 SIZE_BYTES=$(numfmt --from=iec "$SIZE") || die "bad SIZE $SIZE"
@@ -203,6 +204,7 @@ rc_umount() {
 up() {
   case $1 in
     ckptfs) ck_mount "$2" ;;
+    ckptfs-nopt) ck_mount "$2" -o passthrough=off ;;
     rclone) rc_mount "$2" ;;
     tmpfs) DIR=$SHM-$2; mkdir -p "$DIR" ;;
     disk) DIR=$WORK/$2; mkdir -p "$DIR" ;;
@@ -211,7 +213,7 @@ up() {
 
 down() {
   case $1 in
-    ckptfs) ck_umount "$2"; rm -rf "${SHM:?}-$2" ;;
+    ckptfs|ckptfs-nopt) ck_umount "$2"; rm -rf "${SHM:?}-$2" ;;
     rclone) rc_umount "$2" ;;
     tmpfs) rm -rf "${SHM:?}-$2" ;;
   esac
@@ -317,6 +319,29 @@ phase_torch() {
   done
 }
 
+# One long-lived trainer process (issue #15): its state built once, saved
+# again and again to every target in turn (ckptfs, ckptfs with
+# -o passthrough=off, tmpfs, a local disk directory through the page
+# cache), REPS times after a warm-up round, so every ratio compares saves
+# of the same warm process in the same minute.
+phase_trainer() {
+  local -a dirs=() tags=()
+  local t tag line name m v u
+  for t in ckptfs ckptfs-nopt tmpfs disk; do
+    case " $TARGETS " in *" ${t%-nopt} "*) ;; *) continue ;; esac
+    tag=trainer-$t
+    up "$t" "$tag" || { failures=$((failures + 1)); continue; }
+    dirs+=("$t=$DIR")
+    tags+=("$t")
+  done
+  say "trainer: ${tags[*]}, $REPS repetitions of ${TORCH_GIB} GiB"
+  while read -r name m v u; do
+    [ -n "$u" ] || continue
+    rec trainer "$m" "$name" 0 "$v" "$u"
+  done < <(timeout 1800 $BENCH trainer "$TORCH_GIB" "$REPS" "${dirs[@]}" 2>>"$LOG" | awk 'NF == 4')
+  for t in "${tags[@]}"; do down "$t" "trainer-$t"; done
+}
+
 phase_remount() {
   local r tag=remount t0
   case " $TARGETS " in *" ckptfs "*) ;; *) return 0 ;; esac
@@ -410,6 +435,7 @@ rec meta cache_size all 0 "$(numfmt --from=iec "$CACHE_SIZE")" B
 rec meta cpu_busy_start all 0 "$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat)" ticks
 for p in $PHASES; do
   case $p in
+    trainer) phase_trainer ;;
     seq) phase_seq ;;
     torch) phase_torch ;;
     remount) phase_remount ;;
