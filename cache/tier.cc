@@ -238,14 +238,9 @@ Result<FdRef> Tier::Ref(uint64_t key) {
 }
 
 Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy, bool wait) {
-  FdRef src;
-  {
-    MutexLock lk(&mu_);
-    auto f = OpenLocked(ino, false);
-    if (!f) return Err(f.error());
-    src = (*f)->fd;
-    MaybeClose(*f);
-  }
+  auto ref = Ref(ino);
+  if (!ref) return Err(ref.error());
+  FdRef src = std::move(*ref);
   const std::string live = NameOf(ino), snap = NameOf(snap_key), tmp = snap + ".tmp";
   FdRef fresh;
   uint64_t reserve = 0;  // bytes reserved for the copy, until it is charged
@@ -330,14 +325,9 @@ Status Tier::Rekey(uint64_t from, uint64_t to) {
 }
 
 Status Tier::CopyOut(uint64_t ino, uint64_t snap_key, bool wait) {
-  FdRef src;
-  {
-    MutexLock lk(&mu_);
-    auto f = OpenLocked(ino, false);
-    if (!f) return Err(f.error());
-    src = (*f)->fd;
-    MaybeClose(*f);
-  }
+  auto ref = Ref(ino);
+  if (!ref) return Err(ref.error());
+  FdRef src = std::move(*ref);
   const std::string snap = NameOf(snap_key), tmp = snap + ".tmp";
   struct stat st;
   if (fstat(src->fd, &st) != 0) return ErrFromErrno();
