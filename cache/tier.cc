@@ -359,6 +359,96 @@ Status Tier::CopyOut(uint64_t ino, uint64_t snap_key, bool wait) {
   return {};
 }
 
+bool Tier::AddSpare(uint64_t bytes, uint64_t headroom) {
+  std::string name;
+  {
+    MutexLock lk(&mu_);
+    if (closed_ || used_ + reserved_ + bytes + headroom > budget_) return false;
+    reserved_ += bytes;
+    // A name Open removes as a copy cut short (*.tmp), in a key range no
+    // inode reaches (the snapshot bit and an all-ones inode field).
+    name = NameOf(kSnapBit | (((1ULL << 43) - 1) << 20) | (next_spare_++ & 0xFFFFF)) + ".tmp";
+  }
+  int fd = OpenAt(name, O_RDWR | O_CREAT | O_TRUNC);
+  int err = fd < 0 ? errno : 0;
+  if (!err && fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes)) != 0) err = errno;
+  struct stat st {};
+  if (!err && fstat(fd, &st) != 0) err = errno;
+  if (fd >= 0) close(fd);
+  MutexLock lk(&mu_);
+  reserved_ -= bytes;
+  if (err || closed_) {
+    unlinkat(dirfd_, name.c_str(), 0);
+    space_cv_.NotifyAll();
+    if (err) LOG_WARN("tier: cannot pre-allocate {} bytes: {}", bytes, strerror(err));
+    return false;
+  }
+  used_ += Allocated(st);
+  spares_.push_back({name, Allocated(st)});
+  return true;
+}
+
+bool Tier::AdoptSpare(uint64_t ino, uint64_t want) {
+  MutexLock lk(&mu_);
+  // The smallest that holds `want`, else the largest (part of the file
+  // still lands in allocated pages).
+  auto best = spares_.end();
+  for (auto it = spares_.begin(); it != spares_.end(); ++it)
+    if (it->bytes >= want && (best == spares_.end() || it->bytes < best->bytes)) best = it;
+  if (best == spares_.end())
+    for (auto it = spares_.begin(); it != spares_.end(); ++it)
+      if (best == spares_.end() || it->bytes > best->bytes) best = it;
+  if (best == spares_.end()) return false;
+  auto cur = files_.find(ino);
+  if (cur != files_.end() && cur->second.pins > 0) return false;
+  const std::string live = NameOf(ino);
+  if (renameat(dirfd_, best->name.c_str(), dirfd_, live.c_str()) != 0) {
+    LOG_WARN("tier: cannot use a pre-allocated file for ino {}: {}", ino, strerror(errno));
+    return false;
+  }
+  File& f = files_[ino];
+  used_ -= f.charged;  // the file it replaced is gone (a reader's descriptor keeps its bytes)
+  f.fd = nullptr;
+  f.pins = 0;
+  f.charged = best->bytes;
+  spares_.erase(best);
+  return true;
+}
+
+void Tier::TrimBeyondEof(uint64_t ino) {
+  MutexLock lk(&mu_);
+  auto f = OpenLocked(ino, false);
+  if (!f) return;
+  struct stat st;
+  int fd = (*f)->fd->fd;
+  if (fstat(fd, &st) == 0 && Allocated(st) > static_cast<uint64_t>(st.st_size)) {
+    const off_t page = 4096, from = (st.st_size + page - 1) / page * page;
+    // Far enough past any end a budget allows.
+    if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, from, off_t{1} << 60) != 0)
+      LOG_WARN("tier: cannot free the unused pre-allocated pages of ino {}: {}", ino, strerror(errno));
+    Recharge(*f);
+    space_cv_.NotifyAll();
+  }
+  MaybeClose(*f);
+}
+
+void Tier::DropSpares() {
+  MutexLock lk(&mu_);
+  for (const Spare& sp : spares_) {
+    unlinkat(dirfd_, sp.name.c_str(), 0);
+    used_ -= sp.bytes;
+  }
+  if (!spares_.empty()) space_cv_.NotifyAll();
+  spares_.clear();
+}
+
+std::pair<uint64_t, size_t> Tier::Spares() {
+  MutexLock lk(&mu_);
+  uint64_t b = 0;
+  for (const Spare& sp : spares_) b += sp.bytes;
+  return {b, spares_.size()};
+}
+
 Result<struct stat> Tier::Refresh(uint64_t ino) {
   MutexLock lk(&mu_);
   auto f = OpenLocked(ino, false);
@@ -390,6 +480,12 @@ Status Tier::Reserve(uint64_t n, bool wait) {
   bool waited = false;
   while (used_ + reserved_ + n > budget_) {
     uint64_t missing = used_ + reserved_ + n - budget_;
+    if (!spares_.empty()) {  // pre-allocated pages go first: they hold nobody's bytes
+      used_ -= spares_.back().bytes;
+      unlinkat(dirfd_, spares_.back().name.c_str(), 0);
+      spares_.pop_back();
+      continue;
+    }
     if (evictor_) {
       lk.Unlock();  // the evictor takes InodeTable's lock, which comes first
       Relief r = evictor_(missing);
@@ -558,6 +654,7 @@ void Tier::Close() {
     MutexLock lk(&mu_);
     closed_ = true;
   }
+  DropSpares();  // a clean unmount leaves no pre-allocated pages behind
   space_cv_.NotifyAll();
 }
 

@@ -125,6 +125,29 @@ class Tier {
   // Returns the file's size and mtime (ENOENT if it has none).
   [[nodiscard]] Result<struct stat> Refresh(uint64_t ino);
 
+  // Pre-allocated pages (issue #15): spare files whose pages are allocated
+  // ahead of time (fallocate KEEP_SIZE), so a new version the kernel writes
+  // (passthrough) lands in pages that are already there instead of
+  // faulting each one in. Spares count against the budget like any file,
+  // are dropped first when a write needs room, and are named *.tmp, so a
+  // restarted daemon removes them.
+  //
+  // Adds one spare of `bytes` if the budget has room for it and `headroom`
+  // more without waiting; false if it did not. Runs the fallocate without
+  // the tier's lock.
+  bool AddSpare(uint64_t bytes, uint64_t headroom);
+  // Puts the smallest spare of at least `want` bytes (else the largest)
+  // under the inode's name, replacing its file, which must be unpinned (a
+  // new version: O_TRUNC). False if there is none (or the file is pinned).
+  bool AdoptSpare(uint64_t ino, uint64_t want);
+  // Frees the pages of the inode's file beyond its end (a spare's unused
+  // part) and recounts its charge.
+  void TrimBeyondEof(uint64_t ino);
+  // Drops every spare (their pages go back to the budget).
+  void DropSpares();
+  // Bytes held by spares, and how many there are.
+  std::pair<uint64_t, size_t> Spares();
+
   // Renames the file under `from` to `to` (replacing it). For start-up
   // recovery, when nothing is pinned.
   [[nodiscard]] Status Rekey(uint64_t from, uint64_t to);
@@ -237,6 +260,12 @@ class Tier {
   uint64_t waits_ GUARDED_BY(mu_) = 0;
   uint64_t orphans_ GUARDED_BY(mu_) = 0;
   bool closed_ GUARDED_BY(mu_) = false;
+  struct Spare {
+    std::string name;
+    uint64_t bytes;  // allocated
+  };
+  std::vector<Spare> spares_ GUARDED_BY(mu_);
+  uint64_t next_spare_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckpt::cache

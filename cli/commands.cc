@@ -241,9 +241,9 @@ int CmdStatus(const std::string& mnt_in, bool json) {
   printf("memory     %s of %s (%.1f%%), %llu writer waits\n", HumanBytes(used).c_str(), HumanBytes(budget).c_str(), pct,
          static_cast<unsigned long long>(U64(t, "waits")));
   if (const Json& p = Obj(j, "passthrough"); Bool(p, "active"))
-    printf("io         passthrough: %llu handles open (%llu files written), %llu opens since mount\n",
+    printf("io         passthrough: %llu handles open (%llu files written), %llu opens since mount, %s pre-allocated\n",
            static_cast<unsigned long long>(U64(p, "handles")), static_cast<unsigned long long>(U64(p, "writers")),
-           static_cast<unsigned long long>(U64(p, "opens")));
+           static_cast<unsigned long long>(U64(p, "opens")), HumanBytes(U64(p, "prealloc_bytes")).c_str());
   else
     printf("io         through the daemon (passthrough %s)\n", EscapeName(Str(p, "why_not")).c_str());
   if (uint64_t o = U64(t, "orphans"); o > 0)

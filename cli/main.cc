@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ckptfs: a checkpoint filesystem that acknowledges writes at memory speed"};
   app.require_subcommand(1);
   Config cfg;
-  std::string cache_size, max_file_size, fsync_mode = "memory";
+  std::string cache_size, max_file_size, fsync_mode = "memory", prealloc = "auto";
   auto* mount = app.add_subcommand("mount", "mount ckptfs at MOUNTPOINT");
   mount->add_option("mountpoint", cfg.mountpoint, "where to mount")->required();
   mount->add_option("--backend", cfg.backend_raw, "backend: /path, file:///path or s3://bucket/prefix")->required();
@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   mount->add_option("--state-dir", cfg.state_dir, "metadata and log directory");
   mount->add_option("--tier-dir", cfg.tier_dir, "memory tier directory (default /dev/shm/ckptfs-<id>)");
   mount->add_option("--fsync", fsync_mode, "memory|backend")->check(CLI::IsMember({"memory", "backend"}));
+  mount->add_option("--prealloc", prealloc,
+                    "tier pages allocated ahead for passthrough writers: auto (from the files written), a size, or 0");
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
   mount->add_option("-o", cfg.fuse_opts, "FUSE mount options, and passthrough=off (every read and write through the daemon)");
   mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
@@ -66,6 +68,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   cfg.fsync = fsync_mode == "backend" ? FsyncMode::kBackend : FsyncMode::kMemory;
+  if (prealloc == "0") {
+    cfg.prealloc = 0;
+  } else if (prealloc != "auto") {
+    auto sz = ParseSize(prealloc);
+    if (!sz) {
+      fprintf(stderr, "ckptfs: --prealloc: %s\n", sz.error().c_str());
+      return 2;
+    }
+    cfg.prealloc = *sz;
+  }
   if (auto own = TakeOwnOptions(&cfg.fuse_opts, &cfg); !own) {
     fprintf(stderr, "ckptfs: %s\n", own.error().c_str());
     return 2;

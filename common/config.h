@@ -36,6 +36,10 @@ struct Config {
   bool foreground = false;
   std::string fuse_opts;  // extra -o options passed to libfuse
   bool passthrough = true;  // -o passthrough=off: every handle through the daemon
+  // --prealloc: bytes of pre-allocated tier pages kept for passthrough
+  // writers; kPreallocAuto (the default) sizes them from the files written.
+  static constexpr uint64_t kPreallocAuto = ~0ULL;
+  uint64_t prealloc = kPreallocAuto;
   std::string log_level = "info";
   std::string s3_endpoint;
 };

@@ -188,6 +188,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   // Passthrough is negotiated at INIT, through libfuse's custom I/O hooks.
   d->pt = std::make_unique<Passthrough>(se, cfg.passthrough);
   if (d->pt->Install()) d->table->set_backing(d->pt.get());
+  d->table->set_prealloc(cfg.prealloc);
   cache::TierStats ts = d->tier->Stats();
   LOG_INFO("mounted {} backend={} state={} tier={} budget={} in tier={} max_file_size={}", cfg.mountpoint,
            cfg.backend_display, cfg.state_dir, cfg.tier_dir, ts.budget, ts.used, cfg.max_file_size);
@@ -210,6 +211,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       try {
         if (d->table->PassthroughOpens().second > 0) d->table->RelieveOverBudget();
+        else d->table->RefillSpares();
       } catch (const std::exception& e) {
         LOG_ERROR("internal error in the passthrough budget watch: {}", e.what());
       }

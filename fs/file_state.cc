@@ -60,7 +60,7 @@ Result<OpenResult> InodeTable::OpenHandle(uint64_t ino, int flags) { return Open
 
 bool InodeTable::PassthroughRoom(const Inode* n, bool trunc) {
   cache::TierStats s = tier_->Stats();
-  uint64_t taken = s.used + s.reserved;
+  uint64_t taken = s.used + s.reserved - std::min(s.used, tier_->Spares().first);  // spares are free space
   uint64_t free = s.budget > taken ? s.budget - taken : 0;
   // The kernel writes without asking: the last version's size must fit,
   // with an eighth of the budget to spare; otherwise the copying path,
@@ -201,10 +201,14 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
       n->open_marked = true;
     }
   }
+  // A new version written by the kernel goes into pre-allocated pages
+  // (an empty spare file replaces the old one: no truncate needed).
+  bool adopted = pt && trunc && n->opens == 0 && prealloc_.load() > 0 &&
+                 tier_->AdoptSpare(ino, std::max(n->rec.sealed_size, largest_sealed_));
   auto fd = tier_->Pin(ino, true);
   if (!fd) return Err(fd.error());
-  if (trunc && (n->rec.size != 0 || was_remote)) {
-    if (auto st = tier_->Truncate(ino, 0); !st) {
+  if (trunc && (n->rec.size != 0 || was_remote || adopted)) {
+    if (auto st = adopted ? Status{} : tier_->Truncate(ino, 0); !st) {
       tier_->Unpin(ino);
       return Err(st.error());
     }
@@ -241,7 +245,10 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
   if (passthrough && writable) MarkChanged(n);
   if (passthrough && n->pt_opens > 0) {
     n->pt_opens--;
-    if (writable && n->pt_writers > 0) n->pt_writers--;
+    if (writable && n->pt_writers > 0 && --n->pt_writers == 0) {
+      tier_->TrimBeyondEof(ino);  // the pre-allocated pages it did not use
+      (void)tier_->Refresh(ino);
+    }
     if (n->pt_opens == 0 && n->backing_id > 0) {
       backing_->CloseBacking(n->backing_id);
       n->backing_id = 0;

@@ -205,6 +205,15 @@ class InodeTable {
   // at open (the kernel cannot be stopped at its first write).
   [[nodiscard]] Result<OpenResult> OpenHandle(uint64_t ino, int flags);
   void set_backing(BackingFiles* b) { backing_ = b; }
+  // Pre-allocated tier pages for passthrough writers (--prealloc): the
+  // most bytes of spares to keep; kPreallocAuto: twice the largest file
+  // sealed, at most a quarter of the budget; 0: none.
+  static constexpr uint64_t kPreallocAuto = ~0ULL;
+  void set_prealloc(uint64_t bytes) { prealloc_ = bytes; }
+  // Tops the spares up (Tier::AddSpare), sized from the largest file sealed
+  // so far, while no passthrough writer is open (the fallocate then never
+  // competes with a save). Called by the daemon's 50 ms watch.
+  void RefillSpares() EXCLUDES(mu_);
   // Passthrough writers fill the tier without asking: takes in what they
   // wrote and, if the tier is over its budget, evicts clean files for the
   // difference. Run every 50 ms while one is open, and at their close.
@@ -505,6 +514,7 @@ class InodeTable {
   // The largest version sealed since the mount: what a passthrough writer
   // of a new file is expected to write (PassthroughRoom).
   uint64_t largest_sealed_ GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> prealloc_{0};  // set_prealloc
   Limits limits_;  // set before Load, read-only after
   std::atomic<bool> read_only_{false};
   mutable ckpt::Mutex ro_mu_;  // leaf lock

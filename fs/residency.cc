@@ -27,6 +27,23 @@ void InodeTable::RelieveOverBudget() {
   if (s.used + s.reserved > s.budget) (void)Evict(s.used + s.reserved - s.budget);
 }
 
+void InodeTable::RefillSpares() {
+  uint64_t cap = prealloc_.load(), size;
+  {
+    MutexLock lk(&mu_);
+    for (auto& [ino, n] : inodes_)
+      if (n->pt_writers > 0) return;  // never beside a save
+    size = largest_sealed_;
+  }
+  if (cap == 0 || size == 0 || !backing_ || !backing_->active()) return;
+  const uint64_t budget = tier_->Stats().budget;
+  size = (size + (2u << 20) - 1) / (2u << 20) * (2u << 20);  // whole 2 MiB
+  if (cap == kPreallocAuto) cap = std::min(2 * size, budget / 4);
+  // One spare per call: the watch calls again in 50 ms, and a save that
+  // starts meanwhile stops the refill.
+  if (tier_->Spares().first + size <= cap) (void)tier_->AddSpare(size, budget / 8);
+}
+
 cache::Tier::Relief InodeTable::Evict(uint64_t need) {
   MutexLock lk(&mu_);
   // Least recently used first: the LRU set is in that order already.

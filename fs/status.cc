@@ -48,6 +48,7 @@ std::string StatusJson(Daemon* d) {
   DataStats ds = d->table->DataStatistics();
   DrainStats dr = d->drainer ? d->drainer->Stats() : DrainStats{};
   auto pto = d->table->PassthroughOpens();
+  auto spares = d->tier->Spares();
   auto state = [&](meta::DataState s) {
     auto i = static_cast<size_t>(s);
     return Json{{"files", ds.files[i]}, {"bytes", ds.bytes[i]}};
@@ -95,7 +96,9 @@ std::string StatusJson(Daemon* d) {
         {"why_not", d->pt ? d->pt->why() : std::string("not mounted yet")},
         {"handles", pto.first},
         {"writers", pto.second},
-        {"opens", d->pt ? d->pt->opens() : 0}}},
+        {"opens", d->pt ? d->pt->opens() : 0},
+        {"prealloc_bytes", spares.first},
+        {"prealloc_files", spares.second}}},
       {"namespace", {{"inodes", ns.inodes}, {"files", ns.files}, {"dirs", ns.dirs}, {"bytes", ns.bytes}}},
       {"dirty", state(meta::DataState::kDirty)},
       {"draining", state(meta::DataState::kDraining)},

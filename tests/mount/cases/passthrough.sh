@@ -15,6 +15,9 @@
 #      daemon could see): the close still seals and drains them.
 #   6. An r+ open (np.memmap) keeps the copying path; -o passthrough=off
 #      turns it off for every handle, and status says why.
+#   7. Pre-allocated tier pages: spares appear once files are sealed, a new
+#      version is written into one and its unused tail is freed at close;
+#      --prealloc 0 keeps none.
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
@@ -115,6 +118,27 @@ expect_eq HELLO "$(dd if="$BACKEND/mapped.bin" bs=1 skip=4096 count=5 status=non
 lost=$(status_json | $PY -c 'import json,sys; j=json.load(sys.stdin); print(len(j.get("lost", [])))')
 expect_eq 0 "$lost" "lost files"
 grep -q "passthrough negotiated" "$STATE/ckptfs.log" || fail "log does not say passthrough was negotiated"
+
+# Pre-allocated pages: with files sealed, the watch keeps spares (twice
+# the largest file, whole 2 MiB) while no passthrough writer is open; a new
+# O_TRUNC version is written into one, and its unused tail is given back
+# at the close: the tier then holds the files and the spares, no more.
+spares() { pt_field prealloc_bytes; }
+for _ in $(seq 100); do [ "$(spares)" -gt 0 ] && break; sleep 0.1; done
+[ "$(spares)" -ge $((48 << 20)) ] || fail "no pre-allocated pages after 10 s: $(spares) bytes"
+head -c $((5 << 20)) /dev/urandom > "$T/ref3"
+cp "$T/ref3" "$MNT/small.pt"
+same_bytes "$T/ref3" "$MNT/small.pt"
+files=$(du -sb --apparent-size "$MNT" | cut -f1)
+used=$(status_json | $PY -c 'import json,sys; print(json.load(sys.stdin)["tier"]["used"])')
+extra=$((used - files - $(spares)))
+note "tier used $((used >> 20)) MiB: files $((files >> 20)) MiB, spares $(($(spares) >> 20)) MiB"
+[ "$extra" -le $((4 << 20)) ] || fail "the tier holds $((extra >> 20)) MiB beyond the files and spares: a spare's tail was not freed"
+remount_fs --prealloc 0
+sleep 0.5
+expect_eq 0 "$(spares)" "pre-allocated bytes with --prealloc 0"
+"$CKPTFS" mount "$T/m2" --backend "$T/b2" --prealloc lots > "$T/bad.out" 2>&1 && fail "--prealloc lots accepted"
+grep -q "prealloc" "$T/bad.out" || fail "bad --prealloc message: $(cat "$T/bad.out")"
 
 # -o passthrough=off.
 remount_fs -o passthrough=off

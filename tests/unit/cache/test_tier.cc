@@ -704,3 +704,42 @@ Test(tier, refresh_counts_bytes_written_behind_its_back) {
   t->Unpin(9);
   cr_assert_eq(t->Refresh(10).error(), ENOENT);
 }
+
+// Pre-allocated pages: a spare counts against the budget, is adopted whole
+// under an inode's name (no truncate, its pages kept), its unused tail is
+// freed at the end, and spares go first when a write needs room.
+Test(tier, spares_are_adopted_trimmed_and_dropped_first) {
+  auto t = OpenTier(4 << 20);
+  cr_assert(!t->AddSpare(4 << 20, 1), "no room for the spare and its headroom");
+  cr_assert(t->AddSpare(1 << 20, 1 << 20));
+  cr_assert_eq(t->Spares().second, 1u);
+  cr_assert_geq(t->Stats().used, 1u << 20, "a spare counts");
+  MustWrite(t.get(), 5, 0, Pattern(8 * kKiB, 'o'));  // the old version, replaced
+  cr_assert(t->AdoptSpare(5, 512 * kKiB));
+  cr_assert_eq(t->Spares().second, 0u);
+  struct stat st = StatOf(t->PathOf(5));
+  cr_assert_eq(st.st_size, 0, "an empty file");
+  cr_assert_geq(static_cast<uint64_t>(st.st_blocks) * 512, 1u << 20, "with its pages allocated");
+  // The kernel writes 100 KiB into it; the rest is given back.
+  auto fd = t->Pin(5, false);
+  std::string a = Pattern(100 * kKiB, 'k');
+  cr_assert_eq(pwrite(*fd, a.data(), a.size(), 0), static_cast<ssize_t>(a.size()));
+  t->Unpin(5);
+  t->TrimBeyondEof(5);
+  cr_assert_lt(AllocatedOnDisk(t->PathOf(5)), 200 * kKiB, "unused pre-allocated pages freed");
+  cr_assert(ReadFile(t->PathOf(5)) == a);
+  cr_assert_lt(t->Stats().used, 200 * kKiB);
+  // A write that needs the room drops spares before anything else.
+  cr_assert(t->AddSpare(3 << 20, 0));
+  MustWrite(t.get(), 6, 0, Pattern(2 << 20, 'w'));
+  cr_assert_eq(t->Spares().second, 0u, "the spare made room");
+  cr_assert(!t->AdoptSpare(7, 0), "none left");
+  // Spares do not outlive the tier: named *.tmp, removed at the next open.
+  cr_assert(t->AddSpare(1 << 20, 0));
+  t.reset();
+  auto again = OpenTier(4 << 20);
+  cr_assert_eq(again->Spares().second, 0u);
+  for (auto& e : std::filesystem::directory_iterator(TierDir()))
+    cr_assert(e.path().filename().string().find(".tmp") == std::string::npos, "left behind: %s",
+              e.path().c_str());
+}
