@@ -90,12 +90,11 @@ stop:
 # JOBS=N: mounted cases run at once (tests/run_all.sh; default 3).
 # WITH_TSAN=0: without the ThreadSanitizer phase (make tsan runs it alone).
 WITH_TSAN ?= 1
+# The ThreadSanitizer tree is built by tests/run_all.sh beside the parallel
+# mounted cases (TSAN_BUILD_CMD), not before them.
 test: deps
 	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all units
-ifneq ($(WITH_TSAN),0)
-	@$(MAKE) --no-print-directory SAN=thread -j$(BUILD_JOBS) all units
-endif
-	@BUILD=$(BUILD) $(if $(filter-out 0,$(WITH_TSAN)),TSAN=build-thread) $(if $(JOBS),JOBS=$(JOBS)) tests/run_all.sh
+	@BUILD=$(BUILD) $(if $(filter-out 0,$(WITH_TSAN)),TSAN=build-thread TSAN_BUILD_CMD="$(MAKE) --no-print-directory SAN=thread -j$(BUILD_JOBS) all units") $(if $(JOBS),JOBS=$(JOBS)) tests/run_all.sh
 
 unit:
 	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all units

@@ -84,6 +84,7 @@ Status InodeTable::StartPassthrough(Inode* n, bool writable) {
     n->backing_id = *id;
   }
   n->pt_opens++;
+  if (writable) pt_writes_seen_.store(true);
   if (writable && n->pt_writers++ == 0) {
     auto st = tier_->Refresh(ino);
     n->pt_size = st ? static_cast<uint64_t>(st->st_size) : n->rec.size;

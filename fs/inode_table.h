@@ -211,8 +211,9 @@ class InodeTable {
   static constexpr uint64_t kPreallocAuto = ~0ULL;
   void set_prealloc(uint64_t bytes) { prealloc_ = bytes; }
   // Tops the spares up (Tier::AddSpare), sized from the largest file sealed
-  // so far, while no passthrough writer is open (the fallocate then never
-  // competes with a save). Called by the daemon's 50 ms watch.
+  // so far, once a passthrough writer has been seen and while none is open
+  // (the fallocate then never competes with a save). Called by the
+  // daemon's 50 ms watch.
   void RefillSpares() EXCLUDES(mu_);
   // Passthrough writers fill the tier without asking: takes in what they
   // wrote and, if the tier is over its budget, evicts clean files for the
@@ -515,6 +516,10 @@ class InodeTable {
   // of a new file is expected to write (PassthroughRoom).
   uint64_t largest_sealed_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> prealloc_{0};  // set_prealloc
+  // A passthrough writer has opened since the mount: only then are spares
+  // worth their memory (a mount whose writers all take the copying path
+  // keeps none).
+  std::atomic<bool> pt_writes_seen_{false};
   Limits limits_;  // set before Load, read-only after
   std::atomic<bool> read_only_{false};
   mutable ckpt::Mutex ro_mu_;  // leaf lock

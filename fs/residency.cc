@@ -28,6 +28,7 @@ void InodeTable::RelieveOverBudget() {
 }
 
 void InodeTable::RefillSpares() {
+  if (!pt_writes_seen_.load()) return;
   uint64_t cap = prealloc_.load(), size;
   {
     MutexLock lk(&mu_);

@@ -299,7 +299,7 @@ def trainer(gib, reps, dirs):
     each repetition so no target always follows another; one file per
     save, as a trainer writing step_N.pt; the previous step's file is
     removed after the next one is saved (rotation). Prints
-    `NAME save_seconds S s` per save and the bytes once."""
+    `NAME REP save_seconds S s` per save and the bytes once."""
     import torch
 
     state = trainer_state(gib)
@@ -314,7 +314,7 @@ def trainer(gib, reps, dirs):
             torch.save(state, path)
             t = time.perf_counter() - t0
             if r > 0:
-                print(f"{name} save_seconds {t:.6f} s", flush=True)
+                print(f"{name} {r} save_seconds {t:.6f} s", flush=True)
             prev = os.path.join(d, f"step_{r - 1}.pt")
             if os.path.exists(prev):
                 os.unlink(prev)

@@ -93,6 +93,11 @@ def build_rows(r, gb_data):
     """The goal rows: (label, values, op, goal, unit)."""
     ck, tm, rc = "ckptfs", "tmpfs", "rclone"
     rows = []
+    # Issue #15: a long-lived trainer saving its warm state again and again.
+    rows.append(("torch.save, long-lived trainer: ckptfs time ÷ tmpfs time",
+                 r.ratio(("trainer", "save_seconds", ck), ("trainer", "save_seconds", tm)), "<=", 0.8, "×"))
+    rows.append(("torch.save, long-lived trainer: ckptfs time ÷ ext4 page-cache time",
+                 r.ratio(("trainer", "save_seconds", ck), ("trainer", "save_seconds", "disk")), "<=", 1.0, "×"))
     rows.append(("torch.save, 1 file: ckptfs time ÷ tmpfs time",
                  r.ratio(("torch", "save_single", ck), ("torch", "save_single", tm)), "<=", 1.0, "×"))
     rows.append(("torch.save, 64 files: ckptfs time ÷ tmpfs time",
@@ -134,6 +139,10 @@ def build_rows(r, gb_data):
 def other_rows(r):
     ck, tm, dk, rc = "ckptfs", "tmpfs", "disk", "rclone"
     rows = []
+    rows.append(("torch.save, long-lived trainer, passthrough=off: ckptfs time ÷ tmpfs time",
+                 r.ratio(("trainer", "save_seconds", "ckptfs-nopt"), ("trainer", "save_seconds", tm))))
+    rows.append(("torch.save, long-lived trainer: ckptfs time ÷ ckptfs passthrough=off time",
+                 r.ratio(("trainer", "save_seconds", ck), ("trainer", "save_seconds", "ckptfs-nopt"))))
     rows.append(("sequential write: ckptfs ÷ local disk (page cache) throughput",
                  r.ratio(("seq", "write_throughput", ck), ("seq", "write_throughput", dk))))
     rows.append(("sequential write: ckptfs ÷ rclone throughput",

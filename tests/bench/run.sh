@@ -335,10 +335,10 @@ phase_trainer() {
     tags+=("$t")
   done
   say "trainer: ${tags[*]}, $REPS repetitions of ${TORCH_GIB} GiB"
-  while read -r name m v u; do
+  while read -r name rep m v u; do
     [ -n "$u" ] || continue
-    rec trainer "$m" "$name" 0 "$v" "$u"
-  done < <(timeout 1800 $BENCH trainer "$TORCH_GIB" "$REPS" "${dirs[@]}" 2>>"$LOG" | awk 'NF == 4')
+    rec trainer "$m" "$name" "$rep" "$v" "$u"
+  done < <(timeout 1800 $BENCH trainer "$TORCH_GIB" "$REPS" "${dirs[@]}" 2>>"$LOG" | awk 'NF == 5')
   for t in "${tags[@]}"; do down "$t" "trainer-$t"; done
 }
 

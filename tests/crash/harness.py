@@ -798,6 +798,7 @@ class Harness:
         self.failed_dirs = []
         self.bugs = {}  # note starting with "BUG" -> seeds
         self.live_seen = 0  # iterations whose watcher saw a consistent latest while the writer ran
+        self.failures = []  # (seed, first errors) of each failed iteration
 
     def preflight(self):
         if not os.path.exists("/dev/fuse"):
@@ -890,6 +891,7 @@ class Harness:
         if len(errs) > 25:
             log(f"       ... and {len(errs) - 25} more")
         if not passed:
+            self.failures.append((seed, errs[:5]))
             tail = [l for l in it.daemon_log().splitlines() if " W " in l or " E " in l or " C " in l][-12:]
             for l in tail:
                 log(f"       | {l}")
@@ -945,6 +947,10 @@ def main():
         h.cleanup_all()
     for bug, where in h.bugs.items():
         log(f"crash harness: {bug} (seeds {' '.join(map(str, where))})")
+    # Again at the end, where a test runner's tail of the output shows it.
+    for seed, errs in h.failures:
+        for e in errs:
+            log(f"crash harness: seed {seed} failed: {e[:600]}")
     log(f"crash harness: the watcher saw a consistent latest while the writer ran in {h.live_seen} of {len(seeds)} iterations")
     if args.bounded and h.live_seen == 0 and not failed:
         log("crash harness: FAIL: in no iteration did the watcher see a consistent latest: it proved nothing")
