@@ -113,8 +113,10 @@ Status InodeTable::Load(Caller root_owner) {
   for (auto [key, size] : sizes) {
     if (!tier_->Has(key)) continue;  // removed above (an orphan inode's bytes)
     Inode* n = Find(cache::IsSnapKey(key) ? cache::SnapIno(key) : key);
-    if (cache::IsSnapKey(key) && n) {
-      bool current = S_ISREG(n->rec.mode) && cache::SnapMatches(key, n->rec.ino, n->rec.version);
+    // A snapshot the log still needs is kept even when its inode is gone
+    // (the file was deleted with a version on its way to the backend).
+    if (cache::IsSnapKey(key) && (n || wanted.count(key))) {
+      bool current = n && S_ISREG(n->rec.mode) && cache::SnapMatches(key, n->rec.ino, n->rec.version);
       if (!wanted.count(key) && !current) tier_->Remove(key);  // published (or superseded) before the stop
       continue;
     }
