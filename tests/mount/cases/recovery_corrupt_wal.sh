@@ -10,7 +10,8 @@ set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
 touch "$T/pause"  # nothing drains: the tier holds the only copy
-CKPTFS_DRAIN_PAUSE_FILE=$T/pause mount_fs --cache-size 256M
+# --prealloc 0: no spare file appears between the listing below and the kill.
+CKPTFS_DRAIN_PAUSE_FILE=$T/pause mount_fs --cache-size 256M --prealloc 0
 for i in 1 2 3 4 5 6; do
   mkdir "$MNT/step_$i"
   head -c 64K /dev/urandom > "$MNT/step_$i/model.pt"
