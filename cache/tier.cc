@@ -366,8 +366,8 @@ bool Tier::AddSpare(uint64_t bytes, uint64_t headroom) {
     if (closed_ || used_ + reserved_ + bytes + headroom > budget_) return false;
     reserved_ += bytes;
     // A name Open removes as a copy cut short (*.tmp), in a key range no
-    // inode reaches (the snapshot bit and an all-ones inode field).
-    name = NameOf(kSnapBit | (((1ULL << 43) - 1) << 20) | (next_spare_++ & 0xFFFFF)) + ".tmp";
+    // inode number reaches and outside the snapshot keys (no top bit).
+    name = NameOf(0x7FFFFFFFFFF00000ULL | (next_spare_++ & 0xFFFFF)) + ".tmp";
   }
   int fd = OpenAt(name, O_RDWR | O_CREAT | O_TRUNC);
   int err = fd < 0 ? errno : 0;

@@ -35,14 +35,17 @@ worst = (0, "")
 def used():
     j = json.loads(subprocess.run([ckptfs, "status", mnt, "--json"], check=True, capture_output=True,
                                   text=True, timeout=30).stdout)
-    return j["tier"]["used"]
+    # Pre-allocated spare pages are a separate, capped cost (--prealloc).
+    return j["tier"]["used"] - j.get("passthrough", {}).get("prealloc_bytes", 0)
 
-def tier_bytes():  # what the tier dir holds, whatever status counts
+def tier_bytes():  # what the tier dir holds, whatever status counts (spares, *.tmp, aside)
     n = 0
     for d, _, files in os.walk(tier):
         if os.path.relpath(d, tier).split(os.sep)[0] == "orphans":
             continue
         for f in files:
+            if f.endswith(".tmp"):
+                continue
             try:
                 n += os.lstat(os.path.join(d, f)).st_blocks * 512
             except FileNotFoundError:
