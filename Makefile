@@ -94,7 +94,7 @@ WITH_TSAN ?= 1
 # mounted cases (TSAN_BUILD_CMD), not before them.
 test: deps
 	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all units
-	@BUILD=$(BUILD) $(if $(filter-out 0,$(WITH_TSAN)),TSAN=build-thread TSAN_BUILD_CMD="$(MAKE) --no-print-directory SAN=thread -j$(BUILD_JOBS) all units") $(if $(JOBS),JOBS=$(JOBS)) tests/run_all.sh
+	@BUILD=$(BUILD) $(if $(filter-out 0,$(WITH_TSAN)),TSAN=build-thread TSAN_BUILD_CMD="$(MAKE) --no-print-directory SAN=thread BUILD=build-thread -j$(BUILD_JOBS) all units") $(if $(JOBS),JOBS=$(JOBS)) tests/run_all.sh
 
 unit:
 	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all units

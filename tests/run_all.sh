@@ -290,7 +290,7 @@ run_mounted() {
   # beside the parallel cases, which mostly wait on mounts, drains and
   # Python: about a minute of a 7-minute run, no longer in series.
   if [ -z "$PREFIX" ] && [ -n "${TSAN_BUILD_CMD:-}" ] && [ -z "$_tsan_build" ]; then
-    (cd "$REPO" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL bash -c "$TSAN_BUILD_CMD" > "$RUN/tsan-build.log" 2>&1) &
+    (cd "$REPO" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u BUILD bash -c "$TSAN_BUILD_CMD" > "$RUN/tsan-build.log" 2>&1) &
     _tsan_build=$!
   fi
   for c in "${par[@]}"; do
@@ -305,7 +305,7 @@ run_mounted() {
 run_tsan() {
   [ -n "$TSAN" ] || return 0
   if [ -n "${TSAN_BUILD_CMD:-}" ]; then
-    [ -n "$_tsan_build" ] || (cd "$REPO" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL bash -c "$TSAN_BUILD_CMD" > "$RUN/tsan-build.log" 2>&1) &
+    [ -n "$_tsan_build" ] || (cd "$REPO" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u BUILD bash -c "$TSAN_BUILD_CMD" > "$RUN/tsan-build.log" 2>&1) &
     [ -n "$_tsan_build" ] || _tsan_build=$!
     if ! wait "$_tsan_build"; then
       echo "FAIL tsan-build (the ThreadSanitizer build failed)"
