@@ -288,7 +288,7 @@ phase_torch() {
       drop_caches
       up "$t" "$tag" || { failures=$((failures + 1)); down "$t" "$tag"; continue; }
       case $t in
-        ckptfs) after="$CKPTFS drain $DIR" ;;
+        ckptfs|ckptfs-nopt) after="$CKPTFS drain $DIR" ;;
         tmpfs) d=$WORK/cp-$tag; mkdir -p "$d"; after="cp -r {dir} $d/ && sync" ;;
         disk) after="sync" ;;
         rclone) after="" ;;
