@@ -179,6 +179,9 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
   auto live = sizes.find(ino);
   InodeRecord before = r;
   largest_sealed_ = std::max(largest_sealed_, r.sealed_size);
+  // A passthrough writer that never closed leaves pre-allocated pages past
+  // its end: they go back to the budget.
+  if (live != sizes.end()) tier_->TrimBeyondEof(ino);
   if (r.state == DataState::kDraining) r.state = DataState::kDirty;  // a transfer in flight starts over
   if (tier_->Has(snap)) {
     // Being rewritten when the daemon stopped: the last close's version
@@ -355,6 +358,7 @@ Status InodeTable::ImportBackend() {
         r.mode = S_IFREG | (e.mode ? e.mode & 07777 : 0644);
         r.nlink = 1;
         r.size = r.sealed_size = e.size;
+        largest_sealed_ = std::max(largest_sealed_, e.size);  // what a checkpoint here weighs
         r.state = DataState::kRemote;
         if (e.has_checksum) {
           r.checksum_hi = e.checksum_hi;

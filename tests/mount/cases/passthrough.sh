@@ -137,6 +137,17 @@ note "tier used $((used >> 20)) MiB: files $((files >> 20)) MiB, spares $(($(spa
 remount_fs --prealloc 0
 sleep 0.5
 expect_eq 0 "$(spares)" "pre-allocated bytes with --prealloc 0"
+# After a restart the files already there say how large a checkpoint is:
+# the first save of this mount is passthrough.
+$PY - "$MNT/after_restart.pt" <<'PY'
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+io = os.getxattr(sys.argv[1], "user.ckptfs.io").decode()
+assert io == "passthrough", f"first writer after a restart: {io}"
+os.write(fd, b"x" * 70000)
+os.close(fd)
+PY
+expect_eq 70000 "$(size_of "$MNT/after_restart.pt")" "size after a passthrough write"
 "$CKPTFS" mount "$T/m2" --backend "$T/b2" --prealloc lots > "$T/bad.out" 2>&1 && fail "--prealloc lots accepted"
 grep -q "prealloc" "$T/bad.out" || fail "bad --prealloc message: $(cat "$T/bad.out")"
 
