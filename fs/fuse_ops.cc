@@ -39,6 +39,7 @@ struct FileHandle {
   int fd;  // the tier file, owned by the tier while pinned
   bool wrote = false;
   bool passthrough = false;  // the kernel serves its I/O from the tier file
+  int backing_id = 0;        // with passthrough: the id the open reply carries
 };
 
 struct DirHandle {
@@ -333,7 +334,7 @@ int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // reply is marked on its way out (fs/passthrough.h). The kernel takes
     // no other open flag with passthrough but direct_io and noflush.
     h->passthrough = true;
-    d->pt->Expect(fi->fh, r->backing_id);
+    h->backing_id = r->backing_id;
     return 0;
   }
   // All changes come through this mount, so cached pages stay valid.
@@ -348,18 +349,28 @@ int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   return 0;
 }
 
-// Undoes OpenFile when the reply could not be sent.
-void UndoOpen(fuse_req_t req, fuse_file_info* fi) {
-  std::unique_ptr<FileHandle> h(reinterpret_cast<FileHandle*>(fi->fh));
-  if (h->passthrough) D(req)->pt->Forget(fi->fh);
-  D(req)->table->Release(h->ino, fi->flags, h->passthrough);
+// Sends the reply to an open or create (`send`), marked for passthrough on
+// its way out when the handle is one; undoes the open if the kernel no
+// longer waits. The mark is dropped whatever happens, so no later reply
+// with the same handle value can carry this inode's backing id.
+template <class Send>
+void ReplyOpened(fuse_req_t req, fuse_file_info* fi, Send&& send) {
+  Daemon* d = D(req);  // req is freed by the reply
+  auto* h = reinterpret_cast<FileHandle*>(fi->fh);
+  if (h->passthrough) d->pt->Expect(fi->fh, h->backing_id);
+  int rc = send();
+  if (h->passthrough) d->pt->Forget(fi->fh);
+  if (rc == -ENOENT) {  // interrupted: undo
+    d->table->Release(h->ino, fi->flags, h->passthrough);
+    delete h;
+  }
 }
 
-// Opens and replies; undoes the open if the kernel no longer waits.
+// Opens and replies.
 void OpenAndReply(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   int e = OpenFile(req, ino, fi);
   if (e) return (void)fuse_reply_err(req, e);
-  if (fuse_reply_open(req, fi) == -ENOENT) UndoOpen(req, fi);  // interrupted
+  ReplyOpened(req, fi, [&] { return fuse_reply_open(req, fi); });
 }
 
 void ckpt_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -398,7 +409,7 @@ void ckpt_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mod
     ep.entry_timeout = d->entry_timeout;
     d->table->FillStat(*r, &ep.attr);
     FAILPOINT("meta.after_commit");
-    if (fuse_reply_create(req, &ep, fi) == -ENOENT) UndoOpen(req, fi);
+    ReplyOpened(req, fi, [&] { return fuse_reply_create(req, &ep, fi); });
   });
 }
 

@@ -61,8 +61,9 @@ class Passthrough : public BackingFiles {
   void CloseBacking(int id) override;
 
   // The reply to the open whose handle is `fh` must say passthrough with
-  // `backing_id`. Call before fuse_reply_open/create; Forget(fh) if the
-  // reply is not sent after all.
+  // `backing_id`. Call right before fuse_reply_open/create and Forget(fh)
+  // right after, whatever it returned: a mark left behind would be given
+  // to a later handle that reuses the value (another inode's bytes).
   void Expect(uint64_t fh, int backing_id);
   void Forget(uint64_t fh);
 
