@@ -355,13 +355,18 @@ int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 // with the same handle value can carry this inode's backing id.
 template <class Send>
 void ReplyOpened(fuse_req_t req, fuse_file_info* fi, Send&& send) {
-  Daemon* d = D(req);  // req is freed by the reply
+  // Everything is read before the reply: once it is sent, req is freed
+  // and the kernel may release (delete) the handle on another thread.
+  Daemon* d = D(req);
   auto* h = reinterpret_cast<FileHandle*>(fi->fh);
-  if (h->passthrough) d->pt->Expect(fi->fh, h->backing_id);
+  const uint64_t fh = fi->fh, ino = h->ino;
+  const bool pt = h->passthrough;
+  const int flags = fi->flags;
+  const uint64_t token = pt ? d->pt->Expect(fh, h->backing_id) : 0;
   int rc = send();
-  if (h->passthrough) d->pt->Forget(fi->fh);
-  if (rc == -ENOENT) {  // interrupted: undo
-    d->table->Release(h->ino, fi->flags, h->passthrough);
+  if (pt) d->pt->Forget(fh, token);
+  if (rc == -ENOENT) {  // interrupted: the kernel never saw the handle; undo
+    d->table->Release(ino, flags, pt);
     delete h;
   }
 }

@@ -175,7 +175,7 @@ void Passthrough::PatchReply(struct iovec* iov, int count) {
   auto e = expected_.find(out->fh);
   if (e == expected_.end()) return;
   out->open_flags |= kFopenPassthrough;
-  out->backing_id = e->second;
+  out->backing_id = e->second.backing_id;
   expected_.erase(e);
   opens_.fetch_add(1, std::memory_order_relaxed);
 }
@@ -200,14 +200,16 @@ void Passthrough::CloseBacking(int id) {
     LOG_ERROR("fuse: closing backing id {} failed: {}", id, ErrStr(errno));
 }
 
-void Passthrough::Expect(uint64_t fh, int backing_id) {
+uint64_t Passthrough::Expect(uint64_t fh, int backing_id) {
   MutexLock lk(&mu_);
-  expected_[fh] = backing_id;
+  uint64_t token = next_token_++;
+  expected_[fh] = Mark{backing_id, token};
+  return token;
 }
 
-void Passthrough::Forget(uint64_t fh) {
+void Passthrough::Forget(uint64_t fh, uint64_t token) {
   MutexLock lk(&mu_);
-  expected_.erase(fh);
+  if (auto it = expected_.find(fh); it != expected_.end() && it->second.token == token) expected_.erase(it);
 }
 
 }  // namespace ckpt::fs

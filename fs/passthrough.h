@@ -64,8 +64,11 @@ class Passthrough : public BackingFiles {
   // `backing_id`. Call right before fuse_reply_open/create and Forget(fh)
   // right after, whatever it returned: a mark left behind would be given
   // to a later handle that reuses the value (another inode's bytes).
-  void Expect(uint64_t fh, int backing_id);
-  void Forget(uint64_t fh);
+  // Returns a token for Forget, which drops the mark only if it is still
+  // this one (the handle may be released, and its value reused by another
+  // open, as soon as the reply is out).
+  uint64_t Expect(uint64_t fh, int backing_id);
+  void Forget(uint64_t fh, uint64_t token);
 
   // Counters for status.
   uint64_t opens() const { return opens_.load(std::memory_order_relaxed); }
@@ -89,7 +92,12 @@ class Passthrough : public BackingFiles {
   // unique of each OPEN/CREATE/INIT request not yet answered -> its opcode.
   std::unordered_map<uint64_t, uint32_t> pending_ GUARDED_BY(mu_);
   std::atomic<size_t> npending_{0};  // pending_.size(), read without mu_ on every reply
-  std::unordered_map<uint64_t, int> expected_ GUARDED_BY(mu_);  // fh -> backing id
+  struct Mark {
+    int backing_id;
+    uint64_t token;
+  };
+  std::unordered_map<uint64_t, Mark> expected_ GUARDED_BY(mu_);  // fh -> its mark
+  uint64_t next_token_ GUARDED_BY(mu_) = 1;
   uint64_t init_flags2_ GUARDED_BY(mu_) = 0;                    // what the kernel offered at INIT
 };
 
