@@ -18,6 +18,7 @@
 #   7. Pre-allocated tier pages: spares appear once files are sealed, a new
 #      version is written into one and its unused tail is freed at close;
 #      --prealloc 0 keeps none.
+# tsan: open replies marked on the way out, the 50 ms budget watch and the spare refill beside the drain
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
