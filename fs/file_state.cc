@@ -74,7 +74,8 @@ bool InodeTable::PassthroughRoom(const Inode* n, bool trunc) {
   return free >= expect + s.budget / 8;
 }
 
-Status InodeTable::StartPassthrough(Inode* n, bool writable) {
+Status InodeTable::StartPassthrough(Inode* n, int flags) {
+  const bool writable = (flags & O_ACCMODE) != O_RDONLY;
   const uint64_t ino = n->rec.ino;
   if (n->pt_opens == 0) {
     auto ref = tier_->Ref(ino);
@@ -85,6 +86,7 @@ Status InodeTable::StartPassthrough(Inode* n, bool writable) {
   }
   n->pt_opens++;
   if (writable) pt_writes_seen_.store(true);
+  if ((flags & O_ACCMODE) == O_RDWR) n->pt_rdwr++;
   if (writable && n->pt_writers++ == 0) {
     auto st = tier_->Refresh(ino);
     n->pt_size = st ? static_cast<uint64_t>(st->st_size) : n->rec.size;
@@ -116,7 +118,10 @@ void InodeTable::Absorb(Inode* n) {
 void InodeTable::MarkChanged(Inode* n) {
   // A passthrough writer's stores through a shared mapping move neither the
   // size nor (on tmpfs) the mtime: Absorb cannot see them. Sealing when
-  // nothing changed only sends the same bytes again.
+  // nothing changed only sends the same bytes again. Only O_RDWR handles
+  // can map a file shared and writable; an O_WRONLY writer (torch.save,
+  // DCP) changes bytes only by write(2), which moves the mtime (tmpfs has
+  // fine-grained timestamps once they are looked at, and Absorb looks).
   if (n->rec.nlink == 0 || n->data_gen != n->sealed_gen) return;
   Transition(n, FileEvent::kChange);
   n->data_gen++;
@@ -221,7 +226,7 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
   }
   OpenResult res{*fd, 0};
   if (pt) {
-    if (auto st = StartPassthrough(n, writable); st) {
+    if (auto st = StartPassthrough(n, flags); st) {
       res.backing_id = n->backing_id;
     } else if (n->pt_opens > 0) {  // the others are passthrough: this one must be too
       tier_->Unpin(ino);
@@ -243,9 +248,13 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
   n->opens--;
   const bool writable = (open_flags & O_ACCMODE) != O_RDONLY;
   if (writable && n->writers > 0) n->writers--;
-  if (passthrough && writable) MarkChanged(n);
+  // Stores through a shared mapping need a readable and writable handle:
+  // only those are counted as a change without being seen.
+  const bool rdwr = (open_flags & O_ACCMODE) == O_RDWR;
+  if (passthrough && rdwr) MarkChanged(n);
   if (passthrough && n->pt_opens > 0) {
     n->pt_opens--;
+    if (rdwr && n->pt_rdwr > 0) n->pt_rdwr--;
     if (writable && n->pt_writers > 0 && --n->pt_writers == 0) {
       tier_->TrimBeyondEof(ino);  // the pre-allocated pages it did not use
       (void)tier_->Refresh(ino);
@@ -331,7 +340,7 @@ Status InodeTable::Flush(uint64_t ino, int open_flags) {
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   bool last_writer = (open_flags & O_ACCMODE) != O_RDONLY && n->writers == 1;
-  if (last_writer && n->pt_writers > 0) MarkChanged(n);
+  if (last_writer && n->pt_rdwr > 0) MarkChanged(n);
   if (last_writer && n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode)) return SealNow(n);
   if (!n->size_dirty) return {};
   Batch b;
@@ -416,7 +425,7 @@ Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
     // writer cannot be stopped at its next write: the version is sealed in
     // place, and the drain waits for the writer's close (BeginPersist)
     // unless it is copied aside below.
-    if (n->pt_writers > 0) MarkChanged(n);
+    if (n->pt_rdwr > 0) MarkChanged(n);
     if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode))
       if (auto st = SealNow(n); !st) return Err(st.error());
     // Everything logged so far, this file's seal included.

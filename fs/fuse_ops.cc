@@ -540,7 +540,7 @@ void ckpt_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   std::unique_ptr<FileHandle> h(reinterpret_cast<FileHandle*>(fi->fh));
   Guard(req, [&] {
     D(req)->table->Release(ino, fi->flags, h->passthrough);
-    if (h->passthrough && (fi->flags & O_ACCMODE) != O_RDONLY) D(req)->table->RelieveOverBudget();
+    if (h->passthrough && (fi->flags & O_ACCMODE) != O_RDONLY) D(req)->table->EvictIfOverBudget();
     // The close sealed a new version (one WriteBatch); the kernel has not heard back.
     if (h->wrote) FAILPOINT("meta.after_commit");
     fuse_reply_err(req, 0);

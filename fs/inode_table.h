@@ -219,6 +219,9 @@ class InodeTable {
   // wrote and, if the tier is over its budget, evicts clean files for the
   // difference. Run every 50 ms while one is open, and at their close.
   void RelieveOverBudget() EXCLUDES(mu_);
+  // The cheap half, at a passthrough writer's close (Release took its
+  // bytes in): evicts clean files if the tier is over its budget.
+  void EvictIfOverBudget() EXCLUDES(mu_);
   // Passthrough handles open now, and inodes with a passthrough writer.
   std::pair<uint64_t, uint64_t> PassthroughOpens();
   // Would Open(ino, flags) first fetch the file from the backend?
@@ -344,7 +347,7 @@ class InodeTable {
     // Passthrough: handles, those open for writing, the kernel's id for
     // the tier file while any is open, and the tier file's size and mtime
     // when last taken in (Absorb).
-    uint32_t pt_opens = 0, pt_writers = 0;
+    uint32_t pt_opens = 0, pt_writers = 0, pt_rdwr = 0;  // pt_rdwr: O_RDWR ones (may map it shared)
     int backing_id = 0;
     uint64_t pt_size = 0;
     int64_t pt_mtime_ns = 0;
@@ -375,12 +378,12 @@ class InodeTable {
   void Absorb(Inode* n) REQUIRES(mu_);
   // Starts the file's passthrough state for a handle (registers the tier
   // file at the first). REQUIRES: mu_ held.
-  Status StartPassthrough(Inode* n, bool writable) REQUIRES(mu_);
+  Status StartPassthrough(Inode* n, int flags) REQUIRES(mu_);
   // Would a new passthrough writer of `n` fit in the budget (its last
   // version's size, with room to spare)? REQUIRES: mu_ held.
   bool PassthroughRoom(const Inode* n, bool trunc) REQUIRES(mu_);
-  // Counts a passthrough writer's close or fsync as a change of the bytes
-  // (if none was seen). REQUIRES: mu_ held.
+  // Counts an O_RDWR passthrough writer's close or fsync as a change of the
+  // bytes (if none was seen). REQUIRES: mu_ held.
   void MarkChanged(Inode* n) REQUIRES(mu_);
   Result<OpenResult> OpenImpl(uint64_t ino, int flags, bool allow_passthrough) EXCLUDES(mu_);
   Result<OpenResult> OpenLocked(Inode* n, int flags, bool passthrough) REQUIRES(mu_);

@@ -23,6 +23,10 @@ void InodeTable::RelieveOverBudget() {
     for (auto& [ino, n] : inodes_)
       if (n->pt_writers > 0) Absorb(n.get());
   }
+  EvictIfOverBudget();
+}
+
+void InodeTable::EvictIfOverBudget() {
   cache::TierStats s = tier_->Stats();
   if (s.used + s.reserved > s.budget) (void)Evict(s.used + s.reserved - s.budget);
 }

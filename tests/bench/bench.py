@@ -320,6 +320,105 @@ def trainer(gib, reps, dirs):
                 os.unlink(prev)
 
 
+def _dcp_rank(d, rank, files, nbytes, seed):
+    """One rank of a torch.distributed.checkpoint save: its .distcp files,
+    each written whole, fsynced and closed (as DCP's FileSystemWriter)."""
+    import random
+
+    rng = random.Random(seed * 1000 + rank)
+    buf = os.urandom(nbytes * 2)
+    for i in range(files):
+        n = nbytes // 2 + rng.randrange(nbytes)
+        path = os.path.join(d, f"__{rank}_{i}.distcp")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        off = rng.randrange(nbytes)
+        os.write(fd, buf[off:off + n])
+        os.fsync(fd)
+        os.close(fd)
+
+
+def _hf_save(d, nbytes, seed):
+    """An HF Trainer checkpoint-N directory: the weights, the optimizer and
+    scheduler states, RNG state, a few JSON files."""
+    os.makedirs(d, exist_ok=True)
+    parts = [("model.safetensors", nbytes), ("optimizer.pt", 2 * nbytes), ("scheduler.pt", 1100),
+             ("rng_state.pth", 14500), ("trainer_state.json", 5000), ("training_args.bin", 5200),
+             ("config.json", 700), ("generation_config.json", 150), ("tokenizer.json", 2 << 20),
+             ("special_tokens_map.json", 400)]
+    buf = os.urandom(2 * nbytes + 1)
+    for name, n in parts:
+        tmp = os.path.join(d, name + ".tmp")  # HF and Lightning write then replace
+        with open(tmp, "wb") as f:
+            f.write(buf[:n])
+        os.replace(tmp, os.path.join(d, name))
+
+
+def _read_tree(d):
+    total = 0
+    for root, _, files in os.walk(d):
+        for f in files:
+            with open(os.path.join(root, f), "rb", buffering=0) as fh:
+                while True:
+                    b = fh.read(1 << 20)
+                    if not b:
+                        break
+                    total += len(b)
+    return total
+
+
+def frameworks(reps, ranks, files, mib, dirs):
+    """Small framework-shaped checkpoints, saved by one long-lived process
+    (forking its ranks) to each DIR (NAME=PATH) in turn, rotated: a DCP
+    directory (RANKS ranks at once, FILES fsynced .distcp files each,
+    ~MIB MiB apiece, then .metadata from rank 0) and an HF Trainer
+    checkpoint-N directory (~10 files, temp file + os.replace), the one
+    before the previous removed (rotation). The load reads every file back
+    in a new process. Prints `NAME REP METRIC VALUE UNIT`."""
+    import shutil
+    import subprocess
+
+    nbytes = int(mib * (1 << 20))
+    targets = [d.split("=", 1) for d in dirs]
+    for r in range(reps + 1):  # round 0 warms every target up (first file of a mount)
+        for k in range(len(targets)):
+            name, d = targets[(k + r) % len(targets)]
+            step = os.path.join(d, f"dcp-{r}")
+            os.makedirs(step, exist_ok=True)
+            t0 = time.perf_counter()
+            pids = []
+            for rank in range(ranks):
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        _dcp_rank(step, rank, files, nbytes, r)
+                        os._exit(0)
+                    except BaseException:
+                        os._exit(1)
+                pids.append(pid)
+            ok = all(os.waitpid(p, 0)[1] == 0 for p in pids)
+            with open(os.path.join(step, ".metadata"), "wb") as f:
+                f.write(os.urandom(64 << 10))
+                f.flush()
+                os.fsync(f.fileno())
+            t_dcp = time.perf_counter() - t0
+            hf = os.path.join(d, f"checkpoint-{r}")
+            t0 = time.perf_counter()
+            _hf_save(hf, nbytes * 8, r)
+            t_hf = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, __file__, "read-tree", step], check=True, capture_output=True)
+            t_dcp_load = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, __file__, "read-tree", hf], check=True, capture_output=True)
+            t_hf_load = time.perf_counter() - t0
+            if r > 0 and ok:
+                for m, v in (("dcp_save_seconds", t_dcp), ("hf_save_seconds", t_hf),
+                             ("dcp_load_seconds", t_dcp_load), ("hf_load_seconds", t_hf_load)):
+                    print(f"{name} {r} {m} {v:.6f} s", flush=True)
+            for old in (os.path.join(d, f"dcp-{r - 2}"), os.path.join(d, f"checkpoint-{r - 2}")):
+                shutil.rmtree(old, ignore_errors=True)
+
+
 def mkfiles(d, count, nbytes):
     data = os.urandom(nbytes)
     os.makedirs(d, exist_ok=True)
@@ -369,6 +468,14 @@ def main():
     p.add_argument("gib", type=float)
     p.add_argument("reps", type=int)
     p.add_argument("dirs", nargs="+", help="NAME=DIR")
+    p = sp.add_parser("frameworks")
+    p.add_argument("reps", type=int)
+    p.add_argument("ranks", type=int)
+    p.add_argument("files", type=int, help=".distcp files per rank")
+    p.add_argument("mib", type=float, help="mean .distcp file size")
+    p.add_argument("dirs", nargs="+", help="NAME=DIR")
+    p = sp.add_parser("read-tree")
+    p.add_argument("dir")
     p = sp.add_parser("mkfiles")
     p.add_argument("dir")
     p.add_argument("count", type=int)
@@ -386,6 +493,10 @@ def main():
         torch_load(a.dir, a.mode, a.which)
     elif a.cmd == "trainer":
         trainer(a.gib, a.reps, a.dirs)
+    elif a.cmd == "frameworks":
+        frameworks(a.reps, a.ranks, a.files, a.mib, a.dirs)
+    elif a.cmd == "read-tree":
+        _read_tree(a.dir)
     elif a.cmd == "mkfiles":
         mkfiles(a.dir, a.count, a.bytes)
     elif a.cmd == "proc":

@@ -20,8 +20,10 @@
 #   FILES [10000]        files in the tier for the remount test (FILE_BYTES [16384] each)
 #   REPS [3]             repetitions (each one measures every target once)
 #   TARGETS [ckptfs tmpfs disk rclone]
-#   PHASES [trainer seq torch remount fsync s3]   (trainer: one long-lived process saving
-#                        TORCH_GIB to ckptfs, ckptfs -o passthrough=off, tmpfs and disk in turn)
+#   PHASES [trainer frameworks seq torch remount fsync s3]   (trainer: one long-lived process
+#                        saving TORCH_GIB to ckptfs, ckptfs -o passthrough=off, tmpfs and disk in
+#                        turn; frameworks: DCP (4 ranks x 24 fsynced files of ~FW_MIB [2] MiB) and
+#                        HF Trainer checkpoint dirs the same way, each read back by a new process)
 #   FSYNC_SIZE [2G]      file size for the fsync phase (tests/bench/fsync_latency.py: fsync of a
 #                        file still open for writing, then a 1 MiB write, while another thread
 #                        stats other paths; ckptfs with --fsync memory and its drain paused, and
@@ -59,7 +61,7 @@ FILES=${FILES:-10000}
 FILE_BYTES=${FILE_BYTES:-16384}
 REPS=${REPS:-3}
 TARGETS=${TARGETS:-"ckptfs tmpfs disk rclone"}
-PHASES=${PHASES:-"trainer seq torch remount fsync s3"}
+PHASES=${PHASES:-"trainer frameworks seq torch remount fsync s3"}
 FSYNC_SIZE=${FSYNC_SIZE:-2G}
 REPORT=${REPORT:-1}
 OUT=$REPO/tests/bench/out
@@ -342,6 +344,28 @@ phase_trainer() {
   for t in "${tags[@]}"; do down "$t" "trainer-$t"; done
 }
 
+# Small framework-shaped checkpoints (issue #15): a DCP directory of 96
+# fsynced .distcp files written by 4 ranks at once plus .metadata, and an HF
+# Trainer checkpoint-N directory (~10 files, temp + os.replace), saved by one
+# long-lived process to every target in turn and read back by a new process.
+phase_frameworks() {
+  local -a dirs=() tags=()
+  local t tag name rep m v u
+  for t in ckptfs ckptfs-nopt tmpfs disk; do
+    case " $TARGETS " in *" ${t%-nopt} "*) ;; *) continue ;; esac
+    tag=fw-$t
+    up "$t" "$tag" || { failures=$((failures + 1)); continue; }
+    dirs+=("$t=$DIR")
+    tags+=("$t")
+  done
+  say "frameworks: ${tags[*]}, $REPS repetitions"
+  while read -r name rep m v u; do
+    [ -n "$u" ] || continue
+    rec frameworks "$m" "$name" "$rep" "$v" "$u"
+  done < <(timeout 1800 $BENCH frameworks "$REPS" 4 24 "${FW_MIB:-2}" "${dirs[@]}" 2>>"$LOG" | awk 'NF == 5')
+  for t in "${tags[@]}"; do down "$t" "fw-$t"; done
+}
+
 phase_remount() {
   local r tag=remount t0
   case " $TARGETS " in *" ckptfs "*) ;; *) return 0 ;; esac
@@ -436,6 +460,7 @@ rec meta cpu_busy_start all 0 "$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' 
 for p in $PHASES; do
   case $p in
     trainer) phase_trainer ;;
+    frameworks) phase_frameworks ;;
     seq) phase_seq ;;
     torch) phase_torch ;;
     remount) phase_remount ;;
