@@ -321,50 +321,39 @@ phase_torch() {
   done
 }
 
-# One long-lived trainer process (issue #15): its state built once, saved
-# again and again to every target in turn (ckptfs, ckptfs with
-# -o passthrough=off, tmpfs, a local disk directory through the page
-# cache), REPS times after a warm-up round, so every ratio compares saves
-# of the same warm process in the same minute.
-phase_trainer() {
+# in_turn PHASE TAG CMD...: mounts every target (ckptfs, ckptfs with
+# -o passthrough=off, tmpfs, a local disk directory) as TAG-TARGET, runs
+# one long-lived `bench.py CMD... NAME=DIR...` that saves to them in turn,
+# records its `NAME REP METRIC VALUE UNIT` lines under PHASE, unmounts.
+in_turn() {
+  local phase=$1 tag=$2 t name rep m v u
+  shift 2
   local -a dirs=() tags=()
-  local t tag line name m v u
   for t in ckptfs ckptfs-nopt tmpfs disk; do
     case " $TARGETS " in *" ${t%-nopt} "*) ;; *) continue ;; esac
-    tag=trainer-$t
-    up "$t" "$tag" || { failures=$((failures + 1)); continue; }
+    up "$t" "$tag-$t" || { failures=$((failures + 1)); continue; }
     dirs+=("$t=$DIR")
     tags+=("$t")
   done
-  say "trainer: ${tags[*]}, $REPS repetitions of ${TORCH_GIB} GiB"
+  say "$phase: ${tags[*]}, $REPS repetitions"
   while read -r name rep m v u; do
     [ -n "$u" ] || continue
-    rec trainer "$m" "$name" "$rep" "$v" "$u"
-  done < <(timeout 1800 $BENCH trainer "$TORCH_GIB" "$REPS" "${dirs[@]}" 2>>"$LOG" | awk 'NF == 5')
-  for t in "${tags[@]}"; do down "$t" "trainer-$t"; done
+    rec "$phase" "$m" "$name" "$rep" "$v" "$u"
+  done < <(timeout 1800 $BENCH "$@" "${dirs[@]}" 2>>"$LOG" | awk 'NF == 5')
+  for t in "${tags[@]}"; do down "$t" "$tag-$t"; done
 }
+
+# One long-lived trainer process (issue #15): its state built once, saved
+# again and again to every target in turn, REPS times after a warm-up
+# round, so every ratio compares saves of the same warm process in the
+# same minute.
+phase_trainer() { in_turn trainer trainer trainer "$TORCH_GIB" "$REPS"; }
 
 # Small framework-shaped checkpoints (issue #15): a DCP directory of 96
 # fsynced .distcp files written by 4 ranks at once plus .metadata, and an HF
 # Trainer checkpoint-N directory (~10 files, temp + os.replace), saved by one
 # long-lived process to every target in turn and read back by a new process.
-phase_frameworks() {
-  local -a dirs=() tags=()
-  local t tag name rep m v u
-  for t in ckptfs ckptfs-nopt tmpfs disk; do
-    case " $TARGETS " in *" ${t%-nopt} "*) ;; *) continue ;; esac
-    tag=fw-$t
-    up "$t" "$tag" || { failures=$((failures + 1)); continue; }
-    dirs+=("$t=$DIR")
-    tags+=("$t")
-  done
-  say "frameworks: ${tags[*]}, $REPS repetitions"
-  while read -r name rep m v u; do
-    [ -n "$u" ] || continue
-    rec frameworks "$m" "$name" "$rep" "$v" "$u"
-  done < <(timeout 1800 $BENCH frameworks "$REPS" 4 24 "${FW_MIB:-2}" "${dirs[@]}" 2>>"$LOG" | awk 'NF == 5')
-  for t in "${tags[@]}"; do down "$t" "fw-$t"; done
-}
+phase_frameworks() { in_turn frameworks fw frameworks "$REPS" 4 24 "${FW_MIB:-2}"; }
 
 phase_remount() {
   local r tag=remount t0
