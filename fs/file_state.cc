@@ -85,9 +85,11 @@ Status InodeTable::StartPassthrough(Inode* n, int flags) {
     n->backing_id = *id;
   }
   n->pt_opens++;
+  pt_handles_++;
   if (writable) pt_writes_seen_.store(true);
   if ((flags & O_ACCMODE) == O_RDWR) n->pt_rdwr++;
   if (writable && n->pt_writers++ == 0) {
+    pt_writing_.insert(ino);
     auto st = tier_->Refresh(ino);
     n->pt_size = st ? static_cast<uint64_t>(st->st_size) : n->rec.size;
     n->pt_mtime_ns = st ? st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec : 0;
@@ -113,6 +115,11 @@ void InodeTable::Absorb(Inode* n) {
   n->data_gen++;
   if (n->rec.mode & (S_ISUID | S_ISGID)) n->rec.mode &= ~(S_ISUID | ((n->rec.mode & S_IXGRP) ? S_ISGID : 0));
   n->size_dirty = true;
+}
+
+std::pair<uint64_t, uint64_t> InodeTable::PassthroughOpens() {
+  MutexLock lk(&mu_);
+  return {pt_handles_, pt_writing_.size()};
 }
 
 void InodeTable::MarkChanged(Inode* n) {
@@ -254,8 +261,10 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
   if (passthrough && rdwr) MarkChanged(n);
   if (passthrough && n->pt_opens > 0) {
     n->pt_opens--;
+    pt_handles_--;
     if (rdwr && n->pt_rdwr > 0) n->pt_rdwr--;
     if (writable && n->pt_writers > 0 && --n->pt_writers == 0) {
+      pt_writing_.erase(ino);
       tier_->TrimBeyondEof(ino);  // the pre-allocated pages it did not use
       (void)tier_->Refresh(ino);
     }

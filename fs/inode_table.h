@@ -523,6 +523,11 @@ class InodeTable {
   // worth their memory (a mount whose writers all take the copying path
   // keeps none).
   std::atomic<bool> pt_writes_seen_{false};
+  // Passthrough handles open, and the inodes a passthrough writer has open
+  // (kept with Inode::pt_opens/pt_writers, so the 50 ms watch and status
+  // never scan the namespace).
+  uint64_t pt_handles_ GUARDED_BY(mu_) = 0;
+  std::set<uint64_t> pt_writing_ GUARDED_BY(mu_);
   Limits limits_;  // set before Load, read-only after
   std::atomic<bool> read_only_{false};
   mutable ckpt::Mutex ro_mu_;  // leaf lock

@@ -116,16 +116,6 @@ void InodeTable::RecordLost(const LogEntry& e, std::string_view reason) {
   lost_.push_back(e.path);
 }
 
-std::pair<uint64_t, uint64_t> InodeTable::PassthroughOpens() {
-  MutexLock lk(&mu_);
-  uint64_t handles = 0, writers = 0;
-  for (auto& [ino, n] : inodes_) {
-    handles += n->pt_opens;
-    writers += n->pt_writers > 0;
-  }
-  return {handles, writers};
-}
-
 std::vector<std::string> InodeTable::LostFiles() {
   MutexLock lk(&mu_);
   return lost_;

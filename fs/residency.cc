@@ -20,8 +20,7 @@ bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
 void InodeTable::RelieveOverBudget() {
   {
     MutexLock lk(&mu_);
-    for (auto& [ino, n] : inodes_)
-      if (n->pt_writers > 0) Absorb(n.get());
+    for (uint64_t ino : pt_writing_) Find(ino);  // Find takes in what they wrote
   }
   EvictIfOverBudget();
 }
@@ -36,8 +35,7 @@ void InodeTable::RefillSpares() {
   uint64_t cap = prealloc_.load(), size;
   {
     MutexLock lk(&mu_);
-    for (auto& [ino, n] : inodes_)
-      if (n->pt_writers > 0) return;  // never beside a save
+    if (!pt_writing_.empty()) return;  // never beside a save
     size = largest_sealed_;
   }
   if (cap == 0 || size == 0 || !backing_ || !backing_->active()) return;
