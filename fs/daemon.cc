@@ -188,6 +188,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   // Passthrough is negotiated at INIT, through libfuse's custom I/O hooks.
   d->pt = std::make_unique<Passthrough>(se, cfg.passthrough);
   if (d->pt->Install()) d->table->set_backing(d->pt.get());
+  static_assert(Config::kPreallocAuto == InodeTable::kPreallocAuto, "--prealloc auto means the same to both");
   d->table->set_prealloc(cfg.prealloc);
   cache::TierStats ts = d->tier->Stats();
   LOG_INFO("mounted {} backend={} state={} tier={} budget={} in tier={} max_file_size={}", cfg.mountpoint,
