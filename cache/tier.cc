@@ -324,7 +324,7 @@ Status Tier::Rekey(uint64_t from, uint64_t to) {
   return {};
 }
 
-Status Tier::CopyOut(uint64_t ino, uint64_t snap_key, bool wait) {
+Status Tier::CopyOut(uint64_t ino, uint64_t snap_key, bool wait, bool evict) {
   auto ref = Ref(ino);
   if (!ref) return Err(ref.error());
   FdRef src = std::move(*ref);
@@ -332,7 +332,7 @@ Status Tier::CopyOut(uint64_t ino, uint64_t snap_key, bool wait) {
   struct stat st;
   if (fstat(src->fd, &st) != 0) return ErrFromErrno();
   const uint64_t reserve = Allocated(st);
-  if (auto r = Reserve(reserve, wait); !r) return r;
+  if (auto r = Reserve(reserve, wait, evict); !r) return r;
   int fd = OpenAt(tmp, O_RDWR | O_CREAT | O_TRUNC);
   int err = fd < 0 ? errno : 0;
   FdRef fresh;
@@ -473,7 +473,7 @@ void Tier::Recharge(File* f) {
   f->charged = now;
 }
 
-Status Tier::Reserve(uint64_t n, bool wait) {
+Status Tier::Reserve(uint64_t n, bool wait, bool evict) {
   MutexLock lk(&mu_);
   if (n > budget_) return Err(ENOSPC);
   auto deadline = std::chrono::steady_clock::now() + wait_limit_;
@@ -486,6 +486,7 @@ Status Tier::Reserve(uint64_t n, bool wait) {
       spares_.pop_back();
       continue;
     }
+    if (!evict) return Err(ENOSPC);
     if (evictor_) {
       lk.Unlock();  // the evictor takes InodeTable's lock, which comes first
       Relief r = evictor_(missing);

@@ -118,7 +118,9 @@ class Tier {
   // kernel serves passthrough handles from it): the bytes now under `ino`
   // are copied to `snap_key` (replacing it), and `ino` is left as it is.
   // Reserves the copy's pages first, as Snapshot does.
-  [[nodiscard]] Status CopyOut(uint64_t ino, uint64_t snap_key, bool wait = true);
+  // `evict` false: only free budget is used (no evictor, no wait), for a
+  // caller that holds the lock the evictor takes.
+  [[nodiscard]] Status CopyOut(uint64_t ino, uint64_t snap_key, bool wait = true, bool evict = true);
 
   // Re-reads the allocation of the inode's file into the budget: for bytes
   // written behind the tier's back (passthrough writes by the kernel).
@@ -231,7 +233,8 @@ class Tier {
   // Reserves `n` bytes, waiting for space up to wait_limit_ (or EAGAIN at
   // the first wait if !wait). ENOSPC if the request can never fit or the
   // wait runs out.
-  Status Reserve(uint64_t n, bool wait) EXCLUDES(mu_);
+  // `evict` false: neither the evictor nor a wait (ENOSPC at once).
+  Status Reserve(uint64_t n, bool wait, bool evict = true) EXCLUDES(mu_);
   void Unreserve(uint64_t n) EXCLUDES(mu_);
   // Re-reads the file's allocation (f is in files_) and adjusts used_.
   void Recharge(File* f) REQUIRES(mu_);

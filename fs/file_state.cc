@@ -167,12 +167,19 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
         return OpenLocked(n, flags, pt);
       }
     }
+    // Never a wait for space on this FUSE worker: without room for the copy
+    // a writer takes the copying path (which can wait off the worker), or,
+    // when readers already hold it in passthrough, the open fails ENOSPC.
     DataExclusive data = LockForSeal(ino);
     const uint64_t key = cache::SnapKey(ino, copy_version);
-    Status st = copy_out ? tier_->CopyOut(ino, key) : tier_->Snapshot(ino, key, true);
+    Status st = copy_out ? tier_->CopyOut(ino, key, false) : tier_->Snapshot(ino, key, true, false);
+    if (!st && st.error() == EAGAIN && !copy_out) {
+      allow_passthrough = false;
+      continue;
+    }
     if (!st) {
       LOG_ERROR("ino {}: cannot keep version {} for the drain: {}", ino, copy_version, strerror(st.error()));
-      return Err(st.error());
+      return Err(st.error() == EAGAIN ? ENOSPC : st.error());
     }
     MutexLock lk(&mu_);
     Inode* n = Find(ino);
@@ -446,7 +453,10 @@ Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
   // fsync=backend under a passthrough writer: the drain must not wait for
   // its close, so the version is copied now (the writer's own thread is in
   // this fsync).
-  if (auto st = tier_->CopyOut(ino, cache::SnapKey(ino, version)); !st) return Err(st.error());
+  // Not on this FUSE worker's time: without room now, ENOSPC (waiting for
+  // the drain here could wait for this very writer's close).
+  if (auto st = tier_->CopyOut(ino, cache::SnapKey(ino, version), false); !st)
+    return Err(st.error() == EAGAIN ? ENOSPC : st.error());
   return seq;
 }
 
@@ -530,7 +540,8 @@ Status InodeTable::MoveAside(Inode* n) {
   if (tier_->Has(key) || !tier_->Has(ino)) return {};
   // Passthrough handles are served from the live file: it stays, the
   // version is copied (rare: a truncate(2) by path under a reader).
-  if (auto st = n->pt_opens > 0 ? tier_->CopyOut(ino, key) : tier_->Snapshot(ino, key, false); !st) {
+  // Under mu_, so the copy takes only free budget (the evictor takes mu_).
+  if (auto st = n->pt_opens > 0 ? tier_->CopyOut(ino, key, false, false) : tier_->Snapshot(ino, key, false); !st) {
     LOG_ERROR("ino {} '{}': cannot keep version {} for the drain: {}", ino, EntryPath(n->rec.parent, n->rec.name),
               n->rec.version, strerror(st.error()));
     return st;

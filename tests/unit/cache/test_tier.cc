@@ -743,3 +743,21 @@ Test(tier, spares_are_adopted_trimmed_and_dropped_first) {
     cr_assert(e.path().filename().string().find(".tmp") == std::string::npos, "left behind: %s",
               e.path().c_str());
 }
+
+// A copy made under the lock the evictor takes (InodeTable::MoveAside under
+// its mutex) must not call the evictor (a self-deadlock) nor wait: ENOSPC.
+Test(tier, copy_out_without_eviction_never_calls_the_evictor) {
+  auto t = OpenTier(96 * kKiB);
+  bool called = false;
+  t->set_evictor([&](uint64_t) {
+    called = true;
+    return Tier::Relief::kWait;
+  });
+  t->set_wait_limit(milliseconds(5000));
+  MustWrite(t.get(), 4, 0, Pattern(64 * kKiB, 'e'));
+  auto t0 = Clock::now();
+  cr_assert_eq(t->CopyOut(4, ckpt::cache::SnapKey(4, 1), true, false).error(), ENOSPC);
+  cr_assert(!called, "the evictor was called");
+  cr_assert_lt(Clock::now() - t0, milliseconds(1000), "it waited");
+  cr_assert_eq(t->Stats().reserved, 0u);
+}
