@@ -203,16 +203,17 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     if (null > 2) close(null);
   }
   d->drainer->Start();
-  // Passthrough writers fill the tier without the daemon: every 50 ms while
-  // one is open, what they wrote is counted and clean files are evicted if
-  // that took the tier over its budget.
+  // Passthrough writers fill the tier without the daemon: every 50 ms what
+  // they wrote is counted and clean files are evicted if the tier is over
+  // its budget (also after they closed: what they left is evictable once
+  // drained); with no file open for writing, spares are topped up.
   std::atomic<bool> stop_watch{false};
   std::thread pt_watch([&] {
     while (!stop_watch.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       try {
-        if (d->table->PassthroughOpens().second > 0) d->table->RelieveOverBudget();
-        else d->table->RefillSpares();
+        d->table->RelieveOverBudget();
+        if (d->table->PassthroughOpens().second == 0) d->table->RefillSpares();
       } catch (const std::exception& e) {
         LOG_ERROR("internal error in the passthrough budget watch: {}", e.what());
       }

@@ -59,6 +59,10 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
 Result<OpenResult> InodeTable::OpenHandle(uint64_t ino, int flags) { return OpenImpl(ino, flags, true); }
 
 bool InodeTable::PassthroughRoom(const Inode* n, bool trunc) {
+  return largest_sealed_ > 0 && PassthroughShortfall(n, trunc) == 0;
+}
+
+uint64_t InodeTable::PassthroughShortfall(const Inode* n, bool trunc) {
   cache::TierStats s = tier_->Stats();
   uint64_t taken = s.used + s.reserved - std::min(s.used, tier_->Spares().first);  // spares are free space
   uint64_t free = s.budget > taken ? s.budget - taken : 0;
@@ -69,9 +73,19 @@ bool InodeTable::PassthroughRoom(const Inode* n, bool trunc) {
   // sealed since the mount, and the first file of a mount (nothing known)
   // takes the copying path, so a budget smaller than one checkpoint is
   // never overrun by a writer nobody could stop.
-  uint64_t expect = std::max({n->rec.sealed_size, trunc ? 0 : n->rec.size, largest_sealed_});
-  if (largest_sealed_ == 0) return false;
-  return free >= expect + s.budget / 8;
+  const uint64_t want = std::max({n->rec.sealed_size, trunc ? 0 : n->rec.size, largest_sealed_}) + s.budget / 8;
+  return free >= want ? 0 : want - free;
+}
+
+void InodeTable::EvictForPassthrough(uint64_t ino) {
+  uint64_t missing = 0;
+  {
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    if (!n || n->opens != 0 || largest_sealed_ == 0) return;
+    missing = PassthroughShortfall(n, true);
+  }
+  if (missing > 0) (void)Evict(missing, true);
 }
 
 Status InodeTable::StartPassthrough(Inode* n, int flags) {
@@ -86,7 +100,6 @@ Status InodeTable::StartPassthrough(Inode* n, int flags) {
   }
   n->pt_opens++;
   pt_handles_++;
-  if (writable) pt_writes_seen_.store(true);
   if ((flags & O_ACCMODE) == O_RDWR) n->pt_rdwr++;
   if (writable && n->pt_writers++ == 0) {
     pt_writing_.insert(ino);
@@ -137,6 +150,14 @@ void InodeTable::MarkChanged(Inode* n) {
 Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_passthrough) {
   const bool writable = (flags & O_ACCMODE) != O_RDONLY;
   const bool trunc = (flags & O_TRUNC) && writable;
+  if (trunc && allow_passthrough && backing_ && backing_->active()) {
+    // A new version from nothing: the next one is likely written through
+    // passthrough, so spares become worth their memory; and clean files
+    // make way for this one now, as they would for a copying writer that
+    // ran short (the kernel will not ask).
+    trunc_writes_seen_.store(true);
+    EvictForPassthrough(ino);
+  }
   for (;;) {
     uint64_t copy_version = 0;
     bool copy_out = false;
@@ -248,7 +269,7 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
     }
   }
   n->opens++;
-  if (writable) n->writers++;
+  if (writable && n->writers++ == 0) writing_files_++;
   TouchLru(n);
   return res;
 }
@@ -261,7 +282,7 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
   tier_->Unpin(ino);
   n->opens--;
   const bool writable = (open_flags & O_ACCMODE) != O_RDONLY;
-  if (writable && n->writers > 0) n->writers--;
+  if (writable && n->writers > 0 && --n->writers == 0) writing_files_--;
   // Stores through a shared mapping need a readable and writable handle:
   // only those are counted as a change without being seen.
   const bool rdwr = (open_flags & O_ACCMODE) == O_RDWR;

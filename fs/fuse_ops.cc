@@ -329,6 +329,11 @@ int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (!r) return r.error();
   auto* h = new FileHandle{ino, r->fd};
   fi->fh = reinterpret_cast<uint64_t>(h);
+  // A reader's close has nothing to seal or record (Flush acts for the
+  // last writer only): FOPEN_NOFLUSH spares close(2) a synchronous round
+  // trip. Release, which the kernel sends without waiting, still comes.
+  // Allowed with passthrough; locks are the kernel's (no lock handlers).
+  if ((fi->flags & O_ACCMODE) == O_RDONLY) fi->noflush = 1;
   if (r->backing_id > 0) {
     // Reads, writes and mmap go from the kernel to the tier file; the
     // reply is marked on its way out (fs/passthrough.h). The kernel takes
@@ -540,7 +545,7 @@ void ckpt_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   std::unique_ptr<FileHandle> h(reinterpret_cast<FileHandle*>(fi->fh));
   Guard(req, [&] {
     D(req)->table->Release(ino, fi->flags, h->passthrough);
-    if (h->passthrough && (fi->flags & O_ACCMODE) != O_RDONLY) D(req)->table->EvictIfOverBudget();
+    if (h->passthrough && (fi->flags & O_ACCMODE) != O_RDONLY) D(req)->table->RelieveOverBudget();
     // The close sealed a new version (one WriteBatch); the kernel has not heard back.
     if (h->wrote) FAILPOINT("meta.after_commit");
     fuse_reply_err(req, 0);
@@ -648,7 +653,10 @@ void ckpt_statfs(fuse_req_t req, fuse_ino_t ino) {
     sv.f_bsize = kBlock;
     sv.f_frsize = kBlock;
     sv.f_blocks = t.budget / kBlock;
-    uint64_t used = std::min(t.used, t.budget);
+    // Pre-allocated spares are free space to a writer (the first pages
+    // given back when one needs room): df shows what files hold.
+    const uint64_t spares = std::min(d->tier->Spares().first, t.used);
+    uint64_t used = std::min(t.used - spares, t.budget);
     sv.f_bfree = sv.f_bavail = (t.budget - used) / kBlock;
     sv.f_files = ns.inodes + (1ull << 32);
     sv.f_ffree = sv.f_favail = 1ull << 32;

@@ -207,11 +207,12 @@ class InodeTable {
   void set_backing(BackingFiles* b) { backing_ = b; }
   // Pre-allocated tier pages for passthrough writers (--prealloc): the
   // most bytes of spares to keep; kPreallocAuto: twice the largest file
-  // sealed, at most a quarter of the budget; 0: none.
+  // sealed, at most half the budget; 0: none.
   static constexpr uint64_t kPreallocAuto = ~0ULL;
   void set_prealloc(uint64_t bytes) { prealloc_ = bytes; }
   // Tops the spares up (Tier::AddSpare), sized from the largest file sealed
-  // so far, once a passthrough writer has been seen and while none is open
+  // so far, once an O_TRUNC writer has been seen and while no file is open
+  // for writing
   // (the fallocate then never competes with a save). Called by the
   // daemon's 50 ms watch.
   void RefillSpares() EXCLUDES(mu_);
@@ -304,7 +305,8 @@ class InodeTable {
 
   // ---- Budget ----
   // The tier's evictor: drops clean, closed files least-recently-used first.
-  cache::Tier::Relief Evict(uint64_t need);
+  // `all_or_nothing`: evicts only if the clean files cover `need`.
+  cache::Tier::Relief Evict(uint64_t need, bool all_or_nothing = false);
 
   // On the first mount of a state dir, shows what the backend already holds
   // (state remote). Later mounts do nothing.
@@ -382,6 +384,13 @@ class InodeTable {
   // Would a new passthrough writer of `n` fit in the budget (its last
   // version's size, with room to spare)? REQUIRES: mu_ held.
   bool PassthroughRoom(const Inode* n, bool trunc) REQUIRES(mu_);
+  // The bytes of free budget a new passthrough writer of `n` lacks (0:
+  // none). REQUIRES: mu_ held.
+  uint64_t PassthroughShortfall(const Inode* n, bool trunc) REQUIRES(mu_);
+  // Before the first handle of an O_TRUNC open: evicts clean files for
+  // what PassthroughShortfall says is missing, if evicting can cover all
+  // of it (otherwise the writer takes the copying path and nothing goes).
+  void EvictForPassthrough(uint64_t ino) EXCLUDES(mu_);
   // Counts an O_RDWR passthrough writer's close or fsync as a change of the
   // bytes (if none was seen). REQUIRES: mu_ held.
   void MarkChanged(Inode* n) REQUIRES(mu_);
@@ -519,10 +528,13 @@ class InodeTable {
   // of a new file is expected to write (PassthroughRoom).
   uint64_t largest_sealed_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> prealloc_{0};  // set_prealloc
-  // A passthrough writer has opened since the mount: only then are spares
-  // worth their memory (a mount whose writers all take the copying path
-  // keeps none).
-  std::atomic<bool> pt_writes_seen_{false};
+  // An O_TRUNC writer has opened since the mount with passthrough active:
+  // only then are spares worth their memory (a mount that only ever
+  // updates files in place keeps none).
+  std::atomic<bool> trunc_writes_seen_{false};
+  std::atomic<bool> over_budget_{false};  // RelieveOverBudget has said so
+  // Files open for writing now (Inode::writers > 0), on either path.
+  uint64_t writing_files_ GUARDED_BY(mu_) = 0;
   // Passthrough handles open, and the inodes a passthrough writer has open
   // (kept with Inode::pt_opens/pt_writers, so the 50 ms watch and status
   // never scan the namespace).

@@ -18,11 +18,25 @@ bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
 // ---- Budget and remote files ----
 
 void InodeTable::RelieveOverBudget() {
+  std::string writers;
   {
     MutexLock lk(&mu_);
-    for (uint64_t ino : pt_writing_) Find(ino);  // Find takes in what they wrote
+    for (uint64_t ino : pt_writing_) {
+      Find(ino);  // Find takes in what they wrote
+      writers += (writers.empty() ? "" : ", ") + std::to_string(ino);
+    }
   }
   EvictIfOverBudget();
+  // Nothing clean was left to evict: the kernel's writes cannot be made to
+  // wait. Said once per episode, not every 50 ms.
+  cache::TierStats s = tier_->Stats();
+  const bool over = s.used > s.budget;
+  if (over && !over_budget_.exchange(true))
+    LOG_WARN("tier: {} of {} bytes in use, over the budget: passthrough writer(s) of ino {} wrote more than the "
+             "largest file before them and nothing clean is left to evict",
+             s.used, s.budget, writers);
+  else if (!over)
+    over_budget_.store(false);
 }
 
 void InodeTable::EvictIfOverBudget() {
@@ -31,23 +45,26 @@ void InodeTable::EvictIfOverBudget() {
 }
 
 void InodeTable::RefillSpares() {
-  if (!pt_writes_seen_.load()) return;
+  if (!trunc_writes_seen_.load()) return;
   uint64_t cap = prealloc_.load(), size;
   {
     MutexLock lk(&mu_);
-    if (!pt_writing_.empty()) return;  // never beside a save
+    if (writing_files_ > 0) return;  // never beside a save, whichever path it takes
     size = largest_sealed_;
   }
   if (cap == 0 || size == 0 || !backing_ || !backing_->active()) return;
   const uint64_t budget = tier_->Stats().budget;
   size = (size + (2u << 20) - 1) / (2u << 20) * (2u << 20);  // whole 2 MiB
-  if (cap == kPreallocAuto) cap = std::min(2 * size, budget / 4);
+  if (cap == kPreallocAuto) cap = std::min(2 * size, budget / 2);
   // One spare per call: the watch calls again in 50 ms, and a save that
-  // starts meanwhile stops the refill.
-  if (tier_->Spares().first + size <= cap) (void)tier_->AddSpare(size, budget / 8);
+  // starts meanwhile stops the refill. Under a cap smaller than a file, a
+  // spare covers the file's first part.
+  const uint64_t have = tier_->Spares().first;
+  const uint64_t bytes = std::min(size, cap > have ? (cap - have) / (2u << 20) * (2u << 20) : 0);
+  if (bytes > 0) (void)tier_->AddSpare(bytes, budget / 8);
 }
 
-cache::Tier::Relief InodeTable::Evict(uint64_t need) {
+cache::Tier::Relief InodeTable::Evict(uint64_t need, bool all_or_nothing) {
   MutexLock lk(&mu_);
   // Least recently used first: the LRU set is in that order already.
   std::vector<Inode*> clean;
@@ -55,6 +72,12 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need) {
     Inode* n = Find(ino);
     if (n && n->rec.state == DataState::kPersisted && n->opens == 0 && !n->fetching && n->rec.nlink > 0)
       clean.push_back(n);
+  }
+  if (all_or_nothing) {
+    uint64_t can = 0;
+    for (Inode* n : clean)
+      if ((can += tier_->AllocatedBytes(n->rec.ino)) >= need) break;
+    if (can < need) return cache::Tier::Relief::kWait;
   }
   uint64_t freed = 0;
   Batch b;

@@ -137,6 +137,34 @@ def wait_persisted(paths, timeout=3600):
     return time.perf_counter() - t0
 
 
+def _ckptfs_files(d):
+    """The files under `d` if it is on a ckptfs mount (they have a
+    user.ckptfs.state), else []."""
+    files = [os.path.join(r, f) for r, _, fs in os.walk(d) for f in fs]
+    mine = []
+    for p in files:
+        try:
+            os.getxattr(p, "user.ckptfs.state")
+            mine.append(p)
+        except OSError:
+            return []
+    return mine
+
+
+def settle(dirs, pause=1.0):
+    """The quiet between two checkpoints of a trainer (minutes of compute):
+    every ckptfs target's files persisted (its drain idle), the page cache's
+    dirty pages written back (sync), then `pause` seconds (ckptfs tops up
+    its pre-allocated pages then). Not timed. Without it the drain of one
+    target's save, or the disk's writeback, would run inside the next
+    target's timed save on these 2 cores, which no trainer whose interval
+    exceeds its drain time sees."""
+    for d in dirs:
+        wait_persisted(_ckptfs_files(d))
+    os.sync()
+    time.sleep(pause)
+
+
 def after(cmd, d, poll):
     """Time to durable after a save into `d`: with `poll`, until ckptfs says
     every file is persisted (xattr), then `cmd` (if any), timed from the
@@ -310,6 +338,7 @@ def trainer(gib, reps, dirs):
         for k in range(len(targets)):
             name, d = targets[(k + r) % len(targets)]
             path = os.path.join(d, f"step_{r}.pt")
+            settle([t[1] for t in targets])
             t0 = time.perf_counter()
             torch.save(state, path)
             t = time.perf_counter() - t0
@@ -384,6 +413,7 @@ def frameworks(reps, ranks, files, mib, dirs):
             name, d = targets[(k + r) % len(targets)]
             step = os.path.join(d, f"dcp-{r}")
             os.makedirs(step, exist_ok=True)
+            settle([t[1] for t in targets])
             t0 = time.perf_counter()
             pids = []
             for rank in range(ranks):
@@ -402,9 +432,11 @@ def frameworks(reps, ranks, files, mib, dirs):
                 os.fsync(f.fileno())
             t_dcp = time.perf_counter() - t0
             hf = os.path.join(d, f"checkpoint-{r}")
+            settle([t[1] for t in targets])
             t0 = time.perf_counter()
             _hf_save(hf, nbytes * 8, r)
             t_hf = time.perf_counter() - t0
+            settle([t[1] for t in targets])  # a restart comes long after the save
             t0 = time.perf_counter()
             subprocess.run([sys.executable, __file__, "read-tree", step], check=True, capture_output=True)
             t_dcp_load = time.perf_counter() - t0

@@ -17,7 +17,11 @@ touch "$T/pause"
 CKPTFS_DRAIN_PAUSE_FILE=$T/pause mount_fs --cache-size 512M
 at_exit 'rm -f "$T/pause"'
 
-tier_used() { "$CKPTFS" status "$MNT" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["tier"]["used"])'; }
+# The file's pages: pre-allocated spares are a separate, capped cost (--prealloc).
+tier_used() {
+  "$CKPTFS" status "$MNT" --json |
+    $PY -c 'import json,sys; j = json.load(sys.stdin); print(j["tier"]["used"] - j["passthrough"]["prealloc_bytes"])'
+}
 # expect_used WHEN: the tier holds at most LIMIT bytes.
 expect_used() {
   local u

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "cache/tier.h"
@@ -17,6 +18,18 @@ namespace ckpt::test {
 
 // Which Kv the store uses: every namespace suite runs over both.
 enum class KvKind { kMem, kRocks };
+
+// Stands in for fs/passthrough (the kernel's backing ids).
+struct FakeBacking : fs::BackingFiles {
+  int next = 1;
+  std::set<int> open;
+  bool active() const override { return true; }
+  Result<int> OpenBacking(int) override {
+    open.insert(next);
+    return next++;
+  }
+  void CloseBacking(int id) override { open.erase(id); }
+};
 
 struct Env {
   std::string dir;  // temp dir holding the RocksDB and the tier

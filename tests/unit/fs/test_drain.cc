@@ -309,6 +309,39 @@ Test(drain, evicted_file_fetched_and_verified) {
   cr_assert_eq(e.table->Open(f, O_RDONLY).error(), EIO);
 }
 
+// A trainer whose budget holds about two checkpoints: once the last one is
+// persisted, the next O_TRUNC writer gets passthrough, the clean file
+// evicted for its room; a pending file is never evicted for it (the writer
+// takes the copying path). Spares under a cap smaller than a file cover its
+// first part.
+Test(drain, passthrough_writer_gets_its_room_from_clean_files) {
+  DrainEnv d(40ull << 20);
+  Env& e = *d.env;
+  ckpt::test::FakeBacking fb;
+  e.table->set_backing(&fb);
+  uint64_t a = e.WriteFile(kRoot, "step1", std::string(20 << 20, 'c'));  // sealed, pending
+  auto b = e.table->Mknod(kRoot, "step2", S_IFREG | 0644, 0, ckpt::fs::Caller{});
+  cr_assert(b.has_value());
+  auto w = e.table->OpenHandle(b->ino, O_WRONLY | O_TRUNC);
+  cr_assert(w.has_value());
+  cr_assert_eq(w->backing_id, 0, "step1 is not persisted: no room, nothing evicted");
+  cr_assert(e.tier->Has(a));
+  e.table->Release(b->ino, O_WRONLY, false);
+  d.Start();
+  d.Drain();
+  cr_assert_eq(e.table->GetAttr(a)->state, ckpt::meta::DataState::kPersisted);
+  auto w2 = e.table->OpenHandle(b->ino, O_WRONLY | O_TRUNC);
+  cr_assert(w2.has_value());
+  cr_assert_gt(w2->backing_id, 0, "room made by evicting the clean step1");
+  cr_assert_eq(e.table->GetAttr(a)->state, ckpt::meta::DataState::kRemote);
+  e.table->Release(b->ino, O_WRONLY, true);
+  e.table->set_prealloc(8 << 20);
+  e.table->RefillSpares();
+  cr_assert_eq(e.tier->Spares().first, 8u << 20, "a spare as large as the cap, not none");
+  e.table->RefillSpares();
+  cr_assert_eq(e.tier->Spares().second, 1u, "the cap is reached");
+}
+
 Test(drain, import_existing_backend_on_first_mount) {
   DrainEnv d;
   stdfs::create_directories(d.root + "/old/step_7");

@@ -593,20 +593,6 @@ Test(hardening, failed_metadata_write_makes_the_mount_read_only) {
   cr_assert(!e.table->Unlink(kRoot, "f").has_value());
 }
 
-namespace {
-// Stands in for fs/passthrough (the kernel's backing ids).
-struct FakeBacking : ckpt::fs::BackingFiles {
-  int next = 1;
-  std::set<int> open;
-  bool active() const override { return true; }
-  ckpt::Result<int> OpenBacking(int) override {
-    open.insert(next);
-    return next++;
-  }
-  void CloseBacking(int id) override { open.erase(id); }
-};
-}  // namespace
-
 // The per-inode passthrough rules (docs/architecture.md, "Passthrough"):
 // all handles of an inode or none; new writers only for O_TRUNC; the first
 // file of a mount takes the copying path; a writer under passthrough
@@ -614,7 +600,7 @@ struct FakeBacking : ckpt::fs::BackingFiles {
 // place; what the kernel wrote is taken in at getattr and sealed at close.
 BOTH(passthrough_handles) {
   Env e(k);
-  FakeBacking fb;
+  ckpt::test::FakeBacking fb;
   e.table->set_backing(&fb);
   auto made = e.table->Mknod(kRoot, "first", S_IFREG | 0644, 0, Caller{});
   cr_assert(made.has_value());
