@@ -270,6 +270,7 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
   }
   n->opens++;
   if (writable && n->writers++ == 0) writing_files_++;
+  if (writable) quiet_since_ = std::chrono::steady_clock::now();
   TouchLru(n);
   return res;
 }
@@ -283,6 +284,7 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
   n->opens--;
   const bool writable = (open_flags & O_ACCMODE) != O_RDONLY;
   if (writable && n->writers > 0 && --n->writers == 0) writing_files_--;
+  if (writable) quiet_since_ = std::chrono::steady_clock::now();
   // Stores through a shared mapping need a readable and writable handle:
   // only those are counted as a change without being seen.
   const bool rdwr = (open_flags & O_ACCMODE) == O_RDWR;

@@ -535,6 +535,7 @@ class InodeTable {
   std::atomic<bool> over_budget_{false};  // RelieveOverBudget has said so
   // Files open for writing now (Inode::writers > 0), on either path.
   uint64_t writing_files_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point quiet_since_ GUARDED_BY(mu_){};  // a writer's last open or close
   // Passthrough handles open, and the inodes a passthrough writer has open
   // (kept with Inode::pt_opens/pt_writers, so the 50 ms watch and status
   // never scan the namespace).

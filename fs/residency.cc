@@ -41,7 +41,15 @@ void InodeTable::RelieveOverBudget() {
 
 void InodeTable::EvictIfOverBudget() {
   cache::TierStats s = tier_->Stats();
-  if (s.used + s.reserved > s.budget) (void)Evict(s.used + s.reserved - s.budget);
+  if (s.used + s.reserved <= s.budget) return;
+  // Spares go before any file: evicting a file a reader will want back to
+  // keep pages nobody asked for yet would be the wrong way round.
+  if (tier_->Spares().second > 0) {
+    tier_->DropSpares();
+    s = tier_->Stats();
+    if (s.used + s.reserved <= s.budget) return;
+  }
+  (void)Evict(s.used + s.reserved - s.budget);
 }
 
 void InodeTable::RefillSpares() {
@@ -49,7 +57,9 @@ void InodeTable::RefillSpares() {
   uint64_t cap = prealloc_.load(), size;
   {
     MutexLock lk(&mu_);
-    if (writing_files_ > 0) return;  // never beside a save, whichever path it takes
+    // Never beside a save, whichever path it takes, nor in the gap between
+    // two files of one save (64 shards): only after a quiet second.
+    if (writing_files_ > 0 || std::chrono::steady_clock::now() < quiet_since_ + std::chrono::seconds(1)) return;
     size = largest_sealed_;
   }
   if (cap == 0 || size == 0 || !backing_ || !backing_->active()) return;

@@ -151,7 +151,7 @@ def _ckptfs_files(d):
     return mine
 
 
-def settle(dirs, pause=1.0):
+def settle(dirs, pause=2.0):
     """The quiet between two checkpoints of a trainer (minutes of compute):
     every ckptfs target's files persisted (its drain idle), the page cache's
     dirty pages written back (sync), then `pause` seconds (ckptfs tops up

@@ -337,9 +337,24 @@ Test(drain, passthrough_writer_gets_its_room_from_clean_files) {
   e.table->Release(b->ino, O_WRONLY, true);
   e.table->set_prealloc(8 << 20);
   e.table->RefillSpares();
+  cr_assert_eq(e.tier->Spares().second, 0u, "not within a second of a writer's close (the gap between two files)");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  e.table->RefillSpares();
   cr_assert_eq(e.tier->Spares().first, 8u << 20, "a spare as large as the cap, not none");
   e.table->RefillSpares();
   cr_assert_eq(e.tier->Spares().second, 1u, "the cap is reached");
+  // A passthrough writer takes the tier over its budget: spares go first.
+  cr_assert(e.tier->AddSpare(8 << 20, 0));
+  auto c = e.table->Mknod(kRoot, "step3", S_IFREG | 0644, 0, ckpt::fs::Caller{});
+  auto wc = e.table->OpenHandle(c->ino, O_WRONLY | O_TRUNC);
+  cr_assert(wc.has_value() && wc->backing_id > 0);
+  cr_assert_eq(e.tier->Spares().second, 1u, "one spare adopted");
+  std::string big(34 << 20, 'z');
+  cr_assert_eq(pwrite(wc->fd, big.data(), big.size(), 0), static_cast<ssize_t>(big.size()));
+  e.table->RelieveOverBudget();
+  cr_assert_eq(e.tier->Spares().second, 0u, "the spare left was dropped for the budget");
+  cr_assert_leq(e.tier->Stats().used, 40u << 20);
+  e.table->Release(c->ino, O_WRONLY, true);
 }
 
 Test(drain, import_existing_backend_on_first_mount) {
