@@ -82,7 +82,10 @@ void InodeTable::EvictForPassthrough(uint64_t ino) {
   {
     MutexLock lk(&mu_);
     Inode* n = Find(ino);
-    if (!n || n->opens != 0 || largest_sealed_ == 0) return;
+    // Only for a rewrite of a file that has a version: a new name (a shard)
+    // is expected to be as large as the largest file, and evicting for that
+    // guess would throw out the checkpoint just saved beside it.
+    if (!n || n->opens != 0 || largest_sealed_ == 0 || n->rec.sealed_size == 0) return;
     missing = PassthroughShortfall(n, true);
   }
   if (missing > 0) (void)Evict(missing, true);

@@ -387,9 +387,10 @@ class InodeTable {
   // The bytes of free budget a new passthrough writer of `n` lacks (0:
   // none). REQUIRES: mu_ held.
   uint64_t PassthroughShortfall(const Inode* n, bool trunc) REQUIRES(mu_);
-  // Before the first handle of an O_TRUNC open: evicts clean files for
-  // what PassthroughShortfall says is missing, if evicting can cover all
-  // of it (otherwise the writer takes the copying path and nothing goes).
+  // Before the first handle of an O_TRUNC open of a file with a sealed
+  // version: evicts clean files for what PassthroughShortfall says is
+  // missing, if evicting can cover all of it (otherwise the writer takes
+  // the copying path and nothing goes).
   void EvictForPassthrough(uint64_t ino) EXCLUDES(mu_);
   // Counts an O_RDWR passthrough writer's close or fsync as a change of the
   // bytes (if none was seen). REQUIRES: mu_ held.

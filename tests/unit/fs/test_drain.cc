@@ -310,9 +310,9 @@ Test(drain, evicted_file_fetched_and_verified) {
 }
 
 // A trainer whose budget holds about two checkpoints: once the last one is
-// persisted, the next O_TRUNC writer gets passthrough, the clean file
-// evicted for its room; a pending file is never evicted for it (the writer
-// takes the copying path). Spares under a cap smaller than a file cover its
+// persisted, an O_TRUNC rewrite of a file with a version gets passthrough,
+// the clean file evicted for its room; a new name (only guessed to be as
+// large as the largest file) evicts nothing and takes the copying path. Spares under a cap smaller than a file cover its
 // first part.
 Test(drain, passthrough_writer_gets_its_room_from_clean_files) {
   DrainEnv d(40ull << 20);
@@ -320,21 +320,23 @@ Test(drain, passthrough_writer_gets_its_room_from_clean_files) {
   ckpt::test::FakeBacking fb;
   e.table->set_backing(&fb);
   uint64_t a = e.WriteFile(kRoot, "step1", std::string(20 << 20, 'c'));  // sealed, pending
-  auto b = e.table->Mknod(kRoot, "step2", S_IFREG | 0644, 0, ckpt::fs::Caller{});
-  cr_assert(b.has_value());
-  auto w = e.table->OpenHandle(b->ino, O_WRONLY | O_TRUNC);
-  cr_assert(w.has_value());
-  cr_assert_eq(w->backing_id, 0, "step1 is not persisted: no room, nothing evicted");
-  cr_assert(e.tier->Has(a));
-  e.table->Release(b->ino, O_WRONLY, false);
+  uint64_t latest = e.WriteFile(kRoot, "latest", "v1");                 // rewritten by name, as latest.pt
   d.Start();
   d.Drain();
   cr_assert_eq(e.table->GetAttr(a)->state, ckpt::meta::DataState::kPersisted);
-  auto w2 = e.table->OpenHandle(b->ino, O_WRONLY | O_TRUNC);
+  // A new name (a shard) is only guessed to be as large as the largest
+  // file: nothing is evicted for it.
+  auto shard = e.table->Mknod(kRoot, "shard", S_IFREG | 0644, 0, ckpt::fs::Caller{});
+  auto ws = e.table->OpenHandle(shard->ino, O_WRONLY | O_TRUNC);
+  cr_assert(ws.has_value());
+  cr_assert_eq(ws->backing_id, 0);
+  cr_assert_eq(e.table->GetAttr(a)->state, ckpt::meta::DataState::kPersisted, "step1 stays for a guess");
+  e.table->Release(shard->ino, O_WRONLY, false);
+  auto w2 = e.table->OpenHandle(latest, O_WRONLY | O_TRUNC);
   cr_assert(w2.has_value());
   cr_assert_gt(w2->backing_id, 0, "room made by evicting the clean step1");
   cr_assert_eq(e.table->GetAttr(a)->state, ckpt::meta::DataState::kRemote);
-  e.table->Release(b->ino, O_WRONLY, true);
+  e.table->Release(latest, O_WRONLY, true);
   e.table->set_prealloc(8 << 20);
   e.table->RefillSpares();
   cr_assert_eq(e.tier->Spares().second, 0u, "not within a second of a writer's close (the gap between two files)");
