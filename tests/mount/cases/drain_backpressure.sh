@@ -31,15 +31,17 @@ waits=$("$CKPTFS" status "$MNT" --json | /usr/bin/python3 -c 'import json,sys; p
 used=$(df --output=used -B1 "$MNT" | tail -1)
 [ "$used" -le $((64 << 20)) ] || fail "tier holds $used bytes, over the budget"
 
-# A file bigger than the budget as a new version (O_TRUNC) with
-# passthrough: the kernel writes it without asking, room having been made
-# for one file as large as the largest before it (16 MiB) by evicting clean
-# ones. It outgrows that: the tier goes over its budget, the daemon says so
+# A file bigger than the budget as a new version (O_TRUNC, of a file that
+# has one: latest.pt rewritten) with passthrough: the kernel writes it
+# without asking, room having been made for one file as large as the
+# largest before it (16 MiB) by evicting clean ones. It outgrows that: the tier goes over its budget, the daemon says so
 # once, and is back under it when the file goes (docs/architecture.md,
 # "Passthrough"). The next O_TRUNC writer then expects 100 MiB, which does
 # not fit: the copying path.
 pt_active=$("$CKPTFS" status "$MNT" --json | $PY -c 'import json,sys; print(int(json.load(sys.stdin)["passthrough"]["active"]))')
 if [ "$pt_active" = 1 ]; then
+  echo v1 > "$MNT/huge"
+  "$CKPTFS" drain "$MNT" --timeout 300
   timeout 120 dd if=/dev/zero of="$MNT/huge" bs=1M count=100 2> "$T/dd.err" ||
     fail "an O_TRUNC writer with passthrough failed: $(cat "$T/dd.err")"
   for _ in $(seq 100); do grep -q "over the budget: passthrough writer" "$STATE/ckptfs.log" && break; sleep 0.1; done
