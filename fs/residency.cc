@@ -18,25 +18,24 @@ bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
 // ---- Budget and remote files ----
 
 void InodeTable::RelieveOverBudget() {
-  std::string writers;
   {
     MutexLock lk(&mu_);
-    for (uint64_t ino : pt_writing_) {
-      Find(ino);  // Find takes in what they wrote
-      writers += (writers.empty() ? "" : ", ") + std::to_string(ino);
-    }
+    for (uint64_t ino : pt_writing_) Find(ino);  // Find takes in what they wrote
   }
   EvictIfOverBudget();
   // Nothing clean was left to evict: the kernel's writes cannot be made to
   // wait. Said once per episode, not every 50 ms.
   cache::TierStats s = tier_->Stats();
-  const bool over = s.used > s.budget;
-  if (over && !over_budget_.exchange(true))
-    LOG_WARN("tier: {} of {} bytes in use, over the budget: passthrough writer(s) of ino {} wrote more than the "
-             "largest file before them and nothing clean is left to evict",
-             s.used, s.budget, writers);
-  else if (!over)
-    over_budget_.store(false);
+  if (s.used <= s.budget) return over_budget_.store(false);
+  if (over_budget_.exchange(true)) return;
+  std::string writers;
+  {
+    MutexLock lk(&mu_);
+    for (uint64_t ino : pt_writing_) writers += (writers.empty() ? "ino " : ", ") + std::to_string(ino);
+  }
+  LOG_WARN("tier: {} of {} bytes in use, over the budget: passthrough writer(s) ({}) wrote more than the largest "
+           "file before them and nothing clean is left to evict",
+           s.used, s.budget, writers.empty() ? "closed since" : writers);
 }
 
 void InodeTable::EvictIfOverBudget() {
@@ -63,14 +62,15 @@ void InodeTable::RefillSpares() {
     size = largest_sealed_;
   }
   if (cap == 0 || size == 0 || !backing_ || !backing_->active()) return;
+  constexpr uint64_t kUnit = 2u << 20;  // spares are whole 2 MiB
   const uint64_t budget = tier_->Stats().budget;
-  size = (size + (2u << 20) - 1) / (2u << 20) * (2u << 20);  // whole 2 MiB
+  size = (size + kUnit - 1) / kUnit * kUnit;
   if (cap == kPreallocAuto) cap = std::min(2 * size, budget / 2);
   // One spare per call: the watch calls again in 50 ms, and a save that
   // starts meanwhile stops the refill. Under a cap smaller than a file, a
   // spare covers the file's first part.
   const uint64_t have = tier_->Spares().first;
-  const uint64_t bytes = std::min(size, cap > have ? (cap - have) / (2u << 20) * (2u << 20) : 0);
+  const uint64_t bytes = std::min(size, cap > have ? (cap - have) / kUnit * kUnit : 0);
   if (bytes > 0) (void)tier_->AddSpare(bytes, budget / 8);
 }
 
