@@ -40,6 +40,7 @@ struct FileHandle {
   bool wrote = false;
   bool passthrough = false;  // the kernel serves its I/O from the tier file
   int backing_id = 0;        // with passthrough: the id the open reply carries
+  int flags = 0;             // the open flags: FUSE flush carries none (libfuse passes 0)
 };
 
 struct DirHandle {
@@ -328,6 +329,7 @@ int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto r = d->table->OpenHandle(ino, fi->flags);
   if (!r) return r.error();
   auto* h = new FileHandle{ino, r->fd};
+  h->flags = fi->flags;
   fi->fh = reinterpret_cast<uint64_t>(h);
   // A reader's close has nothing to seal or record (Flush acts for the
   // last writer only): FOPEN_NOFLUSH spares close(2) a synchronous round
@@ -534,7 +536,9 @@ void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, 
 void ckpt_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   LOG_DEBUG("flush(ino={})", ino);
   Guard(req, [&] {
-    auto r = D(req)->table->Flush(ino, fi->flags);
+    // fuse_flush_in has no open flags (libfuse hands over 0, O_RDONLY):
+    // the handle's own say whether this close is a writer's.
+    auto r = D(req)->table->Flush(ino, reinterpret_cast<FileHandle*>(fi->fh)->flags);
     if (r) FAILPOINT("meta.after_commit");  // close(2) waits for this reply, not for release's
     fuse_reply_err(req, r ? 0 : r.error());
   });
