@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/io.h"
 #include "common/log.h"
 
 namespace ckpt::cache {
@@ -97,6 +98,7 @@ Result<std::unique_ptr<Tier>> Tier::Open(const std::string& dir, uint64_t budget
   while (struct dirent* de = readdir(d)) {
     std::string_view nm(de->d_name);
     if (nm == "." || nm == ".." || nm == kLockName) continue;
+    if (nm == kOwnerName || nm == std::string(kOwnerName) + ".tmp") continue;
     struct stat fst;
     if (fstatat(dfd, de->d_name, &fst, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
     if (nm == kOrphanDir) {
@@ -649,6 +651,53 @@ TierStats Tier::Stats() {
 }
 
 void Tier::NotifySpace() { space_cv_.NotifyAll(); }
+
+Status Tier::WriteOwner(std::string_view text) {
+  const std::string tmp = std::string(kOwnerName) + ".tmp";
+  int fd = OpenAt(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+  if (fd < 0) return ErrFromErrno();
+  int e = PwriteFull(fd, text.data(), text.size(), 0);
+  close(fd);
+  if (e != 0 || renameat(dirfd_, tmp.c_str(), dirfd_, kOwnerName) != 0) {
+    if (e == 0) e = errno;
+    unlinkat(dirfd_, tmp.c_str(), 0);
+    return Err(e);
+  }
+  return {};
+}
+
+std::string Tier::ReadOwner() const {
+  int fd = OpenAt(kOwnerName, O_RDONLY);
+  if (fd < 0) return "";
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  // A small file this daemon wrote; anything larger is not ours to trust.
+  while ((n = read(fd, buf, sizeof buf)) > 0 && out.size() < (64u << 10)) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+Result<uint64_t> Tier::RemoveAll() {
+  DropSpares();
+  MutexLock lk(&mu_);
+  for (auto& [key, f] : files_)
+    if (f.pins > 0) return Err(EBUSY);
+  uint64_t freed = 0;
+  for (auto it = files_.begin(); it != files_.end();) {
+    if (unlinkat(dirfd_, NameOf(it->first).c_str(), 0) != 0 && errno != ENOENT) return ErrFromErrno();
+    freed += it->second.charged;
+    used_ -= it->second.charged;
+    it = files_.erase(it);
+  }
+  closed_ = true;
+  space_cv_.NotifyAll();
+  if (orphans_ > 0) return Err(ENOTEMPTY);
+  unlinkat(dirfd_, kOwnerName, 0);
+  unlinkat(dirfd_, kLockName, 0);  // still flock'ed through lock_fd_ until the Tier goes
+  if (rmdir(dir_.c_str()) != 0) return ErrFromErrno();
+  return freed;
+}
 
 void Tier::Close() {
   {

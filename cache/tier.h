@@ -214,10 +214,25 @@ class Tier {
 
   std::string PathOf(uint64_t ino) const;
 
+  // Who the directory belongs to (a small JSON document: state dir, mount
+  // point, pid, backend), written to <dir>/.owner by the daemon at mount
+  // and read by `ckptfs gc` for directories no daemon holds. ReadOwner
+  // returns "" when there is none.
+  [[nodiscard]] Status WriteOwner(std::string_view text);
+  std::string ReadOwner() const;
+
+  // Gives the memory back: removes every tier file, the owner and lock
+  // files and the directory itself. Refuses (EBUSY) while a file is
+  // pinned. Files in orphans/ are the operator's: with any there, they and
+  // the directory stay (ENOTEMPTY, after the rest is gone). Returns the
+  // bytes freed. The Tier is unusable afterwards.
+  [[nodiscard]] Result<uint64_t> RemoveAll();
+
  private:
   Tier(std::string dir, uint64_t budget, int dirfd) : dir_(std::move(dir)), budget_(budget), dirfd_(dirfd) {}
 
   static constexpr char kLockName[] = ".lock";
+  static constexpr char kOwnerName[] = ".owner";
   static constexpr char kOrphanDir[] = "orphans";
   static std::string NameOf(uint64_t ino);
   // openat(dirfd_, name, flags | O_NOFOLLOW | O_CLOEXEC, 0600).

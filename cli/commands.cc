@@ -200,7 +200,7 @@ int CmdDrain(const std::string& mnt_in, double timeout_s) {
   return WaitDrained(Absolute(mnt_in), timeout_s, "fix the disk and mount again: the next mount resumes the drain");
 }
 
-int CmdUmount(const std::string& mnt_in, bool no_drain, bool lazy) {
+int CmdUmount(const std::string& mnt_in, const UmountArgs& a) {
   std::string mnt = Absolute(mnt_in);
   RequireCkptfsMount(mnt);
   // Without the status there is no knowing what is still to drain: refuse
@@ -208,20 +208,41 @@ int CmdUmount(const std::string& mnt_in, bool no_drain, bool lazy) {
   // dead daemon); the next mount resumes the drain either way.
   Json status;
   int err = ReadStatus(mnt, &status);
-  if (err != 0 && !no_drain)
+  if (err != 0 && !a.no_drain)
     Die("cannot read the status of " + mnt + " (" + ErrStr(err) + "), so the drain cannot be waited for; nothing " +
         "unmounted (`ckptfs umount --no-drain` unmounts without it; the next mount resumes the drain)");
   long long pid =
       err == 0 && status.contains("pid") && status["pid"].is_number_integer() ? status["pid"].get<long long>() : -1;
-  if (!no_drain && WaitDrained(mnt, 0, "use `ckptfs umount --no-drain`, fix the disk and mount again") != 0) return 1;
-  int rc = RunCommand({"fusermount3", lazy ? "-uz" : "-u", mnt});
+  if (!a.no_drain && WaitDrained(mnt, 0, "use `ckptfs umount --no-drain`, fix the disk and mount again") != 0) return 1;
+  // Drained: the daemon gives the tier's memory back as it exits, if
+  // nothing was written meanwhile (it checks again). --keep-cache keeps it
+  // for a quick remount; --no-drain always keeps it.
+  const bool release = !a.no_drain && !a.keep_cache;
+  if (release && setxattr(mnt.c_str(), fs::kReleaseXattr, "1", 1, 0) != 0)
+    fprintf(stderr, "ckptfs: warning: cannot ask the daemon to release its memory tier (%s); it stays\n",
+            ErrStr(errno).c_str());
+  int rc = RunCommand({"fusermount3", a.lazy ? "-uz" : "-u", mnt});
   if (rc < 0) Die("cannot run fusermount3: " + ErrStr(errno));
-  if (rc != 0) Die("cannot unmount " + mnt + " (busy? close files using it, or use --lazy)");
+  if (rc != 0) {
+    if (release) (void)setxattr(mnt.c_str(), fs::kReleaseXattr, "0", 1, 0);  // still mounted: as it was
+    Die("cannot unmount " + mnt + " (busy? close files using it, or use --lazy)");
+  }
   // Wait for the daemon to close its metadata, so a new mount can open it.
   for (int i = 0; pid > 0 && i < 1200 && kill(static_cast<pid_t>(pid), 0) == 0; i++)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   if (pid > 0 && kill(static_cast<pid_t>(pid), 0) == 0)
     Die("unmounted, but the daemon (pid " + std::to_string(pid) + ") has not exited");
+  const std::string tier = err == 0 ? Str(status, "tier_dir") : "";
+  if (tier.empty()) return 0;
+  std::error_code ec;
+  if (!stdfs::exists(tier, ec))
+    printf("ckptfs: unmounted %s; memory tier released (%s)\n", EscapeName(mnt).c_str(), EscapeName(tier).c_str());
+  else if (release)
+    printf("ckptfs: unmounted %s; memory tier kept in %s (see %s/ckptfs.log; `ckptfs gc` frees it)\n",
+           EscapeName(mnt).c_str(), EscapeName(tier).c_str(), EscapeName(Str(status, "state_dir")).c_str());
+  else
+    printf("ckptfs: unmounted %s; memory tier kept in %s for the next mount\n", EscapeName(mnt).c_str(),
+           EscapeName(tier).c_str());
   return 0;
 }
 

@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/config.h"
 
@@ -35,8 +36,18 @@ struct SizeArgs {
 int CmdMount(Config cfg, const SizeArgs& sizes);
 
 // ckptfs umount: waits for the drain unless `no_drain`, unmounts (`lazy`:
-// detaches even if busy) and waits for the daemon to exit.
-int CmdUmount(const std::string& mnt_in, bool no_drain, bool lazy);
+// detaches even if busy) and waits for the daemon to exit, which gives the
+// memory tier back (all of it persisted) unless `keep_cache` or `no_drain`.
+struct UmountArgs {
+  bool no_drain = false, lazy = false, keep_cache = false;
+};
+int CmdUmount(const std::string& mnt_in, const UmountArgs& a);
+
+// ckptfs gc: tier directories no daemon holds (`dirs`, or every
+// /dev/shm/ckptfs-*): lists them with their owner and bytes, and removes
+// those whose files are all in the backend (all of them with `force`;
+// none with `dry_run`).
+int CmdGc(const std::vector<std::string>& dirs, bool force, bool dry_run, bool json);
 
 // ckptfs drain: waits until everything closed so far is persisted; 1 after
 // `timeout_s` (0: no limit).

@@ -44,6 +44,14 @@ int main(int argc, char** argv) {
   umount->add_option("mountpoint", target)->required();
   umount->add_flag("--no-drain", no_drain, "do not wait for the drain");
   umount->add_flag("--lazy,-l", lazy, "detach even if busy");
+  bool keep_cache = false, force = false, dry_run = false;
+  umount->add_flag("--keep-cache", keep_cache, "keep the memory tier for a quick remount (default: give it back)");
+  std::vector<std::string> gc_dirs;
+  auto* gc = app.add_subcommand("gc", "list memory tiers no daemon holds; remove those whose files are all persisted");
+  gc->add_option("tier_dirs", gc_dirs, "tier directories (default: every /dev/shm/ckptfs-*)");
+  gc->add_flag("--force", force, "remove them even if they hold files not in the backend (those are lost)");
+  gc->add_flag("--dry-run,-n", dry_run, "list only, remove nothing");
+  gc->add_flag("--json", json, "machine-readable output");
   auto* status = app.add_subcommand("status", "show what is in memory, draining and safe");
   status->add_option("mountpoint", target)->required();
   status->add_flag("--json", json, "machine-readable output");
@@ -89,7 +97,8 @@ int main(int argc, char** argv) {
       if (max_file_opt->count() > 0) sizes.max_file_size = max_file_size;
       return CmdMount(cfg, sizes);
     }
-    if (*umount) return CmdUmount(target, no_drain, lazy);
+    if (*umount) return CmdUmount(target, UmountArgs{no_drain, lazy, keep_cache});
+    if (*gc) return CmdGc(gc_dirs, force, dry_run, json);
     if (*drain) return CmdDrain(target, timeout_s);
     if (*status) return CmdStatus(target, json);
     if (*lost) return CmdLost(target, json, clear);

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/s3_backend.h"
 #include "common/failpoint.h"
 #include "common/log.h"
@@ -78,6 +80,30 @@ Limits MountLimits(const Config& cfg) {
 }  // namespace
 
 // The contract is in daemon.h.
+// What <tier>/.owner says: whose memory this is, for `ckptfs gc`.
+std::string OwnerJson(const Config& cfg) {
+  nlohmann::json j;
+  j["state_dir"] = cfg.state_dir;
+  j["mountpoint"] = cfg.mountpoint;
+  j["backend"] = cfg.backend_display;
+  j["pid"] = static_cast<long long>(getpid());
+  j["mounted_at"] = static_cast<long long>(time(nullptr));
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+// A clean unmount gives the tier's memory back once everything in it is
+// in the backend (`ckptfs umount` asks; --keep-cache does not). The files
+// become remote, fetched again on the next read after a remount.
+void ReleaseTier(Daemon* d) {
+  std::string why;
+  auto r = d->table->ReleaseTier(&why);
+  if (r) {
+    LOG_INFO("tier {} released: {} bytes given back", d->cfg.tier_dir, *r);
+  } else {
+    LOG_WARN("tier {} kept: {}", d->cfg.tier_dir, why);
+  }
+}
+
 int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warnings) {
   // Everything the daemon creates is its own: RocksDB creates its files
   // 0644 & ~umask, and the state dir's mode alone would guard them. Tier
@@ -190,6 +216,8 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   if (d->pt->Install()) d->table->set_backing(d->pt.get());
   static_assert(Config::kPreallocAuto == InodeTable::kPreallocAuto, "--prealloc auto means the same to both");
   d->table->set_prealloc(cfg.prealloc);
+  if (auto st = d->tier->WriteOwner(OwnerJson(cfg)); !st)
+    LOG_WARN("tier {}: cannot record its owner: {} (`ckptfs gc` will not know it)", cfg.tier_dir, strerror(st.error()));
   cache::TierStats ts = d->tier->Stats();
   LOG_INFO("mounted {} backend={} state={} tier={} budget={} in tier={} max_file_size={}", cfg.mountpoint,
            cfg.backend_display, cfg.state_dir, cfg.tier_dir, ts.budget, ts.used, cfg.max_file_size);
@@ -231,6 +259,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->table->Shutdown();  // fetches and fsync waits still pending give up
   if (d->fetcher) d->fetcher->Stop();
   d->drainer->Stop();
+  if (d->release_tier) ReleaseTier(d.get());
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);

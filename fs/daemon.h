@@ -37,6 +37,9 @@ struct Daemon {
   double entry_timeout = 10.0;
   std::atomic<uint64_t> bytes_written{0};
   std::atomic<uint64_t> bytes_read{0};
+  // Set by `ckptfs umount` once the drain is done (user.ckptfs.release):
+  // at exit the tier is given back if everything in it is persisted.
+  std::atomic<bool> release_tier{false};
 };
 
 // Runs the daemon in this process: opens the log, metadata, tier and
@@ -53,6 +56,7 @@ const fuse_lowlevel_ops& FuseOps();
 // status.cc: what the control commands read through xattrs on the root.
 inline constexpr char kStatusXattr[] = "user.ckptfs.status";
 inline constexpr char kLostXattrPrefix[] = "user.ckptfs.lost.";      // + page number: the lost list
+inline constexpr char kReleaseXattr[] = "user.ckptfs.release";  // setxattr "1": release the tier at exit
 inline constexpr char kLostClearXattr[] = "user.ckptfs.lost.clear";  // setxattr: clears it
 inline constexpr size_t kLostPageBytes = 60 * 1024;                  // under the kernel's 64 KiB xattr limit
 inline constexpr size_t kStatusListMax = 100;                        // entries of each list in the status

@@ -679,9 +679,14 @@ void ReplyXattr(fuse_req_t req, const std::string& v, size_t size) {
 void ckpt_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
   LOG_DEBUG("setxattr(ino={}, name={})", ino, name);
   Guard(req, [&] {
-    if (ino == meta::kRootIno && strcmp(name, kLostClearXattr) == 0) {  // `ckptfs lost --clear`
+    const bool control = ino == meta::kRootIno && (strcmp(name, kLostClearXattr) == 0 || strcmp(name, kReleaseXattr) == 0);
+    if (control) {  // `ckptfs lost --clear`, `ckptfs umount`: the daemon's user only
       uid_t uid = fuse_req_ctx(req)->uid;
       if (uid != 0 && uid != geteuid()) return (void)fuse_reply_err(req, EPERM);
+      if (strcmp(name, kReleaseXattr) == 0) {
+        D(req)->release_tier = size == 1 && value[0] == '1';
+        return (void)fuse_reply_err(req, 0);
+      }
       auto r = D(req)->table->ClearLost();
       return (void)fuse_reply_err(req, r ? 0 : r.error());
     }

@@ -308,6 +308,13 @@ class InodeTable {
   // `all_or_nothing`: evicts only if the clean files cover `need`.
   cache::Tier::Relief Evict(uint64_t need, bool all_or_nothing = false);
 
+  // At a clean unmount (the FUSE session over, the drain stopped): if
+  // every file is in the backend and nothing is left to drain, records the
+  // files in the tier as remote (one synced commit) and removes the tier
+  // directory. Returns the bytes given back, or an errno with the reason in
+  // *why (nothing removed then, but for orphans/, which stays).
+  [[nodiscard]] Result<uint64_t> ReleaseTier(std::string* why) EXCLUDES(mu_);
+
   // On the first mount of a state dir, shows what the backend already holds
   // (state remote). Later mounts do nothing.
   [[nodiscard]] Status ImportBackend();

@@ -17,6 +17,49 @@ bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
 
 // ---- Budget and remote files ----
 
+Result<uint64_t> InodeTable::ReleaseTier(std::string* why) {
+  MutexLock lk(&mu_);
+  if (!log_.empty()) {
+    *why = fmt::format("{} changes not yet in the backend", log_.size());
+    return Err(EBUSY);
+  }
+  Batch b;
+  std::vector<Inode*> resident;
+  for (auto& [ino, n] : inodes_) {
+    if (!S_ISREG(n->rec.mode)) continue;
+    const std::string path = EntryPath(n->rec.parent, n->rec.name);
+    if (n->opens > 0) {
+      *why = fmt::format("ino {} '{}' is open", ino, path);
+      return Err(EBUSY);
+    }
+    if (n->rec.state == DataState::kRemote) continue;
+    if (n->rec.state != DataState::kPersisted) {
+      *why = fmt::format("ino {} '{}' is {}", ino, path, meta::DataStateName(n->rec.state));
+      return Err(EBUSY);
+    }
+    if (!tier_->Has(ino)) continue;
+    InodeRecord r = n->rec;
+    r.state = DataState::kRemote;
+    MetaStore::PutInode(&b, r);
+    resident.push_back(n.get());
+  }
+  // Recorded first: a crash between the two leaves remote files whose
+  // bytes are still in the tier, which the next mount removes.
+  if (auto st = Commit(b, /*sync=*/true); !st) {
+    *why = fmt::format("cannot record the files as remote: {}", strerror(st.error()));
+    return Err(st.error());
+  }
+  for (Inode* n : resident) n->rec.state = DataState::kRemote;
+  auto freed = tier_->RemoveAll();
+  if (!freed) {
+    *why = freed.error() == ENOTEMPTY ? fmt::format("{}/orphans holds files no inode owns (docs/operations.md)",
+                                                    tier_->dir())
+                                      : fmt::format("cannot remove it: {}", strerror(freed.error()));
+    return Err(freed.error());
+  }
+  return *freed;
+}
+
 void InodeTable::RelieveOverBudget() {
   {
     MutexLock lk(&mu_);

@@ -59,7 +59,11 @@ class Kv {
 // Errors: EACCES, EBUSY (another daemon holds it), EUCLEAN (damaged: a
 // corrupted record anywhere but the WAL's torn tail; the reason, naming
 // the file, is logged and put in *why), EIO (anything else).
-[[nodiscard]] Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir, std::string* why = nullptr);
+// `read_only`: for a look from outside the daemon (`ckptfs gc`): nothing
+// is created or written (ENOENT if there is no store), the lock is still
+// taken (EBUSY while a daemon has it).
+[[nodiscard]] Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir, std::string* why = nullptr,
+                                                      bool read_only = false);
 
 // A fresh in-memory store.
 std::unique_ptr<Kv> NewMemKv();

@@ -133,8 +133,8 @@ class RocksKv final : public Kv {
 
 }  // namespace
 
-Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir, std::string* why) {
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrFromErrno();
+Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir, std::string* why, bool read_only) {
+  if (!read_only && mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrFromErrno();
   int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dfd < 0) return Err(errno == ELOOP ? ENOTDIR : errno);
   int lock_fd = openat(dfd, "CKPTFS.LOCK", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -147,7 +147,7 @@ Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir, std::string* why
     return Err(e == EWOULDBLOCK ? EBUSY : e);
   }
   rocksdb::Options opts;
-  opts.create_if_missing = true;
+  opts.create_if_missing = !read_only;
   opts.IncreaseParallelism(2);
   opts.max_open_files = 256;
   opts.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
@@ -155,7 +155,7 @@ Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir, std::string* why
   opts.paranoid_checks = true;
   opts.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   rocksdb::DB* raw = nullptr;
-  auto s = rocksdb::DB::Open(opts, dir, &raw);
+  auto s = read_only ? rocksdb::DB::OpenForReadOnly(opts, dir, &raw) : rocksdb::DB::Open(opts, dir, &raw);
   if (!s.ok()) {
     close(lock_fd);
     LOG_ERROR("cannot open metadata store {}: {}", dir, s.ToString());

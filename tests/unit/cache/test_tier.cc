@@ -761,3 +761,36 @@ Test(tier, copy_out_without_eviction_never_calls_the_evictor) {
   cr_assert_lt(Clock::now() - t0, milliseconds(1000), "it waited");
   cr_assert_eq(t->Stats().reserved, 0u);
 }
+
+// The owner record survives a reopen (and is not taken for a foreign
+// file); RemoveAll refuses while a file is pinned, then removes every file
+// and the directory; with orphans it empties the rest and keeps them.
+Test(tier, owner_and_remove_all) {
+  auto t = OpenTier(1 << 20);
+  cr_assert(t->ReadOwner().empty(), "an owner before any was written");
+  cr_assert(t->WriteOwner("{\"state_dir\":\"/s\"}\n").has_value());
+  MustWrite(t.get(), 3, 0, Pattern(2 * kPage, '3'));
+  t.reset();
+  t = OpenTier(1 << 20);  // .owner is the tier's own name
+  cr_assert(t->ReadOwner() == "{\"state_dir\":\"/s\"}\n", "owner: %s", t->ReadOwner().c_str());
+  cr_assert(t->Has(3));
+
+  cr_assert(t->Pin(3, false).has_value());
+  auto r = t->RemoveAll();
+  cr_assert(!r.has_value() && r.error() == EBUSY, "removed a pinned file");
+  cr_assert(t->Has(3));
+  t->Unpin(3);
+  r = t->RemoveAll();
+  cr_assert(r.has_value(), "RemoveAll: errno %d", r ? 0 : r.error());
+  cr_assert_eq(*r, 2 * kPage);
+  cr_assert(!std::filesystem::exists(TierDir()), "the directory is still there");
+
+  t = OpenTier(1 << 20);
+  MustWrite(t.get(), 4, 0, Pattern(kPage, '4'));
+  MustWrite(t.get(), 5, 0, Pattern(kPage, '5'));
+  cr_assert(t->Orphan(5).has_value());
+  r = t->RemoveAll();
+  cr_assert(!r.has_value() && r.error() == ENOTEMPTY, "orphans were not kept");
+  cr_assert(!std::filesystem::exists(TierDir() + "/0000000000000004"));
+  cr_assert(ReadFile(TierDir() + "/orphans/0000000000000005") == Pattern(kPage, '5'));
+}

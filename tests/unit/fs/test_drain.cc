@@ -557,3 +557,29 @@ Test(drain, rewrite_of_a_hard_linked_file_reaches_every_name) {
   cr_assert_eq(stat((d.root + "/c").c_str(), &c1), 0);
   cr_assert_eq(b1.st_ino, c1.st_ino, "still one file in the backend");
 }
+
+// A clean unmount gives the tier back only when every file is in the
+// backend (issue #12): before the drain it refuses and names what is not
+// there, removing nothing; after it, the files are recorded remote (read
+// from the backend after a remount) and the tier directory is gone.
+Test(drain, release_tier_only_when_everything_is_persisted) {
+  DrainEnv d;
+  const std::string data(300000, 'r');
+  uint64_t ino = d.env->WriteFile(ckpt::meta::kRootIno, "ckpt.pt", data);
+  const std::string tier_dir = d.env->tier->dir();
+  std::string why;
+  auto r = d.env->table->ReleaseTier(&why);
+  cr_assert(!r.has_value() && r.error() == EBUSY, "released before the drain");
+  cr_assert(why.find("not yet in the backend") != std::string::npos, "why: %s", why.c_str());
+  cr_assert(stdfs::exists(tier_dir + "/" + d.env->tier->PathOf(ino).substr(tier_dir.size() + 1)), "the refusal removed the tier file");
+
+  d.Start();
+  d.Drain();
+  d.drainer->Stop();
+  r = d.env->table->ReleaseTier(&why);
+  cr_assert(r.has_value(), "release after the drain: %s", why.c_str());
+  cr_assert_geq(*r, data.size());
+  cr_assert(!stdfs::exists(tier_dir), "the tier directory is still there");
+  auto rec = d.env->store->GetInode(ino);
+  cr_assert(rec.has_value() && rec->state == ckpt::meta::DataState::kRemote, "the file is not recorded remote");
+}
