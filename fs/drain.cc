@@ -281,7 +281,7 @@ int Drainer::ApplyPersist(const LogEntry& e) {
   }
   if (job->err == EINPROGRESS) return EINPROGRESS;  // sealed in place under a passthrough writer: see Run
   if (job->err != 0) return job->err;
-  WhilePaused();
+  if (WhilePaused()) return ECANCELED;
   if (publish_delay_ms_ > 0) {  // test knob: a slow backend, to watch the order from outside
     MutexLock lk(&mu_);
     SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(publish_delay_ms_));
@@ -320,11 +320,17 @@ int Drainer::ApplyPersist(const LogEntry& e) {
   return 0;
 }
 
-void Drainer::WhilePaused() {
-  if (pause_file_.empty()) return;
+bool Drainer::WhilePaused() {
+  if (pause_file_.empty()) return false;
   MutexLock lk(&mu_);
-  while (!stop_ && access(pause_file_.c_str(), F_OK) == 0)
+  bool paused = false;
+  while (!stop_ && access(pause_file_.c_str(), F_OK) == 0) {
+    paused = true;
     SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+  }
+  // Stopped while held: the entry is not applied (a stuck backend does not
+  // come unstuck because the daemon stops).
+  return paused && stop_;
 }
 
 void Drainer::SleepUntil(std::chrono::steady_clock::time_point deadline) {
@@ -333,7 +339,7 @@ void Drainer::SleepUntil(std::chrono::steady_clock::time_point deadline) {
 }
 
 int Drainer::ApplyNamespace(const LogEntry& e) {
-  WhilePaused();
+  if (WhilePaused()) return ECANCELED;
   Status st;
   const backend::Attrs attrs{e.mode & 07777, e.uid, e.gid, e.has_owner, e.mtime.sec, e.mtime.nsec};
   switch (e.op) {

@@ -129,7 +129,8 @@ class Drainer {
   int backoff_ms_ = 0;        // drain thread only
   int publish_delay_ms_ = 0;  // CKPTFS_DRAIN_DELAY_MS: a slow backend, for tests
   std::string pause_file_;    // CKPTFS_DRAIN_PAUSE_FILE: a stuck backend, for tests
-  void WhilePaused();
+  // Holds while the pause file exists; true if the drain stopped meanwhile.
+  bool WhilePaused();
 
   std::atomic<bool> stop_{false};
   std::thread runner_;
