@@ -147,4 +147,12 @@ class Backend {
 // Opens a POSIX directory backend rooted at `root` (must exist).
 [[nodiscard]] Result<std::unique_ptr<Backend>> OpenPosixBackend(const std::string& root);
 
+// For a degraded mount (a state dir with history, its backend unreachable
+// now): a POSIX backend whose root does not resolve yet. Every operation
+// fails as with a vanished root until a directory owned by `owner` appears
+// at the path (symlinks in the part that exists now resolved once, as
+// OpenPosixBackend does); it is adopted then. A directory of another owner
+// is never used.
+[[nodiscard]] Result<std::unique_ptr<Backend>> OpenMissingPosixBackend(const std::string& root, uid_t owner);
+
 }  // namespace ckpt::backend

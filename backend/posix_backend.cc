@@ -1028,16 +1028,19 @@ class PosixBackend final : public Backend {
     struct stat st;
     if (fstat(root.get(), &st) != 0) return RootMissing(errno, "cannot be examined");
     MutexLock lk(&root_mu_);
+    const bool never_seen = root_dev_ == 0 && root_ino_ == 0;  // a degraded mount's root appearing
     if (st.st_dev != root_dev_ || st.st_ino != root_ino_) {
       if (st.st_uid != root_uid_) {
-        if (!root_missing_) {
+        if (!root_missing_ || (never_seen && !foreign_noted_)) {
+          foreign_noted_ = true;
           LOG_ERROR("posix backend: root '{}' was replaced by a directory owned by uid {}, not {}; not using it", root_,
                     st.st_uid, root_uid_);
           root_missing_ = true;
         }
         return Err(EIO);
       }
-      LOG_WARN("posix backend: root '{}' was replaced by another directory (same owner); using the new one", root_);
+      if (!never_seen)
+        LOG_WARN("posix backend: root '{}' was replaced by another directory (same owner); using the new one", root_);
       root_dev_ = st.st_dev;
       root_ino_ = st.st_ino;
     }
@@ -1278,6 +1281,7 @@ class PosixBackend final : public Backend {
   ino_t root_ino_ GUARDED_BY(root_mu_);
   const uid_t root_uid_;                            // its owner at open; a replacement must match it
   bool root_missing_ GUARDED_BY(root_mu_) = false;  // an episode is being logged
+  bool foreign_noted_ GUARDED_BY(root_mu_) = false;  // a degraded mount's root refused (logged once)
   const bool apply_owner_;                          // running as root: owners are applied
   std::atomic<bool> owner_warned_{false};
   std::atomic<bool> tmp_bad_{false};
@@ -1304,6 +1308,30 @@ Result<std::unique_ptr<Backend>> OpenPosixBackend(const std::string& root) {
   if (!S_ISDIR(st.st_mode)) return Fail(ENOTDIR, "open: root", r);
   try {
     return std::make_unique<PosixBackend>(std::move(r), std::move(canon), st);
+  } catch (const std::bad_alloc&) {
+    return Err(ENOMEM);
+  }
+}
+
+Result<std::unique_ptr<Backend>> OpenMissingPosixBackend(const std::string& root, uid_t owner) {
+  if (root.empty() || root[0] != '/') return Fail(EINVAL, "open: not an absolute root", root);
+  std::string r = std::filesystem::path(root).lexically_normal().string();
+  while (r.size() > 1 && r.back() == '/') r.pop_back();
+  // Symlinks in the part that exists now are resolved once, as at a normal
+  // open; the rest is taken as written (Root refuses symlinks in it).
+  std::filesystem::path head(r), tail;
+  char* real = nullptr;
+  while (!(real = realpath(head.c_str(), nullptr)) && head.has_relative_path()) {
+    tail = head.filename() / tail;
+    head = head.parent_path();
+  }
+  std::string canon = real ? (std::filesystem::path(real) / tail).lexically_normal().string() : r;
+  free(real);
+  while (canon.size() > 1 && canon.back() == '/') canon.pop_back();
+  struct stat never{};  // dev 0, ino 0: no directory seen yet
+  never.st_uid = owner;
+  try {
+    return std::make_unique<PosixBackend>(std::move(r), std::move(canon), never);
   } catch (const std::bad_alloc&) {
     return Err(ENOMEM);
   }

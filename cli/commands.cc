@@ -277,7 +277,17 @@ int CmdStatus(const std::string& mnt_in, bool json) {
   printf("drain      %llu queued, %s/s, %s persisted since mount, %llu skipped as undone\n",
          static_cast<unsigned long long>(U64(d, "queue")), HumanBytes(U64(d, "rate")).c_str(),
          HumanBytes(U64(d, "bytes_persisted")).c_str(), static_cast<unsigned long long>(U64(d, "skipped")));
-  if (Bool(d, "in_error")) printf("error      %s (retrying)\n", EscapeName(Str(d, "last_error")).c_str());
+  if (Bool(d, "in_error") && Str(d, "last_error").rfind("drain stopped", 0) == 0) {
+    printf("error      %s\n", EscapeName(Str(d, "last_error")).c_str());
+  } else if (Bool(d, "in_error")) {
+    // Since when the backend has not answered (status is read on a bad day).
+    char since[32] = "?";
+    time_t t = static_cast<time_t>(U64(d, "error_since"));
+    struct tm tm;
+    if (t > 0 && localtime_r(&t, &tm)) strftime(since, sizeof since, "%Y-%m-%d %H:%M:%S", &tm);
+    printf("backend    unreachable since %s, %llu retries: %s\n", since,
+           static_cast<unsigned long long>(U64(d, "retries")), EscapeName(Str(d, "last_error")).c_str());
+  }
   const Json& f = Obj(j, "failed");
   if (uint64_t n = U64(f, "count"); n > 0) {
     printf("failed     %llu files the backend refused for good\n", static_cast<unsigned long long>(n));

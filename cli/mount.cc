@@ -151,6 +151,27 @@ void PrepareStateDir(const std::string& dir) {
   CheckWritableDir("state dir", dir);
 }
 
+// Bytes allocated by the files directly in `dir` (a tier left by an
+// earlier mount); 0 if it does not exist.
+uint64_t DirAllocated(const std::string& dir) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : stdfs::directory_iterator(dir, ec)) {
+    struct stat st;
+    if (lstat(e.path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) n += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  return n;
+}
+
+// Whether the state dir already holds metadata (the daemon checks that it
+// belongs to this backend). Computed before PrepareStateDir, from the
+// default or given path.
+bool HasHistory(const Config& cfg) {
+  std::string dir = cfg.state_dir.empty() ? DefaultStateDir(Absolute(cfg.mountpoint)) : Absolute(cfg.state_dir);
+  struct stat st;
+  return stat((dir + "/meta/CURRENT").c_str(), &st) == 0;
+}
+
 }  // namespace
 
 int CmdMount(Config cfg, const SizeArgs& sizes) {
@@ -162,7 +183,9 @@ int CmdMount(Config cfg, const SizeArgs& sizes) {
   cfg.backend_display = BackendDisplay(cfg.backend, cfg.backend_raw);
   if (cfg.backend.kind == BackendUrl::Kind::kPosix) {
     if (!cfg.s3_endpoint.empty()) Die("--s3-endpoint is for s3:// backends, not " + cfg.backend_display);
-    CheckWritableDir("backend", cfg.backend.path);
+    // A state dir with history may mount while its backend is away (the
+    // daemon decides: degraded); a fresh one needs a usable backend now.
+    if (!HasHistory(cfg)) CheckWritableDir("backend", cfg.backend.path);
   } else {
     // The daemon chdirs to /: relative AWS file paths must not change meaning.
     for (const char* v : {"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"})
@@ -184,10 +207,30 @@ int CmdMount(Config cfg, const SizeArgs& sizes) {
     cfg.cache_size = DefaultCacheSize(tier_parent);
     shown_size = HumanBytes(cfg.cache_size);
   }
+  // A budget is a claim on RAM the kernel cannot reclaim (tmpfs): the
+  // default never claims more than is available now (plus what the tier
+  // already holds); a given size is the operator's, but said.
+  std::vector<std::string> warnings;
+  if (uint64_t avail = MemAvailable(); avail > 0) {
+    uint64_t in_tier = DirAllocated(cfg.tier_dir);
+    if (uint64_t cap = CapToAvailable(cfg.cache_size, avail, in_tier); cap < cfg.cache_size) {
+      std::string w;
+      if (sizes.cache_size) {
+        w = "cache size " + shown_size + " is more than the memory available now (" + HumanBytes(avail) +
+            "); writers will wait for the drain sooner than the budget says";
+      } else {
+        w = "default cache size " + shown_size + " is more than the memory available now (" + HumanBytes(avail) +
+            "); using " + HumanBytes(std::max<uint64_t>(cap, 1u << 20)) + " (--cache-size sets it)";
+        cfg.cache_size = std::max<uint64_t>(cap, 1u << 20);
+        shown_size = HumanBytes(cfg.cache_size);
+      }
+      fprintf(stderr, "ckptfs: warning: %s\n", w.c_str());
+      warnings.push_back(w);
+    }
+  }
   if (cfg.cache_size < (1u << 20)) Die("cache size " + shown_size + " is too small (minimum 1M)");
   // A budget the tier's filesystem cannot hold fails writes with ENOSPC
   // while clean files could still have been evicted: cap it.
-  std::vector<std::string> warnings;
   if (uint64_t fs_size = FilesystemSize(cfg.tier_dir); fs_size > 0 && cfg.cache_size > TierUsable(fs_size)) {
     uint64_t usable = TierUsable(fs_size);
     if (usable < (1u << 20))
@@ -228,7 +271,14 @@ int CmdMount(Config cfg, const SizeArgs& sizes) {
   char buf[512];
   ssize_t n;
   while ((n = read(pfd[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
-  if (msg != "OK") Die(msg.empty() ? "the daemon exited during start-up (see " + cfg.state_dir + "/ckptfs.log)" : msg);
+  if (msg.rfind("OK", 0) != 0)
+    Die(msg.empty() ? "the daemon exited during start-up (see " + cfg.state_dir + "/ckptfs.log)" : msg);
+  // "OK", then one warning per line (a degraded mount).
+  for (size_t at = msg.find('\n'); at != std::string::npos;) {
+    size_t end = msg.find('\n', at + 1);
+    fprintf(stderr, "ckptfs: %s\n", msg.substr(at + 1, end == std::string::npos ? end : end - at - 1).c_str());
+    at = end;
+  }
   printf("ckptfs: mounted %s (backend %s, tier %s in %s, state %s)\n", cfg.mountpoint.c_str(),
          cfg.backend_display.c_str(), HumanBytes(cfg.cache_size).c_str(), cfg.tier_dir.c_str(), cfg.state_dir.c_str());
   return 0;

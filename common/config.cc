@@ -208,6 +208,22 @@ uint64_t DefaultCacheSize(const std::string& tier_dir) {
   return quarter;
 }
 
+uint64_t MemAvailable() {
+  FILE* f = fopen("/proc/meminfo", "re");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+  fclose(f);
+  return found ? static_cast<uint64_t>(kb) * 1024 : 0;
+}
+
+uint64_t CapToAvailable(uint64_t budget, uint64_t mem_available, uint64_t in_tier) {
+  if (mem_available == 0) return budget;
+  return std::min(budget, mem_available + in_tier);
+}
+
 uint64_t FilesystemSize(const std::string& path) {
   std::string p = path;
   struct statvfs sv;

@@ -92,6 +92,15 @@ uint64_t PhysicalMemory();
 // what the tier's filesystem can hold.
 uint64_t DefaultCacheSize(const std::string& tier_dir);
 
+// MemAvailable from /proc/meminfo, in bytes; 0 if it cannot be read.
+uint64_t MemAvailable();
+
+// The most a default budget may claim at mount: what the kernel says is
+// available (`mem_available`) plus what the tier already holds
+// (`in_tier`: its pages are in use, not available, and remain the tier's).
+// 0 for `mem_available` means unknown: no cap.
+uint64_t CapToAvailable(uint64_t budget, uint64_t mem_available, uint64_t in_tier);
+
 // The size of the filesystem holding `path`, or of its nearest existing
 // ancestor (f_blocks x f_frsize); 0 if none can be stat-ed.
 uint64_t FilesystemSize(const std::string& path);

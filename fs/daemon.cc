@@ -34,11 +34,17 @@ namespace {
 // of an earlier daemon cleaned up: staged files, S3 multipart uploads), or
 // returns the one-line message for the user. S3 credentials never appear in
 // a message: only the bucket, prefix and endpoint do.
-std::expected<std::unique_ptr<backend::Backend>, std::string> OpenBackend(const Config& cfg) {
+// `check` false: the backend object only, for a degraded mount (a POSIX
+// root that does not resolve is opened as missing, to be adopted when a
+// directory of `owner` appears there).
+std::expected<std::unique_ptr<backend::Backend>, std::string> OpenBackend(const Config& cfg, bool check = true,
+                                                                          uid_t owner = 0) {
   const std::string& url = cfg.backend_display;
   if (cfg.backend.kind == BackendUrl::Kind::kPosix) {
     auto be = backend::OpenPosixBackend(cfg.backend.path);
+    if (!be && !check) be = backend::OpenMissingPosixBackend(cfg.backend.path, owner);
     if (!be) return std::unexpected("cannot open backend " + url + ": " + ErrStr(be.error()));
+    if (!check) return std::move(*be);
     if (auto st = (*be)->Check(); !st)
       return std::unexpected("backend " + url + " is not usable: " + ErrStr(st.error()));
     return std::move(*be);
@@ -48,6 +54,7 @@ std::expected<std::unique_ptr<backend::Backend>, std::string> OpenBackend(const 
   if (!s3cfg) return std::unexpected("backend " + url + ": " + why);
   auto be = backend::OpenS3Backend(*s3cfg);
   if (!be) return std::unexpected("cannot open backend " + url + ": " + ErrStr(be.error()));
+  if (!check) return std::move(*be);
   auto st = (*be)->Check();
   if (st) return std::move(*be);
   const std::string& ep = s3cfg->endpoint;
@@ -80,6 +87,8 @@ Limits MountLimits(const Config& cfg) {
 }  // namespace
 
 // The contract is in daemon.h.
+inline constexpr char kBackendOwnerCounter[] = "backend_uid";  // uid + 1 of the POSIX root
+
 // What <tier>/.owner says: whose memory this is, for `ckptfs gc`.
 std::string OwnerJson(const Config& cfg) {
   nlohmann::json j;
@@ -153,20 +162,39 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   auto tier = cache::Tier::Open(cfg.tier_dir, cfg.cache_size, &tier_why);
   if (!tier) return fail("cannot use tier directory " + cfg.tier_dir + ": " + tier_why);
   d->tier = std::move(*tier);
-  auto be = OpenBackend(cfg);
-  if (!be) return fail(be.error());
-  d->backend = std::move(*be);
   // A state dir describes one backend's history: mounting it over another
   // would drain that history into the wrong place. Bound only once the
   // backend proved usable, so a failed first mount leaves the dir free.
   std::string canon = cfg.backend.kind == BackendUrl::Kind::kS3
                           ? "s3://" + cfg.backend.bucket + "/" + cfg.backend.prefix
                           : cfg.backend.path;
+  auto be = OpenBackend(cfg);
+  std::string unreachable;  // non-empty: mounted degraded, with this reason
+  if (!be) {
+    // A state dir with history serves its tier while the backend is away
+    // (the trainer needs its checkpoint from RAM exactly then); a fresh one
+    // is refused, so a typo never looks like an empty backend.
+    auto bound = d->store->BoundBackend();
+    if (!bound || *bound != canon) return fail(be.error());
+    auto owner = d->store->GetCounter(kBackendOwnerCounter);
+    unreachable = be.error();
+    be = OpenBackend(cfg, /*check=*/false, owner && *owner > 0 ? static_cast<uid_t>(*owner - 1) : geteuid());
+    if (!be) return fail(unreachable);
+  }
+  d->backend = std::move(*be);
   std::string bound;
   if (auto st = d->store->BindBackend(canon, &bound); !st)
     return fail(st.error() == EXDEV ? "state dir " + cfg.state_dir + " belongs to backend " + bound + ", not " + canon +
                                           "; use another --state-dir"
                                     : "cannot record the backend in " + cfg.state_dir + ": " + ErrStr(st.error()));
+  if (struct stat bst; unreachable.empty() && cfg.backend.kind == BackendUrl::Kind::kPosix &&
+                       stat(cfg.backend.path.c_str(), &bst) == 0) {
+    // Who owns the backend's root: a degraded mount adopts only a root of
+    // this owner when it appears.
+    meta::Batch b;
+    meta::MetaStore::PutCounter(&b, kBackendOwnerCounter, static_cast<uint64_t>(bst.st_uid) + 1);
+    if (auto st = d->store->Commit(b); !st) return fail("cannot record the backend's owner: " + ErrStr(st.error()));
+  }
   d->table = std::make_unique<InodeTable>(d->store.get(), d->tier.get(), d->backend.get());
   d->table->set_limits(MountLimits(cfg));
   if (auto st = d->table->Load(Caller{geteuid(), getegid()}); !st)
@@ -221,8 +249,17 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   cache::TierStats ts = d->tier->Stats();
   LOG_INFO("mounted {} backend={} state={} tier={} budget={} in tier={} max_file_size={}", cfg.mountpoint,
            cfg.backend_display, cfg.state_dir, cfg.tier_dir, ts.budget, ts.used, cfg.max_file_size);
+  std::string report = "OK";
+  if (!unreachable.empty()) {
+    std::string w = "backend unreachable (" + unreachable +
+                    "); mounted degraded: everything in the memory tier is served, new writes are kept, and the "
+                    "drain retries until the backend is back (`ckptfs status`)";
+    LOG_WARN("{}", w);
+    d->drainer->MarkUnreachable(unreachable);
+    report += "\nwarning: " + w;
+  }
   if (report_fd >= 0) {
-    (void)!write(report_fd, "OK", 2);
+    (void)!write(report_fd, report.data(), report.size());
     close(report_fd);
     int null = open("/dev/null", O_RDWR);
     dup2(null, 0);

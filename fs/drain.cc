@@ -167,6 +167,14 @@ void Drainer::Run() {
     }
     auto window = table_->PendingLog(kWindow);
     if (window.empty()) {
+      if (ProbeDue()) {
+        if (auto st = backend_->Check(); st) {
+          NoteSuccess();
+        } else {
+          Backoff();
+        }
+        continue;
+      }
       table_->WaitForLog(std::chrono::milliseconds(200));
       continue;
     }
@@ -404,13 +412,28 @@ void Drainer::NoteError(const LogEntry& e, int err) {
   MutexLock lk(&mu_);
   stats_.retries++;
   std::string msg = fmt::format("{} '{}': {}", meta::LogOpName(e.op), e.path, strerror(err));
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (!stats_.in_error) stats_.error_since = now;
   if (!stats_.in_error || stats_.last_error != msg) {
     LOG_ERROR("drain: seq {} {} (backend {}); retrying with backoff", e.seq, msg, backend_->Describe());
   }
   stats_.in_error = true;
   stats_.last_error = msg;
-  stats_.last_error_time =
+  stats_.last_error_time = now;
+}
+
+void Drainer::MarkUnreachable(const std::string& why) {
+  MutexLock lk(&mu_);
+  stats_.in_error = true;
+  stats_.last_error = "unreachable at mount: " + why;
+  stats_.last_error_time = stats_.error_since =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+bool Drainer::ProbeDue() {
+  MutexLock lk(&mu_);
+  return stats_.in_error && !read_only_noted_;
 }
 
 void Drainer::NoteSuccess() {

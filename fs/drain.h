@@ -50,6 +50,7 @@ struct DrainStats {
   uint64_t retries = 0;
   std::string last_error;       // empty when the backend is healthy
   int64_t last_error_time = 0;  // unix seconds
+  int64_t error_since = 0;      // unix seconds: when this episode of errors began
   bool in_error = false;
 };
 
@@ -69,6 +70,10 @@ class Drainer {
   Drainer& operator=(const Drainer&) = delete;
 
   void Start();
+  // A degraded mount: the backend was unreachable at mount (`why`). The
+  // drain starts in error and, while it has nothing to apply, probes the
+  // backend (Backend::Check) with backoff until it answers.
+  void MarkUnreachable(const std::string& why);
   // Stops the threads; safe to call twice.
   void Stop();
 
@@ -88,6 +93,9 @@ class Drainer {
 
   void Run();
   void StageLoop();
+  // In error with nothing to apply (a degraded mount): time to ask the
+  // backend whether it is back.
+  bool ProbeDue();
   // Starts staging jobs for persist entries in `window`.
   void Schedule(const std::vector<meta::LogEntry>& window) REQUIRES(mu_);
   // Waits on cv_ until `deadline` or Stop(), whichever is first.

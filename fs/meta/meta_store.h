@@ -155,6 +155,8 @@ class MetaStore {
   // Ties the state dir to one backend: records `url` on first use; EXDEV
   // (with the recorded URL in *bound) if it was made for another backend.
   [[nodiscard]] Status BindBackend(std::string_view url, std::string* bound);
+  // The backend URL recorded by BindBackend; ENOENT for a fresh state dir.
+  [[nodiscard]] Result<std::string> BoundBackend() { return kv_->Get(kBackendKey); }
 
  private:
   Status ScanPathNotes(char prefix, const std::function<void(uint64_t, std::string_view, std::string_view)>& fn);

@@ -17,7 +17,7 @@ for i in 1 2 3 4 5 6; do
   head -c 64K /dev/urandom > "$MNT/step_$i/model.pt"
   echo "step_$i" > "$MNT/latest"
 done
-tier_before=$(cd "$TIER" && find . -type f ! -name .lock | sort | xargs md5sum)
+tier_before=$(cd "$TIER" && find . -type f ! -name '.*' | sort | xargs md5sum)
 pid=$(_our_daemons | head -1)
 kill -9 "$pid"
 wait_daemon_exit "$pid" 2>/dev/null || sleep 1
@@ -35,13 +35,13 @@ grep -q "metadata in .* is damaged" "$T/err" || fail "stderr: $(cat "$T/err")"
 grep -qF "$(basename "$log")" "$T/err" || fail "the refusal does not name the damaged $(basename "$log"): $(cat "$T/err")"
 note "refused: $(cat "$T/err")"
 ! is_mounted "$MNT" || fail "left mounted"
-[ "$(cd "$TIER" && find . -type f ! -name .lock | sort | xargs md5sum)" = "$tier_before" ] \
+[ "$(cd "$TIER" && find . -type f ! -name '.*' | sort | xargs md5sum)" = "$tier_before" ] \
   || fail "the refused mount changed the tier"
 
 # A fresh state dir over the same tier: every tier file is of an unknown
 # inode, the copies of `latest`'s older versions kept for the drain
 # included. All go to orphans/, bytes intact, and status counts them.
-files=$(cd "$TIER" && find . -type f ! -name .lock | wc -l)
+files=$(cd "$TIER" && find . -type f ! -name '.*' | wc -l)
 [ "$files" -gt 6 ] || fail "want snapshots of latest in the tier too; found $files files"
 mount_fs --state-dir "$T/state-new" --cache-size 256M
 n=$("$CKPTFS" status "$MNT" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["tier"]["orphans"])')

@@ -3,7 +3,7 @@
 # `mount -t ckptfs s3://bucket/prefix DIR -o s3_endpoint=URL,...` mounts
 # (credentials from the environment), files drain to the bucket; an fstab
 # line with an s3:// source works the same; a wrong endpoint fails with the
-# daemon's message and nothing mounted. Installs the helper as
+# daemon's message and nothing mounted (a fresh state dir). Installs the helper as
 # /sbin/mount.ckptfs for the test and restores what was there.
 # serial: installs /sbin/mount.ckptfs (global), as mount_helper does
 set -euo pipefail
@@ -48,9 +48,16 @@ same_bytes "$T/ref" "$MNT/f"
 umount "$MNT"
 wait_daemon_exit
 
+# A dead endpoint with a fresh state dir: refused, the daemon's message
+# reaching the user. (The state dir above, which has history, would mount
+# degraded instead: tests/mount/cases/degraded_mount.sh.)
+FRESH_OPTS="cache_size=64M,state_dir=$T/state-fresh,tier_dir=$TIER-fresh"
+_STATE_DIRS+=("$T/state-fresh")
+_TIER_DIRS+=("$TIER-fresh")
 rc=0
-mount -t ckptfs "s3://$S3_BUCKET/helper" "$MNT" -o "s3_endpoint=http://127.0.0.1:1,$OPTS" 2> "$T/err" || rc=$?
+mount -t ckptfs "s3://$S3_BUCKET/helper" "$MNT" -o "s3_endpoint=http://127.0.0.1:1,$FRESH_OPTS" 2> "$T/err" || rc=$?
 [ "$rc" != 0 ] || fail "mount with a dead endpoint succeeded"
 grep -q "cannot use http://127.0.0.1:1" "$T/err" || fail "the daemon's message did not reach the user: $(cat "$T/err")"
 ! is_mounted || fail "mounted after a failed mount -t ckptfs"
+
 check_log --allow-errors "check: list s3://$S3_BUCKET/: Couldn.t connect|cannot use http://127\\.0\\.0\\.1:1"

@@ -20,7 +20,7 @@ expect_mount_refused "tier directory .* in use by another ckptfs daemon" "$T/mnt
 cmp "$T/ref" "$MNT/model.pt" || fail "model.pt changed"
 "$CKPTFS" drain "$MNT" --timeout 60
 cmp "$T/ref" "$BACKEND/model.pt" || fail "the backend got something else than model.pt's bytes"
-umount_fs
+umount_fs --keep-cache  # the tier stays for the planted entries below
 
 # 2. Planted entries in a tier dir: refused, never followed, never removed.
 echo "precious" > "$T/victim"

@@ -223,10 +223,12 @@ wait_daemon_exit() {
   fail "daemon still running 60 s after umount: $(_our_daemons)"
 }
 
+# umount_fs [--keep-cache]: ckptfs umount (which gives the tier back once
+# everything is persisted, unless --keep-cache), then waits for the daemon.
 umount_fs() {
   is_mounted || fail "umount_fs: $MNT is not mounted"
   stat "$MNT" >/dev/null 2>&1 || fail "mount is dead before umount (daemon crashed?): $(stat "$MNT" 2>&1)"
-  if ! "$CKPTFS" umount "$MNT" > "$T/umount.out" 2>&1; then
+  if ! "$CKPTFS" umount "$MNT" "$@" > "$T/umount.out" 2>&1; then
     cat "$T/umount.out" >&2
     fail "ckptfs umount $MNT failed"
   fi

@@ -263,6 +263,17 @@ Test(default_cache_size, quarter_of_ram_capped_by_tier_fs) {
   cr_assert_eq(ckpt::DefaultCacheSize("/nonexistent/ckpt-unit"), mem / 4);
 }
 
+Test(default_cache_size, capped_by_what_is_available) {
+  constexpr uint64_t G = 1ull << 30;
+  cr_assert_eq(ckpt::CapToAvailable(6 * G, 20 * G, 0), 6 * G, "plenty available: unchanged");
+  cr_assert_eq(ckpt::CapToAvailable(6 * G, 2 * G, 0), 2 * G, "capped at MemAvailable");
+  cr_assert_eq(ckpt::CapToAvailable(6 * G, 2 * G, 3 * G), 5 * G, "what the tier holds is the tier's");
+  cr_assert_eq(ckpt::CapToAvailable(6 * G, 0, 0), 6 * G, "unknown: no cap");
+  uint64_t avail = ckpt::MemAvailable();
+  cr_assert_gt(avail, 0u, "MemAvailable readable");
+  cr_assert_leq(avail, ckpt::PhysicalMemory());
+}
+
 Test(backend_url, refuses_credentials_without_echo) {
   for (const char* url : {"s3://AKIAEXAMPLE:s3cr3t@bucket/prefix", "s3://AKIAEXAMPLE:s3cr3t%2Fx@bucket",
                           "s3://AKIAEXAMPLE:s3cr3t/x@bucket/p", "s3://AKIAEXAMPLE@bucket", "s3://:s3cr3t@bucket",
