@@ -365,7 +365,7 @@ bool Tier::AddSpare(uint64_t bytes, uint64_t headroom) {
   std::string name;
   {
     MutexLock lk(&mu_);
-    if (closed_ || used_ + reserved_ + bytes + headroom > budget_) return false;
+    if (closed_ || used_ + reserved_ + bytes + headroom > Budget()) return false;
     reserved_ += bytes;
     // A name Open removes as a copy cut short (*.tmp), in a key range no
     // inode number reaches and outside the snapshot keys (no top bit).
@@ -480,8 +480,8 @@ Status Tier::Reserve(uint64_t n, bool wait, bool evict) {
   if (n > budget_) return Err(ENOSPC);
   auto deadline = std::chrono::steady_clock::now() + wait_limit_;
   bool waited = false;
-  while (used_ + reserved_ + n > budget_) {
-    uint64_t missing = used_ + reserved_ + n - budget_;
+  while (used_ + reserved_ + n > Budget()) {
+    uint64_t missing = used_ + reserved_ + n - Budget();
     if (!spares_.empty()) {  // pre-allocated pages go first: they hold nobody's bytes
       used_ -= spares_.back().bytes;
       unlinkat(dirfd_, spares_.back().name.c_str(), 0);
@@ -507,7 +507,11 @@ Status Tier::Reserve(uint64_t n, bool wait, bool evict) {
     if (!waited) {
       waited = true;
       waits_++;
-      LOG_WARN("tier: full ({} of {} bytes in use); writer waits for the drain", used_ + reserved_, budget_);
+      if (Budget() < budget_)
+        LOG_WARN("tier: memory pressure ({} bytes in use, {} allowed now); writer waits for the drain", used_ + reserved_,
+                 Budget());
+      else
+        LOG_WARN("tier: full ({} of {} bytes in use); writer waits for the drain", used_ + reserved_, budget_);
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       LOG_WARN("tier: gave up waiting for {} bytes after {} ms: ENOSPC", n, wait_limit_.count());
@@ -517,6 +521,13 @@ Status Tier::Reserve(uint64_t n, bool wait, bool evict) {
   }
   reserved_ += n;
   return {};
+}
+
+void Tier::set_pressure_limit(uint64_t limit) {
+  MutexLock lk(&mu_);
+  if (limit == pressure_limit_) return;
+  pressure_limit_ = limit;
+  space_cv_.NotifyAll();
 }
 
 void Tier::Unreserve(uint64_t n) {

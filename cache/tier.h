@@ -208,6 +208,11 @@ class Tier {
   // Wakes writers waiting for space (call after freeing space elsewhere).
   void NotifySpace();
 
+  // Memory pressure (fs/memory_watch.h): new reservations wait while the
+  // tier would go past `limit` bytes, below the budget (~0: no limit).
+  // Writes already reserved go on; eviction and the drain lower `used`.
+  void set_pressure_limit(uint64_t limit);
+
   // At unmount: every reservation still waiting, and any later one that
   // would wait, fails with ENOSPC at once.
   void Close();
@@ -262,6 +267,9 @@ class Tier {
 
   const std::string dir_;
   const uint64_t budget_;
+  uint64_t pressure_limit_ GUARDED_BY(mu_) = ~0ull;
+  // The budget in force: the configured one, or lower under memory pressure.
+  uint64_t Budget() const REQUIRES(mu_) { return std::min(budget_, pressure_limit_); }
   const int dirfd_;   // the directory, opened O_NOFOLLOW; every file op is relative to it
   int lock_fd_ = -1;  // flock'ed for the Tier's life
   std::chrono::milliseconds wait_limit_{0};

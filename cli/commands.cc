@@ -261,6 +261,11 @@ int CmdStatus(const std::string& mnt_in, bool json) {
   if (std::string ro = Str(j, "read_only"); !ro.empty()) printf("READ-ONLY  %s\n", EscapeName(ro).c_str());
   printf("memory     %s of %s (%.1f%%), %llu writer waits\n", HumanBytes(used).c_str(), HumanBytes(budget).c_str(), pct,
          static_cast<unsigned long long>(U64(t, "waits")));
+  if (const Json& m = Obj(j, "memory"); Bool(m, "under_pressure"))
+    printf("PRESSURE   %s available (%s), under --min-free %s: persisted files evicted%s\n",
+           HumanBytes(U64(m, "available")).c_str(), EscapeName(Str(m, "where")).c_str(),
+           HumanBytes(U64(m, "min_free")).c_str(),
+           Bool(m, "writers_wait") ? "; new writes wait for the drain" : "");
   if (const Json& p = Obj(j, "passthrough"); Bool(p, "active"))
     printf("io         passthrough: %llu handles open (%llu files written), %llu opens since mount, %s pre-allocated\n",
            static_cast<unsigned long long>(U64(p, "handles")), static_cast<unsigned long long>(U64(p, "writers")),

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ckptfs: a checkpoint filesystem that acknowledges writes at memory speed"};
   app.require_subcommand(1);
   Config cfg;
-  std::string cache_size, max_file_size, fsync_mode = "memory", prealloc = "auto";
+  std::string cache_size, max_file_size, fsync_mode = "memory", prealloc = "auto", min_free = "auto";
   auto* mount = app.add_subcommand("mount", "mount ckptfs at MOUNTPOINT");
   mount->add_option("mountpoint", cfg.mountpoint, "where to mount")->required();
   mount->add_option("--backend", cfg.backend_raw, "backend: /path, file:///path or s3://bucket/prefix")->required();
@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
   mount->add_option("--fsync", fsync_mode, "memory|backend")->check(CLI::IsMember({"memory", "backend"}));
   mount->add_option("--prealloc", prealloc,
                     "tier pages allocated ahead for passthrough writers: auto (from the files written), a size, or 0");
+  mount->add_option("--min-free", min_free,
+                    "available memory to keep: below it persisted files are evicted and writes wait; auto (4% of "
+                    "RAM or of the memory cgroup's limit), a size, or 0 (off)");
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
   mount->add_option("-o", cfg.fuse_opts, "FUSE mount options, and passthrough=off (every read and write through the daemon)");
   mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
@@ -85,6 +88,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     cfg.prealloc = *sz;
+  }
+  if (min_free != "auto") {
+    auto sz = min_free == "0" ? std::expected<uint64_t, std::string>(0) : ParseSize(min_free);
+    if (!sz) {
+      fprintf(stderr, "ckptfs: --min-free: %s\n", sz.error().c_str());
+      return 2;
+    }
+    cfg.min_free = *sz;
   }
   if (auto own = TakeOwnOptions(&cfg.fuse_opts, &cfg); !own) {
     fprintf(stderr, "ckptfs: %s\n", own.error().c_str());

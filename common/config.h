@@ -40,6 +40,11 @@ struct Config {
   // writers; kPreallocAuto (the default) sizes them from the files written.
   static constexpr uint64_t kPreallocAuto = ~0ULL;
   uint64_t prealloc = kPreallocAuto;
+  // --min-free: below this much available memory (MemAvailable, or the
+  // memory cgroup's headroom), persisted files are evicted and new tier
+  // writes wait; kMinFreeAuto: 4% of RAM (or of the cgroup limit); 0: off.
+  static constexpr uint64_t kMinFreeAuto = ~0ULL;
+  uint64_t min_free = kMinFreeAuto;
   std::string log_level = "info";
   std::string s3_endpoint;
 };

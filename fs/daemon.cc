@@ -26,6 +26,7 @@
 #include "backend/s3_backend.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "fs/memory_watch.h"
 
 namespace ckpt::fs {
 namespace {
@@ -268,6 +269,11 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     if (null > 2) close(null);
   }
   d->drainer->Start();
+  const uint64_t min_free = cfg.min_free == Config::kMinFreeAuto ? DefaultMinFree() : cfg.min_free;
+  if (min_free > 0) {
+    d->memory_watch = std::make_unique<MemoryWatch>(d->table.get(), min_free);
+    d->memory_watch->Start();
+  }
   // Passthrough writers fill the tier without the daemon: every 50 ms what
   // they wrote is counted and clean files are evicted if the tier is over
   // its budget (also after they closed: what they left is evictable once
@@ -291,6 +297,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   fuse_loop_cfg_destroy(lc);
   stop_watch = true;
   pt_watch.join();
+  if (d->memory_watch) d->memory_watch->Stop();
   d->tier->Close();  // writes still waiting for space give up
   if (d->space_waiter) d->space_waiter->Stop();
   d->table->Shutdown();  // fetches and fsync waits still pending give up

@@ -16,6 +16,7 @@
 #include "common/config.h"
 #include "fs/drain.h"
 #include "fs/inode_table.h"
+#include "fs/memory_watch.h"
 #include "fs/meta/meta_store.h"
 #include "fs/passthrough.h"
 #include "fs/space_waiter.h"
@@ -32,6 +33,7 @@ struct Daemon {
   std::unique_ptr<Drainer> drainer;
   std::unique_ptr<SpaceWaiter> space_waiter;  // writes waiting for tier space (null: they wait in place)
   std::unique_ptr<SpaceWaiter> fetcher;       // opens that fetch an evicted file first (null: in place)
+  std::unique_ptr<MemoryWatch> memory_watch;  // gives tier memory back under pressure
   std::unique_ptr<Passthrough> pt;            // kernel passthrough to the tier files (null: not mounted yet)
   double attr_timeout = 10.0;                 // the daemon is the only writer of its namespace
   double entry_timeout = 10.0;

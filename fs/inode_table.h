@@ -315,6 +315,22 @@ class InodeTable {
   // *why (nothing removed then, but for orphans/, which stays).
   [[nodiscard]] Result<uint64_t> ReleaseTier(std::string* why) EXCLUDES(mu_);
 
+  // ---- Memory pressure (fs/memory_watch.h) ----
+  // Called by the memory watch with the headroom it read (`where` says
+  // whose: MemAvailable or a cgroup). Below `min_free`: drops spares,
+  // evicts persisted files for the deficit, and if that is not enough holds
+  // new tier writes (Tier::set_pressure_limit) until the drain and eviction
+  // catch up. Logs once when an episode begins and once when it ends.
+  void RelieveMemory(uint64_t available, uint64_t min_free, const std::string& where) EXCLUDES(mu_);
+  struct PressureStats {
+    uint64_t available = 0, min_free = 0;
+    std::string where;
+    bool active = false;        // under min_free now
+    bool writers_held = false;  // eviction was not enough: new writes wait
+    uint64_t episodes = 0, evicted_files = 0, evicted_bytes = 0;  // since mount
+  };
+  PressureStats MemoryPressure() EXCLUDES(pressure_mu_);
+
   // On the first mount of a state dir, shows what the backend already holds
   // (state remote). Later mounts do nothing.
   [[nodiscard]] Status ImportBackend();
@@ -541,6 +557,8 @@ class InodeTable {
   // updates files in place keeps none).
   std::atomic<bool> trunc_writes_seen_{false};
   std::atomic<bool> over_budget_{false};  // RelieveOverBudget has said so
+  Mutex pressure_mu_;  // a leaf
+  PressureStats pressure_ GUARDED_BY(pressure_mu_);
   // Files open for writing now (Inode::writers > 0), on either path.
   uint64_t writing_files_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point quiet_since_ GUARDED_BY(mu_){};  // a writer's last open or close

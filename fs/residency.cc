@@ -17,6 +17,63 @@ bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
 
 // ---- Budget and remote files ----
 
+void InodeTable::RelieveMemory(uint64_t available, uint64_t min_free, const std::string& where) {
+  bool was_active;
+  {
+    MutexLock lk(&pressure_mu_);
+    pressure_.available = available;
+    pressure_.min_free = min_free;
+    pressure_.where = where;
+    was_active = pressure_.active;
+  }
+  // An episode begins below min_free and ends above 1.5 x min_free, and
+  // eviction aims there: no flapping at the edge while the trainer grows.
+  const uint64_t target = min_free + min_free / 2;
+  if (min_free == 0 || available >= (was_active ? target : min_free)) {
+    if (!was_active) return;
+    tier_->set_pressure_limit(~0ull);
+    MutexLock lk(&pressure_mu_);
+    pressure_.active = pressure_.writers_held = false;
+    LOG_INFO("memory: {} bytes available again ({}), at least --min-free {}; writes go on", available, where, min_free);
+    return;
+  }
+  const uint64_t deficit = target - std::min(target, available);
+  // Pre-allocated pages hold nobody's bytes: they go first.
+  cache::TierStats before = tier_->Stats();
+  tier_->DropSpares();
+  cache::TierStats mid = tier_->Stats();
+  uint64_t freed = before.used - std::min(before.used, mid.used);
+  uint64_t files_before = mid.files;
+  if (freed < deficit) (void)Evict(deficit - freed);
+  cache::TierStats after = tier_->Stats();
+  const uint64_t evicted = mid.used - std::min(mid.used, after.used);
+  const uint64_t evicted_files = files_before - std::min(files_before, after.files);
+  freed += evicted;
+  // Not enough: what is left is dirty (or open). New tier writes wait until
+  // the drain makes it clean and this evicts it; never dropped.
+  const bool hold = freed < deficit;
+  const uint64_t in_tier = after.used + after.reserved;
+  tier_->set_pressure_limit(hold ? in_tier - std::min(in_tier, deficit - freed) : ~0ull);
+  MutexLock lk(&pressure_mu_);
+  pressure_.evicted_files += evicted_files;
+  pressure_.evicted_bytes += evicted;
+  if (!was_active) {
+    pressure_.episodes++;
+    LOG_WARN("memory: {} bytes available ({}), under --min-free {}: evicted {} files ({} bytes) that are in the backend{}",
+             available, where, min_free, evicted_files, freed,
+             hold ? "; new writes wait: the rest of the tier is not in the backend yet" : "");
+  } else if (hold && !pressure_.writers_held) {
+    LOG_WARN("memory: still under --min-free ({} bytes available, {}); new writes wait for the drain", available, where);
+  }
+  pressure_.active = true;
+  pressure_.writers_held = hold;
+}
+
+InodeTable::PressureStats InodeTable::MemoryPressure() {
+  MutexLock lk(&pressure_mu_);
+  return pressure_;
+}
+
 Result<uint64_t> InodeTable::ReleaseTier(std::string* why) {
   MutexLock lk(&mu_);
   if (!log_.empty()) {
@@ -96,6 +153,11 @@ void InodeTable::EvictIfOverBudget() {
 
 void InodeTable::RefillSpares() {
   if (!trunc_writes_seen_.load()) return;
+  {
+    // No memory claimed ahead while the machine is short of it.
+    MutexLock lk(&pressure_mu_);
+    if (pressure_.active) return;
+  }
   uint64_t cap = prealloc_.load(), size;
   {
     MutexLock lk(&mu_);
@@ -103,6 +165,11 @@ void InodeTable::RefillSpares() {
     // two files of one save (64 shards): only after a quiet second.
     if (writing_files_ > 0 || std::chrono::steady_clock::now() < quiet_since_ + std::chrono::seconds(1)) return;
     size = largest_sealed_;
+  }
+  {
+    // Nor when the claim would take it there (the watch's last reading).
+    MutexLock lk(&pressure_mu_);
+    if (pressure_.min_free > 0 && pressure_.available < 2 * pressure_.min_free + 2 * size) return;
   }
   if (cap == 0 || size == 0 || !backing_ || !backing_->active()) return;
   constexpr uint64_t kUnit = 2u << 20;  // spares are whole 2 MiB

@@ -74,6 +74,7 @@ std::string StatusJson(Daemon* d) {
     failed.push_back(std::move(entry));
   }
 
+  const InodeTable::PressureStats mp = d->table->MemoryPressure();
   Json j = {
       {"pid", getpid()},
       {"mountpoint", d->cfg.mountpoint},
@@ -123,6 +124,16 @@ std::string StatusJson(Daemon* d) {
       {"lost_count", lost_all.size()},
       {"failed", {{"count", failed_all.size()}, {"first", std::move(failed)}}},
       {"io", {{"bytes_written", d->bytes_written.load()}, {"bytes_read", d->bytes_read.load()}}},
+      {"memory",
+       {{"watched", d->memory_watch != nullptr},
+        {"available", mp.available},
+        {"min_free", mp.min_free},
+        {"where", mp.where},
+        {"under_pressure", mp.active},
+        {"writers_wait", mp.writers_held},
+        {"episodes", mp.episodes},
+        {"evicted_files", mp.evicted_files},
+        {"evicted_bytes", mp.evicted_bytes}}},
   };
   std::string out = Dump(j);
   // The lists fit kStatusListBytes each; what else is long is a few paths

@@ -583,3 +583,43 @@ Test(drain, release_tier_only_when_everything_is_persisted) {
   auto rec = d.env->store->GetInode(ino);
   cr_assert(rec.has_value() && rec->state == ckpt::meta::DataState::kRemote, "the file is not recorded remote");
 }
+
+// Memory pressure (issue #12): below min-free, persisted files are evicted
+// for the deficit (to 1.5 x min-free), a dirty one never; when that falls
+// short, new tier writes wait (EAGAIN for a writer that may not wait) until
+// the headroom is back.
+Test(drain, memory_pressure_evicts_persisted_and_holds_writers_for_dirty) {
+  DrainEnv d(256ull << 20);
+  constexpr uint64_t M = 1ull << 20;
+  const std::string data(4 * M, 'p');
+  uint64_t a = d.env->WriteFile(kRoot, "a", data), b = d.env->WriteFile(kRoot, "b", data);
+  d.Start();
+  d.Drain();
+  d.drainer->Stop();
+  uint64_t dirty = d.env->WriteFile(kRoot, "dirty", data);  // never drained
+  d.env->tier->set_evictor([&](uint64_t need) { return d.env->table->Evict(need); });  // as the daemon does
+  // 2M available, min-free 8M: target 12M, deficit 10M: both persisted
+  // files go (8M), the dirty one stays, and 8M < 10M: writes wait.
+  d.env->table->RelieveMemory(2 * M, 8 * M, "test");
+  auto p = d.env->table->MemoryPressure();
+  cr_assert(p.active);
+  cr_assert_eq(p.evicted_files, 2u);
+  cr_assert(!d.env->tier->Has(a) && !d.env->tier->Has(b), "persisted files not evicted");
+  cr_assert(d.env->tier->Has(dirty), "a dirty file was dropped");
+  cr_assert(p.writers_held, "eviction fell short, yet writes do not wait");
+  auto write = [&] {
+    cr_assert(d.env->table->Open(dirty, O_WRONLY).has_value());
+    auto w = d.env->table->Write(dirty, 4 * M, M, [&](int fd) { return pwrite(fd, data.data(), M, 4 * M); },
+                                 /*wait=*/false);
+    d.env->table->Release(dirty, O_WRONLY);
+    return w;
+  };
+  auto w = write();
+  cr_assert(!w.has_value() && w.error() == EAGAIN, "a write went through while writers are held");
+  // Back above 1.5 x min-free: the episode ends, writes go on.
+  d.env->table->RelieveMemory(13 * M, 8 * M, "test");
+  p = d.env->table->MemoryPressure();
+  cr_assert(!p.active && !p.writers_held);
+  w = write();
+  cr_assert(w.has_value(), "writes still held after the pressure ended");
+}
