@@ -49,6 +49,11 @@ int CmdUmount(const std::string& mnt_in, const UmountArgs& a);
 // none with `dry_run`).
 int CmdGc(const std::vector<std::string>& dirs, bool force, bool dry_run, bool json);
 
+// ckptfs warmup: fetches the remote files under `paths` (all in one mount)
+// into the memory tier, as many as fit the budget beside dirty data; 1 if
+// a fetch failed.
+int CmdWarmup(const std::vector<std::string>& paths);
+
 // ckptfs drain: waits until everything closed so far is persisted; 1 after
 // `timeout_s` (0: no limit).
 int CmdDrain(const std::string& mnt_in, double timeout_s);

@@ -55,6 +55,9 @@ int main(int argc, char** argv) {
   gc->add_flag("--force", force, "remove them even if they hold files not in the backend (those are lost)");
   gc->add_flag("--dry-run,-n", dry_run, "list only, remove nothing");
   gc->add_flag("--json", json, "machine-readable output");
+  std::vector<std::string> warm_paths;
+  auto* warmup = app.add_subcommand("warmup", "fetch remote files into RAM ahead of a restart (within the budget)");
+  warmup->add_option("paths", warm_paths, "files or directories in one ckptfs mount")->required();
   auto* status = app.add_subcommand("status", "show what is in memory, draining and safe");
   status->add_option("mountpoint", target)->required();
   status->add_flag("--json", json, "machine-readable output");
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
     }
     if (*umount) return CmdUmount(target, UmountArgs{no_drain, lazy, keep_cache});
     if (*gc) return CmdGc(gc_dirs, force, dry_run, json);
+    if (*warmup) return CmdWarmup(warm_paths);
     if (*drain) return CmdDrain(target, timeout_s);
     if (*status) return CmdStatus(target, json);
     if (*lost) return CmdLost(target, json, clear);
