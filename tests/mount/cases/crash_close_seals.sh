@@ -47,17 +47,10 @@ for _ in $(seq 600); do [ -e "$T/ref/ready" ] || ! kill -0 "$holder" 2>/dev/null
 [ -e "$T/ref/ready" ] || fail "the holder did not write its files: $(cat "$T/holder.err")"
 files=(excl.bin trunc.bin rdwr.bin)
 
-pid=$(_our_daemons | head -1)
-[ -n "$pid" ] || fail "no daemon to kill"
-lines_before=$(wc -l < "$STATE/ckptfs.log")
-kill -9 "$pid"
-kill "$holder" 2>/dev/null || true
-wait "$holder" 2>/dev/null || true
-fusermount3 -uz "$MNT" 2>/dev/null || true
-wait_daemon_exit
+crash_daemon "$holder"
 
 CKPTFS_DRAIN_PAUSE_FILE=$T/pause mount_fs --cache-size 512M
-tail -n "+$((lines_before + 1))" "$STATE/ckptfs.log" > "$T/recovery.log"
+tail -n "+$((CRASH_LOG_LINES + 1))" "$STATE/ckptfs.log" > "$T/recovery.log"
 if grep -E "never closed|lost" "$T/recovery.log" > "$T/lost"; then
   fail "recovery lost files whose close had returned: $(cat "$T/lost")"
 fi

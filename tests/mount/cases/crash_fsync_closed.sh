@@ -72,17 +72,10 @@ pending() {
 }
 for f in "${closed[@]}"; do pending "$f" "before the crash"; done
 
-pid=$(_our_daemons | head -1)
-[ -n "$pid" ] || fail "no daemon to kill"
-lines_before=$(wc -l < "$STATE/ckptfs.log")
-kill -9 "$pid"
-kill "$holder" 2>/dev/null || true
-wait "$holder" 2>/dev/null || true
-fusermount3 -uz "$MNT" 2>/dev/null || true
-wait_daemon_exit
+crash_daemon "$holder"
 
 CKPTFS_DRAIN_PAUSE_FILE=$T/pause mount_fs --cache-size 512M
-tail -n "+$((lines_before + 1))" "$STATE/ckptfs.log" > "$T/recovery.log"
+tail -n "+$((CRASH_LOG_LINES + 1))" "$STATE/ckptfs.log" > "$T/recovery.log"
 grep -F "$WARN" "$T/recovery.log" > "$T/warned" || true
 note "recovery logged: $(cat "$T/warned")"
 grep -qF "'held_open.bin': $WARN" "$T/warned" \

@@ -10,15 +10,6 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
-crash() {
-  local pid
-  pid=$(_our_daemons | head -1)
-  [ -n "$pid" ] || fail "no daemon to kill"
-  kill -9 "$pid"
-  fusermount3 -uz "$MNT" 2> /dev/null || true
-  wait_daemon_exit
-}
-
 # Mounts (args: the backend options) expecting a degraded mount.
 mount_degraded() {
   "$CKPTFS" mount "$MNT" --state-dir "$STATE" --tier-dir "$TIER" --cache-size 256M "$@" > "$T/out" 2> "$T/err" \
@@ -41,7 +32,7 @@ head -c 2M /dev/urandom > "$T/d"
 cp "$T/a" "$MNT/a"
 "$CKPTFS" drain "$MNT" --timeout 60 > /dev/null 2>&1 || fail "first drain"
 cp "$T/c" "$MNT/c"
-crash  # c may or may not have reached the backend: it is in the tier either way
+crash_daemon  # c may or may not have reached the backend: it is in the tier either way
 mv "$BACKEND" "$BACKEND.away"
 
 # A fresh state dir is refused, and left fresh.
@@ -96,7 +87,7 @@ mount_s3 degraded --cache-size 256M
 cp "$T/a" "$MNT/a"
 "$CKPTFS" drain "$MNT" --timeout 60 > /dev/null 2>&1 || fail "s3: first drain"
 cp "$T/c" "$MNT/c"
-crash
+crash_daemon
 s3_kill
 mount_degraded --backend "s3://$S3_BUCKET/degraded" --s3-endpoint "$S3_ENDPOINT"
 expect_unreachable

@@ -223,6 +223,24 @@ wait_daemon_exit() {
   fail "daemon still running 60 s after umount: $(_our_daemons)"
 }
 
+# crash_daemon [PID...]: kill -9 this case's daemon, then kill (SIGTERM)
+# and reap the PIDs given (processes holding files open on the mount),
+# detach the dead mount and wait until no daemon of the case runs. Sets
+# CRASH_LOG_LINES: the log's length at the kill (what follows is recovery).
+crash_daemon() {
+  local pid p
+  pid=$(_our_daemons | head -1)
+  [ -n "$pid" ] || fail "no daemon to kill"
+  CRASH_LOG_LINES=$(wc -l < "$STATE/ckptfs.log")
+  kill -9 "$pid"
+  for p in "$@"; do
+    kill "$p" 2> /dev/null || true
+    wait "$p" 2> /dev/null || true
+  done
+  fusermount3 -uz "$MNT" 2> /dev/null || true
+  wait_daemon_exit
+}
+
 # umount_fs [--keep-cache]: ckptfs umount (which gives the tier back once
 # everything is persisted, unless --keep-cache), then waits for the daemon.
 umount_fs() {
