@@ -10,6 +10,7 @@
 // left to drain, the tier is removed — the next mount of that state dir
 // reads those files from the backend. Others are kept unless --force (then
 // the next mount lists their files as lost), like `docker system prune`.
+// An empty tier (no files, no orphans) goes whoever made it.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -120,7 +121,12 @@ Row Look(const std::string& dir, bool force, bool dry_run) {
     r.backend = str("backend");
     if (owner.contains("pid") && owner["pid"].is_number_integer()) r.pid = owner["pid"].get<long long>();
   }
-  Judge(**t, &r);
+  if (s.files == 0 && s.orphans == 0) {  // nothing in it to lose, whoever it was
+    r.removable = true;
+    r.verdict = "empty";
+  } else {
+    Judge(**t, &r);
+  }
   if (!(r.removable || force)) {
     r.outcome = "kept";
     return r;
