@@ -194,7 +194,79 @@ std::vector<std::string> ReadLost(const std::string& mnt) {
   return out;
 }
 
+// Every checkpoint, oldest first, page by page (user.ckptfs.checkpoints.N).
+Json ReadCheckpoints(const std::string& mnt) {
+  Json out = Json::array();
+  std::string buf(256 * 1024, '\0');
+  for (uint64_t page = 0;; page++) {
+    std::string name = fs::kCheckpointsXattrPrefix + std::to_string(page);
+    ssize_t n = getxattr(mnt.c_str(), name.c_str(), buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == ENODATA && page > 0) break;
+      Die("cannot read the checkpoints of " + mnt + ": " + ErrStr(errno) +
+          (errno == ENODATA ? " (a daemon older than this command?)" : ""));
+    }
+    Json j = Json::parse(std::string_view(buf.data(), static_cast<size_t>(n)), nullptr, false);
+    if (!j.is_array()) Die("the daemon sent a checkpoint list that is not JSON");
+    for (Json& row : j) out.push_back(std::move(row));
+  }
+  return out;
+}
+
+// "12.3 s", or "-" when unknown.
+std::string Seconds(const Json& row, const char* key) {
+  auto it = row.find(key);
+  if (it == row.end() || !it->is_number()) return "-";
+  return fmt::format("{:.1f} s", it->get<double>());
+}
+
+std::string LocalTime(int64_t ns) {
+  if (ns <= 0) return "-";
+  time_t t = static_cast<time_t>(ns / 1000000000);
+  struct tm tm;
+  char out[32] = "-";
+  if (localtime_r(&t, &tm)) strftime(out, sizeof out, "%Y-%m-%d %H:%M:%S", &tm);
+  return out;
+}
+
 }  // namespace
+
+int CmdLs(const std::string& mnt_in, bool json) {
+  std::string mnt = Absolute(mnt_in);
+  RequireCkptfsMount(mnt);
+  Json list = ReadCheckpoints(mnt);
+  if (json) {
+    printf("%s\n", list.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  if (list.empty()) {
+    printf("no checkpoints in %s (names matching the mount's --checkpoint-regex)\n", EscapeName(mnt).c_str());
+    return 0;
+  }
+  printf("%-40s %6s %10s  %-14s %-19s %11s %11s\n", "CHECKPOINT", "FILES", "BYTES", "STATE", "CLOSED AT",
+         "TO RAM", "TO DURABLE");
+  for (const Json& r : list) {
+    const int64_t closed = r.value("closed_at_ns", int64_t{0});
+    printf("%-40s %6llu %10s  %-14s %-19s %11s %11s\n", EscapeName(Str(r, "path")).c_str(),
+           static_cast<unsigned long long>(U64(r, "files")), HumanBytes(U64(r, "bytes")).c_str(),
+           Str(r, "state").c_str(), Bool(r, "complete") ? LocalTime(closed).c_str() : "-",
+           Seconds(r, "time_to_ram_s").c_str(), Seconds(r, "time_to_durable_s").c_str());
+  }
+  return 0;
+}
+
+int CmdLatest(const std::string& mnt_in, bool persisted) {
+  std::string mnt = Absolute(mnt_in);
+  RequireCkptfsMount(mnt);
+  Json list = ReadCheckpoints(mnt);
+  for (auto it = list.rbegin(); it != list.rend(); ++it)
+    if (Bool(*it, persisted ? "persisted" : "complete")) {
+      printf("%s\n", (mnt + "/" + Str(*it, "path")).c_str());
+      return 0;
+    }
+  fprintf(stderr, "ckptfs: no %s checkpoint in %s\n", persisted ? "persisted" : "complete", EscapeName(mnt).c_str());
+  return 1;
+}
 
 int CmdDrain(const std::string& mnt_in, double timeout_s) {
   return WaitDrained(Absolute(mnt_in), timeout_s, "fix the disk and mount again: the next mount resumes the drain");

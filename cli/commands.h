@@ -49,6 +49,14 @@ int CmdUmount(const std::string& mnt_in, const UmountArgs& a);
 // none with `dry_run`).
 int CmdGc(const std::vector<std::string>& dirs, bool force, bool dry_run, bool json);
 
+// ckptfs ls: one row per checkpoint (a directory or file whose name
+// matches the mount's --checkpoint-regex), oldest first.
+int CmdLs(const std::string& mnt_in, bool json);
+
+// ckptfs latest: the newest checkpoint whose files are all closed (with
+// `persisted`, all in the backend): its path on stdout; 1 if there is none.
+int CmdLatest(const std::string& mnt_in, bool persisted);
+
 // ckptfs warmup: fetches the remote files under `paths` (all in one mount)
 // into the memory tier, as many as fit the budget beside dirty data; 1 if
 // a fetch failed.

@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
   mount->add_option("--min-free", min_free,
                     "available memory to keep: below it persisted files are evicted and writes wait; auto (4% of "
                     "RAM or of the memory cgroup's limit), a size, or 0 (off)");
+  mount->add_option("--checkpoint-regex", cfg.checkpoint_regex,
+                    "names of checkpoint directories and files, for ckptfs ls/latest (ECMAScript, whole name)");
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
   mount->add_option("-o", cfg.fuse_opts, "FUSE mount options, and passthrough=off (every read and write through the daemon)");
   mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
@@ -55,6 +57,13 @@ int main(int argc, char** argv) {
   gc->add_flag("--force", force, "remove them even if they hold files not in the backend (those are lost)");
   gc->add_flag("--dry-run,-n", dry_run, "list only, remove nothing");
   gc->add_flag("--json", json, "machine-readable output");
+  auto* ls = app.add_subcommand("ls", "list the checkpoints: files, bytes, state, closed at, time to RAM and durable");
+  ls->add_option("mountpoint", target)->required();
+  ls->add_flag("--json", json, "machine-readable output");
+  bool persisted = false;
+  auto* latest = app.add_subcommand("latest", "print the newest complete checkpoint (exit 1 if none)");
+  latest->add_option("mountpoint", target)->required();
+  latest->add_flag("--persisted", persisted, "the newest one whose files are all in the backend");
   std::vector<std::string> warm_paths;
   auto* warmup = app.add_subcommand("warmup", "fetch remote files into RAM ahead of a restart (within the budget)");
   warmup->add_option("paths", warm_paths, "files or directories in one ckptfs mount")->required();
@@ -114,6 +123,8 @@ int main(int argc, char** argv) {
     if (*umount) return CmdUmount(target, UmountArgs{no_drain, lazy, keep_cache});
     if (*gc) return CmdGc(gc_dirs, force, dry_run, json);
     if (*warmup) return CmdWarmup(warm_paths);
+    if (*ls) return CmdLs(target, json);
+    if (*latest) return CmdLatest(target, persisted);
     if (*drain) return CmdDrain(target, timeout_s);
     if (*status) return CmdStatus(target, json);
     if (*lost) return CmdLost(target, json, clear);

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 
 #include "cli/commands.h"
 #include "common/log.h"
@@ -192,6 +193,13 @@ int CmdMount(Config cfg, const SizeArgs& sizes) {
       if (const char* p = getenv(v); p && *p && *p != '/') setenv(v, Absolute(p).c_str(), 1);
   }
   if (!ValidLogLevel(cfg.log_level)) Die("invalid log level '" + cfg.log_level + "'");
+  try {
+    if (cfg.checkpoint_regex.empty()) throw std::regex_error(std::regex_constants::error_collate);
+    std::regex re(cfg.checkpoint_regex, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    Die("invalid --checkpoint-regex '" + EscapeName(cfg.checkpoint_regex) + "'" +
+        (cfg.checkpoint_regex.empty() ? ": empty" : std::string(": ") + e.what()));
+  }
   cfg.state_dir = cfg.state_dir.empty() ? DefaultStateDir(cfg.mountpoint) : Absolute(cfg.state_dir);
   PrepareStateDir(cfg.state_dir);
   if (cfg.tier_dir.empty()) cfg.tier_dir = "/dev/shm/ckptfs-" + HexHash(cfg.state_dir);

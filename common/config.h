@@ -45,6 +45,11 @@ struct Config {
   // writes wait; kMinFreeAuto: 4% of RAM (or of the cgroup limit); 0: off.
   static constexpr uint64_t kMinFreeAuto = ~0ULL;
   uint64_t min_free = kMinFreeAuto;
+  // --checkpoint-regex: the names (ECMAScript, whole name) of checkpoint
+  // directories and single-file checkpoints (`ckptfs ls`, `ckptfs latest`).
+  static constexpr char kDefaultCheckpointRegex[] =
+      R"(step_?\d+|checkpoint-\d+|global_step\d+|iter_\d{7}|epoch=\d+-step=\d+.*|.+\.ckpt)";
+  std::string checkpoint_regex = kDefaultCheckpointRegex;
   std::string log_level = "info";
   std::string s3_endpoint;
 };

@@ -145,6 +145,11 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
 
   auto d = std::make_unique<Daemon>();
   d->cfg = cfg;
+  try {
+    d->checkpoint_pattern = std::regex(cfg.checkpoint_regex, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    return fail("invalid --checkpoint-regex '" + cfg.checkpoint_regex + "': " + e.what());
+  }
   std::string kv_why;
   auto kv = meta::OpenRocksKv(cfg.state_dir + "/meta", &kv_why);
   if (!kv) {

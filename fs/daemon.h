@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@ struct Daemon {
   // Set by `ckptfs umount` once the drain is done (user.ckptfs.release):
   // at exit the tier is given back if everything in it is persisted.
   std::atomic<bool> release_tier{false};
+  std::regex checkpoint_pattern;  // cfg.checkpoint_regex, compiled at start
 };
 
 // Runs the daemon in this process: opens the log, metadata, tier and
@@ -58,6 +60,7 @@ const fuse_lowlevel_ops& FuseOps();
 // status.cc: what the control commands read through xattrs on the root.
 inline constexpr char kStatusXattr[] = "user.ckptfs.status";
 inline constexpr char kLostXattrPrefix[] = "user.ckptfs.lost.";      // + page number: the lost list
+inline constexpr char kCheckpointsXattrPrefix[] = "user.ckptfs.checkpoints.";  // + page: `ckptfs ls`
 inline constexpr char kReleaseXattr[] = "user.ckptfs.release";  // setxattr "1": release the tier at exit
 inline constexpr char kLostClearXattr[] = "user.ckptfs.lost.clear";  // setxattr: clears it
 inline constexpr size_t kLostPageBytes = 60 * 1024;                  // under the kernel's 64 KiB xattr limit
@@ -74,5 +77,10 @@ std::string StatusJson(Daemon* d);
 // a NUL, at most kLostPageBytes (a longer path has a page of its own).
 // Page 0 always exists (empty when nothing is lost); ENODATA past the end.
 [[nodiscard]] Result<std::string> LostPage(Daemon* d, uint64_t page);
+
+// Page `page` of the checkpoint list (`ckptfs ls`): a JSON array of
+// objects, oldest first, each page under kLostPageBytes. Page 0 always
+// exists; ENODATA past the end.
+[[nodiscard]] Result<std::string> CheckpointsPage(Daemon* d, uint64_t page);
 
 }  // namespace ckpt::fs

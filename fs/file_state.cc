@@ -47,6 +47,10 @@ void InodeTable::Transition(Inode* n, FileEvent e) {
               meta::DataStateName(n->rec.state));
     return;
   }
+  // Checkpoint timing: a change after the last publish starts a new write.
+  const int64_t now = WallNs();
+  if (e == FileEvent::kChange && (n->t_change_ns == 0 || n->t_publish_ns >= n->t_change_ns)) n->t_change_ns = now;
+  if (e == FileEvent::kPublish) n->t_publish_ns = now;
   n->rec.state = *next;
 }
 
@@ -511,6 +515,7 @@ uint64_t InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
   largest_sealed_ = std::max(largest_sealed_, n->rec.size);
   Transition(n, FileEvent::kChange);  // a new version, in no backend yet
   n->sealed_gen = n->data_gen;
+  n->t_seal_ns = WallNs();
   LogEntry e;
   e.op = LogOp::kPersist;
   e.ino = n->rec.ino;

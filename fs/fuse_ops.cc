@@ -700,14 +700,16 @@ void ckpt_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size
   TuneOnce(req);
   Guard(req, [&] {
     if (ino == meta::kRootIno && strcmp(name, kStatusXattr) == 0) return ReplyXattr(req, StatusJson(D(req)), size);
-    if (ino == meta::kRootIno && strncmp(name, kLostXattrPrefix, sizeof kLostXattrPrefix - 1) == 0) {
-      // user.ckptfs.lost.N: page N of the lost list (`ckptfs lost`).
-      const char* num = name + sizeof kLostXattrPrefix - 1;
+    // user.ckptfs.lost.N / user.ckptfs.checkpoints.N: page N of the lost
+    // list (`ckptfs lost`) / of the checkpoints (`ckptfs ls`).
+    for (const char* prefix : {kLostXattrPrefix, kCheckpointsXattrPrefix}) {
+      if (ino != meta::kRootIno || strncmp(name, prefix, strlen(prefix)) != 0) continue;
+      const char* num = name + strlen(prefix);
       char* end = nullptr;
       errno = 0;
       unsigned long long page = strtoull(num, &end, 10);
       if (*num >= '0' && *num <= '9' && *end == '\0' && errno == 0 && (num[0] != '0' || num[1] == '\0')) {
-        auto r = LostPage(D(req), page);
+        auto r = prefix == kLostXattrPrefix ? LostPage(D(req), page) : CheckpointsPage(D(req), page);
         if (!r) return (void)fuse_reply_err(req, r.error());
         return ReplyXattr(req, *r, size);
       }

@@ -22,6 +22,12 @@ meta::Timespec InodeTable::Now() {
   return meta::Timespec{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
 }
 
+int64_t InodeTable::WallNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 InodeTable::Inode* InodeTable::Find(uint64_t ino) {
   auto it = inodes_.find(ino);
   if (it == inodes_.end()) return nullptr;

@@ -28,6 +28,7 @@
 #include <memory>
 #include <set>
 #include <shared_mutex>
+#include <regex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -315,6 +316,24 @@ class InodeTable {
   // *why (nothing removed then, but for orphans/, which stays).
   [[nodiscard]] Result<uint64_t> ReleaseTier(std::string* why) EXCLUDES(mu_);
 
+  // ---- Checkpoints (fs/checkpoints.cc) ----
+  // A checkpoint: a directory or file whose name matches the mount's
+  // checkpoint pattern (the outermost match; at most 8 levels down), with
+  // what its files add up to.
+  struct CheckpointInfo {
+    std::string path;  // relative to the mount root
+    bool dir = false;
+    uint64_t files = 0, bytes = 0;
+    uint64_t state_files[5] = {}, state_bytes[5] = {};  // by meta::DataState
+    uint64_t open = 0;  // files being written (open for writing, or changed since their seal)
+    uint64_t lost = 0;  // files under it in the lost list
+    int64_t mtime_ns = 0;  // the newest file's mtime: orders checkpoints
+    int64_t first_change_ns = 0, last_seal_ns = 0, last_publish_ns = 0;  // 0: unknown
+    bool times_known = true;  // every file's times were seen since the mount
+  };
+  // Oldest first (by mtime_ns, then path).
+  std::vector<CheckpointInfo> Checkpoints(const std::regex& pattern) EXCLUDES(mu_);
+
   // ---- Memory pressure (fs/memory_watch.h) ----
   // Called by the memory watch with the headroom it read (`where` says
   // whose: MemAvailable or a cgroup). Below `min_free`: drops spares,
@@ -378,6 +397,10 @@ class InodeTable {
     int64_t pt_mtime_ns = 0;
     uint32_t writers = 0;      // opens for writing
     bool open_marked = false;  // state recorded dirty by an open for writing
+    // Wall-clock ns (in memory only; 0: not seen since mount): the first
+    // change after the last publish, the last seal, the last publish. They
+    // time checkpoints (`ckptfs ls`: time to RAM, time to durable).
+    int64_t t_change_ns = 0, t_seal_ns = 0, t_publish_ns = 0;
     meta::DataState pre_open_state = meta::DataState::kDirty;
     // Where the backend holds this file's persisted bytes as of the last
     // applied log entry ("" when unknown), so a fetch goes there without
@@ -418,6 +441,11 @@ class InodeTable {
   // Counts an O_RDWR passthrough writer's close or fsync as a change of the
   // bytes (if none was seen). REQUIRES: mu_ held.
   void MarkChanged(Inode* n) REQUIRES(mu_);
+  // Checkpoints: adds the files under `n` to `c`; walks `dir` for names
+  // matching `pattern`.
+  void AddToCheckpoint(Inode* n, CheckpointInfo* c, int depth) REQUIRES(mu_);
+  void FindCheckpoints(Inode* dir, const std::string& prefix, const std::regex& pattern, int depth,
+                       std::vector<CheckpointInfo>* out) REQUIRES(mu_);
   Result<OpenResult> OpenImpl(uint64_t ino, int flags, bool allow_passthrough) EXCLUDES(mu_);
   Result<OpenResult> OpenLocked(Inode* n, int flags, bool passthrough) REQUIRES(mu_);
   // Moves `n` along the state table (fs/file_state.h); an event the table
@@ -520,6 +548,7 @@ class InodeTable {
   // fetch and retakes it before returning. REQUIRES: mu_ held; regular file.
   Status EnsureLocal(uint64_t ino, int attempt = 0) REQUIRES(mu_);
   static meta::Timespec Now();
+  static int64_t WallNs();  // CLOCK_REALTIME in ns
   static uint8_t DirentType(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
   void Touch(Inode* dir, const meta::Timespec& t) { dir->rec.mtime = dir->rec.ctime = t; }
 
