@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -170,46 +171,45 @@ void RequireCkptfsMount(const std::string& mnt) {
   if (type != "fuse.ckptfs") Die(mnt + " is not a ckptfs mount (" + type + ")");
 }
 
-// Reads the whole lost list, page by page (user.ckptfs.lost.N). Exits with
-// one line when it cannot.
-std::vector<std::string> ReadLost(const std::string& mnt) {
-  std::vector<std::string> out;
+// Calls fn with each page of the paged root xattr `prefix`N (the lost
+// list, the checkpoints) until the daemon says there is none. Exits with
+// one line naming `what` when it cannot read one.
+void ForEachPage(const std::string& mnt, const char* prefix, const char* what,
+                 const std::function<void(std::string_view)>& fn) {
   std::string buf(256 * 1024, '\0');
   for (uint64_t page = 0;; page++) {
-    std::string name = fs::kLostXattrPrefix + std::to_string(page);
+    std::string name = prefix + std::to_string(page);
     ssize_t n = getxattr(mnt.c_str(), name.c_str(), buf.data(), buf.size());
     if (n < 0) {
-      if (errno == ENODATA && page > 0) break;
-      Die("cannot read the lost list of " + mnt + ": " + ErrStr(errno) +
+      if (errno == ENODATA && page > 0) return;
+      Die(std::string("cannot read the ") + what + " of " + mnt + ": " + ErrStr(errno) +
           (errno == ENODATA ? " (a daemon older than this command?)" : ""));
     }
-    std::string_view v(buf.data(), static_cast<size_t>(n));
+    fn(std::string_view(buf.data(), static_cast<size_t>(n)));
+  }
+}
+
+// Reads the whole lost list (pages of NUL-terminated paths).
+std::vector<std::string> ReadLost(const std::string& mnt) {
+  std::vector<std::string> out;
+  ForEachPage(mnt, fs::kLostXattrPrefix, "lost list", [&](std::string_view v) {
     while (!v.empty()) {
       size_t z = v.find('\0');
       out.emplace_back(v.substr(0, z));
       v.remove_prefix(z == std::string_view::npos ? v.size() : z + 1);
     }
-    if (n == 0) break;
-  }
+  });
   return out;
 }
 
-// Every checkpoint, oldest first, page by page (user.ckptfs.checkpoints.N).
+// Every checkpoint, oldest first (pages of JSON arrays).
 Json ReadCheckpoints(const std::string& mnt) {
   Json out = Json::array();
-  std::string buf(256 * 1024, '\0');
-  for (uint64_t page = 0;; page++) {
-    std::string name = fs::kCheckpointsXattrPrefix + std::to_string(page);
-    ssize_t n = getxattr(mnt.c_str(), name.c_str(), buf.data(), buf.size());
-    if (n < 0) {
-      if (errno == ENODATA && page > 0) break;
-      Die("cannot read the checkpoints of " + mnt + ": " + ErrStr(errno) +
-          (errno == ENODATA ? " (a daemon older than this command?)" : ""));
-    }
-    Json j = Json::parse(std::string_view(buf.data(), static_cast<size_t>(n)), nullptr, false);
+  ForEachPage(mnt, fs::kCheckpointsXattrPrefix, "checkpoints", [&](std::string_view v) {
+    Json j = Json::parse(v, nullptr, false);
     if (!j.is_array()) Die("the daemon sent a checkpoint list that is not JSON");
     for (Json& row : j) out.push_back(std::move(row));
-  }
+  });
   return out;
 }
 
