@@ -268,6 +268,67 @@ int CmdLatest(const std::string& mnt_in, bool persisted) {
   return 1;
 }
 
+namespace {
+
+// One CSV line split into fields (double quotes, "" inside them).
+std::vector<std::string> SplitCsv(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); i++) {
+    char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      out.back() += '"';
+      i++;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int CmdHistory(const std::string& mnt_in, bool csv) {
+  std::string mnt = Absolute(mnt_in);
+  RequireCkptfsMount(mnt);
+  Json j = StatusOrDie(mnt);
+  const std::string dir = Str(j, "state_dir");
+  std::vector<std::string> lines;
+  for (const std::string& f : {dir + "/history.csv.1", dir + "/history.csv"}) {
+    std::ifstream in(f);
+    if (!in && errno == EACCES) Die("cannot read " + f + ": " + ErrStr(EACCES) + " (the state dir is the daemon's user's)");
+    std::string l;
+    bool header = true;
+    while (std::getline(in, l)) {
+      if (!header) lines.push_back(l);
+      header = false;
+    }
+  }
+  if (csv) {
+    printf("%s\n", fs::kHistoryHeader);
+    for (const std::string& l : lines) printf("%s\n", l.c_str());
+    return 0;
+  }
+  if (lines.empty()) {
+    printf("no checkpoint has become persisted on this mount's state dir yet\n");
+    return 0;
+  }
+  printf("%-40s %6s %10s  %-20s %9s %11s %10s\n", "CHECKPOINT", "FILES", "BYTES", "CLOSED AT (UTC)", "TO RAM",
+         "TO DURABLE", "DRAIN");
+  for (const std::string& l : lines) {
+    auto f = SplitCsv(l);
+    if (f.size() < 7) continue;
+    printf("%-40s %6s %10s  %-20s %7s s %9s s %5s MB/s\n", EscapeName(f[0]).c_str(), f[1].c_str(),
+           HumanBytes(strtoull(f[2].c_str(), nullptr, 10)).c_str(), f[3].c_str(), f[4].c_str(), f[5].c_str(),
+           f[6].c_str());
+  }
+  return 0;
+}
+
 int CmdDrain(const std::string& mnt_in, double timeout_s) {
   return WaitDrained(Absolute(mnt_in), timeout_s, "fix the disk and mount again: the next mount resumes the drain");
 }

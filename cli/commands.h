@@ -57,6 +57,10 @@ int CmdLs(const std::string& mnt_in, bool json);
 // `persisted`, all in the backend): its path on stdout; 1 if there is none.
 int CmdLatest(const std::string& mnt_in, bool persisted);
 
+// ckptfs history: STATE_DIR/history.csv (and the rotated .1) as a table,
+// or as CSV.
+int CmdHistory(const std::string& mnt_in, bool csv);
+
 // ckptfs warmup: fetches the remote files under `paths` (all in one mount)
 // into the memory tier, as many as fit the budget beside dirty data; 1 if
 // a fetch failed.

@@ -64,6 +64,10 @@ int main(int argc, char** argv) {
   auto* latest = app.add_subcommand("latest", "print the newest complete checkpoint (exit 1 if none)");
   latest->add_option("mountpoint", target)->required();
   latest->add_flag("--persisted", persisted, "the newest one whose files are all in the backend");
+  bool csv = false;
+  auto* history = app.add_subcommand("history", "checkpoints as they became persisted: times to RAM and durable");
+  history->add_option("mountpoint", target)->required();
+  history->add_flag("--csv", csv, "the CSV itself (STATE_DIR/history.csv)");
   std::vector<std::string> warm_paths;
   auto* warmup = app.add_subcommand("warmup", "fetch remote files into RAM ahead of a restart (within the budget)");
   warmup->add_option("paths", warm_paths, "files or directories in one ckptfs mount")->required();
@@ -124,6 +128,7 @@ int main(int argc, char** argv) {
     if (*gc) return CmdGc(gc_dirs, force, dry_run, json);
     if (*warmup) return CmdWarmup(warm_paths);
     if (*ls) return CmdLs(target, json);
+    if (*history) return CmdHistory(target, csv);
     if (*latest) return CmdLatest(target, persisted);
     if (*drain) return CmdDrain(target, timeout_s);
     if (*status) return CmdStatus(target, json);

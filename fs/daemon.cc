@@ -284,12 +284,20 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   // its budget (also after they closed: what they left is evictable once
   // drained); with no file open for writing, spares are topped up.
   std::atomic<bool> stop_watch{false};
+  d->history = std::make_unique<History>(cfg.state_dir + "/history.csv");
   std::thread pt_watch([&] {
-    while (!stop_watch.load()) {
+    uint64_t history_seen = 0;
+    for (uint64_t tick = 0; !stop_watch.load(); tick++) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       try {
         d->table->RelieveOverBudget();
         if (d->table->PassthroughOpens().second == 0) d->table->RefillSpares();
+        // Once a second, if the drain applied anything: checkpoints that
+        // became persisted go to history.csv.
+        if (uint64_t applied = d->table->AppliedSeq(); tick % 20 == 0 && applied != history_seen) {
+          history_seen = applied;
+          d->history->Observe(d->table->Checkpoints(d->checkpoint_pattern));
+        }
       } catch (const std::exception& e) {
         LOG_ERROR("internal error in the passthrough budget watch: {}", e.what());
       }

@@ -16,6 +16,7 @@
 #include "cache/tier.h"
 #include "common/config.h"
 #include "fs/drain.h"
+#include "fs/history.h"
 #include "fs/inode_table.h"
 #include "fs/memory_watch.h"
 #include "fs/meta/meta_store.h"
@@ -44,6 +45,7 @@ struct Daemon {
   // at exit the tier is given back if everything in it is persisted.
   std::atomic<bool> release_tier{false};
   std::regex checkpoint_pattern;  // cfg.checkpoint_regex, compiled at start
+  std::unique_ptr<History> history;  // STATE_DIR/history.csv
 };
 
 // Runs the daemon in this process: opens the log, metadata, tier and

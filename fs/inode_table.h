@@ -299,6 +299,8 @@ class InodeTable {
   [[nodiscard]] Status CompletePersist(const meta::LogEntry& e, const backend::Staged& s, uint64_t gen);
   // Removes the oldest pending entry (applied or skipped).
   [[nodiscard]] Status CompleteEntry(const meta::LogEntry& e);
+  // The last applied log entry's seq (cheap: no walk).
+  uint64_t AppliedSeq() EXCLUDES(mu_);
   // Waits until every entry up to `seq` is applied. False on shutdown.
   bool WaitApplied(uint64_t seq);
   // Wakes every waiter; further waits return false.

@@ -238,6 +238,11 @@ Status InodeTable::CompleteEntry(const LogEntry& e) {
   return {};
 }
 
+uint64_t InodeTable::AppliedSeq() {
+  MutexLock lk(&mu_);
+  return applied_seq_;
+}
+
 bool InodeTable::WaitApplied(uint64_t seq) {
   MutexLock lk(&mu_);
   while (applied_seq_ < seq && !shutdown_) applied_cv_.Wait(&mu_);

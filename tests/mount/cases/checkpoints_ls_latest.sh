@@ -3,7 +3,8 @@
 # DeepSpeed- and Lightning-style layouts. A checkpoint with a file still
 # open for writing is not `latest`; one is `latest --persisted` only once
 # the drain has put every file in the backend; `latest` exits 1 when there
-# is none; a bad --checkpoint-regex is refused in one line.
+# is none; a bad --checkpoint-regex is refused in one line; each checkpoint
+# gets one line in STATE/history.csv once persisted (`ckptfs history`).
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
@@ -70,6 +71,21 @@ expect_eq "$MNT/global_step8" "$("$CKPTFS" latest --persisted "$MNT")" "latest -
 $PY -c 'import json,sys
 r=[r for r in json.load(open(sys.argv[1])) if r["path"]=="global_step7"][0]
 assert r["time_to_durable_s"] >= 0 and r["time_to_ram_s"] >= 0, r' "$T/ls.json" || fail "times: $(cat "$T/ls.json")"
+
+# History: one line per checkpoint once persisted (the daemon looks once a
+# second after the drain applied something).
+for _ in $(seq 50); do
+  [ "$(grep -c . "$STATE/history.csv" 2> /dev/null || echo 0)" -ge 6 ] && break
+  sleep 0.1
+done
+"$CKPTFS" history "$MNT" --csv > "$T/history.csv"
+note "history: $(cat "$T/history.csv")"
+head -1 "$T/history.csv" | grep -qF "checkpoint,files,bytes,closed_at,time_to_ram_s,time_to_durable_s,drain_mb_s"   || fail "history header: $(head -1 "$T/history.csv")"
+for c in hf/checkpoint-500 hf/checkpoint-1000 global_step7 global_step8 epoch=2-step=300.ckpt; do
+  expect_eq 1 "$(grep -c "^$c," "$T/history.csv")" "history lines for $c"
+done
+grep -q "^global_step7,4,4194304,20[0-9-]*T[0-9:]*Z," "$T/history.csv" || fail "history row: $(grep global_step7 "$T/history.csv")"
+"$CKPTFS" history "$MNT" | grep -qE "^global_step7 +4 +4.0 MiB" || fail "history table: $("$CKPTFS" history "$MNT")"
 
 # Rotation: the oldest goes; ls follows.
 rm -r "$MNT/hf/checkpoint-500"
