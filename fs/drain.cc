@@ -150,13 +150,18 @@ void Drainer::Schedule(const std::vector<LogEntry>& window) {
     if (active >= static_cast<size_t>(parallel_)) break;
     if (e.op != LogOp::kPersist || jobs_.count(e.seq)) continue;
     if (std::find(skip_.begin(), skip_.end(), e.seq) != skip_.end()) continue;
-    auto job = std::make_shared<Job>();
-    job->entry = e;
-    jobs_[e.seq] = job;
-    queue_.push_back(job);
+    AddJob(e);
     active++;
   }
   cv_.NotifyAll();
+}
+
+std::shared_ptr<Drainer::Job> Drainer::AddJob(const LogEntry& e) {
+  auto job = std::make_shared<Job>();
+  job->entry = e;
+  jobs_[e.seq] = job;
+  queue_.push_back(job);
+  return job;
 }
 
 void Drainer::Run() {
@@ -259,11 +264,16 @@ int Drainer::ApplyPersist(const LogEntry& e) {
   {
     MutexLock lk(&mu_);
     auto it = jobs_.find(e.seq);
-    if (it == jobs_.end()) {
-      Schedule({e});
-      it = jobs_.find(e.seq);
+    if (it != jobs_.end()) {
+      job = it->second;
+    } else {
+      // The head has no job (its last one failed and was dropped for a
+      // retry): it gets one now even when later entries fill every stager
+      // slot (Schedule would stop at the cap and leave none: a crash seen
+      // in CI, dir_ops, as a dereference of jobs_.end()).
+      job = AddJob(e);
+      cv_.NotifyAll();
     }
-    job = it->second;
     while (!stop_ && !job->done) cv_.Wait(&mu_);
     if (stop_) return ECANCELED;
     if (job->err != 0) jobs_.erase(e.seq);  // a retry stages afresh

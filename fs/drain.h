@@ -98,6 +98,8 @@ class Drainer {
   bool ProbeDue();
   // Starts staging jobs for persist entries in `window`.
   void Schedule(const std::vector<meta::LogEntry>& window) REQUIRES(mu_);
+  // A staging job for `e`, queued for the stagers (no cap).
+  std::shared_ptr<Job> AddJob(const meta::LogEntry& e) REQUIRES(mu_);
   // Waits on cv_ until `deadline` or Stop(), whichever is first.
   void SleepUntil(std::chrono::steady_clock::time_point deadline) REQUIRES(mu_);
   // Applies the oldest entry. Returns 0 or the errno to retry on.

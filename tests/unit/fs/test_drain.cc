@@ -36,8 +36,14 @@ class FlakyBackend final : public backend::Backend {
 
   std::string Describe() const override { return "flaky:" + inner_->Describe(); }
   ckpt::Status Check() override { return inner_->Check(); }
+  // Stages of exactly fail_stage_size bytes fail (EIO) while it is set;
+  // those of hold_stage_size bytes wait while hold_stages is set.
+  std::atomic<uint64_t> fail_stage_size{0}, hold_stage_size{0};
+  std::atomic<bool> hold_stages{false};
   ckpt::Result<backend::Staged> Stage(int fd, uint64_t size, const std::function<bool()>& c) override {
     if (down) return std::unexpected(EIO);
+    if (fail_stage_size != 0 && size == fail_stage_size) return std::unexpected(EIO);
+    while (hold_stages && size == hold_stage_size) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     return inner_->Stage(fd, size, c);
   }
   ckpt::Status Publish(const backend::Staged& s, const std::string& p, const backend::Attrs& a) override {
@@ -622,4 +628,27 @@ Test(drain, memory_pressure_evicts_persisted_and_holds_writers_for_dirty) {
   cr_assert(!p.active && !p.writers_held);
   w = write();
   cr_assert(w.has_value(), "writes still held after the pressure ended");
+}
+
+// An entry's staging fails before it reaches the head, and the rounds in
+// between give every stager slot to later entries (held): when it is the
+// head, its retry must get a job anyway. It used to find none (Schedule
+// stops at the cap) and dereference jobs_.end() — a daemon crash seen in
+// CI (dir_ops).
+Test(drain, failed_entry_becomes_head_while_every_stager_is_busy) {
+  DrainEnv d;
+  d.env->WriteFile(kRoot, "a", std::string(3333, 'a'));     // stages at once
+  d.env->WriteFile(kRoot, "b", std::string(1111, 'b'));     // fails, then is the head
+  for (int i = 0; i < 6; i++) d.env->WriteFile(kRoot, "f" + std::to_string(i), std::string(2222, 'f'));  // held
+  d.flaky->fail_stage_size = 1111;
+  d.flaky->hold_stage_size = 2222;
+  d.flaky->hold_stages = true;
+  d.Start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // a published, b retried behind held f*
+  d.flaky->fail_stage_size = 0;
+  d.flaky->hold_stages = false;
+  d.Drain();
+  cr_assert(d.Read("a") == std::string(3333, 'a'));
+  cr_assert(d.Read("b") == std::string(1111, 'b'));
+  for (int i = 0; i < 6; i++) cr_assert(d.Read("f" + std::to_string(i)) == std::string(2222, 'f'));
 }
