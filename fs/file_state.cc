@@ -266,7 +266,7 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
     n->data_gen++;
     n->size_dirty = true;
   }
-  OpenResult res{*fd, 0};
+  OpenResult res{*fd, 0, n->data_gen};
   if (pt) {
     if (auto st = StartPassthrough(n, flags); st) {
       res.backing_id = n->backing_id;
@@ -380,14 +380,18 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len,
   return {};
 }
 
-Status InodeTable::Flush(uint64_t ino, int open_flags) {
+Status InodeTable::Flush(uint64_t ino, int open_flags, uint64_t open_gen) {
   DataExclusive data = LockForSeal(ino);
   MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   bool last_writer = (open_flags & O_ACCMODE) != O_RDONLY && n->writers == 1;
   if (last_writer && n->pt_rdwr > 0) MarkChanged(n);
-  if (last_writer && n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode)) return SealNow(n);
+  // Nothing written since the open (a `>` redirect's first close, a touch):
+  // release seals it, as it would any change left unsealed.
+  if (last_writer && n->rec.nlink > 0 && n->data_gen != n->sealed_gen && n->data_gen != open_gen &&
+      S_ISREG(n->rec.mode))
+    return SealNow(n);
   if (!n->size_dirty) return {};
   Batch b;
   MetaStore::PutInode(&b, n->rec);

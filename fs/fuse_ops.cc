@@ -41,6 +41,7 @@ struct FileHandle {
   bool passthrough = false;  // the kernel serves its I/O from the tier file
   int backing_id = 0;        // with passthrough: the id the open reply carries
   int flags = 0;             // the open flags: FUSE flush carries none (libfuse passes 0)
+  uint64_t open_gen = 0;     // the file's data generation once opened (InodeTable::Flush)
 };
 
 struct DirHandle {
@@ -330,6 +331,7 @@ int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (!r) return r.error();
   auto* h = new FileHandle{ino, r->fd};
   h->flags = fi->flags;
+  h->open_gen = r->gen;
   fi->fh = reinterpret_cast<uint64_t>(h);
   // A reader's close has nothing to seal or record (Flush acts for the
   // last writer only): FOPEN_NOFLUSH spares close(2) a synchronous round
@@ -538,7 +540,8 @@ void ckpt_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guard(req, [&] {
     // fuse_flush_in has no open flags (libfuse hands over 0, O_RDONLY):
     // the handle's own say whether this close is a writer's.
-    auto r = D(req)->table->Flush(ino, reinterpret_cast<FileHandle*>(fi->fh)->flags);
+    const auto* h = reinterpret_cast<FileHandle*>(fi->fh);
+    auto r = D(req)->table->Flush(ino, h->flags, h->open_gen);
     if (r) FAILPOINT("meta.after_commit");  // close(2) waits for this reply, not for release's
     fuse_reply_err(req, r ? 0 : r.error());
   });

@@ -61,6 +61,7 @@ struct DirEntry {
 struct OpenResult {
   int fd = -1;         // the tier file (owned by the tier while pinned)
   int backing_id = 0;  // > 0: passthrough; the kernel serves I/O from the tier file under this id
+  uint64_t gen = 0;    // the file's data generation once opened (O_TRUNC included): Flush's reference
 };
 
 // Registers tier files with the kernel for passthrough (fs/passthrough.h);
@@ -240,7 +241,11 @@ class InodeTable {
   // this, not after release: so the last writer's flush seals the file (a
   // file whose close returned is never lost), and any flush records size
   // and times durably.
-  [[nodiscard]] Status Flush(uint64_t ino, int open_flags);
+  // `open_gen`: OpenResult::gen of the handle flushed; a last writer's
+  // flush seals only what was written since that open (a shell's `>`
+  // closes the descriptor it opened before a byte is written: sealing then
+  // would publish an empty version first). ~0 (the default): any change.
+  [[nodiscard]] Status Flush(uint64_t ino, int open_flags, uint64_t open_gen = ~0ull);
   // fsync: seals the file if it changed since its last seal, then, if
   // `wait` (fsync=backend), waits until that version and everything logged
   // before it is in the backend. EIO if the table shuts down first.

@@ -287,6 +287,35 @@ BOTH(complete_marks_persisted_and_evict_frees) {
   cr_assert(e.table->Evict(1) == ckpt::cache::Tier::Relief::kHopeless);
 }
 
+// A shell's `>` opens the file, dup2s it to stdout and closes the first
+// descriptor before a byte is written: that flush must not seal the empty
+// file as a version (the backend would publish an empty `latest` first).
+// The flush after the write seals; one with nothing new leaves it to release.
+BOTH(flush_seals_only_what_was_written_since_the_open) {
+  Env e(k);
+  uint64_t ino = e.WriteFile(kRoot, "latest", "step_6\n");
+  const size_t before = e.table->PendingLog(10).size();
+  auto h = e.table->OpenHandle(ino, O_WRONLY | O_TRUNC);
+  cr_assert(h.has_value());
+  cr_assert(e.table->Flush(ino, O_WRONLY, h->gen).has_value());  // the redirect's first close
+  cr_assert_eq(e.table->PendingLog(10).size(), before, "an empty version was sealed at a flush with no write");
+  cr_assert(e.table->Write(ino, 0, 7, [&](int x) { return pwrite(x, "step_7\n", 7, 0); }).has_value());
+  cr_assert(e.table->Flush(ino, O_WRONLY, h->gen).has_value());
+  auto log = e.table->PendingLog(10);
+  cr_assert_eq(log.size(), before + 1, "the write was not sealed at the flush");
+  e.table->Release(ino, O_WRONLY);
+  cr_assert_eq(e.table->PendingLog(10).size(), before + 1, "release sealed again");
+  // touch: create, close with nothing written: sealed at release.
+  auto t = e.table->Mknod(kRoot, "t", S_IFREG | 0644, 0, ckpt::fs::Caller{0, 0});
+  cr_assert(t.has_value());
+  auto th = e.table->OpenHandle(t->ino, O_WRONLY);
+  cr_assert(th.has_value());
+  cr_assert(e.table->Flush(t->ino, O_WRONLY, th->gen).has_value());
+  const size_t at_flush = e.table->PendingLog(20).size();
+  e.table->Release(t->ino, O_WRONLY);
+  cr_assert_eq(e.table->PendingLog(20).size(), at_flush + 1, "an empty new file was never sealed");
+}
+
 // close(2) returns after flush, not release: the last writer's flush seals,
 // and a write through a handle that outlived it keeps that version.
 BOTH(flush_of_last_writer_seals_and_later_writes_copy) {
