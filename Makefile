@@ -19,7 +19,7 @@ SAN      ?=
 BUILD    ?= build$(if $(SAN),-$(SAN))
 # spdlog's cflags select its compiled library (SPDLOG_COMPILED_LIB): without
 # it every file that logs compiled spdlog itself, about 6 s of CPU each.
-PKGS     := fuse3 liburing rocksdb spdlog
+PKGS     := fuse3 liburing rocksdb spdlog libmicrohttpd
 
 # The TSan build compiles at -O1 with line tables only (-g1): reports keep
 # functions, files and lines, and it builds in about 55% of the time -O2 -g

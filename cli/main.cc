@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
   mount->add_option("--min-free", min_free,
                     "available memory to keep: below it persisted files are evicted and writes wait; auto (4% of "
                     "RAM or of the memory cgroup's limit), a size, or 0 (off)");
+  mount->add_option("--metrics", cfg.metrics, "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9105)");
+  mount->add_option("--metrics-textfile", cfg.metrics_textfile,
+                    "write the metrics to PATH every 5 s (node_exporter's textfile collector)");
   mount->add_option("--checkpoint-regex", cfg.checkpoint_regex,
                     "names of checkpoint directories and files, for ckptfs ls/latest (ECMAScript, whole name)");
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");

@@ -27,6 +27,7 @@
 #include <regex>
 
 #include "cli/commands.h"
+#include "fs/metrics.h"
 #include "common/log.h"
 #include "common/spawn.h"
 #include "fs/daemon.h"
@@ -193,6 +194,15 @@ int CmdMount(Config cfg, const SizeArgs& sizes) {
       if (const char* p = getenv(v); p && *p && *p != '/') setenv(v, Absolute(p).c_str(), 1);
   }
   if (!ValidLogLevel(cfg.log_level)) Die("invalid log level '" + cfg.log_level + "'");
+  if (!cfg.metrics.empty())
+    if (auto a = fs::ParseMetricsAddress(cfg.metrics); !a) Die(a.error());
+  if (!cfg.metrics_textfile.empty()) {
+    cfg.metrics_textfile = Absolute(cfg.metrics_textfile);
+    std::string parent = stdfs::path(cfg.metrics_textfile).parent_path().string();
+    struct stat pst;
+    if (stat(parent.c_str(), &pst) != 0 || !S_ISDIR(pst.st_mode))
+      Die("--metrics-textfile: directory " + parent + " does not exist");
+  }
   try {
     if (cfg.checkpoint_regex.empty()) throw std::regex_error(std::regex_constants::error_collate);
     std::regex re(cfg.checkpoint_regex, std::regex::ECMAScript);

@@ -50,6 +50,8 @@ struct Config {
   static constexpr char kDefaultCheckpointRegex[] =
       R"(step_?\d+|checkpoint-\d+|global_step\d+|iter_\d{7}|epoch=\d+-step=\d+.*|.+\.ckpt)";
   std::string checkpoint_regex = kDefaultCheckpointRegex;
+  std::string metrics;           // --metrics HOST:PORT ("" : off)
+  std::string metrics_textfile;  // --metrics-textfile PATH ("" : off)
   std::string log_level = "info";
   std::string s3_endpoint;
 };

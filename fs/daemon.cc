@@ -255,6 +255,19 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   cache::TierStats ts = d->tier->Stats();
   LOG_INFO("mounted {} backend={} state={} tier={} budget={} in tier={} max_file_size={}", cfg.mountpoint,
            cfg.backend_display, cfg.state_dir, cfg.tier_dir, ts.budget, ts.used, cfg.max_file_size);
+  if (!cfg.metrics.empty()) {
+    auto a = ParseMetricsAddress(cfg.metrics);
+    if (!a) return fail(a.error());
+    d->metrics = std::make_unique<MetricsServer>(d.get());
+    std::string why;
+    if (auto st = d->metrics->Start(a->first, a->second, &why); !st) {
+      fuse_session_unmount(se);
+      fuse_remove_signal_handlers(se);
+      fuse_session_destroy(se);
+      return fail("--metrics: " + why);
+    }
+    LOG_INFO("metrics: http://{}:{}/metrics", a->first, a->second);
+  }
   std::string report = "OK";
   if (!unreachable.empty()) {
     std::string w = "backend unreachable (" + unreachable +
@@ -287,11 +300,17 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->history = std::make_unique<History>(cfg.state_dir + "/history.csv");
   std::thread pt_watch([&] {
     uint64_t history_seen = 0;
+    bool textfile_warned = false;
     for (uint64_t tick = 0; !stop_watch.load(); tick++) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       try {
         d->table->RelieveOverBudget();
         if (d->table->PassthroughOpens().second == 0) d->table->RefillSpares();
+        if (!cfg.metrics_textfile.empty() && tick % 100 == 0)  // every 5 s
+          if (auto st = WriteMetricsTextfile(d.get(), cfg.metrics_textfile); !st && !textfile_warned) {
+            textfile_warned = true;
+            LOG_WARN("metrics: cannot write {}: {}", cfg.metrics_textfile, strerror(st.error()));
+          }
         // Once a second, if the drain applied anything: checkpoints that
         // became persisted go to history.csv.
         if (uint64_t applied = d->table->AppliedSeq(); tick % 20 == 0 && applied != history_seen) {
@@ -311,6 +330,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   stop_watch = true;
   pt_watch.join();
   if (d->memory_watch) d->memory_watch->Stop();
+  if (d->metrics) d->metrics->Stop();
   d->tier->Close();  // writes still waiting for space give up
   if (d->space_waiter) d->space_waiter->Stop();
   d->table->Shutdown();  // fetches and fsync waits still pending give up

@@ -19,6 +19,7 @@
 #include "fs/history.h"
 #include "fs/inode_table.h"
 #include "fs/memory_watch.h"
+#include "fs/metrics.h"
 #include "fs/meta/meta_store.h"
 #include "fs/passthrough.h"
 #include "fs/space_waiter.h"
@@ -46,6 +47,7 @@ struct Daemon {
   std::atomic<bool> release_tier{false};
   std::regex checkpoint_pattern;  // cfg.checkpoint_regex, compiled at start
   std::unique_ptr<History> history;  // STATE_DIR/history.csv
+  std::unique_ptr<MetricsServer> metrics;  // --metrics
 };
 
 // Runs the daemon in this process: opens the log, metadata, tier and
