@@ -52,10 +52,6 @@ std::string Absolute(const std::string& p) {
   return a.lexically_normal().string();
 }
 
-namespace {
-
-using Json = nlohmann::json;
-
 // Reads the daemon's status document (the root's user.ckptfs.status xattr).
 // Returns 0, or the errno of the read (EBADMSG: not a JSON object).
 int ReadStatus(const std::string& mnt, Json* out) {
@@ -99,6 +95,8 @@ const Json& Obj(const Json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_object() ? *it : kEmpty;
 }
+
+namespace {
 
 std::string Eta(double seconds) {
   if (seconds < 0 || seconds > 1e7) return "--:--";
@@ -171,6 +169,14 @@ void RequireCkptfsMount(const std::string& mnt) {
   if (type != "fuse.ckptfs") Die(mnt + " is not a ckptfs mount (" + type + ")");
 }
 
+// The command's MOUNTPOINT argument, absolute and checked to be a ckptfs
+// mount (exits with one line otherwise).
+std::string CheckedMount(const std::string& mnt_in) {
+  std::string mnt = Absolute(mnt_in);
+  RequireCkptfsMount(mnt);
+  return mnt;
+}
+
 // Calls fn with each page of the paged root xattr `prefix`N (the lost
 // list, the checkpoints) until the daemon says there is none. Exits with
 // one line naming `what` when it cannot read one.
@@ -232,8 +238,7 @@ std::string LocalTime(int64_t ns) {
 }  // namespace
 
 int CmdLs(const std::string& mnt_in, bool json) {
-  std::string mnt = Absolute(mnt_in);
-  RequireCkptfsMount(mnt);
+  std::string mnt = CheckedMount(mnt_in);
   Json list = ReadCheckpoints(mnt);
   if (json) {
     printf("%s\n", list.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
@@ -256,8 +261,7 @@ int CmdLs(const std::string& mnt_in, bool json) {
 }
 
 int CmdLatest(const std::string& mnt_in, bool persisted) {
-  std::string mnt = Absolute(mnt_in);
-  RequireCkptfsMount(mnt);
+  std::string mnt = CheckedMount(mnt_in);
   Json list = ReadCheckpoints(mnt);
   for (auto it = list.rbegin(); it != list.rend(); ++it)
     if (Bool(*it, persisted ? "persisted" : "complete")) {
@@ -293,8 +297,7 @@ std::vector<std::string> SplitCsv(const std::string& line) {
 }  // namespace
 
 int CmdHistory(const std::string& mnt_in, bool csv) {
-  std::string mnt = Absolute(mnt_in);
-  RequireCkptfsMount(mnt);
+  std::string mnt = CheckedMount(mnt_in);
   Json j = StatusOrDie(mnt);
   const std::string dir = Str(j, "state_dir");
   std::vector<std::string> lines;
@@ -334,8 +337,7 @@ int CmdDrain(const std::string& mnt_in, double timeout_s) {
 }
 
 int CmdUmount(const std::string& mnt_in, const UmountArgs& a) {
-  std::string mnt = Absolute(mnt_in);
-  RequireCkptfsMount(mnt);
+  std::string mnt = CheckedMount(mnt_in);
   // Without the status there is no knowing what is still to drain: refuse
   // rather than unmount and report success. --no-drain is the way out (a
   // dead daemon); the next mount resumes the drain either way.
@@ -419,11 +421,8 @@ int CmdStatus(const std::string& mnt_in, bool json) {
     printf("error      %s\n", EscapeName(Str(d, "last_error")).c_str());
   } else if (Bool(d, "in_error")) {
     // Since when the backend has not answered (status is read on a bad day).
-    char since[32] = "?";
-    time_t t = static_cast<time_t>(U64(d, "error_since"));
-    struct tm tm;
-    if (t > 0 && localtime_r(&t, &tm)) strftime(since, sizeof since, "%Y-%m-%d %H:%M:%S", &tm);
-    printf("backend    unreachable since %s, %llu retries: %s\n", since,
+    const std::string since = LocalTime(static_cast<int64_t>(U64(d, "error_since")) * 1000000000);
+    printf("backend    unreachable since %s, %llu retries: %s\n", since.c_str(),
            static_cast<unsigned long long>(U64(d, "retries")), EscapeName(Str(d, "last_error")).c_str());
   }
   const Json& f = Obj(j, "failed");
@@ -454,8 +453,7 @@ int CmdStatus(const std::string& mnt_in, bool json) {
 }
 
 int CmdLost(const std::string& mnt_in, bool json, bool clear) {
-  std::string mnt = Absolute(mnt_in);
-  RequireCkptfsMount(mnt);
+  std::string mnt = CheckedMount(mnt_in);
   if (clear) {
     Json j = StatusOrDie(mnt);
     if (setxattr(mnt.c_str(), fs::kLostClearXattr, "1", 1, 0) != 0) {

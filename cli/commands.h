@@ -6,6 +6,7 @@
 // mount root.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,21 @@ namespace ckpt::cli {
 
 // Prints "ckptfs: <msg>" on stderr and exits 1.
 [[noreturn]] void Die(const std::string& msg);
+
+using Json = nlohmann::json;
+
+// The daemon's status document (the root's user.ckptfs.status xattr):
+// ReadStatus returns 0 or the errno of the read (EBADMSG: not a JSON
+// object); StatusOrDie exits with one line instead.
+int ReadStatus(const std::string& mnt, Json* out);
+Json StatusOrDie(const std::string& mnt);
+// Field readers that take a missing field (an older or newer daemon) as
+// its default instead of throwing.
+uint64_t U64(const Json& j, const char* key);
+double Dbl(const Json& j, const char* key);
+std::string Str(const Json& j, const char* key);
+bool Bool(const Json& j, const char* key);
+const Json& Obj(const Json& j, const char* key);
 
 // `p` made absolute and normalized; Die when it cannot be.
 std::string Absolute(const std::string& p);

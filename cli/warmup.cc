@@ -35,7 +35,6 @@ namespace ckpt::cli {
 namespace {
 
 namespace stdfs = std::filesystem;
-using Json = nlohmann::json;
 
 // The root of the ckptfs mount holding `path` (the directory whose status
 // xattr answers), or "" if none does.
@@ -103,16 +102,8 @@ int CmdWarmup(const std::vector<std::string>& paths_in) {
       want += it.size;
       remote++;
     }
-  Json j;
-  {
-    char buf[1 << 16];
-    ssize_t n = getxattr(root.c_str(), fs::kStatusXattr, buf, sizeof buf);
-    j = Json::parse(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0), nullptr, false);
-  }
-  auto num = [&](const char* obj, const char* key) -> uint64_t {
-    if (!j.is_object() || !j.contains(obj) || !j[obj].contains(key) || !j[obj][key].is_number_unsigned()) return 0;
-    return j[obj][key].get<uint64_t>();
-  };
+  Json j = StatusOrDie(root);
+  auto num = [&](const char* obj, const char* key) { return U64(Obj(j, obj), key); };
   const uint64_t budget = num("tier", "budget");
   const uint64_t pinned = num("dirty", "bytes") + num("draining", "bytes") + num("failed_files", "bytes");
   const uint64_t room = budget > pinned ? budget - pinned : 0;

@@ -24,14 +24,8 @@ std::string History::Field(const std::string& s) {
 }
 
 void History::Observe(const std::vector<InodeTable::CheckpointInfo>& list) {
-  using meta::DataState;
   for (const auto& c : list) {
-    const uint64_t pending = c.state_files[static_cast<size_t>(DataState::kDirty)] +
-                             c.state_files[static_cast<size_t>(DataState::kDraining)] +
-                             c.state_files[static_cast<size_t>(DataState::kFailed)];
-    if (c.files == 0 || pending > 0 || c.open > 0 || c.lost > 0 || !c.times_known || c.last_seal_ns == 0 ||
-        c.last_publish_ns < c.last_seal_ns)
-      continue;
+    if (!c.Timed()) continue;
     if (!recorded_.emplace(c.path, c.last_seal_ns).second) continue;
     const double to_ram = static_cast<double>(c.last_seal_ns - c.first_change_ns) / 1e9;
     const double to_durable = static_cast<double>(c.last_publish_ns - c.last_seal_ns) / 1e9;

@@ -337,6 +337,15 @@ class InodeTable {
     int64_t mtime_ns = 0;  // the newest file's mtime: orders checkpoints
     int64_t first_change_ns = 0, last_seal_ns = 0, last_publish_ns = 0;  // 0: unknown
     bool times_known = true;  // every file's times were seen since the mount
+    uint64_t Files(meta::DataState s) const { return state_files[static_cast<size_t>(s)]; }
+    // Every file closed, none failed or lost.
+    bool Complete() const { return files > 0 && open == 0 && lost == 0 && Files(meta::DataState::kFailed) == 0; }
+    // Complete, and every file in the backend.
+    bool Persisted() const {
+      return Complete() && Files(meta::DataState::kDirty) == 0 && Files(meta::DataState::kDraining) == 0;
+    }
+    // Persisted during this mount: its times to RAM and to durable are known.
+    bool Timed() const { return Persisted() && times_known && last_seal_ns > 0 && last_publish_ns >= last_seal_ns; }
   };
   // Oldest first (by mtime_ns, then path).
   std::vector<CheckpointInfo> Checkpoints(const std::regex& pattern) EXCLUDES(mu_);

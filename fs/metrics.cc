@@ -78,10 +78,8 @@ std::string MetricsText(Daemon* d) {
   // backend: its times.
   auto list = d->table->Checkpoints(d->checkpoint_pattern);
   const InodeTable::CheckpointInfo* last = nullptr;
-  for (const auto& c : list) {
-    uint64_t pending = c.state_files[0] + c.state_files[1] + c.state_files[4];
-    if (c.files > 0 && pending == 0 && c.open == 0 && c.times_known && c.last_publish_ns >= c.last_seal_ns) last = &c;
-  }
+  for (const auto& c : list)
+    if (c.Timed()) last = &c;
   t.One("checkpoints", "gauge", "Checkpoints (names matching --checkpoint-regex).", static_cast<double>(list.size()));
   if (last) {
     t.One("last_checkpoint_bytes", "gauge", "Bytes of the newest persisted checkpoint.", static_cast<double>(last->bytes));
@@ -164,7 +162,10 @@ void MetricsServer::Stop() {
 Status WriteMetricsTextfile(Daemon* d, const std::string& path) {
   const std::string tmp = path + ".tmp";
   std::string text = MetricsText(d);
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  // A fresh file (O_EXCL): never one planted at the name in a shared
+  // collector directory, linked or not.
+  unlink(tmp.c_str());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return ErrFromErrno();
   int e = PwriteFull(fd, text.data(), text.size(), 0);
   if (e == 0 && fchmod(fd, 0644) != 0) e = errno;  // node_exporter reads it; the daemon's umask is 077

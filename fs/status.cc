@@ -179,31 +179,28 @@ namespace {
 Json CheckpointJson(const InodeTable::CheckpointInfo& c) {
   using meta::DataState;
   auto sb = [&](DataState s) { return c.state_bytes[static_cast<size_t>(s)]; };
-  auto sf = [&](DataState s) { return c.state_files[static_cast<size_t>(s)]; };
   const uint64_t done = sb(DataState::kPersisted) + sb(DataState::kRemote);
   const uint64_t pending = sb(DataState::kDirty) + sb(DataState::kDraining);
-  const uint64_t pending_files = sf(DataState::kDirty) + sf(DataState::kDraining);
-  std::string state;
   int progress = c.bytes > 0 ? static_cast<int>(100 * static_cast<double>(done) / static_cast<double>(c.bytes)) : 100;
+  std::string state;
   if (c.files == 0) state = "empty";
   else if (c.lost > 0) state = "partly lost";
-  else if (sf(DataState::kFailed) > 0) state = "failed";
+  else if (c.Files(DataState::kFailed) > 0) state = "failed";
   else if (c.open > 0) state = "writing";
-  else if (pending_files == 0) state = sf(DataState::kRemote) == c.files ? "remote" : "persisted";
-  else if (done > 0 || sf(DataState::kDraining) > 0) state = "draining " + std::to_string(progress) + "%";
+  else if (c.Persisted()) state = c.Files(DataState::kRemote) == c.files ? "remote" : "persisted";
+  else if (done > 0 || c.Files(DataState::kDraining) > 0) state = "draining " + std::to_string(progress) + "%";
   else state = "in RAM";
-  const bool complete = c.files > 0 && c.open == 0 && c.lost == 0 && sf(DataState::kFailed) == 0;
   Json j = {{"path", c.path},
             {"dir", c.dir},
             {"files", c.files},
             {"bytes", c.bytes},
             {"state", state},
             {"progress", progress},
-            {"complete", complete},
-            {"persisted", complete && pending_files == 0},
+            {"complete", c.Complete()},
+            {"persisted", c.Persisted()},
             {"open_files", c.open},
             {"lost_files", c.lost},
-            {"failed_files", sf(DataState::kFailed)},
+            {"failed_files", c.Files(DataState::kFailed)},
             {"pending_bytes", pending},
             {"mtime_ns", c.mtime_ns},
             {"closed_at_ns", c.last_seal_ns > 0 ? c.last_seal_ns : c.mtime_ns}};
@@ -211,8 +208,7 @@ Json CheckpointJson(const InodeTable::CheckpointInfo& c) {
   // last close (RAM), and last close to the last publish (durable).
   if (c.times_known && c.last_seal_ns >= c.first_change_ns && c.first_change_ns > 0)
     j["time_to_ram_s"] = static_cast<double>(c.last_seal_ns - c.first_change_ns) / 1e9;
-  if (c.times_known && pending_files == 0 && c.last_publish_ns >= c.last_seal_ns && c.last_seal_ns > 0)
-    j["time_to_durable_s"] = static_cast<double>(c.last_publish_ns - c.last_seal_ns) / 1e9;
+  if (c.Timed()) j["time_to_durable_s"] = static_cast<double>(c.last_publish_ns - c.last_seal_ns) / 1e9;
   return j;
 }
 
