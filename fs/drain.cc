@@ -125,10 +125,18 @@ void Drainer::StageLoop() {
       err = src.error();
     } else {
       const LogEntry& e = job->entry;
-      // The bytes are a sealed version nothing changes any more (see
-      // InodeTable::MoveAside, LockForMutation): only a stop cancels it.
+      // The bytes are a sealed version: a snapshot nothing changes, or the
+      // live file until a writer copies it aside (InodeTable::MoveAside,
+      // LockForMutation; checked after the transfer). Only a stop cancels it.
       auto staged = backend_->Stage(src->fd, src->size, [&] { return stop_.load(); });
-      if (!staged) {
+      if (!table_->StagedBytesHeld(e, *src)) {
+        // Copied aside under the transfer: whatever it read (torn bytes, a
+        // short read) is dropped, and the copy is staged at once.
+        LOG_DEBUG("drain: seq {} '{}' v{} copied aside while staged; staging the copy", e.seq, e.path, e.version);
+        if (staged) backend_->Abort(*staged);
+        table_->AbortPersist(e);
+        err = EAGAIN;
+      } else if (!staged) {
         err = staged.error();
         table_->AbortPersist(e);
       } else {
@@ -297,7 +305,9 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     stats_.entries_skipped++;
     return 0;
   }
-  if (job->err == EINPROGRESS) return EINPROGRESS;  // sealed in place under a passthrough writer: see Run
+  // Sealed in place under a passthrough writer (see Run), or copied aside
+  // while staged (StageLoop): staged again, not an error.
+  if (job->err == EINPROGRESS || job->err == EAGAIN) return EINPROGRESS;
   if (job->err != 0) return job->err;
   if (WhilePaused()) return ECANCELED;
   if (publish_delay_ms_ > 0) {  // test knob: a slow backend, to watch the order from outside

@@ -112,6 +112,7 @@ struct PersistSource {
   meta::Timespec mtime;
   uint32_t uid = 0, gid = 0;  // the owner the backend copy gets
   bool has_owner = false;     // false: unknown (the file is gone, old log entry)
+  bool live = false;          // the live tier file, not a snapshot: see StagedBytesHeld
 };
 
 // What names and sizes the mount accepts, so that nothing it acknowledges
@@ -275,6 +276,13 @@ class InodeTable {
   // Ends a persist that did not complete (error, stop): the state goes
   // back to dirty if the version is still current.
   void AbortPersist(const meta::LogEntry& e);
+  // After a stage from the live tier file: false if the version was copied
+  // aside meanwhile (CopyOut, for a writer beside passthrough handles),
+  // after which the live file may have changed under the transfer: the
+  // staged bytes are not to be trusted, and a new stage takes the copy.
+  // A rename aside (MoveAside, Snapshot) keeps the bytes under the
+  // stager's descriptor: true.
+  bool StagedBytesHeld(const meta::LogEntry& e, const PersistSource& src);
   // Records that e's bytes are lost (listed by LostFiles) and drops e's
   // snapshot if any. The caller then completes the entry.
   void RecordLost(const meta::LogEntry& e, std::string_view reason);

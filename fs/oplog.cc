@@ -81,6 +81,7 @@ Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
     if (!ref) return Err(ref.error() == ENOENT ? ENODATA : ref.error());
     src.ref = *ref;
     src.gen = n->data_gen;
+    src.live = true;
   }
   struct stat st;
   if (fstat(src.ref->fd, &st) != 0) return ErrFromErrno();
@@ -97,6 +98,19 @@ Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
   }
   if (same && n->data_gen == src.gen) Transition(n, FileEvent::kStage);
   return src;
+}
+
+bool InodeTable::StagedBytesHeld(const LogEntry& e, const PersistSource& src) {
+  if (!src.live) return true;
+  // Every change of a sealed version's bytes is preceded by its copy or
+  // rename aside (LockForMutation, OpenImpl, MoveAside): no snapshot now,
+  // no change has begun.
+  const uint64_t key = cache::SnapKey(e.ino, e.version);
+  if (!tier_->Has(key)) return true;
+  auto ref = tier_->Ref(key);
+  struct stat snap, staged;
+  return ref && fstat((*ref)->fd, &snap) == 0 && fstat(src.fd, &staged) == 0 && snap.st_dev == staged.st_dev &&
+         snap.st_ino == staged.st_ino;
 }
 
 void InodeTable::AbortPersist(const LogEntry& e) {
