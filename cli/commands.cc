@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -272,6 +273,30 @@ int CmdLatest(const std::string& mnt_in, bool persisted) {
   return 1;
 }
 
+int CmdPersist(const std::string& path_in, bool wait) {
+  std::string path = Absolute(path_in);
+  // The mount holding it: the status xattr answers at its root only.
+  std::string mnt = path;
+  while (getxattr(mnt.c_str(), fs::kStatusXattr, nullptr, 0) < 0) {
+    if (mnt == "/" || mnt.empty()) Die(EscapeName(path_in) + " is not in a ckptfs mount");
+    mnt = stdfs::path(mnt).parent_path().string();
+  }
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) Die("cannot stat " + EscapeName(path_in) + ": " + ErrStr(errno));
+  if (setxattr(path.c_str(), fs::kPersistXattr, "1", 1, 0) != 0) {
+    int e = errno;
+    if (e == EALREADY) {
+      printf("%s is in no memory-only checkpoint: it drains already\n", EscapeName(path_in).c_str());
+      return 0;
+    }
+    Die("cannot persist " + EscapeName(path_in) + ": " + ErrStr(e) +
+        (e == EPERM ? " (only the checkpoint's owner, root or the mount's owner may)" : ""));
+  }
+  printf("%s: queued for the backend\n", EscapeName(path_in).c_str());
+  if (!wait) return 0;
+  return CmdDrain(mnt, 0);
+}
+
 namespace {
 
 // One CSV line split into fields (double quotes, "" inside them).
@@ -413,6 +438,12 @@ int CmdStatus(const std::string& mnt_in, bool json) {
   for (const char* s : {"dirty", "draining", "persisted", "remote"})
     printf("%-10s %llu files, %s\n", s, static_cast<unsigned long long>(U64(Obj(j, s), "files")),
            HumanBytes(U64(Obj(j, s), "bytes")).c_str());
+  // Only where the policies are on: files that never reach the backend.
+  if (const Json& pol = Obj(j, "policies"); U64(pol, "persist_every") > 0 || U64(pol, "persist_interval_s") > 0 ||
+                                            U64(Obj(j, "memory_only"), "files") > 0)
+    printf("mem-only   %llu files, %s, in memory-only checkpoints (not in the backend: ckptfs persist)\n",
+           static_cast<unsigned long long>(U64(Obj(j, "memory_only"), "files")),
+           HumanBytes(U64(Obj(j, "memory_only"), "bytes")).c_str());
   const Json& d = Obj(j, "drain");
   printf("drain      %llu queued, %s/s, %s persisted since mount, %llu skipped as undone\n",
          static_cast<unsigned long long>(U64(d, "queue")), HumanBytes(U64(d, "rate")).c_str(),

@@ -71,6 +71,9 @@ int CmdLs(const std::string& mnt_in, bool json);
 
 // ckptfs latest: the newest checkpoint whose files are all closed (with
 // `persisted`, all in the backend): its path on stdout; 1 if there is none.
+// `ckptfs persist PATH [--wait]`: the memory-only checkpoint holding PATH
+// drains after all (with --wait: waits as `ckptfs drain` does).
+int CmdPersist(const std::string& path, bool wait);
 int CmdLatest(const std::string& mnt_in, bool persisted);
 
 // ckptfs history: STATE_DIR/history.csv (and the rotated .1) as a table,

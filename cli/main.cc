@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "common/config.h"
@@ -39,6 +40,14 @@ int main(int argc, char** argv) {
                     "write the metrics to PATH every 5 s (node_exporter's textfile collector)");
   mount->add_option("--checkpoint-regex", cfg.checkpoint_regex,
                     "names of checkpoint directories and files, for ckptfs ls/latest (ECMAScript, whole name)");
+  std::string keep_in_memory, persist_every, persist_interval;
+  mount->add_option("--keep-in-memory", keep_in_memory,
+                    "K: the newest K checkpoints stay in RAM when clean; older ones are evicted first");
+  mount->add_option("--persist-every", persist_every,
+                    "N: only every Nth checkpoint (in order of creation) drains; the others stay memory-only");
+  mount->add_option("--persist-interval", persist_interval,
+                    "SECONDS: a checkpoint drains when SECONDS passed since the last one that did; the others stay "
+                    "memory-only");
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
   mount->add_option("-o", cfg.fuse_opts, "FUSE mount options, and passthrough=off (every read and write through the daemon)");
   mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
@@ -67,6 +76,11 @@ int main(int argc, char** argv) {
   auto* latest = app.add_subcommand("latest", "print the newest complete checkpoint (exit 1 if none)");
   latest->add_option("mountpoint", target)->required();
   latest->add_flag("--persisted", persisted, "the newest one whose files are all in the backend");
+  std::string persist_path;
+  bool wait = false;
+  auto* persist = app.add_subcommand("persist", "drain a memory-only checkpoint after all (--persist-every)");
+  persist->add_option("path", persist_path, "the checkpoint (or a file in it) in a ckptfs mount")->required();
+  persist->add_flag("--wait", wait, "wait until it is in the backend (as ckptfs drain)");
   bool csv = false;
   auto* history = app.add_subcommand("history", "checkpoints as they became persisted: times to RAM and durable");
   history->add_option("mountpoint", target)->required();
@@ -116,6 +130,17 @@ int main(int argc, char** argv) {
     }
     cfg.min_free = *sz;
   }
+  for (auto [flag, text, out] : {std::tuple{"--keep-in-memory", &keep_in_memory, &cfg.keep_in_memory},
+                                  std::tuple{"--persist-every", &persist_every, &cfg.persist_every},
+                                  std::tuple{"--persist-interval", &persist_interval, &cfg.persist_interval_s}}) {
+    if (text->empty()) continue;
+    auto v = ParseCount(*text);
+    if (!v) {
+      fprintf(stderr, "ckptfs: %s: %s\n", flag, v.error().c_str());
+      return 2;
+    }
+    *out = *v;
+  }
   if (auto own = TakeOwnOptions(&cfg.fuse_opts, &cfg); !own) {
     fprintf(stderr, "ckptfs: %s\n", own.error().c_str());
     return 2;
@@ -133,6 +158,7 @@ int main(int argc, char** argv) {
     if (*ls) return CmdLs(target, json);
     if (*history) return CmdHistory(target, csv);
     if (*latest) return CmdLatest(target, persisted);
+    if (*persist) return CmdPersist(persist_path, wait);
     if (*drain) return CmdDrain(target, timeout_s);
     if (*status) return CmdStatus(target, json);
     if (*lost) return CmdLost(target, json, clear);

@@ -210,6 +210,11 @@ int CmdMount(Config cfg, const SizeArgs& sizes) {
     Die("invalid --checkpoint-regex '" + EscapeName(cfg.checkpoint_regex) + "'" +
         (cfg.checkpoint_regex.empty() ? ": empty" : std::string(": ") + e.what()));
   }
+  // fsync=backend promises that fsync returns once the bytes are in the
+  // backend; a memory-only checkpoint's never are.
+  if (cfg.fsync == FsyncMode::kBackend && (cfg.persist_every > 0 || cfg.persist_interval_s > 0))
+    Die("--fsync backend cannot go with --persist-every or --persist-interval: memory-only checkpoints never reach "
+        "the backend");
   cfg.state_dir = cfg.state_dir.empty() ? DefaultStateDir(cfg.mountpoint) : Absolute(cfg.state_dir);
   PrepareStateDir(cfg.state_dir);
   if (cfg.tier_dir.empty()) cfg.tier_dir = "/dev/shm/ckptfs-" + HexHash(cfg.state_dir);

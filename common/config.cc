@@ -5,10 +5,12 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "common/text.h"
 
@@ -26,6 +28,16 @@ size_t AuthorityEnd(const std::string& s, size_t start) {
 }
 
 }  // namespace
+
+std::expected<uint64_t, std::string> ParseCount(const std::string& s) {
+  constexpr uint64_t kMax = 1000000000;
+  const std::string want = "want a whole number from 1 to 1000000000, not '" + EscapeName(s) + "'";
+  if (s.empty() || s.size() > 10 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::unexpected(want);
+  uint64_t v = std::stoull(s);
+  if (v == 0 || v > kMax) return std::unexpected(want);
+  return v;
+}
 
 std::expected<uint64_t, std::string> ParseSize(const std::string& s) {
   const char* kExpect = " (expected e.g. 512M, 4G, 1.5GiB, 25%)";
@@ -265,6 +277,18 @@ std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* 
       else return std::unexpected("-o " + EscapeName(opt) + ": want passthrough=on or passthrough=off");
       continue;
     }
+    // The checkpoint policies, also as FUSE-style options (fstab, mount.ckptfs).
+    bool policy = false;
+    for (auto [key, out] : {std::pair{"keep_in_memory=", &cfg->keep_in_memory},
+                            std::pair{"persist_every=", &cfg->persist_every},
+                            std::pair{"persist_interval=", &cfg->persist_interval_s}}) {
+      if (!opt.starts_with(key)) continue;
+      auto v = ParseCount(opt.substr(strlen(key)));
+      if (!v) return std::unexpected("-o " + EscapeName(opt) + ": " + v.error());
+      *out = *v;
+      policy = true;
+    }
+    if (policy) continue;
     if (opt.empty()) continue;
     if (!rest.empty()) rest += ',';
     rest += opt;

@@ -48,8 +48,15 @@ struct Config {
   // --checkpoint-regex: the names (ECMAScript, whole name) of checkpoint
   // directories and single-file checkpoints (`ckptfs ls`, `ckptfs latest`).
   static constexpr char kDefaultCheckpointRegex[] =
-      R"(step_?\d+|checkpoint-\d+|global_step\d+|iter_\d{7}|epoch=\d+-step=\d+.*|.+\.ckpt)";
+      R"(step_?\d+|(tmp-)?checkpoint-\d+|global_step\d+|iter_\d{7}|epoch=\d+-step=\d+.*|.+\.ckpt)";
   std::string checkpoint_regex = kDefaultCheckpointRegex;
+  // Checkpoint policies (0: off). --persist-every N: only checkpoints
+  // number N, 2N, ... (in order of creation) drain; --persist-interval S:
+  // one drains when S seconds passed since the last that did; the others
+  // are memory-only. --keep-in-memory K: the newest K are evicted last.
+  uint64_t persist_every = 0;
+  uint64_t persist_interval_s = 0;
+  uint64_t keep_in_memory = 0;
   std::string metrics;           // --metrics HOST:PORT ("" : off)
   std::string metrics_textfile;  // --metrics-textfile PATH ("" : off)
   std::string log_level = "info";
@@ -66,6 +73,11 @@ inline constexpr uint64_t kMaxSizeBytes = 1ull << 60;
 // (fractions rounded down; at least 1, at most kMaxSizeBytes; a percentage
 // in (0, 100]), or a one-line message naming the input and what is wrong.
 std::expected<uint64_t, std::string> ParseSize(const std::string& s);
+
+// Parses a count of at least 1 (a checkpoint count, a number of seconds):
+// DIGITS only, at most 1,000,000,000; otherwise a one-line message naming
+// the input (0, a sign, a fraction, garbage).
+std::expected<uint64_t, std::string> ParseCount(const std::string& s);
 
 // The one line for a backend URL holding userinfo: it never echoes the URL.
 inline constexpr std::string_view kCredentialsInUrl =

@@ -22,6 +22,7 @@ namespace ckpt::fs {
 using meta::Batch;
 using meta::DataState;
 using meta::kAppliedCounter;
+using meta::kCheckpointCounter;
 using meta::kImportedCounter;
 using meta::kNextInoCounter;
 using meta::LogEntry;

@@ -203,6 +203,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   }
   d->table = std::make_unique<InodeTable>(d->store.get(), d->tier.get(), d->backend.get());
   d->table->set_limits(MountLimits(cfg));
+  d->table->set_checkpoint_policy({d->checkpoint_pattern, cfg.persist_every, cfg.persist_interval_s, cfg.keep_in_memory});
   if (auto st = d->table->Load(Caller{geteuid(), getegid()}); !st)
     return fail(st.error() == EUCLEAN ? "metadata in " + cfg.state_dir +
                                             "/meta is damaged (a directory cycle; see the log); nothing was mounted"
@@ -255,6 +256,9 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   cache::TierStats ts = d->tier->Stats();
   LOG_INFO("mounted {} backend={} state={} tier={} budget={} in tier={} max_file_size={}", cfg.mountpoint,
            cfg.backend_display, cfg.state_dir, cfg.tier_dir, ts.budget, ts.used, cfg.max_file_size);
+  if (cfg.persist_every > 0 || cfg.persist_interval_s > 0 || cfg.keep_in_memory > 0)
+    LOG_INFO("checkpoint policies: persist every {} / every {} s, keep {} in memory (0: off)", cfg.persist_every,
+             cfg.persist_interval_s, cfg.keep_in_memory);
   if (!cfg.metrics.empty()) {
     auto a = ParseMetricsAddress(cfg.metrics);
     if (!a) return fail(a.error());

@@ -67,6 +67,9 @@ inline constexpr char kLostXattrPrefix[] = "user.ckptfs.lost.";      // + page n
 inline constexpr char kCheckpointsXattrPrefix[] = "user.ckptfs.checkpoints.";  // + page: `ckptfs ls`
 inline constexpr char kReleaseXattr[] = "user.ckptfs.release";  // setxattr "1": release the tier at exit
 inline constexpr char kLostClearXattr[] = "user.ckptfs.lost.clear";  // setxattr: clears it
+// setxattr on a file or directory in a memory-only checkpoint: `ckptfs
+// persist` (InodeTable::PersistCheckpoint).
+inline constexpr char kPersistXattr[] = "user.ckptfs.persist";
 inline constexpr size_t kLostPageBytes = 60 * 1024;                  // under the kernel's 64 KiB xattr limit
 inline constexpr size_t kStatusListMax = 100;                        // entries of each list in the status
 inline constexpr size_t kStatusListBytes = 16 * 1024;                // bytes of names of each list in the status

@@ -17,23 +17,27 @@ const char* FileEventName(FileEvent e) {
     case FileEvent::kRefuse: return "refuse";
     case FileEvent::kEvict: return "evict";
     case FileEvent::kFetch: return "fetch";
+    case FileEvent::kKeep: return "keep";
+    case FileEvent::kQueue: return "queue";
   }
   return "?";
 }
 
 std::optional<meta::DataState> NextState(meta::DataState s, FileEvent e) {
   using S = meta::DataState;
-  constexpr int kStates = 5, kEvents = 7;
+  constexpr int kStates = static_cast<int>(meta::kDataStates), kEvents = 9;
   // kNone: the event cannot happen in that state.
   constexpr int kNone = -1;
-  // Rows: dirty, draining, persisted, remote, failed (meta::DataState order).
-  // Columns: change, stage, stage-end, publish, refuse, evict, fetch.
+  // Rows: dirty, draining, persisted, remote, failed, memory-only
+  // (meta::DataState order). Columns: change, stage, stage-end, publish,
+  // refuse, evict, fetch, keep, queue.
   static constexpr int kTable[kStates][kEvents] = {
-      /* dirty     */ {0, 1, 0, 2, 4, kNone, kNone},
-      /* draining  */ {0, 1, 0, 2, 4, kNone, kNone},
-      /* persisted */ {0, kNone, 2, kNone, kNone, 3, kNone},
-      /* remote    */ {0, kNone, 3, kNone, kNone, kNone, 2},
-      /* failed    */ {0, kNone, 4, kNone, kNone, kNone, kNone},
+      /* dirty       */ {0, 1, 0, 2, 4, kNone, kNone, 5, kNone},
+      /* draining    */ {0, 1, 0, 2, 4, kNone, kNone, kNone, kNone},
+      /* persisted   */ {0, kNone, 2, kNone, kNone, 3, kNone, kNone, kNone},
+      /* remote      */ {0, kNone, 3, kNone, kNone, kNone, 2, kNone, kNone},
+      /* failed      */ {0, kNone, 4, kNone, kNone, kNone, kNone, kNone, kNone},
+      /* memory-only */ {0, kNone, 5, kNone, kNone, kNone, kNone, 5, 0},
   };
   auto row = static_cast<int>(s), col = static_cast<int>(e);
   if (row < 0 || row >= kStates || col < 0 || col >= kEvents || kTable[row][col] == kNone) return std::nullopt;
@@ -236,7 +240,10 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
     // Record "being rewritten" before any byte changes, so that a daemon
     // that dies now restarts from the last sealed version, not from torn
     // bytes it would otherwise take for that version.
-    if (n->rec.state == DataState::kPersisted || n->rec.state == DataState::kRemote) {
+    // A memory-only version too: it has no other copy, so a daemon that
+    // dies mid-rewrite must not take torn bytes for it (it is lost then).
+    if (n->rec.state == DataState::kPersisted || n->rec.state == DataState::kRemote ||
+        n->rec.state == DataState::kMemoryOnly) {
       const DataState before = n->rec.state;
       Transition(n, FileEvent::kChange);
       Batch b;
@@ -520,6 +527,17 @@ uint64_t InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
   Transition(n, FileEvent::kChange);  // a new version, in no backend yet
   n->sealed_gen = n->data_gen;
   n->t_seal_ns = WallNs();
+  if (MemoryOnlyAt(n, n->rec.parent)) {
+    Transition(n, FileEvent::kKeep);  // sealed in RAM; never logged (see PersistCheckpoint)
+    n->seal_seq = 0;
+    return dropped;
+  }
+  AppendLog(b, PersistEntry(n), out);
+  n->seal_seq = out->back().seq;
+  return dropped;
+}
+
+LogEntry InodeTable::PersistEntry(const Inode* n) {
   LogEntry e;
   e.op = LogOp::kPersist;
   e.ino = n->rec.ino;
@@ -544,9 +562,7 @@ uint64_t InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
       }
     }
   }
-  AppendLog(b, e, out);
-  n->seal_seq = out->back().seq;
-  return dropped;
+  return e;
 }
 
 void InodeTable::Supersede(uint64_t seq, uint64_t ino, uint64_t version) {

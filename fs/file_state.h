@@ -1,10 +1,11 @@
 // file_state.h — the per-file data state machine as one table.
 //
-// A regular file's bytes are in one of five states (meta::DataState): dirty
+// A regular file's bytes are in one of six states (meta::DataState): dirty
 // (in the tier, not yet in the backend), draining (the current sealed
 // version is being copied), persisted (in the backend and the tier), remote
-// (in the backend only) and failed (in the tier only; the backend refused
-// it for good). Every change of state while the mount runs is one of the
+// (in the backend only), failed (in the tier only; the backend refused
+// it for good) and memory-only (in the tier only, by policy: a sealed
+// version in a memory-only checkpoint, see --persist-every). Every change of state while the mount runs is one of the
 // events below, and NextState is the only place that says where it leads;
 // InodeTable::Transition applies it. Start-up recovery (fs/recovery.cc)
 // does not replay events: it re-derives each file's state from its record
@@ -32,6 +33,8 @@ enum class FileEvent : uint8_t {
   kRefuse,    // the backend refused the current version for good
   kEvict,     // a clean file's bytes leave the tier
   kFetch,     // a remote file's bytes are back in the tier (fetched, or an eviction undone)
+  kKeep,      // the version just sealed belongs to a memory-only checkpoint: it stays in RAM only
+  kQueue,     // `ckptfs persist`: a memory-only version is queued for the backend after all
 };
 
 const char* FileEventName(FileEvent e);

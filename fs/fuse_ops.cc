@@ -693,6 +693,11 @@ void ckpt_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char*
       auto r = D(req)->table->ClearLost();
       return (void)fuse_reply_err(req, r ? 0 : r.error());
     }
+    if (strcmp(name, kPersistXattr) == 0) {  // `ckptfs persist`
+      const fuse_ctx* ctx = fuse_req_ctx(req);
+      auto r = D(req)->table->PersistCheckpoint(ino, Caller{ctx->uid, ctx->gid});
+      return (void)fuse_reply_err(req, r ? 0 : r.error());
+    }
     auto r = D(req)->table->SetXattr(ino, name, std::string_view(value, size), flags);
     fuse_reply_err(req, r ? 0 : r.error());
   });

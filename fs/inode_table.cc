@@ -278,7 +278,7 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
   if ((c.to_set & kSetSize) && n->opens == 0 && r.nlink > 0) {
     dropped = Seal(n, &b, &log);  // truncate(2) of a closed file: a new version now
   } else if ((c.to_set & (kSetMode | kSetMtime | kSetUid | kSetGid)) && r.nlink > 0 &&
-             (S_ISREG(r.mode) || S_ISDIR(r.mode)) && ino != meta::kRootIno) {
+             (S_ISREG(r.mode) || S_ISDIR(r.mode)) && ino != meta::kRootIno && !MemoryOnlyAt(n, r.parent)) {
     LogEntry e;
     e.op = LogOp::kSetattr;
     e.ino = ino;
@@ -326,6 +326,13 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   r.target = std::string(target);
   r.atime = r.mtime = r.ctime = Now();
   r.state = S_ISREG(mode) ? meta::DataState::kDirty : meta::DataState::kPersisted;
+  // A new checkpoint gets its number, and the policy decides now whether
+  // it drains; inside a memory-only one nothing is logged.
+  const bool under_memory_only = UnderMemoryOnly(parent);
+  if ((S_ISDIR(mode) || S_ISREG(mode)) && !under_memory_only && StartsCheckpoint(parent, name)) {
+    r.ckpt_ord = next_ckpt_;
+    r.memory_only = ChooseMemoryOnly(r.ckpt_ord);
+  }
 
   InodeRecord pr = p->rec;
   Touch(p, r.mtime);
@@ -334,7 +341,7 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
 
   Batch b;
   std::vector<LogEntry> log;
-  if (S_ISDIR(mode) || S_ISLNK(mode)) {
+  if ((S_ISDIR(mode) || S_ISLNK(mode)) && !under_memory_only && !r.memory_only) {
     LogEntry e;
     e.op = S_ISDIR(mode) ? LogOp::kMkdir : LogOp::kSymlink;
     e.ino = r.ino;
@@ -350,8 +357,13 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   MetaStore::PutInode(&b, pr);
   MetaStore::PutDentry(&b, parent, name, r.ino, DirentType(mode));
   MetaStore::PutCounter(&b, kNextInoCounter, next_ino_ + 1);
+  if (r.ckpt_ord > 0) MetaStore::PutCounter(&b, kCheckpointCounter, next_ckpt_ + 1);
   if (auto st = CommitWithLog(b, std::move(log)); !st) return Err(st.error());
   if (S_ISREG(mode)) n->data_gen = 1;  // a new file is sealed at its first close
+  if (r.ckpt_ord > 0) {
+    next_ckpt_++;
+    LOG_DEBUG("checkpoint {} '{}' made{}", r.ckpt_ord, EntryPath(parent, name), r.memory_only ? " (memory-only)" : "");
+  }
 
   next_ino_++;
   p->rec = pr;
@@ -402,6 +414,10 @@ Result<InodeRecord> InodeTable::Link(uint64_t ino, uint64_t newparent, std::stri
   if (n->rec.nlink >= 65000) return Err(EMLINK);
   if (auto st = Writable(); !st) return Err(st.error());
   if (auto st = CheckNewName(newparent, newname); !st) return Err(st.error());
+  // A name in a memory-only checkpoint for a file that drains, or the
+  // other way round, would leave the backend with half of it.
+  const bool memory_only = MemoryOnlyAt(n, n->rec.parent);
+  if (memory_only != UnderMemoryOnly(newparent)) return Err(EXDEV);
 
   meta::Timespec now = Now();
   InodeRecord r = n->rec, pr = p->rec;
@@ -419,7 +435,7 @@ Result<InodeRecord> InodeTable::Link(uint64_t ino, uint64_t newparent, std::stri
   e.ino = ino;
   e.path = EntryPath(n->rec.parent, n->rec.name);
   e.path2 = EntryPath(newparent, newname);
-  AppendLog(&b, e, &log);
+  if (!memory_only) AppendLog(&b, e, &log);
   MetaStore::PutInode(&b, r);
   MetaStore::PutInode(&b, pr);
   MetaStore::PutDentry(&b, newparent, newname, ino, DirentType(r.mode));
@@ -461,6 +477,7 @@ Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
   meta::Timespec now = Now();
   InodeRecord pr = p->rec;
   pr.mtime = pr.ctime = now;
+  const bool memory_only = MemoryOnlyAt(n, parent);
   Inode tmp;  // the inode's next record, computed before the commit
   tmp.rec = n->rec;
   tmp.rec.nlink--;
@@ -473,7 +490,7 @@ Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
   e.op = LogOp::kUnlink;
   e.ino = n->rec.ino;
   e.path = EntryPath(parent, name);
-  AppendLog(&b, e, &log);
+  if (!memory_only) AppendLog(&b, e, &log);  // rotation of a memory-only checkpoint never reaches the backend
   MetaStore::PutInode(&b, pr);
   MetaStore::DeleteDentry(&b, parent, name);
   MetaStore::PutInode(&b, tmp.rec);
@@ -514,7 +531,7 @@ Status InodeTable::Rmdir(uint64_t parent, std::string_view name) {
   e.op = LogOp::kRmdir;
   e.ino = r.ino;
   e.path = EntryPath(parent, name);
-  AppendLog(&b, e, &log);
+  if (!MemoryOnlyAt(n, parent)) AppendLog(&b, e, &log);
   MetaStore::PutInode(&b, pr);
   MetaStore::DeleteDentry(&b, parent, name);
   MetaStore::PutInode(&b, r);
@@ -571,6 +588,21 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
   if (auto st = CheckNewName(newparent, newname, src->is_dir() ? SubtreePathLen(src) : 0); !st) return st;
   if (dst && (flags & RENAME_EXCHANGE))
     if (auto st = CheckNewName(parent, name, dst->is_dir() ? SubtreePathLen(dst) : 0); !st) return st;
+  // Memory-only checkpoints (--persist-every): a move stays on its side of
+  // the line. Into one, the backend would keep what was moved away; out of
+  // one, the backend would lack what it holds. EXDEV: `mv` copies instead
+  // (and so creates, logs and deletes what it must).
+  const bool memory_only = MemoryOnlyAt(src, parent);
+  if (memory_only != MemoryOnlyAt(src, newparent)) return Err(EXDEV);
+  if (dst && (MemoryOnlyAt(dst, newparent) != memory_only || MemoryOnlyAt(dst, parent) != memory_only))
+    return Err(EXDEV);
+  // A tree renamed into a checkpoint's name (`tmp-step` -> `step_5`) is a
+  // checkpoint from now on: numbered, never memory-only (what it holds was
+  // logged already).
+  uint64_t new_ord = 0;
+  if (!memory_only && src->rec.ckpt_ord == 0 && (src->is_dir() || S_ISREG(src->rec.mode)) &&
+      StartsCheckpoint(newparent, newname))
+    new_ord = next_ckpt_;
 
   meta::Timespec now = Now();
   // Work on copies; commit; then apply. sp and dp may be the same inode.
@@ -602,7 +634,11 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
     e.ino = sr.ino;
     e.path = EntryPath(parent, name);
     e.path2 = EntryPath(newparent, newname);
-    AppendLog(&b, e, &log);
+    if (!memory_only) AppendLog(&b, e, &log);
+  }
+  if (new_ord > 0) {
+    sr.ckpt_ord = new_ord;
+    MetaStore::PutCounter(&b, kCheckpointCounter, new_ord + 1);
   }
   if (exchange) {
     if (!same_dir && src->is_dir()) {
@@ -642,6 +678,7 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
   MetaStore::PutInode(&b, spr);
   if (!same_dir) MetaStore::PutInode(&b, dpr);
   if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
+  if (new_ord > 0) next_ckpt_ = new_ord + 1;
 
   sp->rec = spr;
   if (!same_dir) dp->rec = dpr;

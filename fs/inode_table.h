@@ -93,8 +93,8 @@ struct NamespaceStats {
 
 // Files and bytes per data state, and the drain log's position.
 struct DataStats {
-  uint64_t files[5] = {0, 0, 0, 0, 0};  // indexed by meta::DataState
-  uint64_t bytes[5] = {0, 0, 0, 0, 0};
+  uint64_t files[meta::kDataStates] = {};  // indexed by meta::DataState
+  uint64_t bytes[meta::kDataStates] = {};
   uint64_t log_len = 0;
   uint64_t head_seq = 0;     // the newest log entry (0 if none ever)
   uint64_t applied_seq = 0;  // every entry up to here is in the backend
@@ -152,6 +152,32 @@ class InodeTable {
 
   // Before Load: the limits every later operation checks.
   void set_limits(const Limits& l) { limits_ = l; }
+
+  // Before Load: what makes a checkpoint and the memory/persist policies
+  // (issue #13; docs/operations.md "Checkpoint policies"). A checkpoint is
+  // an entry whose name matches `pattern` with no matching name above it
+  // (at most 8 levels down); it is numbered when it is created (or renamed
+  // into such a name), in order, across restarts (InodeRecord::ckpt_ord).
+  struct CheckpointPolicy {
+    std::optional<std::regex> pattern;  // none: nothing is a checkpoint
+    uint64_t persist_every = 0;         // N > 0: only checkpoints number N, 2N, ... drain
+    uint64_t persist_interval_s = 0;    // S > 0: one drains if S seconds passed since the last that did
+    uint64_t keep_in_memory = 0;        // K > 0: the newest K checkpoints are evicted last
+    bool selective() const { return persist_every > 0 || persist_interval_s > 0; }
+  };
+  void set_checkpoint_policy(CheckpointPolicy p) EXCLUDES(mu_);
+
+  // `ckptfs persist`: the memory-only checkpoint holding `ino` drains after
+  // all: the flag goes, and its directories, symlinks and sealed files are
+  // logged for the backend, in order after everything logged before.
+  // Files open for writing are logged at their close. EALREADY: `ino` is in
+  // no memory-only checkpoint (it drains already); EPERM: the caller is
+  // neither the checkpoint's owner nor root nor the daemon's user.
+  struct PersistQueued {
+    std::string path;  // the checkpoint, relative to the mount root
+    uint64_t files = 0, bytes = 0;
+  };
+  [[nodiscard]] Result<PersistQueued> PersistCheckpoint(uint64_t ino, Caller who) EXCLUDES(mu_);
 
   // Loads the namespace from the store (creating the root on first use),
   // purges orphans (nlink 0) and moves tier files with no inode to the
@@ -339,18 +365,21 @@ class InodeTable {
     std::string path;  // relative to the mount root
     bool dir = false;
     uint64_t files = 0, bytes = 0;
-    uint64_t state_files[5] = {}, state_bytes[5] = {};  // by meta::DataState
+    uint64_t state_files[meta::kDataStates] = {}, state_bytes[meta::kDataStates] = {};  // by meta::DataState
     uint64_t open = 0;  // files being written (open for writing, or changed since their seal)
     uint64_t lost = 0;  // files under it in the lost list
     int64_t mtime_ns = 0;  // the newest file's mtime: orders checkpoints
     int64_t first_change_ns = 0, last_seal_ns = 0, last_publish_ns = 0;  // 0: unknown
     bool times_known = true;  // every file's times were seen since the mount
+    bool memory_only = false;  // a memory-only checkpoint (--persist-every): it does not drain
+    uint64_t ord = 0;          // its number in order of creation (0: made before numbering)
     uint64_t Files(meta::DataState s) const { return state_files[static_cast<size_t>(s)]; }
     // Every file closed, none failed or lost.
     bool Complete() const { return files > 0 && open == 0 && lost == 0 && Files(meta::DataState::kFailed) == 0; }
     // Complete, and every file in the backend.
     bool Persisted() const {
-      return Complete() && Files(meta::DataState::kDirty) == 0 && Files(meta::DataState::kDraining) == 0;
+      return Complete() && Files(meta::DataState::kDirty) == 0 && Files(meta::DataState::kDraining) == 0 &&
+             Files(meta::DataState::kMemoryOnly) == 0;
     }
     // Persisted during this mount: its times to RAM and to durable are known.
     bool Timed() const { return Persisted() && times_known && last_seal_ns > 0 && last_publish_ns >= last_seal_ns; }
@@ -441,6 +470,24 @@ class InodeTable {
     bool is_dir() const { return S_ISDIR(rec.mode); }
   };
 
+  // ---- Checkpoint policies (fs/checkpoints.cc) ----
+  // The entry `name` made in `parent` would be a checkpoint: its name
+  // matches, no name above it does, and it is at most 8 levels down.
+  bool StartsCheckpoint(uint64_t parent, std::string_view name) REQUIRES(mu_);
+  // Whether the checkpoint numbered `ord`, made now, is memory-only.
+  bool ChooseMemoryOnly(uint64_t ord) REQUIRES(mu_);
+  // The directory `dir` is, or is inside, a memory-only checkpoint: what
+  // happens there is not logged for the backend.
+  bool UnderMemoryOnly(uint64_t dir) REQUIRES(mu_);
+  // The entry `n`, named in `parent`, is memory-only (itself or above).
+  bool MemoryOnlyAt(const Inode* n, uint64_t parent) REQUIRES(mu_) {
+    return n->rec.memory_only || UnderMemoryOnly(parent);
+  }
+  // The number of the checkpoint holding `n` (0: none), walking up.
+  uint64_t CheckpointOf(const Inode* n) REQUIRES(mu_);
+  // The newest `keep_in_memory` checkpoints' numbers are >= this (0: none kept).
+  uint64_t KeptFrom() REQUIRES(mu_);
+
   // The inode, with what a passthrough writer wrote taken in (Absorb).
   Inode* Find(uint64_t ino) REQUIRES(mu_);  // REQUIRES: mu_ held
   // Takes in a passthrough writer's changes from the tier file: size, mtime,
@@ -507,7 +554,11 @@ class InodeTable {
   // the store in `b`, and its seq returned (0 if none) for Supersede once
   // `b` is committed. REQUIRES: mu_ held, and the data lock exclusive (or
   // the file not open).
+  // In a memory-only checkpoint the version is kept in RAM only (state
+  // memory-only), and nothing is logged.
   uint64_t Seal(Inode* n, meta::Batch* b, std::vector<meta::LogEntry>* out) REQUIRES(mu_);
+  // The persist entry of the file's current version (every name of it).
+  meta::LogEntry PersistEntry(const Inode* n) REQUIRES(mu_);
   // After the commit of a Seal that superseded entry `seq` (0: none) of
   // `version`: the drain skips it, its copy is dropped. REQUIRES: mu_ held.
   void Supersede(uint64_t seq, uint64_t ino, uint64_t version) REQUIRES(mu_);
@@ -621,6 +672,9 @@ class InodeTable {
   uint64_t pt_handles_ GUARDED_BY(mu_) = 0;
   std::set<uint64_t> pt_writing_ GUARDED_BY(mu_);
   Limits limits_;  // set before Load, read-only after
+  CheckpointPolicy policy_ GUARDED_BY(mu_);
+  uint64_t next_ckpt_ GUARDED_BY(mu_) = 1;        // the next checkpoint number (kCheckpointCounter)
+  int64_t last_drained_ckpt_s_ GUARDED_BY(mu_) = 0;  // --persist-interval: when the last drained one was made
   std::atomic<bool> read_only_{false};
   mutable ckpt::Mutex ro_mu_;  // leaf lock
   std::string ro_reason_ GUARDED_BY(ro_mu_);

@@ -45,11 +45,12 @@ std::string MetricsText(Daemon* d) {
   t.One("tier_used_bytes", "gauge", "Bytes the memory tier's files hold.", static_cast<double>(ts.used));
   t.One("tier_writer_waits_total", "counter", "Writes that waited for tier space.", static_cast<double>(ts.waits));
   const DataStats ds = d->table->DataStatistics();
-  static const char* kStates[] = {"dirty", "draining", "persisted", "remote", "failed"};
+  static const char* kStates[] = {"dirty", "draining", "persisted", "remote", "failed", "memory-only"};
+  static_assert(std::size(kStates) == meta::kDataStates);
   t.Family("files", "gauge", "Files by state (dirty: in RAM only; persisted: in the backend and RAM).");
-  for (size_t i = 0; i < 5; i++) t.Sample("files", static_cast<double>(ds.files[i]), fmt::format("state=\"{}\"", kStates[i]));
+  for (size_t i = 0; i < meta::kDataStates; i++) t.Sample("files", static_cast<double>(ds.files[i]), fmt::format("state=\"{}\"", kStates[i]));
   t.Family("bytes", "gauge", "Bytes of files by state.");
-  for (size_t i = 0; i < 5; i++) t.Sample("bytes", static_cast<double>(ds.bytes[i]), fmt::format("state=\"{}\"", kStates[i]));
+  for (size_t i = 0; i < meta::kDataStates; i++) t.Sample("bytes", static_cast<double>(ds.bytes[i]), fmt::format("state=\"{}\"", kStates[i]));
   const DrainStats dr = d->drainer->Stats();
   t.One("drain_queue_entries", "gauge", "Log entries not yet applied to the backend.", static_cast<double>(ds.log_len));
   t.One("drain_rate_bytes_per_second", "gauge", "Drain throughput over the last seconds.", dr.rate > 0 ? dr.rate : 0);

@@ -57,6 +57,11 @@ Status InodeTable::Load(Caller root_owner) {
   });
   if (!st) return st;
 
+  auto ckpt = store_->GetCounter(kCheckpointCounter);
+  if (!ckpt) return Err(ckpt.error());
+  next_ckpt_ = std::max<uint64_t>(*ckpt, 1);
+  for (auto& [ino, n] : inodes_) next_ckpt_ = std::max(next_ckpt_, n->rec.ckpt_ord + 1);
+
   auto applied = store_->GetCounter(kAppliedCounter);
   if (!applied) return Err(applied.error());
   applied_seq_ = *applied;
@@ -218,6 +223,12 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
     }
     r.size = r.sealed_size;
     r.state = DataState::kDirty;
+  } else if (r.state == DataState::kDirty && MemoryOnlyAt(n, r.parent)) {
+    // In a memory-only checkpoint, rewritten in place when the daemon
+    // stopped: the last sealed version has no other copy (the policy's
+    // risk, docs/operations.md).
+    if (live != sizes.end()) tier_->Remove(ino);
+    return false;
   } else if (r.state == DataState::kDirty) {
     // Written since its last seal and never closed again (or never
     // closed at all): keep what the last close sealed.
@@ -241,8 +252,9 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
     }
   } else if (r.state == DataState::kRemote && live != sizes.end()) {
     tier_->Remove(ino);  // a fetch cut short
-  } else if (r.state == DataState::kFailed) {
-    // The backend refused it; the tier holds the only copy.
+  } else if (r.state == DataState::kFailed || r.state == DataState::kMemoryOnly) {
+    // The backend refused it, or a memory-only checkpoint holds it: the
+    // tier holds the only copy.
     if (live == sizes.end() || live->second != r.size) {
       if (live != sizes.end()) tier_->Remove(ino);
       return false;
@@ -299,6 +311,7 @@ void InodeTable::DropLost(Inode* n, std::string_view reason, Batch* b, std::vect
   }
   for (auto& [d, name] : names) {
     std::string path = EntryPath(d->rec.ino, name);
+    const bool memory_only = MemoryOnlyAt(n, d->rec.ino);
     LOG_ERROR("ino {} '{}': lost ({}); removed from the namespace", n->rec.ino, path, reason);
     MetaStore::PutLost(b, next_lost_++, path, reason);
     lost_.push_back(path);
@@ -308,7 +321,7 @@ void InodeTable::DropLost(Inode* n, std::string_view reason, Batch* b, std::vect
     e.op = LogOp::kUnlink;
     e.ino = n->rec.ino;
     e.path = path;
-    AppendLog(b, e, out);
+    if (!memory_only) AppendLog(b, e, out);  // never in the backend
   }
   MetaStore::DeleteInode(b, n->rec.ino);
   for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(b, n->rec.ino, k);

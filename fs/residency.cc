@@ -186,13 +186,23 @@ void InodeTable::RefillSpares() {
 
 cache::Tier::Relief InodeTable::Evict(uint64_t need, bool all_or_nothing) {
   MutexLock lk(&mu_);
-  // Least recently used first: the LRU set is in that order already.
+  // Least recently used first: the LRU set is in that order already. With
+  // --keep-in-memory K, the files of the newest K checkpoints go last, the
+  // older of those first: a budget too small for them still gets its room.
   std::vector<Inode*> clean;
+  std::vector<std::pair<uint64_t, Inode*>> kept;  // (checkpoint number, file)
+  const uint64_t kept_from = KeptFrom();
   for (auto [use, ino] : lru_) {
     Inode* n = Find(ino);
-    if (n && n->rec.state == DataState::kPersisted && n->opens == 0 && !n->fetching && n->rec.nlink > 0)
+    if (!n || n->rec.state != DataState::kPersisted || n->opens != 0 || n->fetching || n->rec.nlink == 0) continue;
+    if (uint64_t ord = kept_from > 0 ? CheckpointOf(n) : 0; ord >= kept_from && ord > 0) {
+      kept.emplace_back(ord, n);
+    } else {
       clean.push_back(n);
+    }
   }
+  std::stable_sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [ord, n] : kept) clean.push_back(n);
   if (all_or_nothing) {
     uint64_t can = 0;
     for (Inode* n : clean)

@@ -106,6 +106,11 @@ std::string StatusJson(Daemon* d) {
       {"persisted", state(meta::DataState::kPersisted)},
       {"remote", state(meta::DataState::kRemote)},
       {"failed_files", state(meta::DataState::kFailed)},
+      {"memory_only", state(meta::DataState::kMemoryOnly)},
+      {"policies",
+       {{"persist_every", d->cfg.persist_every},
+        {"persist_interval_s", d->cfg.persist_interval_s},
+        {"keep_in_memory", d->cfg.keep_in_memory}}},
       {"drain",
        {{"queue", ds.log_len},
         {"head_seq", ds.head_seq},
@@ -187,6 +192,7 @@ Json CheckpointJson(const InodeTable::CheckpointInfo& c) {
   else if (c.lost > 0) state = "partly lost";
   else if (c.Files(DataState::kFailed) > 0) state = "failed";
   else if (c.open > 0) state = "writing";
+  else if (c.memory_only) state = "memory-only";
   else if (c.Persisted()) state = c.Files(DataState::kRemote) == c.files ? "remote" : "persisted";
   else if (done > 0 || c.Files(DataState::kDraining) > 0) state = "draining " + std::to_string(progress) + "%";
   else state = "in RAM";
@@ -201,6 +207,8 @@ Json CheckpointJson(const InodeTable::CheckpointInfo& c) {
             {"open_files", c.open},
             {"lost_files", c.lost},
             {"failed_files", c.Files(DataState::kFailed)},
+            {"memory_only", c.memory_only},
+            {"number", c.ord},
             {"pending_bytes", pending},
             {"mtime_ns", c.mtime_ns},
             {"closed_at_ns", c.last_seal_ns > 0 ? c.last_seal_ns : c.mtime_ns}};

@@ -49,6 +49,7 @@ inline uint64_t ReadU64BE(std::string_view s, size_t off = 0) {
 inline constexpr char kNextInoCounter[] = "next_ino";     // the next inode number to hand out
 inline constexpr char kAppliedCounter[] = "applied_seq";  // every log entry up to here is applied
 inline constexpr char kImportedCounter[] = "imported";    // 1 once the backend was imported (first mount)
+inline constexpr char kCheckpointCounter[] = "next_ckpt";  // the next checkpoint number (InodeRecord::ckpt_ord)
 
 inline std::string CounterKey(std::string_view name) {
   std::string k(1, kCounterPrefix);

@@ -18,8 +18,11 @@
 namespace ckpt::meta {
 namespace {
 
-constexpr uint8_t kInodeFormat = 3;  // 2: sealed_size; 3: checksum of backend/checksum.h
+// 2: sealed_size; 3: checksum of backend/checksum.h; 4: checkpoint number
+// and memory-only flag (formats 2 and 3 are read as 0 and false).
+constexpr uint8_t kInodeFormat = 4;
 constexpr uint8_t kOldInodeFormat = 2;
+constexpr uint8_t kNoCheckpointFormat = 3;
 constexpr uint8_t kLogFormat = 3;     // 3: uid, gid, has_owner
 constexpr uint8_t kOldLogFormat = 2;  // the inode format's byte, shared until format 3
 constexpr char kMagic[] = "ckptfs-meta";
@@ -70,6 +73,7 @@ const char* DataStateName(DataState s) {
     case DataState::kPersisted: return "persisted";
     case DataState::kRemote: return "remote";
     case DataState::kFailed: return "failed";
+    case DataState::kMemoryOnly: return "memory-only";
   }
   return "unknown";
 }
@@ -97,6 +101,8 @@ std::string EncodeInode(const InodeRecord& r) {
   PutRaw(&s, r.sealed_size);
   PutStr(&s, r.name);
   PutStr(&s, r.target);
+  PutRaw(&s, r.ckpt_ord);
+  PutRaw<uint8_t>(&s, r.memory_only ? 1 : 0);
   return s;
 }
 
@@ -104,14 +110,18 @@ Result<InodeRecord> DecodeInode(std::string_view v) {
   Reader rd(v);
   InodeRecord r;
   uint8_t fmt = 0, state = 0;
-  bool ok = rd.Get(&fmt) && (fmt == kInodeFormat || fmt == kOldInodeFormat) && rd.Get(&r.ino) && rd.Get(&r.parent) &&
+  bool ok = rd.Get(&fmt) && (fmt == kInodeFormat || fmt == kNoCheckpointFormat || fmt == kOldInodeFormat) &&
+            rd.Get(&r.ino) && rd.Get(&r.parent) &&
             rd.Get(&r.mode) && rd.Get(&r.uid) && rd.Get(&r.gid) && rd.Get(&r.nlink) && rd.Get(&r.size) &&
             rd.Get(&r.rdev);
   for (Timespec* t : {&r.atime, &r.mtime, &r.ctime}) ok = ok && rd.Get(&t->sec) && rd.Get(&t->nsec);
-  ok = ok && rd.Get(&r.version) && rd.Get(&state) && state <= static_cast<uint8_t>(DataState::kFailed) &&
-       rd.Get(&r.checksum_hi) && rd.Get(&r.checksum_lo) && rd.Get(&r.sealed_size) && rd.GetStr(&r.name) &&
-       rd.GetStr(&r.target) && rd.done();
+  ok = ok && rd.Get(&r.version) && rd.Get(&state) && state < kDataStates && rd.Get(&r.checksum_hi) &&
+       rd.Get(&r.checksum_lo) && rd.Get(&r.sealed_size) && rd.GetStr(&r.name) && rd.GetStr(&r.target);
+  uint8_t memory_only = 0;
+  if (fmt == kInodeFormat) ok = ok && rd.Get(&r.ckpt_ord) && rd.Get(&memory_only) && memory_only <= 1;
+  ok = ok && rd.done();
   if (!ok) return Err(EIO);
+  r.memory_only = memory_only != 0;
   r.state = static_cast<DataState>(state);
   if (fmt == kOldInodeFormat) r.checksum_hi = r.checksum_lo = 0;  // another kind of checksum: unknown
   return r;

@@ -25,7 +25,9 @@ enum class DataState : uint8_t {
   kPersisted = 2,  // in the backend and in the tier
   kRemote = 3,     // in the backend only
   kFailed = 4,     // in the tier only: the backend refused it for good (see the failed list)
+  kMemoryOnly = 5, // in the tier only, by policy: a memory-only checkpoint's (--persist-every)
 };
+inline constexpr size_t kDataStates = 6;
 
 const char* DataStateName(DataState s);
 
@@ -52,6 +54,12 @@ struct InodeRecord {
   uint64_t sealed_size = 0;  // size of the sealed version (`size` may be ahead of it while open)
   std::string name;          // the first link's name (to find a path for the drainer)
   std::string target;        // symlink target
+  // A checkpoint (a name matching --checkpoint-regex, outermost): its
+  // number in order of creation, 1 up; 0 for everything else.
+  uint64_t ckpt_ord = 0;
+  // The checkpoint is memory-only (--persist-every, --persist-interval):
+  // nothing at or below it drains until `ckptfs persist`.
+  bool memory_only = false;
 };
 
 std::string EncodeInode(const InodeRecord& r);

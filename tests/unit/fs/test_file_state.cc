@@ -28,13 +28,14 @@ Test(file_state, life_of_a_checkpoint) {
 }
 
 Test(file_state, any_change_makes_dirty) {
-  for (S s : {S::kDirty, S::kDraining, S::kPersisted, S::kRemote, S::kFailed}) Want(s, FileEvent::kChange, S::kDirty);
+  for (S s : {S::kDirty, S::kDraining, S::kPersisted, S::kRemote, S::kFailed, S::kMemoryOnly})
+    Want(s, FileEvent::kChange, S::kDirty);
 }
 
 Test(file_state, a_stopped_transfer_goes_back) {
   Want(S::kDraining, FileEvent::kStageEnd, S::kDirty);
   // A transfer of an older version ending changes nothing else.
-  for (S s : {S::kDirty, S::kPersisted, S::kRemote, S::kFailed}) Want(s, FileEvent::kStageEnd, s);
+  for (S s : {S::kDirty, S::kPersisted, S::kRemote, S::kFailed, S::kMemoryOnly}) Want(s, FileEvent::kStageEnd, s);
   Want(S::kDraining, FileEvent::kStage, S::kDraining);  // staged again after an error
 }
 
@@ -61,4 +62,16 @@ Test(file_state, what_must_never_happen) {
   Never(S::kPersisted, FileEvent::kRefuse);
   Never(S::kRemote, FileEvent::kRefuse);
   Never(static_cast<S>(9), FileEvent::kChange);
+}
+
+// A memory-only checkpoint's version (--persist-every) is sealed but never
+// drained, evicted or fetched: only a change, or `ckptfs persist`, ends it.
+Test(file_state, memory_only_versions) {
+  Want(S::kDirty, FileEvent::kKeep, S::kMemoryOnly);
+  Want(S::kMemoryOnly, FileEvent::kKeep, S::kMemoryOnly);  // sealed again, still memory-only
+  Want(S::kMemoryOnly, FileEvent::kQueue, S::kDirty);
+  for (FileEvent e : {FileEvent::kStage, FileEvent::kPublish, FileEvent::kRefuse, FileEvent::kEvict, FileEvent::kFetch})
+    Never(S::kMemoryOnly, e);
+  for (S s : {S::kDraining, S::kPersisted, S::kRemote, S::kFailed}) Never(s, FileEvent::kKeep);
+  for (S s : {S::kDirty, S::kDraining, S::kPersisted, S::kRemote, S::kFailed}) Never(s, FileEvent::kQueue);
 }

@@ -79,6 +79,8 @@ InodeRecord FullRecord() {
   r.sealed_size = 0x1122334455ull;
   r.name = "ck\0pt\xff.bin"s;
   r.target = "../\0target\0"s + std::string(4096, 'x');
+  r.ckpt_ord = 0x0a0b0c0d0e0f1011ull;
+  r.memory_only = true;
   return r;
 }
 
@@ -104,6 +106,8 @@ void ExpectSameRecord(const InodeRecord& a, const InodeRecord& b) {
   cr_assert_eq(a.sealed_size, b.sealed_size);
   cr_assert(a.name == b.name, "name: %zu vs %zu bytes", a.name.size(), b.name.size());
   cr_assert(a.target == b.target, "target: %zu vs %zu bytes", a.target.size(), b.target.size());
+  cr_assert_eq(a.ckpt_ord, b.ckpt_ord);
+  cr_assert_eq(a.memory_only, b.memory_only);
 }
 
 InodeRecord SmallRecord(uint64_t ino, std::string name) {
@@ -118,9 +122,12 @@ InodeRecord SmallRecord(uint64_t ino, std::string name) {
 }
 
 // Offsets in the inode encoding, counted from the end so that they follow
-// the strings: ... state(1) checksum_hi(8) checksum_lo(8) len(4) name len(4) target.
+// the strings: ... state(1) checksum_hi(8) checksum_lo(8) len(4) name len(4)
+// target ckpt_ord(8) memory_only(1).
+constexpr size_t kCheckpointFields = 9;
 size_t StateOffset(const InodeRecord& r, const std::string& enc) {
-  return enc.size() - (1 + 16 + 8 + 4 + r.name.size() + 4 + r.target.size());  // state, checksum, sealed_size
+  // state, checksum, sealed_size, the strings, the checkpoint fields
+  return enc.size() - (1 + 16 + 8 + 4 + r.name.size() + 4 + r.target.size() + kCheckpointFields);
 }
 
 }  // namespace
@@ -135,20 +142,29 @@ KV_TEST(inode, round_trip_all_fields) {
 
   // A record of format 2 decodes; its checksum (the older, dense kind) is
   // dropped rather than compared with the current kind.
-  std::string old_enc = enc;
+  std::string old_enc = enc.substr(0, enc.size() - kCheckpointFields);
   old_enc[0] = 2;
   auto od = DecodeInode(old_enc);
   cr_assert(od.has_value());
   cr_assert_eq(od->checksum_hi, 0u);
   cr_assert_eq(od->checksum_lo, 0u);
   cr_assert_eq(od->sealed_size, r.sealed_size);
+  // Format 3 (no checkpoint fields): not a checkpoint, the checksum kept.
+  old_enc[0] = 3;
+  od = DecodeInode(old_enc);
+  cr_assert(od.has_value());
+  cr_assert_eq(od->checksum_hi, r.checksum_hi);
+  cr_assert_eq(od->ckpt_ord, 0u);
+  cr_assert(!od->memory_only);
+  cr_assert_eq(DecodeInode(enc.substr(0, enc.size() - kCheckpointFields)).error(), EIO, "format 4 cut short");
 
   InodeRecord empty;  // all zero, empty strings
   auto de = DecodeInode(EncodeInode(empty));
   cr_assert(de.has_value());
   ExpectSameRecord(empty, *de);
 
-  for (DataState s : {DataState::kDirty, DataState::kDraining, DataState::kPersisted, DataState::kRemote}) {
+  for (DataState s : {DataState::kDirty, DataState::kDraining, DataState::kPersisted, DataState::kRemote,
+                      DataState::kFailed, DataState::kMemoryOnly}) {
     InodeRecord x = r;
     x.state = s;
     auto dx = DecodeInode(EncodeInode(x));
@@ -180,16 +196,19 @@ KV_TEST(inode, truncated_or_garbage_bytes_are_eio) {
     cr_assert_eq(d.error(), EIO);
   }
   cr_assert_eq(DecodeInode(enc + "x").error(), EIO, "trailing bytes");
+  std::string flag = enc;
+  flag[enc.size() - 1] = 2;  // memory_only is 0 or 1
+  cr_assert_eq(DecodeInode(flag).error(), EIO);
 
   std::string bad = enc;
   bad[0] = 0;  // unknown format byte
   cr_assert_eq(DecodeInode(bad).error(), EIO);
-  bad[0] = 4;  // a format from the future
+  bad[0] = 5;  // a format from the future
   cr_assert_eq(DecodeInode(bad).error(), EIO);
 
   size_t state_at = StateOffset(r, enc);
   cr_assert_eq(static_cast<uint8_t>(enc[state_at]), 1u, "layout: state byte (kDraining) found");
-  for (uint8_t s : {5, 6, 0x80, 0xff}) {  // 4 is kFailed
+  for (uint8_t s : {6, 7, 0x80, 0xff}) {  // 5 is kMemoryOnly
     bad = enc;
     bad[state_at] = static_cast<char>(s);
     cr_assert_eq(DecodeInode(bad).error(), EIO, "state %u", s);
