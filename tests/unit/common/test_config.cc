@@ -347,3 +347,27 @@ Test(config, take_own_options) {
   cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
   cr_assert_str_eq(o.c_str(), "");
 }
+
+// --persist-every, --persist-interval, --keep-in-memory and their -o forms:
+// a count of at least 1, nothing else.
+Test(config, checkpoint_policy_counts) {
+  cr_assert_eq(*ckpt::ParseCount("1"), 1u);
+  cr_assert_eq(*ckpt::ParseCount("3"), 3u);
+  cr_assert_eq(*ckpt::ParseCount("1000000000"), 1000000000u);
+  for (const char* bad : {"0", "-1", "+3", "1.5", "", " 3", "3 ", "3s", "1000000001", "99999999999", "0x10", "ten"}) {
+    auto r = ckpt::ParseCount(bad);
+    cr_assert(!r.has_value(), "'%s' accepted", bad);
+    cr_assert(r.error().find("want a whole number from 1") != std::string::npos, "%s", r.error().c_str());
+  }
+  ckpt::Config c;
+  std::string o = "allow_other,persist_every=3,keep_in_memory=2,persist_interval=600";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert_str_eq(o.c_str(), "allow_other");
+  cr_assert_eq(c.persist_every, 3u);
+  cr_assert_eq(c.keep_in_memory, 2u);
+  cr_assert_eq(c.persist_interval_s, 600u);
+  o = "persist_every=0";
+  auto bad = ckpt::TakeOwnOptions(&o, &c);
+  cr_assert(!bad.has_value());
+  cr_assert(bad.error().find("-o persist_every=0") != std::string::npos, "%s", bad.error().c_str());
+}

@@ -3,9 +3,11 @@
 #include <criterion/criterion.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -685,4 +687,233 @@ Test(drain, version_copied_aside_while_staged_from_the_live_file) {
   e.table->Release(f, O_RDONLY, true);
   d.Drain();
   cr_assert(d.Read("f") == b);
+}
+
+namespace {
+
+// The policies of the daemon (fs/daemon.cc) on a DrainEnv's table.
+void SetPolicy(DrainEnv& d, uint64_t every, uint64_t keep = 0) {
+  ckpt::fs::InodeTable::CheckpointPolicy p;
+  p.pattern = std::regex(R"(step_\d+)");
+  p.persist_every = every;
+  p.keep_in_memory = keep;
+  d.env->table->set_checkpoint_policy(p);
+}
+
+// step_I/model.pt holding "model I" (and step_I/opt/state.pt), then
+// `latest` (outside any checkpoint) rewritten to "I".
+void SaveStep(DrainEnv& d, int i, uint64_t latest, size_t pad = 0) {
+  Env& e = *d.env;
+  uint64_t dir = e.Mkdir(kRoot, "step_" + std::to_string(i));
+  e.WriteFile(dir, "model.pt", "model " + std::to_string(i) + std::string(pad, 'w'));
+  e.WriteFile(e.Mkdir(dir, "opt"), "state.pt", "opt " + std::to_string(i));
+  e.Overwrite(latest, std::to_string(i));
+}
+
+bool Touched(DrainEnv& d, const std::string& what) {
+  std::lock_guard lk(d.flaky->mu);
+  return std::any_of(d.flaky->order.begin(), d.flaky->order.end(),
+                     [&](const std::string& o) { return o.find(what) != std::string::npos; });
+}
+
+// Removes step_I as `rm -r` would.
+void RemoveStep(DrainEnv& d, int i) {
+  Env& e = *d.env;
+  auto dir = e.table->Lookup(kRoot, "step_" + std::to_string(i));
+  cr_assert(dir.has_value());
+  auto opt = e.table->Lookup(dir->ino, "opt");
+  cr_assert(e.table->Unlink(opt->ino, "state.pt").has_value());
+  cr_assert(e.table->Rmdir(dir->ino, "opt").has_value());
+  cr_assert(e.table->Unlink(dir->ino, "model.pt").has_value());
+  cr_assert(e.table->Rmdir(kRoot, "step_" + std::to_string(i)).has_value());
+}
+
+}  // namespace
+
+// --persist-every 3 over 9 steps: steps 3, 6 and 9 reach the backend,
+// nothing of the others does, not even their directories, and their
+// rotation (rm -r) sends nothing either; `latest` (no checkpoint) drains
+// every time. The others are memory-only, and readable.
+Test(drain, persist_every_3_over_9_steps) {
+  DrainEnv d;
+  SetPolicy(d, 3);
+  Env& e = *d.env;
+  uint64_t latest = e.WriteFile(kRoot, "latest", "0");
+  d.Start();
+  for (int i = 1; i <= 9; i++) SaveStep(d, i, latest);
+  d.Drain();
+  for (int i = 1; i <= 9; i++) {
+    const std::string step = "step_" + std::to_string(i);
+    const bool drains = i % 3 == 0;
+    cr_assert_eq(stdfs::exists(d.root + "/" + step), drains, "%s in the backend: %d", step.c_str(), !drains);
+    cr_assert_eq(Touched(d, step), drains, "%s: backend operations", step.c_str());
+    auto dir = e.table->Lookup(kRoot, step);
+    auto f = e.table->Lookup(dir->ino, "model.pt");
+    cr_assert_eq(f->state, drains ? ckpt::meta::DataState::kPersisted : ckpt::meta::DataState::kMemoryOnly);
+    cr_assert_eq(dir->ckpt_ord, static_cast<uint64_t>(i));
+    cr_assert_eq(dir->memory_only, !drains);
+    if (drains) cr_assert(d.Read(step + "/model.pt") == "model " + std::to_string(i));
+    if (drains) cr_assert(d.Read(step + "/opt/state.pt") == "opt " + std::to_string(i));
+  }
+  cr_assert(d.Read("latest") == "9");
+  auto stats = e.table->DataStatistics();
+  cr_assert_eq(stats.files[static_cast<size_t>(ckpt::meta::DataState::kMemoryOnly)], 12u, "6 steps x 2 files");
+  cr_assert_eq(stats.log_len, 0u, "nothing memory-only waits in the log");
+  // Rotation: the trainer keeps the last two.
+  {
+    std::lock_guard lk(d.flaky->mu);
+    d.flaky->order.clear();
+  }
+  for (int i = 1; i <= 7; i++) RemoveStep(d, i);
+  d.Drain();
+  for (int i : {1, 2, 4, 5, 7}) cr_assert(!Touched(d, "step_" + std::to_string(i)), "rotation of step_%d reached the backend", i);
+  cr_assert(Touched(d, "step_3") && Touched(d, "step_6"), "a drained step's removal reaches the backend");
+  cr_assert(!stdfs::exists(d.root + "/step_3") && !stdfs::exists(d.root + "/step_6"));
+  cr_assert(stdfs::exists(d.root + "/step_9/model.pt"));
+  stats = e.table->DataStatistics();
+  cr_assert_eq(stats.files[static_cast<size_t>(ckpt::meta::DataState::kMemoryOnly)], 2u, "step_8 is left");
+}
+
+// `ckptfs persist` of a memory-only step: its directories and files are
+// logged after everything before (ordering holds), drain, and the step
+// drains from then on; a file named in it persists the whole step; a step
+// that drains already says EALREADY.
+Test(drain, persist_of_a_memory_only_step) {
+  DrainEnv d;
+  SetPolicy(d, 3);
+  Env& e = *d.env;
+  uint64_t latest = e.WriteFile(kRoot, "latest", "0");
+  d.Start();
+  for (int i = 1; i <= 3; i++) SaveStep(d, i, latest);
+  d.Drain();
+  auto step1 = e.table->Lookup(kRoot, "step_1");
+  auto step2 = e.table->Lookup(kRoot, "step_2");
+  auto step3 = e.table->Lookup(kRoot, "step_3");
+  cr_assert_eq(e.table->PersistCheckpoint(step3->ino, ckpt::fs::Caller{}).error(), EALREADY);
+  cr_assert_eq(e.table->PersistCheckpoint(kRoot, ckpt::fs::Caller{}).error(), EALREADY);
+  cr_assert_eq(e.table->PersistCheckpoint(step1->ino, ckpt::fs::Caller{4242, 4242}).error(), EPERM,
+               "another user's checkpoint");
+  auto q = e.table->PersistCheckpoint(step1->ino, ckpt::fs::Caller{});
+  cr_assert(q.has_value());
+  cr_assert(q->path == "step_1");
+  cr_assert_eq(q->files, 2u);
+  auto model2 = e.table->Lookup(step2->ino, "model.pt");
+  q = e.table->PersistCheckpoint(model2->ino, ckpt::fs::Caller{});  // a file in it: the whole step
+  cr_assert(q.has_value() && q->path == "step_2" && q->files == 2u);
+  d.Drain();
+  for (int i = 1; i <= 3; i++) {
+    cr_assert(d.Read("step_" + std::to_string(i) + "/model.pt") == "model " + std::to_string(i));
+    cr_assert(d.Read("step_" + std::to_string(i) + "/opt/state.pt") == "opt " + std::to_string(i));
+  }
+  cr_assert(!e.table->GetAttr(step1->ino)->memory_only);
+  cr_assert_eq(e.table->GetAttr(model2->ino)->state, ckpt::meta::DataState::kPersisted);
+  // From now on it drains like any other: a new file in it too.
+  e.WriteFile(step1->ino, "late.pt", "late");
+  d.Drain();
+  cr_assert(d.Read("step_1/late.pt") == "late");
+}
+
+// A move across the line between a memory-only checkpoint and what drains
+// is EXDEV (mv copies then); a memory-only checkpoint renamed stays
+// memory-only and its rename reaches nobody; a tree renamed into a
+// checkpoint's name becomes a (draining) checkpoint.
+Test(drain, moves_across_the_memory_only_line) {
+  DrainEnv d;
+  SetPolicy(d, 2);
+  Env& e = *d.env;
+  uint64_t latest = e.WriteFile(kRoot, "latest", "0");
+  d.Start();
+  SaveStep(d, 1, latest);  // memory-only
+  SaveStep(d, 2, latest);  // drains
+  d.Drain();
+  auto s1 = e.table->Lookup(kRoot, "step_1");
+  auto s2 = e.table->Lookup(kRoot, "step_2");
+  cr_assert_eq(e.table->Rename(s1->ino, "model.pt", kRoot, "model.pt", 0).error(), EXDEV);
+  cr_assert_eq(e.table->Rename(s2->ino, "model.pt", s1->ino, "model.pt", 0).error(), EXDEV);
+  cr_assert_eq(e.table->Rename(kRoot, "latest", s1->ino, "latest", 0).error(), EXDEV);
+  auto m1 = e.table->Lookup(s1->ino, "model.pt");
+  cr_assert_eq(e.table->Link(m1->ino, kRoot, "m1").error(), EXDEV);
+  e.Mkdir(kRoot, "empty");
+  cr_assert_eq(e.table->Rename(kRoot, "step_1", kRoot, "empty", 0).error(), EXDEV, "over a directory that drains");
+  // Within one side: fine, and nothing reaches the backend for it.
+  cr_assert(e.table->Rename(s1->ino, "model.pt", s1->ino, "model.bak", 0).has_value());
+  cr_assert(e.table->Rename(kRoot, "step_1", kRoot, "best", 0).has_value());
+  auto best = e.table->Lookup(kRoot, "best");
+  cr_assert(best->memory_only && best->ckpt_ord == 1u);
+  // A tree written under another name and renamed into place.
+  uint64_t tmp = e.Mkdir(kRoot, "tmp");
+  e.WriteFile(tmp, "w.pt", "w");
+  cr_assert(e.table->Rename(kRoot, "tmp", kRoot, "step_7", 0).has_value());
+  d.Drain();
+  auto s7 = e.table->Lookup(kRoot, "step_7");
+  cr_assert_eq(s7->ckpt_ord, 3u, "numbered when it got its name");
+  cr_assert(!s7->memory_only);
+  cr_assert(d.Read("step_7/w.pt") == "w");
+  cr_assert(!Touched(d, "best") && !Touched(d, "step_1") && !Touched(d, "model.bak"));
+}
+
+// A memory-only version survives a restart of the daemon (it is the only
+// copy), numbering goes on where it was, and a memory-only file that was
+// being rewritten when the daemon stopped is lost, not taken torn.
+Test(drain, memory_only_survives_a_restart) {
+  DrainEnv d;
+  SetPolicy(d, 2);
+  Env& e = *d.env;
+  uint64_t latest = e.WriteFile(kRoot, "latest", "0");
+  SaveStep(d, 1, latest);
+  auto s1 = e.table->Lookup(kRoot, "step_1");
+  auto m1 = e.table->Lookup(s1->ino, "model.pt");
+  uint64_t torn = e.WriteFile(s1->ino, "torn.pt", std::string(4096, 't'));
+  cr_assert(e.table->Open(torn, O_RDWR).has_value());
+  cr_assert(e.table->Write(torn, 0, 1, [](int fd) { return pwrite(fd, "x", 1, 0); }).has_value());
+  e.Open();  // the daemon died: no release
+  SetPolicy(d, 2);
+  auto m = e.table->GetAttr(m1->ino);
+  cr_assert(m.has_value());
+  cr_assert_eq(m->state, ckpt::meta::DataState::kMemoryOnly);
+  auto fd = e.table->Open(m1->ino, O_RDONLY);
+  char buf[16] = {};
+  cr_assert_eq(pread(*fd, buf, sizeof buf, 0), 7);
+  cr_assert_str_eq(buf, "model 1");
+  e.table->Release(m1->ino, O_RDONLY);
+  cr_assert(!e.table->Lookup(s1->ino, "torn.pt").has_value(), "a torn memory-only file is dropped");
+  auto lost = e.table->LostFiles();
+  cr_assert(std::find(lost.begin(), lost.end(), "step_1/torn.pt") != lost.end());
+  SaveStep(d, 2, latest);
+  auto s2 = e.table->Lookup(kRoot, "step_2");
+  cr_assert_eq(s2->ckpt_ord, 2u);
+  cr_assert(!s2->memory_only, "number 2 of every 2 drains");
+  d.Start();
+  d.Drain();
+  cr_assert(!stdfs::exists(d.root + "/step_1"));
+  cr_assert(!Touched(d, "torn"));
+  cr_assert(d.Read("step_2/model.pt") == "model 2");
+}
+
+// --keep-in-memory 2: when room is needed, persisted files of older
+// checkpoints go first, even when the newest two were used less recently;
+// the kept ones go last, when nothing else is left.
+Test(drain, keep_in_memory_evicts_older_checkpoints_first) {
+  DrainEnv d;
+  SetPolicy(d, 0, 2);
+  Env& e = *d.env;
+  constexpr size_t M = 1 << 20;
+  uint64_t latest = e.WriteFile(kRoot, "latest", "0");
+  for (int i = 1; i <= 4; i++) SaveStep(d, i, latest, M);
+  d.Start();
+  d.Drain();
+  auto model = [&](int i) {
+    auto s = e.table->Lookup(kRoot, "step_" + std::to_string(i));
+    return e.table->Lookup(s->ino, "model.pt")->ino;
+  };
+  // Plain LRU would take steps 3 and 4 first: the older steps are read last.
+  for (int i : {1, 2}) {
+    cr_assert(e.table->Open(model(i), O_RDONLY).has_value());
+    e.table->Release(model(i), O_RDONLY);
+  }
+  (void)e.table->Evict(2 * M);
+  cr_assert(e.tier->Has(model(3)) && e.tier->Has(model(4)), "a kept checkpoint was evicted first");
+  cr_assert(!e.tier->Has(model(1)) && !e.tier->Has(model(2)), "the older steps stay");
+  (void)e.table->Evict(64 * M);  // everything: the kept ones too, at last
+  cr_assert(!e.tier->Has(model(3)) && !e.tier->Has(model(4)));
 }
