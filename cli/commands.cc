@@ -397,6 +397,10 @@ int CmdUmount(const std::string& mnt_in, const UmountArgs& a) {
   std::error_code ec;
   if (!stdfs::exists(tier, ec))
     printf("ckptfs: unmounted %s; memory tier released (%s)\n", EscapeName(mnt).c_str(), EscapeName(tier).c_str());
+  else if (uint64_t mo = U64(Obj(status, "memory_only"), "files"); release && mo > 0)
+    printf("ckptfs: unmounted %s; memory tier kept in %s: %llu files of memory-only checkpoints are only there "
+           "(mount again to read them, `ckptfs persist` to drain them)\n",
+           EscapeName(mnt).c_str(), EscapeName(tier).c_str(), static_cast<unsigned long long>(mo));
   else if (release)
     printf("ckptfs: unmounted %s; memory tier kept in %s (see %s/ckptfs.log; `ckptfs gc` frees it)\n",
            EscapeName(mnt).c_str(), EscapeName(tier).c_str(), EscapeName(Str(status, "state_dir")).c_str());

@@ -109,6 +109,9 @@ void ReleaseTier(Daemon* d) {
   auto r = d->table->ReleaseTier(&why);
   if (r) {
     LOG_INFO("tier {} released: {} bytes given back", d->cfg.tier_dir, *r);
+  } else if (uint64_t mo = d->table->DataStatistics().files[static_cast<size_t>(meta::DataState::kMemoryOnly)]; mo > 0) {
+    // As the policy wants: memory-only checkpoints live only here.
+    LOG_INFO("tier {} kept: {} files of memory-only checkpoints are only there ({})", d->cfg.tier_dir, mo, why);
   } else {
     LOG_WARN("tier {} kept: {}", d->cfg.tier_dir, why);
   }
