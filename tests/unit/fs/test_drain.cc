@@ -728,6 +728,17 @@ void RemoveStep(DrainEnv& d, int i) {
   cr_assert(e.table->Rmdir(kRoot, "step_" + std::to_string(i)).has_value());
 }
 
+// A trainer under --persist-every `every`: `latest`, then steps 1..`steps`
+// saved with the drainer running, drained. Returns `latest`'s ino.
+uint64_t TrainWithPolicy(DrainEnv& d, uint64_t every, int steps) {
+  SetPolicy(d, every);
+  uint64_t latest = d.env->WriteFile(kRoot, "latest", "0");
+  d.Start();
+  for (int i = 1; i <= steps; i++) SaveStep(d, i, latest);
+  d.Drain();
+  return latest;
+}
+
 }  // namespace
 
 // --persist-every 3 over 9 steps: steps 3, 6 and 9 reach the backend,
@@ -736,12 +747,8 @@ void RemoveStep(DrainEnv& d, int i) {
 // every time. The others are memory-only, and readable.
 Test(drain, persist_every_3_over_9_steps) {
   DrainEnv d;
-  SetPolicy(d, 3);
   Env& e = *d.env;
-  uint64_t latest = e.WriteFile(kRoot, "latest", "0");
-  d.Start();
-  for (int i = 1; i <= 9; i++) SaveStep(d, i, latest);
-  d.Drain();
+  TrainWithPolicy(d, 3, 9);
   for (int i = 1; i <= 9; i++) {
     const std::string step = "step_" + std::to_string(i);
     const bool drains = i % 3 == 0;
@@ -780,12 +787,8 @@ Test(drain, persist_every_3_over_9_steps) {
 // that drains already says EALREADY.
 Test(drain, persist_of_a_memory_only_step) {
   DrainEnv d;
-  SetPolicy(d, 3);
   Env& e = *d.env;
-  uint64_t latest = e.WriteFile(kRoot, "latest", "0");
-  d.Start();
-  for (int i = 1; i <= 3; i++) SaveStep(d, i, latest);
-  d.Drain();
+  TrainWithPolicy(d, 3, 3);
   auto step1 = e.table->Lookup(kRoot, "step_1");
   auto step2 = e.table->Lookup(kRoot, "step_2");
   auto step3 = e.table->Lookup(kRoot, "step_3");
@@ -819,13 +822,8 @@ Test(drain, persist_of_a_memory_only_step) {
 // checkpoint's name becomes a (draining) checkpoint.
 Test(drain, moves_across_the_memory_only_line) {
   DrainEnv d;
-  SetPolicy(d, 2);
   Env& e = *d.env;
-  uint64_t latest = e.WriteFile(kRoot, "latest", "0");
-  d.Start();
-  SaveStep(d, 1, latest);  // memory-only
-  SaveStep(d, 2, latest);  // drains
-  d.Drain();
+  TrainWithPolicy(d, 2, 2);  // step_1 memory-only, step_2 drains
   auto s1 = e.table->Lookup(kRoot, "step_1");
   auto s2 = e.table->Lookup(kRoot, "step_2");
   cr_assert_eq(e.table->Rename(s1->ino, "model.pt", kRoot, "model.pt", 0).error(), EXDEV);
