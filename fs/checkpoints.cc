@@ -149,6 +149,13 @@ Result<InodeTable::PersistQueued> InodeTable::PersistCheckpoint(uint64_t ino, Ca
     root = Find(root->rec.parent);
     if (!root) return Err(EALREADY);
   }
+  // The outermost memory-only checkpoint: one renamed into another is
+  // persisted with it (the backend never holds half of the outer one).
+  for (Inode* up = root; up->rec.ino != meta::kRootIno;) {
+    up = Find(up->rec.parent);
+    if (!up) break;
+    if (up->rec.memory_only) root = up;
+  }
   if (who.uid != 0 && who.uid != geteuid() && who.uid != root->rec.uid) return Err(EPERM);
   PersistQueued out;
   out.path = root->is_dir() ? DirPath(root->rec.ino) : EntryPath(root->rec.parent, root->rec.name);
@@ -156,14 +163,19 @@ Result<InodeTable::PersistQueued> InodeTable::PersistCheckpoint(uint64_t ino, Ca
   // version once, under its first name (PersistEntry links the others).
   Batch b;
   std::vector<LogEntry> log;
-  std::vector<Inode*> queued;
-  InodeRecord rr = root->rec;
-  rr.memory_only = false;
-  if (!root->is_dir()) MetaStore::PutInode(&b, rr);
+  std::vector<Inode*> queued, flagged;  // flagged: memory-only checkpoints at or below the root
   std::vector<std::pair<Inode*, std::string>> stack{{root, out.path}};
   while (!stack.empty()) {
     auto [n, path] = stack.back();
     stack.pop_back();
+    if (n->rec.memory_only) {
+      flagged.push_back(n);
+      if (n->is_dir() || n->rec.state != DataState::kMemoryOnly) {
+        InodeRecord r = n->rec;
+        r.memory_only = false;
+        MetaStore::PutInode(&b, r);
+      }
+    }
     if (n->is_dir() || S_ISLNK(n->rec.mode)) {
       LogEntry e;
       e.op = n->is_dir() ? LogOp::kMkdir : LogOp::kSymlink;
@@ -175,14 +187,13 @@ Result<InodeTable::PersistQueued> InodeTable::PersistCheckpoint(uint64_t ino, Ca
       e.path = path;
       e.path2 = n->rec.target;
       AppendLog(&b, e, &log);
-      if (n == root) MetaStore::PutInode(&b, rr);
       for (auto it = n->children.rbegin(); it != n->children.rend(); ++it)
         if (Inode* c = Find(it->second)) stack.emplace_back(c, path + "/" + it->first);
     } else if (S_ISREG(n->rec.mode) && n->rec.state == DataState::kMemoryOnly &&
                std::find(queued.begin(), queued.end(), n) == queued.end()) {
       InodeRecord r = n->rec;
       r.state = *NextState(r.state, FileEvent::kQueue);
-      if (n == root) r.memory_only = false;
+      r.memory_only = false;
       MetaStore::PutInode(&b, r);
       LogEntry e = PersistEntry(n);
       AppendLog(&b, e, &log);
@@ -195,7 +206,7 @@ Result<InodeTable::PersistQueued> InodeTable::PersistCheckpoint(uint64_t ino, Ca
   for (const LogEntry& e : log)
     if (e.op == LogOp::kPersist) seqs.emplace_back(Find(e.ino), e.seq);
   if (auto st = CommitWithLog(b, std::move(log)); !st) return Err(st.error());
-  root->rec.memory_only = false;
+  for (Inode* n : flagged) n->rec.memory_only = false;
   for (auto [n, seq] : seqs) {
     Transition(n, FileEvent::kQueue);
     n->seal_seq = seq;

@@ -915,3 +915,26 @@ Test(drain, keep_in_memory_evicts_older_checkpoints_first) {
   (void)e.table->Evict(64 * M);  // everything: the kept ones too, at last
   cr_assert(!e.tier->Has(model(3)) && !e.tier->Has(model(4)));
 }
+
+// A memory-only step renamed into another keeps its flag; persisting the
+// inner one persists the outer one whole (the backend never holds half of
+// a checkpoint whose removal it would then never see).
+Test(drain, persist_of_a_nested_memory_only_step) {
+  DrainEnv d;
+  Env& e = *d.env;
+  TrainWithPolicy(d, 3, 2);  // step_1 and step_2 memory-only
+  auto s2 = e.table->Lookup(kRoot, "step_2");
+  cr_assert(e.table->Rename(kRoot, "step_1", s2->ino, "old", 0).has_value());
+  auto inner = e.table->Lookup(s2->ino, "old");
+  cr_assert(inner->memory_only);
+  auto q = e.table->PersistCheckpoint(inner->ino, ckpt::fs::Caller{});
+  cr_assert(q.has_value() && q->path == "step_2" && q->files == 4u, "%s %lu", q ? q->path.c_str() : "-",
+            q ? q->files : 0);
+  d.Drain();
+  cr_assert(d.Read("step_2/model.pt") == "model 2");
+  cr_assert(d.Read("step_2/old/model.pt") == "model 1");
+  cr_assert(!e.table->GetAttr(inner->ino)->memory_only && !e.table->GetAttr(s2->ino)->memory_only);
+  e.WriteFile(inner->ino, "new.pt", "n");  // drains now, inner flag gone
+  d.Drain();
+  cr_assert(d.Read("step_2/old/new.pt") == "n");
+}
