@@ -46,6 +46,8 @@ std::string MountedType(const std::string& path) {
   return found;
 }
 
+void PrintJson(const Json& j) { printf("%s\n", j.dump(2, ' ', false, Json::error_handler_t::replace).c_str()); }
+
 std::string Absolute(const std::string& p) {
   std::error_code ec;
   auto a = stdfs::absolute(p, ec);
@@ -242,7 +244,7 @@ int CmdLs(const std::string& mnt_in, bool json) {
   std::string mnt = CheckedMount(mnt_in);
   Json list = ReadCheckpoints(mnt);
   if (json) {
-    printf("%s\n", list.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+    PrintJson(list);
     return 0;
   }
   if (list.empty()) {
@@ -414,7 +416,7 @@ int CmdStatus(const std::string& mnt_in, bool json) {
   std::string mnt = Absolute(mnt_in);
   Json j = StatusOrDie(mnt);
   if (json) {
-    printf("%s\n", j.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+    PrintJson(j);
     return 0;
   }
   const Json& t = Obj(j, "tier");
@@ -503,7 +505,7 @@ int CmdLost(const std::string& mnt_in, bool json, bool clear) {
   std::vector<std::string> lost = ReadLost(mnt);
   if (json) {
     Json j = {{"count", lost.size()}, {"lost", lost}};
-    printf("%s\n", j.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+    PrintJson(j);
     return 0;
   }
   for (const std::string& p : lost) printf("%s\n", EscapeName(p).c_str());

@@ -32,6 +32,8 @@ double Dbl(const Json& j, const char* key);
 std::string Str(const Json& j, const char* key);
 bool Bool(const Json& j, const char* key);
 const Json& Obj(const Json& j, const char* key);
+// Prints `j` indented, for --json (bytes that are not UTF-8 become U+FFFD).
+void PrintJson(const Json& j);
 
 // `p` made absolute and normalized; Die when it cannot be.
 std::string Absolute(const std::string& p);

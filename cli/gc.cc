@@ -190,7 +190,7 @@ int CmdGc(const std::vector<std::string>& dirs_in, bool force, bool dry_run, boo
                      {"all_persisted", r.removable},
                      {"verdict", r.verdict},
                      {"outcome", r.outcome}});
-    printf("%s\n", out.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+    PrintJson(out);
     return errors ? 1 : 0;
   }
   if (rows.empty()) {

@@ -8,6 +8,7 @@
 // responsibility; docs/architecture.md maps them.
 #include <algorithm>
 #include <chrono>
+#include <unordered_set>
 
 #include "fs/core_impl.h"
 
@@ -163,7 +164,8 @@ Result<InodeTable::PersistQueued> InodeTable::PersistCheckpoint(uint64_t ino, Ca
   // version once, under its first name (PersistEntry links the others).
   Batch b;
   std::vector<LogEntry> log;
-  std::vector<Inode*> queued, flagged;  // flagged: memory-only checkpoints at or below the root
+  std::unordered_set<Inode*> queued;  // files logged (a hard-linked one is met once per name)
+  std::vector<Inode*> flagged;        // memory-only checkpoints at or below the root
   std::vector<std::pair<Inode*, std::string>> stack{{root, out.path}};
   while (!stack.empty()) {
     auto [n, path] = stack.back();
@@ -177,27 +179,15 @@ Result<InodeTable::PersistQueued> InodeTable::PersistCheckpoint(uint64_t ino, Ca
       }
     }
     if (n->is_dir() || S_ISLNK(n->rec.mode)) {
-      LogEntry e;
-      e.op = n->is_dir() ? LogOp::kMkdir : LogOp::kSymlink;
-      e.ino = n->rec.ino;
-      e.mode = n->rec.mode;
-      e.uid = n->rec.uid;
-      e.gid = n->rec.gid;
-      e.has_owner = true;
-      e.path = path;
-      e.path2 = n->rec.target;
-      AppendLog(&b, e, &log);
+      AppendLog(&b, MakeEntry(n->rec, path), &log);
       for (auto it = n->children.rbegin(); it != n->children.rend(); ++it)
         if (Inode* c = Find(it->second)) stack.emplace_back(c, path + "/" + it->first);
-    } else if (S_ISREG(n->rec.mode) && n->rec.state == DataState::kMemoryOnly &&
-               std::find(queued.begin(), queued.end(), n) == queued.end()) {
+    } else if (S_ISREG(n->rec.mode) && n->rec.state == DataState::kMemoryOnly && queued.insert(n).second) {
       InodeRecord r = n->rec;
       r.state = *NextState(r.state, FileEvent::kQueue);
       r.memory_only = false;
       MetaStore::PutInode(&b, r);
-      LogEntry e = PersistEntry(n);
-      AppendLog(&b, e, &log);
-      queued.push_back(n);
+      AppendLog(&b, PersistEntry(n), &log);
       out.files++;
       out.bytes += n->rec.sealed_size;
     }

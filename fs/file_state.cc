@@ -537,6 +537,19 @@ uint64_t InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
   return dropped;
 }
 
+LogEntry InodeTable::MakeEntry(const meta::InodeRecord& r, std::string path) {
+  LogEntry e;
+  e.op = S_ISDIR(r.mode) ? LogOp::kMkdir : LogOp::kSymlink;
+  e.ino = r.ino;
+  e.mode = r.mode;
+  e.uid = r.uid;
+  e.gid = r.gid;
+  e.has_owner = true;
+  e.path = std::move(path);
+  e.path2 = r.target;
+  return e;
+}
+
 LogEntry InodeTable::PersistEntry(const Inode* n) {
   LogEntry e;
   e.op = LogOp::kPersist;

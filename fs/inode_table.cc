@@ -341,18 +341,8 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
 
   Batch b;
   std::vector<LogEntry> log;
-  if ((S_ISDIR(mode) || S_ISLNK(mode)) && !under_memory_only && !r.memory_only) {
-    LogEntry e;
-    e.op = S_ISDIR(mode) ? LogOp::kMkdir : LogOp::kSymlink;
-    e.ino = r.ino;
-    e.mode = r.mode;
-    e.uid = r.uid;
-    e.gid = r.gid;
-    e.has_owner = true;
-    e.path = EntryPath(parent, name);
-    e.path2 = r.target;
-    AppendLog(&b, e, &log);
-  }
+  if ((S_ISDIR(mode) || S_ISLNK(mode)) && !under_memory_only && !r.memory_only)
+    AppendLog(&b, MakeEntry(r, EntryPath(parent, name)), &log);
   MetaStore::PutInode(&b, r);
   MetaStore::PutInode(&b, pr);
   MetaStore::PutDentry(&b, parent, name, r.ino, DirentType(mode));

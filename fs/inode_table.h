@@ -559,6 +559,8 @@ class InodeTable {
   uint64_t Seal(Inode* n, meta::Batch* b, std::vector<meta::LogEntry>* out) REQUIRES(mu_);
   // The persist entry of the file's current version (every name of it).
   meta::LogEntry PersistEntry(const Inode* n) REQUIRES(mu_);
+  // The mkdir or symlink entry that makes the directory or symlink `r` at `path`.
+  static meta::LogEntry MakeEntry(const meta::InodeRecord& r, std::string path);
   // After the commit of a Seal that superseded entry `seq` (0: none) of
   // `version`: the drain skips it, its copy is dropped. REQUIRES: mu_ held.
   void Supersede(uint64_t seq, uint64_t ino, uint64_t version) REQUIRES(mu_);
