@@ -11,7 +11,8 @@
 #   make crash-soak N=200 [SEED=S]   the kill -9 crash harness, N iterations
 #   make install    install ckptfs and mount.ckptfs into $(PREFIX) and /sbin
 #   SAN=address|thread   sanitizer builds (into build-$(SAN)/)
-#   CUDA=1          GPU fast path (later)
+#   CUDA=1          also build/libckptfs_cuda.so and build/gpu_bench against the CUDA
+#                   runtime in $(CUDA_HOME) (docs/gpu.md); nothing else needs CUDA
 
 CXX      ?= g++
 PREFIX   ?= /usr/local
@@ -38,7 +39,7 @@ CXXFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer
 LDFLAGS  += -fsanitize=$(SAN)
 endif
 
-LIB_SRCS := $(wildcard common/*.cc fs/meta/*.cc fs/*.cc cache/*.cc backend/*.cc)
+LIB_SRCS := $(wildcard common/*.cc fs/meta/*.cc fs/*.cc cache/*.cc backend/*.cc gpu/*.cc)
 LIB_OBJS := $(LIB_SRCS:%.cc=$(BUILD)/obj/%.o)
 CLI_SRCS := $(wildcard cli/*.cc)
 MAIN_OBJ := $(CLI_SRCS:%.cc=$(BUILD)/obj/%.o)
@@ -54,7 +55,7 @@ UNIT_BINS := $(UNIT_MODS:%=$(BUILD)/tests/unit_%)
 UNIT_EXTRA := $(if $(filter thread,$(SAN)),$(BUILD)/obj/tests/unit/criterion_tsan.o)
 
 .PHONY: all units deps run test unit mounted tsan bench install clean format stop crash-soak analyze analyze-files
-all: $(BUILD)/ckptfs
+all: $(BUILD)/ckptfs $(if $(SAN),,$(BUILD)/libckptfs_gpuhost.so) $(if $(filter 1,$(CUDA)),$(BUILD)/libckptfs_cuda.so $(BUILD)/gpu_bench)
 
 deps:
 	@scripts/install-deps.sh
@@ -69,6 +70,33 @@ $(BUILD)/libckpt.a: $(LIB_OBJS)
 
 $(BUILD)/ckptfs: $(MAIN_OBJ) $(BUILD)/libckpt.a
 	$(CXX) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+# The GPU path (gpu/, docs/gpu.md) as a shared library for any process to
+# load (the Python module ckptfs_cuda uses ctypes): libckptfs_gpuhost.so
+# copies with memcpy and is built and tested everywhere; CUDA=1 builds the
+# same sources against the CUDA runtime (no nvcc needed: no kernels, only
+# runtime calls) into libckptfs_cuda.so, and the GPU benchmark.
+CUDA_HOME ?= /usr/local/cuda
+GPU_SO_SRCS := $(wildcard gpu/*.cc) common/io.cc common/config.cc common/text.cc
+GPU_SO_LINK  = -shared -Wl,--version-script=gpu/exports.map -Wl,-z,defs
+
+$(BUILD)/pic/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -fPIC -MMD -MP -c $< -o $@
+
+$(BUILD)/cuda/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -fPIC -DCKPT_HAVE_CUDA -I$(CUDA_HOME)/include -MMD -MP -c $< -o $@
+
+$(BUILD)/libckptfs_gpuhost.so: $(GPU_SO_SRCS:%.cc=$(BUILD)/pic/%.o) gpu/exports.map
+	$(CXX) $(LDFLAGS) $(GPU_SO_LINK) $(filter %.o,$^) -o $@ -lpthread
+
+$(BUILD)/libckptfs_cuda.so: $(GPU_SO_SRCS:%.cc=$(BUILD)/cuda/%.o) gpu/exports.map
+	$(CXX) $(LDFLAGS) $(GPU_SO_LINK) $(filter %.o,$^) -o $@ -lpthread -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64
+
+$(BUILD)/gpu_bench: tests/bench/gpu_bench.cc $(BUILD)/libckptfs_cuda.so
+	$(CXX) $(CXXFLAGS) -I$(CUDA_HOME)/include $< -o $@ -L$(BUILD) -lckptfs_cuda -L$(CUDA_HOME)/lib64 -lcudart \
+	  -Wl,-rpath,$(abspath $(BUILD)) -Wl,-rpath,$(CUDA_HOME)/lib64 -lpthread
 
 # One Criterion binary per module folder: build/tests/unit_<module>.
 define UNIT_RULE
@@ -165,4 +193,4 @@ format:
 clean:
 	rm -rf build build-address build-thread
 
--include $(shell find $(BUILD)/obj $(BUILD)/analyze -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/pic $(BUILD)/cuda $(BUILD)/analyze -name '*.d' 2>/dev/null)
