@@ -113,8 +113,17 @@ def _describe(what, t):
     """(dtype, shape, address, nbytes) of a tensor-like, or raises TypeError."""
     if isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(x, int) for x in t):
         return "U8", None, t[0], t[1]
+    if hasattr(t, "data_ptr") and hasattr(t, "element_size"):
+        # torch first: a CUDA tensor also has __cuda_array_interface__, but
+        # that raises for bfloat16 and for tensors that require grad.
+        if not t.is_contiguous():
+            raise TypeError(f"{what}: not contiguous (call .contiguous())")
+        dtype = _TORCH.get(str(t.dtype))
+        if dtype is None:
+            raise TypeError(f"{what}: dtype {t.dtype} has no safetensors name")
+        return dtype, tuple(int(d) for d in t.shape), int(t.data_ptr()), t.numel() * t.element_size()
     iface = getattr(t, "__cuda_array_interface__", None)
-    if iface is None and not hasattr(t, "data_ptr"):
+    if iface is None:
         iface = getattr(t, "__array_interface__", None)
     if iface is not None:
         shape = tuple(int(d) for d in iface["shape"])
@@ -132,13 +141,6 @@ def _describe(what, t):
         for d in shape:
             n *= d
         return dtype, shape, int(iface["data"][0]), n
-    if hasattr(t, "data_ptr"):  # torch
-        if not t.is_contiguous():
-            raise TypeError(f"{what}: not contiguous (call .contiguous())")
-        dtype = _TORCH.get(str(t.dtype))
-        if dtype is None:
-            raise TypeError(f"{what}: dtype {t.dtype} has no safetensors name")
-        return dtype, tuple(int(d) for d in t.shape), int(t.data_ptr()), t.numel() * t.element_size()
     raise TypeError(f"{what}: not a tensor (want __cuda_array_interface__, data_ptr(), "
                     f"__array_interface__ or (address, nbytes)), got {type(t).__name__}")
 
