@@ -186,6 +186,11 @@ install: all
 	install -D -m 0755 $(BUILD)/ckptfs $(DESTDIR)$(PREFIX)/bin/ckptfs
 	install -D -m 0755 mount-helpers/mount.ckptfs $(DESTDIR)/sbin/mount.ckptfs
 	install -D -m 0644 mount-helpers/ckptfs@.service $(DESTDIR)/etc/systemd/system/ckptfs@.service
+ifeq ($(CUDA),1)
+	install -D -m 0755 $(BUILD)/libckptfs_cuda.so $(DESTDIR)$(PREFIX)/lib/libckptfs_cuda.so
+	install -D -m 0644 gpu/ckptfs_cuda.h $(DESTDIR)$(PREFIX)/include/ckptfs_cuda.h
+	install -D -m 0644 gpu/python/ckptfs_cuda.py $(DESTDIR)$(PREFIX)/lib/python3/dist-packages/ckptfs_cuda.py
+endif
 
 format:
 	clang-format -i $(LIB_SRCS) $(CLI_SRCS) $(wildcard */*.h */*/*.h tests/unit/*/*.cc)
