@@ -713,6 +713,92 @@ class S3Backend final : public Backend {
     });
   }
 
+  Result<Entry> Stat(const std::string& path) override {
+    auto key = s3::JoinKey(cfg_.prefix, path);
+    if (!key) return Err(EINVAL);  // a name the store cannot hold: nothing there
+    auto info = Head(*key, "stat: head", /*quiet_404=*/true);
+    if (info) return EntryOf(path, *info, 0);
+    if (info.error() != ENOENT) return Err(info.error());
+    // Not an object: a directory if anything lies under "<key>/" (its
+    // marker included). The listing also tells a missing bucket (EIO: the
+    // store is unreachable as a whole) from a missing key, which HEAD's
+    // empty 404 cannot.
+    Request req;
+    req.query = Query({{"list-type", "2"}, {"max-keys", "1"}, {"prefix", *key + "/"}});
+    req.quiet = {404};
+    Response r;
+    if (auto st = Perform(req, "stat: list", &r); !st) return NoBucketIsEio(st.error(), r);
+    auto page = s3::ParseListObjectsV2(r.body);
+    if (!page) return BadReply("stat: list", *key, r);
+    if (page->objects.empty() && page->common_prefixes.empty()) return Err(ENOENT);
+    Entry e{};
+    e.type = Entry::Type::kDir;
+    e.path = path;
+    return e;
+  }
+
+  // One ListObjectsV2 walk with delimiter '/' (CommonPrefixes are the
+  // subdirectories), then a HEAD of each object, `parallel`×4 in flight,
+  // for its type, mode, mtime and checksum.
+  Result<std::vector<Entry>> ListDir(const std::string& dir) override {
+    std::string prefix = root_;
+    if (!dir.empty()) {
+      auto key = s3::JoinKey(cfg_.prefix, dir);
+      if (!key) return Err(EINVAL);
+      prefix = *key + "/";
+    }
+    struct Item {
+      std::string key, rel;
+      int64_t mtime;
+      ObjectInfo info;
+      bool gone = false;
+    };
+    std::vector<Item> items;
+    std::vector<Entry> out;
+    bool any = false;  // anything under the prefix, its marker included
+    auto st = ListPages(
+        prefix,
+        [&](const s3::ListPage& page) -> Status {
+          for (const auto& cp : page.common_prefixes) {
+            any = true;
+            auto rel = s3::RelPath(cfg_.prefix, cp);
+            if (!rel || !rel->ends_with('/')) continue;
+            rel->pop_back();
+            if (*rel == kTmpDir) continue;
+            Entry e{};
+            e.type = Entry::Type::kDir;
+            e.path = std::move(*rel);
+            out.push_back(std::move(e));
+          }
+          for (const auto& o : page.objects) {
+            any = true;
+            if (o.key == prefix) continue;  // the directory's own marker
+            auto rel = s3::RelPath(cfg_.prefix, o.key);
+            if (!rel || rel->ends_with('/')) continue;
+            items.push_back({o.key, std::move(*rel), o.mtime_sec, {}, false});
+          }
+          return {};
+        },
+        "/");
+    if (!st) return Err(st.error());
+    if (!any && !dir.empty()) return Err(ENOENT);
+    int err = RunParallel(items.size(), cfg_.parallel * 4, [&](size_t i) -> int {
+      auto info = Head(items[i].key, "listdir: head", /*quiet_404=*/true);
+      if (!info && info.error() == ENOENT) {
+        items[i].gone = true;  // removed while we listed
+        return 0;
+      }
+      if (!info) return info.error();
+      items[i].info = std::move(*info);
+      return 0;
+    });
+    if (err) return Err(err);
+    for (auto& it : items)
+      if (!it.gone) out.push_back(EntryOf(it.rel, it.info, it.mtime));
+    std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.path < b.path; });
+    return out;
+  }
+
   // Sends one request, retrying transient failures. On failure *out holds
   // the last attempt's status and error code, and one line is logged
   // (unless the status is in req.quiet).
@@ -924,6 +1010,37 @@ class S3Backend final : public Backend {
     return InfoFrom(r);
   }
 
+  // The Entry of the object at relative `path` that a HEAD described;
+  // `listed_mtime` (LastModified) where the object has no mtime of ours.
+  static Entry EntryOf(const std::string& path, const ObjectInfo& info, int64_t listed_mtime) {
+    Entry e{};
+    e.path = path;
+    e.mode = info.mode;
+    e.mtime_sec = info.has_mtime ? info.mtime_sec : listed_mtime;
+    e.mtime_nsec = info.has_mtime ? info.mtime_nsec : 0;
+    if (info.symlink) {
+      e.type = Entry::Type::kSymlink;
+      e.target = info.target;
+    } else {
+      e.type = Entry::Type::kFile;
+      e.size = info.size;
+      e.has_checksum = info.has_checksum;
+      e.checksum_hi = info.hi;
+      e.checksum_lo = info.lo;
+    }
+    return e;
+  }
+
+  // A missing bucket answers 404 NoSuchBucket, read as ENOENT elsewhere;
+  // for Stat and ListDir it means the store is unreachable: EIO.
+  std::unexpected<int> NoBucketIsEio(int e, const Response& r) const {
+    if (e == ENOENT && r.error_code == "NoSuchBucket") {
+      LOG_DEBUG("s3 backend: s3://{}: no such bucket", cfg_.bucket);
+      return Err(EIO);
+    }
+    return Err(e);
+  }
+
   // Whether `key` names an object or a non-empty directory.
   Result<bool> Exists(const std::string& key) {
     auto info = Head(key, "exists: head", true);
@@ -959,7 +1076,10 @@ class S3Backend final : public Backend {
 
   // Calls fn for every page of ListObjectsV2 under `key_prefix` (keys
   // decoded), in key order; stops at the first error, fn's included.
-  Status ListPages(const std::string& key_prefix, const std::function<Status(const s3::ListPage&)>& fn) {
+  // With a `delimiter`, keys past it are rolled up into common prefixes.
+  // A missing bucket is EIO here (the store is unreachable), not ENOENT.
+  Status ListPages(const std::string& key_prefix, const std::function<Status(const s3::ListPage&)>& fn,
+                   const std::string& delimiter = {}) {
     std::string token;
     for (;;) {
       std::vector<std::pair<std::string, std::string>> params = {{"list-type", "2"},
@@ -967,10 +1087,11 @@ class S3Backend final : public Backend {
                                                                  {"encoding-type", "url"},
                                                                  {"max-keys", std::to_string(cfg_.list_max_keys)}};
       if (!token.empty()) params.emplace_back("continuation-token", token);
+      if (!delimiter.empty()) params.emplace_back("delimiter", delimiter);
       Request req;
       req.query = Query(params);
       Response r;
-      if (auto st = Perform(req, "list", &r); !st) return st;
+      if (auto st = Perform(req, "list", &r); !st) return NoBucketIsEio(st.error(), r);
       auto page = s3::ParseListObjectsV2(r.body);
       if (!page) return BadReply("list", key_prefix, r);
       if (auto st = fn(*page); !st) return st;

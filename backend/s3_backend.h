@@ -24,6 +24,12 @@
 // in order. A copy at Publish time is a write at Publish time. The price is
 // one server-side copy per large file.
 //
+// Stat (the shared namespace) is a HEAD of the key and, on a 404, a LIST
+// of "<key>/" with max-keys 1 (a directory is any prefix with objects
+// under it). ListDir is ListObjectsV2 with delimiter '/' (CommonPrefixes
+// are the subdirectories) plus one HEAD per object, as List does. A missing
+// bucket is EIO for both (and for every listing), never ENOENT.
+//
 // Every request is retried (exponential backoff with full jitter) on
 // connection errors, timeouts, 5xx, 429 and SlowDown, up to max_attempts,
 // then fails with EIO; other 4xx fail at once: 403 → EACCES, 404 → ENOENT,
