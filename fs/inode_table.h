@@ -523,8 +523,12 @@ class InodeTable {
   // not in a memory-only checkpoint)? REQUIRES: mu_ held.
   bool SharedDir(Inode* dir) REQUIRES(mu_);
   // Does the pending log remove `path` or a directory above it (unlink,
-  // rmdir, rename away)? Then the backend's copy must not come back.
-  bool RemovalPending(const std::string& path) REQUIRES(mu_);
+  // rmdir, rename away), or did the drain apply such a removal after log
+  // seq `since` (while the backend was being asked: its answer may predate
+  // the removal)? Then the backend's copy must not come back.
+  bool RemovalPending(const std::string& path, uint64_t since) REQUIRES(mu_);
+  // After the drain applied `e`: remembers a removal for RemovalPending.
+  void NoteRemovalApplied(const meta::LogEntry& e) REQUIRES(mu_);
   // Does any pending log entry name `path` or something under it?
   bool TouchedByLog(const std::string& path) REQUIRES(mu_);
   // Clean all through: may `n` (at `path`) leave the namespace or be
@@ -759,6 +763,10 @@ class InodeTable {
   // Names the backend said ENOENT for, (dir ino, name) -> when (steady ns):
   // asked again only after the TTL.
   std::map<std::pair<uint64_t, std::string>, int64_t> negative_ GUARDED_BY(mu_);
+  // Removals the drain applied lately, (seq, path), oldest first, at most
+  // kRecentRemovals; removed_trimmed_ is the newest seq dropped from it.
+  std::deque<std::pair<uint64_t, std::string>> removed_ GUARDED_BY(mu_);
+  uint64_t removed_trimmed_ GUARDED_BY(mu_) = 0;
   mutable ckpt::Mutex ro_mu_;  // leaf lock
   std::string ro_reason_ GUARDED_BY(ro_mu_);
   bool shutdown_ GUARDED_BY(mu_) = false;

@@ -32,6 +32,7 @@ namespace {
 
 constexpr size_t kMaxNegative = 65536;  // remembered ENOENTs; all forgotten past this
 constexpr int kMaxDropDepth = 64;       // deeper clean trees are kept (dropped later, from below)
+constexpr size_t kRecentRemovals = 4096;  // applied removals remembered (RemovalPending)
 
 std::string Join(const std::string& dir, std::string_view name) {
   return dir.empty() ? std::string(name) : dir + "/" + std::string(name);
@@ -53,13 +54,33 @@ bool InodeTable::SharedDir(Inode* dir) {
   return shared() && dir && dir->is_dir() && !UnderMemoryOnly(dir->rec.ino);
 }
 
-bool InodeTable::RemovalPending(const std::string& path) {
-  for (const LogEntry& e : log_) {
-    if (e.op != LogOp::kUnlink && e.op != LogOp::kRmdir && e.op != LogOp::kRename) continue;
-    if (e.op == LogOp::kRename && (e.flags & 1)) continue;  // an exchange removes nothing
-    if (Under(path, e.path)) return true;
-  }
+namespace {
+
+bool IsRemoval(const LogEntry& e) {
+  if (e.op == LogOp::kRename) return !(e.flags & 1);  // an exchange removes nothing
+  return e.op == LogOp::kUnlink || e.op == LogOp::kRmdir;
+}
+
+}  // namespace
+
+bool InodeTable::RemovalPending(const std::string& path, uint64_t since) {
+  for (const LogEntry& e : log_)
+    if (IsRemoval(e) && Under(path, e.path)) return true;
+  // Applied while the backend was asked: the answer may predate it. If
+  // some of those were forgotten already, nothing is trusted.
+  if (removed_trimmed_ > since) return true;
+  for (auto it = removed_.rbegin(); it != removed_.rend() && it->first > since; ++it)
+    if (Under(path, it->second)) return true;
   return false;
+}
+
+void InodeTable::NoteRemovalApplied(const LogEntry& e) {
+  if (!shared() || !IsRemoval(e)) return;
+  removed_.emplace_back(e.seq, e.path);
+  if (removed_.size() > kRecentRemovals) {
+    removed_trimmed_ = removed_.front().first;
+    removed_.pop_front();
+  }
 }
 
 bool InodeTable::TouchedByLog(const std::string& path) {
@@ -235,7 +256,7 @@ Result<InodeRecord> InodeTable::LookupShared(uint64_t parent, std::string_view n
     path = EntryPath(parent, name);
     applied = applied_seq_;
     auto it = dir->children.find(name);
-    if (it == dir->children.end() && RemovalPending(path)) return Err(ENOENT);  // the local log wins
+    if (it == dir->children.end() && RemovalPending(path, applied)) return Err(ENOENT);  // the local log wins
     if (it != dir->children.end()) {
       Inode* c = Find(it->second);
       if (c) c->checked_ns = MonoNs();  // one Stat per TTL, even while this one runs
@@ -260,7 +281,7 @@ Result<InodeRecord> InodeTable::LookupShared(uint64_t parent, std::string_view n
       if (DropShared(p, key)) return Err(ENOENT);
     }
   } else if (!c) {
-    if (!RemovalPending(path) && !(parent == meta::kRootIno && name.starts_with(kReservedRootPrefix)))
+    if (!RemovalPending(path, applied) && !(parent == meta::kRootIno && name.starts_with(kReservedRootPrefix)))
       if (auto a = AdoptShared(p, key, *e); a) c = *a;
   } else {
     c = FollowBackend(p, key, c, *e);
@@ -288,7 +309,7 @@ void InodeTable::MergeDir(uint64_t ino) {
     d->listed_ns = MonoNs();  // one listing per TTL, even while this one runs
     path = DirPath(ino);
     applied = applied_seq_;
-    if (!path.empty() && RemovalPending(path)) return;
+    if (!path.empty() && RemovalPending(path, applied)) return;
   }
   auto ls = backend_->ListDir(path);
   if (!ls) {
@@ -309,7 +330,8 @@ void InodeTable::MergeDir(uint64_t ino) {
       if (Inode* c = Find(it->second)) FollowBackend(d, name, c, e);
       continue;
     }
-    if (RemovalPending(e.path) || (ino == meta::kRootIno && name.starts_with(kReservedRootPrefix))) continue;
+    if (RemovalPending(e.path, applied) || (ino == meta::kRootIno && name.starts_with(kReservedRootPrefix)))
+      continue;
     (void)AdoptShared(d, name, e);
   }
   if (applied != applied_seq_) return;  // the listing may predate an entry just published
