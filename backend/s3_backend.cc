@@ -265,6 +265,7 @@ struct Request {
   std::string_view body;                         // PUT/POST payload
   bool error_in_200 = false;                     // a 200 reply may still carry <Error> (copy, complete)
   std::vector<long> quiet;                       // final statuses that are expected: no error line
+  bool quiet_all = false;                        // no error line whatever happens (the caller reports)
   std::function<int(const char*, size_t)> sink;  // 2xx body bytes go here (0 or an errno)
   std::function<void()> on_retry;                // resets what the sink wrote
   const std::function<bool()>* cancelled = nullptr;
@@ -716,21 +717,16 @@ class S3Backend final : public Backend {
   Result<Entry> Stat(const std::string& path) override {
     auto key = s3::JoinKey(cfg_.prefix, path);
     if (!key) return Err(EINVAL);  // a name the store cannot hold: nothing there
-    auto info = Head(*key, "stat: head", /*quiet_404=*/true);
+    auto info = Head(*key, "stat: head", /*quiet_404=*/true, /*quiet_all=*/true);
     if (info) return EntryOf(path, *info, 0);
     if (info.error() != ENOENT) return Err(info.error());
-    // Not an object: a directory if anything lies under "<key>/" (its
+    // Not an object: a directory if a valid key lies under "<key>/" (its
     // marker included). The listing also tells a missing bucket (EIO: the
     // store is unreachable as a whole) from a missing key, which HEAD's
     // empty 404 cannot.
-    Request req;
-    req.query = Query({{"list-type", "2"}, {"max-keys", "1"}, {"prefix", *key + "/"}});
-    req.quiet = {404};
-    Response r;
-    if (auto st = Perform(req, "stat: list", &r); !st) return NoBucketIsEio(st.error(), r);
-    auto page = s3::ParseListObjectsV2(r.body);
-    if (!page) return BadReply("stat: list", *key, r);
-    if (page->objects.empty() && page->common_prefixes.empty()) return Err(ENOENT);
+    auto valid = HasValidKey(*key + "/");
+    if (!valid) return Err(valid.error());
+    if (!*valid) return Err(ENOENT);
     Entry e{};
     e.type = Entry::Type::kDir;
     e.path = path;
@@ -753,7 +749,7 @@ class S3Backend final : public Backend {
       ObjectInfo info;
       bool gone = false;
     };
-    std::vector<Item> items;
+    std::vector<Item> items, dirs;  // dirs: a common prefix, key with its '/'
     std::vector<Entry> out;
     bool any = false;  // anything under the prefix, its marker included
     auto st = ListPages(
@@ -765,10 +761,7 @@ class S3Backend final : public Backend {
             if (!rel || !rel->ends_with('/')) continue;
             rel->pop_back();
             if (*rel == kTmpDir) continue;
-            Entry e{};
-            e.type = Entry::Type::kDir;
-            e.path = std::move(*rel);
-            out.push_back(std::move(e));
+            dirs.push_back({cp, std::move(*rel), 0, {}, false});
           }
           for (const auto& o : page.objects) {
             any = true;
@@ -779,11 +772,28 @@ class S3Backend final : public Backend {
           }
           return {};
         },
-        "/");
+        "/", /*quiet_all=*/true);
     if (!st) return Err(st.error());
     if (!any && !dir.empty()) return Err(ENOENT);
-    int err = RunParallel(items.size(), cfg_.parallel * 4, [&](size_t i) -> int {
-      auto info = Head(items[i].key, "listdir: head", /*quiet_404=*/true);
+    // A common prefix is a directory only if a valid key lies under it (as
+    // List decides): "a/../x" alone must not make "a" appear. Usually the
+    // first key of one short listing settles it.
+    int err = RunParallel(dirs.size(), cfg_.parallel * 4, [&](size_t i) -> int {
+      auto valid = HasValidKey(dirs[i].key);
+      if (!valid) return valid.error();
+      dirs[i].gone = !*valid;
+      return 0;
+    });
+    if (err) return Err(err);
+    for (auto& d : dirs) {
+      if (d.gone) continue;
+      Entry e{};
+      e.type = Entry::Type::kDir;
+      e.path = std::move(d.rel);
+      out.push_back(std::move(e));
+    }
+    err = RunParallel(items.size(), cfg_.parallel * 4, [&](size_t i) -> int {
+      auto info = Head(items[i].key, "listdir: head", /*quiet_404=*/true, /*quiet_all=*/true);
       if (!info && info.error() == ENOENT) {
         items[i].gone = true;  // removed while we listed
         return 0;
@@ -886,7 +896,8 @@ class S3Backend final : public Backend {
       }
       if (v.err == ECANCELED) return Err(ECANCELED);
       if (!v.retry || attempt >= cfg_.max_attempts) {
-        bool quiet = std::find(req.quiet.begin(), req.quiet.end(), out->status) != req.quiet.end();
+        bool quiet =
+            req.quiet_all || std::find(req.quiet.begin(), req.quiet.end(), out->status) != req.quiet.end();
         if (quiet) LOG_DEBUG("s3 backend: {} s3://{}/{}: {}", what, cfg_.bucket, req.key, reason);
         else
           LOG_ERROR("s3 backend: {} s3://{}/{}: {}{}{}{}", what, cfg_.bucket, req.key, reason,
@@ -1000,14 +1011,35 @@ class S3Backend final : public Backend {
     return info;
   }
 
-  Result<ObjectInfo> Head(const std::string& key, std::string_view what, bool quiet_404 = false) {
+  // `quiet_all`: no error line at all (Stat, ListDir: their caller logs).
+  Result<ObjectInfo> Head(const std::string& key, std::string_view what, bool quiet_404 = false,
+                          bool quiet_all = false) {
     Request req;
     req.method = "HEAD";
     req.key = key;
+    req.quiet_all = quiet_all;
     if (quiet_404) req.quiet = {404};
     Response r;
     if (auto st = Perform(req, what, &r); !st) return Err(st.error());
     return InfoFrom(r);
+  }
+
+  // Whether a key with a valid relative path (s3::RelPath) lies under
+  // `key_prefix`: what makes a prefix a directory, as List decides. Stops
+  // at the first one: one short listing in the usual case. No error line.
+  Result<bool> HasValidKey(const std::string& key_prefix) {
+    constexpr int kFound = -1;  // not an errno: stops the listing
+    auto st = ListPages(
+        key_prefix,
+        [&](const s3::ListPage& page) -> Status {
+          for (const auto& o : page.objects)
+            if (s3::RelPath(cfg_.prefix, o.key)) return Err(kFound);
+          return {};
+        },
+        {}, /*quiet_all=*/true);
+    if (st) return false;
+    if (st.error() == kFound) return true;
+    return Err(st.error());
   }
 
   // The Entry of the object at relative `path` that a HEAD described;
@@ -1079,7 +1111,7 @@ class S3Backend final : public Backend {
   // With a `delimiter`, keys past it are rolled up into common prefixes.
   // A missing bucket is EIO here (the store is unreachable), not ENOENT.
   Status ListPages(const std::string& key_prefix, const std::function<Status(const s3::ListPage&)>& fn,
-                   const std::string& delimiter = {}) {
+                   const std::string& delimiter = {}, bool quiet_all = false) {
     std::string token;
     for (;;) {
       std::vector<std::pair<std::string, std::string>> params = {{"list-type", "2"},
@@ -1090,6 +1122,7 @@ class S3Backend final : public Backend {
       if (!delimiter.empty()) params.emplace_back("delimiter", delimiter);
       Request req;
       req.query = Query(params);
+      req.quiet_all = quiet_all;
       Response r;
       if (auto st = Perform(req, "list", &r); !st) return NoBucketIsEio(st.error(), r);
       auto page = s3::ParseListObjectsV2(r.body);

@@ -240,7 +240,9 @@ bool InodeTable::LookupNeedsBackend(uint64_t parent, std::string_view name) {
     Inode* c = Find(it->second);
     return c && now - c->checked_ns >= shared_ttl_ns_;
   }
-  if (parent == meta::kRootIno && name.starts_with(kReservedRootPrefix)) return false;
+  // Reserved names, and names the backend could not hold (too long, not
+  // UTF-8 for S3): nothing there to find.
+  if (!CheckNewName(parent, name)) return false;
   auto neg = negative_.find({parent, std::string(name)});
   return neg == negative_.end() || now - neg->second >= shared_ttl_ns_;
 }
