@@ -84,9 +84,12 @@ void InodeTable::NoteRemovalApplied(const LogEntry& e) {
 }
 
 bool InodeTable::TouchedByLog(const std::string& path) {
+  // At, under or above `path`: a pending rename of a directory above it
+  // means the backend does not hold it under this path yet.
+  auto touches = [&](const std::string& p) { return Under(p, path) || Under(path, p); };
   for (const LogEntry& e : log_) {
-    if (Under(e.path, path)) return true;
-    if ((e.op == LogOp::kRename || e.op == LogOp::kLink) && Under(e.path2, path)) return true;
+    if (touches(e.path)) return true;
+    if ((e.op == LogOp::kRename || e.op == LogOp::kLink) && touches(e.path2)) return true;
   }
   return false;
 }
@@ -237,8 +240,12 @@ bool InodeTable::LookupNeedsBackend(uint64_t parent, std::string_view name) {
   const int64_t now = MonoNs();
   auto it = dir->children.find(name);
   if (it != dir->children.end()) {
+    // Only what could follow the backend is compared with it: not a file
+    // with changes of its own or open here (the local copy wins anyway).
     Inode* c = Find(it->second);
-    return c && now - c->checked_ns >= shared_ttl_ns_;
+    if (!c || now - c->checked_ns < shared_ttl_ns_) return false;
+    if (!S_ISREG(c->rec.mode)) return true;
+    return (c->rec.state == DataState::kPersisted || c->rec.state == DataState::kRemote) && c->opens == 0;
   }
   // Reserved names, and names the backend could not hold (too long, not
   // UTF-8 for S3): nothing there to find.

@@ -221,3 +221,35 @@ Test(shared, memory_only_checkpoints_and_ttl_zero) {
   b.t().MergeDir(kRoot);
   cr_expect(b.Names(kRoot) == std::vector<std::string>{"global_step1"});
 }
+
+// A directory renamed here with the rename still pending: the backend holds
+// its files under the old name only, yet nothing under the new name is
+// dropped or re-fetched, and the old name does not come back.
+Test(shared, pending_rename_of_a_directory_keeps_its_files) {
+  Cluster c;
+  Node& a = *c.a;
+  Node& b = *c.b;
+  uint64_t d = a.env->Mkdir(kRoot, "d");
+  a.env->WriteFile(d, "f", "bytes-of-f");
+  a.Drain();
+  auto bd = b.t().LookupShared(kRoot, "d");
+  cr_assert(bd.has_value());
+  b.t().MergeDir(bd->ino);
+  auto bf = b.t().LookupShared(bd->ino, "f");
+  cr_assert(bf.has_value());
+  cr_assert_eq(b.Read(bf->ino), "bytes-of-f");
+  cr_assert(b.t().Rename(kRoot, "d", kRoot, "e", 0).has_value());  // B's drain is not running
+  PastTtl();
+  cr_assert(c.InBackend("d/f") && !c.InBackend("e"));
+  auto again = b.t().LookupShared(bd->ino, "f");
+  cr_assert(again.has_value(), "f dropped under the renamed directory: %d", again ? 0 : again.error());
+  cr_expect_eq(again->ino, bf->ino);
+  b.t().RevalidateForOpen(bf->ino, O_RDONLY);
+  cr_expect_eq(b.t().GetAttr(bf->ino)->state, DataState::kPersisted);
+  b.t().MergeDir(bd->ino);
+  b.t().MergeDir(kRoot);
+  cr_expect(b.Names(kRoot) == std::vector<std::string>{"e"}, "the old name came back, or the new one went");
+  cr_expect(b.Names(bd->ino) == std::vector<std::string>{"f"});
+  b.Drain();
+  cr_expect(c.InBackend("e/f") && !c.InBackend("d"));
+}
