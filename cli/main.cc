@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
                     "SECONDS: a checkpoint drains when SECONDS passed since the last one that did; the others stay "
                     "memory-only");
   std::string shared_ttl;
-  mount->add_option("--shared-ttl", shared_ttl,
+  auto* shared_ttl_opt = mount->add_option("--shared-ttl", shared_ttl,
                     "SECONDS (default 1): mounts over one backend see each other's persisted files, at most this "
                     "stale (a miss asks the backend, readdir merges its listing); 0: off");
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
     }
     *out = *v;
   }
-  if (!shared_ttl.empty()) {
+  if (shared_ttl_opt->count() > 0) {  // an empty value is refused too
     auto v = ParseTtl(shared_ttl);
     if (!v) {
       fprintf(stderr, "ckptfs: --shared-ttl: %s\n", v.error().c_str());

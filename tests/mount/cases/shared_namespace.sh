@@ -12,6 +12,17 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
+# Bad input: one line each (exit 2), nothing mounted.
+for bad in "--shared-ttl -1" "--shared-ttl 1.5" "--shared-ttl 86401" "--shared-ttl 1s" "--shared-ttl ''" \
+  "-o shared_ttl=x" "-o shared_ttl=-3"; do
+  # shellcheck disable=SC2086  # the option and its value are two words
+  eval expect_mount_refused "'want whole seconds from 0'" "$MNT" --backend "$BACKEND" $bad
+done
+rc=0
+"$CKPTFS" mount "$MNT" --backend "$BACKEND" --shared-ttl x 2> /dev/null || rc=$?
+expect_eq 2 "$rc" "exit status of a bad --shared-ttl"
+"$CKPTFS" mount --help | grep -q -- --shared-ttl || fail "--shared-ttl not in ckptfs mount --help"
+
 MNT_A=$T/a MNT_B=$T/b
 mkdir -p "$MNT_A" "$MNT_B"
 # mount_fs and umount_fs act on $MNT.
