@@ -292,6 +292,7 @@ struct ObjectInfo {
   uint64_t hi = 0, lo = 0;
   uint32_t mode = 0;
   bool has_mtime = false;
+  int64_t last_modified = 0;  // the Last-Modified header (0: none)
   int64_t mtime_sec = 0;
   uint32_t mtime_nsec = 0;
   bool symlink = false;
@@ -988,6 +989,7 @@ class S3Backend final : public Backend {
     ObjectInfo info;
     info.size = std::strtoull(r.Header("content-length").c_str(), nullptr, 10);
     info.etag = r.Header("etag");
+    info.last_modified = s3::ParseHttpTime(r.Header("last-modified")).value_or(0);
     for (const auto& [k, v] : r.headers) {
       if (!k.starts_with("x-amz-meta-")) continue;
       info.meta.push_back(k + ": " + v);
@@ -1043,12 +1045,15 @@ class S3Backend final : public Backend {
   }
 
   // The Entry of the object at relative `path` that a HEAD described;
-  // `listed_mtime` (LastModified) where the object has no mtime of ours.
+  // where the object has no mtime of ours, `listed_mtime` (the listing's
+  // LastModified) or else the HEAD's Last-Modified: the same second, so an
+  // object another tool wrote does not look changed between List, ListDir
+  // and Stat.
   static Entry EntryOf(const std::string& path, const ObjectInfo& info, int64_t listed_mtime) {
     Entry e{};
     e.path = path;
     e.mode = info.mode;
-    e.mtime_sec = info.has_mtime ? info.mtime_sec : listed_mtime;
+    e.mtime_sec = info.has_mtime ? info.mtime_sec : listed_mtime ? listed_mtime : info.last_modified;
     e.mtime_nsec = info.has_mtime ? info.mtime_nsec : 0;
     if (info.symlink) {
       e.type = Entry::Type::kSymlink;
