@@ -40,6 +40,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 
@@ -142,6 +143,24 @@ class Backend {
   // Calls fn for every directory, file and symlink under the root (not
   // the staging area), parents before children.
   [[nodiscard]] virtual Status List(const std::function<void(const Entry&)>& fn) = 0;
+
+  // The shared namespace (several mounts over one store; docs/consistency.md
+  // "Shared namespace") looks at one name or one directory at a time:
+  //
+  // Stat: the entry at `path` itself, never followed if it is a symlink,
+  // with List's fields (`path` is the argument). ENOENT: nothing there, or
+  // a directory above it is missing. ELOOP/ENOTDIR: a component above it is
+  // a symlink (never followed) or not a directory. EINVAL: a path the store
+  // refuses (the staging area's reserved names included), or an entry that
+  // is not a file, directory or symlink. EIO: the store as a whole is
+  // unreachable (a vanished root), never ENOENT. Nothing is logged above
+  // debug: a miss is a normal answer.
+  [[nodiscard]] virtual Result<Entry> Stat(const std::string& path) = 0;
+  // ListDir: the entries directly in directory `dir` ("" is the root), one
+  // level, sorted by name, with List's fields; `path` of each is relative to
+  // the root. The staging area is never listed. Errors as Stat's, for
+  // `dir` (ENOENT: no such directory; ENOTDIR: not one).
+  [[nodiscard]] virtual Result<std::vector<Entry>> ListDir(const std::string& dir) = 0;
 };
 
 // Opens a POSIX directory backend rooted at `root` (must exist).

@@ -49,6 +49,11 @@
 // writes the blocks that are not all zeros into the destination, so a
 // sparse file stays sparse in the tier even on an NFS without SEEK_DATA.
 //
+// Stat and ListDir (the shared namespace) resolve like everything else:
+// the parent (or the directory listed) beneath the root with no symlink
+// followed, then fstatat(AT_SYMLINK_NOFOLLOW) of each name; a symlink on
+// the way is ELOOP, with no warning (a lookup is not an entry of the log).
+//
 // Ownership. As root, files, directories made by Mkdir and symlinks get
 // the owner and group of the entry (Attrs); directories created implicitly
 // as missing parents belong to the daemon (0755): their owner on the mount
@@ -968,6 +973,38 @@ class PosixBackend final : public Backend {
     return Walk(fd, "", fn);
   }
 
+  Result<Entry> Stat(const std::string& path) override {
+    if (!ValidPath(path)) return Fail(EINVAL, "stat: invalid path", path);
+    auto root = Root();
+    if (!root) return Err(root.error());
+    // O_PATH is enough to fstatat, readlinkat and openat beneath it, and
+    // needs no read permission on the directories on the way.
+    Resolved r = OpenDirBeneath(root->get(), ParentOf(path), O_PATH, 0);
+    if (!r.fd.ok()) return Fail(r.err == EXDEV ? ELOOP : r.err, "stat: open parent of", Show(path));
+    auto e = EntryAt(r.fd.get(), LeafOf(path), path);
+    if (!e) return Fail(e.error() == ENOTSUP ? EINVAL : e.error(), "stat", Show(path));
+    return e;
+  }
+
+  Result<std::vector<Entry>> ListDir(const std::string& dir) override {
+    if (!dir.empty() && !ValidPath(dir)) return Fail(EINVAL, "listdir: invalid path", dir);
+    auto root = Root();
+    if (!root) return Err(root.error());
+    Resolved r = OpenDirBeneath(root->get(), dir, O_RDONLY, 0);
+    if (!r.fd.ok()) return Fail(r.err == EXDEV ? ELOOP : r.err, "listdir: open", Show(dir));
+    std::vector<std::string> names;
+    if (int e = ReadNames(r.fd.get(), dir.empty(), &names)) return Fail(e, "listdir: readdir", Show(dir));
+    std::vector<Entry> out;
+    out.reserve(names.size());
+    for (const auto& name : names) {
+      auto e = EntryAt(r.fd.get(), name, dir.empty() ? name : dir + "/" + name);
+      if (!e && (e.error() == ENOENT || e.error() == ENOTSUP)) continue;  // gone meanwhile, or a fifo...
+      if (!e) return Fail(e.error(), "listdir", Show(dir, name));
+      out.push_back(std::move(*e));
+    }
+    return out;
+  }
+
  private:
   // The path of `rel` for log lines ("<root>/a/b"); of the root when empty.
   std::string Show(std::string_view rel) const {
@@ -1201,75 +1238,97 @@ class PosixBackend final : public Backend {
     return 0;
   }
 
-  // Reports the entries of the directory open as `fd` (taken over), whose
-  // path is `rel`, sorted by name, each directory before what it holds.
-  Status Walk(int fd, const std::string& rel, const std::function<void(const Entry&)>& fn) {
-    DIR* d = fdopendir(fd);
+  // The names in the directory open as `fd` (not taken over), sorted,
+  // without "." and ".." (and, at the root, the staging area and probes).
+  // 0 or an errno.
+  static int ReadNames(int fd, bool at_root, std::vector<std::string>* names) {
+    int dup_fd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dup_fd < 0) return errno;
+    DIR* d = fdopendir(dup_fd);
     if (!d) {
       int e = errno;
-      close(fd);
-      return Fail(e, "list: opendir", Show(rel));
+      close(dup_fd);
+      return e;
     }
     std::unique_ptr<DIR, int (*)(DIR*)> guard(d, closedir);
-    std::vector<std::string> names;
     errno = 0;
     while (dirent* de = readdir(d)) {
       std::string_view n = de->d_name;
       if (n == "." || n == "..") continue;
-      if (rel.empty() && (n == kTmpDir || n.starts_with(kProbePrefix))) continue;
-      names.emplace_back(n);
+      if (at_root && (n == kTmpDir || n.starts_with(kProbePrefix))) continue;
+      names->emplace_back(n);
     }
-    if (errno != 0) return Fail(errno, "list: readdir", Show(rel));
-    std::sort(names.begin(), names.end());
+    if (errno != 0) return errno;
+    std::sort(names->begin(), names->end());
+    return 0;
+  }
+
+  // The entry `name` in the directory open as `dfd` (O_PATH will do), whose
+  // path is `rel`, never followed: its type, mode, mtime and, for a file,
+  // size and checksum xattr, for a symlink its target. ENOENT if it is gone,
+  // ENOTSUP if it is not a file, directory or symlink, else an errno.
+  static Result<Entry> EntryAt(int dfd, const std::string& name, const std::string& rel) {
+    struct stat st;
+    if (fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return Err(errno);
+    Entry e{};
+    e.path = rel;
+    e.mode = st.st_mode & 07777;
+    e.mtime_sec = st.st_mtim.tv_sec;
+    e.mtime_nsec = static_cast<uint32_t>(st.st_mtim.tv_nsec);
+    if (S_ISDIR(st.st_mode)) {
+      e.type = Entry::Type::kDir;
+    } else if (S_ISREG(st.st_mode)) {
+      e.type = Entry::Type::kFile;
+      e.size = static_cast<uint64_t>(st.st_size);
+      // O_NONBLOCK: a file swapped for a fifo meanwhile must not hang us.
+      Fd f(openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+      char buf[64];
+      ssize_t n = f.ok() ? fgetxattr(f.get(), kChecksumXattr, buf, sizeof buf) : -1;
+      if (n > 0) e.has_checksum = ParseChecksumHex(std::string_view(buf, n), &e.checksum_hi, &e.checksum_lo);
+    } else if (S_ISLNK(st.st_mode)) {
+      e.type = Entry::Type::kSymlink;
+      std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
+      for (;;) {
+        ssize_t n = readlinkat(dfd, name.c_str(), target.data(), target.size());
+        if (n < 0) return Err(errno);
+        if (static_cast<size_t>(n) < target.size()) {
+          target.resize(static_cast<size_t>(n));
+          e.target = std::move(target);
+          break;
+        }
+        target.resize(target.size() * 2);  // grew since the stat
+      }
+    } else {
+      return Err(ENOTSUP);
+    }
+    return e;
+  }
+
+  // Reports the entries of the directory open as `fd` (taken over), whose
+  // path is `rel`, sorted by name, each directory before what it holds.
+  Status Walk(int fd, const std::string& rel, const std::function<void(const Entry&)>& fn) {
+    Fd dir(fd);
+    std::vector<std::string> names;
+    if (int e = ReadNames(dir.get(), rel.empty(), &names)) return Fail(e, "list: readdir", Show(rel));
     for (const auto& name : names) {
       std::string child = rel.empty() ? name : rel + "/" + name;
-      struct stat st;
-      if (fstatat(dirfd(d), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (errno == ENOENT) continue;  // removed while we walked
-        return Fail(errno, "list: stat", Show(child));
-      }
-      Entry e{};
-      e.path = child;
-      e.mode = st.st_mode & 07777;
-      e.mtime_sec = st.st_mtim.tv_sec;
-      e.mtime_nsec = static_cast<uint32_t>(st.st_mtim.tv_nsec);
-      if (S_ISDIR(st.st_mode)) {
-        e.type = Entry::Type::kDir;
-        fn(e);
-        int sub = openat(dirfd(d), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (sub < 0) {
-          if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR) continue;  // changed while we walked
-          return Fail(errno, "list: open", Show(child));
+      auto e = EntryAt(dir.get(), name, child);
+      if (!e) {
+        if (e.error() == ENOENT) continue;  // removed while we walked
+        if (e.error() == ENOTSUP) {
+          LOG_WARN("posix backend: list: skipping '{}': not a file, directory or symlink", Show(child));
+          continue;
         }
-        if (auto s = Walk(sub, child, fn); !s) return s;
-      } else if (S_ISREG(st.st_mode)) {
-        e.type = Entry::Type::kFile;
-        e.size = static_cast<uint64_t>(st.st_size);
-        Fd f(openat(dirfd(d), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
-        char buf[64];
-        ssize_t n = f.ok() ? fgetxattr(f.get(), kChecksumXattr, buf, sizeof buf) : -1;
-        if (n > 0) e.has_checksum = ParseChecksumHex(std::string_view(buf, n), &e.checksum_hi, &e.checksum_lo);
-        fn(e);
-      } else if (S_ISLNK(st.st_mode)) {
-        e.type = Entry::Type::kSymlink;
-        std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
-        for (;;) {
-          ssize_t n = readlinkat(dirfd(d), name.c_str(), target.data(), target.size());
-          if (n < 0) {
-            if (errno == ENOENT) break;
-            return Fail(errno, "list: readlink", Show(child));
-          }
-          if (static_cast<size_t>(n) < target.size()) {
-            target.resize(static_cast<size_t>(n));
-            e.target = std::move(target);
-            fn(e);
-            break;
-          }
-          target.resize(target.size() * 2);  // grew since the stat
-        }
-      } else {
-        LOG_WARN("posix backend: list: skipping '{}': not a file, directory or symlink", Show(child));
+        return Fail(e.error(), "list: stat", Show(child));
       }
+      fn(*e);
+      if (e->type != Entry::Type::kDir) continue;
+      int sub = openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0) {
+        if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR) continue;  // changed while we walked
+        return Fail(errno, "list: open", Show(child));
+      }
+      if (auto s = Walk(sub, child, fn); !s) return s;
     }
     return {};
   }

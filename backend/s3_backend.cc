@@ -265,6 +265,7 @@ struct Request {
   std::string_view body;                         // PUT/POST payload
   bool error_in_200 = false;                     // a 200 reply may still carry <Error> (copy, complete)
   std::vector<long> quiet;                       // final statuses that are expected: no error line
+  bool quiet_all = false;                        // no error line whatever happens (the caller reports)
   std::function<int(const char*, size_t)> sink;  // 2xx body bytes go here (0 or an errno)
   std::function<void()> on_retry;                // resets what the sink wrote
   const std::function<bool()>* cancelled = nullptr;
@@ -291,6 +292,7 @@ struct ObjectInfo {
   uint64_t hi = 0, lo = 0;
   uint32_t mode = 0;
   bool has_mtime = false;
+  int64_t last_modified = 0;  // the Last-Modified header (0: none)
   int64_t mtime_sec = 0;
   uint32_t mtime_nsec = 0;
   bool symlink = false;
@@ -713,6 +715,101 @@ class S3Backend final : public Backend {
     });
   }
 
+  Result<Entry> Stat(const std::string& path) override {
+    auto key = s3::JoinKey(cfg_.prefix, path);
+    if (!key) return Err(EINVAL);  // a name the store cannot hold: nothing there
+    auto info = Head(*key, "stat: head", /*quiet_404=*/true, /*quiet_all=*/true);
+    if (info) return EntryOf(path, *info, 0);
+    if (info.error() != ENOENT) return Err(info.error());
+    // Not an object: a directory if a valid key lies under "<key>/" (its
+    // marker included). The listing also tells a missing bucket (EIO: the
+    // store is unreachable as a whole) from a missing key, which HEAD's
+    // empty 404 cannot.
+    auto valid = HasValidKey(*key + "/");
+    if (!valid) return Err(valid.error());
+    if (!*valid) return Err(ENOENT);
+    Entry e{};
+    e.type = Entry::Type::kDir;
+    e.path = path;
+    return e;
+  }
+
+  // One ListObjectsV2 walk with delimiter '/' (CommonPrefixes are the
+  // subdirectories), then a HEAD of each object, `parallel`×4 in flight,
+  // for its type, mode, mtime and checksum.
+  Result<std::vector<Entry>> ListDir(const std::string& dir) override {
+    std::string prefix = root_;
+    if (!dir.empty()) {
+      auto key = s3::JoinKey(cfg_.prefix, dir);
+      if (!key) return Err(EINVAL);
+      prefix = *key + "/";
+    }
+    struct Item {
+      std::string key, rel;
+      int64_t mtime;
+      ObjectInfo info;
+      bool gone = false;
+    };
+    std::vector<Item> items, dirs;  // dirs: a common prefix, key with its '/'
+    std::vector<Entry> out;
+    bool any = false;  // anything under the prefix, its marker included
+    auto st = ListPages(
+        prefix,
+        [&](const s3::ListPage& page) -> Status {
+          for (const auto& cp : page.common_prefixes) {
+            any = true;
+            auto rel = s3::RelPath(cfg_.prefix, cp);
+            if (!rel || !rel->ends_with('/')) continue;
+            rel->pop_back();
+            if (*rel == kTmpDir) continue;
+            dirs.push_back({cp, std::move(*rel), 0, {}, false});
+          }
+          for (const auto& o : page.objects) {
+            any = true;
+            if (o.key == prefix) continue;  // the directory's own marker
+            auto rel = s3::RelPath(cfg_.prefix, o.key);
+            if (!rel || rel->ends_with('/')) continue;
+            items.push_back({o.key, std::move(*rel), o.mtime_sec, {}, false});
+          }
+          return {};
+        },
+        "/", /*quiet_all=*/true);
+    if (!st) return Err(st.error());
+    if (!any && !dir.empty()) return Err(ENOENT);
+    // A common prefix is a directory only if a valid key lies under it (as
+    // List decides): "a/../x" alone must not make "a" appear. Usually the
+    // first key of one short listing settles it.
+    int err = RunParallel(dirs.size(), cfg_.parallel * 4, [&](size_t i) -> int {
+      auto valid = HasValidKey(dirs[i].key);
+      if (!valid) return valid.error();
+      dirs[i].gone = !*valid;
+      return 0;
+    });
+    if (err) return Err(err);
+    for (auto& d : dirs) {
+      if (d.gone) continue;
+      Entry e{};
+      e.type = Entry::Type::kDir;
+      e.path = std::move(d.rel);
+      out.push_back(std::move(e));
+    }
+    err = RunParallel(items.size(), cfg_.parallel * 4, [&](size_t i) -> int {
+      auto info = Head(items[i].key, "listdir: head", /*quiet_404=*/true, /*quiet_all=*/true);
+      if (!info && info.error() == ENOENT) {
+        items[i].gone = true;  // removed while we listed
+        return 0;
+      }
+      if (!info) return info.error();
+      items[i].info = std::move(*info);
+      return 0;
+    });
+    if (err) return Err(err);
+    for (auto& it : items)
+      if (!it.gone) out.push_back(EntryOf(it.rel, it.info, it.mtime));
+    std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.path < b.path; });
+    return out;
+  }
+
   // Sends one request, retrying transient failures. On failure *out holds
   // the last attempt's status and error code, and one line is logged
   // (unless the status is in req.quiet).
@@ -800,7 +897,8 @@ class S3Backend final : public Backend {
       }
       if (v.err == ECANCELED) return Err(ECANCELED);
       if (!v.retry || attempt >= cfg_.max_attempts) {
-        bool quiet = std::find(req.quiet.begin(), req.quiet.end(), out->status) != req.quiet.end();
+        bool quiet =
+            req.quiet_all || std::find(req.quiet.begin(), req.quiet.end(), out->status) != req.quiet.end();
         if (quiet) LOG_DEBUG("s3 backend: {} s3://{}/{}: {}", what, cfg_.bucket, req.key, reason);
         else
           LOG_ERROR("s3 backend: {} s3://{}/{}: {}{}{}{}", what, cfg_.bucket, req.key, reason,
@@ -891,6 +989,7 @@ class S3Backend final : public Backend {
     ObjectInfo info;
     info.size = std::strtoull(r.Header("content-length").c_str(), nullptr, 10);
     info.etag = r.Header("etag");
+    info.last_modified = s3::ParseHttpTime(r.Header("last-modified")).value_or(0);
     for (const auto& [k, v] : r.headers) {
       if (!k.starts_with("x-amz-meta-")) continue;
       info.meta.push_back(k + ": " + v);
@@ -914,14 +1013,69 @@ class S3Backend final : public Backend {
     return info;
   }
 
-  Result<ObjectInfo> Head(const std::string& key, std::string_view what, bool quiet_404 = false) {
+  // `quiet_all`: no error line at all (Stat, ListDir: their caller logs).
+  Result<ObjectInfo> Head(const std::string& key, std::string_view what, bool quiet_404 = false,
+                          bool quiet_all = false) {
     Request req;
     req.method = "HEAD";
     req.key = key;
+    req.quiet_all = quiet_all;
     if (quiet_404) req.quiet = {404};
     Response r;
     if (auto st = Perform(req, what, &r); !st) return Err(st.error());
     return InfoFrom(r);
+  }
+
+  // Whether a key with a valid relative path (s3::RelPath) lies under
+  // `key_prefix`: what makes a prefix a directory, as List decides. Stops
+  // at the first one: one short listing in the usual case. No error line.
+  Result<bool> HasValidKey(const std::string& key_prefix) {
+    constexpr int kFound = -1;  // not an errno: stops the listing
+    auto st = ListPages(
+        key_prefix,
+        [&](const s3::ListPage& page) -> Status {
+          for (const auto& o : page.objects)
+            if (s3::RelPath(cfg_.prefix, o.key)) return Err(kFound);
+          return {};
+        },
+        {}, /*quiet_all=*/true);
+    if (st) return false;
+    if (st.error() == kFound) return true;
+    return Err(st.error());
+  }
+
+  // The Entry of the object at relative `path` that a HEAD described;
+  // where the object has no mtime of ours, `listed_mtime` (the listing's
+  // LastModified) or else the HEAD's Last-Modified: the same second, so an
+  // object another tool wrote does not look changed between List, ListDir
+  // and Stat.
+  static Entry EntryOf(const std::string& path, const ObjectInfo& info, int64_t listed_mtime) {
+    Entry e{};
+    e.path = path;
+    e.mode = info.mode;
+    e.mtime_sec = info.has_mtime ? info.mtime_sec : listed_mtime ? listed_mtime : info.last_modified;
+    e.mtime_nsec = info.has_mtime ? info.mtime_nsec : 0;
+    if (info.symlink) {
+      e.type = Entry::Type::kSymlink;
+      e.target = info.target;
+    } else {
+      e.type = Entry::Type::kFile;
+      e.size = info.size;
+      e.has_checksum = info.has_checksum;
+      e.checksum_hi = info.hi;
+      e.checksum_lo = info.lo;
+    }
+    return e;
+  }
+
+  // A missing bucket answers 404 NoSuchBucket, read as ENOENT elsewhere;
+  // for Stat and ListDir it means the store is unreachable: EIO.
+  std::unexpected<int> NoBucketIsEio(int e, const Response& r) const {
+    if (e == ENOENT && r.error_code == "NoSuchBucket") {
+      LOG_DEBUG("s3 backend: s3://{}: no such bucket", cfg_.bucket);
+      return Err(EIO);
+    }
+    return Err(e);
   }
 
   // Whether `key` names an object or a non-empty directory.
@@ -959,7 +1113,10 @@ class S3Backend final : public Backend {
 
   // Calls fn for every page of ListObjectsV2 under `key_prefix` (keys
   // decoded), in key order; stops at the first error, fn's included.
-  Status ListPages(const std::string& key_prefix, const std::function<Status(const s3::ListPage&)>& fn) {
+  // With a `delimiter`, keys past it are rolled up into common prefixes.
+  // A missing bucket is EIO here (the store is unreachable), not ENOENT.
+  Status ListPages(const std::string& key_prefix, const std::function<Status(const s3::ListPage&)>& fn,
+                   const std::string& delimiter = {}, bool quiet_all = false) {
     std::string token;
     for (;;) {
       std::vector<std::pair<std::string, std::string>> params = {{"list-type", "2"},
@@ -967,10 +1124,12 @@ class S3Backend final : public Backend {
                                                                  {"encoding-type", "url"},
                                                                  {"max-keys", std::to_string(cfg_.list_max_keys)}};
       if (!token.empty()) params.emplace_back("continuation-token", token);
+      if (!delimiter.empty()) params.emplace_back("delimiter", delimiter);
       Request req;
       req.query = Query(params);
+      req.quiet_all = quiet_all;
       Response r;
-      if (auto st = Perform(req, "list", &r); !st) return st;
+      if (auto st = Perform(req, "list", &r); !st) return NoBucketIsEio(st.error(), r);
       auto page = s3::ParseListObjectsV2(r.body);
       if (!page) return BadReply("list", key_prefix, r);
       if (auto st = fn(*page); !st) return st;

@@ -24,6 +24,14 @@
 // in order. A copy at Publish time is a write at Publish time. The price is
 // one server-side copy per large file.
 //
+// Stat (the shared namespace) is a HEAD of the key and, on a 404, a LIST
+// of "<key>/" (a directory is any prefix with a valid key under it, as List
+// decides: "a/../x" alone makes no "a"). ListDir is ListObjectsV2 with
+// delimiter '/' (CommonPrefixes are the subdirectories, each checked the
+// same way: one short LIST) plus one HEAD per object, as List does. Neither
+// logs errors (their caller does). A missing bucket is EIO for both (and
+// for every listing), never ENOENT.
+//
 // Every request is retried (exponential backoff with full jitter) on
 // connection errors, timeouts, 5xx, 429 and SlowDown, up to max_attempts,
 // then fails with EIO; other 4xx fail at once: 403 → EACCES, 404 → ENOENT,

@@ -76,6 +76,30 @@ std::optional<int64_t> ParseIsoTime(std::string_view s) {
   return static_cast<int64_t>(timegm(&tm));
 }
 
+std::optional<int64_t> ParseHttpTime(std::string_view s) {
+  static const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                  "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  int d, y, h, mi, sec, end = 0;
+  char mon[4] = {0};
+  std::string str(s);
+  if (std::sscanf(str.c_str(), "%*3[A-Za-z], %2d %3[A-Za-z] %4d %2d:%2d:%2d GMT%n", &d, mon, &y, &h, &mi, &sec,
+                  &end) != 6 ||
+      end == 0)
+    return std::nullopt;
+  int mo = -1;
+  for (int i = 0; i < 12; i++)
+    if (std::string_view(mon) == kMonths[i]) mo = i;
+  if (mo < 0 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) return std::nullopt;
+  std::tm tm{};
+  tm.tm_year = y - 1900;
+  tm.tm_mon = mo;
+  tm.tm_mday = d;
+  tm.tm_hour = h;
+  tm.tm_min = mi;
+  tm.tm_sec = sec;
+  return static_cast<int64_t>(timegm(&tm));
+}
+
 Result<ListPage> ParseListObjectsV2(std::string_view xml) {
   pugi::xml_document doc;
   pugi::xml_node root;

@@ -72,4 +72,8 @@ std::string DeleteObjectsXml(const std::vector<std::string>& keys);             
 // nullopt when it does not parse.
 std::optional<int64_t> ParseIsoTime(std::string_view s);
 
+// An HTTP date (Last-Modified: "Sun, 06 Nov 1994 08:49:37 GMT") → seconds
+// since the epoch; nullopt when it does not parse.
+std::optional<int64_t> ParseHttpTime(std::string_view s);
+
 }  // namespace ckpt::backend::s3

@@ -48,6 +48,10 @@ int main(int argc, char** argv) {
   mount->add_option("--persist-interval", persist_interval,
                     "SECONDS: a checkpoint drains when SECONDS passed since the last one that did; the others stay "
                     "memory-only");
+  std::string shared_ttl;
+  auto* shared_ttl_opt = mount->add_option("--shared-ttl", shared_ttl,
+                    "SECONDS (default 1): mounts over one backend see each other's persisted files, at most this "
+                    "stale (a miss asks the backend, readdir merges its listing); 0: off");
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
   mount->add_option("-o", cfg.fuse_opts, "FUSE mount options, and passthrough=off (every read and write through the daemon)");
   mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
@@ -140,6 +144,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     *out = *v;
+  }
+  if (shared_ttl_opt->count() > 0) {  // an empty value is refused too
+    auto v = ParseTtl(shared_ttl);
+    if (!v) {
+      fprintf(stderr, "ckptfs: --shared-ttl: %s\n", v.error().c_str());
+      return 2;
+    }
+    cfg.shared_ttl_s = *v;
   }
   if (auto own = TakeOwnOptions(&cfg.fuse_opts, &cfg); !own) {
     fprintf(stderr, "ckptfs: %s\n", own.error().c_str());

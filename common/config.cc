@@ -39,6 +39,16 @@ std::expected<uint64_t, std::string> ParseCount(const std::string& s) {
   return v;
 }
 
+std::expected<uint64_t, std::string> ParseTtl(const std::string& s) {
+  const std::string want = "want whole seconds from 0 (off) to " + std::to_string(kMaxSharedTtl) + ", not '" +
+                           EscapeName(s) + "'";
+  if (s.empty() || s.size() > 6 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::unexpected(want);
+  uint64_t v = std::stoull(s);
+  if (v > kMaxSharedTtl) return std::unexpected(want);
+  return v;
+}
+
 std::expected<uint64_t, std::string> ParseSize(const std::string& s) {
   const char* kExpect = " (expected e.g. 512M, 4G, 1.5GiB, 25%)";
   auto bad = [&] { return std::unexpected("invalid size '" + s + "'" + kExpect); };
@@ -289,6 +299,12 @@ std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* 
       policy = true;
     }
     if (policy) continue;
+    if (opt.starts_with("shared_ttl=")) {
+      auto v = ParseTtl(opt.substr(strlen("shared_ttl=")));
+      if (!v) return std::unexpected("-o " + EscapeName(opt) + ": " + v.error());
+      cfg->shared_ttl_s = *v;
+      continue;
+    }
     if (opt.empty()) continue;
     if (!rest.empty()) rest += ',';
     rest += opt;

@@ -57,6 +57,12 @@ struct Config {
   uint64_t persist_every = 0;
   uint64_t persist_interval_s = 0;
   uint64_t keep_in_memory = 0;
+  // --shared-ttl SECONDS: several mounts over one backend see each other's
+  // persisted files (docs/consistency.md "Shared namespace"): a local miss
+  // asks the backend, a readdir merges its listing, a clean file changed
+  // there is fetched again; each answer is reused for this long. 0: off
+  // (the mount sees only what it wrote or found at its first mount).
+  uint64_t shared_ttl_s = 1;
   std::string metrics;           // --metrics HOST:PORT ("" : off)
   std::string metrics_textfile;  // --metrics-textfile PATH ("" : off)
   std::string log_level = "info";
@@ -78,6 +84,12 @@ std::expected<uint64_t, std::string> ParseSize(const std::string& s);
 // DIGITS only, at most 1,000,000,000; otherwise a one-line message naming
 // the input (0, a sign, a fraction, garbage).
 std::expected<uint64_t, std::string> ParseCount(const std::string& s);
+
+// Parses --shared-ttl / -o shared_ttl=: whole seconds from 0 (the shared
+// namespace off) to kMaxSharedTtl, DIGITS only; otherwise a one-line
+// message naming the input.
+inline constexpr uint64_t kMaxSharedTtl = 86400;
+std::expected<uint64_t, std::string> ParseTtl(const std::string& s);
 
 // The one line for a backend URL holding userinfo: it never echoes the URL.
 inline constexpr std::string_view kCredentialsInUrl =
@@ -106,7 +118,8 @@ std::string RedactUserinfo(const std::string& text);
 std::string EscapeName(std::string_view s);
 
 // Takes ckptfs's own options out of a -o list (comma-separated), leaving
-// libfuse's: passthrough=on|off. Returns a one-line message for a bad value.
+// libfuse's: passthrough=on|off, the checkpoint policies and shared_ttl=.
+// Returns a one-line message for a bad value.
 std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* cfg);
 
 // Total physical memory in bytes.

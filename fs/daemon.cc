@@ -207,6 +207,13 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->table = std::make_unique<InodeTable>(d->store.get(), d->tier.get(), d->backend.get());
   d->table->set_limits(MountLimits(cfg));
   d->table->set_checkpoint_policy({d->checkpoint_pattern, cfg.persist_every, cfg.persist_interval_s, cfg.keep_in_memory});
+  d->table->set_shared_ttl(std::chrono::seconds(cfg.shared_ttl_s));
+  if (cfg.shared_ttl_s > 0) {
+    // Other nodes change the namespace too: the kernel may trust a name or
+    // an attribute for no longer than the shared namespace's TTL.
+    d->attr_timeout = d->entry_timeout = std::min(d->attr_timeout, static_cast<double>(cfg.shared_ttl_s));
+    LOG_INFO("shared namespace: on, ttl {} s (--shared-ttl)", cfg.shared_ttl_s);
+  }
   if (auto st = d->table->Load(Caller{geteuid(), getegid()}); !st)
     return fail(st.error() == EUCLEAN ? "metadata in " + cfg.state_dir +
                                             "/meta is damaged (a directory cycle; see the log); nothing was mounted"

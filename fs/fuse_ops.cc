@@ -192,7 +192,22 @@ void ckpt_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   LOG_DEBUG("lookup(parent={}, name={})", parent, name);
   TuneOnce(req);
   Guard(req, [&] {
-    auto r = D(req)->table->Lookup(parent, name);
+    Daemon* d = D(req);
+    // Shared namespace: a lookup that must ask the backend (a local miss,
+    // or an entry not compared with it for a TTL) runs on a fetcher
+    // thread, which replies; no FUSE worker waits on the backend.
+    if (d->fetcher && d->table->LookupNeedsBackend(parent, name)) {
+      auto job = [req, parent, n = std::string(name)](bool cancelled) {
+        if (cancelled) return (void)fuse_reply_err(req, EIO);
+        Guard(req, [&] {
+          auto r = D(req)->table->LookupShared(parent, n);
+          if (!r) return (void)fuse_reply_err(req, r.error());
+          ReplyEntry(req, *r);
+        });
+      };
+      if (d->fetcher->Submit(std::move(job), 0)) return;
+    }
+    auto r = d->table->shared() ? d->table->LookupShared(parent, name) : d->table->Lookup(parent, name);
     if (!r) return (void)fuse_reply_err(req, r.error());
     ReplyEntry(req, *r);
   });
@@ -346,8 +361,9 @@ int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     h->backing_id = r->backing_id;
     return 0;
   }
-  // All changes come through this mount, so cached pages stay valid.
-  fi->keep_cache = 1;
+  // All changes come through this mount, so cached pages stay valid; but
+  // for bytes the shared namespace replaced with another node's copy.
+  fi->keep_cache = d->table->TakeBackendChanged(ino) ? 0 : 1;
   // Write-only handles (torch.save, cp) bypass the page cache: one copy
   // fewer on the trainer's path and no second copy of every checkpoint in
   // RAM. The kernel still invalidates cached pages of the range written, so
@@ -391,16 +407,22 @@ void ckpt_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   LOG_DEBUG("open(ino={}, flags={:#x})", ino, fi->flags);
   Guard(req, [&] {
     Daemon* d = D(req);
-    // An evicted file is fetched from the backend first: on a fetcher
-    // thread, which replies, never on this FUSE worker.
-    if (d->fetcher && d->table->NeedsFetch(ino, fi->flags)) {
+    // An evicted file is fetched from the backend first, and in the
+    // shared namespace a clean file is compared with the backend's copy
+    // once per TTL: on a fetcher thread, which replies, never on this
+    // FUSE worker.
+    if (d->fetcher && (d->table->NeedsFetch(ino, fi->flags) || d->table->RevalidateDue(ino, fi->flags))) {
       fuse_file_info copy = *fi;  // *fi lives only as long as this call
       auto job = [req, ino, copy](bool cancelled) mutable {
         if (cancelled) return (void)fuse_reply_err(req, EIO);
-        Guard(req, [&] { OpenAndReply(req, ino, &copy); });
+        Guard(req, [&] {
+          D(req)->table->RevalidateForOpen(ino, copy.flags);
+          OpenAndReply(req, ino, &copy);
+        });
       };
       if (d->fetcher->Submit(std::move(job), 0)) return;
     }
+    d->table->RevalidateForOpen(ino, fi->flags);  // only without a fetcher: nothing when not due
     OpenAndReply(req, ino, fi);
   });
 }
@@ -575,14 +597,34 @@ void ckpt_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi
   });
 }
 
+// Snapshots the directory into a handle and replies to the opendir.
+void OpenDirAndReply(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  auto r = D(req)->table->ListDir(ino);
+  if (!r) return (void)fuse_reply_err(req, r.error());
+  fi->fh = reinterpret_cast<uint64_t>(new DirHandle{std::move(*r)});
+  fi->cache_readdir = 0;
+  if (fuse_reply_open(req, fi) == -ENOENT) delete reinterpret_cast<DirHandle*>(fi->fh);
+}
+
 void ckpt_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   LOG_DEBUG("opendir(ino={})", ino);
   Guard(req, [&] {
-    auto r = D(req)->table->ListDir(ino);
-    if (!r) return (void)fuse_reply_err(req, r.error());
-    fi->fh = reinterpret_cast<uint64_t>(new DirHandle{std::move(*r)});
-    fi->cache_readdir = 0;
-    if (fuse_reply_open(req, fi) == -ENOENT) delete reinterpret_cast<DirHandle*>(fi->fh);
+    Daemon* d = D(req);
+    // Shared namespace: the backend's listing is merged first, at most
+    // once per TTL, on a fetcher thread (which replies).
+    if (d->fetcher && d->table->MergeDue(ino)) {
+      fuse_file_info copy = *fi;
+      auto job = [req, ino, copy](bool cancelled) mutable {
+        if (cancelled) return (void)fuse_reply_err(req, EIO);
+        Guard(req, [&] {
+          D(req)->table->MergeDir(ino);
+          OpenDirAndReply(req, ino, &copy);
+        });
+      };
+      if (d->fetcher->Submit(std::move(job), 0)) return;
+    }
+    d->table->MergeDir(ino);  // only without a fetcher: nothing when not due
+    OpenDirAndReply(req, ino, fi);
   });
 }
 

@@ -407,6 +407,46 @@ class InodeTable {
   // (state remote). Later mounts do nothing.
   [[nodiscard]] Status ImportBackend();
 
+  // ---- The shared namespace (fs/shared.cc; docs/consistency.md) ----
+  // Several mounts over one backend see what the others persisted: a name
+  // missing here is looked up in the backend, a directory's listing is
+  // merged, and a clean file changed there is fetched again. Each answer of
+  // the backend is reused for the TTL. Set before Load; 0 (the default
+  // here) turns it off.
+  void set_shared_ttl(std::chrono::milliseconds ttl) { shared_ttl_ns_ = ttl.count() * 1000000; }
+  bool shared() const { return shared_ttl_ns_ > 0 && backend_ != nullptr; }
+  // Lookup, shared: a name missing here is asked of the backend (Stat) and
+  // imported as ImportBackend would (a file remote, a directory or symlink
+  // persisted) — unless this mount's log still holds its removal (the local
+  // log wins), or the backend said ENOENT for it less than a TTL ago. A
+  // clean entry found here and not compared with the backend for a TTL is
+  // compared now, and follows it (FollowBackend). Names under a memory-only
+  // checkpoint, and reserved names, are never asked. A backend that fails
+  // leaves the local view as it is (logged at debug). Blocks on the backend
+  // without the lock held: call it from a thread that may wait (the
+  // fetcher), never a FUSE worker. Errors: as Lookup's.
+  [[nodiscard]] Result<InodeRecord> LookupShared(uint64_t parent, std::string_view name) EXCLUDES(mu_);
+  // Would LookupShared ask the backend now? Cheap; for a FUSE worker that
+  // decides whether to hand the lookup to the fetcher.
+  bool LookupNeedsBackend(uint64_t parent, std::string_view name) EXCLUDES(mu_);
+  // Merges the backend's one-level listing of directory `ino` into the
+  // namespace, at most once per TTL: names only the backend holds are
+  // imported (unless their removal is pending here), clean entries follow
+  // the backend (FollowBackend), clean entries the backend no longer holds
+  // leave the namespace. Blocks on the backend (see LookupShared).
+  void MergeDir(uint64_t ino) EXCLUDES(mu_);
+  bool MergeDue(uint64_t ino) EXCLUDES(mu_);
+  // At open: a clean file (persisted or remote, no handle open, no change
+  // of this mount waiting for the drain) not compared with the backend for
+  // a TTL is compared now; if the backend's copy differs (checksum, else
+  // size or mtime) it becomes remote and the open fetches it. O_TRUNC opens
+  // skip it (the bytes are replaced anyway). Blocks (see LookupShared).
+  void RevalidateForOpen(uint64_t ino, int flags) EXCLUDES(mu_);
+  bool RevalidateDue(uint64_t ino, int flags) EXCLUDES(mu_);
+  // True once after the backend's copy replaced the file's bytes: pages
+  // the kernel cached for it are stale, the next open drops them.
+  bool TakeBackendChanged(uint64_t ino) EXCLUDES(mu_);
+
   DataStats DataStatistics();
 
   NamespaceStats Stats();
@@ -467,8 +507,49 @@ class InodeTable {
     // order: data_mu, then mu_); shared_ptr so a holder outlives an inode
     // erased meanwhile.
     std::shared_ptr<std::shared_mutex> data_mu = std::make_shared<std::shared_mutex>();
+    // The shared namespace (in memory only; steady-clock ns, 0: never):
+    // when the entry was last compared with the backend, and, for a
+    // directory, when its listing was last merged. `backend_changed`: the
+    // bytes were replaced by the backend's copy since the last open.
+    int64_t checked_ns = 0;
+    int64_t listed_ns = 0;
+    bool backend_changed = false;
     bool is_dir() const { return S_ISDIR(rec.mode); }
   };
+
+  // ---- The shared namespace (fs/shared.cc) ----
+  static int64_t MonoNs();  // CLOCK_MONOTONIC in ns
+  // Is `dir` a directory whose names the backend may add to (shared on,
+  // not in a memory-only checkpoint)? REQUIRES: mu_ held.
+  bool SharedDir(Inode* dir) REQUIRES(mu_);
+  // Does the pending log remove `path` or a directory above it (unlink,
+  // rmdir, rename away), or did the drain apply such a removal after log
+  // seq `since` (while the backend was being asked: its answer may predate
+  // the removal)? Then the backend's copy must not come back.
+  bool RemovalPending(const std::string& path, uint64_t since) REQUIRES(mu_);
+  // After the drain applied `e`: remembers a removal for RemovalPending.
+  void NoteRemovalApplied(const meta::LogEntry& e) REQUIRES(mu_);
+  // Does any pending log entry name `path` or something under it?
+  bool TouchedByLog(const std::string& path) REQUIRES(mu_);
+  // Clean all through: may `n` (at `path`) leave the namespace or be
+  // replaced because the backend says so? Files persisted or remote, not
+  // open, one name, not being fetched; nothing under it memory-only or
+  // named by the pending log. REQUIRES: mu_ held.
+  bool Droppable(Inode* n, const std::string& path, int depth = 0) REQUIRES(mu_);
+  // Removes the entry `name` of `p` and everything under it from the
+  // namespace, logging nothing (the backend no longer holds it). Its
+  // inodes go once the kernel forgets them. REQUIRES: mu_; Droppable.
+  Status DropShared(Inode* p, const std::string& name) REQUIRES(mu_);
+  // Adds the backend entry `e` as `name` in `p` (state remote for a file,
+  // persisted otherwise) to memory and to `b`. REQUIRES: mu_; name absent.
+  Inode* AdoptEntry(Inode* p, const std::string& name, const backend::Entry& e, meta::Batch* b) REQUIRES(mu_);
+  // AdoptEntry and commit; the entry is undone if the commit fails.
+  Result<Inode*> AdoptShared(Inode* p, const std::string& name, const backend::Entry& e) REQUIRES(mu_);
+  // The entry `n` (`name` in `p`) as the backend has it now (`e`): a file
+  // whose copy there differs becomes remote with the backend's size, mtime
+  // and checksum; one of another type (or a symlink with another target)
+  // is replaced. Only when Droppable. Returns the entry now at `name`.
+  Inode* FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) REQUIRES(mu_);
 
   // ---- Checkpoint policies (fs/checkpoints.cc) ----
   // The entry `name` made in `parent` would be a checkpoint: its name
@@ -678,6 +759,14 @@ class InodeTable {
   uint64_t next_ckpt_ GUARDED_BY(mu_) = 1;        // the next checkpoint number (kCheckpointCounter)
   int64_t last_drained_ckpt_s_ GUARDED_BY(mu_) = 0;  // --persist-interval: when the last drained one was made
   std::atomic<bool> read_only_{false};
+  int64_t shared_ttl_ns_ = 0;  // set before Load, read-only after
+  // Names the backend said ENOENT for, (dir ino, name) -> when (steady ns):
+  // asked again only after the TTL.
+  std::map<std::pair<uint64_t, std::string>, int64_t> negative_ GUARDED_BY(mu_);
+  // Removals the drain applied lately, (seq, path), oldest first, at most
+  // kRecentRemovals; removed_trimmed_ is the newest seq dropped from it.
+  std::deque<std::pair<uint64_t, std::string>> removed_ GUARDED_BY(mu_);
+  uint64_t removed_trimmed_ GUARDED_BY(mu_) = 0;
   mutable ckpt::Mutex ro_mu_;  // leaf lock
   std::string ro_reason_ GUARDED_BY(ro_mu_);
   bool shutdown_ GUARDED_BY(mu_) = false;

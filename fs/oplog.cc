@@ -249,6 +249,7 @@ Status InodeTable::CompleteEntry(const LogEntry& e) {
     tier_->NotifySpace();
   }
   ApplyToBackendPaths(e);
+  NoteRemovalApplied(e);
   return {};
 }
 

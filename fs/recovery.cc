@@ -337,7 +337,6 @@ Status InodeTable::ImportBackend() {
   Batch b;
   std::unordered_map<std::string, uint64_t> dirs{{"", meta::kRootIno}};
   uint64_t count = 0;
-  Inode* root = Find(meta::kRootIno);
   auto st = backend_->List([&](const backend::Entry& e) {
     mu_.AssertHeld();  // called back while ImportBackend holds mu_
     auto slash = e.path.rfind('/');
@@ -350,50 +349,8 @@ Status InodeTable::ImportBackend() {
     }
     Inode* p = Find(pit->second);
     if (p->children.count(name)) return;
-    auto n = std::make_unique<Inode>();
-    InodeRecord& r = n->rec;
-    r.ino = next_ino_++;
-    r.parent = p->rec.ino;
-    r.name = name;
-    r.uid = root->rec.uid;
-    r.gid = root->rec.gid;
-    r.mtime = r.atime = r.ctime = {e.mtime_sec, e.mtime_nsec};
-    r.version = 1;
-    switch (e.type) {
-      case backend::Entry::Type::kDir:
-        r.mode = S_IFDIR | (e.mode ? e.mode & 07777 : 0755);
-        r.nlink = 2;
-        r.state = DataState::kPersisted;
-        p->rec.nlink++;
-        dirs[e.path] = r.ino;
-        break;
-      case backend::Entry::Type::kFile:
-        r.mode = S_IFREG | (e.mode ? e.mode & 07777 : 0644);
-        r.nlink = 1;
-        r.size = r.sealed_size = e.size;
-        largest_sealed_ = std::max(largest_sealed_, e.size);  // what a checkpoint here weighs
-        r.state = DataState::kRemote;
-        if (e.has_checksum) {
-          r.checksum_hi = e.checksum_hi;
-          r.checksum_lo = e.checksum_lo;
-        }
-        break;
-      case backend::Entry::Type::kSymlink:
-        r.mode = S_IFLNK | 0777;
-        r.nlink = 1;
-        r.target = e.target;
-        r.state = DataState::kPersisted;
-        break;
-    }
-    MetaStore::PutInode(&b, r);
-    MetaStore::PutInode(&b, p->rec);
-    MetaStore::PutDentry(&b, p->rec.ino, name, r.ino, DirentType(r.mode));
-    p->children.emplace(name, r.ino);
-    inodes_[r.ino] = std::move(n);
-    if (e.type == backend::Entry::Type::kFile) {
-      lru_.emplace(0, r.ino);
-      SetBackendPath(Find(r.ino), e.path);
-    }
+    Inode* n = AdoptEntry(p, name, e, &b);
+    if (e.type == backend::Entry::Type::kDir) dirs[e.path] = n->rec.ino;
     count++;
   });
   if (!st) return st;
@@ -402,6 +359,55 @@ Status InodeTable::ImportBackend() {
   if (auto c = Commit(b, true); !c) return c;
   if (count) LOG_INFO("import: {} entries found in the backend {}", count, backend_->Describe());
   return {};
+}
+
+InodeTable::Inode* InodeTable::AdoptEntry(Inode* p, const std::string& name, const backend::Entry& e, Batch* b) {
+  Inode* root = Find(meta::kRootIno);
+  auto n = std::make_unique<Inode>();
+  InodeRecord& r = n->rec;
+  r.ino = next_ino_++;
+  r.parent = p->rec.ino;
+  r.name = name;
+  r.uid = root->rec.uid;
+  r.gid = root->rec.gid;
+  r.mtime = r.atime = r.ctime = {e.mtime_sec, e.mtime_nsec};
+  r.version = 1;
+  switch (e.type) {
+    case backend::Entry::Type::kDir:
+      r.mode = S_IFDIR | (e.mode ? e.mode & 07777 : 0755);
+      r.nlink = 2;
+      r.state = DataState::kPersisted;
+      p->rec.nlink++;
+      break;
+    case backend::Entry::Type::kFile:
+      r.mode = S_IFREG | (e.mode ? e.mode & 07777 : 0644);
+      r.nlink = 1;
+      r.size = r.sealed_size = e.size;
+      largest_sealed_ = std::max(largest_sealed_, e.size);  // what a checkpoint here weighs
+      r.state = DataState::kRemote;
+      if (e.has_checksum) {
+        r.checksum_hi = e.checksum_hi;
+        r.checksum_lo = e.checksum_lo;
+      }
+      break;
+    case backend::Entry::Type::kSymlink:
+      r.mode = S_IFLNK | 0777;
+      r.nlink = 1;
+      r.target = e.target;
+      r.state = DataState::kPersisted;
+      break;
+  }
+  MetaStore::PutInode(b, r);
+  MetaStore::PutInode(b, p->rec);
+  MetaStore::PutDentry(b, p->rec.ino, name, r.ino, DirentType(r.mode));
+  p->children.emplace(name, r.ino);
+  Inode* out = n.get();
+  inodes_[r.ino] = std::move(n);
+  if (e.type == backend::Entry::Type::kFile) {
+    lru_.emplace(0, r.ino);
+    SetBackendPath(out, e.path);
+  }
+  return out;
 }
 
 }  // namespace ckpt::fs

@@ -4,12 +4,14 @@
 # prove no backend read happens, the backend copy is overwritten with
 # garbage first: a fetch would fail its checksum (EIO), so a correct load
 # can only have come from RAM. Done twice: before the drain (dirty) and
-# after it (persisted, still in the tier).
+# after it (persisted, still in the tier). The shared namespace is off
+# (--shared-ttl 0): with it, a backend copy rewritten behind the mount is
+# another node's newer version and is fetched on purpose (shared_namespace).
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 $PY -c 'import torch' 2>/dev/null || skip "$PY has no torch"
 
-mount_fs
+mount_fs --shared-ttl 0
 cat > "$T/trainer.py" <<'PY'
 import os, signal, sys, torch
 torch.manual_seed(int(sys.argv[2]))

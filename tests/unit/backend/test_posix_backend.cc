@@ -995,3 +995,123 @@ Test(posix_backend_symlink, walk_fallback) {
   cr_assert_eq(rename(away.c_str(), e.root.c_str()), 0);
   cr_assert(e.be->Mkdir("d", A(0755)).has_value());
 }
+
+// ---- Issue #11: Stat and ListDir (the shared namespace) ----
+
+namespace {
+
+// Stat and ListDir over a tree with a file (published: checksum, mode,
+// mtime), a directory, a symlink and hostile names.
+void StatAndListDir() {
+  Env e;
+  Source src(1000, 950);
+  Staged s = StageChecked(e, src);
+  cr_assert(e.be->Publish(s, "step/shard 0", A(0640, 1600000000, 42)).has_value());
+  cr_assert(e.be->Mkdir("step/sub", A(0750)).has_value());
+  cr_assert(e.be->Symlink("step/link", "../elsewhere", {}).has_value());
+  const std::string odd = "n\xff%?*\n'\"\\ ;x";  // not UTF-8, shell and URL specials, a newline
+  WriteFile(e.P("step/" + odd), "odd");
+  cr_assert_eq(mkfifo(e.P("step/fifo").c_str(), 0600), 0);  // neither listed nor stat-able
+
+  auto f = e.be->Stat("step/shard 0");
+  cr_assert(f.has_value(), "stat: %d", f.error());
+  cr_expect(f->type == Entry::Type::kFile);
+  cr_expect_eq(f->path, std::string("step/shard 0"));
+  cr_expect_eq(f->size, 1000u);
+  cr_expect_eq(f->mode, 0640u);
+  cr_expect_eq(f->mtime_sec, 1600000000);
+  cr_expect_eq(f->mtime_nsec, 42u);
+  cr_expect(f->has_checksum && f->checksum_hi == s.checksum_hi && f->checksum_lo == s.checksum_lo);
+
+  auto d = e.be->Stat("step/sub");
+  cr_assert(d.has_value());
+  cr_expect(d->type == Entry::Type::kDir);
+  cr_expect_eq(d->mode, 0750u);
+  auto l = e.be->Stat("step/link");  // the link itself, never its target
+  cr_assert(l.has_value());
+  cr_expect(l->type == Entry::Type::kSymlink);
+  cr_expect_eq(l->target, std::string("../elsewhere"));
+  auto o = e.be->Stat("step/" + odd);
+  cr_assert(o.has_value());
+  cr_expect_eq(o->size, 3u);
+
+  cr_expect_eq(e.be->Stat("step/missing").error(), ENOENT);
+  cr_expect_eq(e.be->Stat("nodir/missing").error(), ENOENT);
+  cr_expect_eq(e.be->Stat("step/fifo").error(), EINVAL);
+  for (const char* bad : {"", "/abs", "a/../b", "..", "a//b", "./a", ".ckptfs-tmp", ".ckptfs-tmp/x"})
+    cr_expect_eq(e.be->Stat(bad).error(), EINVAL, "%s", bad);
+  cr_expect_eq(e.be->Stat("step/shard 0/below").error(), ENOTDIR);
+
+  auto ls = e.be->ListDir("step");
+  cr_assert(ls.has_value(), "listdir: %d", ls.error());
+  std::vector<std::string> names;
+  for (auto& en : *ls) names.push_back(en.path);
+  std::vector<std::string> want = {"step/" + odd, "step/link", "step/shard 0", "step/sub"};
+  std::sort(want.begin(), want.end());
+  cr_assert(names == want, "got %zu entries", names.size());
+  for (auto& en : *ls)
+    if (en.path == "step/shard 0") cr_expect(en.has_checksum && en.size == 1000 && en.mode == 0640);
+
+  // The root: the staging area and probes are never listed; one level only.
+  auto top = e.be->ListDir("");
+  cr_assert(top.has_value());
+  cr_assert_eq(top->size(), 1u);
+  cr_expect_eq((*top)[0].path, std::string("step"));
+  cr_expect((*top)[0].type == Entry::Type::kDir);
+
+  auto empty = e.be->ListDir("step/sub");
+  cr_assert(empty.has_value());
+  cr_expect(empty->empty());
+  cr_expect_eq(e.be->ListDir("nope").error(), ENOENT);
+  cr_expect_eq(e.be->ListDir("step/shard 0").error(), ENOTDIR);
+  cr_expect_eq(e.be->ListDir("step/link").error(), ELOOP);
+  cr_expect_eq(e.be->ListDir("a/../step").error(), EINVAL);
+  cr_expect_eq(e.be->ListDir(".ckptfs-tmp").error(), EINVAL);
+}
+
+// "team" replaced by a symlink to a directory outside the root: neither
+// Stat nor ListDir looks through it.
+void StatListDirThroughSymlink() {
+  Env e;
+  Outside o;
+  PlantTeamLink(e, o);
+  cr_expect_eq(e.be->Stat("team/a").error(), ELOOP);
+  cr_expect_eq(e.be->ListDir("team").error(), ELOOP);
+  auto link = e.be->Stat("team");
+  cr_assert(link.has_value());
+  cr_expect(link->type == Entry::Type::kSymlink);
+  cr_expect_eq(link->target, o.dir);
+  o.ExpectUntouched();
+}
+
+}  // namespace
+
+Test(posix_backend_shared, stat_and_listdir) { StatAndListDir(); }
+
+Test(posix_backend_shared, stat_and_listdir_walk_fallback) {
+  setenv("CKPTFS_BACKEND_NO_OPENAT2", "1", 1);
+  StatAndListDir();
+}
+
+Test(posix_backend_shared, never_through_symlinks) { StatListDirThroughSymlink(); }
+
+Test(posix_backend_shared, never_through_symlinks_walk_fallback) {
+  setenv("CKPTFS_BACKEND_NO_OPENAT2", "1", 1);
+  StatListDirThroughSymlink();
+}
+
+Test(posix_backend_shared, vanished_root_is_eio_not_enoent) {
+  Env e;
+  cr_assert(e.be->Mkdir("d", A(0755)).has_value());
+  std::string away = e.root + ".away";
+  cr_assert_eq(rename(e.root.c_str(), away.c_str()), 0);
+  auto st = e.be->Stat("d");
+  cr_assert_not(st.has_value());
+  cr_expect_eq(st.error(), EIO);
+  cr_expect_eq(e.be->Stat("missing").error(), EIO);
+  cr_expect_eq(e.be->ListDir("").error(), EIO);
+  cr_expect_eq(e.be->ListDir("d").error(), EIO);
+  cr_assert_eq(rename(away.c_str(), e.root.c_str()), 0);
+  cr_expect(e.be->Stat("d").has_value());
+  cr_expect(e.be->ListDir("d").has_value());
+}

@@ -371,3 +371,29 @@ Test(config, checkpoint_policy_counts) {
   cr_assert(!bad.has_value());
   cr_assert(bad.error().find("-o persist_every=0") != std::string::npos, "%s", bad.error().c_str());
 }
+
+// --shared-ttl and -o shared_ttl=: whole seconds, 0 (off) to a day.
+Test(config, shared_ttl) {
+  cr_assert_eq(ckpt::Config{}.shared_ttl_s, 1u);
+  cr_assert_eq(*ckpt::ParseTtl("0"), 0u);
+  cr_assert_eq(*ckpt::ParseTtl("1"), 1u);
+  cr_assert_eq(*ckpt::ParseTtl("86400"), 86400u);
+  for (const char* bad : {"-1", "+3", "1.5", "", " 3", "3 ", "3s", "86401", "99999999999", "0x10", "ten"}) {
+    auto r = ckpt::ParseTtl(bad);
+    cr_assert(!r.has_value(), "'%s' accepted", bad);
+    cr_assert(r.error().find("want whole seconds from 0") != std::string::npos, "%s", r.error().c_str());
+    cr_assert(r.error().find('\n') == std::string::npos);
+  }
+  ckpt::Config c;
+  std::string o = "allow_other,shared_ttl=0,persist_every=2";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert_str_eq(o.c_str(), "allow_other");
+  cr_assert_eq(c.shared_ttl_s, 0u);
+  o = "shared_ttl=5";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert_eq(c.shared_ttl_s, 5u);
+  o = "shared_ttl=x";
+  auto bad = ckpt::TakeOwnOptions(&o, &c);
+  cr_assert(!bad.has_value());
+  cr_assert(bad.error().find("-o shared_ttl=x") != std::string::npos, "%s", bad.error().c_str());
+}

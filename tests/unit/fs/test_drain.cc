@@ -78,6 +78,14 @@ class FlakyBackend final : public backend::Backend {
   }
   ckpt::Status Link(const std::string& a, const std::string& b) override { return inner_->Link(a, b); }
   ckpt::Status SetAttr(const std::string& p, const backend::Attrs& a) override { return inner_->SetAttr(p, a); }
+  ckpt::Result<backend::Entry> Stat(const std::string& p) override {
+    if (down) return std::unexpected(EIO);
+    return inner_->Stat(p);
+  }
+  ckpt::Result<std::vector<backend::Entry>> ListDir(const std::string& d) override {
+    if (down) return std::unexpected(EIO);
+    return inner_->ListDir(d);
+  }
   ckpt::Result<std::pair<uint64_t, uint64_t>> Fetch(const std::string& p, int fd, uint64_t size) override {
     if (down) return std::unexpected(EIO);
     return inner_->Fetch(p, fd, size);

@@ -417,3 +417,16 @@ Test(s3_config, ini_parser) {
   cr_expect_eq(ini["a"]["key"], std::string("v1"));
   cr_expect_eq(ini["profile b"]["k"], std::string("v2"));
 }
+
+// Last-Modified of a HEAD, for objects with no ckptfs mtime: the same
+// second as the listing's LastModified (shared namespace, issue #11).
+Test(s3_xml, http_time) {
+  using ckpt::backend::s3::ParseHttpTime;
+  using ckpt::backend::s3::ParseIsoTime;
+  cr_expect_eq(ParseHttpTime("Sun, 06 Nov 1994 08:49:37 GMT").value_or(-1), 784111777);
+  cr_expect_eq(ParseHttpTime("Tue, 24 Nov 2026 07:49:05 GMT").value_or(-1),
+               ParseIsoTime("2026-11-24T07:49:05.123Z").value_or(-2));
+  for (const char* bad : {"", "Sun, 06 Foo 1994 08:49:37 GMT", "06 Nov 1994", "Sun, 32 Nov 1994 08:49:37 GMT",
+                          "Sun, 06 Nov 1994 25:49:37 GMT", "Sun, 06 Nov 1994 08:49:37"})
+    cr_expect(!ParseHttpTime(bad).has_value(), "'%s' parsed", bad);
+}

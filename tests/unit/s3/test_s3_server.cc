@@ -502,3 +502,84 @@ Test(s3_server, listing_pages_and_parents_first) {
   cr_expect(m.count("a/b/e") == 0);
   cr_expect(m.count("b-c") == 1);
 }
+
+// ---- Issue #11: Stat and ListDir (the shared namespace) ----
+
+Test(s3_server, stat_and_listdir) {
+  S3Config c = Cfg();
+  c.list_max_keys = 2;  // several pages, common prefixes split across them
+  auto be = Open(c);
+  cr_assert(be->Check().has_value());
+  const std::string odd = "sp ace+plus%25&amp?q#h\xc3\xa9=;'\"";  // URL, XML and shell specials
+  std::string shard = Put(*be, "step/shard 0", 1000, 71);
+  Put(*be, "step/" + odd, 10, 72);
+  Put(*be, "step/a/deep/f", 5, 73);  // "step/a": a directory with no marker
+  cr_assert(be->Mkdir("step/empty", {0750, 0, 0, false, 0, 0}).has_value());
+  cr_assert(be->Symlink("step/link", "../elsewhere", {}).has_value());
+  Put(*be, "top", 3, 74);
+  // A sibling prefix that must not leak into ck/run1's listing.
+  auto sibling = Open(Cfg("ck/run10"));
+  Put(*sibling, "step/intruder", 4, 75);
+
+  auto f = be->Stat("step/shard 0");
+  cr_assert(f.has_value(), "stat: %d", f.error());
+  cr_expect(f->type == Entry::Type::kFile);
+  cr_expect_eq(f->size, 1000u);
+  cr_expect_eq(f->mode, 0640u);
+  cr_expect_eq(f->mtime_sec, 1700000000);
+  cr_expect_eq(f->mtime_nsec, 123456789u);
+  auto want = ckpt::backend::ContentChecksum(shard.data(), shard.size());
+  cr_expect(f->has_checksum && f->checksum_hi == want.first && f->checksum_lo == want.second);
+  auto o = be->Stat("step/" + odd);
+  cr_assert(o.has_value(), "stat odd: %d", o.error());
+  cr_expect_eq(o->size, 10u);
+  auto l = be->Stat("step/link");
+  cr_assert(l.has_value());
+  cr_expect(l->type == Entry::Type::kSymlink);
+  cr_expect_eq(l->target, std::string("../elsewhere"));
+  for (const char* dir : {"step", "step/a", "step/a/deep", "step/empty"}) {
+    auto d = be->Stat(dir);
+    cr_assert(d.has_value(), "stat %s: %d", dir, d.error());
+    cr_expect(d->type == Entry::Type::kDir, "%s", dir);
+  }
+  cr_expect_eq(be->Stat("step/missing").error(), ENOENT);
+  cr_expect_eq(be->Stat("nodir/missing").error(), ENOENT);
+  cr_expect_eq(be->Stat("ste").error(), ENOENT);  // a prefix of a name is not a name
+  for (const char* bad : {"", "/abs", "a/../b", "..", "a//b", ".ckptfs-tmp", ".ckptfs-tmp/x"})
+    cr_expect_eq(be->Stat(bad).error(), EINVAL, "%s", bad);
+
+  auto ls = be->ListDir("step");
+  cr_assert(ls.has_value(), "listdir: %d", ls.error());
+  std::vector<std::string> names;
+  for (auto& e : *ls) names.push_back(e.path);
+  std::vector<std::string> expect = {"step/" + odd, "step/a", "step/empty", "step/link", "step/shard 0"};
+  std::sort(expect.begin(), expect.end());
+  cr_assert(names == expect, "got %zu entries", names.size());
+  for (auto& e : *ls) {
+    if (e.path == "step/shard 0") cr_expect(e.type == Entry::Type::kFile && e.size == 1000 && e.has_checksum);
+    if (e.path == "step/link") cr_expect(e.type == Entry::Type::kSymlink && e.target == "../elsewhere");
+    if (e.path == "step/a" || e.path == "step/empty") cr_expect(e.type == Entry::Type::kDir);
+  }
+  auto top = be->ListDir("");  // the staging area is never listed
+  cr_assert(top.has_value());
+  cr_assert_eq(top->size(), 2u);
+  cr_expect_eq((*top)[0].path, std::string("step"));
+  cr_expect_eq((*top)[1].path, std::string("top"));
+  auto empty = be->ListDir("step/empty");
+  cr_assert(empty.has_value());
+  cr_expect(empty->empty());
+  cr_expect_eq(be->ListDir("nope").error(), ENOENT);
+  cr_expect_eq(be->ListDir("a/../step").error(), EINVAL);
+  cr_expect_eq(be->ListDir(".ckptfs-tmp").error(), EINVAL);
+}
+
+Test(s3_server, stat_and_listdir_missing_bucket_is_eio) {
+  S3Config c = Cfg();
+  c.bucket = "no-such-bucket";
+  auto be = Open(c);
+  // ENOENT would read as "nothing there": the store is unreachable instead.
+  cr_expect_eq(be->Stat("x").error(), EIO);
+  cr_expect_eq(be->Stat("d/x").error(), EIO);
+  cr_expect_eq(be->ListDir("").error(), EIO);
+  cr_expect_eq(be->ListDir("d").error(), EIO);
+}
