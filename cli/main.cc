@@ -41,11 +41,11 @@ int main(int argc, char** argv) {
   mount->add_option("--checkpoint-regex", cfg.checkpoint_regex,
                     "names of checkpoint directories and files, for ckptfs ls/latest (ECMAScript, whole name)");
   std::string keep_in_memory, persist_every, persist_interval;
-  mount->add_option("--keep-in-memory", keep_in_memory,
+  auto* keep_opt = mount->add_option("--keep-in-memory", keep_in_memory,
                     "K: the newest K checkpoints stay in RAM when clean; older ones are evicted first");
-  mount->add_option("--persist-every", persist_every,
+  auto* every_opt = mount->add_option("--persist-every", persist_every,
                     "N: only every Nth checkpoint (in order of creation) drains; the others stay memory-only");
-  mount->add_option("--persist-interval", persist_interval,
+  auto* interval_opt = mount->add_option("--persist-interval", persist_interval,
                     "SECONDS: a checkpoint drains when SECONDS passed since the last one that did; the others stay "
                     "memory-only");
   std::string shared_ttl;
@@ -134,10 +134,11 @@ int main(int argc, char** argv) {
     }
     cfg.min_free = *sz;
   }
-  for (auto [flag, text, out] : {std::tuple{"--keep-in-memory", &keep_in_memory, &cfg.keep_in_memory},
-                                  std::tuple{"--persist-every", &persist_every, &cfg.persist_every},
-                                  std::tuple{"--persist-interval", &persist_interval, &cfg.persist_interval_s}}) {
-    if (text->empty()) continue;
+  for (auto [flag, opt, text, out] :
+       {std::tuple{"--keep-in-memory", keep_opt, &keep_in_memory, &cfg.keep_in_memory},
+        std::tuple{"--persist-every", every_opt, &persist_every, &cfg.persist_every},
+        std::tuple{"--persist-interval", interval_opt, &persist_interval, &cfg.persist_interval_s}}) {
+    if (opt->count() == 0) continue;  // given empty ('') is refused, not taken as unset
     auto v = ParseCount(*text);
     if (!v) {
       fprintf(stderr, "ckptfs: %s: %s\n", flag, v.error().c_str());

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -258,6 +259,7 @@ void Engine::WriterLoop() {
     if (auto st = copier_->Wait(c.buf); !st) {
       job.Fail(st.error(), "the copy to host failed: " + ErrStr(st.error()));
     } else if (!job.Error() && !job.cancelled_) {
+      if (opts_.write_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(opts_.write_delay_us));
       int e = 0;
       if (c.off <= opts_.fail_write_at && opts_.fail_write_at < c.off + c.len) e = opts_.fail_write_errno;
       if (!e) e = PwriteFull(job.fd_, buf, c.len, c.off);

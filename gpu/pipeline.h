@@ -59,6 +59,7 @@ struct Options {
   // file offset with this errno.
   uint64_t fail_write_at = UINT64_MAX;
   int fail_write_errno = 0;
+  uint32_t write_delay_us = 0;  // the writer sleeps this long before each chunk
 };
 
 // Options from the environment: CKPTFS_CUDA_PINNED ("512M", "1G", or

@@ -17,6 +17,9 @@ for bad in "--persist-every 0" "--persist-every -1" "--keep-in-memory 0" "--pers
   # shellcheck disable=SC2086  # the option and its value are two words
   expect_mount_refused "want a whole number from 1" "$MNT" --backend "$BACKEND" $bad
 done
+for flag in --persist-every --persist-interval --keep-in-memory; do
+  expect_mount_refused "want a whole number from 1" "$MNT" --backend "$BACKEND" "$flag" ''
+done
 expect_mount_refused "fsync backend cannot go with --persist-every" "$MNT" --backend "$BACKEND" --fsync backend \
   --persist-every 2
 
