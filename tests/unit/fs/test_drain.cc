@@ -91,6 +91,14 @@ class FlakyBackend final : public backend::Backend {
     return inner_->Fetch(p, fd, size);
   }
   ckpt::Status List(const std::function<void(const backend::Entry&)>& fn) override { return inner_->List(fn); }
+  ckpt::Status PutRecord(const std::string& d, const std::string& n, const std::string& b) override {
+    if (down) return std::unexpected(EIO);
+    return inner_->PutRecord(d, n, b);
+  }
+  ckpt::Result<std::vector<std::pair<std::string, std::string>>> ListRecords(const std::string& d) override {
+    if (down) return std::unexpected(EIO);
+    return inner_->ListRecords(d);
+  }
 
  private:
   bool Refused(const std::string& p) const { return refuse_err && p.starts_with(refuse_prefix); }
