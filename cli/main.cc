@@ -48,6 +48,16 @@ int main(int argc, char** argv) {
   mount->add_option("--persist-interval", persist_interval,
                     "SECONDS: a checkpoint drains when SECONDS passed since the last one that did; the others stay "
                     "memory-only");
+  std::string member_timeout, max_clock_skew;
+  mount->add_option("--cluster", cfg.cluster,
+                    "NAME: order persistence with every other mount of this cluster over the same backend (a file "
+                    "closed after a barrier reaches it after the files other nodes closed before)");
+  mount->add_option("--node", cfg.node, "ID of this mount in the cluster (default: hostname-<hash of the state dir>)");
+  mount->add_option("--member-timeout", member_timeout,
+                    "SECONDS without a heartbeat after which a member is dead: ignored, its unpersisted files lost "
+                    "(default 60)");
+  mount->add_option("--max-clock-skew", max_clock_skew,
+                    "MS: how far apart the nodes' clocks may be (default 50, NTP); the ordering margin");
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
   mount->add_option("-o", cfg.fuse_opts, "FUSE mount options, and passthrough=off (every read and write through the daemon)");
   mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
@@ -141,6 +151,23 @@ int main(int argc, char** argv) {
     }
     *out = *v;
   }
+  if (!member_timeout.empty()) {
+    auto v = ParseCount(member_timeout);
+    if (!v) {
+      fprintf(stderr, "ckptfs: --member-timeout: %s\n", v.error().c_str());
+      return 2;
+    }
+    cfg.member_timeout_s = *v;
+  }
+  if (!max_clock_skew.empty()) {
+    auto v = ParseSkewMs(max_clock_skew);
+    if (!v) {
+      fprintf(stderr, "ckptfs: --max-clock-skew: %s\n", v.error().c_str());
+      return 2;
+    }
+    cfg.max_clock_skew_ms = *v;
+  }
+  cfg.cluster_opts_given = !cfg.node.empty() || !member_timeout.empty() || !max_clock_skew.empty();
   if (auto own = TakeOwnOptions(&cfg.fuse_opts, &cfg); !own) {
     fprintf(stderr, "ckptfs: %s\n", own.error().c_str());
     return 2;

@@ -57,6 +57,13 @@ struct Config {
   uint64_t persist_every = 0;
   uint64_t persist_interval_s = 0;
   uint64_t keep_in_memory = 0;
+  // Cross-node ordering (--cluster NAME; fs/cluster.h): "" is off. The node
+  // id defaults to the hostname and a hash of the state dir's path.
+  std::string cluster;
+  std::string node;
+  uint64_t member_timeout_s = 60;  // --member-timeout
+  uint64_t max_clock_skew_ms = 50;  // --max-clock-skew
+  bool cluster_opts_given = false;  // --node, --member-timeout or --max-clock-skew given
   std::string metrics;           // --metrics HOST:PORT ("" : off)
   std::string metrics_textfile;  // --metrics-textfile PATH ("" : off)
   std::string log_level = "info";
@@ -105,8 +112,12 @@ std::string RedactUserinfo(const std::string& text);
 // other control byte and every byte that is not part of valid UTF-8 as \xHH.
 std::string EscapeName(std::string_view s);
 
+// Parses --max-clock-skew: milliseconds, 0 to 60000 (digits only).
+std::expected<uint64_t, std::string> ParseSkewMs(const std::string& s);
+
 // Takes ckptfs's own options out of a -o list (comma-separated), leaving
-// libfuse's: passthrough=on|off. Returns a one-line message for a bad value.
+// libfuse's: passthrough=on|off, the checkpoint policies, cluster=NAME,
+// node=ID, member_timeout=SECONDS, max_clock_skew=MS. Returns a one-line message for a bad value.
 std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* cfg);
 
 // Total physical memory in bytes.

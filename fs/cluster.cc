@@ -80,6 +80,12 @@ void Cluster::Init() {
   self_.state = "live";
 }
 
+bool Cluster::Join() {
+  Heartbeat();
+  MutexLock lk(&mu_);
+  return last_error_.empty();
+}
+
 void Cluster::Start() {
   sampler_ = std::thread([this] {
     for (;;) {
@@ -150,7 +156,6 @@ void Cluster::Sample() {
     changed = changed || samples_.size() != before;
     samples_changed_ = samples_changed_ || changed;
   }
-  if (changed) KeepSamples();
 }
 
 void Cluster::Prune(uint64_t applied) {
@@ -226,6 +231,7 @@ std::string Cluster::MakeRecord(const std::string& state) {
 
 void Cluster::Heartbeat() {
   Sample();
+  KeepSamples();
   std::string rec = MakeRecord("live");
   if (auto st = store_->Put(opt_.node, rec); !st) {
     MutexLock lk(&mu_);
@@ -242,6 +248,9 @@ bool Cluster::Dead(const Record& r, int64_t now) const {
 }
 
 void Cluster::ReadRecords() {
+  // The time before the listing: a member whose first record was written
+  // before it is in the list (POSIX and S3 read their own writes).
+  const int64_t read_at = clock_();
   auto list = store_->List();
   const int64_t now = clock_();
   MutexLock lk(&mu_);
@@ -288,6 +297,7 @@ void Cluster::ReadRecords() {
     others.push_back(std::move(r));
   }
   others_ = std::move(others);
+  read_at_ = std::max(read_at_, read_at);
 }
 
 bool Cluster::MayPublish(uint64_t seq) {
@@ -297,6 +307,11 @@ bool Cluster::MayPublish(uint64_t seq) {
   auto g = GateLocked(seq);
   if (!g) {
     blockers.push_back("(this node's next sample)");
+  } else if (read_at_ < *g + opt_.max_skew_ms) {
+    // A member that joined after the last read, and closed a file before
+    // this entry, must be seen first: it wrote its first record before it
+    // served any write.
+    blockers.push_back("(this node's next read of the records)");
   } else {
     for (const Record& r : others_) {
       if (r.state != "live" || Dead(r, now)) continue;

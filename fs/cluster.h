@@ -2,7 +2,7 @@
 // one job over one backend keep a file closed after a barrier on one node
 // behind the files the other nodes closed before that barrier.
 //
-// Each node samples its own drain log (every 50 ms: the newest logged seq
+// Each node samples its own drain log (every 10 ms: the newest logged seq
 // read just before and just after the wall clock), which gives every log
 // entry a *gate time*, an upper bound of the moment it was logged (the first
 // sample taken after it), without changing the log's format. Every
@@ -13,7 +13,9 @@
 //
 // The rule (MayPublish, asked by the drainer before it applies the head
 // entry, after staging): entry e of node X, gate g, may reach the backend
-// when every other live member Y has a record with
+// when X read the records after g + max_clock_skew (so it knows every member
+// that could have closed a file before e: a node writes its first record
+// before it serves a write), and every other live member Y has a record with
 //     T_Y >= g + max_clock_skew          (Y's record is newer than e's close)
 //     and (G_Y, Y) > (g, X), or Y has nothing pending at T_Y.
 // The second condition compares (gate, node id) pairs, a total order on
@@ -28,10 +30,11 @@
 // lost by every node. A member that unmounted cleanly with nothing pending
 // writes state "left" and is ignored too; it rejoins when it mounts again.
 //
-// Samples are kept in STATE_DIR/cluster-samples (rewritten, not fsynced: a
-// killed daemon's page cache survives; a node reboot loses the tier anyway),
-// so entries recovered at a restart keep their gate times; an entry logged
-// after the last sample written gets the restart time.
+// Samples are kept in STATE_DIR/cluster-samples at every heartbeat
+// (rewritten when they changed, not fsynced: a killed daemon's page cache
+// survives; a node reboot loses the tier anyway), so entries recovered at a
+// restart keep their gate times; an entry logged after the last samples
+// kept (in the last heartbeat before a crash) gets the restart time.
 //
 // Thread-safety: every public method may be called from any thread. The
 // cluster's two threads (sampler, heartbeat) call the LogView and the
@@ -61,7 +64,7 @@ struct ClusterOptions {
   std::string name;  // --cluster
   std::string node;  // --node
   int64_t heartbeat_ms = 500;
-  int64_t sample_ms = 50;
+  int64_t sample_ms = 10;  // the ordering margin: see docs/consistency.md
   int64_t member_timeout_ms = 60000;  // --member-timeout
   int64_t max_skew_ms = 50;           // --max-clock-skew
 };
@@ -136,6 +139,10 @@ class Cluster {
   // Loads the kept samples and takes the first sample (entries logged
   // before it without a kept sample get its time: the start time).
   void Init();
+  // The first heartbeat, before the mount serves anything (so that every
+  // member knows this one before it can close a file): Heartbeat(); false
+  // (and logged) if the record could not be written.
+  bool Join();
   // Starts the sampler and heartbeat threads (Init first).
   void Start();
   // Stops them; safe to call twice.
@@ -199,6 +206,7 @@ class Cluster {
   uint64_t applied_ GUARDED_BY(mu_) = 0;  // AppliedSeq at the last sample
   bool samples_changed_ GUARDED_BY(mu_) = false;
   std::vector<Record> others_ GUARDED_BY(mu_);  // from the last read
+  int64_t read_at_ GUARDED_BY(mu_) = 0;         // when the last successful read began
   std::vector<std::string> dead_noted_ GUARDED_BY(mu_);  // members whose death was logged
   std::string last_error_ GUARDED_BY(mu_);
   bool waiting_ GUARDED_BY(mu_) = false;
