@@ -229,6 +229,32 @@ Test(cluster, dead_member_is_ignored_and_its_files_listed_lost) {
   cr_expect(!a.c->MayPublish(latest2));
 }
 
+// A member that joins between two reads of the records, and closes a file
+// before this node's entry: the entry waits for a read that sees it.
+Test(cluster, member_joining_late_is_seen_before_publishing) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now);
+  a.c->Heartbeat();  // reads: a alone
+  now = 1100;
+  Node b("b", &store, &now);
+  b.c->Join();
+  uint64_t eb = b.log.Log("step1/shard_b");
+  b.c->Sample();
+  now = 1200;
+  uint64_t ea = a.log.Log("latest");
+  a.c->Sample();
+  cr_expect(!a.c->MayPublish(ea), "published before reading the records again");
+  now = 1300;
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(ea), "b's record shows its earlier shard");
+  b.log.applied = eb;
+  b.c->Heartbeat();
+  now = 1400;
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(ea));
+}
+
 Test(cluster, member_that_left_does_not_hold_others) {
   FakeStore store;
   int64_t now = 1000;
@@ -237,6 +263,9 @@ Test(cluster, member_that_left_does_not_hold_others) {
   cr_expect(b.c->Leave());
   now = 1200;
   uint64_t e = a.log.Log("latest");
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(e), "records not read since the entry's close");
+  now = 1300;
   a.c->Heartbeat();
   cr_expect(a.c->MayPublish(e));
   auto st = a.c->Status();
@@ -256,6 +285,8 @@ Test(cluster, unreadable_records_and_store_errors) {
   store.recs["y"] = nlohmann::json{{"node", "other"}, {"cluster", "job"}}.dump();  // names another node
   now = 1100;
   uint64_t e = a.log.Log("f");
+  a.c->Heartbeat();
+  now = 1200;
   a.c->Heartbeat();
   cr_expect(a.c->MayPublish(e));  // nothing readable holds it
   cr_expect_eq(a.c->Status().members.size(), 1u);
@@ -280,9 +311,10 @@ Test(cluster, gate_times_survive_a_restart) {
     Node a("a", &store, &now, 60000, path);
     now = 1100;
     a.log.Log("s1");
-    a.c->Sample();
+    a.c->Heartbeat();  // samples kept at each heartbeat
     now = 1200;
-    a.log.Log("s2");  // no sample sees it before the "crash"
+    a.log.Log("s2");
+    a.c->Sample();  // seen, but not kept before the "crash"
     logged = a.log.paths;
   }
   now = 5000;
