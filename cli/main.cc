@@ -49,10 +49,10 @@ int main(int argc, char** argv) {
                     "SECONDS: a checkpoint drains when SECONDS passed since the last one that did; the others stay "
                     "memory-only");
   std::string member_timeout, max_clock_skew;
-  mount->add_option("--cluster", cfg.cluster,
+  auto* cluster_opt = mount->add_option("--cluster", cfg.cluster,
                     "NAME: order persistence with every other mount of this cluster over the same backend (a file "
                     "closed after a barrier reaches it after the files other nodes closed before)");
-  mount->add_option("--node", cfg.node, "ID of this mount in the cluster (default: hostname-<hash of the state dir>)");
+  auto* node_opt = mount->add_option("--node", cfg.node, "ID of this mount in the cluster (default: hostname-<hash of the state dir>)");
   mount->add_option("--member-timeout", member_timeout,
                     "SECONDS without a heartbeat after which a member is dead: ignored, its unpersisted files lost "
                     "(default 60)");
@@ -167,11 +167,17 @@ int main(int argc, char** argv) {
     }
     cfg.max_clock_skew_ms = *v;
   }
-  cfg.cluster_opts_given = !cfg.node.empty() || !member_timeout.empty() || !max_clock_skew.empty();
+  cfg.cluster_opts_given = cfg.cluster_opts_given || node_opt->count() > 0 || !member_timeout.empty() ||
+                           !max_clock_skew.empty();
   if (auto own = TakeOwnOptions(&cfg.fuse_opts, &cfg); !own) {
     fprintf(stderr, "ckptfs: %s\n", own.error().c_str());
     return 2;
   }
+  for (auto [opt, val, flag] : {std::tuple{cluster_opt, &cfg.cluster, "--cluster"}, std::tuple{node_opt, &cfg.node, "--node"}})
+    if (opt->count() > 0 && val->empty() && (opt == cluster_opt || !cfg.cluster.empty())) {
+      fprintf(stderr, "ckptfs: %s: want 1 to 64 of A-Z a-z 0-9 . _ - (first a letter or digit), not ''\n", flag);
+      return 2;
+    }
   try {
     if (*mount) {
       SizeArgs sizes;

@@ -301,6 +301,7 @@ std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* 
     // Cross-node ordering (names are checked with the command line's).
     if (opt.starts_with("cluster=")) {
       cfg->cluster = opt.substr(8);
+      if (cfg->cluster.empty()) return std::unexpected("-o cluster=: want a cluster name");
       continue;
     }
     if (opt.starts_with("node=")) {
