@@ -106,12 +106,12 @@ void Cluster::Start() {
   heart_ = std::thread([this] {
     for (;;) {
       try {
-        Heartbeat();
+        Tick();
       } catch (const std::exception& e) {
         LOG_ERROR("cluster: internal error in the heartbeat: {}", e.what());
       }
       MutexLock lk(&mu_);
-      auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.heartbeat_ms);
+      auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.tick_ms);
       while (!stop_ && cv_.WaitUntil(&mu_, until)) {
       }
       if (stop_) return;
@@ -229,9 +229,32 @@ std::string Cluster::MakeRecord(const std::string& state) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+void Cluster::Tick() {
+  const int64_t now = clock_();
+  const uint64_t applied = log_->AppliedSeq();
+  bool write = false, read = false;
+  {
+    MutexLock lk(&mu_);
+    write = now - last_write_ >= opt_.heartbeat_ms || applied != written_applied_ || !last_error_.empty();
+    read = waiting_;
+  }
+  if (write) {
+    Heartbeat();
+  } else if (read) {
+    ReadRecords();
+  }
+}
+
 void Cluster::Heartbeat() {
+  const int64_t now = clock_();
+  const uint64_t applied = log_->AppliedSeq();
   Sample();
   KeepSamples();
+  {
+    MutexLock lk(&mu_);
+    last_write_ = now;
+    written_applied_ = applied;
+  }
   std::string rec = MakeRecord("live");
   if (auto st = store_->Put(opt_.node, rec); !st) {
     MutexLock lk(&mu_);

@@ -9,7 +9,9 @@
 // heartbeat (500 ms) the node writes a record to the backend's reserved area
 // (Backend::PutRecord: .ckptfs-cluster/NAME/NODE) with the time T of its
 // newest sample and the gate time G of its oldest entry not yet applied (none
-// if nothing is pending), and reads the other members' records.
+// if nothing is pending), and reads the other members' records — sooner
+// (within 100 ms) when it applied something, and while its drain waits
+// (Tick).
 //
 // The rule (MayPublish, asked by the drainer before it applies the head
 // entry, after staging): entry e of node X, gate g, may reach the backend
@@ -63,7 +65,8 @@ class InodeTable;
 struct ClusterOptions {
   std::string name;  // --cluster
   std::string node;  // --node
-  int64_t heartbeat_ms = 500;
+  int64_t heartbeat_ms = 500;  // a record at least this often
+  int64_t tick_ms = 100;       // sooner when something changed (Tick)
   int64_t sample_ms = 10;  // the ordering margin: see docs/consistency.md
   int64_t member_timeout_ms = 60000;  // --member-timeout
   int64_t max_skew_ms = 50;           // --max-clock-skew
@@ -152,10 +155,17 @@ class Cluster {
   // others, which then list its pending files as lost). True if written.
   bool Leave();
 
-  // One sample / one heartbeat (the threads call them; tests call them
-  // directly with a fake clock).
+  // One sample / one heartbeat: a sample, this node's record written, the
+  // others' read (the threads call them; tests call them directly with a
+  // fake clock).
   void Sample();
   void Heartbeat();
+  // What the heartbeat thread does every tick_ms: a Heartbeat when one is
+  // due, or when this node applied entries since its last record (others
+  // may wait for them); else, while this node's drain waits, a read of the
+  // others' records. So a file waiting for another node's earlier file
+  // passes about two ticks after that one is published, not two heartbeats.
+  void Tick();
 
   // May the log entry `seq` (pending, this node's) reach the backend now?
   // Records what holds it back for Status. Drain thread.
@@ -215,6 +225,8 @@ class Cluster {
   int64_t wait_since_ GUARDED_BY(mu_) = 0;
   std::vector<std::string> waiting_for_ GUARDED_BY(mu_);
   Record self_ GUARDED_BY(mu_);  // as last written
+  int64_t last_write_ GUARDED_BY(mu_) = 0;        // clock at the last Heartbeat
+  uint64_t written_applied_ GUARDED_BY(mu_) = 0;  // AppliedSeq then
   bool stop_ GUARDED_BY(mu_) = false;
   std::thread sampler_, heart_;
 };

@@ -345,3 +345,33 @@ Test(cluster, names) {
     cr_expect(!ckpt::fs::ValidClusterName(bad), "%s", bad);
   cr_expect(!ckpt::fs::ValidClusterName(std::string(65, 'x')));
 }
+
+// Tick: a record is written before the heartbeat is due when this node
+// applied entries; a waiting node reads the others' records every tick.
+Test(cluster, tick_writes_after_progress_and_reads_while_waiting) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now), b("b", &store, &now);
+  a.c->Heartbeat();
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  now = 1100;
+  uint64_t eb = b.log.Log("shard_b");
+  b.c->Tick();  // nothing applied, heartbeat not due: no record
+  cr_expect_eq(nlohmann::json::parse(store.recs["b"])["heartbeat_ms"].get<int64_t>(), 1000);
+  now = 1300;
+  uint64_t ea = a.log.Log("latest");
+  a.c->Sample();
+  a.c->Tick();
+  cr_expect(!a.c->MayPublish(ea));  // a's records read at 1000
+  now = 1400;
+  a.c->Tick();  // waiting: reads (b's record still from 1000: stale)
+  cr_expect(!a.c->MayPublish(ea));
+  b.log.applied = eb;
+  now = 1420;
+  b.c->Tick();  // applied something: writes at once
+  cr_expect_eq(nlohmann::json::parse(store.recs["b"])["heartbeat_ms"].get<int64_t>(), 1420);
+  now = 1450;
+  a.c->Tick();  // still waiting (the read at 1400 predates b's record): reads again
+  cr_expect(a.c->MayPublish(ea));
+}
