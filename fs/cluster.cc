@@ -24,6 +24,7 @@ using Json = nlohmann::json;
 namespace {
 
 constexpr size_t kRecordPaths = 1000;  // unpersisted paths named in a record
+constexpr int64_t kBusyMs = 2000;      // records every tick this long after another member had files pending
 constexpr char kSamplesMagic[] = "ckptfs-cluster-samples 1";
 
 class BackendRecordStore final : public RecordStore {
@@ -235,7 +236,10 @@ void Cluster::Tick() {
   bool write = false, read = false;
   {
     MutexLock lk(&mu_);
-    write = now - last_write_ >= opt_.heartbeat_ms || applied != written_applied_ || !last_error_.empty();
+    // Busy: another member had files pending at the last read, so it may
+    // wait for a record of this node newer than its files' gates.
+    write = now - last_write_ >= opt_.heartbeat_ms || applied != written_applied_ || !last_error_.empty() ||
+            now < busy_until_;
     read = waiting_;
   }
   if (write) {
@@ -317,6 +321,7 @@ void Cluster::ReadRecords() {
       LOG_INFO("cluster {}: member {} is back ({})", opt_.name, r.node, r.state);
       dead_noted_.erase(noted);
     }
+    if (r.state == "live" && !Dead(r, now) && r.oldest_gate_ms) busy_until_ = now + kBusyMs;
     others.push_back(std::move(r));
   }
   others_ = std::move(others);

@@ -9,9 +9,8 @@
 // heartbeat (500 ms) the node writes a record to the backend's reserved area
 // (Backend::PutRecord: .ckptfs-cluster/NAME/NODE) with the time T of its
 // newest sample and the gate time G of its oldest entry not yet applied (none
-// if nothing is pending), and reads the other members' records — sooner
-// (within 100 ms) when it applied something, and while its drain waits
-// (Tick).
+// if nothing is pending), and reads the other members' records — every
+// 100 ms while the cluster has files pending (Tick).
 //
 // The rule (MayPublish, asked by the drainer before it applies the head
 // entry, after staging): entry e of node X, gate g, may reach the backend
@@ -161,10 +160,12 @@ class Cluster {
   void Sample();
   void Heartbeat();
   // What the heartbeat thread does every tick_ms: a Heartbeat when one is
-  // due, or when this node applied entries since its last record (others
-  // may wait for them); else, while this node's drain waits, a read of the
-  // others' records. So a file waiting for another node's earlier file
-  // passes about two ticks after that one is published, not two heartbeats.
+  // due, when this node applied entries since its last record (others may
+  // wait for them), or for 2 s after a read showed another member with
+  // files pending (it waits for a record of this node newer than them);
+  // else, while this node's drain waits, a read of the others' records. So
+  // during a checkpoint a file waits about two ticks for another node's
+  // record, not two heartbeats; an idle cluster writes every heartbeat.
   void Tick();
 
   // May the log entry `seq` (pending, this node's) reach the backend now?
@@ -227,6 +228,7 @@ class Cluster {
   Record self_ GUARDED_BY(mu_);  // as last written
   int64_t last_write_ GUARDED_BY(mu_) = 0;        // clock at the last Heartbeat
   uint64_t written_applied_ GUARDED_BY(mu_) = 0;  // AppliedSeq then
+  int64_t busy_until_ GUARDED_BY(mu_) = 0;        // records every tick until then (Tick)
   bool stop_ GUARDED_BY(mu_) = false;
   std::thread sampler_, heart_;
 };

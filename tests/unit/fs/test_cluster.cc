@@ -375,3 +375,40 @@ Test(cluster, tick_writes_after_progress_and_reads_while_waiting) {
   a.c->Tick();  // still waiting (the read at 1400 predates b's record): reads again
   cr_expect(a.c->MayPublish(ea));
 }
+
+// While another member has files pending, an idle member writes (and reads)
+// every tick: the other waits for a record newer than its files.
+Test(cluster, idle_member_refreshes_while_another_has_files_pending) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now), b("b", &store, &now);
+  a.c->Heartbeat();
+  b.c->Heartbeat();
+  now = 1100;
+  b.c->Tick();  // nothing pending anywhere: no record before the heartbeat
+  cr_expect_eq(nlohmann::json::parse(store.recs["b"])["heartbeat_ms"].get<int64_t>(), 1000);
+  uint64_t e = a.log.Log("latest");
+  a.c->Sample();
+  now = 1200;
+  a.c->Heartbeat();  // a's record: a file pending
+  now = 1500;
+  b.c->Tick();  // heartbeat due: writes and reads a's record
+  now = 1600;
+  b.c->Tick();  // busy: writes again before the next heartbeat
+  cr_expect_eq(nlohmann::json::parse(store.recs["b"])["heartbeat_ms"].get<int64_t>(), 1600);
+  cr_expect(!a.c->MayPublish(e));  // a's last read (1200) predates it
+  now = 1650;
+  a.c->Tick();  // a waits: reads b's record of 1600 >= gate 1100 + 50
+  cr_expect(a.c->MayPublish(e));
+  // Two seconds after the last sight of a pending file, b is quiet again.
+  a.log.applied = e;
+  now = 1700;
+  a.c->Tick();
+  now = 1800;
+  b.c->Tick();  // reads a: nothing pending
+  now = 3900;
+  b.c->Tick();  // heartbeat due (last at 1800 + 500 passed long ago): writes
+  now = 4000;
+  b.c->Tick();  // no longer busy, heartbeat not due: no record
+  cr_expect_eq(nlohmann::json::parse(store.recs["b"])["heartbeat_ms"].get<int64_t>(), 3900);
+}
