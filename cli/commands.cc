@@ -420,8 +420,13 @@ void PrintCluster(const Json& c) {
   printf("cluster    %s, node %s, watermark %s%s\n", EscapeName(Str(c, "name")).c_str(),
          EscapeName(Str(c, "node")).c_str(), wm.c_str(),
          Str(c, "last_error").empty() ? "" : (", " + EscapeName(Str(c, "last_error"))).c_str());
+  if (Bool(c, "node_id_clash"))
+    printf("  CLASH    another mount writes records as node %s: give each mount its own --node\n",
+           EscapeName(Str(c, "node")).c_str());
+  size_t listed = 0;
   if (auto it = c.find("members"); it != c.end() && it->is_array())
     for (const Json& m : *it) {
+      listed++;
       if (!m.is_object()) continue;
       int64_t age = m.contains("age_ms") && m["age_ms"].is_number_integer() ? m["age_ms"].get<int64_t>() : 0;
       printf("  member %s%s: %s, heartbeat %s ago, %llu files not persisted\n", EscapeName(Str(m, "node")).c_str(),
@@ -429,6 +434,8 @@ void PrintCluster(const Json& c) {
              secs(static_cast<uint64_t>(std::max<int64_t>(age, 0))).c_str(),
              static_cast<unsigned long long>(U64(m, "unpersisted")));
     }
+  if (uint64_t n = U64(c, "member_count"); n > listed)
+    printf("  ... %llu more members (ckptfs status --json lists 100)\n", static_cast<unsigned long long>(n - listed));
   if (Bool(c, "waiting")) {
     std::string who;
     if (auto it = c.find("waiting_for"); it != c.end() && it->is_array())

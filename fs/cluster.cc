@@ -260,6 +260,10 @@ void Cluster::Heartbeat() {
     written_applied_ = applied;
   }
   std::string rec = MakeRecord("live");
+  {
+    MutexLock lk(&mu_);
+    written_ = rec;
+  }
   if (auto st = store_->Put(opt_.node, rec); !st) {
     MutexLock lk(&mu_);
     std::string msg = std::string("writing this node's record: ") + strerror(st.error());
@@ -291,7 +295,16 @@ void Cluster::ReadRecords() {
   last_error_.clear();
   std::vector<Record> others;
   for (const auto& [name, bytes] : *list) {
-    if (name == opt_.node) continue;
+    if (name == opt_.node) {
+      // Ours, as we wrote it last, unless another mount uses this node id
+      // (each overwrites the other's record: the others see one member).
+      if (!written_.empty() && bytes != written_ && !clash_noted_) {
+        clash_noted_ = true;
+        LOG_ERROR("cluster {}: another mount writes records as node {}; give each mount its own --node", opt_.name,
+                  opt_.node);
+      }
+      continue;
+    }
     Record r;
     try {
       Json j = Json::parse(bytes);
@@ -412,6 +425,7 @@ ClusterStatus Cluster::Status() {
   s.waiting_for = waiting_for_;
   s.waiting_since_ms = wait_since_;
   s.last_error = last_error_;
+  s.node_id_clash = clash_noted_;
   return s;
 }
 

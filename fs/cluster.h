@@ -10,7 +10,8 @@
 // (Backend::PutRecord: .ckptfs-cluster/NAME/NODE) with the time T of its
 // newest sample and the gate time G of its oldest entry not yet applied (none
 // if nothing is pending), and reads the other members' records — every
-// 100 ms while the cluster has files pending (Tick).
+// tick (25 ms on POSIX, 100 ms on S3) while the cluster has files pending
+// (Tick).
 //
 // The rule (MayPublish, asked by the drainer before it applies the head
 // entry, after staging): entry e of node X, gate g, may reach the backend
@@ -125,6 +126,7 @@ struct ClusterStatus {
   std::vector<std::string> waiting_for;
   int64_t waiting_since_ms = 0;
   std::string last_error;  // the last record write or read that failed ("" if fine)
+  bool node_id_clash = false;  // another mount writes records under this node id
 };
 
 class Cluster {
@@ -229,6 +231,8 @@ class Cluster {
   int64_t last_write_ GUARDED_BY(mu_) = 0;        // clock at the last Heartbeat
   uint64_t written_applied_ GUARDED_BY(mu_) = 0;  // AppliedSeq then
   int64_t busy_until_ GUARDED_BY(mu_) = 0;        // records every tick until then (Tick)
+  std::string written_ GUARDED_BY(mu_);            // this node's last record, as written
+  bool clash_noted_ GUARDED_BY(mu_) = false;       // another mount with this node id (logged once)
   bool stop_ GUARDED_BY(mu_) = false;
   std::thread sampler_, heart_;
 };

@@ -290,6 +290,14 @@ Test(cluster, unreadable_records_and_store_errors) {
   a.c->Heartbeat();
   cr_expect(a.c->MayPublish(e));  // nothing readable holds it
   cr_expect_eq(a.c->Status().members.size(), 1u);
+  cr_expect(!a.c->Status().node_id_clash);
+  // Another mount writing as node a is noticed: the record read back is
+  // not the one written.
+  store.recs["a"] = nlohmann::json{{"node", "a"}, {"cluster", "job"}, {"state", "live"}}.dump();
+  now = 1250;
+  a.c->MayPublish(e + 1);  // waits (no sample saw it): the next tick reads
+  a.c->Tick();
+  cr_expect(a.c->Status().node_id_clash);
   store.down = true;
   a.c->Heartbeat();
   cr_expect(!a.c->Status().last_error.empty());
