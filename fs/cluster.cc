@@ -238,8 +238,9 @@ void Cluster::Tick() {
     MutexLock lk(&mu_);
     // Busy: another member had files pending at the last read, so it may
     // wait for a record of this node newer than its files' gates.
-    write = now - last_write_ >= opt_.heartbeat_ms || applied != written_applied_ || !last_error_.empty() ||
-            now < busy_until_;
+    // After a failed write or read, the next try waits for the heartbeat.
+    write = now - last_write_ >= opt_.heartbeat_ms ||
+            (last_error_.empty() && (applied != written_applied_ || now < busy_until_));
     read = waiting_;
   }
   if (write) {

@@ -238,9 +238,12 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     d->cluster = std::make_unique<Cluster>(co, d->cluster_store.get(), d->cluster_log.get(),
                                            cfg.state_dir + "/cluster-samples");
     d->cluster->Init();
-    // Known to the other members before it serves a write (a degraded
-    // mount joins when the backend is back: its drain waits until then).
-    if (!d->cluster->Join()) LOG_INFO("cluster {}: node {} joins once its record can be written", cfg.cluster, cfg.node);
+    // Known to the other members before it serves a write. A degraded
+    // mount (backend unreachable) does not wait for that here: it joins at
+    // its first heartbeat that reaches the backend, and its drain waits
+    // until then (docs/consistency.md, "Joining").
+    if (!unreachable.empty() || !d->cluster->Join())
+      LOG_INFO("cluster {}: node {} joins once its record can be written", cfg.cluster, cfg.node);
     d->drainer->set_cluster(d->cluster.get());
   }
 

@@ -13,6 +13,7 @@
 #     state dir) rejoins live and drains the shard it still had in RAM.
 #  3. A clean unmount (c) writes "left": the others no longer wait for it.
 # serial: measures time (a member timeout, "never appears for N seconds")
+# tsan: the cluster's sampler and heartbeat threads beside the drain that asks them, three daemons
 source "$(dirname "$0")/../lib/common.sh"
 
 TIMEOUT=4
