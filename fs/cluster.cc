@@ -71,7 +71,10 @@ int64_t Cluster::WallClockMs() {
 Cluster::Cluster(ClusterOptions o, RecordStore* store, LogView* log, std::string samples_path, Clock clock)
     : opt_(std::move(o)), store_(store), log_(log), samples_path_(std::move(samples_path)), clock_(std::move(clock)) {}
 
-Cluster::~Cluster() { Stop(); }
+Cluster::~Cluster() {
+  Stop();
+  if (alive_fd_ >= 0) close(alive_fd_);
+}
 
 void Cluster::Init() {
   LoadSamples();
@@ -157,6 +160,13 @@ void Cluster::Sample() {
     changed = changed || samples_.size() != before;
     samples_changed_ = samples_changed_ || changed;
   }
+  // Kept at once, not at the next heartbeat: entries logged after the
+  // samples kept get, at a restart, a time derived from the last one kept
+  // (LoadSamples), so the window must be one sample period, not a heartbeat
+  // (a 500 ms window let a restarted node's shards pass for newer than
+  // another node's `latest`: seed 103 of the multi-node crash harness).
+  KeepSamples();
+  KeepAlive(t);
 }
 
 void Cluster::Prune(uint64_t applied) {
@@ -451,28 +461,57 @@ void Cluster::KeepSamples() {
   }
 }
 
+void Cluster::KeepAlive(int64_t t) {
+  if (alive_fd_ < 0) return;
+  // One pwrite of 8 bytes a sample, no rename: the page cache keeps it when
+  // the daemon is killed (what a node reboot loses, the tier loses too).
+  if (pwrite(alive_fd_, &t, sizeof t, 0) != static_cast<ssize_t>(sizeof t))
+    LOG_DEBUG("cluster: cannot keep the sample time in {}.alive: {}", samples_path_, strerror(errno));
+}
+
 void Cluster::LoadSamples() {
   if (samples_path_.empty()) return;
-  std::ifstream in(samples_path_);
-  if (!in) return;
-  std::string line;
-  if (!std::getline(in, line) || line != kSamplesMagic) {
-    LOG_WARN("cluster: {} is not a samples file; ignored (entries recovered now get the start time)", samples_path_);
-    return;
-  }
-  // Samples of a log that lost its newest entries (seqs above what is
-  // logged now) would give new entries with reused seqs old gate times.
-  const uint64_t logged = log_->LoggedSeq();
+  // The time of the last sample the previous daemon took (KeepAlive), if
+  // it kept one: the crash came less than a sample period after it.
+  std::optional<int64_t> alive;
+  std::string alive_path = samples_path_ + ".alive";
+  alive_fd_ = open(alive_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (int64_t t = 0; alive_fd_ >= 0 && pread(alive_fd_, &t, sizeof t, 0) == static_cast<ssize_t>(sizeof t) && t > 0)
+    alive = t;
+  if (alive_fd_ < 0) LOG_WARN("cluster: cannot open {}: {}", alive_path, strerror(errno));
   std::deque<SampleRec> got;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    SampleRec s{};
-    if (!(ls >> s.t >> s.pre >> s.post) || s.pre > s.post || s.post > logged ||
-        (!got.empty() && (s.t < got.back().t || s.pre < got.back().pre || s.post < got.back().post))) {
-      LOG_WARN("cluster: {} is damaged; ignored (entries recovered now get the start time)", samples_path_);
+  const uint64_t logged = log_->LoggedSeq();
+  std::ifstream in(samples_path_);
+  if (in) {
+    std::string line;
+    if (!std::getline(in, line) || line != kSamplesMagic) {
+      LOG_WARN("cluster: {} is not a samples file; ignored (entries recovered now get the start time)", samples_path_);
       return;
     }
-    got.push_back(s);
+    // Samples of a log that lost its newest entries (seqs above what is
+    // logged now) would give new entries with reused seqs old gate times.
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      SampleRec s{};
+      if (!(ls >> s.t >> s.pre >> s.post) || s.pre > s.post || s.post > logged ||
+          (!got.empty() && (s.t < got.back().t || s.pre < got.back().pre || s.post < got.back().post))) {
+        LOG_WARN("cluster: {} is damaged; ignored (entries recovered now get the start time)", samples_path_);
+        return;
+      }
+      got.push_back(s);
+    }
+  }
+  // Entries logged after the last sample kept: the previous daemon would
+  // have kept a sample that saw them (Sample keeps every change at once)
+  // had it lived one more sample period, so each was logged within a
+  // sample period of the last sample time it kept alive, and the crash
+  // came within one after it: that time plus one period bounds them from
+  // above, and from below but for two periods (inside the ordering margin).
+  // The restart time would do from above only: another node's `latest`
+  // would pass them for newer (docs/consistency.md "Cross-node ordering").
+  if (alive && logged > (got.empty() ? 0 : got.back().pre)) {
+    int64_t t = std::max(*alive, got.empty() ? *alive : got.back().t) + opt_.sample_ms;
+    got.push_back({t, logged, logged});
   }
   MutexLock lk(&mu_);
   samples_ = std::move(got);

@@ -32,11 +32,14 @@
 // lost by every node. A member that unmounted cleanly with nothing pending
 // writes state "left" and is ignored too; it rejoins when it mounts again.
 //
-// Samples are kept in STATE_DIR/cluster-samples at every heartbeat
-// (rewritten when they changed, not fsynced: a killed daemon's page cache
-// survives; a node reboot loses the tier anyway), so entries recovered at a
-// restart keep their gate times; an entry logged after the last samples
-// kept (in the last heartbeat before a crash) gets the restart time.
+// Samples are kept in STATE_DIR/cluster-samples whenever they change, and
+// the time of the latest in cluster-samples.alive at every sample (not
+// fsynced: a killed daemon's page cache survives; a node reboot loses the
+// tier anyway), so entries recovered at a restart keep their gate times,
+// and an entry logged after the last sample kept gets the last sample time
+// kept alive plus one period: within two periods of its close (LoadSamples
+// says why). Not the restart time: that let another node's later `latest`
+// pass a restarted node's shards (found by the multi-node crash harness).
 //
 // Thread-safety: every public method may be called from any thread. The
 // cluster's two threads (sampler, heartbeat) call the LogView and the
@@ -204,6 +207,8 @@ class Cluster {
   int64_t WatermarkLocked(uint64_t applied) REQUIRES(mu_);
   void Prune(uint64_t applied) REQUIRES(mu_);
   void KeepSamples();
+  // Keeps the time of the latest sample in STATE_DIR/cluster-samples.alive.
+  void KeepAlive(int64_t t);
   void LoadSamples();
   bool Dead(const Record& r, int64_t now) const;
 
@@ -234,6 +239,7 @@ class Cluster {
   std::string written_ GUARDED_BY(mu_);            // this node's last record, as written
   bool clash_noted_ GUARDED_BY(mu_) = false;       // another mount with this node id (logged once)
   bool stop_ GUARDED_BY(mu_) = false;
+  int alive_fd_ = -1;  // opened by LoadSamples (Init), before the threads start
   std::thread sampler_, heart_;
 };
 
