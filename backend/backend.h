@@ -40,6 +40,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -47,6 +48,11 @@
 namespace ckpt::backend {
 
 inline constexpr char kTmpDir[] = ".ckptfs-tmp";
+// The reserved area of cluster records (PutRecord, ListRecords): like the
+// staging area, never listed, stat-ed or written through the other methods.
+inline constexpr char kClusterDir[] = ".ckptfs-cluster";
+// The largest record PutRecord takes and ListRecords returns.
+inline constexpr size_t kMaxRecordBytes = 1 << 20;
 
 // What a staged upload produced, passed back to Publish or Abort.
 struct Staged {
@@ -161,7 +167,26 @@ class Backend {
   // the root. The staging area is never listed. Errors as Stat's, for
   // `dir` (ENOENT: no such directory; ENOTDIR: not one).
   [[nodiscard]] virtual Result<std::vector<Entry>> ListDir(const std::string& dir) = 0;
+
+  // Cluster records (fs/cluster.h; docs/consistency.md "Cross-node
+  // ordering"): small documents in the reserved area kClusterDir, which no
+  // other method lists, stats or writes, so nothing written through a mount
+  // can forge one. `dir` and `name` are single components: not empty, no
+  // '/' or NUL, not starting with '.'; anything else is EINVAL.
+  //
+  // PutRecord: replaces the record `name` of `dir` atomically (POSIX: a
+  // temporary file in that directory, fsynced, renamed over it; S3: one
+  // PUT), creating the area and `dir` (0700) if missing. EFBIG above
+  // kMaxRecordBytes. Other errors as Publish's (transient).
+  [[nodiscard]] virtual Status PutRecord(const std::string& dir, const std::string& name, const std::string& bytes) = 0;
+  // ListRecords: every record of `dir` as (name, bytes), sorted by name;
+  // empty if `dir` does not exist. A record larger than kMaxRecordBytes,
+  // or that is not a regular file (POSIX), is left out (debug line).
+  [[nodiscard]] virtual Result<std::vector<std::pair<std::string, std::string>>> ListRecords(const std::string& dir) = 0;
 };
+
+// Whether `s` is a valid component for PutRecord/ListRecords.
+bool ValidRecordName(const std::string& s);
 
 // Opens a POSIX directory backend rooted at `root` (must exist).
 [[nodiscard]] Result<std::unique_ptr<Backend>> OpenPosixBackend(const std::string& root);

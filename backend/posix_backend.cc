@@ -537,7 +537,7 @@ bool ValidPath(const std::string& path) {
     size_t slash = path.find('/', pos);
     std::string_view comp(path.data() + pos, (slash == std::string::npos ? path.size() : slash) - pos);
     if (comp.empty() || comp == "." || comp == "..") return false;
-    if (first && (comp == kTmpDir || comp.starts_with(kProbePrefix))) return false;
+    if (first && (comp == kTmpDir || comp == kClusterDir || comp.starts_with(kProbePrefix))) return false;
     first = false;
     if (slash == std::string::npos) return true;
     pos = slash + 1;
@@ -1005,6 +1005,65 @@ class PosixBackend final : public Backend {
     return out;
   }
 
+  Status PutRecord(const std::string& dir, const std::string& name, const std::string& bytes) override {
+    if (!ValidRecordName(dir) || !ValidRecordName(name)) return Fail(EINVAL, "put record: invalid name", dir + "/" + name);
+    if (bytes.size() > kMaxRecordBytes) return Fail(EFBIG, "put record: too large", dir + "/" + name);
+    auto root = Root();
+    if (!root) return Err(root.error());
+    auto d = OpenRecordDir(root->get(), dir, /*create=*/true);
+    if (!d) return Err(d.error());
+    const std::string where = Show(std::string(kClusterDir) + "/" + dir, name);
+    std::string tmp;
+    int raw = -1;
+    for (int tries = 0; raw < 0; tries++) {
+      tmp = UniqueName(".tmp-");
+      raw = openat(d->get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+      if (raw < 0 && (errno != EEXIST || tries >= 8)) return Fail(errno, "put record: create temporary for", where);
+    }
+    Fd fd(raw);
+    int err = PwriteFull(fd.get(), bytes.data(), bytes.size(), 0);
+    if (!err && fsync(fd.get()) != 0) err = errno;
+    if (!err && renameat(d->get(), tmp.c_str(), d->get(), name.c_str()) != 0) err = errno;
+    if (err) {
+      unlinkat(d->get(), tmp.c_str(), 0);
+      return Fail(err, "put record", where);
+    }
+    return FsyncDirFd(d->get(), where);
+  }
+
+  Result<std::vector<std::pair<std::string, std::string>>> ListRecords(const std::string& dir) override {
+    if (!ValidRecordName(dir)) return Fail(EINVAL, "list records: invalid name", dir);
+    auto root = Root();
+    if (!root) return Err(root.error());
+    std::vector<std::pair<std::string, std::string>> out;
+    auto d = OpenRecordDir(root->get(), dir, /*create=*/false);
+    if (!d && d.error() == ENOENT) return out;
+    if (!d) return Err(d.error());
+    std::vector<std::string> names;
+    if (int e = ReadNames(d->get(), false, &names)) return Fail(e, "list records: readdir", Show(kClusterDir, dir));
+    for (const std::string& n : names) {
+      if (!ValidRecordName(n)) continue;  // temporaries (".tmp-...") and anything not a record's name
+      Fd fd(openat(d->get(), n.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+      if (!fd.ok()) {
+        if (errno == ENOENT || errno == ELOOP) continue;  // replaced meanwhile, or a symlink: not a record
+        return Fail(errno, "list records: open", Show(std::string(kClusterDir) + "/" + dir, n));
+      }
+      struct stat st;
+      if (fstat(fd.get(), &st) != 0) return Fail(errno, "list records: stat", Show(kClusterDir, dir));
+      if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > kMaxRecordBytes) {
+        LOG_DEBUG("posix backend: list records: '{}' is not a regular file of at most {} bytes; skipped", n,
+                  kMaxRecordBytes);
+        continue;
+      }
+      std::string bytes(static_cast<size_t>(st.st_size), '\0');
+      ssize_t got = pread(fd.get(), bytes.data(), bytes.size(), 0);
+      if (got < 0) return Fail(errno, "list records: read", Show(std::string(kClusterDir) + "/" + dir, n));
+      bytes.resize(static_cast<size_t>(got));
+      out.emplace_back(n, std::move(bytes));
+    }
+    return out;
+  }
+
  private:
   // The path of `rel` for log lines ("<root>/a/b"); of the root when empty.
   std::string Show(std::string_view rel) const {
@@ -1135,6 +1194,41 @@ class PosixBackend final : public Backend {
     }
   }
 
+  // The records' directory `dir` of the cluster area, open, beneath `root`
+  // and never through a symlink. With `create`, the area and `dir` are made
+  // (0700) when missing. An area or `dir` that is a symlink (ELOOP), not a
+  // directory (ENOTDIR) or not the daemon's user's (EACCES) is refused: no
+  // one else can have written records there. ENOENT (without `create`):
+  // no records yet.
+  Result<Fd> OpenRecordDir(int root, const std::string& dir, bool create) {
+    Fd cur(openat(root, ".", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!cur.ok()) return Fail(errno, "records: open root", root_);
+    std::string done;
+    for (const std::string& c : {std::string(kClusterDir), dir}) {
+      done += done.empty() ? c : "/" + c;
+      Fd fd(openat(cur.get(), c.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!fd.ok() && errno == ENOENT && create) {
+        if (mkdirat(cur.get(), c.c_str(), 0700) != 0 && errno != EEXIST) return Fail(errno, "records: mkdir", Show(done));
+        fd = Fd(openat(cur.get(), c.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        Fd sync(openat(cur.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        if (sync.ok()) (void)fsync(sync.get());
+      }
+      if (!fd.ok()) {
+        int e = errno;
+        return Fail(e == ENOENT ? ENOENT : Classify(cur.get(), c, e), "records: open", Show(done));
+      }
+      struct stat st;
+      if (fstat(fd.get(), &st) != 0) return Fail(errno, "records: stat", Show(done));
+      if (st.st_uid != geteuid()) {
+        LOG_WARN("posix backend: '{}' is owned by uid {}, not the daemon's; cluster records there are not used",
+                 Show(done), st.st_uid);
+        return Err(EACCES);
+      }
+      cur = std::move(fd);
+    }
+    return cur;
+  }
+
   std::unexpected<int> TmpBad(int e, std::string_view why) {
     if (!tmp_bad_.exchange(true))
       LOG_ERROR("posix backend: staging area {} {}; refusing it (remove it to resume staging)", Show(kTmpDir), why);
@@ -1239,7 +1333,8 @@ class PosixBackend final : public Backend {
   }
 
   // The names in the directory open as `fd` (not taken over), sorted,
-  // without "." and ".." (and, at the root, the staging area and probes).
+  // without "." and ".." (and, at the root, the staging area, the cluster
+  // records' area and probes).
   // 0 or an errno.
   static int ReadNames(int fd, bool at_root, std::vector<std::string>* names) {
     int dup_fd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1255,7 +1350,7 @@ class PosixBackend final : public Backend {
     while (dirent* de = readdir(d)) {
       std::string_view n = de->d_name;
       if (n == "." || n == "..") continue;
-      if (at_root && (n == kTmpDir || n.starts_with(kProbePrefix))) continue;
+      if (at_root && (n == kTmpDir || n == kClusterDir || n.starts_with(kProbePrefix))) continue;
       names->emplace_back(n);
     }
     if (errno != 0) return errno;
@@ -1349,6 +1444,11 @@ class PosixBackend final : public Backend {
 };
 
 }  // namespace
+
+bool ValidRecordName(const std::string& s) {
+  return !s.empty() && s.size() <= 255 && s[0] != '.' && s.find('/') == std::string::npos &&
+         s.find('\0') == std::string::npos;
+}
 
 Result<std::unique_ptr<Backend>> OpenPosixBackend(const std::string& root) {
   if (root.empty()) return Fail(EINVAL, "open: empty root", root);

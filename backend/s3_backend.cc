@@ -100,7 +100,7 @@ bool ValidPath(std::string_view path) {
   if (path.empty() || path.front() == '/' || path.find('\0') != std::string_view::npos) return false;
   if (!CleanComponents(path)) return false;
   std::string_view first = path.substr(0, path.find('/'));
-  return first != kTmpDir;
+  return first != kTmpDir && first != kClusterDir;
 }
 
 Result<std::string> JoinKey(std::string_view prefix, std::string_view path) {
@@ -667,6 +667,7 @@ class S3Backend final : public Backend {
           continue;
         }
         if (rel->starts_with(std::string(kTmpDir) + "/") || *rel == kTmpDir) continue;
+        if (rel->starts_with(std::string(kClusterDir) + "/") || *rel == kClusterDir) continue;
         items.push_back({o.key, std::move(*rel), o.size, o.mtime_sec, {}, false});
       }
       int err = RunParallel(items.size(), cfg_.parallel * 4, [&](size_t i) -> int {
@@ -761,7 +762,7 @@ class S3Backend final : public Backend {
             auto rel = s3::RelPath(cfg_.prefix, cp);
             if (!rel || !rel->ends_with('/')) continue;
             rel->pop_back();
-            if (*rel == kTmpDir) continue;
+            if (*rel == kTmpDir || *rel == kClusterDir) continue;
             dirs.push_back({cp, std::move(*rel), 0, {}, false});
           }
           for (const auto& o : page.objects) {
@@ -807,6 +808,51 @@ class S3Backend final : public Backend {
     for (auto& it : items)
       if (!it.gone) out.push_back(EntryOf(it.rel, it.info, it.mtime));
     std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.path < b.path; });
+    return out;
+  }
+
+  Status PutRecord(const std::string& dir, const std::string& name, const std::string& bytes) override {
+    if (!ValidRecordName(dir) || !ValidRecordName(name)) return Fail(EINVAL, "put record: invalid name", dir + "/" + name);
+    if (bytes.size() > kMaxRecordBytes) return Fail(EFBIG, "put record: too large", dir + "/" + name);
+    Request put;
+    put.method = "PUT";
+    put.key = root_ + kClusterDir + "/" + dir + "/" + name;
+    put.body = bytes;
+    put.headers.push_back("Content-Type: application/json");
+    Response r;
+    return Perform(put, "put record", &r);
+  }
+
+  Result<std::vector<std::pair<std::string, std::string>>> ListRecords(const std::string& dir) override {
+    if (!ValidRecordName(dir)) return Fail(EINVAL, "list records: invalid name", dir);
+    const std::string prefix = root_ + kClusterDir + "/" + dir + "/";
+    std::vector<s3::ListedObject> objs;
+    if (auto st = ListKeys(prefix, [&](const s3::ListedObject& o) { objs.push_back(o); }); !st) return Err(st.error());
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& o : objs) {
+      std::string name = o.key.substr(prefix.size());
+      if (!ValidRecordName(name)) continue;
+      if (o.size > kMaxRecordBytes) {
+        LOG_DEBUG("s3 backend: list records: s3://{}/{} holds {} bytes; skipped", cfg_.bucket, o.key, o.size);
+        continue;
+      }
+      std::string body;
+      Request get;
+      get.key = o.key;
+      get.quiet = {404};
+      get.sink = [&](const char* data, size_t n) -> int {
+        if (body.size() + n > kMaxRecordBytes) return EFBIG;
+        body.append(data, n);
+        return 0;
+      };
+      get.on_retry = [&] { body.clear(); };
+      Response r;
+      if (auto st = Perform(get, "get record", &r); !st) {
+        if (st.error() == ENOENT || st.error() == EFBIG) continue;  // deleted meanwhile, or grew past the cap
+        return Err(st.error());
+      }
+      out.emplace_back(std::move(name), std::move(body));
+    }
     return out;
   }
 

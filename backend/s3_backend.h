@@ -4,7 +4,8 @@
 // Layout: the file at relative path "a/b" is the object "<prefix>/a/b"; a
 // directory is a key prefix, and Mkdir also writes an empty marker object
 // "<prefix>/a/" so that empty directories survive. The staging area is
-// "<prefix>/.ckptfs-tmp/". Files keep their checksum, mode and mtime in
+// "<prefix>/.ckptfs-tmp/"; cluster records are "<prefix>/.ckptfs-cluster/
+// DIR/NAME" (one PUT each: S3 replaces an object atomically). Files keep their checksum, mode and mtime in
 // x-amz-meta-ckptfs-xxh128 / -mode / -mtime; symlinks are empty objects
 // with x-amz-meta-ckptfs-symlink (the URL-encoded target).
 //
@@ -63,7 +64,7 @@ std::string UriEncode(std::string_view s, bool keep_slash);
 
 // Whether `path` is a relative path the backend accepts: not empty, no
 // leading '/', no empty, "." or ".." component, no NUL, and not under the
-// reserved top-level name ".ckptfs-tmp".
+// reserved top-level names ".ckptfs-tmp" and ".ckptfs-cluster".
 bool ValidPath(std::string_view path);
 
 // "<prefix>/<path>" (just `path` when the prefix is empty); EINVAL when

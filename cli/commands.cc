@@ -412,6 +412,49 @@ int CmdUmount(const std::string& mnt_in, const UmountArgs& a) {
   return 0;
 }
 
+// The cluster part of `ckptfs status` (--cluster): members, what the drain
+// waits for, and the files of dead members.
+void PrintCluster(const Json& c) {
+  auto secs = [](uint64_t ms) { return fmt::format("{:.1f} s", static_cast<double>(ms) / 1000.0); };
+  const std::string wm = U64(c, "watermark_ms") ? LocalTime(static_cast<int64_t>(U64(c, "watermark_ms")) * 1000000) : "none yet";
+  printf("cluster    %s, node %s, watermark %s%s\n", EscapeName(Str(c, "name")).c_str(),
+         EscapeName(Str(c, "node")).c_str(), wm.c_str(),
+         Str(c, "last_error").empty() ? "" : (", " + EscapeName(Str(c, "last_error"))).c_str());
+  if (Bool(c, "node_id_clash"))
+    printf("  CLASH    another mount writes records as node %s: give each mount its own --node\n",
+           EscapeName(Str(c, "node")).c_str());
+  size_t listed = 0;
+  if (auto it = c.find("members"); it != c.end() && it->is_array())
+    for (const Json& m : *it) {
+      listed++;
+      if (!m.is_object()) continue;
+      int64_t age = m.contains("age_ms") && m["age_ms"].is_number_integer() ? m["age_ms"].get<int64_t>() : 0;
+      printf("  member %s%s: %s, heartbeat %s ago, %llu files not persisted\n", EscapeName(Str(m, "node")).c_str(),
+             Bool(m, "self") ? " (this node)" : "", Str(m, "state").c_str(),
+             secs(static_cast<uint64_t>(std::max<int64_t>(age, 0))).c_str(),
+             static_cast<unsigned long long>(U64(m, "unpersisted")));
+    }
+  if (uint64_t n = U64(c, "member_count"); n > listed)
+    printf("  ... %llu more members (ckptfs status --json lists 100)\n", static_cast<unsigned long long>(n - listed));
+  if (Bool(c, "waiting")) {
+    std::string who;
+    if (auto it = c.find("waiting_for"); it != c.end() && it->is_array())
+      for (const Json& w : *it)
+        if (w.is_string()) who += (who.empty() ? "" : ", ") + EscapeName(w.get<std::string>());
+    printf("  waiting  the drain holds entry %llu for %s (their earlier files first)\n",
+           static_cast<unsigned long long>(U64(c, "wait_seq")), who.c_str());
+  }
+  if (uint64_t n = U64(c, "lost_count"); n > 0) {
+    printf("  lost     %llu files of dead members\n", static_cast<unsigned long long>(n));
+    size_t shown = 0;
+    if (auto it = c.find("lost"); it != c.end() && it->is_array())
+      for (const Json& l : *it) {
+        if (shown++ == 10 || !l.is_object()) break;
+        printf("  lost: %s: %s\n", EscapeName(Str(l, "node")).c_str(), EscapeName(Str(l, "path")).c_str());
+      }
+  }
+}
+
 int CmdStatus(const std::string& mnt_in, bool json) {
   std::string mnt = Absolute(mnt_in);
   Json j = StatusOrDie(mnt);
@@ -473,6 +516,7 @@ int CmdStatus(const std::string& mnt_in, bool json) {
       }
     if (n > 10) printf("  ... %llu more\n", static_cast<unsigned long long>(n - 10));
   }
+  if (auto cit = j.find("cluster"); cit != j.end() && cit->is_object()) PrintCluster(*cit);
   // lost_count is new; an older daemon sent only the (whole) list.
   auto lit = j.find("lost");
   size_t listed = lit != j.end() && lit->is_array() ? lit->size() : 0;

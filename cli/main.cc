@@ -52,6 +52,16 @@ int main(int argc, char** argv) {
   auto* shared_ttl_opt = mount->add_option("--shared-ttl", shared_ttl,
                     "SECONDS (default 1): mounts over one backend see each other's persisted files, at most this "
                     "stale (a miss asks the backend, readdir merges its listing); 0: off");
+  std::string member_timeout, max_clock_skew;
+  auto* cluster_opt = mount->add_option("--cluster", cfg.cluster,
+                    "NAME: order persistence with every other mount of this cluster over the same backend (a file "
+                    "closed after a barrier reaches it after the files other nodes closed before)");
+  auto* node_opt = mount->add_option("--node", cfg.node, "ID of this mount in the cluster (default: hostname-<hash of the state dir>)");
+  mount->add_option("--member-timeout", member_timeout,
+                    "SECONDS without a heartbeat after which a member is dead: ignored, its unpersisted files lost "
+                    "(default 60)");
+  mount->add_option("--max-clock-skew", max_clock_skew,
+                    "MS: how far apart the nodes' clocks may be (default 50, NTP); the ordering margin");
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
   mount->add_option("-o", cfg.fuse_opts, "FUSE mount options, and passthrough=off (every read and write through the daemon)");
   mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
@@ -154,10 +164,33 @@ int main(int argc, char** argv) {
     }
     cfg.shared_ttl_s = *v;
   }
+  if (!member_timeout.empty()) {
+    auto v = ParseCount(member_timeout);
+    if (!v) {
+      fprintf(stderr, "ckptfs: --member-timeout: %s\n", v.error().c_str());
+      return 2;
+    }
+    cfg.member_timeout_s = *v;
+  }
+  if (!max_clock_skew.empty()) {
+    auto v = ParseSkewMs(max_clock_skew);
+    if (!v) {
+      fprintf(stderr, "ckptfs: --max-clock-skew: %s\n", v.error().c_str());
+      return 2;
+    }
+    cfg.max_clock_skew_ms = *v;
+  }
+  cfg.cluster_opts_given = cfg.cluster_opts_given || node_opt->count() > 0 || !member_timeout.empty() ||
+                           !max_clock_skew.empty();
   if (auto own = TakeOwnOptions(&cfg.fuse_opts, &cfg); !own) {
     fprintf(stderr, "ckptfs: %s\n", own.error().c_str());
     return 2;
   }
+  for (auto [opt, val, flag] : {std::tuple{cluster_opt, &cfg.cluster, "--cluster"}, std::tuple{node_opt, &cfg.node, "--node"}})
+    if (opt->count() > 0 && val->empty() && (opt == cluster_opt || !cfg.cluster.empty())) {
+      fprintf(stderr, "ckptfs: %s: want 1 to 64 of A-Z a-z 0-9 . _ - (first a letter or digit), not ''\n", flag);
+      return 2;
+    }
   try {
     if (*mount) {
       SizeArgs sizes;

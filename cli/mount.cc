@@ -51,6 +51,27 @@ std::string DefaultStateDir(const std::string& mnt) {
   return base + "/" + HexHash(mnt);
 }
 
+// A command-line error about an option's value: one line, exit 2 (as the
+// parser's own errors in main.cc).
+[[noreturn]] void BadOption(const std::string& msg) {
+  fprintf(stderr, "ckptfs: %s\n", msg.c_str());
+  exit(2);
+}
+
+// The default node id of a cluster member: the hostname (what fits of it,
+// characters outside the id alphabet as '_') and 8 hex digits of a hash of
+// the state dir's path, so several mounts on one machine differ and a
+// remount with the same state dir is the same member.
+std::string DefaultNodeId(const std::string& state_dir) {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "node");
+  std::string h;
+  for (const char* p = host; *p && h.size() < 55; p++)
+    h += isalnum(static_cast<unsigned char>(*p)) || *p == '.' || *p == '-' || *p == '_' ? *p : '_';
+  if (!isalnum(static_cast<unsigned char>(h[0]))) h = "n" + h.substr(0, 54);
+  return h + "-" + HexHash(state_dir).substr(0, 8);
+}
+
 // Checks the mount point: an existing, empty directory with nothing mounted
 // on it. A dead ckptfs mount (daemon killed) is cleaned up here.
 void CheckMountpoint(const std::string& mnt) {
@@ -210,6 +231,23 @@ int CmdMount(Config cfg, const SizeArgs& sizes) {
     Die("invalid --checkpoint-regex '" + EscapeName(cfg.checkpoint_regex) + "'" +
         (cfg.checkpoint_regex.empty() ? ": empty" : std::string(": ") + e.what()));
   }
+  // Cross-node ordering (fs/cluster.h). With a checkpoint policy each node
+  // would pick its own checkpoints to persist (counted from its own
+  // mount), and `latest` could name a step whose shards other nodes kept
+  // in memory only: refused.
+  if (!cfg.cluster.empty()) {
+    if (!fs::ValidClusterName(cfg.cluster))
+      BadOption("--cluster: want 1 to 64 of A-Z a-z 0-9 . _ - (first a letter or digit), not '" +
+                EscapeName(cfg.cluster) + "'");
+    if (!cfg.node.empty() && !fs::ValidClusterName(cfg.node))
+      BadOption("--node: want 1 to 64 of A-Z a-z 0-9 . _ - (first a letter or digit), not '" + EscapeName(cfg.node) +
+                "'");
+    if (cfg.persist_every > 0 || cfg.persist_interval_s > 0)
+      BadOption("--cluster cannot go with --persist-every or --persist-interval: each node would choose its own "
+                "checkpoints to persist");
+  } else if (cfg.cluster_opts_given) {
+    BadOption("--node, --member-timeout and --max-clock-skew need --cluster NAME");
+  }
   // fsync=backend promises that fsync returns once the bytes are in the
   // backend; a memory-only checkpoint's never are.
   if (cfg.fsync == FsyncMode::kBackend && (cfg.persist_every > 0 || cfg.persist_interval_s > 0))
@@ -217,6 +255,7 @@ int CmdMount(Config cfg, const SizeArgs& sizes) {
         "the backend");
   cfg.state_dir = cfg.state_dir.empty() ? DefaultStateDir(cfg.mountpoint) : Absolute(cfg.state_dir);
   PrepareStateDir(cfg.state_dir);
+  if (!cfg.cluster.empty() && cfg.node.empty()) cfg.node = DefaultNodeId(cfg.state_dir);
   if (cfg.tier_dir.empty()) cfg.tier_dir = "/dev/shm/ckptfs-" + HexHash(cfg.state_dir);
   cfg.tier_dir = Absolute(cfg.tier_dir);
   std::string tier_parent = stdfs::path(cfg.tier_dir).parent_path().string();

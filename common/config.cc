@@ -273,6 +273,15 @@ std::string HumanBytes(uint64_t n) {
   return buf;
 }
 
+std::expected<uint64_t, std::string> ParseSkewMs(const std::string& s) {
+  const std::string want = "want milliseconds from 0 to 60000, not '" + EscapeName(s) + "'";
+  if (s.empty() || s.size() > 5 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::unexpected(want);
+  uint64_t v = std::stoull(s);
+  if (v > 60000) return std::unexpected(want);
+  return v;
+}
+
 std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* cfg) {
   std::string rest;
   size_t at = 0;
@@ -303,6 +312,31 @@ std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* 
       auto v = ParseTtl(opt.substr(strlen("shared_ttl=")));
       if (!v) return std::unexpected("-o " + EscapeName(opt) + ": " + v.error());
       cfg->shared_ttl_s = *v;
+      continue;
+    }
+    // Cross-node ordering (names are checked with the command line's).
+    if (opt.starts_with("cluster=")) {
+      cfg->cluster = opt.substr(8);
+      if (cfg->cluster.empty()) return std::unexpected("-o cluster=: want a cluster name");
+      continue;
+    }
+    if (opt.starts_with("node=")) {
+      cfg->node = opt.substr(5);
+      cfg->cluster_opts_given = true;
+      continue;
+    }
+    if (opt.starts_with("member_timeout=")) {
+      auto v = ParseCount(opt.substr(15));
+      if (!v) return std::unexpected("-o " + EscapeName(opt) + ": " + v.error());
+      cfg->member_timeout_s = *v;
+      cfg->cluster_opts_given = true;
+      continue;
+    }
+    if (opt.starts_with("max_clock_skew=")) {
+      auto v = ParseSkewMs(opt.substr(15));
+      if (!v) return std::unexpected("-o " + EscapeName(opt) + ": " + v.error());
+      cfg->max_clock_skew_ms = *v;
+      cfg->cluster_opts_given = true;
       continue;
     }
     if (opt.empty()) continue;

@@ -63,6 +63,13 @@ struct Config {
   // there is fetched again; each answer is reused for this long. 0: off
   // (the mount sees only what it wrote or found at its first mount).
   uint64_t shared_ttl_s = 1;
+  // Cross-node ordering (--cluster NAME; fs/cluster.h): "" is off. The node
+  // id defaults to the hostname and a hash of the state dir's path.
+  std::string cluster;
+  std::string node;
+  uint64_t member_timeout_s = 60;  // --member-timeout
+  uint64_t max_clock_skew_ms = 50;  // --max-clock-skew
+  bool cluster_opts_given = false;  // --node, --member-timeout or --max-clock-skew given
   std::string metrics;           // --metrics HOST:PORT ("" : off)
   std::string metrics_textfile;  // --metrics-textfile PATH ("" : off)
   std::string log_level = "info";
@@ -117,8 +124,12 @@ std::string RedactUserinfo(const std::string& text);
 // other control byte and every byte that is not part of valid UTF-8 as \xHH.
 std::string EscapeName(std::string_view s);
 
+// Parses --max-clock-skew: milliseconds, 0 to 60000 (digits only).
+std::expected<uint64_t, std::string> ParseSkewMs(const std::string& s);
+
 // Takes ckptfs's own options out of a -o list (comma-separated), leaving
-// libfuse's: passthrough=on|off, the checkpoint policies and shared_ttl=.
+// libfuse's: passthrough=on|off, the checkpoint policies, shared_ttl=,
+// cluster=NAME, node=ID, member_timeout=SECONDS, max_clock_skew=MS.
 // Returns a one-line message for a bad value.
 std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* cfg);
 

@@ -229,6 +229,30 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->drainer = std::make_unique<Drainer>(d->table.get(), d->backend.get(), 4);
   d->space_waiter = std::make_unique<SpaceWaiter>();
   d->fetcher = std::make_unique<SpaceWaiter>(4);
+  if (!cfg.cluster.empty()) {
+    ClusterOptions co;
+    co.name = cfg.cluster;
+    co.node = cfg.node;
+    co.member_timeout_ms = static_cast<int64_t>(cfg.member_timeout_s) * 1000;
+    co.max_skew_ms = static_cast<int64_t>(cfg.max_clock_skew_ms);
+    // How soon a record follows progress while the cluster is busy: each
+    // step of a chain of files closed alternately on two nodes costs about
+    // two ticks. A directory answers in microseconds; an object store's
+    // PUT and LIST cost money and tens of milliseconds.
+    co.tick_ms = cfg.backend.kind == BackendUrl::Kind::kS3 ? 100 : 25;
+    d->cluster_log = TableLog(d->table.get());
+    d->cluster_store = BackendRecords(d->backend.get(), cfg.cluster);
+    d->cluster = std::make_unique<Cluster>(co, d->cluster_store.get(), d->cluster_log.get(),
+                                           cfg.state_dir + "/cluster-samples");
+    d->cluster->Init();
+    // Known to the other members before it serves a write. A degraded
+    // mount (backend unreachable) does not wait for that here: it joins at
+    // its first heartbeat that reaches the backend, and its drain waits
+    // until then (docs/consistency.md, "Joining").
+    if (!unreachable.empty() || !d->cluster->Join())
+      LOG_INFO("cluster {}: node {} joins once its record can be written", cfg.cluster, cfg.node);
+    d->drainer->set_cluster(d->cluster.get());
+  }
 
   // fsname is what /proc/mounts shows: the display form, with the ',' and
   // '\\' that libfuse's option parser would split on escaped.
@@ -300,6 +324,12 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     dup2(null, 2);
     if (null > 2) close(null);
   }
+  if (d->cluster) {
+    LOG_INFO("cluster {}: node {} (heartbeat 500 ms, {} ms while busy, member timeout {} s, max clock skew {} ms)",
+             cfg.cluster, cfg.node, cfg.backend.kind == BackendUrl::Kind::kS3 ? 100 : 25, cfg.member_timeout_s,
+             cfg.max_clock_skew_ms);
+    d->cluster->Start();
+  }
   d->drainer->Start();
   const uint64_t min_free = cfg.min_free == Config::kMinFreeAuto ? DefaultMinFree() : cfg.min_free;
   if (min_free > 0) {
@@ -350,6 +380,17 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->table->Shutdown();  // fetches and fsync waits still pending give up
   if (d->fetcher) d->fetcher->Stop();
   d->drainer->Stop();
+  if (d->cluster) {
+    // Nothing pending: the others need not wait for this node any more.
+    // Else its record stays live and ages into dead (its files listed lost
+    // by the others) unless it mounts again first.
+    d->cluster->Stop();
+    if (d->cluster->Leave())
+      LOG_INFO("cluster {}: node {} left (nothing pending)", cfg.cluster, cfg.node);
+    else
+      LOG_INFO("cluster {}: node {} stopped with files not persisted; the other members wait for it until it is back "
+               "or its heartbeat is {} s old", cfg.cluster, cfg.node, cfg.member_timeout_s);
+  }
   if (d->release_tier) ReleaseTier(d.get());
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "cache/tier.h"
 #include "common/config.h"
+#include "fs/cluster.h"
 #include "fs/drain.h"
 #include "fs/history.h"
 #include "fs/inode_table.h"
@@ -33,6 +34,11 @@ struct Daemon {
   std::unique_ptr<cache::Tier> tier;
   std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<InodeTable> table;
+  // --cluster: the cross-node ordering (null without it). Declared before
+  // the drainer, which asks it and stops first.
+  std::unique_ptr<LogView> cluster_log;
+  std::unique_ptr<RecordStore> cluster_store;
+  std::unique_ptr<Cluster> cluster;
   std::unique_ptr<Drainer> drainer;
   std::unique_ptr<SpaceWaiter> space_waiter;  // writes waiting for tier space (null: they wait in place)
   std::unique_ptr<SpaceWaiter> fetcher;       // opens that fetch an evicted file first (null: in place)

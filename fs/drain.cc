@@ -309,6 +309,7 @@ int Drainer::ApplyPersist(const LogEntry& e) {
   // while staged (StageLoop): staged again, not an error.
   if (job->err == EINPROGRESS || job->err == EAGAIN) return EINPROGRESS;
   if (job->err != 0) return job->err;
+  if (!WaitCluster(e)) return ECANCELED;
   if (WhilePaused()) return ECANCELED;
   if (publish_delay_ms_ > 0) {  // test knob: a slow backend, to watch the order from outside
     MutexLock lk(&mu_);
@@ -366,7 +367,28 @@ void Drainer::SleepUntil(std::chrono::steady_clock::time_point deadline) {
   }
 }
 
+bool Drainer::WaitCluster(const LogEntry& e) {
+  if (!cluster_) return true;
+  bool noted = false;
+  while (!cluster_->MayPublish(e.seq)) {
+    if (!noted) {
+      noted = true;
+      LOG_DEBUG("drain: seq {} {} '{}' waits for the cluster's other members (see ckptfs status)", e.seq,
+                meta::LogOpName(e.op), e.path);
+    }
+    MutexLock lk(&mu_);
+    SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+    if (stop_) {
+      cluster_->ClearWait();
+      return false;
+    }
+  }
+  if (noted) LOG_DEBUG("drain: seq {} '{}' may go: the cluster's earlier files are persisted", e.seq, e.path);
+  return true;
+}
+
 int Drainer::ApplyNamespace(const LogEntry& e) {
+  if (!WaitCluster(e)) return ECANCELED;
   if (WhilePaused()) return ECANCELED;
   Status st;
   const backend::Attrs attrs{e.mode & 07777, e.uid, e.gid, e.has_owner, e.mtime.sec, e.mtime.nsec};

@@ -19,6 +19,11 @@
 // Stop() ends promptly:
 // staged uploads are aborted and the log keeps what was not applied.
 //
+// In a cluster (--cluster; fs/cluster.h) an entry is staged as usual, but
+// applied to the backend only once Cluster::MayPublish allows it: the drain
+// waits, polling every 50 ms, with one debug line per wait — not an error,
+// no backoff.
+//
 // Test knobs: CKPTFS_DRAIN_DELAY_MS=N waits N ms before each publish, so
 // mounted tests can watch the backend while a drain is in progress;
 // CKPTFS_DRAIN_PAUSE_FILE=PATH applies nothing while PATH exists (a
@@ -36,6 +41,7 @@
 
 #include "backend/backend.h"
 #include "common/mutex.h"
+#include "fs/cluster.h"
 #include "fs/inode_table.h"
 
 namespace ckpt::fs {
@@ -74,6 +80,9 @@ class Drainer {
   // drain starts in error and, while it has nothing to apply, probes the
   // backend (Backend::Check) with backoff until it answers.
   void MarkUnreachable(const std::string& why);
+  // Cross-node ordering: every entry waits for `c`'s MayPublish before it
+  // is applied. Before Start; `c` outlives the drainer's threads.
+  void set_cluster(Cluster* c) { cluster_ = c; }
   // Stops the threads; safe to call twice.
   void Stop();
 
@@ -111,6 +120,9 @@ class Drainer {
   // Records the head entry as failed and removes it from the log.
   int FailHead(const meta::LogEntry& e, int err);
   int ApplyNamespace(const meta::LogEntry& e);
+  // Waits until the cluster lets entry `e` reach the backend (at once
+  // without a cluster). False if the drainer stops meanwhile.
+  bool WaitCluster(const meta::LogEntry& e);
   // Marks entries undone by a later rmdir of the directory `e` creates.
   // A persist whose very next entry rewrites, deletes or replaces the file.
   bool SkipUndonePersist(const meta::LogEntry& e, const std::vector<meta::LogEntry>& window);
@@ -125,6 +137,7 @@ class Drainer {
 
   InodeTable* const table_;
   backend::Backend* const backend_;
+  Cluster* cluster_ = nullptr;
   const int parallel_;
 
   // Lock order: mu_, then InodeTable's.

@@ -340,6 +340,12 @@ class InodeTable {
   [[nodiscard]] Status CompleteEntry(const meta::LogEntry& e);
   // The last applied log entry's seq (cheap: no walk).
   uint64_t AppliedSeq() EXCLUDES(mu_);
+  // The newest logged entry's seq, 0 if none ever (cheap: no walk).
+  uint64_t LoggedSeq() EXCLUDES(mu_);
+  // The persist entries not applied yet (files whose closed version is not
+  // in the backend): how many, and the paths of the first `max`, oldest
+  // first (fs/cluster.h records them).
+  std::pair<uint64_t, std::vector<std::string>> UnpersistedFiles(size_t max) EXCLUDES(mu_);
   // Waits until every entry up to `seq` is applied. False on shutdown.
   bool WaitApplied(uint64_t seq);
   // Wakes every waiter; further waits return false.

@@ -258,6 +258,21 @@ uint64_t InodeTable::AppliedSeq() {
   return applied_seq_;
 }
 
+uint64_t InodeTable::LoggedSeq() {
+  MutexLock lk(&mu_);
+  return next_seq_ - 1;
+}
+
+std::pair<uint64_t, std::vector<std::string>> InodeTable::UnpersistedFiles(size_t max) {
+  MutexLock lk(&mu_);
+  std::pair<uint64_t, std::vector<std::string>> out{0, {}};
+  for (const LogEntry& e : log_) {
+    if (e.op != meta::LogOp::kPersist) continue;
+    if (out.first++ < max) out.second.push_back(e.path);
+  }
+  return out;
+}
+
 bool InodeTable::WaitApplied(uint64_t seq) {
   MutexLock lk(&mu_);
   while (applied_seq_ < seq && !shutdown_) applied_cv_.Wait(&mu_);

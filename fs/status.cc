@@ -140,13 +140,65 @@ std::string StatusJson(Daemon* d) {
         {"evicted_files", mp.evicted_files},
         {"evicted_bytes", mp.evicted_bytes}}},
   };
+  if (d->cluster) {
+    // Members with their heartbeat age and watermark; the files of dead
+    // members (lost: never to reach the backend from them) capped as the
+    // other lists.
+    ClusterStatus cs = d->cluster->Status();
+    Json members = Json::array(), lost_files = Json::array();
+    uint64_t lost_count = 0;
+    size_t lbytes = 0;
+    // At most kStatusListMax members are listed: this node, then the
+    // dead, then the others (a cluster of a thousand nodes would not fit).
+    std::stable_sort(cs.members.begin(), cs.members.end(), [](const ClusterMember& a, const ClusterMember& b) {
+      auto rank = [](const ClusterMember& m) { return m.self ? 0 : m.state == "dead" ? 1 : 2; };
+      return rank(a) < rank(b);
+    });
+    for (const ClusterMember& m : cs.members) {
+      if (m.state == "dead") {
+        lost_count += m.unpersisted;
+        for (const std::string& p : m.paths) {
+          Json entry{{"node", m.node}, {"path", p}};
+          size_t n = Dump(entry).size() + 1;
+          if (lost_files.size() >= kStatusListMax || lbytes + n > kStatusListBytes) break;
+          lbytes += n;
+          lost_files.push_back(std::move(entry));
+        }
+      }
+      if (members.size() >= kStatusListMax) continue;
+      members.push_back({{"node", m.node},
+                         {"self", m.self},
+                         {"state", m.state},
+                         {"heartbeat_ms", m.heartbeat_ms},
+                         {"age_ms", m.age_ms},
+                         {"watermark_ms", m.watermark_ms},
+                         {"oldest_pending_gate_ms", m.oldest_gate_ms ? Json(*m.oldest_gate_ms) : Json(nullptr)},
+                         {"unpersisted", m.unpersisted}});
+    }
+    j["cluster"] = {{"name", cs.name},
+                    {"node", cs.node},
+                    {"watermark_ms", cs.watermark_ms},
+                    {"member_count", cs.members.size()},
+                    {"members", std::move(members)},
+                    {"waiting", cs.waiting},
+                    {"wait_seq", cs.wait_seq},
+                    {"wait_gate_ms", cs.wait_gate_ms},
+                    {"waiting_for", cs.waiting_for},
+                    {"waiting_since_ms", cs.waiting_since_ms},
+                    {"last_error", cs.last_error},
+                    {"node_id_clash", cs.node_id_clash},
+                    {"lost_count", lost_count},
+                    {"lost", std::move(lost_files)}};
+  }
   std::string out = Dump(j);
   // The lists fit kStatusListBytes each; what else is long is a few paths
   // and one error, each up to PATH_MAX bytes that may all be escaped.
   Json& lj = j["lost"];
   Json& fj = j["failed"]["first"];
-  while (out.size() > kStatusMaxBytes && (!lj.empty() || !fj.empty())) {
-    for (Json* list : {&lj, &fj})
+  Json none = Json::array();
+  Json& cj = j.contains("cluster") ? j["cluster"]["lost"] : none;
+  while (out.size() > kStatusMaxBytes && (!lj.empty() || !fj.empty() || !cj.empty())) {
+    for (Json* list : {&lj, &fj, &cj})
       if (!list->empty()) list->erase(list->size() - 1);
     out = Dump(j);
   }

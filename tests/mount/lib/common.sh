@@ -213,6 +213,57 @@ mount_fs() {
   stat "$MNT" >/dev/null || fail "mount point not usable right after mount"
 }
 
+# Several mounts over one backend (cluster cases), each a "node" NAME with
+# its own mount point $T/NAME/mnt, state dir $T/NAME/state and tier dir
+# $TIER-NAME (removed at exit with $TIER):
+#   mount_node NAME [VAR=VALUE...] [-- ARGS]  mount it (--backend $BACKEND,
+#                      --cache-size 1G unless ARGS say); VAR=VALUE go to the
+#                      daemon's environment (test knobs)
+#   node_mnt NAME      its mount point        node_state NAME  its state dir
+#   umount_node NAME   `ckptfs umount`, then wait for its daemon to exit
+#   kill_node NAME     kill -9 its daemon and detach its dead mount
+node_mnt() { echo "$T/$1/mnt"; }
+node_state() { echo "$T/$1/state"; }
+_node_pid() { _our_daemons | while read -r p; do
+  tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q -- " $T/$1/mnt " && echo "$p"; done; true; }
+mount_node() {
+  local name=$1 envs=() args=() m st td
+  shift
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+  [ "${1:-}" = -- ] && shift
+  args=("$@")
+  m=$(node_mnt "$name"); st=$(node_state "$name"); td=$TIER-$name
+  mkdir -p "$m"
+  _has_opt --cache-size "$@" || args+=(--cache-size 1G)
+  _has_opt --backend "$@" || args+=(--backend "$BACKEND")
+  _has_item "$st" "${_STATE_DIRS[@]}" || _STATE_DIRS+=("$st")
+  if ! env "${envs[@]}" "$CKPTFS" mount "$m" --state-dir "$st" --tier-dir "$td" "${args[@]}" \
+      > "$T/mount-$name.out" 2>&1; then
+    cat "$T/mount-$name.out" >&2
+    fail "ckptfs mount $m ${args[*]} failed"
+  fi
+  [ "$(findmnt -n -o FSTYPE -M "$m")" = fuse.ckptfs ] || fail "node $name: $m is not a ckptfs mount"
+}
+umount_node() {
+  local m pid _i
+  m=$(node_mnt "$1")
+  pid=$(_node_pid "$1")
+  "$CKPTFS" umount "$m" > "$T/umount-$1.out" 2>&1 || { cat "$T/umount-$1.out" >&2; fail "ckptfs umount $m failed"; }
+  for _i in $(seq 600); do
+    [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  fail "node $1: daemon $pid still running 60 s after umount"
+}
+kill_node() {
+  local pid
+  pid=$(_node_pid "$1")
+  [ -n "$pid" ] || fail "node $1: no daemon to kill"
+  kill -9 "$pid"
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  fusermount3 -uz "$(node_mnt "$1")" 2>/dev/null || true
+}
+
 # Waits until no daemon of this case runs (the log is complete then).
 wait_daemon_exit() {
   local _i

@@ -1115,3 +1115,88 @@ Test(posix_backend_shared, vanished_root_is_eio_not_enoent) {
   cr_expect(e.be->Stat("d").has_value());
   cr_expect(e.be->ListDir("d").has_value());
 }
+
+// Cluster records: atomic replace, listed by name, hidden from every other
+// method and never reachable through one, refused through symlinks.
+Test(posix_backend_records, put_list_replace_and_hidden) {
+  Env e;
+  cr_expect(e.be->ListRecords("job").value().empty());  // nothing yet: empty, not an error
+  cr_assert(e.be->PutRecord("job", "nodeB", "{\"b\":1}").has_value());
+  cr_assert(e.be->PutRecord("job", "nodeA", "{\"a\":1}").has_value());
+  cr_assert(e.be->PutRecord("job", "nodeA", "{\"a\":2}").has_value());  // replaced
+  auto l = e.be->ListRecords("job");
+  cr_assert(l.has_value(), "list records: %d", l.error());
+  cr_assert_eq(l->size(), 2u);
+  cr_expect_eq((*l)[0].first, std::string("nodeA"));
+  cr_expect_eq((*l)[0].second, std::string("{\"a\":2}"));
+  cr_expect_eq((*l)[1].first, std::string("nodeB"));
+  cr_expect(e.be->ListRecords("other").value().empty());
+  // Private, and no temporary left behind.
+  struct stat st;
+  cr_assert_eq(stat(e.P(".ckptfs-cluster/job").c_str(), &st), 0);
+  cr_expect_eq(st.st_mode & 07777, 0700u);
+  cr_expect_eq(std::distance(std::filesystem::directory_iterator(e.P(".ckptfs-cluster/job")), {}), 2);
+
+  // Invisible and unreachable through the namespace methods.
+  auto top = e.be->ListDir("");
+  cr_assert(top.has_value());
+  cr_expect(top->empty());
+  size_t listed = 0;
+  cr_assert(e.be->List([&](const Entry&) { listed++; }).has_value());
+  cr_expect_eq(listed, 0u);
+  for (const char* bad : {".ckptfs-cluster", ".ckptfs-cluster/job", ".ckptfs-cluster/job/nodeA"}) {
+    cr_expect_eq(e.be->Stat(bad).error(), EINVAL, "%s", bad);
+    cr_expect_eq(e.be->ListDir(bad).error(), EINVAL, "%s", bad);
+    cr_expect_eq(e.be->Mkdir(bad, A(0755)).error(), EINVAL, "%s", bad);
+    cr_expect_eq(e.be->Remove(bad).error(), EINVAL, "%s", bad);
+    Source s(10, 3);
+    auto staged = e.be->Stage(s.fd, 10, [] { return false; });
+    cr_assert(staged.has_value());
+    cr_expect_eq(e.be->Publish(*staged, bad, A(0644)).error(), EINVAL, "%s", bad);  // no forged record
+    e.be->Abort(*staged);
+  }
+  cr_expect_eq(e.be->Rename("x", ".ckptfs-cluster/job/nodeA", false).error(), EINVAL);
+  // Not reserved below the top.
+  cr_expect(e.be->Mkdir("sub/.ckptfs-cluster", A(0755)).has_value());
+
+  // Bad names and sizes.
+  for (const char* bad : {"", ".", "..", ".hidden", "a/b", ".tmp-x"}) {
+    cr_expect_eq(e.be->PutRecord("job", bad, "x").error(), EINVAL, "name %s", bad);
+    cr_expect_eq(e.be->PutRecord(bad, "n", "x").error(), EINVAL, "dir %s", bad);
+  }
+  cr_expect_eq(e.be->PutRecord("job", "big", std::string(ckpt::backend::kMaxRecordBytes + 1, 'x')).error(), EFBIG);
+  cr_expect(e.be->PutRecord("job", "max", std::string(ckpt::backend::kMaxRecordBytes, 'x')).has_value());
+}
+
+Test(posix_backend_records, symlinks_and_foreign_files_are_not_records) {
+  Env e;
+  char outside[] = "/tmp/ckpt-backend-out-XXXXXX";
+  cr_assert_not_null(mkdtemp(outside));
+  // The area itself a symlink: refused, nothing written outside.
+  cr_assert_eq(symlink(outside, e.P(".ckptfs-cluster").c_str()), 0);
+  cr_expect_eq(e.be->PutRecord("job", "n", "x").error(), ELOOP);
+  cr_expect_eq(e.be->ListRecords("job").error(), ELOOP);
+  cr_expect(std::filesystem::is_empty(outside));
+  cr_assert_eq(unlink(e.P(".ckptfs-cluster").c_str()), 0);
+  // A record that is a symlink or a directory, or too large, is left out.
+  cr_assert(e.be->PutRecord("job", "real", "r").has_value());
+  std::string secret = std::string(outside) + "/secret";
+  std::ofstream(secret) << "not a record";
+  cr_assert_eq(symlink(secret.c_str(), e.P(".ckptfs-cluster/job/link").c_str()), 0);
+  cr_assert_eq(mkdir(e.P(".ckptfs-cluster/job/dir").c_str(), 0700), 0);
+  {
+    std::ofstream big(e.P(".ckptfs-cluster/job/big"));
+    big << std::string(ckpt::backend::kMaxRecordBytes + 1, 'x');
+  }
+  auto l = e.be->ListRecords("job");
+  cr_assert(l.has_value(), "%d", l.error());
+  cr_assert_eq(l->size(), 1u);
+  cr_expect_eq((*l)[0].first, std::string("real"));
+  // The dir of another user is not used.
+  cr_assert_eq(chown(e.P(".ckptfs-cluster/job").c_str(), 65534, 65534), 0);
+  if (geteuid() == 0) {
+    cr_expect_eq(e.be->ListRecords("job").error(), EACCES);
+    cr_expect_eq(e.be->PutRecord("job", "n", "x").error(), EACCES);
+  }
+  std::filesystem::remove_all(outside);
+}

@@ -7,10 +7,16 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
+#include "fs/cluster.h"
 #include "fs/drain.h"
 #include "tests/unit/fs/helpers.h"
 
@@ -91,6 +97,14 @@ class FlakyBackend final : public backend::Backend {
     return inner_->Fetch(p, fd, size);
   }
   ckpt::Status List(const std::function<void(const backend::Entry&)>& fn) override { return inner_->List(fn); }
+  ckpt::Status PutRecord(const std::string& d, const std::string& n, const std::string& b) override {
+    if (down) return std::unexpected(EIO);
+    return inner_->PutRecord(d, n, b);
+  }
+  ckpt::Result<std::vector<std::pair<std::string, std::string>>> ListRecords(const std::string& d) override {
+    if (down) return std::unexpected(EIO);
+    return inner_->ListRecords(d);
+  }
 
  private:
   bool Refused(const std::string& p) const { return refuse_err && p.starts_with(refuse_prefix); }
@@ -945,4 +959,76 @@ Test(drain, persist_of_a_nested_memory_only_step) {
   e.WriteFile(inner->ino, "new.pt", "n");  // drains now, inner flag gone
   d.Drain();
   cr_assert(d.Read("step_2/old/new.pt") == "n");
+}
+
+namespace {
+
+// The records of a cluster, in memory (the test plays the other member).
+struct MemRecords : ckpt::fs::RecordStore {
+  std::mutex mu;
+  std::map<std::string, std::string> recs;
+  ckpt::Status Put(const std::string& node, const std::string& bytes) override {
+    std::lock_guard lk(mu);
+    recs[node] = bytes;
+    return {};
+  }
+  ckpt::Result<std::vector<std::pair<std::string, std::string>>> List() override {
+    std::lock_guard lk(mu);
+    return std::vector<std::pair<std::string, std::string>>(recs.begin(), recs.end());
+  }
+  void Other(int64_t heartbeat, std::optional<int64_t> oldest_gate) {
+    nlohmann::json j = {{"node", "z"},          {"cluster", "job"},
+                        {"state", "live"},      {"heartbeat_ms", heartbeat},
+                        {"watermark_ms", 0},    {"oldest_gate_ms", oldest_gate ? nlohmann::json(*oldest_gate) : nullptr},
+                        {"unpersisted", 1},     {"paths", {"step_1/shard_z"}}};
+    std::lock_guard lk(mu);
+    recs["z"] = j.dump();
+  }
+};
+
+}  // namespace
+
+// With a cluster, the drain stages the entry (the transfer is not held) but
+// publishes it only once Cluster::MayPublish allows: here, once the other
+// member's record shows its earlier file persisted.
+Test(drain_cluster, publish_waits_for_the_other_members_earlier_file) {
+  DrainEnv d;
+  Env& e = *d.env;
+  std::atomic<int64_t> now{100000};
+  MemRecords store;
+  auto log = ckpt::fs::TableLog(e.table.get());
+  ckpt::fs::ClusterOptions o;
+  o.name = "job";
+  o.node = "a";
+  ckpt::fs::Cluster c(o, &store, log.get(), "", [&] { return now.load(); });
+  c.Init();
+  store.Other(100000, 99000);  // z: a file pending since before ours
+  e.WriteFile(kRoot, "latest", "step_1");
+  now = 100100;
+  c.Sample();  // latest's gate: 100100
+  now = 100200;
+  store.Other(100200, 99000);
+  c.Heartbeat();
+  d.drainer = std::make_unique<ckpt::fs::Drainer>(e.table.get(), d.be.get(), 4);
+  d.drainer->set_cluster(&c);
+  d.drainer->Start();
+  bool staged = false;
+  for (int i = 0; i < 100 && !staged; i++) {  // the bytes are staged meanwhile
+    staged = !stdfs::is_empty(d.root + "/" + backend::kTmpDir);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  cr_expect(staged, "the transfer waited for the cluster too");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  cr_expect(!d.Exists("latest"), "published while z's earlier file is pending");
+  auto st = c.Status();
+  cr_expect(st.waiting);
+  cr_assert_eq(st.waiting_for.size(), 1u);
+  cr_expect_eq(st.waiting_for[0], std::string("z"));
+  // z persisted its file: nothing pending in its next record.
+  now = 100300;
+  store.Other(100300, std::nullopt);
+  c.Heartbeat();
+  d.Drain();
+  cr_expect_eq(d.Read("latest"), std::string("step_1"));
+  cr_expect(!c.Status().waiting);
 }

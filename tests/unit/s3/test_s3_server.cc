@@ -583,3 +583,45 @@ Test(s3_server, stat_and_listdir_missing_bucket_is_eio) {
   cr_expect_eq(be->ListDir("").error(), EIO);
   cr_expect_eq(be->ListDir("d").error(), EIO);
 }
+
+// Cluster records: one PUT each under <prefix>/.ckptfs-cluster/DIR/, listed
+// with their bytes, hidden from List/ListDir/Stat and unreachable by them.
+Test(s3_server, cluster_records) {
+  auto be = Open(Cfg("ck/records"));
+  cr_assert(be->Check().has_value());
+  cr_expect(be->ListRecords("job").value().empty());
+  cr_assert(be->PutRecord("job", "nodeB", "{\"b\":1}").has_value());
+  cr_assert(be->PutRecord("job", "nodeA", "{\"a\":1}").has_value());
+  cr_assert(be->PutRecord("job", "nodeA", "{\"a\":2}").has_value());
+  cr_assert(be->PutRecord("job2", "nodeC", "c").has_value());
+  auto l = be->ListRecords("job");
+  cr_assert(l.has_value(), "list records: %d", l.error());
+  cr_assert_eq(l->size(), 2u);
+  cr_expect_eq((*l)[0].first, std::string("nodeA"));
+  cr_expect_eq((*l)[0].second, std::string("{\"a\":2}"));
+  cr_expect_eq((*l)[1].second, std::string("{\"b\":1}"));
+  Put(*be, "step/shard", 10);
+  auto all = ListAll(*be);
+  cr_expect_eq(all.size(), 2u);  // step and step/shard only
+  for (auto& [p, en] : all) cr_expect(p.find(".ckptfs-cluster") == std::string::npos, "%s", p.c_str());
+  auto top = be->ListDir("");
+  cr_assert(top.has_value());
+  cr_assert_eq(top->size(), 1u);
+  cr_expect_eq((*top)[0].path, std::string("step"));
+  for (const char* bad : {".ckptfs-cluster", ".ckptfs-cluster/job/nodeA"}) {
+    cr_expect_eq(be->Stat(bad).error(), EINVAL, "%s", bad);
+    cr_expect_eq(be->ListDir(bad).error(), EINVAL, "%s", bad);
+    cr_expect_eq(be->Remove(bad).error(), EINVAL, "%s", bad);
+  }
+  std::string bytes;
+  int fd = SourceFile(10, 5, &bytes);
+  auto st = be->Stage(fd, 10, kNever);
+  close(fd);
+  cr_assert(st.has_value());
+  cr_expect_eq(be->Publish(*st, ".ckptfs-cluster/job/nodeA", {0644, 0, 0, false, 0, 0}).error(), EINVAL);
+  be->Abort(*st);
+  cr_expect_eq(be->ListRecords("job").value()[0].second, std::string("{\"a\":2}"));
+  cr_expect_eq(be->PutRecord("job", ".x", "x").error(), EINVAL);
+  cr_expect_eq(be->PutRecord("a/b", "x", "x").error(), EINVAL);
+  cr_expect_eq(be->PutRecord("job", "big", std::string(ckpt::backend::kMaxRecordBytes + 1, 'x')).error(), EFBIG);
+}

@@ -1,0 +1,520 @@
+// cluster.cc — samples, gate times, records and the publish rule of
+// cluster.h. The design and what it promises: docs/consistency.md
+// "Cross-node ordering (--cluster)".
+#include "fs/cluster.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "fs/inode_table.h"
+
+namespace ckpt::fs {
+
+using Json = nlohmann::json;
+
+namespace {
+
+constexpr size_t kRecordPaths = 1000;  // unpersisted paths named in a record
+constexpr int64_t kBusyMs = 2000;      // records every tick this long after another member had files pending
+constexpr char kSamplesMagic[] = "ckptfs-cluster-samples 1";
+
+class BackendRecordStore final : public RecordStore {
+ public:
+  BackendRecordStore(backend::Backend* be, std::string name) : be_(be), name_(std::move(name)) {}
+  Status Put(const std::string& node, const std::string& bytes) override { return be_->PutRecord(name_, node, bytes); }
+  Result<std::vector<std::pair<std::string, std::string>>> List() override { return be_->ListRecords(name_); }
+
+ private:
+  backend::Backend* const be_;
+  const std::string name_;
+};
+
+class TableLogView final : public LogView {
+ public:
+  explicit TableLogView(InodeTable* t) : t_(t) {}
+  uint64_t LoggedSeq() override { return t_->LoggedSeq(); }
+  uint64_t AppliedSeq() override { return t_->AppliedSeq(); }
+  std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) override { return t_->UnpersistedFiles(max); }
+
+ private:
+  InodeTable* const t_;
+};
+
+}  // namespace
+
+bool ValidClusterName(const std::string& s) {
+  if (s.empty() || s.size() > 64 || !isalnum(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'; });
+}
+
+std::unique_ptr<RecordStore> BackendRecords(backend::Backend* be, std::string name) {
+  return std::make_unique<BackendRecordStore>(be, std::move(name));
+}
+
+std::unique_ptr<LogView> TableLog(InodeTable* table) { return std::make_unique<TableLogView>(table); }
+
+int64_t Cluster::WallClockMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Cluster::Cluster(ClusterOptions o, RecordStore* store, LogView* log, std::string samples_path, Clock clock)
+    : opt_(std::move(o)), store_(store), log_(log), samples_path_(std::move(samples_path)), clock_(std::move(clock)) {}
+
+Cluster::~Cluster() {
+  Stop();
+  if (alive_fd_ >= 0) close(alive_fd_);
+}
+
+void Cluster::Init() {
+  LoadSamples();
+  Sample();
+  MutexLock lk(&mu_);
+  self_.node = opt_.node;
+  self_.state = "live";
+}
+
+bool Cluster::Join() {
+  Heartbeat();
+  MutexLock lk(&mu_);
+  return last_error_.empty();
+}
+
+void Cluster::Start() {
+  sampler_ = std::thread([this] {
+    for (;;) {
+      {
+        MutexLock lk(&mu_);
+        auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.sample_ms);
+        while (!stop_ && cv_.WaitUntil(&mu_, until)) {
+        }
+        if (stop_) return;
+      }
+      try {
+        Sample();
+      } catch (const std::exception& e) {
+        LOG_ERROR("cluster: internal error in the sampler: {}", e.what());
+      }
+    }
+  });
+  heart_ = std::thread([this] {
+    for (;;) {
+      try {
+        Tick();
+      } catch (const std::exception& e) {
+        LOG_ERROR("cluster: internal error in the heartbeat: {}", e.what());
+      }
+      MutexLock lk(&mu_);
+      auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.tick_ms);
+      while (!stop_ && cv_.WaitUntil(&mu_, until)) {
+      }
+      if (stop_) return;
+    }
+  });
+}
+
+void Cluster::Stop() {
+  {
+    MutexLock lk(&mu_);
+    stop_ = true;
+  }
+  cv_.NotifyAll();
+  if (sampler_.joinable()) sampler_.join();
+  if (heart_.joinable()) heart_.join();
+}
+
+void Cluster::Sample() {
+  // pre before the clock, post after it: entries <= pre were logged before
+  // t (gate times), every entry logged before t is <= post (watermark).
+  const uint64_t pre = log_->LoggedSeq();
+  int64_t t = clock_();
+  const uint64_t post = log_->LoggedSeq();
+  const uint64_t applied = log_->AppliedSeq();
+  bool changed = false;
+  {
+    MutexLock lk(&mu_);
+    if (!samples_.empty()) t = std::max(t, samples_.back().t);  // a clock stepped back: never backwards
+    const size_t n = samples_.size();
+    // A run of samples that saw the same log: its first (gate times) and
+    // its last (watermark) are all that is ever asked of it.
+    if (n >= 2 && samples_[n - 1].pre == pre && samples_[n - 1].post == post && samples_[n - 2].pre == pre &&
+        samples_[n - 2].post == post) {
+      samples_[n - 1].t = t;
+    } else {
+      samples_.push_back({t, pre, post});
+      changed = true;
+    }
+    applied_ = std::max(applied_, applied);
+    size_t before = samples_.size();
+    Prune(applied_);
+    changed = changed || samples_.size() != before;
+    samples_changed_ = samples_changed_ || changed;
+  }
+  // Kept at once, not at the next heartbeat: entries logged after the
+  // samples kept get, at a restart, a time derived from the last one kept
+  // (LoadSamples), so the window must be one sample period, not a heartbeat
+  // (a 500 ms window let a restarted node's shards pass for newer than
+  // another node's `latest`: seed 103 of the multi-node crash harness).
+  KeepSamples();
+  KeepAlive(t);
+}
+
+void Cluster::Prune(uint64_t applied) {
+  // Needed: the newest sample with post <= applied (the watermark), and
+  // those with pre > applied (gate times of the pending entries). The
+  // newest sample is kept in any case: it is the record's T.
+  std::deque<SampleRec> kept;
+  ssize_t w = -1;
+  for (size_t i = 0; i < samples_.size(); i++)
+    if (samples_[i].post <= applied) w = static_cast<ssize_t>(i);
+  for (size_t i = 0; i < samples_.size(); i++)
+    if (static_cast<ssize_t>(i) == w || samples_[i].pre > applied || i + 1 == samples_.size()) kept.push_back(samples_[i]);
+  samples_.swap(kept);
+}
+
+std::optional<int64_t> Cluster::GateLocked(uint64_t seq) {
+  for (const SampleRec& s : samples_)
+    if (s.pre >= seq) return s.t;
+  return std::nullopt;
+}
+
+int64_t Cluster::WatermarkLocked(uint64_t applied) {
+  int64_t w = 0;
+  for (const SampleRec& s : samples_)
+    if (s.post <= applied) w = s.t;
+  return w;
+}
+
+std::optional<int64_t> Cluster::GateTime(uint64_t seq) {
+  MutexLock lk(&mu_);
+  return GateLocked(seq);
+}
+
+int64_t Cluster::Watermark() {
+  MutexLock lk(&mu_);
+  return WatermarkLocked(applied_);
+}
+
+size_t Cluster::SampleCount() {
+  MutexLock lk(&mu_);
+  return samples_.size();
+}
+
+std::string Cluster::MakeRecord(const std::string& state) {
+  auto [count, paths] = log_->Unpersisted(kRecordPaths);
+  Record r;
+  {
+    MutexLock lk(&mu_);
+    const SampleRec& s = samples_.back();  // never empty after Init
+    r.node = opt_.node;
+    r.state = state;
+    r.heartbeat_ms = s.t;
+    r.watermark_ms = WatermarkLocked(applied_);
+    // Every entry logged before T is <= s.post; those above `applied_`
+    // are pending, the oldest is applied_ + 1. Its gate, or T while no
+    // sample has seen it yet (its gate is later: T errs on the safe side).
+    if (applied_ < s.post) r.oldest_gate_ms = GateLocked(applied_ + 1).value_or(s.t);
+    r.unpersisted = count;
+    r.paths = std::move(paths);
+    self_ = r;
+  }
+  Json j = {{"version", 1},
+            {"cluster", opt_.name},
+            {"node", r.node},
+            {"state", r.state},
+            {"heartbeat_ms", r.heartbeat_ms},
+            {"watermark_ms", r.watermark_ms},
+            {"oldest_gate_ms", r.oldest_gate_ms ? Json(*r.oldest_gate_ms) : Json(nullptr)},
+            {"unpersisted", r.unpersisted},
+            {"paths", r.paths}};
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+void Cluster::Tick() {
+  const int64_t now = clock_();
+  const uint64_t applied = log_->AppliedSeq();
+  bool write = false, read = false;
+  {
+    MutexLock lk(&mu_);
+    // Busy: another member had files pending at the last read, so it may
+    // wait for a record of this node newer than its files' gates.
+    // After a failed write or read, the next try waits for the heartbeat.
+    write = now - last_write_ >= opt_.heartbeat_ms ||
+            (last_error_.empty() && (applied != written_applied_ || now < busy_until_));
+    read = waiting_;
+  }
+  if (write) {
+    Heartbeat();
+  } else if (read) {
+    ReadRecords();
+  }
+}
+
+void Cluster::Heartbeat() {
+  const int64_t now = clock_();
+  const uint64_t applied = log_->AppliedSeq();
+  Sample();
+  KeepSamples();
+  {
+    MutexLock lk(&mu_);
+    last_write_ = now;
+    written_applied_ = applied;
+  }
+  std::string rec = MakeRecord("live");
+  {
+    MutexLock lk(&mu_);
+    written_ = rec;
+  }
+  if (auto st = store_->Put(opt_.node, rec); !st) {
+    MutexLock lk(&mu_);
+    std::string msg = std::string("writing this node's record: ") + strerror(st.error());
+    if (last_error_ != msg) LOG_WARN("cluster {}: {} (retried every heartbeat)", opt_.name, msg);
+    last_error_ = msg;
+    return;
+  }
+  ReadRecords();
+}
+
+bool Cluster::Dead(const Record& r, int64_t now) const {
+  return r.state == "live" && now - r.heartbeat_ms > opt_.member_timeout_ms;
+}
+
+void Cluster::ReadRecords() {
+  // The time before the listing: a member whose first record was written
+  // before it is in the list (POSIX and S3 read their own writes).
+  const int64_t read_at = clock_();
+  auto list = store_->List();
+  const int64_t now = clock_();
+  MutexLock lk(&mu_);
+  if (!list) {
+    std::string msg = std::string("reading the members' records: ") + strerror(list.error());
+    if (last_error_ != msg) LOG_WARN("cluster {}: {} (retried every heartbeat)", opt_.name, msg);
+    last_error_ = msg;
+    return;
+  }
+  if (!last_error_.empty()) LOG_INFO("cluster {}: records readable and writable again", opt_.name);
+  last_error_.clear();
+  std::vector<Record> others;
+  for (const auto& [name, bytes] : *list) {
+    if (name == opt_.node) {
+      // Ours, as we wrote it last, unless another mount uses this node id
+      // (each overwrites the other's record: the others see one member).
+      if (!written_.empty() && bytes != written_ && !clash_noted_) {
+        clash_noted_ = true;
+        LOG_ERROR("cluster {}: another mount writes records as node {}; give each mount its own --node", opt_.name,
+                  opt_.node);
+      }
+      continue;
+    }
+    Record r;
+    try {
+      Json j = Json::parse(bytes);
+      if (j.at("node").get<std::string>() != name || j.at("cluster").get<std::string>() != opt_.name) {
+        LOG_DEBUG("cluster {}: record '{}' names another node or cluster; ignored", opt_.name, name);
+        continue;
+      }
+      r.node = name;
+      r.state = j.at("state").get<std::string>();
+      if (r.state != "live" && r.state != "left") continue;
+      r.heartbeat_ms = j.at("heartbeat_ms").get<int64_t>();
+      r.watermark_ms = j.at("watermark_ms").get<int64_t>();
+      if (!j.at("oldest_gate_ms").is_null()) r.oldest_gate_ms = j.at("oldest_gate_ms").get<int64_t>();
+      r.unpersisted = j.at("unpersisted").get<uint64_t>();
+      r.paths = j.at("paths").get<std::vector<std::string>>();
+    } catch (const std::exception& e) {
+      LOG_DEBUG("cluster {}: record '{}' is not readable ({}); ignored", opt_.name, name, e.what());
+      continue;
+    }
+    auto noted = std::find(dead_noted_.begin(), dead_noted_.end(), r.node);
+    if (Dead(r, now) && noted == dead_noted_.end()) {
+      LOG_WARN("cluster {}: member {} is dead (no heartbeat for {} s); its {} unpersisted files are lost{}{}", opt_.name,
+               r.node, (now - r.heartbeat_ms) / 1000, r.unpersisted, r.paths.empty() ? "" : ", e.g. ",
+               r.paths.empty() ? "" : r.paths.front());
+      dead_noted_.push_back(r.node);
+    } else if (!Dead(r, now) && noted != dead_noted_.end()) {
+      LOG_INFO("cluster {}: member {} is back ({})", opt_.name, r.node, r.state);
+      dead_noted_.erase(noted);
+    }
+    if (r.state == "live" && !Dead(r, now) && r.oldest_gate_ms) busy_until_ = now + kBusyMs;
+    others.push_back(std::move(r));
+  }
+  others_ = std::move(others);
+  read_at_ = std::max(read_at_, read_at);
+}
+
+bool Cluster::MayPublish(uint64_t seq) {
+  const int64_t now = clock_();
+  MutexLock lk(&mu_);
+  std::vector<std::string> blockers;
+  auto g = GateLocked(seq);
+  if (!g) {
+    blockers.push_back("(this node's next sample)");
+  } else if (read_at_ < *g + opt_.max_skew_ms) {
+    // A member that joined after the last read, and closed a file before
+    // this entry, must be seen first: it wrote its first record before it
+    // served any write.
+    blockers.push_back("(this node's next read of the records)");
+  } else {
+    for (const Record& r : others_) {
+      if (r.state != "live" || Dead(r, now)) continue;
+      // Its record must be newer than this entry's close (on its clock,
+      // which may be max_skew_ms behind ours), and show nothing pending
+      // that comes first in (gate, node) order.
+      if (r.heartbeat_ms < *g + opt_.max_skew_ms ||
+          (r.oldest_gate_ms && (*r.oldest_gate_ms < *g || (*r.oldest_gate_ms == *g && r.node < opt_.node))))
+        blockers.push_back(r.node);
+    }
+  }
+  if (blockers.empty()) {
+    waiting_ = false;
+    return true;
+  }
+  if (!waiting_ || wait_seq_ != seq) wait_since_ = now;
+  waiting_ = true;
+  wait_seq_ = seq;
+  wait_gate_ = g.value_or(0);
+  waiting_for_ = std::move(blockers);
+  return false;
+}
+
+void Cluster::ClearWait() {
+  MutexLock lk(&mu_);
+  waiting_ = false;
+}
+
+bool Cluster::Leave() {
+  Sample();
+  {
+    MutexLock lk(&mu_);
+    if (applied_ < samples_.back().post) return false;
+  }
+  std::string rec = MakeRecord("left");
+  if (auto st = store_->Put(opt_.node, rec); !st) {
+    LOG_WARN("cluster {}: cannot write this node's last record (left): {}; the others will see it dead after {} s",
+             opt_.name, strerror(st.error()), opt_.member_timeout_ms / 1000);
+    return false;
+  }
+  return true;
+}
+
+ClusterStatus Cluster::Status() {
+  const int64_t now = clock_();
+  MutexLock lk(&mu_);
+  ClusterStatus s;
+  s.name = opt_.name;
+  s.node = opt_.node;
+  s.watermark_ms = WatermarkLocked(applied_);
+  auto member = [&](const Record& r, bool self) {
+    ClusterMember m;
+    m.node = r.node;
+    m.self = self;
+    m.state = !self && Dead(r, now) ? "dead" : r.state;
+    m.heartbeat_ms = r.heartbeat_ms;
+    m.age_ms = now - r.heartbeat_ms;
+    m.watermark_ms = r.watermark_ms;
+    m.oldest_gate_ms = r.oldest_gate_ms;
+    m.unpersisted = r.unpersisted;
+    m.paths = r.paths;
+    return m;
+  };
+  s.members.push_back(member(self_, true));
+  for (const Record& r : others_) s.members.push_back(member(r, false));
+  std::sort(s.members.begin(), s.members.end(), [](const auto& a, const auto& b) { return a.node < b.node; });
+  s.waiting = waiting_;
+  s.wait_seq = wait_seq_;
+  s.wait_gate_ms = wait_gate_;
+  s.waiting_for = waiting_for_;
+  s.waiting_since_ms = wait_since_;
+  s.last_error = last_error_;
+  s.node_id_clash = clash_noted_;
+  return s;
+}
+
+void Cluster::KeepSamples() {
+  if (samples_path_.empty()) return;
+  std::string text = std::string(kSamplesMagic) + "\n";
+  {
+    MutexLock lk(&mu_);
+    if (!samples_changed_) return;
+    samples_changed_ = false;
+    for (const SampleRec& s : samples_) text += fmt::format("{} {} {}\n", s.t, s.pre, s.post);
+  }
+  // Written whole under a temporary name, then renamed: a reader (the next
+  // start) sees the old list or the new one. Not fsynced: see cluster.h.
+  std::string tmp = samples_path_ + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  bool ok = fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (fd >= 0) close(fd);
+  if (!ok || rename(tmp.c_str(), samples_path_.c_str()) != 0) {
+    LOG_DEBUG("cluster: cannot keep samples in {}: {}", samples_path_, strerror(errno));
+    unlink(tmp.c_str());
+  }
+}
+
+void Cluster::KeepAlive(int64_t t) {
+  if (alive_fd_ < 0) return;
+  // One pwrite of 8 bytes a sample, no rename: the page cache keeps it when
+  // the daemon is killed (what a node reboot loses, the tier loses too).
+  if (pwrite(alive_fd_, &t, sizeof t, 0) != static_cast<ssize_t>(sizeof t))
+    LOG_DEBUG("cluster: cannot keep the sample time in {}.alive: {}", samples_path_, strerror(errno));
+}
+
+void Cluster::LoadSamples() {
+  if (samples_path_.empty()) return;
+  // The time of the last sample the previous daemon took (KeepAlive), if
+  // it kept one: the crash came less than a sample period after it.
+  std::optional<int64_t> alive;
+  std::string alive_path = samples_path_ + ".alive";
+  alive_fd_ = open(alive_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (int64_t t = 0; alive_fd_ >= 0 && pread(alive_fd_, &t, sizeof t, 0) == static_cast<ssize_t>(sizeof t) && t > 0)
+    alive = t;
+  if (alive_fd_ < 0) LOG_WARN("cluster: cannot open {}: {}", alive_path, strerror(errno));
+  std::deque<SampleRec> got;
+  const uint64_t logged = log_->LoggedSeq();
+  std::ifstream in(samples_path_);
+  if (in) {
+    std::string line;
+    if (!std::getline(in, line) || line != kSamplesMagic) {
+      LOG_WARN("cluster: {} is not a samples file; ignored (entries recovered now get the start time)", samples_path_);
+      return;
+    }
+    // Samples of a log that lost its newest entries (seqs above what is
+    // logged now) would give new entries with reused seqs old gate times.
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      SampleRec s{};
+      if (!(ls >> s.t >> s.pre >> s.post) || s.pre > s.post || s.post > logged ||
+          (!got.empty() && (s.t < got.back().t || s.pre < got.back().pre || s.post < got.back().post))) {
+        LOG_WARN("cluster: {} is damaged; ignored (entries recovered now get the start time)", samples_path_);
+        return;
+      }
+      got.push_back(s);
+    }
+  }
+  // Entries logged after the last sample kept: the previous daemon would
+  // have kept a sample that saw them (Sample keeps every change at once)
+  // had it lived one more sample period, so each was logged within a
+  // sample period of the last sample time it kept alive, and the crash
+  // came within one after it: that time plus one period bounds them from
+  // above, and from below but for two periods (inside the ordering margin).
+  // The restart time would do from above only: another node's `latest`
+  // would pass them for newer (docs/consistency.md "Cross-node ordering").
+  if (alive && logged > (got.empty() ? 0 : got.back().pre)) {
+    int64_t t = std::max(*alive, got.empty() ? *alive : got.back().t) + opt_.sample_ms;
+    got.push_back({t, logged, logged});
+  }
+  MutexLock lk(&mu_);
+  samples_ = std::move(got);
+}
+
+}  // namespace ckpt::fs

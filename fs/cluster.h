@@ -1,0 +1,246 @@
+// cluster.h — cross-node ordered persistence (--cluster NAME): the mounts of
+// one job over one backend keep a file closed after a barrier on one node
+// behind the files the other nodes closed before that barrier.
+//
+// Each node samples its own drain log (every 10 ms: the newest logged seq
+// read just before and just after the wall clock), which gives every log
+// entry a *gate time*, an upper bound of the moment it was logged (the first
+// sample taken after it), without changing the log's format. Every
+// heartbeat (500 ms) the node writes a record to the backend's reserved area
+// (Backend::PutRecord: .ckptfs-cluster/NAME/NODE) with the time T of its
+// newest sample and the gate time G of its oldest entry not yet applied (none
+// if nothing is pending), and reads the other members' records — every
+// tick (25 ms on POSIX, 100 ms on S3) while the cluster has files pending
+// (Tick).
+//
+// The rule (MayPublish, asked by the drainer before it applies the head
+// entry, after staging): entry e of node X, gate g, may reach the backend
+// when X read the records after g + max_clock_skew (so it knows every member
+// that could have closed a file before e: a node writes its first record
+// before it serves a write), and every other live member Y has a record with
+//     T_Y >= g + max_clock_skew          (Y's record is newer than e's close)
+//     and (G_Y, Y) > (g, X), or Y has nothing pending at T_Y.
+// The second condition compares (gate, node id) pairs, a total order on
+// every pending entry of the cluster, so the entry smallest in it always
+// passes: there is no deadlock, even for entries closed on two nodes in the
+// same instant (the design of issue #11, "every member's watermark >= g +
+// skew", waits in a cycle there: docs/consistency.md "Cross-node ordering"
+// says why, and what exactly is promised).
+//
+// A member whose heartbeat is older than member_timeout is dead: ignored by
+// the rule, and the unpersisted files its last record named are listed as
+// lost by every node. A member that unmounted cleanly with nothing pending
+// writes state "left" and is ignored too; it rejoins when it mounts again.
+//
+// Samples are kept in STATE_DIR/cluster-samples whenever they change, and
+// the time of the latest in cluster-samples.alive at every sample (not
+// fsynced: a killed daemon's page cache survives; a node reboot loses the
+// tier anyway), so entries recovered at a restart keep their gate times,
+// and an entry logged after the last sample kept gets the last sample time
+// kept alive plus one period: within two periods of its close (LoadSamples
+// says why). Not the restart time: that let another node's later `latest`
+// pass a restarted node's shards (found by the multi-node crash harness).
+//
+// Thread-safety: every public method may be called from any thread. The
+// cluster's two threads (sampler, heartbeat) call the LogView and the
+// RecordStore without holding mu_.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "common/mutex.h"
+#include "common/result.h"
+
+namespace ckpt::fs {
+
+class InodeTable;
+
+struct ClusterOptions {
+  std::string name;  // --cluster
+  std::string node;  // --node
+  int64_t heartbeat_ms = 500;  // a record at least this often
+  int64_t tick_ms = 100;       // sooner when something changed (Tick)
+  int64_t sample_ms = 10;  // the ordering margin: see docs/consistency.md
+  int64_t member_timeout_ms = 60000;  // --member-timeout
+  int64_t max_skew_ms = 50;           // --max-clock-skew
+};
+
+// Whether `s` may name a cluster or a node: [A-Za-z0-9][A-Za-z0-9._-]{0,63}.
+bool ValidClusterName(const std::string& s);
+
+// What the cluster reads of the local drain log (the InodeTable in the
+// daemon, fakes in tests). Called without any cluster lock held.
+class LogView {
+ public:
+  virtual ~LogView() = default;
+  virtual uint64_t LoggedSeq() = 0;   // the newest entry logged (0: none)
+  virtual uint64_t AppliedSeq() = 0;  // every entry up to here is applied
+  // The number of files whose closed version is not in the backend yet, and
+  // the paths of the first `max` of them, oldest first.
+  virtual std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) = 0;
+};
+
+// Where the members' records are (the backend's reserved area; fakes in
+// tests).
+class RecordStore {
+ public:
+  virtual ~RecordStore() = default;
+  [[nodiscard]] virtual Status Put(const std::string& node, const std::string& bytes) = 0;
+  [[nodiscard]] virtual Result<std::vector<std::pair<std::string, std::string>>> List() = 0;
+};
+
+// The records of cluster `name` in `be` (Backend::PutRecord/ListRecords).
+std::unique_ptr<RecordStore> BackendRecords(backend::Backend* be, std::string name);
+// The drain log of `table`.
+std::unique_ptr<LogView> TableLog(InodeTable* table);
+
+// One member as the last record read shows it.
+struct ClusterMember {
+  std::string node;
+  bool self = false;
+  std::string state;  // "live", "left"; "dead" when live and its heartbeat is too old
+  int64_t heartbeat_ms = 0;           // T: its newest sample when it wrote the record
+  int64_t age_ms = 0;                 // now - T, by this node's clock
+  int64_t watermark_ms = 0;           // everything it closed before this is persisted
+  std::optional<int64_t> oldest_gate_ms;  // G: its oldest pending entry's gate time
+  uint64_t unpersisted = 0;
+  std::vector<std::string> paths;     // the first unpersisted files (lost, if it is dead)
+};
+
+struct ClusterStatus {
+  std::string name, node;
+  int64_t watermark_ms = 0;
+  std::vector<ClusterMember> members;  // sorted by node id, this node included
+  // The drain waits for the cluster: its head entry, gate time, the members
+  // that hold it back, since when (wall ms).
+  bool waiting = false;
+  uint64_t wait_seq = 0;
+  int64_t wait_gate_ms = 0;
+  std::vector<std::string> waiting_for;
+  int64_t waiting_since_ms = 0;
+  std::string last_error;  // the last record write or read that failed ("" if fine)
+  bool node_id_clash = false;  // another mount writes records under this node id
+};
+
+class Cluster {
+ public:
+  using Clock = std::function<int64_t()>;  // wall clock, ms since the epoch
+  static int64_t WallClockMs();
+
+  // `samples_path`: where samples are kept across restarts ("" : nowhere).
+  Cluster(ClusterOptions o, RecordStore* store, LogView* log, std::string samples_path, Clock clock = WallClockMs);
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // Loads the kept samples and takes the first sample (entries logged
+  // before it without a kept sample get its time: the start time).
+  void Init();
+  // The first heartbeat, before the mount serves anything (so that every
+  // member knows this one before it can close a file): Heartbeat(); false
+  // (and logged) if the record could not be written.
+  bool Join();
+  // Starts the sampler and heartbeat threads (Init first).
+  void Start();
+  // Stops them; safe to call twice.
+  void Stop();
+  // After Stop, on a clean unmount: writes state "left" if nothing is
+  // pending (else the record stays "live" and ages into "dead" on the
+  // others, which then list its pending files as lost). True if written.
+  bool Leave();
+
+  // One sample / one heartbeat: a sample, this node's record written, the
+  // others' read (the threads call them; tests call them directly with a
+  // fake clock).
+  void Sample();
+  void Heartbeat();
+  // What the heartbeat thread does every tick_ms: a Heartbeat when one is
+  // due, when this node applied entries since its last record (others may
+  // wait for them), or for 2 s after a read showed another member with
+  // files pending (it waits for a record of this node newer than them);
+  // else, while this node's drain waits, a read of the others' records. So
+  // during a checkpoint a file waits about two ticks for another node's
+  // record, not two heartbeats; an idle cluster writes every heartbeat.
+  void Tick();
+
+  // May the log entry `seq` (pending, this node's) reach the backend now?
+  // Records what holds it back for Status. Drain thread.
+  bool MayPublish(uint64_t seq);
+  // The drain no longer waits (the head was applied another way, or stop).
+  void ClearWait();
+
+  // The gate time of entry `seq`: the time of the first sample that saw it
+  // logged; nullopt if no sample did yet.
+  std::optional<int64_t> GateTime(uint64_t seq);
+  // The newest sample time before which every entry is applied (0: none).
+  int64_t Watermark();
+  ClusterStatus Status();
+  size_t SampleCount();
+
+ private:
+  struct SampleRec {
+    int64_t t;
+    uint64_t pre;   // newest seq logged, read before t: entries <= pre were logged before t
+    uint64_t post;  // read after t: every entry logged before t is <= post
+  };
+  struct Record {
+    std::string node, state;
+    int64_t heartbeat_ms = 0, watermark_ms = 0;
+    std::optional<int64_t> oldest_gate_ms;
+    uint64_t unpersisted = 0;
+    std::vector<std::string> paths;
+  };
+
+  std::string MakeRecord(const std::string& state);
+  void ReadRecords();
+  std::optional<int64_t> GateLocked(uint64_t seq) REQUIRES(mu_);
+  int64_t WatermarkLocked(uint64_t applied) REQUIRES(mu_);
+  void Prune(uint64_t applied) REQUIRES(mu_);
+  void KeepSamples();
+  // Keeps the time of the latest sample in STATE_DIR/cluster-samples.alive.
+  void KeepAlive(int64_t t);
+  void LoadSamples();
+  bool Dead(const Record& r, int64_t now) const;
+
+  const ClusterOptions opt_;
+  RecordStore* const store_;
+  LogView* const log_;
+  const std::string samples_path_;
+  const Clock clock_;
+
+  Mutex mu_;  // a leaf: nothing is called with it held
+  CondVar cv_;
+  std::deque<SampleRec> samples_ GUARDED_BY(mu_);
+  uint64_t applied_ GUARDED_BY(mu_) = 0;  // AppliedSeq at the last sample
+  bool samples_changed_ GUARDED_BY(mu_) = false;
+  std::vector<Record> others_ GUARDED_BY(mu_);  // from the last read
+  int64_t read_at_ GUARDED_BY(mu_) = 0;         // when the last successful read began
+  std::vector<std::string> dead_noted_ GUARDED_BY(mu_);  // members whose death was logged
+  std::string last_error_ GUARDED_BY(mu_);
+  bool waiting_ GUARDED_BY(mu_) = false;
+  uint64_t wait_seq_ GUARDED_BY(mu_) = 0;
+  int64_t wait_gate_ GUARDED_BY(mu_) = 0;
+  int64_t wait_since_ GUARDED_BY(mu_) = 0;
+  std::vector<std::string> waiting_for_ GUARDED_BY(mu_);
+  Record self_ GUARDED_BY(mu_);  // as last written
+  int64_t last_write_ GUARDED_BY(mu_) = 0;        // clock at the last Heartbeat
+  uint64_t written_applied_ GUARDED_BY(mu_) = 0;  // AppliedSeq then
+  int64_t busy_until_ GUARDED_BY(mu_) = 0;        // records every tick until then (Tick)
+  std::string written_ GUARDED_BY(mu_);            // this node's last record, as written
+  bool clash_noted_ GUARDED_BY(mu_) = false;       // another mount with this node id (logged once)
+  bool stop_ GUARDED_BY(mu_) = false;
+  int alive_fd_ = -1;  // opened by LoadSamples (Init), before the threads start
+  std::thread sampler_, heart_;
+};
+
+}  // namespace ckpt::fs

@@ -1,0 +1,428 @@
+// test_cluster.cc — fs/cluster: sample and gate-time math, the publish rule
+// across members, death, leaving and restart, with a fake clock, fake logs
+// and a fake record store (no backend, no threads).
+#include <criterion/criterion.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "fs/cluster.h"
+
+using ckpt::Result;
+using ckpt::Status;
+using ckpt::fs::Cluster;
+using ckpt::fs::ClusterOptions;
+
+namespace {
+
+// One shared store of records, as the backend's reserved area.
+struct FakeStore : ckpt::fs::RecordStore {
+  std::map<std::string, std::string> recs;
+  bool down = false;
+  Status Put(const std::string& node, const std::string& bytes) override {
+    if (down) return std::unexpected(EIO);
+    recs[node] = bytes;
+    return {};
+  }
+  Result<std::vector<std::pair<std::string, std::string>>> List() override {
+    if (down) return std::unexpected(EIO);
+    return std::vector<std::pair<std::string, std::string>>(recs.begin(), recs.end());
+  }
+};
+
+// A node's drain log: entries logged (seq, path) and how far it is applied.
+struct FakeLog : ckpt::fs::LogView {
+  std::vector<std::string> paths;  // paths[i] is seq i + 1
+  uint64_t applied = 0;
+  uint64_t Log(const std::string& p) {
+    paths.push_back(p);
+    return paths.size();
+  }
+  uint64_t LoggedSeq() override { return paths.size(); }
+  uint64_t AppliedSeq() override { return applied; }
+  std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) override {
+    std::pair<uint64_t, std::vector<std::string>> out{0, {}};
+    for (size_t i = applied; i < paths.size(); i++)
+      if (out.first++ < max) out.second.push_back(paths[i]);
+    return out;
+  }
+};
+
+struct Node {
+  FakeLog log;
+  std::unique_ptr<Cluster> c;
+  Node(const std::string& id, FakeStore* store, int64_t* clock, int64_t timeout_ms = 60000,
+       const std::string& samples = "") {
+    ClusterOptions o;
+    o.name = "job";
+    o.node = id;
+    o.member_timeout_ms = timeout_ms;
+    o.max_skew_ms = 50;
+    c = std::make_unique<Cluster>(o, store, &log, samples, [clock] { return *clock; });
+    c->Init();
+  }
+};
+
+}  // namespace
+
+Test(cluster, gate_times_and_watermark) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now);
+  cr_expect_eq(a.c->Watermark(), 1000);  // nothing pending: the sample's time
+  now = 1050;
+  uint64_t s1 = a.log.Log("step1/shard");
+  uint64_t s2 = a.log.Log("step1/other");
+  cr_expect(!a.c->GateTime(s1).has_value());  // no sample saw it yet
+  a.c->Sample();
+  cr_expect_eq(a.c->GateTime(s1).value(), 1050);
+  cr_expect_eq(a.c->GateTime(s2).value(), 1050);
+  cr_expect_eq(a.c->Watermark(), 1000);  // closed after 1000, pending
+  now = 1100;
+  uint64_t s3 = a.log.Log("latest");
+  a.c->Sample();
+  cr_expect_eq(a.c->GateTime(s3).value(), 1100);
+  cr_expect_eq(a.c->GateTime(s1).value(), 1050);
+  // Idle samples while the drain stands still: a run keeps its first and
+  // last only.
+  for (int i = 0; i < 100; i++) {
+    now += 50;
+    a.c->Sample();
+  }
+  cr_expect_leq(a.c->SampleCount(), 5u);
+  cr_expect_eq(a.c->GateTime(s3).value(), 1100);
+  a.log.applied = s2;
+  now += 50;
+  a.c->Sample();
+  cr_expect_eq(a.c->Watermark(), 1050);  // the newest sample that saw only s1, s2
+  a.log.applied = s3;
+  now += 50;
+  a.c->Sample();
+  cr_expect_eq(a.c->Watermark(), now);
+  cr_expect_leq(a.c->SampleCount(), 2u);  // pruned
+}
+
+Test(cluster, later_entry_waits_for_an_earlier_one_on_another_node) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now), b("b", &store, &now);
+  a.c->Heartbeat();
+  b.c->Heartbeat();
+  now = 2000;
+  uint64_t shard_b = b.log.Log("step1/shard_b");
+  b.c->Sample();
+  // The barrier; then a's latest, a sample later.
+  now = 2100;
+  uint64_t latest = a.log.Log("latest");
+  a.c->Sample();
+  now = 2200;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest), "latest passed while b's shard is pending");
+  auto st = a.c->Status();
+  cr_expect(st.waiting);
+  cr_assert_eq(st.waiting_for.size(), 1u);
+  cr_expect_eq(st.waiting_for[0], std::string("b"));
+  cr_expect(!b.c->MayPublish(shard_b), "a's record read by b predates the shard");
+  b.c->Heartbeat();  // reads a's newer record
+  cr_expect(b.c->MayPublish(shard_b), "the oldest entry of the cluster must pass");
+  b.log.applied = shard_b;  // b's drain published it
+  now = 2300;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(latest));
+  cr_expect(!a.c->Status().waiting);
+}
+
+Test(cluster, record_must_be_newer_than_the_entry_plus_skew) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now), b("b", &store, &now);
+  b.c->Heartbeat();  // b: nothing pending, record at 1000
+  now = 1200;
+  uint64_t e = a.log.Log("latest");
+  a.c->Sample();
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(e), "b's record predates the entry");
+  now = 1240;  // within the skew margin of the gate (1200 + 50)
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(e));
+  now = 1260;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(e));
+}
+
+// Entries closed on two nodes in the same sample period: each node's record
+// shows the other a pending entry with the same gate time. The (gate, node)
+// order lets the smaller pass, then the other: no deadlock.
+Test(cluster, concurrent_entries_do_not_deadlock) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now), b("b", &store, &now), c("c", &store, &now);
+  now = 1500;
+  uint64_t ea = a.log.Log("step1/shard_a");
+  uint64_t eb = b.log.Log("step1/shard_b");
+  uint64_t ec = c.log.Log("step1/shard_c");
+  for (Node* n : {&a, &b, &c}) n->c->Sample();
+  now = 1600;
+  for (Node* n : {&a, &b, &c}) n->c->Heartbeat();
+  for (Node* n : {&a, &b, &c}) n->c->Heartbeat();
+  cr_expect(a.c->MayPublish(ea));
+  cr_expect(!b.c->MayPublish(eb));
+  cr_expect(!c.c->MayPublish(ec));
+  a.log.applied = ea;
+  now = 1700;
+  for (Node* n : {&a, &b, &c}) n->c->Heartbeat();
+  cr_expect(b.c->MayPublish(eb));
+  cr_expect(!c.c->MayPublish(ec));
+  b.log.applied = eb;
+  now = 1800;
+  for (Node* n : {&a, &b, &c}) n->c->Heartbeat();
+  cr_expect(c.c->MayPublish(ec));
+}
+
+Test(cluster, dead_member_is_ignored_and_its_files_listed_lost) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now, 3000), b("b", &store, &now, 3000);
+  now = 1100;
+  b.log.Log("step2/shard_b");
+  b.c->Heartbeat();
+  now = 1200;
+  uint64_t latest = a.log.Log("latest");
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest));
+  // b stops (killed): no more heartbeats.
+  now = 4000;
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest), "b is not dead yet (2.9 s)");
+  now = 4200;
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(latest));
+  auto st = a.c->Status();
+  bool found = false;
+  for (auto& m : st.members) {
+    if (m.node != "b") continue;
+    found = true;
+    cr_expect_eq(m.state, std::string("dead"));
+    cr_assert_eq(m.paths.size(), 1u);
+    cr_expect_eq(m.paths[0], std::string("step2/shard_b"));
+    cr_expect_geq(m.age_ms, 3000);
+  }
+  cr_expect(found);
+  // b restarts with the same id: live again, its entry holds a back.
+  now = 4300;
+  b.c->Heartbeat();
+  now = 4400;
+  uint64_t latest2 = a.log.Log("latest");
+  a.c->Sample();
+  now = 4500;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest2));
+}
+
+// A member that joins between two reads of the records, and closes a file
+// before this node's entry: the entry waits for a read that sees it.
+Test(cluster, member_joining_late_is_seen_before_publishing) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now);
+  a.c->Heartbeat();  // reads: a alone
+  now = 1100;
+  Node b("b", &store, &now);
+  b.c->Join();
+  uint64_t eb = b.log.Log("step1/shard_b");
+  b.c->Sample();
+  now = 1200;
+  uint64_t ea = a.log.Log("latest");
+  a.c->Sample();
+  cr_expect(!a.c->MayPublish(ea), "published before reading the records again");
+  now = 1300;
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(ea), "b's record shows its earlier shard");
+  b.log.applied = eb;
+  b.c->Heartbeat();
+  now = 1400;
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(ea));
+}
+
+Test(cluster, member_that_left_does_not_hold_others) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now), b("b", &store, &now);
+  b.c->Heartbeat();
+  cr_expect(b.c->Leave());
+  now = 1200;
+  uint64_t e = a.log.Log("latest");
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(e), "records not read since the entry's close");
+  now = 1300;
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(e));
+  auto st = a.c->Status();
+  cr_assert_eq(st.members.size(), 2u);
+  cr_expect_eq(st.members[1].state, std::string("left"));
+  // A node with pending entries does not write "left".
+  Node c("c", &store, &now);
+  c.log.Log("x");
+  cr_expect(!c.c->Leave());
+}
+
+Test(cluster, unreadable_records_and_store_errors) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now);
+  store.recs["z"] = "not json";
+  store.recs["y"] = nlohmann::json{{"node", "other"}, {"cluster", "job"}}.dump();  // names another node
+  now = 1100;
+  uint64_t e = a.log.Log("f");
+  a.c->Heartbeat();
+  now = 1200;
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(e));  // nothing readable holds it
+  cr_expect_eq(a.c->Status().members.size(), 1u);
+  cr_expect(!a.c->Status().node_id_clash);
+  // Another mount writing as node a is noticed: the record read back is
+  // not the one written.
+  store.recs["a"] = nlohmann::json{{"node", "a"}, {"cluster", "job"}, {"state", "live"}}.dump();
+  now = 1250;
+  a.c->MayPublish(e + 1);  // waits (no sample saw it): the next tick reads
+  a.c->Tick();
+  cr_expect(a.c->Status().node_id_clash);
+  store.down = true;
+  a.c->Heartbeat();
+  cr_expect(!a.c->Status().last_error.empty());
+  store.down = false;
+  a.c->Heartbeat();
+  cr_expect(a.c->Status().last_error.empty());
+}
+
+// Gate times survive a restart (the samples file, kept at every change);
+// an entry logged after the last sample (the daemon killed before its
+// sampler saw it) gets the last sample time kept alive plus one period —
+// not the restart time, which let another node's later `latest` pass it
+// (seed 103 of the multi-node crash harness).
+Test(cluster, gate_times_survive_a_restart) {
+  char tmpl[] = "/tmp/clunit-XXXXXX";
+  cr_assert_not_null(mkdtemp(tmpl));
+  std::string path = std::string(tmpl) + "/cluster-samples";
+  FakeStore store;
+  int64_t now = 1000;
+  std::vector<std::string> logged;
+  {
+    Node a("a", &store, &now, 60000, path);
+    now = 1100;
+    a.log.Log("s1");
+    a.c->Heartbeat();  // samples kept at each heartbeat
+    now = 1200;
+    a.log.Log("s2");
+    a.c->Sample();  // seen, and kept at once
+    now = 1250;
+    a.log.Log("s3");  // logged, then the "crash" before the next sample
+    logged = a.log.paths;
+  }
+  now = 5000;
+  FakeLog log;
+  log.paths = logged;
+  ClusterOptions o;
+  o.name = "job";
+  o.node = "a";
+  auto c = std::make_unique<Cluster>(o, &store, &log, path, [&now] { return now; });
+  c->Init();
+  cr_expect_eq(c->GateTime(1).value(), 1100);
+  cr_expect_eq(c->GateTime(2).value(), 1200);
+  cr_expect_eq(c->GateTime(3).value(), 1210, "got %lld", static_cast<long long>(c->GateTime(3).value_or(-1)));
+  cr_expect_eq(c->Watermark(), 1000);
+  c.reset();
+  // A samples file ahead of the log (the log lost entries) is not used.
+  FakeLog shorter;
+  Cluster c2(o, &store, &shorter, path, [&now] { return now; });
+  c2.Init();
+  shorter.Log("new");
+  cr_expect(!c2.GateTime(1).has_value());
+  std::filesystem::remove_all(tmpl);
+}
+
+Test(cluster, names) {
+  for (const char* ok : {"a", "node-1", "host.example_2"}) cr_expect(ckpt::fs::ValidClusterName(ok), "%s", ok);
+  cr_expect(ckpt::fs::ValidClusterName(std::string(64, 'x')));
+  for (const char* bad : {"", ".", "..", ".a", "-a", "a/b", "a b", "\xc3\xa9"})
+    cr_expect(!ckpt::fs::ValidClusterName(bad), "%s", bad);
+  cr_expect(!ckpt::fs::ValidClusterName(std::string(65, 'x')));
+}
+
+// Tick: a record is written before the heartbeat is due when this node
+// applied entries; a waiting node reads the others' records every tick.
+Test(cluster, tick_writes_after_progress_and_reads_while_waiting) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now), b("b", &store, &now);
+  a.c->Heartbeat();
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  now = 1100;
+  uint64_t eb = b.log.Log("shard_b");
+  b.c->Tick();  // nothing applied, heartbeat not due: no record
+  cr_expect_eq(nlohmann::json::parse(store.recs["b"])["heartbeat_ms"].get<int64_t>(), 1000);
+  now = 1300;
+  uint64_t ea = a.log.Log("latest");
+  a.c->Sample();
+  a.c->Tick();
+  cr_expect(!a.c->MayPublish(ea));  // a's records read at 1000
+  now = 1400;
+  a.c->Tick();  // waiting: reads (b's record still from 1000: stale)
+  cr_expect(!a.c->MayPublish(ea));
+  b.log.applied = eb;
+  now = 1420;
+  b.c->Tick();  // applied something: writes at once
+  cr_expect_eq(nlohmann::json::parse(store.recs["b"])["heartbeat_ms"].get<int64_t>(), 1420);
+  now = 1450;
+  a.c->Tick();  // still waiting (the read at 1400 predates b's record): reads again
+  cr_expect(a.c->MayPublish(ea));
+}
+
+// While another member has files pending, an idle member writes (and reads)
+// every tick: the other waits for a record newer than its files.
+Test(cluster, idle_member_refreshes_while_another_has_files_pending) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now), b("b", &store, &now);
+  a.c->Heartbeat();
+  b.c->Heartbeat();
+  now = 1100;
+  b.c->Tick();  // nothing pending anywhere: no record before the heartbeat
+  cr_expect_eq(nlohmann::json::parse(store.recs["b"])["heartbeat_ms"].get<int64_t>(), 1000);
+  uint64_t e = a.log.Log("latest");
+  a.c->Sample();
+  now = 1200;
+  a.c->Heartbeat();  // a's record: a file pending
+  now = 1500;
+  b.c->Tick();  // heartbeat due: writes and reads a's record
+  now = 1600;
+  b.c->Tick();  // busy: writes again before the next heartbeat
+  cr_expect_eq(nlohmann::json::parse(store.recs["b"])["heartbeat_ms"].get<int64_t>(), 1600);
+  cr_expect(!a.c->MayPublish(e));  // a's last read (1200) predates it
+  now = 1650;
+  a.c->Tick();  // a waits: reads b's record of 1600 >= gate 1100 + 50
+  cr_expect(a.c->MayPublish(e));
+  // Two seconds after the last sight of a pending file, b is quiet again.
+  a.log.applied = e;
+  now = 1700;
+  a.c->Tick();
+  now = 1800;
+  b.c->Tick();  // reads a: nothing pending
+  now = 3900;
+  b.c->Tick();  // heartbeat due (last at 1800 + 500 passed long ago): writes
+  now = 4000;
+  b.c->Tick();  // no longer busy, heartbeat not due: no record
+  cr_expect_eq(nlohmann::json::parse(store.recs["b"])["heartbeat_ms"].get<int64_t>(), 3900);
+}
