@@ -49,6 +49,40 @@ have found a consistent `latest` while the writer ran in at least one
 iteration of a bounded set, and in every iteration whose backend holds a
 `latest` when the writer stops.
 
+Multi-node mode (issue 11), --nodes N (2..8), kind mn-kill: each
+iteration mounts N nodes with --cluster cm<seed> --node n<k> (own state
+dir, tier dir and mount point) on one fresh backend, runs one writer per
+node (writer.py with rank k: shards step_N/shard_<k>_<i>.bin, a file
+barrier outside the mount after closing them, then rank 0 alone writes
+model.pt and `latest`; every rank removes its own old steps, rank 0's
+removal taking every rank's shards of the step from the backend), and
+SIGKILLs the daemon of one node picked by the seed (rank 0's or another)
+at a random moment. The killed node's writer must stop with an I/O error;
+the others stop at their next barrier (DIR/abort, exit 6). The killed node
+is mounted again at once (same state dir: it rejoins before
+--member-timeout, default 60 s: no member dies), it finishes the removal
+of old steps its writer had begun elsewhere (journaled, as a restarted
+rank would), every node drains, and:
+
+  P1  on every node, every file its writer acknowledged reads back from
+      that node's mount (or is listed lost), after the remount and after
+      the drain;
+  P2  every name in the backend holds only a version its rank began;
+  P3  across nodes: `latest` never names a step whose files from every
+      rank (cluster_step_files: rank 0's at that `latest`, every shard the
+      others closed under the step, each rank having reached that step's
+      barrier) are not all in the backend, each the acknowledged version —
+      polled by ClusterWatcher while the writers run, after the crash,
+      through the remount and the drain; and after the drain the backend
+      equals the union of what the nodes hold.
+
+The seed alone fixes the scenario (victim, steps, kill delay, drain delay,
+latest mode); `--nodes 3 --seed S --iterations 1` repeats one, --bounded
+runs one iteration. The rule "some watcher saw a consistent latest while
+the writer ran" is not applied to a multi-node --bounded run (one
+iteration; an early kill leaves no `latest` until the drain); the
+iteration's own last-look rule still is.
+
 Environment: BUILD (build dir, default build, as tests/mount/lib/common.sh),
 CKPTFS_TEST_ROOT or TMPDIR (where the iteration dirs go), KEEP=1 (keep a
 failed iteration's dir). Needs root-free FUSE (/dev/fuse, fusermount3) and
@@ -73,7 +107,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 
-from model import ABSENT, EMPTY_SHA, Model, classify  # noqa: E402
+from model import ABSENT, EMPTY_SHA, Model, classify, cluster_step_files  # noqa: E402
 
 FAILPOINTS = ["drain.mid_transfer", "drain.after_publish", "meta.after_commit", "evict.mid", "load.recovery"]
 KINDS = [f"fp:{f}" for f in FAILPOINTS] + ["reboot", "trainer"] + ["kill"] * 10
@@ -189,7 +223,7 @@ def errno_name(e):
     return E.errorcode.get(e, str(e))
 
 
-BACKEND_SKIP = (".ckptfs-tmp", ".ckptfs-probe-")
+BACKEND_SKIP = (".ckptfs-tmp", ".ckptfs-probe-", ".ckptfs-cluster")
 
 
 # ---------------------------------------------------------------- watcher
@@ -304,8 +338,12 @@ def load_journal(path):
     try:
         with open(path) as f:
             for line in f:
-                if line.endswith("\n"):
+                if not line.endswith("\n"):
+                    break
+                try:
                     recs.append(json.loads(line))
+                except ValueError:  # a line being appended, read by the watcher
+                    break
     except FileNotFoundError:
         pass
     return recs
@@ -356,6 +394,9 @@ class Iteration:
         self.kill_point = "?"
         self.writer_pid = None
         self.daemon_pid = None
+        # Multi-node mode (MultiIteration makes one Iteration per node).
+        self.extra_args = []
+        self.rank, self.nranks, self.barrier_dir = 0, 1, None
 
     def describe(self):
         fp = self.fp or self.recovery_fp
@@ -368,7 +409,7 @@ class Iteration:
         self.h.tiers.add(self.tier)
         p = run([self.h.ckptfs, "mount", self.mnt, "--backend", self.backend, "--state-dir", self.state,
                  "--tier-dir", self.tier, "--cache-size", self.cache,
-                 "--fsync", "backend" if self.fsync_backend else "memory"], env=env, timeout=120)
+                 "--fsync", "backend" if self.fsync_backend else "memory"] + self.extra_args, env=env, timeout=120)
         if p.returncode != 0:
             if expect_ok:
                 raise Failed(f"ckptfs mount failed ({p.returncode}): {p.stdout.strip()}")
@@ -431,7 +472,7 @@ class Iteration:
                 os.setpgid(0, 0)
                 import writer
                 rc = writer.run(self.mnt, self.journal, self.seed, steps, self.compute_ms, self.latest_mode, resume,
-                                self.fsync_backend, self.pace_ms)
+                                self.fsync_backend, self.pace_ms, self.rank, self.nranks, self.barrier_dir)
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -762,6 +803,295 @@ class Iteration:
         return errs
 
 
+# ---------------------------------------------------------------- multi-node mode
+
+def merged_owner(models, rel):
+    """The model (rank) that wrote `rel`: ranks write disjoint file names."""
+    for m in models:
+        if rel in m.ever:
+            return m
+    return None
+
+
+def check_backend_cluster(models, tree, backend, where):
+    """Multi-node mode, on a backend that does not move: P2 under every name
+    (each file a version its rank began), P3 across nodes (`latest` names a
+    step whose files from every rank are all there, each the acknowledged
+    version: cluster_step_files)."""
+    errs = []
+    for rel, obs in sorted(tree.items()):
+        if obs[0] == "dir":
+            if not any(rel in m.dirs for m in models):
+                errs.append(f"P2 {where}: backend has dir {rel} no rank ever made")
+            continue
+        if obs[0] != "file":
+            errs.append(f"P2 {where}: backend {rel}: {obs}")
+            continue
+        m = merged_owner(models, rel)
+        if m is None:
+            errs.append(f"P2 {where}: backend has {rel}, a name no rank wrote")
+            continue
+        if obs[1] not in m.ever[rel]:
+            why = classify(m, rel, obs[1], obs[2], lambda: read_all(os.path.join(backend, rel)), m.ever[rel])
+            if why:
+                errs.append(f"P2 {where}: backend {rel}: {why}")
+    latest = tree.get("latest")
+    if latest and latest[0] == "file" and latest[2] > 0:
+        text = read_all(os.path.join(backend, "latest")).decode(errors="replace")
+        files, why = cluster_step_files(models, text)
+        if files is None:
+            errs.append(f"P3 {where}: backend latest is '{text}', {why}")
+        else:
+            for rel, want in sorted(files.items()):
+                got = tree.get(rel)
+                if got is None:
+                    errs.append(f"P3 {where}: backend latest names {text} but {rel} is missing")
+                elif got[0] != "file" or got[1] != want:
+                    errs.append(f"P3 {where}: backend latest names {text} but {rel} is not the acknowledged version")
+    return errs
+
+
+class ClusterWatcher(Watcher):
+    """The watcher across nodes: `latest` (rank 0's) must never name a step
+    whose files from every rank are not all in the backend, each the
+    acknowledged version (P3), and no file may hold bytes its rank never
+    began (P2); the same tolerance of a live tree as Watcher."""
+
+    def __init__(self, backend, journals):
+        super().__init__(backend, None)
+        self.journals = journals
+
+    def models(self):
+        return [Model(load_journal(j)) for j in self.journals]
+
+    def poll(self):
+        self.polls += 1
+        v = self.read_latest()
+        if v and v.startswith("step_"):
+            files, why = cluster_step_files(self.models(), v)
+            if files is None:
+                if self.read_latest() == v:
+                    self.violations.append(f"backend latest is '{v}', {why}")
+                return
+            bad = []
+            for rel, want in sorted(files.items()):
+                try:
+                    got = self.file_sha(rel)
+                except FileNotFoundError:
+                    bad.append(f"{rel} missing")
+                    continue
+                if got != want:
+                    bad.append(f"{rel} has sha {got[:12]}, acknowledged {want[:12]}")
+            if bad:
+                if self.read_latest() == v:
+                    self.violations.append(f"backend latest names {v} but " + "; ".join(bad))
+            else:
+                self.consistent += 1
+        if self.polls % 5 == 0:
+            models = self.models()
+            for rel, obs in walk(self.backend, BACKEND_SKIP).items():
+                if obs[0] != "file":
+                    continue
+                m = merged_owner(models, rel)
+                if m is not None and obs[1] in m.ever.get(rel, ()):
+                    continue
+                models2 = self.models()
+                m2 = merged_owner(models2, rel)
+                if m2 is not None and obs[1] in m2.ever.get(rel, ()):
+                    continue
+                try:  # the file may have been replaced since the walk
+                    if self.file_sha(rel) != obs[1]:
+                        continue
+                except FileNotFoundError:
+                    continue
+                if m2 is None:
+                    self.violations.append(f"backend file {rel}: a name no rank wrote")
+                else:
+                    self.violations.append(f"backend file {rel}: {classify(m2, rel, obs[1], obs[2], lambda: read_all(os.path.join(self.backend, rel)), m2.ever.get(rel, set()))}")
+
+
+class MultiIteration:
+    """--nodes N: N mounts with --cluster over one backend, one writer per
+    node (rank = node index), kill -9 of one random node's daemon (see the
+    file's comment, "Multi-node mode")."""
+
+    kind = "mn-kill"
+
+    def __init__(self, h, seed):
+        self.h = h
+        self.seed = seed
+        r = random.Random(f"mn:{seed}")
+        self.n = h.nodes
+        self.steps = r.randrange(6, 9)
+        self.compute_ms = r.choice([20, 50])
+        self.pace_ms = r.choice([2, 5])
+        self.drain_delay_ms = r.choice([30, 80])
+        self.latest_mode = r.choice(["inplace", "rename"])
+        self.victim = r.randrange(self.n)
+        self.kill_delay = r.uniform(0.05, 1.5)
+        self.dir = os.path.join(h.root, f"it-{seed}")
+        self.backend = os.path.join(self.dir, "backend")
+        self.barrier = os.path.join(self.dir, "barrier")
+        self.notes = Notes()
+        self.live_consistent = 0
+        self.kill_point = "?"
+        self.tier = f"{h.tier_prefix}-{seed}"
+        self.nodes = []
+        for k in range(self.n):
+            x = Iteration(h, seed)
+            x.dir = self.dir
+            x.mnt = os.path.join(self.dir, f"node{k}", "mnt")
+            x.state = os.path.join(self.dir, f"node{k}", "state")
+            x.journal = os.path.join(self.dir, f"journal-{k}.jsonl")
+            x.tier = f"{self.tier}-{k}"
+            x.backend = self.backend
+            x.cache = "1G"
+            x.fsync_backend = False
+            x.steps, x.compute_ms, x.pace_ms, x.latest_mode = self.steps, self.compute_ms, self.pace_ms, self.latest_mode
+            x.notes = self.notes
+            x.rank, x.nranks, x.barrier_dir = k, self.n, self.barrier
+            x.extra_args = ["--cluster", f"cm{seed}", "--node", f"n{k}"]
+            self.nodes.append(x)
+        self.tier_dirs = [x.tier for x in self.nodes]
+
+    def describe(self):
+        return (f"seed={self.seed} kind=mn-kill nodes={self.n} victim=n{self.victim}"
+                f"{' (rank 0)' if self.victim == 0 else ''} steps={self.steps} latest={self.latest_mode} "
+                f"drain_delay={self.drain_delay_ms}ms")
+
+    def daemon_log(self):
+        return self.nodes[self.victim].daemon_log()
+
+    def models(self):
+        return [Model(load_journal(x.journal)) for x in self.nodes]
+
+    def finish_rotation(self):
+        """The killed rank may have stopped half way through removing its
+        old steps, which rank 0's removal (or another rank's) has taken
+        from the backend already: it does what the restarted rank would,
+        journaled in its journal, so that its mount and the backend agree."""
+        rotated = set()
+        for x in self.nodes:
+            for rec in load_journal(x.journal):
+                if rec.get("op") == "begin_rmtree":
+                    rotated.add(rec["path"])
+        for x in self.nodes:
+            for d in sorted(rotated):
+                if os.path.lexists(os.path.join(x.mnt, d)):
+                    j = writer_journal(x.journal)
+                    j.log(op="begin_rmtree", path=d)
+                    shutil.rmtree(os.path.join(x.mnt, d))
+                    j.log(op="rmtree", path=d)
+                    self.notes.append(f"n{x.rank}: finished the removal of {d} its writer did not (as a restart would)")
+
+    def check_union(self, where):
+        """After the drain: the backend equals the union of the mounts."""
+        union, errs = {}, []
+        for x in self.nodes:
+            for rel, obs in walk(x.mnt).items():
+                if rel in union and union[rel] != obs:
+                    errs.append(f"P3 {where}: {rel} is {fmt(union[rel])} on one node, {fmt(obs)} on n{x.rank}")
+                union.setdefault(rel, obs)
+        b = walk(self.backend, BACKEND_SKIP)
+        for rel in sorted(set(union) | set(b)):
+            if union.get(rel) != b.get(rel):
+                errs.append(f"P3 {where}: after drain, the nodes hold {rel}={fmt(union.get(rel))} but the backend "
+                            f"{fmt(b.get(rel))}")
+        return errs
+
+    def run(self):
+        os.makedirs(self.backend)
+        os.makedirs(self.barrier)
+        env = {"CKPTFS_DRAIN_DELAY_MS": str(self.drain_delay_ms)}
+        for x in self.nodes:
+            os.makedirs(x.mnt)
+            x.mount(env=env)
+        watcher = ClusterWatcher(self.backend, [x.journal for x in self.nodes])
+        for x in self.nodes:  # fork before the watcher thread starts
+            x.start_writer(self.steps)
+        v = self.nodes[self.victim]
+        errs = []
+        try:
+            watcher.start()
+            for x in self.nodes:
+                x.wait_ready(1)
+            t0 = time.monotonic()
+            time.sleep(self.kill_delay)
+            self.kill_point = f"SIGKILL n{self.victim} after {time.monotonic() - t0:.2f}s at {v.journal_point()}"
+            v.kill_daemon()
+            rc = v.wait_writer(60)
+            if rc is None:
+                os.killpg(v.writer_pid, signal.SIGKILL)
+                v.wait_writer(10)
+                errs.append(f"n{self.victim}'s writer hung on the dead mount for 60 s (its I/O should fail)")
+            elif rc not in (0, 3):
+                errs.append(f"n{self.victim}'s writer exited {rc} (want 0 or 3: stopped by an I/O error)")
+            elif rc == 0:
+                self.notes.append("the killed node's writer finished before the crash")
+            with open(os.path.join(self.barrier, "abort"), "w"):
+                pass  # the other ranks stop at their next barrier
+            for x in self.nodes:
+                if x is v:
+                    continue
+                rc = x.wait_writer(120)
+                if rc is None:
+                    os.killpg(x.writer_pid, signal.SIGKILL)
+                    x.wait_writer(10)
+                    errs.append(f"n{x.rank}'s writer did not stop at its barrier in 120 s")
+                elif rc not in (0, 6):
+                    errs.append(f"n{x.rank}'s writer exited {rc} (its daemon lives: want 0, or 6 at the barrier)")
+            self.live_consistent = watcher.consistent
+            t1 = time.monotonic()
+            for x in self.nodes:
+                recs = load_journal(x.journal)
+                if any(r["op"] == "internal" for r in recs):
+                    raise Failed(f"writer n{x.rank}: {[r for r in recs if r['op'] == 'internal']}")
+            # The backend as the crash left it: the live nodes' drains may
+            # still move it (the watcher goes on, through the remount of
+            # the killed node and the drain of every node).
+            backend_at_crash = walk(self.backend, BACKEND_SKIP)
+            v.remount_after_crash()
+            self.notes.append(f"remount: {time.monotonic() - t1:.1f}s")
+            models = self.models()
+            for x, m in zip(self.nodes, models):
+                errs += [e.replace("P1 ", f"P1 n{x.rank} ", 1) for e in
+                         Iteration.check_mount(x, m, "after remount", x.lost(), False, backend_at_crash)]
+            self.finish_rotation()
+            models = self.models()
+            for x in self.nodes:
+                td = time.monotonic()
+                x.drain()
+                self.notes.append(f"drain n{x.rank}: {time.monotonic() - td:.1f}s")
+            self.notes.append(f"remount, checks and drain of every node: {time.monotonic() - t1:.1f}s")
+        finally:
+            watcher.stop.set()
+            watcher.join(30)
+        seen = watcher.last_look()
+        for _ in range(5):
+            watcher.poll_once()
+        if seen and watcher.consistent == 0 and not watcher.violations:
+            errs.append(f"P3 watcher: the backend's latest is '{watcher.read_latest()}', "
+                        "and the watcher never found it (or any latest) consistent")
+        errs += [f"P3/P2 while running, after the crash or in the drain: {x}" for x in watcher.violations]
+        self.notes.append(f"watcher: {watcher.polls} polls, {self.live_consistent} consistent latest "
+                          f"until the writers stopped, {watcher.consistent} until the drain ended")
+        for x, m in zip(self.nodes, models):
+            errs += [e.replace("P1 ", f"P1 n{x.rank} ", 1) for e in
+                     Iteration.check_mount(x, m, "after drain", x.lost(), False, backend_at_crash)]
+        errs += check_backend_cluster(models, walk(self.backend, BACKEND_SKIP), self.backend, "after drain")
+        errs += self.check_union("after drain")
+        t2 = time.monotonic()
+        for x in self.nodes:
+            x.umount()
+        self.notes.append(f"umount of every node: {time.monotonic() - t2:.1f}s")
+        return errs
+
+
+def writer_journal(path):
+    import writer
+    return writer.Journal(path)
+
+
 class Notes(list):
     """A list that keeps each note once."""
 
@@ -795,6 +1125,7 @@ class Harness:
         self.tiers = set()
         self.children = set()
         self.keep = args.keep or os.environ.get("KEEP") == "1"
+        self.nodes = args.nodes
         self.failed_dirs = []
         self.bugs = {}  # note starting with "BUG" -> seeds
         self.live_seen = 0  # iterations whose watcher saw a consistent latest while the writer ran
@@ -825,8 +1156,9 @@ class Harness:
                 pass
             self.children.discard(pid)
         self.cleanup_mounts(it.dir)
-        shutil.rmtree(it.tier, ignore_errors=True)
-        self.tiers.discard(it.tier)
+        for t in getattr(it, "tier_dirs", [it.tier]):
+            shutil.rmtree(t, ignore_errors=True)
+            self.tiers.discard(t)
         if passed or not self.keep:
             shutil.rmtree(it.dir, ignore_errors=True)
         else:
@@ -866,7 +1198,7 @@ class Harness:
             shutil.rmtree(self.root, ignore_errors=True)
 
     def iteration(self, seed):
-        it = Iteration(self, seed)
+        it = MultiIteration(self, seed) if self.nodes > 1 else Iteration(self, seed)
         t0 = time.monotonic()
         passed = False
         try:
@@ -895,7 +1227,8 @@ class Harness:
             tail = [l for l in it.daemon_log().splitlines() if " W " in l or " E " in l or " C " in l][-12:]
             for l in tail:
                 log(f"       | {l}")
-            log(f"       reproduce: tests/crash/harness.py --seed {seed} --iterations 1")
+            nodes = f"--nodes {self.nodes} " if self.nodes > 1 else ""
+            log(f"       reproduce: tests/crash/harness.py {nodes}--seed {seed} --iterations 1")
         self.cleanup_iteration(it, passed)
         return passed
 
@@ -909,8 +1242,18 @@ def main():
     ap.add_argument("--root", help="where iteration dirs go")
     ap.add_argument("--tier-prefix", help="tier dirs are PREFIX-<seed> (default /dev/shm/ckptfs-crash-<pid>)")
     ap.add_argument("--keep", action="store_true", help="keep failed iteration dirs")
+    ap.add_argument("--nodes", type=int, default=1,
+                    help="multi-node mode: N >= 2 mounts with --cluster over one backend, kill -9 of one node's "
+                         "daemon (kind mn-kill; --bounded: one iteration)")
     args = ap.parse_args()
-    if args.bounded:
+    if args.nodes < 1 or args.nodes > 8:
+        ap.error("--nodes: 1 to 8")
+    if args.nodes > 1:
+        if args.only:
+            ap.error("--only does not apply with --nodes (one kind: mn-kill)")
+        base = args.seed if args.seed is not None else random.randrange(1, 10 ** 7)
+        seeds = list(range(base, base + (1 if args.bounded else args.iterations or 1)))
+    elif args.bounded:
         seeds = bounded_seeds(args.seed if args.seed is not None else random.randrange(1, 10 ** 6) * len(KINDS))
     else:
         base = args.seed if args.seed is not None else random.randrange(1, 10 ** 7)
@@ -952,7 +1295,7 @@ def main():
         for e in errs:
             log(f"crash harness: seed {seed} failed: {e[:600]}")
     log(f"crash harness: the watcher saw a consistent latest while the writer ran in {h.live_seen} of {len(seeds)} iterations")
-    if args.bounded and h.live_seen == 0 and not failed:
+    if args.bounded and args.nodes == 1 and h.live_seen == 0 and not failed:
         log("crash harness: FAIL: in no iteration did the watcher see a consistent latest: it proved nothing")
         return 1
     log(f"crash harness: {len(seeds) - len(failed)} passed, {len(failed)} failed in {time.monotonic() - t0:.0f}s"

@@ -225,3 +225,26 @@ def classify(model, path, data_sha, data_len, read_bytes, allowed=None):
     if data_sha in model.ever.get(path, set()):
         return f"a version ({data_sha[:12]}, {data_len} bytes) older or newer than allowed here"
     return f"wrong bytes ({data_len} bytes, sha {data_sha[:12]}, matches no version begun)"
+
+
+def cluster_step_files(models, text):
+    """Multi-node mode: the files of the step that `text` names across every
+    rank (models[r]: rank r's journal), path -> sha: rank 0's when it set
+    `latest` to it (step_files), and every shard each other rank closed
+    under it. Returns (None, reason) when `latest` cannot name a complete
+    step: rank 0 never wrote it, or a rank never arrived at its barrier
+    (rank 0 writes `latest` only after every rank did)."""
+    i, files = models[0].step_files(text)
+    if files is None:
+        return None, "never written by rank 0"
+    try:
+        n = int(text[len("step_"):])
+    except ValueError:
+        return None, "not a step"
+    for r, m in enumerate(models[1:], 1):
+        if not any(x.get("op") == "arrived" and x.get("step") == n for x in m.records):
+            return None, f"rank {r} never closed its shards of it (no barrier arrival)"
+        for x in m.records:
+            if x.get("op") == "closed" and under(x["path"], text):
+                files[x["path"]] = x["sha"]
+    return files, None

@@ -259,6 +259,70 @@ def main():
             w.poll()
         expect("watcher, torn step", w.violations, "latest names step_4 but step_4/shard_1.bin missing")
         expect("watcher, junk file", w.violations, "backend file step_3/shard_0.bin: wrong bytes")
+
+        # Multi-node mode: two ranks; rank 0 writes latest after the barrier.
+        # The cross-node P3 check must report a latest that names a step
+        # missing (or holding a wrong) shard of another rank.
+        ranks = [Journal(), Journal()]
+        mn_files, mn_dirs = {}, set()
+        for n in (1, 2):
+            for r, jr in enumerate(ranks):
+                jr.op("begin_mkdir", f"step_{n}")
+                jr.op("mkdir", f"step_{n}")
+                for i in (0, 1):
+                    data = shard_bytes(SEED, n, f"{r}_{i}", 2000)
+                    jr.file(f"step_{n}/shard_{r}_{i}.bin", data, {"shard": [SEED, n, f"{r}_{i}", 2000]})
+                    mn_files[f"step_{n}/shard_{r}_{i}.bin"] = data
+                jr.recs.append({"op": "arrived", "step": n})
+                jr.recs.append({"op": "passed", "step": n})
+                mn_dirs.add(f"step_{n}")
+            ranks[0].latest(n)
+        mn_files["latest"] = b"step_2"
+        models = [Model(jr.recs) for jr in ranks]
+        mn_dirs = sorted(mn_dirs)
+        be = it.backend
+
+        def cluster(files):
+            layout(be, files, mn_dirs)
+            return harness.check_backend_cluster(models, harness.walk(be, harness.BACKEND_SKIP), be, "t")
+
+        expect("cluster, good", cluster(mn_files), None)
+        bad = dict(mn_files)
+        del bad["step_2/shard_1_1.bin"]
+        expect("cluster, latest before another rank's shard", cluster(bad),
+               "P3 t: backend latest names step_2 but step_2/shard_1_1.bin is missing")
+        bad = dict(mn_files, **{"step_2/shard_1_0.bin": mn_files["step_1/shard_1_0.bin"]})
+        expect("cluster, another rank's shard wrong", cluster(bad), "step_2/shard_1_0.bin is not the acknowledged")
+        bad = dict(mn_files, **{"step_2/shard_1_0.bin": mn_files["step_2/shard_1_0.bin"][:100]})
+        expect("cluster, partial shard", cluster(bad), "P2 t: backend step_2/shard_1_0.bin: short")
+        expect("cluster, unknown name", cluster(dict(mn_files, **{"step_2/x": b"x"})), "a name no rank wrote")
+        # latest naming a step a rank never reached its barrier for.
+        r1 = Model([x for x in ranks[1].recs if not (x.get("op") == "arrived" and x.get("step") == 2)])
+        layout(be, mn_files, mn_dirs)
+        expect("cluster, rank never arrived",
+               harness.check_backend_cluster([models[0], r1], harness.walk(be, harness.BACKEND_SKIP), be, "t"),
+               "rank 1 never closed its shards of it")
+        # The cross-node watcher, from the journals.
+        jps = []
+        for r, jr in enumerate(ranks):
+            jp = os.path.join(tmp, f"journal-{r}.jsonl")
+            with open(jp, "w") as f:
+                for x in jr.recs:
+                    f.write(harness.json.dumps(x) + "\n")
+            jps.append(jp)
+        cw = harness.ClusterWatcher(be, jps)
+        layout(be, mn_files, mn_dirs + [".ckptfs-cluster/job"])
+        for _ in range(5):
+            cw.poll()
+        expect("cluster watcher, good", cw.violations, None)
+        if cw.consistent == 0:
+            failures.append("cluster watcher: never found the good backend consistent")
+        bad = dict(mn_files)
+        del bad["step_2/shard_1_1.bin"]
+        layout(be, bad, mn_dirs)
+        for _ in range(5):
+            cw.poll()
+        expect("cluster watcher, torn step", cw.violations, "latest names step_2 but step_2/shard_1_1.bin missing")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for f in failures:

@@ -31,7 +31,25 @@ to rebuild the bytes: {"shard": [seed, step, shard, size]} or {"blob": F}
 uses to tell a short file from a wrong one.
 
 Exit status: 0 all steps done, 3 stopped by an I/O error (the daemon died),
-2 bad usage, 4 an internal problem (torch.save not deterministic...).
+2 bad usage, 4 an internal problem (torch.save not deterministic...), 6
+stopped at a barrier because a peer rank is gone (multi-node mode).
+
+Multi-node mode (the harness's --nodes N; here --rank R --nranks N
+--barrier DIR): one writer per node, each on its own mount of one cluster.
+Rank R writes its shards as step_N/shard_<R>_<i>.bin (bytes seeded by the
+shard id "<R>_<i>"), then meets the other ranks at a file barrier in DIR,
+outside the mount (it creates DIR/<N>.<R> and waits until all N ranks'
+files of step N exist, then 0.1 s more, longer than the cluster's ordering
+margin; DIR/abort stops it there), journaled as
+
+    {"op":"arrived", "step":N}   every shard of step N closed
+    {"op":"passed", "step":N}    every rank arrived
+    {"op":"aborted", "step":N}   a peer is gone; the writer stops (exit 6)
+
+After the barrier rank 0 alone writes model.pt and `latest`; then every
+rank removes its own copy of the steps older than the last two (with no
+shared namespace a mount sees only its own files; rank 0's removal is the
+one that removes every rank's shards of the step from the backend).
 
 Run alone:  writer.py MNT JOURNAL --seed 1 --steps 10
 The harness imports this module once (torch takes seconds to import) and
@@ -84,9 +102,17 @@ class Stopped(Exception):
     """An I/O error in the mount: record it and stop."""
 
 
+class Aborted(Exception):
+    """Multi-node mode: a peer rank is gone (DIR/abort exists)."""
+
+
 class Writer:
-    def __init__(self, mnt, journal, seed, latest_mode, blob_dir, fsync_latest=False, pace_ms=0):
+    def __init__(self, mnt, journal, seed, latest_mode, blob_dir, fsync_latest=False, pace_ms=0,
+                 rank=0, nranks=1, barrier_dir=None):
         self.mnt = mnt
+        self.rank = rank
+        self.nranks = nranks
+        self.barrier_dir = barrier_dir
         self.pace_ms = pace_ms
         self.fsync_latest = fsync_latest
         self.j = Journal(journal)
@@ -163,8 +189,15 @@ class Writer:
             self.rmtree(d)  # a restart redoes a step that never completed
         self.mkdir(d)
         for i, size in enumerate(shard_sizes(self.seed, step)):
-            self.write_file(f"{d}/shard_{i}.bin", shard_bytes(self.seed, step, i, size),
-                            {"shard": [self.seed, step, i, size]})
+            sid = f"{self.rank}_{i}" if self.nranks > 1 else i
+            self.write_file(f"{d}/shard_{sid}.bin", shard_bytes(self.seed, step, sid, size),
+                            {"shard": [self.seed, step, sid, size]})
+        if self.nranks > 1:
+            self.barrier(step)
+            if self.rank != 0:
+                self.rotate(step)
+                self.j.log(op="step_done", step=step)
+                return
         state = {"step": step, "model": model.state_dict(), "optim": opt.state_dict()}
         buf = io.BytesIO()
         torch.save(state, buf)
@@ -179,11 +212,29 @@ class Writer:
             self.rename("latest.tmp", "latest")
         else:
             self.write_file("latest", text, {"text": text.decode()}, barrier=self.fsync_latest)
+        self.rotate(step)
+        self.j.log(op="step_done", step=step)
+
+    def rotate(self, step):
         for old in range(step - 2, 0, -1):
             if not self.io(f"stat step_{old}", os.path.lexists, self.p(f"step_{old}")):
                 break
             self.rmtree(f"step_{old}")
-        self.j.log(op="step_done", step=step)
+
+    def barrier(self, step):
+        """Multi-node mode: waits until every rank closed its shards of `step`."""
+        self.j.log(op="arrived", step=step)
+        with open(os.path.join(self.barrier_dir, f"{step}.{self.rank}"), "w"):
+            pass
+        while True:
+            if os.path.exists(os.path.join(self.barrier_dir, "abort")):
+                self.j.log(op="aborted", step=step)
+                raise Aborted()
+            if all(os.path.exists(os.path.join(self.barrier_dir, f"{step}.{r}")) for r in range(self.nranks)):
+                break
+            time.sleep(0.01)
+        time.sleep(0.1)  # longer than the cluster's ordering margin (docs/consistency.md)
+        self.j.log(op="passed", step=step)
 
 
 def make_model(torch, seed):
@@ -220,14 +271,14 @@ def check_torch_save(torch, blob_dir):
 
 
 def run(mnt, journal, seed, steps, compute_ms=0, latest_mode="inplace", resume=False, fsync_latest=False,
-        pace_ms=0):
+        pace_ms=0, rank=0, nranks=1, barrier_dir=None):
     """Writes `steps` steps (after the one `latest` names, with resume).
     Returns the exit status (see the module comment)."""
     import torch  # the harness has imported it already; cheap then
     torch.set_num_threads(1)
     blob_dir = journal + ".blobs"
     os.makedirs(blob_dir, exist_ok=True)
-    w = Writer(mnt, journal, seed, latest_mode, blob_dir, fsync_latest, pace_ms)
+    w = Writer(mnt, journal, seed, latest_mode, blob_dir, fsync_latest, pace_ms, rank, nranks, barrier_dir)
     if not check_torch_save(torch, blob_dir):
         w.j.log(op="internal", msg="torch.save is not deterministic")
         return 4
@@ -251,6 +302,8 @@ def run(mnt, journal, seed, steps, compute_ms=0, latest_mode="inplace", resume=F
             w.save_step(step, model, opt, torch)
     except Stopped:
         return 3
+    except Aborted:
+        return 6
     w.j.log(op="done")
     return 0
 
@@ -266,9 +319,14 @@ def main():
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--fsync-latest", action="store_true", help="fsync latest before its close (a barrier)")
     ap.add_argument("--pace-ms", type=int, default=0, help="pause between 512 KiB writes")
+    ap.add_argument("--rank", type=int, default=0, help="multi-node mode: this writer's rank")
+    ap.add_argument("--nranks", type=int, default=1, help="multi-node mode: how many ranks")
+    ap.add_argument("--barrier", help="multi-node mode: the barrier dir, outside the mount")
     a = ap.parse_args()
+    if a.nranks > 1 and not a.barrier:
+        ap.error("--nranks > 1 needs --barrier")
     sys.exit(run(a.mnt, a.journal, a.seed, a.steps, a.compute_ms, a.latest_mode, a.resume, a.fsync_latest,
-                 a.pace_ms))
+                 a.pace_ms, a.rank, a.nranks, a.barrier))
 
 
 if __name__ == "__main__":
