@@ -98,6 +98,11 @@ $(BUILD)/gpu_bench: tests/bench/gpu_bench.cc $(BUILD)/libckptfs_cuda.so
 	$(CXX) $(CXXFLAGS) -I$(CUDA_HOME)/include $< -o $@ -L$(BUILD) -lckptfs_cuda -L$(CUDA_HOME)/lib64 -lcudart \
 	  -Wl,-rpath,$(abspath $(BUILD)) -Wl,-rpath,$(CUDA_HOME)/lib64 -lpthread
 
+# make bench's cluster simulation (docs/scale.md): many --cluster members as
+# threads of one process, over s3rver or a directory.
+$(BUILD)/cluster_scale: tests/bench/cluster_scale.cc $(BUILD)/libckpt.a
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
 # One Criterion binary per module folder: build/tests/unit_<module>.
 define UNIT_RULE
 $(BUILD)/tests/unit_$(1): $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard tests/unit/$(1)/*.cc)) $(UNIT_EXTRA) $(BUILD)/libckpt.a

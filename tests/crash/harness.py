@@ -950,7 +950,10 @@ class MultiIteration:
             x.steps, x.compute_ms, x.pace_ms, x.latest_mode = self.steps, self.compute_ms, self.pace_ms, self.latest_mode
             x.notes = self.notes
             x.rank, x.nranks, x.barrier_dir = k, self.n, self.barrier
-            x.extra_args = ["--cluster", f"cm{seed}", "--node", f"n{k}"]
+            # --shared-ttl 0: each node's P1 is checked against its own
+            # writer's journal, so it must show its own files only (the
+            # shared namespace has its own cases: shared_namespace.sh).
+            x.extra_args = ["--cluster", f"cm{seed}", "--node", f"n{k}", "--shared-ttl", "0"]
             self.nodes.append(x)
         self.tier_dirs = [x.tier for x in self.nodes]
 
