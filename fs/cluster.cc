@@ -44,6 +44,9 @@ class TableLogView final : public LogView {
   uint64_t LoggedSeq() override { return t_->LoggedSeq(); }
   uint64_t AppliedSeq() override { return t_->AppliedSeq(); }
   std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) override { return t_->UnpersistedFiles(max); }
+  std::vector<std::pair<uint64_t, int64_t>> LoggedTimes(uint64_t from, uint64_t to) override {
+    return t_->LoggedTimes(from, to);
+  }
 
  private:
   InodeTable* const t_;
@@ -140,9 +143,21 @@ void Cluster::Sample() {
   int64_t t = clock_();
   const uint64_t post = log_->LoggedSeq();
   const uint64_t applied = log_->AppliedSeq();
+  // The exact times of the entries this sample sees first (<= pre).
+  uint64_t from;
+  {
+    MutexLock lk(&mu_);
+    from = std::max(timed_, applied) + 1;
+  }
+  auto times = from <= pre ? log_->LoggedTimes(from, pre) : std::vector<std::pair<uint64_t, int64_t>>{};
   bool changed = false;
   {
     MutexLock lk(&mu_);
+    if (from <= pre && timed_ < pre) {
+      for (const auto& [seq, at] : times)
+        if (seq > timed_) exact_[seq] = at;
+      timed_ = pre;
+    }
     if (!samples_.empty()) t = std::max(t, samples_.back().t);  // a clock stepped back: never backwards
     const size_t n = samples_.size();
     // A run of samples that saw the same log: its first (gate times) and
@@ -170,6 +185,7 @@ void Cluster::Sample() {
 }
 
 void Cluster::Prune(uint64_t applied) {
+  exact_.erase(exact_.begin(), exact_.upper_bound(applied));
   // Needed: the newest sample with post <= applied (the watermark), and
   // those with pre > applied (gate times of the pending entries). The
   // newest sample is kept in any case: it is the record's T.
@@ -183,6 +199,9 @@ void Cluster::Prune(uint64_t applied) {
 }
 
 std::optional<int64_t> Cluster::GateLocked(uint64_t seq) {
+  // When it was logged, if a sample saw it with its time; else the first
+  // sample that saw it (an upper bound, at most a sample period late).
+  if (auto it = exact_.find(seq); it != exact_.end()) return it->second;
   for (const SampleRec& s : samples_)
     if (s.pre >= seq) return s.t;
   return std::nullopt;

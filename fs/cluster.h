@@ -3,9 +3,12 @@
 // behind the files the other nodes closed before that barrier.
 //
 // Each node samples its own drain log (every 10 ms: the newest logged seq
-// read just before and just after the wall clock), which gives every log
-// entry a *gate time*, an upper bound of the moment it was logged (the first
-// sample taken after it), without changing the log's format. Every
+// read just before and just after the wall clock). Every log entry gets a
+// *gate time*: the moment it was logged (InodeTable keeps it in memory
+// beside the pending entry; LogView::LoggedTimes), picked up by the first
+// sample that sees it; an entry recovered at a restart, which has none,
+// gets an upper bound from the samples kept on disk (the first sample taken
+// after it), so the log's format does not change. Every
 // heartbeat (500 ms) the node writes a record to the backend's reserved area
 // (Backend::PutRecord: .ckptfs-cluster/NAME/NODE) with the time T of its
 // newest sample and the gate time G of its oldest entry not yet applied (none
@@ -50,6 +53,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,7 +74,7 @@ struct ClusterOptions {
   std::string node;  // --node
   int64_t heartbeat_ms = 500;  // a record at least this often
   int64_t tick_ms = 100;       // sooner when something changed (Tick)
-  int64_t sample_ms = 10;  // the ordering margin: see docs/consistency.md
+  int64_t sample_ms = 10;  // gate times of recovered entries: see docs/consistency.md
   int64_t member_timeout_ms = 60000;  // --member-timeout
   int64_t max_skew_ms = 50;           // --max-clock-skew
 };
@@ -88,6 +92,10 @@ class LogView {
   // The number of files whose closed version is not in the backend yet, and
   // the paths of the first `max` of them, oldest first.
   virtual std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) = 0;
+  // When the pending entries from..to were logged (wall ms), where known:
+  // their exact gate times. Entries without one (recovered at a restart)
+  // get the samples' (below).
+  virtual std::vector<std::pair<uint64_t, int64_t>> LoggedTimes(uint64_t from, uint64_t to) { return {}; }
 };
 
 // Where the members' records are (the backend's reserved area; fakes in
@@ -179,7 +187,8 @@ class Cluster {
   // The drain no longer waits (the head was applied another way, or stop).
   void ClearWait();
 
-  // The gate time of entry `seq`: the time of the first sample that saw it
+  // The gate time of entry `seq`: when it was logged, or (recovered
+  // entries) the time of the first sample that saw it
   // logged; nullopt if no sample did yet.
   std::optional<int64_t> GateTime(uint64_t seq);
   // The newest sample time before which every entry is applied (0: none).
@@ -239,6 +248,10 @@ class Cluster {
   std::string written_ GUARDED_BY(mu_);            // this node's last record, as written
   bool clash_noted_ GUARDED_BY(mu_) = false;       // another mount with this node id (logged once)
   bool stop_ GUARDED_BY(mu_) = false;
+  // Exact gate times of pending entries a sample saw (LogView::LoggedTimes),
+  // and the newest seq whose time was asked for.
+  std::map<uint64_t, int64_t> exact_ GUARDED_BY(mu_);
+  uint64_t timed_ GUARDED_BY(mu_) = 0;
   int alive_fd_ = -1;  // opened by LoadSamples (Init), before the threads start
   std::thread sampler_, heart_;
 };

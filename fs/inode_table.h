@@ -342,6 +342,9 @@ class InodeTable {
   uint64_t AppliedSeq() EXCLUDES(mu_);
   // The newest logged entry's seq, 0 if none ever (cheap: no walk).
   uint64_t LoggedSeq() EXCLUDES(mu_);
+  // When the entries from..to still pending were logged (wall clock ms,
+  // never decreasing with seq); entries recovered at start have none.
+  std::vector<std::pair<uint64_t, int64_t>> LoggedTimes(uint64_t from, uint64_t to) EXCLUDES(mu_);
   // The persist entries not applied yet (files whose closed version is not
   // in the backend): how many, and the paths of the first `max`, oldest
   // first (fs/cluster.h records them).
@@ -727,6 +730,8 @@ class InodeTable {
   uint64_t next_ino_ GUARDED_BY(mu_) = meta::kRootIno + 1;
   std::deque<meta::LogEntry> log_ GUARDED_BY(mu_);  // oldest first
   uint64_t next_seq_ GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, int64_t> logged_at_ GUARDED_BY(mu_);  // pending seq -> when logged (LoggedTimes)
+  int64_t last_logged_at_ GUARDED_BY(mu_) = 0;
   uint64_t applied_seq_ GUARDED_BY(mu_) = 0;
   uint64_t clock_ GUARDED_BY(mu_) = 0;  // LRU clock
   // (last_use, ino) of regular files, oldest first.

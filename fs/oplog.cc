@@ -5,6 +5,8 @@
 //
 // One of the files of InodeTable (fs/inode_table.h), split by
 // responsibility; docs/architecture.md maps them.
+#include <chrono>
+
 #include "fs/core_impl.h"
 
 namespace ckpt::fs {
@@ -24,6 +26,7 @@ void InodeTable::WhenApplied(uint64_t seq, std::function<void(int err)> fn) {
 
 void InodeTable::AdvanceApplied(uint64_t seq, DueCallbacks* due) {
   applied_seq_ = seq;
+  logged_at_.erase(logged_at_.begin(), logged_at_.upper_bound(seq));
   applied_cv_.NotifyAll();
   auto end = applied_waiters_.upper_bound(seq);
   for (auto it = applied_waiters_.begin(); it != end; ++it) due->fns.push_back(std::move(it->second));
@@ -39,7 +42,16 @@ void InodeTable::AppendLog(Batch* b, LogEntry e, std::vector<LogEntry>* out) {
 Status InodeTable::CommitWithLog(const Batch& b, std::vector<LogEntry>&& entries) {
   if (auto st = Commit(b); !st) return st;
   if (entries.empty()) return {};
-  for (auto& e : entries) log_.push_back(std::move(e));
+  // When each entry became real (committed), for --cluster's gate times
+  // (fs/cluster.h): wall clock, never backwards, under mu_ as the seqs are.
+  int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+  last_logged_at_ = std::max(last_logged_at_, now);
+  for (auto& e : entries) {
+    logged_at_[e.seq] = last_logged_at_;
+    log_.push_back(std::move(e));
+  }
   log_cv_.NotifyAll();
   return {};
 }
@@ -256,6 +268,13 @@ Status InodeTable::CompleteEntry(const LogEntry& e) {
 uint64_t InodeTable::AppliedSeq() {
   MutexLock lk(&mu_);
   return applied_seq_;
+}
+
+std::vector<std::pair<uint64_t, int64_t>> InodeTable::LoggedTimes(uint64_t from, uint64_t to) {
+  MutexLock lk(&mu_);
+  std::vector<std::pair<uint64_t, int64_t>> out;
+  for (auto it = logged_at_.lower_bound(from); it != logged_at_.end() && it->first <= to; ++it) out.push_back(*it);
+  return out;
 }
 
 uint64_t InodeTable::LoggedSeq() {

@@ -39,9 +39,19 @@ struct FakeStore : ckpt::fs::RecordStore {
 struct FakeLog : ckpt::fs::LogView {
   std::vector<std::string> paths;  // paths[i] is seq i + 1
   uint64_t applied = 0;
+  std::map<uint64_t, int64_t> times;  // when logged, for LoggedTimes (none: unknown)
   uint64_t Log(const std::string& p) {
     paths.push_back(p);
     return paths.size();
+  }
+  uint64_t LogAt(const std::string& p, int64_t t) {
+    times[Log(p)] = t;
+    return paths.size();
+  }
+  std::vector<std::pair<uint64_t, int64_t>> LoggedTimes(uint64_t from, uint64_t to) override {
+    std::vector<std::pair<uint64_t, int64_t>> out;
+    for (auto it = times.lower_bound(from); it != times.end() && it->first <= to; ++it) out.push_back(*it);
+    return out;
   }
   uint64_t LoggedSeq() override { return paths.size(); }
   uint64_t AppliedSeq() override { return applied; }
@@ -105,6 +115,35 @@ Test(cluster, gate_times_and_watermark) {
   a.c->Sample();
   cr_expect_eq(a.c->Watermark(), now);
   cr_expect_leq(a.c->SampleCount(), 2u);  // pruned
+}
+
+// Shards and latest 4 ms apart, both first seen by the same sample period:
+// the samples alone give them the same gate time (and node a's latest would
+// pass first, by node id); the times they were logged order them.
+Test(cluster, exact_log_times_order_entries_closer_than_a_sample) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now), b("b", &store, &now);
+  a.c->Heartbeat();
+  b.c->Heartbeat();
+  uint64_t shard_b = b.log.LogAt("step1/shard_b", 1003);
+  uint64_t latest = a.log.LogAt("latest", 1007);
+  now = 1010;
+  a.c->Sample();
+  b.c->Sample();
+  cr_expect_eq(a.c->GateTime(latest).value(), 1007);
+  cr_expect_eq(b.c->GateTime(shard_b).value(), 1003);
+  now = 1100;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  b.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest), "latest passed a shard closed 4 ms before it");
+  cr_expect(b.c->MayPublish(shard_b), "the oldest entry of the cluster must pass");
+  b.log.applied = shard_b;
+  now = 1200;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(latest));
 }
 
 Test(cluster, later_entry_waits_for_an_earlier_one_on_another_node) {
