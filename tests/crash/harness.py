@@ -258,6 +258,19 @@ class Watcher(threading.Thread):
             self.cache[key] = sha_file(p)[0]
         return self.cache[key]
 
+    def mismatches(self, files):
+        """What of {rel: acknowledged sha} the backend does not hold as acknowledged."""
+        bad = []
+        for rel, want in sorted(files.items()):
+            try:
+                got = self.file_sha(rel)
+            except FileNotFoundError:
+                bad.append(f"{rel} missing")
+                continue
+            if got != want:
+                bad.append(f"{rel} has sha {got[:12]}, acknowledged {want[:12]}")
+        return bad
+
     def read_latest(self):
         try:
             return read_all(os.path.join(self.backend, "latest")).decode(errors="replace")
@@ -273,15 +286,7 @@ class Watcher(threading.Thread):
             if files is None:
                 self.violations.append(f"backend latest is '{v}', which the writer never began to write")
                 return
-            bad = []
-            for rel, want in sorted(files.items()):
-                try:
-                    got = self.file_sha(rel)
-                except FileNotFoundError:
-                    bad.append(f"{rel} missing")
-                    continue
-                if got != want:
-                    bad.append(f"{rel} has sha {got[:12]}, acknowledged {want[:12]}")
+            bad = self.mismatches(files)
             if bad:
                 if self.read_latest() == v:
                     self.violations.append(f"backend latest names {v} but " + "; ".join(bad))
@@ -873,15 +878,7 @@ class ClusterWatcher(Watcher):
                 if self.read_latest() == v:
                     self.violations.append(f"backend latest is '{v}', {why}")
                 return
-            bad = []
-            for rel, want in sorted(files.items()):
-                try:
-                    got = self.file_sha(rel)
-                except FileNotFoundError:
-                    bad.append(f"{rel} missing")
-                    continue
-                if got != want:
-                    bad.append(f"{rel} has sha {got[:12]}, acknowledged {want[:12]}")
+            bad = self.mismatches(files)
             if bad:
                 if self.read_latest() == v:
                     self.violations.append(f"backend latest names {v} but " + "; ".join(bad))
