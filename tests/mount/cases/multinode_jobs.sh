@@ -12,7 +12,8 @@
 # torch.loads its own shard of that step — and all agree, with the right
 # bytes: after the job, after a clean restart of every node (tiers given
 # back: everything is fetched from the backend), and after kill -9 of
-# node c's daemon in the middle of a job (c mounted again rejoins). Rank
+# node c's daemon in the middle of a job (c mounted again rejoins), and on
+# a fresh fifth node (new state dir: the job restarted elsewhere). Rank
 # 0's rotation removes every node's shards of old steps from the backend
 # and from every node's view.
 # serial: four daemons, a slowed drain and a watcher that race the ranks by the clock
@@ -220,5 +221,14 @@ drain_all
 stop_watch
 $PY "$T/resume.py" deepspeed 6 "${MNTS[@]}"
 for n in "${NODES[@]}"; do umount_node "$n"; done
+
+# 4. The job restarted on another node: a fresh mount (new state dir, new
+#    tier) joins the cluster, imports the backend as remote, and every rank
+#    resumes there from the backend.
+mount_node e -- "${COMMON[@]}" --node e
+E=$(node_mnt e)
+$PY "$T/resume.py" deepspeed 6 "$E" "$E" "$E" "$E"
+$PY "$T/resume.py" megatron 4 "$E" "$E" "$E" "$E"
+umount_node e
 check_log --allow-errors 'cluster|I/O error|Input/output' --allow-warnings '.'
 echo "PASS: $CASE"
