@@ -153,12 +153,15 @@ void Cluster::Sample() {
   bool changed = false;
   {
     MutexLock lk(&mu_);
+    if (!samples_.empty()) t = std::max(t, samples_.back().t);  // a clock stepped back: never backwards
     if (from <= pre && timed_ < pre) {
+      // Never later than this sample, the first to see them (so it is with
+      // one wall clock; with a test's clock beside the table's real one,
+      // the sample's time stands).
       for (const auto& [seq, at] : times)
-        if (seq > timed_) exact_[seq] = at;
+        if (seq > timed_) exact_[seq] = std::min(at, t);
       timed_ = pre;
     }
-    if (!samples_.empty()) t = std::max(t, samples_.back().t);  // a clock stepped back: never backwards
     const size_t n = samples_.size();
     // A run of samples that saw the same log: its first (gate times) and
     // its last (watermark) are all that is ever asked of it.
