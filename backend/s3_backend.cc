@@ -670,17 +670,7 @@ class S3Backend final : public Backend {
         if (rel->starts_with(std::string(kClusterDir) + "/") || *rel == kClusterDir) continue;
         items.push_back({o.key, std::move(*rel), o.size, o.mtime_sec, {}, false});
       }
-      int err = RunParallel(items.size(), cfg_.parallel * 4, [&](size_t i) -> int {
-        auto info = Head(items[i].key, "list: head", /*quiet_404=*/true);
-        if (!info && info.error() == ENOENT) {
-          items[i].gone = true;  // removed while we listed
-          return 0;
-        }
-        if (!info) return info.error();
-        items[i].info = std::move(*info);
-        return 0;
-      });
-      if (err) return Err(err);
+      if (int err = HeadEach(items, "list: head", /*quiet_all=*/false)) return Err(err);
       for (auto& it : items) {
         if (it.gone) continue;
         Entry e{};
@@ -794,17 +784,7 @@ class S3Backend final : public Backend {
       e.path = std::move(d.rel);
       out.push_back(std::move(e));
     }
-    err = RunParallel(items.size(), cfg_.parallel * 4, [&](size_t i) -> int {
-      auto info = Head(items[i].key, "listdir: head", /*quiet_404=*/true, /*quiet_all=*/true);
-      if (!info && info.error() == ENOENT) {
-        items[i].gone = true;  // removed while we listed
-        return 0;
-      }
-      if (!info) return info.error();
-      items[i].info = std::move(*info);
-      return 0;
-    });
-    if (err) return Err(err);
+    if (int e = HeadEach(items, "listdir: head", /*quiet_all=*/true)) return Err(e);
     for (auto& it : items)
       if (!it.gone) out.push_back(EntryOf(it.rel, it.info, it.mtime));
     std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.path < b.path; });
@@ -1057,6 +1037,22 @@ class S3Backend final : public Backend {
       }
     }
     return info;
+  }
+
+  // HEADs every listed item's key (`parallel`×4 in flight) into its
+  // `info`; one removed while it was listed is marked `gone`. 0 or an errno.
+  template <class Item>
+  int HeadEach(std::vector<Item>& items, std::string_view what, bool quiet_all) {
+    return RunParallel(items.size(), cfg_.parallel * 4, [&](size_t i) -> int {
+      auto info = Head(items[i].key, what, /*quiet_404=*/true, quiet_all);
+      if (!info && info.error() == ENOENT) {
+        items[i].gone = true;  // removed while we listed
+        return 0;
+      }
+      if (!info) return info.error();
+      items[i].info = std::move(*info);
+      return 0;
+    });
   }
 
   // `quiet_all`: no error line at all (Stat, ListDir: their caller logs).

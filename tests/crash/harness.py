@@ -218,6 +218,18 @@ def walk(root, skip_top=()):
     return out
 
 
+def latest_mismatches(tree, files, text, where):
+    """P3 errors for a backend `tree` whose latest (`text`) names `files` {rel: acknowledged sha}."""
+    errs = []
+    for rel, want in sorted(files.items()):
+        got = tree.get(rel)
+        if got is None:
+            errs.append(f"P3 {where}: backend latest names {text} but {rel} is missing")
+        elif got[0] != "file" or got[1] != want:
+            errs.append(f"P3 {where}: backend latest names {text} but {rel} is not the acknowledged version")
+    return errs
+
+
 def errno_name(e):
     import errno as E
     return E.errorcode.get(e, str(e))
@@ -550,12 +562,7 @@ class Iteration:
             if files is None:
                 errs.append(f"P3 {where}: backend latest is '{text}', never written by the writer")
             else:
-                for rel, want in sorted(files.items()):
-                    got = tree.get(rel)
-                    if got is None:
-                        errs.append(f"P3 {where}: backend latest names {text} but {rel} is missing")
-                    elif got[0] != "file" or got[1] != want:
-                        errs.append(f"P3 {where}: backend latest names {text} but {rel} is not the acknowledged version")
+                errs += latest_mismatches(tree, files, text, where)
                 if strict:
                     acked, dirs = m.state_at(i)
                     for rel, s in sorted(acked.items()):
@@ -847,12 +854,7 @@ def check_backend_cluster(models, tree, backend, where):
         if files is None:
             errs.append(f"P3 {where}: backend latest is '{text}', {why}")
         else:
-            for rel, want in sorted(files.items()):
-                got = tree.get(rel)
-                if got is None:
-                    errs.append(f"P3 {where}: backend latest names {text} but {rel} is missing")
-                elif got[0] != "file" or got[1] != want:
-                    errs.append(f"P3 {where}: backend latest names {text} but {rel} is not the acknowledged version")
+            errs += latest_mismatches(tree, files, text, where)
     return errs
 
 
