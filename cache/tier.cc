@@ -1,6 +1,8 @@
 // tier.cc — tier files on tmpfs and their budget.
 #include "cache/tier.h"
 
+#include "cache/tier_mount.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -706,6 +708,9 @@ Result<uint64_t> Tier::RemoveAll() {
   if (orphans_ > 0) return Err(ENOTEMPTY);
   unlinkat(dirfd_, kOwnerName, 0);
   unlinkat(dirfd_, kLockName, 0);  // still flock'ed through lock_fd_ until the Tier goes
+  // The tier's own tmpfs (--tier-huge) goes with it; the descriptors still
+  // open into it keep it until the Tier goes.
+  if (!UnmountTier(dir_)) return ErrFromErrno();
   if (rmdir(dir_.c_str()) != 0) return ErrFromErrno();
   return freed;
 }

@@ -481,6 +481,10 @@ int CmdStatus(const std::string& mnt_in, bool json) {
            static_cast<unsigned long long>(U64(p, "opens")), HumanBytes(U64(p, "prealloc_bytes")).c_str());
   else
     printf("io         through the daemon (passthrough %s)\n", EscapeName(Str(p, "why_not")).c_str());
+  if (Bool(t, "huge_pages"))
+    printf("pages      2 MiB where a file covers them (the tier's own tmpfs, --tier-huge)\n");
+  else
+    printf("pages      4 KiB (huge pages %s)\n", EscapeName(Str(t, "huge_pages_why_not")).c_str());
   if (uint64_t o = U64(t, "orphans"); o > 0)
     printf("orphans    %llu tier files that no file owns, in %s/orphans/ (docs/operations.md)\n",
            static_cast<unsigned long long>(o), EscapeName(Str(j, "tier_dir")).c_str());

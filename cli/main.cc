@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
   mount->add_option("--fsync", fsync_mode, "memory|backend")->check(CLI::IsMember({"memory", "backend"}));
   mount->add_option("--prealloc", prealloc,
                     "tier pages allocated ahead for passthrough writers: auto (from the files written), a size, or 0");
+  std::string tier_huge;
+  auto* tier_huge_opt = mount->add_option("--tier-huge", tier_huge,
+                    "on (default): the tier directory gets a tmpfs of its own with 2 MiB pages (as root, on tmpfs); "
+                    "off: 4 KiB pages")->check(CLI::IsMember({"on", "off"}));
   mount->add_option("--min-free", min_free,
                     "available memory to keep: below it persisted files are evicted and writes wait; auto (4% of "
                     "RAM or of the memory cgroup's limit), a size, or 0 (off)");
@@ -126,6 +130,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   cfg.fsync = fsync_mode == "backend" ? FsyncMode::kBackend : FsyncMode::kMemory;
+  if (*tier_huge_opt) cfg.tier_huge = tier_huge == "on";
   if (prealloc == "0") {
     cfg.prealloc = 0;
   } else if (prealloc != "auto") {

@@ -296,6 +296,12 @@ std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* 
       else return std::unexpected("-o " + EscapeName(opt) + ": want passthrough=on or passthrough=off");
       continue;
     }
+    if (opt.starts_with("tier_huge")) {
+      if (opt == "tier_huge=off") cfg->tier_huge = false;
+      else if (opt == "tier_huge=on" || opt == "tier_huge") cfg->tier_huge = true;
+      else return std::unexpected("-o " + EscapeName(opt) + ": want tier_huge=on or tier_huge=off");
+      continue;
+    }
     // The checkpoint policies, also as FUSE-style options (fstab, mount.ckptfs).
     bool policy = false;
     for (auto [key, out] : {std::pair{"keep_in_memory=", &cfg->keep_in_memory},

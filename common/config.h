@@ -36,6 +36,9 @@ struct Config {
   bool foreground = false;
   std::string fuse_opts;  // extra -o options passed to libfuse
   bool passthrough = true;  // -o passthrough=off: every handle through the daemon
+  // --tier-huge on|off (-o tier_huge=): the tier directory becomes a tmpfs
+  // of its own with huge pages (cache/tier_mount.h).
+  bool tier_huge = true;
   // --prealloc: bytes of pre-allocated tier pages kept for passthrough
   // writers; kPreallocAuto (the default) sizes them from the files written.
   static constexpr uint64_t kPreallocAuto = ~0ULL;

@@ -167,6 +167,14 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   auto id = d->store->EnsureFormat();
   if (!id) return fail("state dir " + cfg.state_dir + " holds metadata of an unknown format");
   d->fs_id = *id;
+  // Huge pages first: the tmpfs is mounted on the directory before the
+  // tier looks into it (cache/tier_mount.h).
+  d->huge = cfg.tier_huge ? cache::PrepareHugeTier(cfg.tier_dir)
+                          : cache::HugeTier{cache::HasHugePages(cfg.tier_dir), "off (--tier-huge off)"};
+  if (d->huge.on)
+    LOG_INFO("tier {}: a tmpfs of its own with huge pages (--tier-huge)", cfg.tier_dir);
+  else
+    LOG_INFO("tier {}: 4 KiB pages: {}", cfg.tier_dir, d->huge.why);
   std::string tier_why;
   auto tier = cache::Tier::Open(cfg.tier_dir, cfg.cache_size, &tier_why);
   if (!tier) return fail("cannot use tier directory " + cfg.tier_dir + ": " + tier_why);

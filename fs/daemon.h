@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "cache/tier.h"
+#include "cache/tier_mount.h"
 #include "common/config.h"
 #include "fs/cluster.h"
 #include "fs/drain.h"
@@ -32,6 +33,7 @@ struct Daemon {
   uint64_t fs_id = 0;
   std::unique_ptr<meta::MetaStore> store;
   std::unique_ptr<cache::Tier> tier;
+  cache::HugeTier huge;  // whether the tier has huge pages (--tier-huge), and why not
   std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<InodeTable> table;
   // --cluster: the cross-node ordering (null without it). Declared before

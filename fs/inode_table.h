@@ -236,7 +236,7 @@ class InodeTable {
   void set_backing(BackingFiles* b) { backing_ = b; }
   // Pre-allocated tier pages for passthrough writers (--prealloc): the
   // most bytes of spares to keep; kPreallocAuto: twice the largest file
-  // sealed, at most half the budget; 0: none.
+  // sealed, at most seven eighths of the budget; 0: none.
   static constexpr uint64_t kPreallocAuto = ~0ULL;
   void set_prealloc(uint64_t bytes) { prealloc_ = bytes; }
   // Tops the spares up (Tier::AddSpare), sized from the largest file sealed

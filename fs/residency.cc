@@ -175,7 +175,12 @@ void InodeTable::RefillSpares() {
   constexpr uint64_t kUnit = 2u << 20;  // spares are whole 2 MiB
   const uint64_t budget = tier_->Stats().budget;
   size = (size + kUnit - 1) / kUnit * kUnit;
-  if (cap == kPreallocAuto) cap = std::min(2 * size, budget / 2);
+  // Up to the budget less the eighth AddSpare keeps free: a spare only
+  // takes budget nobody uses (never evicts) and is the first thing given
+  // back, so capping it at half the budget (as first built) only left the
+  // second half of a file larger than that to fresh pages (issue #15: a
+  // 4 GiB file in a 5.2 GiB budget got a 2.6 GiB spare).
+  if (cap == kPreallocAuto) cap = std::min(2 * size, budget - budget / 8);
   // One spare per call: the watch calls again in 50 ms, and a save that
   // starts meanwhile stops the refill. Under a cap smaller than a file, a
   // spare covers the file's first part.
