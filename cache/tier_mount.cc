@@ -115,7 +115,10 @@ HugeTier PrepareHugeTier(const std::string& dir) {
     // As large as the tmpfs it sits in: the budget, not this mount, limits the tier.
     const unsigned long long size = static_cast<unsigned long long>(pfs.f_blocks) * pfs.f_bsize;
     const std::string opts = "mode=0700,huge=within_size,size=" + std::to_string(size);
-    if (mount("ckptfs-tier", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts.c_str()) == 0) {
+    // On the directory this descriptor holds (checked above), never on
+    // whatever the name leads to by the time of the call.
+    const std::string target = "/proc/self/fd/" + std::to_string(dfd);
+    if (mount("ckptfs-tier", target.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts.c_str()) == 0) {
       h.on = HasHugePages(dir);
       if (!h.on) h.why = "the kernel mounted the tier's tmpfs without huge pages";
     } else {

@@ -129,7 +129,8 @@ cleanup() {
     sleep 0.1
   done
   for p in "${CK_PIDS[@]}" "${RC_PIDS[@]}"; do kill_ours "$p" -KILL; done
-  rm -rf "$SHM"-* "$WORK"
+  rm_tier "$SHM"-*
+  rm -rf "$WORK"
   exit "$rc"
 }
 trap cleanup EXIT
@@ -160,6 +161,16 @@ measure() {
 }
 
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+
+# rm_tier DIR...: removes tier directories, the tmpfs of their own that
+# ckptfs mounts there (--tier-huge) first.
+rm_tier() {
+  local p
+  for p in "$@"; do
+    findmnt -n -M "$p" >/dev/null 2>&1 && umount -l "$p" 2>/dev/null
+    rm -rf "$p"
+  done
+}
 
 ck_pid() { "$CKPTFS" status --json "$1" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["pid"])'; }
 
@@ -215,7 +226,7 @@ up() {
 
 down() {
   case $1 in
-    ckptfs|ckptfs-nopt) ck_umount "$2"; rm -rf "${SHM:?}-$2" ;;
+    ckptfs|ckptfs-nopt) ck_umount "$2"; rm_tier "${SHM:?}-$2" ;;
     rclone) rc_umount "$2" ;;
     tmpfs) rm -rf "${SHM:?}-$2" ;;
   esac
@@ -396,10 +407,12 @@ phase_remount() {
     ck_mount "empty-$r" || { failures=$((failures + 1)); continue; }
     rec remount mount_seconds ckptfs-empty "$r" "$(since "$t0")" s
     ck_umount "empty-$r"
-    rm -rf "${SHM:?}-empty-$r" "${WORK:?}/empty-$r"
+    rm_tier "${SHM:?}-empty-$r"
+    rm -rf "${WORK:?}/empty-$r"
   done
   findmnt -n -M "$WORK/$tag/mnt" >/dev/null 2>&1 && ck_umount "$tag"
-  rm -rf "${SHM:?}-$tag" "${WORK:?}/$tag"
+  rm_tier "${SHM:?}-$tag"
+  rm -rf "${WORK:?}/$tag"
 }
 
 # fsync of a large file still open for writing (issue #10): ckptfs with
@@ -428,7 +441,8 @@ phase_fsync() {
         # Nothing to learn from draining it: leave without.
         rm -f "$WORK/pause-$tag"
         ck_umount "$tag" --no-drain
-        rm -rf "${SHM:?}-$tag" "${WORK:?}/$tag"
+        rm_tier "${SHM:?}-$tag"
+        rm -rf "${WORK:?}/$tag"
       else
         down "$t" "$tag"
       fi

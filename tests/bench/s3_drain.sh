@@ -44,6 +44,7 @@ cleanup() {
   set +e
   findmnt -n -M "$MNT" > /dev/null 2>&1 && { "$CKPTFS" umount "$MNT" --no-drain || fusermount3 -uz "$MNT"; }
   "$ROOT/tests/s3/s3rver.sh" stop "$W/s3"
+  findmnt -n -M "$TIER" > /dev/null 2>&1 && umount -l "$TIER"
   rm -rf "$W" "$SRC" "$TIER"
 }
 trap cleanup EXIT
@@ -79,6 +80,7 @@ for run in $(seq "$N"); do
   "$CKPTFS" drain "$MNT" --timeout 3600 2> "$W/drain.err" || { cat "$W/drain.err" >&2; exit 1; }
   t2=$(now)
   "$CKPTFS" umount "$MNT" > "$W/umount.out" 2>&1 || { cat "$W/umount.out" >&2; exit 1; }
+  findmnt -n -M "$TIER" > /dev/null 2>&1 && umount -l "$TIER"  # its tmpfs (--tier-huge), if the tier was kept
   rm -rf "$TIER"
   [ "$(object_size "ck-$run/f")" = "$bytes" ] || { echo "s3_drain: ckptfs object has the wrong size" >&2; exit 1; }
   awscli s3 rm --quiet --recursive "s3://$BUCKET/ck-$run/"

@@ -124,6 +124,12 @@ def bounded_seeds(seed):
     return [base + i for i in range(first)] + [kill]
 
 
+def remove_tier(t):
+    """Removes a tier directory, and the tmpfs of its own (--tier-huge) first."""
+    subprocess.run(["umount", "-l", t], stderr=subprocess.DEVNULL)
+    shutil.rmtree(t, ignore_errors=True)
+
+
 def log(msg=""):
     print(msg, flush=True)
 
@@ -765,7 +771,7 @@ class Iteration:
 
         if daemon_crashed:
             if self.kind == "reboot":
-                shutil.rmtree(self.tier, ignore_errors=True)
+                remove_tier(self.tier)  # its tmpfs too, as a reboot does
             if self.recovery_fp:
                 p = self.remount_after_crash(env={"CKPTFS_FAILPOINT": self.recovery_fp}, expect_ok=False)
                 fired = f"failpoint {self.recovery_fp.split('@')[0]} reached" in self.daemon_log()
@@ -1159,7 +1165,7 @@ class Harness:
             self.children.discard(pid)
         self.cleanup_mounts(it.dir)
         for t in getattr(it, "tier_dirs", [it.tier]):
-            shutil.rmtree(t, ignore_errors=True)
+            remove_tier(t)
             self.tiers.discard(t)
         if passed or not self.keep:
             shutil.rmtree(it.dir, ignore_errors=True)
@@ -1193,7 +1199,7 @@ class Harness:
                 pass
         self.cleanup_mounts(self.root)
         for t in list(self.tiers):
-            shutil.rmtree(t, ignore_errors=True)
+            remove_tier(t)
         if self.failed_dirs:
             log(f"kept failed iteration dirs: {' '.join(self.failed_dirs)}")
         else:

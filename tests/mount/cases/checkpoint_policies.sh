@@ -110,7 +110,8 @@ umount_fs
 # --keep-in-memory 2 with a 64M budget and 12M steps: after four steps the
 # evaluator reads steps 1 and 2 again, so plain LRU would evict steps 3 and
 # 4 first when a 24M file needs room; the newest two are kept instead.
-rm -rf "${BACKEND:?}"/* "$STATE" "$TIER"
+rm -rf "${BACKEND:?}"/* "$STATE"
+rm_tier "$TIER"
 mount_fs --keep-in-memory 2 --cache-size 64M
 $PY - "$MNT" <<'PY'
 import os, sys, torch

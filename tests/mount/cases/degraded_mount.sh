@@ -42,7 +42,7 @@ rc=0
 [ "$rc" != 0 ] || fail "a fresh state dir mounted with its backend missing"
 ! is_mounted || fail "mounted after the refusal"
 grep -qF "does not exist" "$T/err" || fail "refusal does not say why: $(cat "$T/err")"
-rm -rf "$TIER.fresh"
+rm_tier "$TIER.fresh"
 
 mount_degraded --backend "$BACKEND"
 expect_unreachable

@@ -44,5 +44,5 @@ mount_fs --state-dir "$STATE2" --tier-dir "$TIER2" --cache-size 256M
 cmp "$BACKEND/synced" "$MNT/synced" || fail "imported file reads wrong"
 [ "$(getfattr --only-values -n user.ckptfs.state "$MNT/synced")" = persisted ] || fail "fetched file not persisted"
 umount_fs
-rm -rf "$TIER2"
+rm_tier "$TIER2"
 check_log --allow-errors "checksum mismatch|fetch from backend" --allow-warnings "tier: full"

@@ -32,7 +32,7 @@ cp --sparse=always "$MNT/mid" "$T/mid.ref"
 alloc=$(( $(stat -c %b "$BACKEND/mid") * $(stat -c %B "$BACKEND/mid") ))
 [ "$alloc" -lt $((16 << 20)) ] || fail "mid allocates $alloc bytes in the backend"
 umount_fs
-rm -rf "$TIER"
+rm_tier "$TIER"
 # The 2G budget is far below big's apparent size: a fetch of a file larger
 # than the budget is charged by the data it brings (cache/tier.cc Fill).
 mount_fs --max-file-size 1T

@@ -23,7 +23,7 @@ mkdir -p "$T/foreign-tier" && chown 65534:65534 "$T/foreign-tier" && chmod 700 "
 expect_mount_refused "tier directory .*owned by uid 65534" "$MNT" --backend "$BACKEND" --state-dir "$STATE" --tier-dir "$T/foreign-tier"
 
 # 3. A backend file changed behind the mount's back: EIO, and a log line.
-rm -rf "$TIER"  # a node reboot: model.pt is persisted, so it comes back remote
+rm_tier "$TIER"  # a node reboot: model.pt is persisted, so it comes back remote
 mount_fs
 [ "$(getfattr --only-values -n user.ckptfs.state "$MNT/model.pt")" = remote ] ||
   fail "model.pt should be remote after the tier was lost"

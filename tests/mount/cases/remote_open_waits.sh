@@ -13,7 +13,7 @@ mount_fs --cache-size 256M
 head -c 256K /dev/urandom > "$T/ref"
 for i in $(seq 1 64); do cp "$T/ref" "$MNT/f$i"; done
 umount_fs
-rm -rf "$TIER"  # a node reboot: the files come back remote
+rm_tier "$TIER"  # a node reboot: the files come back remote
 CKPTFS_FETCH_DELAY_MS=400 mount_fs --cache-size 256M  # 64 fetches on 4 fetchers: 6.4 s
 [ "$(state_of "$MNT/f1")" = remote ] || fail "f1 should be remote, is $(state_of "$MNT/f1")"
 pids=()

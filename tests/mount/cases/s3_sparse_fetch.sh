@@ -28,7 +28,7 @@ cmp "$T/big.ref" "$T/got" || fail "the object differs from the file"
 rm -f "$T/got"
 umount_fs
 
-rm -rf "$TIER"
+rm_tier "$TIER"
 mount_s3 "$P" --cache-size 64M
 expect_eq remote "$(state_of "$MNT/big")" "big after the tier was dropped"
 expect_eq $((128 * M)) "$(size_of "$MNT/big")" "size of big"

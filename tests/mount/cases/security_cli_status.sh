@@ -43,7 +43,8 @@ umount_fs
 
 # 2. 701 files lost: written while the drain is held back, daemon killed,
 # tier gone (a node reboot).
-rm -rf "$BACKEND"/* "$STATE" "$TIER"
+rm -rf "$BACKEND"/* "$STATE"
+rm_tier "$TIER"
 mkdir -p "$BACKEND"
 CKPTFS_DRAIN_DELAY_MS=600000 mount_fs
 long=$(printf '\x01%.0s' $(seq 120))
@@ -62,7 +63,7 @@ note "ok: $(cat "$T/err")"
 "$CKPTFS" umount "$MNT" --no-drain > "$T/out" 2>&1 || fail "umount --no-drain of a dead mount: $(cat "$T/out")"
 ! is_mounted || fail "still mounted after umount --no-drain"
 
-rm -rf "$TIER"
+rm_tier "$TIER"
 mount_fs
 expect_eq 701 "$(json_get 's["lost_count"]')" "lost_count"
 n=$(json_get 'len(s["lost"])')

@@ -5,17 +5,21 @@
 # and the first then published 0-byte files). A tier dir holding a symlink
 # (planted as the next inode's tier file, it received that file's bytes) or
 # anything else ckptfs did not make is refused, nothing in it touched.
+#
+# On 4 KiB pages (--tier-huge off): the tier directory is renamed below,
+# which a tmpfs mounted on it would refuse; tier_huge checks the same
+# refusals with the tier's own tmpfs.
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
-mount_fs --cache-size 64M
+mount_fs --cache-size 64M --tier-huge off
 head -c 2M /dev/urandom > "$T/ref"
 cp "$T/ref" "$MNT/model.pt"
 before=$(ls "$TIER" | sort)
 # 1. A second daemon on the same tier dir (another mount point and state).
 mkdir -p "$T/mnt2" "$T/backend2"
 expect_mount_refused "tier directory .* in use by another ckptfs daemon" "$T/mnt2" --backend "$T/backend2" \
-  --state-dir "$T/state2" --tier-dir "$TIER" --cache-size 64M
+  --state-dir "$T/state2" --tier-dir "$TIER" --cache-size 64M --tier-huge off
 [ "$(ls "$TIER" | sort)" = "$before" ] || fail "the second mount changed the first one's tier dir"
 cmp "$T/ref" "$MNT/model.pt" || fail "model.pt changed"
 "$CKPTFS" drain "$MNT" --timeout 60
@@ -32,7 +36,7 @@ for kind in symlink fifo foreign dir; do
     dir) mkdir "$TIER/0000000000000abc"; what=0000000000000abc ;;
   esac
   expect_mount_refused "tier directory .*$what.*not a file ckptfs made" "$MNT" --backend "$BACKEND" --state-dir "$STATE" \
-    --tier-dir "$TIER" --cache-size 64M
+    --tier-dir "$TIER" --cache-size 64M --tier-huge off
   [ -e "$TIER/$what" ] || [ -L "$TIER/$what" ] || fail "$kind: $what was removed"
   rm -rf "${TIER:?}/$what"
 done
@@ -41,11 +45,11 @@ done
 mv "$TIER" "$TIER-real"
 ln -s "$TIER-real" "$TIER"
 expect_mount_refused "tier directory .*not a directory" "$MNT" --backend "$BACKEND" --state-dir "$STATE" --tier-dir "$TIER" \
-  --cache-size 64M
+  --cache-size 64M --tier-huge off
 rm "$TIER"
 mv "$TIER-real" "$TIER"
 # Clean again: mounts, and the file is still there.
-mount_fs --cache-size 64M
+mount_fs --cache-size 64M --tier-huge off
 cmp "$T/ref" "$MNT/model.pt" || fail "model.pt after the refusals"
 umount_fs
 check_log --allow-errors "tier directory"

@@ -12,7 +12,9 @@
 #   $T        private temp dir (reference files go here); mode 0755
 #   $MNT      $T/mnt, the mount point      $BACKEND  $T/backend
 #   $STATE    $T/state (log: $STATE/ckptfs.log)
-#   $TIER     /dev/shm/ckptfs-test-<unique>, removed at exit (and $TIER-*)
+#   $TIER     /dev/shm/ckptfs-test-<unique>, removed at exit (and $TIER-*);
+#             as root a tmpfs of its own is mounted there (--tier-huge):
+#             remove it with rm_tier, never rm -rf alone
 #   $CKPTFS   the binary    $PY  /usr/bin/python3    $CASE  the case name
 #   at_exit CMD       run CMD (eval'd) first thing in the EXIT trap
 #   mount_fs [ARGS]   mount $MNT (defaults: --cache-size 2G, --state-dir
@@ -153,7 +155,7 @@ _cleanup() {
   fi
   _check_tsan || rc=1
   for p in "${_TIER_DIRS[@]}"; do
-    case $p in /dev/shm/ckptfs-test-?*|"$T"/?*) rm -rf "$p" "$p"-* ;; esac
+    case $p in /dev/shm/ckptfs-test-?*|"$T"/?*) rm_tier "$p" "$p"-* ;; esac
   done
   if [ "$rc" != 0 ] && [ "$rc" != 77 ] && [ -n "${KEEP:-}" ]; then
     echo "kept $T" >&2
@@ -193,6 +195,16 @@ _opt_val() {
 }
 
 is_mounted() { findmnt -n -M "${1:-$MNT}" >/dev/null 2>&1; }
+
+# rm_tier DIR...: removes tier directories as a reboot would, the tmpfs
+# of their own (--tier-huge, the default as root) included.
+rm_tier() {
+  local p
+  for p in "$@"; do
+    if findmnt -n -M "$p" >/dev/null 2>&1; then umount -l "$p" 2>/dev/null || true; fi
+    rm -rf "$p"
+  done
+}
 
 mount_fs() {
   local args=("$@") st td
