@@ -346,6 +346,18 @@ Test(config, take_own_options) {
   o = "";
   cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
   cr_assert_str_eq(o.c_str(), "");
+  cr_assert(c.tier_huge, "huge pages by default");
+  o = "tier_huge=off,ro";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert(!c.tier_huge);
+  cr_assert_str_eq(o.c_str(), "ro");
+  o = "tier_huge=on";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert(c.tier_huge);
+  o = "tier_huge=yes";
+  bad = ckpt::TakeOwnOptions(&o, &c);
+  cr_assert(!bad.has_value());
+  cr_assert(bad.error().find("tier_huge=on or tier_huge=off") != std::string::npos, "%s", bad.error().c_str());
 }
 
 // --persist-every, --persist-interval, --keep-in-memory and their -o forms:
