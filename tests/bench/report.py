@@ -176,6 +176,25 @@ def other_rows(r):
     for metric, what, _ in FRAMEWORK_FIGURES:
         rows.append((f"passthrough=off: {what}: time ÷ tmpfs time",
                      r.ratio(("frameworks", metric, nopt), ("frameworks", metric, tm))))
+    # What huge pages bought: the same with the tier on 4 KiB pages.
+    k4 = "ckptfs-4k"
+    rows.append(("--tier-huge off: torch.save, long-lived trainer: time ÷ tmpfs time",
+                 r.ratio(("trainer", "save_seconds", k4), ("trainer", "save_seconds", tm))))
+    rows.append(("--tier-huge off: torch.save, long-lived trainer: time ÷ ext4 page-cache time",
+                 r.ratio(("trainer", "save_seconds", k4), ("trainer", "save_seconds", dk))))
+    rows.append(("--tier-huge off: sequential write, a mount's next file ÷ tmpfs throughput",
+                 r.ratio(("seq", "steady_write_throughput", k4), ("seq", "steady_write_throughput", tm))))
+    rows.append(("--tier-huge off: sequential read, warm ÷ tmpfs throughput",
+                 r.ratio(("seq", "read_warm_throughput", k4), ("seq", "read_warm_throughput", tm))))
+    for which, n in (("single", "1 file"), ("sharded", "64 files")):
+        rows.append((f"--tier-huge off: torch.load after trainer restart, {n}: time ÷ tmpfs time",
+                     r.ratio(("torch", f"load_plain_{which}", k4), ("torch", f"load_plain_{which}", tm))))
+        rows.append((f"--tier-huge off: mmap load after trainer restart, {n} ÷ tmpfs throughput",
+                     r.ratio(("torch", f"load_mmap_{which}_throughput", k4),
+                             ("torch", f"load_mmap_{which}_throughput", tm))))
+    for metric, what, _ in FRAMEWORK_FIGURES:
+        rows.append((f"--tier-huge off: {what}: time ÷ tmpfs time",
+                     r.ratio(("frameworks", metric, k4), ("frameworks", metric, tm))))
     rows.append(("sequential write, a mount's next file: ckptfs ÷ local disk (page cache) throughput",
                  r.ratio(("seq", "steady_write_throughput", ck), ("seq", "steady_write_throughput", dk))))
     rows.append(("sequential write, a fresh mount's first file (copying path): ckptfs ÷ tmpfs throughput",
@@ -261,7 +280,7 @@ def raw_table(r):
         ("fsync", "lookup_p99_ms", "stat of other paths meanwhile, p99", "ms"),
         ("fsync", "lookup_max_ms", "stat of other paths meanwhile, slowest", "ms"),
     ]
-    targets = ["ckptfs", "ckptfs-nopt", "tmpfs", "disk", "rclone"]
+    targets = ["ckptfs", "ckptfs-nopt", "ckptfs-4k", "tmpfs", "disk", "rclone"]
     lines = ["| figure (median of repetitions) | " + " | ".join(targets) + " |",
              "|---|" + "---:|" * len(targets)]
     for phase, metric, label, unit in metrics:

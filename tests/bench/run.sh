@@ -19,7 +19,10 @@
 #   SHARDS [64]          the same state split into this many files
 #   FILES [10000]        files in the tier for the remount test (FILE_BYTES [16384] each)
 #   REPS [3]             repetitions (each one measures every target once)
-#   TARGETS [ckptfs ckptfs-nopt tmpfs disk rclone]   (ckptfs-nopt: ckptfs -o passthrough=off)
+#   TRAINER_REPS [5]     repetitions of the trainer phase (cheap, and the noisiest: fresh pages
+#                        on this VM cost 0.4 to 3 GB/s from one minute to the next)
+#   TARGETS [ckptfs ckptfs-nopt ckptfs-4k tmpfs disk rclone]   (ckptfs-nopt: ckptfs -o passthrough=off;
+#                        ckptfs-4k: ckptfs --tier-huge off, the tier on 4 KiB pages)
 #   PHASES [trainer frameworks seq torch remount fsync s3]   (trainer: one long-lived process
 #                        saving TORCH_GIB to ckptfs, ckptfs -o passthrough=off, tmpfs and disk in
 #                        turn; frameworks: DCP (4 ranks x 24 fsynced files of ~FW_MIB [2] MiB) and
@@ -60,7 +63,8 @@ SHARDS=${SHARDS:-64}
 FILES=${FILES:-10000}
 FILE_BYTES=${FILE_BYTES:-16384}
 REPS=${REPS:-3}
-TARGETS=${TARGETS:-"ckptfs ckptfs-nopt tmpfs disk rclone"}
+TRAINER_REPS=${TRAINER_REPS:-$((REPS < 5 ? 5 : REPS))}
+TARGETS=${TARGETS:-"ckptfs ckptfs-nopt ckptfs-4k tmpfs disk rclone"}
 PHASES=${PHASES:-"trainer frameworks seq torch remount fsync s3"}
 FSYNC_SIZE=${FSYNC_SIZE:-2G}
 REPORT=${REPORT:-1}
@@ -187,7 +191,8 @@ ck_mount() {
   DIR=$t/mnt
 }
 
-# ck_umount TAG [--no-drain]: unmounts and waits for the daemon to exit.
+# ck_umount TAG [--no-drain|--keep-cache]: unmounts and waits for the daemon
+# to exit. Without --keep-cache the tier is given back once all is persisted.
 ck_umount() {
   "$CKPTFS" umount "$WORK/$1/mnt" ${2:-} >> "$LOG" 2>&1 || { say "ckptfs umount $1 failed"; return 1; }
 }
@@ -218,6 +223,7 @@ up() {
   case $1 in
     ckptfs) ck_mount "$2" ;;
     ckptfs-nopt) ck_mount "$2" -o passthrough=off ;;
+    ckptfs-4k) ck_mount "$2" --tier-huge off ;;
     rclone) rc_mount "$2" ;;
     tmpfs) DIR=$SHM-$2; mkdir -p "$DIR" ;;
     disk) DIR=$WORK/$2; mkdir -p "$DIR" ;;
@@ -226,7 +232,7 @@ up() {
 
 down() {
   case $1 in
-    ckptfs|ckptfs-nopt) ck_umount "$2"; rm_tier "${SHM:?}-$2" ;;
+    ckptfs|ckptfs-nopt|ckptfs-4k) ck_umount "$2"; rm_tier "${SHM:?}-$2" ;;
     rclone) rc_umount "$2" ;;
     tmpfs) rm -rf "${SHM:?}-$2" ;;
   esac
@@ -295,7 +301,7 @@ phase_seq() {
       # back; a pause in which ckptfs pre-allocates pages). On ckptfs the
       # first file of a mount takes the copying path; this one is
       # passthrough into pre-allocated pages.
-      case $t in ckptfs|ckptfs-nopt) "$CKPTFS" drain "$DIR" >> "$LOG" 2>&1 || failures=$((failures + 1)) ;; esac
+      case $t in ckptfs|ckptfs-nopt|ckptfs-4k) "$CKPTFS" drain "$DIR" >> "$LOG" 2>&1 || failures=$((failures + 1)) ;; esac
       rm -f "$f"
       sync
       sleep 2
@@ -319,7 +325,7 @@ phase_torch() {
       drop_caches
       up "$t" "$tag" || { failures=$((failures + 1)); down "$t" "$tag"; continue; }
       case $t in
-        ckptfs|ckptfs-nopt) after="$CKPTFS drain $DIR" ;;
+        ckptfs|ckptfs-nopt|ckptfs-4k) after="$CKPTFS drain $DIR" ;;
         tmpfs) d=$WORK/cp-$tag; mkdir -p "$d"; after="cp -r {dir} $d/ && sync" ;;
         disk) after="sync" ;;
         rclone) after="" ;;
@@ -341,7 +347,7 @@ phase_torch() {
         # /dev/shm is re-attached. Each load gets its own restart (cold kernel cache).
         local mode
         for mode in plain mmap; do
-          ck_umount "$tag" && ck_mount "$tag" || { failures=$((failures + 1)); break; }
+          ck_umount "$tag" --keep-cache && ck_mount "$tag" || { failures=$((failures + 1)); break; }
           measure torch ckptfs "$r" restart_ $BENCH torch-load "$DIR" "$mode"
         done
       fi
@@ -358,7 +364,7 @@ in_turn() {
   local phase=$1 tag=$2 t name rep m v u
   shift 2
   local -a dirs=() tags=()
-  for t in ckptfs ckptfs-nopt tmpfs disk; do
+  for t in ckptfs ckptfs-nopt ckptfs-4k tmpfs disk; do
     case " $TARGETS " in *" ${t%-nopt} "*) ;; *) continue ;; esac
     up "$t" "$tag-$t" || { failures=$((failures + 1)); continue; }
     dirs+=("$t=$DIR")
@@ -376,7 +382,7 @@ in_turn() {
 # again and again to every target in turn, REPS times after a warm-up
 # round, so every ratio compares saves of the same warm process in the
 # same minute.
-phase_trainer() { in_turn trainer trainer trainer "$TORCH_GIB" "$REPS"; }
+phase_trainer() { in_turn trainer trainer trainer "$TORCH_GIB" "$TRAINER_REPS"; }
 
 # Small framework-shaped checkpoints (issue #15): a DCP directory of 96
 # fsynced .distcp files written by 4 ranks at once plus .metadata, and an HF
@@ -396,7 +402,7 @@ phase_remount() {
   rec remount tier_files ckptfs 1 "$(find "$SHM-$tag" -type f | wc -l)" files
   for r in $(seq "$REPS"); do
     t0=$(now)
-    ck_umount "$tag" || { failures=$((failures + 1)); break; }
+    ck_umount "$tag" --keep-cache || { failures=$((failures + 1)); break; }
     rec remount umount_seconds ckptfs "$r" "$(since "$t0")" s
     t0=$(now)
     ck_mount "$tag" || { failures=$((failures + 1)); break; }
