@@ -154,6 +154,26 @@ def build_rows(r, gb_data):
     return rows
 
 
+def lever_rows(r, target, label):
+    """The read and write goals of `target` (ckptfs with one lever off) as
+    ratios to tmpfs, each row named `label: ...`."""
+    tm = "tmpfs"
+    rows = [(f"{label}: sequential write, a mount's next file ÷ tmpfs throughput",
+             r.ratio(("seq", "steady_write_throughput", target), ("seq", "steady_write_throughput", tm))),
+            (f"{label}: sequential read, warm ÷ tmpfs throughput",
+             r.ratio(("seq", "read_warm_throughput", target), ("seq", "read_warm_throughput", tm)))]
+    for which, n in (("single", "1 file"), ("sharded", "64 files")):
+        rows.append((f"{label}: torch.load after trainer restart, {n}: time ÷ tmpfs time",
+                     r.ratio(("torch", f"load_plain_{which}", target), ("torch", f"load_plain_{which}", tm))))
+        rows.append((f"{label}: mmap load after trainer restart, {n} ÷ tmpfs throughput",
+                     r.ratio(("torch", f"load_mmap_{which}_throughput", target),
+                             ("torch", f"load_mmap_{which}_throughput", tm))))
+    for metric, what, _ in FRAMEWORK_FIGURES:
+        rows.append((f"{label}: {what}: time ÷ tmpfs time",
+                     r.ratio(("frameworks", metric, target), ("frameworks", metric, tm))))
+    return rows
+
+
 def other_rows(r):
     ck, tm, dk, rc = "ckptfs", "tmpfs", "disk", "rclone"
     rows = []
@@ -161,40 +181,15 @@ def other_rows(r):
                  r.ratio(("trainer", "save_seconds", "ckptfs-nopt"), ("trainer", "save_seconds", tm))))
     rows.append(("torch.save, long-lived trainer: ckptfs time ÷ ckptfs passthrough=off time",
                  r.ratio(("trainer", "save_seconds", ck), ("trainer", "save_seconds", "ckptfs-nopt"))))
-    # What each lever bought: the goals again with passthrough off.
-    nopt = "ckptfs-nopt"
-    rows.append(("passthrough=off: sequential write, a mount's next file ÷ tmpfs throughput",
-                 r.ratio(("seq", "steady_write_throughput", nopt), ("seq", "steady_write_throughput", tm))))
-    rows.append(("passthrough=off: sequential read, warm ÷ tmpfs throughput",
-                 r.ratio(("seq", "read_warm_throughput", nopt), ("seq", "read_warm_throughput", tm))))
-    for which, n in (("single", "1 file"), ("sharded", "64 files")):
-        rows.append((f"passthrough=off: torch.load after trainer restart, {n}: time ÷ tmpfs time",
-                     r.ratio(("torch", f"load_plain_{which}", nopt), ("torch", f"load_plain_{which}", tm))))
-        rows.append((f"passthrough=off: mmap load after trainer restart, {n} ÷ tmpfs throughput",
-                     r.ratio(("torch", f"load_mmap_{which}_throughput", nopt),
-                             ("torch", f"load_mmap_{which}_throughput", tm))))
-    for metric, what, _ in FRAMEWORK_FIGURES:
-        rows.append((f"passthrough=off: {what}: time ÷ tmpfs time",
-                     r.ratio(("frameworks", metric, nopt), ("frameworks", metric, tm))))
-    # What huge pages bought: the same with the tier on 4 KiB pages.
+    # What each lever bought: the goals again with passthrough off, and with
+    # the tier on 4 KiB pages.
+    rows += lever_rows(r, "ckptfs-nopt", "passthrough=off")
     k4 = "ckptfs-4k"
     rows.append(("--tier-huge off: torch.save, long-lived trainer: time ÷ tmpfs time",
                  r.ratio(("trainer", "save_seconds", k4), ("trainer", "save_seconds", tm))))
     rows.append(("--tier-huge off: torch.save, long-lived trainer: time ÷ ext4 page-cache time",
                  r.ratio(("trainer", "save_seconds", k4), ("trainer", "save_seconds", dk))))
-    rows.append(("--tier-huge off: sequential write, a mount's next file ÷ tmpfs throughput",
-                 r.ratio(("seq", "steady_write_throughput", k4), ("seq", "steady_write_throughput", tm))))
-    rows.append(("--tier-huge off: sequential read, warm ÷ tmpfs throughput",
-                 r.ratio(("seq", "read_warm_throughput", k4), ("seq", "read_warm_throughput", tm))))
-    for which, n in (("single", "1 file"), ("sharded", "64 files")):
-        rows.append((f"--tier-huge off: torch.load after trainer restart, {n}: time ÷ tmpfs time",
-                     r.ratio(("torch", f"load_plain_{which}", k4), ("torch", f"load_plain_{which}", tm))))
-        rows.append((f"--tier-huge off: mmap load after trainer restart, {n} ÷ tmpfs throughput",
-                     r.ratio(("torch", f"load_mmap_{which}_throughput", k4),
-                             ("torch", f"load_mmap_{which}_throughput", tm))))
-    for metric, what, _ in FRAMEWORK_FIGURES:
-        rows.append((f"--tier-huge off: {what}: time ÷ tmpfs time",
-                     r.ratio(("frameworks", metric, k4), ("frameworks", metric, tm))))
+    rows += lever_rows(r, k4, "--tier-huge off")
     rows.append(("sequential write, a mount's next file: ckptfs ÷ local disk (page cache) throughput",
                  r.ratio(("seq", "steady_write_throughput", ck), ("seq", "steady_write_throughput", dk))))
     rows.append(("sequential write, a fresh mount's first file (copying path): ckptfs ÷ tmpfs throughput",
