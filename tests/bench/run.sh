@@ -370,7 +370,7 @@ in_turn() {
     dirs+=("$t=$DIR")
     tags+=("$t")
   done
-  say "$phase: ${tags[*]}, $REPS repetitions"
+  say "$phase: ${tags[*]}, ${SHOWN_REPS:-$REPS} repetitions"
   while read -r name rep m v u; do
     [ -n "$u" ] || continue
     rec "$phase" "$m" "$name" "$rep" "$v" "$u"
@@ -382,7 +382,7 @@ in_turn() {
 # again and again to every target in turn, REPS times after a warm-up
 # round, so every ratio compares saves of the same warm process in the
 # same minute.
-phase_trainer() { in_turn trainer trainer trainer "$TORCH_GIB" "$TRAINER_REPS"; }
+phase_trainer() { SHOWN_REPS=$TRAINER_REPS in_turn trainer trainer trainer "$TORCH_GIB" "$TRAINER_REPS"; }
 
 # Small framework-shaped checkpoints (issue #15): a DCP directory of 96
 # fsynced .distcp files written by 4 ranks at once plus .metadata, and an HF
