@@ -37,6 +37,7 @@
 #   S3_SIZE [1G]         file size for tests/bench/s3_drain.sh (run with N=REPS)
 #   REPORT [1]           0: do not touch docs/ (CSV only)
 #   BENCH_NOTE           a sentence added to the report (e.g. "quiet machine")
+#   BENCH_SETTLE [6]     seconds of quiet before each timed save and load (bench.py settle)
 #
 # Output: tests/bench/out/results-STAMP.csv (and results.csv, a copy of the
 # latest), columns run,phase,metric,target,rep,value,unit. tests/bench/s3_drain.sh,
@@ -304,7 +305,7 @@ phase_seq() {
       case $t in ckptfs|ckptfs-nopt|ckptfs-4k) "$CKPTFS" drain "$DIR" >> "$LOG" 2>&1 || failures=$((failures + 1)) ;; esac
       rm -f "$f"
       sync
-      sleep 2
+      sleep "${BENCH_SETTLE:-6}"  # the quiet between checkpoints (bench.py SETTLE_SECONDS)
       if [ "$t" = ckptfs ]; then
         ck_proc seq "$r" steady_before_
         measure seq "$t" "$r" steady_ $BENCH seq-write "$DIR/seq2.bin" "$SIZE_BYTES" --pid "$CK_PID"
