@@ -37,8 +37,9 @@ struct Config {
   std::string fuse_opts;  // extra -o options passed to libfuse
   bool passthrough = true;  // -o passthrough=off: every handle through the daemon
   // --tier-huge on|off (-o tier_huge=): the tier directory becomes a tmpfs
-  // of its own with huge pages (cache/tier_mount.h).
-  bool tier_huge = true;
+  // of its own with huge pages (cache/tier_mount.h). Off by default: on the
+  // VMs measured, saves into fresh 2 MiB pages were slower (docs/benchmarks.md).
+  bool tier_huge = false;
   // --prealloc: bytes of pre-allocated tier pages kept for passthrough
   // writers; kPreallocAuto (the default) sizes them from the files written.
   static constexpr uint64_t kPreallocAuto = ~0ULL;

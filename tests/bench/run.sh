@@ -21,8 +21,8 @@
 #   REPS [3]             repetitions (each one measures every target once)
 #   TRAINER_REPS [5]     repetitions of the trainer phase (cheap, and the noisiest: fresh pages
 #                        on this VM cost 0.4 to 3 GB/s from one minute to the next)
-#   TARGETS [ckptfs ckptfs-nopt ckptfs-4k tmpfs disk rclone]   (ckptfs-nopt: ckptfs -o passthrough=off;
-#                        ckptfs-4k: ckptfs --tier-huge off, the tier on 4 KiB pages)
+#   TARGETS [ckptfs ckptfs-nopt ckptfs-huge tmpfs disk rclone]   (ckptfs-nopt: ckptfs -o passthrough=off;
+#                        ckptfs-huge: ckptfs --tier-huge on, the tier on 2 MiB pages)
 #   PHASES [trainer frameworks seq torch remount fsync s3]   (trainer: one long-lived process
 #                        saving TORCH_GIB to ckptfs, ckptfs -o passthrough=off, tmpfs and disk in
 #                        turn; frameworks: DCP (4 ranks x 24 fsynced files of ~FW_MIB [2] MiB) and
@@ -65,7 +65,7 @@ FILES=${FILES:-10000}
 FILE_BYTES=${FILE_BYTES:-16384}
 REPS=${REPS:-3}
 TRAINER_REPS=${TRAINER_REPS:-$((REPS < 5 ? 5 : REPS))}
-TARGETS=${TARGETS:-"ckptfs ckptfs-nopt ckptfs-4k tmpfs disk rclone"}
+TARGETS=${TARGETS:-"ckptfs ckptfs-nopt ckptfs-huge tmpfs disk rclone"}
 PHASES=${PHASES:-"trainer frameworks seq torch remount fsync s3"}
 FSYNC_SIZE=${FSYNC_SIZE:-2G}
 REPORT=${REPORT:-1}
@@ -224,7 +224,7 @@ up() {
   case $1 in
     ckptfs) ck_mount "$2" ;;
     ckptfs-nopt) ck_mount "$2" -o passthrough=off ;;
-    ckptfs-4k) ck_mount "$2" --tier-huge off ;;
+    ckptfs-huge) ck_mount "$2" --tier-huge on ;;
     rclone) rc_mount "$2" ;;
     tmpfs) DIR=$SHM-$2; mkdir -p "$DIR" ;;
     disk) DIR=$WORK/$2; mkdir -p "$DIR" ;;
@@ -233,7 +233,7 @@ up() {
 
 down() {
   case $1 in
-    ckptfs|ckptfs-nopt|ckptfs-4k) ck_umount "$2"; rm_tier "${SHM:?}-$2" ;;
+    ckptfs|ckptfs-nopt|ckptfs-huge) ck_umount "$2"; rm_tier "${SHM:?}-$2" ;;
     rclone) rc_umount "$2" ;;
     tmpfs) rm -rf "${SHM:?}-$2" ;;
   esac
@@ -302,7 +302,7 @@ phase_seq() {
       # back; a pause in which ckptfs pre-allocates pages). On ckptfs the
       # first file of a mount takes the copying path; this one is
       # passthrough into pre-allocated pages.
-      case $t in ckptfs|ckptfs-nopt|ckptfs-4k) "$CKPTFS" drain "$DIR" >> "$LOG" 2>&1 || failures=$((failures + 1)) ;; esac
+      case $t in ckptfs|ckptfs-nopt|ckptfs-huge) "$CKPTFS" drain "$DIR" >> "$LOG" 2>&1 || failures=$((failures + 1)) ;; esac
       rm -f "$f"
       sync
       sleep "${BENCH_SETTLE:-6}"  # the quiet between checkpoints (bench.py SETTLE_SECONDS)
@@ -326,7 +326,7 @@ phase_torch() {
       drop_caches
       up "$t" "$tag" || { failures=$((failures + 1)); down "$t" "$tag"; continue; }
       case $t in
-        ckptfs|ckptfs-nopt|ckptfs-4k) after="$CKPTFS drain $DIR" ;;
+        ckptfs|ckptfs-nopt|ckptfs-huge) after="$CKPTFS drain $DIR" ;;
         tmpfs) d=$WORK/cp-$tag; mkdir -p "$d"; after="cp -r {dir} $d/ && sync" ;;
         disk) after="sync" ;;
         rclone) after="" ;;
@@ -365,7 +365,7 @@ in_turn() {
   local phase=$1 tag=$2 t name rep m v u
   shift 2
   local -a dirs=() tags=()
-  for t in ckptfs ckptfs-nopt ckptfs-4k tmpfs disk; do
+  for t in ckptfs ckptfs-nopt ckptfs-huge tmpfs disk; do
     case " $TARGETS " in *" ${t%-nopt} "*) ;; *) continue ;; esac
     up "$t" "$tag-$t" || { failures=$((failures + 1)); continue; }
     dirs+=("$t=$DIR")

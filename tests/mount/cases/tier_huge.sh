@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The tier on huge pages (issue #15, --tier-huge, cache/tier_mount.h). As
-# root, for a tier directory on tmpfs, the tier gets a tmpfs of its own
+# The tier on huge pages (issue #15, --tier-huge on, cache/tier_mount.h;
+# off by default). As root, for a tier directory on tmpfs, the tier gets a
+# tmpfs of its own
 # (huge=within_size): a save into pre-allocated pages lands in 2 MiB pages
 # (seen in the tier file's mapping); it survives kill -9 and a restart with
 # its files; it is detached when the tier is released or collected by
@@ -34,8 +35,8 @@ print(kb)
 EOF
 }
 
-# 1. The default: the tier's own tmpfs, with huge pages.
-mount_fs --cache-size 1G
+# 1. --tier-huge on: the tier's own tmpfs, with huge pages.
+mount_fs --cache-size 1G --tier-huge on
 pages | grep -q "2 MiB" || fail "status: $(pages)"
 tier_mount "$TIER" | grep -Eq "^tmpfs .*huge=within_size" || fail "tier mount: $(tier_mount "$TIER")"
 expect_eq True "$("$CKPTFS" status --json "$MNT" | $PY -c 'import json,sys; print(json.load(sys.stdin)["tier"]["huge_pages"])')" \
@@ -54,7 +55,8 @@ kb=$(pmd_mapped "$tierfile")
 [ "$kb" -ge $((32 << 10)) ] || fail "step2.pt's tier file is mapped with ${kb} kB of 2 MiB pages (want most of 64 MiB)"
 note "step2.pt: ${kb} kB of its 64 MiB in 2 MiB pages"
 
-# 2. kill -9 and a restart: the same tmpfs, the files in it.
+# 2. kill -9 and a restart (with the default, off): the same tmpfs, the
+# files in it, and status says what the tier has.
 crash_daemon
 tier_mount "$TIER" | grep -Eq "^tmpfs .*huge=within_size" || fail "the tier's tmpfs is gone after kill -9"
 mount_fs --cache-size 1G
@@ -69,8 +71,8 @@ umount_fs
 [ -z "$(tier_mount "$TIER")" ] || fail "the tier's tmpfs is still mounted after the release: $(tier_mount "$TIER")"
 [ ! -e "$TIER" ] || fail "$TIER is still there after the release"
 
-# 4. --tier-huge off (and -o tier_huge=off): the directory stays a plain
-# one on /dev/shm.
+# 4. --tier-huge off (the default; also -o tier_huge=off): the directory
+# stays a plain one on /dev/shm.
 mount_fs --cache-size 1G --tier-huge off
 [ -z "$(tier_mount "$TIER")" ] || fail "--tier-huge off mounted a tmpfs"
 pages | grep -q "4 KiB (huge pages off (--tier-huge off))" || fail "status: $(pages)"
@@ -82,7 +84,7 @@ mount_fs --cache-size 1G -o tier_huge=off
 # tmpfs over them, the reason in status.
 cp "$T/ref" "$MNT/step3.pt"
 umount_fs --keep-cache
-mount_fs --cache-size 1G
+mount_fs --cache-size 1G --tier-huge on
 [ -z "$(tier_mount "$TIER")" ] || fail "a tmpfs was mounted over a tier holding files"
 pages | grep -q "already holds files" || fail "status: $(pages)"
 cmp "$T/ref" "$MNT/step3.pt" || fail "step3.pt after the remount"
@@ -91,7 +93,7 @@ umount_fs
 # 6. Not on tmpfs: 4 KiB pages, said so. A symlink in the tier's place:
 # refused, nothing mounted where it points.
 if [ "$(stat -f -c %T "$T")" != tmpfs ]; then
-  mount_fs --cache-size 1G --tier-dir "$T/disk-tier"
+  mount_fs --cache-size 1G --tier-dir "$T/disk-tier" --tier-huge on
   pages | grep -q "not on tmpfs" || fail "status with a tier on $(stat -f -c %T "$T"): $(pages)"
   [ -z "$(tier_mount "$T/disk-tier")" ] || fail "a tmpfs was mounted on a tier directory on disk"
   umount_fs
@@ -99,12 +101,12 @@ fi
 mkdir "$TIER-target"
 ln -s "$TIER-target" "$TIER-link"
 expect_mount_refused "tier directory .*not a directory" "$MNT" --backend "$BACKEND" --state-dir "$STATE" \
-  --tier-dir "$TIER-link" --cache-size 1G
+  --tier-dir "$TIER-link" --cache-size 1G --tier-huge on
 [ -z "$(tier_mount "$TIER-target")" ] || fail "a tmpfs was mounted through the symlink"
 rm "$TIER-link"
 
 # 7. A tier left by a dead daemon is collected with its tmpfs.
-mount_fs --cache-size 1G --tier-dir "$TIER-gc"
+mount_fs --cache-size 1G --tier-dir "$TIER-gc" --tier-huge on
 cp "$T/ref" "$MNT/gc.pt"
 "$CKPTFS" drain "$MNT" --timeout 120 > /dev/null
 crash_daemon

@@ -346,7 +346,7 @@ Test(config, take_own_options) {
   o = "";
   cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
   cr_assert_str_eq(o.c_str(), "");
-  cr_assert(c.tier_huge, "huge pages by default");
+  cr_assert(!c.tier_huge, "4 KiB pages by default");
   o = "tier_huge=off,ro";
   cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
   cr_assert(!c.tier_huge);
