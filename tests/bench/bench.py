@@ -154,7 +154,7 @@ def _ckptfs_files(d):
 # Seconds of quiet before each timed save or load (BENCH_SETTLE). A trainer
 # has minutes between checkpoints; on this VM memory the guest has just
 # allocated is backed by the host only seconds later (a write into 1 GiB of
-# 2 MiB pages fallocated at once ran at 0.44 GB/s, 3 s later at 7.7 GB/s),
+# 2 MiB pages fallocated at once ran at 0.42-0.44 GB/s, 3 s later at 2.7-7.7 GB/s),
 # so a pause of 2 s timed the host's catching up, not the save.
 SETTLE_SECONDS = float(os.environ.get("BENCH_SETTLE", "6"))
 
