@@ -32,6 +32,10 @@ if [ "$(pt_field active)" != True ]; then
   skip "passthrough not available here: $(pt_field why_not)"
 fi
 "$CKPTFS" status "$MNT" | grep -q '^io  *passthrough' || fail "status text does not show passthrough"
+# The preferred I/O size is a page, as on tmpfs: Python and stdio size
+# their buffers by it, and 1 MiB made every small read take a MiB.
+head -c 4096 /dev/urandom > "$MNT/blksize.bin"
+expect_eq 4096 "$(stat -c %o "$MNT/blksize.bin")" "st_blksize with passthrough"
 
 # 2. writer and readers. The first file of a mount takes the copying path
 # (nothing says how large a checkpoint is yet: PassthroughRoom).
@@ -163,6 +167,7 @@ grep -q "prealloc" "$T/bad.out" || fail "bad --prealloc message: $(cat "$T/bad.o
 remount_fs -o passthrough=off
 expect_eq False "$(pt_field active)" "active with passthrough=off"
 pt_field why_not | grep -q "passthrough=off" || fail "status does not say why: $(pt_field why_not)"
+expect_eq $((1 << 20)) "$(stat -c %o "$MNT/blksize.bin")" "st_blksize without passthrough (every request a round trip)"
 $PY - "$MNT/model.pt" <<'PY'
 import os, sys
 with open(sys.argv[1], "rb") as f:
