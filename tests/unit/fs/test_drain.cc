@@ -389,6 +389,32 @@ Test(drain, passthrough_writer_gets_its_room_from_clean_files) {
   e.table->Release(c->ino, O_WRONLY, true);
 }
 
+// Spares (--prealloc auto) may take up to 7/8 of the budget: a checkpoint
+// larger than half the budget gets a spare of its whole size once the old
+// one is gone (capped at half, as first built, its second half went to
+// fresh pages).
+Test(drain, auto_spares_cover_a_file_larger_than_half_the_budget) {
+  DrainEnv d(64ull << 20);
+  Env& e = *d.env;
+  ckpt::test::FakeBacking fb;
+  e.table->set_backing(&fb);
+  e.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  uint64_t old = e.WriteFile(kRoot, "step1", std::string(40 << 20, 's'));  // 40 of 64 MiB
+  d.Start();
+  d.Drain();
+  cr_assert(e.table->Unlink(kRoot, "step1").has_value());  // rotated away
+  e.table->Forget(old, 1);                                    // and forgotten by the kernel
+  d.Drain();
+  auto n = e.table->Mknod(kRoot, "step2", S_IFREG | 0644, 0, ckpt::fs::Caller{});
+  auto w = e.table->OpenHandle(n->ino, O_WRONLY | O_TRUNC);  // an O_TRUNC writer: spares are worth making
+  cr_assert(w.has_value());
+  e.table->Release(n->ino, O_WRONLY, w->backing_id > 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  e.table->RefillSpares();
+  cr_assert_eq(e.tier->Spares().first, 40u << 20, "one spare as large as the 40 MiB file, not half the budget: %llu",
+               static_cast<unsigned long long>(e.tier->Spares().first));
+}
+
 Test(drain, import_existing_backend_on_first_mount) {
   DrainEnv d;
   stdfs::create_directories(d.root + "/old/step_7");
