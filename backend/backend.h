@@ -167,6 +167,9 @@ class Backend {
   // the root. The staging area is never listed. Errors as Stat's, for
   // `dir` (ENOENT: no such directory; ENOTDIR: not one).
   [[nodiscard]] virtual Result<std::vector<Entry>> ListDir(const std::string& dir) = 0;
+  // Up to how many entries one ListDir costs less than a few Stats: a
+  // lookup miss in a directory that small lists it (fs/shared.cc).
+  virtual size_t ListCheaperUpTo() const { return 1000; }
 
   // Cluster records (fs/cluster.h; docs/consistency.md "Cross-node
   // ordering"): small documents in the reserved area kClusterDir, which no

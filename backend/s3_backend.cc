@@ -390,6 +390,9 @@ class S3Backend final : public Backend {
     cfg_.part_size = std::max(cfg_.part_size, kMinPartSize);
   }
 
+  // A listing costs a HEAD per object (for the checksum): worth it only
+  // for the few files a checkpoint directory has while it is written.
+  size_t ListCheaperUpTo() const override { return 32; }
   std::string Describe() const override {
     return "s3://" + cfg_.bucket + (cfg_.prefix.empty() ? "" : "/" + cfg_.prefix) + " (" + cfg_.endpoint + ")";
   }

@@ -663,6 +663,13 @@ TierStats Tier::Stats() {
   return TierStats{budget_, used_, reserved_, files_.size(), waits_, orphans_};
 }
 
+bool Tier::Tight() {
+  MutexLock lk(&mu_);
+  uint64_t spare = 0;
+  for (const Spare& x : spares_) spare += x.bytes;
+  return used_ + reserved_ - spare > Budget() / 4 * 3;
+}
+
 void Tier::NotifySpace() { space_cv_.NotifyAll(); }
 
 Status Tier::WriteOwner(std::string_view text) {

@@ -187,6 +187,11 @@ class Tier {
 
   TierStats Stats();
 
+  // Is the tier short of room: over 3/4 of what it may hold now (the
+  // budget, lower under memory pressure) in use or reserved by anything
+  // but spare pages? Then the drain must not wait for anything.
+  bool Tight();
+
   // How long a write waits for space before ENOSPC. Default 0 (fail at once).
   void set_wait_limit(std::chrono::milliseconds d) { wait_limit_ = d; }
 

@@ -501,6 +501,12 @@ int CmdStatus(const std::string& mnt_in, bool json) {
   printf("drain      %llu queued, %s/s, %s persisted since mount, %llu skipped as undone\n",
          static_cast<unsigned long long>(U64(d, "queue")), HumanBytes(U64(d, "rate")).c_str(),
          HumanBytes(U64(d, "bytes_persisted")).c_str(), static_cast<unsigned long long>(U64(d, "skipped")));
+  // The drain waits for saves (--drain-yield): how often, and whether now.
+  if (uint64_t n = U64(d, "yields"); n > 0 || Bool(d, "yielding"))
+    printf("yield      %s; %llu transfers waited for a save to finish, %.1f s in all (--drain-yield %llu ms)\n",
+           Bool(d, "yielding") ? "waiting for a save now" : "not waiting",
+           static_cast<unsigned long long>(n), Dbl(d, "yielded_s"),
+           static_cast<unsigned long long>(U64(d, "yield_ms")));
   if (Bool(d, "in_error") && Str(d, "last_error").rfind("drain stopped", 0) == 0) {
     printf("error      %s\n", EscapeName(Str(d, "last_error")).c_str());
   } else if (Bool(d, "in_error")) {

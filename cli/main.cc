@@ -56,6 +56,10 @@ int main(int argc, char** argv) {
   auto* shared_ttl_opt = mount->add_option("--shared-ttl", shared_ttl,
                     "SECONDS (default 1): mounts over one backend see each other's persisted files, at most this "
                     "stale (a miss asks the backend, readdir merges its listing); 0: off");
+  std::string drain_yield;
+  auto* drain_yield_opt = mount->add_option("--drain-yield", drain_yield,
+                    "MS (default 1000): the drain starts no transfer while a save is under way, for at most MS in one "
+                    "busy stretch; 0: it never waits");
   std::string member_timeout, max_clock_skew;
   auto* cluster_opt = mount->add_option("--cluster", cfg.cluster,
                     "NAME: order persistence with every other mount of this cluster over the same backend (a file "
@@ -169,6 +173,14 @@ int main(int argc, char** argv) {
     }
     cfg.shared_ttl_s = *v;
   }
+  if (drain_yield_opt->count() > 0) {
+    auto v = ParseMillis(drain_yield);
+    if (!v) {
+      fprintf(stderr, "ckptfs: --drain-yield: %s\n", v.error().c_str());
+      return 2;
+    }
+    cfg.drain_yield_ms = *v;
+  }
   if (!member_timeout.empty()) {
     auto v = ParseCount(member_timeout);
     if (!v) {
@@ -178,7 +190,7 @@ int main(int argc, char** argv) {
     cfg.member_timeout_s = *v;
   }
   if (!max_clock_skew.empty()) {
-    auto v = ParseSkewMs(max_clock_skew);
+    auto v = ParseMillis(max_clock_skew);
     if (!v) {
       fprintf(stderr, "ckptfs: --max-clock-skew: %s\n", v.error().c_str());
       return 2;

@@ -273,7 +273,7 @@ std::string HumanBytes(uint64_t n) {
   return buf;
 }
 
-std::expected<uint64_t, std::string> ParseSkewMs(const std::string& s) {
+std::expected<uint64_t, std::string> ParseMillis(const std::string& s) {
   const std::string want = "want milliseconds from 0 to 60000, not '" + EscapeName(s) + "'";
   if (s.empty() || s.size() > 5 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return std::unexpected(want);
@@ -314,6 +314,12 @@ std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* 
       policy = true;
     }
     if (policy) continue;
+    if (opt.starts_with("drain_yield=")) {
+      auto v = ParseMillis(opt.substr(strlen("drain_yield=")));
+      if (!v) return std::unexpected("-o " + EscapeName(opt) + ": " + v.error());
+      cfg->drain_yield_ms = *v;
+      continue;
+    }
     if (opt.starts_with("shared_ttl=")) {
       auto v = ParseTtl(opt.substr(strlen("shared_ttl=")));
       if (!v) return std::unexpected("-o " + EscapeName(opt) + ": " + v.error());
@@ -339,7 +345,7 @@ std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* 
       continue;
     }
     if (opt.starts_with("max_clock_skew=")) {
-      auto v = ParseSkewMs(opt.substr(15));
+      auto v = ParseMillis(opt.substr(15));
       if (!v) return std::unexpected("-o " + EscapeName(opt) + ": " + v.error());
       cfg->max_clock_skew_ms = *v;
       cfg->cluster_opts_given = true;

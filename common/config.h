@@ -67,6 +67,10 @@ struct Config {
   // there is fetched again; each answer is reused for this long. 0: off
   // (the mount sees only what it wrote or found at its first mount).
   uint64_t shared_ttl_s = 1;
+  // --drain-yield MS: the drain starts no transfer while a save is under
+  // way (fs/save_activity.h), for at most this long in one busy stretch.
+  // 0: it never waits.
+  uint64_t drain_yield_ms = 1000;
   // Cross-node ordering (--cluster NAME; fs/cluster.h): "" is off. The node
   // id defaults to the hostname and a hash of the state dir's path.
   std::string cluster;
@@ -128,11 +132,13 @@ std::string RedactUserinfo(const std::string& text);
 // other control byte and every byte that is not part of valid UTF-8 as \xHH.
 std::string EscapeName(std::string_view s);
 
-// Parses --max-clock-skew: milliseconds, 0 to 60000 (digits only).
-std::expected<uint64_t, std::string> ParseSkewMs(const std::string& s);
+// Parses --max-clock-skew and --drain-yield: milliseconds, 0 to 60000
+// (digits only).
+std::expected<uint64_t, std::string> ParseMillis(const std::string& s);
 
 // Takes ckptfs's own options out of a -o list (comma-separated), leaving
-// libfuse's: passthrough=on|off, the checkpoint policies, shared_ttl=,
+// libfuse's: passthrough=on|off, tier_huge=on|off, the checkpoint
+// policies, shared_ttl=, drain_yield=MS,
 // cluster=NAME, node=ID, member_timeout=SECONDS, max_clock_skew=MS.
 // Returns a one-line message for a bad value.
 std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* cfg);

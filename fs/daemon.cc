@@ -237,6 +237,17 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->drainer = std::make_unique<Drainer>(d->table.get(), d->backend.get(), 4);
   d->space_waiter = std::make_unique<SpaceWaiter>();
   d->fetcher = std::make_unique<SpaceWaiter>(4);
+  if (cfg.drain_yield_ms > 0) {
+    // The drain starts no transfer while a save is under way, for at most
+    // --drain-yield in one busy stretch; never while someone waits for it
+    // (an fsync with --fsync=backend, a writer short of tier space).
+    d->saves.set_hold(std::chrono::milliseconds(cfg.drain_yield_ms));
+    Daemon* dp = d.get();
+    d->drainer->set_yield([dp] {
+      return dp->saves.HoldDrain() && !dp->space_waiter->Busy() && !dp->tier->Tight() &&
+             !dp->table->DurabilityAwaited();
+    });
+  }
   if (!cfg.cluster.empty()) {
     ClusterOptions co;
     co.name = cfg.cluster;

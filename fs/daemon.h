@@ -24,6 +24,7 @@
 #include "fs/metrics.h"
 #include "fs/meta/meta_store.h"
 #include "fs/passthrough.h"
+#include "fs/save_activity.h"
 #include "fs/space_waiter.h"
 
 namespace ckpt::fs {
@@ -46,6 +47,7 @@ struct Daemon {
   std::unique_ptr<SpaceWaiter> fetcher;       // opens that fetch an evicted file first (null: in place)
   std::unique_ptr<MemoryWatch> memory_watch;  // gives tier memory back under pressure
   std::unique_ptr<Passthrough> pt;            // kernel passthrough to the tier files (null: not mounted yet)
+  SaveActivity saves;                         // is a save under way? The drain yields to it (--drain-yield)
   double attr_timeout = 10.0;                 // the daemon is the only writer of its namespace
   double entry_timeout = 10.0;
   std::atomic<uint64_t> bytes_written{0};

@@ -92,6 +92,7 @@ void Drainer::Stop() {
 DrainStats Drainer::Stats() {
   MutexLock lk(&mu_);
   DrainStats s = stats_;
+  s.yielding = yielding_ > 0;
   double now = NowSeconds();
   while (!recent_.empty() && recent_.front().first < now - 10) recent_.pop_front();
   uint64_t bytes = 0;
@@ -119,6 +120,7 @@ void Drainer::StageLoop() {
       job = queue_.front();
       queue_.pop_front();
     }
+    YieldToSaves();
     int err = 0;
     auto src = table_->BeginPersist(job->entry);
     if (!src) {
@@ -149,6 +151,17 @@ void Drainer::StageLoop() {
     job->done = true;
     cv_.NotifyAll();
   }
+}
+
+void Drainer::YieldToSaves() {
+  if (!hold_ || !hold_()) return;
+  auto start = std::chrono::steady_clock::now();
+  MutexLock lk(&mu_);
+  yielding_++;
+  stats_.yields++;
+  while (!stop_ && hold_()) SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
+  yielding_--;
+  stats_.yielded_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void Drainer::Schedule(const std::vector<LogEntry>& window) {

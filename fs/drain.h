@@ -33,6 +33,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -58,6 +59,9 @@ struct DrainStats {
   int64_t last_error_time = 0;  // unix seconds
   int64_t error_since = 0;      // unix seconds: when this episode of errors began
   bool in_error = false;
+  uint64_t yields = 0;      // transfers that waited for a save to finish (set_yield)
+  double yielded_s = 0;     // how long they waited, in all
+  bool yielding = false;    // a transfer waits for a save now
 };
 
 // Is a backend error one that no retry can fix for this entry? Then the
@@ -83,6 +87,9 @@ class Drainer {
   // Cross-node ordering: every entry waits for `c`'s MayPublish before it
   // is applied. Before Start; `c` outlives the drainer's threads.
   void set_cluster(Cluster* c) { cluster_ = c; }
+  // Saves first: a stager starts no transfer while `hold()` is true, polled
+  // every 10 ms (fs/save_activity.h says when, and bounds it). Before Start.
+  void set_yield(std::function<bool()> hold) { hold_ = std::move(hold); }
   // Stops the threads; safe to call twice.
   void Stop();
 
@@ -102,6 +109,8 @@ class Drainer {
 
   void Run();
   void StageLoop();
+  // Waits while hold_ says a save is under way (or until Stop).
+  void YieldToSaves();
   // In error with nothing to apply (a degraded mount): time to ask the
   // backend whether it is back.
   bool ProbeDue();
@@ -138,6 +147,8 @@ class Drainer {
   InodeTable* const table_;
   backend::Backend* const backend_;
   Cluster* cluster_ = nullptr;
+  std::function<bool()> hold_;  // set_yield; empty: never
+  int yielding_ GUARDED_BY(mu_) = 0;  // stagers in YieldToSaves now
   const int parallel_;
 
   // Lock order: mu_, then InodeTable's.

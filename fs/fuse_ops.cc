@@ -39,6 +39,8 @@ struct FileHandle {
   int fd;  // the tier file, owned by the tier while pinned
   bool wrote = false;
   bool passthrough = false;  // the kernel serves its I/O from the tier file
+  bool writer = false;       // opened for writing: counted in Daemon::saves until released
+  int64_t writer_token = 0;  // SaveActivity::WriterOpened's
   int backing_id = 0;        // with passthrough: the id the open reply carries
   int flags = 0;             // the open flags: FUSE flush carries none (libfuse passes 0)
   uint64_t open_gen = 0;     // the file's data generation once opened (InodeTable::Flush)
@@ -49,6 +51,10 @@ struct DirHandle {
 };
 
 Daemon* D(fuse_req_t req) { return static_cast<Daemon*>(fuse_req_userdata(req)); }
+
+// A request that changes the namespace or a file's bytes: a save is under
+// way, and the drain waits for a quiet moment (fs/save_activity.h).
+void NoteSave(fuse_req_t req) { D(req)->saves.Touch(); }
 
 Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* c = fuse_req_ctx(req);
@@ -244,6 +250,7 @@ meta::Timespec ToTs(const struct timespec& t) {
 
 void ckpt_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
   LOG_DEBUG("setattr(ino={}, to_set={:#x})", ino, to_set);
+  NoteSave(req);
   Guard(req, [&] {
     AttrChange c;
     if (to_set & FUSE_SET_ATTR_MODE) c.to_set |= kSetMode;
@@ -277,6 +284,7 @@ void ckpt_readlink(fuse_req_t req, fuse_ino_t ino) {
 
 void ckpt_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   LOG_DEBUG("mknod(parent={}, name={}, mode={:o})", parent, name, mode);
+  NoteSave(req);
   Guard(req, [&] {
     auto r = D(req)->table->Mknod(parent, name, mode, rdev, CallerOf(req));
     if (!r) return (void)fuse_reply_err(req, r.error());
@@ -286,6 +294,7 @@ void ckpt_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode
 
 void ckpt_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   LOG_DEBUG("mkdir(parent={}, name={}, mode={:o})", parent, name, mode);
+  NoteSave(req);
   Guard(req, [&] {
     auto r = D(req)->table->Mkdir(parent, name, mode, CallerOf(req));
     if (!r) return (void)fuse_reply_err(req, r.error());
@@ -295,6 +304,7 @@ void ckpt_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode
 
 void ckpt_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
   LOG_DEBUG("symlink(parent={}, name={})", parent, name);
+  NoteSave(req);
   Guard(req, [&] {
     auto r = D(req)->table->Symlink(parent, name, link, CallerOf(req));
     if (!r) return (void)fuse_reply_err(req, r.error());
@@ -304,6 +314,7 @@ void ckpt_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const cha
 
 void ckpt_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   LOG_DEBUG("link(ino={}, newparent={}, newname={})", ino, newparent, newname);
+  NoteSave(req);
   Guard(req, [&] {
     auto r = D(req)->table->Link(ino, newparent, newname);
     if (!r) return (void)fuse_reply_err(req, r.error());
@@ -313,6 +324,7 @@ void ckpt_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char*
 
 void ckpt_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   LOG_DEBUG("unlink(parent={}, name={})", parent, name);
+  NoteSave(req);
   Guard(req, [&] {
     auto r = D(req)->table->Unlink(parent, name);
     if (r) FAILPOINT("meta.after_commit");
@@ -322,6 +334,7 @@ void ckpt_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void ckpt_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   LOG_DEBUG("rmdir(parent={}, name={})", parent, name);
+  NoteSave(req);
   Guard(req, [&] {
     auto r = D(req)->table->Rmdir(parent, name);
     if (r) FAILPOINT("meta.after_commit");
@@ -332,6 +345,7 @@ void ckpt_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void ckpt_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
                  unsigned int flags) {
   LOG_DEBUG("rename(parent={}, name={}, newparent={}, newname={}, flags={})", parent, name, newparent, newname, flags);
+  NoteSave(req);
   Guard(req, [&] {
     auto r = D(req)->table->Rename(parent, name, newparent, newname, flags);
     if (r) FAILPOINT("meta.after_commit");
@@ -348,6 +362,10 @@ int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   h->flags = fi->flags;
   h->open_gen = r->gen;
   fi->fh = reinterpret_cast<uint64_t>(h);
+  if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+    h->writer = true;
+    h->writer_token = d->saves.WriterOpened();
+  }
   // A reader's close has nothing to seal or record (Flush acts for the
   // last writer only): FOPEN_NOFLUSH spares close(2) a synchronous round
   // trip. Release, which the kernel sends without waiting, still comes.
@@ -392,6 +410,7 @@ void ReplyOpened(fuse_req_t req, fuse_file_info* fi, Send&& send) {
   if (pt) d->pt->Forget(fh, token);
   if (rc == -ENOENT) {  // interrupted: the kernel never saw the handle; undo
     d->table->Release(ino, flags, pt);
+    if (h->writer) d->saves.WriterClosed(h->writer_token);
     delete h;
   }
 }
@@ -533,6 +552,7 @@ bool QueueWrite(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off) {
 
 void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, fuse_file_info* fi) {
   LOG_DEBUG("write_buf(ino={}, off={}, size={})", ino, off, fuse_buf_size(in));
+  NoteSave(req);
   Guard(req, [&] {
     Daemon* d = D(req);
     auto* h = reinterpret_cast<FileHandle*>(fi->fh);
@@ -559,6 +579,7 @@ void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, 
 
 void ckpt_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   LOG_DEBUG("flush(ino={})", ino);
+  NoteSave(req);
   Guard(req, [&] {
     // fuse_flush_in has no open flags (libfuse hands over 0, O_RDONLY):
     // the handle's own say whether this close is a writer's.
@@ -572,6 +593,7 @@ void ckpt_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void ckpt_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   LOG_DEBUG("release(ino={})", ino);
   std::unique_ptr<FileHandle> h(reinterpret_cast<FileHandle*>(fi->fh));
+  if (h->writer) D(req)->saves.WriterClosed(h->writer_token);
   Guard(req, [&] {
     D(req)->table->Release(ino, fi->flags, h->passthrough);
     if (h->passthrough && (fi->flags & O_ACCMODE) != O_RDONLY) D(req)->table->RelieveOverBudget();
@@ -583,6 +605,7 @@ void ckpt_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 void ckpt_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
   LOG_DEBUG("fsync(ino={})", ino);
+  NoteSave(req);
   // --fsync=memory: seal the bytes written so far as a version (they then
   // survive a daemon crash, and drain); returns at memory speed.
   // --fsync=backend: also wait until that version and everything logged
@@ -789,6 +812,7 @@ void ckpt_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
 
 void ckpt_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len, fuse_file_info* fi) {
   LOG_DEBUG("fallocate(ino={}, mode={}, off={}, len={})", ino, mode, off, len);
+  NoteSave(req);
   Guard(req, [&] {
     if (off < 0 || len <= 0) return (void)fuse_reply_err(req, EINVAL);
     Daemon* d = D(req);

@@ -287,6 +287,8 @@ class InodeTable {
   // without the table's lock held, on whichever thread applied the entry,
   // so a FUSE request can wait for the backend without holding a worker.
   void WhenApplied(uint64_t seq, std::function<void(int err)> fn);
+  // Does anyone wait in WhenApplied (an fsync with --fsync=backend)?
+  bool DurabilityAwaited();
 
   // ---- The ordered drain log (fs/drain.cc is its only consumer) ----
   // The first `max` entries not yet applied, oldest first.
@@ -518,10 +520,15 @@ class InodeTable {
     std::shared_ptr<std::shared_mutex> data_mu = std::make_shared<std::shared_mutex>();
     // The shared namespace (in memory only; steady-clock ns, 0: never):
     // when the entry was last compared with the backend, and, for a
-    // directory, when its listing was last merged. `backend_changed`: the
-    // bytes were replaced by the backend's copy since the last open.
+    // directory, when its listing was last merged (`listed_ns`: begun,
+    // `listed_ok_ns`: when a listing that came back, or found no such
+    // directory there, began: names it lacks are not in the backend).
+    // `backend_changed`: the bytes were replaced by the backend's copy
+    // since the last open.
     int64_t checked_ns = 0;
     int64_t listed_ns = 0;
+    int64_t listed_ok_ns = 0;
+    size_t listed_count = 0;  // entries in that listing
     bool backend_changed = false;
     bool is_dir() const { return S_ISDIR(rec.mode); }
   };
@@ -530,6 +537,9 @@ class InodeTable {
   static int64_t MonoNs();  // CLOCK_MONOTONIC in ns
   // Is `dir` a directory whose names the backend may add to (shared on,
   // not in a memory-only checkpoint)? REQUIRES: mu_ held.
+  // Does a miss or a revalidation in `dir` list it rather than Stat one
+  // name (fs/shared.cc)?
+  bool ListsInsteadOfStat(Inode* dir) REQUIRES(mu_);
   bool SharedDir(Inode* dir) REQUIRES(mu_);
   // Does the pending log remove `path` or a directory above it (unlink,
   // rmdir, rename away), or did the drain apply such a removal after log

@@ -24,6 +24,11 @@ void InodeTable::WhenApplied(uint64_t seq, std::function<void(int err)> fn) {
   fn(err);
 }
 
+bool InodeTable::DurabilityAwaited() {
+  MutexLock lk(&mu_);
+  return !applied_waiters_.empty();
+}
+
 void InodeTable::AdvanceApplied(uint64_t seq, DueCallbacks* due) {
   applied_seq_ = seq;
   logged_at_.erase(logged_at_.begin(), logged_at_.upper_bound(seq));

@@ -31,6 +31,7 @@ namespace ckpt::fs {
 namespace {
 
 constexpr size_t kMaxNegative = 65536;  // remembered ENOENTs; all forgotten past this
+
 constexpr int kMaxDropDepth = 64;       // deeper clean trees are kept (dropped later, from below)
 constexpr size_t kRecentRemovals = 4096;  // applied removals remembered (RemovalPending)
 
@@ -250,12 +251,24 @@ bool InodeTable::LookupNeedsBackend(uint64_t parent, std::string_view name) {
   // Reserved names, and names the backend could not hold (too long, not
   // UTF-8 for S3): nothing there to find.
   if (!CheckNewName(parent, name)) return false;
+  // The directory's listing, taken less than a TTL ago, lacks the name.
+  if (now - dir->listed_ok_ns < shared_ttl_ns_) return false;
   auto neg = negative_.find({parent, std::string(name)});
   return neg == negative_.end() || now - neg->second >= shared_ttl_ns_;
 }
 
 Result<InodeRecord> InodeTable::LookupShared(uint64_t parent, std::string_view name) {
   if (!LookupNeedsBackend(parent, name)) return Lookup(parent, name);
+  bool list = false;
+  {
+    MutexLock lk(&mu_);
+    Inode* dir = Find(parent);
+    list = ListsInsteadOfStat(dir) && !dir->children.count(name);
+  }
+  if (list) {
+    MergeDir(parent);
+    if (!LookupNeedsBackend(parent, name)) return Lookup(parent, name);  // else: listed elsewhere meanwhile, or failed
+  }
   std::string path;
   uint64_t applied;
   {
@@ -311,11 +324,12 @@ void InodeTable::MergeDir(uint64_t ino) {
   if (!MergeDue(ino)) return;
   std::string path;
   uint64_t applied;
+  const int64_t started = MonoNs();
   {
     MutexLock lk(&mu_);
     Inode* d = Find(ino);
     if (!d) return;
-    d->listed_ns = MonoNs();  // one listing per TTL, even while this one runs
+    d->listed_ns = started;  // one listing per TTL, even while this one runs
     path = DirPath(ino);
     applied = applied_seq_;
     if (!path.empty() && RemovalPending(path, applied)) return;
@@ -323,11 +337,21 @@ void InodeTable::MergeDir(uint64_t ino) {
   auto ls = backend_->ListDir(path);
   if (!ls) {
     LOG_DEBUG("shared: list '{}' in the backend: {}; the local view stands", path, strerror(ls.error()));
+    if (ls.error() != ENOENT) return;
+    // Not in the backend (not drained yet, or removed there): none of the
+    // names looked up in it can be there either.
+    MutexLock lk(&mu_);
+    if (Inode* d = Find(ino); d && d->is_dir() && DirPath(ino) == path) {
+      d->listed_ok_ns = started;
+      d->listed_count = 0;
+    }
     return;
   }
   MutexLock lk(&mu_);
   Inode* d = Find(ino);
   if (!d || !d->is_dir() || d->rec.nlink == 0 || DirPath(ino) != path) return;  // moved meanwhile: next time
+  d->listed_ok_ns = started;
+  d->listed_count = ls->size();
   std::set<std::string, std::less<>> there;
   for (const backend::Entry& e : *ls) {
     auto slash = e.path.rfind('/');
@@ -351,6 +375,15 @@ void InodeTable::MergeDir(uint64_t ino) {
   for (const auto& name : gone) (void)DropShared(d, name);
 }
 
+bool InodeTable::ListsInsteadOfStat(Inode* dir) {
+  // One listing answers for every name in a small directory for a TTL (a
+  // checkpoint's files are created, or opened, one after another) where a
+  // Stat answers for one. Small: as the backend held it at the last
+  // listing, else as this mount holds it.
+  return dir && dir->is_dir() &&
+         (dir->listed_ok_ns != 0 ? dir->listed_count : dir->children.size()) <= backend_->ListCheaperUpTo();
+}
+
 bool InodeTable::RevalidateDue(uint64_t ino, int flags) {
   if (!shared()) return false;
   if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) return false;
@@ -366,10 +399,21 @@ void InodeTable::RevalidateForOpen(uint64_t ino, int flags) {
   std::string path;
   uint64_t parent;
   std::string name;
+  bool list;
   {
     MutexLock lk(&mu_);
     Inode* n = Find(ino);
     if (!n) return;
+    parent = n->rec.parent;
+    list = ListsInsteadOfStat(Find(parent));
+  }
+  // Listed, it is compared with the backend as every name there is (and
+  // the next opens in that directory need nothing for a TTL).
+  if (list) MergeDir(parent);
+  {
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    if (!n || MonoNs() - n->checked_ns < shared_ttl_ns_) return;
     n->checked_ns = MonoNs();
     parent = n->rec.parent;
     name = n->rec.name;

@@ -409,3 +409,28 @@ Test(config, shared_ttl) {
   cr_assert(!bad.has_value());
   cr_assert(bad.error().find("-o shared_ttl=x") != std::string::npos, "%s", bad.error().c_str());
 }
+
+// --drain-yield and -o drain_yield=: milliseconds, 0 (never wait) to a
+// minute; 1000 by default.
+Test(config, drain_yield) {
+  cr_assert_eq(ckpt::Config{}.drain_yield_ms, 1000u);
+  cr_assert_eq(*ckpt::ParseMillis("0"), 0u);
+  cr_assert_eq(*ckpt::ParseMillis("60000"), 60000u);
+  for (const char* bad : {"-1", "+3", "1.5", "", " 3", "3ms", "60001", "99999999999", "0x10"}) {
+    auto r = ckpt::ParseMillis(bad);
+    cr_assert(!r.has_value(), "'%s' accepted", bad);
+    cr_assert(r.error().find("want milliseconds from 0 to 60000") != std::string::npos, "%s", r.error().c_str());
+  }
+  ckpt::Config c;
+  std::string o = "allow_other,drain_yield=0";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert_str_eq(o.c_str(), "allow_other");
+  cr_assert_eq(c.drain_yield_ms, 0u);
+  o = "drain_yield=250";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert_eq(c.drain_yield_ms, 250u);
+  o = "drain_yield=soon";
+  auto bad = ckpt::TakeOwnOptions(&o, &c);
+  cr_assert(!bad.has_value());
+  cr_assert(bad.error().find("-o drain_yield=soon") != std::string::npos, "%s", bad.error().c_str());
+}

@@ -1058,3 +1058,35 @@ Test(drain_cluster, publish_waits_for_the_other_members_earlier_file) {
   cr_expect_eq(d.Read("latest"), std::string("step_1"));
   cr_expect(!c.Status().waiting);
 }
+
+// The drain yields to a save (set_yield): no transfer starts while the
+// hold says a save is under way, and every one does once it no longer does.
+// Namespace entries (a mkdir) are not held: they cost no bandwidth.
+Test(drain, no_transfer_starts_while_a_save_holds_the_drain) {
+  DrainEnv d;
+  Env& e = *d.env;
+  std::atomic<bool> saving{true};
+  std::atomic<int> asked{0};
+  uint64_t dir = e.Mkdir(kRoot, "step_1");
+  e.WriteFile(dir, "model.pt", std::string(200000, 'm'));
+  d.drainer = std::make_unique<ckpt::fs::Drainer>(e.table.get(), d.be.get(), 4);
+  d.drainer->set_yield([&] {
+    asked++;
+    return saving.load();
+  });
+  d.drainer->Start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  cr_assert(d.Exists("step_1"), "the mkdir is applied while the save goes on");
+  cr_assert_not(d.Exists("step_1/model.pt"), "no transfer while the save goes on");
+  cr_assert_eq(d.flaky->publishes.load(), 0);
+  cr_assert_gt(asked.load(), 5, "the hold is polled while it waits");
+  auto s = d.drainer->Stats();
+  cr_assert(s.yielding);
+  cr_assert_eq(s.yields, 1u);
+  saving = false;
+  d.Drain();
+  cr_assert_eq(d.Read("step_1/model.pt"), std::string(200000, 'm'));
+  s = d.drainer->Stats();
+  cr_assert_not(s.yielding);
+  cr_assert_geq(s.yielded_s, 0.25);
+}

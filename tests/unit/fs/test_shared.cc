@@ -253,3 +253,53 @@ Test(shared, pending_rename_of_a_directory_keeps_its_files) {
   b.Drain();
   cr_expect(c.InBackend("e/f") && !c.InBackend("d"));
 }
+
+// A miss in a small directory lists it: the listing brings the names the
+// other node drained there and answers every later miss in it for the TTL
+// without asking the backend (a checkpoint's shards are created one after
+// another: one listing, not a Stat per shard). A directory the backend
+// does not hold yet answers its misses the same way. Past the TTL the
+// backend is asked again, and sees what was drained meanwhile.
+Test(shared, a_miss_lists_a_small_directory_once_per_ttl) {
+  Cluster c;
+  Node& a = *c.a;
+  Node& b = *c.b;
+  uint64_t step = a.env->Mkdir(kRoot, "step_1");
+  a.env->WriteFile(step, "shard_0", std::string(1000, '0'));
+  a.Drain();
+
+  auto bstep = b.t().LookupShared(kRoot, "step_1");
+  cr_assert(bstep.has_value());
+  cr_assert(b.t().LookupNeedsBackend(bstep->ino, "shard_1"));
+  cr_expect_eq(b.t().LookupShared(bstep->ino, "shard_1").error(), ENOENT);
+  for (int i = 2; i < 50; i++)
+    cr_expect(!b.t().LookupNeedsBackend(bstep->ino, "shard_" + std::to_string(i)), "shard_%d asks the backend", i);
+  cr_expect(b.t().Lookup(bstep->ino, "shard_0").has_value(), "the listing did not bring A's shard");
+  cr_expect(!b.t().MergeDue(bstep->ino), "the miss's listing counts as the directory's merge");
+
+  // Drained by A after B's listing: unseen for at most the TTL.
+  a.env->WriteFile(step, "shard_9", std::string(1000, '9'));
+  a.Drain();
+  cr_expect_eq(b.t().LookupShared(bstep->ino, "shard_9").error(), ENOENT);
+  PastTtl();
+  cr_expect(b.t().LookupNeedsBackend(bstep->ino, "shard_9"));
+  auto s9 = b.t().LookupShared(bstep->ino, "shard_9");
+  cr_assert(s9.has_value(), "shard_9 unseen past the TTL");
+  cr_expect_eq(b.Read(s9->ino), std::string(1000, '9'));
+
+  // Opens past the TTL compare clean files with the backend: the first
+  // lists the directory, which compares its siblings too.
+  PastTtl();
+  auto s0 = b.t().Lookup(bstep->ino, "shard_0");
+  cr_assert(s0.has_value());
+  cr_assert(b.t().RevalidateDue(s0->ino, O_RDONLY));
+  cr_assert(b.t().RevalidateDue(s9->ino, O_RDONLY));
+  b.t().RevalidateForOpen(s0->ino, O_RDONLY);
+  cr_expect(!b.t().RevalidateDue(s0->ino, O_RDONLY));
+  cr_expect(!b.t().RevalidateDue(s9->ino, O_RDONLY), "the open of shard_0 did not list the directory");
+
+  // B's own new directory, not in the backend: its misses are answered too.
+  uint64_t mine = b.env->Mkdir(kRoot, "step_2");
+  cr_expect_eq(b.t().LookupShared(mine, "shard_0").error(), ENOENT);
+  cr_expect(!b.t().LookupNeedsBackend(mine, "shard_1"), "a miss in a directory the backend lacks asks it again");
+}
