@@ -290,42 +290,42 @@ std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* 
     if (end == std::string::npos) end = fuse_opts->size();
     std::string opt = fuse_opts->substr(at, end - at);
     at = end + 1;
-    if (opt.starts_with("passthrough")) {
-      if (opt == "passthrough=off") cfg->passthrough = false;
-      else if (opt == "passthrough=on" || opt == "passthrough") cfg->passthrough = true;
-      else return std::unexpected("-o " + EscapeName(opt) + ": want passthrough=on or passthrough=off");
-      continue;
+    // on|off switches: NAME, NAME=on, NAME=off.
+    bool taken = false;
+    for (auto [name, out] : {std::pair{std::string_view("passthrough"), &cfg->passthrough},
+                             std::pair{std::string_view("tier_huge"), &cfg->tier_huge}}) {
+      if (!opt.starts_with(name)) continue;
+      const std::string n(name);
+      if (opt == n + "=off") *out = false;
+      else if (opt == n + "=on" || opt == n) *out = true;
+      else return std::unexpected("-o " + EscapeName(opt) + ": want " + n + "=on or " + n + "=off");
+      taken = true;
     }
-    if (opt.starts_with("tier_huge")) {
-      if (opt == "tier_huge=off") cfg->tier_huge = false;
-      else if (opt == "tier_huge=on" || opt == "tier_huge") cfg->tier_huge = true;
-      else return std::unexpected("-o " + EscapeName(opt) + ": want tier_huge=on or tier_huge=off");
-      continue;
-    }
-    // The checkpoint policies, also as FUSE-style options (fstab, mount.ckptfs).
-    bool policy = false;
-    for (auto [key, out] : {std::pair{"keep_in_memory=", &cfg->keep_in_memory},
-                            std::pair{"persist_every=", &cfg->persist_every},
-                            std::pair{"persist_interval=", &cfg->persist_interval_s}}) {
-      if (!opt.starts_with(key)) continue;
-      auto v = ParseCount(opt.substr(strlen(key)));
+    // Numbers: the checkpoint policies (also as FUSE-style options for
+    // fstab and mount.ckptfs), the drain's yield, the shared namespace's
+    // TTL, and the cluster's timings.
+    using Parser = std::expected<uint64_t, std::string> (*)(const std::string&);
+    struct Number {
+      const char* key;
+      Parser parse;
+      uint64_t* out;
+      bool cluster;  // counts as a cluster option (--node etc.)
+    };
+    for (const Number& o : {Number{"keep_in_memory=", ParseCount, &cfg->keep_in_memory, false},
+                            Number{"persist_every=", ParseCount, &cfg->persist_every, false},
+                            Number{"persist_interval=", ParseCount, &cfg->persist_interval_s, false},
+                            Number{"drain_yield=", ParseMillis, &cfg->drain_yield_ms, false},
+                            Number{"shared_ttl=", ParseTtl, &cfg->shared_ttl_s, false},
+                            Number{"member_timeout=", ParseCount, &cfg->member_timeout_s, true},
+                            Number{"max_clock_skew=", ParseMillis, &cfg->max_clock_skew_ms, true}}) {
+      if (!opt.starts_with(o.key)) continue;
+      auto v = o.parse(opt.substr(strlen(o.key)));
       if (!v) return std::unexpected("-o " + EscapeName(opt) + ": " + v.error());
-      *out = *v;
-      policy = true;
+      *o.out = *v;
+      if (o.cluster) cfg->cluster_opts_given = true;
+      taken = true;
     }
-    if (policy) continue;
-    if (opt.starts_with("drain_yield=")) {
-      auto v = ParseMillis(opt.substr(strlen("drain_yield=")));
-      if (!v) return std::unexpected("-o " + EscapeName(opt) + ": " + v.error());
-      cfg->drain_yield_ms = *v;
-      continue;
-    }
-    if (opt.starts_with("shared_ttl=")) {
-      auto v = ParseTtl(opt.substr(strlen("shared_ttl=")));
-      if (!v) return std::unexpected("-o " + EscapeName(opt) + ": " + v.error());
-      cfg->shared_ttl_s = *v;
-      continue;
-    }
+    if (taken) continue;
     // Cross-node ordering (names are checked with the command line's).
     if (opt.starts_with("cluster=")) {
       cfg->cluster = opt.substr(8);
@@ -334,20 +334,6 @@ std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* 
     }
     if (opt.starts_with("node=")) {
       cfg->node = opt.substr(5);
-      cfg->cluster_opts_given = true;
-      continue;
-    }
-    if (opt.starts_with("member_timeout=")) {
-      auto v = ParseCount(opt.substr(15));
-      if (!v) return std::unexpected("-o " + EscapeName(opt) + ": " + v.error());
-      cfg->member_timeout_s = *v;
-      cfg->cluster_opts_given = true;
-      continue;
-    }
-    if (opt.starts_with("max_clock_skew=")) {
-      auto v = ParseMillis(opt.substr(15));
-      if (!v) return std::unexpected("-o " + EscapeName(opt) + ": " + v.error());
-      cfg->max_clock_skew_ms = *v;
       cfg->cluster_opts_given = true;
       continue;
     }

@@ -190,6 +190,13 @@ def other_rows(r):
     rows.append(("--tier-huge on: torch.save, long-lived trainer: time ÷ ext4 page-cache time",
                  r.ratio(("trainer", "save_seconds", k4), ("trainer", "save_seconds", dk))))
     rows += lever_rows(r, k4, "--tier-huge on")
+    # The drain's yield to saves (--drain-yield 0: it never waits).
+    ny = "ckptfs-noyield"
+    rows.append(("--drain-yield 0: torch.save, long-lived trainer: time ÷ tmpfs time",
+                 r.ratio(("trainer", "save_seconds", ny), ("trainer", "save_seconds", tm))))
+    for metric, what, _ in FRAMEWORK_FIGURES:
+        rows.append((f"--drain-yield 0: {what}: time ÷ tmpfs time",
+                     r.ratio(("frameworks", metric, ny), ("frameworks", metric, tm))))
     rows.append(("sequential write, a mount's next file: ckptfs ÷ local disk (page cache) throughput",
                  r.ratio(("seq", "steady_write_throughput", ck), ("seq", "steady_write_throughput", dk))))
     rows.append(("sequential write, a fresh mount's first file (copying path): ckptfs ÷ tmpfs throughput",
@@ -275,7 +282,7 @@ def raw_table(r):
         ("fsync", "lookup_p99_ms", "stat of other paths meanwhile, p99", "ms"),
         ("fsync", "lookup_max_ms", "stat of other paths meanwhile, slowest", "ms"),
     ]
-    targets = ["ckptfs", "ckptfs-nopt", "ckptfs-huge", "tmpfs", "disk", "rclone"]
+    targets = ["ckptfs", "ckptfs-nopt", "ckptfs-noyield", "ckptfs-huge", "tmpfs", "disk", "rclone"]
     lines = ["| figure (median of repetitions) | " + " | ".join(targets) + " |",
              "|---|" + "---:|" * len(targets)]
     for phase, metric, label, unit in metrics:
