@@ -153,49 +153,34 @@ int main(int argc, char** argv) {
     }
     cfg.min_free = *sz;
   }
-  for (auto [flag, opt, text, out] :
-       {std::tuple{"--keep-in-memory", keep_opt, &keep_in_memory, &cfg.keep_in_memory},
-        std::tuple{"--persist-every", every_opt, &persist_every, &cfg.persist_every},
-        std::tuple{"--persist-interval", interval_opt, &persist_interval, &cfg.persist_interval_s}}) {
-    if (opt->count() == 0) continue;  // given empty ('') is refused, not taken as unset
-    auto v = ParseCount(*text);
+  // The numeric options. The policies, --shared-ttl and --drain-yield
+  // given empty ('') are refused, not taken as unset; the cluster's
+  // timings given empty are ignored.
+  using Parser = std::expected<uint64_t, std::string> (*)(const std::string&);
+  struct Number {
+    const char* flag;
+    bool given;
+    const std::string* text;
+    Parser parse;
+    uint64_t* out;
+  };
+  for (const Number& o :
+       {Number{"--keep-in-memory", keep_opt->count() > 0, &keep_in_memory, ParseCount, &cfg.keep_in_memory},
+        Number{"--persist-every", every_opt->count() > 0, &persist_every, ParseCount, &cfg.persist_every},
+        Number{"--persist-interval", interval_opt->count() > 0, &persist_interval, ParseCount,
+               &cfg.persist_interval_s},
+        Number{"--shared-ttl", shared_ttl_opt->count() > 0, &shared_ttl, ParseTtl, &cfg.shared_ttl_s},
+        Number{"--drain-yield", drain_yield_opt->count() > 0, &drain_yield, ParseMillis, &cfg.drain_yield_ms},
+        Number{"--member-timeout", !member_timeout.empty(), &member_timeout, ParseCount, &cfg.member_timeout_s},
+        Number{"--max-clock-skew", !max_clock_skew.empty(), &max_clock_skew, ParseMillis,
+               &cfg.max_clock_skew_ms}}) {
+    if (!o.given) continue;
+    auto v = o.parse(*o.text);
     if (!v) {
-      fprintf(stderr, "ckptfs: %s: %s\n", flag, v.error().c_str());
+      fprintf(stderr, "ckptfs: %s: %s\n", o.flag, v.error().c_str());
       return 2;
     }
-    *out = *v;
-  }
-  if (shared_ttl_opt->count() > 0) {  // an empty value is refused too
-    auto v = ParseTtl(shared_ttl);
-    if (!v) {
-      fprintf(stderr, "ckptfs: --shared-ttl: %s\n", v.error().c_str());
-      return 2;
-    }
-    cfg.shared_ttl_s = *v;
-  }
-  if (drain_yield_opt->count() > 0) {
-    auto v = ParseMillis(drain_yield);
-    if (!v) {
-      fprintf(stderr, "ckptfs: --drain-yield: %s\n", v.error().c_str());
-      return 2;
-    }
-    cfg.drain_yield_ms = *v;
-  }
-  if (!member_timeout.empty()) {
-    auto v = ParseCount(member_timeout);
-    if (!v) {
-      fprintf(stderr, "ckptfs: --member-timeout: %s\n", v.error().c_str());
-      return 2;
-    }
-    cfg.member_timeout_s = *v;
-  }
-  if (!max_clock_skew.empty()) {
-    auto v = ParseMillis(max_clock_skew);
-    if (!v) {
-      fprintf(stderr, "ckptfs: --max-clock-skew: %s\n", v.error().c_str());
-      return 2;
-    }
-    cfg.max_clock_skew_ms = *v;
+    *o.out = *v;
   }
   cfg.cluster_opts_given = cfg.cluster_opts_given || node_opt->count() > 0 || !member_timeout.empty() ||
                            !max_clock_skew.empty();
