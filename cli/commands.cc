@@ -481,6 +481,11 @@ int CmdStatus(const std::string& mnt_in, bool json) {
            static_cast<unsigned long long>(U64(p, "opens")), HumanBytes(U64(p, "prealloc_bytes")).c_str());
   else
     printf("io         through the daemon (passthrough %s)\n", EscapeName(Str(p, "why_not")).c_str());
+  if (const Json& u = Obj(j, "fuse_io_uring"); Bool(u, "active"))
+    printf("requests   over io_uring, one queue per CPU: %llu since mount\n",
+           static_cast<unsigned long long>(U64(u, "requests")));
+  else
+    printf("requests   through /dev/fuse (io_uring %s)\n", EscapeName(Str(u, "why_not")).c_str());
   if (Bool(t, "huge_pages"))
     printf("pages      2 MiB where a file covers them (the tier's own tmpfs, --tier-huge)\n");
   else

@@ -293,6 +293,7 @@ std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* 
     // on|off switches: NAME, NAME=on, NAME=off.
     bool taken = false;
     for (auto [name, out] : {std::pair{std::string_view("passthrough"), &cfg->passthrough},
+                             std::pair{std::string_view("io_uring"), &cfg->io_uring},
                              std::pair{std::string_view("tier_huge"), &cfg->tier_huge}}) {
       if (!opt.starts_with(name)) continue;
       const std::string n(name);

@@ -36,6 +36,9 @@ struct Config {
   bool foreground = false;
   std::string fuse_opts;  // extra -o options passed to libfuse
   bool passthrough = true;  // -o passthrough=off: every handle through the daemon
+  // -o io_uring=off: requests through /dev/fuse even where the kernel has
+  // FUSE over io_uring (fs/fuse_uring.h).
+  bool io_uring = true;
   // --tier-huge on|off (-o tier_huge=): the tier directory becomes a tmpfs
   // of its own with huge pages (cache/tier_mount.h). Off by default: on the
   // VMs measured, saves into fresh 2 MiB pages were slower (docs/benchmarks.md).

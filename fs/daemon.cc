@@ -293,6 +293,8 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   fuse_session* se = fuse_session_new(&fargs, &FuseOps(), sizeof(fuse_lowlevel_ops), d.get());
   if (!se) return fail("invalid FUSE options: " + cfg.fuse_opts);
   if (fuse_set_signal_handlers(se) != 0) return fail("cannot install signal handlers");
+  // The kernel offers io_uring in the INIT it sends while mounting.
+  if (cfg.io_uring) (void)FuseUring::Enable();
   if (fuse_session_mount(se, cfg.mountpoint.c_str()) != 0) {
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
@@ -300,7 +302,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
                 "/ckptfs.log)");
   }
   // Passthrough is negotiated at INIT, through libfuse's custom I/O hooks.
-  d->pt = std::make_unique<Passthrough>(se, cfg.passthrough);
+  d->pt = std::make_unique<Passthrough>(se, cfg.passthrough, cfg.io_uring);
   if (d->pt->Install()) d->table->set_backing(d->pt.get());
   static_assert(Config::kPreallocAuto == InodeTable::kPreallocAuto, "--prealloc auto means the same to both");
   d->table->set_prealloc(cfg.prealloc);
@@ -390,6 +392,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   fuse_loop_cfg_set_max_threads(lc, 16);
   int rc = fuse_session_loop_mt(se, lc);
   fuse_loop_cfg_destroy(lc);
+  d->pt->StopUring();
   stop_watch = true;
   pt_watch.join();
   if (d->memory_watch) d->memory_watch->Stop();

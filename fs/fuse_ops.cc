@@ -179,6 +179,10 @@ void ckpt_init(void* userdata, fuse_conn_info* conn) {
                   FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO | FUSE_CAP_ASYNC_READ;
   conn->want |= want & conn->capable;
   conn->want &= ~(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_AUTO_INVAL_DATA);
+  // Over io_uring a reply is copied into the request's ring entry: never
+  // spliced to /dev/fuse (fs/fuse_uring.h).
+  if (static_cast<Daemon*>(userdata)->pt->UringOffered())
+    conn->want &= ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
   g_splice_max = SpliceLimit(conn->max_write + 2 * 4096);
   LOG_INFO("fuse session ready: max_write {} want {:#x}, reads up to {} bytes spliced", conn->max_write, conn->want,
            g_splice_max);

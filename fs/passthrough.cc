@@ -20,6 +20,7 @@ constexpr uint32_t kWritebackCache = 1u << 16;   // FUSE_WRITEBACK_CACHE: exclud
 constexpr uint32_t kPassthroughFlag2 = 1u << 5;  // FUSE_PASSTHROUGH (1ULL << 37), in flags2
 constexpr uint32_t kFopenPassthrough = 1u << 7;  // FOPEN_PASSTHROUGH
 constexpr uint32_t kMaxStackDepth = 1;           // the tier is on tmpfs (depth 0)
+constexpr uint32_t kOverIoUringFlag2 = 1u << 9;  // FUSE_OVER_IO_URING (1ULL << 41), in flags2
 
 struct InHeader {
   uint32_t len, opcode;
@@ -71,9 +72,61 @@ std::atomic<Passthrough*> g_instance{nullptr};
 
 }  // namespace
 
-Passthrough::Passthrough(fuse_session* se, bool want) : se_(se), want_(want) {
+Passthrough::Passthrough(fuse_session* se, bool want, bool want_uring)
+    : se_(se), want_(want), want_uring_(want_uring) {
   MutexLock lk(&mu_);
   why_ = want ? "not negotiated yet" : "off (-o passthrough=off)";
+  uring_why_ = want_uring ? "not negotiated yet" : "off (-o io_uring=off)";
+}
+
+Passthrough::~Passthrough() { StopUring(); }
+
+bool Passthrough::UringOffered() const {
+  MutexLock lk(&mu_);
+  return want_uring_ && (init_flags2_ & kOverIoUringFlag2);
+}
+
+bool Passthrough::uring_active() const {
+  FuseUring* u = uring_ptr_.load(std::memory_order_acquire);
+  return u && u->running();
+}
+
+std::string Passthrough::uring_why() const {
+  MutexLock lk(&mu_);
+  return uring_active() ? std::string() : uring_why_;
+}
+
+uint64_t Passthrough::uring_requests() const {
+  FuseUring* u = uring_ptr_.load(std::memory_order_acquire);
+  return u ? u->requests() : 0;
+}
+
+void Passthrough::StopUring() {
+  if (uring_) uring_->Stop();
+}
+
+void Passthrough::StartUring() {
+  size_t payload;
+  {
+    MutexLock lk(&mu_);
+    payload = uring_payload_;
+  }
+  FuseUring::Options opt;
+  opt.payload = payload;
+  uring_ = std::make_unique<FuseUring>(se_, fuse_session_fd(se_), opt,
+                                       [this](const void* buf, size_t len) { SawRequest(buf, len); });
+  // Published before the rings start: the first request can arrive through
+  // them while Start() is still setting up the last ones, and its reply
+  // must find its entry (written to /dev/fuse it would be lost, and the
+  // caller would wait forever). It stays allocated even if Start fails.
+  uring_ptr_.store(uring_.get(), std::memory_order_release);
+  if (auto st = uring_->Start(); !st) {
+    // Requests keep coming through /dev/fuse: the kernel uses the rings
+    // only once every queue has an entry, and none got one.
+    LOG_WARN("fuse: io_uring not used: {}", ErrStr(st.error()));
+    MutexLock lk(&mu_);
+    uring_why_ = "the kernel refused the rings: " + ErrStr(st.error());
+  }
 }
 
 bool Passthrough::Install() {
@@ -110,9 +163,14 @@ ssize_t Passthrough::ReadHook(int fd, void* buf, size_t len, void*) {
 
 ssize_t Passthrough::WritevHook(int fd, struct iovec* iov, int count, void*) {
   Passthrough* self = g_instance.load(std::memory_order_relaxed);
-  if (self && count >= 1 && iov[0].iov_len >= sizeof(OutHeader) && self->npending_.load(std::memory_order_acquire))
-    self->PatchReply(iov, count);
-  return writev(fd, iov, count);
+  if (!self || count < 1 || iov[0].iov_len < sizeof(OutHeader)) return writev(fd, iov, count);
+  if (self->npending_.load(std::memory_order_acquire)) self->PatchReply(iov, count);
+  ssize_t n;
+  if (FuseUring* u = self->uring_ptr_.load(std::memory_order_acquire); u && u->Reply(iov, count, &n)) return n;
+  n = writev(fd, iov, count);
+  // The INIT reply is in: the kernel now takes the rings' registration.
+  if (n >= 0 && self->uring_negotiated_.exchange(false)) self->StartUring();
+  return n;
 }
 
 ssize_t Passthrough::SpliceSendHook(int fdin, off_t* offin, int fdout, off_t* offout, size_t len, unsigned flags,
@@ -150,9 +208,22 @@ void Passthrough::PatchReply(struct iovec* iov, int count) {
   if (opcode == kOpInit) {
     if (body.iov_len < sizeof(InitOut)) {
       why_ = "the kernel's protocol is too old";
+      uring_why_ = why_;
       return;
     }
     auto* out = static_cast<InitOut*>(body.iov_base);
+    if (want_uring_) {
+      if (!(init_flags2_ & kOverIoUringFlag2)) {
+        uring_why_ = FuseUring::Unavailable();
+        if (uring_why_.empty()) uring_why_ = "the kernel does not offer FUSE_OVER_IO_URING";
+      } else {
+        out->flags |= kInitExt;
+        out->flags2 |= kOverIoUringFlag2;
+        // The kernel's largest request payload, which every entry must hold.
+        uring_payload_ = std::max<size_t>({8192, out->max_write, size_t{out->max_pages} * 4096});
+        uring_negotiated_.store(true, std::memory_order_release);
+      }
+    }
     if (!want_) return;
     if (!(init_flags2_ & kPassthroughFlag2)) {
       why_ = "the kernel does not offer FUSE_PASSTHROUGH (needs Linux 6.9+ with CONFIG_FUSE_PASSTHROUGH)";

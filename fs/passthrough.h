@@ -34,6 +34,7 @@
 
 #include "common/mutex.h"
 #include "common/result.h"
+#include "fs/fuse_uring.h"
 #include "fs/inode_table.h"
 
 namespace ckpt::fs {
@@ -42,7 +43,8 @@ class Passthrough : public BackingFiles {
  public:
   // `want` false (-o passthrough=off): the hooks still run, nothing is
   // negotiated. Install after fuse_session_mount, before the loop.
-  Passthrough(fuse_session* se, bool want);
+  Passthrough(fuse_session* se, bool want, bool want_uring = false);
+  ~Passthrough();
   Passthrough(const Passthrough&) = delete;
   Passthrough& operator=(const Passthrough&) = delete;
 
@@ -73,6 +75,16 @@ class Passthrough : public BackingFiles {
   // Counters for status.
   uint64_t opens() const { return opens_.load(std::memory_order_relaxed); }
 
+  // FUSE over io_uring (fs/fuse_uring.h): the kernel offered it at INIT and
+  // it was asked for (then libfuse must not splice replies: ckpt_init).
+  bool UringOffered() const;
+  // Requests come through the rings; why not ("" when they do).
+  bool uring_active() const;
+  std::string uring_why() const;
+  uint64_t uring_requests() const;
+  // Stops the rings (after the session loop ended).
+  void StopUring();
+
  private:
   static ssize_t ReadHook(int fd, void* buf, size_t len, void* self);
   static ssize_t WritevHook(int fd, struct iovec* iov, int count, void* self);
@@ -81,6 +93,7 @@ class Passthrough : public BackingFiles {
   void SawRequest(const void* buf, size_t len);
   void PatchReply(struct iovec* iov, int count);
   void TurnOff(const std::string& why);
+  void StartUring();
 
   fuse_session* const se_;
   const bool want_;
@@ -99,6 +112,12 @@ class Passthrough : public BackingFiles {
   std::unordered_map<uint64_t, Mark> expected_ GUARDED_BY(mu_);  // fh -> its mark
   uint64_t next_token_ GUARDED_BY(mu_) = 1;
   uint64_t init_flags2_ GUARDED_BY(mu_) = 0;                    // what the kernel offered at INIT
+  const bool want_uring_;
+  std::atomic<bool> uring_negotiated_{false};  // set in the INIT reply, started right after it
+  size_t uring_payload_ GUARDED_BY(mu_) = 1 << 20;
+  std::string uring_why_ GUARDED_BY(mu_);
+  std::unique_ptr<FuseUring> uring_;  // set once, by the thread that wrote the INIT reply
+  std::atomic<FuseUring*> uring_ptr_{nullptr};
 };
 
 }  // namespace ckpt::fs

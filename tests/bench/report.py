@@ -197,6 +197,13 @@ def other_rows(r):
     for metric, what, _ in FRAMEWORK_FIGURES:
         rows.append((f"--drain-yield 0: {what}: time ÷ tmpfs time",
                      r.ratio(("frameworks", metric, ny), ("frameworks", metric, tm))))
+    # Requests through /dev/fuse (-o io_uring=off), for what io_uring bought.
+    nu = "ckptfs-nouring"
+    rows.append(("-o io_uring=off: torch.save, long-lived trainer: time ÷ tmpfs time",
+                 r.ratio(("trainer", "save_seconds", nu), ("trainer", "save_seconds", tm))))
+    for metric, what, _ in FRAMEWORK_FIGURES:
+        rows.append((f"-o io_uring=off: {what}: time ÷ tmpfs time",
+                     r.ratio(("frameworks", metric, nu), ("frameworks", metric, tm))))
     rows.append(("sequential write, a mount's next file: ckptfs ÷ local disk (page cache) throughput",
                  r.ratio(("seq", "steady_write_throughput", ck), ("seq", "steady_write_throughput", dk))))
     rows.append(("sequential write, a fresh mount's first file (copying path): ckptfs ÷ tmpfs throughput",
@@ -282,7 +289,7 @@ def raw_table(r):
         ("fsync", "lookup_p99_ms", "stat of other paths meanwhile, p99", "ms"),
         ("fsync", "lookup_max_ms", "stat of other paths meanwhile, slowest", "ms"),
     ]
-    targets = ["ckptfs", "ckptfs-nopt", "ckptfs-noyield", "ckptfs-huge", "tmpfs", "disk", "rclone"]
+    targets = ["ckptfs", "ckptfs-nopt", "ckptfs-noyield", "ckptfs-nouring", "ckptfs-huge", "tmpfs", "disk", "rclone"]
     lines = ["| figure (median of repetitions) | " + " | ".join(targets) + " |",
              "|---|" + "---:|" * len(targets)]
     for phase, metric, label, unit in metrics:

@@ -24,7 +24,8 @@
 #   TARGETS [ckptfs ckptfs-nopt ckptfs-huge tmpfs disk rclone]   (ckptfs-nopt: ckptfs -o passthrough=off;
 #                        ckptfs-huge: ckptfs --tier-huge on, the tier on 2 MiB pages;
 #                        with ckptfs, the trainer and frameworks phases also run
-#                        ckptfs-nopt and ckptfs-noyield: ckptfs --drain-yield 0)
+#                        ckptfs-nopt, ckptfs-noyield: ckptfs --drain-yield 0, and
+#                        ckptfs-nouring: ckptfs -o io_uring=off, requests through /dev/fuse)
 #   PHASES [trainer frameworks seq torch remount fsync s3]   (trainer: one long-lived process
 #                        saving TORCH_GIB to ckptfs, ckptfs -o passthrough=off, tmpfs and disk in
 #                        turn; frameworks: DCP (4 ranks x 24 fsynced files of ~FW_MIB [2] MiB) and
@@ -228,6 +229,7 @@ up() {
     ckptfs-nopt) ck_mount "$2" -o passthrough=off ;;
     ckptfs-huge) ck_mount "$2" --tier-huge on ;;
     ckptfs-noyield) ck_mount "$2" --drain-yield 0 ;;
+    ckptfs-nouring) ck_mount "$2" -o io_uring=off ;;
     rclone) rc_mount "$2" ;;
     tmpfs) DIR=$SHM-$2; mkdir -p "$DIR" ;;
     disk) DIR=$WORK/$2; mkdir -p "$DIR" ;;
@@ -236,7 +238,7 @@ up() {
 
 down() {
   case $1 in
-    ckptfs|ckptfs-nopt|ckptfs-huge|ckptfs-noyield) ck_umount "$2"; rm_tier "${SHM:?}-$2" ;;
+    ckptfs|ckptfs-nopt|ckptfs-huge|ckptfs-noyield|ckptfs-nouring) ck_umount "$2"; rm_tier "${SHM:?}-$2" ;;
     rclone) rc_umount "$2" ;;
     tmpfs) rm -rf "${SHM:?}-$2" ;;
   esac
@@ -305,7 +307,7 @@ phase_seq() {
       # back; a pause in which ckptfs pre-allocates pages). On ckptfs the
       # first file of a mount takes the copying path; this one is
       # passthrough into pre-allocated pages.
-      case $t in ckptfs|ckptfs-nopt|ckptfs-huge|ckptfs-noyield) "$CKPTFS" drain "$DIR" >> "$LOG" 2>&1 || failures=$((failures + 1)) ;; esac
+      case $t in ckptfs|ckptfs-nopt|ckptfs-huge|ckptfs-noyield|ckptfs-nouring) "$CKPTFS" drain "$DIR" >> "$LOG" 2>&1 || failures=$((failures + 1)) ;; esac
       rm -f "$f"
       sync
       sleep "${BENCH_SETTLE:-6}"  # the quiet between checkpoints (bench.py SETTLE_SECONDS)
@@ -329,7 +331,7 @@ phase_torch() {
       drop_caches
       up "$t" "$tag" || { failures=$((failures + 1)); down "$t" "$tag"; continue; }
       case $t in
-        ckptfs|ckptfs-nopt|ckptfs-huge|ckptfs-noyield) after="$CKPTFS drain $DIR" ;;
+        ckptfs|ckptfs-nopt|ckptfs-huge|ckptfs-noyield|ckptfs-nouring) after="$CKPTFS drain $DIR" ;;
         tmpfs) d=$WORK/cp-$tag; mkdir -p "$d"; after="cp -r {dir} $d/ && sync" ;;
         disk) after="sync" ;;
         rclone) after="" ;;
@@ -368,7 +370,7 @@ in_turn() {
   local phase=$1 tag=$2 t name rep m v u
   shift 2
   local -a dirs=() tags=()
-  for t in ckptfs ckptfs-nopt ckptfs-noyield ckptfs-huge tmpfs disk; do
+  for t in ckptfs ckptfs-nopt ckptfs-noyield ckptfs-nouring ckptfs-huge tmpfs disk; do
     case " $TARGETS " in *" ${t%-no*} "*) ;; *) continue ;; esac
     up "$t" "$tag-$t" || { failures=$((failures + 1)); continue; }
     dirs+=("$t=$DIR")
