@@ -9,6 +9,7 @@
 # kernel has it, io_uring is the default, so every other mounted case runs
 # over it too; drain_fsync_backend_waits, recovery_full_tier and
 # remote_open_waits check that replies that come later hold nothing up.)
+# tsan: ring threads, replies from other threads through the eventfd, entries added while requests wait
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 require_root
