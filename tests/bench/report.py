@@ -154,6 +154,18 @@ def build_rows(r, gb_data):
     return rows
 
 
+def save_rows(r, target, label):
+    """The save figures of `target` (ckptfs with one knob changed), which
+    runs in the trainer and frameworks phases only, as ratios to tmpfs."""
+    tm = "tmpfs"
+    rows = [(f"{label}: torch.save, long-lived trainer: time ÷ tmpfs time",
+             r.ratio(("trainer", "save_seconds", target), ("trainer", "save_seconds", tm)))]
+    for metric, what, _ in FRAMEWORK_FIGURES:
+        rows.append((f"{label}: {what}: time ÷ tmpfs time",
+                     r.ratio(("frameworks", metric, target), ("frameworks", metric, tm))))
+    return rows
+
+
 def lever_rows(r, target, label):
     """The read and write goals of `target` (ckptfs with one lever off) as
     ratios to tmpfs, each row named `label: ...`."""
@@ -190,20 +202,10 @@ def other_rows(r):
     rows.append(("--tier-huge on: torch.save, long-lived trainer: time ÷ ext4 page-cache time",
                  r.ratio(("trainer", "save_seconds", k4), ("trainer", "save_seconds", dk))))
     rows += lever_rows(r, k4, "--tier-huge on")
-    # The drain's yield to saves (--drain-yield 0: it never waits).
-    ny = "ckptfs-noyield"
-    rows.append(("--drain-yield 0: torch.save, long-lived trainer: time ÷ tmpfs time",
-                 r.ratio(("trainer", "save_seconds", ny), ("trainer", "save_seconds", tm))))
-    for metric, what, _ in FRAMEWORK_FIGURES:
-        rows.append((f"--drain-yield 0: {what}: time ÷ tmpfs time",
-                     r.ratio(("frameworks", metric, ny), ("frameworks", metric, tm))))
-    # Requests through /dev/fuse (-o io_uring=off), for what io_uring bought.
-    nu = "ckptfs-nouring"
-    rows.append(("-o io_uring=off: torch.save, long-lived trainer: time ÷ tmpfs time",
-                 r.ratio(("trainer", "save_seconds", nu), ("trainer", "save_seconds", tm))))
-    for metric, what, _ in FRAMEWORK_FIGURES:
-        rows.append((f"-o io_uring=off: {what}: time ÷ tmpfs time",
-                     r.ratio(("frameworks", metric, nu), ("frameworks", metric, tm))))
+    # The drain's yield to saves (--drain-yield 0: it never waits), and
+    # requests through /dev/fuse (-o io_uring=off): what each bought.
+    rows += save_rows(r, "ckptfs-noyield", "--drain-yield 0")
+    rows += save_rows(r, "ckptfs-nouring", "-o io_uring=off")
     rows.append(("sequential write, a mount's next file: ckptfs ÷ local disk (page cache) throughput",
                  r.ratio(("seq", "steady_write_throughput", ck), ("seq", "steady_write_throughput", dk))))
     rows.append(("sequential write, a fresh mount's first file (copying path): ckptfs ÷ tmpfs throughput",
