@@ -329,6 +329,16 @@ Test(escape_name, exact_bytes_recoverable) {
   ExpectStr(EscapeName("\x7f"), "\\x7f");
 }
 
+// -o OPT is refused, and the one-line message contains WANT.
+static void ExpectOptionRefused(const char* opt, const char* want) {
+  ckpt::Config c;
+  std::string o = opt;
+  auto r = ckpt::TakeOwnOptions(&o, &c);
+  cr_assert(!r.has_value(), "-o %s accepted", opt);
+  cr_assert(r.error().find(want) != std::string::npos, "%s", r.error().c_str());
+  cr_assert(r.error().find('\n') == std::string::npos);
+}
+
 Test(config, take_own_options) {
   ckpt::Config c;
   std::string o = "allow_other,passthrough=off,max_read=131072";
@@ -339,10 +349,7 @@ Test(config, take_own_options) {
   cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
   cr_assert(c.passthrough);
   cr_assert_str_eq(o.c_str(), "");
-  o = "passthrough=maybe";
-  auto bad = ckpt::TakeOwnOptions(&o, &c);
-  cr_assert(!bad.has_value());
-  cr_assert(bad.error().find("passthrough=on or passthrough=off") != std::string::npos, "%s", bad.error().c_str());
+  ExpectOptionRefused("passthrough=maybe", "passthrough=on or passthrough=off");
   o = "";
   cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
   cr_assert_str_eq(o.c_str(), "");
@@ -354,10 +361,17 @@ Test(config, take_own_options) {
   o = "tier_huge=on";
   cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
   cr_assert(c.tier_huge);
-  o = "tier_huge=yes";
-  bad = ckpt::TakeOwnOptions(&o, &c);
-  cr_assert(!bad.has_value());
-  cr_assert(bad.error().find("tier_huge=on or tier_huge=off") != std::string::npos, "%s", bad.error().c_str());
+  ExpectOptionRefused("tier_huge=yes", "tier_huge=on or tier_huge=off");
+  // FUSE over io_uring: on by default (where the kernel has it).
+  cr_assert(ckpt::Config{}.io_uring);
+  o = "allow_other,io_uring=off";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert(!c.io_uring);
+  cr_assert_str_eq(o.c_str(), "allow_other");
+  o = "io_uring=on";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert(c.io_uring);
+  ExpectOptionRefused("io_uring=auto", "io_uring=on or io_uring=off");
 }
 
 // --persist-every, --persist-interval, --keep-in-memory and their -o forms:
@@ -378,10 +392,7 @@ Test(config, checkpoint_policy_counts) {
   cr_assert_eq(c.persist_every, 3u);
   cr_assert_eq(c.keep_in_memory, 2u);
   cr_assert_eq(c.persist_interval_s, 600u);
-  o = "persist_every=0";
-  auto bad = ckpt::TakeOwnOptions(&o, &c);
-  cr_assert(!bad.has_value());
-  cr_assert(bad.error().find("-o persist_every=0") != std::string::npos, "%s", bad.error().c_str());
+  ExpectOptionRefused("persist_every=0", "-o persist_every=0");
 }
 
 // --shared-ttl and -o shared_ttl=: whole seconds, 0 (off) to a day.
@@ -404,10 +415,7 @@ Test(config, shared_ttl) {
   o = "shared_ttl=5";
   cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
   cr_assert_eq(c.shared_ttl_s, 5u);
-  o = "shared_ttl=x";
-  auto bad = ckpt::TakeOwnOptions(&o, &c);
-  cr_assert(!bad.has_value());
-  cr_assert(bad.error().find("-o shared_ttl=x") != std::string::npos, "%s", bad.error().c_str());
+  ExpectOptionRefused("shared_ttl=x", "-o shared_ttl=x");
 }
 
 // --drain-yield and -o drain_yield=: milliseconds, 0 (never wait) to a
@@ -429,8 +437,5 @@ Test(config, drain_yield) {
   o = "drain_yield=250";
   cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
   cr_assert_eq(c.drain_yield_ms, 250u);
-  o = "drain_yield=soon";
-  auto bad = ckpt::TakeOwnOptions(&o, &c);
-  cr_assert(!bad.has_value());
-  cr_assert(bad.error().find("-o drain_yield=soon") != std::string::npos, "%s", bad.error().c_str());
+  ExpectOptionRefused("drain_yield=soon", "-o drain_yield=soon");
 }

@@ -93,6 +93,14 @@ struct Cluster {
     stdfs::remove_all(root);
   }
   bool InBackend(const std::string& rel) { return stdfs::exists(stdfs::symlink_status(root + "/" + rel)); }
+  // Node A makes DIR (under the root) with FILE in it and drains both to
+  // the backend; returns DIR's inode on A.
+  uint64_t DrainedOnA(const char* dir, const char* file, const std::string& bytes) {
+    uint64_t d = a->env->Mkdir(kRoot, dir);
+    a->env->WriteFile(d, file, bytes);
+    a->Drain();
+    return d;
+  }
 };
 
 void PastTtl() { std::this_thread::sleep_for(kTtl + std::chrono::milliseconds(20)); }
@@ -264,9 +272,7 @@ Test(shared, a_miss_lists_a_small_directory_once_per_ttl) {
   Cluster c;
   Node& a = *c.a;
   Node& b = *c.b;
-  uint64_t step = a.env->Mkdir(kRoot, "step_1");
-  a.env->WriteFile(step, "shard_0", std::string(1000, '0'));
-  a.Drain();
+  uint64_t step = c.DrainedOnA("step_1", "shard_0", std::string(1000, '0'));
 
   auto bstep = b.t().LookupShared(kRoot, "step_1");
   cr_assert(bstep.has_value());
