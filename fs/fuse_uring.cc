@@ -17,12 +17,13 @@
 #include <fstream>
 
 #include "common/log.h"
+#include "fs/fuse_abi.h"
 
 namespace ckpt::fs {
 namespace {
 
 constexpr uint32_t kCmdRegister = 1, kCmdCommitAndFetch = 2;  // enum fuse_uring_cmd
-constexpr size_t kInHeader = 40, kOutHeader = 16;
+constexpr size_t kInHeader = sizeof(fuse_abi::InHeader), kOutHeader = sizeof(fuse_abi::OutHeader);
 constexpr size_t kHeaderArea = 128;                 // FUSE_URING_IN_OUT_HEADER_SZ, FUSE_URING_OP_IN_OUT_SZ
 constexpr size_t kHeadroom = 4096;                  // room before the payload for the two headers
 constexpr uint64_t kPollTag = 1;                    // user_data of the eventfd's poll
@@ -65,6 +66,12 @@ unsigned PossibleCpus() {
 }
 
 thread_local void* t_ring = nullptr;  // the ring this thread owns, if any
+
+// An EIO reply to request `unique`, with no payload, in the entry's header.
+void SetEioReply(char* in_out, uint64_t unique) {
+  const fuse_abi::OutHeader h{static_cast<uint32_t>(kOutHeader), -EIO, unique};
+  memcpy(in_out, &h, sizeof h);
+}
 
 }  // namespace
 
@@ -350,10 +357,10 @@ void FuseUring::Loop(Ring* r) {
 }
 
 void FuseUring::Dispatch(Ring* r, Entry* e) {
-  uint32_t len;
-  uint64_t unique;
-  memcpy(&len, e->header->in_out, sizeof len);
-  memcpy(&unique, e->header->in_out + 8, sizeof unique);
+  fuse_abi::InHeader in;
+  memcpy(&in, e->header->in_out, sizeof in);
+  const uint32_t len = in.len;
+  const uint64_t unique = in.unique;
   const EntInOut ent = e->header->ent;
   e->commit_id = ent.commit_id;
   // The request's length counts the per-op header, which the kernel put in
@@ -362,13 +369,7 @@ void FuseUring::Dispatch(Ring* r, Entry* e) {
   if (len < kInHeader + payload || len - kInHeader - payload > kHeaderArea || payload > e->payload_size) {
     LOG_ERROR("fuse io_uring: queue {}: malformed request {} (length {}, payload {})", r->qid, unique, len, payload);
     // Answer EIO so the caller and the entry are not held forever.
-    char out[kOutHeader];
-    uint32_t olen = kOutHeader;
-    int32_t err = -EIO;
-    memcpy(out, &olen, 4);
-    memcpy(out + 4, &err, 4);
-    memcpy(out + 8, &unique, 8);
-    memcpy(e->header->in_out, out, kOutHeader);
+    SetEioReply(e->header->in_out, unique);
     e->header->ent.payload_sz = 0;
     PrepCommit(r, e);
     return;
@@ -391,8 +392,9 @@ void FuseUring::Dispatch(Ring* r, Entry* e) {
 
 bool FuseUring::Reply(const struct iovec* iov, int count, ssize_t* written) {
   if (count < 1 || iov[0].iov_len < kOutHeader) return false;
-  uint64_t unique;
-  memcpy(&unique, static_cast<const char*>(iov[0].iov_base) + 8, sizeof unique);
+  fuse_abi::OutHeader out;
+  memcpy(&out, iov[0].iov_base, sizeof out);
+  const uint64_t unique = out.unique;
   Entry* e;
   {
     MutexLock lk(&mu_);
@@ -416,10 +418,7 @@ bool FuseUring::Reply(const struct iovec* iov, int count, ssize_t* written) {
     }
   } else {
     LOG_ERROR("fuse io_uring: reply to request {} is {} bytes, more than an entry holds", unique, total);
-    int32_t err = -EIO;
-    uint32_t olen = kOutHeader;
-    memcpy(e->header->in_out, &olen, 4);
-    memcpy(e->header->in_out + 4, &err, 4);
+    SetEioReply(e->header->in_out, unique);
   }
   e->header->ent.payload_sz = static_cast<uint32_t>(at);
   Ring* r = e->ring;

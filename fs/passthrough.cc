@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "fs/fuse_abi.h"
 
 namespace ckpt::fs {
 namespace {
@@ -22,20 +23,8 @@ constexpr uint32_t kFopenPassthrough = 1u << 7;  // FOPEN_PASSTHROUGH
 constexpr uint32_t kMaxStackDepth = 1;           // the tier is on tmpfs (depth 0)
 constexpr uint32_t kOverIoUringFlag2 = 1u << 9;  // FUSE_OVER_IO_URING (1ULL << 41), in flags2
 
-struct InHeader {
-  uint32_t len, opcode;
-  uint64_t unique, nodeid;
-  uint32_t uid, gid, pid;
-  uint16_t total_extlen, padding;
-};
-static_assert(sizeof(InHeader) == 40);
-
-struct OutHeader {
-  uint32_t len;
-  int32_t error;
-  uint64_t unique;
-};
-static_assert(sizeof(OutHeader) == 16);
+using fuse_abi::InHeader;
+using fuse_abi::OutHeader;
 
 struct InitIn {
   uint32_t major, minor, max_readahead, flags, flags2;
