@@ -27,26 +27,20 @@ bool OpsSupported(io_uring* ring) {
   return ok;
 }
 
-// liburing maps and unmaps a ring's queues with raw system calls, which
-// ThreadSanitizer does not intercept: it keeps the history of a ring's
-// memory after the ring is gone, and when a later ring of another thread
-// is mapped at the same address, reports that thread's first use of its
-// own queue as racing with the old owner. The kernel orders the munmap
-// before the mmap that reuses the address; these annotations tell TSan
-// (every tear-down releases before its munmap, every set-up acquires after
-// its mmap, on one address).
+}  // namespace
+
 #if defined(__SANITIZE_THREAD__)
 extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);
+namespace {
 char g_ring_maps;
+}  // namespace
 void RingMapped() { __tsan_acquire(&g_ring_maps); }
 void RingUnmapped() { __tsan_release(&g_ring_maps); }
 #else
 void RingMapped() {}
 void RingUnmapped() {}
 #endif
-
-}  // namespace
 
 Result<std::unique_ptr<Ring>> Ring::Create(unsigned depth) {
   std::unique_ptr<Ring> r(new Ring());

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "backend/uring.h"
 #include "common/log.h"
 #include "fs/fuse_abi.h"
 
@@ -104,7 +105,10 @@ struct FuseUring::Ring {
       if (e->base) munmap(e->base, kHeadroom + e->payload_size);
       delete e->header;
     }
-    if (ring_ok) io_uring_queue_exit(&ring);
+    if (ring_ok) {
+      backend::RingUnmapped();  // before the munmap: see backend/uring.h
+      io_uring_queue_exit(&ring);
+    }
     if (efd >= 0) close(efd);
   }
 };
@@ -196,6 +200,7 @@ Status FuseUring::Setup(Ring* r) {
   p.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQSIZE;
   p.cq_entries = 2 * kMaxEntries;
   if (int rc = io_uring_queue_init_params(16, &r->ring, &p); rc < 0) return Err(-rc);
+  backend::RingMapped();
   r->ring_ok = true;
   r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (r->efd < 0) return ErrFromErrno();
