@@ -716,7 +716,6 @@ Status InodeTable::SetXattr(uint64_t ino, std::string_view name, std::string_vie
   if (value.size() > kMaxXattrValue) return Err(E2BIG);
   if (name.starts_with("user.ckptfs.")) return Err(EPERM);
   if (auto st = Writable(); !st) return st;
-  if (auto st = Writable(); !st) return st;
   MutexLock lk(&mu_);
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);

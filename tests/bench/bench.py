@@ -17,7 +17,11 @@ prints `metric value unit` lines on stdout; run.sh turns them into CSV rows.
                                 --poll-state, until ckptfs's user.ckptfs.state
                                 says every file is persisted (5 ms polling)
   torch-load DIR MODE           a new process loads what torch-save wrote:
-                                MODE plain (torch.load) or mmap (see below)
+                                MODE plain (torch.load) or mmap (see below);
+                                --pin keeps the loader on one CPU (as a
+                                trainer under taskset/numactl is): see
+                                docs/benchmarks.md, "Where a load's round
+                                trips go"
   mkfiles DIR COUNT BYTES       create COUNT files of BYTES each
   proc PID                      the daemon's CPU seconds and memory
 
@@ -288,8 +292,11 @@ def touch(obj):
     return 0
 
 
-def torch_load(d, mode, which):
+def torch_load(d, mode, which, pin=False):
     import torch
+
+    if pin:
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
     files = []
     if which in ("single", "all"):
@@ -504,6 +511,7 @@ def main():
     p.add_argument("dir")
     p.add_argument("mode", choices=["plain", "mmap"])
     p.add_argument("--which", default="all", choices=["single", "sharded", "all"])
+    p.add_argument("--pin", action="store_true", help="run on one CPU")
     p = sp.add_parser("trainer")
     p.add_argument("gib", type=float)
     p.add_argument("reps", type=int)
@@ -530,7 +538,7 @@ def main():
     elif a.cmd == "torch-save":
         torch_save(a.dir, a.gib, a.shards, a.after, a.poll_state)
     elif a.cmd == "torch-load":
-        torch_load(a.dir, a.mode, a.which)
+        torch_load(a.dir, a.mode, a.which, a.pin)
     elif a.cmd == "trainer":
         trainer(a.gib, a.reps, a.dirs)
     elif a.cmd == "frameworks":

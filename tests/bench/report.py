@@ -206,6 +206,9 @@ def other_rows(r):
     # requests through /dev/fuse (-o io_uring=off): what each bought.
     rows += save_rows(r, "ckptfs-noyield", "--drain-yield 0")
     rows += save_rows(r, "ckptfs-nouring", "-o io_uring=off")
+    rows.append(("mmap load after trainer restart, 64 files, the loader kept on one CPU: ckptfs ÷ tmpfs throughput",
+                 r.ratio(("torch", "pinned_load_mmap_sharded_throughput", ck),
+                         ("torch", "pinned_load_mmap_sharded_throughput", tm))))
     rows.append(("sequential write, a mount's next file: ckptfs ÷ local disk (page cache) throughput",
                  r.ratio(("seq", "steady_write_throughput", ck), ("seq", "steady_write_throughput", dk))))
     rows.append(("sequential write, a fresh mount's first file (copying path): ckptfs ÷ tmpfs throughput",
@@ -284,6 +287,7 @@ def raw_table(r):
         ("torch", "load_plain_sharded_throughput", "torch.load, 64 files", "GB/s"),
         ("torch", "load_mmap_single_throughput", "mmap load, 1 file", "GB/s"),
         ("torch", "load_mmap_sharded_throughput", "mmap load, 64 files", "GB/s"),
+        ("torch", "pinned_load_mmap_sharded_throughput", "mmap load, 64 files, loader on one CPU", "GB/s"),
         ("torch", "restart_load_plain_single_throughput", "torch.load after daemon restart, 1 file", "GB/s"),
         ("torch", "restart_load_mmap_single_throughput", "mmap load after daemon restart, 1 file", "GB/s"),
         ("fsync", "fsync_ms", "fsync of a file open for writing (ckptfs: drain paused)", "ms"),

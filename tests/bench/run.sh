@@ -345,6 +345,9 @@ phase_torch() {
       # Trainer restart: a new process loads the checkpoint.
       measure torch "$t" "$r" "" $BENCH torch-load "$DIR" plain
       measure torch "$t" "$r" "" $BENCH torch-load "$DIR" mmap
+      # The same load with the loader kept on one CPU: what the scheduler's
+      # moving a caller between CPUs at each reply costs (docs/benchmarks.md).
+      case $t in ckptfs|tmpfs) measure torch "$t" "$r" pinned_ $BENCH torch-load "$DIR" mmap --which sharded --pin ;; esac
       if [ "$t" = ckptfs ]; then
         ck_proc torch "$r" ""
         rec torch tier_bytes ckptfs "$r" "$(tier_bytes "$tag")" B
