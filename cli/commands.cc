@@ -486,6 +486,10 @@ int CmdStatus(const std::string& mnt_in, bool json) {
            static_cast<unsigned long long>(U64(u, "requests")));
   else
     printf("requests   through /dev/fuse (io_uring %s)\n", EscapeName(Str(u, "why_not")).c_str());
+  if (const Json& y = Obj(j, "reply_yield"); Bool(y, "active"))
+    printf("replies    yield the CPU to their caller (it wakes where it slept)\n");
+  else
+    printf("replies    at normal priority (reply_yield %s)\n", EscapeName(Str(y, "why_not")).c_str());
   if (Bool(t, "huge_pages"))
     printf("pages      2 MiB where a file covers them (the tier's own tmpfs, --tier-huge)\n");
   else

@@ -294,6 +294,7 @@ std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* 
     bool taken = false;
     for (auto [name, out] : {std::pair{std::string_view("passthrough"), &cfg->passthrough},
                              std::pair{std::string_view("io_uring"), &cfg->io_uring},
+                             std::pair{std::string_view("reply_yield"), &cfg->reply_yield},
                              std::pair{std::string_view("tier_huge"), &cfg->tier_huge}}) {
       if (!opt.starts_with(name)) continue;
       const std::string n(name);

@@ -39,6 +39,10 @@ struct Config {
   // -o io_uring=off: requests through /dev/fuse even where the kernel has
   // FUSE over io_uring (fs/fuse_uring.h).
   bool io_uring = true;
+  // -o reply_yield=off: the daemon's threads hand replies over at their
+  // normal priority (fs/reply_yield.h: the caller may then be moved to
+  // another CPU at each reply).
+  bool reply_yield = true;
   // --tier-huge on|off (-o tier_huge=): the tier directory becomes a tmpfs
   // of its own with huge pages (cache/tier_mount.h). Off by default: on the
   // VMs measured, saves into fresh 2 MiB pages were slower (docs/benchmarks.md).
@@ -140,7 +144,7 @@ std::string EscapeName(std::string_view s);
 std::expected<uint64_t, std::string> ParseMillis(const std::string& s);
 
 // Takes ckptfs's own options out of a -o list (comma-separated), leaving
-// libfuse's: passthrough=on|off, tier_huge=on|off, the checkpoint
+// libfuse's: passthrough=, io_uring=, reply_yield=, tier_huge= (on|off), the checkpoint
 // policies, shared_ttl=, drain_yield=MS,
 // cluster=NAME, node=ID, member_timeout=SECONDS, max_clock_skew=MS.
 // Returns a one-line message for a bad value.

@@ -27,6 +27,7 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "fs/memory_watch.h"
+#include "fs/reply_yield.h"
 
 namespace ckpt::fs {
 namespace {
@@ -295,6 +296,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   if (fuse_set_signal_handlers(se) != 0) return fail("cannot install signal handlers");
   // The kernel offers io_uring in the INIT it sends while mounting.
   if (cfg.io_uring) (void)FuseUring::Enable();
+  reply_yield::Setup(cfg.reply_yield);
   if (fuse_session_mount(se, cfg.mountpoint.c_str()) != 0) {
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);

@@ -19,6 +19,7 @@
 #include "backend/uring.h"
 #include "common/log.h"
 #include "fs/fuse_abi.h"
+#include "fs/reply_yield.h"
 
 namespace ckpt::fs {
 namespace {
@@ -292,6 +293,12 @@ void FuseUring::Loop(Ring* r) {
     return;
   }
   while (!stopping_.load(std::memory_order_acquire)) {
+    // Replies to hand over: at SCHED_IDLE, so each caller wakes on its own
+    // CPU instead of being moved to an idle one (fs/reply_yield.h).
+    if (reply_yield::On() && io_uring_sq_ready(&r->ring) > 0) {
+      reply_yield::Scope idle;
+      (void)io_uring_submit(&r->ring);  // what it did not take, the wait below submits
+    }
     int rc = io_uring_submit_and_wait(&r->ring, 1);
     if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
       LOG_ERROR("fuse io_uring: queue {}: waiting failed: {}", r->qid, ErrStr(-rc));

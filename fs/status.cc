@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fs/daemon.h"
+#include "fs/reply_yield.h"
 
 namespace ckpt::fs {
 
@@ -106,6 +107,11 @@ std::string StatusJson(Daemon* d) {
        {{"active", d->pt && d->pt->uring_active()},
         {"why_not", d->pt ? d->pt->uring_why() : std::string("not mounted yet")},
         {"requests", d->pt ? d->pt->uring_requests() : 0}}},
+      {"reply_yield",
+       {{"active", reply_yield::On() && d->pt && d->pt->uring_active()},
+        {"why_not", !reply_yield::On()                   ? reply_yield::WhyNot()
+                    : !(d->pt && d->pt->uring_active()) ? std::string("only over io_uring")
+                                                        : std::string()}}},
       {"namespace", {{"inodes", ns.inodes}, {"files", ns.files}, {"dirs", ns.dirs}, {"bytes", ns.bytes}}},
       {"dirty", state(meta::DataState::kDirty)},
       {"draining", state(meta::DataState::kDraining)},

@@ -372,6 +372,16 @@ Test(config, take_own_options) {
   cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
   cr_assert(c.io_uring);
   ExpectOptionRefused("io_uring=auto", "io_uring=on or io_uring=off");
+  // Replies yield the CPU to their caller: on by default, reply_yield=off.
+  cr_assert(ckpt::Config{}.reply_yield);
+  o = "reply_yield=off,allow_other";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert(!c.reply_yield);
+  cr_assert_str_eq(o.c_str(), "allow_other");
+  o = "reply_yield";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert(c.reply_yield);
+  ExpectOptionRefused("reply_yield=1", "reply_yield=on or reply_yield=off");
 }
 
 // --persist-every, --persist-interval, --keep-in-memory and their -o forms:
