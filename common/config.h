@@ -39,10 +39,10 @@ struct Config {
   // -o io_uring=off: requests through /dev/fuse even where the kernel has
   // FUSE over io_uring (fs/fuse_uring.h).
   bool io_uring = true;
-  // -o reply_yield=off: the daemon's threads hand replies over at their
-  // normal priority (fs/reply_yield.h: the caller may then be moved to
-  // another CPU at each reply).
-  bool reply_yield = true;
+  // -o reply_yield=on: ring threads hand replies over at SCHED_IDLE so the
+  // caller wakes on its own CPU (fs/reply_yield.h). Off by default: a
+  // thread left at SCHED_IDLE can wait behind a long handler on its CPU.
+  bool reply_yield = false;
   // --tier-huge on|off (-o tier_huge=): the tier directory becomes a tmpfs
   // of its own with huge pages (cache/tier_mount.h). Off by default: on the
   // VMs measured, saves into fresh 2 MiB pages were slower (docs/benchmarks.md).

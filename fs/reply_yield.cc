@@ -29,7 +29,7 @@ bool Setup(bool want) {
   std::lock_guard lk(g_mu);
   if (!want) {
     g_on.store(false);
-    g_why = "off (-o reply_yield=off)";
+    g_why = "off (-o reply_yield=on turns it on)";
     return false;
   }
   // A thread of its own: if it cannot come back from SCHED_IDLE, it ends

@@ -1,19 +1,18 @@
 #!/usr/bin/env bash
-# Replies yield the CPU to their caller (fs/reply_yield.h): over io_uring a
+# -o reply_yield=on (fs/reply_yield.h; off by default): over io_uring a
 # ring thread commits replies at SCHED_IDLE, so the woken caller stays on
 # the CPU it slept on instead of moving to an idle one at every round trip.
 # Status says so; a CPU-bound process doing 256 opens stays on its CPU for
 # most of them (without it, on a 2-CPU VM: 188 moves in 192); requests and
 # bytes are right, also with every CPU busy; no daemon thread is left at
-# SCHED_IDLE; -o reply_yield=off and -o io_uring=off turn it off, and
-# status says why.
+# SCHED_IDLE; off by default and with -o io_uring=off, and status says why.
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 require_root
 
 field() { $CKPTFS status --json "$MNT" | $PY -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 
-mount_fs
+mount_fs -o reply_yield=on
 if [ "$(field '["fuse_io_uring"]["active"]')" != True ]; then
   why=$(field '["fuse_io_uring"]["why_not"]')
   case "$why" in
@@ -83,14 +82,14 @@ idle=$({ grep -l "^policy *: *5$" /proc/"$pid"/task/*/sched 2>/dev/null || true;
 [ "$idle" = 0 ] || fail "$idle daemon threads still at SCHED_IDLE"
 umount_fs
 
-# 4. Off: by option, and on /dev/fuse.
-mount_fs -o reply_yield=off
-[ "$(field '["reply_yield"]["active"]')" = False ] || fail "-o reply_yield=off still yields"
-$CKPTFS status "$MNT" | grep -q "^replies    at normal priority (reply_yield off (-o reply_yield=off))" ||
+# 4. Off: by default, and on /dev/fuse.
+mount_fs
+[ "$(field '["reply_yield"]["active"]')" = False ] || fail "replies yield by default"
+$CKPTFS status "$MNT" | grep -q "^replies    at normal priority (reply_yield off (-o reply_yield=on turns it on))" ||
   fail "status: $($CKPTFS status "$MNT" | grep ^replies)"
-same_bytes "$MNT/d/f7" "$T/d/f7" || fail "read with reply_yield off differs"
+same_bytes "$MNT/d/f7" "$T/d/f7" || fail "read without reply_yield differs"
 umount_fs
-mount_fs -o io_uring=off
+mount_fs -o io_uring=off,reply_yield=on
 [ "$(field '["reply_yield"]["why_not"]')" = "only over io_uring" ] || fail "why_not: $(field '["reply_yield"]["why_not"]')"
 umount_fs
 check_log

@@ -372,8 +372,8 @@ Test(config, take_own_options) {
   cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
   cr_assert(c.io_uring);
   ExpectOptionRefused("io_uring=auto", "io_uring=on or io_uring=off");
-  // Replies yield the CPU to their caller: on by default, reply_yield=off.
-  cr_assert(ckpt::Config{}.reply_yield);
+  // Replies yield the CPU to their caller: off by default, reply_yield=on.
+  cr_assert(!ckpt::Config{}.reply_yield);
   o = "reply_yield=off,allow_other";
   cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
   cr_assert(!c.reply_yield);

@@ -19,7 +19,7 @@ Test(reply_yield, off_by_option) {
   cr_assert(!ry::Setup(false));
   cr_assert(!ry::On());
   const std::string why = ry::WhyNot();
-  cr_assert_str_eq(why.c_str(), "off (-o reply_yield=off)");
+  cr_assert_str_eq(why.c_str(), "off (-o reply_yield=on turns it on)");
   const int before = sched_getscheduler(0);
   {
     ry::Scope s;
