@@ -339,49 +339,35 @@ static void ExpectOptionRefused(const char* opt, const char* want) {
   cr_assert(r.error().find('\n') == std::string::npos);
 }
 
+// An on|off switch NAME (-o NAME=on, NAME=off, bare NAME): its default,
+// both values taken out of the list with the rest left to libfuse, and
+// anything else refused in one line.
+static void ExpectSwitch(const char* name, bool ckpt::Config::*field, bool dflt) {
+  const std::string n(name);
+  cr_assert_eq(ckpt::Config{}.*field, dflt, "default of %s", name);
+  ckpt::Config c;
+  std::string o = "allow_other," + n + "=off,max_read=131072";
+  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+  cr_assert(!(c.*field), "%s=off", name);
+  cr_assert_str_eq(o.c_str(), "allow_other,max_read=131072", "libfuse keeps the rest");
+  for (const std::string& on : {n + "=on", n}) {
+    o = on;
+    cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
+    cr_assert(c.*field, "%s", on.c_str());
+    cr_assert_str_eq(o.c_str(), "");
+  }
+  ExpectOptionRefused((n + "=maybe").c_str(), (n + "=on or " + n + "=off").c_str());
+}
+
 Test(config, take_own_options) {
   ckpt::Config c;
-  std::string o = "allow_other,passthrough=off,max_read=131072";
-  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
-  cr_assert(!c.passthrough);
-  cr_assert_str_eq(o.c_str(), "allow_other,max_read=131072", "libfuse keeps the rest");
-  o = "passthrough=on";
-  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
-  cr_assert(c.passthrough);
-  cr_assert_str_eq(o.c_str(), "");
-  ExpectOptionRefused("passthrough=maybe", "passthrough=on or passthrough=off");
-  o = "";
+  std::string o = "";
   cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
   cr_assert_str_eq(o.c_str(), "");
-  cr_assert(!c.tier_huge, "4 KiB pages by default");
-  o = "tier_huge=off,ro";
-  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
-  cr_assert(!c.tier_huge);
-  cr_assert_str_eq(o.c_str(), "ro");
-  o = "tier_huge=on";
-  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
-  cr_assert(c.tier_huge);
-  ExpectOptionRefused("tier_huge=yes", "tier_huge=on or tier_huge=off");
-  // FUSE over io_uring: on by default (where the kernel has it).
-  cr_assert(ckpt::Config{}.io_uring);
-  o = "allow_other,io_uring=off";
-  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
-  cr_assert(!c.io_uring);
-  cr_assert_str_eq(o.c_str(), "allow_other");
-  o = "io_uring=on";
-  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
-  cr_assert(c.io_uring);
-  ExpectOptionRefused("io_uring=auto", "io_uring=on or io_uring=off");
-  // Replies yield the CPU to their caller: off by default, reply_yield=on.
-  cr_assert(!ckpt::Config{}.reply_yield);
-  o = "reply_yield=off,allow_other";
-  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
-  cr_assert(!c.reply_yield);
-  cr_assert_str_eq(o.c_str(), "allow_other");
-  o = "reply_yield";
-  cr_assert(ckpt::TakeOwnOptions(&o, &c).has_value());
-  cr_assert(c.reply_yield);
-  ExpectOptionRefused("reply_yield=1", "reply_yield=on or reply_yield=off");
+  ExpectSwitch("passthrough", &ckpt::Config::passthrough, true);
+  ExpectSwitch("tier_huge", &ckpt::Config::tier_huge, false);  // 4 KiB pages by default
+  ExpectSwitch("io_uring", &ckpt::Config::io_uring, true);     // where the kernel has it
+  ExpectSwitch("reply_yield", &ckpt::Config::reply_yield, false);
 }
 
 // --persist-every, --persist-interval, --keep-in-memory and their -o forms:
