@@ -487,7 +487,8 @@ int CmdStatus(const std::string& mnt_in, bool json) {
   else
     printf("requests   through /dev/fuse (io_uring %s)\n", EscapeName(Str(u, "why_not")).c_str());
   if (const Json& y = Obj(j, "reply_yield"); Bool(y, "active"))
-    printf("replies    yield the CPU to their caller (it wakes where it slept)\n");
+    printf("replies    yield the CPU to their caller (it wakes where it slept); %llu threads put back by the watch\n",
+           static_cast<unsigned long long>(U64(y, "rescued")));
   else
     printf("replies    at normal priority (reply_yield %s)\n", EscapeName(Str(y, "why_not")).c_str());
   if (Bool(t, "huge_pages"))

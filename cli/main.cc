@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   mount->add_option("--max-clock-skew", max_clock_skew,
                     "MS: how far apart the nodes' clocks may be (default 50, NTP); the ordering margin");
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
-  mount->add_option("-o", cfg.fuse_opts, "FUSE mount options, and passthrough=off (every read and write through the daemon), io_uring=off (requests through /dev/fuse), reply_yield=on (callers wake on their own CPU; see docs/operations.md)");
+  mount->add_option("-o", cfg.fuse_opts, "FUSE mount options, and passthrough=off (every read and write through the daemon), io_uring=off (requests through /dev/fuse), reply_yield=off (callers may move to an idle CPU at each reply; see docs/operations.md)");
   mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
   mount->add_option("--s3-endpoint", cfg.s3_endpoint,
                     "S3 endpoint URL, e.g. http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL, else AWS)");

@@ -39,10 +39,10 @@ struct Config {
   // -o io_uring=off: requests through /dev/fuse even where the kernel has
   // FUSE over io_uring (fs/fuse_uring.h).
   bool io_uring = true;
-  // -o reply_yield=on: ring threads hand replies over at SCHED_IDLE so the
-  // caller wakes on its own CPU (fs/reply_yield.h). Off by default: a
-  // thread left at SCHED_IDLE can wait behind a long handler on its CPU.
-  bool reply_yield = false;
+  // -o reply_yield=off: ring threads hand replies over at normal priority,
+  // and the scheduler may move each caller to an idle CPU
+  // (fs/reply_yield.h).
+  bool reply_yield = true;
   // --tier-huge on|off (-o tier_huge=): the tier directory becomes a tmpfs
   // of its own with huge pages (cache/tier_mount.h). Off by default: on the
   // VMs measured, saves into fresh 2 MiB pages were slower (docs/benchmarks.md).

@@ -238,6 +238,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->drainer = std::make_unique<Drainer>(d->table.get(), d->backend.get(), 4);
   d->space_waiter = std::make_unique<SpaceWaiter>();
   d->fetcher = std::make_unique<SpaceWaiter>(4);
+  d->copier = std::make_unique<SpaceWaiter>(2);
   if (cfg.drain_yield_ms > 0) {
     // The drain starts no transfer while a save is under way, for at most
     // --drain-yield in one busy stretch; never while someone waits for it
@@ -401,6 +402,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   if (d->metrics) d->metrics->Stop();
   d->tier->Close();  // writes still waiting for space give up
   if (d->space_waiter) d->space_waiter->Stop();
+  if (d->copier) d->copier->Stop();
   d->table->Shutdown();  // fetches and fsync waits still pending give up
   if (d->fetcher) d->fetcher->Stop();
   d->drainer->Stop();

@@ -45,6 +45,7 @@ struct Daemon {
   std::unique_ptr<Drainer> drainer;
   std::unique_ptr<SpaceWaiter> space_waiter;  // writes waiting for tier space (null: they wait in place)
   std::unique_ptr<SpaceWaiter> fetcher;       // opens that fetch an evicted file first (null: in place)
+  std::unique_ptr<SpaceWaiter> copier;        // writes that first copy a sealed version aside (null: in place)
   std::unique_ptr<MemoryWatch> memory_watch;  // gives tier memory back under pressure
   std::unique_ptr<Passthrough> pt;            // kernel passthrough to the tier files (null: not mounted yet)
   SaveActivity saves;                         // is a save under way? The drain yields to it (--drain-yield)

@@ -425,6 +425,12 @@ InodeTable::DataExclusive InodeTable::LockForSeal(uint64_t ino) {
   return l;
 }
 
+bool InodeTable::ChangeCopiesAside(uint64_t ino) {
+  MutexLock lk(&mu_);
+  const Inode* n = Find(ino);
+  return n && NeedsCopy(n);
+}
+
 Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait) {
   std::shared_ptr<std::shared_mutex> mu;
   {

@@ -520,11 +520,11 @@ void FinishWrite(fuse_req_t req, fuse_ino_t ino, size_t len, off_t off, const Re
   fuse_reply_write(req, *n);
 }
 
-// A write the tier has no room for yet: its bytes are copied out of
-// libfuse's buffer (which the worker reuses) into a job that the space
-// waiter runs once there is room. The worker returns at once.
-bool QueueWrite(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off) {
-  Daemon* d = D(req);
+// A write the tier has no room for yet, or one that must first copy a
+// sealed version aside: its bytes are copied out of libfuse's buffer
+// (which the worker reuses) into a job that `waiter` runs (the space
+// waiter once there is room; the copier). The worker returns at once.
+bool QueueWrite(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, SpaceWaiter* waiter) {
   size_t len = fuse_buf_size(in);
   auto data = std::make_shared<std::vector<char>>(len);
   fuse_bufvec mem = FUSE_BUFVEC_INIT(len);
@@ -551,7 +551,7 @@ bool QueueWrite(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off) {
       FinishWrite(req, ino, data->size(), off, n);
     });
   };
-  return d->space_waiter->Submit(std::move(job), len);
+  return waiter->Submit(std::move(job), len);
 }
 
 void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, fuse_file_info* fi) {
@@ -564,7 +564,11 @@ void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, 
     size_t len = fuse_buf_size(in);
     // Writers already waiting for space go first: queue behind them.
     bool can_queue = d->space_waiter != nullptr;
-    if (can_queue && d->space_waiter->Busy() && QueueWrite(req, ino, in, off)) return;
+    if (can_queue && d->space_waiter->Busy() && QueueWrite(req, ino, in, off, d->space_waiter.get())) return;
+    // Copying a version aside takes seconds for GiBs: not on a request
+    // thread, whose other requests the kernel may have handed it already
+    // (fs/fuse_uring.h; a lookup waited 0.8–6 s behind a 2 GiB copy).
+    if (d->copier && d->table->ChangeCopiesAside(ino) && QueueWrite(req, ino, in, off, d->copier.get())) return;
     auto copy_in = [&](int fd) -> ssize_t {
       fuse_bufvec dst = FUSE_BUFVEC_INIT(len);
       dst.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
@@ -574,7 +578,7 @@ void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, 
     };
     auto n = d->table->Write(ino, static_cast<uint64_t>(off), len, copy_in, /*wait=*/!can_queue);
     if (!n && n.error() == EAGAIN) {
-      if (QueueWrite(req, ino, in, off)) return;
+      if (QueueWrite(req, ino, in, off, d->space_waiter.get())) return;
       n = d->table->Write(ino, static_cast<uint64_t>(off), len, copy_in);  // queue full: wait here
     }
     FinishWrite(req, ino, len, off, n);

@@ -93,6 +93,7 @@ struct FuseUring::Ring {
   bool ring_ok = false;
   int efd = -1;
   uint16_t qid = 0;
+  reply_yield::Group* group = nullptr;  // the queue's threads (FuseUring::groups_)
   std::vector<std::unique_ptr<Entry>> entries;
   Mutex mu;
   std::vector<Entry*> pending GUARDED_BY(mu);  // replies from other threads, to commit
@@ -223,11 +224,14 @@ Status FuseUring::Start() {
   if (nqueues_ == 0) return Err(ENODEV);
   // 2 to 8 CPUs: 4 threads per queue; 16: 2; more: 2.
   const unsigned threads = opt_.threads_per_queue ? opt_.threads_per_queue : std::clamp(32 / nqueues_, 2u, 4u);
-  for (unsigned q = 0; q < nqueues_; q++)
+  for (unsigned q = 0; q < nqueues_; q++) {
+    groups_.push_back(std::make_unique<reply_yield::Group>());
     for (unsigned t = 0; t < threads; t++) {
       rings_.push_back(std::make_unique<Ring>());
       rings_.back()->qid = static_cast<uint16_t>(q);
+      rings_.back()->group = groups_.back().get();
     }
+  }
   // Each thread sets up its own ring: the kernel hands a request to the
   // task that submitted the entry (task work), so that must be the thread
   // that waits on the ring — not this one, which goes back to /dev/fuse,
@@ -267,6 +271,7 @@ void FuseUring::Stop() {
   for (auto& t : threads_) t.join();
   threads_.clear();
   rings_.clear();
+  groups_.clear();
   running_.store(false, std::memory_order_release);
 }
 
@@ -281,6 +286,7 @@ void FuseUring::Loop(Ring* r) {
   // small files 20% slower (the asynchronous RELEASE is handled on the
   // reader's CPU). The save is what the product is for.
   (void)sched_setaffinity(0, sizeof set, &set);  // an offline CPU: its queue is never used anyway
+  reply_yield::Group::Member member(*r->group);
   Status st = Setup(r);
   {
     MutexLock lk(&mu_);

@@ -49,6 +49,7 @@
 
 #include "common/mutex.h"
 #include "common/result.h"
+#include "fs/reply_yield.h"
 
 namespace ckpt::fs {
 
@@ -114,6 +115,7 @@ class FuseUring {
   const Options opt_;
   const std::function<void(const void*, size_t)> saw_request_;
   unsigned nqueues_ = 0;
+  std::vector<std::unique_ptr<reply_yield::Group>> groups_;  // one per queue, outliving its threads
   std::vector<std::unique_ptr<Ring>> rings_;
   std::vector<std::thread> threads_;
   std::atomic<bool> running_{false};

@@ -256,6 +256,10 @@ class InodeTable {
   std::pair<uint64_t, uint64_t> PassthroughOpens();
   // Would Open(ino, flags) first fetch the file from the backend?
   bool NeedsFetch(uint64_t ino, int flags);
+  // Would a change of `ino`'s bytes now first copy its sealed version aside
+  // (seconds for GiBs)? A hint for where to run the change: it may be
+  // false or true a moment later. REQUIRES: mu_ not held.
+  bool ChangeCopiesAside(uint64_t ino) EXCLUDES(mu_);
   // Called once per successful Open, with the same flags. Seals the file if
   // its bytes changed; persists size and times.
   void Release(uint64_t ino, int open_flags, bool passthrough = false);

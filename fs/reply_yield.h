@@ -15,16 +15,26 @@
 // SCHED_IDLE just while it commits replies is therefore preempted by its
 // caller on the spot, on the caller's own CPU, and switches back to
 // SCHED_OTHER when it next runs, before it waits for another request.
-// Measured: an open after a CPU-bound burst 49 → 10 µs; under 16 busy loops
-// on 2 CPUs with 4 callers, the latency tail unchanged. Not on /dev/fuse:
+// Measured: an open after a CPU-bound burst 49 → 10 µs. Not on /dev/fuse:
 // libfuse's workers are not pinned, so the next request then wakes a worker
 // on the idle CPU instead (an open 11 → 56 µs, measured).
 //
+// The hazard: a thread preempted at SCHED_IDLE gets a sliver of a CPU that
+// something else keeps busy, while the kernel may hand it the next request
+// of its queue (its entry is the one made available last). So a watch
+// thread puts any member left at SCHED_IDLE for over kStuckNs back to
+// SCHED_OTHER, whatever keeps its CPU busy; it is woken by a timer armed
+// only while members yield, so an idle mount costs nothing.
+//
 // Leaving SCHED_IDLE needs CAP_SYS_NICE (or an RLIMIT_NICE of 20): Setup
 // probes it on a throwaway thread and stays off where it is missing.
-// -o reply_yield=off turns it off.
+// On by default; -o reply_yield=off turns it off.
 #pragma once
 
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 namespace ckpt::fs::reply_yield {
@@ -35,7 +45,48 @@ bool Setup(bool want);
 bool On();
 std::string WhyNot();
 
-// While one lives, the calling thread runs at SCHED_IDLE (when On()).
+// How often the watch put a member back to SCHED_OTHER, since the process
+// started.
+uint64_t Rescued();
+// How often the watch woke (for tests: it sleeps while nothing yields).
+uint64_t WatchWakes();
+
+inline constexpr int64_t kStuckNs = 5'000'000;  // the watch puts back members idle longer
+inline constexpr int64_t kWatchNs = 5'000'000;  // the watch's period while members yield
+
+// The threads that serve one CPU's requests (a queue's ring threads), all
+// pinned to that CPU. Only members yield. A group outlives its members.
+class Group {
+ public:
+  static constexpr int kMaxMembers = 16;  // later threads join, never yield
+
+  Group();
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  // The calling thread is a member while one lives.
+  class Member {
+   public:
+    explicit Member(Group& g);
+    ~Member();
+    Member(const Member&) = delete;
+    Member& operator=(const Member&) = delete;
+  };
+
+  struct Slot {
+    std::atomic<pid_t> tid{0};
+    std::atomic<int64_t> since{0};  // CLOCK_MONOTONIC ns it went idle; 0: not idle
+  };
+
+ private:
+  friend class Watch;
+  Slot slots_[kMaxMembers];
+  std::atomic<int> used_{0};
+};
+
+// While one lives, the calling thread — a Group member — runs at
+// SCHED_IDLE (when On()).
 class Scope {
  public:
   Scope();
@@ -44,7 +95,7 @@ class Scope {
   Scope& operator=(const Scope&) = delete;
 
  private:
-  bool idle_ = false;
+  Group::Slot* slot_ = nullptr;
 };
 
 }  // namespace ckpt::fs::reply_yield

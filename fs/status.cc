@@ -111,7 +111,8 @@ std::string StatusJson(Daemon* d) {
        {{"active", reply_yield::On() && d->pt && d->pt->uring_active()},
         {"why_not", !reply_yield::On()                   ? reply_yield::WhyNot()
                     : !(d->pt && d->pt->uring_active()) ? std::string("only over io_uring")
-                                                        : std::string()}}},
+                                                        : std::string()},
+        {"rescued", reply_yield::Rescued()}}},
       {"namespace", {{"inodes", ns.inodes}, {"files", ns.files}, {"dirs", ns.dirs}, {"bytes", ns.bytes}}},
       {"dirty", state(meta::DataState::kDirty)},
       {"draining", state(meta::DataState::kDraining)},

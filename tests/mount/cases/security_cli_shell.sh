@@ -2,7 +2,8 @@
 # No path goes through a shell. Mount points named m'$(touch pwned)' and
 # one mixing a space and both quotes mount, take a write, unmount with
 # `ckptfs umount` (and a dead mount of such a name is detached by the next
-# mount), and $T/pwned never exists. The source has no system() or popen().
+# mount, also one issued the moment after kill -9), and $T/pwned never
+# exists. The source has no system() or popen().
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
@@ -36,6 +37,12 @@ for m in "${names[@]}"; do
   for _ in $(seq 50); do [ -z "$(_our_daemons)" ] && break; sleep 0.1; done
   "$CKPTFS" mount "$m" "${args[@]}" > "$T/out" 2>&1 || fail "mount over the dead mount $m: $(cat "$T/out")"
   grep -q "detached the dead ckptfs mount" "$T/out" || fail "no detach message: $(cat "$T/out")"
+  # Right after kill -9, with no wait: the dying connection answers
+  # ECANCELED, then ECONNABORTED, for a few ms before ENOTCONN; the mount
+  # waits that out instead of calling it a live mount.
+  for p in $(_our_daemons); do kill -9 "$p"; done
+  "$CKPTFS" mount "$m" "${args[@]}" > "$T/out" 2>&1 || fail "mount right after kill -9 over $m: $(cat "$T/out")"
+  grep -q "detached the dead ckptfs mount" "$T/out" || fail "no detach message right after kill -9: $(cat "$T/out")"
   "$CKPTFS" umount "$m" > "$T/out" 2>&1 || fail "umount $m (2): $(cat "$T/out")"
   wait_daemon_exit
   [ ! -e "$T/pwned" ] || fail "a shell ran the mount point's name (dead-mount detach)"

@@ -367,7 +367,7 @@ Test(config, take_own_options) {
   ExpectSwitch("passthrough", &ckpt::Config::passthrough, true);
   ExpectSwitch("tier_huge", &ckpt::Config::tier_huge, false);  // 4 KiB pages by default
   ExpectSwitch("io_uring", &ckpt::Config::io_uring, true);     // where the kernel has it
-  ExpectSwitch("reply_yield", &ckpt::Config::reply_yield, false);
+  ExpectSwitch("reply_yield", &ckpt::Config::reply_yield, true);
 }
 
 // --persist-every, --persist-interval, --keep-in-memory and their -o forms:
