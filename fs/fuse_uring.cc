@@ -29,7 +29,6 @@ constexpr size_t kInHeader = sizeof(fuse_abi::InHeader), kOutHeader = sizeof(fus
 constexpr size_t kHeaderArea = 128;                 // FUSE_URING_IN_OUT_HEADER_SZ, FUSE_URING_OP_IN_OUT_SZ
 constexpr size_t kHeadroom = 4096;                  // room before the payload for the two headers
 constexpr uint64_t kPollTag = 1;                    // user_data of the eventfd's poll
-constexpr size_t kMaxEntries = 256;                 // per thread's ring
 
 struct EntInOut {  // struct fuse_uring_ent_in_out
   uint64_t flags;
@@ -173,6 +172,20 @@ void FuseUring::PrepCommit(Ring* r, Entry* e) {
     return;
   }
   r->armed++;
+  queue_armed_[r->qid].fetch_add(1, std::memory_order_relaxed);
+}
+
+void FuseUring::NoteTaken(Ring* r) {
+  if (queue_armed_[r->qid].fetch_sub(1, std::memory_order_relaxed) != 1) return;
+  // Every entry of the queue holds a request: what comes next on this CPU
+  // waits until one is answered. Normal for a moment; worth a line (once a
+  // minute) when they are requests answered later, such as writes waiting
+  // for space, which can hold them for as long as the drain takes.
+  const int64_t now = time(nullptr);
+  int64_t last = queue_warned_[r->qid].load(std::memory_order_relaxed);
+  if (now - last < 60 || !queue_warned_[r->qid].compare_exchange_strong(last, now)) return;
+  LOG_WARN("fuse io_uring: queue {}: all {} entries hold requests; requests from CPU {} wait for one to be answered",
+           r->qid, entries_per_thread_ * threads_per_queue_, r->qid);
 }
 
 Status FuseUring::AddEntry(Ring* r) {
@@ -180,7 +193,9 @@ Status FuseUring::AddEntry(Ring* r) {
   e->ring = r;
   e->header = new ReqHeader{};
   e->payload_size = opt_.payload;
-  void* m = mmap(nullptr, kHeadroom + e->payload_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // Only the pages a request fills are ever backed; nothing reserved.
+  void* m = mmap(nullptr, kHeadroom + e->payload_size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) {
     delete e->header;
     return ErrFromErrno();
@@ -194,13 +209,14 @@ Status FuseUring::AddEntry(Ring* r) {
   if (!PrepFetch(r, raw, kCmdRegister, 0)) return Err(ENOSPC);
   r->live++;
   r->armed++;
+  queue_armed_[r->qid].fetch_add(1, std::memory_order_relaxed);
   return {};
 }
 
-Status FuseUring::Setup(Ring* r) {
+Status FuseUring::Setup(Ring* r, unsigned entries) {
   io_uring_params p{};
   p.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQSIZE;
-  p.cq_entries = 2 * kMaxEntries;
+  p.cq_entries = 2 * std::max(entries, 16u);  // every entry's completion, and the eventfd's
   if (int rc = io_uring_queue_init_params(16, &r->ring, &p); rc < 0) return Err(-rc);
   backend::RingMapped();
   r->ring_ok = true;
@@ -216,6 +232,20 @@ Status FuseUring::Setup(Ring* r) {
   io_uring_cqe* cqe = nullptr;
   if (io_uring_peek_cqe(&r->ring, &cqe) == 0 && cqe && cqe->user_data != kPollTag && cqe->res < 0)
     return Err(-cqe->res);
+  // The rest now, all of them: an entry registered later would take only
+  // requests that arrive after it, never one the kernel queued while every
+  // entry of the queue was taken, and that one would then wait for a reply
+  // to come through this queue (fs/fuse_uring.h). One at a time, giving
+  // the CPU to the queue's other threads in between, so that consecutive
+  // entries of the kernel's list belong to different threads.
+  for (unsigned i = 1; i < entries; i++) {
+    if (auto st = AddEntry(r); !st) {
+      LOG_WARN("fuse io_uring: queue {}: {} of {} entries registered: {}", r->qid, i, entries, ErrStr(st.error()));
+      break;
+    }
+    (void)io_uring_submit(&r->ring);
+    sched_yield();
+  }
   return {};
 }
 
@@ -224,6 +254,13 @@ Status FuseUring::Start() {
   if (nqueues_ == 0) return Err(ENODEV);
   // 2 to 8 CPUs: 4 threads per queue; 16: 2; more: 2.
   const unsigned threads = opt_.threads_per_queue ? opt_.threads_per_queue : std::clamp(32 / nqueues_, 2u, 4u);
+  // Entries per queue: 256 up to 4 CPUs, fewer with more CPUs (callers
+  // spread over their queues), at least 32.
+  const unsigned per_queue = opt_.entries_per_queue ? opt_.entries_per_queue : std::clamp(1024 / nqueues_, 32u, 256u);
+  threads_per_queue_ = threads;
+  entries_per_thread_ = std::max(1u, (per_queue + threads - 1) / threads);
+  queue_armed_ = std::make_unique<std::atomic<int>[]>(nqueues_);
+  queue_warned_ = std::make_unique<std::atomic<int64_t>[]>(nqueues_);
   for (unsigned q = 0; q < nqueues_; q++) {
     groups_.push_back(std::make_unique<reply_yield::Group>());
     for (unsigned t = 0; t < threads; t++) {
@@ -256,7 +293,8 @@ Status FuseUring::Start() {
   // setup failed has ended; the others serve its queue.
   if (first_err) LOG_WARN("fuse io_uring: a ring could not be set up: {}", ErrStr(first_err));
   running_.store(true, std::memory_order_release);
-  LOG_INFO("fuse: requests over io_uring ({} queues, {} threads each)", nqueues_, threads);
+  LOG_INFO("fuse: requests over io_uring ({} queues, {} threads and {} entries each)", nqueues_, threads,
+           threads * entries_per_thread_);
   return {};
 }
 
@@ -287,7 +325,7 @@ void FuseUring::Loop(Ring* r) {
   // reader's CPU). The save is what the product is for.
   (void)sched_setaffinity(0, sizeof set, &set);  // an offline CPU: its queue is never used anyway
   reply_yield::Group::Member member(*r->group);
-  Status st = Setup(r);
+  Status st = Setup(r, entries_per_thread_);
   {
     MutexLock lk(&mu_);
     r->setup_err = st ? 0 : st.error();
@@ -326,6 +364,8 @@ void FuseUring::Loop(Ring* r) {
         if (!e->dead) {
           e->dead = true;
           r->live--;
+          r->armed--;
+          queue_armed_[r->qid].fetch_sub(1, std::memory_order_relaxed);
         }
         if (cqe->res != -ENOTCONN && cqe->res != -ECANCELED && !stopping_.load())
           LOG_ERROR("fuse io_uring: queue {}: entry failed: {}", r->qid, ErrStr(-cqe->res));
@@ -333,19 +373,10 @@ void FuseUring::Loop(Ring* r) {
       }
       r->armed--;
       ready.push_back(e);
+      NoteTaken(r);
     }
     io_uring_cq_advance(&r->ring, seen);
-    for (Entry* e : ready) {
-      Dispatch(r, e);
-      // Its reply comes later (a fetch, an fsync waiting for the drain, a
-      // write waiting for space) and none of this thread's entries is left
-      // to take the next request: one more, so requests waiting to be
-      // answered never hold up the others (up to kMaxEntries a thread).
-      if (r->armed == 0 && r->entries.size() < kMaxEntries) {
-        if (auto st = AddEntry(r); !st && !stopping_.load())
-          LOG_WARN("fuse io_uring: queue {}: cannot add an entry: {}", r->qid, ErrStr(st.error()));
-      }
-    }
+    for (Entry* e : ready) Dispatch(r, e);
     if (poll) {
       uint64_t v;
       if (read(r->efd, &v, sizeof v) < 0) {

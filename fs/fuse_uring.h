@@ -58,14 +58,21 @@ class FuseUring {
   struct Options {
     // Threads per CPU queue; 0: from the number of CPUs (Start). A thread
     // runs one handler at a time and a request the kernel put in another
-    // of its entries would wait for it: so each thread keeps one entry
-    // waiting for a request, and several threads serve a queue. An entry
-    // whose reply comes later (a fetch, an fsync waiting for the backend,
-    // a write waiting for space) is held by the kernel until then: its
-    // thread then adds an entry (up to 256), so such requests, however
-    // many, never hold up the others — as on /dev/fuse, where they hold
-    // nothing.
+    // of its entries waits for it: so several threads serve a queue.
     unsigned threads_per_queue = 0;
+    // Entries per CPU queue, shared among its threads; 0: from the number
+    // of CPUs (Start: 256 up to 4 CPUs, at least 32). An entry whose reply
+    // comes later (a fetch, an fsync waiting for the backend, a write
+    // waiting for space) is held by the kernel until then, so these bound
+    // how many such requests one CPU's callers can have waiting before
+    // their other requests wait too. All are registered at Start, none
+    // later: the kernel hands a request it queued while every entry was
+    // taken only to an entry that is committed, never to one registered
+    // after it (fs/fuse/dev_uring.c: fuse_uring_do_register makes the
+    // entry available and looks at no queue), and with every entry of the
+    // queue then held by requests answered later, it waited for as long as
+    // they did — an `ls` behind writes waiting for a paused drain.
+    unsigned entries_per_queue = 0;
     size_t payload = 1 << 20;  // >= the kernel's max request payload
   };
   // `saw_request` sees every request before it is dispatched (the
@@ -107,7 +114,8 @@ class FuseUring {
   void Dispatch(Ring* r, Entry* e);
   void PrepCommit(Ring* r, Entry* e);
   Status AddEntry(Ring* r);
-  Status Setup(Ring* r);
+  Status Setup(Ring* r, unsigned entries);
+  void NoteTaken(Ring* r);  // an armed entry of r's queue took a request
   bool PrepFetch(Ring* r, Entry* e, uint32_t cmd, uint64_t commit_id);
 
   fuse_session* const se_;
@@ -115,6 +123,10 @@ class FuseUring {
   const Options opt_;
   const std::function<void(const void*, size_t)> saw_request_;
   unsigned nqueues_ = 0;
+  unsigned threads_per_queue_ = 0;
+  unsigned entries_per_thread_ = 0;
+  std::unique_ptr<std::atomic<int>[]> queue_armed_;       // per queue: entries waiting for a request
+  std::unique_ptr<std::atomic<int64_t>[]> queue_warned_;  // per queue: when NoteTaken last warned
   std::vector<std::unique_ptr<reply_yield::Group>> groups_;  // one per queue, outliving its threads
   std::vector<std::unique_ptr<Ring>> rings_;
   std::vector<std::thread> threads_;

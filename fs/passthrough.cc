@@ -7,6 +7,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "common/log.h"
@@ -102,6 +103,9 @@ void Passthrough::StartUring() {
   }
   FuseUring::Options opt;
   opt.payload = payload;
+  // Tests: fewer threads per queue make requests queue in the kernel
+  // (tests/mount/cases/uring_queued_requests.sh).
+  if (const char* v = getenv("CKPTFS_URING_THREADS")) opt.threads_per_queue = static_cast<unsigned>(atoi(v));
   uring_ = std::make_unique<FuseUring>(se_, fuse_session_fd(se_), opt,
                                        [this](const void* buf, size_t len) { SawRequest(buf, len); });
   // Published before the rings start: the first request can arrive through

@@ -32,6 +32,8 @@
 #                     and compare their modes, owners and file mtimes
 #
 # Environment: BUILD (default build), KEEP=1 keeps $T on failure,
+# DUMP_GDB=1 adds the daemon's user-space stacks (gdb) to what dump_stuck
+# prints when a command did not answer,
 # CKPTFS_TEST_ROOT (set by run_all.sh) is where $T is created. With a
 # ThreadSanitizer build (BUILD=build-thread) a case fails if any of its
 # processes reported a race (TSAN_OPTIONS log_path: $T/tsan/r.PID).
@@ -390,13 +392,72 @@ alive() {
   echo "$n"
 }
 
-# expect_answers SECONDS WHAT: stat, ls -l and `ckptfs status` of $MNT each
-# answer within SECONDS (while WHAT keeps requests waiting in the daemon).
+# answers_within SECONDS CMD...: runs CMD (output discarded); false if it
+# fails or is still running after SECONDS, and then $STUCK_PID is its pid,
+# left running for dump_stuck (which ends it).
+answers_within() {
+  local limit=$1 sleeper done_pid rc
+  shift
+  "$@" > /dev/null 2>&1 &
+  STUCK_PID=$!
+  sleep "$limit" &
+  sleeper=$!
+  # Whichever ends first (bash 5.1+: wait -n -p over the two).
+  wait -n -p done_pid "$STUCK_PID" "$sleeper" && rc=0 || rc=$?
+  if [ "$done_pid" = "$STUCK_PID" ]; then
+    kill "$sleeper" 2> /dev/null || true
+    wait "$sleeper" 2> /dev/null || true
+    return "$rc"
+  fi
+  return 1
+}
+
+# dump_stuck WHAT: where a command that did not answer ($STUCK_PID) and
+# every thread of this case's daemon wait (kernel stacks, scheduling
+# policy), and the FUSE connection's count of requests waiting; then ends
+# the command. On stderr, so that the case's log shows it.
+dump_stuck() {
+  local d tid f
+  {
+    echo "--- '$1' did not answer; where it and the daemon wait"
+    if kill -0 "${STUCK_PID:-0}" 2> /dev/null; then
+      for tid in /proc/"$STUCK_PID"/task/*; do
+        echo "command $(cat "$tid/comm" 2> /dev/null) ${tid##*/}:"
+        sed 's/^/    /' "$tid/stack" 2> /dev/null || true
+      done
+      pkill -P "$STUCK_PID" 2> /dev/null || true
+    fi
+    for f in /sys/fs/fuse/connections/*/waiting; do
+      [ -e "$f" ] && echo "fuse connection ${f%/waiting}: $(cat "$f") requests waiting"
+    done
+    for d in $(_our_daemons); do
+      for tid in /proc/"$d"/task/*; do
+        # policy: 0 SCHED_OTHER, 5 SCHED_IDLE; the top of the kernel stack
+        echo "daemon thread $(cat "$tid/comm" 2> /dev/null) ${tid##*/} policy $(awk '{print $41}' "$tid/stat" 2> /dev/null) state $(awk '{print $3}' "$tid/stat" 2> /dev/null):" \
+          "$(head -n 3 "$tid/stack" 2> /dev/null | sed 's/.*\] //' | tr '\n' ' ')"
+      done
+    done
+    if [ -n "${DUMP_GDB:-}" ]; then
+      for d in $(_our_daemons); do gdb -p "$d" -batch -ex "thread apply all bt 12" 2>/dev/null | grep -E "^Thread|^#" ; done
+    fi
+    echo "--- end"
+  } >&2
+  kill -9 "${STUCK_PID:-0}" 2> /dev/null || true
+  wait "${STUCK_PID:-0}" 2> /dev/null || true
+}
+
+# expect_answers SECONDS WHAT [PREFIX...]: stat, ls -l and `ckptfs status`
+# of $MNT each answer within SECONDS (while WHAT keeps requests waiting in
+# the daemon); each run under PREFIX if given (e.g. `taskset -c 0`).
 expect_answers() {
   local limit=$1 what=$2 cmd t0 dt
+  shift 2
   for cmd in "stat $MNT" "ls -l $MNT" "$CKPTFS status $MNT"; do
     t0=$(date +%s.%N)
-    timeout 10 $cmd > /dev/null || fail "'$cmd' did not answer while $what"
+    if ! answers_within 10 "$@" $cmd; then
+      dump_stuck "$cmd"
+      fail "'$cmd' did not answer while $what"
+    fi
     dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
     awk -v d="$dt" -v l="$limit" 'BEGIN { exit !(d < l) }' || fail "'$cmd' took $dt s while $what"
     note "'${cmd%% *} ...' answered in $dt s while $what"
