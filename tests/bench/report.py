@@ -3,6 +3,7 @@
 of docs/benchmarks.md and the chart docs/benchmarks.png.
 
     tests/bench/report.py tests/bench/out/results.csv --md docs/benchmarks.md --png docs/benchmarks.png
+    tests/bench/report.py FULL.csv PHASE-RERUN.csv ...   (a phase in a later CSV replaces it)
 
 Every ratio is taken within one repetition (ckptfs and its peer measured
 minutes apart, in rotating order), then summarised as min / median / max over
@@ -24,17 +25,35 @@ import sys
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
-def load(path):
+def load(paths):
+    """Reads each CSV in turn; a phase a later one measured replaces that
+    phase of the earlier ones (a phase rerun alone), except `meta` (the
+    machine and the whole run's figures: the first run's). Returns the data
+    and [(run, phases it contributed)]."""
     data = collections.defaultdict(dict)  # (phase, metric, target) -> {rep: value}
-    run = ""
-    with open(path) as f:
-        for row in csv.DictReader(f):
-            run = row["run"]
+    runs = []
+    for path in paths:
+        rows, run = [], ""
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                run = row["run"]
+                rows.append(row)
+        phases = {row["phase"] for row in rows}
+        if runs:
+            phases.discard("meta")
+            for key in [k for k in data if k[0] in phases]:
+                del data[key]
+            for i, (other, had) in enumerate(runs):
+                runs[i] = (other, had - phases)
+        for row in rows:
+            if row["phase"] not in phases:
+                continue
             try:
                 data[(row["phase"], row["metric"], row["target"])][int(row["rep"])] = float(row["value"])
             except ValueError:
                 pass
-    return data, run
+        runs.append((run, phases))
+    return data, runs
 
 
 class Report:
@@ -154,12 +173,23 @@ def build_rows(r, gb_data):
     return rows
 
 
+def trainer_ratio(r, target, den):
+    """Per-repetition trainer save time of `target` ÷ `den`, both from the
+    trainer group that saved to `target` (tests/bench/run.sh: the goal's
+    targets in phase trainer, the other ckptfs variants in trainer-b; an
+    older run has them all in trainer)."""
+    for phase in ("trainer", "trainer-b"):
+        if r.get(phase, "save_seconds", target):
+            return r.ratio((phase, "save_seconds", target), (phase, "save_seconds", den))
+    return []
+
+
 def save_rows(r, target, label):
     """The save figures of `target` (ckptfs with one knob changed), which
     runs in the trainer and frameworks phases only, as ratios to tmpfs."""
     tm = "tmpfs"
     rows = [(f"{label}: torch.save, long-lived trainer: time ÷ tmpfs time",
-             r.ratio(("trainer", "save_seconds", target), ("trainer", "save_seconds", tm)))]
+             trainer_ratio(r, target, tm))]
     for metric, what, _ in FRAMEWORK_FIGURES:
         rows.append((f"{label}: {what}: time ÷ tmpfs time",
                      r.ratio(("frameworks", metric, target), ("frameworks", metric, tm))))
@@ -190,17 +220,17 @@ def other_rows(r):
     ck, tm, dk, rc = "ckptfs", "tmpfs", "disk", "rclone"
     rows = []
     rows.append(("torch.save, long-lived trainer, passthrough=off: ckptfs time ÷ tmpfs time",
-                 r.ratio(("trainer", "save_seconds", "ckptfs-nopt"), ("trainer", "save_seconds", tm))))
+                 trainer_ratio(r, "ckptfs-nopt", tm)))
     rows.append(("torch.save, long-lived trainer: ckptfs time ÷ ckptfs passthrough=off time",
-                 r.ratio(("trainer", "save_seconds", ck), ("trainer", "save_seconds", "ckptfs-nopt"))))
+                 trainer_ratio(r, ck, "ckptfs-nopt")))
     # What each lever bought: the goals again with passthrough off, and with
     # the tier on 2 MiB pages (--tier-huge on).
     rows += lever_rows(r, "ckptfs-nopt", "passthrough=off")
     k4 = "ckptfs-huge"
     rows.append(("--tier-huge on: torch.save, long-lived trainer: time ÷ tmpfs time",
-                 r.ratio(("trainer", "save_seconds", k4), ("trainer", "save_seconds", tm))))
+                 trainer_ratio(r, k4, tm)))
     rows.append(("--tier-huge on: torch.save, long-lived trainer: time ÷ ext4 page-cache time",
-                 r.ratio(("trainer", "save_seconds", k4), ("trainer", "save_seconds", dk))))
+                 trainer_ratio(r, k4, dk)))
     rows += lever_rows(r, k4, "--tier-huge on")
     # The drain's yield to saves (--drain-yield 0: it never waits), and
     # requests through /dev/fuse (-o io_uring=off): what each bought.
@@ -270,6 +300,7 @@ def absolute_rows(r, files):
 def raw_table(r):
     metrics = [
         ("trainer", "save_seconds", "torch.save, long-lived trainer", "s"),
+        ("trainer-b", "save_seconds", "torch.save, long-lived trainer, second group", "s"),
         ("frameworks", "dcp_save_seconds", "DCP save", "s"),
         ("frameworks", "dcp_load_seconds", "DCP load", "s"),
         ("frameworks", "hf_save_seconds", "HF checkpoint save", "s"),
@@ -409,13 +440,21 @@ def chart(rows, png):
     fig.savefig(png, dpi=110)
 
 
-def render(r, run, repo, note, s3_out=None):
+def render(r, runs, repo, note, s3_out=None):
     gb_data = mmm(r.values("seq", "data_bytes", "ckptfs"))
     gb_label = f"{gb_data[1] / 2**30:.3g} GiB" if gb_data else "file"
     files = int((r.values("meta", "files", "all") or [0])[0])
     rows = build_rows(r, gb_label)
-    md = [BEGIN, "", f"Run `{run}`, produced by `make bench` (tests/bench/run.sh → report.py); "
-          "the CSV is tests/bench/out/results.csv.", ""]
+    if len(runs) == 1:
+        md = [BEGIN, "", f"Run `{runs[0][0]}`, produced by `make bench` (tests/bench/run.sh → report.py); "
+              "the CSV is tests/bench/out/results.csv.", ""]
+    else:
+        later = set().union(*(ph for _, ph in runs[1:]))
+        parts = [f"`{runs[0][0]}` (every phase but {', '.join(sorted(later))})"]
+        parts += [f"`{run}` ({', '.join(sorted(ph))})" for run, ph in runs[1:]]
+        md = [BEGIN, "", "Runs " + " and ".join(parts) + ": `make bench`, then the phases named rerun alone "
+              "(`PHASES=... REPORT=0 tests/bench/run.sh`); report.py takes each phase from the last CSV "
+              "that has it. The machine lines are the first run's.", ""]
     md += machine(r, repo)
     if note:
         md.append(f"- note: {note}")
@@ -457,16 +496,16 @@ by every run (tests/bench/report.py); the analysis after it is not.
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("csv")
+    ap.add_argument("csv", nargs="+", help="results CSVs; a phase in a later one replaces it")
     ap.add_argument("--md")
     ap.add_argument("--png")
     ap.add_argument("--note", default="")
     ap.add_argument("--s3-out", help="what tests/bench/s3_drain.sh printed")
     a = ap.parse_args()
-    data, run = load(a.csv)
+    data, runs = load(a.csv)
     r = Report(data)
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    rows, block = render(r, run, repo, a.note, a.s3_out)
+    rows, block = render(r, runs, repo, a.note, a.s3_out)
     if a.png:
         chart(rows, a.png)
     if not a.md:
