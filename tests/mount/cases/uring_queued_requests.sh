@@ -20,10 +20,12 @@ $PY -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j["fuse_i
   || skip "requests do not come over io_uring here"
 head -c 8M /dev/urandom > "$T/fill"
 cp "$T/fill" "$MNT/fill"
-head -c 256K /dev/urandom > "$T/small"
+# 48 x 128 KiB: together they fit once the fill drains and is evicted (more
+# than the budget could be held by writers between their write and close: ENOSPC).
+head -c 128K /dev/urandom > "$T/small"
 pids=()
 for i in $(seq 1 48); do
-  taskset -c 0 dd if="$T/small" of="$MNT/f$i" bs=256K status=none 2> "$T/dd$i.err" &
+  taskset -c 0 dd if="$T/small" of="$MNT/f$i" bs=128K status=none 2> "$T/dd$i.err" &
   pids+=($!)
 done
 sleep 3
