@@ -96,10 +96,8 @@ struct FuseUring::Ring {
   std::vector<std::unique_ptr<Entry>> entries;
   Mutex mu;
   std::vector<Entry*> pending GUARDED_BY(mu);  // replies from other threads, to commit
-  // Owner thread only: entries the kernel still holds, and those of them
-  // waiting for a request (not with a handler or a reply to come).
+  // Owner thread only: entries the kernel still holds.
   unsigned live = 0;
-  unsigned armed = 0;
   int setup_err = 0;  // FuseUring::mu_
   ~Ring() {
     for (auto& e : entries) {
@@ -171,7 +169,6 @@ void FuseUring::PrepCommit(Ring* r, Entry* e) {
     r->live--;
     return;
   }
-  r->armed++;
   queue_armed_[r->qid].fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -208,7 +205,6 @@ Status FuseUring::AddEntry(Ring* r) {
   r->entries.push_back(std::move(e));
   if (!PrepFetch(r, raw, kCmdRegister, 0)) return Err(ENOSPC);
   r->live++;
-  r->armed++;
   queue_armed_[r->qid].fetch_add(1, std::memory_order_relaxed);
   return {};
 }
@@ -364,14 +360,12 @@ void FuseUring::Loop(Ring* r) {
         if (!e->dead) {
           e->dead = true;
           r->live--;
-          r->armed--;
           queue_armed_[r->qid].fetch_sub(1, std::memory_order_relaxed);
         }
         if (cqe->res != -ENOTCONN && cqe->res != -ECANCELED && !stopping_.load())
           LOG_ERROR("fuse io_uring: queue {}: entry failed: {}", r->qid, ErrStr(-cqe->res));
         continue;
       }
-      r->armed--;
       ready.push_back(e);
       NoteTaken(r);
     }
