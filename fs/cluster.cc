@@ -24,8 +24,15 @@ using Json = nlohmann::json;
 namespace {
 
 constexpr size_t kRecordPaths = 1000;  // unpersisted paths named in a record
-constexpr int64_t kBusyMs = 2000;      // records every tick this long after another member had files pending
-constexpr char kSamplesMagic[] = "ckptfs-cluster-samples 1";
+constexpr int64_t kUsPerMs = 1000;      // options are in ms, times in µs
+constexpr int64_t kBusyUs = 2000 * kUsPerMs;  // records every tick this long after another member had files pending
+// Version 2 keeps µs; version 1 (before gate times were µs) kept ms.
+constexpr char kSamplesMagic[] = "ckptfs-cluster-samples 2";
+constexpr char kSamplesMagicMs[] = "ckptfs-cluster-samples 1";
+// The latest sample time (KeepAlive): µs in STATE_DIR/cluster-samples.alive-us,
+// ms in .alive where version 1 kept it.
+constexpr char kAliveSuffix[] = ".alive-us";
+constexpr char kAliveMsSuffix[] = ".alive";
 
 class BackendRecordStore final : public RecordStore {
  public:
@@ -66,8 +73,8 @@ std::unique_ptr<RecordStore> BackendRecords(backend::Backend* be, std::string na
 
 std::unique_ptr<LogView> TableLog(InodeTable* table) { return std::make_unique<TableLogView>(table); }
 
-int64_t Cluster::WallClockMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+int64_t Cluster::WallClockUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -240,23 +247,30 @@ std::string Cluster::MakeRecord(const std::string& state) {
     const SampleRec& s = samples_.back();  // never empty after Init
     r.node = opt_.node;
     r.state = state;
-    r.heartbeat_ms = s.t;
-    r.watermark_ms = WatermarkLocked(applied_);
+    r.heartbeat_us = s.t;
+    r.watermark_us = WatermarkLocked(applied_);
     // Every entry logged before T is <= s.post; those above `applied_`
     // are pending, the oldest is applied_ + 1. Its gate, or T while no
     // sample has seen it yet (its gate is later: T errs on the safe side).
-    if (applied_ < s.post) r.oldest_gate_ms = GateLocked(applied_ + 1).value_or(s.t);
+    if (applied_ < s.post) r.oldest_gate_us = GateLocked(applied_ + 1).value_or(s.t);
     r.unpersisted = count;
     r.paths = std::move(paths);
     self_ = r;
   }
-  Json j = {{"version", 1},
+  // Version 2: times in µs; the ms fields of version 1 stay beside them,
+  // for members still running it (they read those; truncated, they err
+  // early, on the safe side, as below).
+  auto ms = [](int64_t us) { return us / kUsPerMs; };
+  Json j = {{"version", 2},
             {"cluster", opt_.name},
             {"node", r.node},
             {"state", r.state},
-            {"heartbeat_ms", r.heartbeat_ms},
-            {"watermark_ms", r.watermark_ms},
-            {"oldest_gate_ms", r.oldest_gate_ms ? Json(*r.oldest_gate_ms) : Json(nullptr)},
+            {"heartbeat_us", r.heartbeat_us},
+            {"watermark_us", r.watermark_us},
+            {"oldest_gate_us", r.oldest_gate_us ? Json(*r.oldest_gate_us) : Json(nullptr)},
+            {"heartbeat_ms", ms(r.heartbeat_us)},
+            {"watermark_ms", ms(r.watermark_us)},
+            {"oldest_gate_ms", r.oldest_gate_us ? Json(ms(*r.oldest_gate_us)) : Json(nullptr)},
             {"unpersisted", r.unpersisted},
             {"paths", r.paths}};
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -271,7 +285,7 @@ void Cluster::Tick() {
     // Busy: another member had files pending at the last read, so it may
     // wait for a record of this node newer than its files' gates.
     // After a failed write or read, the next try waits for the heartbeat.
-    write = now - last_write_ >= opt_.heartbeat_ms ||
+    write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs ||
             (last_error_.empty() && (applied != written_applied_ || now < busy_until_));
     read = waiting_;
   }
@@ -308,7 +322,7 @@ void Cluster::Heartbeat() {
 }
 
 bool Cluster::Dead(const Record& r, int64_t now) const {
-  return r.state == "live" && now - r.heartbeat_ms > opt_.member_timeout_ms;
+  return r.state == "live" && now - r.heartbeat_us > opt_.member_timeout_ms * kUsPerMs;
 }
 
 void Cluster::ReadRecords() {
@@ -348,9 +362,17 @@ void Cluster::ReadRecords() {
       r.node = name;
       r.state = j.at("state").get<std::string>();
       if (r.state != "live" && r.state != "left") continue;
-      r.heartbeat_ms = j.at("heartbeat_ms").get<int64_t>();
-      r.watermark_ms = j.at("watermark_ms").get<int64_t>();
-      if (!j.at("oldest_gate_ms").is_null()) r.oldest_gate_ms = j.at("oldest_gate_ms").get<int64_t>();
+      // A version 1 record (ms): the start of its millisecond, which errs
+      // on the safe side for both (an older heartbeat, an earlier gate).
+      const bool us = j.contains("heartbeat_us");
+      auto time = [&](const char* f_us, const char* f_ms) -> std::optional<int64_t> {
+        const Json& v = us ? j.at(f_us) : j.at(f_ms);
+        if (v.is_null()) return std::nullopt;
+        return us ? v.get<int64_t>() : v.get<int64_t>() * kUsPerMs;
+      };
+      r.heartbeat_us = time("heartbeat_us", "heartbeat_ms").value();
+      r.watermark_us = time("watermark_us", "watermark_ms").value();
+      r.oldest_gate_us = time("oldest_gate_us", "oldest_gate_ms");
       r.unpersisted = j.at("unpersisted").get<uint64_t>();
       r.paths = j.at("paths").get<std::vector<std::string>>();
     } catch (const std::exception& e) {
@@ -360,14 +382,14 @@ void Cluster::ReadRecords() {
     auto noted = std::find(dead_noted_.begin(), dead_noted_.end(), r.node);
     if (Dead(r, now) && noted == dead_noted_.end()) {
       LOG_WARN("cluster {}: member {} is dead (no heartbeat for {} s); its {} unpersisted files are lost{}{}", opt_.name,
-               r.node, (now - r.heartbeat_ms) / 1000, r.unpersisted, r.paths.empty() ? "" : ", e.g. ",
+               r.node, (now - r.heartbeat_us) / (1000 * kUsPerMs), r.unpersisted, r.paths.empty() ? "" : ", e.g. ",
                r.paths.empty() ? "" : r.paths.front());
       dead_noted_.push_back(r.node);
     } else if (!Dead(r, now) && noted != dead_noted_.end()) {
       LOG_INFO("cluster {}: member {} is back ({})", opt_.name, r.node, r.state);
       dead_noted_.erase(noted);
     }
-    if (r.state == "live" && !Dead(r, now) && r.oldest_gate_ms) busy_until_ = now + kBusyMs;
+    if (r.state == "live" && !Dead(r, now) && r.oldest_gate_us) busy_until_ = now + kBusyUs;
     others.push_back(std::move(r));
   }
   others_ = std::move(others);
@@ -379,9 +401,10 @@ bool Cluster::MayPublish(uint64_t seq) {
   MutexLock lk(&mu_);
   std::vector<std::string> blockers;
   auto g = GateLocked(seq);
+  const int64_t skew = opt_.max_skew_ms * kUsPerMs;
   if (!g) {
     blockers.push_back("(this node's next sample)");
-  } else if (read_at_ < *g + opt_.max_skew_ms) {
+  } else if (read_at_ < *g + skew) {
     // A member that joined after the last read, and closed a file before
     // this entry, must be seen first: it wrote its first record before it
     // served any write.
@@ -392,8 +415,8 @@ bool Cluster::MayPublish(uint64_t seq) {
       // Its record must be newer than this entry's close (on its clock,
       // which may be max_skew_ms behind ours), and show nothing pending
       // that comes first in (gate, node) order.
-      if (r.heartbeat_ms < *g + opt_.max_skew_ms ||
-          (r.oldest_gate_ms && (*r.oldest_gate_ms < *g || (*r.oldest_gate_ms == *g && r.node < opt_.node))))
+      if (r.heartbeat_us < *g + skew ||
+          (r.oldest_gate_us && (*r.oldest_gate_us < *g || (*r.oldest_gate_us == *g && r.node < opt_.node))))
         blockers.push_back(r.node);
     }
   }
@@ -435,16 +458,18 @@ ClusterStatus Cluster::Status() {
   ClusterStatus s;
   s.name = opt_.name;
   s.node = opt_.node;
-  s.watermark_ms = WatermarkLocked(applied_);
+  // Status shows ms (`ckptfs status`, its JSON).
+  auto ms = [](int64_t us) { return us / kUsPerMs; };
+  s.watermark_ms = ms(WatermarkLocked(applied_));
   auto member = [&](const Record& r, bool self) {
     ClusterMember m;
     m.node = r.node;
     m.self = self;
     m.state = !self && Dead(r, now) ? "dead" : r.state;
-    m.heartbeat_ms = r.heartbeat_ms;
-    m.age_ms = now - r.heartbeat_ms;
-    m.watermark_ms = r.watermark_ms;
-    m.oldest_gate_ms = r.oldest_gate_ms;
+    m.heartbeat_ms = ms(r.heartbeat_us);
+    m.age_ms = ms(now - r.heartbeat_us);
+    m.watermark_ms = ms(r.watermark_us);
+    if (r.oldest_gate_us) m.oldest_gate_ms = ms(*r.oldest_gate_us);
     m.unpersisted = r.unpersisted;
     m.paths = r.paths;
     return m;
@@ -454,9 +479,9 @@ ClusterStatus Cluster::Status() {
   std::sort(s.members.begin(), s.members.end(), [](const auto& a, const auto& b) { return a.node < b.node; });
   s.waiting = waiting_;
   s.wait_seq = wait_seq_;
-  s.wait_gate_ms = wait_gate_;
+  s.wait_gate_ms = ms(wait_gate_);
   s.waiting_for = waiting_for_;
-  s.waiting_since_ms = wait_since_;
+  s.waiting_since_ms = ms(wait_since_);
   s.last_error = last_error_;
   s.node_id_clash = clash_noted_;
   return s;
@@ -488,7 +513,7 @@ void Cluster::KeepAlive(int64_t t) {
   // One pwrite of 8 bytes a sample, no rename: the page cache keeps it when
   // the daemon is killed (what a node reboot loses, the tier loses too).
   if (pwrite(alive_fd_, &t, sizeof t, 0) != static_cast<ssize_t>(sizeof t))
-    LOG_DEBUG("cluster: cannot keep the sample time in {}.alive: {}", samples_path_, strerror(errno));
+    LOG_DEBUG("cluster: cannot keep the sample time in {}{}: {}", samples_path_, kAliveSuffix, strerror(errno));
 }
 
 void Cluster::LoadSamples() {
@@ -496,17 +521,26 @@ void Cluster::LoadSamples() {
   // The time of the last sample the previous daemon took (KeepAlive), if
   // it kept one: the crash came less than a sample period after it.
   std::optional<int64_t> alive;
-  std::string alive_path = samples_path_ + ".alive";
+  std::string alive_path = samples_path_ + kAliveSuffix, alive_ms_path = samples_path_ + kAliveMsSuffix;
   alive_fd_ = open(alive_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (int64_t t = 0; alive_fd_ >= 0 && pread(alive_fd_, &t, sizeof t, 0) == static_cast<ssize_t>(sizeof t) && t > 0)
     alive = t;
   if (alive_fd_ < 0) LOG_WARN("cluster: cannot open {}: {}", alive_path, strerror(errno));
+  // Kept by a version 1 daemon (ms): its millisecond's end bounds from above.
+  if (int fd = open(alive_ms_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC); fd >= 0) {
+    if (int64_t t = 0; !alive && pread(fd, &t, sizeof t, 0) == static_cast<ssize_t>(sizeof t) && t > 0)
+      alive = (t + 1) * kUsPerMs;
+    close(fd);
+    unlink(alive_ms_path.c_str());
+  }
   std::deque<SampleRec> got;
   const uint64_t logged = log_->LoggedSeq();
   std::ifstream in(samples_path_);
   if (in) {
     std::string line;
-    if (!std::getline(in, line) || line != kSamplesMagic) {
+    const bool got_line = static_cast<bool>(std::getline(in, line));
+    const int64_t unit = got_line && line == kSamplesMagicMs ? kUsPerMs : 1;  // kept by version 1
+    if (!got_line || (line != kSamplesMagic && unit == 1)) {
       LOG_WARN("cluster: {} is not a samples file; ignored (entries recovered now get the start time)", samples_path_);
       return;
     }
@@ -515,7 +549,9 @@ void Cluster::LoadSamples() {
     while (std::getline(in, line)) {
       std::istringstream ls(line);
       SampleRec s{};
-      if (!(ls >> s.t >> s.pre >> s.post) || s.pre > s.post || s.post > logged ||
+      const bool parsed = static_cast<bool>(ls >> s.t >> s.pre >> s.post);
+      s.t *= unit;  // version 1: the start of its millisecond (within the margin it promised)
+      if (!parsed || s.pre > s.post || s.post > logged ||
           (!got.empty() && (s.t < got.back().t || s.pre < got.back().pre || s.post < got.back().post))) {
         LOG_WARN("cluster: {} is damaged; ignored (entries recovered now get the start time)", samples_path_);
         return;
@@ -532,7 +568,7 @@ void Cluster::LoadSamples() {
   // The restart time would do from above only: another node's `latest`
   // would pass them for newer (docs/consistency.md "Cross-node ordering").
   if (alive && logged > (got.empty() ? 0 : got.back().pre)) {
-    int64_t t = std::max(*alive, got.empty() ? *alive : got.back().t) + opt_.sample_ms;
+    int64_t t = std::max(*alive, got.empty() ? *alive : got.back().t) + opt_.sample_ms * kUsPerMs;
     got.push_back({t, logged, logged});
   }
   MutexLock lk(&mu_);

@@ -4,7 +4,7 @@
 //
 // Each node samples its own drain log (every 10 ms: the newest logged seq
 // read just before and just after the wall clock). Every log entry gets a
-// *gate time*: the moment it was logged (InodeTable keeps it in memory
+// *gate time*: the moment it was logged, in microseconds (InodeTable keeps it in memory
 // beside the pending entry; LogView::LoggedTimes), picked up by the first
 // sample that sees it; an entry recovered at a restart, which has none,
 // gets an upper bound from the samples kept on disk (the first sample taken
@@ -36,7 +36,7 @@
 // writes state "left" and is ignored too; it rejoins when it mounts again.
 //
 // Samples are kept in STATE_DIR/cluster-samples whenever they change, and
-// the time of the latest in cluster-samples.alive at every sample (not
+// the time of the latest in cluster-samples.alive-us at every sample (not
 // fsynced: a killed daemon's page cache survives; a node reboot loses the
 // tier anyway), so entries recovered at a restart keep their gate times,
 // and an entry logged after the last sample kept gets the last sample time
@@ -92,7 +92,7 @@ class LogView {
   // The number of files whose closed version is not in the backend yet, and
   // the paths of the first `max` of them, oldest first.
   virtual std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) = 0;
-  // When the pending entries from..to were logged (wall ms), where known:
+  // When the pending entries from..to were logged (wall µs), where known:
   // their exact gate times. Entries without one (recovered at a restart)
   // get the samples' (below).
   virtual std::vector<std::pair<uint64_t, int64_t>> LoggedTimes(uint64_t from, uint64_t to) { return {}; }
@@ -142,11 +142,14 @@ struct ClusterStatus {
 
 class Cluster {
  public:
-  using Clock = std::function<int64_t()>;  // wall clock, ms since the epoch
-  static int64_t WallClockMs();
+  // Wall clock, µs since the epoch: gate times that far apart are ordered
+  // (milliseconds tied a rank's shard and rank 0's `latest` written a
+  // sub-millisecond barrier apart, and the tie went by node id).
+  using Clock = std::function<int64_t()>;
+  static int64_t WallClockUs();
 
   // `samples_path`: where samples are kept across restarts ("" : nowhere).
-  Cluster(ClusterOptions o, RecordStore* store, LogView* log, std::string samples_path, Clock clock = WallClockMs);
+  Cluster(ClusterOptions o, RecordStore* store, LogView* log, std::string samples_path, Clock clock = WallClockUs);
   ~Cluster();
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
@@ -187,25 +190,25 @@ class Cluster {
   // The drain no longer waits (the head was applied another way, or stop).
   void ClearWait();
 
-  // The gate time of entry `seq`: when it was logged, or (recovered
+  // The gate time of entry `seq` (µs): when it was logged, or (recovered
   // entries) the time of the first sample that saw it
   // logged; nullopt if no sample did yet.
   std::optional<int64_t> GateTime(uint64_t seq);
-  // The newest sample time before which every entry is applied (0: none).
+  // The newest sample time (µs) before which every entry is applied (0: none).
   int64_t Watermark();
   ClusterStatus Status();
   size_t SampleCount();
 
  private:
   struct SampleRec {
-    int64_t t;
+    int64_t t;      // µs
     uint64_t pre;   // newest seq logged, read before t: entries <= pre were logged before t
     uint64_t post;  // read after t: every entry logged before t is <= post
   };
   struct Record {
     std::string node, state;
-    int64_t heartbeat_ms = 0, watermark_ms = 0;
-    std::optional<int64_t> oldest_gate_ms;
+    int64_t heartbeat_us = 0, watermark_us = 0;  // wall clock, µs
+    std::optional<int64_t> oldest_gate_us;
     uint64_t unpersisted = 0;
     std::vector<std::string> paths;
   };
@@ -238,7 +241,7 @@ class Cluster {
   std::string last_error_ GUARDED_BY(mu_);
   bool waiting_ GUARDED_BY(mu_) = false;
   uint64_t wait_seq_ GUARDED_BY(mu_) = 0;
-  int64_t wait_gate_ GUARDED_BY(mu_) = 0;
+  int64_t wait_gate_ GUARDED_BY(mu_) = 0;   // µs, as every time below
   int64_t wait_since_ GUARDED_BY(mu_) = 0;
   std::vector<std::string> waiting_for_ GUARDED_BY(mu_);
   Record self_ GUARDED_BY(mu_);  // as last written

@@ -744,7 +744,7 @@ class InodeTable {
   uint64_t next_ino_ GUARDED_BY(mu_) = meta::kRootIno + 1;
   std::deque<meta::LogEntry> log_ GUARDED_BY(mu_);  // oldest first
   uint64_t next_seq_ GUARDED_BY(mu_) = 1;
-  std::map<uint64_t, int64_t> logged_at_ GUARDED_BY(mu_);  // pending seq -> when logged (LoggedTimes)
+  std::map<uint64_t, int64_t> logged_at_ GUARDED_BY(mu_);  // pending seq -> when logged, µs (LoggedTimes)
   int64_t last_logged_at_ GUARDED_BY(mu_) = 0;
   uint64_t applied_seq_ GUARDED_BY(mu_) = 0;
   uint64_t clock_ GUARDED_BY(mu_) = 0;  // LRU clock

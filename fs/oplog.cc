@@ -48,8 +48,9 @@ Status InodeTable::CommitWithLog(const Batch& b, std::vector<LogEntry>&& entries
   if (auto st = Commit(b); !st) return st;
   if (entries.empty()) return {};
   // When each entry became real (committed), for --cluster's gate times
-  // (fs/cluster.h): wall clock, never backwards, under mu_ as the seqs are.
-  int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+  // (fs/cluster.h): wall clock in µs, never backwards, under mu_ as the
+  // seqs are; before the close that logged it is answered.
+  int64_t now = std::chrono::duration_cast<std::chrono::microseconds>(
                     std::chrono::system_clock::now().time_since_epoch())
                     .count();
   last_logged_at_ = std::max(last_logged_at_, now);

@@ -33,7 +33,7 @@ using namespace ckpt;
 
 namespace {
 
-int64_t NowMs() { return fs::Cluster::WallClockMs(); }
+int64_t NowMs() { return fs::Cluster::WallClockUs() / 1000; }
 
 class FakeLog final : public fs::LogView {
  public:

@@ -70,11 +70,12 @@ def rank_main(rank):
         if rank == 0 and style == "deepspeed":
             torch.save({"module": shard(step, 99)}, os.path.join(m, d, "mp_rank_00_model_states.pt"))
         barrier(f"{style}-{step}", rank)  # every shard of the step is closed
-        # The ordering margin is the clock's resolution (1 ms; docs/consistency.md):
-        # files closed within it have no order. With replies yielding the CPU, a
-        # rank's close, its barrier file and rank 0's `latest` fit in one
-        # millisecond; 2 ms keeps `latest` past the margin, as a real barrier is.
-        time.sleep(float(os.environ.get("JOB_GAP", "0.002")))
+        # Nothing between the barrier and `latest`: a rank's close, its barrier
+        # file and rank 0's `latest` can fit in one millisecond here, and the
+        # ordering margin is the gate times' resolution, 1 µs
+        # (docs/consistency.md; in ms, `latest` passed a shard 2 runs of 9).
+        # JOB_GAP=S waits S seconds.
+        time.sleep(float(os.environ.get("JOB_GAP", "0")))
         if rank == 0:
             if style == "deepspeed":
                 with open(os.path.join(m, "latest"), "w") as f:

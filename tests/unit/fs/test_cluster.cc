@@ -44,7 +44,10 @@ struct FakeLog : ckpt::fs::LogView {
     paths.push_back(p);
     return paths.size();
   }
-  uint64_t LogAt(const std::string& p, int64_t t) {
+  // Logged at `t` ms (LogAtUs: µs; the cluster's times are µs, the tests'
+  // clocks and times ms unless they say otherwise).
+  uint64_t LogAt(const std::string& p, int64_t t) { return LogAtUs(p, t * 1000); }
+  uint64_t LogAtUs(const std::string& p, int64_t t) {
     times[Log(p)] = t;
     return paths.size();
   }
@@ -73,10 +76,13 @@ struct Node {
     o.node = id;
     o.member_timeout_ms = timeout_ms;
     o.max_skew_ms = 50;
-    c = std::make_unique<Cluster>(o, store, &log, samples, [clock] { return *clock; });
+    c = std::make_unique<Cluster>(o, store, &log, samples, [clock] { return *clock * 1000; });
     c->Init();
   }
 };
+
+// The cluster's times (µs) in the tests' unit (ms).
+int64_t Ms(std::optional<int64_t> us) { return us.value() / 1000; }
 
 }  // namespace
 
@@ -84,20 +90,20 @@ Test(cluster, gate_times_and_watermark) {
   FakeStore store;
   int64_t now = 1000;
   Node a("a", &store, &now);
-  cr_expect_eq(a.c->Watermark(), 1000);  // nothing pending: the sample's time
+  cr_expect_eq(Ms(a.c->Watermark()), 1000);  // nothing pending: the sample's time
   now = 1050;
   uint64_t s1 = a.log.Log("step1/shard");
   uint64_t s2 = a.log.Log("step1/other");
   cr_expect(!a.c->GateTime(s1).has_value());  // no sample saw it yet
   a.c->Sample();
-  cr_expect_eq(a.c->GateTime(s1).value(), 1050);
-  cr_expect_eq(a.c->GateTime(s2).value(), 1050);
-  cr_expect_eq(a.c->Watermark(), 1000);  // closed after 1000, pending
+  cr_expect_eq(Ms(a.c->GateTime(s1)), 1050);
+  cr_expect_eq(Ms(a.c->GateTime(s2)), 1050);
+  cr_expect_eq(Ms(a.c->Watermark()), 1000);  // closed after 1000, pending
   now = 1100;
   uint64_t s3 = a.log.Log("latest");
   a.c->Sample();
-  cr_expect_eq(a.c->GateTime(s3).value(), 1100);
-  cr_expect_eq(a.c->GateTime(s1).value(), 1050);
+  cr_expect_eq(Ms(a.c->GateTime(s3)), 1100);
+  cr_expect_eq(Ms(a.c->GateTime(s1)), 1050);
   // Idle samples while the drain stands still: a run keeps its first and
   // last only.
   for (int i = 0; i < 100; i++) {
@@ -105,15 +111,15 @@ Test(cluster, gate_times_and_watermark) {
     a.c->Sample();
   }
   cr_expect_leq(a.c->SampleCount(), 5u);
-  cr_expect_eq(a.c->GateTime(s3).value(), 1100);
+  cr_expect_eq(Ms(a.c->GateTime(s3)), 1100);
   a.log.applied = s2;
   now += 50;
   a.c->Sample();
-  cr_expect_eq(a.c->Watermark(), 1050);  // the newest sample that saw only s1, s2
+  cr_expect_eq(Ms(a.c->Watermark()), 1050);  // the newest sample that saw only s1, s2
   a.log.applied = s3;
   now += 50;
   a.c->Sample();
-  cr_expect_eq(a.c->Watermark(), now);
+  cr_expect_eq(Ms(a.c->Watermark()), now);
   cr_expect_leq(a.c->SampleCount(), 2u);  // pruned
 }
 
@@ -131,8 +137,8 @@ Test(cluster, exact_log_times_order_entries_closer_than_a_sample) {
   now = 1010;
   a.c->Sample();
   b.c->Sample();
-  cr_expect_eq(a.c->GateTime(latest).value(), 1007);
-  cr_expect_eq(b.c->GateTime(shard_b).value(), 1003);
+  cr_expect_eq(Ms(a.c->GateTime(latest)), 1007);
+  cr_expect_eq(Ms(b.c->GateTime(shard_b)), 1003);
   now = 1100;
   b.c->Heartbeat();
   a.c->Heartbeat();
@@ -142,6 +148,69 @@ Test(cluster, exact_log_times_order_entries_closer_than_a_sample) {
   b.log.applied = shard_b;
   now = 1200;
   b.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(latest));
+}
+
+// A shard closed on node b and `latest` on node a 0.4 ms later, after a
+// barrier faster than a millisecond: in ms both gates were 1003 and the tie
+// went by node id, `latest` first (multinode_jobs, 2 CI runs of 9); in µs
+// the shard comes first.
+Test(cluster, entries_within_one_millisecond_keep_their_order) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now), b("b", &store, &now);
+  a.c->Heartbeat();
+  b.c->Heartbeat();
+  uint64_t shard_b = b.log.LogAtUs("step1/shard_b", 1'003'300);
+  uint64_t latest = a.log.LogAtUs("latest", 1'003'700);
+  now = 1010;
+  a.c->Sample();
+  b.c->Sample();
+  cr_expect_eq(a.c->GateTime(latest).value(), 1'003'700);
+  now = 1100;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  b.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest), "latest passed a shard closed 0.4 ms before it");
+  cr_expect(b.c->MayPublish(shard_b));
+  b.log.applied = shard_b;
+  now = 1200;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(latest));
+  // The record carries µs, and ms for members still on version 1.
+  auto j = nlohmann::json::parse(store.recs["a"]);
+  cr_expect_eq(j["version"].get<int>(), 2);
+  cr_expect_eq(j["oldest_gate_us"].get<int64_t>(), 1'003'700);
+  cr_expect_eq(j["oldest_gate_ms"].get<int64_t>(), 1003);
+  cr_expect_eq(j["heartbeat_us"].get<int64_t>(), j["heartbeat_ms"].get<int64_t>() * 1000);
+}
+
+// A member still on version 1 (records in ms) is read as the start of each
+// millisecond: its heartbeat older, its pending file earlier — the safe side.
+Test(cluster, reads_a_version_1_record) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now);
+  auto v1 = [&](int64_t heartbeat, std::optional<int64_t> gate) {
+    store.recs["z"] = nlohmann::json{{"version", 1},       {"node", "z"},
+                                     {"cluster", "job"},   {"state", "live"},
+                                     {"heartbeat_ms", heartbeat}, {"watermark_ms", 0},
+                                     {"oldest_gate_ms", gate ? nlohmann::json(*gate) : nullptr},
+                                     {"unpersisted", gate ? 1 : 0}, {"paths", nlohmann::json::array()}}
+                          .dump();
+  };
+  v1(1100, 1003);  // z: a file pending since 1003 ms (1003.0-1003.999)
+  uint64_t latest = a.log.LogAtUs("latest", 1'003'500);
+  now = 1100;
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest), "passed z's file of the same millisecond");
+  auto st = a.c->Status();
+  cr_assert_eq(st.members.size(), 2u);
+  cr_expect_eq(st.members[1].oldest_gate_ms.value(), 1003);
+  v1(1200, std::nullopt);
+  now = 1200;
   a.c->Heartbeat();
   cr_expect(a.c->MayPublish(latest));
 }
@@ -375,19 +444,55 @@ Test(cluster, gate_times_survive_a_restart) {
   ClusterOptions o;
   o.name = "job";
   o.node = "a";
-  auto c = std::make_unique<Cluster>(o, &store, &log, path, [&now] { return now; });
+  auto c = std::make_unique<Cluster>(o, &store, &log, path, [&now] { return now * 1000; });
   c->Init();
-  cr_expect_eq(c->GateTime(1).value(), 1100);
-  cr_expect_eq(c->GateTime(2).value(), 1200);
-  cr_expect_eq(c->GateTime(3).value(), 1210, "got %lld", static_cast<long long>(c->GateTime(3).value_or(-1)));
-  cr_expect_eq(c->Watermark(), 1000);
+  cr_expect_eq(Ms(c->GateTime(1)), 1100);
+  cr_expect_eq(Ms(c->GateTime(2)), 1200);
+  cr_expect_eq(Ms(c->GateTime(3)), 1210, "got %lld", static_cast<long long>(c->GateTime(3).value_or(-1000) / 1000));
+  cr_expect_eq(Ms(c->Watermark()), 1000);
   c.reset();
   // A samples file ahead of the log (the log lost entries) is not used.
   FakeLog shorter;
-  Cluster c2(o, &store, &shorter, path, [&now] { return now; });
+  Cluster c2(o, &store, &shorter, path, [&now] { return now * 1000; });
   c2.Init();
   shorter.Log("new");
   cr_expect(!c2.GateTime(1).has_value());
+  std::filesystem::remove_all(tmpl);
+}
+
+// A samples file and sample time kept by a version 1 daemon (ms) still
+// give recovered entries their gate times, in µs.
+Test(cluster, gate_times_survive_an_upgrade_from_ms) {
+  char tmpl[] = "/tmp/clunit-XXXXXX";
+  cr_assert_not_null(mkdtemp(tmpl));
+  std::string path = std::string(tmpl) + "/cluster-samples";
+  {
+    FILE* f = fopen(path.c_str(), "w");
+    cr_assert_not_null(f);
+    fputs("ckptfs-cluster-samples 1\n1000 0 0\n1100 1 1\n1200 2 2\n", f);
+    fclose(f);
+    int64_t alive_ms = 1250;
+    f = fopen((path + ".alive").c_str(), "w");
+    cr_assert_not_null(f);
+    fwrite(&alive_ms, sizeof alive_ms, 1, f);
+    fclose(f);
+  }
+  FakeStore store;
+  FakeLog log;
+  for (const char* p : {"s1", "s2", "s3"}) log.Log(p);
+  int64_t now = 5000;
+  ClusterOptions o;
+  o.name = "job";
+  o.node = "a";
+  Cluster c(o, &store, &log, path, [&now] { return now * 1000; });
+  c.Init();
+  cr_expect_eq(c.GateTime(1).value(), 1'100'000);
+  cr_expect_eq(c.GateTime(2).value(), 1'200'000);
+  // Logged after the last sample kept: the end of the alive millisecond
+  // plus one sample period.
+  cr_expect_eq(c.GateTime(3).value(), 1'261'000, "got %lld", static_cast<long long>(c.GateTime(3).value_or(-1)));
+  cr_expect(!std::filesystem::exists(path + ".alive"), "the version 1 file is read once");
+  cr_expect(std::filesystem::exists(path + ".alive-us"));
   std::filesystem::remove_all(tmpl);
 }
 
