@@ -39,7 +39,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -53,6 +55,33 @@ inline constexpr char kTmpDir[] = ".ckptfs-tmp";
 inline constexpr char kClusterDir[] = ".ckptfs-cluster";
 // The largest record PutRecord takes and ListRecords returns.
 inline constexpr size_t kMaxRecordBytes = 1 << 20;
+// A staged entry that no live daemon can be shown to own is removed once
+// this old (Check; see each backend's file comment).
+inline constexpr int64_t kStaleStagedSec = 3600;
+
+// 1 to 16 lower-case hex digits, or nullopt.
+inline std::optional<uint64_t> Hex64(std::string_view h) {
+  if (h.empty() || h.size() > 16) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : h) {
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return std::nullopt;
+    v = v << 4 | static_cast<uint64_t>(d);
+  }
+  return v;
+}
+
+// The nonce in a staged entry's name, PREFIX-PID-NONCE-N (hex; each
+// backend object draws its nonce at random and names what it stages so);
+// nullopt for other names.
+inline std::optional<uint64_t> StagedNonce(std::string_view name) {
+  auto hex = Hex64;
+  size_t n = name.rfind('-');
+  size_t nonce = n == 0 || n == name.npos ? name.npos : name.rfind('-', n - 1);
+  size_t pid = nonce == 0 || nonce == name.npos ? name.npos : name.rfind('-', nonce - 1);
+  if (pid == name.npos || !hex(name.substr(n + 1)) || !hex(name.substr(pid + 1, nonce - pid - 1))) return std::nullopt;
+  return hex(name.substr(nonce + 1, n - nonce - 1));
+}
 
 // What a staged upload produced, passed back to Publish or Abort.
 struct Staged {

@@ -40,7 +40,22 @@
 // file, fsyncs it and renames it over the final name, then fsyncs the
 // parent directory; a reader of the root therefore sees either the old
 // file or the whole new one, never one with the wrong owner. A staged file
-// that vanished before its Publish gives ESTALE: stage again. Mkdir and
+// that vanished before its Publish gives ESTALE: stage again.
+//
+// Several daemons may stage into one backend (a --cluster job, mounts
+// sharing a namespace, a CLI command): every staged name carries the
+// backend object's random nonce (st-PID-NONCE-N), and each object holds
+// an flock on <root>/.ckptfs-tmp/lk-NONCE while it lives. Check (at mount,
+// and when the drain probes a failed backend) removes the entries of
+// nonces whose lock it can take — their daemon is gone — and keeps those
+// of live daemons; entries whose owner cannot be told (no lock file, a
+// store without flock, names of an older version) are removed once an
+// hour old. (Removing every staged entry, as before, made a restarting
+// node delete the files another node was about to publish: ESTALE, a
+// retry and an error line, seen in multinode_jobs.) On NFS, flock is a
+// lock the server knows (NLM or NFSv4) unless the export is mounted
+// `nolock`/`local_lock=flock`: then another node's live entries look
+// gone, and its publish is retried (ESTALE), as before. Mkdir and
 // Symlink likewise make the new entry in the staging area, with its owner
 // and mode, and rename it into place; an existing directory is left as it
 // is (never re-owned: it may be another user's). Every namespace change
@@ -76,6 +91,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
@@ -89,7 +105,9 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string_view>
 #include <system_error>
@@ -112,6 +130,13 @@ constexpr uint64_t kChunkSize = 4ull << 20;
 constexpr unsigned kQueueDepth = 8;  // Fetch: reads in flight
 constexpr char kProbePrefix[] = ".ckptfs-probe-";
 constexpr int kMaxTreeDepth = 256;  // Rmdir: deeper trees are refused (ENAMETOOLONG)
+constexpr char kLockPrefix[] = "lk-";  // <staging area>/lk-NONCE: flock'd while its backend lives
+
+// The nonce in a staging-area name: lk-NONCE, or XX-PID-NONCE-N (UniqueName).
+std::optional<uint64_t> StagedOwner(std::string_view n) {
+  if (n.starts_with(kLockPrefix)) return Hex64(n.substr(sizeof kLockPrefix - 1));
+  return StagedNonce(n);
+}
 
 // Returns the errno, with a debug line naming the operation and the path.
 // The caller decides what is worth an error line: the drainer logs one per
@@ -581,13 +606,14 @@ class PosixBackend final : public Backend {
 
     auto tmp = OpenTmp(root->get(), /*create=*/true);
     if (!tmp) return Err(tmp.error());
-    // Whatever is staged now was left by a daemon that died before it
-    // published or aborted: nothing refers to it any more.
-    size_t removed = 0;
-    if (int e = RemoveContents(tmp->get(), 0, kTmpDir, &removed))
+    // What daemons that are gone left staged (the file comment says how
+    // they are told from live ones).
+    size_t removed = 0, kept = 0;
+    if (int e = RemoveLeftovers(tmp->get(), &removed, &kept))
       return Fail(e, "check: remove leftovers in", Show(kTmpDir));
     if (removed) {
-      LOG_INFO("posix backend: removed {} leftover staged files from {}", removed, Show(kTmpDir));
+      LOG_INFO("posix backend: removed {} leftover staged files from {}{}", removed, Show(kTmpDir),
+               kept ? fmt::format(" ({} of live daemons kept)", kept) : "");
       if (auto s = FsyncDirFd(tmp->get(), kTmpDir); !s) return s;
     }
     return {};
@@ -1190,8 +1216,80 @@ class PosixBackend final : public Backend {
         if (fchmod(fd.get(), 0700) != 0) return Fail(errno, "chmod staging area", Show(kTmpDir));
       }
       tmp_bad_.store(false, std::memory_order_relaxed);
+      if (create) HoldLock(fd.get());  // before anything is staged there
       return fd;
     }
+  }
+
+  // This backend's lk-NONCE in the staging area `tmp`, flock'd: made when
+  // there is none yet or the area was removed with it (no links left).
+  // Without it (a store without flock) this daemon's entries are judged by
+  // age by the others (one warning).
+  void HoldLock(int tmp) EXCLUDES(lock_mu_) {
+    MutexLock lk(&lock_mu_);
+    struct stat st;
+    if (lock_.ok() && fstat(lock_.get(), &st) == 0 && st.st_nlink > 0) return;
+    std::string name = fmt::format("{}{:x}", kLockPrefix, nonce_);
+    Fd fd(openat(tmp, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    int e = fd.ok() && flock(fd.get(), LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
+    if (e && !lock_warned_) {
+      lock_warned_ = true;
+      LOG_WARN("posix backend: cannot lock {} ({}): other daemons on this backend remove this one's staged files "
+               "only once an hour old",
+               Show(kTmpDir, name), ErrStr(e));
+    }
+    lock_ = std::move(fd);
+  }
+
+  // Removes, from the staging area `tmp`, the entries of daemons that are
+  // gone: those of a nonce whose lock file can be locked (then the lock
+  // file too), and those of no known owner once kStaleStagedSec old. This
+  // daemon's and live daemons' entries stay (counted in *kept).
+  int RemoveLeftovers(int tmp, size_t* removed, size_t* kept) {
+    std::vector<std::string> names;
+    if (int e = ListNames(tmp, &names)) return e;
+    std::map<uint64_t, std::vector<std::string>> by_owner;
+    std::vector<std::string> unowned;
+    for (auto& n : names) {
+      if (auto o = StagedOwner(n)) {
+        by_owner[*o].push_back(std::move(n));
+      } else {
+        unowned.push_back(std::move(n));
+      }
+    }
+    const int64_t stale_before = static_cast<int64_t>(time(nullptr)) - kStaleStagedSec;
+    auto stale = [&](const std::string& n) {
+      struct stat st;
+      return fstatat(tmp, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mtime < stale_before;
+    };
+    auto remove_if = [&](const std::vector<std::string>& list, bool all) -> int {
+      for (const auto& n : list) {
+        if (!all && !stale(n)) {
+          ++*kept;
+          continue;
+        }
+        if (int e = RemoveName(tmp, n, 0)) return e;
+        ++*removed;
+      }
+      return 0;
+    };
+    for (auto& [owner, list] : by_owner) {
+      if (owner == nonce_) continue;
+      std::string lock = fmt::format("{}{:x}", kLockPrefix, owner);
+      std::erase(list, lock);
+      Fd fd(openat(tmp, lock.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+      int e = !fd.ok() ? errno : flock(fd.get(), LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
+      if (e == 0) {
+        // Gone: its entries, then its lock file (unlinked while held).
+        if (int r = remove_if(list, /*all=*/true)) return r;
+        if (unlinkat(tmp, lock.c_str(), 0) != 0 && errno != ENOENT) return errno;
+      } else if (e == EWOULDBLOCK) {
+        *kept += list.size();  // live
+      } else if (int r = remove_if(list, /*all=*/false)) {  // no lock file, or no flock here
+        return r;
+      }
+    }
+    return remove_if(unowned, /*all=*/false);
   }
 
   // The records' directory `dir` of the cluster area, open, beneath `root`
@@ -1294,42 +1392,51 @@ class PosixBackend final : public Backend {
   static int RemoveContents(int dfd, int depth, std::string_view where, size_t* removed) {
     if (depth > kMaxTreeDepth) return ENAMETOOLONG;
     std::vector<std::string> names;
-    {
-      int dup_fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (dup_fd < 0) return errno;
-      DIR* d = fdopendir(dup_fd);
-      if (!d) {
-        int e = errno;
-        close(dup_fd);
-        return e;
-      }
-      errno = 0;
-      while (dirent* de = readdir(d)) {
-        std::string_view n = de->d_name;
-        if (n != "." && n != "..") names.emplace_back(n);
-      }
-      int e = errno;
-      closedir(d);
-      if (e) return e;
-    }
+    if (int e = ListNames(dfd, &names)) return e;
     for (const auto& n : names) {
-      for (int tries = 0;; tries++) {
-        if (unlinkat(dfd, n.c_str(), 0) == 0 || errno == ENOENT) break;
-        if ((errno != EISDIR && errno != EPERM) || tries > 4) return errno;
-        Fd sub(openat(dfd, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-        if (!sub.ok()) {
-          if (errno == ENOENT) break;
-          if (errno == ELOOP || errno == ENOTDIR) continue;  // swapped for a link or file: unlink that
-          return errno;
-        }
-        size_t ignored = 0;
-        if (int e = RemoveContents(sub.get(), depth + 1, where, &ignored)) return e;
-        if (unlinkat(dfd, n.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) break;
-        if (errno != ENOTEMPTY || tries > 4) return errno;  // refilled meanwhile: again
-      }
+      if (int e = RemoveName(dfd, n, depth)) return e;
       ++*removed;
     }
     return 0;
+  }
+
+  // The names in directory `dfd` (not . and ..).
+  static int ListNames(int dfd, std::vector<std::string>* names) {
+    int dup_fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dup_fd < 0) return errno;
+    DIR* d = fdopendir(dup_fd);
+    if (!d) {
+      int e = errno;
+      close(dup_fd);
+      return e;
+    }
+    errno = 0;
+    while (dirent* de = readdir(d)) {
+      std::string_view n = de->d_name;
+      if (n != "." && n != "..") names->emplace_back(n);
+    }
+    int e = errno;
+    closedir(d);
+    return e;
+  }
+
+  // Removes `n` from directory `dfd`, a whole tree if it is a directory
+  // (at `depth`); gone already is fine.
+  static int RemoveName(int dfd, const std::string& n, int depth) {
+    for (int tries = 0;; tries++) {
+      if (unlinkat(dfd, n.c_str(), 0) == 0 || errno == ENOENT) return 0;
+      if ((errno != EISDIR && errno != EPERM) || tries > 4) return errno;
+      Fd sub(openat(dfd, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!sub.ok()) {
+        if (errno == ENOENT) return 0;
+        if (errno == ELOOP || errno == ENOTDIR) continue;  // swapped for a link or file: unlink that
+        return errno;
+      }
+      size_t ignored = 0;
+      if (int e = RemoveContents(sub.get(), depth + 1, "", &ignored)) return e;
+      if (unlinkat(dfd, n.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) return 0;
+      if (errno != ENOTEMPTY || tries > 4) return errno;  // refilled meanwhile: again
+    }
   }
 
   // The names in the directory open as `fd` (not taken over), sorted,
@@ -1441,6 +1548,9 @@ class PosixBackend final : public Backend {
   std::atomic<bool> tmp_bad_{false};
   const uint64_t nonce_;
   std::atomic<uint64_t> counter_{0};
+  Mutex lock_mu_;  // a leaf
+  Fd lock_ GUARDED_BY(lock_mu_);  // lk-NONCE, flock'd (HoldLock)
+  bool lock_warned_ GUARDED_BY(lock_mu_) = false;
 };
 
 }  // namespace

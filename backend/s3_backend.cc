@@ -26,8 +26,20 @@
 // mode and mtime are written at Publish and Mkdir only (a chmod after a file was persisted survives only in the
 // mount's own metadata). List HEADs every object to learn its type, mode,
 // mtime and checksum: one request per object at mount time, `parallel`×4
-// in flight. Every multipart upload found under the prefix by Check is
-// aborted: one mount owns a prefix. An upload whose abort fails (the store
+// in flight.
+//
+// Leftovers. Several daemons may stage under one prefix (a --cluster job,
+// mounts sharing a namespace), so Check (at mount, and when the drain
+// probes a failed store) removes only what no live daemon can be using:
+// staged keys are <prefix>/.ckptfs-tmp/OWNER/NAME-PID-NONCE-N (OWNER: one
+// per state dir, S3Config::owner; NONCE: this backend object's), and a
+// staged object or multipart upload is a leftover when its OWNER is ours
+// and its NONCE is not (an earlier daemon of this state dir: at most one
+// runs), or, whoever staged it, once it is kStaleStagedSec (an hour) old
+// by LastModified / Initiated (a store that gives neither time keeps
+// other owners' leftovers: a lifecycle rule on .ckptfs-tmp/ is the
+// remedy). Removing every one, as before, let a restarting node abort the
+// upload another node was in the middle of. An upload whose abort fails (the store
 // is down) is remembered and aborted again around the next multipart
 // upload (before it starts and once it completes), so a store that comes
 // back is left clean without a remount.
@@ -382,6 +394,7 @@ class S3Backend final : public Backend {
       : cfg_(cfg),
         root_(cfg.prefix.empty() ? std::string() : cfg.prefix + "/"),
         tmp_root_(root_ + kTmpDir + "/"),
+        stage_root_(tmp_root_ + (cfg.owner.empty() ? std::string() : cfg.owner + "/")),
         sigv4_("aws:amz:" + cfg.region + ":s3"),
         nonce_(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32)) {
     cfg_.parallel = std::max(1, cfg_.parallel);
@@ -416,24 +429,49 @@ class S3Backend final : public Backend {
     if (auto p = s3::ParseListObjectsV2(r.body); !p) return BadReply("check: list", root_, r);
 
     // Writable: a probe object in the staging area.
-    std::string probe = tmp_root_ + UniqueName("probe-");
+    std::string probe = stage_root_ + UniqueName("probe-");
     Request put;
     put.method = "PUT";
     put.key = probe;
     if (auto st = Perform(put, "check: write probe", &r); !st) return st;
     if (auto st = Delete(probe); !st) return st;
 
-    // Leftovers of an earlier daemon: uploads never completed or aborted,
-    // and staged objects never published.
-    if (auto st = AbortLeftoverUploads(); !st) return st;
+    // Leftovers of daemons that are gone (the file comment says how they
+    // are told): uploads never completed or aborted, and staged objects
+    // never published.
+    const int64_t now = static_cast<int64_t>(time(nullptr));
+    if (auto st = AbortLeftoverUploads(now); !st) return st;
     std::vector<std::string> stale;
-    auto st = ListKeys(tmp_root_, [&](const s3::ListedObject& o) { stale.push_back(o.key); });
+    size_t kept = 0;
+    auto st = ListKeys(tmp_root_, [&](const s3::ListedObject& o) {
+      if (Leftover(o.key, o.mtime_sec, now)) {
+        stale.push_back(o.key);
+      } else {
+        kept++;
+      }
+    });
     if (!st) return st;
     if (!stale.empty()) {
       if (auto d = DeleteKeys(stale); !d) return d;
-      LOG_INFO("s3 backend: removed {} leftover staged objects under s3://{}/{}", stale.size(), cfg_.bucket, tmp_root_);
+      LOG_INFO("s3 backend: removed {} leftover staged objects under s3://{}/{}{}", stale.size(), cfg_.bucket,
+               tmp_root_, kept ? fmt::format(" ({} of live daemons kept)", kept) : "");
     }
     return {};
+  }
+
+  // Whether the staged object (or upload) `key`, made at `made_sec` (0:
+  // unknown), is a leftover: see the file comment.
+  bool Leftover(const std::string& key, int64_t made_sec, int64_t now) const {
+    if (key.starts_with(tmp_root_)) {
+      std::string_view rel = std::string_view(key).substr(tmp_root_.size());
+      size_t slash = rel.rfind('/');
+      std::string_view owner = slash == rel.npos ? std::string_view() : rel.substr(0, slash);
+      if (auto n = StagedNonce(slash == rel.npos ? rel : rel.substr(slash + 1))) {
+        if (*n == nonce_) return false;
+        if (!cfg_.owner.empty() && owner == cfg_.owner) return true;
+      }
+    }
+    return made_sec > 0 && made_sec < now - kStaleStagedSec;
   }
 
   Result<Staged> Stage(int src_fd, uint64_t size, const std::function<bool()>& cancelled) override {
@@ -477,7 +515,7 @@ class S3Backend final : public Backend {
     }
     if (!s.token.starts_with("tmp:") || !ValidToken(s.token.substr(4)))
       return Fail(EINVAL, "publish: invalid staged token for", *key);
-    std::string tmp = tmp_root_ + s.token.substr(4);
+    std::string tmp = stage_root_ + s.token.substr(4);
     if (auto st = Copy(tmp, *key, s.size, &meta); !st) return st;
     if (auto st = Delete(tmp); !st)
       LOG_WARN("s3 backend: publish: staged object s3://{}/{} left behind (removed at next mount)", cfg_.bucket, tmp);
@@ -489,9 +527,9 @@ class S3Backend final : public Backend {
       MutexLock lock(&mu_);
       small_.erase(s.token);
     } else if (s.token.starts_with("tmp:") && ValidToken(s.token.substr(4))) {
-      if (auto st = Delete(tmp_root_ + s.token.substr(4)); !st)
+      if (auto st = Delete(stage_root_ + s.token.substr(4)); !st)
         LOG_WARN("s3 backend: abort: staged object s3://{}/{}{} left behind (removed at next mount)", cfg_.bucket,
-                 tmp_root_, s.token.substr(4));
+                 stage_root_, s.token.substr(4));
     }
   }
 
@@ -541,7 +579,7 @@ class S3Backend final : public Backend {
     auto te = Exists(*t);
     if (!te) return Err(te.error());
     if (!*fe || !*te) return Fail(ENOENT, "rename: exchange: missing side of", *f + "' <-> '" + *t);
-    std::string tmp = tmp_root_ + UniqueName("xchg-");
+    std::string tmp = stage_root_ + UniqueName("xchg-");
     if (auto st = Move(*f, tmp); !st) return st;
     if (auto st = Move(*t, *f); !st) return st;
     return Move(tmp, *t);
@@ -1207,7 +1245,7 @@ class S3Backend final : public Backend {
     return {};
   }
 
-  Status AbortLeftoverUploads() {
+  Status AbortLeftoverUploads(int64_t now) {
     std::string key_marker, id_marker;
     size_t aborted = 0;
     for (;;) {
@@ -1228,6 +1266,7 @@ class S3Backend final : public Backend {
       auto page = s3::ParseListMultipartUploads(r.body);
       if (!page) return BadReply("check: list uploads", root_, r);
       for (const auto& u : page->uploads) {
+        if (!Leftover(u.key, u.initiated_sec, now)) continue;
         if (auto st = AbortUpload(u.key, u.upload_id); !st) return st;
         aborted++;
       }
@@ -1344,7 +1383,7 @@ class S3Backend final : public Backend {
     const uint64_t nparts = (size + psize - 1) / psize;
     AbortOrphans();
     std::string name = UniqueName("st-");
-    std::string key = tmp_root_ + name;
+    std::string key = stage_root_ + name;
     auto upload = InitiateUpload(key, {});
     if (!upload) return Err(upload.error());
 
@@ -1583,6 +1622,7 @@ class S3Backend final : public Backend {
   S3Config cfg_;
   const std::string root_;      // "<prefix>/" or "" — every key starts with it
   const std::string tmp_root_;  // "<prefix>/.ckptfs-tmp/"
+  const std::string stage_root_;  // where this backend stages: tmp_root_ + "OWNER/"
   const std::string sigv4_;
   const uint64_t nonce_;
   std::atomic<uint64_t> counter_{0};

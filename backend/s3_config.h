@@ -37,6 +37,11 @@ struct S3Config {
   bool path_style = true;            // https://host/bucket/key; false: https://bucket.host/key
   uint64_t part_size = 16ull << 20;  // staging part size; files up to this size are sent in one PUT
   int parallel = 4;                  // transfers in flight per Stage, Fetch, copy or listing step
+  // Who stages: the same for every daemon of one state dir (one at a time),
+  // different between mounts ("": this process alone). Check removes the
+  // staged objects of this owner's earlier daemons at once, and others'
+  // once kStaleStagedSec old (s3_backend.cc).
+  std::string owner;
 
   // Tuning that tests lower; the defaults suit real stores.
   uint64_t multipart_copy_threshold = 256ull << 20;  // larger objects are copied part by part

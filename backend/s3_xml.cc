@@ -148,7 +148,7 @@ Result<UploadsPage> ParseListMultipartUploads(std::string_view xml) {
   if (url) page.next_key_marker = UrlDecode(page.next_key_marker);
   for (pugi::xml_node c = root.first_child(); c; c = c.next_sibling()) {
     if (c.type() != pugi::node_element || Local(c) != "Upload") continue;
-    Upload u{Text(c, "Key"), Text(c, "UploadId")};
+    Upload u{Text(c, "Key"), Text(c, "UploadId"), ParseIsoTime(Text(c, "Initiated")).value_or(0)};
     if (url) u.key = UrlDecode(u.key);
     if (u.key.empty() || u.upload_id.empty()) return Err(EIO);
     page.uploads.push_back(std::move(u));

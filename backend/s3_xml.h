@@ -39,6 +39,7 @@ struct ListPage {
 // ListMultipartUploadsResult.
 struct Upload {
   std::string key, upload_id;
+  int64_t initiated_sec = 0;  // Initiated, 0 when absent or unparsable
 };
 struct UploadsPage {
   std::vector<Upload> uploads;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "backend/s3_backend.h"
 #include "common/failpoint.h"
@@ -32,8 +33,17 @@
 namespace ckpt::fs {
 namespace {
 
+// Who stages into an S3 backend (S3Config::owner): one per machine and
+// state dir, so a restarted daemon knows its predecessor's leftovers.
+std::string StagingOwner(const std::string& state_dir) {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+  std::string id = std::string(host) + '\n' + state_dir;
+  return fmt::format("{:016x}", XXH3_64bits(id.data(), id.size()));
+}
+
 // Opens the backend `cfg` names and checks it (reachable, writable, leftovers
-// of an earlier daemon cleaned up: staged files, S3 multipart uploads), or
+// of daemons that are gone cleaned up: staged files, S3 multipart uploads), or
 // returns the one-line message for the user. S3 credentials never appear in
 // a message: only the bucket, prefix and endpoint do.
 // `check` false: the backend object only, for a degraded mount (a POSIX
@@ -54,6 +64,7 @@ std::expected<std::unique_ptr<backend::Backend>, std::string> OpenBackend(const 
   std::string why;
   auto s3cfg = backend::LoadS3Config(cfg.backend.bucket, cfg.backend.prefix, cfg.s3_endpoint, &why);
   if (!s3cfg) return std::unexpected("backend " + url + ": " + why);
+  s3cfg->owner = StagingOwner(cfg.state_dir);
   auto be = backend::OpenS3Backend(*s3cfg);
   if (!be) return std::unexpected("cannot open backend " + url + ": " + ErrStr(be.error()));
   if (!check) return std::move(*be);

@@ -60,10 +60,12 @@ if [ "$EXPECT_RESTAGE" = 1 ]; then
   CKPTFS_DRAIN_DELAY_MS=3000 mount_fs --cache-size 1G
   head -c 9M /dev/urandom > "$T/ref7"
   cp "$T/ref7" "$MNT/f7"
-  for _ in $(seq 200); do [ -n "$(ls -A "$BACKEND/.ckptfs-tmp" 2>/dev/null)" ] && break; sleep 0.05; done
+  # Staged files are st-*; lk-* is the daemon's lock (backend/posix_backend.cc).
+  staged() { ls -A "$BACKEND/.ckptfs-tmp" 2>/dev/null | grep -q '^st-'; }
+  for _ in $(seq 200); do staged && break; sleep 0.05; done
   # Nothing staged yet (or already published) would test nothing.
-  [ -n "$(ls -A "$BACKEND/.ckptfs-tmp" 2>/dev/null)" ] || fail "f7 was not found staged in .ckptfs-tmp within 10 s"
-  rm -f "$BACKEND/.ckptfs-tmp/"*
+  staged || fail "f7 was not found staged in .ckptfs-tmp within 10 s"
+  rm -f "$BACKEND/.ckptfs-tmp/"st-*
   "$CKPTFS" drain "$MNT" --timeout 60 || fail "a vanished staged file was not staged again"
   cmp "$T/ref7" "$BACKEND/f7" || fail "f7 differs"
 fi

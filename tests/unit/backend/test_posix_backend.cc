@@ -61,9 +61,12 @@ struct Env {
 
   std::string P(const std::string& rel) const { return root + "/" + rel; }
   std::string Tmp() const { return root + "/" + ckpt::backend::kTmpDir; }
+  // Staged entries (not the backends' lock files, lk-NONCE).
   size_t TmpCount() const {
-    auto it = std::filesystem::directory_iterator(Tmp());
-    return static_cast<size_t>(std::distance(begin(it), end(it)));
+    size_t n = 0;
+    for (const auto& en : std::filesystem::directory_iterator(Tmp()))
+      n += !en.path().filename().string().starts_with("lk-");
+    return n;
   }
 };
 
@@ -247,20 +250,70 @@ Test(posix_backend, stage_short_source_is_eio) {
   cr_assert_eq(e.TmpCount(), 0u);
 }
 
+// Sets the mtime of `p` (not following a symlink) `age` seconds back.
+void Age(const std::string& p, int64_t age) {
+  timespec t[2];
+  clock_gettime(CLOCK_REALTIME, &t[0]);
+  t[0].tv_sec -= age;
+  t[1] = t[0];
+  cr_assert_eq(utimensat(AT_FDCWD, p.c_str(), t, AT_SYMLINK_NOFOLLOW), 0, "%s", p.c_str());
+}
+
+// Entries of no known owner (an older version's names, anything else) are
+// leftovers once an hour old; younger ones may be a live daemon's.
 Test(posix_backend, check_cleans_leftovers) {
   Env e;
   WriteFile(e.Tmp() + "/st-old", "partial");
   std::filesystem::create_directories(e.Tmp() + "/odd/dir");
   WriteFile(e.Tmp() + "/odd/dir/f", "x");
   cr_assert(symlink("nowhere", (e.Tmp() + "/sl-old").c_str()) == 0);
+  WriteFile(e.Tmp() + "/st-young", "maybe in use");
+  for (const char* n : {"/st-old", "/odd", "/sl-old"}) Age(e.Tmp() + n, 3700);
   WriteFile(e.P("keep"), "kept");
   cr_assert(e.be->Check().has_value());
-  cr_assert_eq(e.TmpCount(), 0u);
+  cr_assert_eq(e.TmpCount(), 1u);
+  cr_assert(Exists(e.Tmp() + "/st-young"));
   cr_assert(ReadFile(e.P("keep")) == "kept");
   // A root whose staging area is not a directory is refused.
   std::filesystem::remove_all(e.Tmp());
   WriteFile(e.Tmp(), "");
   cr_assert_eq(e.be->Check().error(), ENOTDIR);
+}
+
+// Two daemons on one backend (a cluster's nodes, mounts sharing it): the
+// Check of one, at its mount or after a backend failure, keeps what the
+// other staged and has not published yet; once the other is gone (its lock
+// released: closed, or killed), its leftovers go at the next Check.
+Test(posix_backend, check_keeps_a_live_daemons_staged_files) {
+  Env e;
+  auto other = ckpt::backend::OpenPosixBackend(e.root);
+  cr_assert(other.has_value());
+  Source src(5000, 17);
+  auto staged = (*other)->Stage(src.fd, src.bytes.size(), kNever);
+  cr_assert(staged.has_value());
+  Age(e.Tmp() + "/" + staged->token, 7200);  // old, but its daemon lives
+  cr_assert(e.be->Check().has_value());
+  cr_assert_eq(e.TmpCount(), 1u);
+  cr_assert((*other)->Publish(*staged, "f", A(0644, 1, 0)).has_value(), "the other's staged file was removed");
+  cr_assert(ReadFile(e.P("f")) == src.bytes);
+  // It stages again and goes away without publishing (a killed daemon's
+  // lock goes the same way: with its file descriptors).
+  staged = (*other)->Stage(src.fd, src.bytes.size(), kNever);
+  cr_assert(staged.has_value());
+  other->reset();
+  cr_assert_eq(e.TmpCount(), 1u);
+  cr_assert(e.be->Check().has_value());
+  cr_assert_eq(e.TmpCount(), 0u);
+  size_t locks = 0;
+  for (const auto& en : std::filesystem::directory_iterator(e.Tmp()))
+    locks += en.path().filename().string().starts_with("lk-");
+  cr_assert_eq(locks, 1u, "the gone daemon's lock file was left (or ours removed)");
+  // A daemon's own staged files survive its own Check (the drain probes a
+  // failed backend with it).
+  auto mine = e.be->Stage(src.fd, src.bytes.size(), kNever);
+  cr_assert(mine.has_value());
+  cr_assert(e.be->Check().has_value());
+  cr_assert(e.be->Publish(*mine, "g", A(0644, 1, 0)).has_value());
 }
 
 Test(posix_backend, mkdir_rmdir_remove) {

@@ -224,20 +224,43 @@ ReportHook(POST_ALL)(struct criterion_global_stats*) {
 
 TestSuite(s3_server, .init = StartServer, .fini = StopServer, .timeout = 120);
 
+// Leftovers (s3_backend.cc "Leftovers"): a daemon of another state dir
+// (another node, another mount) stages under the same prefix and its
+// objects and uploads stay; those of an earlier daemon of this state dir
+// (same owner, another nonce) go at once.
 Test(s3_server, check_ok_and_cleans_leftovers) {
-  auto be = Open(Cfg());
+  S3Config mine = Cfg(), theirs = Cfg();
+  mine.owner = "node-a";
+  theirs.owner = "node-b";
+  auto be = Open(mine);
   cr_assert(be->Check().has_value());
-  // A large staged file never published: what a crashed daemon leaves.
+  // Staged, never published: a large one (a multipart upload, completed at
+  // the end of Stage) and a small one, by a daemon that then dies.
   std::string bytes;
   int fd = SourceFile(12ull << 20, 3, &bytes);
   auto st = be->Stage(fd, bytes.size(), kNever);
   close(fd);
   cr_assert(st.has_value());
   cr_expect_eq(StagedCount(), 1u);
-  auto be2 = Open(Cfg());
+  // The other node's mount, or its probe of a failed store, keeps it.
+  auto other = Open(theirs);
+  cr_assert(other->Check().has_value());
+  cr_expect_eq(StagedCount(), 1u, "another node removed a live daemon's staged object");
+  cr_assert(be->Publish(*st, "f", {0644, 0, 0, false, 1700000000, 0}).has_value());
+  cr_expect_eq(StagedCount(), 0u);
+  // Staged again; the daemon dies; its successor on the same state dir
+  // removes it.
+  fd = SourceFile(12ull << 20, 4, &bytes);
+  st = be->Stage(fd, bytes.size(), kNever);
+  close(fd);
+  cr_assert(st.has_value());
+  be.reset();
+  auto be2 = Open(mine);
   cr_assert(be2->Check().has_value());
   cr_expect_eq(StagedCount(), 0u);
-  cr_expect(ListAll(*be2).empty());
+  auto left = ListAll(*be2);
+  cr_expect_eq(left.size(), 1u);
+  cr_expect(left.count("f"));
 }
 
 Test(s3_server, check_wrong_credentials_is_eacces) {
