@@ -79,7 +79,7 @@ cat "$T/watch.out"
 diff -r --exclude=.ckptfs-tmp "$MNT" "$BACKEND" || fail "backend differs from the mount"
 [ "$(cat "$BACKEND/latest")" = step_6 ] || fail "latest in backend is $(cat "$BACKEND/latest")"
 [ ! -e "$BACKEND/step_1" ] || fail "deleted step_1 still in backend"
-[ -z "$(ls -A "$BACKEND/.ckptfs-tmp")" ] || fail "staging files left behind"
+[ -z "$(staged_left "$BACKEND")" ] || fail "staging files left behind: $(staged_left "$BACKEND")"
 for f in "$MNT"/step_6/*; do
   [ "$(getfattr --only-values -n user.ckptfs.state "$f")" = persisted ] || fail "$f not persisted"
 done

@@ -60,8 +60,7 @@ if [ "$EXPECT_RESTAGE" = 1 ]; then
   CKPTFS_DRAIN_DELAY_MS=3000 mount_fs --cache-size 1G
   head -c 9M /dev/urandom > "$T/ref7"
   cp "$T/ref7" "$MNT/f7"
-  # Staged files are st-*; lk-* is the daemon's lock (backend/posix_backend.cc).
-  staged() { ls -A "$BACKEND/.ckptfs-tmp" 2>/dev/null | grep -q '^st-'; }
+  staged() { staged_left "$BACKEND" | grep -q '^st-'; }
   for _ in $(seq 200); do staged && break; sleep 0.05; done
   # Nothing staged yet (or already published) would test nothing.
   staged || fail "f7 was not found staged in .ckptfs-tmp within 10 s"

@@ -349,6 +349,12 @@ check_log() {
 $bad"
 }
 
+# staged_left BACKEND: what is staged in BACKEND/.ckptfs-tmp, one name a
+# line (not the daemons' lock files, lk-*: backend/posix_backend.cc).
+staged_left() {
+  ls -A "$1/.ckptfs-tmp" 2>/dev/null | grep -v '^lk-' || true
+}
+
 same_bytes() {
   cmp "$1" "$2" || fail "$2 differs from $1"
 }
