@@ -300,6 +300,8 @@ def absolute_rows(r, files):
 def raw_table(r):
     metrics = [
         ("trainer", "save_seconds", "torch.save, long-lived trainer", "s"),
+        ("trainer", "save_user_seconds", "its user CPU (pickling, CRC32)", "s"),
+        ("trainer", "save_sys_seconds", "its system CPU (copying into pages, faulting them in)", "s"),
         ("trainer-b", "save_seconds", "torch.save, long-lived trainer, second group", "s"),
         ("frameworks", "dcp_save_seconds", "DCP save", "s"),
         ("frameworks", "dcp_load_seconds", "DCP load", "s"),
