@@ -650,9 +650,15 @@ void Tier::Remove(uint64_t ino) {
       LOG_ERROR("tier: cannot remove file of ino {}: {}", ino, strerror(errno));
     if (it == files_.end()) return;
     used_ -= it->second.charged;
+    if (it->second.charged >= kFreedNoted) last_freed_ = std::chrono::steady_clock::now();
     files_.erase(it);
   }
   space_cv_.NotifyAll();
+}
+
+std::chrono::steady_clock::time_point Tier::LastFreed() {
+  MutexLock lk(&mu_);
+  return last_freed_;
 }
 
 bool Tier::Has(uint64_t ino) {

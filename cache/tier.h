@@ -149,6 +149,15 @@ class Tier {
   void DropSpares();
   // Bytes held by spares, and how many there are.
   std::pair<uint64_t, size_t> Spares();
+  // When Remove last gave pages back (a file of at least kFreedNoted
+  // bytes): a spare made soon after takes those pages while they are still
+  // backed by the host. On a VM with free page reporting the guest hands
+  // free memory back to the host within seconds, and the first write to a
+  // page taken back faults on the host: a spare made 8 s after a 2 GiB
+  // free was written at 0.8 GB/s, one made at once at 5 GB/s
+  // (docs/benchmarks.md, "Spares from pages just freed").
+  static constexpr uint64_t kFreedNoted = 64u << 20;
+  std::chrono::steady_clock::time_point LastFreed();
 
   // Renames the file under `from` to `to` (replacing it). For start-up
   // recovery, when nothing is pinned.
@@ -296,6 +305,7 @@ class Tier {
     uint64_t bytes;  // allocated
   };
   std::vector<Spare> spares_ GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point last_freed_ GUARDED_BY(mu_){};  // LastFreed
   uint64_t next_spare_ GUARDED_BY(mu_) = 0;
 };
 

@@ -162,8 +162,13 @@ void InodeTable::RefillSpares() {
   {
     MutexLock lk(&mu_);
     // Never beside a save, whichever path it takes, nor in the gap between
-    // two files of one save (64 shards): only after a quiet second.
-    if (writing_files_ > 0 || std::chrono::steady_clock::now() < quiet_since_ + std::chrono::seconds(1)) return;
+    // two files of one save (64 shards): only after a quiet second — or at
+    // once when the tier just gave pages back (a trainer removing its
+    // previous checkpoint), while the host still backs them
+    // (Tier::LastFreed; measured, docs/benchmarks.md).
+    const auto now = std::chrono::steady_clock::now();
+    const bool just_freed = now < tier_->LastFreed() + std::chrono::seconds(1);
+    if (writing_files_ > 0 || (now < quiet_since_ + std::chrono::seconds(1) && !just_freed)) return;
     size = largest_sealed_;
   }
   {

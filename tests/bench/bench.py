@@ -34,6 +34,7 @@ copied; the figure includes touching every 4 KiB page of every tensor, which
 is when the bytes are actually read.
 """
 import argparse
+import json
 import mmap
 import os
 import pickle
@@ -140,6 +141,29 @@ def wait_persisted(paths, timeout=3600):
                 raise TimeoutError(f"{len(left)} files not persisted after {timeout} s")
             time.sleep(0.005)
     return time.perf_counter() - t0
+
+
+def host_reported_kib():
+    """KiB of free memory this VM has reported to its host so far (free
+    page reporting: the host takes those pages back, and the guest's next
+    write to one faults on the host), or None where the kernel does not
+    say."""
+    try:
+        with open("/sys/module/page_reporting/parameters/reported_kib") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def prealloc_ready(d):
+    """The bytes ckptfs holds pre-allocated for the next passthrough
+    writer of the mount `d` (its status, the root's user.ckptfs.status);
+    None where `d` is not the root of a ckptfs mount."""
+    try:
+        st = json.loads(os.getxattr(d, "user.ckptfs.status"))
+    except OSError:
+        return None
+    return st.get("passthrough", {}).get("prealloc_bytes")
 
 
 def _ckptfs_files(d):
@@ -355,11 +379,14 @@ def trainer(gib, reps, dirs):
             name, d = targets[(k + r) % len(targets)]
             path = os.path.join(d, f"step_{r}.pt")
             settle([t[1] for t in targets])
+            spare = prealloc_ready(d)
+            rep0 = host_reported_kib()
             ru0 = resource.getrusage(resource.RUSAGE_SELF)
             t0 = time.perf_counter()
             torch.save(state, path)
             t = time.perf_counter() - t0
             ru1 = resource.getrusage(resource.RUSAGE_SELF)
+            rep1 = host_reported_kib()
             if r > 0:
                 # The process's own CPU: user (pickling, the zip writer's
                 # CRC32: the same for every target) and system (the kernel
@@ -367,6 +394,10 @@ def trainer(gib, reps, dirs):
                 print(f"{name} {r} save_seconds {t:.6f} s", flush=True)
                 print(f"{name} {r} save_user_seconds {ru1.ru_utime - ru0.ru_utime:.6f} s", flush=True)
                 print(f"{name} {r} save_sys_seconds {ru1.ru_stime - ru0.ru_stime:.6f} s", flush=True)
+                if spare is not None:  # what the save found pre-allocated
+                    print(f"{name} {r} prealloc_ready_bytes {spare} B", flush=True)
+                if rep0 is not None:  # free memory the guest handed back to the host meanwhile
+                    print(f"{name} {r} host_reported_mib {(rep1 - rep0) / 1024:.1f} MiB", flush=True)
             prev = os.path.join(d, f"step_{r - 1}.pt")
             if os.path.exists(prev):
                 os.unlink(prev)

@@ -21,6 +21,7 @@
 #   REPS [3]             repetitions (each one measures every target once)
 #   TRAINER_REPS [5]     repetitions of the trainer phase (cheap, and the noisiest: fresh pages
 #                        on this VM cost 0.4 to 3 GB/s from one minute to the next)
+#   TRAINER_ONLY         targets of the trainer phase's first group (default: ckptfs ckptfs-nopt tmpfs disk); set, the second group is skipped
 #   TARGETS [ckptfs ckptfs-nopt ckptfs-huge tmpfs disk rclone]   (ckptfs-nopt: ckptfs -o passthrough=off;
 #                        ckptfs-huge: ckptfs --tier-huge on, the tier on 2 MiB pages;
 #                        with ckptfs, the trainer and frameworks phases also run
@@ -407,9 +408,11 @@ in_turn() {
 # mount. The goal's targets first (phase trainer), then the other ckptfs
 # variants with tmpfs and the disk again (phase trainer-b), each group's
 # ratios taken within it.
+# TRAINER_ONLY="T..." runs the first group with these targets alone.
 phase_trainer() {
-  SHOWN_REPS=$TRAINER_REPS ONLY="ckptfs ckptfs-nopt tmpfs disk" \
+  SHOWN_REPS=$TRAINER_REPS ONLY="${TRAINER_ONLY:-ckptfs ckptfs-nopt tmpfs disk}" \
     in_turn trainer trainer trainer "$TORCH_GIB" "$TRAINER_REPS"
+  [ -z "${TRAINER_ONLY:-}" ] || return 0
   SHOWN_REPS=$TRAINER_REPS ONLY="ckptfs-noyield ckptfs-nouring ckptfs-huge tmpfs disk" \
     in_turn trainer-b trainer trainer "$TORCH_GIB" "$TRAINER_REPS"
 }

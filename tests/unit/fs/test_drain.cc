@@ -423,6 +423,32 @@ Test(drain, auto_spares_cover_a_file_larger_than_half_the_budget) {
                static_cast<unsigned long long>(e.tier->Spares().first));
 }
 
+// A trainer removes its previous checkpoint right after saving the next:
+// the spare is made at once from the pages just freed, not after the quiet
+// second (on a VM the host takes free memory back within seconds, and a
+// spare of such pages is written at a sixth of the speed).
+Test(drain, spare_made_at_once_from_pages_just_freed) {
+  DrainEnv d(256ull << 20);
+  Env& e = *d.env;
+  ckpt::test::FakeBacking fb;
+  e.table->set_backing(&fb);
+  e.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  uint64_t old = e.WriteFile(kRoot, "step1", std::string(80 << 20, 's'));  // past Tier::kFreedNoted
+  d.Start();
+  d.Drain();
+  auto n = e.table->Mknod(kRoot, "step2", S_IFREG | 0644, 0, ckpt::fs::Caller{});
+  auto w = e.table->OpenHandle(n->ino, O_WRONLY | O_TRUNC);
+  cr_assert(w.has_value());
+  e.table->Release(n->ino, O_WRONLY, w->backing_id > 0);
+  e.table->RefillSpares();
+  cr_assert_eq(e.tier->Spares().second, 0u, "a writer closed just now, nothing freed: the quiet second holds");
+  cr_assert(e.table->Unlink(kRoot, "step1").has_value());  // rotated away
+  e.table->Forget(old, 1);
+  e.table->RefillSpares();
+  cr_assert_eq(e.tier->Spares().first, 80u << 20, "no spare right after 80 MiB were freed: %llu",
+               static_cast<unsigned long long>(e.tier->Spares().first));
+}
+
 Test(drain, import_existing_backend_on_first_mount) {
   DrainEnv d;
   stdfs::create_directories(d.root + "/old/step_7");
