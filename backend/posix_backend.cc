@@ -1247,7 +1247,7 @@ class PosixBackend final : public Backend {
   // daemon's and live daemons' entries stay (counted in *kept).
   int RemoveLeftovers(int tmp, size_t* removed, size_t* kept) {
     std::vector<std::string> names;
-    if (int e = ListNames(tmp, &names)) return e;
+    if (int e = ReadNames(tmp, /*at_root=*/false, &names)) return e;
     std::map<uint64_t, std::vector<std::string>> by_owner;
     std::vector<std::string> unowned;
     for (auto& n : names) {
@@ -1392,32 +1392,12 @@ class PosixBackend final : public Backend {
   static int RemoveContents(int dfd, int depth, std::string_view where, size_t* removed) {
     if (depth > kMaxTreeDepth) return ENAMETOOLONG;
     std::vector<std::string> names;
-    if (int e = ListNames(dfd, &names)) return e;
+    if (int e = ReadNames(dfd, /*at_root=*/false, &names)) return e;
     for (const auto& n : names) {
       if (int e = RemoveName(dfd, n, depth)) return e;
       ++*removed;
     }
     return 0;
-  }
-
-  // The names in directory `dfd` (not . and ..).
-  static int ListNames(int dfd, std::vector<std::string>* names) {
-    int dup_fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dup_fd < 0) return errno;
-    DIR* d = fdopendir(dup_fd);
-    if (!d) {
-      int e = errno;
-      close(dup_fd);
-      return e;
-    }
-    errno = 0;
-    while (dirent* de = readdir(d)) {
-      std::string_view n = de->d_name;
-      if (n != "." && n != "..") names->emplace_back(n);
-    }
-    int e = errno;
-    closedir(d);
-    return e;
   }
 
   // Removes `n` from directory `dfd`, a whole tree if it is a directory
