@@ -113,14 +113,22 @@ note "b killed; latest = global_step2 reached the backend $dt s later (member ti
 [ ! -e "$BACKEND/global_step2/shard_b" ] || fail "b's shard of step 2 is in the backend though b was killed"
 for n in a c; do
   [ -f "$BACKEND/global_step2/shard_$n" ] || fail "shard_$n of step 2 missing"
-  status_json "$(node_mnt $n)" | jq_py '
+  # Each node sees b dead at its own next read of the records, and its drain
+  # stops waiting at its next poll (50 ms): a status asked the moment a's
+  # `latest` went through may predate both on c (CI, under TSan).
+  ok=0
+  for _ in $(seq 50); do
+    status_json "$(node_mnt $n)" | jq_py '
 c = j["cluster"]
 m = {x["node"]: x for x in c["members"]}
 assert m["b"]["state"] == "dead", m["b"]
 assert c["lost_count"] == 1, c
 assert c["lost"] == [{"node": "b", "path": "global_step2/shard_b"}], c["lost"]
 assert not c["waiting"], c
-' || fail "node $n's status does not list b dead with its lost shard"
+' 2> "$T/status-$n.err" && { ok=1; break; }
+    sleep 0.1
+  done
+  [ "$ok" = 1 ] || { cat "$T/status-$n.err"; fail "node $n's status does not list b dead with its lost shard"; }
   "$CKPTFS" status "$(node_mnt $n)" | grep -q "lost: b: global_step2/shard_b" || fail "status text of $n: no lost line"
 done
 note "a and c list b dead, global_step2/shard_b lost"
