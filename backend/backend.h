@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/text.h"
 
 namespace ckpt::backend {
 
@@ -59,12 +60,12 @@ inline constexpr size_t kMaxRecordBytes = 1 << 20;
 // this old (Check; see each backend's file comment).
 inline constexpr int64_t kStaleStagedSec = 3600;
 
-// 1 to 16 lower-case hex digits, or nullopt.
+// 1 to 16 hex digits, or nullopt.
 inline std::optional<uint64_t> Hex64(std::string_view h) {
   if (h.empty() || h.size() > 16) return std::nullopt;
   uint64_t v = 0;
   for (char c : h) {
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    int d = HexValue(c);
     if (d < 0) return std::nullopt;
     v = v << 4 | static_cast<uint64_t>(d);
   }
@@ -75,12 +76,12 @@ inline std::optional<uint64_t> Hex64(std::string_view h) {
 // backend object draws its nonce at random and names what it stages so);
 // nullopt for other names.
 inline std::optional<uint64_t> StagedNonce(std::string_view name) {
-  auto hex = Hex64;
   size_t n = name.rfind('-');
   size_t nonce = n == 0 || n == name.npos ? name.npos : name.rfind('-', n - 1);
   size_t pid = nonce == 0 || nonce == name.npos ? name.npos : name.rfind('-', nonce - 1);
-  if (pid == name.npos || !hex(name.substr(n + 1)) || !hex(name.substr(pid + 1, nonce - pid - 1))) return std::nullopt;
-  return hex(name.substr(nonce + 1, n - nonce - 1));
+  if (pid == name.npos || !Hex64(name.substr(n + 1)) || !Hex64(name.substr(pid + 1, nonce - pid - 1)))
+    return std::nullopt;
+  return Hex64(name.substr(nonce + 1, n - nonce - 1));
 }
 
 // What a staged upload produced, passed back to Publish or Abort.

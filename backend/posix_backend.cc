@@ -807,7 +807,7 @@ class PosixBackend final : public Backend {
       return Fail(e, "rmdir: open", Show(path));
     }
     size_t removed = 0;
-    if (int e = RemoveContents(dir.get(), 0, path, &removed)) {
+    if (int e = RemoveContents(dir.get(), 0, &removed)) {
       if (e == ENAMETOOLONG) return Refuse(e, "rmdir", path, "tree too deep");
       return Fail(e, "rmdir: remove tree", Show(path));
     }
@@ -1277,7 +1277,8 @@ class PosixBackend final : public Backend {
       if (owner == nonce_) continue;
       std::string lock = fmt::format("{}{:x}", kLockPrefix, owner);
       std::erase(list, lock);
-      Fd fd(openat(tmp, lock.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+      // O_NONBLOCK: a FIFO planted under that name must not stall the mount.
+      Fd fd(openat(tmp, lock.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
       int e = !fd.ok() ? errno : flock(fd.get(), LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
       if (e == 0) {
         // Gone: its entries, then its lock file (unlinked while held).
@@ -1389,7 +1390,7 @@ class PosixBackend final : public Backend {
   // Removes everything in the directory open as `dfd`, through descriptors:
   // symlinks are unlinked, never followed. 0 or an errno (ENAMETOOLONG past
   // kMaxTreeDepth levels). `*removed` counts top-level entries.
-  static int RemoveContents(int dfd, int depth, std::string_view where, size_t* removed) {
+  static int RemoveContents(int dfd, int depth, size_t* removed) {
     if (depth > kMaxTreeDepth) return ENAMETOOLONG;
     std::vector<std::string> names;
     if (int e = ReadNames(dfd, /*at_root=*/false, &names)) return e;
@@ -1413,7 +1414,7 @@ class PosixBackend final : public Backend {
         return errno;
       }
       size_t ignored = 0;
-      if (int e = RemoveContents(sub.get(), depth + 1, "", &ignored)) return e;
+      if (int e = RemoveContents(sub.get(), depth + 1, &ignored)) return e;
       if (unlinkat(dfd, n.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) return 0;
       if (errno != ENOTEMPTY || tries > 4) return errno;  // refilled meanwhile: again
     }

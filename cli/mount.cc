@@ -19,7 +19,6 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <cstdio>
 #include <cstring>
@@ -30,18 +29,13 @@
 #include "fs/metrics.h"
 #include "common/log.h"
 #include "common/spawn.h"
+#include "common/text.h"
 #include "fs/daemon.h"
 
 namespace ckpt::cli {
 namespace {
 
 namespace stdfs = std::filesystem;
-
-std::string HexHash(const std::string& s) {
-  char buf[17];
-  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits(s.data(), s.size())));
-  return buf;
-}
 
 std::string DefaultStateDir(const std::string& mnt) {
   std::string base;

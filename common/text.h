@@ -3,7 +3,10 @@
 // Pure functions, thread-safe; nothing here allocates more than its result.
 #pragma once
 
+#include <xxhash.h>
+
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -22,6 +25,17 @@ constexpr int HexValue(char c) {
 
 // `n` bytes at `p` as 2n lower-case hex digits.
 std::string HexLower(const void* p, size_t n);
+
+// A 64-bit hash (XXH3) of `s` as 16 lower-case hex digits: stable names
+// derived from paths (state and tier dirs, node and staging owner ids).
+// Inline, so that only its callers link libxxhash (not the GPU host
+// library, which shares this file).
+inline std::string HexHash(std::string_view s) {
+  uint64_t h = XXH3_64bits(s.data(), s.size());
+  std::string r(16, '0');
+  for (int i = 15; i >= 0; i--, h >>= 4) r[i] = kHexLower[h & 15];
+  return r;
+}
 
 // Percent-decoding: every "%HH" becomes its byte; a '%' not followed by two
 // hex digits is kept as it is. With `plus_is_space` (form encoding, and S3's

@@ -365,14 +365,14 @@ void Cluster::ReadRecords() {
       // A version 1 record (ms): the start of its millisecond, which errs
       // on the safe side for both (an older heartbeat, an earlier gate).
       const bool us = j.contains("heartbeat_us");
-      auto time = [&](const char* f_us, const char* f_ms) -> std::optional<int64_t> {
+      auto us_field = [&](const char* f_us, const char* f_ms) -> std::optional<int64_t> {
         const Json& v = us ? j.at(f_us) : j.at(f_ms);
         if (v.is_null()) return std::nullopt;
         return us ? v.get<int64_t>() : v.get<int64_t>() * kUsPerMs;
       };
-      r.heartbeat_us = time("heartbeat_us", "heartbeat_ms").value();
-      r.watermark_us = time("watermark_us", "watermark_ms").value();
-      r.oldest_gate_us = time("oldest_gate_us", "oldest_gate_ms");
+      r.heartbeat_us = us_field("heartbeat_us", "heartbeat_ms").value();
+      r.watermark_us = us_field("watermark_us", "watermark_ms").value();
+      r.oldest_gate_us = us_field("oldest_gate_us", "oldest_gate_ms");
       r.unpersisted = j.at("unpersisted").get<uint64_t>();
       r.paths = j.at("paths").get<std::vector<std::string>>();
     } catch (const std::exception& e) {

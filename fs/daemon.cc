@@ -22,11 +22,11 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <xxhash.h>
 
 #include "backend/s3_backend.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "fs/memory_watch.h"
 #include "fs/reply_yield.h"
 
@@ -38,8 +38,7 @@ namespace {
 std::string StagingOwner(const std::string& state_dir) {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
-  std::string id = std::string(host) + '\n' + state_dir;
-  return fmt::format("{:016x}", XXH3_64bits(id.data(), id.size()));
+  return HexHash(std::string(host) + '\n' + state_dir);
 }
 
 // Opens the backend `cfg` names and checks it (reachable, writable, leftovers

@@ -22,6 +22,9 @@ Test(text, hex) {
   const unsigned char b[] = {0x00, 0x7f, 0xab, 0xff};
   cr_expect_eq(HexLower(b, sizeof b), std::string("007fabff"));
   cr_expect_eq(HexLower(b, 0), std::string());
+  // XXH3-64, zero-padded: the names derived from paths stay what they were.
+  cr_expect_eq(HexHash(""), std::string("2d06800538d394c2"));
+  cr_expect_eq(HexHash("/var/lib/ckptfs/x"), std::string("6bbf83de0eb139e8"));
 }
 
 Test(text, percent_decode) {
