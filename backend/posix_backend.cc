@@ -1100,10 +1100,21 @@ class PosixBackend final : public Backend {
   }
 
   // A permanent error for one entry: one warning line with the path.
+  // One warning per refusal, not one per retry: the drain retries a
+  // refused entry while it holds at it (fs/drain.h), and says so itself.
   std::unexpected<int> Refuse(int e, std::string_view op, const std::string& rel, std::string_view why) const {
-    LOG_WARN("posix backend: {} '{}': {}: {}", op, Show(rel), why, ErrStr(e));
+    std::string line = fmt::format("posix backend: {} '{}': {}: {}", op, Show(rel), why, ErrStr(e));
+    std::lock_guard lk(refused_mu_);
+    if (line == last_refusal_) {
+      LOG_DEBUG("{}", line);
+    } else {
+      LOG_WARN("{}", line);
+      last_refusal_ = std::move(line);
+    }
     return Err(e);
   }
+  mutable std::mutex refused_mu_;
+  mutable std::string last_refusal_;  // the last refusal warned of (under refused_mu_)
 
   static uint64_t Nonce() {
     std::random_device rd;

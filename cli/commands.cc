@@ -107,11 +107,31 @@ std::string Eta(double seconds) {
   return fmt::format("{:02d}:{:02d}:{:02d}", t / 3600, t / 60 % 60, t % 60);
 }
 
+// Prints on stderr each file that the status lists as failed or lost (the
+// backend does not hold it) and returns how many there are.
+int ReportNotPersisted(const Json& j) {
+  const Json& f = Obj(j, "failed");
+  uint64_t failed = U64(f, "count");
+  uint64_t lost = j.contains("lost_count") ? U64(j, "lost_count") : 0;
+  if (auto it = f.find("first"); it != f.end() && it->is_array())
+    for (const Json& e : *it)
+      if (e.is_object())
+        fprintf(stderr, "  failed: %s: %s\n", EscapeName(Str(e, "path")).c_str(), EscapeName(Str(e, "reason")).c_str());
+  if (auto it = j.find("lost"); it != j.end() && it->is_array())
+    for (const Json& l : *it)
+      if (l.is_string()) fprintf(stderr, "  lost: %s\n", EscapeName(l.get<std::string>()).c_str());
+  return static_cast<int>(std::min<uint64_t>(failed + lost, 1u << 30));
+}
+
 // Waits until everything logged when it started is in the backend. Returns
 // 0 when done, 1 on timeout or when the mount is read-only (the drain stops
 // then, fs/drain.h: waiting would never end), with a message that ends in
 // `read_only_hint`.
 int WaitDrained(const std::string& mnt, double timeout_s, const std::string& read_only_hint) {
+  const int64_t started_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  bool retry_asked = false;
   Json j = StatusOrDie(mnt);
   uint64_t target = U64(Obj(j, "drain"), "head_seq");
   bool tty = isatty(STDERR_FILENO);
@@ -149,8 +169,37 @@ int WaitDrained(const std::string& mnt, double timeout_s, const std::string& rea
       fprintf(stderr, "%s\n", line.c_str());
       last_plain = elapsed;
     }
+    // Held at a refusal at or before the target: no waiting ends that
+    // but an operator's fix or skip, so once the drain has tried it again
+    // since this command began (asked to at once: the fix may be done),
+    // say so.
+    const auto h = dr.find("held");
+    const bool held = !done && h != dr.end() && h->is_object() && U64(*h, "seq") <= target;
+    if (held && !retry_asked) {
+      retry_asked = true;
+      (void)setxattr(mnt.c_str(), fs::kRetryXattr, "1", 1, 0);  // EPERM for others: they wait for the timer
+    }
+    if (held && static_cast<int64_t>(U64(*h, "tried_ms")) >= started_ms) {
+      if (tty) fprintf(stderr, "\n");
+      fprintf(stderr,
+              "ckptfs: the drain holds at %s: the backend refuses it for good (%s); %llu entries wait behind it. "
+              "Fix the backend (it is retried) or give the file up with `ckptfs skip %s %s`\n",
+              EscapeName(Str(*h, "path")).c_str(), EscapeName(Str(*h, "reason")).c_str(),
+              static_cast<unsigned long long>(U64(*h, "behind")), EscapeName(mnt).c_str(),
+              EscapeName(Str(*h, "path")).c_str());
+      return 1;
+    }
     if (done) {
       if (tty) fprintf(stderr, "\n");
+      // Applied is not persisted: files refused (skipped) or lost are named,
+      // and the drain fails until they are healed or `ckptfs lost --clear`.
+      if (int bad = ReportNotPersisted(j); bad > 0) {
+        fprintf(stderr,
+                "ckptfs: drain: %d files are not in the backend (above); the rest closed before the drain began "
+                "is persisted. `ckptfs lost %s --clear` forgets them once dealt with\n",
+                bad, EscapeName(mnt).c_str());
+        return 1;
+      }
       fprintf(stderr, "drain: everything closed before the drain began is persisted (%.1f s)\n", elapsed);
       return 0;
     }
@@ -517,7 +566,15 @@ int CmdStatus(const std::string& mnt_in, bool json) {
            Bool(d, "yielding") ? "waiting for a save now" : "not waiting",
            static_cast<unsigned long long>(n), Dbl(d, "yielded_s"),
            static_cast<unsigned long long>(U64(d, "yield_ms")));
-  if (Bool(d, "in_error") && Str(d, "last_error").rfind("drain stopped", 0) == 0) {
+  if (auto h = d.find("held"); h != d.end() && h->is_object()) {
+    // Order first: a refused file holds every later one (docs/operations.md).
+    const std::string since = LocalTime(static_cast<int64_t>(U64(*h, "since")) * 1000000000);
+    printf("held       the backend refuses %s for good (%s) since %s; %llu entries wait behind it: fix the "
+           "backend (it is retried) or `ckptfs skip %s %s`\n",
+           EscapeName(Str(*h, "path")).c_str(), EscapeName(Str(*h, "reason")).c_str(), since.c_str(),
+           static_cast<unsigned long long>(U64(*h, "behind")), EscapeName(mnt).c_str(),
+           EscapeName(Str(*h, "path")).c_str());
+  } else if (Bool(d, "in_error") && Str(d, "last_error").rfind("drain stopped", 0) == 0) {
     printf("error      %s\n", EscapeName(Str(d, "last_error")).c_str());
   } else if (Bool(d, "in_error")) {
     // Since when the backend has not answered (status is read on a bad day).
@@ -550,6 +607,32 @@ int CmdStatus(const std::string& mnt_in, bool json) {
     }
   if (lost > 10)
     printf("  ... %llu more: ckptfs lost %s\n", static_cast<unsigned long long>(lost - 10), EscapeName(mnt).c_str());
+  return 0;
+}
+
+int CmdSkip(const std::string& mnt_in, const std::string& path_in) {
+  std::string mnt = CheckedMount(mnt_in);
+  std::string rel = path_in;
+  if (!rel.empty() && rel[0] == '/') {  // absolute: inside the mount
+    std::string abs = stdfs::path(rel).lexically_normal().string();
+    if (abs.size() <= mnt.size() + 1 || abs.compare(0, mnt.size(), mnt) != 0 || abs[mnt.size()] != '/')
+      Die(EscapeName(path_in) + " is not inside " + EscapeName(mnt));
+    rel = abs.substr(mnt.size() + 1);
+  }
+  Json j = StatusOrDie(mnt);
+  const Json& dr = Obj(j, "drain");
+  auto h = dr.find("held");
+  if (h == dr.end() || !h->is_object())
+    Die("the drain of " + EscapeName(mnt) + " holds at nothing: there is nothing to skip");
+  if (Str(*h, "path") != rel)
+    Die("the drain holds at " + EscapeName(Str(*h, "path")) + ", not at " + EscapeName(rel) + ": nothing skipped");
+  if (setxattr(mnt.c_str(), fs::kSkipXattr, rel.data(), rel.size(), 0) != 0) {
+    int e = errno;
+    if (e == ENOENT) Die("the drain no longer holds at " + EscapeName(rel) + " (retried with success, or skipped)");
+    Die("cannot skip " + EscapeName(rel) + ": " + ErrStr(e) +
+        (e == EPERM ? " (only root or the mount's owner may)" : ""));
+  }
+  printf("%s: skipped; recorded as failed (not in the backend), the drain goes on\n", EscapeName(rel).c_str());
   return 0;
 }
 

@@ -77,6 +77,10 @@ int CmdLs(const std::string& mnt_in, bool json);
 // drains after all (with --wait: waits as `ckptfs drain` does).
 int CmdPersist(const std::string& path, bool wait);
 int CmdLatest(const std::string& mnt_in, bool persisted);
+// ckptfs skip MNT PATH: the drain holds at PATH (the backend refuses it for
+// good); the operator gives it up: it is recorded as failed and the drain
+// goes on. PATH as status names it, or absolute inside MNT.
+int CmdSkip(const std::string& mnt_in, const std::string& path);
 
 // ckptfs history: STATE_DIR/history.csv (and the rotated .1) as a table,
 // or as CSV.

@@ -116,6 +116,11 @@ int main(int argc, char** argv) {
   auto* drain = app.add_subcommand("drain", "wait until everything closed so far is persisted");
   drain->add_option("mountpoint", target)->required();
   drain->add_option("--timeout", timeout_s, "give up after SECONDS (exit 1)")->check(CLI::NonNegativeNumber);
+  std::string skip_path;
+  auto* skip = app.add_subcommand("skip", "give up on the file the drain holds at (the backend refuses it for good)");
+  skip->add_option("mountpoint", target)->required();
+  skip->add_option("path", skip_path, "the held file, as `ckptfs status` names it (relative to the mount)")
+      ->required();
   auto* lost = app.add_subcommand("lost", "list every file lost at a node reboot (or clear the list)");
   lost->add_option("mountpoint", target)->required();
   lost->add_flag("--json", json, "machine-readable output");
@@ -210,6 +215,7 @@ int main(int argc, char** argv) {
     if (*drain) return CmdDrain(target, timeout_s);
     if (*status) return CmdStatus(target, json);
     if (*lost) return CmdLost(target, json, clear);
+    if (*skip) return CmdSkip(target, skip_path);
   } catch (const std::exception& e) {
     // Nothing should throw here; if something does, one line, not an abort.
     fprintf(stderr, "ckptfs: internal error: %s\n", RedactUserinfo(e.what()).c_str());

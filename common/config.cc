@@ -327,6 +327,12 @@ std::expected<void, std::string> TakeOwnOptions(std::string* fuse_opts, Config* 
       if (o.cluster) cfg->cluster_opts_given = true;
       taken = true;
     }
+    if (opt.starts_with("on_refusal=")) {
+      const std::string v = opt.substr(11);
+      if (v != "hold" && v != "skip") return std::unexpected("-o " + EscapeName(opt) + ": want on_refusal=hold or on_refusal=skip");
+      cfg->refusal_skip = v == "skip";
+      taken = true;
+    }
     if (taken) continue;
     // Cross-node ordering (names are checked with the command line's).
     if (opt.starts_with("cluster=")) {

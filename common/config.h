@@ -43,6 +43,11 @@ struct Config {
   // and the scheduler may move each caller to an idle CPU
   // (fs/reply_yield.h).
   bool reply_yield = true;
+  // -o on_refusal=hold|skip: an entry the backend refuses for good holds
+  // the drain until it is fixed or `ckptfs skip` (hold, the default), or
+  // is marked failed at once and the drain goes on (skip: liveness before
+  // order). Reported the same way either way (fs/drain.h).
+  bool refusal_skip = false;
   // --tier-huge on|off (-o tier_huge=): the tier directory becomes a tmpfs
   // of its own with huge pages (cache/tier_mount.h). Off by default: on the
   // VMs measured, saves into fresh 2 MiB pages were slower (docs/benchmarks.md).

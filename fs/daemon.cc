@@ -246,6 +246,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->tier->set_evictor([table](uint64_t need) { return table->Evict(need); });
   d->tier->set_wait_limit(std::chrono::minutes(10));
   d->drainer = std::make_unique<Drainer>(d->table.get(), d->backend.get(), 4);
+  d->drainer->set_refusal_skip(d->cfg.refusal_skip);
   d->space_waiter = std::make_unique<SpaceWaiter>();
   d->fetcher = std::make_unique<SpaceWaiter>(4);
   d->copier = std::make_unique<SpaceWaiter>(2);

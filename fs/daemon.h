@@ -78,6 +78,12 @@ inline constexpr char kLostXattrPrefix[] = "user.ckptfs.lost.";      // + page n
 inline constexpr char kCheckpointsXattrPrefix[] = "user.ckptfs.checkpoints.";  // + page: `ckptfs ls`
 inline constexpr char kReleaseXattr[] = "user.ckptfs.release";  // setxattr "1": release the tier at exit
 inline constexpr char kLostClearXattr[] = "user.ckptfs.lost.clear";  // setxattr: clears it
+// setxattr PATH (relative to the mount): `ckptfs skip`, the drain gives up
+// on the entry it holds at (InodeTable::RequestSkip).
+inline constexpr char kSkipXattr[] = "user.ckptfs.skip";
+// setxattr "1": the drain retries a held entry now (`ckptfs drain` after
+// the operator fixed the backend waits for no backoff timer).
+inline constexpr char kRetryXattr[] = "user.ckptfs.retry";
 // setxattr on a file or directory in a memory-only checkpoint: `ckptfs
 // persist` (InodeTable::PersistCheckpoint).
 inline constexpr char kPersistXattr[] = "user.ckptfs.persist";

@@ -208,6 +208,13 @@ void Drainer::Run() {
       MutexLock lk(&mu_);
       Schedule(window);
     }
+    if (table_->SkipRequested(window.front().seq)) {  // `ckptfs skip`: the operator gives up on it
+      auto held = table_->Held();
+      std::string why = "skipped by the operator (refused: " + (held ? held->reason : std::string("?")) + ")";
+      if (int err = FailHead(window.front(), why); err != 0 && !stop_) Backoff();
+      else NoteSuccess();
+      continue;
+    }
     int err = ApplyHead(window.front(), window);
     if (err == EINPROGRESS) {
       // A version sealed by an fsync while a passthrough writer still has
@@ -217,7 +224,14 @@ void Drainer::Run() {
       SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(20));
       continue;
     }
-    if (err != 0 && !stop_ && IsPermanent(err)) err = FailHead(window.front(), err);
+    if (err != 0 && !stop_ && IsPermanent(err)) {
+      if (!refusal_skip_) {
+        HoldHead(window.front(), err);
+        Backoff();
+        continue;
+      }
+      err = FailHead(window.front(), fmt::format("{}: {}", meta::LogOpName(window.front().op), strerror(err)));
+    }
     if (err == 0) {
       NoteSuccess();
     } else if (!stop_) {
@@ -264,20 +278,49 @@ bool Drainer::DropJob(const LogEntry& e) {
   return true;
 }
 
-int Drainer::FailHead(const LogEntry& e, int err) {
-  // Retrying cannot help, and waiting would hold back every later entry
-  // for good (a user's unholdable name stopping root's checkpoint): the
-  // entry is recorded as failed and the drain goes on. The backend then
-  // misses that one change, which status, the log and the file's state
-  // (`failed`) say.
+int Drainer::FailHead(const LogEntry& e, const std::string& reason) {
+  // -o on_refusal=skip (retrying cannot help, and the mount prefers
+  // liveness), or the operator's `ckptfs skip`: the entry is recorded as
+  // failed and the drain goes on. The backend then misses that one change,
+  // which status, the log, the file's state (`failed`) and every waiter
+  // whose range covers it (EIO) say.
   if (!DropJob(e)) return ECANCELED;
-  std::string reason = fmt::format("{}: {}", meta::LogOpName(e.op), strerror(err));
-  LOG_ERROR("drain: seq {} {} '{}' refused by backend {} for good ({}); marked failed, the drain goes on", e.seq,
-            meta::LogOpName(e.op), e.path, backend_->Describe(), strerror(err));
+  LOG_ERROR("drain: seq {} {} '{}' not applied to backend {}: {}; marked failed, the drain goes on", e.seq,
+            meta::LogOpName(e.op), e.path, backend_->Describe(), reason);
   if (auto st = table_->FailEntry(e, reason); !st) return st.error();
   MutexLock lk(&mu_);
   stats_.entries_failed++;
   return 0;
+}
+
+void Drainer::HoldHead(const LogEntry& e, int err) {
+  // Order first: nothing after a refused entry reaches the backend without
+  // it (a `latest` past a missing shard). The entry stays at the head and
+  // is retried with backoff, so an operator who fixes the backend needs
+  // do nothing more; `ckptfs skip` gives up on it.
+  std::string reason = fmt::format("{}: {}", meta::LogOpName(e.op), strerror(err));
+  table_->HoldEntry(e, reason);
+  MutexLock lk(&mu_);
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (held_seq_ != e.seq || held_reason_ != reason) {  // once per entry and reason, not per retry
+    held_seq_ = e.seq;
+    held_reason_ = reason;
+    LOG_ERROR("drain: seq {} {} '{}' refused by backend {} for good ({}); the drain holds here, later entries wait: "
+              "fix the backend (retried with backoff) or give it up with `ckptfs skip MOUNTPOINT PATH`",
+              e.seq, meta::LogOpName(e.op), e.path, backend_->Describe(), strerror(err));
+    if (!stats_.in_error) stats_.error_since = now;
+  }
+  stats_.retries++;
+  stats_.in_error = true;
+  stats_.last_error = fmt::format("held: {} '{}' refused for good: {}", meta::LogOpName(e.op), e.path, strerror(err));
+  stats_.last_error_time = now;
+}
+
+void Drainer::Kick() {
+  MutexLock lk(&mu_);
+  kick_ = true;
+  cv_.NotifyAll();
 }
 
 int Drainer::ApplyPersist(const LogEntry& e) {
@@ -517,7 +560,10 @@ void Drainer::HoldReadOnly(const std::string& why) {
 void Drainer::Backoff() {
   backoff_ms_ = backoff_ms_ == 0 ? 100 : std::min(backoff_ms_ * 2, 10000);
   MutexLock lk(&mu_);
-  SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(backoff_ms_));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(backoff_ms_);
+  while (!stop_ && !kick_ && cv_.WaitUntil(&mu_, deadline)) {
+  }
+  kick_ = false;
 }
 
 }  // namespace ckpt::fs

@@ -9,10 +9,13 @@
 // created and removed again with nothing moved out of it in between.
 //
 // Errors from the backend are retried with exponential backoff (100 ms to
-// 10 s), one log line per episode; nothing is dropped — except an entry the
-// backend refuses for good (IsPermanent: a name it cannot hold, a symlink
-// where a directory should be), which is recorded as failed so the entries
-// after it still drain. While the mount is read-only (a metadata write
+// 10 s), one log line per episode; nothing is dropped. An entry the backend
+// refuses for good (IsPermanent: a name it cannot hold, a directory where
+// the file goes) holds the drain (-o on_refusal=hold, the default): it is
+// retried with the same backoff, every later entry waits behind it (order
+// first: no `latest` past a missing shard), and the waiters it covers are
+// told EIO; `ckptfs skip` fails it, recorded, and the drain goes on. With
+// -o on_refusal=skip it is failed at once. While the mount is read-only (a metadata write
 // failed: InodeTable::ReadOnlyReason) nothing is applied or staged: no
 // progress could be recorded, so every round would upload the same files
 // again; the drain waits, once logged, for the next mount to resume it.
@@ -65,8 +68,9 @@ struct DrainStats {
 };
 
 // Is a backend error one that no retry can fix for this entry? Then the
-// entry is marked failed (InodeTable::FailEntry) and the drain goes on;
-// every other error is retried with backoff, for ever.
+// drain holds at it (or, with -o on_refusal=skip, marks it failed and goes
+// on); every other error is retried with backoff, for ever, in silence
+// after its first log line.
 bool IsPermanent(int err);
 
 // The nice value of the threads that copy bytes to the backend.
@@ -90,6 +94,12 @@ class Drainer {
   // Saves first: a stager starts no transfer while `hold()` is true, polled
   // every 10 ms (fs/save_activity.h says when, and bounds it). Before Start.
   void set_yield(std::function<bool()> hold) { hold_ = std::move(hold); }
+  // What a refusal for good does (-o on_refusal=): hold the drain at the
+  // refused entry (false, the default) or fail it and go on (true).
+  // Before Start.
+  void set_refusal_skip(bool skip) { refusal_skip_ = skip; }
+  // Ends a backoff now (an operator's `ckptfs skip` waits for no timer).
+  void Kick();
   // Stops the threads; safe to call twice.
   void Stop();
 
@@ -126,8 +136,11 @@ class Drainer {
   // Waits for the entry's staging job, if any, and drops it (aborting what
   // it staged). False if the drainer stops meanwhile.
   bool DropJob(const meta::LogEntry& e);
-  // Records the head entry as failed and removes it from the log.
-  int FailHead(const meta::LogEntry& e, int err);
+  // Records the head entry as failed (`reason`) and removes it from the log.
+  int FailHead(const meta::LogEntry& e, const std::string& reason);
+  // The head entry is refused for good (`err`) and the drain holds at it
+  // (InodeTable::HoldEntry); logged once per entry, shown in Stats.
+  void HoldHead(const meta::LogEntry& e, int err);
   int ApplyNamespace(const meta::LogEntry& e);
   // Waits until the cluster lets entry `e` reach the backend (at once
   // without a cluster). False if the drainer stops meanwhile.
@@ -150,6 +163,10 @@ class Drainer {
   std::function<bool()> hold_;  // set_yield; empty: never
   int yielding_ GUARDED_BY(mu_) = 0;  // stagers in YieldToSaves now
   const int parallel_;
+  bool refusal_skip_ = false;  // set_refusal_skip
+  bool kick_ GUARDED_BY(mu_) = false;  // Kick: the backoff ends now
+  uint64_t held_seq_ GUARDED_BY(mu_) = 0;  // the entry HoldHead last logged
+  std::string held_reason_ GUARDED_BY(mu_);  // and why
 
   // Lock order: mu_, then InodeTable's.
   Mutex mu_;

@@ -511,7 +511,8 @@ Status InodeTable::SyncToBackend(uint64_t ino, bool wait) {
   auto seq = SyncSeal(ino);
   if (!seq) return Err(seq.error());
   if (!wait) return {};
-  return WaitApplied(*seq) ? Status{} : Err(EIO);
+  if (int err = WaitApplied(*seq, ino); err != 0) return Err(err);
+  return {};
 }
 
 uint64_t InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {

@@ -624,7 +624,7 @@ void ckpt_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi
     auto seq = d->table->SyncSeal(ino, d->cfg.fsync == FsyncMode::kBackend);
     if (!seq) return (void)fuse_reply_err(req, seq.error());
     if (d->cfg.fsync != FsyncMode::kBackend) return (void)fuse_reply_err(req, 0);
-    d->table->WhenApplied(*seq, [req](int err) { fuse_reply_err(req, err); });
+    d->table->WhenApplied(*seq, ino, [req](int err) { fuse_reply_err(req, err); });
   });
 }
 
@@ -720,7 +720,14 @@ void ckpt_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
-void ckpt_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) { fuse_reply_err(req, 0); }
+// fsync of a directory: with --fsync=backend, waits (as a file's fsync
+// does) until every change logged so far — the directory's own entries
+// among them — is in the backend, and says EIO if one of them is not.
+void ckpt_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
+  Daemon* d = D(req);
+  if (d->cfg.fsync != FsyncMode::kBackend) return (void)fuse_reply_err(req, 0);
+  d->table->WhenApplied(d->table->LoggedSeq(), 0, [req](int err) { fuse_reply_err(req, err); });
+}
 
 void ckpt_statfs(fuse_req_t req, fuse_ino_t ino) {
   TuneOnce(req);
@@ -755,13 +762,28 @@ void ReplyXattr(fuse_req_t req, const std::string& v, size_t size) {
 void ckpt_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
   LOG_DEBUG("setxattr(ino={}, name={})", ino, name);
   Guard(req, [&] {
-    const bool control = ino == meta::kRootIno && (strcmp(name, kLostClearXattr) == 0 || strcmp(name, kReleaseXattr) == 0);
-    if (control) {  // `ckptfs lost --clear`, `ckptfs umount`: the daemon's user only
+    const bool control = ino == meta::kRootIno && (strcmp(name, kLostClearXattr) == 0 ||
+                                                   strcmp(name, kReleaseXattr) == 0 || strcmp(name, kSkipXattr) == 0 ||
+                                                   strcmp(name, kRetryXattr) == 0);
+    if (control) {  // `ckptfs lost --clear`, `ckptfs umount`, `ckptfs skip`: the daemon's user only
       uid_t uid = fuse_req_ctx(req)->uid;
       if (uid != 0 && uid != geteuid()) return (void)fuse_reply_err(req, EPERM);
       if (strcmp(name, kReleaseXattr) == 0) {
         D(req)->release_tier = size == 1 && value[0] == '1';
         return (void)fuse_reply_err(req, 0);
+      }
+      if (strcmp(name, kRetryXattr) == 0) {
+        D(req)->drainer->Kick();
+        return (void)fuse_reply_err(req, 0);
+      }
+      if (strcmp(name, kSkipXattr) == 0) {
+        auto r = D(req)->table->RequestSkip(std::string_view(value, size));
+        if (r) {
+          LOG_WARN("skip: the operator gives up on '{}': the drain marks it failed and goes on",
+                   EscapeName(std::string_view(value, size)));
+          D(req)->drainer->Kick();
+        }
+        return (void)fuse_reply_err(req, r ? 0 : r.error());
       }
       auto r = D(req)->table->ClearLost();
       return (void)fuse_reply_err(req, r ? 0 : r.error());

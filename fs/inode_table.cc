@@ -739,6 +739,9 @@ Result<std::string> InodeTable::GetXattr(uint64_t ino, std::string_view name) {
   if (!n) return Err(ENOENT);
   if (name == kStateXattr) {
     if (!S_ISREG(n->rec.mode)) return Err(ENODATA);
+    // The version the drain holds at (refused for good, retried): `held`.
+    if (held_ && held_->ino == ino && held_->version == n->rec.version && n->rec.state != DataState::kPersisted)
+      return std::string("held");
     return std::string(meta::DataStateName(n->rec.state));
   }
   if (name == kIoXattr) {

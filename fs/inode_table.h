@@ -130,6 +130,19 @@ struct FailedEntry {
   std::string reason;
 };
 
+// The entry the drain holds at (InodeTable::HoldEntry): the backend
+// refuses it for good and the entries after it wait.
+struct HeldEntry {
+  uint64_t seq = 0;
+  uint64_t ino = 0;
+  uint64_t version = 0;
+  std::string path;
+  std::string reason;
+  int64_t since = 0;   // unix seconds: the first refusal
+  int64_t tried_ms = 0; // unix ms: the last refusal (retries go on)
+  uint64_t behind = 0; // entries waiting behind it
+};
+
 // Names at the mount root that the daemon keeps for itself: the backend's
 // staging area (.ckptfs-tmp) and probes. Creating one is EPERM.
 inline constexpr char kReservedRootPrefix[] = ".ckptfs";
@@ -286,11 +299,16 @@ class InodeTable {
   // `keep` (fsync=backend): a version sealed under a passthrough writer is
   // copied aside, so the drain need not wait for the writer's close.
   [[nodiscard]] Result<uint64_t> SyncSeal(uint64_t ino, bool keep = false);
-  // Calls fn(0) once every entry up to `seq` is applied, or fn(EIO) at
-  // Shutdown; at once (on this thread) if that is already so. fn runs
-  // without the table's lock held, on whichever thread applied the entry,
-  // so a FUSE request can wait for the backend without holding a worker.
-  void WhenApplied(uint64_t seq, std::function<void(int err)> fn);
+  // Calls fn with the outcome once every entry up to `seq` is applied: 0
+  // if each of them reached the backend (or was undone by later history),
+  // EIO if one that was pending when fn was registered failed, was lost
+  // or was skipped by the operator, if the drain holds at a refusal at or
+  // before `seq` (HoldEntry: answered at once, not when it ends), if
+  // inode `ino` (0: none) is in state failed, or at Shutdown. At once (on
+  // this thread) if that is already known. fn runs without the table's
+  // lock held, on whichever thread applied the entry, so a FUSE request
+  // can wait for the backend without holding a worker.
+  void WhenApplied(uint64_t seq, uint64_t ino, std::function<void(int err)> fn);
   // Does anyone wait in WhenApplied (an fsync with --fsync=backend)?
   bool DurabilityAwaited();
 
@@ -355,8 +373,24 @@ class InodeTable {
   // in the backend): how many, and the paths of the first `max`, oldest
   // first (fs/cluster.h records them).
   std::pair<uint64_t, std::vector<std::string>> UnpersistedFiles(size_t max) EXCLUDES(mu_);
-  // Waits until every entry up to `seq` is applied. False on shutdown.
-  bool WaitApplied(uint64_t seq);
+  // Waits as WhenApplied does and returns its outcome (0 or EIO).
+  int WaitApplied(uint64_t seq, uint64_t ino = 0);
+
+  // ---- A refusal holds the drain (-o on_refusal=hold, the default) ----
+  // The backend refused the head entry `e` for good: it stays in the log
+  // (retried with backoff by the drain), every later entry waits behind
+  // it, and the waiters whose range covers it are told EIO now. Called
+  // again at each retry that is refused (the first call's time is kept).
+  void HoldEntry(const meta::LogEntry& e, std::string_view reason);
+  // The entry the drain holds at, if any.
+  std::optional<HeldEntry> Held();
+  // `ckptfs skip MNT PATH`: the operator gives up on the held entry,
+  // which must name `path` (ENOENT otherwise: nothing held there). The
+  // drain then fails it (FailEntry, reason "skipped by the operator") and
+  // goes on.
+  [[nodiscard]] Status RequestSkip(std::string_view path);
+  // Did the operator ask to skip the held entry `seq`?
+  bool SkipRequested(uint64_t seq);
   // Wakes every waiter; further waits return false.
   void Shutdown();
 
@@ -474,10 +508,9 @@ class InodeTable {
   // Callbacks to run after the table's lock is released: declared before
   // the lock_guard, so its destructor runs after the unlock.
   struct DueCallbacks {
-    int err = 0;
-    std::vector<std::function<void(int)>> fns;
+    std::vector<std::pair<std::function<void(int)>, int>> fns;  // each with its outcome
     ~DueCallbacks() {
-      for (auto& f : fns) f(err);
+      for (auto& [f, err] : fns) f(err);
     }
   };
   // Sets applied_seq_ and moves the waiters it satisfies to `due`.
@@ -797,7 +830,23 @@ class InodeTable {
   bool shutdown_ GUARDED_BY(mu_) = false;
   ckpt::CondVar log_cv_;      // the log gained entries (with mu_)
   ckpt::CondVar applied_cv_;  // applied_seq_ advanced (with mu_)
-  std::multimap<uint64_t, std::function<void(int)>> applied_waiters_ GUARDED_BY(mu_);  // by seq
+  // fsync=backend waiters by seq; `floor`: applied_seq_ when registered
+  // (the outcomes after it are theirs), `ino`: the fsync's file.
+  struct AppliedWaiter {
+    uint64_t floor = 0;
+    uint64_t ino = 0;
+    std::function<void(int)> fn;
+  };
+  std::multimap<uint64_t, AppliedWaiter> applied_waiters_ GUARDED_BY(mu_);
+  // Seqs applied without their change reaching the backend (failed, lost,
+  // skipped), kept while a waiter registered before them may ask.
+  std::set<uint64_t> bad_seqs_ GUARDED_BY(mu_);
+  std::optional<HeldEntry> held_ GUARDED_BY(mu_);
+  uint64_t skip_requested_ GUARDED_BY(mu_) = 0;  // seq of the held entry to skip
+  // A waiter's outcome now that its seq is applied (or the drain holds).
+  int WaiterOutcome(uint64_t seq, const AppliedWaiter& w) REQUIRES(mu_);
+  // Answers the waiters whose range covers the held entry with EIO.
+  void FailWaitersCovering(uint64_t seq, DueCallbacks* due) REQUIRES(mu_);
   ckpt::CondVar fetch_cv_;                                                             // a fetch finished (with mu_)
 };
 

@@ -11,17 +11,33 @@
 
 namespace ckpt::fs {
 
-void InodeTable::WhenApplied(uint64_t seq, std::function<void(int err)> fn) {
+void InodeTable::WhenApplied(uint64_t seq, uint64_t ino, std::function<void(int err)> fn) {
   int err = 0;
   {
     MutexLock lk(&mu_);
-    if (applied_seq_ < seq && !shutdown_) {
-      applied_waiters_.emplace(seq, std::move(fn));
+    AppliedWaiter w{applied_seq_, ino, nullptr};
+    const bool held = held_ && held_->seq <= seq;
+    if (applied_seq_ < seq && !shutdown_ && !held) {
+      w.fn = std::move(fn);
+      applied_waiters_.emplace(seq, std::move(w));
       return;
     }
-    err = applied_seq_ >= seq ? 0 : EIO;
+    err = held || applied_seq_ < seq ? EIO : WaiterOutcome(seq, w);
   }
   fn(err);
+}
+
+int InodeTable::WaiterOutcome(uint64_t seq, const AppliedWaiter& w) {
+  // Every entry in (floor, seq] was pending when the waiter came: one that
+  // did not reach the backend makes its answer EIO. An older failure was
+  // someone else's answer; the file's own state says if it is one of them.
+  auto bad = bad_seqs_.upper_bound(w.floor);
+  if (bad != bad_seqs_.end() && *bad <= seq) return EIO;
+  if (w.ino != 0) {
+    Inode* n = Find(w.ino);
+    if (n && n->rec.state == DataState::kFailed) return EIO;
+  }
+  return 0;
 }
 
 bool InodeTable::DurabilityAwaited() {
@@ -31,11 +47,62 @@ bool InodeTable::DurabilityAwaited() {
 
 void InodeTable::AdvanceApplied(uint64_t seq, DueCallbacks* due) {
   applied_seq_ = seq;
+  if (held_ && held_->seq <= seq) held_.reset();  // applied, failed or skipped: the drain goes on
   logged_at_.erase(logged_at_.begin(), logged_at_.upper_bound(seq));
   applied_cv_.NotifyAll();
   auto end = applied_waiters_.upper_bound(seq);
-  for (auto it = applied_waiters_.begin(); it != end; ++it) due->fns.push_back(std::move(it->second));
+  for (auto it = applied_waiters_.begin(); it != end; ++it)
+    due->fns.emplace_back(std::move(it->second.fn), WaiterOutcome(it->first, it->second));
   applied_waiters_.erase(applied_waiters_.begin(), end);
+  // Outcomes no waiter can ask for any more: those at or below every
+  // remaining waiter's floor.
+  uint64_t floor = applied_seq_;
+  for (auto& [s, w] : applied_waiters_) floor = std::min(floor, w.floor);
+  bad_seqs_.erase(bad_seqs_.begin(), bad_seqs_.upper_bound(floor));
+}
+
+void InodeTable::FailWaitersCovering(uint64_t seq, DueCallbacks* due) {
+  for (auto it = applied_waiters_.lower_bound(seq); it != applied_waiters_.end();) {
+    if (it->second.floor < seq) {
+      due->fns.emplace_back(std::move(it->second.fn), EIO);
+      it = applied_waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void InodeTable::HoldEntry(const LogEntry& e, std::string_view reason) {
+  DueCallbacks due;  // the waiters it covers: EIO, once mu_ is released
+  MutexLock lk(&mu_);
+  if (log_.empty() || log_.front().seq != e.seq) return;  // applied meanwhile
+  const int64_t now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  if (!held_ || held_->seq != e.seq) held_ = HeldEntry{e.seq, e.ino, e.version, e.path, "", now_ms / 1000, 0, 0};
+  held_->reason = std::string(reason);
+  held_->tried_ms = now_ms;
+  FailWaitersCovering(e.seq, &due);
+}
+
+std::optional<HeldEntry> InodeTable::Held() {
+  MutexLock lk(&mu_);
+  if (!held_) return std::nullopt;
+  HeldEntry h = *held_;
+  h.behind = log_.empty() ? 0 : log_.size() - 1;
+  return h;
+}
+
+Status InodeTable::RequestSkip(std::string_view path) {
+  MutexLock lk(&mu_);
+  if (!held_ || held_->path != path) return Err(ENOENT);
+  skip_requested_ = held_->seq;
+  return {};
+}
+
+bool InodeTable::SkipRequested(uint64_t seq) {
+  MutexLock lk(&mu_);
+  return skip_requested_ != 0 && skip_requested_ == seq;
 }
 
 void InodeTable::AppendLog(Batch* b, LogEntry e, std::vector<LogEntry>* out) {
@@ -139,6 +206,7 @@ void InodeTable::AbortPersist(const LogEntry& e) {
 
 void InodeTable::RecordLost(const LogEntry& e, std::string_view reason) {
   MutexLock lk(&mu_);
+  bad_seqs_.insert(e.seq);  // its waiters are told EIO when it completes
   tier_->Remove(cache::SnapKey(e.ino, e.version));
   if (std::find(lost_.begin(), lost_.end(), e.path) != lost_.end()) return;  // listed at start-up
   Batch b;
@@ -174,6 +242,8 @@ Status InodeTable::FailEntry(const LogEntry& e, std::string_view reason) {
   if (auto st = Commit(b); !st) return st;
   if (current) n->rec.state = r.state;
   failed_[next_failed_++] = FailedEntry{e.path, std::string(reason)};
+  bad_seqs_.insert(e.seq);
+  if (skip_requested_ == e.seq) skip_requested_ = 0;
   log_.pop_front();
   AdvanceApplied(e.seq, &due);
   if (e.op == LogOp::kPersist) {
@@ -198,9 +268,13 @@ Status InodeTable::ClearLost() {
   Batch b;
   auto del = [&](uint64_t seq, std::string_view, std::string_view) { MetaStore::DeleteLost(&b, seq); };
   if (auto st = store_->ForEachLost(del); !st) return st;
+  // The failed list too: the operator has seen what the backend lacks
+  // (`ckptfs drain` names both until they are cleared or healed).
+  for (auto& [seq, f] : failed_) MetaStore::DeleteFailed(&b, seq);
   if (auto st = Commit(b); !st) return st;
-  LOG_INFO("lost list cleared ({} entries)", lost_.size());
+  LOG_INFO("lost and failed lists cleared ({} and {} entries)", lost_.size(), failed_.size());
   lost_.clear();
+  failed_.clear();
   return {};
 }
 
@@ -259,6 +333,18 @@ Status InodeTable::CompleteEntry(const LogEntry& e) {
   MetaStore::DeleteLog(&b, e.seq);
   MetaStore::PutCounter(&b, kAppliedCounter, e.seq);
   if (auto st = Commit(b); !st) return st;
+  // A failed file removed from the mount since: the backend, which never
+  // had it, agrees with the mount again.
+  std::vector<uint64_t> healed;
+  if (e.op == LogOp::kUnlink)
+    for (auto& [seq, f] : failed_)
+      if (f.path == e.path) healed.push_back(seq);
+  if (!healed.empty()) {
+    Batch hb;
+    for (uint64_t seq : healed) MetaStore::DeleteFailed(&hb, seq);
+    if (auto st = Commit(hb); st)
+      for (uint64_t seq : healed) failed_.erase(seq);
+  }
   log_.pop_front();
   superseded_.erase(e.seq);
   AdvanceApplied(e.seq, &due);
@@ -298,17 +384,29 @@ std::pair<uint64_t, std::vector<std::string>> InodeTable::UnpersistedFiles(size_
   return out;
 }
 
-bool InodeTable::WaitApplied(uint64_t seq) {
-  MutexLock lk(&mu_);
-  while (applied_seq_ < seq && !shutdown_) applied_cv_.Wait(&mu_);
-  return applied_seq_ >= seq;
+int InodeTable::WaitApplied(uint64_t seq, uint64_t ino) {
+  struct Answer {
+    Mutex mu;
+    CondVar cv;
+    bool done = false;
+    int err = 0;
+  };
+  auto a = std::make_shared<Answer>();  // the callback may outlive this frame's return by a moment
+  WhenApplied(seq, ino, [a](int err) {
+    MutexLock lk(&a->mu);
+    a->err = err;
+    a->done = true;
+    a->cv.NotifyAll();
+  });
+  MutexLock lk(&a->mu);
+  while (!a->done) a->cv.Wait(&a->mu);
+  return a->err;
 }
 
 void InodeTable::Shutdown() {
   DueCallbacks due;  // runs after the lock is released: waiters get EIO
-  due.err = EIO;
   MutexLock lk(&mu_);
-  for (auto& [seq, fn] : applied_waiters_) due.fns.push_back(std::move(fn));
+  for (auto& [seq, w] : applied_waiters_) due.fns.emplace_back(std::move(w.fn), EIO);
   applied_waiters_.clear();
   shutdown_ = true;
   log_cv_.NotifyAll();

@@ -55,6 +55,11 @@ std::string StatusJson(Daemon* d) {
     return Json{{"files", ds.files[i]}, {"bytes", ds.bytes[i]}};
   };
 
+  // The entry the drain holds at (refused for good), null when none.
+  Json held = nullptr;
+  if (auto h = d->table->Held())
+    held = Json{{"seq", h->seq},     {"path", h->path},   {"reason", h->reason},
+                {"since", h->since}, {"tried_ms", h->tried_ms}, {"behind", h->behind}};
   std::vector<std::string> lost_all = d->table->LostFiles();
   Json lost = Json::array();
   size_t bytes = 0;
@@ -141,7 +146,9 @@ std::string StatusJson(Daemon* d) {
         {"in_error", dr.in_error},
         {"last_error", dr.last_error},
         {"last_error_time", dr.last_error_time},
-        {"error_since", dr.error_since}}},
+        {"error_since", dr.error_since},
+        {"on_refusal", d->cfg.refusal_skip ? "skip" : "hold"},
+        {"held", held}}},
       {"lost", std::move(lost)},
       {"lost_count", lost_all.size()},
       {"failed", {{"count", failed_all.size()}, {"first", std::move(failed)}}},
@@ -223,6 +230,8 @@ std::string StatusJson(Daemon* d) {
     for (const char* k : {"mountpoint", "backend", "state_dir", "tier_dir", "read_only"})
       j[k] = Shorten(j[k].get<std::string>(), kStatusStringMax);
     j["drain"]["last_error"] = Shorten(j["drain"]["last_error"].get<std::string>(), kStatusStringMax);
+    if (j["drain"]["held"].is_object())
+      j["drain"]["held"]["path"] = Shorten(j["drain"]["held"]["path"].get<std::string>(), kStatusStringMax);
     out = Dump(j);
   }
   return out;

@@ -153,9 +153,20 @@ struct DrainEnv {
     env.reset();
     stdfs::remove_all(root);
   }
-  void Start() {
+  // `refusal_skip`: -o on_refusal=skip (a refusal fails its entry at once).
+  void Start(bool refusal_skip = false) {
     drainer = std::make_unique<ckpt::fs::Drainer>(env->table.get(), be.get(), 4);
+    drainer->set_refusal_skip(refusal_skip);
     drainer->Start();
+  }
+  // Waits until the drain holds at an entry (a refusal for good).
+  ckpt::fs::HeldEntry WaitHeld(int timeout_s = 20) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    for (;;) {
+      if (auto h = env->table->Held()) return *h;
+      cr_assert(std::chrono::steady_clock::now() < until, "the drain did not hold at the refused entry");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
   // Waits until the log is empty (everything applied or skipped).
   void Drain(int timeout_s = 20) {
@@ -521,9 +532,111 @@ Test(drain, published_but_not_committed_survives_a_reboot) {
   cr_assert_eq(e.table->Lookup(kRoot, "latest").error(), ENOENT);
 }
 
-// An entry the backend refuses for good (here ENAMETOOLONG, as for a path
-// past the backend's PATH_MAX) is marked failed; everything after it still
-// drains, in order, and the failure is listed and shown in the file's state.
+// Outcome of an fsync=backend wait, run to its end (or a 20 s timeout).
+static int WaitOutcome(Env& e, uint64_t seq, uint64_t ino) {
+  std::atomic<int> got{-1};
+  e.table->WhenApplied(seq, ino, [&](int err) { got = err; });
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (got < 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return got;
+}
+
+// Issue #27: a refusal for good holds the drain (the default): the entries
+// after it stay in the log (`latest` never reaches the backend without the
+// shard), the waiters whose range covers it are told EIO, not 0, and once
+// the backend takes it, everything drains in order.
+Test(drain, refusal_holds_the_drain_and_fails_its_waiters) {
+  DrainEnv d;
+  Env& e = *d.env;
+  d.flaky->refuse_prefix = "step1/shard";
+  d.flaky->refuse_err = EISDIR;
+  uint64_t dir = e.Mkdir(kRoot, "step1");
+  uint64_t shard = e.WriteFile(dir, "shard0.pt", "shard");
+  uint64_t shard_seq = e.table->LoggedSeq();
+  std::atomic<int> shard_fsync{-1};
+  e.table->WhenApplied(shard_seq, shard, [&](int err) { shard_fsync = err; });  // pending before the refusal
+  e.WriteFile(kRoot, "latest", "step1");
+  uint64_t latest_seq = e.table->LoggedSeq();
+  d.Start();
+  auto h = d.WaitHeld();
+  cr_assert_eq(h.path, "step1/shard0.pt");
+  cr_assert_eq(h.seq, shard_seq);
+  cr_assert_neq(h.reason.find("Is a directory"), std::string::npos, "%s", h.reason.c_str());
+  cr_assert_geq(h.behind, 1u, "latest waits behind the shard");
+  for (int i = 0; i < 200 && shard_fsync < 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  cr_assert_eq(shard_fsync.load(), EIO, "the refused shard's fsync: %d", shard_fsync.load());
+  cr_assert_eq(WaitOutcome(e, latest_seq, 0), EIO, "a wait past the held entry is answered EIO at once");
+  auto x = e.table->GetXattr(shard, ckpt::fs::kStateXattr);
+  cr_assert(x && *x == "held", "state xattr: %s", x ? x->c_str() : "?");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // retries go on, and hold
+  cr_assert_not(d.Exists("latest"), "latest reached the backend past a refused shard");
+  cr_assert(e.table->FailedEntries().empty(), "a held entry is not failed");
+  cr_assert(d.drainer->Stats().in_error);
+  // The operator fixes the backend: the retry publishes both, in order.
+  d.flaky->refuse_err = 0;
+  d.drainer->Kick();
+  d.Drain(30);
+  cr_assert_eq(d.Read("step1/shard0.pt"), "shard");
+  cr_assert_eq(d.Read("latest"), "step1");
+  cr_assert_not(e.table->Held().has_value());
+  cr_assert_eq(WaitOutcome(e, latest_seq, 0), 0, "once applied, the wait succeeds");
+  std::lock_guard lk(d.flaky->mu);
+  auto at = [&](const std::string& what) {
+    return std::find(d.flaky->order.begin(), d.flaky->order.end(), what) - d.flaky->order.begin();
+  };
+  cr_assert_lt(at("put step1/shard0.pt"), at("put latest"), "the shard before latest");
+  cr_assert_lt(at("put latest"), static_cast<long>(d.flaky->order.size()), "latest published");
+}
+
+// `ckptfs skip`: the operator gives up on the held entry; it is recorded as
+// failed (state, list, EIO to its waiters) and the drain goes on.
+Test(drain, operator_skip_fails_the_held_entry_and_goes_on) {
+  DrainEnv d;
+  Env& e = *d.env;
+  d.flaky->refuse_prefix = "bad";
+  d.flaky->refuse_err = ENAMETOOLONG;
+  uint64_t bad = e.WriteFile(kRoot, "bad.pt", "refused");
+  e.WriteFile(kRoot, "good.pt", "accepted");
+  d.Start();
+  d.WaitHeld();
+  cr_assert_eq(e.table->RequestSkip("good.pt").error(), ENOENT, "only the held entry can be skipped");
+  cr_assert(e.table->RequestSkip("bad.pt").has_value());
+  d.drainer->Kick();
+  d.Drain(30);
+  cr_assert_eq(d.Read("good.pt"), "accepted");
+  auto failed = e.table->FailedEntries();
+  cr_assert_eq(failed.size(), 1u);
+  cr_assert_neq(failed[0].reason.find("skipped by the operator"), std::string::npos, "%s", failed[0].reason.c_str());
+  cr_assert_eq(e.table->GetAttr(bad)->state, ckpt::meta::DataState::kFailed);
+  cr_assert_eq(WaitOutcome(e, e.table->LoggedSeq(), bad), EIO, "an fsync of the skipped file says EIO");
+  cr_assert(e.table->ClearLost().has_value());
+  cr_assert(e.table->FailedEntries().empty(), "lost --clear forgets the failed list too");
+}
+
+// A version lost from the tier before it drained: its waiter is told EIO
+// (the drain completes the entry as lost); an outcome from before a waiter
+// came is not that waiter's.
+Test(drain, lost_version_answers_its_waiter_eio) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t ino = e.WriteFile(kRoot, "gone.pt", "bytes");
+  uint64_t seq = e.table->LoggedSeq();
+  std::atomic<int> got{-1};
+  e.table->WhenApplied(seq, ino, [&](int err) { got = err; });
+  e.tier->Remove(ino);  // the tier file is gone (as at a node reboot)
+  d.Start();
+  d.Drain(30);
+  for (int i = 0; i < 200 && got < 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  cr_assert_eq(got.load(), EIO, "the lost version's fsync: %d", got.load());
+  cr_assert_eq(e.table->LostFiles().size(), 1u);
+  e.WriteFile(kRoot, "next.pt", "later");
+  cr_assert_eq(WaitOutcome(e, e.table->LoggedSeq(), 0), 0, "a later wait is not answered with an old loss");
+}
+
+// -o on_refusal=skip: an entry the backend refuses for good (here
+// ENAMETOOLONG, as for a path past the backend's PATH_MAX) is marked
+// failed; everything after it still drains, in order, and the failure is
+// listed and shown in the file's state.
 Test(drain, permanent_refusal_fails_one_entry_and_the_drain_goes_on) {
   DrainEnv d;
   Env& e = *d.env;
@@ -534,7 +647,7 @@ Test(drain, permanent_refusal_fails_one_entry_and_the_drain_goes_on) {
   e.WriteFile(dir, "inside.pt", "under a refused directory");
   e.WriteFile(kRoot, "good.pt", "accepted");
   e.WriteFile(kRoot, "latest", "step");
-  d.Start();
+  d.Start(/*refusal_skip=*/true);
   d.Drain(30);  // fails the test if the drain wedges on the refused entries
   cr_assert_eq(d.Read("good.pt"), "accepted");
   cr_assert_eq(d.Read("latest"), "step");
@@ -560,7 +673,7 @@ Test(drain, permanent_refusal_fails_one_entry_and_the_drain_goes_on) {
   cr_assert_eq(e.table->GetAttr(bad)->state, ckpt::meta::DataState::kFailed);
   d.flaky->refuse_err = 0;
   e.Overwrite(bad, "accepted now");
-  d.Start();
+  d.Start(/*refusal_skip=*/true);
   d.Drain(30);
   cr_assert_eq(d.Read("bad.pt"), "accepted now");
   for (auto& f : e.table->FailedEntries()) cr_assert_neq(f.path, "bad.pt");
