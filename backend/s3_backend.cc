@@ -162,22 +162,89 @@ Verdict ClassifyCurl(int curl_code) {
   }
 }
 
+namespace {
+
+// What an S3 error code means here, whatever the HTTP status it came with
+// (S3 sends several transient errors as 400). From the Amazon S3 API
+// Reference, "Error responses" (its list of error codes), plus the
+// throttling codes that other AWS services and S3-compatible stores send.
+// `retry`: the same request may succeed if sent again after a backoff;
+// `err`: the errno when it is not (or no longer) retried. The drainer
+// retries every errno but the permanent ones (backend.h): EIO, EACCES and
+// ENOENT are transient there, ENAMETOOLONG, EFBIG and EINVAL are not.
+struct CodeRule {
+  std::string_view code;
+  bool retry;
+  int err;
+};
+constexpr CodeRule kCodeRules[] = {
+    // The store, the network or the clock: the same request can succeed.
+    {"InternalError", true, EIO},
+    {"ServiceUnavailable", true, EIO},
+    {"SlowDown", true, EIO},
+    {"OperationAborted", true, EIO},  // a conflicting operation on the key is under way
+    {"RequestTimeout", true, EIO},    // the connection sat idle too long
+    {"IncompleteBody", true, EIO},    // fewer bytes arrived than Content-Length
+    {"BadDigest", true, EIO},         // the body was corrupted in flight: send it again
+    {"XAmzContentSHA256Mismatch", true, EIO},
+    {"ExpiredToken", true, EIO},          // the session token expired (renewed keys need a remount: docs/s3.md)
+    {"TokenRefreshRequired", true, EIO},  // likewise
+    {"RequestTimeTooSkewed", true, EIO},  // this host's clock is 15 min or more off (Perform warns)
+    {"Throttling", true, EIO},
+    {"ThrottlingException", true, EIO},
+    {"RequestLimitExceeded", true, EIO},
+    {"TooManyRequests", true, EIO},
+    // A multipart completion whose part list the store refuses: the same
+    // list fails the same way, so it is not sent again; EIO (transient),
+    // so the upload is aborted and the drainer's retry of the entry stages
+    // or copies again with a new upload, which can succeed.
+    {"InvalidPart", false, EIO},
+    {"InvalidPartOrder", false, EIO},
+    // The upload is gone: an abort is then done (AbortUpload); a
+    // completion checks whether an earlier attempt completed it, and is
+    // EIO otherwise (CompleteUpload); a part upload fails its Stage with
+    // ENOENT, transient, and the retry stages again.
+    {"NoSuchUpload", false, ENOENT},
+    // Refusals: sending again cannot help.
+    {"AccessDenied", false, EACCES},
+    {"AccountProblem", false, EACCES},
+    {"AllAccessDisabled", false, EACCES},
+    {"InvalidAccessKeyId", false, EACCES},
+    {"InvalidSecurity", false, EACCES},
+    {"InvalidToken", false, EACCES},
+    {"NotSignedUp", false, EACCES},
+    {"SignatureDoesNotMatch", false, EACCES},
+    {"NoSuchBucket", false, ENOENT},
+    {"NoSuchKey", false, ENOENT},
+    {"KeyTooLongError", false, ENAMETOOLONG},
+    {"EntityTooLarge", false, EFBIG},
+    {"EntityTooSmall", false, EINVAL},
+    {"InvalidObjectName", false, EINVAL},  // Ceph RGW's
+    {"InvalidArgument", false, EINVAL},
+    {"InvalidRequest", false, EINVAL},
+    {"InvalidRange", false, EINVAL},
+    {"InvalidDigest", false, EINVAL},
+    {"MalformedXML", false, EINVAL},
+    {"MetadataTooLarge", false, EINVAL},
+    {"NotImplemented", false, ENOTSUP},
+    {"MethodNotAllowed", false, ENOTSUP},
+};
+
+}  // namespace
+
 Verdict ClassifyHttp(long status, std::string_view code) {
   if (status >= 200 && status < 300 && code.empty()) return {false, 0};
-  if (code == "SlowDown" || code == "RequestTimeout" || code == "InternalError" || code == "ServiceUnavailable" ||
-      code == "OperationAborted")
-    return {true, EIO};
+  for (const auto& r : kCodeRules)
+    if (r.code == code) return {r.retry, r.err};
+  // A code not in the table (or none: a HEAD has no body): the status.
   if (status == 429 || status == 408 || (status >= 500 && status != 501)) return {true, EIO};
-  if (code == "AccessDenied" || code == "InvalidAccessKeyId" || code == "SignatureDoesNotMatch" ||
-      code == "ExpiredToken" || code == "InvalidToken" || code == "AllAccessDisabled")
-    return {false, EACCES};
-  if (code == "NoSuchBucket" || code == "NoSuchKey" || code == "NoSuchUpload") return {false, ENOENT};
-  if (code == "NotImplemented" || code == "MethodNotAllowed" || status == 501 || status == 405) return {false, ENOTSUP};
   switch (status) {
     case 400:
     case 416: return {false, EINVAL};
     case 403: return {false, EACCES};
     case 404: return {false, ENOENT};
+    case 405:
+    case 501: return {false, ENOTSUP};
     default: return {false, EIO};
   }
 }
@@ -885,6 +952,7 @@ class S3Backend final : public Backend {
     std::string sha = Sha256Hex(req.body);
     Verdict v;
     std::string reason;
+    bool skew_logged = false;
     for (int attempt = 1;; attempt++) {
       if (attempt > 1) {
         if (!Sleep(s3::BackoffMs(attempt - 1, static_cast<uint64_t>(cfg_.retry_base_ms), kBackoffCapMs, Unit()),
@@ -960,6 +1028,12 @@ class S3Backend final : public Backend {
         }
         if (!failed) return {};
         v = s3::ClassifyHttp(out->status, out->error_code);
+        if (out->error_code == "RequestTimeTooSkewed" && !skew_logged) {
+          skew_logged = true;  // once per request: the final failure has its own line
+          LOG_WARN("s3 backend: {} s3://{}/{}: the store says this host's clock is 15 minutes or more off "
+                   "(RequestTimeTooSkewed); retrying, but the clock needs fixing (NTP)",
+                   what, cfg_.bucket, req.key);
+        }
         reason = "HTTP " + std::to_string(out->status) + (out->error_code.empty() ? "" : " " + out->error_code);
       }
       if (v.err == ECANCELED) return Err(ECANCELED);

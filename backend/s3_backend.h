@@ -34,10 +34,15 @@
 // for every listing), never ENOENT.
 //
 // Every request is retried (exponential backoff with full jitter) on
-// connection errors, timeouts, 5xx, 429 and SlowDown, up to max_attempts,
-// then fails with EIO; other 4xx fail at once: 403 → EACCES, 404 → ENOENT,
-// 400 → EINVAL. Each failure is logged once with bucket, key and HTTP
-// status; credentials and signatures never reach the log.
+// connection errors, timeouts and the transient S3 error codes (SlowDown,
+// RequestTimeout, BadDigest, ExpiredToken... whatever their HTTP status),
+// up to max_attempts, then fails with EIO; a refusal fails at once with
+// the errno its code gives (KeyTooLongError → ENAMETOOLONG, EntityTooLarge
+// → EFBIG, AccessDenied → EACCES, NoSuchKey → ENOENT...: the table in
+// s3_backend.cc). A reply without a code known there goes by its HTTP
+// status: 5xx, 429 and 408 retried, 403 → EACCES, 404 → ENOENT, 400 →
+// EINVAL. Each failure is logged once with bucket, key and HTTP status;
+// credentials and signatures never reach the log.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -84,7 +89,8 @@ struct Verdict {
 };
 // From a curl result code (CURLcode as int); CURLE_OK → success.
 Verdict ClassifyCurl(int curl_code);
-// From an HTTP status and the S3 error code of its body (may be empty).
+// From an HTTP status and the S3 error code of its body (may be empty):
+// by the code where s3_backend.cc's table has it, else by the status.
 Verdict ClassifyHttp(long status, std::string_view error_code);
 
 // The backoff before attempt `attempt` (1 = the first retry): a uniform

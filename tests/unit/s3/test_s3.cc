@@ -230,13 +230,50 @@ Test(s3_retry, http_statuses) {
       {403, "AccessDenied", false, EACCES},
       {403, "InvalidAccessKeyId", false, EACCES},
       {403, "SignatureDoesNotMatch", false, EACCES},
-      {400, "ExpiredToken", false, EACCES},
       {404, "NoSuchBucket", false, ENOENT},
       {404, "", false, ENOENT},
       {400, "InvalidArgument", false, EINVAL},
       {416, "InvalidRange", false, EINVAL},
       {409, "BucketNotEmpty", false, EIO},
       {412, "PreconditionFailed", false, EIO},
+      // By the S3 error code first (the S3 API reference's "Error
+      // responses"): several 400s are transient, whatever the status says.
+      {400, "IncompleteBody", true, EIO},
+      {400, "BadDigest", true, EIO},  // the body was corrupted in flight: send it again
+      {400, "XAmzContentSHA256Mismatch", true, EIO},
+      {400, "ExpiredToken", true, EIO},
+      {400, "TokenRefreshRequired", true, EIO},
+      {403, "RequestTimeTooSkewed", true, EIO},
+      {409, "OperationAborted", true, EIO},
+      {503, "ServiceUnavailable", true, EIO},
+      {400, "Throttling", true, EIO},
+      {400, "ThrottlingException", true, EIO},
+      {503, "RequestLimitExceeded", true, EIO},
+      {429, "TooManyRequests", true, EIO},
+      {200, "SlowDown", true, EIO},
+      // A completion that the same part list cannot fix: not sent again,
+      // but transient (EIO), so the drainer's retry starts a new upload.
+      {400, "InvalidPart", false, EIO},
+      {400, "InvalidPartOrder", false, EIO},
+      // The upload is gone: an abort is done, a completion checks the object.
+      {404, "NoSuchUpload", false, ENOENT},
+      // Permanent, with the errno that says why.
+      {400, "KeyTooLongError", false, ENAMETOOLONG},
+      {400, "EntityTooLarge", false, EFBIG},
+      {400, "EntityTooSmall", false, EINVAL},
+      {400, "InvalidObjectName", false, EINVAL},
+      {400, "MalformedXML", false, EINVAL},
+      {400, "InvalidRequest", false, EINVAL},
+      {403, "AllAccessDisabled", false, EACCES},
+      {403, "InvalidToken", false, EACCES},
+      {404, "NoSuchKey", false, ENOENT},
+      {500, "NotImplemented", false, ENOTSUP},  // the code wins over the status
+      {400, "AccessDenied", false, EACCES},
+      // A code not in the table: the status decides, as before.
+      {400, "SomeNewCode", false, EINVAL},
+      {403, "SomeNewCode", false, EACCES},
+      {503, "SomeNewCode", true, EIO},
+      {418, "SomeNewCode", false, EIO},
   };
   for (const auto& c : cases) {
     auto v = s3::ClassifyHttp(c.status, c.code);
