@@ -583,7 +583,16 @@ class S3Backend final : public Backend {
     if (!s.token.starts_with("tmp:") || !ValidToken(s.token.substr(4)))
       return Fail(EINVAL, "publish: invalid staged token for", *key);
     std::string tmp = stage_root_ + s.token.substr(4);
-    if (auto st = Copy(tmp, *key, s.size, &meta); !st) return st;
+    if (auto st = Copy(tmp, *key, s.size, &meta); !st) {
+      // ENOENT: the staged object is gone (deleted behind our back), or
+      // the bucket is. Only the first is ESTALE (backend.h): the drainer
+      // stages again, where ENOENT would have it retry this copy for ever.
+      if (st.error() != ENOENT) return st;
+      auto there = ObjectExists(tmp);
+      if (!there) return Err(there.error());
+      if (!*there) return Fail(ESTALE, "publish: staged object gone, stage again:", tmp);
+      return st;
+    }
     if (auto st = Delete(tmp); !st)
       LOG_WARN("s3 backend: publish: staged object s3://{}/{} left behind (removed at next mount)", cfg_.bucket, tmp);
     return {};
@@ -1233,6 +1242,23 @@ class S3Backend final : public Backend {
       return Err(EIO);
     }
     return Err(e);
+  }
+
+  // Whether the object `key` itself exists (not a directory under it). A
+  // missing bucket is EIO (ListPages), never "no".
+  Result<bool> ObjectExists(const std::string& key) {
+    constexpr int kFound = -1;  // not an errno: stops the listing
+    auto st = ListPages(
+        key,
+        [&](const s3::ListPage& page) -> Status {
+          for (const auto& o : page.objects)
+            if (o.key == key) return Err(kFound);
+          return {};
+        },
+        {}, /*quiet_all=*/true);
+    if (st) return false;
+    if (st.error() == kFound) return true;
+    return Err(st.error());
   }
 
   // Whether `key` names an object or a non-empty directory.

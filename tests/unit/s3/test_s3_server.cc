@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -200,6 +201,17 @@ size_t StagedCount(const std::string& prefix = "ck/run1") {
   size_t n = 0;
   cr_assert(be->List([&](const Entry& e) { n += e.type != Entry::Type::kDir; }).has_value());
   return n;
+}
+
+// Removes every staged object, as a person or a lifecycle rule might
+// behind the daemon's back.
+void WipeStaging(const std::string& prefix = "ck/run1") {
+  auto be = Open(Cfg(prefix + "/.ckptfs-tmp"));
+  std::vector<std::string> files;
+  cr_assert(be->List([&](const Entry& e) {
+                  if (e.type != Entry::Type::kDir) files.push_back(e.path);
+                }).has_value());
+  for (const auto& f : files) cr_assert(be->Remove(f).has_value(), "remove staged %s", f.c_str());
 }
 
 }  // namespace
@@ -437,6 +449,40 @@ Test(s3_server, rename_directory_and_exchange) {
   cr_expect(m["p"].type == Entry::Type::kDir);
   ExpectContent(*be, "p/sub/y", y);
   cr_expect_eq(StagedCount(), 0u);
+}
+
+// A staged object deleted behind the daemon's back: Publish answers ESTALE
+// (backend.h), whichever copy it makes, so the drainer stages the bytes
+// again instead of retrying a staged object that is gone for ever.
+Test(s3_server, publish_of_vanished_staged_object_is_estale) {
+  S3Config copy_object = Cfg(), part_copy = Cfg(), through_client = Cfg();
+  part_copy.multipart_copy_threshold = 8ull << 20;  // UploadPartCopy (s3rver: 501, then CopyObject)
+  through_client.multipart_copy_threshold = 8ull << 20;
+  through_client.max_copy_object_size = 6ull << 20;  // GET + UploadPart
+  for (const S3Config& c : {copy_object, part_copy, through_client}) {
+    auto be = Open(c);
+    cr_assert(be->Check().has_value());
+    std::string bytes;
+    int fd = SourceFile(12ull << 20, 21, &bytes);
+    auto st = be->Stage(fd, bytes.size(), kNever);
+    cr_assert(st.has_value(), "stage: %d", st.error());
+    cr_assert_eq(StagedCount(), 1u);
+    WipeStaging();
+    auto pub = be->Publish(*st, "f", {0644, 0, 0, false, 1700000000, 0});
+    cr_assert(!pub.has_value(), "published a staged object that is gone");
+    cr_expect_eq(pub.error(), ESTALE, "publish of a vanished staged object: errno %d (%s), ESTALE expected",
+                 pub.error(), strerror(pub.error()));
+    cr_expect(ListAll(*be).empty());
+    // What the drainer does then: abort it, stage again, publish.
+    be->Abort(*st);
+    st = be->Stage(fd, bytes.size(), kNever);
+    close(fd);
+    cr_assert(st.has_value(), "stage again: %d", st.error());
+    cr_assert(be->Publish(*st, "f", {0644, 0, 0, false, 1700000000, 0}).has_value());
+    ExpectContent(*be, "f", bytes);
+    cr_assert(be->Remove("f").has_value());
+    cr_expect_eq(StagedCount(), 0u);
+  }
 }
 
 Test(s3_server, rmdir_remove_symlink_link) {
