@@ -22,7 +22,8 @@
 // object under the directory (server-side, but O(bytes)) followed by
 // deletes, and are not atomic: a crash in between leaves both names, and
 // the drainer's retry of the entry finishes the job (copies are
-// idempotent). Owners (Attrs::uid/gid) are not kept. SetAttr is a no-op:
+// idempotent; an exchange keeps a journal for it: Rename). Owners
+// (Attrs::uid/gid) are not kept. SetAttr is a no-op:
 // mode and mtime are written at Publish and Mkdir only (a chmod after a file was persisted survives only in the
 // mount's own metadata). List HEADs every object to learn its type, mode,
 // mtime and checksum: one request per object at mount time, `parallel`×4
@@ -39,7 +40,9 @@
 // by LastModified / Initiated (a store that gives neither time keeps
 // other owners' leftovers: a lifecycle rule on .ckptfs-tmp/ is the
 // remedy). Removing every one, as before, let a restarting node abort the
-// upload another node was in the middle of. An upload whose abort fails (the store
+// upload another node was in the middle of. A half-done exchange's objects
+// (xchg-*, Rename) are never removed: one may hold the only copy of a
+// file. An upload whose abort fails (the store
 // is down) is remembered and aborted again around the next multipart
 // upload (before it starts and once it completes), so a store that comes
 // back is left clean without a remount.
@@ -275,6 +278,9 @@ constexpr char kMetaChecksum[] = "x-amz-meta-ckptfs-xxh128s";
 constexpr char kMetaMode[] = "x-amz-meta-ckptfs-mode";
 constexpr char kMetaMtime[] = "x-amz-meta-ckptfs-mtime";
 constexpr char kMetaSymlink[] = "x-amz-meta-ckptfs-symlink";
+// An exchange's temporary name and its journal (Rename): "xchg-" and a
+// hash of the two keys, in the staging area.
+constexpr char kExchangePrefix[] = "xchg-";
 
 std::string Sha256Hex(std::string_view data) {
   if (data.empty()) return kEmptySha256;
@@ -511,6 +517,9 @@ class S3Backend final : public Backend {
     std::vector<std::string> stale;
     size_t kept = 0;
     auto st = ListKeys(tmp_root_, [&](const s3::ListedObject& o) {
+      // A half-done exchange may hold the only copy of a file, however old
+      // it is: the retry of its entry finishes it (Rename).
+      if (Exchanging(o.key)) return;
       if (Leftover(o.key, o.mtime_sec, now)) {
         stale.push_back(o.key);
       } else {
@@ -641,8 +650,32 @@ class S3Backend final : public Backend {
   // Cost: a file is one server-side copy and a delete; a directory is a
   // LIST plus one copy per object under it (O(bytes) on the store, never
   // through this host unless the store lacks UploadPartCopy for objects
-  // over 5 GiB) plus batched deletes. Exchange moves through a temporary
-  // name, three moves in all. None of it is atomic; see the file comment.
+  // over 5 GiB) plus batched deletes. None of it is atomic; see the file
+  // comment.
+  //
+  // An exchange is three moves through a temporary name X in this owner's
+  // staging area, (1) f → X, (2) t → f, (3) X → t, each a Move (copies,
+  // then deletes). A failure between them must not lose a side: the
+  // drainer retries the same entry (this daemon, or the next one after a
+  // crash), which must finish the exchange, not see a missing side and
+  // answer ENOENT ("nothing to do"). So X is named after the two keys, and
+  // a journal J next to it records how many moves are done ("1" after the
+  // first, "2" after the second; written once a move has deleted its
+  // source, deleted after the third): which names exist cannot tell, as
+  // f, t and X all exist between a copy and its delete in every move. A
+  // retry reads J:
+  //   no J, no X   not started: f and t must both exist (ENOENT if not);
+  //   no J, X      move 1 was under way: redone (f partly deleted or gone
+  //                is fine: X holds all of f once f's deletion begins);
+  //   J = 1        move 1 done, move 2 redone;
+  //   J = 2        moves 1 and 2 done, move 3 redone, then J deleted.
+  // A move redone (MoveOnce) copies what is left of its source again (the
+  // copies are of the same bytes) and deletes it; a source gone with its
+  // destination there is a move that finished. J = 2 with X gone is move 3
+  // finished, J not yet deleted. Check never removes X or J (Exchanging):
+  // X may hold the only copy of f. A whole exchange that finished but was
+  // not recorded by the drainer (a crash in between) is swapped again by
+  // its replay, as a POSIX replay of renameat2 would.
   Status Rename(const std::string& from, const std::string& to, bool exchange) override {
     auto f = KeyOf(from, "rename");
     if (!f) return Err(f.error());
@@ -650,15 +683,29 @@ class S3Backend final : public Backend {
     if (!t) return Err(t.error());
     if (*f == *t) return {};
     if (!exchange) return Move(*f, *t);
-    auto fe = Exists(*f);
-    if (!fe) return Err(fe.error());
-    auto te = Exists(*t);
-    if (!te) return Err(te.error());
-    if (!*fe || !*te) return Fail(ENOENT, "rename: exchange: missing side of", *f + "' <-> '" + *t);
-    std::string tmp = stage_root_ + UniqueName("xchg-");
-    if (auto st = Move(*f, tmp); !st) return st;
-    if (auto st = Move(*t, *f); !st) return st;
-    return Move(tmp, *t);
+    const std::string x = stage_root_ + kExchangePrefix + HexHash(*f + '\0' + *t), j = x + ".moves";
+    auto done = ExchangeMoves(j);
+    if (!done) return Err(done.error());
+    if (*done == 0) {
+      auto xe = Exists(x);
+      if (!xe) return Err(xe.error());
+      if (!*xe) {
+        auto fe = Exists(*f);
+        if (!fe) return Err(fe.error());
+        auto te = Exists(*t);
+        if (!te) return Err(te.error());
+        if (!*fe || !*te) return Fail(ENOENT, "rename: exchange: missing side of", *f + "' <-> '" + *t);
+      }
+      if (auto st = MoveOnce(*f, x); !st) return st;
+      if (auto st = SetExchangeMoves(j, 1); !st) return st;
+    }
+    if (FAULT("s3.exchange.after_first_move")) return Fail(EIO, "rename: exchange: fault after the first move of", *f);
+    if (*done <= 1) {
+      if (auto st = MoveOnce(*t, *f); !st) return st;
+      if (auto st = SetExchangeMoves(j, 2); !st) return st;
+    }
+    if (auto st = MoveOnce(x, *t); !st) return st;
+    return Delete(j);
   }
 
   Status Symlink(const std::string& path, const std::string& target, const Attrs&) override {
@@ -1717,6 +1764,60 @@ class S3Backend final : public Backend {
     if (info) keys.push_back(from);
     for (const auto& o : under) keys.push_back(o.key);
     return DeleteKeys(keys);
+  }
+
+  // Move for an exchange that may be resumed (Rename): redone while any of
+  // `from` is left; `from` gone with `to` there is a move that finished.
+  Status MoveOnce(const std::string& from, const std::string& to) {
+    auto fe = Exists(from);
+    if (!fe) return Err(fe.error());
+    if (*fe) return Move(from, to);
+    auto te = Exists(to);
+    if (!te) return Err(te.error());
+    if (*te) return {};
+    return Fail(ENOENT, "rename: exchange: neither side of a move is left:", from + "' -> '" + to);
+  }
+
+  // The moves an exchange's journal `j` records as done: 0 (none, or no
+  // journal), 1 or 2.
+  Result<int> ExchangeMoves(const std::string& j) {
+    std::string body;
+    Request get;
+    get.key = j;
+    get.quiet = {404};
+    get.sink = [&](const char* data, size_t n) -> int {
+      if (body.size() + n > 16) return EIO;
+      body.append(data, n);
+      return 0;
+    };
+    get.on_retry = [&] { body.clear(); };
+    Response r;
+    if (auto st = Perform(get, "rename: exchange: read journal", &r); !st) {
+      if (st.error() == ENOENT && r.error_code != "NoSuchBucket") return 0;
+      return NoBucketIsEio(st.error(), r);
+    }
+    if (body == "1" || body == "2") return body[0] - '0';
+    return BadReply("rename: exchange: read journal", j, r);
+  }
+
+  Status SetExchangeMoves(const std::string& j, int moves) {
+    const std::string body(1, static_cast<char>('0' + moves));
+    Request put;
+    put.method = "PUT";
+    put.key = j;
+    put.body = body;
+    Response r;
+    return Perform(put, "rename: exchange: write journal", &r);
+  }
+
+  // Whether `key` is an exchange's temporary, under it, or its journal:
+  // "<tmp_root_>[OWNER/]xchg-..." (OWNER is one component).
+  bool Exchanging(std::string_view key) const {
+    if (!key.starts_with(tmp_root_)) return false;
+    std::string_view rel = key.substr(tmp_root_.size());
+    size_t slash = rel.find('/');
+    return rel.starts_with(kExchangePrefix) ||
+           (slash != std::string_view::npos && rel.substr(slash + 1).starts_with(kExchangePrefix));
   }
 
   S3Config cfg_;

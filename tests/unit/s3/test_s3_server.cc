@@ -22,6 +22,7 @@
 
 #include "backend/checksum.h"
 #include "backend/s3_backend.h"
+#include "common/failpoint.h"
 
 using namespace ckpt::backend;
 
@@ -483,6 +484,76 @@ Test(s3_server, publish_of_vanished_staged_object_is_estale) {
     cr_assert(be->Remove("f").has_value());
     cr_expect_eq(StagedCount(), 0u);
   }
+}
+
+// An exchange is three moves through a temporary name (Rename in
+// s3_backend.cc). A failure after the first (the fault
+// s3.exchange.after_first_move) leaves it half done; the retry of the same
+// entry, by this daemon or by the next one after its Check, finishes it:
+// both sides swapped, nothing left in staging.
+Test(s3_server, exchange_resumes_after_a_failure) {
+  char flag[] = "/tmp/ckpt-s3fault-XXXXXX";
+  int ffd = mkstemp(flag);
+  cr_assert(ffd >= 0);
+  close(ffd);
+  setenv("CKPTFS_FAULT", (std::string("s3.exchange.after_first_move:") + flag).c_str(), 1);
+  ckpt::InitFailpoints();
+  S3Config c = Cfg();
+  c.owner = "node-a";
+  auto be = Open(c);
+  cr_assert(be->Check().has_value());
+  std::string p = Put(*be, "p", 1000, 31), q = Put(*be, "q", 2000, 32);
+  auto st = be->Rename("p", "q", true);
+  cr_assert(!st.has_value(), "the fault did not fire");
+  cr_expect_eq(st.error(), EIO);
+  cr_expect(be->Stat("p").error() == ENOENT, "p is not in the temporary name");
+  st = be->Rename("p", "q", true);  // the store still fails: the retry stops at the same point
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), EIO, "retry of a half-done exchange: errno %d (%s), EIO expected", st.error(),
+               strerror(st.error()));
+  unlink(flag);
+  st = be->Rename("p", "q", true);
+  cr_assert(st.has_value(), "retry of a half-done exchange: errno %d (%s)", st.error(), strerror(st.error()));
+  ExpectContent(*be, "p", q);
+  ExpectContent(*be, "q", p);
+  size_t staged = StagedCount();
+  cr_expect_eq(staged, 0u, "the exchange left %zu objects in staging", staged);
+
+  // A directory with a file; the daemon stops after the failure and the
+  // next one's Check (an earlier daemon's staged objects go at once) keeps
+  // the half-done exchange, which its retry finishes.
+  std::string x = Put(*be, "d/x", 100, 33), y = Put(*be, "d/sub/y", 7ull << 20, 34);
+  cr_assert(be->Mkdir("d/empty", {0700}).has_value());
+  close(open(flag, O_CREAT | O_WRONLY, 0600));
+  st = be->Rename("d", "p", true);
+  cr_assert(!st.has_value(), "the fault did not fire");
+  be.reset();
+  unlink(flag);
+  // And the journal's write after the first move was lost too: the retry
+  // tells the first move done from its source gone.
+  {
+    auto staging = Open(Cfg("ck/run1/.ckptfs-tmp"));
+    std::vector<std::string> journals;
+    cr_assert(staging->List([&](const Entry& e) {
+                        if (e.path.ends_with(".moves")) journals.push_back(e.path);
+                      }).has_value());
+    cr_assert_eq(journals.size(), 1u);
+    cr_assert(staging->Remove(journals[0]).has_value());
+  }
+  auto be2 = Open(c);
+  cr_assert(be2->Check().has_value());
+  st = be2->Rename("d", "p", true);
+  cr_assert(st.has_value(), "retry by the next daemon: errno %d (%s)", st.error(), strerror(st.error()));
+  auto m = ListAll(*be2);
+  cr_expect(m.count("d") && m["d"].type == Entry::Type::kFile);
+  cr_expect(m.count("p") && m["p"].type == Entry::Type::kDir);
+  cr_expect(m.count("p/empty") && m["p/empty"].mode == 0700u);
+  cr_expect(m.count("d/x") == 0 && m.count("d/sub/y") == 0);
+  ExpectContent(*be2, "d", q);  // p held q's bytes since the first exchange
+  ExpectContent(*be2, "p/x", x);
+  ExpectContent(*be2, "p/sub/y", y);
+  staged = StagedCount();
+  cr_expect_eq(staged, 0u, "the exchange left %zu objects in staging", staged);
 }
 
 Test(s3_server, rmdir_remove_symlink_link) {
