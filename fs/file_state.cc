@@ -192,9 +192,18 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
       // sealed version the drain still needs is copied aside now, under
       // the data lock, outside mu_ (below). An O_TRUNC with no handle open
       // moves it aside instead (a rename, in OpenLocked).
-      if (pt && writable && n->rec.state != DataState::kRemote && NeedsCopy(n) && !(trunc && n->pt_opens == 0)) {
+      // An O_TRUNC beside another writer truncates the live file here
+      // (OpenLocked), and the rename aside there is only for a file nobody
+      // writes (the others' descriptors would follow it): the sealed version
+      // is copied now. Without this, a version sealed by the other writer's
+      // flush and not yet drained lost its bytes (xfstests-style stress:
+      // "persist 'p3/f0' v2: lost", issue #27).
+      const bool trunc_beside_writer = trunc && n->writers > 0 && n->rec.state != DataState::kRemote && NeedsCopy(n);
+      if (trunc_beside_writer ||
+          (pt && writable && n->rec.state != DataState::kRemote && NeedsCopy(n) && !(trunc && n->pt_opens == 0))) {
         copy_version = n->rec.version;
-        copy_out = n->pt_opens > 0;  // the kernel holds the live file: copy from it, leave it in place
+        // The kernel or another writer holds the live file: copy from it, leave it in place.
+        copy_out = n->pt_opens > 0 || trunc_beside_writer;
       } else {
         return OpenLocked(n, flags, pt);
       }

@@ -64,6 +64,9 @@ std::string MetricsText(Daemon* d) {
   t.One("backend_up", "gauge", "0 while the backend answers with errors (the drain retries).", dr.in_error ? 0 : 1);
   t.One("read_only", "gauge", "1 once a metadata write failed (the mount is read-only).",
         d->table->ReadOnlyReason().empty() ? 0 : 1);
+  t.One("drain_held", "gauge",
+        "1 while the drain holds at an entry the backend refuses for good (ckptfs status names it; ckptfs skip).",
+        d->table->Held() ? 1 : 0);
   t.One("lost_files", "gauge", "Files in the lost list (ckptfs lost).", static_cast<double>(d->table->LostFiles().size()));
   const InodeTable::PressureStats mp = d->table->MemoryPressure();
   t.One("memory_available_bytes", "gauge", "Headroom the memory watch read last (MemAvailable or the cgroup's).",

@@ -57,6 +57,7 @@ expect_eq 2 "$(value 'ckptfs_files{state="persisted"}' "$T/m2")" "persisted file
 expect_eq $((6 << 20)) "$(value ckptfs_last_checkpoint_bytes "$T/m2")" "last checkpoint bytes"
 grep -q "^ckptfs_last_checkpoint_time_to_durable_seconds [0-9]" "$T/m2" || fail "no time to durable: $(grep last_ "$T/m2")"
 expect_eq 1 "$(value ckptfs_backend_up "$T/m2")" "backend up"
+expect_eq 0 "$(value ckptfs_drain_held "$T/m2")" "drain not held"
 
 # The textfile: written within 5 s, readable by node_exporter (0644).
 for _ in $(seq 70); do grep -q '^ckptfs_files{state="persisted"} 2$' "$T/ckptfs.prom" 2> /dev/null && break; sleep 0.1; done
