@@ -123,10 +123,15 @@ int ReportNotPersisted(const Json& j) {
   return static_cast<int>(std::min<uint64_t>(failed + lost, 1u << 30));
 }
 
+// WaitDrained's answer when everything was applied but some files are
+// not in the backend (failed, skipped or lost: named on stderr).
+constexpr int kDrainedWithout = 3;
+
 // Waits until everything logged when it started is in the backend. Returns
-// 0 when done, 1 on timeout or when the mount is read-only (the drain stops
-// then, fs/drain.h: waiting would never end), with a message that ends in
-// `read_only_hint`.
+// 0 when done, kDrainedWithout when done but files failed or were lost, 1
+// on timeout, when the drain holds at a refused file, or when the mount is
+// read-only (the drain stops then, fs/drain.h: waiting would never end),
+// with a message that ends in `read_only_hint`.
 int WaitDrained(const std::string& mnt, double timeout_s, const std::string& read_only_hint) {
   const int64_t started_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -198,7 +203,7 @@ int WaitDrained(const std::string& mnt, double timeout_s, const std::string& rea
                 "ckptfs: drain: %d files are not in the backend (above); the rest closed before the drain began "
                 "is persisted. `ckptfs lost %s --clear` forgets them once dealt with\n",
                 bad, EscapeName(mnt).c_str());
-        return 1;
+        return kDrainedWithout;
       }
       fprintf(stderr, "drain: everything closed before the drain began is persisted (%.1f s)\n", elapsed);
       return 0;
@@ -409,7 +414,9 @@ int CmdHistory(const std::string& mnt_in, bool csv) {
 }
 
 int CmdDrain(const std::string& mnt_in, double timeout_s) {
-  return WaitDrained(Absolute(mnt_in), timeout_s, "fix the disk and mount again: the next mount resumes the drain");
+  return WaitDrained(Absolute(mnt_in), timeout_s, "fix the disk and mount again: the next mount resumes the drain") == 0
+             ? 0
+             : 1;
 }
 
 int CmdUmount(const std::string& mnt_in, const UmountArgs& a) {
@@ -424,7 +431,12 @@ int CmdUmount(const std::string& mnt_in, const UmountArgs& a) {
         "unmounted (`ckptfs umount --no-drain` unmounts without it; the next mount resumes the drain)");
   long long pid =
       err == 0 && status.contains("pid") && status["pid"].is_number_integer() ? status["pid"].get<long long>() : -1;
-  if (!a.no_drain && WaitDrained(mnt, 0, "use `ckptfs umount --no-drain`, fix the disk and mount again") != 0) return 1;
+  // Drained with files the backend lacks (named): unmounted all the same,
+  // since no waiting brings them (a failed file's bytes stay in the tier,
+  // which the daemon keeps), but the exit status says so.
+  const int drained = a.no_drain ? 0 : WaitDrained(mnt, 0, "use `ckptfs umount --no-drain`, fix the disk and mount again");
+  if (drained != 0 && drained != kDrainedWithout) return 1;
+  const int rc_done = drained == kDrainedWithout ? 1 : 0;
   // Drained: the daemon gives the tier's memory back as it exits, if
   // nothing was written meanwhile (it checks again). --keep-cache keeps it
   // for a quick remount; --no-drain always keeps it.
@@ -444,7 +456,7 @@ int CmdUmount(const std::string& mnt_in, const UmountArgs& a) {
   if (pid > 0 && kill(static_cast<pid_t>(pid), 0) == 0)
     Die("unmounted, but the daemon (pid " + std::to_string(pid) + ") has not exited");
   const std::string tier = err == 0 ? Str(status, "tier_dir") : "";
-  if (tier.empty()) return 0;
+  if (tier.empty()) return rc_done;
   std::error_code ec;
   if (!stdfs::exists(tier, ec))
     printf("ckptfs: unmounted %s; memory tier released (%s)\n", EscapeName(mnt).c_str(), EscapeName(tier).c_str());
@@ -458,7 +470,7 @@ int CmdUmount(const std::string& mnt_in, const UmountArgs& a) {
   else
     printf("ckptfs: unmounted %s; memory tier kept in %s for the next mount\n", EscapeName(mnt).c_str(),
            EscapeName(tier).c_str());
-  return 0;
+  return rc_done;
 }
 
 // The cluster part of `ckptfs status` (--cluster): members, what the drain

@@ -496,12 +496,18 @@ bool Drainer::SkipUndonePersist(const LogEntry& e, const std::vector<LogEntry>& 
   // undoing, both moments of the mount's history. With anything in
   // between (a `latest` written after this checkpoint, say), skipping would
   // show the backend a state that never existed.
+  // A name removed is the file removed only if it was the file's one name:
+  // a hard-linked file (path2 lists its other names at the seal) lives on
+  // under the others, and skipping its version left the backend's older
+  // bytes there for good (and recovery then took them for the last seal;
+  // issue #27 item 1, found again by fsstress).
   if (window.size() < 2 || window[0].seq != e.seq) return false;
   const LogEntry& x = window[1];
+  const bool one_name = e.path2.empty();
   switch (x.op) {
-    case LogOp::kPersist: return x.ino == e.ino && x.path == e.path;  // rewritten
-    case LogOp::kUnlink: return x.path == e.path;                     // deleted
-    case LogOp::kRename: return x.path2 == e.path && !(x.flags & 1);  // replaced by another file
+    case LogOp::kPersist: return x.ino == e.ino && x.path == e.path;               // rewritten
+    case LogOp::kUnlink: return one_name && x.path == e.path;                     // deleted
+    case LogOp::kRename: return one_name && x.path2 == e.path && !(x.flags & 1);  // replaced by another file
     default: return false;
   }
 }

@@ -129,10 +129,7 @@ void InodeTable::Absorb(Inode* n) {
   if (size == n->pt_size && mtime_ns == n->pt_mtime_ns) return;
   n->pt_size = size;
   n->pt_mtime_ns = mtime_ns;
-  // A version sealed in place (an fsync under this writer) changed before
-  // the drain took it: the next seal carries these bytes instead.
-  if (SealPending(n) && n->data_gen == n->sealed_gen && !tier_->Has(cache::SnapKey(n->rec.ino, n->rec.version)))
-    superseded_.insert(n->seal_seq);
+  SupersedeInPlace(n);
   n->rec.size = size;
   n->rec.mtime = n->rec.ctime = meta::Timespec{st->st_mtim.tv_sec, static_cast<uint32_t>(st->st_mtim.tv_nsec)};
   Transition(n, FileEvent::kChange);
@@ -154,8 +151,20 @@ void InodeTable::MarkChanged(Inode* n) {
   // DCP) changes bytes only by write(2), which moves the mtime (tmpfs has
   // fine-grained timestamps once they are looked at, and Absorb looks).
   if (n->rec.nlink == 0 || n->data_gen != n->sealed_gen) return;
+  SupersedeInPlace(n);
   Transition(n, FileEvent::kChange);
   n->data_gen++;
+}
+
+void InodeTable::SupersedeInPlace(Inode* n) {
+  // A version sealed in place (an fsync under a passthrough writer: no
+  // copy) whose bytes changed, or may have, before the drain took it: its
+  // bytes are gone, and the next seal carries the live ones instead, so
+  // the drain skips it as superseded. Without this, the seal at the
+  // writer's close left it pending with no bytes, and the drain reported
+  // it lost (fsstress, issue #27).
+  if (SealPending(n) && n->data_gen == n->sealed_gen && !tier_->Has(cache::SnapKey(n->rec.ino, n->rec.version)))
+    superseded_.insert(n->seal_seq);
 }
 
 Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_passthrough) {

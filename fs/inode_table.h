@@ -649,6 +649,10 @@ class InodeTable {
   // Counts an O_RDWR passthrough writer's close or fsync as a change of the
   // bytes (if none was seen). REQUIRES: mu_ held.
   void MarkChanged(Inode* n) REQUIRES(mu_);
+  // A pending version sealed in place whose bytes changed (or may have):
+  // marked superseded, so the drain skips it and the next seal carries
+  // the bytes. REQUIRES: mu_ held.
+  void SupersedeInPlace(Inode* n) REQUIRES(mu_);
   // Checkpoints: adds the files under `n` to `c`; walks `dir` for names
   // matching `pattern`.
   void AddToCheckpoint(Inode* n, CheckpointInfo* c, int depth) REQUIRES(mu_);

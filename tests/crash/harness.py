@@ -681,14 +681,23 @@ class Iteration:
             self.notes.append(f"{len(staged)} staged files left in .ckptfs-tmp after the drain")
         return errs
 
+    @staticmethod
+    def only_lost(p):
+        # drain/umount exit 1 naming the files that are not in the backend:
+        # lost ones are checked by check_mount (a crash may lose what was
+        # never closed); a failed or held file is always a failure here.
+        out = p.stdout
+        return (p.returncode == 1 and "files are not in the backend" in out and "failed:" not in out
+                and "holds at" not in out)
+
     def drain(self):
         p = run([self.h.ckptfs, "drain", self.mnt, "--timeout", "180"], timeout=240)
-        if p.returncode != 0:
+        if p.returncode != 0 and not self.only_lost(p):
             raise Failed(f"ckptfs drain failed ({p.returncode}): {p.stdout.strip()[-300:]}")
 
     def umount(self):
         p = run([self.h.ckptfs, "umount", self.mnt], timeout=300)
-        if p.returncode != 0:
+        if p.returncode != 0 and not self.only_lost(p):
             raise Failed(f"ckptfs umount failed ({p.returncode}): {p.stdout.strip()}")
         if self.daemon_pid and not wait_gone(self.daemon_pid, 60):
             raise Failed("daemon still running 60 s after ckptfs umount")
