@@ -197,6 +197,9 @@ _opt_val() {
 }
 
 is_mounted() { findmnt -n -M "${1:-$MNT}" >/dev/null 2>&1; }
+# True when $1 (absolute, no spaces) is a mount point in the mount table;
+# unlike findmnt, it never stats $1, so it answers for a dead mount too.
+_in_mount_table() { awk -v m="$1" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; }
 
 # rm_tier DIR...: removes tier directories as a reboot would, the tmpfs
 # of their own (--tier-huge, the default as root) included.
@@ -235,7 +238,9 @@ mount_fs() {
 #                      daemon's environment (test knobs)
 #   node_mnt NAME      its mount point        node_state NAME  its state dir
 #   umount_node NAME   `ckptfs umount`, then wait for its daemon to exit
-#   kill_node NAME     kill -9 its daemon and detach its dead mount
+#   kill_node NAME     kill -9 its daemon and wait until it is gone; its dead
+#                      mount stays (ENOTCONN, as after a crash) until
+#                      mount_node NAME, whose `ckptfs mount` detaches it
 node_mnt() { echo "$T/$1/mnt"; }
 node_state() { echo "$T/$1/state"; }
 _node_pid() { _our_daemons | while read -r p; do
@@ -247,7 +252,9 @@ mount_node() {
   [ "${1:-}" = -- ] && shift
   args=("$@")
   m=$(node_mnt "$name"); st=$(node_state "$name"); td=$TIER-$name
-  mkdir -p "$m"
+  # A killed node's dead mount answers ENOTCONN to mkdir's stat: leave it
+  # to `ckptfs mount`, which detaches it.
+  _in_mount_table "$m" || mkdir -p "$m"
   _has_opt --cache-size "$@" || args+=(--cache-size 1G)
   _has_opt --backend "$@" || args+=(--backend "$BACKEND")
   _has_item "$st" "${_STATE_DIRS[@]}" || _STATE_DIRS+=("$st")
@@ -275,7 +282,13 @@ kill_node() {
   [ -n "$pid" ] || fail "node $1: no daemon to kill"
   kill -9 "$pid"
   while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
-  fusermount3 -uz "$(node_mnt "$1")" 2>/dev/null || true
+  # Not detached here: processes of the case may still use the mount point
+  # (a job's rank on this node). Detached, it is a plain directory again and
+  # they write into it: multinode_jobs' rank 2, started after the detach on a
+  # busy machine, wrote global_step5/ there and the remount of node c was
+  # refused ("mount point ... is not empty"). Dead, it answers ENOTCONN, as
+  # a node that crashed does; `ckptfs mount` detaches it itself (and the
+  # EXIT trap if the case never mounts it again).
 }
 
 # Waits until no daemon of this case runs (the log is complete then).
