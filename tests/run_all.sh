@@ -24,8 +24,10 @@
 # cases run at once, default 3; a case marked `# serial: REASON` always runs
 # alone, see tests/mount/lib/common.sh), KEEP=1 keeps a failed case's temp
 # dir. A mounted case exits 0 (pass), 77 (skip) or anything else (fail);
-# whatever it leaves mounted or running is cleaned up. Case results print
-# as each case finishes, each case's block whole.
+# a case that leaves a process, a mount under its temp dir or a tier dir
+# behind fails whatever it exited with (one line per thing left), and what
+# it left is cleaned up. Case results print as each case finishes, each
+# case's block whole.
 #
 # A Criterion test that is skipped (cr_skip_test, .disabled) fails the run
 # unless tests/unit/expected_skips.txt names it (`suite::test  reason`).
@@ -67,26 +69,90 @@ selected() {
   return 1
 }
 
-# Whatever a case left under its root: mounts (lazily detached), daemons
-# (killed by pid), tier dirs in /dev/shm.
+# A case's root is $RUN/case-NAME: its $T is made there, and
+# tests/mount/lib/common.sh writes its $TIER to ROOT/tiers. Everything below
+# is keyed on that root and those names, so cases side by side never see
+# each other's processes, mounts or tiers.
+
+# Processes whose command line names a path under root $1, "PID CMDLINE"
+# each: the case's ckptfs daemons, and anything else it started with a path
+# of its own. The grep is over when the list is read: its own command line
+# (which names the root) is gone, as is any other process that ended.
+root_procs() {
+  local f list cmd
+  list=$(grep -lasz -- "$1/" /proc/[0-9]*/cmdline 2>/dev/null)
+  for f in $list; do
+    { cmd=$(tr '\0' ' ' < "$f"); } 2>/dev/null || continue
+    [ -n "$cmd" ] || continue
+    f=${f#/proc/}
+    echo "${f%/cmdline} $cmd"
+  done
+}
+
+# Mount points under root $1 (from /proc/self/mountinfo), deepest first.
+root_mounts() {
+  awk -v t="$1/" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo | sort -r
+}
+
+# The tier dirs of root $1 that exist: each $TIER in ROOT/tiers and its
+# $TIER-* (nodes, the crash harness's iterations, degraded_mount's second).
+root_tiers() {
+  local t d
+  [ -f "$1/tiers" ] || return 0
+  while IFS= read -r t; do
+    case $t in /dev/shm/ckptfs-test-?*) ;; *) continue ;; esac
+    for d in "$t" "$t"-*; do
+      [ -e "$d" ] || [ -L "$d" ] && echo "$d"
+    done
+  done < "$1/tiers" | sort -u
+}
+
+# What the ended case of root $1 left behind, one line each (nothing if
+# nothing): processes, mounts, tier dirs. A process gets 10 s to end first:
+# the EXIT trap's kill -9 does not wait, and a killed daemon can take a
+# second or two to go.
+leftovers() {
+  local root=$1 procs p cmd m d _i
+  for _i in $(seq 100); do
+    procs=$(root_procs "$root")
+    [ -z "$procs" ] && break
+    sleep 0.1
+  done
+  while read -r p cmd; do
+    [ -n "$p" ] || continue
+    case $cmd in
+      *ckptfs*" mount "*) echo "left behind: ckptfs daemon $p: ${cmd:0:200}" ;;
+      *) echo "left behind: process $p: ${cmd:0:200}" ;;
+    esac
+  done <<< "$procs"
+  for m in $(root_mounts "$root"); do echo "left behind: mount $m"; done
+  for d in $(root_tiers "$root"); do
+    if findmnt -n -M "$d" > /dev/null 2>&1; then
+      echo "left behind: tier dir $d (a tmpfs mounted there)"
+    else
+      echo "left behind: tier dir $d"
+    fi
+  done
+}
+
+# Removes whatever a case left under its root: mounts (lazily detached),
+# processes (killed by pid), its tier dirs (their tmpfs detached first),
+# then the root itself.
 clean_root() {
   local root=$1 m p cmd d
-  for m in $(awk -v t="$root/" 'index($2, t) == 1 { print $2 }' /proc/mounts | sort -r); do
+  for m in $(root_mounts "$root"); do
     echo "  cleanup: stale mount $m" >&2
     fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
   done
-  for p in $(grep -lasz -- "$root/" /proc/[0-9]*/cmdline 2>/dev/null); do
-    p=${p%/cmdline}
-    { cmd=$(tr '\0' ' ' < "$p/cmdline"); } 2>/dev/null || continue
-    case $cmd in
-      *ckptfs*" mount "*"$root/"*)
-        echo "  cleanup: stale daemon ${p#/proc/}" >&2
-        kill -9 "${p#/proc/}" 2>/dev/null ;;
-    esac
-  done
-  for d in "$root"/ckptfs-*; do
-    [ -d "$d" ] || continue
-    rm -rf /dev/shm/ckptfs-test-*-"$(basename "$d")" /dev/shm/ckptfs-test-*-"$(basename "$d")"-*
+  while read -r p cmd; do
+    [ -n "$p" ] || continue
+    echo "  cleanup: stale process $p" >&2
+    kill -9 "$p" 2>/dev/null
+  done <<< "$(root_procs "$root")"
+  for d in $(root_tiers "$root"); do
+    echo "  cleanup: stale tier dir $d" >&2
+    if findmnt -n -M "$d" > /dev/null 2>&1; then umount -l "$d" 2>/dev/null; fi
+    rm -rf "$d"
   done
   rm -rf "$root"
 }
@@ -223,6 +289,10 @@ run_case() {
   rc=$?
   rm -f "$RUN/$name.tpid"
   echo "$rc $(elapsed "$t0")" > "$RUN/$name.rc.tmp"
+  # Passed or failed, a case leaves nothing behind (its EXIT trap cleans
+  # up): what is left fails it (report_case), and is cleaned here so that
+  # the cases after it do not meet it.
+  leftovers "$root" > "$RUN/$name.left"
   clean_root "$root" >> "$RUN/$name.log" 2>&1
   mv "$RUN/$name.rc.tmp" "$RUN/$name.rc"
 }
@@ -230,19 +300,28 @@ run_case() {
 # Prints the result of a finished case (its whole block at once, so that
 # cases running side by side never interleave) and counts it.
 report_case() {
-  local name=$1 out=$RUN/$1.log rc secs why
+  local name=$1 out=$RUN/$1.log rc secs why left=""
   read -r rc secs < "$RUN/$name.rc" || { rc=1; secs=?; }
+  [ -s "$RUN/$name.left" ] && left=$(cat "$RUN/$name.left")
   case $rc in
-    0)
-      echo "PASS $name (${secs}s)"
-      passed=$((passed + 1)) ;;
-    77)
-      why=$(grep -E '^SKIP: ' "$out" | tail -n 1 | sed -E 's/^SKIP: [^:]*: //')
-      echo "SKIP $name${why:+ ($why)}"
-      skipped=$((skipped + 1)) ;;
+    0|77)
+      if [ -n "$left" ]; then
+        [ "$rc" = 0 ] && why=passed || why=skipped
+        echo "FAIL $name ($why, but left things behind, ${secs}s)"
+        sed 's/^/  /' <<< "$left"
+        failed=$((failed + 1))
+      elif [ "$rc" = 0 ]; then
+        echo "PASS $name (${secs}s)"
+        passed=$((passed + 1))
+      else
+        why=$(grep -E '^SKIP: ' "$out" | tail -n 1 | sed -E 's/^SKIP: [^:]*: //')
+        echo "SKIP $name${why:+ ($why)}"
+        skipped=$((skipped + 1))
+      fi ;;
     *)
       [ "$rc" = 124 ] && why="timed out after ${CASE_TIMEOUT}s" || why="exit $rc"
       { echo "FAIL $name ($why, ${secs}s)"; tail -n 40 "$out" | sed 's/^/  | /'; }
+      [ -z "$left" ] || sed 's/^/  /' <<< "$left"
       failed=$((failed + 1)) ;;
   esac
 }

@@ -34,7 +34,9 @@
 # Environment: BUILD (default build), KEEP=1 keeps $T on failure,
 # DUMP_GDB=1 adds the daemon's user-space stacks (gdb) to what dump_stuck
 # prints when a command did not answer,
-# CKPTFS_TEST_ROOT (set by run_all.sh) is where $T is created. With a
+# CKPTFS_TEST_ROOT (set by run_all.sh) is where $T is created (and $TIER is
+# written to CKPTFS_TEST_ROOT/tiers, for run_all.sh's check that nothing of
+# the case is left once it has ended). With a
 # ThreadSanitizer build (BUILD=build-thread) a case fails if any of its
 # processes reported a race (TSAN_OPTIONS log_path: $T/tsan/r.PID).
 #
@@ -86,6 +88,9 @@ BACKEND=$T/backend
 STATE=$T/state
 TIER=/dev/shm/ckptfs-test-$$-$(basename "$T")
 mkdir -p "$MNT" "$BACKEND"
+# run_all.sh checks, once the case has ended, that none of its tier dirs
+# ($TIER, $TIER-*) is left: $T is gone by then, so the name is kept beside it.
+[ -z "${CKPTFS_TEST_ROOT:-}" ] || echo "$TIER" >> "$CKPTFS_TEST_ROOT/tiers"
 
 # A ThreadSanitizer build (BUILD=build-thread) writes its reports to
 # $T/tsan/r.PID instead of stderr, which a daemon has pointed at /dev/null:
