@@ -11,6 +11,11 @@
 // component at a time — and then acts with *at() calls on that directory's
 // descriptor: renameat2, unlinkat, mkdirat, symlinkat, linkat (never
 // AT_SYMLINK_FOLLOW), fchown/fchmod/futimens on an fd opened O_NOFOLLOW.
+// No path is limited to PATH_MAX, neither with the root's own path before
+// it nor alone: a parent path that long is resolved in pieces, each beneath
+// the directory the one before opened (the mount makes such paths as tmpfs
+// does: PATH_MAX bounds one system call's path, relative to its working
+// directory, not how deep a tree goes).
 // A symlink where a directory should be is never followed: the operation
 // fails with ELOOP (ENOTDIR for a non-directory), a permanent error for that
 // entry (backend.h), with one warning line naming the path. Entries that
@@ -282,11 +287,34 @@ Resolved WalkDir(int base, std::string_view rel, int last_flags, mode_t create_m
   return r;
 }
 
+// openat2 of the directory `rel` beneath `base` (see Openat2), in pieces
+// that each fit PATH_MAX, cut at a '/': PATH_MAX bounds one call's path,
+// not a tree's depth, and the mount holds paths of any length (names up to
+// NAME_MAX). Each piece resolves beneath the directory the one before
+// opened, so no piece can leave the root or follow a symlink. Pieces before
+// the last are opened O_PATH. -1 with errno set; ENAMETOOLONG only for a
+// component no directory can hold.
+int Openat2Pieces(int base, std::string_view rel, int flags) {
+  Fd dir;
+  for (;;) {
+    const bool last = rel.size() < PATH_MAX;
+    const size_t cut = last ? rel.size() : rel.rfind('/', PATH_MAX - 1);
+    if (cut == std::string_view::npos || cut == 0) {
+      errno = ENAMETOOLONG;
+      return -1;
+    }
+    std::string piece(rel.substr(0, cut));
+    int fd = Openat2(dir.ok() ? dir.get() : base, piece.c_str(), (last ? flags : O_PATH) | O_DIRECTORY);
+    if (fd < 0 || last) return fd;
+    dir = Fd(fd);
+    rel.remove_prefix(cut + 1);
+  }
+}
+
 // Opens directory `rel` beneath `base` (see WalkDir), trying openat2 first.
 Resolved OpenDirBeneath(int base, std::string_view rel, int flags, mode_t create_mode) {
   if (!rel.empty() && UseOpenat2()) {
-    std::string p(rel);
-    int fd = Openat2(base, p.c_str(), flags | O_DIRECTORY);
+    int fd = Openat2Pieces(base, rel, flags);
     if (fd >= 0) {
       Resolved r;
       r.fd = Fd(fd);

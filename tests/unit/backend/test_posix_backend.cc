@@ -48,16 +48,29 @@ struct Env {
   std::string root;
   std::unique_ptr<Backend> be;
 
-  Env() {
+  std::string base;  // what the destructor removes: the root, or the directory above a long one
+
+  // With `root_len`, the root is a directory about that long (its own path
+  // counts nothing against the paths beneath it).
+  explicit Env(size_t root_len = 0) {
     char tmpl[] = "/tmp/ckpt-backend-unit-XXXXXX";
     cr_assert_not_null(mkdtemp(tmpl));
-    root = tmpl;
+    root = base = tmpl;
+    while (root.size() + 1 < root_len) {
+      root += "/" + std::string(std::min<size_t>(100, root_len - root.size() - 1), 'r');
+      cr_assert_eq(mkdir(root.c_str(), 0755), 0);
+    }
     auto b = ckpt::backend::OpenPosixBackend(root);
     cr_assert(b.has_value(), "open: %d", b.error());
     be = std::move(*b);
     cr_assert(be->Check().has_value());
   }
-  ~Env() { std::filesystem::remove_all(root); }
+  ~Env() {
+    std::error_code ec;
+    std::filesystem::remove_all(base, ec);
+    // Trees deeper than PATH_MAX: rm walks them by descriptors.
+    if (ec) (void)!std::system(("rm -rf -- '" + base + "'").c_str());
+  }
 
   std::string P(const std::string& rel) const { return root + "/" + rel; }
   std::string Tmp() const { return root + "/" + ckpt::backend::kTmpDir; }
@@ -1252,4 +1265,164 @@ Test(posix_backend_records, symlinks_and_foreign_files_are_not_records) {
     cr_expect_eq(e.be->PutRecord("job", "n", "x").error(), EACCES);
   }
   std::filesystem::remove_all(outside);
+}
+
+// ---- Paths longer than PATH_MAX beneath the root ----
+//
+// PATH_MAX bounds the path of one system call, not how deep a tree goes: a
+// mount holds any path whose names fit NAME_MAX (pjdfstest's */03.t make
+// 4095-byte paths relative to their working directory, anywhere in the
+// mount). The backend holds them too, under a root whose own path is long.
+
+namespace {
+
+// A relative path of exactly `len` bytes: 200-byte components of `c` (the
+// last one shorter), like pjdfstest's dirgen_max.
+std::string DeepPath(char c, size_t len) {
+  std::string p;
+  while (p.size() < len) {
+    if (!p.empty()) p.push_back('/');
+    p.append(std::min<size_t>(200, len - p.size()), c);
+  }
+  cr_assert(p.size() == len && p.back() != '/');
+  return p;
+}
+
+// The directory `rel` beneath `root`, opened one component at a time (the
+// test's own view of the backend, which no single path can name).
+int OpenDirLong(const std::string& root, const std::string& rel) {
+  int fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  for (size_t pos = 0; fd >= 0 && pos < rel.size();) {
+    size_t slash = std::min(rel.find('/', pos), rel.size());
+    int next = openat(fd, rel.substr(pos, slash - pos).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    close(fd);
+    fd = next;
+    pos = slash + 1;
+  }
+  return fd;
+}
+
+std::string ReadAt(int dfd, const std::string& name) {
+  int fd = openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  cr_assert_geq(fd, 0, "open %s...: %d", name.substr(0, 8).c_str(), errno);
+  std::string out;
+  char buf[65536];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+// Every namespace operation, publish and fetch at a path of `len` bytes.
+void LongPathRoundTrip(size_t len) {
+  Env e(230);
+  const std::string f = DeepPath('a', len);
+  const std::string dir = f.substr(0, f.rfind('/')), leaf = f.substr(f.rfind('/') + 1);
+  const std::string top = f.substr(0, f.find('/'));
+  auto sibling = [&](char c) { return dir + "/" + std::string(1, c) + leaf.substr(1); };
+  auto sib_leaf = [&](char c) { return std::string(1, c) + leaf.substr(1); };
+
+  auto md = e.be->Mkdir(dir, A(0750));
+  cr_assert(md.has_value(), "mkdir of a %zu-byte path: %d", dir.size(), md.error());
+  auto d = e.be->Stat(dir);
+  cr_assert(d.has_value(), "stat dir: %d", d.error());
+  cr_assert(d->type == Entry::Type::kDir && d->mode == 0750);
+
+  Source src(100000, len);
+  Staged s = StageChecked(e, src);
+  auto pub = e.be->Publish(s, f, A(0640, 1700000000, 5));
+  cr_assert(pub.has_value(), "publish at %zu bytes: %d", len, pub.error());
+  int dfd = OpenDirLong(e.root, dir);
+  cr_assert_geq(dfd, 0);
+  cr_assert(ReadAt(dfd, leaf) == src.bytes);
+  auto st = e.be->Stat(f);
+  cr_assert(st.has_value(), "stat: %d", st.error());
+  cr_assert(st->type == Entry::Type::kFile && st->size == src.bytes.size() && st->has_checksum);
+  cr_assert(st->checksum_hi == s.checksum_hi && st->checksum_lo == s.checksum_lo);
+  Dest dst(src.bytes.size());
+  auto sum = e.be->Fetch(f, dst.fd, src.bytes.size());
+  cr_assert(sum.has_value(), "fetch: %d", sum.error());
+  cr_assert(dst.Read(src.bytes.size()) == src.bytes);
+
+  cr_assert(e.be->SetAttr(f, A(0600, 42, 7)).has_value());
+  struct stat a;
+  cr_assert_eq(fstatat(dfd, leaf.c_str(), &a, AT_SYMLINK_NOFOLLOW), 0);
+  cr_assert_eq(a.st_mode & 07777, 0600u);
+  cr_assert_eq(a.st_mtim.tv_sec, 42);
+
+  cr_assert(e.be->Link(f, sibling('l')).has_value());
+  struct stat b;
+  cr_assert_eq(fstatat(dfd, sib_leaf('l').c_str(), &b, AT_SYMLINK_NOFOLLOW), 0);
+  cr_assert_eq(b.st_ino, a.st_ino);
+  cr_assert_eq(b.st_nlink, 2u);
+
+  cr_assert(e.be->Symlink(sibling('s'), "target", {}).has_value());
+  char buf[16];
+  ssize_t n = readlinkat(dfd, sib_leaf('s').c_str(), buf, sizeof buf);
+  cr_assert(n == 6 && std::string(buf, 6) == "target");
+
+  cr_assert(e.be->Rename(f, sibling('r'), false).has_value());
+  cr_assert_eq(e.be->Stat(f).error(), ENOENT);
+  cr_assert(ReadAt(dfd, sib_leaf('r')) == src.bytes);
+
+  auto ls = e.be->ListDir(dir);
+  cr_assert(ls.has_value(), "listdir: %d", ls.error());
+  std::vector<std::string> names;
+  for (auto& en : *ls) names.push_back(en.path);
+  cr_assert(names == (std::vector<std::string>{sibling('l'), sibling('r'), sibling('s')}));
+  size_t listed = 0;
+  cr_assert(e.be->List([&](const Entry& en) { listed += en.path == sibling('r') && en.has_checksum; }).has_value());
+  cr_assert_eq(listed, 1u);
+
+  cr_assert(e.be->Remove(sibling('l')).has_value());
+  cr_assert(e.be->Remove(sibling('s')).has_value());
+  cr_assert_eq(fstatat(dfd, sib_leaf('l').c_str(), &b, AT_SYMLINK_NOFOLLOW), -1);
+  close(dfd);
+  cr_assert(e.be->Rmdir(top).has_value());
+  cr_assert_eq(e.be->Stat(top).error(), ENOENT);
+  cr_assert_eq(e.TmpCount(), 0u);
+}
+
+// A component past the first PATH_MAX bytes replaced by a symlink to a
+// directory outside: nothing goes through it.
+void LongPathNeverThroughSymlinks() {
+  Env e(230);
+  Outside o;
+  const std::string f = DeepPath('a', 6000);
+  const std::string dir = f.substr(0, f.rfind('/'));
+  cr_assert(e.be->Mkdir(dir, A(0755)).has_value());
+  const size_t cut = f.find('/', 4500);  // "a.../<link>" with the link past 4096 bytes
+  const std::string link = f.substr(0, cut), link_parent = link.substr(0, link.rfind('/'));
+  int pfd = OpenDirLong(e.root, link_parent);
+  cr_assert_geq(pfd, 0);
+  const std::string name = link.substr(link.rfind('/') + 1);
+  cr_assert_eq(renameat(pfd, name.c_str(), pfd, "moved"), 0);
+  cr_assert_eq(symlinkat(o.dir.c_str(), pfd, name.c_str()), 0);
+  close(pfd);
+  const std::string via = link + "/a";  // would be o.dir + "/a"
+  Source src(100, 940);
+  Staged s = StageChecked(e, src);
+  cr_assert_eq(e.be->Publish(s, via, A(0644, 1, 0)).error(), ELOOP);
+  cr_assert_eq(e.be->Publish(s, f, A(0644, 1, 0)).error(), ELOOP);
+  cr_assert_eq(e.be->Mkdir(link + "/x", A(0755)).error(), ELOOP);
+  cr_assert_eq(e.be->Remove(via).error(), ELOOP);
+  cr_assert_eq(e.be->SetAttr(via, A(0666, 1, 0)).error(), ELOOP);
+  cr_assert_eq(e.be->Stat(via).error(), ELOOP);
+  cr_assert_eq(e.be->ListDir(link).error(), ELOOP);
+  Dest dst(6);
+  cr_assert_eq(e.be->Fetch(via, dst.fd, 6).error(), ELOOP);
+  o.ExpectUntouched();
+}
+
+}  // namespace
+
+Test(posix_backend_long, path_max_minus_one) { LongPathRoundTrip(4095); }
+Test(posix_backend_long, past_path_max) { LongPathRoundTrip(6000); }
+Test(posix_backend_long, past_path_max_walk_fallback) {
+  setenv("CKPTFS_BACKEND_NO_OPENAT2", "1", 1);
+  LongPathRoundTrip(6000);
+}
+Test(posix_backend_long, never_through_symlinks) { LongPathNeverThroughSymlinks(); }
+Test(posix_backend_long, never_through_symlinks_walk_fallback) {
+  setenv("CKPTFS_BACKEND_NO_OPENAT2", "1", 1);
+  LongPathNeverThroughSymlinks();
 }
