@@ -84,7 +84,10 @@ std::expected<std::unique_ptr<backend::Backend>, std::string> OpenBackend(const 
 
 // What the mount accepts, from what its backend can hold: S3 keys are at
 // most 1024 bytes of UTF-8 (the prefix and a directory marker's '/'
-// included); a POSIX backend takes relative paths below PATH_MAX.
+// included). A POSIX backend resolves paths through directory descriptors,
+// so it holds a path of any length, as tmpfs and ext4 do: PATH_MAX bounds
+// the path of one system call, relative to its working directory, and
+// pjdfstest makes 4095-byte paths from a directory below the mount's root.
 Limits MountLimits(const Config& cfg) {
   Limits l;
   if (cfg.backend.kind == BackendUrl::Kind::kS3) {

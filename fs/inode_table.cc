@@ -97,6 +97,7 @@ bool ValidUtf8(std::string_view s) {
 Status InodeTable::CheckNewName(uint64_t parent, std::string_view name, size_t subtree) {
   if (parent == meta::kRootIno && name.starts_with(kReservedRootPrefix)) return Err(EPERM);
   if (limits_.utf8_names && !ValidUtf8(name)) return Err(EILSEQ);
+  if (limits_.max_path == SIZE_MAX) return {};  // a POSIX backend: any depth
   size_t len = DirPath(parent).size();
   len += (len ? 1 : 0) + name.size() + (subtree ? 1 + subtree : 0);
   if (len > limits_.max_path) return Err(ENAMETOOLONG);
@@ -582,9 +583,11 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
     if (dst->is_dir() && !dst->children.empty()) return Err(ENOTEMPTY);
   }
   if (auto st = Writable(); !st) return st;
-  if (auto st = CheckNewName(newparent, newname, src->is_dir() ? SubtreePathLen(src) : 0); !st) return st;
+  // A directory moved is checked by its deepest path, where paths are bounded.
+  const bool bounded = limits_.max_path != SIZE_MAX;
+  if (auto st = CheckNewName(newparent, newname, bounded && src->is_dir() ? SubtreePathLen(src) : 0); !st) return st;
   if (dst && (flags & RENAME_EXCHANGE))
-    if (auto st = CheckNewName(parent, name, dst->is_dir() ? SubtreePathLen(dst) : 0); !st) return st;
+    if (auto st = CheckNewName(parent, name, bounded && dst->is_dir() ? SubtreePathLen(dst) : 0); !st) return st;
   // Memory-only checkpoints (--persist-every): a move stays on its side of
   // the line. Into one, the backend would keep what was moved away; out of
   // one, the backend would lack what it holds. EXDEV: `mv` copies instead

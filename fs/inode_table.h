@@ -119,7 +119,9 @@ struct PersistSource {
 // is something the backend cannot hold (checked at create, link, rename,
 // truncate and write, where it is knowable).
 struct Limits {
-  size_t max_path = 4095;               // bytes of a path relative to the backend root
+  // Bytes of a path relative to the backend root: S3 keys are bounded; a
+  // POSIX backend holds any path (names up to kMaxName), as tmpfs does.
+  size_t max_path = SIZE_MAX;
   bool utf8_names = false;              // names must be valid UTF-8 (S3 keys)
   uint64_t max_file_size = UINT64_MAX;  // EFBIG beyond (bounds what a drain sends)
 };

@@ -487,6 +487,29 @@ Test(hardening, backend_path_limits_checked_at_create_and_rename) {
   cr_assert(e.table->Mknod(kRoot, "caf\xc3\xa9", S_IFREG | 0644, 0, ckpt::fs::Caller{0, 0}).has_value());
 }
 
+// A POSIX backend (the default limits) holds paths of any length, as tmpfs
+// does: PATH_MAX bounds one system call's path, relative to its working
+// directory, and pjdfstest's */03.t make 4095-byte paths from a directory
+// below the mount's root. Names stay within NAME_MAX.
+Test(hardening, posix_paths_past_path_max) {
+  Env e(KvKind::kMem);
+  e.table->set_limits(ckpt::fs::Limits{});
+  const Caller root{0, 0};
+  uint64_t top = e.Mkdir(kRoot, "pjd");
+  uint64_t d = top;
+  for (int i = 0; i < 32; i++) d = e.Mkdir(d, std::string(255, static_cast<char>('a' + i % 26)));  // 8196 bytes
+  uint64_t f = e.WriteFile(d, std::string(255, 'f'), "x");
+  cr_assert(e.table->Mknod(d, std::string(255, 'p'), S_IFIFO | 0644, 0, root).has_value());
+  cr_assert(e.table->Symlink(d, std::string(255, 's'), "test", root).has_value());
+  cr_assert(e.table->Link(f, d, std::string(255, 'l')).has_value());
+  cr_assert(e.table->Rename(d, std::string(255, 'f'), d, std::string(255, 'r'), 0).has_value());
+  cr_assert(e.table->Rename(kRoot, "pjd", kRoot, std::string(255, 'q'), 0).has_value());  // the whole tree deeper
+  cr_assert_eq(e.table->Mkdir(d, std::string(256, 'n'), 0755, root).error(), ENAMETOOLONG);
+  bool logged = false;
+  for (auto& l : e.table->PendingLog(1000)) logged |= l.op == LogOp::kLink && l.path2.size() > 8196;
+  cr_assert(logged, "the link at its full path is in the drain log");
+}
+
 // --max-file-size: writes, truncates and fallocates past it are EFBIG.
 Test(hardening, max_file_size_is_efbig) {
   Env e(KvKind::kMem);
