@@ -24,6 +24,10 @@ using Json = nlohmann::json;
 namespace {
 
 constexpr size_t kRecordPaths = 1000;  // unpersisted paths named in a record
+// ...and their bytes at most: a record must fit the store
+// (backend::kMaxRecordBytes), a path may be of any length on a POSIX
+// backend, and a control byte takes 6 as JSON.
+constexpr size_t kRecordPathBytes = 128 * 1024;
 constexpr int64_t kUsPerMs = 1000;      // options are in ms, times in µs
 constexpr int64_t kBusyUs = 2000 * kUsPerMs;  // records every tick this long after another member had files pending
 // Version 2 keeps µs; version 1 (before gate times were µs) kept ms.
@@ -241,6 +245,9 @@ size_t Cluster::SampleCount() {
 
 std::string Cluster::MakeRecord(const std::string& state) {
   auto [count, paths] = log_->Unpersisted(kRecordPaths);
+  size_t keep = 0, bytes = 0;
+  while (keep < paths.size() && bytes + paths[keep].size() <= kRecordPathBytes) bytes += paths[keep++].size();
+  paths.resize(keep);
   Record r;
   {
     MutexLock lk(&mu_);

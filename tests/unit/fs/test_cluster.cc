@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "fs/cluster.h"
 
 using ckpt::Result;
@@ -569,4 +570,24 @@ Test(cluster, idle_member_refreshes_while_another_has_files_pending) {
   now = 4000;
   b.c->Tick();  // no longer busy, heartbeat not due: no record
   cr_expect_eq(nlohmann::json::parse(store.recs["b"])["heartbeat_ms"].get<int64_t>(), 3900);
+}
+
+// A record names the first unpersisted files, as many as fit: a POSIX
+// backend holds paths of any length, and a record larger than the store
+// takes (backend::kMaxRecordBytes) would not be written at all.
+Test(cluster, record_fits_the_store_with_long_paths) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now);
+  std::string deep;
+  while (deep.size() < 8000) deep += std::string(255, 'd') + "/";
+  for (int i = 0; i < 1000; i++) a.log.Log(deep + "\x01shard" + std::to_string(i));  // 6 bytes as JSON
+  a.c->Heartbeat();
+  const std::string& rec = store.recs.at("a");
+  cr_assert_leq(rec.size(), ckpt::backend::kMaxRecordBytes, "record of %zu bytes", rec.size());
+  auto j = nlohmann::json::parse(rec);
+  cr_expect_eq(j.at("unpersisted").get<uint64_t>(), 1000u);  // the count stays exact
+  auto paths = j.at("paths").get<std::vector<std::string>>();
+  cr_assert_gt(paths.size(), 0u);
+  cr_expect_eq(paths[0], deep + "\x01shard0");
 }
