@@ -10,6 +10,7 @@
 // files are taken in the order given (directories walked in name order)
 // and only as many as fit the budget beside what is dirty: warming more
 // would evict what was just warmed.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -18,7 +19,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -49,9 +52,53 @@ std::string MountRootOf(const std::string& path) {
   }
 }
 
+// A mount holds paths of any length (docs/consistency.md), and with the
+// mount point before them they pass PATH_MAX, which bounds the path of one
+// system call: such paths are opened in pieces, and examined through the
+// directory that holds them.
+
+// open(2) of `path` (absolute), cut at a '/' into pieces that each fit
+// PATH_MAX when it is longer, each opened beneath the directory the one
+// before opened. -1 with errno set.
+int OpenLong(const std::string& path, int flags) {
+  int dir = AT_FDCWD;
+  std::string_view rest(path);
+  for (;;) {
+    const bool last = rest.size() < PATH_MAX;
+    const size_t cut = last ? rest.size() : rest.rfind('/', PATH_MAX - 1);
+    int fd = -1, e = ENAMETOOLONG;  // no '/' in PATH_MAX bytes: a name no directory holds
+    if (cut != std::string_view::npos && cut > 0) {
+      fd = openat(dir, std::string(rest.substr(0, cut)).c_str(), (last ? flags : O_PATH | O_DIRECTORY) | O_CLOEXEC);
+      e = errno;
+    }
+    if (dir != AT_FDCWD) close(dir);
+    if (fd < 0 || last) {
+      errno = e;
+      return fd;
+    }
+    dir = fd;
+    rest.remove_prefix(cut + 1);
+  }
+}
+
+// The entry `path` names, as a path of a few bytes: its directory opened
+// (*dir, O_PATH, for the caller to close) and the entry beneath it in
+// /proc/self/fd. "" with errno set.
+std::string ShortPath(const std::string& path, int* dir) {
+  *dir = -1;
+  if (path.size() < PATH_MAX) return path;
+  const size_t slash = path.rfind('/');
+  *dir = OpenLong(path.substr(0, slash), O_PATH | O_DIRECTORY);
+  if (*dir < 0) return "";
+  return "/proc/self/fd/" + std::to_string(*dir) + path.substr(slash);
+}
+
 std::string StateOf(const std::string& path) {
   char buf[64];
-  ssize_t n = lgetxattr(path.c_str(), "user.ckptfs.state", buf, sizeof buf);
+  int dir;
+  std::string p = ShortPath(path, &dir);
+  ssize_t n = p.empty() ? -1 : lgetxattr(p.c_str(), "user.ckptfs.state", buf, sizeof buf);
+  if (dir >= 0) close(dir);
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
 }
 
@@ -64,15 +111,27 @@ struct Item {
 // are not followed.
 void Collect(const std::string& path, std::vector<Item>* out) {
   struct stat st;
-  if (lstat(path.c_str(), &st) != 0) return;
+  int dir;
+  std::string p = ShortPath(path, &dir);
+  int rc = p.empty() ? -1 : lstat(p.c_str(), &st);
+  if (dir >= 0) close(dir);
+  if (rc != 0) return;
   if (S_ISREG(st.st_mode)) {
     out->push_back({path, static_cast<uint64_t>(st.st_size)});
     return;
   }
   if (!S_ISDIR(st.st_mode)) return;
   std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : stdfs::directory_iterator(path, ec)) names.push_back(e.path().string());
+  int fd = OpenLong(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  DIR* d = fd >= 0 ? fdopendir(fd) : nullptr;
+  if (!d) {
+    if (fd >= 0) close(fd);
+    return;
+  }
+  while (dirent* e = readdir(d))
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+      names.push_back((stdfs::path(path) / e->d_name).string());
+  closedir(d);
   std::sort(names.begin(), names.end());
   for (const std::string& n : names) Collect(n, out);
 }
@@ -124,7 +183,7 @@ int CmdWarmup(const std::vector<std::string>& paths_in) {
   auto worker = [&] {
     for (size_t i; (i = next++) < todo.size();) {
       const Item& it = todo[i];
-      int fd = open(it.path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);  // the daemon fetches before answering
+      int fd = OpenLong(it.path, O_RDONLY | O_NOFOLLOW);  // the daemon fetches before answering
       if (fd < 0) {
         std::lock_guard lk(err_mu);
         fprintf(stderr, "\nckptfs: warmup: %s: %s\n", EscapeName(it.path).c_str(), ErrStr(errno).c_str());

@@ -7,9 +7,9 @@
 # path is ENAMETOOLONG from the kernel, a 256-byte name from the daemon.
 # Create, mkdir, symlink, link, rename, chmod, chown, truncate and unlink at
 # full length; the drain persists all of it under a backend root with a
-# long path of its own, and the bytes come back from the backend after a
-# remount. Trees are compared through directory descriptors (os.fwalk):
-# no path string names their deepest entries.
+# long path of its own, and after a remount `ckptfs warmup` fetches every
+# file back from the backend. Trees are compared through directory
+# descriptors (os.fwalk): no path string names their deepest entries.
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 require_root
@@ -45,6 +45,16 @@ def tree(top):
             nlink = st.st_nlink if kind == "f" else 0
             mode = stat.S_IMODE(st.st_mode) if kind != "l" else 0
             out[p] = (kind, mode, st.st_uid, st.st_gid, data, nlink)
+    return out
+
+def states(top):
+    """The user.ckptfs.state of every regular file under top."""
+    out = {}
+    for dirpath, _, files, dfd in os.fwalk(top):
+        for name in files:
+            p = f"/proc/self/fd/{dfd}/{name}"  # the name beneath the open directory
+            if stat.S_ISREG(os.lstat(p).st_mode):
+                out[os.path.relpath(dirpath, top) + "/" + name] = os.getxattr(p, "user.ckptfs.state").decode()
     return out
 
 def compare(a, b):
@@ -110,6 +120,8 @@ def at_full_length(tag):
     with open(parent + "/u" + leaf[1:], "w") as f:  # unlink/03.t
         f.write("gone")
     os.unlink(parent + "/u" + leaf[1:])
+    with open(parent + "/k" + leaf[1:], "wb") as f:  # kept, under no shorter name
+        f.write(os.urandom(70000))
     # One byte more is the kernel's to refuse, a 256-byte name the daemon's.
     expect_err(errno.ENAMETOOLONG, os.open, nx + "x", os.O_CREAT | os.O_WRONLY)
     expect_err(errno.ENAMETOOLONG, os.mkdir, nx + "x")
@@ -129,29 +141,34 @@ PY
 "$CKPTFS" drain "$MNT" --timeout 120 > "$T/drain.out" 2>&1 || { cat "$T/drain.out" >&2; fail "ckptfs drain failed"; }
 $PY "$T/tree.py" "$MNT" "$BACKEND" > "$T/cmp.out" 2>&1 || { cat "$T/cmp.out" >&2; fail "backend differs from the mount after the drain"; }
 note "after the drain: $(tail -n 1 "$T/cmp.out")"
-$PY - "$MNT" "$T/mount.tree" <<'PY'
+$PY - "$MNT" "$T" <<'PY'
 import pickle, sys
-sys.path.insert(0, sys.argv[2].rsplit("/", 1)[0])
+sys.path.insert(0, sys.argv[2])
 from tree import tree
-pickle.dump(tree(sys.argv[1]), open(sys.argv[2], "wb"))
+pickle.dump(tree(sys.argv[1]), open(sys.argv[2] + "/mount.tree", "wb"))
 PY
 [ -z "$(staged_left "$BACKEND")" ] || fail "staged files left: $(staged_left "$BACKEND")"
 
-# The memory tier goes at unmount: the files come back from the backend.
+# The memory tier goes at unmount: every file is remote. `ckptfs warmup`
+# fetches them all back (it opens each through its directory: no path
+# string names the deepest), then they read as before, and as the backend.
 remount_fs
-$PY - "$MNT" "$T/mount.tree" "$BACKEND" <<'PY' || fail "the files read back after the remount differ"
-import os, pickle, stat, sys
-sys.path.insert(0, sys.argv[2].rsplit("/", 1)[0])
-from tree import compare, tree
-# Every file is remote: reading it fetches it from the backend.
-states = set()
-for _, _, files, dfd in os.fwalk(sys.argv[1]):
-    for name in files:
-        p = f"/proc/self/fd/{dfd}/{name}"  # the name beneath the open directory
-        if stat.S_ISREG(os.lstat(p).st_mode):
-            states.add(os.getxattr(p, "user.ckptfs.state", follow_symlinks=False).decode())
-assert states == {"remote"}, f"states after the remount: {states}"
-before = pickle.load(open(sys.argv[2], "rb"))
+$PY - "$MNT" "$T" <<'PY' || fail "not every file is remote after the remount"
+import sys
+sys.path.insert(0, sys.argv[2])
+from tree import states
+got = set(states(sys.argv[1]).values())
+assert got == {"remote"}, f"states after the remount: {got}"
+PY
+"$CKPTFS" warmup "$MNT" > "$T/warmup.out" 2>&1 || { cat "$T/warmup.out" >&2; fail "ckptfs warmup failed"; }
+note "$(tail -n 1 "$T/warmup.out")"
+$PY - "$MNT" "$T" "$BACKEND" <<'PY' || fail "files still remote after warmup, or read back different"
+import pickle, sys
+sys.path.insert(0, sys.argv[2])
+from tree import compare, states, tree
+left = [p for p, s in states(sys.argv[1]).items() if s == "remote"]
+assert not left, f"{len(left)} files still remote after warmup, e.g. {len(left[0])} bytes deep"
+before = pickle.load(open(sys.argv[2] + "/mount.tree", "rb"))
 after = tree(sys.argv[1])
 assert after == before, f"{len(set(after) ^ set(before))} paths differ"
 assert compare(sys.argv[1], sys.argv[3])
