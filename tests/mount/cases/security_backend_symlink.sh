@@ -3,11 +3,9 @@
 # replaces a directory ckptfs drained (team/) with a symlink to a root-only
 # directory. The daemon (root) must never follow it: the victim directory is
 # untouched, the refusal is logged with the path, the daemon stays up, and
-# (EXPECT_CONTINUE=1) later entries outside team/ still reach the backend.
-#
-# EXPECT_CONTINUE=1 (default) also asserts that the drain goes on past the
-# refused entries; that needs the drainer's "mark the entry failed and
-# continue" (fs/drain.cc). Set EXPECT_CONTINUE=0 to check only the refusal.
+# the drain holds at the refused entry (order first: later entries outside
+# team/ wait), and (EXPECT_CONTINUE=1) with -o on_refusal=skip they reach
+# the backend. EXPECT_CONTINUE=0 checks only the refusal and the hold.
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 require_root
@@ -40,13 +38,23 @@ rm "$MNT/team/a"
 mkdir "$MNT/other"
 echo "later" > "$MNT/other/c"
 
+# The drain holds at the first refused entry (-o on_refusal=hold, the
+# default: order first), so other/c, logged after it, waits in RAM.
+held() { "$CKPTFS" status "$MNT" --json | $PY -c 'import json,sys; h=json.load(sys.stdin)["drain"]["held"]; print(h["path"] if h else "")'; }
+for _ in $(seq 100); do [ -n "$(held)" ] && break; sleep 0.1; done
+case $(held) in team/*) ;; *) fail "the drain does not hold at the refused team/ entry: '$(held)'" ;; esac
+[ ! -e "$BACKEND/other/c" ] || fail "other/c reached the backend past a refused entry"
 if [ "$EXPECT_CONTINUE" = 1 ]; then
+  # -o on_refusal=skip: the refused entries fail and the drain goes on.
+  "$CKPTFS" umount "$MNT" --no-drain > "$T/umount.out" 2>&1 || { cat "$T/umount.out" >&2; fail "umount"; }
+  wait_daemon_exit
+  mount_fs -o on_refusal=skip
   for _ in $(seq 100); do
     [ -f "$BACKEND/other/c" ] && break
     sleep 0.3
   done
   [ "$(cat "$BACKEND/other/c" 2>/dev/null)" = later ] \
-    || fail "other/c did not reach the backend within 30 s (drainer does not skip refused entries?)"
+    || fail "other/c did not reach the backend within 30 s with -o on_refusal=skip"
 else
   sleep 5
 fi

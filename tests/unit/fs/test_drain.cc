@@ -633,6 +633,29 @@ Test(drain, lost_version_answers_its_waiter_eio) {
   cr_assert_eq(WaitOutcome(e, e.table->LoggedSeq(), 0), 0, "a later wait is not answered with an old loss");
 }
 
+// Issue #27 item 1: a hard-linked file's new version followed at once by
+// the removal of one of its names is not "undone": the file lives on under
+// the other name, and the backend must get the new bytes there (the skip
+// left the old ones for good, and recovery took them for the last seal).
+Test(drain, hard_linked_version_is_not_skipped_when_one_name_goes) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t ino = e.WriteFile(kRoot, "a", "old bytes");
+  cr_assert(e.table->Link(ino, kRoot, "b").has_value());
+  d.Start();
+  d.Drain(30);
+  cr_assert_eq(d.Read("b"), "old bytes");
+  d.drainer->Stop();
+  d.drainer.reset();
+  e.Overwrite(ino, "new bytes");                      // persist v2 (names a and b)
+  cr_assert(e.table->Unlink(kRoot, "a").has_value());  // the very next entry removes one name
+  d.Start();
+  d.Drain(30);
+  cr_assert_not(d.Exists("a"));
+  cr_assert_eq(d.Read("b"), "new bytes", "the surviving name holds the new version");
+  cr_assert_eq(e.table->GetAttr(ino)->state, ckpt::meta::DataState::kPersisted);
+}
+
 // -o on_refusal=skip: an entry the backend refuses for good (here
 // ENAMETOOLONG, as for a path past the backend's PATH_MAX) is marked
 // failed; everything after it still drains, in order, and the failure is
