@@ -101,7 +101,7 @@ void Cluster::Init() {
 bool Cluster::Join() {
   Heartbeat();
   MutexLock lk(&mu_);
-  return last_error_.empty();
+  return BlockedLocked().empty();
 }
 
 void Cluster::Start() {
@@ -243,7 +243,7 @@ size_t Cluster::SampleCount() {
   return samples_.size();
 }
 
-std::string Cluster::MakeRecord(const std::string& state) {
+std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
   auto [count, paths] = log_->Unpersisted(kRecordPaths);
   size_t keep = 0, bytes = 0;
   while (keep < paths.size() && bytes + paths[keep].size() <= kRecordPathBytes) bytes += paths[keep++].size();
@@ -262,12 +262,18 @@ std::string Cluster::MakeRecord(const std::string& state) {
     if (applied_ < s.post) r.oldest_gate_us = GateLocked(applied_ + 1).value_or(s.t);
     r.unpersisted = count;
     r.paths = std::move(paths);
+    // The records it refuses, so that their writers learn it (a member
+    // whose clock is ahead publishes nothing while another refuses it).
+    for (const Record& x : refused_)
+      if (r.refused.size() < opt_.max_refused) r.refused.emplace_back(x.node, x.heartbeat_us);
     self_ = r;
   }
   // Version 2: times in µs; the ms fields of version 1 stay beside them,
   // for members still running it (they read those; truncated, they err
   // early, on the safe side, as below).
   auto ms = [](int64_t us) { return us / kUsPerMs; };
+  Json refused = Json::array();
+  for (const auto& [node, heartbeat_us] : r.refused) refused.push_back({{"node", node}, {"heartbeat_us", heartbeat_us}});
   Json j = {{"version", 2},
             {"cluster", opt_.name},
             {"node", r.node},
@@ -279,8 +285,9 @@ std::string Cluster::MakeRecord(const std::string& state) {
             {"watermark_ms", ms(r.watermark_us)},
             {"oldest_gate_ms", r.oldest_gate_us ? Json(ms(*r.oldest_gate_us)) : Json(nullptr)},
             {"unpersisted", r.unpersisted},
-            {"paths", r.paths}};
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+            {"paths", r.paths},
+            {"refused", refused}};
+  return {j.dump(-1, ' ', false, Json::error_handler_t::replace), r.heartbeat_us};
 }
 
 void Cluster::Tick() {
@@ -290,10 +297,15 @@ void Cluster::Tick() {
   {
     MutexLock lk(&mu_);
     // Busy: another member had files pending at the last read, so it may
-    // wait for a record of this node newer than its files' gates.
-    // After a failed write or read, the next try waits for the heartbeat.
+    // wait for a record of this node newer than its files' gates. The
+    // drain waits for an entry that this node's record in the store does
+    // not name yet (or the store lost that record): it is written now, not
+    // at the next heartbeat. After a failed write or read, the next try
+    // waits for the heartbeat.
     write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs ||
-            (last_error_.empty() && (applied != written_applied_ || now < busy_until_));
+            (write_error_.empty() && read_error_.empty() &&
+             (applied != written_applied_ || now < busy_until_ || self_missing_ ||
+              (waiting_ && wait_gate_ > stored_us_)));
     read = waiting_;
   }
   if (write) {
@@ -313,17 +325,27 @@ void Cluster::Heartbeat() {
     last_write_ = now;
     written_applied_ = applied;
   }
-  std::string rec = MakeRecord("live");
+  auto [rec, t] = MakeRecord("live");
   {
     MutexLock lk(&mu_);
     written_ = rec;
   }
   if (auto st = store_->Put(opt_.node, rec); !st) {
+    // The store holds an older record of this node, or none: the others
+    // cannot see the entries logged since. MayPublish says no until a
+    // write succeeds.
     MutexLock lk(&mu_);
     std::string msg = std::string("writing this node's record: ") + strerror(st.error());
-    if (last_error_ != msg) LOG_WARN("cluster {}: {} (retried every heartbeat)", opt_.name, msg);
-    last_error_ = msg;
+    if (write_error_ != msg) LOG_WARN("cluster {}: {} (retried every heartbeat)", opt_.name, msg);
+    write_error_ = msg;
     return;
+  }
+  {
+    MutexLock lk(&mu_);
+    if (!write_error_.empty()) LOG_INFO("cluster {}: this node's record written again", opt_.name);
+    write_error_.clear();
+    stored_us_ = t;
+    self_missing_ = false;
   }
   ReadRecords();
 }
@@ -338,20 +360,24 @@ void Cluster::ReadRecords() {
   const int64_t read_at = clock_();
   auto list = store_->List();
   const int64_t now = clock_();
+  const int64_t skew = opt_.max_skew_ms * kUsPerMs;
   MutexLock lk(&mu_);
   if (!list) {
     std::string msg = std::string("reading the members' records: ") + strerror(list.error());
-    if (last_error_ != msg) LOG_WARN("cluster {}: {} (retried every heartbeat)", opt_.name, msg);
-    last_error_ = msg;
+    if (read_error_ != msg) LOG_WARN("cluster {}: {} (retried every heartbeat)", opt_.name, msg);
+    read_error_ = msg;
     return;
   }
-  if (!last_error_.empty()) LOG_INFO("cluster {}: records readable and writable again", opt_.name);
-  last_error_.clear();
-  std::vector<Record> others;
+  if (!read_error_.empty()) LOG_INFO("cluster {}: records readable again", opt_.name);
+  read_error_.clear();
+  std::vector<Record> others, refused;
+  std::map<std::string, std::string> unused;  // node -> why its record is not used
+  bool self_seen = false;
   for (const auto& [name, bytes] : *list) {
     if (name == opt_.node) {
       // Ours, as we wrote it last, unless another mount uses this node id
       // (each overwrites the other's record: the others see one member).
+      self_seen = true;
       if (!written_.empty() && bytes != written_ && !clash_noted_) {
         clash_noted_ = true;
         LOG_ERROR("cluster {}: another mount writes records as node {}; give each mount its own --node", opt_.name,
@@ -364,11 +390,15 @@ void Cluster::ReadRecords() {
       Json j = Json::parse(bytes);
       if (j.at("node").get<std::string>() != name || j.at("cluster").get<std::string>() != opt_.name) {
         LOG_DEBUG("cluster {}: record '{}' names another node or cluster; ignored", opt_.name, name);
+        unused[name] = "unreadable";
         continue;
       }
       r.node = name;
       r.state = j.at("state").get<std::string>();
-      if (r.state != "live" && r.state != "left") continue;
+      if (r.state != "live" && r.state != "left") {
+        unused[name] = "unreadable";
+        continue;
+      }
       // A version 1 record (ms): the start of its millisecond, which errs
       // on the safe side for both (an older heartbeat, an earlier gate).
       const bool us = j.contains("heartbeat_us");
@@ -382,10 +412,51 @@ void Cluster::ReadRecords() {
       r.oldest_gate_us = us_field("oldest_gate_us", "oldest_gate_ms");
       r.unpersisted = j.at("unpersisted").get<uint64_t>();
       r.paths = j.at("paths").get<std::vector<std::string>>();
+      if (auto it = j.find("refused"); it != j.end())  // since version 2
+        for (const Json& x : *it) r.refused.emplace_back(x.at("node").get<std::string>(), x.at("heartbeat_us").get<int64_t>());
     } catch (const std::exception& e) {
       LOG_DEBUG("cluster {}: record '{}' is not readable ({}); ignored", opt_.name, name, e.what());
+      unused[name] = "unreadable";
       continue;
     }
+    // Times in this node's future beyond the skew: a clock ahead, or a
+    // record no member wrote. Such a heartbeat never ages into "dead", and
+    // nothing can be ordered against such gates: refused, no member.
+    const int64_t ahead = std::max({r.heartbeat_us, r.watermark_us, r.oldest_gate_us.value_or(0)}) - now;
+    if (ahead > skew) {
+      r.problem = fmt::format("its times lie {:.3f} s in this node's future (beyond --max-clock-skew {} ms)",
+                              static_cast<double>(ahead) / (1000 * kUsPerMs), opt_.max_skew_ms);
+      if (refused_noted_.emplace(name, r.problem).second)
+        LOG_ERROR("cluster {}: the record of {} is refused: its times lie {:.3f} s in this node's future, beyond "
+                  "--max-clock-skew ({} ms): its writer's clock is ahead, or no member wrote it; it is no member "
+                  "(its {} files not persisted are not waited for) until its times are no longer ahead",
+                  opt_.name, name, static_cast<double>(ahead) / (1000 * kUsPerMs), opt_.max_skew_ms, r.unpersisted);
+      unused[name] = "refused (" + r.problem + ")";
+      refused.push_back(std::move(r));
+      continue;
+    }
+    if (refused_noted_.erase(name)) LOG_INFO("cluster {}: the record of {} is accepted again", opt_.name, name);
+    others.push_back(std::move(r));
+  }
+  // A live member read before whose record is now gone, unreadable or
+  // refused: not a member with nothing pending. Its last record read stands
+  // (and holds the others) until it is dead by that record's heartbeat;
+  // its files are then listed as lost.
+  for (Record& old : others_) {
+    if (old.state != "live") continue;
+    if (std::any_of(others.begin(), others.end(), [&](const Record& r) { return r.node == old.node; })) continue;
+    auto why = unused.find(old.node);
+    std::string problem = why == unused.end() ? "missing" : why->second;
+    if (old.problem.empty())
+      LOG_WARN("cluster {}: the record of member {} is {}; its last one read (heartbeat {:.1f} s ago, {} files not "
+               "persisted) stands until the member is back or dead",
+               opt_.name, old.node, problem, static_cast<double>(now - old.heartbeat_us) / (1000 * kUsPerMs),
+               old.unpersisted);
+    old.problem = problem;
+    others.push_back(std::move(old));
+  }
+  std::string refused_by;
+  for (const Record& r : others) {
     auto noted = std::find(dead_noted_.begin(), dead_noted_.end(), r.node);
     if (Dead(r, now) && noted == dead_noted_.end()) {
       LOG_WARN("cluster {}: member {} is dead (no heartbeat for {} s); its {} unpersisted files are lost{}{}", opt_.name,
@@ -396,11 +467,52 @@ void Cluster::ReadRecords() {
       LOG_INFO("cluster {}: member {} is back ({})", opt_.name, r.node, r.state);
       dead_noted_.erase(noted);
     }
-    if (r.state == "live" && !Dead(r, now) && r.oldest_gate_us) busy_until_ = now + kBusyUs;
-    others.push_back(std::move(r));
+    if (r.state != "live") continue;
+    if (r.oldest_gate_us && !Dead(r, now)) busy_until_ = now + kBusyUs;
+    // A member refuses a record of this node written within the member
+    // timeout: this node's clock is ahead of that member's. Not only a
+    // member live by this node's clock: a clock ahead by more than the
+    // member timeout sees every member dead. A refusal of an older record
+    // (a member stopped long ago, a forged one) refuses nothing.
+    for (const auto& [node, heartbeat_us] : r.refused)
+      if (refused_by.empty() && node == opt_.node && heartbeat_us >= now - opt_.member_timeout_ms * kUsPerMs &&
+          heartbeat_us <= now + skew)
+        refused_by = r.node;
   }
+  if (refused_by != refused_by_) {
+    if (!refused_by.empty())
+      LOG_ERROR("cluster {}: member {} refuses this node's records: this node's clock is ahead of its by more than "
+                "--max-clock-skew ({} ms); this node publishes nothing until no member refuses it (its files stay "
+                "in memory): fix the clocks (NTP)",
+                opt_.name, refused_by, opt_.max_skew_ms);
+    else
+      LOG_INFO("cluster {}: no member refuses this node's records any more", opt_.name);
+    refused_by_ = refused_by;
+  }
+  // This node's record written, yet not in the store: the others do not
+  // see it (removed behind the daemon's back). Written again at once
+  // (Tick); until then MayPublish says no.
+  const bool missing = !self_seen && stored_us_ > 0;
+  if (missing && !self_missing_)
+    LOG_WARN("cluster {}: this node's record is missing from the store; writing it again", opt_.name);
+  self_missing_ = missing;
+  refused_ = std::move(refused);
   others_ = std::move(others);
   read_at_ = std::max(read_at_, read_at);
+}
+
+std::string Cluster::BlockedLocked() const {
+  if (stored_us_ == 0)
+    return write_error_.empty() ? "not joined: this node's first record is not written yet"
+                                : "not joined: this node's first record cannot be written (" + write_error_ + ")";
+  if (!write_error_.empty())
+    return "this node's record in the store is out of date, the last write failed (" + write_error_ +
+           "): the others cannot see its newer files";
+  if (self_missing_) return "this node's record is missing from the store (written again at the next tick)";
+  if (!refused_by_.empty())
+    return "member " + refused_by_ + " refuses this node's records: this node's clock is ahead of its by more than " +
+           "--max-clock-skew";
+  return "";
 }
 
 bool Cluster::MayPublish(uint64_t seq) {
@@ -409,8 +521,26 @@ bool Cluster::MayPublish(uint64_t seq) {
   std::vector<std::string> blockers;
   auto g = GateLocked(seq);
   const int64_t skew = opt_.max_skew_ms * kUsPerMs;
-  if (!g) {
+  const std::string blocked = BlockedLocked();
+  if (blocked.empty() != blocked_noted_.empty()) {  // one line per episode, not per poll
+    if (!blocked.empty())
+      LOG_WARN("cluster {}: the drain holds ({}); files stay in memory until this node's record is in the store",
+               opt_.name, blocked);
+    else
+      LOG_INFO("cluster {}: this node's record is in the store; the drain goes on", opt_.name);
+  }
+  blocked_noted_ = blocked;
+  if (!blocked.empty()) {
+    // The others cannot wait for what they cannot read: this node's record
+    // must be in the store (and accepted) before anything of it passes.
+    blockers.push_back("(this node's record)");
+  } else if (!g) {
     blockers.push_back("(this node's next sample)");
+  } else if (stored_us_ < *g) {
+    // The record in the store must name this entry (pending, or an older
+    // one) before it is published: what the others read of this node is
+    // never behind what it published.
+    blockers.push_back("(this node's next record)");
   } else if (read_at_ < *g + skew) {
     // A member that joined after the last read, and closed a file before
     // this entry, must be seen first: it wrote its first record before it
@@ -450,7 +580,7 @@ bool Cluster::Leave() {
     MutexLock lk(&mu_);
     if (applied_ < samples_.back().post) return false;
   }
-  std::string rec = MakeRecord("left");
+  std::string rec = MakeRecord("left").first;
   if (auto st = store_->Put(opt_.node, rec); !st) {
     LOG_WARN("cluster {}: cannot write this node's last record (left): {}; the others will see it dead after {} s",
              opt_.name, strerror(st.error()), opt_.member_timeout_ms / 1000);
@@ -479,6 +609,7 @@ ClusterStatus Cluster::Status() {
     if (r.oldest_gate_us) m.oldest_gate_ms = ms(*r.oldest_gate_us);
     m.unpersisted = r.unpersisted;
     m.paths = r.paths;
+    m.record_problem = r.problem;
     return m;
   };
   s.members.push_back(member(self_, true));
@@ -489,8 +620,11 @@ ClusterStatus Cluster::Status() {
   s.wait_gate_ms = ms(wait_gate_);
   s.waiting_for = waiting_for_;
   s.waiting_since_ms = ms(wait_since_);
-  s.last_error = last_error_;
+  s.last_error = !write_error_.empty() ? write_error_ : read_error_;
   s.node_id_clash = clash_noted_;
+  s.publish_blocked_reason = BlockedLocked();
+  for (const Record& r : refused_) s.refused.push_back({r.node, r.problem, ms(r.heartbeat_us), r.unpersisted});
+  std::sort(s.refused.begin(), s.refused.end(), [](const auto& a, const auto& b) { return a.node < b.node; });
   return s;
 }
 

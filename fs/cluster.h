@@ -34,6 +34,28 @@
 // the rule, and the unpersisted files its last record named are listed as
 // lost by every node. A member that unmounted cleanly with nothing pending
 // writes state "left" and is ignored too; it rejoins when it mounts again.
+// A live member whose record vanishes, turns unreadable or is refused is
+// not a member with nothing pending: its last record read stands (and holds
+// the others) until it is dead by that record's heartbeat.
+//
+// This node's own side (MayPublish): it publishes an entry only while its
+// own record is in the store and names that entry (written after the
+// entry's gate time, so it shows it, or an older one, pending): not before
+// its first record is written (Join failed), not after a failed record
+// write until a later one succeeds, and not while another member refuses
+// its records. Others cannot wait for what they cannot read; this node's
+// drain waits instead, its files stay in memory, and Status says why
+// (publish_blocked_reason).
+//
+// Records whose times (heartbeat, watermark, oldest gate) lie more than
+// max_clock_skew in this node's future are refused: one forged record with
+// a heartbeat ten years ahead never aged into "dead" and held every drain
+// for ever. A refused record is no member (logged once, listed in Status);
+// this node names the refused records (node, heartbeat) in its own, so a
+// real member whose clock is ahead learns that it is refused and publishes
+// nothing — while the heartbeat named is one it wrote within the member
+// timeout, whether or not the refusing member looks dead to its clock
+// (docs/consistency.md "Clock skew" says what that leaves unordered).
 //
 // Samples are kept in STATE_DIR/cluster-samples whenever they change, and
 // the time of the latest in cluster-samples.alive-us at every sample (not
@@ -77,6 +99,7 @@ struct ClusterOptions {
   int64_t sample_ms = 10;  // gate times of recovered entries: see docs/consistency.md
   int64_t member_timeout_ms = 60000;  // --member-timeout
   int64_t max_skew_ms = 50;           // --max-clock-skew
+  size_t max_refused = 1000;          // refused nodes named in a record
 };
 
 // Whether `s` may name a cluster or a node: [A-Za-z0-9][A-Za-z0-9._-]{0,63}.
@@ -123,6 +146,18 @@ struct ClusterMember {
   std::optional<int64_t> oldest_gate_ms;  // G: its oldest pending entry's gate time
   uint64_t unpersisted = 0;
   std::vector<std::string> paths;     // the first unpersisted files (lost, if it is dead)
+  // Why the record shown is not the member's current one ("" : it is):
+  // "missing", "unreadable" or "refused (...)"; the last one read stands.
+  std::string record_problem;
+};
+
+// A record refused at the last read (its times in this node's future): no
+// member, and named in this node's record so that its writer knows.
+struct RefusedRecord {
+  std::string node;
+  std::string reason;  // "its times lie N s in this node's future (...)"
+  int64_t heartbeat_ms = 0;
+  uint64_t unpersisted = 0;
 };
 
 struct ClusterStatus {
@@ -138,6 +173,11 @@ struct ClusterStatus {
   int64_t waiting_since_ms = 0;
   std::string last_error;  // the last record write or read that failed ("" if fine)
   bool node_id_clash = false;  // another mount writes records under this node id
+  // Why this node publishes nothing now ("" : it may): its record is not in
+  // the store (not joined yet, the last write failed, missing) or another
+  // member refuses it.
+  std::string publish_blocked_reason;
+  std::vector<RefusedRecord> refused;  // sorted by node id
 };
 
 class Cluster {
@@ -159,7 +199,8 @@ class Cluster {
   void Init();
   // The first heartbeat, before the mount serves anything (so that every
   // member knows this one before it can close a file): Heartbeat(); false
-  // (and logged) if the record could not be written.
+  // (and logged) if the record could not be written or another member
+  // refuses it. Until a record is written, MayPublish says no.
   bool Join();
   // Starts the sampler and heartbeat threads (Init first).
   void Start();
@@ -177,15 +218,18 @@ class Cluster {
   void Heartbeat();
   // What the heartbeat thread does every tick_ms: a Heartbeat when one is
   // due, when this node applied entries since its last record (others may
-  // wait for them), or for 2 s after a read showed another member with
-  // files pending (it waits for a record of this node newer than them);
-  // else, while this node's drain waits, a read of the others' records. So
+  // wait for them), for 2 s after a read showed another member with files
+  // pending (it waits for a record of this node newer than them), or when
+  // this node's drain waits for an entry its record in the store does not
+  // name yet; else, while this node's drain waits, a read of the others'
+  // records. After a failed write, writes wait for the heartbeat. So
   // during a checkpoint a file waits about two ticks for another node's
   // record, not two heartbeats; an idle cluster writes every heartbeat.
   void Tick();
 
   // May the log entry `seq` (pending, this node's) reach the backend now?
-  // Records what holds it back for Status. Drain thread.
+  // Records what holds it back for Status; logs once per episode in which
+  // this node's own record holds it (publish_blocked_reason). Drain thread.
   bool MayPublish(uint64_t seq);
   // The drain no longer waits (the head was applied another way, or stop).
   void ClearWait();
@@ -211,10 +255,16 @@ class Cluster {
     std::optional<int64_t> oldest_gate_us;
     uint64_t unpersisted = 0;
     std::vector<std::string> paths;
+    // The records it refuses: node, and the heartbeat of the one refused.
+    std::vector<std::pair<std::string, int64_t>> refused;
+    std::string problem;               // ClusterMember::record_problem
   };
 
-  std::string MakeRecord(const std::string& state);
+  // This node's record in `state`, and its heartbeat T (µs).
+  std::pair<std::string, int64_t> MakeRecord(const std::string& state);
   void ReadRecords();
+  // Why this node may publish nothing now ("" : it may).
+  std::string BlockedLocked() const REQUIRES(mu_);
   std::optional<int64_t> GateLocked(uint64_t seq) REQUIRES(mu_);
   int64_t WatermarkLocked(uint64_t applied) REQUIRES(mu_);
   void Prune(uint64_t applied) REQUIRES(mu_);
@@ -238,7 +288,16 @@ class Cluster {
   std::vector<Record> others_ GUARDED_BY(mu_);  // from the last read
   int64_t read_at_ GUARDED_BY(mu_) = 0;         // when the last successful read began
   std::vector<std::string> dead_noted_ GUARDED_BY(mu_);  // members whose death was logged
-  std::string last_error_ GUARDED_BY(mu_);
+  std::string write_error_ GUARDED_BY(mu_);  // the last write of this node's record failed
+  std::string read_error_ GUARDED_BY(mu_);   // the last read of the records failed
+  // This node's record as the store holds it: the heartbeat T of the last
+  // one written (0: none yet), and whether the last read missed it.
+  int64_t stored_us_ GUARDED_BY(mu_) = 0;
+  bool self_missing_ GUARDED_BY(mu_) = false;
+  std::string refused_by_ GUARDED_BY(mu_);        // a live member refusing this node ("" : none)
+  std::vector<Record> refused_ GUARDED_BY(mu_);  // at the last read; problem: why
+  std::map<std::string, std::string> refused_noted_ GUARDED_BY(mu_);  // node -> reason logged
+  std::string blocked_noted_ GUARDED_BY(mu_);     // the hold of this episode, as logged
   bool waiting_ GUARDED_BY(mu_) = false;
   uint64_t wait_seq_ GUARDED_BY(mu_) = 0;
   int64_t wait_gate_ GUARDED_BY(mu_) = 0;   // µs, as every time below

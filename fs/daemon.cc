@@ -283,9 +283,11 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     // Known to the other members before it serves a write. A degraded
     // mount (backend unreachable) does not wait for that here: it joins at
     // its first heartbeat that reaches the backend, and its drain waits
-    // until then (docs/consistency.md, "Joining").
+    // until then (Cluster::MayPublish; docs/consistency.md, "Joining").
     if (!unreachable.empty() || !d->cluster->Join())
-      LOG_INFO("cluster {}: node {} joins once its record can be written", cfg.cluster, cfg.node);
+      LOG_WARN("cluster {}: node {} has not joined ({}); it serves its memory tier, and its drain waits until it "
+               "has (retried every heartbeat)",
+               cfg.cluster, cfg.node, d->cluster->Status().publish_blocked_reason);
     d->drainer->set_cluster(d->cluster.get());
   }
 

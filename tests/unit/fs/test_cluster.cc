@@ -24,9 +24,10 @@ namespace {
 // One shared store of records, as the backend's reserved area.
 struct FakeStore : ckpt::fs::RecordStore {
   std::map<std::string, std::string> recs;
-  bool down = false;
+  bool down = false;       // both writes and reads fail
+  bool put_fails = false;  // writes fail, reads work (a bucket policy, a full disk)
   Status Put(const std::string& node, const std::string& bytes) override {
-    if (down) return std::unexpected(EIO);
+    if (down || put_fails) return std::unexpected(EIO);
     recs[node] = bytes;
     return {};
   }
@@ -590,4 +591,330 @@ Test(cluster, record_fits_the_store_with_long_paths) {
   auto paths = j.at("paths").get<std::vector<std::string>>();
   cr_assert_gt(paths.size(), 0u);
   cr_expect_eq(paths[0], deep + "\x01shard0");
+}
+
+// A record as a member writes it (version 2, µs), with times in the tests'
+// ms.
+std::string RecordAt(const std::string& node, int64_t heartbeat, std::optional<int64_t> gate,
+                     std::vector<std::string> paths = {}) {
+  return nlohmann::json{{"version", 2},
+                        {"cluster", "job"},
+                        {"node", node},
+                        {"state", "live"},
+                        {"heartbeat_us", heartbeat * 1000},
+                        {"watermark_us", 0},
+                        {"oldest_gate_us", gate ? nlohmann::json(*gate * 1000) : nullptr},
+                        {"unpersisted", paths.size()},
+                        {"paths", paths}}
+      .dump();
+}
+
+// A node whose first record could not be written (Join failed) is unknown
+// to the others: nothing it closes is waited for. It must not publish
+// either until its record, naming its pending entries, is in the store
+// (the reads alone used to let it through: they worked, the writes did not).
+Test(cluster, node_whose_join_failed_publishes_only_after_its_record_is_written) {
+  FakeStore store;
+  store.put_fails = true;
+  int64_t now = 1000;
+  Node a("a", &store, &now);
+  cr_expect(!a.c->Join());
+  now = 1100;
+  uint64_t e = a.log.Log("step1/shard_a");
+  a.c->Sample();
+  cr_expect(!a.c->MayPublish(e));
+  now = 1200;
+  a.c->Tick();  // the drain waits: a read (it works), no write (the last failed)
+  cr_expect(!a.c->MayPublish(e), "published with no record of this node in the store");
+  now = 1300;
+  a.c->Tick();
+  cr_expect(!a.c->MayPublish(e), "published with no record of this node in the store");
+  cr_expect(!a.c->Status().last_error.empty(), "a read cleared the failed write");
+  cr_expect_eq(store.recs.count("a"), 0u);
+  auto st = a.c->Status();
+  cr_expect(st.publish_blocked_reason.starts_with("not joined"), "%s", st.publish_blocked_reason.c_str());
+  cr_expect(st.waiting);
+  cr_expect(st.waiting_for == std::vector<std::string>{"(this node's record)"});
+  store.put_fails = false;
+  now = 1600;
+  a.c->Tick();  // the heartbeat is due: the record is written, then read
+  cr_expect_eq(store.recs.count("a"), 1u);
+  cr_expect(a.c->MayPublish(e), "the record is in the store now");
+  cr_expect(a.c->Status().last_error.empty());
+  cr_expect(a.c->Status().publish_blocked_reason.empty());
+}
+
+// A node whose record writes fail after it joined: its record in the store
+// is older than its new entries, which the others therefore cannot see; it
+// publishes none of them until a write succeeds.
+Test(cluster, failed_record_write_stops_publishing_until_one_succeeds) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now), b("b", &store, &now);
+  cr_expect(a.c->Join());
+  cr_expect(b.c->Join());
+  now = 1100;
+  uint64_t e1 = a.log.Log("step1/shard_a");
+  a.c->Sample();
+  now = 1200;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(e1));
+  a.log.applied = e1;
+  store.put_fails = true;  // for a only below: b writes before and after
+  now = 1300;
+  uint64_t e2 = a.log.Log("step2/shard_a");
+  a.c->Sample();
+  now = 1500;
+  a.c->Heartbeat();  // fails
+  store.put_fails = false;
+  b.c->Heartbeat();
+  store.put_fails = true;
+  cr_expect(!a.c->MayPublish(e2));
+  now = 1550;
+  a.c->Tick();  // waits: reads b's record of 1500 (it works); the write waits for the heartbeat
+  cr_expect(!a.c->MayPublish(e2), "published an entry that no record of this node in the store names");
+  cr_expect(!a.c->Status().last_error.empty(), "a read cleared the failed write");
+  now = 2000;
+  a.c->Tick();  // the heartbeat is due, and fails again
+  now = 2050;
+  a.c->Tick();
+  cr_expect(!a.c->MayPublish(e2), "published after a failed write");
+  cr_expect(a.c->Status().publish_blocked_reason.find("last write failed") != std::string::npos, "%s",
+            a.c->Status().publish_blocked_reason.c_str());
+  store.put_fails = false;
+  now = 2500;
+  a.c->Tick();  // written
+  cr_expect(a.c->MayPublish(e2));
+  cr_expect(a.c->Status().last_error.empty());
+  cr_expect(a.c->Status().publish_blocked_reason.empty());
+}
+
+// A record whose heartbeat lies ten years ahead (written by anyone who can
+// write into .ckptfs-cluster/NAME/): it never ages into "dead", and its
+// pending file came first in every comparison, so it held every node's
+// drain for ever. It is refused (not a member), and reported.
+Test(cluster, record_from_the_future_holds_nobody) {
+  FakeStore store;
+  int64_t now = 1000;
+  const int64_t ten_years = 10LL * 365 * 24 * 3600 * 1000;
+  store.recs["zz"] = RecordAt("zz", now + ten_years, 500, {"forged"});
+  Node a("a", &store, &now, 3000);
+  cr_expect(a.c->Join());
+  now = 1100;
+  uint64_t e = a.log.Log("latest");
+  a.c->Sample();
+  now = 1200;
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(e), "a record from the future holds the drain");
+  now = 10000;  // long past the member timeout
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(e), "a record from the future holds the drain");
+  auto st = a.c->Status();
+  for (const auto& m : st.members) cr_expect_neq(m.node, std::string("zz"), "a refused record is a member");
+  cr_assert_eq(st.refused.size(), 1u, "the refused record is not reported");
+  cr_expect_eq(st.refused[0].node, std::string("zz"));
+  cr_expect(st.refused[0].reason.find("future") != std::string::npos, "%s", st.refused[0].reason.c_str());
+  cr_expect_eq(st.refused[0].unpersisted, 1u);
+  cr_expect(st.publish_blocked_reason.empty());
+  // a's record names it, so that a real member with that clock would know.
+  auto j = nlohmann::json::parse(store.recs.at("a"));
+  cr_assert_eq(j.at("refused").size(), 1u);
+  cr_expect_eq(j.at("refused")[0].at("node").get<std::string>(), std::string("zz"));
+}
+
+// The other side of a missing record: a live member whose record vanishes
+// from the store (deleted, unreadable) is not a member with nothing
+// pending: its last record read holds the others until it is dead.
+Test(cluster, member_whose_record_vanished_is_waited_for_until_dead) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now, 3000), b("b", &store, &now, 3000);
+  a.c->Join();
+  b.c->Join();
+  now = 1100;
+  b.log.Log("step1/shard_b");
+  b.c->Sample();
+  now = 1200;
+  uint64_t latest = a.log.Log("latest");
+  a.c->Sample();
+  now = 1300;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest));
+  store.recs.erase("b");  // b hangs (no more records), and its record is deleted
+  now = 1400;
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest), "passed the shard of a member whose record vanished");
+  auto problem = [&] {
+    for (const auto& m : a.c->Status().members)
+      if (m.node == "b") return m.record_problem;
+    return std::string("(not a member)");
+  };
+  cr_expect_eq(problem(), std::string("missing"));
+  store.recs["b"] = "{\"node\": \"b\", \"cluster\": \"job\", \"state\": \"live\"";  // a torn copy
+  now = 1500;
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest), "passed the shard of a member whose record is unreadable");
+  cr_expect_eq(problem(), std::string("unreadable"));
+  now = 4400;  // b's last record (1300) is older than the member timeout: dead
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(latest));
+  bool lost = false;
+  for (const auto& m : a.c->Status().members)
+    if (m.node == "b") lost = m.state == "dead" && m.paths == std::vector<std::string>{"step1/shard_b"};
+  cr_expect(lost, "b's pending shard is not listed as lost");
+}
+
+// A member already known whose clock jumps ahead: its new records are
+// refused, and its last one read holds the others until it is dead — its
+// shard is not passed because it now claims to be in the future.
+Test(cluster, member_whose_clock_jumps_ahead_is_waited_for_until_dead) {
+  FakeStore store;
+  int64_t now = 1000, now_b = 1000;
+  Node a("a", &store, &now, 3000), b("b", &store, &now_b, 3000);
+  a.c->Join();
+  b.c->Join();
+  now = now_b = 1100;
+  b.log.Log("step1/shard_b");
+  b.c->Sample();
+  now = now_b = 1200;
+  uint64_t latest = a.log.Log("latest");
+  a.c->Sample();
+  now = now_b = 1300;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest));
+  now = 1400;
+  now_b = 1400 + 600000;  // b's clock steps ten minutes ahead
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest), "passed the shard of a member whose clock jumped ahead");
+  auto st = a.c->Status();
+  cr_assert_eq(st.members.size(), 2u);
+  cr_expect(st.members[1].record_problem.starts_with("refused"), "%s", st.members[1].record_problem.c_str());
+  cr_expect_eq(st.members[1].heartbeat_ms, 1300, "the last record accepted stands");
+  cr_assert_eq(st.refused.size(), 1u);
+  now = 4400;
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(latest), "b is dead by its last accepted record");
+}
+
+// A member whose clock is ahead of another's by more than the skew cannot
+// be ordered against it: that member refuses its records (not a member),
+// says so in its own record, and the refused node publishes nothing while
+// it is refused (its files stay in memory; loud in its log and status).
+Test(cluster, node_whose_clock_is_ahead_is_refused_and_does_not_publish) {
+  FakeStore store;
+  int64_t now = 1000, now_b = 1000 + 5000;  // b's clock 5 s ahead
+  Node a("a", &store, &now), b("b", &store, &now_b);
+  a.c->Join();
+  b.c->Join();
+  now += 100;
+  now_b += 100;
+  uint64_t eb = b.log.Log("step1/shard_b");
+  b.c->Sample();
+  now += 100;
+  now_b += 100;
+  // Both beat for 6 s: a refuses b's records and names b in its own; a's
+  // records are then newer than b's shard, even by b's clock.
+  for (int i = 0; i < 60; i++) {
+    now += 100;
+    now_b += 100;
+    a.c->Heartbeat();
+    b.c->Heartbeat();
+  }
+  cr_expect(!b.c->MayPublish(eb), "a node the others refuse published");
+  bool b_member = false;
+  for (const auto& m : a.c->Status().members) b_member = b_member || m.node == "b";
+  cr_expect(!b_member, "a's members include a record 5 s in the future");
+  cr_expect(b.c->Status().publish_blocked_reason.find("member a refuses") != std::string::npos, "%s",
+            b.c->Status().publish_blocked_reason.c_str());
+  cr_expect(!b.c->Join(), "a refused node joined");
+  // b's clock is set right; once real time passes its earlier readings
+  // (sample times never go back), a accepts it and b publishes.
+  now = now_b = 13000;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  now = now_b = 13100;
+  a.c->Heartbeat();
+  b.c->Heartbeat();
+  cr_expect(b.c->MayPublish(eb));
+}
+
+// This node's record removed from the store behind its back: the others no
+// longer see it, so it publishes nothing until its record is back, which the
+// next tick writes (not the next heartbeat). A drain waiting for an entry
+// that the record in the store does not name yet gets one at the next tick
+// too.
+Test(cluster, own_record_missing_is_written_again_before_publishing) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now);
+  cr_expect(a.c->Join());
+  now = 1100;
+  uint64_t e1 = a.log.Log("f1");
+  a.c->Sample();
+  cr_expect(!a.c->MayPublish(e1), "published an entry its record in the store does not name");
+  now = 1200;
+  a.c->Tick();  // the drain waits for a record naming e1: written now
+  cr_expect_eq(nlohmann::json::parse(store.recs.at("a"))["heartbeat_ms"].get<int64_t>(), 1200);
+  cr_expect(a.c->MayPublish(e1));
+  a.log.applied = e1;
+  now = 1300;
+  uint64_t e2 = a.log.Log("f2");
+  a.c->Sample();
+  now = 1320;
+  a.c->Tick();  // applied e1: writes (names e2)
+  cr_expect(!a.c->MayPublish(e2), "no read after the gate plus the skew yet");
+  store.recs.erase("a");
+  now = 1360;
+  a.c->Tick();  // the drain waits: reads, and finds its record gone
+  cr_expect(!a.c->MayPublish(e2), "published while its record is missing from the store");
+  cr_expect(a.c->Status().publish_blocked_reason.find("missing") != std::string::npos);
+  now = 1385;
+  a.c->Tick();  // written again at once
+  cr_expect_eq(store.recs.count("a"), 1u);
+  cr_expect(a.c->MayPublish(e2));
+}
+
+// A clock ahead by more than the member timeout sees every other member
+// dead (their heartbeats look that old): it must not take that for leave to
+// publish unordered. The refusal names its own recent record, so it counts
+// whatever the refusing member looks like to it.
+Test(cluster, node_whose_clock_is_ahead_by_more_than_the_member_timeout_does_not_publish) {
+  FakeStore store;
+  int64_t now = 1000, now_b = 1000 + 120000;  // b's clock 2 min ahead, member timeout 1 min
+  Node a("a", &store, &now), b("b", &store, &now_b);
+  a.c->Join();
+  b.c->Join();
+  now += 100;
+  now_b += 100;
+  uint64_t eb = b.log.Log("step1/shard_b");
+  b.c->Sample();
+  for (int i = 0; i < 3; i++) {
+    now += 100;
+    now_b += 100;
+    a.c->Heartbeat();
+    b.c->Heartbeat();
+  }
+  auto st = b.c->Status();
+  cr_assert_eq(st.members.size(), 2u);
+  cr_expect_eq(st.members[0].state, std::string("dead"), "a, by b's clock");
+  cr_expect(!b.c->MayPublish(eb), "a node the others refuse published (they look dead to it)");
+  // A refusal of an old record of b (a forged one, a member gone long
+  // ago) refuses nothing.
+  store.recs["zz"] = nlohmann::json{{"version", 2},
+                                    {"cluster", "job"},
+                                    {"node", "zz"},
+                                    {"state", "live"},
+                                    {"heartbeat_us", now_b * 1000},
+                                    {"watermark_us", 0},
+                                    {"oldest_gate_us", nullptr},
+                                    {"unpersisted", 0},
+                                    {"paths", nlohmann::json::array()},
+                                    {"refused", {{{"node", "c"}, {"heartbeat_us", (now_b - 61000) * 1000}}}}}
+                         .dump();
+  Node c("c", &store, &now_b);
+  cr_expect(c.c->Join(), "refused by a refusal of a record it never wrote");
 }
