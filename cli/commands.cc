@@ -484,19 +484,32 @@ void PrintCluster(const Json& c) {
   if (Bool(c, "node_id_clash"))
     printf("  CLASH    another mount writes records as node %s: give each mount its own --node\n",
            EscapeName(Str(c, "node")).c_str());
+  if (std::string why = Str(c, "publish_blocked_reason"); !why.empty())
+    printf("  BLOCKED  this node publishes nothing: %s; its files stay in memory\n", EscapeName(why).c_str());
   size_t listed = 0;
   if (auto it = c.find("members"); it != c.end() && it->is_array())
     for (const Json& m : *it) {
       listed++;
       if (!m.is_object()) continue;
       int64_t age = m.contains("age_ms") && m["age_ms"].is_number_integer() ? m["age_ms"].get<int64_t>() : 0;
-      printf("  member %s%s: %s, heartbeat %s ago, %llu files not persisted\n", EscapeName(Str(m, "node")).c_str(),
+      std::string problem = Str(m, "record_problem");
+      printf("  member %s%s: %s, heartbeat %s ago, %llu files not persisted%s\n", EscapeName(Str(m, "node")).c_str(),
              Bool(m, "self") ? " (this node)" : "", Str(m, "state").c_str(),
              secs(static_cast<uint64_t>(std::max<int64_t>(age, 0))).c_str(),
-             static_cast<unsigned long long>(U64(m, "unpersisted")));
+             static_cast<unsigned long long>(U64(m, "unpersisted")),
+             problem.empty() ? "" : (" (its record " + EscapeName(problem) + ": the last one read stands)").c_str());
     }
   if (uint64_t n = U64(c, "member_count"); n > listed)
     printf("  ... %llu more members (ckptfs status --json lists 100)\n", static_cast<unsigned long long>(n - listed));
+  size_t refused_shown = 0;
+  if (auto it = c.find("refused"); it != c.end() && it->is_array())
+    for (const Json& r : *it) {
+      if (!r.is_object()) continue;
+      refused_shown++;
+      printf("  refused  record %s: %s\n", EscapeName(Str(r, "node")).c_str(), EscapeName(Str(r, "reason")).c_str());
+    }
+  if (uint64_t n = U64(c, "refused_count"); n > refused_shown)
+    printf("  ... %llu more records refused\n", static_cast<unsigned long long>(n - refused_shown));
   if (Bool(c, "waiting")) {
     std::string who;
     if (auto it = c.find("waiting_for"); it != c.end() && it->is_array())

@@ -197,7 +197,17 @@ std::string StatusJson(Daemon* d) {
                          {"age_ms", m.age_ms},
                          {"watermark_ms", m.watermark_ms},
                          {"oldest_pending_gate_ms", m.oldest_gate_ms ? Json(*m.oldest_gate_ms) : Json(nullptr)},
-                         {"unpersisted", m.unpersisted}});
+                         {"unpersisted", m.unpersisted},
+                         {"record_problem", m.record_problem}});
+    }
+    // Records refused (times in this node's future): anyone who can write
+    // the records' area can add them, so only the first few are listed.
+    constexpr size_t kRefusedListed = 10;
+    Json refused = Json::array();
+    for (const RefusedRecord& r : cs.refused) {
+      if (refused.size() >= kRefusedListed) break;
+      refused.push_back({{"node", r.node}, {"reason", r.reason}, {"heartbeat_ms", r.heartbeat_ms},
+                         {"unpersisted", r.unpersisted}});
     }
     j["cluster"] = {{"name", cs.name},
                     {"node", cs.node},
@@ -211,6 +221,9 @@ std::string StatusJson(Daemon* d) {
                     {"waiting_since_ms", cs.waiting_since_ms},
                     {"last_error", cs.last_error},
                     {"node_id_clash", cs.node_id_clash},
+                    {"publish_blocked_reason", cs.publish_blocked_reason},
+                    {"refused_count", cs.refused.size()},
+                    {"refused", std::move(refused)},
                     {"lost_count", lost_count},
                     {"lost", std::move(lost_files)}};
   }
