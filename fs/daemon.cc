@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -250,7 +251,11 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->tier->set_wait_limit(std::chrono::minutes(10));
   d->drainer = std::make_unique<Drainer>(d->table.get(), d->backend.get(), 4);
   d->drainer->set_refusal_skip(d->cfg.refusal_skip);
-  d->space_waiter = std::make_unique<SpaceWaiter>();
+  // Test knob: CKPTFS_WRITE_QUEUE_BYTES=N bounds the bytes of writes queued
+  // for space at N instead of 256 MiB, so a mounted case can fill the queue.
+  const char* queue_bytes = getenv("CKPTFS_WRITE_QUEUE_BYTES");
+  d->space_waiter = std::make_unique<SpaceWaiter>(
+      1, queue_bytes ? std::strtoull(queue_bytes, nullptr, 10) : SpaceWaiter::kMaxQueuedBytes);
   d->fetcher = std::make_unique<SpaceWaiter>(4);
   d->copier = std::make_unique<SpaceWaiter>(2);
   if (cfg.drain_yield_ms > 0) {

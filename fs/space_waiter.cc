@@ -5,7 +5,7 @@
 
 namespace ckpt::fs {
 
-SpaceWaiter::SpaceWaiter(int threads) {
+SpaceWaiter::SpaceWaiter(int threads, size_t max_bytes) : max_bytes_(max_bytes) {
   for (int i = 0; i < std::max(1, threads); i++) threads_.emplace_back([this] { Run(); });
 }
 
@@ -14,7 +14,7 @@ SpaceWaiter::~SpaceWaiter() { Stop(); }
 bool SpaceWaiter::Submit(Job job, size_t bytes) {
   {
     MutexLock lk(&mu_);
-    if (stop_ || bytes_ + bytes > kMaxQueuedBytes) return false;
+    if (stop_ || bytes_ + bytes > max_bytes_) return false;
     bytes_ += bytes;
     jobs_.emplace_back(std::move(job), bytes);
     queued_++;

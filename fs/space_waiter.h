@@ -40,14 +40,15 @@ class SpaceWaiter {
   using Job = std::function<void(bool cancelled)>;
 
   // `threads` > 1 runs jobs side by side (started oldest first): for waits
-  // that do not compete, such as fetches of different files.
-  explicit SpaceWaiter(int threads = 1);
+  // that do not compete, such as fetches of different files. `max_bytes`:
+  // the bound on the copied request data queued (kMaxQueuedBytes).
+  explicit SpaceWaiter(int threads = 1, size_t max_bytes = kMaxQueuedBytes);
   ~SpaceWaiter();
   SpaceWaiter(const SpaceWaiter&) = delete;
   SpaceWaiter& operator=(const SpaceWaiter&) = delete;
 
   // Queues a job holding `bytes` of copied request data. False if the
-  // queue already holds kMaxQueuedBytes (the caller then waits itself: a
+  // queue already holds max_bytes (the caller then waits itself: a
   // bound on the memory copies take, reached only with hundreds of
   // writers at once).
   bool Submit(Job job, size_t bytes);
@@ -60,6 +61,7 @@ class SpaceWaiter {
  private:
   void Run();
 
+  const size_t max_bytes_;
   Mutex mu_;    // a leaf: jobs run without it
   CondVar cv_;  // a job queued, or Stop()
   std::deque<std::pair<Job, size_t>> jobs_ GUARDED_BY(mu_);
