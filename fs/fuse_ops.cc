@@ -520,11 +520,12 @@ void FinishWrite(fuse_req_t req, fuse_ino_t ino, size_t len, off_t off, const Re
   fuse_reply_write(req, *n);
 }
 
-// A write the tier has no room for yet, or one that must first copy a
-// sealed version aside: its bytes are copied out of libfuse's buffer
-// (which the worker reuses) into a job that `waiter` runs (the space
-// waiter once there is room; the copier). The worker returns at once.
-bool QueueWrite(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, SpaceWaiter* waiter) {
+// The bytes of a write request, copied out of libfuse's buffer (which the
+// worker reuses once the callback returns) so that another thread can
+// write them. Replies with the error and returns null if the copy fails.
+// fuse_buf_copy advances `in` past what it copied (a pipe's bytes are
+// gone from it too): from then on the request's bytes are only here.
+std::shared_ptr<const std::vector<char>> CopyRequest(fuse_req_t req, fuse_bufvec* in) {
   size_t len = fuse_buf_size(in);
   auto data = std::make_shared<std::vector<char>>(len);
   fuse_bufvec mem = FUSE_BUFVEC_INIT(len);
@@ -532,22 +533,38 @@ bool QueueWrite(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, Spac
   ssize_t got = fuse_buf_copy(&mem, in, static_cast<fuse_buf_copy_flags>(0));
   if (got < 0 || static_cast<size_t>(got) != len) {
     fuse_reply_err(req, got < 0 ? static_cast<int>(-got) : EIO);
-    return true;
+    return nullptr;
   }
+  return data;
+}
+
+// Writes a copied request's bytes at `off` (Tier::Write's `fn`).
+ssize_t WriteCopy(int fd, const std::vector<char>& data, off_t off) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t w = pwrite(fd, data.data() + done, data.size() - done, off + static_cast<off_t>(done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -errno;
+    done += static_cast<size_t>(w);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+// A write the tier has no room for yet, or one that must first copy a
+// sealed version aside: its bytes, copied out of the request (CopyRequest),
+// go into a job that `waiter` runs (the space waiter once there is room;
+// the copier), which replies. False if `waiter` refused the job: the
+// caller still holds `data` and must write from it (the request's buffer
+// is spent).
+bool QueueWrite(fuse_req_t req, fuse_ino_t ino, std::shared_ptr<const std::vector<char>> data, off_t off,
+                SpaceWaiter* waiter) {
+  const size_t len = data->size();
   auto job = [req, ino, off, data](bool cancelled) {
     Daemon* d = D(req);
     if (cancelled) return (void)fuse_reply_err(req, EIO);
     Guard(req, [&] {
-      auto n = d->table->Write(ino, static_cast<uint64_t>(off), data->size(), [&](int fd) -> ssize_t {
-        size_t done = 0;
-        while (done < data->size()) {
-          ssize_t w = pwrite(fd, data->data() + done, data->size() - done, off + static_cast<off_t>(done));
-          if (w < 0 && errno == EINTR) continue;
-          if (w < 0) return -errno;
-          done += static_cast<size_t>(w);
-        }
-        return static_cast<ssize_t>(done);
-      });
+      auto n = d->table->Write(ino, static_cast<uint64_t>(off), data->size(),
+                               [&](int fd) { return WriteCopy(fd, *data, off); });
       FinishWrite(req, ino, data->size(), off, n);
     });
   };
@@ -562,24 +579,32 @@ void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, 
     auto* h = reinterpret_cast<FileHandle*>(fi->fh);
     h->wrote = true;
     size_t len = fuse_buf_size(in);
+    // Once a job was offered the request's bytes, they are in `data`, and
+    // every later try writes from there: the request's buffer is spent.
+    std::shared_ptr<const std::vector<char>> data;
+    auto queue = [&](SpaceWaiter* waiter) {
+      if (!data && !(data = CopyRequest(req, in))) return true;  // replied
+      return QueueWrite(req, ino, data, off, waiter);
+    };
     // Writers already waiting for space go first: queue behind them.
     bool can_queue = d->space_waiter != nullptr;
-    if (can_queue && d->space_waiter->Busy() && QueueWrite(req, ino, in, off, d->space_waiter.get())) return;
+    if (can_queue && d->space_waiter->Busy() && queue(d->space_waiter.get())) return;
     // Copying a version aside takes seconds for GiBs: not on a request
     // thread, whose other requests the kernel may have handed it already
     // (fs/fuse_uring.h; a lookup waited 0.8–6 s behind a 2 GiB copy).
-    if (d->copier && d->table->ChangeCopiesAside(ino) && QueueWrite(req, ino, in, off, d->copier.get())) return;
-    auto copy_in = [&](int fd) -> ssize_t {
+    if (d->copier && d->table->ChangeCopiesAside(ino) && queue(d->copier.get())) return;
+    auto write_in = [&](int fd) -> ssize_t {
+      if (data) return WriteCopy(fd, *data, off);
       fuse_bufvec dst = FUSE_BUFVEC_INIT(len);
       dst.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
       dst.buf[0].fd = fd;
       dst.buf[0].pos = off;
       return fuse_buf_copy(&dst, in, FUSE_BUF_SPLICE_NONBLOCK);
     };
-    auto n = d->table->Write(ino, static_cast<uint64_t>(off), len, copy_in, /*wait=*/!can_queue);
+    auto n = d->table->Write(ino, static_cast<uint64_t>(off), len, write_in, /*wait=*/!can_queue);
     if (!n && n.error() == EAGAIN) {
-      if (QueueWrite(req, ino, in, off, d->space_waiter.get())) return;
-      n = d->table->Write(ino, static_cast<uint64_t>(off), len, copy_in);  // queue full: wait here
+      if (queue(d->space_waiter.get())) return;
+      n = d->table->Write(ino, static_cast<uint64_t>(off), len, write_in);  // queue full: wait here
     }
     FinishWrite(req, ino, len, off, n);
   });
