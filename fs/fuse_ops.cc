@@ -16,6 +16,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -553,11 +554,11 @@ ssize_t WriteCopy(int fd, const std::vector<char>& data, off_t off) {
 // A write the tier has no room for yet, or one that must first copy a
 // sealed version aside: its bytes, copied out of the request (CopyRequest),
 // go into a job that `waiter` runs (the space waiter once there is room;
-// the copier), which replies. False if `waiter` refused the job: the
-// caller still holds `data` and must write from it (the request's buffer
-// is spent).
+// the copier), which replies. False if `waiter` refused the job (its queue
+// still full after `wait_for_room`): the caller still holds `data` and
+// must write from it (the request's buffer is spent).
 bool QueueWrite(fuse_req_t req, fuse_ino_t ino, std::shared_ptr<const std::vector<char>> data, off_t off,
-                SpaceWaiter* waiter) {
+                SpaceWaiter* waiter, std::chrono::milliseconds wait_for_room) {
   const size_t len = data->size();
   auto job = [req, ino, off, data](bool cancelled) {
     Daemon* d = D(req);
@@ -568,7 +569,22 @@ bool QueueWrite(fuse_req_t req, fuse_ino_t ino, std::shared_ptr<const std::vecto
       FinishWrite(req, ino, data->size(), off, n);
     });
   };
-  return waiter->Submit(std::move(job), len);
+  return waiter->Submit(std::move(job), len, wait_for_room);
+}
+
+// A write that found the space waiter's queue full for SpaceWaiter::kRoomWait
+// and the tier still without room: ENOSPC, said in the log at most every 10 s.
+Result<size_t> QueueFull(fuse_ino_t ino, size_t len, off_t off) {
+  static std::atomic<int64_t> last_said{INT64_MIN / 2};
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t last = last_said.load();
+  if (now - last >= 10 && last_said.compare_exchange_strong(last, now))
+    LOG_WARN("ino {}: write of {} bytes at {} fails with ENOSPC: the queue of writes waiting for space is full "
+             "({} ms waited for room; the drain does not free the tier as fast as writers fill it)",
+             ino, len, off, SpaceWaiter::kRoomWait.count());
+  return std::unexpected(ENOSPC);
 }
 
 void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, fuse_file_info* fi) {
@@ -582,17 +598,24 @@ void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, 
     // Once a job was offered the request's bytes, they are in `data`, and
     // every later try writes from there: the request's buffer is spent.
     std::shared_ptr<const std::vector<char>> data;
-    auto queue = [&](SpaceWaiter* waiter) {
+    auto queue = [&](SpaceWaiter* waiter, std::chrono::milliseconds wait_for_room) {
       if (!data && !(data = CopyRequest(req, in))) return true;  // replied
-      return QueueWrite(req, ino, data, off, waiter);
+      return QueueWrite(req, ino, data, off, waiter, wait_for_room);
+    };
+    // Waits for space on the space waiter's thread, not this worker; a
+    // full queue holds this worker for kRoomWait at most.
+    bool can_queue = d->space_waiter != nullptr, refused = false;
+    auto to_space_waiter = [&] {
+      if (queue(d->space_waiter.get(), SpaceWaiter::kRoomWait)) return true;
+      refused = true;
+      return false;
     };
     // Writers already waiting for space go first: queue behind them.
-    bool can_queue = d->space_waiter != nullptr;
-    if (can_queue && d->space_waiter->Busy() && queue(d->space_waiter.get())) return;
+    if (can_queue && d->space_waiter->Busy() && to_space_waiter()) return;
     // Copying a version aside takes seconds for GiBs: not on a request
     // thread, whose other requests the kernel may have handed it already
     // (fs/fuse_uring.h; a lookup waited 0.8–6 s behind a 2 GiB copy).
-    if (d->copier && d->table->ChangeCopiesAside(ino) && queue(d->copier.get())) return;
+    if (d->copier && d->table->ChangeCopiesAside(ino) && queue(d->copier.get(), {})) return;
     auto write_in = [&](int fd) -> ssize_t {
       if (data) return WriteCopy(fd, *data, off);
       fuse_bufvec dst = FUSE_BUFVEC_INIT(len);
@@ -602,10 +625,11 @@ void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, 
       return fuse_buf_copy(&dst, in, FUSE_BUF_SPLICE_NONBLOCK);
     };
     auto n = d->table->Write(ino, static_cast<uint64_t>(off), len, write_in, /*wait=*/!can_queue);
-    if (!n && n.error() == EAGAIN) {
-      if (queue(d->space_waiter.get())) return;
-      n = d->table->Write(ino, static_cast<uint64_t>(off), len, write_in);  // queue full: wait here
+    if (!n && n.error() == EAGAIN && !refused) {  // EAGAIN only with a space waiter (wait=false)
+      if (to_space_waiter()) return;
+      n = d->table->Write(ino, static_cast<uint64_t>(off), len, write_in, /*wait=*/false);  // room meanwhile?
     }
+    if (!n && n.error() == EAGAIN) n = QueueFull(ino, len, off);
     FinishWrite(req, ino, len, off, n);
   });
 }

@@ -11,10 +11,13 @@ SpaceWaiter::SpaceWaiter(int threads, size_t max_bytes) : max_bytes_(max_bytes) 
 
 SpaceWaiter::~SpaceWaiter() { Stop(); }
 
-bool SpaceWaiter::Submit(Job job, size_t bytes) {
+bool SpaceWaiter::Submit(Job job, size_t bytes, std::chrono::milliseconds wait_for_room) {
   {
     MutexLock lk(&mu_);
-    if (stop_ || bytes_ + bytes > max_bytes_) return false;
+    const auto deadline = std::chrono::steady_clock::now() + wait_for_room;
+    while (!stop_ && bytes_ > 0 && bytes_ + bytes > max_bytes_)
+      if (!room_cv_.WaitUntil(&mu_, deadline)) break;
+    if (stop_ || (bytes_ > 0 && bytes_ + bytes > max_bytes_)) return false;
     bytes_ += bytes;
     jobs_.emplace_back(std::move(job), bytes);
     queued_++;
@@ -36,6 +39,7 @@ void SpaceWaiter::Run() {
     lk.Lock();
     bytes_ -= bytes;
     queued_--;
+    room_cv_.NotifyAll();
   }
 }
 
@@ -45,6 +49,7 @@ void SpaceWaiter::Stop() {
     stop_ = true;
   }
   cv_.NotifyAll();
+  room_cv_.NotifyAll();
   for (auto& t : threads_)
     if (t.joinable()) t.join();
 }

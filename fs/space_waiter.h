@@ -14,6 +14,10 @@
 // Order: while any job is queued, new writes that need space queue behind
 // it (Busy()), so a writer that waited is not overtaken by later ones.
 //
+// A full queue (kMaxQueuedBytes of copies) holds the next write's worker
+// for at most kRoomWait; then that write fails with ENOSPC. It used to wait
+// for space in the worker, up to the tier's wait limit (10 minutes).
+//
 // The daemon has two: one thread for writes waiting for space (FIFO), and
 // a few threads for opens that must first fetch an evicted file from the
 // backend.
@@ -24,6 +28,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <deque>
 #include <functional>
@@ -47,16 +52,24 @@ class SpaceWaiter {
   SpaceWaiter(const SpaceWaiter&) = delete;
   SpaceWaiter& operator=(const SpaceWaiter&) = delete;
 
-  // Queues a job holding `bytes` of copied request data. False if the
-  // queue already holds max_bytes (the caller then waits itself: a
-  // bound on the memory copies take, reached only with hundreds of
-  // writers at once).
-  bool Submit(Job job, size_t bytes);
+  // Queues a job holding `bytes` of copied request data, unless the queue
+  // would then hold more than max_bytes (a bound on the memory copies
+  // take, reached only with hundreds of writers at once; a job alone in
+  // the queue always fits). A full queue: waits up to `wait_for_room` for
+  // jobs to finish. False if it is still full then, or stopping: the
+  // caller must not wait much longer itself (a FUSE worker: see
+  // kRoomWait) and replies.
+  bool Submit(Job job, size_t bytes, std::chrono::milliseconds wait_for_room = {});
   bool Busy() const { return queued_.load() > 0; }
   size_t Queued() const { return queued_.load(); }
   void Stop();
 
   static constexpr size_t kMaxQueuedBytes = 256u << 20;
+  // How long a FUSE worker waits for room in a full queue before its
+  // write fails with ENOSPC (docs/operations.md): it is a lost worker
+  // meanwhile, and with hundreds of writes already waiting for space the
+  // tier is not about to have room for one more.
+  static constexpr std::chrono::milliseconds kRoomWait{5000};
 
  private:
   void Run();
@@ -64,6 +77,7 @@ class SpaceWaiter {
   const size_t max_bytes_;
   Mutex mu_;    // a leaf: jobs run without it
   CondVar cv_;  // a job queued, or Stop()
+  CondVar room_cv_;  // a job finished (its bytes left the queue), or Stop()
   std::deque<std::pair<Job, size_t>> jobs_ GUARDED_BY(mu_);
   size_t bytes_ GUARDED_BY(mu_) = 0;
   bool stop_ GUARDED_BY(mu_) = false;
