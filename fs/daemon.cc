@@ -15,9 +15,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,6 +101,49 @@ Limits MountLimits(const Config& cfg) {
   l.max_file_size = cfg.max_file_size ? cfg.max_file_size : 4 * cfg.cache_size;
   return l;
 }
+
+// How long the part of a shutdown that may wait on the backend (fetches
+// under way, the drain, the cluster's records) may take in all; below the
+// minute `ckptfs umount` waits for the daemon to exit.
+constexpr std::chrono::seconds kShutdownBound{30};
+
+// Watches that part of a shutdown: a backend that does not answer (a
+// hard-mounted NFS server gone) would otherwise keep the daemon, and
+// `ckptfs umount` waiting for it, there for ever. After `bound` it logs
+// why, unmounts and ends the process (the threads stuck in the backend
+// with it); the log keeps every entry not applied, for the next mount.
+class ShutdownWatch {
+ public:
+  ShutdownWatch(std::chrono::seconds bound, fuse_session* se, std::string mountpoint)
+      : thread_([this, bound, se, mp = std::move(mountpoint)] {
+          std::unique_lock lk(mu_);
+          if (cv_.wait_for(lk, bound, [this] { return done_; })) return;
+          // mu_ stays held: Done() cannot return, and the main thread
+          // reaches its own unmount only after Done().
+          LOG_ERROR("shutdown: still waiting on the backend after {} s (a call that does not return); exiting "
+                    "without it: entries not applied stay in the log for the next mount",
+                    bound.count());
+          fuse_session_unmount(se);
+          LOG_INFO("unmounted {}", mp);
+          spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
+          _exit(1);
+        }) {}
+  ~ShutdownWatch() { Done(); }
+  void Done() {
+    {
+      std::lock_guard lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: started once the others exist
+};
 
 }  // namespace
 
@@ -425,24 +470,35 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   if (d->space_waiter) d->space_waiter->Stop();
   if (d->copier) d->copier->Stop();
   d->table->Shutdown();  // fetches and fsync waits still pending give up
+  // From here on a thread may be stuck in a backend call: bounded.
+  ShutdownWatch watch(kShutdownBound, se, cfg.mountpoint);
   if (d->fetcher) d->fetcher->Stop();
-  d->drainer->Stop();
+  // False: drain threads are still in backend calls, and may use the
+  // table, the store and the backend when a call returns: nothing of the
+  // daemon is destroyed, and the process ends below.
+  const bool drain_stopped = d->drainer->Stop();
   if (d->cluster) {
     // Nothing pending: the others need not wait for this node any more.
     // Else its record stays live and ages into dead (its files listed lost
     // by the others) unless it mounts again first.
     d->cluster->Stop();
-    if (d->cluster->Leave())
+    if (drain_stopped && d->cluster->Leave())
       LOG_INFO("cluster {}: node {} left (nothing pending)", cfg.cluster, cfg.node);
     else
       LOG_INFO("cluster {}: node {} stopped with files not persisted; the other members wait for it until it is back "
                "or its heartbeat is {} s old", cfg.cluster, cfg.node, cfg.member_timeout_s);
   }
-  if (d->release_tier) ReleaseTier(d.get());
+  if (d->release_tier && drain_stopped) ReleaseTier(d.get());
+  watch.Done();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
   LOG_INFO("unmounted {}", cfg.mountpoint);
+  if (!drain_stopped) {
+    (void)d.release();  // see drain_stopped
+    spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
+    _exit(1);
+  }
   spdlog::shutdown();
   return rc == 0 ? 0 : 1;
 }

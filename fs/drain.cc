@@ -58,24 +58,68 @@ Drainer::Drainer(InodeTable* table, backend::Backend* backend, int parallel)
   if (const char* v = getenv("CKPTFS_DRAIN_PAUSE_FILE")) pause_file_ = v;
 }
 
-Drainer::~Drainer() { Stop(); }
-
-void Drainer::Start() {
-  runner_ = std::thread([this] { Run(); });
-  for (int i = 0; i < parallel_; i++) stagers_.emplace_back([this] { StageLoop(); });
+Drainer::~Drainer() {
+  Stop();
+  JoinAndDropStaged();  // nothing left after a Stop that returned true
 }
 
-void Drainer::Stop() {
+void Drainer::Start() {
+  {
+    MutexLock lk(&mu_);
+    running_ = 1 + parallel_;
+  }
+  runner_ = std::thread([this] {
+    Run();
+    Exited();
+  });
+  for (int i = 0; i < parallel_; i++)
+    stagers_.emplace_back([this] {
+      StageLoop();
+      Exited();
+    });
+}
+
+void Drainer::Exited() {
+  MutexLock lk(&mu_);
+  running_--;
+  cv_.NotifyAll();
+}
+
+bool Drainer::Stop(std::chrono::milliseconds bound) {
   {
     // Set under mu_: a thread that has just found stop_ false under mu_ is
     // then already waiting on cv_ and gets the wake-up (set without mu_, a
-    // stager could miss it and block for ever, and with it the join below).
+    // stager could miss it and block for ever, and with it the wait below).
     MutexLock lk(&mu_);
-    if (stop_.exchange(true)) return;
+    if (stop_.exchange(true)) return running_ == 0;
   }
   cv_.NotifyAll();
+  int stuck;
+  {
+    // Every wait of the threads ends at stop_; only a backend call that
+    // does not return (a hard-mounted NFS server gone: the cancel callback
+    // is not even asked) keeps one.
+    MutexLock lk(&mu_);
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    while (running_ > 0 && cv_.WaitUntil(&mu_, deadline)) {
+    }
+    stuck = running_;
+  }
+  if (stuck > 0) {
+    LOG_ERROR("drain: {} thread(s) still in a call to backend {} after {:.1f} s; stopping without them: the {} "
+              "entries not applied stay in the log for the next mount",
+              stuck, backend_->Describe(), std::chrono::duration<double>(bound).count(),
+              table_->DataStatistics().log_len);
+    return false;
+  }
+  JoinAndDropStaged();
+  return true;
+}
+
+void Drainer::JoinAndDropStaged() {
   if (runner_.joinable()) runner_.join();
-  for (auto& t : stagers_) t.join();
+  for (auto& t : stagers_)
+    if (t.joinable()) t.join();
   stagers_.clear();
   // Staged but unpublished uploads: drop them; the log still has the entries.
   MutexLock lk(&mu_);

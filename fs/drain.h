@@ -20,7 +20,10 @@
 // progress could be recorded, so every round would upload the same files
 // again; the drain waits, once logged, for the next mount to resume it.
 // Stop() ends promptly:
-// staged uploads are aborted and the log keeps what was not applied.
+// staged uploads are aborted and the log keeps what was not applied. A
+// thread stuck in a backend call that does not return (a hard-mounted NFS
+// server gone) is waited for kStopWait at most, then left behind with an
+// error line (Stop returns false), so that shutdown never hangs on it.
 //
 // In a cluster (--cluster; fs/cluster.h) an entry is staged as usual, but
 // applied to the backend only once Cluster::MayPublish allows it: the drain
@@ -100,8 +103,15 @@ class Drainer {
   void set_refusal_skip(bool skip) { refusal_skip_ = skip; }
   // Ends a backoff now (an operator's `ckptfs skip` waits for no timer).
   void Kick();
-  // Stops the threads; safe to call twice.
-  void Stop();
+  // Stops the threads, waiting at most `bound` for them. True if they all
+  // ended. False if some are still in a backend call (logged once): they
+  // may yet use this drainer, its table and its backend when the call
+  // returns, so the caller must keep all three alive (the daemon exits
+  // without destroying them); the log keeps every entry not applied, for
+  // the next mount. Safe to call twice (the second call waits no more).
+  // The destructor waits for every thread, however long.
+  bool Stop(std::chrono::milliseconds bound = kStopWait);
+  static constexpr std::chrono::milliseconds kStopWait{10000};
 
   DrainStats Stats();
 
@@ -119,6 +129,11 @@ class Drainer {
 
   void Run();
   void StageLoop();
+  // A thread of the drainer has ended (Stop waits for running_ to reach 0).
+  void Exited();
+  // Joins the threads (REQUIRES: they ended or will) and drops what was
+  // staged and not published.
+  void JoinAndDropStaged();
   // Waits while hold_ says a save is under way (or until Stop).
   void YieldToSaves();
   // In error with nothing to apply (a degraded mount): time to ask the
@@ -184,6 +199,7 @@ class Drainer {
   bool WhilePaused();
 
   std::atomic<bool> stop_{false};
+  int running_ GUARDED_BY(mu_) = 0;  // threads started and not ended
   std::thread runner_;
   std::vector<std::thread> stagers_;
 };

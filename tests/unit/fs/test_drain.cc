@@ -48,7 +48,17 @@ class FlakyBackend final : public backend::Backend {
   // those of hold_stage_size bytes wait while hold_stages is set.
   std::atomic<uint64_t> fail_stage_size{0}, hold_stage_size{0};
   std::atomic<bool> hold_stages{false};
+  // While `hang` is set, every Stage blocks and ignores its cancel
+  // callback, as a call into a hard-mounted NFS server that went away
+  // does; `hung` counts the calls blocked now.
+  std::atomic<bool> hang{false};
+  std::atomic<int> hung{0};
   ckpt::Result<backend::Staged> Stage(int fd, uint64_t size, const std::function<bool()>& c) override {
+    if (hang) {
+      hung++;
+      while (hang) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      hung--;
+    }
     if (down) return std::unexpected(EIO);
     if (fail_stage_size != 0 && size == fail_stage_size) return std::unexpected(EIO);
     while (hold_stages && size == hold_stage_size) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -1259,4 +1269,33 @@ Test(drain, no_transfer_starts_while_a_save_holds_the_drain) {
   s = d.drainer->Stats();
   cr_assert_not(s.yielding);
   cr_assert_geq(s.yielded_s, 0.25);
+}
+
+// A backend call that never returns (a hard-mounted NFS server gone) does
+// not hang the drainer's Stop, and with it the daemon's shutdown: Stop
+// gives up on the thread stuck in the backend after a bound, and the log
+// keeps the entry for the next mount.
+Test(drain, stop_is_bounded_while_a_backend_call_never_returns, .timeout = 120) {
+  DrainEnv d;
+  Env& e = *d.env;
+  e.WriteFile(kRoot, "f", std::string(4096, 'f'));
+  d.flaky->hang = true;
+  d.Start();
+  for (int i = 0; i < 1000 && d.flaky->hung == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  cr_assert_eq(d.flaky->hung.load(), 1, "the stager is not in the backend");
+  std::atomic<bool> stopped{false};
+  const auto start = std::chrono::steady_clock::now();
+  std::thread t([&] {
+    d.drainer->Stop();
+    stopped = true;
+  });
+  while (!stopped && std::chrono::steady_clock::now() < start + std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const bool in_time = stopped;
+  d.flaky->hang = false;  // the call returns at last: every thread can end
+  t.join();
+  cr_assert(in_time, "Drainer::Stop still waits after %.0f s for a backend call that does not return", took);
+  cr_assert_eq(e.table->DataStatistics().log_len, 1u, "the log keeps the entry for the next mount");
+  cr_assert(!d.Exists("f"));
 }
