@@ -26,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <regex>
@@ -465,6 +466,12 @@ class InodeTable {
   // the backend is reused for the TTL. Set before Load; 0 (the default
   // here) turns it off.
   void set_shared_ttl(std::chrono::milliseconds ttl) { shared_ttl_ns_ = ttl.count() * 1000000; }
+  // How long the fetch of an evicted file with no checksum waits for the
+  // drain to apply the pending entries that touch its path, when where the
+  // backend holds it is not tracked (EnsureLocal); then EIO. Set before
+  // the mount serves requests.
+  void set_fetch_wait_limit(std::chrono::milliseconds d) { fetch_wait_limit_ = d; }
+  static constexpr std::chrono::milliseconds kFetchWaitLimit{30000};
   bool shared() const { return shared_ttl_ns_ > 0 && backend_ != nullptr; }
   // Lookup, shared: a name missing here is asked of the backend (Stat) and
   // imported as ImportBackend would (a file remote, a directory or symlink
@@ -767,6 +774,12 @@ class InodeTable {
   // Brings a remote file's bytes into the tier. Drops mu_ during the
   // fetch and retakes it before returning. REQUIRES: mu_ held; regular file.
   Status EnsureLocal(uint64_t ino, int attempt = 0) REQUIRES(mu_);
+  // Where the backend holds `n`'s bytes now: its current path with the
+  // pending entries that moved it there (renames, exchanges, links) undone,
+  // newest first, since the backend has applied none of them. nullopt if a
+  // pending entry says something else was at that path (an unlink, a
+  // mkdir, another file's version): unknown. REQUIRES: mu_ held.
+  std::optional<std::string> BackendPathFromLog(const Inode* n) REQUIRES(mu_);
   static meta::Timespec Now();
   static int64_t WallNs();  // CLOCK_REALTIME in ns
   static uint8_t DirentType(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
@@ -824,6 +837,7 @@ class InodeTable {
   int64_t last_drained_ckpt_s_ GUARDED_BY(mu_) = 0;  // --persist-interval: when the last drained one was made
   std::atomic<bool> read_only_{false};
   int64_t shared_ttl_ns_ = 0;  // set before Load, read-only after
+  std::chrono::milliseconds fetch_wait_limit_{kFetchWaitLimit};  // set before Load
   // Names the backend said ENOENT for, (dir ino, name) -> when (steady ns):
   // asked again only after the TTL.
   std::map<std::pair<uint64_t, std::string>, int64_t> negative_ GUARDED_BY(mu_);

@@ -314,6 +314,45 @@ void InodeTable::ApplyToBackendPaths(const LogEntry& e) {
   }
 }
 
+namespace {
+
+bool Under(const std::string& path, const std::string& top) {
+  return path == top || (path.size() > top.size() && path.starts_with(top) && path[top.size()] == '/');
+}
+
+}  // namespace
+
+std::optional<std::string> InodeTable::BackendPathFromLog(const Inode* n) {
+  std::string p = EntryPath(n->rec.parent, n->rec.name);
+  // `p`: where the file was just after entry *it; before it, where?
+  for (auto it = log_.rbegin(); it != log_.rend(); ++it) {
+    const LogEntry& x = *it;
+    auto moved = [&](const std::string& from, const std::string& to) { p = from + p.substr(to.size()); };
+    switch (x.op) {
+      case LogOp::kRename:
+        if (Under(p, x.path2)) moved(x.path, x.path2);
+        else if (!(x.flags & 1) && Under(p, x.path)) return std::nullopt;  // nothing is left at a rename's source
+        else if (Under(p, x.path)) moved(x.path2, x.path);                 // an exchange
+        break;
+      case LogOp::kLink:
+        if (p == x.path2) p = x.path;  // a name the link gave it: it was at the link's source
+        else if (Under(p, x.path2)) return std::nullopt;
+        break;
+      case LogOp::kPersist:
+        if (p == x.path && x.ino != n->rec.ino) return std::nullopt;  // another file was there
+        break;
+      case LogOp::kSetattr: break;
+      case LogOp::kUnlink:
+      case LogOp::kRmdir:
+      case LogOp::kMkdir:
+      case LogOp::kSymlink:
+        if (Under(p, x.path)) return std::nullopt;  // removed, or made there: not this file then
+        break;
+    }
+  }
+  return p;
+}
+
 Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
   for (;;) {
     Inode* n = Find(ino);
@@ -325,21 +364,48 @@ Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
   }
   if (!backend_) return Err(EIO);
   Inode* n = Find(ino);
-  if (n->backend_path.empty()) {
+  const bool tracked = !n->backend_path.empty();
+  if (!tracked) {
     // Where the backend holds it is not tracked (after an exchange, an
-    // unlink of the name it had, or a restart with renames pending): once
-    // the log has reached this moment, it is the current path.
-    uint64_t head = next_seq_ - 1;
-    while (applied_seq_ < head && !shutdown_) applied_cv_.Wait(&mu_);
-    if (shutdown_) return Err(EIO);
-    n = Find(ino);
-    if (!n) return Err(ENOENT);
-    if (n->rec.state != DataState::kRemote) return {};
-    if (n->fetching) return EnsureLocal(ino, attempt);  // another fetch started meanwhile
-    if (n->backend_path.empty()) SetBackendPath(n, EntryPath(n->rec.parent, n->rec.name));
+    // unlink of the name it had, or a restart with renames pending). The
+    // backend has applied none of the pending entries: undoing those that
+    // moved the file gives where it is, and the checksum confirms the
+    // bytes. Without a checksum, only a path no pending entry touches is
+    // trusted: the fetch waits, at most fetch_wait_limit_, for the drain to
+    // apply those that touch it. (It used to wait for the whole log, on one
+    // of the 4 fetcher threads: a stuck drain blocked every such open, and
+    // with the 4 taken every shared-namespace lookup.)
+    std::optional<std::string> at;
+    if ((n->rec.checksum_hi | n->rec.checksum_lo) != 0) at = BackendPathFromLog(n);
+    if (!at) {
+      const auto deadline = std::chrono::steady_clock::now() + fetch_wait_limit_;
+      std::string now = EntryPath(n->rec.parent, n->rec.name);
+      while (!shutdown_ && TouchedByLog(now) && applied_cv_.WaitUntil(&mu_, deadline)) {
+        n = Find(ino);
+        if (!n) return Err(ENOENT);
+        now = EntryPath(n->rec.parent, n->rec.name);
+      }
+      if (shutdown_) return Err(EIO);
+      n = Find(ino);
+      if (!n) return Err(ENOENT);
+      if (n->rec.state != DataState::kRemote) return {};
+      if (n->fetching || !n->backend_path.empty()) return EnsureLocal(ino, attempt);  // changed meanwhile
+      now = EntryPath(n->rec.parent, n->rec.name);
+      if (TouchedByLog(now)) {
+        LOG_ERROR("ino {} '{}': not fetched: where the backend holds it is not known until the drain applies the "
+                  "pending changes to that path, and it has not in {:.1f} s",
+                  ino, now, std::chrono::duration<double>(fetch_wait_limit_).count());
+        return Err(EIO);
+      }
+      at = std::move(now);
+    }
+    // Followed by the drain from here on (ApplyToBackendPaths), so that a
+    // rename applied during the fetch sends the retry below to the new path.
+    SetBackendPath(n, *at);
   }
   n->fetching = true;
   std::string path = n->backend_path;
+  const uint64_t applied_before = applied_seq_;
   uint64_t size = n->rec.size, hi = n->rec.checksum_hi, lo = n->rec.checksum_lo;
   mu_.unlock();  // the fetch runs without the namespace lock
   // Test knob: CKPTFS_FETCH_DELAY_MS=N makes every fetch take N ms longer
@@ -371,9 +437,13 @@ Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
     }
   }
   fetch_cv_.NotifyAll();
+  // Found from the log and not there: unknown again, found afresh next time.
+  if (!st && !tracked && n && n->backend_path == path) SetBackendPath(n, "");
   // The drain moved it while it was being read (a rename applied
   // meanwhile): fetch again from where it is now.
-  if (!st && st.error() == ENOENT && n && n->backend_path != path && attempt < 3) return EnsureLocal(ino, attempt + 1);
+  if (!st && (st.error() == ENOENT || st.error() == EIO) && n &&
+      (n->backend_path != path || applied_seq_ != applied_before) && attempt < 3)
+    return EnsureLocal(ino, attempt + 1);
   if (!st) {
     if (st.error() != EIO) LOG_ERROR("ino {} '{}': fetch from backend failed: {}", ino, path, strerror(st.error()));
     return Err(st.error() == ENOENT ? EIO : st.error());

@@ -771,6 +771,90 @@ Test(drain, fetch_of_evicted_file_uses_the_backend_path_without_waiting) {
   e.table->Release(c, O_RDONLY);
 }
 
+// Where the backend holds an evicted file is not tracked after an exchange
+// (RENAME_EXCHANGE) or a restart with renames pending. A fetch then used
+// to wait until the drain had applied the whole log, holding one of the 4
+// fetcher threads: a stuck drain blocked every such open and, with the 4
+// taken, every shared-namespace lookup. Now it waits for nothing: the
+// pending entries that moved the file say where the backend has it (the
+// checksum confirms the bytes), and a file no pending entry touches is
+// where it is now.
+Test(drain, fetch_of_untracked_file_does_not_wait_for_the_log) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t a = e.WriteFile(kRoot, "a", "bytes of a");
+  uint64_t b = e.WriteFile(kRoot, "b", "bytes of b");
+  e.WriteFile(kRoot, "latest.tmp", "step_2");
+  cr_assert(e.table->Rename(kRoot, "a", kRoot, "b", RENAME_EXCHANGE).has_value());
+  d.Start();
+  d.Drain();  // a's bytes are at "b" in the backend, b's at "a"; neither tracked
+  d.drainer->Stop();  // nothing applies from here on
+  d.drainer.reset();
+  cr_assert(e.table->Rename(kRoot, "latest.tmp", kRoot, "latest", 0).has_value());  // unrelated
+  cr_assert(e.table->Rename(kRoot, "a", kRoot, "a2", 0).has_value());  // b's bytes: "a" in the backend
+  cr_assert(e.table->Evict(1ull << 30) == ckpt::cache::Tier::Relief::kFreed);
+  for (auto [ino, want] : {std::pair<uint64_t, std::string>{a, "bytes of a"}, {b, "bytes of b"}}) {
+    std::atomic<bool> done{false};
+    ckpt::Result<int> fd = std::unexpected(EINTR);
+    std::thread t([&] {
+      fd = e.table->Open(ino, O_RDONLY);
+      done = true;
+    });
+    for (int i = 0; i < 500 && !done; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!done) {
+      e.table->Shutdown();  // unblock it, then fail
+      t.join();
+      cr_assert_fail("open of an evicted file (%s) waited for the pending log", want.c_str());
+    }
+    t.join();
+    cr_assert(fd.has_value(), "fetch: errno %d", fd ? 0 : fd.error());
+    std::string back(want.size(), '\0');
+    cr_assert_eq(pread(*fd, back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
+    cr_assert_eq(back, want);
+    e.table->Release(ino, O_RDONLY);
+  }
+  // Once the drain applies the renames, later fetches follow them.
+  d.Start();
+  d.Drain();
+  cr_assert(e.table->Evict(1ull << 30) == ckpt::cache::Tier::Relief::kFreed);
+  for (uint64_t ino : {a, b}) {
+    auto fd = e.table->Open(ino, O_RDONLY);
+    cr_assert(fd.has_value(), "fetch after the renames applied: %d", fd ? 0 : fd.error());
+    e.table->Release(ino, O_RDONLY);
+  }
+}
+
+// The same without a checksum to confirm the bytes (a file imported from
+// the backend): the fetch waits for the drain to apply the pending entries
+// that touch the file's path, but not for ever: EIO after the limit.
+Test(drain, fetch_without_checksum_waits_for_its_path_a_bounded_time) {
+  DrainEnv d;
+  { std::ofstream(d.root + "/x") << "old bytes"; }
+  d.env.reset();
+  d.env = std::make_unique<Env>(KvKind::kRocks, 64ull << 20, d.be.get());
+  Env& e = *d.env;
+  cr_assert(e.table->ImportBackend().has_value());
+  auto x = e.table->Lookup(kRoot, "x");
+  cr_assert(x.has_value() && x->state == ckpt::meta::DataState::kRemote);
+  cr_assert_eq(x->checksum_hi | x->checksum_lo, 0u, "an imported file has no checksum");
+  cr_assert(e.table->Rename(kRoot, "x", kRoot, "y", 0).has_value());  // pending: no drain runs
+  e.Open();  // a restart with a rename pending: where the backend holds files is not tracked
+  e.table->set_fetch_wait_limit(std::chrono::milliseconds(500));
+  const auto start = std::chrono::steady_clock::now();
+  auto fd = e.table->Open(x->ino, O_RDONLY);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  cr_assert(!fd.has_value() && fd.error() == EIO, "fetch: %d", fd ? 0 : fd.error());
+  cr_assert(took >= 0.4 && took < 5, "waited %.1f s", took);
+  d.Start();
+  d.Drain();
+  fd = e.table->Open(x->ino, O_RDONLY);
+  cr_assert(fd.has_value(), "fetch once the rename is applied: %d", fd ? 0 : fd.error());
+  char buf[16] = {};
+  cr_assert_eq(pread(*fd, buf, 9, 0), 9);
+  cr_assert_str_eq(buf, "old bytes");
+  e.table->Release(x->ino, O_RDONLY);
+}
+
 // A file with several names, rewritten through one of them: every name in
 // the backend gets the new bytes (publishing by rename used to leave the
 // other names on the old version).
