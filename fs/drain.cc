@@ -167,6 +167,21 @@ void Drainer::StageLoop() {
     YieldToSaves();
     int err = 0;
     auto src = table_->BeginPersist(job->entry);
+    if (!src && src.error() == EINPROGRESS && CopyAsideDue()) {
+      // Sealed in place under a passthrough writer still open: copied
+      // aside here, off the FUSE threads, when entries wait behind it,
+      // rather than have them all wait for the writer's close.
+      auto st = table_->CopyAsideSealedInPlace(job->entry);
+      if (st) {
+        src = table_->BeginPersist(job->entry);
+      } else if (st.error() == ENOSPC) {
+        LOG_DEBUG("drain: seq {} '{}' v{} sealed in place under an open writer: no room to copy it aside; it waits "
+                  "for the close, or for room",
+                  job->entry.seq, job->entry.path, job->entry.version);
+        MutexLock lk(&mu_);
+        copy_retry_at_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      }
+    }
     if (!src) {
       err = src.error();
     } else {
@@ -195,6 +210,11 @@ void Drainer::StageLoop() {
     job->done = true;
     cv_.NotifyAll();
   }
+}
+
+bool Drainer::CopyAsideDue() {
+  MutexLock lk(&mu_);
+  return std::chrono::steady_clock::now() >= copy_retry_at_;
 }
 
 void Drainer::YieldToSaves() {
@@ -262,8 +282,10 @@ void Drainer::Run() {
     int err = ApplyHead(window.front(), window);
     if (err == EINPROGRESS) {
       // A version sealed by an fsync while a passthrough writer still has
-      // the file open: its bytes may still change, so it waits for the
-      // close (which seals again). Not a backend error.
+      // the file open: its bytes may still change. A stager copies it aside
+      // once entries wait behind it (StageLoop); until then (no room, the
+      // writer busy) it waits, for that or for the close (which seals
+      // again). Not a backend error.
       MutexLock lk(&mu_);
       SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(20));
       continue;

@@ -136,6 +136,8 @@ class Drainer {
   void JoinAndDropStaged();
   // Waits while hold_ says a save is under way (or until Stop).
   void YieldToSaves();
+  // Time to try copying a version sealed in place aside (copy_retry_at_).
+  bool CopyAsideDue();
   // In error with nothing to apply (a degraded mount): time to ask the
   // backend whether it is back.
   bool ProbeDue();
@@ -200,6 +202,9 @@ class Drainer {
 
   std::atomic<bool> stop_{false};
   int running_ GUARDED_BY(mu_) = 0;  // threads started and not ended
+  // No copy aside of a version sealed in place before then (no room for
+  // one at the last try: InodeTable::CopyAsideSealedInPlace).
+  std::chrono::steady_clock::time_point copy_retry_at_ GUARDED_BY(mu_){};
   std::thread runner_;
   std::vector<std::thread> stagers_;
 };

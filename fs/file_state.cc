@@ -525,6 +525,76 @@ Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
   return seq;
 }
 
+namespace {
+
+// How long a file written by the kernel must have been left alone before
+// the drain copies a version sealed in place from it: well above a clock
+// tick (the mtime's grain), far below the close it would wait for.
+constexpr int64_t kQuietNs = 100'000'000;
+
+}  // namespace
+
+Status InodeTable::CopyAsideSealedInPlace(const LogEntry& e) {
+  const uint64_t ino = e.ino, key = cache::SnapKey(ino, e.version);
+  // Still e's version, sealed in place under a passthrough writer, its
+  // bytes unchanged since (a change seen supersedes it: Absorb, in Find).
+  auto in_place = [&](Inode* n) {
+    mu_.AssertHeld();  // the caller's
+    return n && S_ISREG(n->rec.mode) && n->rec.version == e.version && n->seal_seq == e.seq && SealPending(n) &&
+           !superseded_.count(e.seq) && n->pt_writers > 0 && n->data_gen == n->sealed_gen && !tier_->Has(key);
+  };
+  // No seal and no change through the daemon (a truncate, a fallocate)
+  // meanwhile; the kernel's writes take no lock of ours.
+  DataExclusive data = LockForSeal(ino);
+  cache::FdRef live;
+  {
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    if (!in_place(n)) return {};
+    // A second copy of the file in the tier is worth it only while
+    // entries (a `latest`) wait behind it; else the close comes first.
+    if (log_.size() < 2 || log_.front().seq != e.seq) return Err(EINPROGRESS);
+    if (n->pt_rdwr > 0) return Err(EINPROGRESS);
+    auto ref = tier_->Ref(ino);
+    if (!ref) return Err(EINPROGRESS);
+    live = *ref;
+  }
+  // A write(2) to a tmpfs file holds the inode's lock from before it moves
+  // the mtime until its last byte; lseek(SEEK_HOLE) takes that lock too,
+  // so it returns once any write under way has ended (and reads nothing).
+  // Every write that starts later moves the mtime first, before a byte.
+  (void)lseek(live->fd, 0, SEEK_HOLE);
+  uint64_t gen;
+  {
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);  // what that write did is taken in now
+    if (!in_place(n)) return {};
+    // The mtime is coarse (a clock tick): one within 100 ms could equal
+    // that of a write starting now, which would then go unseen.
+    if (WallNs() - n->pt_mtime_ns < kQuietNs) return Err(EINPROGRESS);
+    gen = n->data_gen;
+  }
+  if (auto st = tier_->CopyOut(ino, key, /*wait=*/false); !st) {
+    if (st.error() != EAGAIN)
+      LOG_ERROR("ino {}: cannot copy version {} aside for the drain: {}", ino, e.version, strerror(st.error()));
+    return Err(st.error() == EAGAIN ? ENOSPC : st.error());
+  }
+  MutexLock lk(&mu_);
+  Inode* n = Find(ino);  // a write during the copy moved the size or the mtime
+  if (n && n->data_gen == gen && n->rec.version == e.version && !superseded_.count(e.seq)) {
+    LOG_DEBUG("ino {}: version {} sealed in place under an open writer, copied aside for the drain", ino, e.version);
+    return {};
+  }
+  // Written during the copy: the copy may be torn, and the live file no
+  // longer holds the version either. Superseded: the next seal (the
+  // close's) carries the bytes, as when a change is seen before the drain.
+  tier_->Remove(key);
+  tier_->NotifySpace();
+  if (n && n->rec.version == e.version && n->seal_seq == e.seq && SealPending(n)) superseded_.insert(e.seq);
+  LOG_DEBUG("ino {}: version {} written while copied aside; superseded", ino, e.version);
+  return {};
+}
+
 Status InodeTable::SyncToBackend(uint64_t ino, bool wait) {
   auto seq = SyncSeal(ino);
   if (!seq) return Err(seq.error());

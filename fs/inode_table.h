@@ -324,8 +324,27 @@ class InodeTable {
   // its snapshot, or in the live tier file if the file has not changed
   // since) and marks the inode draining. ENODATA if the bytes are gone
   // (the tier was lost, e.g. a node reboot): see RecordLost. ESTALE if a
-  // newer version superseded the entry (the drain skips it).
+  // newer version superseded the entry (the drain skips it). EINPROGRESS
+  // if it was sealed in place (an fsync) under a passthrough writer that
+  // still has the file open: its bytes are the live file's, which the
+  // kernel may still change (see CopyAsideSealedInPlace).
   [[nodiscard]] Result<PersistSource> BeginPersist(const meta::LogEntry& e);
+  // For an entry BeginPersist says EINPROGRESS to, at the head of the log
+  // with entries waiting behind it: copies the version aside, so that the
+  // drain stages the copy and goes on instead of waiting for the writer's
+  // close. The kernel's writes bypass the daemon and its data lock, so the
+  // copy is kept only if provably untorn: taken once no write(2) is in
+  // progress and the file was not written for 100 ms (its mtime, which
+  // every later write moves), and dropped, the version superseded (the
+  // close's seal carries the bytes), if the file changed by its end. Not
+  // for a file with an O_RDWR passthrough handle, which may store through
+  // a shared mapping (no mtime). Copies the whole file: the drain's
+  // stagers only, never a FUSE thread.
+  // Returns {} when BeginPersist has a new answer (the copy, ESTALE, or
+  // the writer closed); EINPROGRESS: not now (not the head, nothing
+  // behind it, written just now, O_RDWR); ENOSPC: no room for the copy now
+  // (nothing waits for room: the caller tries again later).
+  Status CopyAsideSealedInPlace(const meta::LogEntry& e);
   // Ends a persist that did not complete (error, stop): the state goes
   // back to dirty if the version is still current.
   void AbortPersist(const meta::LogEntry& e);
