@@ -14,10 +14,16 @@ SpaceWaiter::~SpaceWaiter() { Stop(); }
 bool SpaceWaiter::Submit(Job job, size_t bytes, std::chrono::milliseconds wait_for_room) {
   {
     MutexLock lk(&mu_);
+    // Full: the job would take the queue past max_bytes_. A job alone in
+    // it, or one that holds no copy (a fetch, a fallocate), always fits.
+    auto full = [&] {
+      mu_.AssertHeld();  // the caller's
+      return bytes > 0 && bytes_ > 0 && bytes_ + bytes > max_bytes_;
+    };
     const auto deadline = std::chrono::steady_clock::now() + wait_for_room;
-    while (!stop_ && bytes_ > 0 && bytes_ + bytes > max_bytes_)
+    while (!stop_ && full())
       if (!room_cv_.WaitUntil(&mu_, deadline)) break;
-    if (stop_ || (bytes_ > 0 && bytes_ + bytes > max_bytes_)) return false;
+    if (stop_ || full()) return false;
     bytes_ += bytes;
     jobs_.emplace_back(std::move(job), bytes);
     queued_++;
