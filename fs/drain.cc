@@ -174,10 +174,10 @@ void Drainer::StageLoop() {
       auto st = table_->CopyAsideSealedInPlace(job->entry);
       if (st) {
         src = table_->BeginPersist(job->entry);
-      } else if (st.error() == ENOSPC) {
-        LOG_DEBUG("drain: seq {} '{}' v{} sealed in place under an open writer: no room to copy it aside; it waits "
-                  "for the close, or for room",
-                  job->entry.seq, job->entry.path, job->entry.version);
+      } else if (st.error() != EINPROGRESS) {  // no room (ENOSPC), or the copy failed: not every 20 ms
+        LOG_DEBUG("drain: seq {} '{}' v{} sealed in place under an open writer: not copied aside ({}); it waits "
+                  "for the close, or for a try a second later",
+                  job->entry.seq, job->entry.path, job->entry.version, strerror(st.error()));
         MutexLock lk(&mu_);
         copy_retry_at_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       }
