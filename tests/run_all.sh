@@ -27,10 +27,17 @@
 # a case that leaves a process, a mount under its temp dir or a tier dir
 # behind fails whatever it exited with (one line per thing left), and what
 # it left is cleaned up. Case results print as each case finishes, each
-# case's block whole.
+# case's block whole; a failed case's block starts with its FAIL: line(s)
+# (the check that failed), then the end of its output (the daemon logs).
 #
-# A Criterion test that is skipped (cr_skip_test, .disabled) fails the run
-# unless tests/unit/expected_skips.txt names it (`suite::test  reason`).
+# No test passes vacuously: a missing precondition is a counted skip, and
+# a skip fails the run unless the machine's list names it. A Criterion test
+# that is skipped (cr_skip_test, .disabled) must be in
+# tests/unit/expected_skips.txt (`suite::test  reason`), a mounted case that
+# exits 77 in tests/mount/expected_skips.txt (`case  reason`; tsan-CASE is
+# matched by CASE too). UNIT_EXPECTED_SKIPS=FILE and MOUNT_EXPECTED_SKIPS=FILE
+# name other lists (another kind of machine). Every skip, expected or not,
+# is listed with its reason before the summary line.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 REPO=$(pwd)
@@ -168,25 +175,32 @@ trap 'cleanup_run; exit 130' INT TERM
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
-# tests/unit/expected_skips.txt: `suite::test  reason` per line, # comments.
-EXPECTED_SKIPS=$REPO/tests/unit/expected_skips.txt
-# Prints the reason the list gives for skipping $1; false if it is not listed.
+# The skips this machine may have: `NAME  reason` per line, # comments;
+# NAME is suite::test (unit) or a case's name (mounted).
+UNIT_EXPECTED_SKIPS=${UNIT_EXPECTED_SKIPS:-$REPO/tests/unit/expected_skips.txt}
+MOUNT_EXPECTED_SKIPS=${MOUNT_EXPECTED_SKIPS:-$REPO/tests/mount/expected_skips.txt}
+# Every skip of the run, one line each, listed before the summary line.
+SKIPS=$RUN/skips
+: > "$SKIPS"
+# Prints the reason list $1 gives for skipping $2; false if it is not listed.
 expected_skip() {
-  [ -f "$EXPECTED_SKIPS" ] && awk -v t="$1" '$1 == t { f = 1; $1 = ""; sub(/^ +/, ""); print } END { exit !f }' "$EXPECTED_SKIPS"
+  [ -f "$1" ] && awk -v t="$2" '$1 == t { f = 1; $1 = ""; sub(/^[ \t]+/, ""); print } END { exit !f }' "$1"
 }
 
-# Reports and counts the Criterion tests in log $1 that were skipped
-# (`[SKIP] suite::test: why`, shown with --verbose). Returns 1 if one of them
-# is not an expected skip.
+# Reports and counts the Criterion tests in log $1 of binary $2 that were
+# skipped (`[SKIP] suite::test: why`, shown with --verbose). Returns 1 if one
+# of them is not an expected skip.
 check_unit_skips() {
-  local log=$1 t why listed bad=0
+  local log=$1 name=$2 t why listed bad=0
   while IFS=$'\t' read -r t why; do
-    if listed=$(expected_skip "$t"); then
+    if listed=$(expected_skip "$UNIT_EXPECTED_SKIPS" "$t"); then
       skipped=$((skipped + 1))
       echo "  skip $t: $why (expected: $listed)"
+      echo "skip        $name $t: $why (expected: $listed)" >> "$SKIPS"
     else
       failed=$((failed + 1))
-      echo "  UNEXPECTED SKIP $t: $why (fix the condition, or list it in tests/unit/expected_skips.txt)"
+      echo "  UNEXPECTED SKIP $t: $why (fix the condition, or list it in ${UNIT_EXPECTED_SKIPS#"$REPO"/})"
+      echo "UNEXPECTED  $name $t: $why (not in ${UNIT_EXPECTED_SKIPS#"$REPO"/}: failed)" >> "$SKIPS"
       bad=1
     fi
   done < <(sed 's/\x1b\[[0-9;]*m//g' "$log" | sed -nE 's/^\[SKIP\] ([^ :]+::[^ :]+): ?(.*)$/\1\t\2/p')
@@ -250,7 +264,7 @@ run_units() {
     failed=$((failed + failing))
     # Criterion counts crashes among the failures; if not, add them.
     if [ $((passing + failing)) -lt "$tested" ]; then failed=$((failed + tested - passing - failing)); fi
-    check_unit_skips "$out" > "$out.skips"
+    check_unit_skips "$out" "$name" > "$out.skips"
     skip_rc=$?
     skips=$(cat "$out.skips")
     if [ "$failing" -eq 0 ] && [ "$crashing" -eq 0 ] && [ "$passing" -eq "$tested" ] && [ "$rc" -eq 0 ] \
@@ -297,10 +311,21 @@ run_case() {
   mv "$RUN/$name.rc.tmp" "$RUN/$name.rc"
 }
 
+# The FAIL: blocks of case output $1: each line `FAIL: case: msg` (the
+# `fail` helper of tests/mount/lib/common.sh) and the lines that continue
+# its message, up to the next `--- ` (the daemon log tails), `# ` (a note)
+# or FAIL: line; 20 lines a block, 60 in all.
+fail_blocks() {
+  awk '/^FAIL: / { inb = 1; n = 0 }
+       !/^FAIL: / && (/^--- / || /^# / || /^kept \//) { inb = 0 }
+       inb && n++ < 20 && total++ < 60 { print }' "$1"
+}
+
 # Prints the result of a finished case (its whole block at once, so that
-# cases running side by side never interleave) and counts it.
+# cases running side by side never interleave) and counts it. A skip
+# (exit 77) that the machine's list does not name fails.
 report_case() {
-  local name=$1 out=$RUN/$1.log rc secs why left=""
+  local name=$1 out=$RUN/$1.log rc secs why left="" listed first
   read -r rc secs < "$RUN/$name.rc" || { rc=1; secs=?; }
   [ -s "$RUN/$name.left" ] && left=$(cat "$RUN/$name.left")
   case $rc in
@@ -315,12 +340,30 @@ report_case() {
         passed=$((passed + 1))
       else
         why=$(grep -E '^SKIP: ' "$out" | tail -n 1 | sed -E 's/^SKIP: [^:]*: //')
-        echo "SKIP $name${why:+ ($why)}"
-        skipped=$((skipped + 1))
+        [ -n "$why" ] || why="exit 77, no SKIP: line"
+        if listed=$(expected_skip "$MOUNT_EXPECTED_SKIPS" "$name") \
+          || listed=$(expected_skip "$MOUNT_EXPECTED_SKIPS" "${name#"$PREFIX"}"); then
+          echo "SKIP $name ($why; expected: $listed)"
+          echo "skip        $name: $why (expected: $listed)" >> "$SKIPS"
+          skipped=$((skipped + 1))
+        else
+          echo "FAIL $name (skipped: $why; not in ${MOUNT_EXPECTED_SKIPS#"$REPO"/}: fix the condition, or list it there)"
+          echo "UNEXPECTED  $name: $why (not in ${MOUNT_EXPECTED_SKIPS#"$REPO"/}: failed)" >> "$SKIPS"
+          failed=$((failed + 1))
+        fi
       fi ;;
     *)
       [ "$rc" = 124 ] && why="timed out after ${CASE_TIMEOUT}s" || why="exit $rc"
-      { echo "FAIL $name ($why, ${secs}s)"; tail -n 40 "$out" | sed 's/^/  | /'; }
+      echo "FAIL $name ($why, ${secs}s)"
+      # The check that failed first, then the end of the output, where the
+      # daemon log tails are.
+      first=$(fail_blocks "$out")
+      if [ -n "$first" ]; then
+        sed 's/^/  /' <<< "$first"
+      else
+        echo "  (no FAIL: line: the case ended without the fail helper; its last lines follow)"
+      fi
+      tail -n 40 "$out" | sed 's/^/  | /'
       [ -z "$left" ] || sed 's/^/  /' <<< "$left"
       failed=$((failed + 1)) ;;
   esac
@@ -406,6 +449,10 @@ case $ONLY in
 esac
 
 cleanup_run
+if [ -s "$SKIPS" ]; then
+  echo "Skipped ($(wc -l < "$SKIPS"); an UNEXPECTED one counts as failed):"
+  sed 's/^/  /' "$SKIPS"
+fi
 rm -rf "$RUN"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
