@@ -461,7 +461,10 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   fuse_loop_cfg_set_max_threads(lc, 16);
   int rc = fuse_session_loop_mt(se, lc);
   fuse_loop_cfg_destroy(lc);
-  d->pt->StopUring();
+  // No request is handled from here on, from /dev/fuse or the rings; the
+  // rings still carry the replies of those answered later, which the
+  // stops below give up (an error to each caller).
+  d->pt->StopUringDispatch();
   stop_watch = true;
   pt_watch.join();
   if (d->memory_watch) d->memory_watch->Stop();
@@ -477,6 +480,12 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   // table, the store and the backend when a call returns: nothing of the
   // daemon is destroyed, and the process ends below.
   const bool drain_stopped = d->drainer->Stop();
+  // Every thread that replies has stopped (the space waiter, copier,
+  // fetchers and drain above; libfuse's workers with the loop): the rings
+  // can go. Freed at the end of the loop, they were written after free by
+  // the replies of those stops. With a drain thread stuck in the backend
+  // they stay (the process ends without freeing anything).
+  if (drain_stopped) d->pt->StopUring();
   if (d->cluster) {
     // Nothing pending: the others need not wait for this node any more.
     // Else its record stays live and ages into dead (its files listed lost

@@ -296,6 +296,7 @@ Status FuseUring::Start() {
 
 void FuseUring::Stop() {
   if (threads_.empty() && rings_.empty()) return;
+  StopDispatch();
   stopping_.store(true, std::memory_order_release);
   for (auto& r : rings_) {
     uint64_t one = 1;
@@ -304,6 +305,14 @@ void FuseUring::Stop() {
   }
   for (auto& t : threads_) t.join();
   threads_.clear();
+  {
+    // From here no reply touches an entry: later ones are dropped, and
+    // those under way (another thread copying into an entry, queueing it on
+    // its ring, writing the ring's eventfd) end before the rings go.
+    MutexLock lk(&mu_);
+    stopped_ = true;
+    while (replying_ > 0) replied_cv_.Wait(&mu_);
+  }
   rings_.clear();
   groups_.clear();
   running_.store(false, std::memory_order_release);
@@ -370,7 +379,11 @@ void FuseUring::Loop(Ring* r) {
       NoteTaken(r);
     }
     io_uring_cq_advance(&r->ring, seen);
-    for (Entry* e : ready) Dispatch(r, e);
+    // Once the session loop has ended (StopDispatch), a request stays in
+    // its entry, unanswered until the connection ends, as one left unread
+    // on /dev/fuse does.
+    if (dispatching_.load(std::memory_order_acquire))
+      for (Entry* e : ready) Dispatch(r, e);
     if (poll) {
       uint64_t v;
       if (read(r->efd, &v, sizeof v) < 0) {
@@ -438,6 +451,8 @@ bool FuseUring::Reply(const struct iovec* iov, int count, ssize_t* written) {
   fuse_abi::OutHeader out;
   memcpy(&out, iov[0].iov_base, sizeof out);
   const uint64_t unique = out.unique;
+  size_t total = 0;
+  for (int i = 0; i < count; i++) total += iov[i].iov_len;
   Entry* e;
   {
     MutexLock lk(&mu_);
@@ -445,9 +460,15 @@ bool FuseUring::Reply(const struct iovec* iov, int count, ssize_t* written) {
     if (it == inflight_.end()) return false;
     e = it->second;
     inflight_.erase(it);
+    if (stopped_) {
+      // The rings are gone (or going): the request came through one, so
+      // not to /dev/fuse either; the kernel answers its caller when the
+      // connection ends.
+      *written = static_cast<ssize_t>(total);
+      return true;
+    }
+    replying_++;
   }
-  size_t total = 0;
-  for (int i = 0; i < count; i++) total += iov[i].iov_len;
   memcpy(e->header->in_out, iov[0].iov_base, kOutHeader);
   size_t at = 0;
   bool fits = total - kOutHeader <= e->payload_size;
@@ -475,6 +496,10 @@ bool FuseUring::Reply(const struct iovec* iov, int count, ssize_t* written) {
     uint64_t one = 1;
     if (write(r->efd, &one, sizeof one) < 0) {
     }
+  }
+  {
+    MutexLock lk(&mu_);
+    if (--replying_ == 0 && stopped_) replied_cv_.NotifyAll();
   }
   *written = static_cast<ssize_t>(total);
   return true;

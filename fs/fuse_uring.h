@@ -28,8 +28,18 @@
 // FORGET and INTERRUPT still come through /dev/fuse (the kernel sends them
 // there), so libfuse's loop keeps running beside the rings.
 //
-// Thread-safety: Reply() may be called from any thread; Start() and Stop()
-// from one.
+// Shutdown comes in two steps, because requests answered later (writes
+// waiting for space, opens waiting for a fetch, fsyncs waiting for the
+// drain) are answered by other threads while the daemon stops them:
+// StopDispatch() when the session loop has ended (no request is handled any
+// more, replies still go out), Stop() once every thread that replies has
+// stopped. Stop() used to come first and free the rings those threads then
+// replied into: a use after free at every stop with requests queued. A
+// reply that still comes after Stop() goes nowhere (the kernel answers its
+// caller when the connection ends).
+//
+// Thread-safety: Reply() may be called from any thread; Start(),
+// StopDispatch() and Stop() from one.
 #pragma once
 
 #ifndef FUSE_USE_VERSION
@@ -86,7 +96,13 @@ class FuseUring {
   // starts the threads. After the INIT reply, never before (the kernel
   // refuses registration until then).
   Status Start();
-  // Stops the threads and closes the rings (after the session ended).
+  // Handles no more requests (after the session loop ended, as /dev/fuse
+  // is not read any more either): one the kernel puts in an entry from now
+  // on stays there until the connection ends. Replies still go out.
+  void StopDispatch() { dispatching_.store(false, std::memory_order_release); }
+  // Stops the threads and frees the rings. Call it once every thread that
+  // may reply has stopped; a reply that comes later anyway is dropped
+  // (Reply returns true), and one under way is waited for.
   void Stop();
   bool running() const { return running_.load(std::memory_order_acquire); }
 
@@ -131,6 +147,7 @@ class FuseUring {
   std::vector<std::unique_ptr<Ring>> rings_;
   std::vector<std::thread> threads_;
   std::atomic<bool> running_{false};
+  std::atomic<bool> dispatching_{true};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> requests_{0};
 
@@ -138,6 +155,12 @@ class FuseUring {
   std::unordered_map<uint64_t, Entry*> inflight_ GUARDED_BY(mu_);  // request unique -> its entry
   size_t setups_done_ GUARDED_BY(mu_) = 0;                         // threads past Setup
   CondVar setup_cv_;
+  // Set by Stop() before it frees the rings: Reply() then drops its reply.
+  bool stopped_ GUARDED_BY(mu_) = false;
+  // Replies copying into an entry or handing it to its ring (without mu_):
+  // Stop() waits for them to end before freeing the rings.
+  int replying_ GUARDED_BY(mu_) = 0;
+  CondVar replied_cv_;
 };
 
 }  // namespace ckpt::fs

@@ -91,8 +91,12 @@ uint64_t Passthrough::uring_requests() const {
   return u ? u->requests() : 0;
 }
 
+void Passthrough::StopUringDispatch() {
+  if (FuseUring* u = uring_ptr_.load(std::memory_order_acquire)) u->StopDispatch();
+}
+
 void Passthrough::StopUring() {
-  if (uring_) uring_->Stop();
+  if (FuseUring* u = uring_ptr_.load(std::memory_order_acquire)) u->Stop();
 }
 
 void Passthrough::StartUring() {

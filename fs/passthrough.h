@@ -82,7 +82,10 @@ class Passthrough : public BackingFiles {
   bool uring_active() const;
   std::string uring_why() const;
   uint64_t uring_requests() const;
-  // Stops the rings (after the session loop ended).
+  // The two steps of FuseUring's shutdown (fs/fuse_uring.h): when the
+  // session loop has ended, the rings handle no more requests but still
+  // carry replies; once every thread that replies has stopped, they go.
+  void StopUringDispatch();
   void StopUring();
 
  private:
