@@ -4,13 +4,16 @@
 #   make test       install what is missing, build (-j, one job per core), run every
 #                   unit test and the mounted cases (three at a time: JOBS=N), then
 #                   the ThreadSanitizer phase of make tsan (WITH_TSAN=0: without)
+#                   and the AddressSanitizer phase of make asan (WITH_ASAN=0: without)
 #   make tsan       ThreadSanitizer build (build-thread/), its unit tests and the
 #                   mounted cases marked `# tsan:` (docs/testing.md)
+#   make asan       AddressSanitizer + UBSan build (build-address/), its unit tests
+#                   and the mounted cases marked `# asan:` (docs/testing.md)
 #   make bench      benchmarks (tests/bench), never part of make test
 #   make analyze    clang's thread-safety analysis (-Wthread-safety) over every source
 #   make crash-soak N=200 [SEED=S]   the kill -9 crash harness, N iterations
 #   make install    install ckptfs and mount.ckptfs into $(PREFIX) and /sbin
-#   SAN=address|thread   sanitizer builds (into build-$(SAN)/)
+#   SAN=address|thread   sanitizer builds (into build-$(SAN)/): address is ASan+UBSan
 #   CUDA=1          also build/libckptfs_cuda.so and build/gpu_bench against the CUDA
 #                   runtime in $(CUDA_HOME) (docs/gpu.md); nothing else needs CUDA
 
@@ -20,12 +23,13 @@ SAN      ?=
 BUILD    ?= build$(if $(SAN),-$(SAN))
 # spdlog's cflags select its compiled library (SPDLOG_COMPILED_LIB): without
 # it every file that logs compiled spdlog itself, about 6 s of CPU each.
+comma    := ,
 PKGS     := fuse3 liburing rocksdb spdlog libmicrohttpd
 
-# The TSan build compiles at -O1 with line tables only (-g1): reports keep
-# functions, files and lines, and it builds in about 55% of the time -O2 -g
-# takes (make test builds it beside the normal one).
-ifeq ($(SAN),thread)
+# The sanitizer builds compile at -O1 with line tables only (-g1): reports
+# keep functions, files and lines, and the TSan build takes about 55% of the
+# time -O2 -g takes (make test builds them beside the normal one).
+ifneq ($(SAN),)
 CXXFLAGS ?= -O1 -g1
 else
 CXXFLAGS ?= -O2 -g
@@ -34,9 +38,14 @@ CXXFLAGS += -std=c++23 -Wall -Wextra -Wno-unused-parameter -Werror=return-type -
             -DSPDLOG_ACTIVE_LEVEL=SPDLOG_LEVEL_DEBUG \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lxxhash -lcurl -lcrypto -lpugixml -lpthread
+# SAN=address is AddressSanitizer and UndefinedBehaviorSanitizer together:
+# one more build would cost its compile time again. Undefined behaviour
+# stops the process (-fno-sanitize-recover) as an ASan report does, so a
+# report fails a test even when no one reads the log (docs/testing.md).
+SAN_FLAGS := $(if $(filter address,$(SAN)),-fsanitize=address$(comma)undefined -fno-sanitize-recover=undefined,-fsanitize=$(SAN))
 ifneq ($(SAN),)
-CXXFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer
-LDFLAGS  += -fsanitize=$(SAN)
+CXXFLAGS += $(SAN_FLAGS) -fno-omit-frame-pointer
+LDFLAGS  += $(SAN_FLAGS)
 endif
 
 LIB_SRCS := $(wildcard common/*.cc fs/meta/*.cc fs/*.cc cache/*.cc backend/*.cc gpu/*.cc)
@@ -54,7 +63,7 @@ UNIT_BINS := $(UNIT_MODS:%=$(BUILD)/tests/unit_%)
 # (tests/unit/criterion_tsan.cc says why).
 UNIT_EXTRA := $(if $(filter thread,$(SAN)),$(BUILD)/obj/tests/unit/criterion_tsan.o)
 
-.PHONY: all units deps run test unit mounted tsan bench install clean format stop crash-soak analyze analyze-files
+.PHONY: all units deps run test unit mounted tsan asan bench install clean format stop crash-soak analyze analyze-files
 all: $(BUILD)/ckptfs $(if $(SAN),,$(BUILD)/libckptfs_gpuhost.so) $(if $(filter 1,$(CUDA)),$(BUILD)/libckptfs_cuda.so $(BUILD)/gpu_bench)
 
 deps:
@@ -122,12 +131,16 @@ stop:
 
 # JOBS=N: mounted cases run at once (tests/run_all.sh; default 3).
 # WITH_TSAN=0: without the ThreadSanitizer phase (make tsan runs it alone).
+# WITH_ASAN=0: without the AddressSanitizer phase (make asan runs it alone).
 WITH_TSAN ?= 1
-# The ThreadSanitizer tree is built by tests/run_all.sh beside the parallel
-# mounted cases (TSAN_BUILD_CMD), not before them.
+WITH_ASAN ?= 1
+# The sanitizer trees are built by tests/run_all.sh beside the parallel
+# mounted cases (TSAN_BUILD_CMD, then ASAN_BUILD_CMD), not before them.
 test: deps
 	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all units
-	@BUILD=$(BUILD) $(if $(filter-out 0,$(WITH_TSAN)),TSAN=build-thread TSAN_BUILD_CMD="$(MAKE) --no-print-directory SAN=thread BUILD=build-thread -j$(BUILD_JOBS) all units") $(if $(JOBS),JOBS=$(JOBS)) tests/run_all.sh
+	@BUILD=$(BUILD) $(if $(filter-out 0,$(WITH_TSAN)),TSAN=build-thread TSAN_BUILD_CMD="$(MAKE) --no-print-directory SAN=thread BUILD=build-thread -j$(BUILD_JOBS) all units") \
+	  $(if $(filter-out 0,$(WITH_ASAN)),ASAN=build-address ASAN_BUILD_CMD="$(MAKE) --no-print-directory SAN=address BUILD=build-address -j$(BUILD_JOBS) all units") \
+	  $(if $(JOBS),JOBS=$(JOBS)) tests/run_all.sh
 
 unit:
 	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all units
@@ -143,6 +156,14 @@ mounted:
 tsan: deps
 	@$(MAKE) --no-print-directory SAN=thread -j$(BUILD_JOBS) all units
 	@TSAN=build-thread ONLY=tsan $(if $(JOBS),JOBS=$(JOBS)) tests/run_all.sh
+
+# AddressSanitizer and UndefinedBehaviorSanitizer: a SAN=address build in
+# build-address/, then its unit binaries and the mounted cases marked
+# `# asan:` (daemons stopped or killed with requests in flight) against its
+# daemon; any ASan or UBSan report fails (docs/testing.md).
+asan: deps
+	@$(MAKE) --no-print-directory SAN=address -j$(BUILD_JOBS) all units
+	@ASAN=build-address ONLY=asan $(if $(JOBS),JOBS=$(JOBS)) tests/run_all.sh
 
 bench: deps
 	@scripts/install-bench-deps.sh

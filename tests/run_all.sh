@@ -12,12 +12,19 @@
 #   TSAN=build-thread ONLY=tsan tests/run_all.sh   only that phase (make tsan)
 #   TSAN_BUILD_CMD="make SAN=thread all units"   builds TSAN's tree beside the
 #                    parallel mounted cases instead of before the run (make test)
+#   ASAN=build-address tests/run_all.sh  then the AddressSanitizer (+UBSan)
+#                    phase; ONLY=asan and ASAN_BUILD_CMD as for TSan
 #
 # The ThreadSanitizer phase (TSAN=DIR, a `make SAN=thread` build) runs DIR's
 # unit binaries and the mounted cases whose header has a line
 # `# tsan: REASON` against DIR's daemon, each named tsan-NAME. Any TSan
 # report fails the binary or case (reports go to files, TSAN_OPTIONS
-# log_path; suppressions: tests/tsan.supp). See docs/testing.md.
+# log_path; suppressions: tests/tsan.supp). The AddressSanitizer phase
+# (ASAN=DIR, a `make SAN=address` build: ASan and UBSan) does the same with
+# the cases marked `# asan: REASON`, each named asan-NAME: any ASan or UBSan
+# report fails (ASAN_OPTIONS and UBSAN_OPTIONS log_path). With both build
+# commands, the two builds run one after the other in the background, TSan
+# first. See docs/testing.md.
 #
 # Environment: BUILD (default build), CASE_TIMEOUT (seconds per mounted case,
 # default 600), UNIT_TIMEOUT (per unit binary, default 600), JOBS (mounted
@@ -34,10 +41,11 @@
 # a skip fails the run unless the machine's list names it. A Criterion test
 # that is skipped (cr_skip_test, .disabled) must be in
 # tests/unit/expected_skips.txt (`suite::test  reason`), a mounted case that
-# exits 77 in tests/mount/expected_skips.txt (`case  reason`; tsan-CASE is
-# matched by CASE too). UNIT_EXPECTED_SKIPS=FILE and MOUNT_EXPECTED_SKIPS=FILE
-# name other lists (another kind of machine). Every skip, expected or not,
-# is listed with its reason before the summary line.
+# exits 77 in tests/mount/expected_skips.txt (`case  reason`; a line for
+# CASE covers tsan-CASE and asan-CASE). UNIT_EXPECTED_SKIPS=FILE and
+# MOUNT_EXPECTED_SKIPS=FILE name other lists (another kind of machine).
+# Every skip, expected or not, is listed with its reason before the
+# summary line.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 REPO=$(pwd)
@@ -53,14 +61,23 @@ FILTERS=("$@")
 case $ONLY in
   ""|unit|mount) ;;
   tsan) [ -n "${TSAN:-}" ] || { echo "ONLY=tsan needs TSAN=DIR (a make SAN=thread build)" >&2; exit 2; } ;;
-  *) echo "ONLY must be unit, mount or tsan, not '$ONLY'" >&2; exit 2 ;;
+  asan) [ -n "${ASAN:-}" ] || { echo "ONLY=asan needs ASAN=DIR (a make SAN=address build)" >&2; exit 2; } ;;
+  *) echo "ONLY must be unit, mount, tsan or asan, not '$ONLY'" >&2; exit 2 ;;
 esac
 TSAN=${TSAN:-}
 case $TSAN in ''|/*) ;; *) TSAN=$REPO/$TSAN ;; esac
-# What every TSan-built process gets (a unit binary or case adds log_path).
-# Later options win: the caller's TSAN_OPTIONS go after the defaults.
+ASAN=${ASAN:-}
+case $ASAN in ''|/*) ;; *) ASAN=$REPO/$ASAN ;; esac
+# What every sanitizer-built process gets (a unit binary or case adds
+# log_path). Later options win: the caller's options go after the defaults.
 export TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1 suppressions=$REPO/tests/tsan.supp ${TSAN_OPTIONS:-}"
-PREFIX=""  # tsan- in the ThreadSanitizer phase
+# ASan stops at its first report (its default); LeakSanitizer checks each
+# process as it exits (unit tests, the CLI; not the daemon, which ends with
+# _exit). UBSan stops too (the build has -fno-sanitize-recover=undefined)
+# and prints the stack.
+export ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1 ${UBSAN_OPTIONS:-}"
+PREFIX=""  # tsan- or asan- in a sanitizer phase
 
 passed=0 failed=0 skipped=0
 RUN=$(mktemp -d "${TMPDIR:-/tmp}/ckptfs-run.XXXXXX")
@@ -207,16 +224,37 @@ check_unit_skips() {
   return $bad
 }
 
-# Prints the ThreadSanitizer reports written under directory $1 (the
-# first whole, six frames a stack, then one summary line each); false if
-# there are none.
+# What starts a sanitizer report in a log_path file: TSan's, ASan's,
+# LeakSanitizer's, UBSan's (`file:line:col: runtime error: ...`).
+SAN_REPORT_RE='(WARNING|ERROR): ThreadSanitizer|ERROR: (AddressSanitizer|LeakSanitizer)|: runtime error: '
+
+# Prints the sanitizer reports written under directory $1 (the first
+# whole, six frames a stack, then one summary line each); false if there
+# are none.
 san_reports() {
-  local reports
-  reports=$(grep -lsE '(WARNING|ERROR): ThreadSanitizer' "$1"/r.* 2>/dev/null) || return 1
-  awk '/^==================$/ { n++; next } n == 1 && !/^ *#([6-9]|[1-9][0-9])/ && !/^$/' \
-    "${reports%%$'\n'*}" | head -n 60 | sed 's/^/  | /'
-  grep -hs '^SUMMARY: ThreadSanitizer' $reports | sort | uniq -c | sed 's/^/  | /'
+  local reports first
+  reports=$(grep -lsE "$SAN_REPORT_RE" "$1"/r.* 2>/dev/null) || return 1
+  first=${reports%%$'\n'*}
+  if grep -q ThreadSanitizer "$first"; then
+    awk '/^==================$/ { n++; next } n == 1 && !/^ *#([6-9]|[1-9][0-9])/ && !/^$/' "$first"
+  else
+    # ASan: up to the shadow bytes, without a stack frame's list of objects
+    # (but the one accessed).
+    awk '/^Shadow bytes around/ { exit }
+         /^ +\[[0-9]+, [0-9]+\) / && !/<==/ { next }
+         !/^ *#([6-9]|[1-9][0-9])/ && !/^$/ && !/^=+$/' "$first"
+  fi | head -n 60 | sed 's/^/  | /'
+  grep -hsE '^SUMMARY: [A-Za-z]+Sanitizer' $reports | sort | uniq -c | sed 's/^/  | /'
   return 0
+}
+
+# The name of the sanitizer phase PREFIX is in, for messages.
+san_name() {
+  case $PREFIX in
+    tsan-) echo ThreadSanitizer ;;
+    asan-) echo AddressSanitizer/UndefinedBehaviorSanitizer ;;
+    *) echo sanitizer ;;
+  esac
 }
 
 run_units() {
@@ -238,13 +276,16 @@ run_units() {
     t0=$(now)
     # --verbose: only then does Criterion print [SKIP] lines.
     TSAN_OPTIONS="$TSAN_OPTIONS log_path=$RUN/san-$name/r" \
+      ASAN_OPTIONS="$ASAN_OPTIONS log_path=$RUN/san-$name/r" \
+      UBSAN_OPTIONS="$UBSAN_OPTIONS log_path=$RUN/san-$name/r" \
       timeout -k 10 "$UNIT_TIMEOUT" "$bin" --ascii --verbose > "$out" 2>&1
     rc=$?
     syn=$(sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E 'Synthesis: Tested: [0-9]+' | tail -n 1)
     # Criterion does not see TSan's reports (a test that raced still
-    # passes): each fails the binary once.
+    # passes), nor always ASan's (the test's process ends): each binary
+    # with reports fails once.
     if san=$(san_reports "$RUN/san-$name"); then
-      echo "FAIL $name: ThreadSanitizer reports ($(elapsed "$t0")s)"
+      echo "FAIL $name: $(san_name) reports ($(elapsed "$t0")s)"
       echo "$san"
       failed=$((failed + 1))
       [ -n "$syn" ] && passed=$((passed + $(sed -E 's/.*Passing: ([0-9]+).*/\1/' <<< "$syn")))
@@ -373,13 +414,65 @@ report_case() {
 # tests/mount/lib/common.sh); the others run JOBS at a time. Results are
 # printed in the order the cases finish.
 is_serial() { grep -qE '^# serial: ' "$1"; }
-# A case with a line `# tsan: REASON` also runs in the ThreadSanitizer phase.
-is_tsan() { grep -qE '^# tsan: ' "$1"; }
-# The name a case's files and results go by (tsan-NAME in that phase).
+# A case with a line `# tsan: REASON` also runs in the ThreadSanitizer
+# phase, one with `# asan: REASON` in the AddressSanitizer phase: the
+# phase's prefix without its dash names the mark.
+in_phase() { grep -qE "^# ${PREFIX%-}: " "$1"; }
+# The name a case's files and results go by (tsan-NAME, asan-NAME there).
 case_key() { echo "$PREFIX$(basename "$1" .sh)"; }
 
 declare -A _running=()  # pid -> case name
-_tsan_build=""           # pid of the background ThreadSanitizer build (TSAN_BUILD_CMD)
+_san_builds=""           # pid of the background sanitizer builds (TSAN_BUILD_CMD, ASAN_BUILD_CMD)
+_san_kinds=""            # the kinds it builds, in order (tsan asan)
+
+# Starts the sanitizer builds that have a command (TSAN_BUILD_CMD, then
+# ASAN_BUILD_CMD: one after the other, so that they never share the CPUs
+# with each other), once per run. Each leaves $RUN/KIND-build.log and then
+# $RUN/KIND-build.rc, its exit status.
+start_san_builds() {
+  local kinds=()
+  [ -z "$_san_builds" ] || return 0
+  # Only the builds of phases this run has.
+  [ -n "$TSAN" ] && [ -n "${TSAN_BUILD_CMD:-}" ] && [ "${ONLY:-tsan}" = tsan ] && kinds+=(tsan)
+  [ -n "$ASAN" ] && [ -n "${ASAN_BUILD_CMD:-}" ] && [ "${ONLY:-asan}" = asan ] && kinds+=(asan)
+  [ ${#kinds[@]} -gt 0 ] || return 0
+  _san_kinds=${kinds[*]}
+  (
+    for k in "${kinds[@]}"; do
+      [ "$k" = tsan ] && cmd=$TSAN_BUILD_CMD || cmd=$ASAN_BUILD_CMD
+      (cd "$REPO" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u BUILD bash -c "$cmd" > "$RUN/$k-build.log" 2>&1)
+      echo $? > "$RUN/$k-build.rc.tmp"
+      mv "$RUN/$k-build.rc.tmp" "$RUN/$k-build.rc"
+    done
+  ) &
+  _san_builds=$!
+}
+
+# True while a background sanitizer build runs (one whose status is not in).
+san_building() {
+  local k
+  for k in $_san_kinds; do
+    [ -f "$RUN/$k-build.rc" ] || { kill -0 "$_san_builds" 2> /dev/null && return 0; }
+  done
+  return 1
+}
+
+# Waits until no background sanitizer build runs.
+wait_san_builds() {
+  while san_building; do sleep 1; done
+}
+
+# Waits for the background build of KIND (tsan, asan); false if it failed.
+wait_san_build() {
+  local k=$1 rc
+  start_san_builds
+  while [ ! -f "$RUN/$k-build.rc" ]; do
+    kill -0 "$_san_builds" 2> /dev/null || break
+    sleep 1
+  done
+  read -r rc < "$RUN/$k-build.rc" 2> /dev/null || rc=1
+  [ "$rc" = 0 ]
+}
 
 # Waits for one running case and reports it (wait -p: bash 5.1).
 reap_one() {
@@ -399,23 +492,38 @@ run_mounted() {
   for c in "${cases[@]}"; do
     name=$PREFIX$(basename "$c" .sh)
     selected "$name" || continue
-    [ -z "$PREFIX" ] || is_tsan "$c" || continue
+    [ -z "$PREFIX" ] || in_phase "$c" || continue
     if is_serial "$c"; then ser+=("$c"); else par+=("$c"); fi
   done
   # The serial cases first, one by one: the longest of them set the pace,
-  # and nothing else runs beside them.
-  for c in "${ser[@]}"; do
+  # and nothing else runs beside them. In the TSan phase the ASan build may
+  # still be compiling: then the parallel cases go first, and the serial
+  # ones (most of which measure time) wait for it.
+  if [ -n "$PREFIX" ] && san_building; then
+    run_parallel "${par[@]}"
+    wait_san_builds
+    run_serial "${ser[@]}"
+    return
+  fi
+  run_serial "${ser[@]}"
+  # The sanitizer builds (TSAN_BUILD_CMD, ASAN_BUILD_CMD, from make test)
+  # compile beside the parallel cases, which mostly wait on mounts, drains
+  # and Python: minutes of the run, no longer in series.
+  [ -n "$PREFIX" ] || start_san_builds
+  run_parallel "${par[@]}"
+}
+
+run_serial() {
+  local c
+  for c in "$@"; do
     run_case "$c"
     report_case "$(case_key "$c")"
   done
-  # The ThreadSanitizer build (TSAN_BUILD_CMD, from make test) compiles
-  # beside the parallel cases, which mostly wait on mounts, drains and
-  # Python: about a minute of a 7-minute run, no longer in series.
-  if [ -z "$PREFIX" ] && [ -n "${TSAN_BUILD_CMD:-}" ] && [ -z "$_tsan_build" ]; then
-    (cd "$REPO" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u BUILD bash -c "$TSAN_BUILD_CMD" > "$RUN/tsan-build.log" 2>&1) &
-    _tsan_build=$!
-  fi
-  for c in "${par[@]}"; do
+}
+
+run_parallel() {
+  local c
+  for c in "$@"; do
     while [ "${#_running[@]}" -ge "$JOBS" ]; do reap_one; done
     run_case "$c" &
     _running[$!]=$(case_key "$c")
@@ -423,29 +531,34 @@ run_mounted() {
   while [ "${#_running[@]}" -gt 0 ]; do reap_one; done
 }
 
-# The ThreadSanitizer phase: TSAN's binaries, the cases marked for it.
-run_tsan() {
-  [ -n "$TSAN" ] || return 0
-  if [ -n "${TSAN_BUILD_CMD:-}" ]; then
-    [ -n "$_tsan_build" ] || (cd "$REPO" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u BUILD bash -c "$TSAN_BUILD_CMD" > "$RUN/tsan-build.log" 2>&1) &
-    [ -n "$_tsan_build" ] || _tsan_build=$!
-    if ! wait "$_tsan_build"; then
-      echo "FAIL tsan-build (the ThreadSanitizer build failed)"
-      tail -n 30 "$RUN/tsan-build.log" | sed 's/^/  | /'
+# A sanitizer phase, KIND tsan or asan: the binaries of its build (TSAN,
+# ASAN), the cases marked for it.
+run_san() {
+  local k=$1 dir build=$BUILD
+  [ "$k" = tsan ] && dir=$TSAN || dir=$ASAN
+  [ -n "$dir" ] || return 0
+  PREFIX=$k-
+  if { [ "$k" = tsan ] && [ -n "${TSAN_BUILD_CMD:-}" ]; } || { [ "$k" = asan ] && [ -n "${ASAN_BUILD_CMD:-}" ]; }; then
+    if ! wait_san_build "$k"; then
+      echo "FAIL $k-build (the $(san_name) build failed)"
+      tail -n 30 "$RUN/$k-build.log" | sed 's/^/  | /'
       failed=$((failed + 1))
+      PREFIX=""
       return 0
     fi
   fi
-  BUILD=$TSAN PREFIX=tsan-
+  BUILD=$dir
   run_units
   run_mounted
+  BUILD=$build PREFIX=""
 }
 
 case $ONLY in
-  "") run_units; run_mounted; run_tsan ;;
+  "") run_units; run_mounted; run_san tsan; run_san asan ;;
   unit) run_units ;;
   mount) run_mounted ;;
-  tsan) run_tsan ;;
+  tsan) run_san tsan ;;
+  asan) run_san asan ;;
 esac
 
 cleanup_run

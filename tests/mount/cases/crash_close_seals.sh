@@ -10,6 +10,7 @@
 # then killed. Every file must come back with the bytes its close saw —
 # copying writers (O_EXCL, as cp opens), passthrough writers (O_TRUNC, as
 # torch.save opens) and O_RDWR ones — none "created but never closed".
+# asan: the daemon killed (-9) with handles open, then recovery of what it sealed
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 

@@ -7,6 +7,7 @@
 # its fsync returned.
 # serial: asserts that fsyncs still wait after 3 s and that stat/ls/status answer within 2 s (timing)
 # tsan: fsync=backend replies from the drain thread (WhenApplied), 64 of them pending at once
+# asan: 64 fsyncs answered later by the drain thread, through the rings
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 

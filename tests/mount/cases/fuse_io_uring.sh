@@ -10,6 +10,7 @@
 # over it too; drain_fsync_backend_waits, recovery_full_tier and
 # remote_open_waits check that replies that come later hold nothing up.)
 # tsan: ring threads, replies from other threads through the eventfd, entries added while requests wait
+# asan: ring entries, replies from other threads, kill -9 and a new mount over the rings
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 require_root

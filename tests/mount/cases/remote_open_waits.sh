@@ -6,6 +6,7 @@
 # the right bytes.
 # serial: asserts that stat/ls/status answer within 1.5 s while fetches wait (timing)
 # tsan: opens fetched on the fetcher threads while FUSE workers serve stat, ls and status
+# asan: opens answered by the fetcher threads through the rings
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 

@@ -8,6 +8,7 @@
 # writes that wait for the drain, and `ls` of the directory then waited
 # for as long as the drain did.
 # serial: asserts that ls answers within 5 s while writers wait (timing)
+# asan: requests queued behind writes waiting for space, answered through one ring thread per queue
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 

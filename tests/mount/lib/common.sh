@@ -36,9 +36,10 @@
 # prints when a command did not answer,
 # CKPTFS_TEST_ROOT (set by run_all.sh) is where $T is created (and $TIER is
 # written to CKPTFS_TEST_ROOT/tiers, for run_all.sh's check that nothing of
-# the case is left once it has ended). With a
-# ThreadSanitizer build (BUILD=build-thread) a case fails if any of its
-# processes reported a race (TSAN_OPTIONS log_path: $T/tsan/r.PID).
+# the case is left once it has ended). With a sanitizer build
+# (BUILD=build-thread, BUILD=build-address) a case fails if any of its
+# processes reported a race, a memory error or undefined behaviour
+# (TSAN_OPTIONS, ASAN_OPTIONS and UBSAN_OPTIONS log_path: $T/san/r.PID).
 #
 # Running side by side: run_all.sh runs cases JOBS (2) at a time, so a case
 # keeps to its own $T, $TIER, state dir, s3rver (port 0: a free one) and
@@ -92,12 +93,16 @@ mkdir -p "$MNT" "$BACKEND"
 # ($TIER, $TIER-*) is left: $T is gone by then, so the name is kept beside it.
 [ -z "${CKPTFS_TEST_ROOT:-}" ] || echo "$TIER" >> "$CKPTFS_TEST_ROOT/tiers"
 
-# A ThreadSanitizer build (BUILD=build-thread) writes its reports to
-# $T/tsan/r.PID instead of stderr, which a daemon has pointed at /dev/null:
-# _cleanup fails the case if any are there. Mode 1777: the cases run
-# ckptfs as other users too. Other builds ignore TSAN_OPTIONS.
-mkdir -m 1777 "$T/tsan"
-export TSAN_OPTIONS="suppressions=$ROOT/tests/tsan.supp ${TSAN_OPTIONS:-} log_path=$T/tsan/r"
+# A sanitizer build (BUILD=build-thread: TSan; BUILD=build-address: ASan
+# and UBSan) writes its reports to $T/san/r.PID instead of stderr, which a
+# daemon has pointed at /dev/null: _cleanup fails the case if any are
+# there. Mode 1777: the cases run ckptfs as other users too. Other builds
+# ignore these variables. The defaults match tests/run_all.sh's, for a case
+# run alone.
+mkdir -m 1777 "$T/san"
+export TSAN_OPTIONS="suppressions=$ROOT/tests/tsan.supp ${TSAN_OPTIONS:-} log_path=$T/san/r"
+export ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-} log_path=$T/san/r"
+export UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1 ${UBSAN_OPTIONS:-} log_path=$T/san/r"
 
 _MOUNT_ARGS=()        # the extra ARGS of the last mount_fs (for remount_fs)
 _STATE_DIRS=()        # every state dir used (check_log scans all their logs)
@@ -129,15 +134,25 @@ _AT_EXIT=()           # commands at_exit registered, run first by _cleanup
 # Runs CMD (a string, eval'd) at exit, before the unmounts, in reverse order.
 at_exit() { _AT_EXIT=("$1" "${_AT_EXIT[@]}"); }
 
-# Fails (returns 1) if a ThreadSanitizer report is in $T/tsan: prints the
-# first report (six frames a stack), then the summary line of each.
-_check_tsan() {
-  local reports
-  reports=$(grep -lsE '(WARNING|ERROR): ThreadSanitizer' "$T"/tsan/r.* 2>/dev/null) || return 0
-  echo "FAIL: $CASE: ThreadSanitizer reports (KEEP=1 keeps them in $T/tsan):" >&2
-  awk '/^==================$/ { n++; next } n == 1 && !/^ *#([6-9]|[1-9][0-9])/ && !/^$/' \
-    "${reports%%$'\n'*}" | head -n 60 >&2
-  grep -hs '^SUMMARY: ThreadSanitizer' $reports | sort | uniq -c >&2
+# Fails (returns 1) if a sanitizer report (TSan, ASan, LeakSanitizer,
+# UBSan's `runtime error:`) is in $T/san: prints the first report (six
+# frames a stack), then the summary line of each.
+_check_san() {
+  local reports first
+  reports=$(grep -lsE '(WARNING|ERROR): ThreadSanitizer|ERROR: (AddressSanitizer|LeakSanitizer)|: runtime error: ' \
+    "$T"/san/r.* 2>/dev/null) || return 0
+  first=${reports%%$'\n'*}
+  echo "FAIL: $CASE: sanitizer reports (KEEP=1 keeps them in $T/san):" >&2
+  if grep -q ThreadSanitizer "$first"; then
+    awk '/^==================$/ { n++; next } n == 1 && !/^ *#([6-9]|[1-9][0-9])/ && !/^$/' "$first"
+  else
+    # ASan: up to the shadow bytes, without a stack frame's list of objects
+    # (but the one accessed).
+    awk '/^Shadow bytes around/ { exit }
+         /^ +\[[0-9]+, [0-9]+\) / && !/<==/ { next }
+         !/^ *#([6-9]|[1-9][0-9])/ && !/^$/ && !/^=+$/' "$first"
+  fi | head -n 60 >&2
+  grep -hsE '^SUMMARY: [A-Za-z]+Sanitizer' $reports | sort | uniq -c >&2
   return 1
 }
 
@@ -160,7 +175,7 @@ _cleanup() {
       tail -n 15 "$s/ckptfs.log" >&2
     done
   fi
-  _check_tsan || rc=1
+  _check_san || rc=1
   for p in "${_TIER_DIRS[@]}"; do
     case $p in /dev/shm/ckptfs-test-?*|"$T"/?*) rm_tier "$p" "$p"-* ;; esac
   done
