@@ -411,7 +411,16 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     int null = open("/dev/null", O_RDWR);
     dup2(null, 0);
     dup2(null, 1);
-    dup2(null, 2);
+    // Test knob: CKPTFS_DAEMON_STDERR=PREFIX keeps stderr, appended to
+    // PREFIX.<pid>. UBSan beside ASan (make SAN=address) reports only there:
+    // it ignores log_path, which its copy of the sanitizer runtime loses to
+    // ASan's (docs/testing.md).
+    int err = -1;
+    if (const char* p = getenv("CKPTFS_DAEMON_STDERR"); p && *p)
+      err = open((std::string(p) + "." + std::to_string(getpid())).c_str(),
+                 O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    dup2(err >= 0 ? err : null, 2);
+    if (err > 2) close(err);
     if (null > 2) close(null);
   }
   if (d->cluster) {

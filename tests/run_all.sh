@@ -239,12 +239,13 @@ san_reports() {
     awk '/^==================$/ { n++; next } n == 1 && !/^ *#([6-9]|[1-9][0-9])/ && !/^$/' "$first"
   else
     # ASan: up to the shadow bytes, without a stack frame's list of objects
-    # (but the one accessed).
+    # (but the one accessed); UBSan (in a stderr file): from its report on.
     awk '/^Shadow bytes around/ { exit }
+         /: runtime error: / { r = 1 }
          /^ +\[[0-9]+, [0-9]+\) / && !/<==/ { next }
-         !/^ *#([6-9]|[1-9][0-9])/ && !/^$/ && !/^=+$/' "$first"
+         (r || FILENAME !~ /stderr/) && !/^ *#([6-9]|[1-9][0-9])/ && !/^$/ && !/^=+$/' "$first"
   fi | head -n 60 | sed 's/^/  | /'
-  grep -hsE '^SUMMARY: [A-Za-z]+Sanitizer' $reports | sort | uniq -c | sed 's/^/  | /'
+  grep -hsE '^SUMMARY: [A-Za-z]+Sanitizer|: runtime error: ' $reports | sort | uniq -c | sed 's/^/  | /'
   return 0
 }
 
@@ -280,6 +281,11 @@ run_units() {
       UBSAN_OPTIONS="$UBSAN_OPTIONS log_path=$RUN/san-$name/r" \
       timeout -k 10 "$UNIT_TIMEOUT" "$bin" --ascii --verbose > "$out" 2>&1
     rc=$?
+    # UBSan beside ASan ignores log_path and reports on stderr, here the
+    # binary's log: its part from the first report on is scanned too.
+    if grep -q ': runtime error: ' "$out"; then
+      sed 's/\x1b\[[0-9;]*m//g' "$out" | awk '/: runtime error: / { r = 1 } r' > "$RUN/san-$name/r.stderr"
+    fi
     syn=$(sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E 'Synthesis: Tested: [0-9]+' | tail -n 1)
     # Criterion does not see TSan's reports (a test that raced still
     # passes), nor always ASan's (the test's process ends): each binary

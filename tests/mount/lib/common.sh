@@ -96,13 +96,16 @@ mkdir -p "$MNT" "$BACKEND"
 # A sanitizer build (BUILD=build-thread: TSan; BUILD=build-address: ASan
 # and UBSan) writes its reports to $T/san/r.PID instead of stderr, which a
 # daemon has pointed at /dev/null: _cleanup fails the case if any are
-# there. Mode 1777: the cases run ckptfs as other users too. Other builds
-# ignore these variables. The defaults match tests/run_all.sh's, for a case
-# run alone.
+# there. UBSan beside ASan ignores log_path and writes to stderr, so the
+# daemons keep theirs in $T/san/stderr.PID (CKPTFS_DAEMON_STDERR, a test
+# knob of fs/daemon.cc), scanned alike. Mode 1777: the cases run ckptfs as
+# other users too. Other builds ignore the *SAN_OPTIONS. The defaults match
+# tests/run_all.sh's, for a case run alone.
 mkdir -m 1777 "$T/san"
 export TSAN_OPTIONS="suppressions=$ROOT/tests/tsan.supp ${TSAN_OPTIONS:-} log_path=$T/san/r"
 export ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-} log_path=$T/san/r"
 export UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1 ${UBSAN_OPTIONS:-} log_path=$T/san/r"
+export CKPTFS_DAEMON_STDERR=$T/san/stderr
 
 _MOUNT_ARGS=()        # the extra ARGS of the last mount_fs (for remount_fs)
 _STATE_DIRS=()        # every state dir used (check_log scans all their logs)
@@ -135,12 +138,13 @@ _AT_EXIT=()           # commands at_exit registered, run first by _cleanup
 at_exit() { _AT_EXIT=("$1" "${_AT_EXIT[@]}"); }
 
 # Fails (returns 1) if a sanitizer report (TSan, ASan, LeakSanitizer,
-# UBSan's `runtime error:`) is in $T/san: prints the first report (six
-# frames a stack), then the summary line of each.
+# UBSan's `runtime error:`) is in $T/san (report files, daemons' stderr):
+# prints the first report (six frames a stack), then the summary line of
+# each.
 _check_san() {
   local reports first
   reports=$(grep -lsE '(WARNING|ERROR): ThreadSanitizer|ERROR: (AddressSanitizer|LeakSanitizer)|: runtime error: ' \
-    "$T"/san/r.* 2>/dev/null) || return 0
+    "$T"/san/* 2>/dev/null) || return 0
   first=${reports%%$'\n'*}
   echo "FAIL: $CASE: sanitizer reports (KEEP=1 keeps them in $T/san):" >&2
   if grep -q ThreadSanitizer "$first"; then
@@ -148,11 +152,14 @@ _check_san() {
   else
     # ASan: up to the shadow bytes, without a stack frame's list of objects
     # (but the one accessed).
+    # ASan: up to the shadow bytes, without a stack frame's list of objects
+    # (but the one accessed); UBSan (in a stderr file): from its report on.
     awk '/^Shadow bytes around/ { exit }
+         /: runtime error: / { r = 1 }
          /^ +\[[0-9]+, [0-9]+\) / && !/<==/ { next }
-         !/^ *#([6-9]|[1-9][0-9])/ && !/^$/ && !/^=+$/' "$first"
+         (r || FILENAME !~ /stderr/) && !/^ *#([6-9]|[1-9][0-9])/ && !/^$/ && !/^=+$/' "$first"
   fi | head -n 60 >&2
-  grep -hsE '^SUMMARY: [A-Za-z]+Sanitizer' $reports | sort | uniq -c >&2
+  grep -hsE '^SUMMARY: [A-Za-z]+Sanitizer|: runtime error: ' $reports | sort | uniq -c >&2
   return 1
 }
 
