@@ -294,6 +294,12 @@ Status FuseUring::Start() {
   return {};
 }
 
+void FuseUring::StopDispatch() {
+  MutexLock lk(&mu_);
+  dispatching_ = false;
+  while (handling_ > 0) handled_cv_.Wait(&mu_);
+}
+
 void FuseUring::Stop() {
   if (threads_.empty() && rings_.empty()) return;
   StopDispatch();
@@ -382,8 +388,19 @@ void FuseUring::Loop(Ring* r) {
     // Once the session loop has ended (StopDispatch), a request stays in
     // its entry, unanswered until the connection ends, as one left unread
     // on /dev/fuse does.
-    if (dispatching_.load(std::memory_order_acquire))
-      for (Entry* e : ready) Dispatch(r, e);
+    if (!ready.empty()) {
+      bool handle;
+      {
+        MutexLock lk(&mu_);
+        handle = dispatching_;
+        if (handle) handling_++;
+      }
+      if (handle) {
+        for (Entry* e : ready) Dispatch(r, e);
+        MutexLock lk(&mu_);
+        if (--handling_ == 0 && !dispatching_) handled_cv_.NotifyAll();
+      }
+    }
     if (poll) {
       uint64_t v;
       if (read(r->efd, &v, sizeof v) < 0) {

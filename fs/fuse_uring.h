@@ -98,8 +98,10 @@ class FuseUring {
   Status Start();
   // Handles no more requests (after the session loop ended, as /dev/fuse
   // is not read any more either): one the kernel puts in an entry from now
-  // on stays there until the connection ends. Replies still go out.
-  void StopDispatch() { dispatching_.store(false, std::memory_order_release); }
+  // on stays there until the connection ends. Returns once no ring thread
+  // is in a handler, as libfuse's loop returns once its workers are out of
+  // theirs. Replies still go out.
+  void StopDispatch();
   // Stops the threads and frees the rings. Call it once every thread that
   // may reply has stopped; a reply that comes later anyway is dropped
   // (Reply returns true), and one under way is waited for.
@@ -147,7 +149,6 @@ class FuseUring {
   std::vector<std::unique_ptr<Ring>> rings_;
   std::vector<std::thread> threads_;
   std::atomic<bool> running_{false};
-  std::atomic<bool> dispatching_{true};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> requests_{0};
 
@@ -155,6 +156,9 @@ class FuseUring {
   std::unordered_map<uint64_t, Entry*> inflight_ GUARDED_BY(mu_);  // request unique -> its entry
   size_t setups_done_ GUARDED_BY(mu_) = 0;                         // threads past Setup
   CondVar setup_cv_;
+  bool dispatching_ GUARDED_BY(mu_) = true;  // until StopDispatch()
+  int handling_ GUARDED_BY(mu_) = 0;         // ring threads dispatching requests
+  CondVar handled_cv_;                       // handling_ fell to 0 after StopDispatch()
   // Set by Stop() before it frees the rings: Reply() then drops its reply.
   bool stopped_ GUARDED_BY(mu_) = false;
   // Replies copying into an entry or handing it to its ring (without mu_):
