@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -371,7 +372,22 @@ Status Tier::CopyOut(uint64_t ino, uint64_t snap_key, bool wait, bool evict) {
   return {};
 }
 
-bool Tier::AddSpare(uint64_t bytes, uint64_t headroom) {
+void Tier::WarmPages(uint64_t bytes) {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14
+#endif
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return;
+  if (madvise(p, bytes, MADV_POPULATE_WRITE) != 0) {
+    // An older kernel: one store per page faults it in the same way.
+    const long page = sysconf(_SC_PAGESIZE);
+    auto* c = static_cast<volatile char*>(p);
+    for (uint64_t off = 0; off < bytes; off += static_cast<uint64_t>(page)) c[off] = 0;
+  }
+  munmap(p, bytes);
+}
+
+bool Tier::AddSpare(uint64_t bytes, uint64_t headroom, const std::function<bool()>& stop) {
   std::string name;
   {
     MutexLock lk(&mu_);
@@ -381,23 +397,39 @@ bool Tier::AddSpare(uint64_t bytes, uint64_t headroom) {
     // inode number reaches and outside the snapshot keys (no top bit).
     name = NameOf(0x7FFFFFFFFFF00000ULL | (next_spare_++ & 0xFFFFF)) + ".tmp";
   }
+  const auto t0 = std::chrono::steady_clock::now();
   int fd = OpenAt(name, O_RDWR | O_CREAT | O_TRUNC);
   int err = fd < 0 ? errno : 0;
-  if (!err && fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes)) != 0) err = errno;
+  uint64_t made = 0;
+  while (!err && made < bytes && !(made > 0 && stop && stop())) {
+    const uint64_t n = std::min(kWarmChunk, bytes - made);
+    WarmPages(n);
+    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(made), static_cast<off_t>(n)) != 0) err = errno;
+    else made += n;
+  }
   struct stat st {};
   if (!err && fstat(fd, &st) != 0) err = errno;
   if (fd >= 0) close(fd);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MutexLock lk(&mu_);
   reserved_ -= bytes;
-  if (err || closed_) {
+  warmed_bytes_ += made;
+  warm_seconds_ += took;
+  if (err || closed_ || made == 0) {
     unlinkat(dirfd_, name.c_str(), 0);
     space_cv_.NotifyAll();
     if (err) LOG_WARN("tier: cannot pre-allocate {} bytes: {}", bytes, strerror(err));
     return false;
   }
+  if (made < bytes) space_cv_.NotifyAll();  // cut short: the rest of the reservation is free again
   used_ += Allocated(st);
   spares_.push_back({name, Allocated(st)});
   return true;
+}
+
+std::pair<uint64_t, double> Tier::SpareWarmth() {
+  MutexLock lk(&mu_);
+  return {warmed_bytes_, warm_seconds_};
 }
 
 bool Tier::AdoptSpare(uint64_t ino, uint64_t want) {

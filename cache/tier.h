@@ -135,9 +135,27 @@ class Tier {
   // restarted daemon removes them.
   //
   // Adds one spare of `bytes` if the budget has room for it and `headroom`
-  // more without waiting; false if it did not. Runs the fallocate without
-  // the tier's lock.
-  bool AddSpare(uint64_t bytes, uint64_t headroom);
+  // more without waiting; false if it did not. Runs without the tier's
+  // lock, in chunks of kWarmChunk, each warmed first (WarmPages) and then
+  // fallocated, so the pages a save later writes are in RAM, not only
+  // promised by the host (issue #29). `stop` is asked between chunks (a
+  // save began): the part made so far is kept as a smaller spare.
+  static constexpr uint64_t kWarmChunk = 32u << 20;
+  bool AddSpare(uint64_t bytes, uint64_t headroom, const std::function<bool()>& stop = {});
+  // Pages made resident: `bytes` of anonymous memory written (one fault
+  // per page, MADV_POPULATE_WRITE where the kernel has it) and freed at
+  // once. On a VM that reports free pages to its host (virtio-balloon free
+  // page reporting) a page the host took back faults on the host at its
+  // first write; fallocate(2) on tmpfs takes pages without writing them, so
+  // a spare made of such pages passed that cost to the save that used it
+  // (0.8 GB/s against 5 GB/s, docs/benchmarks.md). The page allocator hands
+  // out the pages freed last first (per-CPU lists, then the head of the
+  // buddy lists), so the fallocate right after takes these: warm, and
+  // never reported while they are the spare's. Best effort: nothing
+  // guarantees which free pages an allocation takes.
+  static void WarmPages(uint64_t bytes);
+  // What making spares cost so far: bytes warmed and seconds spent.
+  std::pair<uint64_t, double> SpareWarmth();
   // Puts the smallest spare of at least `want` bytes (else the largest)
   // under the inode's name, replacing its file, which must be unpinned (a
   // new version: O_TRUNC). False if there is none (or the file is pinned).
@@ -305,6 +323,8 @@ class Tier {
     uint64_t bytes;  // allocated
   };
   std::vector<Spare> spares_ GUARDED_BY(mu_);
+  uint64_t warmed_bytes_ GUARDED_BY(mu_) = 0;  // SpareWarmth
+  double warm_seconds_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point last_freed_ GUARDED_BY(mu_){};  // LastFreed
   uint64_t next_spare_ GUARDED_BY(mu_) = 0;
 };

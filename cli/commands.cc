@@ -549,12 +549,17 @@ int CmdStatus(const std::string& mnt_in, bool json) {
            HumanBytes(U64(m, "available")).c_str(), EscapeName(Str(m, "where")).c_str(),
            HumanBytes(U64(m, "min_free")).c_str(),
            Bool(m, "writers_wait") ? "; new writes wait for the drain" : "");
-  if (const Json& p = Obj(j, "passthrough"); Bool(p, "active"))
-    printf("io         passthrough: %llu handles open (%llu files written), %llu opens since mount, %s pre-allocated\n",
+  if (const Json& p = Obj(j, "passthrough"); Bool(p, "active")) {
+    const double warm_s = Dbl(p, "prealloc_warm_seconds");
+    const uint64_t warmed = U64(p, "prealloc_warmed_bytes");
+    printf("io         passthrough: %llu handles open (%llu files written), %llu opens since mount, %s pre-allocated "
+           "(%s warmed in %.1f s since mount)\n",
            static_cast<unsigned long long>(U64(p, "handles")), static_cast<unsigned long long>(U64(p, "writers")),
-           static_cast<unsigned long long>(U64(p, "opens")), HumanBytes(U64(p, "prealloc_bytes")).c_str());
-  else
+           static_cast<unsigned long long>(U64(p, "opens")), HumanBytes(U64(p, "prealloc_bytes")).c_str(),
+           HumanBytes(warmed).c_str(), warm_s);
+  } else {
     printf("io         through the daemon (passthrough %s)\n", EscapeName(Str(p, "why_not")).c_str());
+  }
   if (const Json& u = Obj(j, "fuse_io_uring"); Bool(u, "active"))
     printf("requests   over io_uring, one queue per CPU: %llu since mount\n",
            static_cast<unsigned long long>(U64(u, "requests")));

@@ -11,6 +11,7 @@
 #include "fs/daemon.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -448,7 +449,6 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       try {
         d->table->RelieveOverBudget();
-        if (d->table->PassthroughOpens().second == 0) d->table->RefillSpares();
         if (!cfg.metrics_textfile.empty() && tick % 100 == 0)  // every 5 s
           if (auto st = WriteMetricsTextfile(d.get(), cfg.metrics_textfile); !st && !textfile_warned) {
             textfile_warned = true;
@@ -465,6 +465,22 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
       }
     }
   });
+  // Spares (RefillSpares) are made on a thread of their own at the
+  // stagers' lower priority: warming their pages is a pass over memory
+  // that must never take a CPU from a trainer's step or a FUSE reply, and
+  // that must not hold up the budget watch above for as long as it runs.
+  std::thread spare_maker([&] {
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), kStagerNice) != 0)
+      LOG_DEBUG("spares: cannot lower the thread's priority: {}", strerror(errno));
+    while (!stop_watch.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      try {
+        if (d->table->PassthroughOpens().second == 0) d->table->RefillSpares();
+      } catch (const std::exception& e) {
+        LOG_ERROR("internal error in the spare maker: {}", e.what());
+      }
+    }
+  });
   fuse_loop_config* lc = fuse_loop_cfg_create();
   fuse_loop_cfg_set_clone_fd(lc, 0);
   fuse_loop_cfg_set_max_threads(lc, 16);
@@ -476,6 +492,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->pt->StopUringDispatch();
   stop_watch = true;
   pt_watch.join();
+  spare_maker.join();
   if (d->memory_watch) d->memory_watch->Stop();
   if (d->metrics) d->metrics->Stop();
   d->tier->Close();  // writes still waiting for space give up

@@ -66,8 +66,15 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
 
 Result<OpenResult> InodeTable::OpenHandle(uint64_t ino, int flags) { return OpenImpl(ino, flags, true); }
 
+uint64_t InodeTable::ExpectedSize() {
+  // Nothing sealed yet: the mount's first file is expected to fit the
+  // spare made for it (RefillSpares, --prealloc); without one, nothing is
+  // known and the copying path takes it.
+  return largest_sealed_ > 0 ? largest_sealed_ : tier_->Spares().first;
+}
+
 bool InodeTable::PassthroughRoom(const Inode* n, bool trunc) {
-  return largest_sealed_ > 0 && PassthroughShortfall(n, trunc) == 0;
+  return ExpectedSize() > 0 && PassthroughShortfall(n, trunc) == 0;
 }
 
 uint64_t InodeTable::PassthroughShortfall(const Inode* n, bool trunc) {
@@ -78,10 +85,12 @@ uint64_t InodeTable::PassthroughShortfall(const Inode* n, bool trunc) {
   // with an eighth of the budget to spare; otherwise the copying path,
   // which can make the writer wait for space.
   // A file with no history is expected to be as large as the largest one
-  // sealed since the mount, and the first file of a mount (nothing known)
-  // takes the copying path, so a budget smaller than one checkpoint is
-  // never overrun by a writer nobody could stop.
-  const uint64_t want = std::max({n->rec.sealed_size, trunc ? 0 : n->rec.size, largest_sealed_}) + s.budget / 8;
+  // sealed since the mount; the first file of a mount as large as the
+  // spare made for it (sized from --prealloc or a quarter of the budget:
+  // what the operator said to expect), else (no spare: --prealloc 0, no
+  // room) it takes the copying path, so a budget smaller than one
+  // checkpoint is not overrun by a writer nobody could stop.
+  const uint64_t want = std::max({n->rec.sealed_size, trunc ? 0 : n->rec.size, ExpectedSize()}) + s.budget / 8;
   return free >= want ? 0 : want - free;
 }
 
@@ -176,6 +185,7 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
     // make way for this one now, as they would for a copying writer that
     // ran short (the kernel will not ask).
     trunc_writes_seen_.store(true);
+    saved_since_spare_.store(true);
     EvictForPassthrough(ino);
   }
   for (;;) {

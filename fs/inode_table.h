@@ -255,12 +255,16 @@ class InodeTable {
   // sealed, at most seven eighths of the budget; 0: none.
   static constexpr uint64_t kPreallocAuto = ~0ULL;
   void set_prealloc(uint64_t bytes) { prealloc_ = bytes; }
-  // Tops the spares up (Tier::AddSpare), sized from the largest file sealed
-  // so far, once an O_TRUNC writer has been seen and while no file is open
-  // for writing
-  // (the fallocate then never competes with a save). Called by the
-  // daemon's 50 ms watch.
+  // Tops the spares up (Tier::AddSpare: warm pages), sized from the
+  // largest file sealed so far, once an O_TRUNC writer has been seen and
+  // while no file is open for writing (never beside a save); on a fresh
+  // mount one spare of FirstFileGuess for its first file. With the budget
+  // near full, persisted files are evicted ahead for it (not on a fresh
+  // mount). Called every 50 ms by the daemon's spare thread (low priority).
   void RefillSpares() EXCLUDES(mu_);
+  // The size a fresh mount's first file is expected to have: --prealloc
+  // when given, else a quarter of the budget.
+  uint64_t FirstFileGuess();
   // Passthrough writers fill the tier without asking: takes in what they
   // wrote and, if the tier is over its budget, evicts clean files for the
   // difference. Run every 50 ms while one is open, and at their close.
@@ -419,7 +423,9 @@ class InodeTable {
   // ---- Budget ----
   // The tier's evictor: drops clean, closed files least-recently-used first.
   // `all_or_nothing`: evicts only if the clean files cover `need`.
-  cache::Tier::Relief Evict(uint64_t need, bool all_or_nothing = false);
+  // `spare_kept`: the newest --keep-in-memory checkpoints are not touched
+  // (room for a spare, not for a write that must go on).
+  cache::Tier::Relief Evict(uint64_t need, bool all_or_nothing = false, bool spare_kept = false);
 
   // At a clean unmount (the FUSE session over, the drain stopped): if
   // every file is in the backend and nothing is left to drain, records the
@@ -666,6 +672,8 @@ class InodeTable {
   // Would a new passthrough writer of `n` fit in the budget (its last
   // version's size, with room to spare)? REQUIRES: mu_ held.
   bool PassthroughRoom(const Inode* n, bool trunc) REQUIRES(mu_);
+  // How large a new file is expected to be (PassthroughShortfall).
+  uint64_t ExpectedSize() REQUIRES(mu_);
   // The bytes of free budget a new passthrough writer of `n` lacks (0:
   // none). REQUIRES: mu_ held.
   uint64_t PassthroughShortfall(const Inode* n, bool trunc) REQUIRES(mu_);
@@ -839,6 +847,8 @@ class InodeTable {
   // only then are spares worth their memory (a mount that only ever
   // updates files in place keeps none).
   std::atomic<bool> trunc_writes_seen_{false};
+  std::atomic<bool> first_spare_made_{false};  // RefillSpares: a fresh mount's one spare
+  std::atomic<bool> saved_since_spare_{false};  // an O_TRUNC writer since the last spare was made
   std::atomic<bool> over_budget_{false};  // RelieveOverBudget has said so
   Mutex pressure_mu_;  // a leaf
   PressureStats pressure_ GUARDED_BY(pressure_mu_);

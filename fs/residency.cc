@@ -151,14 +151,23 @@ void InodeTable::EvictIfOverBudget() {
   (void)Evict(s.used + s.reserved - s.budget);
 }
 
+uint64_t InodeTable::FirstFileGuess() {
+  // Before any file is sealed nothing says how large a save will be: an
+  // explicit --prealloc, else a quarter of the budget (issue #29: a
+  // trainer's first save as fast as its tenth; 2 GiB of a 8 GiB budget).
+  const uint64_t cap = prealloc_.load();
+  const uint64_t budget = tier_->Stats().budget;
+  return cap == kPreallocAuto ? budget / 4 : std::min(cap, budget - budget / 8);
+}
+
 void InodeTable::RefillSpares() {
-  if (!trunc_writes_seen_.load()) return;
   {
     // No memory claimed ahead while the machine is short of it.
     MutexLock lk(&pressure_mu_);
     if (pressure_.active) return;
   }
   uint64_t cap = prealloc_.load(), size;
+  bool first;
   {
     MutexLock lk(&mu_);
     // Never beside a save, whichever path it takes, nor in the gap between
@@ -170,6 +179,16 @@ void InodeTable::RefillSpares() {
     const bool just_freed = now < tier_->LastFreed() + std::chrono::seconds(1);
     if (writing_files_ > 0 || (now < quiet_since_ + std::chrono::seconds(1) && !just_freed)) return;
     size = largest_sealed_;
+    first = !trunc_writes_seen_.load();
+  }
+  // Nothing written since the mount: one spare for its first save, as
+  // large as the largest file the tier re-attached (a restart) or, on a
+  // fresh mount, FirstFileGuess; made once. Past that, spares only once a
+  // new version written from nothing (O_TRUNC, passthrough) was seen:
+  // they are for such writers.
+  if (first) {
+    if (first_spare_made_.exchange(true)) return;
+    if (size == 0) size = FirstFileGuess();
   }
   {
     // Nor when the claim would take it there (the watch's last reading).
@@ -180,21 +199,43 @@ void InodeTable::RefillSpares() {
   constexpr uint64_t kUnit = 2u << 20;  // spares are whole 2 MiB
   const uint64_t budget = tier_->Stats().budget;
   size = (size + kUnit - 1) / kUnit * kUnit;
-  // Up to the budget less the eighth AddSpare keeps free: a spare only
-  // takes budget nobody uses (never evicts) and is the first thing given
-  // back, so capping it at half the budget (as first built) only left the
-  // second half of a file larger than that to fresh pages (issue #15: a
-  // 4 GiB file in a 5.2 GiB budget got a 2.6 GiB spare).
+  // Up to the budget less the eighth AddSpare keeps free: a spare is the
+  // first thing given back, so capping it at half the budget (as first
+  // built) only left the second half of a file larger than that to fresh
+  // pages (issue #15: a 4 GiB file in a 5.2 GiB budget got a 2.6 GiB spare).
   if (cap == kPreallocAuto) cap = std::min(2 * size, budget - budget / 8);
   // One spare per call: the watch calls again in 50 ms, and a save that
   // starts meanwhile stops the refill. Under a cap smaller than a file, a
   // spare covers the file's first part.
   const uint64_t have = tier_->Spares().first;
   const uint64_t bytes = std::min(size, cap > have ? (cap - have) / kUnit * kUnit : 0);
-  if (bytes > 0) (void)tier_->AddSpare(bytes, budget / 8);
+  if (bytes == 0) return;
+  const uint64_t headroom = budget / 8;
+  if (!first && have == 0 && saved_since_spare_.load()) {
+    // The budget near full (keep-all: every save a new directory): files
+    // already persisted make way for the next save's spare now, least
+    // recently used first and the newest --keep-in-memory checkpoints last
+    // (Evict), rather than that save taking fresh pages or the copying
+    // path at its own expense (issue #29); never the newest
+    // --keep-in-memory checkpoints. Only for the next save's first spare,
+    // and only once a save came since the last spare was made: a reader
+    // that fetched old checkpoints back (a restarted trainer, an
+    // evaluation job) does not see them evicted again for a save that may
+    // never come. Not before the mount's first save: what the tier
+    // re-attached is what a restarted trainer reads next.
+    cache::TierStats s = tier_->Stats();
+    if (s.used + s.reserved + bytes + headroom > s.budget)
+      (void)Evict(s.used + s.reserved + bytes + headroom - s.budget, true, /*spare_kept=*/true);
+  }
+  // Cut short when a save begins: the part made is kept.
+  if (tier_->AddSpare(bytes, headroom, [this] {
+        MutexLock lk(&mu_);
+        return writing_files_ > 0;
+      }))
+    saved_since_spare_.store(false);
 }
 
-cache::Tier::Relief InodeTable::Evict(uint64_t need, bool all_or_nothing) {
+cache::Tier::Relief InodeTable::Evict(uint64_t need, bool all_or_nothing, bool spare_kept) {
   MutexLock lk(&mu_);
   // Least recently used first: the LRU set is in that order already. With
   // --keep-in-memory K, the files of the newest K checkpoints go last, the
@@ -212,7 +253,8 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need, bool all_or_nothing) {
     }
   }
   std::stable_sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& [ord, n] : kept) clean.push_back(n);
+  if (!spare_kept)
+    for (auto& [ord, n] : kept) clean.push_back(n);
   if (all_or_nothing) {
     uint64_t can = 0;
     for (Inode* n : clean)

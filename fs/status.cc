@@ -50,6 +50,7 @@ std::string StatusJson(Daemon* d) {
   DrainStats dr = d->drainer ? d->drainer->Stats() : DrainStats{};
   auto pto = d->table->PassthroughOpens();
   auto spares = d->tier->Spares();
+  auto warmth = d->tier->SpareWarmth();
   auto state = [&](meta::DataState s) {
     auto i = static_cast<size_t>(s);
     return Json{{"files", ds.files[i]}, {"bytes", ds.bytes[i]}};
@@ -107,7 +108,12 @@ std::string StatusJson(Daemon* d) {
         {"writers", pto.second},
         {"opens", d->pt ? d->pt->opens() : 0},
         {"prealloc_bytes", spares.first},
-        {"prealloc_files", spares.second}}},
+        {"prealloc_files", spares.second},
+        // What warming the spares' pages cost (Tier::WarmPages): a rate far
+        // under the machine's memory bandwidth means the host was faulting
+        // pages back in, a cost no save paid.
+        {"prealloc_warmed_bytes", warmth.first},
+        {"prealloc_warm_seconds", warmth.second}}},
       {"fuse_io_uring",
        {{"active", d->pt && d->pt->uring_active()},
         {"why_not", d->pt ? d->pt->uring_why() : std::string("not mounted yet")},

@@ -361,46 +361,170 @@ def trainer_state(gib, seed=0):
     return {f"t{i:04d}": torch.rand(n // 4, generator=g) for i, n in enumerate(sizes)}
 
 
-def trainer(gib, reps, dirs):
-    """A long-lived trainer: builds its state once, then saves it again and
-    again, to each DIR in turn (NAME=PATH), rotating which goes first in
-    each repetition so no target always follows another; one file per
-    save, as a trainer writing step_N.pt; the previous step's file is
-    removed after the next one is saved (rotation). Prints
-    `NAME REP save_seconds S s` per save and the bytes once."""
+def _save_path(d, r, pattern):
+    """Where repetition `r` saves: rotate writes step_R.pt beside the last
+    one (as issue #15's trainer); the others a new step directory each
+    time, as most trainers (step_R/model.pt)."""
+    if pattern == "rotate":
+        return os.path.join(d, f"step_{r}.pt")
+    return os.path.join(d, f"step_{r}", "model.pt")
+
+
+def _retire(d, r, pattern):
+    """What a trainer removes after save `r`: rotate the previous file,
+    keep2 and pressure the save before the previous (keep 2), keep nothing."""
+    import shutil
+
+    if pattern == "rotate":
+        prev = os.path.join(d, f"step_{r - 1}.pt")
+        if os.path.exists(prev):
+            os.unlink(prev)
+    elif pattern in ("keep2", "pressure"):
+        shutil.rmtree(os.path.join(d, f"step_{r - 2}"), ignore_errors=True)
+
+
+def _other_memory(dirs, nbytes):
+    """Between two checkpoints other processes use memory (pressure
+    pattern): `nbytes` written through the page cache of a disk file and
+    as much into a tmpfs file, then both removed, as a data loader or a
+    log writer leaves the kernel's free lists."""
+    work = next((d for n, d in dirs if n == "disk"), None)
+    paths = [os.path.join("/dev/shm", f"bench-other-{os.getpid()}")]
+    if work:
+        paths.append(os.path.join(work, f"bench-other-{os.getpid()}"))
+    buf = b"\x5a" * (1 << 20)
+    for p in paths:
+        with open(p, "wb") as f:
+            for _ in range(nbytes >> 20):
+                f.write(buf)
+    for p in paths:
+        os.unlink(p)
+
+
+_LOAD_CODE = """
+import sys, time, torch
+t0 = time.perf_counter()
+state = torch.load(sys.argv[1])
+n = sum(float(v.sum()) for v in state.values()) if isinstance(state, dict) else 0.0
+print(time.perf_counter() - t0)
+"""
+
+
+def _load_new_process(path):
+    """torch.load of `path` by a new process (a restarted trainer), timed
+    inside it (the interpreter's start and `import torch` are not the
+    file system's); every tensor summed, so every byte is read."""
+    res = subprocess.run([sys.executable, "-c", _LOAD_CODE, path], check=True, capture_output=True, text=True)
+    return float(res.stdout.strip().splitlines()[-1])
+
+
+def _rank_main(conn, nbytes, seed):
+    """One rank of the ranks pattern: builds its state once, then saves it
+    to each path it is sent and answers with the seconds it took."""
     import torch
 
-    state = trainer_state(gib)
-    nbytes = sum(v.numel() * v.element_size() for v in state.values())
-    out("tensor_bytes", nbytes / 1e9, "GB")
+    state = trainer_state(nbytes / 2**30, seed)
+    conn.send("ready")
+    while True:
+        path = conn.recv()
+        if path is None:
+            return
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        t0 = time.perf_counter()
+        torch.save(state, path)
+        conn.send(time.perf_counter() - t0)
+
+
+def trainer(gib, reps, dirs, pattern="rotate", warmup=True, rep_base=1, load=False, ranks=0, other_gib=2.0):
+    """A long-lived trainer: builds its state once, then saves it again and
+    again, to each DIR in turn (NAME=PATH), rotating which goes first in
+    each repetition so no target always follows another. `pattern` is what
+    it keeps: rotate (one file per save, step_N.pt, the previous one
+    removed after the next is saved), keep (a new step directory per save,
+    nothing removed), keep2 (keep the last 2), pressure (keep2, and other
+    processes use `other_gib` GiB of page cache and tmpfs between saves).
+    With `ranks` N, N processes (built once, 256 MiB-ish states of
+    `gib`/N each) save at once and the time is until the last one is done.
+    Repetition 0 warms every target (first file of a mount, allocator) and
+    is not reported unless `warmup` is False (the first save of a fresh
+    mount: then repetitions are numbered from `rep_base`). With `load`, a
+    new process loads each save (rank 0's file) and its time is reported.
+    Prints `NAME REP METRIC VALUE UNIT` lines."""
+    import multiprocessing as mp
+
+    import torch
+
     targets = [d.split("=", 1) for d in dirs]
-    for r in range(reps + 1):  # repetition 0 warms every target (first file of a mount, allocator)
-        for k in range(len(targets)):
-            name, d = targets[(k + r) % len(targets)]
-            path = os.path.join(d, f"step_{r}.pt")
-            settle([t[1] for t in targets])
-            spare = prealloc_ready(d)
-            rep0 = host_reported_kib()
-            ru0 = resource.getrusage(resource.RUSAGE_SELF)
-            t0 = time.perf_counter()
-            torch.save(state, path)
-            t = time.perf_counter() - t0
-            ru1 = resource.getrusage(resource.RUSAGE_SELF)
-            rep1 = host_reported_kib()
-            if r > 0:
-                # The process's own CPU: user (pickling, the zip writer's
-                # CRC32: the same for every target) and system (the kernel
-                # copying into the target's pages, faulting them in).
-                print(f"{name} {r} save_seconds {t:.6f} s", flush=True)
-                print(f"{name} {r} save_user_seconds {ru1.ru_utime - ru0.ru_utime:.6f} s", flush=True)
-                print(f"{name} {r} save_sys_seconds {ru1.ru_stime - ru0.ru_stime:.6f} s", flush=True)
-                if spare is not None:  # what the save found pre-allocated
-                    print(f"{name} {r} prealloc_ready_bytes {spare} B", flush=True)
-                if rep0 is not None:  # free memory the guest handed back to the host meanwhile
-                    print(f"{name} {r} host_reported_mib {(rep1 - rep0) / 1024:.1f} MiB", flush=True)
-            prev = os.path.join(d, f"step_{r - 1}.pt")
-            if os.path.exists(prev):
-                os.unlink(prev)
+    procs, conns = [], []
+    if ranks > 0:
+        ctx = mp.get_context("fork")
+        for k in range(ranks):
+            a, b = ctx.Pipe()
+            pr = ctx.Process(target=_rank_main, args=(b, int(gib * 2**30 / ranks), k), daemon=True)
+            pr.start()
+            procs.append(pr)
+            conns.append(a)
+        for c in conns:
+            c.recv()
+        state = None
+        nbytes = int(gib * 2**30)
+    else:
+        state = trainer_state(gib)
+        nbytes = sum(v.numel() * v.element_size() for v in state.values())
+    out("tensor_bytes", nbytes / 1e9, "GB")
+    try:
+        for r in range(reps + (1 if warmup else 0)):
+            shown = r if warmup else r + rep_base
+            for k in range(len(targets)):
+                name, d = targets[(k + shown) % len(targets)]
+                if pattern == "pressure" and (r > 0 or not warmup):
+                    _other_memory(targets, int(other_gib * 2**30))
+                settle([t[1] for t in targets])
+                spare = prealloc_ready(d)
+                rep0 = host_reported_kib()
+                ru0 = resource.getrusage(resource.RUSAGE_SELF)
+                if ranks > 0:
+                    paths = [_save_path(os.path.join(d, f"rank{i}"), r, pattern) for i in range(ranks)]
+                    t0 = time.perf_counter()
+                    for c, p in zip(conns, paths):
+                        c.send(p)
+                    for c in conns:
+                        c.recv()
+                    t = time.perf_counter() - t0
+                    path = paths[0]
+                else:
+                    path = _save_path(d, r, pattern)
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    t0 = time.perf_counter()
+                    torch.save(state, path)
+                    t = time.perf_counter() - t0
+                ru1 = resource.getrusage(resource.RUSAGE_SELF)
+                rep1 = host_reported_kib()
+                if r > 0 or not warmup:
+                    # The process's own CPU: user (pickling, the zip writer's
+                    # CRC32: the same for every target) and system (the kernel
+                    # copying into the target's pages, faulting them in).
+                    print(f"{name} {shown} save_seconds {t:.6f} s", flush=True)
+                    if ranks == 0:
+                        print(f"{name} {shown} save_user_seconds {ru1.ru_utime - ru0.ru_utime:.6f} s", flush=True)
+                        print(f"{name} {shown} save_sys_seconds {ru1.ru_stime - ru0.ru_stime:.6f} s", flush=True)
+                    if spare is not None:  # what the save found pre-allocated
+                        print(f"{name} {shown} prealloc_ready_bytes {spare} B", flush=True)
+                    if rep0 is not None:  # free memory the guest handed back to the host meanwhile
+                        print(f"{name} {shown} host_reported_mib {(rep1 - rep0) / 1024:.1f} MiB", flush=True)
+                    if load:
+                        settle([t[1] for t in targets], pause=1)
+                        print(f"{name} {shown} load_seconds {_load_new_process(path):.6f} s", flush=True)
+                if ranks > 0:
+                    for i in range(ranks):
+                        _retire(os.path.join(d, f"rank{i}"), r, pattern)
+                else:
+                    _retire(d, r, pattern)
+    finally:
+        for c in conns:
+            c.send(None)
+        for pr in procs:
+            pr.join(10)
 
 
 def _dcp_rank(d, rank, files, nbytes, seed):
@@ -521,6 +645,52 @@ def mkfiles(d, count, nbytes):
     out("creates_per_second", count / t, "1/s")
 
 
+def steps_while_draining(d, nbytes, pid, steps=8):
+    """Issue #29: a trainer's CPU-bound step (matrix multiplies, as between
+    saves) timed with the drain idle, then while a `nbytes` file written
+    to the ckptfs mount `d` drains; the daemon's CPU seconds over the
+    drain. Prints the medians and their ratio, and the drain's CPU per GiB."""
+    import statistics
+
+    import torch
+
+    a = torch.rand(1024, 1024)
+    b = torch.rand(1024, 1024)
+
+    def step():
+        t0 = time.perf_counter()
+        for _ in range(12):
+            torch.mm(a, b)
+        return time.perf_counter() - t0
+
+    step()
+    idle = [step() for _ in range(steps)]
+    path = os.path.join(d, "draining.bin")
+    buf = os.urandom(BS)
+    with open(path, "wb") as f:
+        for _ in range(nbytes // BS):
+            f.write(buf)
+    cpu0 = cpu_seconds(pid)
+    t0 = time.perf_counter()
+    busy = []
+    while True:
+        try:
+            if os.getxattr(path, "user.ckptfs.state").rstrip(b"\0") == b"persisted":
+                break
+        except OSError:
+            pass
+        busy.append(step())
+    drain_s = time.perf_counter() - t0
+    cpu = cpu_seconds(pid) - cpu0
+    os.unlink(path)
+    out("step_idle_seconds", statistics.median(idle), "s")
+    out("step_draining_seconds", statistics.median(busy) if busy else 0.0, "s")
+    out("steps_while_draining", len(busy), "steps")
+    out("step_draining_ratio", statistics.median(busy) / statistics.median(idle) if busy else 0.0, "x")
+    out("drain_seconds", drain_s, "s")
+    out("drain_cpu_seconds_per_gib", cpu / (nbytes / 2**30), "s/GiB")
+
+
 def proc(pid):
     out("cpu_seconds", cpu_seconds(pid), "s")
     with open(f"/proc/{pid}/status") as f:
@@ -555,6 +725,12 @@ def main():
     p.add_argument("gib", type=float)
     p.add_argument("reps", type=int)
     p.add_argument("dirs", nargs="+", help="NAME=DIR")
+    p.add_argument("--pattern", default="rotate", choices=["rotate", "keep", "keep2", "pressure"])
+    p.add_argument("--no-warmup", action="store_true", help="report the first save too (a fresh mount's first)")
+    p.add_argument("--rep-base", type=int, default=1, help="with --no-warmup: the first repetition's number")
+    p.add_argument("--load", action="store_true", help="time torch.load of each save in a new process")
+    p.add_argument("--ranks", type=int, default=0, help="N processes saving gib/N each at once")
+    p.add_argument("--other-gib", type=float, default=2.0, help="pressure: GiB other processes write between saves")
     p = sp.add_parser("frameworks")
     p.add_argument("reps", type=int)
     p.add_argument("ranks", type=int)
@@ -567,6 +743,10 @@ def main():
     p.add_argument("dir")
     p.add_argument("count", type=int)
     p.add_argument("bytes", type=int)
+    p = sp.add_parser("steps-while-draining")
+    p.add_argument("dir")
+    p.add_argument("bytes", type=int)
+    p.add_argument("pid", type=int, help="the ckptfs daemon")
     p = sp.add_parser("proc")
     p.add_argument("pid", type=int)
     a = ap.parse_args()
@@ -579,13 +759,15 @@ def main():
     elif a.cmd == "torch-load":
         torch_load(a.dir, a.mode, a.which, a.pin)
     elif a.cmd == "trainer":
-        trainer(a.gib, a.reps, a.dirs)
+        trainer(a.gib, a.reps, a.dirs, a.pattern, not a.no_warmup, a.rep_base, a.load, a.ranks, a.other_gib)
     elif a.cmd == "frameworks":
         frameworks(a.reps, a.ranks, a.files, a.mib, a.dirs)
     elif a.cmd == "read-tree":
         _read_tree(a.dir)
     elif a.cmd == "mkfiles":
         mkfiles(a.dir, a.count, a.bytes)
+    elif a.cmd == "steps-while-draining":
+        steps_while_draining(a.dir, a.bytes, a.pid)
     elif a.cmd == "proc":
         proc(a.pid)
     return 0

@@ -117,6 +117,18 @@ FRAMEWORK_FIGURES = (
 )
 
 
+# Trainer patterns (run.sh phase patterns, bench.py trainer --pattern): the
+# phase's suffix and its label.
+PATTERN_FIGURES = (
+    ("keep", "keep-all (a new step directory each save)"),
+    ("keep2", "rotation (the last 2 kept)"),
+    ("pressure", "rotation while others use 2 GiB of page cache and tmpfs"),
+    ("full", "keep-all, the budget near full (2.5 saves)"),
+    ("ranks", "8 ranks × 256 MiB at once"),
+    ("first", "the first save of a fresh mount"),
+)
+
+
 def build_rows(r, gb_data):
     """The goal rows: (label, values, op, goal, unit)."""
     ck, tm, rc = "ckptfs", "tmpfs", "rclone"
@@ -162,6 +174,24 @@ def build_rows(r, gb_data):
         t, dbytes = r.get(phase, "tier_bytes", ck), r.get(phase, "data_bytes", ck)
         over = [100.0 * (t[k] / dbytes[k] - 1) for k in sorted(set(t) & set(dbytes)) if dbytes[k] > 0]
         rows.append((f"tier bytes per data byte − 1, {what} (%)", over, "<=", 2.0, "%"))
+    # Issue #29: every common trainer pattern, each a same-run ratio.
+    for pat, label in PATTERN_FIGURES:
+        phase = f"pat-{pat}"
+        if not r.get(phase, "save_seconds", ck):
+            continue
+        rows.append((f"torch.save, {label}: ckptfs time ÷ tmpfs time",
+                     r.ratio((phase, "save_seconds", ck), (phase, "save_seconds", tm)), "<=", 0.8, "×"))
+        rows.append((f"torch.save, {label}: ckptfs time ÷ ext4 page-cache time",
+                     r.ratio((phase, "save_seconds", ck), (phase, "save_seconds", "disk")), "<=", 1.0, "×"))
+        if r.get(phase, "load_seconds", ck):
+            rows.append((f"torch.load in a new process, {label}: ckptfs time ÷ tmpfs time",
+                         r.ratio((phase, "load_seconds", ck), (phase, "load_seconds", tm)), "<=", 1.05, "×"))
+    # Issue #29: the drain at the backend's speed, and out of the trainer's way.
+    dur, dd = r.get("seq", "durable_seconds", ck), r.get("seq", "backend_write_seconds", tm)
+    rows.append(("drain throughput (a sequential file, close to persisted) ÷ the backend's own write (dd, fsync)",
+                 [dd[k] / dur[k] for k in sorted(set(dur) & set(dd)) if dur[k] > 0], ">=", 0.9, "×"))
+    rows.append(("a CPU-bound training step while a file drains ÷ the same step, drain idle",
+                 r.values("interfere", "step_draining_ratio", ck), "<=", 1.05, "×"))
     # Issue #10: an fsync of a file still open for writing (--fsync memory,
     # the version it seals not yet drained) returns at once, and the copy
     # the next write needs holds up no one else.
@@ -286,6 +316,8 @@ def absolute_rows(r, files):
          "s/GB"),
         ("daemon CPU seconds per GB written (write + drain)", per_gb("before_cpu_seconds", "drained_cpu_seconds"),
          "s/GB"),
+        ("daemon CPU seconds per GiB drained (a sequential file, beside a training step)",
+         r.values("interfere", "drain_cpu_seconds_per_gib", ck), "s/GiB"),
         ("daemon peak RSS, VmHWM",
          r.values("seq", "drained_VmHWM", ck) + r.values("torch", "VmHWM", ck), "MiB"),
         (f"remount with {files} files in the tier", r.values("remount", "mount_seconds", ck), "s"),

@@ -21,13 +21,14 @@
 #   REPS [3]             repetitions (each one measures every target once)
 #   TRAINER_REPS [5]     repetitions of the trainer phase (cheap, and the noisiest: fresh pages
 #                        on this VM cost 0.4 to 3 GB/s from one minute to the next)
+#   PAT_GIB [1]          state saved in the patterns phase (PATTERNS [keep keep2 pressure full ranks first])
 #   TRAINER_ONLY         targets of the trainer phase's first group (default: ckptfs ckptfs-nopt tmpfs disk); set, the second group is skipped
 #   TARGETS [ckptfs ckptfs-nopt ckptfs-huge tmpfs disk rclone]   (ckptfs-nopt: ckptfs -o passthrough=off;
 #                        ckptfs-huge: ckptfs --tier-huge on, the tier on 2 MiB pages;
 #                        with ckptfs, the trainer and frameworks phases also run
 #                        ckptfs-nopt, ckptfs-noyield: ckptfs --drain-yield 0, and
 #                        ckptfs-nouring: ckptfs -o io_uring=off, requests through /dev/fuse)
-#   PHASES [trainer frameworks seq torch remount fsync s3]   (trainer: one long-lived process
+#   PHASES [trainer patterns frameworks seq interfere torch remount fsync s3]   (trainer: one long-lived process
 #                        saving TORCH_GIB to ckptfs, ckptfs -o passthrough=off, tmpfs and disk in
 #                        turn, then another to the other ckptfs variants, tmpfs and disk (phase
 #                        trainer-b: seven targets at once held more RAM than the machine); frameworks: DCP (4 ranks x 24 fsynced files of ~FW_MIB [2] MiB) and
@@ -71,7 +72,7 @@ FILE_BYTES=${FILE_BYTES:-16384}
 REPS=${REPS:-3}
 TRAINER_REPS=${TRAINER_REPS:-$((REPS < 5 ? 5 : REPS))}
 TARGETS=${TARGETS:-"ckptfs ckptfs-nopt ckptfs-huge tmpfs disk rclone"}
-PHASES=${PHASES:-"trainer frameworks seq torch remount fsync s3"}
+PHASES=${PHASES:-"trainer patterns frameworks seq interfere torch remount fsync s3"}
 FSYNC_SIZE=${FSYNC_SIZE:-2G}
 REPORT=${REPORT:-1}
 OUT=$REPO/tests/bench/out
@@ -285,6 +286,13 @@ phase_seq() {
           t0=$(now)
           cp "$f" "$d/" && sync
           rec seq durable_seconds tmpfs "$r" "$(since "$t0")" s
+          rm -rf "$d"
+          # The backend's own sequential write (issue #29): dd with an
+          # fsync at the end, the same bytes, from the same tmpfs file.
+          mkdir -p "$d"
+          t0=$(now)
+          dd if="$f" of="$d/dd.bin" bs=4M conv=fsync status=none
+          rec seq backend_write_seconds tmpfs "$r" "$(since "$t0")" s
           rm -rf "$d" ;;
         disk)
           measure seq "$t" "$r" "" $BENCH seq-write "$f" "$SIZE_BYTES"
@@ -417,6 +425,56 @@ phase_trainer() {
     in_turn trainer-b trainer trainer "$TORCH_GIB" "$TRAINER_REPS"
 }
 
+# Every common trainer pattern (issue #29), each one long-lived process
+# saving to ckptfs, tmpfs and the disk in turn (same-run ratios), PAT_GIB
+# [1] of state, TRAINER_REPS repetitions after a warm-up round, a new
+# process loading each save: keep-all (a new step directory each save,
+# nothing removed; past the budget this is also "the budget near full"),
+# keep2 (rotation, the last two kept), pressure (keep2, and 2 GiB of page
+# cache and tmpfs written and removed by others between saves), full
+# (keep-all in a budget of 2.5 saves: the tier evicts persisted saves to
+# make room), ranks (8 processes saving RANKS_GIB [2] / 8 each at once, keep2), and first (the first save of a fresh mount: every target
+# new for each repetition, no warm-up).
+phase_patterns() {
+  local g=${PAT_GIB:-1} pat r
+  local only="ckptfs tmpfs disk"
+  for pat in ${PATTERNS:-keep keep2 pressure full ranks first}; do
+    case $pat in
+      keep|keep2|pressure)
+        SHOWN_REPS=$TRAINER_REPS ONLY=$only in_turn "pat-$pat" "pat-$pat" trainer "$g" "$TRAINER_REPS" \
+          --pattern "$pat" --load ;;
+      full)
+        CACHE_SIZE=$(awk -v g="$g" 'BEGIN { printf "%dM", g * 1024 * 2.5 }') SHOWN_REPS=$TRAINER_REPS ONLY=$only \
+          in_turn pat-full pat-full trainer "$g" "$TRAINER_REPS" --pattern keep --load ;;
+      ranks)
+        SHOWN_REPS=$TRAINER_REPS ONLY=$only in_turn pat-ranks pat-ranks trainer "${RANKS_GIB:-2}" "$TRAINER_REPS" \
+          --pattern keep2 --ranks 8 ;;
+      first)
+        for r in $(seq "$TRAINER_REPS"); do
+          SHOWN_REPS=1 ONLY=$only in_turn pat-first "pat-first-$r" trainer "$g" 1 --pattern keep2 --no-warmup \
+            --rep-base "$r" --load
+        done ;;
+      *) say "unknown pattern $pat" ;;
+    esac
+  done
+}
+
+# A trainer's CPU-bound step while a SIZE file drains (issue #29): step
+# time against the same step with the drain idle, and the daemon's CPU
+# per GiB drained (bench.py steps-while-draining).
+phase_interfere() {
+  local r tag
+  case " $TARGETS " in *" ckptfs "*) ;; *) return 0 ;; esac
+  for r in $(seq "$REPS"); do
+    say "interfere: repetition $r of $REPS"
+    tag=interfere-$r
+    drop_caches
+    ck_mount "$tag" || { failures=$((failures + 1)); continue; }
+    measure interfere ckptfs "$r" "" $BENCH steps-while-draining "$DIR" "$SIZE_BYTES" "$CK_PID"
+    down ckptfs "$tag"
+  done
+}
+
 # Small framework-shaped checkpoints (issue #15): a DCP directory of 96
 # fsynced .distcp files written by 4 ranks at once plus .metadata, and an HF
 # Trainer checkpoint-N directory (~10 files, temp + os.replace), saved by one
@@ -520,6 +578,8 @@ rec meta cpu_busy_start all 0 "$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' 
 for p in $PHASES; do
   case $p in
     trainer) phase_trainer ;;
+    patterns) phase_patterns ;;
+    interfere) phase_interfere ;;
     frameworks) phase_frameworks ;;
     seq) phase_seq ;;
     torch) phase_torch ;;

@@ -14,7 +14,10 @@ source "$(dirname "$0")/../lib/common.sh"
 SIZE=$((64 << 20))
 LIMIT=$((SIZE * 9 / 8))  # 1x the file, with room for rounding, never 2x
 touch "$T/pause"
-CKPTFS_DRAIN_PAUSE_FILE=$T/pause mount_fs --cache-size 512M
+# --prealloc 64M: the fresh mount's spare, which the first save writes
+# into, is the file's size; pages of a larger one the writer did not use
+# count as the file's until its close gives them back.
+CKPTFS_DRAIN_PAUSE_FILE=$T/pause mount_fs --cache-size 512M --prealloc 64M
 at_exit 'rm -f "$T/pause"'
 
 # The file's pages: pre-allocated spares are a separate, capped cost (--prealloc).

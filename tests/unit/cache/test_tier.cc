@@ -794,3 +794,20 @@ Test(tier, owner_and_remove_all) {
   cr_assert(!std::filesystem::exists(TierDir() + "/0000000000000004"));
   cr_assert(ReadFile(TierDir() + "/orphans/0000000000000005") == Pattern(kPage, '5'));
 }
+
+// Issue #29: a spare is made in warmed chunks; a save that begins stops it
+// between chunks, and the part made is kept (the rest of the budget is
+// free again). The cost is counted.
+Test(tier, spare_is_cut_short_by_a_save_and_counted) {
+  using ckpt::cache::Tier;
+  auto t = OpenTier(256ull << 20);
+  int asked = 0;
+  cr_assert(t->AddSpare(3 * Tier::kWarmChunk, 0, [&] { return ++asked >= 1; }));
+  cr_assert_eq(asked, 1, "asked only between chunks, never before the first");
+  cr_assert_eq(t->Spares().first, Tier::kWarmChunk, "the first chunk kept");
+  cr_assert_eq(t->Stats().reserved, 0u);
+  cr_assert_eq(t->SpareWarmth().first, Tier::kWarmChunk);
+  cr_assert_gt(t->SpareWarmth().second, 0.0);
+  cr_assert(t->AddSpare(2 * Tier::kWarmChunk + (1 << 20), 0, [] { return false; }));
+  cr_assert_eq(t->Spares().first, 3 * Tier::kWarmChunk + (1 << 20), "a whole spare, its last chunk short");
+}

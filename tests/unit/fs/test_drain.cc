@@ -1481,3 +1481,70 @@ Test(drain, version_sealed_in_place_is_never_published_torn) {
     (void)e.table->Evict(1ull << 40);  // room for the next passthrough writer
   }
 }
+
+// Issue #29: a fresh mount makes one spare for its first file (a quarter of
+// the budget with --prealloc auto), so the first save is a passthrough
+// writer into allocated pages like every later one; the spare is made once.
+Test(drain, fresh_mount_first_file_gets_a_spare) {
+  DrainEnv d(64ull << 20);
+  Env& e = *d.env;
+  ckpt::test::FakeBacking fb;
+  e.table->set_backing(&fb);
+  e.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  auto f = e.table->Mknod(kRoot, "step0.pt", S_IFREG | 0644, 0, ckpt::fs::Caller{});
+  auto before = e.table->OpenHandle(f->ino, O_WRONLY | O_TRUNC);
+  cr_assert(before.has_value());
+  cr_assert_eq(before->backing_id, 0, "no spare, nothing known: the copying path");
+  e.table->Release(f->ino, O_WRONLY, false);
+  DrainEnv d2(64ull << 20);
+  Env& e2 = *d2.env;
+  e2.table->set_backing(&fb);
+  e2.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  e2.table->RefillSpares();
+  cr_assert_eq(e2.tier->Spares().first, 16u << 20, "a quarter of the budget, at once");
+  e2.table->RefillSpares();
+  cr_assert_eq(e2.tier->Spares().second, 1u, "made once");
+  auto g = e2.table->Mknod(kRoot, "step0.pt", S_IFREG | 0644, 0, ckpt::fs::Caller{});
+  auto w = e2.table->OpenHandle(g->ino, O_WRONLY | O_TRUNC);
+  cr_assert(w.has_value());
+  cr_assert_gt(w->backing_id, 0, "the first file is a passthrough writer");
+  cr_assert_eq(e2.tier->Spares().second, 0u, "into the spare");
+  e2.table->Release(g->ino, O_WRONLY, true);
+  e2.table->RefillSpares();
+  cr_assert_eq(e2.tier->Spares().second, 0u, "no second first-file spare");
+  // An explicit --prealloc sizes it.
+  DrainEnv d3(64ull << 20);
+  d3.env->table->set_backing(&fb);
+  d3.env->table->set_prealloc(6u << 20);
+  d3.env->table->RefillSpares();
+  cr_assert_eq(d3.env->tier->Spares().first, 6u << 20);
+}
+
+// Issue #29: with the budget near full (a trainer that keeps every
+// checkpoint), persisted files are evicted ahead of the next save to make
+// room for its spare, least recently used first.
+Test(drain, spare_evicts_persisted_files_when_the_budget_is_full) {
+  DrainEnv d(40ull << 20);
+  Env& e = *d.env;
+  ckpt::test::FakeBacking fb;
+  e.table->set_backing(&fb);
+  e.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  std::vector<uint64_t> steps;
+  for (int i = 0; i < 3; i++)
+    steps.push_back(e.WriteFile(kRoot, "step" + std::to_string(i), std::string(10 << 20, static_cast<char>('a' + i))));
+  // An O_TRUNC writer seen (torch.save): spares are worth their memory.
+  auto latest = e.table->Mknod(kRoot, "latest", S_IFREG | 0644, 0, ckpt::fs::Caller{});
+  auto w = e.table->OpenHandle(latest->ino, O_WRONLY | O_TRUNC);
+  cr_assert(w.has_value());
+  e.table->Release(latest->ino, O_WRONLY, w->backing_id > 0);
+  e.tier->DropSpares();
+  d.Start();
+  d.Drain();
+  for (uint64_t ino : steps) cr_assert_eq(e.table->GetAttr(ino)->state, ckpt::meta::DataState::kPersisted);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the quiet after a save
+  e.table->RefillSpares();
+  cr_assert_geq(e.tier->Spares().first, 10u << 20, "a spare as large as a save");
+  cr_assert_eq(e.table->GetAttr(steps[0])->state, ckpt::meta::DataState::kRemote, "the oldest save made way");
+  cr_assert_eq(e.table->GetAttr(steps[2])->state, ckpt::meta::DataState::kPersisted, "the newest stays");
+  cr_assert_leq(e.tier->Stats().used, 40u << 20);
+}
