@@ -224,28 +224,15 @@ check_unit_skips() {
   return $bad
 }
 
-# What starts a sanitizer report in a log_path file: TSan's, ASan's,
-# LeakSanitizer's, UBSan's (`file:line:col: runtime error: ...`).
-SAN_REPORT_RE='(WARNING|ERROR): ThreadSanitizer|ERROR: (AddressSanitizer|LeakSanitizer)|: runtime error: '
-
-# Prints the sanitizer reports written under directory $1 (the first
-# whole, six frames a stack, then one summary line each); false if there
-# are none.
+# Sanitizer reports written under directory $1 (tests/mount/lib/san_report.sh:
+# the first whole, six frames a stack, then one summary line each); false
+# if there are none.
+source "$REPO/tests/mount/lib/san_report.sh"
 san_reports() {
-  local reports first
-  reports=$(grep -lsE "$SAN_REPORT_RE" "$1"/r.* 2>/dev/null) || return 1
-  first=${reports%%$'\n'*}
-  if grep -q ThreadSanitizer "$first"; then
-    awk '/^==================$/ { n++; next } n == 1 && !/^ *#([6-9]|[1-9][0-9])/ && !/^$/' "$first"
-  else
-    # ASan: up to the shadow bytes, without a stack frame's list of objects
-    # (but the one accessed); UBSan (in a stderr file): from its report on.
-    awk '/^Shadow bytes around/ { exit }
-         /: runtime error: / { r = 1 }
-         /^ +\[[0-9]+, [0-9]+\) / && !/<==/ { next }
-         (r || FILENAME !~ /stderr/) && !/^ *#([6-9]|[1-9][0-9])/ && !/^$/ && !/^=+$/' "$first"
-  fi | head -n 60 | sed 's/^/  | /'
-  grep -hsE '^SUMMARY: [A-Za-z]+Sanitizer|: runtime error: ' $reports | sort | uniq -c | sed 's/^/  | /'
+  local reports
+  reports=$(san_files "$1"/r.*) || return 1
+  # shellcheck disable=SC2086  # one file name per line, none with spaces
+  san_show $reports | sed 's/^/  | /'
   return 0
 }
 

@@ -435,6 +435,25 @@ def _rank_main(conn, nbytes, seed):
         conn.send(time.perf_counter() - t0)
 
 
+def copy_bandwidth(nbytes=256 << 20):
+    """GB/s of write(2) into tmpfs pages that are already there (a file
+    written once, then overwritten): the memory-copy part of a save's
+    physical limit, measured beside it (issue #29)."""
+    path = f"/dev/shm/bench-membw-{os.getpid()}"
+    buf = b"\xa5" * (1 << 20)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for _ in range(2):  # the first pass faults the pages in
+            t0 = time.perf_counter()
+            for off in range(0, nbytes, len(buf)):
+                os.pwrite(fd, buf, off)
+            t = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return nbytes / t / 1e9
+
+
 def trainer(gib, reps, dirs, pattern="rotate", warmup=True, rep_base=1, load=False, ranks=0, other_gib=2.0):
     """A long-lived trainer: builds its state once, then saves it again and
     again, to each DIR in turn (NAME=PATH), rotating which goes first in
@@ -475,6 +494,11 @@ def trainer(gib, reps, dirs, pattern="rotate", warmup=True, rep_base=1, load=Fal
     try:
         for r in range(reps + (1 if warmup else 0)):
             shown = r if warmup else r + rep_base
+            if r > 0 or not warmup:
+                # The physical limit of this repetition's saves: torch's own
+                # CPU (save_user_seconds) plus the bytes at this copy rate.
+                print(f"membw {shown} copy_gbps {copy_bandwidth():.3f} GB/s", flush=True)
+                print(f"membw {shown} save_bytes {nbytes} B", flush=True)
             for k in range(len(targets)):
                 name, d = targets[(k + shown) % len(targets)]
                 if pattern == "pressure" and (r > 0 or not warmup):

@@ -137,29 +137,16 @@ _AT_EXIT=()           # commands at_exit registered, run first by _cleanup
 # Runs CMD (a string, eval'd) at exit, before the unmounts, in reverse order.
 at_exit() { _AT_EXIT=("$1" "${_AT_EXIT[@]}"); }
 
-# Fails (returns 1) if a sanitizer report (TSan, ASan, LeakSanitizer,
-# UBSan's `runtime error:`) is in $T/san (report files, daemons' stderr):
-# prints the first report (six frames a stack), then the summary line of
-# each.
+# Fails (returns 1) if a sanitizer report (san_report.sh) is in $T/san
+# (report files, daemons' stderr): prints the first report, then the
+# summary line of each.
+source "$LIB/san_report.sh"
 _check_san() {
-  local reports first
-  reports=$(grep -lsE '(WARNING|ERROR): ThreadSanitizer|ERROR: (AddressSanitizer|LeakSanitizer)|: runtime error: ' \
-    "$T"/san/* 2>/dev/null) || return 0
-  first=${reports%%$'\n'*}
+  local reports
+  reports=$(san_files "$T"/san/*) || return 0
   echo "FAIL: $CASE: sanitizer reports (KEEP=1 keeps them in $T/san):" >&2
-  if grep -q ThreadSanitizer "$first"; then
-    awk '/^==================$/ { n++; next } n == 1 && !/^ *#([6-9]|[1-9][0-9])/ && !/^$/' "$first"
-  else
-    # ASan: up to the shadow bytes, without a stack frame's list of objects
-    # (but the one accessed).
-    # ASan: up to the shadow bytes, without a stack frame's list of objects
-    # (but the one accessed); UBSan (in a stderr file): from its report on.
-    awk '/^Shadow bytes around/ { exit }
-         /: runtime error: / { r = 1 }
-         /^ +\[[0-9]+, [0-9]+\) / && !/<==/ { next }
-         (r || FILENAME !~ /stderr/) && !/^ *#([6-9]|[1-9][0-9])/ && !/^$/ && !/^=+$/' "$first"
-  fi | head -n 60 >&2
-  grep -hsE '^SUMMARY: [A-Za-z]+Sanitizer|: runtime error: ' $reports | sort | uniq -c >&2
+  # shellcheck disable=SC2086  # one file name per line, none with spaces
+  san_show $reports >&2
   return 1
 }
 
