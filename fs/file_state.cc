@@ -311,7 +311,9 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
     }
   }
   n->opens++;
-  if (writable && n->writers++ == 0) writing_files_++;
+  if (writable && n->writers++ == 0 && writing_files_++ == 0 &&
+      std::chrono::steady_clock::now() >= quiet_since_ + std::chrono::seconds(1))
+    save_clock_ = clock_;  // a save begins: what it touches from here on is its own (RefillSpares)
   if (writable) quiet_since_ = std::chrono::steady_clock::now();
   TouchLru(n);
   return res;
@@ -629,6 +631,7 @@ uint64_t InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
   n->rec.version++;
   n->rec.sealed_size = n->rec.size;
   largest_sealed_ = std::max(largest_sealed_, n->rec.size);
+  save_bytes_acc_ += n->rec.size;  // this save's bytes so far (RefillSpares)
   Transition(n, FileEvent::kChange);  // a new version, in no backend yet
   n->sealed_gen = n->data_gen;
   n->t_seal_ns = WallNs();

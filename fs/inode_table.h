@@ -423,8 +423,9 @@ class InodeTable {
   // ---- Budget ----
   // The tier's evictor: drops clean, closed files least-recently-used first.
   // `all_or_nothing`: evicts only if the clean files cover `need`.
-  // `spare_kept`: the newest --keep-in-memory checkpoints are not touched
-  // (room for a spare, not for a write that must go on).
+  // `spare_kept`: room for a spare, not for a write that must go on: the
+  // newest --keep-in-memory checkpoints, and every file the last save
+  // wrote or anything used since it began, are not touched.
   cache::Tier::Relief Evict(uint64_t need, bool all_or_nothing = false, bool spare_kept = false);
 
   // At a clean unmount (the FUSE session over, the drain stopped): if
@@ -842,6 +843,14 @@ class InodeTable {
   // The largest version sealed since the mount: what a passthrough writer
   // of a new file is expected to write (PassthroughRoom).
   uint64_t largest_sealed_ GUARDED_BY(mu_) = 0;
+  // Bytes sealed since the last quiet second (one save: all its files,
+  // all its ranks), and the last save's total: how many spares to keep.
+  uint64_t save_bytes_acc_ GUARDED_BY(mu_) = 0;
+  // The LRU clock when the last save began (its first writer after a quiet
+  // second): files used since are that save's or read since; a spare never
+  // evicts them.
+  uint64_t save_clock_ GUARDED_BY(mu_) = 0;
+  uint64_t last_save_bytes_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> prealloc_{0};  // set_prealloc
   // An O_TRUNC writer has opened since the mount with passthrough active:
   // only then are spares worth their memory (a mount that only ever

@@ -166,7 +166,7 @@ void InodeTable::RefillSpares() {
     MutexLock lk(&pressure_mu_);
     if (pressure_.active) return;
   }
-  uint64_t cap = prealloc_.load(), size;
+  uint64_t cap = prealloc_.load(), size, save;
   bool first;
   {
     MutexLock lk(&mu_);
@@ -180,6 +180,12 @@ void InodeTable::RefillSpares() {
     if (writing_files_ > 0 || (now < quiet_since_ + std::chrono::seconds(1) && !just_freed)) return;
     size = largest_sealed_;
     first = !trunc_writes_seen_.load();
+    // A quiet second: what was sealed since the last one is the last save.
+    if (save_bytes_acc_ > 0) {
+      last_save_bytes_ = save_bytes_acc_;
+      save_bytes_acc_ = 0;
+    }
+    save = last_save_bytes_;
   }
   // Nothing written since the mount: one spare for its first save, as
   // large as the largest file the tier re-attached (a restart) or, on a
@@ -199,11 +205,14 @@ void InodeTable::RefillSpares() {
   constexpr uint64_t kUnit = 2u << 20;  // spares are whole 2 MiB
   const uint64_t budget = tier_->Stats().budget;
   size = (size + kUnit - 1) / kUnit * kUnit;
-  // Up to the budget less the eighth AddSpare keeps free: a spare is the
-  // first thing given back, so capping it at half the budget (as first
-  // built) only left the second half of a file larger than that to fresh
-  // pages (issue #15: a 4 GiB file in a 5.2 GiB budget got a 2.6 GiB spare).
-  if (cap == kPreallocAuto) cap = std::min(2 * size, budget - budget / 8);
+  // Enough for the next save whole — every file of every rank (issue #29:
+  // 8 ranks × 256 MiB got two 256 MiB spares, and six ranks wrote fresh
+  // pages) — and at least two of the largest file; up to the budget less
+  // the eighth AddSpare keeps free: a spare is the first thing given back,
+  // so capping it at half the budget (as first built) only left the second
+  // half of a file larger than that to fresh pages (issue #15: a 4 GiB
+  // file in a 5.2 GiB budget got a 2.6 GiB spare).
+  if (cap == kPreallocAuto) cap = std::min(std::max(2 * size, save), budget - budget / 8);
   // One spare per call: the watch calls again in 50 ms, and a save that
   // starts meanwhile stops the refill. Under a cap smaller than a file, a
   // spare covers the file's first part.
@@ -216,8 +225,9 @@ void InodeTable::RefillSpares() {
     // already persisted make way for the next save's spare now, least
     // recently used first and the newest --keep-in-memory checkpoints last
     // (Evict), rather than that save taking fresh pages or the copying
-    // path at its own expense (issue #29); never the newest
-    // --keep-in-memory checkpoints. Only for the next save's first spare,
+    // path at its own expense (issue #29); never the last save's files
+    // (what a restarted trainer reads) nor the newest --keep-in-memory
+    // checkpoints. Only for the next save's first spare,
     // and only once a save came since the last spare was made: a reader
     // that fetched old checkpoints back (a restarted trainer, an
     // evaluation job) does not see them evicted again for a save that may
@@ -246,6 +256,7 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need, bool all_or_nothing, bool s
   for (auto [use, ino] : lru_) {
     Inode* n = Find(ino);
     if (!n || n->rec.state != DataState::kPersisted || n->opens != 0 || n->fetching || n->rec.nlink == 0) continue;
+    if (spare_kept && n->last_use > save_clock_) continue;  // the last save's, or read since
     if (uint64_t ord = kept_from > 0 ? CheckpointOf(n) : 0; ord >= kept_from && ord > 0) {
       kept.emplace_back(ord, n);
     } else {

@@ -699,7 +699,7 @@ def steps_while_draining(d, nbytes, pid, steps=8):
     busy = []
     while True:
         try:
-            if os.getxattr(path, "user.ckptfs.state").rstrip(b"\0") == b"persisted":
+            if os.getxattr(path, "user.ckptfs.state").rstrip(b"\0") in (b"persisted", b"remote"):
                 break
         except OSError:
             pass

@@ -6,7 +6,8 @@
 #      taken at its open), and its bytes come out and drain right.
 #   3. Keep-all with the budget near full: once the saves are persisted,
 #      the oldest is evicted to make room for the next save's spare; the
-#      newest stays in RAM, and the evicted one still reads back right.
+#      newest stays in RAM, and the evicted one still reads back right; a
+#      save is never evicted for its own successor's spare.
 #   4. A restart makes one spare from the largest file found (capped by
 #      --prealloc SIZE); --prealloc 0 makes none.
 set -euo pipefail
@@ -57,8 +58,9 @@ same_bytes "$T/ref" "$BACKEND/step_0/model.pt"
 state_of() { getfattr --only-values -n user.ckptfs.state "$1" 2>/dev/null | tr -d '\0'; }
 for i in 1 2 3 4; do
   mkdir "$MNT/step_$i"
-  cp "$T/ref" "$MNT/step_$i/model.pt"
+  cat "$T/ref" > "$MNT/step_$i/model.pt"  # O_TRUNC, as torch.save (cp creates with O_EXCL: the copying path)
   "$CKPTFS" drain "$MNT" --timeout 60 > /dev/null
+  sleep 1.1  # the quiet between two saves (a trainer's minutes)
 done
 for _ in $(seq 100); do [ "$(state_of "$MNT/step_0/model.pt")" = remote ] && break; sleep 0.1; done
 expect_eq remote "$(state_of "$MNT/step_0/model.pt")" "the oldest save, evicted for the next save's spare"

@@ -1530,9 +1530,12 @@ Test(drain, spare_evicts_persisted_files_when_the_budget_is_full) {
   e.table->set_backing(&fb);
   e.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
   std::vector<uint64_t> steps;
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 3; i++) {  // three saves, a quiet second apart
     steps.push_back(e.WriteFile(kRoot, "step" + std::to_string(i), std::string(10 << 20, static_cast<char>('a' + i))));
-  // An O_TRUNC writer seen (torch.save): spares are worth their memory.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  }
+  // The last save, an O_TRUNC writer (torch.save): spares are worth their
+  // memory, and its files are never evicted for one.
   auto latest = e.table->Mknod(kRoot, "latest", S_IFREG | 0644, 0, ckpt::fs::Caller{});
   auto w = e.table->OpenHandle(latest->ino, O_WRONLY | O_TRUNC);
   cr_assert(w.has_value());
@@ -1547,4 +1550,40 @@ Test(drain, spare_evicts_persisted_files_when_the_budget_is_full) {
   cr_assert_eq(e.table->GetAttr(steps[0])->state, ckpt::meta::DataState::kRemote, "the oldest save made way");
   cr_assert_eq(e.table->GetAttr(steps[2])->state, ckpt::meta::DataState::kPersisted, "the newest stays");
   cr_assert_leq(e.tier->Stats().used, 40u << 20);
+  // The last save's own files are never evicted for a spare (a restarted
+  // trainer reads them next): a 30 MiB save in this 40 MiB budget gets no
+  // spare rather than lose itself.
+  e.tier->DropSpares();
+  (void)e.table->Evict(64u << 20);  // the older steps make way
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto big = e.WriteFile(kRoot, "big", std::string(30 << 20, 'B'));
+  auto w2 = e.table->OpenHandle(latest->ino, O_WRONLY | O_TRUNC);  // the same save: latest.pt
+  cr_assert(w2.has_value());
+  e.table->Release(latest->ino, O_WRONLY, w2->backing_id > 0);
+  d.Drain();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  e.table->RefillSpares();
+  cr_assert_eq(e.table->GetAttr(big)->state, ckpt::meta::DataState::kPersisted, "the last save stays in RAM");
+}
+
+// Issue #29: spares cover the last save whole — every file of every rank —
+// not only twice its largest file (8 ranks x 256 MiB got two spares, and
+// six ranks wrote into fresh pages).
+Test(drain, spares_cover_a_whole_save) {
+  DrainEnv d(256ull << 20);
+  Env& e = *d.env;
+  ckpt::test::FakeBacking fb;
+  e.table->set_backing(&fb);
+  e.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  auto latest = e.table->Mknod(kRoot, "latest", S_IFREG | 0644, 0, ckpt::fs::Caller{});
+  auto w = e.table->OpenHandle(latest->ino, O_WRONLY | O_TRUNC);  // an O_TRUNC writer: spares are worth it
+  cr_assert(w.has_value());
+  e.table->Release(latest->ino, O_WRONLY, w->backing_id > 0);
+  for (int rank = 0; rank < 6; rank++)
+    e.WriteFile(kRoot, "rank" + std::to_string(rank), std::string(4 << 20, static_cast<char>('a' + rank)));
+  e.tier->DropSpares();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the quiet after a save
+  for (int i = 0; i < 10; i++) e.table->RefillSpares();
+  cr_assert_eq(e.tier->Spares().second, 6u, "one spare per file of the save: %zu", e.tier->Spares().second);
+  cr_assert_eq(e.tier->Spares().first, 24u << 20);
 }
