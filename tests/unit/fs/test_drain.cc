@@ -1482,6 +1482,21 @@ Test(drain, version_sealed_in_place_is_never_published_torn) {
   }
 }
 
+// Issue #29 helpers: a table with passthrough (a fake backing) and
+// --prealloc auto, as the daemon's; and an O_TRUNC passthrough open and
+// close of a file (torch.save's open: spares become worth their memory).
+namespace {
+void WithSpares(Env& e, ckpt::test::FakeBacking* fb) {
+  e.table->set_backing(fb);
+  e.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+}
+void TruncOpenClose(Env& e, uint64_t ino) {
+  auto w = e.table->OpenHandle(ino, O_WRONLY | O_TRUNC);
+  cr_assert(w.has_value());
+  e.table->Release(ino, O_WRONLY, w->backing_id > 0);
+}
+}  // namespace
+
 // Issue #29: a fresh mount makes one spare for its first file (a quarter of
 // the budget with --prealloc auto), so the first save is a passthrough
 // writer into allocated pages like every later one; the spare is made once.
@@ -1489,8 +1504,7 @@ Test(drain, fresh_mount_first_file_gets_a_spare) {
   DrainEnv d(64ull << 20);
   Env& e = *d.env;
   ckpt::test::FakeBacking fb;
-  e.table->set_backing(&fb);
-  e.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  WithSpares(e, &fb);
   auto f = e.table->Mknod(kRoot, "step0.pt", S_IFREG | 0644, 0, ckpt::fs::Caller{});
   auto before = e.table->OpenHandle(f->ino, O_WRONLY | O_TRUNC);
   cr_assert(before.has_value());
@@ -1498,8 +1512,7 @@ Test(drain, fresh_mount_first_file_gets_a_spare) {
   e.table->Release(f->ino, O_WRONLY, false);
   DrainEnv d2(64ull << 20);
   Env& e2 = *d2.env;
-  e2.table->set_backing(&fb);
-  e2.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  WithSpares(e2, &fb);
   e2.table->RefillSpares();
   cr_assert_eq(e2.tier->Spares().first, 16u << 20, "a quarter of the budget, at once");
   e2.table->RefillSpares();
@@ -1527,8 +1540,7 @@ Test(drain, spare_evicts_persisted_files_when_the_budget_is_full) {
   DrainEnv d(40ull << 20);
   Env& e = *d.env;
   ckpt::test::FakeBacking fb;
-  e.table->set_backing(&fb);
-  e.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  WithSpares(e, &fb);
   std::vector<uint64_t> steps;
   for (int i = 0; i < 3; i++) {  // three saves, a quiet second apart
     steps.push_back(e.WriteFile(kRoot, "step" + std::to_string(i), std::string(10 << 20, static_cast<char>('a' + i))));
@@ -1537,9 +1549,7 @@ Test(drain, spare_evicts_persisted_files_when_the_budget_is_full) {
   // The last save, an O_TRUNC writer (torch.save): spares are worth their
   // memory, and its files are never evicted for one.
   auto latest = e.table->Mknod(kRoot, "latest", S_IFREG | 0644, 0, ckpt::fs::Caller{});
-  auto w = e.table->OpenHandle(latest->ino, O_WRONLY | O_TRUNC);
-  cr_assert(w.has_value());
-  e.table->Release(latest->ino, O_WRONLY, w->backing_id > 0);
+  TruncOpenClose(e, latest->ino);
   e.tier->DropSpares();
   d.Start();
   d.Drain();
@@ -1557,9 +1567,7 @@ Test(drain, spare_evicts_persisted_files_when_the_budget_is_full) {
   (void)e.table->Evict(64u << 20);  // the older steps make way
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   auto big = e.WriteFile(kRoot, "big", std::string(30 << 20, 'B'));
-  auto w2 = e.table->OpenHandle(latest->ino, O_WRONLY | O_TRUNC);  // the same save: latest.pt
-  cr_assert(w2.has_value());
-  e.table->Release(latest->ino, O_WRONLY, w2->backing_id > 0);
+  TruncOpenClose(e, latest->ino);  // the same save: latest.pt
   d.Drain();
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   e.table->RefillSpares();
@@ -1573,12 +1581,8 @@ Test(drain, spares_cover_a_whole_save) {
   DrainEnv d(256ull << 20);
   Env& e = *d.env;
   ckpt::test::FakeBacking fb;
-  e.table->set_backing(&fb);
-  e.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
-  auto latest = e.table->Mknod(kRoot, "latest", S_IFREG | 0644, 0, ckpt::fs::Caller{});
-  auto w = e.table->OpenHandle(latest->ino, O_WRONLY | O_TRUNC);  // an O_TRUNC writer: spares are worth it
-  cr_assert(w.has_value());
-  e.table->Release(latest->ino, O_WRONLY, w->backing_id > 0);
+  WithSpares(e, &fb);
+  TruncOpenClose(e, e.table->Mknod(kRoot, "latest", S_IFREG | 0644, 0, ckpt::fs::Caller{})->ino);
   for (int rank = 0; rank < 6; rank++)
     e.WriteFile(kRoot, "rank" + std::to_string(rank), std::string(4 << 20, static_cast<char>('a' + rank)));
   e.tier->DropSpares();
