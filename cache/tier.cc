@@ -391,8 +391,10 @@ bool Tier::AddSpare(uint64_t bytes, uint64_t headroom, const std::function<bool(
   std::string name;
   {
     MutexLock lk(&mu_);
-    if (closed_ || used_ + reserved_ + bytes + headroom > Budget()) return false;
+    if (closed_ || used_ + reserved_ + bytes + headroom > Budget() || making_spare_ > 0) return false;
     reserved_ += bytes;
+    making_spare_ = bytes;
+    room_wanted_ = false;
     // A name Open removes as a copy cut short (*.tmp), in a key range no
     // inode number reaches and outside the snapshot keys (no top bit).
     name = NameOf(0x7FFFFFFFFFF00000ULL | (next_spare_++ & 0xFFFFF)) + ".tmp";
@@ -401,7 +403,7 @@ bool Tier::AddSpare(uint64_t bytes, uint64_t headroom, const std::function<bool(
   int fd = OpenAt(name, O_RDWR | O_CREAT | O_TRUNC);
   int err = fd < 0 ? errno : 0;
   uint64_t made = 0;
-  while (!err && made < bytes && !(made > 0 && stop && stop())) {
+  while (!err && made < bytes && !(made > 0 && ((stop && stop()) || RoomWanted()))) {
     const uint64_t n = std::min(kWarmChunk, bytes - made);
     WarmPages(n);
     if (fallocate(fd, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(made), static_cast<off_t>(n)) != 0) err = errno;
@@ -413,6 +415,7 @@ bool Tier::AddSpare(uint64_t bytes, uint64_t headroom, const std::function<bool(
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MutexLock lk(&mu_);
   reserved_ -= bytes;
+  making_spare_ = 0;
   warmed_bytes_ += made;
   warm_seconds_ += took;
   if (err || closed_ || made == 0) {
@@ -421,10 +424,15 @@ bool Tier::AddSpare(uint64_t bytes, uint64_t headroom, const std::function<bool(
     if (err) LOG_WARN("tier: cannot pre-allocate {} bytes: {}", bytes, strerror(err));
     return false;
   }
-  if (made < bytes) space_cv_.NotifyAll();  // cut short: the rest of the reservation is free again
   used_ += Allocated(st);
   spares_.push_back({name, Allocated(st)});
+  space_cv_.NotifyAll();  // a writer waiting for the room it held drops it now
   return true;
+}
+
+bool Tier::RoomWanted() {
+  MutexLock lk(&mu_);
+  return room_wanted_;
 }
 
 std::pair<uint64_t, double> Tier::SpareWarmth() {
@@ -528,6 +536,18 @@ Status Tier::Reserve(uint64_t n, bool wait, bool evict) {
       used_ -= spares_.back().bytes;
       unlinkat(dirfd_, spares_.back().name.c_str(), 0);
       spares_.pop_back();
+      continue;
+    }
+    if (making_spare_ > 0 && making_spare_ >= missing) {
+      // A spare being made (AddSpare) holds the room: it stops at its next
+      // chunk, and what it made is dropped above. Waiting for that is
+      // waiting for nobody's bytes — not ENOSPC, not the drain.
+      // A caller that may not wait here (a FUSE worker; one holding the
+      // lock AddSpare's stop check takes) is told to come back.
+      room_wanted_ = true;
+      if (!wait) return Err(EAGAIN);
+      if (!evict) return Err(ENOSPC);
+      space_cv_.WaitFor(&mu_, std::chrono::milliseconds(100));
       continue;
     }
     if (!evict) return Err(ENOSPC);

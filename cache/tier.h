@@ -324,6 +324,12 @@ class Tier {
   };
   std::vector<Spare> spares_ GUARDED_BY(mu_);
   uint64_t warmed_bytes_ GUARDED_BY(mu_) = 0;  // SpareWarmth
+  // The bytes AddSpare holds reserved while it makes a spare (0: none), and
+  // whether a write waits for that room (AddSpare then stops at its next
+  // chunk, and Reserve drops what it made).
+  uint64_t making_spare_ GUARDED_BY(mu_) = 0;
+  bool room_wanted_ GUARDED_BY(mu_) = false;
+  bool RoomWanted() EXCLUDES(mu_);
   double warm_seconds_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point last_freed_ GUARDED_BY(mu_){};  // LastFreed
   uint64_t next_spare_ GUARDED_BY(mu_) = 0;

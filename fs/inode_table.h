@@ -491,6 +491,10 @@ class InodeTable {
   // merged, and a clean file changed there is fetched again. Each answer of
   // the backend is reused for the TTL. Set before Load; 0 (the default
   // here) turns it off.
+  // Unit tests: moves the shared namespace's clock forward, so a test can
+  // pass a TTL without sleeping and use a TTL long enough that a busy
+  // machine never passes it by accident (a 100 ms TTL failed in CI).
+  static void AdvanceSharedClockForTest(std::chrono::nanoseconds d) { clock_skew_ns_ += d.count(); }
   void set_shared_ttl(std::chrono::milliseconds ttl) { shared_ttl_ns_ = ttl.count() * 1000000; }
   // How long the fetch of an evicted file with no checksum waits for the
   // drain to apply the pending entries that touch its path, when where the
@@ -606,7 +610,8 @@ class InodeTable {
   };
 
   // ---- The shared namespace (fs/shared.cc) ----
-  static int64_t MonoNs();  // CLOCK_MONOTONIC in ns
+  static int64_t MonoNs();  // CLOCK_MONOTONIC in ns, plus the test skew below
+  static inline std::atomic<int64_t> clock_skew_ns_{0};
   // Is `dir` a directory whose names the backend may add to (shared on,
   // not in a memory-only checkpoint)? REQUIRES: mu_ held.
   // Does a miss or a revalidation in `dir` list it rather than Stat one

@@ -187,14 +187,17 @@ void InodeTable::RefillSpares() {
     }
     save = last_save_bytes_;
   }
-  // Nothing written since the mount: one spare for its first save, as
-  // large as the largest file the tier re-attached (a restart) or, on a
-  // fresh mount, FirstFileGuess; made once. Past that, spares only once a
-  // new version written from nothing (O_TRUNC, passthrough) was seen:
-  // they are for such writers.
+  // A fresh mount (nothing written since, nothing in the namespace): one
+  // spare for its first save, FirstFileGuess, made once. A mount that
+  // found files (a restart, a shared backend) makes none until a save: a
+  // restarted trainer reads its checkpoint first, and fetching it back
+  // (ckptfs warmup) must not find its budget taken by a spare still being
+  // made (CI: warmup in an 8 MiB budget got ENOSPC). Past that, spares
+  // only once a new version written from nothing (O_TRUNC, passthrough)
+  // was seen: they are for such writers.
   if (first) {
-    if (first_spare_made_.exchange(true)) return;
-    if (size == 0) size = FirstFileGuess();
+    if (size > 0 || first_spare_made_.exchange(true)) return;
+    size = FirstFileGuess();
   }
   {
     // Nor when the claim would take it there (the watch's last reading).

@@ -48,7 +48,7 @@ bool Under(const std::string& path, const std::string& top) {
 int64_t InodeTable::MonoNs() {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec + clock_skew_ns_.load(std::memory_order_relaxed);
 }
 
 bool InodeTable::SharedDir(Inode* dir) {

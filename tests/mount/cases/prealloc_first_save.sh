@@ -8,8 +8,8 @@
 #      the oldest is evicted to make room for the next save's spare; the
 #      newest stays in RAM, and the evicted one still reads back right; a
 #      save is never evicted for its own successor's spare.
-#   4. A restart makes one spare from the largest file found (capped by
-#      --prealloc SIZE); --prealloc 0 makes none.
+#   4. A restart makes none until a save, then one (capped by --prealloc
+#      SIZE); --prealloc 0 makes none.
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 require_root
@@ -68,10 +68,14 @@ wait_spares $((40 << 20)) "a spare for the next save with the budget full"
 expect_eq persisted "$(state_of "$MNT/step_4/model.pt")" "the newest save, kept in RAM"
 same_bytes "$T/ref" "$MNT/step_0/model.pt"
 
-# 4. A restart: one spare from the largest file found, under the cap.
+# 4. A restart: no spare until a save (the trainer reads its checkpoint
+# back first, and fetches must find their room), then one under the cap.
 remount_fs --cache-size 256M --prealloc 8M
-wait_spares $((8 << 20)) "a restart's spare"
-expect_eq $((8 << 20)) "$(spares)" "the restart's spare under --prealloc 8M"
+sleep 1.5
+expect_eq 0 "$(spares)" "pre-allocated bytes after a restart, before any save"
+head -c 1M /dev/urandom > "$MNT/latest.pt"
+wait_spares $((8 << 20)) "a spare after the restart's first save"
+expect_eq $((8 << 20)) "$(spares)" "the spare under --prealloc 8M"
 remount_fs --cache-size 256M --prealloc 0
 sleep 1
 expect_eq 0 "$(spares)" "pre-allocated bytes with --prealloc 0"

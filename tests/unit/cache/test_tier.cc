@@ -811,3 +811,25 @@ Test(tier, spare_is_cut_short_by_a_save_and_counted) {
   cr_assert(t->AddSpare(2 * Tier::kWarmChunk + (1 << 20), 0, [] { return false; }));
   cr_assert_eq(t->Spares().first, 3 * Tier::kWarmChunk + (1 << 20), "a whole spare, its last chunk short");
 }
+
+// A write that needs the room a spare being made holds waits for the next
+// chunk, not for the drain, and gets it: the spare stops and is dropped
+// (CI: a fetch into an 8 MiB budget got ENOSPC while a spare was made).
+Test(tier, a_write_takes_the_room_of_a_spare_being_made) {
+  using ckpt::cache::Tier;
+  auto t = OpenTier(128ull << 20);
+  std::atomic<bool> started{false};
+  std::thread maker([&] {
+    (void)t->AddSpare(3 * Tier::kWarmChunk, 0, [&] {
+      started = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a slow host
+      return false;
+    });
+  });
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  MustWrite(t.get(), 3, 0, Pattern(64 << 20, 'w'));  // 96 MiB held by the spare: room only once it is given back
+  maker.join();
+  cr_assert_lt(t->Spares().first, 3 * Tier::kWarmChunk, "the spare was cut short for the write");
+  cr_assert_leq(t->Stats().used, 128u << 20);
+  cr_assert(ReadFile(t->PathOf(3)) == Pattern(64 << 20, 'w'));
+}
