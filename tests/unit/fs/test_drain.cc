@@ -720,6 +720,33 @@ Test(drain, transient_errors_are_not_permanent) {
     cr_assert(ckpt::fs::IsPermanent(err), "errno %d", err);
 }
 
+namespace {
+// Opens the evicted file `ino` read-only: the fetch must not wait for the
+// pending log (5 s at most; past that the table is shut down and the test
+// fails), and the bytes must be `want`.
+void ExpectFetchedAtOnce(Env& e, uint64_t ino, const std::string& want) {
+  std::atomic<bool> done{false};
+  ckpt::Result<int> fd = std::unexpected(EINTR);
+  std::thread t([&] {
+    fd = e.table->Open(ino, O_RDONLY);
+    done = true;
+  });
+  for (int i = 0; i < 500 && !done; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!done) {
+    e.table->Shutdown();  // unblock it, then fail
+    t.join();
+    cr_assert_fail("open of an evicted file (%s) waited for the pending log", want.c_str());
+  }
+  t.join();
+  cr_assert(fd.has_value(), "fetch: errno %d", fd ? 0 : fd.error());
+  std::string back(want.size(), '\0');
+  cr_assert_eq(pread(*fd, back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
+  cr_assert_eq(back, want);
+  e.table->Release(ino, O_RDONLY);
+}
+
+}  // namespace
+
 // Opening an evicted file does not wait for unrelated log entries: with a
 // rename still pending (the drain stopped), the fetch reads the file where
 // the backend holds it now. So does a file renamed itself, and one whose
@@ -740,24 +767,7 @@ Test(drain, fetch_of_evicted_file_uses_the_backend_path_without_waiting) {
   cr_assert(e.table->Unlink(kRoot, "c").has_value());
   cr_assert(e.table->Evict(1ull << 30) == ckpt::cache::Tier::Relief::kFreed);
   for (auto [ino, want] : {std::pair<uint64_t, std::string>{a, "bytes of a"}, {c, "bytes of c"}}) {
-    std::atomic<bool> done{false};
-    ckpt::Result<int> fd = std::unexpected(EINTR);
-    std::thread t([&] {
-      fd = e.table->Open(ino, O_RDONLY);
-      done = true;
-    });
-    for (int i = 0; i < 500 && !done; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (!done) {
-      e.table->Shutdown();  // unblock it, then fail
-      t.join();
-      cr_assert_fail("open of an evicted file waited for the pending log");
-    }
-    t.join();
-    cr_assert(fd.has_value(), "fetch: errno %d", fd ? 0 : fd.error());
-    std::string back(want.size(), '\0');
-    cr_assert_eq(pread(*fd, back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
-    cr_assert_eq(back, want);
-    e.table->Release(ino, O_RDONLY);
+    ExpectFetchedAtOnce(e, ino, want);
   }
   // Once the drain applies the renames, later fetches follow them.
   d.Start();
@@ -794,24 +804,7 @@ Test(drain, fetch_of_untracked_file_does_not_wait_for_the_log) {
   cr_assert(e.table->Rename(kRoot, "a", kRoot, "a2", 0).has_value());  // b's bytes: "a" in the backend
   cr_assert(e.table->Evict(1ull << 30) == ckpt::cache::Tier::Relief::kFreed);
   for (auto [ino, want] : {std::pair<uint64_t, std::string>{a, "bytes of a"}, {b, "bytes of b"}}) {
-    std::atomic<bool> done{false};
-    ckpt::Result<int> fd = std::unexpected(EINTR);
-    std::thread t([&] {
-      fd = e.table->Open(ino, O_RDONLY);
-      done = true;
-    });
-    for (int i = 0; i < 500 && !done; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (!done) {
-      e.table->Shutdown();  // unblock it, then fail
-      t.join();
-      cr_assert_fail("open of an evicted file (%s) waited for the pending log", want.c_str());
-    }
-    t.join();
-    cr_assert(fd.has_value(), "fetch: errno %d", fd ? 0 : fd.error());
-    std::string back(want.size(), '\0');
-    cr_assert_eq(pread(*fd, back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
-    cr_assert_eq(back, want);
-    e.table->Release(ino, O_RDONLY);
+    ExpectFetchedAtOnce(e, ino, want);
   }
   // Once the drain applies the renames, later fetches follow them.
   d.Start();
