@@ -24,7 +24,7 @@ BUILD    ?= build$(if $(SAN),-$(SAN))
 # spdlog's cflags select its compiled library (SPDLOG_COMPILED_LIB): without
 # it every file that logs compiled spdlog itself, about 6 s of CPU each.
 comma    := ,
-PKGS     := fuse3 liburing rocksdb spdlog libmicrohttpd
+PKGS     := fuse3 liburing rocksdb spdlog libmicrohttpd mount
 
 # The sanitizer builds compile at -O1 with line tables only (-g1): reports
 # keep functions, files and lines, and the TSan build takes about 55% of the
@@ -48,7 +48,7 @@ CXXFLAGS += $(SAN_FLAGS) -fno-omit-frame-pointer
 LDFLAGS  += $(SAN_FLAGS)
 endif
 
-LIB_SRCS := $(wildcard common/*.cc fs/meta/*.cc fs/*.cc cache/*.cc backend/*.cc gpu/*.cc)
+LIB_SRCS := $(wildcard common/*.cc fs/*.cc fs/*/*.cc cache/*.cc backend/*.cc gpu/*.cc)
 LIB_OBJS := $(LIB_SRCS:%.cc=$(BUILD)/obj/%.o)
 CLI_SRCS := $(wildcard cli/*.cc)
 MAIN_OBJ := $(CLI_SRCS:%.cc=$(BUILD)/obj/%.o)

@@ -198,10 +198,10 @@ class Backend {
   // `dir` (ENOENT: no such directory; ENOTDIR: not one).
   [[nodiscard]] virtual Result<std::vector<Entry>> ListDir(const std::string& dir) = 0;
   // Up to how many entries one ListDir costs less than a few Stats: a
-  // lookup miss in a directory that small lists it (fs/shared.cc).
+  // lookup miss in a directory that small lists it (fs/core/shared.cc).
   virtual size_t ListCheaperUpTo() const { return 1000; }
 
-  // Cluster records (fs/cluster.h; docs/consistency.md "Cross-node
+  // Cluster records (fs/cluster/cluster.h; docs/consistency.md "Cross-node
   // ordering"): small documents in the reserved area kClusterDir, which no
   // other method lists, stats or writes, so nothing written through a mount
   // can forge one. `dir` and `name` are single components: not empty, no

@@ -1,15 +1,8 @@
-// s3_backend.cc — the S3 Backend: requests, retries, staging, copies,
-// listing. See s3_backend.h for the layout and the staging design.
+// s3_backend.cc — the S3 Backend: keys, staging, copies, listing, over
+// s3::Client. See s3_backend.h for the layout and the staging design.
 //
-// Requests: one curl easy handle per request, taken from a pool so that
-// connections are reused (curl_easy_reset keeps them), signed by libcurl
-// (CURLOPT_AWS_SIGV4). libcurl 7.88 signs the query string as given and
-// the payload as the SHA-256 of CURLOPT_POSTFIELDS (of "" without), and
-// does not send x-amz-content-sha256, which S3 requires; so every query is
-// built sorted and encoded (Query()), every body is sent from memory as
-// POSTFIELDS with the method in CURLOPT_CUSTOMREQUEST, and the same hash is
-// sent in x-amz-content-sha256 (newer libcurls take it from there). Bodies
-// are therefore signed, at the cost of hashing each part (SHA-256, ~1-2 GB/s).
+// Requests: s3::Client (backend/s3_client.h) signs, sends, retries and
+// classifies each one.
 //
 // Parallelism: Stage reads parts in order on the caller's thread (so the
 // checksum of backend/checksum.h is computed in order; holes of the source
@@ -79,23 +72,6 @@ namespace ckpt::backend {
 
 namespace s3 {
 
-std::string UriEncode(std::string_view s, bool keep_slash) {
-  std::string r;
-  r.reserve(s.size() + s.size() / 4);
-  for (unsigned char c : s) {
-    bool plain = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
-                 c == '_' || c == '~' || (keep_slash && c == '/');
-    if (plain) {
-      r.push_back(static_cast<char>(c));
-    } else {
-      r.push_back('%');
-      r.push_back(kHexUpper[c >> 4]);
-      r.push_back(kHexUpper[c & 15]);
-    }
-  }
-  return r;
-}
-
 namespace {
 // Whether every '/'-separated component of `p` is non-empty and not "." or "..".
 bool CleanComponents(std::string_view p) {
@@ -141,137 +117,21 @@ std::optional<std::string> RelPath(std::string_view prefix, std::string_view key
   return std::string(rel);
 }
 
-Verdict ClassifyCurl(int curl_code) {
-  switch (static_cast<CURLcode>(curl_code)) {
-    case CURLE_OK: return {false, 0};
-    case CURLE_COULDNT_RESOLVE_PROXY:
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_PARTIAL_FILE:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-    case CURLE_HTTP3:
-    case CURLE_QUIC_CONNECT_ERROR:
-    case CURLE_WEIRD_SERVER_REPLY:
-    case CURLE_AGAIN: return {true, EIO};
-    case CURLE_ABORTED_BY_CALLBACK: return {false, ECANCELED};
-    case CURLE_OUT_OF_MEMORY: return {false, ENOMEM};
-    default: return {false, EIO};
-  }
-}
-
-namespace {
-
-// What an S3 error code means here, whatever the HTTP status it came with
-// (S3 sends several transient errors as 400). From the Amazon S3 API
-// Reference, "Error responses" (its list of error codes), plus the
-// throttling codes that other AWS services and S3-compatible stores send.
-// `retry`: the same request may succeed if sent again after a backoff;
-// `err`: the errno when it is not (or no longer) retried. The drainer
-// retries every errno but the permanent ones (backend.h): EIO, EACCES and
-// ENOENT are transient there, ENAMETOOLONG, EFBIG and EINVAL are not.
-struct CodeRule {
-  std::string_view code;
-  bool retry;
-  int err;
-};
-constexpr CodeRule kCodeRules[] = {
-    // The store, the network or the clock: the same request can succeed.
-    {"InternalError", true, EIO},
-    {"ServiceUnavailable", true, EIO},
-    {"SlowDown", true, EIO},
-    {"OperationAborted", true, EIO},  // a conflicting operation on the key is under way
-    {"RequestTimeout", true, EIO},    // the connection sat idle too long
-    {"IncompleteBody", true, EIO},    // fewer bytes arrived than Content-Length
-    {"BadDigest", true, EIO},         // the body was corrupted in flight: send it again
-    {"XAmzContentSHA256Mismatch", true, EIO},
-    {"ExpiredToken", true, EIO},          // the session token expired (renewed keys need a remount: docs/s3.md)
-    {"TokenRefreshRequired", true, EIO},  // likewise
-    {"RequestTimeTooSkewed", true, EIO},  // this host's clock is 15 min or more off (Perform warns)
-    {"Throttling", true, EIO},
-    {"ThrottlingException", true, EIO},
-    {"RequestLimitExceeded", true, EIO},
-    {"TooManyRequests", true, EIO},
-    // A multipart completion whose part list the store refuses: the same
-    // list fails the same way, so it is not sent again; EIO (transient),
-    // so the upload is aborted and the drainer's retry of the entry stages
-    // or copies again with a new upload, which can succeed.
-    {"InvalidPart", false, EIO},
-    {"InvalidPartOrder", false, EIO},
-    // The upload is gone: an abort is then done (AbortUpload); a
-    // completion checks whether an earlier attempt completed it, and is
-    // EIO otherwise (CompleteUpload); a part upload fails its Stage with
-    // ENOENT, transient, and the retry stages again.
-    {"NoSuchUpload", false, ENOENT},
-    // Refusals: sending again cannot help.
-    {"AccessDenied", false, EACCES},
-    {"AccountProblem", false, EACCES},
-    {"AllAccessDisabled", false, EACCES},
-    {"InvalidAccessKeyId", false, EACCES},
-    {"InvalidSecurity", false, EACCES},
-    {"InvalidToken", false, EACCES},
-    {"NotSignedUp", false, EACCES},
-    {"SignatureDoesNotMatch", false, EACCES},
-    {"NoSuchBucket", false, ENOENT},
-    {"NoSuchKey", false, ENOENT},
-    {"KeyTooLongError", false, ENAMETOOLONG},
-    {"EntityTooLarge", false, EFBIG},
-    {"EntityTooSmall", false, EINVAL},
-    {"InvalidObjectName", false, EINVAL},  // Ceph RGW's
-    {"InvalidArgument", false, EINVAL},
-    {"InvalidRequest", false, EINVAL},
-    {"InvalidRange", false, EINVAL},
-    {"InvalidDigest", false, EINVAL},
-    {"MalformedXML", false, EINVAL},
-    {"MetadataTooLarge", false, EINVAL},
-    {"NotImplemented", false, ENOTSUP},
-    {"MethodNotAllowed", false, ENOTSUP},
-};
-
-}  // namespace
-
-Verdict ClassifyHttp(long status, std::string_view code) {
-  if (status >= 200 && status < 300 && code.empty()) return {false, 0};
-  for (const auto& r : kCodeRules)
-    if (r.code == code) return {r.retry, r.err};
-  // A code not in the table (or none: a HEAD has no body): the status.
-  if (status == 429 || status == 408 || (status >= 500 && status != 501)) return {true, EIO};
-  switch (status) {
-    case 400:
-    case 416: return {false, EINVAL};
-    case 403: return {false, EACCES};
-    case 404: return {false, ENOENT};
-    case 405:
-    case 501: return {false, ENOTSUP};
-    default: return {false, EIO};
-  }
-}
-
-uint64_t BackoffMs(int attempt, uint64_t base_ms, uint64_t cap_ms, double unit) {
-  uint64_t ceiling = base_ms;
-  for (int i = 1; i < attempt && ceiling < cap_ms; i++) ceiling *= 2;
-  ceiling = std::min(ceiling, cap_ms);
-  return static_cast<uint64_t>(static_cast<double>(ceiling) * std::clamp(unit, 0.0, 1.0));
-}
-
 }  // namespace s3
 
 namespace {
 
-using s3::Verdict;
+using s3::Request;
+using s3::Response;
+using s3::RunParallel;
+using s3::Query;
+using s3::Md5Base64;
 
 constexpr uint64_t kMinPartSize = 5ull << 20;  // S3's smallest part (but the last)
 constexpr uint64_t kMaxParts = 10000;
 constexpr uint64_t kFetchRange = 8ull << 20;
 constexpr uint64_t kReadChunk = 4ull << 20;
-constexpr uint64_t kBackoffCapMs = 5000;
 constexpr size_t kDeleteBatch = 1000;
-constexpr char kEmptySha256[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 // The checksum of backend/checksum.h ("xxh128s"); objects of older daemons
 // carry x-amz-meta-ckptfs-xxh128 (dense XXH3-128), which is never compared.
 constexpr char kMetaChecksum[] = "x-amz-meta-ckptfs-xxh128s";
@@ -281,93 +141,6 @@ constexpr char kMetaSymlink[] = "x-amz-meta-ckptfs-symlink";
 // An exchange's temporary name and its journal (Rename): "xchg-" and a
 // hash of the two keys, in the staging area.
 constexpr char kExchangePrefix[] = "xchg-";
-
-std::string Sha256Hex(std::string_view data) {
-  if (data.empty()) return kEmptySha256;
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
-  return HexLower(md, len);
-}
-
-std::string Md5Base64(std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md, &len, EVP_md5(), nullptr);
-  unsigned char out[64];
-  int n = EVP_EncodeBlock(out, md, static_cast<int>(len));
-  return std::string(reinterpret_cast<char*>(out), static_cast<size_t>(n));
-}
-
-// Parameters sorted by name, names and values encoded: the canonical query
-// string of SigV4, which libcurl 7.88 signs as given.
-std::string Query(std::vector<std::pair<std::string, std::string>> params) {
-  for (auto& [k, v] : params) k = s3::UriEncode(k, false), v = s3::UriEncode(v, false);
-  std::sort(params.begin(), params.end());
-  std::string q;
-  for (const auto& [k, v] : params) {
-    if (!q.empty()) q.push_back('&');
-    q += k + "=" + v;
-  }
-  return q;
-}
-
-// Runs fn(0..n-1) on up to `parallel` threads (the caller's included);
-// stops handing out indices after the first error and returns it.
-int RunParallel(size_t n, int parallel, const std::function<int(size_t)>& fn) {
-  if (n == 0) return 0;
-  std::atomic<size_t> next{0};
-  std::atomic<int> err{0};
-  auto worker = [&] {
-    for (;;) {
-      if (err.load()) return;
-      size_t i = next.fetch_add(1);
-      if (i >= n) return;
-      if (int e = fn(i)) {
-        int zero = 0;
-        err.compare_exchange_strong(zero, e);
-      }
-    }
-  };
-  size_t nthreads = std::min<size_t>(n, static_cast<size_t>(std::max(1, parallel)));
-  std::vector<std::thread> threads;
-  try {
-    for (size_t i = 1; i < nthreads; i++) threads.emplace_back(worker);
-  } catch (const std::system_error&) {
-    // Fewer threads than asked: the ones we have do the work.
-  }
-  worker();
-  for (auto& t : threads) t.join();
-  return err.load();
-}
-
-// One HTTP request, as the backend describes it.
-struct Request {
-  const char* method = "GET";
-  std::string key;    // object key (prefix included); empty: the bucket
-  std::string query;  // from Query()
-  std::vector<std::string> headers;
-  std::string_view body;                         // PUT/POST payload
-  bool error_in_200 = false;                     // a 200 reply may still carry <Error> (copy, complete)
-  std::vector<long> quiet;                       // final statuses that are expected: no error line
-  bool quiet_all = false;                        // no error line whatever happens (the caller reports)
-  std::function<int(const char*, size_t)> sink;  // 2xx body bytes go here (0 or an errno)
-  std::function<void()> on_retry;                // resets what the sink wrote
-  const std::function<bool()>* cancelled = nullptr;
-};
-
-struct Response {
-  long status = 0;
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
-  std::string error_code, error_message;
-
-  std::string Header(std::string_view name) const {
-    for (const auto& [k, v] : headers)
-      if (k == name) return v;
-    return {};
-  }
-};
 
 // What a HEAD says about an object.
 struct ObjectInfo {
@@ -385,82 +158,6 @@ struct ObjectInfo {
   std::vector<std::string> meta;  // "x-amz-meta-...: value" lines, to copy them
 };
 
-// Owns idle curl handles; connections stay with them between requests.
-class EasyPool {
- public:
-  ~EasyPool() {
-    for (CURL* h : free_) curl_easy_cleanup(h);
-  }
-  CURL* Acquire() {
-    {
-      MutexLock lock(&mu_);
-      if (!free_.empty()) {
-        CURL* h = free_.back();
-        free_.pop_back();
-        return h;
-      }
-    }
-    return curl_easy_init();
-  }
-  void Release(CURL* h) {
-    MutexLock lock(&mu_);
-    free_.push_back(h);
-  }
-
- private:
-  Mutex mu_;  // a leaf
-  std::vector<CURL*> free_ GUARDED_BY(mu_);
-};
-
-struct CallState {
-  const Request* req;
-  Response* resp;
-  CURL* h;
-  int sink_err = 0;
-};
-
-size_t OnBody(char* data, size_t size, size_t nmemb, void* user) {
-  auto* st = static_cast<CallState*>(user);
-  size_t n = size * nmemb;
-  long status = 0;
-  curl_easy_getinfo(st->h, CURLINFO_RESPONSE_CODE, &status);
-  if (st->req->sink && status >= 200 && status < 300) {
-    if (int e = st->req->sink(data, n)) {
-      st->sink_err = e;
-      return 0;  // CURLE_WRITE_ERROR
-    }
-    return n;
-  }
-  if (st->resp->body.size() + n > (64u << 20)) return 0;  // no reply of ours is that large
-  st->resp->body.append(data, n);
-  return n;
-}
-
-size_t OnHeader(char* data, size_t size, size_t nmemb, void* user) {
-  auto* st = static_cast<CallState*>(user);
-  size_t n = size * nmemb;
-  std::string_view line(data, n);
-  if (line.starts_with("HTTP/")) {
-    st->resp->headers.clear();  // a new response (after 100 Continue)
-    return n;
-  }
-  size_t colon = line.find(':');
-  if (colon == std::string_view::npos) return n;
-  std::string name(line.substr(0, colon));
-  for (char& c : name)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  std::string_view v = line.substr(colon + 1);
-  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-  while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
-  st->resp->headers.emplace_back(std::move(name), std::string(v));
-  return n;
-}
-
-int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  auto* st = static_cast<CallState*>(user);
-  return st->req->cancelled && *st->req->cancelled && (*st->req->cancelled)() ? 1 : 0;
-}
-
 class S3Backend final : public Backend {
  public:
   explicit S3Backend(const S3Config& cfg)
@@ -468,8 +165,8 @@ class S3Backend final : public Backend {
         root_(cfg.prefix.empty() ? std::string() : cfg.prefix + "/"),
         tmp_root_(root_ + kTmpDir + "/"),
         stage_root_(tmp_root_ + (cfg.owner.empty() ? std::string() : cfg.owner + "/")),
-        sigv4_("aws:amz:" + cfg.region + ":s3"),
-        nonce_(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32)) {
+        nonce_(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32)),
+        http_(cfg_) {
     cfg_.parallel = std::max(1, cfg_.parallel);
     cfg_.max_attempts = std::max(1, cfg_.max_attempts);
     cfg_.list_max_keys = std::clamp(cfg_.list_max_keys, 1, 1000);
@@ -488,7 +185,7 @@ class S3Backend final : public Backend {
     Request list;
     list.query = Query({{"list-type", "2"}, {"max-keys", "1"}, {"prefix", root_}});
     list.quiet = {403, 404};
-    if (auto st = Perform(list, "check: list", &r); !st) {
+    if (auto st = http_.Perform(list, "check: list", &r); !st) {
       if (st.error() == EACCES)
         LOG_ERROR(
             "s3 backend: s3://{}: access denied (HTTP {} {}): check the credentials (AWS_ACCESS_KEY_ID, "
@@ -506,7 +203,7 @@ class S3Backend final : public Backend {
     Request put;
     put.method = "PUT";
     put.key = probe;
-    if (auto st = Perform(put, "check: write probe", &r); !st) return st;
+    if (auto st = http_.Perform(put, "check: write probe", &r); !st) return st;
     if (auto st = Delete(probe); !st) return st;
 
     // Leftovers of daemons that are gone (the file comment says how they
@@ -584,7 +281,7 @@ class S3Backend final : public Backend {
       put.body = *buf;
       put.headers.push_back("Content-Type: application/octet-stream");
       Response r;
-      if (auto st = Perform(put, "publish: put", &r); !st) return st;
+      if (auto st = http_.Perform(put, "publish: put", &r); !st) return st;
       MutexLock lock(&mu_);
       small_.erase(s.token);
       return {};
@@ -630,7 +327,7 @@ class S3Backend final : public Backend {
     put.headers = {std::string(kMetaMode) + ": " + ModeStr(mode ? mode : 0755),
                    std::string(kMetaMtime) + ": " + MtimeStr(ns / 1000000000, static_cast<uint32_t>(ns % 1000000000))};
     Response r;
-    return Perform(put, "mkdir: put marker", &r);
+    return http_.Perform(put, "mkdir: put marker", &r);
   }
 
   Status Rmdir(const std::string& path) override {
@@ -718,7 +415,7 @@ class S3Backend final : public Backend {
     put.key = *key;
     put.headers = {std::string(kMetaSymlink) + ": " + s3::UriEncode(target, true), std::string(kMetaMode) + ": 777"};
     Response r;
-    return Perform(put, "symlink: put", &r);
+    return http_.Perform(put, "symlink: put", &r);
   }
 
   Status Link(const std::string& from, const std::string& to) override {
@@ -766,7 +463,7 @@ class S3Backend final : public Backend {
       };
       get.on_retry = [&] { done = 0; };
       Response r;
-      if (auto st = Perform(get, "fetch: get range", &r); !st) return st.error();
+      if (auto st = http_.Perform(get, "fetch: get range", &r); !st) return st.error();
       if (done != len) {
         LOG_ERROR("s3 backend: fetch s3://{}/{}: range at {} returned {} bytes, {} expected (HTTP {})", cfg_.bucket,
                   *key, off, done, len, r.status);
@@ -964,7 +661,7 @@ class S3Backend final : public Backend {
     put.body = bytes;
     put.headers.push_back("Content-Type: application/json");
     Response r;
-    return Perform(put, "put record", &r);
+    return http_.Perform(put, "put record", &r);
   }
 
   Result<std::vector<std::pair<std::string, std::string>>> ListRecords(const std::string& dir) override {
@@ -991,7 +688,7 @@ class S3Backend final : public Backend {
       };
       get.on_retry = [&] { body.clear(); };
       Response r;
-      if (auto st = Perform(get, "get record", &r); !st) {
+      if (auto st = http_.Perform(get, "get record", &r); !st) {
         if (st.error() == ENOENT || st.error() == EFBIG) continue;  // deleted meanwhile, or grew past the cap
         return Err(st.error());
       }
@@ -1000,144 +697,7 @@ class S3Backend final : public Backend {
     return out;
   }
 
-  // Sends one request, retrying transient failures. On failure *out holds
-  // the last attempt's status and error code, and one line is logged
-  // (unless the status is in req.quiet).
-  Status Perform(const Request& req, std::string_view what, Response* out) {
-    std::string url = Url(req.key, req.query);
-    std::string sha = Sha256Hex(req.body);
-    Verdict v;
-    std::string reason;
-    bool skew_logged = false;
-    for (int attempt = 1;; attempt++) {
-      if (attempt > 1) {
-        if (!Sleep(s3::BackoffMs(attempt - 1, static_cast<uint64_t>(cfg_.retry_base_ms), kBackoffCapMs, Unit()),
-                   req.cancelled))
-          return Err(ECANCELED);
-        if (req.on_retry) req.on_retry();
-      }
-      *out = Response{};
-      CURL* h = pool_.Acquire();
-      if (!h) return Fail(ENOMEM, "curl handle for", req.key);
-      CallState st{&req, out, h};
-      curl_slist* hdrs = nullptr;
-      hdrs = curl_slist_append(hdrs, ("x-amz-content-sha256: " + sha).c_str());
-      if (!cfg_.session_token.empty())
-        hdrs = curl_slist_append(hdrs, ("x-amz-security-token: " + cfg_.session_token).c_str());
-      hdrs = curl_slist_append(hdrs, "Expect:");
-      for (const auto& x : req.headers) hdrs = curl_slist_append(hdrs, x.c_str());
-
-      curl_easy_reset(h);
-      curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-      curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
-      curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-      curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4_.c_str());
-      curl_easy_setopt(h, CURLOPT_USERNAME, cfg_.access_key.c_str());
-      curl_easy_setopt(h, CURLOPT_PASSWORD, cfg_.secret_key.c_str());
-      curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-      curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-      curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);  // stalled for a minute: a timeout
-      curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
-      curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, OnBody);
-      curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
-      curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, OnHeader);
-      curl_easy_setopt(h, CURLOPT_HEADERDATA, &st);
-      if (req.cancelled) {
-        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, OnProgress);
-        curl_easy_setopt(h, CURLOPT_XFERINFODATA, &st);
-      }
-      std::string_view m = req.method;
-      if (m == "HEAD") {
-        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-      } else if (m == "PUT" || m == "POST") {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.body.empty() ? "" : req.body.data());
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method);
-      } else if (m != "GET") {
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method);
-      }
-      CURLcode rc = curl_easy_perform(h);
-      curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
-      curl_slist_free_all(hdrs);
-      // Forget the credentials in the idle handle.
-      curl_easy_setopt(h, CURLOPT_USERNAME, "");
-      curl_easy_setopt(h, CURLOPT_PASSWORD, "");
-      pool_.Release(h);
-
-      if (rc == CURLE_WRITE_ERROR && st.sink_err) {
-        LOG_ERROR("s3 backend: {} s3://{}/{}: writing the reply: {}", what, cfg_.bucket, req.key, ErrStr(st.sink_err));
-        return Err(st.sink_err);
-      }
-      if (rc != CURLE_OK) {
-        v = s3::ClassifyCurl(rc);
-        reason = curl_easy_strerror(rc);
-      } else {
-        bool failed = out->status < 200 || out->status >= 300;
-        if (failed || (req.error_in_200 && out->status == 200)) {
-          if (auto e = s3::ParseError(out->body)) {
-            out->error_code = e->code;
-            out->error_message = e->message;
-            failed = true;
-            if (out->status == 200) out->status = 500;  // failed after the headers were sent
-          }
-        }
-        if (!failed) return {};
-        v = s3::ClassifyHttp(out->status, out->error_code);
-        if (out->error_code == "RequestTimeTooSkewed" && !skew_logged) {
-          skew_logged = true;  // once per request: the final failure has its own line
-          LOG_WARN("s3 backend: {} s3://{}/{}: the store says this host's clock is 15 minutes or more off "
-                   "(RequestTimeTooSkewed); retrying, but the clock needs fixing (NTP)",
-                   what, cfg_.bucket, req.key);
-        }
-        reason = "HTTP " + std::to_string(out->status) + (out->error_code.empty() ? "" : " " + out->error_code);
-      }
-      if (v.err == ECANCELED) return Err(ECANCELED);
-      if (!v.retry || attempt >= cfg_.max_attempts) {
-        bool quiet =
-            req.quiet_all || std::find(req.quiet.begin(), req.quiet.end(), out->status) != req.quiet.end();
-        if (quiet) LOG_DEBUG("s3 backend: {} s3://{}/{}: {}", what, cfg_.bucket, req.key, reason);
-        else
-          LOG_ERROR("s3 backend: {} s3://{}/{}: {}{}{}{}", what, cfg_.bucket, req.key, reason,
-                    out->error_message.empty() ? "" : ": ", out->error_message,
-                    v.retry ? " (after " + std::to_string(attempt) + " attempts)" : "");
-        return Err(v.retry ? EIO : v.err);
-      }
-      LOG_DEBUG("s3 backend: {} s3://{}/{}: {}; retry {}", what, cfg_.bucket, req.key, reason, attempt);
-    }
-  }
-
  private:
-  std::string Url(const std::string& key, const std::string& query) const {
-    std::string u;
-    if (cfg_.path_style) {
-      u = cfg_.endpoint + "/" + cfg_.bucket;
-      if (!key.empty()) u += "/" + s3::UriEncode(key, true);
-    } else {
-      size_t sep = cfg_.endpoint.find("://");
-      u = cfg_.endpoint.substr(0, sep + 3) + cfg_.bucket + "." + cfg_.endpoint.substr(sep + 3) + "/" +
-          s3::UriEncode(key, true);
-    }
-    if (!query.empty()) u += "?" + query;
-    return u;
-  }
-
-  static double Unit() {
-    thread_local std::mt19937_64 rng(std::random_device{}());
-    return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-  }
-
-  // Sleeps `ms`, polling `cancelled`; false when cancelled.
-  static bool Sleep(uint64_t ms, const std::function<bool()>* cancelled) {
-    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    while (std::chrono::steady_clock::now() < until) {
-      if (cancelled && *cancelled && (*cancelled)()) return false;
-      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
-          std::chrono::milliseconds(20), until - std::chrono::steady_clock::now()));
-    }
-    return true;
-  }
-
   std::unexpected<int> Fail(int e, std::string_view what, std::string_view key) const {
     LOG_ERROR("s3 backend: {} s3://{}/{}: {}", what, cfg_.bucket, key, ErrStr(e));
     return Err(e);
@@ -1235,7 +795,7 @@ class S3Backend final : public Backend {
     req.quiet_all = quiet_all;
     if (quiet_404) req.quiet = {404};
     Response r;
-    if (auto st = Perform(req, what, &r); !st) return Err(st.error());
+    if (auto st = http_.Perform(req, what, &r); !st) return Err(st.error());
     return InfoFrom(r);
   }
 
@@ -1316,7 +876,7 @@ class S3Backend final : public Backend {
     Request req;
     req.query = Query({{"list-type", "2"}, {"max-keys", "1"}, {"prefix", key + "/"}});
     Response r;
-    if (auto st = Perform(req, "exists: list", &r); !st) return Err(st.error());
+    if (auto st = http_.Perform(req, "exists: list", &r); !st) return Err(st.error());
     auto page = s3::ParseListObjectsV2(r.body);
     if (!page) return BadReply("exists: list", key, r);
     return !page->objects.empty();
@@ -1328,7 +888,7 @@ class S3Backend final : public Backend {
     req.key = key;
     req.quiet = {404};
     Response r;
-    auto st = Perform(req, "delete", &r);
+    auto st = http_.Perform(req, "delete", &r);
     if (!st && st.error() == ENOENT) return {};  // some stores answer 404 for a missing key
     return st;
   }
@@ -1359,7 +919,7 @@ class S3Backend final : public Backend {
       req.query = Query(params);
       req.quiet_all = quiet_all;
       Response r;
-      if (auto st = Perform(req, "list", &r); !st) return NoBucketIsEio(st.error(), r);
+      if (auto st = http_.Perform(req, "list", &r); !st) return NoBucketIsEio(st.error(), r);
       auto page = s3::ParseListObjectsV2(r.body);
       if (!page) return BadReply("list", key_prefix, r);
       if (auto st = fn(*page); !st) return st;
@@ -1380,7 +940,7 @@ class S3Backend final : public Backend {
       req.body = body;
       req.headers = {"Content-MD5: " + Md5Base64(body), "Content-Type: application/xml"};
       Response r;
-      if (auto st = Perform(req, "delete objects", &r); !st) return st;
+      if (auto st = http_.Perform(req, "delete objects", &r); !st) return st;
       auto failed = s3::ParseDeleteResult(r.body);
       if (!failed) return BadReply("delete objects", batch.front(), r);
       for (const auto& f : *failed) {
@@ -1403,7 +963,7 @@ class S3Backend final : public Backend {
       req.query = Query(params);
       req.quiet = {501};
       Response r;
-      if (auto st = Perform(req, "check: list uploads", &r); !st) {
+      if (auto st = http_.Perform(req, "check: list uploads", &r); !st) {
         if (st.error() == ENOTSUP) {
           LOG_INFO("s3 backend: {} cannot list multipart uploads; leftover uploads are not cleaned", cfg_.endpoint);
           return {};
@@ -1433,7 +993,7 @@ class S3Backend final : public Backend {
     req.query = Query({{"uploadId", upload_id}});
     req.quiet = {404, 405, 501};
     Response r;
-    auto st = Perform(req, "abort multipart upload", &r);
+    auto st = http_.Perform(req, "abort multipart upload", &r);
     if (!st && st.error() == ENOENT) return {};
     if (!st && st.error() == ENOTSUP) {
       // s3rver, for one: the parts stay until the store expires them.
@@ -1472,7 +1032,7 @@ class S3Backend final : public Backend {
     req.headers = headers;
     req.headers.push_back("Content-Type: application/octet-stream");
     Response r;
-    if (auto st = Perform(req, "create multipart upload", &r); !st) return Err(st.error());
+    if (auto st = http_.Perform(req, "create multipart upload", &r); !st) return Err(st.error());
     auto id = s3::ParseInitiateMultipartUpload(r.body);
     if (!id) return BadReply("create multipart upload", key, r);
     return id;
@@ -1490,7 +1050,7 @@ class S3Backend final : public Backend {
     req.error_in_200 = true;
     req.quiet = {404};
     Response r;
-    auto st = Perform(req, "complete multipart upload", &r);
+    auto st = http_.Perform(req, "complete multipart upload", &r);
     if (!st && st.error() == ENOENT && r.error_code == "NoSuchUpload") {
       // A retry after a completion whose reply was lost: check the object.
       auto info = Head(key, "complete multipart upload: head");
@@ -1569,7 +1129,7 @@ class S3Backend final : public Backend {
         put.cancelled = &cancelled;
         Response r;
         int e = 0;
-        if (auto st = Perform(put, "stage: upload part", &r); !st) e = st.error();
+        if (auto st = http_.Perform(put, "stage: upload part", &r); !st) e = st.error();
         else if ((etags[job.first] = r.Header("etag")).empty()) e = EIO;
         // The crash harness's "half staged": a part is in the store, the
         // upload is not complete.
@@ -1679,7 +1239,7 @@ class S3Backend final : public Backend {
     if (meta) put.headers.insert(put.headers.end(), meta->begin(), meta->end());
     put.error_in_200 = true;
     Response r;
-    if (auto st = Perform(put, "copy from " + src + " to", &r); !st) return st;
+    if (auto st = http_.Perform(put, "copy from " + src + " to", &r); !st) return st;
     if (auto etag = s3::ParseETagResult(r.body); !etag) return BadReply("copy to", dst, r);
     return {};
   }
@@ -1707,7 +1267,7 @@ class S3Backend final : public Backend {
         put.headers = {"x-amz-copy-source: " + source, "x-amz-copy-source-range: " + range};
         put.error_in_200 = true;
         put.quiet = {501};
-        if (auto st = Perform(put, "copy part", &r); !st) return st.error();
+        if (auto st = http_.Perform(put, "copy part", &r); !st) return st.error();
         auto etag = s3::ParseETagResult(r.body);
         if (!etag) return BadReply("copy part", dst, r).error();
         etags[i] = *etag;
@@ -1722,14 +1282,14 @@ class S3Backend final : public Backend {
         return 0;
       };
       get.on_retry = [&] { data.clear(); };
-      if (auto st = Perform(get, "copy: get range", &r); !st) return st.error();
+      if (auto st = http_.Perform(get, "copy: get range", &r); !st) return st.error();
       if (data.size() != len) return BadReply("copy: get range", src, r).error();
       Request put;
       put.method = "PUT";
       put.key = dst;
       put.query = q;
       put.body = data;
-      if (auto st = Perform(put, "copy: upload part", &r); !st) return st.error();
+      if (auto st = http_.Perform(put, "copy: upload part", &r); !st) return st.error();
       etags[i] = r.Header("etag");
       return etags[i].empty() ? EIO : 0;
     });
@@ -1792,7 +1352,7 @@ class S3Backend final : public Backend {
     };
     get.on_retry = [&] { body.clear(); };
     Response r;
-    if (auto st = Perform(get, "rename: exchange: read journal", &r); !st) {
+    if (auto st = http_.Perform(get, "rename: exchange: read journal", &r); !st) {
       if (st.error() == ENOENT && r.error_code != "NoSuchBucket") return 0;
       return NoBucketIsEio(st.error(), r);
     }
@@ -1807,7 +1367,7 @@ class S3Backend final : public Backend {
     put.key = j;
     put.body = body;
     Response r;
-    return Perform(put, "rename: exchange: write journal", &r);
+    return http_.Perform(put, "rename: exchange: write journal", &r);
   }
 
   // Whether `key` is an exchange's temporary, under it, or its journal:
@@ -1824,11 +1384,10 @@ class S3Backend final : public Backend {
   const std::string root_;      // "<prefix>/" or "" — every key starts with it
   const std::string tmp_root_;  // "<prefix>/.ckptfs-tmp/"
   const std::string stage_root_;  // where this backend stages: tmp_root_ + "OWNER/"
-  const std::string sigv4_;
   const uint64_t nonce_;
   std::atomic<uint64_t> counter_{0};
   std::atomic<bool> no_part_copy_{false};  // the store answered UploadPartCopy with 501
-  EasyPool pool_;
+  s3::Client http_;  // after cfg_, which it reads
   Mutex mu_;                                                                             // a leaf
   std::unordered_map<std::string, std::shared_ptr<std::string>> small_ GUARDED_BY(mu_);  // staged in memory
   std::vector<std::pair<std::string, std::string>> orphans_ GUARDED_BY(mu_);             // (key, upload id) to abort

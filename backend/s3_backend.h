@@ -33,13 +33,14 @@
 // logs errors (their caller does). A missing bucket is EIO for both (and
 // for every listing), never ENOENT.
 //
-// Every request is retried (exponential backoff with full jitter) on
+// Requests go through s3::Client (backend/s3_client.h). Every request is
+// retried (exponential backoff with full jitter) on
 // connection errors, timeouts and the transient S3 error codes (SlowDown,
 // RequestTimeout, BadDigest, ExpiredToken... whatever their HTTP status),
 // up to max_attempts, then fails with EIO; a refusal fails at once with
 // the errno its code gives (KeyTooLongError → ENAMETOOLONG, EntityTooLarge
 // → EFBIG, AccessDenied → EACCES, NoSuchKey → ENOENT...: the table in
-// s3_backend.cc). A reply without a code known there goes by its HTTP
+// s3_client.cc). A reply without a code known there goes by its HTTP
 // status: 5xx, 429 and 408 retried, 403 → EACCES, 404 → ENOENT, 400 →
 // EINVAL. Each failure is logged once with bucket, key and HTTP status;
 // credentials and signatures never reach the log.
@@ -53,6 +54,7 @@
 #include <string_view>
 
 #include "backend/backend.h"
+#include "backend/s3_client.h"
 #include "backend/s3_config.h"
 
 namespace ckpt::backend {
@@ -62,10 +64,6 @@ namespace ckpt::backend {
 [[nodiscard]] Result<std::unique_ptr<Backend>> OpenS3Backend(const S3Config& cfg);
 
 namespace s3 {
-
-// RFC 3986 percent-encoding as SigV4 wants it: everything but A-Z a-z 0-9
-// - . _ ~ is encoded, and '/' too unless `keep_slash`.
-std::string UriEncode(std::string_view s, bool keep_slash);
 
 // Whether `path` is a relative path the backend accepts: not empty, no
 // leading '/', no empty, "." or ".." component, no NUL, and not under the
@@ -81,21 +79,6 @@ bool ValidPath(std::string_view path);
 // under the prefix, is the prefix's own marker, or has an empty, "." or
 // ".." component.
 std::optional<std::string> RelPath(std::string_view prefix, std::string_view key);
-
-// What to do after one attempt of a request.
-struct Verdict {
-  bool retry = false;  // transient: try again after a backoff
-  int err = 0;         // the errno if it is not (or no longer) retried; 0 = success
-};
-// From a curl result code (CURLcode as int); CURLE_OK → success.
-Verdict ClassifyCurl(int curl_code);
-// From an HTTP status and the S3 error code of its body (may be empty):
-// by the code where s3_backend.cc's table has it, else by the status.
-Verdict ClassifyHttp(long status, std::string_view error_code);
-
-// The backoff before attempt `attempt` (1 = the first retry): a uniform
-// draw in [0, min(cap, base·2^(attempt-1))] milliseconds; `unit` in [0,1).
-uint64_t BackoffMs(int attempt, uint64_t base_ms, uint64_t cap_ms, double unit);
 
 }  // namespace s3
 }  // namespace ckpt::backend

@@ -2,6 +2,8 @@
 // chunk transfers in flight on one ring, requeued until whole.
 #include "backend/uring.h"
 
+#include "common/tsan_ring.h"
+
 #include <sys/mman.h>
 
 #include <atomic>
@@ -29,18 +31,6 @@ bool OpsSupported(io_uring* ring) {
 
 }  // namespace
 
-#if defined(__SANITIZE_THREAD__)
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
-namespace {
-char g_ring_maps;
-}  // namespace
-void RingMapped() { __tsan_acquire(&g_ring_maps); }
-void RingUnmapped() { __tsan_release(&g_ring_maps); }
-#else
-void RingMapped() {}
-void RingUnmapped() {}
-#endif
 
 Result<std::unique_ptr<Ring>> Ring::Create(unsigned depth) {
   std::unique_ptr<Ring> r(new Ring());

@@ -25,18 +25,6 @@
 
 namespace ckpt::backend {
 
-// liburing maps and unmaps a ring's queues with raw system calls, which
-// ThreadSanitizer does not intercept: it keeps the history of a ring's
-// memory after the ring is gone, and when a later ring of another thread
-// is mapped at the same address, reports that thread's first use of its
-// own queue as racing with the old owner. The kernel orders the munmap
-// before the mmap that reuses the address; every ring in the daemon (Ring
-// here, fs/fuse_uring's request rings) tells TSan so: RingMapped right after
-// io_uring_queue_init*, RingUnmapped right before io_uring_queue_exit. Both
-// compile to nothing outside a TSan build.
-void RingMapped();
-void RingUnmapped();
-
 class Ring {
  public:
   // Creates a ring with room for `depth` submissions. Errors: the errno of

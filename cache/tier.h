@@ -240,7 +240,7 @@ class Tier {
   // Wakes writers waiting for space (call after freeing space elsewhere).
   void NotifySpace();
 
-  // Memory pressure (fs/memory_watch.h): new reservations wait while the
+  // Memory pressure (fs/core/memory_watch.h): new reservations wait while the
   // tier would go past `limit` bytes, below the budget (~0: no limit).
   // Writes already reserved go on; eviction and the drain lower `used`.
   void set_pressure_limit(uint64_t limit);

@@ -12,10 +12,9 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "common/log.h"
+#include "common/mounts.h"
 
 namespace ckpt::cache {
 namespace {
@@ -23,39 +22,6 @@ namespace {
 std::string Parent(const std::string& dir) {
   size_t slash = dir.find_last_of('/');
   return slash == 0 || slash == std::string::npos ? "/" : dir.substr(0, slash);
-}
-
-// /proc/self/mountinfo writes space, tab, newline and backslash as \ooo.
-std::string Unescape(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); i++) {
-    auto oct = [&](size_t k) { return s[k] >= '0' && s[k] <= '7'; };
-    if (s[i] == '\\' && i + 3 < s.size() && oct(i + 1) && oct(i + 2) && oct(i + 3)) {
-      out.push_back(static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0')));
-      i += 3;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
-// The file system type and super options of the topmost mount at `dir`
-// (empty if none).
-std::pair<std::string, std::string> MountAt(const std::string& dir) {
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line, type, opts;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string id, parent, dev, root, point, f;
-    if (!(ls >> id >> parent >> dev >> root >> point)) continue;
-    if (Unescape(point) != dir) continue;
-    while (ls >> f && f != "-") {
-    }
-    std::string t, source, o;
-    if (ls >> t >> source >> o) type = t, opts = o;  // a later line is a mount on top
-  }
-  return {type, opts};
 }
 
 bool Empty(int dfd) {
@@ -77,9 +43,9 @@ bool IsMountPoint(const std::string& dir) {
 }
 
 bool HasHugePages(const std::string& dir) {
-  auto [type, opts] = MountAt(dir);
-  if (type != "tmpfs") return false;
-  std::string o = "," + opts + ",";
+  auto m = MountAt(dir);
+  if (!m || m->fstype != "tmpfs") return false;
+  std::string o = "," + m->fs_options + ",";
   return o.find(",huge=within_size,") != std::string::npos || o.find(",huge=always,") != std::string::npos;
 }
 
@@ -130,7 +96,7 @@ HugeTier PrepareHugeTier(const std::string& dir) {
 }
 
 bool UnmountTier(const std::string& dir) {
-  if (!IsMountPoint(dir) || MountAt(dir).first != "tmpfs") return true;
+  if (!IsMountPoint(dir) || !MountAt(dir) || MountAt(dir)->fstype != "tmpfs") return true;
   if (umount2(dir.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) == 0) return true;
   LOG_WARN("tier {}: cannot unmount its tmpfs: {}", dir, strerror(errno));
   return false;

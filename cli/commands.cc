@@ -1,6 +1,6 @@
 // commands.cc — the client commands `status`, `drain`, `umount` and `lost`:
 // they talk to a running daemon through xattrs on its mount root (the
-// status document and the lost pages of fs/status.cc), and the helpers
+// status document and the lost pages of fs/views/status.cc), and the helpers
 // every command shares (Die, Absolute, MountedType).
 //
 // Every user error is one line on stderr and a non-zero exit. Names that
@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "common/config.h"
+#include "common/mounts.h"
 #include "common/spawn.h"
 #include "common/text.h"
 #include "fs/daemon.h"
@@ -39,11 +40,8 @@ namespace stdfs = std::filesystem;
 
 // The filesystem type mounted at `path`, or "" if none.
 std::string MountedType(const std::string& path) {
-  std::ifstream in("/proc/self/mounts");
-  std::string dev, mnt, type, rest, found;
-  while (in >> dev >> mnt >> type && std::getline(in, rest))
-    if (UnescapeMountinfo(mnt) == path) found = type;
-  return found;
+  auto m = MountAt(path);
+  return m ? m->fstype : std::string();
 }
 
 void PrintJson(const Json& j) { printf("%s\n", j.dump(2, ' ', false, Json::error_handler_t::replace).c_str()); }
@@ -130,7 +128,7 @@ constexpr int kDrainedWithout = 3;
 // Waits until everything logged when it started is in the backend. Returns
 // 0 when done, kDrainedWithout when done but files failed or were lost, 1
 // on timeout, when the drain holds at a refused file, or when the mount is
-// read-only (the drain stops then, fs/drain.h: waiting would never end),
+// read-only (the drain stops then, fs/drain/drain.h: waiting would never end),
 // with a message that ends in `read_only_hint`.
 int WaitDrained(const std::string& mnt, double timeout_s, const std::string& read_only_hint) {
   const int64_t started_ms =

@@ -26,7 +26,7 @@
 #include <regex>
 
 #include "cli/commands.h"
-#include "fs/metrics.h"
+#include "fs/views/metrics.h"
 #include "common/log.h"
 #include "common/spawn.h"
 #include "common/text.h"
@@ -232,7 +232,7 @@ int CmdMount(Config cfg, const SizeArgs& sizes) {
     Die("invalid --checkpoint-regex '" + EscapeName(cfg.checkpoint_regex) + "'" +
         (cfg.checkpoint_regex.empty() ? ": empty" : std::string(": ") + e.what()));
   }
-  // Cross-node ordering (fs/cluster.h). With a checkpoint policy each node
+  // Cross-node ordering (fs/cluster/cluster.h). With a checkpoint policy each node
   // would pick its own checkpoints to persist (counted from its own
   // mount), and `latest` could name a step whose shards other nodes kept
   // in memory only: refused.

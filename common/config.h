@@ -37,16 +37,16 @@ struct Config {
   std::string fuse_opts;  // extra -o options passed to libfuse
   bool passthrough = true;  // -o passthrough=off: every handle through the daemon
   // -o io_uring=off: requests through /dev/fuse even where the kernel has
-  // FUSE over io_uring (fs/fuse_uring.h).
+  // FUSE over io_uring (fs/fuse/fuse_uring.h).
   bool io_uring = true;
   // -o reply_yield=off: ring threads hand replies over at normal priority,
   // and the scheduler may move each caller to an idle CPU
-  // (fs/reply_yield.h).
+  // (fs/fuse/reply_yield.h).
   bool reply_yield = true;
   // -o on_refusal=hold|skip: an entry the backend refuses for good holds
   // the drain until it is fixed or `ckptfs skip` (hold, the default), or
   // is marked failed at once and the drain goes on (skip: liveness before
-  // order). Reported the same way either way (fs/drain.h).
+  // order). Reported the same way either way (fs/drain/drain.h).
   bool refusal_skip = false;
   // --tier-huge on|off (-o tier_huge=): the tier directory becomes a tmpfs
   // of its own with huge pages (cache/tier_mount.h). Off by default: on the
@@ -80,10 +80,10 @@ struct Config {
   // (the mount sees only what it wrote or found at its first mount).
   uint64_t shared_ttl_s = 1;
   // --drain-yield MS: the drain starts no transfer while a save is under
-  // way (fs/save_activity.h), for at most this long in one busy stretch.
+  // way (fs/core/save_activity.h), for at most this long in one busy stretch.
   // 0: it never waits.
   uint64_t drain_yield_ms = 1000;
-  // Cross-node ordering (--cluster NAME; fs/cluster.h): "" is off. The node
+  // Cross-node ordering (--cluster NAME; fs/cluster/cluster.h): "" is off. The node
   // id defaults to the hostname and a hash of the state dir's path.
   std::string cluster;
   std::string node;

@@ -29,7 +29,7 @@
 //   meta.write            a metadata write (fs/meta/rocks_kv.cc), as when the
 //                         state dir's disk fails
 //   fuse.throw            every FUSE callback throws std::runtime_error at its
-//                         top (fs/fuse_ops.cc Guard): it must answer EIO
+//                         top (fs/fuse/fuse_ops.cc Guard): it must answer EIO
 //   fuse.nomem            ... throws std::bad_alloc: it must answer ENOMEM
 //   s3.exchange.after_first_move   an S3 Rename with exchange stops after its
 //                         first move (backend/s3_backend.cc Rename): a

@@ -1,4 +1,4 @@
-// text.cc — hex, percent-decoding and mountinfo unescaping (text.h).
+// text.cc — hex and percent-decoding (text.h).
 #include "common/text.h"
 
 namespace ckpt {
@@ -24,21 +24,6 @@ std::string PercentDecode(std::string_view s, bool plus_is_space) {
     }
   }
   return r;
-}
-
-std::string UnescapeMountinfo(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  auto oct = [&](size_t i) { return i < s.size() && s[i] >= '0' && s[i] <= '7'; };
-  for (size_t i = 0; i < s.size(); i++) {
-    if (s[i] == '\\' && oct(i + 1) && oct(i + 2) && oct(i + 3)) {
-      out.push_back(static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0')));
-      i += 3;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
 }
 
 }  // namespace ckpt

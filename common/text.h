@@ -1,5 +1,5 @@
 // text.h — the small text codecs every module shares: hex digits, percent-
-// decoding and the octal escapes of /proc/self/mounts and mountinfo.
+// decoding.
 // Pure functions, thread-safe; nothing here allocates more than its result.
 #pragma once
 
@@ -41,10 +41,5 @@ inline std::string HexHash(std::string_view s) {
 // hex digits is kept as it is. With `plus_is_space` (form encoding, and S3's
 // encoding-type=url), '+' becomes ' '.
 std::string PercentDecode(std::string_view s, bool plus_is_space);
-
-// A field of /proc/self/mounts or /proc/self/mountinfo with its octal
-// escapes ("\040" for ' ', "\134" for '\') undone; a '\' not followed by
-// three octal digits is kept as it is.
-std::string UnescapeMountinfo(std::string_view s);
 
 }  // namespace ckpt

@@ -31,8 +31,8 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/text.h"
-#include "fs/memory_watch.h"
-#include "fs/reply_yield.h"
+#include "fs/core/memory_watch.h"
+#include "fs/fuse/reply_yield.h"
 
 namespace ckpt::fs {
 namespace {
@@ -300,10 +300,10 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   // Test knob: CKPTFS_WRITE_QUEUE_BYTES=N bounds the bytes of writes queued
   // for space at N instead of 256 MiB, so a mounted case can fill the queue.
   const char* queue_bytes = getenv("CKPTFS_WRITE_QUEUE_BYTES");
-  d->space_waiter = std::make_unique<SpaceWaiter>(
-      1, queue_bytes ? std::strtoull(queue_bytes, nullptr, 10) : SpaceWaiter::kMaxQueuedBytes);
-  d->fetcher = std::make_unique<SpaceWaiter>(4);
-  d->copier = std::make_unique<SpaceWaiter>(2);
+  d->space_waiter = std::make_unique<OffloadQueue>(
+      1, queue_bytes ? std::strtoull(queue_bytes, nullptr, 10) : OffloadQueue::kMaxQueuedBytes);
+  d->fetcher = std::make_unique<OffloadQueue>(4);
+  d->copier = std::make_unique<OffloadQueue>(2);
   if (cfg.drain_yield_ms > 0) {
     // The drain starts no transfer while a save is under way, for at most
     // --drain-yield in one busy stretch; never while someone waits for it
@@ -312,7 +312,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     Daemon* dp = d.get();
     d->drainer->set_yield([dp] {
       return dp->saves.HoldDrain() && !dp->space_waiter->Busy() && !dp->tier->Tight() &&
-             !dp->table->DurabilityAwaited();
+             !dp->table->oplog().DurabilityAwaited();
     });
   }
   if (!cfg.cluster.empty()) {
@@ -326,7 +326,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     // two ticks. A directory answers in microseconds; an object store's
     // PUT and LIST cost money and tens of milliseconds.
     co.tick_ms = cfg.backend.kind == BackendUrl::Kind::kS3 ? 100 : 25;
-    d->cluster_log = TableLog(d->table.get());
+    d->cluster_log = LocalLog(&d->table->oplog());
     d->cluster_store = BackendRecords(d->backend.get(), cfg.cluster);
     d->cluster = std::make_unique<Cluster>(co, d->cluster_store.get(), d->cluster_log.get(),
                                            cfg.state_dir + "/cluster-samples");
@@ -372,8 +372,8 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
                 "/ckptfs.log)");
   }
   // Passthrough is negotiated at INIT, through libfuse's custom I/O hooks.
-  d->pt = std::make_unique<Passthrough>(se, cfg.passthrough, cfg.io_uring);
-  if (d->pt->Install()) d->table->set_backing(d->pt.get());
+  d->channel = std::make_unique<FuseChannel>(se, cfg.passthrough, cfg.io_uring);
+  if (d->channel->Install()) d->table->set_backing(d->channel.get());
   static_assert(Config::kPreallocAuto == InodeTable::kPreallocAuto, "--prealloc auto means the same to both");
   d->table->set_prealloc(cfg.prealloc);
   if (auto st = d->tier->WriteOwner(OwnerJson(cfg)); !st)
@@ -436,13 +436,15 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     d->memory_watch = std::make_unique<MemoryWatch>(d->table.get(), min_free);
     d->memory_watch->Start();
   }
-  // Passthrough writers fill the tier without the daemon: every 50 ms what
-  // they wrote is counted and clean files are evicted if the tier is over
-  // its budget (also after they closed: what they left is evictable once
-  // drained); with no file open for writing, spares are topped up.
+  // The housekeeper, every 50 ms: passthrough writers fill the tier
+  // without the daemon, so what they wrote is counted and clean files are
+  // evicted if the tier is over its budget (also after they closed: what
+  // they left is evictable once drained); every 5 s the metrics textfile;
+  // every second, if the drain applied anything, the checkpoints that
+  // became persisted go to history.csv.
   std::atomic<bool> stop_watch{false};
   d->history = std::make_unique<History>(cfg.state_dir + "/history.csv");
-  std::thread pt_watch([&] {
+  std::thread housekeeper([&] {
     uint64_t history_seen = 0;
     bool textfile_warned = false;
     for (uint64_t tick = 0; !stop_watch.load(); tick++) {
@@ -454,21 +456,19 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
             textfile_warned = true;
             LOG_WARN("metrics: cannot write {}: {}", cfg.metrics_textfile, strerror(st.error()));
           }
-        // Once a second, if the drain applied anything: checkpoints that
-        // became persisted go to history.csv.
-        if (uint64_t applied = d->table->AppliedSeq(); tick % 20 == 0 && applied != history_seen) {
+        if (uint64_t applied = d->table->oplog().AppliedSeq(); tick % 20 == 0 && applied != history_seen) {
           history_seen = applied;
           d->history->Observe(d->table->Checkpoints(d->checkpoint_pattern));
         }
       } catch (const std::exception& e) {
-        LOG_ERROR("internal error in the passthrough budget watch: {}", e.what());
+        LOG_ERROR("internal error in the housekeeper: {}", e.what());
       }
     }
   });
   // Spares (RefillSpares) are made on a thread of their own at the
   // stagers' lower priority: warming their pages is a pass over memory
   // that must never take a CPU from a trainer's step or a FUSE reply, and
-  // that must not hold up the budget watch above for as long as it runs.
+  // that must not hold up the housekeeper above for as long as it runs.
   std::thread spare_maker([&] {
     if (setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), kStagerNice) != 0)
       LOG_DEBUG("spares: cannot lower the thread's priority: {}", strerror(errno));
@@ -489,9 +489,9 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   // No request is handled from here on, from /dev/fuse or the rings; the
   // rings still carry the replies of those answered later, which the
   // stops below give up (an error to each caller).
-  d->pt->StopUringDispatch();
+  d->channel->StopUringDispatch();
   stop_watch = true;
-  pt_watch.join();
+  housekeeper.join();
   spare_maker.join();
   if (d->memory_watch) d->memory_watch->Stop();
   if (d->metrics) d->metrics->Stop();
@@ -511,7 +511,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   // can go. Freed at the end of the loop, they were written after free by
   // the replies of those stops. With a drain thread stuck in the backend
   // they stay (the process ends without freeing anything).
-  if (drain_stopped) d->pt->StopUring();
+  if (drain_stopped) d->channel->StopUring();
   if (d->cluster) {
     // Nothing pending: the others need not wait for this node any more.
     // Else its record stays live and ages into dead (its files listed lost

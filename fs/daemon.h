@@ -16,16 +16,16 @@
 #include "cache/tier.h"
 #include "cache/tier_mount.h"
 #include "common/config.h"
-#include "fs/cluster.h"
-#include "fs/drain.h"
-#include "fs/history.h"
-#include "fs/inode_table.h"
-#include "fs/memory_watch.h"
-#include "fs/metrics.h"
+#include "fs/cluster/cluster.h"
+#include "fs/drain/drain.h"
+#include "fs/views/history.h"
+#include "fs/core/inode_table.h"
+#include "fs/core/memory_watch.h"
+#include "fs/views/metrics.h"
 #include "fs/meta/meta_store.h"
-#include "fs/passthrough.h"
-#include "fs/save_activity.h"
-#include "fs/space_waiter.h"
+#include "fs/fuse/channel.h"
+#include "fs/core/save_activity.h"
+#include "fs/fuse/offload_queue.h"
 
 namespace ckpt::fs {
 
@@ -43,11 +43,11 @@ struct Daemon {
   std::unique_ptr<RecordStore> cluster_store;
   std::unique_ptr<Cluster> cluster;
   std::unique_ptr<Drainer> drainer;
-  std::unique_ptr<SpaceWaiter> space_waiter;  // writes waiting for tier space (null: they wait in place)
-  std::unique_ptr<SpaceWaiter> fetcher;       // opens that fetch an evicted file first (null: in place)
-  std::unique_ptr<SpaceWaiter> copier;        // writes that first copy a sealed version aside (null: in place)
+  std::unique_ptr<OffloadQueue> space_waiter;  // writes waiting for tier space (null: they wait in place)
+  std::unique_ptr<OffloadQueue> fetcher;       // opens that fetch an evicted file first (null: in place)
+  std::unique_ptr<OffloadQueue> copier;        // writes that first copy a sealed version aside (null: in place)
   std::unique_ptr<MemoryWatch> memory_watch;  // gives tier memory back under pressure
-  std::unique_ptr<Passthrough> pt;            // kernel passthrough to the tier files (null: not mounted yet)
+  std::unique_ptr<FuseChannel> channel;       // our side of /dev/fuse: passthrough, io_uring (null: not mounted yet)
   SaveActivity saves;                         // is a save under way? The drain yields to it (--drain-yield)
   double attr_timeout = 10.0;                 // the daemon is the only writer of its namespace
   double entry_timeout = 10.0;

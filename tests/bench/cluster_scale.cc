@@ -27,7 +27,7 @@
 
 #include "backend/s3_backend.h"
 #include "common/mutex.h"
-#include "fs/cluster.h"
+#include "fs/cluster/cluster.h"
 
 using namespace ckpt;
 

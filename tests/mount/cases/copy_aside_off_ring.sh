@@ -2,7 +2,7 @@
 # A write that must first copy a sealed version aside (the drain has not
 # published it yet) copies on a thread of its own, not on the request
 # thread that received it: the kernel may already have handed that thread
-# other requests (fs/fuse_uring.h), which would wait for the whole copy.
+# other requests (fs/fuse/fuse_uring.h), which would wait for the whole copy.
 # Measured before: a lookup of an unrelated path waited 0.8–6 s behind the
 # copy of a 2 GiB version (tests/bench/fsync_latency.py), with replies
 # yielding the CPU (the default) nearly every time.

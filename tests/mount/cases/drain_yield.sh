@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The drain yields to a save (--drain-yield, fs/save_activity.h): a file
+# The drain yields to a save (--drain-yield, fs/core/save_activity.h): a file
 # closed while another is open for writing (opened just now) does not start
 # to drain until the hold is over, and then does; `ckptfs status` says the
 # drain waits. The hold never delays what someone waits for: an fsync with

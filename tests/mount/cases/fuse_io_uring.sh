@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FUSE over io_uring (fs/fuse_uring.h): where the kernel has it, requests
+# FUSE over io_uring (fs/fuse/fuse_uring.h): where the kernel has it, requests
 # come through one ring queue per CPU and `ckptfs status` says so (the count
 # grows with the requests); every kind of request works there — create,
 # write, read, rename, readdir, xattrs, fsync, truncate, unlink, a real

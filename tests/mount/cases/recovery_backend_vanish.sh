@@ -7,7 +7,7 @@
 # deleted by someone else between transfers. Bytes identical every time.
 #
 # EXPECT_RESTAGE=1 additionally deletes staged files before they are
-# published (needs the drainer to stage again on ESTALE; fs/drain.cc).
+# published (needs the drainer to stage again on ESTALE; fs/drain/drain.cc).
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 require_root

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # No exception leaves a FUSE callback (issue #16, "also found"): with the
-# fault fuse.throw on, every callback throws at its top (fs/fuse_ops.cc
+# fault fuse.throw on, every callback throws at its top (fs/fuse/fuse_ops.cc
 # Guard); each request gets EIO and one log line, the daemon stays up, and
 # with the fault off again everything works and the data is intact. With
 # fuse.nomem the callbacks throw std::bad_alloc: ENOMEM.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# reply_yield (fs/reply_yield.h; on by default, -o reply_yield=off): over io_uring a
+# reply_yield (fs/fuse/reply_yield.h; on by default, -o reply_yield=off): over io_uring a
 # ring thread commits replies at SCHED_IDLE, so the woken caller stays on
 # the CPU it slept on instead of moving to an idle one at every round trip.
 # Status says so; a CPU-bound process doing 256 opens stays on its CPU for

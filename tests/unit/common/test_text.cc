@@ -1,8 +1,9 @@
 // test_text.cc — the shared text codecs (common/text.h) and whole-range
 // pread/pwrite (common/io.h): hex, percent-decoding with and without '+'
-// as a space, /proc mountinfo escapes, and short or failed transfers.
+// as a space, short or failed transfers; the mount table (common/mounts.h).
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "common/io.h"
+#include "common/mounts.h"
 #include "common/text.h"
 
 using namespace ckpt;
@@ -37,13 +39,30 @@ Test(text, percent_decode) {
   cr_expect_eq(PercentDecode("%zz%41", false), std::string("%zzA"));
 }
 
-Test(text, unescape_mountinfo) {
-  cr_expect_eq(UnescapeMountinfo("/mnt/a\\040b"), std::string("/mnt/a b"));
-  cr_expect_eq(UnescapeMountinfo("/mnt/x\\134y\\011z\\012"), std::string("/mnt/x\\y\tz\n"));
-  // Not three octal digits: kept as they are.
-  cr_expect_eq(UnescapeMountinfo("/mnt/\\9ab"), std::string("/mnt/\\9ab"));
-  cr_expect_eq(UnescapeMountinfo("/mnt/\\04"), std::string("/mnt/\\04"));
-  cr_expect_eq(UnescapeMountinfo("plain"), std::string("plain"));
+// The mount table through libmount (common/mounts.h): escaped targets,
+// optional fields, and the topmost of two mounts at one place.
+Test(mounts, topmost_mount_at_a_path) {
+  char path[] = "/tmp/ckpt-mountinfo-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  const std::string table =
+      "22 1 0:21 / /dev/shm rw,nosuid,nodev shared:2 - tmpfs tmpfs rw,size=100k\n"
+      "30 22 0:40 / /mnt/a\\040b rw,relatime shared:7 master:1 - fuse.ckptfs ckptfs:/b rw,user_id=0\n"
+      "31 22 0:41 / /dev/shm rw - tmpfs tier rw,size=2g,huge=within_size\n";
+  cr_assert_eq(PwriteFull(fd, table.data(), table.size(), 0), 0);
+  close(fd);
+  auto m = ckpt::MountAt("/mnt/a b", path);
+  cr_assert(m.has_value(), "an escaped space in the target");
+  cr_expect_eq(m->fstype, std::string("fuse.ckptfs"));
+  cr_expect_eq(m->source, std::string("ckptfs:/b"));
+  cr_expect_eq(major(m->devno), 0u);
+  cr_expect_eq(minor(m->devno), 40u);
+  auto shm = ckpt::MountAt("/dev/shm", path);
+  cr_assert(shm.has_value());
+  cr_expect_eq(shm->fs_options, std::string("rw,size=2g,huge=within_size"), "the later line is the mount on top");
+  cr_expect_not(ckpt::MountAt("/mnt/a", path).has_value());
+  cr_expect_not(ckpt::MountAt("/dev/shm", "/nonexistent/mountinfo").has_value());
+  unlink(path);
 }
 
 Test(io, full_transfers) {

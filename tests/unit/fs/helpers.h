@@ -11,7 +11,7 @@
 #include <string>
 
 #include "cache/tier.h"
-#include "fs/inode_table.h"
+#include "fs/core/inode_table.h"
 #include "fs/meta/meta_store.h"
 
 namespace ckpt::test {

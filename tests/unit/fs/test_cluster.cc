@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "fs/cluster.h"
+#include "fs/cluster/cluster.h"
 
 using ckpt::Result;
 using ckpt::Status;

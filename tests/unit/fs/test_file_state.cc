@@ -1,8 +1,8 @@
-// test_file_state.cc — the per-file state table (fs/file_state.h): the
+// test_file_state.cc — the per-file state table (fs/core/file_state.h): the
 // transitions the daemon relies on, and the ones that must never happen.
 #include <criterion/criterion.h>
 
-#include "fs/file_state.h"
+#include "fs/core/file_state.h"
 
 using ckpt::fs::FileEvent;
 using ckpt::fs::NextState;

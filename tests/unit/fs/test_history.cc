@@ -1,4 +1,4 @@
-// test_history.cc — STATE_DIR/history.csv (fs/history.h): CSV quoting, one
+// test_history.cc — STATE_DIR/history.csv (fs/views/history.h): CSV quoting, one
 // line per persisted checkpoint and close, nothing for checkpoints still
 // draining or written before the mount, and rotation.
 #include <criterion/criterion.h>
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "fs/history.h"
+#include "fs/views/history.h"
 
 using ckpt::fs::History;
 using Info = ckpt::fs::InodeTable::CheckpointInfo;

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "fs/memory_watch.h"
+#include "fs/core/memory_watch.h"
 
 using ckpt::fs::CgroupHeadroom;
 using ckpt::fs::MemoryCgroupPath;

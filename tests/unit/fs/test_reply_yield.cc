@@ -4,7 +4,7 @@
 // a member left at SCHED_IDLE for over kStuckNs (a thread preempted there
 // would wait behind whatever keeps its CPU busy), and sleeps while nothing
 // yields; off by option; where the process may not leave SCHED_IDLE (no
-// CAP_SYS_NICE), Setup says so and stays off (fs/reply_yield.h), and the
+// CAP_SYS_NICE), Setup says so and stays off (fs/fuse/reply_yield.h), and the
 // tests that need it on are skipped.
 #include <criterion/criterion.h>
 #include <sched.h>
@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "fs/reply_yield.h"
+#include "fs/fuse/reply_yield.h"
 
 namespace ry = ckpt::fs::reply_yield;
 using Clock = std::chrono::steady_clock;

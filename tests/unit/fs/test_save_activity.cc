@@ -1,4 +1,4 @@
-// test_save_activity.cc — when the drain waits for a save (fs/save_activity.h):
+// test_save_activity.cc — when the drain waits for a save (fs/core/save_activity.h):
 // after a mutating request for `quiet`, while a writer opened within `hold`
 // is open, and never longer than `hold` in one busy stretch.
 #include <criterion/criterion.h>
@@ -6,7 +6,7 @@
 #include <chrono>
 #include <thread>
 
-#include "fs/save_activity.h"
+#include "fs/core/save_activity.h"
 
 using ckpt::fs::SaveActivity;
 using namespace std::chrono_literals;

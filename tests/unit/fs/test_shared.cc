@@ -1,4 +1,4 @@
-// test_shared.cc — the shared namespace (fs/shared.cc): two tables, each
+// test_shared.cc — the shared namespace (fs/core/shared.cc): two tables, each
 // with its own store and tier ("nodes" A and B), over one POSIX backend
 // directory. A drains with a Drainer; B's drain is started only where a
 // test says, so B's removals stay pending in its log meanwhile.
@@ -12,7 +12,7 @@
 #include <regex>
 #include <thread>
 
-#include "fs/drain.h"
+#include "fs/drain/drain.h"
 #include "tests/unit/fs/helpers.h"
 
 using ckpt::test::Env;

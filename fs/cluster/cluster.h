@@ -1,0 +1,321 @@
+// cluster.h — cross-node ordered persistence (--cluster NAME): the mounts of
+// one job over one backend keep a file closed after a barrier on one node
+// behind the files the other nodes closed before that barrier.
+//
+// Each node samples its own drain log (every 10 ms: the newest logged seq
+// read just before and just after the wall clock). Every log entry gets a
+// *gate time*: the moment it was logged, in microseconds (InodeTable keeps it in memory
+// beside the pending entry; LogView::LoggedTimes), picked up by the first
+// sample that sees it; an entry recovered at a restart, which has none,
+// gets an upper bound from the samples kept on disk (the first sample taken
+// after it), so the log's format does not change. Every
+// heartbeat (500 ms) the node writes a record to the backend's reserved area
+// (Backend::PutRecord: .ckptfs-cluster/NAME/NODE) with the time T of its
+// newest sample and the gate time G of its oldest entry not yet applied (none
+// if nothing is pending), and reads the other members' records — every
+// tick (25 ms on POSIX, 100 ms on S3) while the cluster has files pending
+// (Tick).
+//
+// The rule (MayPublish, asked by the drainer before it applies the head
+// entry, after staging): entry e of node X, gate g, may reach the backend
+// when X read the records after g + max_clock_skew (so it knows every member
+// that could have closed a file before e: a node writes its first record
+// before it serves a write), and every other live member Y has a record with
+//     T_Y >= g + max_clock_skew          (Y's record is newer than e's close)
+//     and (G_Y, Y) > (g, X), or Y has nothing pending at T_Y.
+// The second condition compares (gate, node id) pairs, a total order on
+// every pending entry of the cluster, so the entry smallest in it always
+// passes: there is no deadlock, even for entries closed on two nodes in the
+// same instant (the design of issue #11, "every member's watermark >= g +
+// skew", waits in a cycle there: docs/consistency.md "Cross-node ordering"
+// says why, and what exactly is promised).
+//
+// A member whose heartbeat is older than member_timeout is dead: ignored by
+// the rule, and the unpersisted files its last record named are listed as
+// lost by every node. A member that unmounted cleanly with nothing pending
+// writes state "left" and is ignored too; it rejoins when it mounts again.
+// A live member whose record vanishes, turns unreadable or is refused is
+// not a member with nothing pending: its last record read stands (and holds
+// the others) until it is dead by that record's heartbeat.
+//
+// This node's own side (MayPublish): it publishes an entry only while its
+// own record is in the store and names that entry (written after the
+// entry's gate time, so it shows it, or an older one, pending): not before
+// its first record is written (Join failed), not after a failed record
+// write until a later one succeeds, and not while another member refuses
+// its records. Others cannot wait for what they cannot read; this node's
+// drain waits instead, its files stay in memory, and Status says why
+// (publish_blocked_reason).
+//
+// Records whose times (heartbeat, watermark, oldest gate) lie more than
+// max_clock_skew in this node's future are refused: one forged record with
+// a heartbeat ten years ahead never aged into "dead" and held every drain
+// for ever. A refused record is no member (logged once, listed in Status);
+// this node names the refused records (node, heartbeat) in its own, so a
+// real member whose clock is ahead learns that it is refused and publishes
+// nothing — while the heartbeat named is one it wrote within the member
+// timeout, whether or not the refusing member looks dead to its clock
+// (docs/consistency.md "Clock skew" says what that leaves unordered).
+//
+// Samples are kept in STATE_DIR/cluster-samples whenever they change, and
+// the time of the latest in cluster-samples.alive-us at every sample (not
+// fsynced: a killed daemon's page cache survives; a node reboot loses the
+// tier anyway), so entries recovered at a restart keep their gate times,
+// and an entry logged after the last sample kept gets the last sample time
+// kept alive plus one period: within two periods of its close (LoadSamples
+// says why). Not the restart time: that let another node's later `latest`
+// pass a restarted node's shards (found by the multi-node crash harness).
+//
+// Thread-safety: every public method may be called from any thread. The
+// cluster's two threads (sampler, heartbeat) call the LogView and the
+// RecordStore without holding mu_.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "common/mutex.h"
+#include "common/result.h"
+
+namespace ckpt::fs {
+
+class OpLog;
+
+struct ClusterOptions {
+  std::string name;  // --cluster
+  std::string node;  // --node
+  int64_t heartbeat_ms = 500;  // a record at least this often
+  int64_t tick_ms = 100;       // sooner when something changed (Tick)
+  int64_t sample_ms = 10;  // gate times of recovered entries: see docs/consistency.md
+  int64_t member_timeout_ms = 60000;  // --member-timeout
+  int64_t max_skew_ms = 50;           // --max-clock-skew
+  size_t max_refused = 1000;          // refused nodes named in a record
+};
+
+// Whether `s` may name a cluster or a node: [A-Za-z0-9][A-Za-z0-9._-]{0,63}.
+bool ValidClusterName(const std::string& s);
+
+// What the cluster reads of the local drain log (the OpLog in the
+// daemon, fakes in tests). Called without any cluster lock held.
+class LogView {
+ public:
+  virtual ~LogView() = default;
+  virtual uint64_t LoggedSeq() = 0;   // the newest entry logged (0: none)
+  virtual uint64_t AppliedSeq() = 0;  // every entry up to here is applied
+  // The number of files whose closed version is not in the backend yet, and
+  // the paths of the first `max` of them, oldest first.
+  virtual std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) = 0;
+  // When the pending entries from..to were logged (wall µs), where known:
+  // their exact gate times. Entries without one (recovered at a restart)
+  // get the samples' (below).
+  virtual std::vector<std::pair<uint64_t, int64_t>> LoggedTimes(uint64_t from, uint64_t to) { return {}; }
+};
+
+// Where the members' records are (the backend's reserved area; fakes in
+// tests).
+class RecordStore {
+ public:
+  virtual ~RecordStore() = default;
+  [[nodiscard]] virtual Status Put(const std::string& node, const std::string& bytes) = 0;
+  [[nodiscard]] virtual Result<std::vector<std::pair<std::string, std::string>>> List() = 0;
+};
+
+// The records of cluster `name` in `be` (Backend::PutRecord/ListRecords).
+std::unique_ptr<RecordStore> BackendRecords(backend::Backend* be, std::string name);
+// The local drain log.
+std::unique_ptr<LogView> LocalLog(OpLog* log);
+
+// One member as the last record read shows it.
+struct ClusterMember {
+  std::string node;
+  bool self = false;
+  std::string state;  // "live", "left"; "dead" when live and its heartbeat is too old
+  int64_t heartbeat_ms = 0;           // T: its newest sample when it wrote the record
+  int64_t age_ms = 0;                 // now - T, by this node's clock
+  int64_t watermark_ms = 0;           // everything it closed before this is persisted
+  std::optional<int64_t> oldest_gate_ms;  // G: its oldest pending entry's gate time
+  uint64_t unpersisted = 0;
+  std::vector<std::string> paths;     // the first unpersisted files (lost, if it is dead)
+  // Why the record shown is not the member's current one ("" : it is):
+  // "missing", "unreadable" or "refused (...)"; the last one read stands.
+  std::string record_problem;
+};
+
+// A record refused at the last read (its times in this node's future): no
+// member, and named in this node's record so that its writer knows.
+struct RefusedRecord {
+  std::string node;
+  std::string reason;  // "its times lie N s in this node's future (...)"
+  int64_t heartbeat_ms = 0;
+  uint64_t unpersisted = 0;
+};
+
+struct ClusterStatus {
+  std::string name, node;
+  int64_t watermark_ms = 0;
+  std::vector<ClusterMember> members;  // sorted by node id, this node included
+  // The drain waits for the cluster: its head entry, gate time, the members
+  // that hold it back, since when (wall ms).
+  bool waiting = false;
+  uint64_t wait_seq = 0;
+  int64_t wait_gate_ms = 0;
+  std::vector<std::string> waiting_for;
+  int64_t waiting_since_ms = 0;
+  std::string last_error;  // the last record write or read that failed ("" if fine)
+  bool node_id_clash = false;  // another mount writes records under this node id
+  // Why this node publishes nothing now ("" : it may): its record is not in
+  // the store (not joined yet, the last write failed, missing) or another
+  // member refuses it.
+  std::string publish_blocked_reason;
+  std::vector<RefusedRecord> refused;  // sorted by node id
+};
+
+class Cluster {
+ public:
+  // Wall clock, µs since the epoch: gate times that far apart are ordered
+  // (milliseconds tied a rank's shard and rank 0's `latest` written a
+  // sub-millisecond barrier apart, and the tie went by node id).
+  using Clock = std::function<int64_t()>;
+  static int64_t WallClockUs();
+
+  // `samples_path`: where samples are kept across restarts ("" : nowhere).
+  Cluster(ClusterOptions o, RecordStore* store, LogView* log, std::string samples_path, Clock clock = WallClockUs);
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // Loads the kept samples and takes the first sample (entries logged
+  // before it without a kept sample get its time: the start time).
+  void Init();
+  // The first heartbeat, before the mount serves anything (so that every
+  // member knows this one before it can close a file): Heartbeat(); false
+  // (and logged) if the record could not be written or another member
+  // refuses it. Until a record is written, MayPublish says no.
+  bool Join();
+  // Starts the sampler and heartbeat threads (Init first).
+  void Start();
+  // Stops them; safe to call twice.
+  void Stop();
+  // After Stop, on a clean unmount: writes state "left" if nothing is
+  // pending (else the record stays "live" and ages into "dead" on the
+  // others, which then list its pending files as lost). True if written.
+  bool Leave();
+
+  // One sample / one heartbeat: a sample, this node's record written, the
+  // others' read (the threads call them; tests call them directly with a
+  // fake clock).
+  void Sample();
+  void Heartbeat();
+  // What the heartbeat thread does every tick_ms: a Heartbeat when one is
+  // due, when this node applied entries since its last record (others may
+  // wait for them), for 2 s after a read showed another member with files
+  // pending (it waits for a record of this node newer than them), or when
+  // this node's drain waits for an entry its record in the store does not
+  // name yet; else, while this node's drain waits, a read of the others'
+  // records. After a failed write, writes wait for the heartbeat. So
+  // during a checkpoint a file waits about two ticks for another node's
+  // record, not two heartbeats; an idle cluster writes every heartbeat.
+  void Tick();
+
+  // May the log entry `seq` (pending, this node's) reach the backend now?
+  // Records what holds it back for Status; logs once per episode in which
+  // this node's own record holds it (publish_blocked_reason). Drain thread.
+  bool MayPublish(uint64_t seq);
+  // The drain no longer waits (the head was applied another way, or stop).
+  void ClearWait();
+
+  // The gate time of entry `seq` (µs): when it was logged, or (recovered
+  // entries) the time of the first sample that saw it
+  // logged; nullopt if no sample did yet.
+  std::optional<int64_t> GateTime(uint64_t seq);
+  // The newest sample time (µs) before which every entry is applied (0: none).
+  int64_t Watermark();
+  ClusterStatus Status();
+  size_t SampleCount();
+
+ private:
+  struct SampleRec {
+    int64_t t;      // µs
+    uint64_t pre;   // newest seq logged, read before t: entries <= pre were logged before t
+    uint64_t post;  // read after t: every entry logged before t is <= post
+  };
+  struct Record {
+    std::string node, state;
+    int64_t heartbeat_us = 0, watermark_us = 0;  // wall clock, µs
+    std::optional<int64_t> oldest_gate_us;
+    uint64_t unpersisted = 0;
+    std::vector<std::string> paths;
+    // The records it refuses: node, and the heartbeat of the one refused.
+    std::vector<std::pair<std::string, int64_t>> refused;
+    std::string problem;               // ClusterMember::record_problem
+  };
+
+  // This node's record in `state`, and its heartbeat T (µs).
+  std::pair<std::string, int64_t> MakeRecord(const std::string& state);
+  void ReadRecords();
+  // Why this node may publish nothing now ("" : it may).
+  std::string BlockedLocked() const REQUIRES(mu_);
+  std::optional<int64_t> GateLocked(uint64_t seq) REQUIRES(mu_);
+  int64_t WatermarkLocked(uint64_t applied) REQUIRES(mu_);
+  void Prune(uint64_t applied) REQUIRES(mu_);
+  void KeepSamples();
+  // Keeps the time of the latest sample in STATE_DIR/cluster-samples.alive.
+  void KeepAlive(int64_t t);
+  void LoadSamples();
+  bool Dead(const Record& r, int64_t now) const;
+
+  const ClusterOptions opt_;
+  RecordStore* const store_;
+  LogView* const log_;
+  const std::string samples_path_;
+  const Clock clock_;
+
+  Mutex mu_;  // a leaf: nothing is called with it held
+  CondVar cv_;
+  std::deque<SampleRec> samples_ GUARDED_BY(mu_);
+  uint64_t applied_ GUARDED_BY(mu_) = 0;  // AppliedSeq at the last sample
+  bool samples_changed_ GUARDED_BY(mu_) = false;
+  std::vector<Record> others_ GUARDED_BY(mu_);  // from the last read
+  int64_t read_at_ GUARDED_BY(mu_) = 0;         // when the last successful read began
+  std::vector<std::string> dead_noted_ GUARDED_BY(mu_);  // members whose death was logged
+  std::string write_error_ GUARDED_BY(mu_);  // the last write of this node's record failed
+  std::string read_error_ GUARDED_BY(mu_);   // the last read of the records failed
+  // This node's record as the store holds it: the heartbeat T of the last
+  // one written (0: none yet), and whether the last read missed it.
+  int64_t stored_us_ GUARDED_BY(mu_) = 0;
+  bool self_missing_ GUARDED_BY(mu_) = false;
+  std::string refused_by_ GUARDED_BY(mu_);        // a live member refusing this node ("" : none)
+  std::vector<Record> refused_ GUARDED_BY(mu_);  // at the last read; problem: why
+  std::map<std::string, std::string> refused_noted_ GUARDED_BY(mu_);  // node -> reason logged
+  std::string blocked_noted_ GUARDED_BY(mu_);     // the hold of this episode, as logged
+  bool waiting_ GUARDED_BY(mu_) = false;
+  uint64_t wait_seq_ GUARDED_BY(mu_) = 0;
+  int64_t wait_gate_ GUARDED_BY(mu_) = 0;   // µs, as every time below
+  int64_t wait_since_ GUARDED_BY(mu_) = 0;
+  std::vector<std::string> waiting_for_ GUARDED_BY(mu_);
+  Record self_ GUARDED_BY(mu_);  // as last written
+  int64_t last_write_ GUARDED_BY(mu_) = 0;        // clock at the last Heartbeat
+  uint64_t written_applied_ GUARDED_BY(mu_) = 0;  // AppliedSeq then
+  int64_t busy_until_ GUARDED_BY(mu_) = 0;        // records every tick until then (Tick)
+  std::string written_ GUARDED_BY(mu_);            // this node's last record, as written
+  bool clash_noted_ GUARDED_BY(mu_) = false;       // another mount with this node id (logged once)
+  bool stop_ GUARDED_BY(mu_) = false;
+  // Exact gate times of pending entries a sample saw (LogView::LoggedTimes),
+  // and the newest seq whose time was asked for.
+  std::map<uint64_t, int64_t> exact_ GUARDED_BY(mu_);
+  uint64_t timed_ GUARDED_BY(mu_) = 0;
+  int alive_fd_ = -1;  // opened by LoadSamples (Init), before the threads start
+  std::thread sampler_, heart_;
+};
+
+}  // namespace ckpt::fs

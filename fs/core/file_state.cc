@@ -1,0 +1,724 @@
+// file_state.cc — the write path of one file: open, write, flush, fsync and
+// release; the seal of a version and its copy-on-write. A file's bytes change
+// under its data lock (Inode::data_mu), never under the namespace mutex.
+//
+// One of the files of InodeTable (fs/core/inode_table.h), split by
+// responsibility; docs/architecture.md maps them.
+#include "fs/core/core_impl.h"
+
+namespace ckpt::fs {
+
+const char* FileEventName(FileEvent e) {
+  switch (e) {
+    case FileEvent::kChange: return "change";
+    case FileEvent::kStage: return "stage";
+    case FileEvent::kStageEnd: return "stage-end";
+    case FileEvent::kPublish: return "publish";
+    case FileEvent::kRefuse: return "refuse";
+    case FileEvent::kEvict: return "evict";
+    case FileEvent::kFetch: return "fetch";
+    case FileEvent::kKeep: return "keep";
+    case FileEvent::kQueue: return "queue";
+  }
+  return "?";
+}
+
+std::optional<meta::DataState> NextState(meta::DataState s, FileEvent e) {
+  using S = meta::DataState;
+  constexpr int kStates = static_cast<int>(meta::kDataStates), kEvents = 9;
+  // kNone: the event cannot happen in that state.
+  constexpr int kNone = -1;
+  // Rows: dirty, draining, persisted, remote, failed, memory-only
+  // (meta::DataState order). Columns: change, stage, stage-end, publish,
+  // refuse, evict, fetch, keep, queue.
+  static constexpr int kTable[kStates][kEvents] = {
+      /* dirty       */ {0, 1, 0, 2, 4, kNone, kNone, 5, kNone},
+      /* draining    */ {0, 1, 0, 2, 4, kNone, kNone, kNone, kNone},
+      /* persisted   */ {0, kNone, 2, kNone, kNone, 3, kNone, kNone, kNone},
+      /* remote      */ {0, kNone, 3, kNone, kNone, kNone, 2, kNone, kNone},
+      /* failed      */ {0, kNone, 4, kNone, kNone, kNone, kNone, kNone, kNone},
+      /* memory-only */ {0, kNone, 5, kNone, kNone, kNone, kNone, 5, 0},
+  };
+  auto row = static_cast<int>(s), col = static_cast<int>(e);
+  if (row < 0 || row >= kStates || col < 0 || col >= kEvents || kTable[row][col] == kNone) return std::nullopt;
+  return static_cast<S>(kTable[row][col]);
+}
+
+void InodeTable::Transition(Inode* n, FileEvent e) {
+  auto next = NextState(n->rec.state, e);
+  if (!next) {
+    LOG_ERROR("ino {}: event {} in state {} is not in the state table; state kept", n->rec.ino, FileEventName(e),
+              meta::DataStateName(n->rec.state));
+    return;
+  }
+  // Checkpoint timing: a change after the last publish starts a new write.
+  const int64_t now = WallNs();
+  if (e == FileEvent::kChange && (n->t_change_ns == 0 || n->t_publish_ns >= n->t_change_ns)) n->t_change_ns = now;
+  if (e == FileEvent::kPublish) n->t_publish_ns = now;
+  n->rec.state = *next;
+}
+
+Result<int> InodeTable::Open(uint64_t ino, int flags) {
+  auto r = OpenImpl(ino, flags, false);
+  if (!r) return Err(r.error());
+  return r->fd;
+}
+
+Result<OpenResult> InodeTable::OpenHandle(uint64_t ino, int flags) { return OpenImpl(ino, flags, true); }
+
+uint64_t InodeTable::ExpectedSize() {
+  // Nothing sealed yet: the mount's first file is expected to fit the
+  // spare made for it (RefillSpares, --prealloc); without one, nothing is
+  // known and the copying path takes it.
+  return largest_sealed_ > 0 ? largest_sealed_ : tier_->Spares().first;
+}
+
+bool InodeTable::PassthroughRoom(const Inode* n, bool trunc) {
+  return ExpectedSize() > 0 && PassthroughShortfall(n, trunc) == 0;
+}
+
+uint64_t InodeTable::PassthroughShortfall(const Inode* n, bool trunc) {
+  cache::TierStats s = tier_->Stats();
+  uint64_t taken = s.used + s.reserved - std::min(s.used, tier_->Spares().first);  // spares are free space
+  uint64_t free = s.budget > taken ? s.budget - taken : 0;
+  // The kernel writes without asking: the last version's size must fit,
+  // with an eighth of the budget to spare; otherwise the copying path,
+  // which can make the writer wait for space.
+  // A file with no history is expected to be as large as the largest one
+  // sealed since the mount; the first file of a mount as large as the
+  // spare made for it (sized from --prealloc or a quarter of the budget:
+  // what the operator said to expect), else (no spare: --prealloc 0, no
+  // room) it takes the copying path, so a budget smaller than one
+  // checkpoint is not overrun by a writer nobody could stop.
+  const uint64_t want = std::max({n->rec.sealed_size, trunc ? 0 : n->rec.size, ExpectedSize()}) + s.budget / 8;
+  return free >= want ? 0 : want - free;
+}
+
+void InodeTable::EvictForPassthrough(uint64_t ino) {
+  uint64_t missing = 0;
+  {
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    // Only for a rewrite of a file that has a version: a new name (a shard)
+    // is expected to be as large as the largest file, and evicting for that
+    // guess would throw out the checkpoint just saved beside it.
+    if (!n || n->opens != 0 || largest_sealed_ == 0 || n->rec.sealed_size == 0) return;
+    missing = PassthroughShortfall(n, true);
+  }
+  if (missing > 0) (void)Evict(missing, true);
+}
+
+Status InodeTable::StartPassthrough(Inode* n, int flags) {
+  const bool writable = (flags & O_ACCMODE) != O_RDONLY;
+  const uint64_t ino = n->rec.ino;
+  if (n->pt_opens == 0) {
+    auto ref = tier_->Ref(ino);
+    if (!ref) return Err(ref.error());
+    auto id = backing_->OpenBacking((*ref)->fd);
+    if (!id) return Err(id.error());
+    n->backing_id = *id;
+  }
+  n->pt_opens++;
+  pt_handles_++;
+  if ((flags & O_ACCMODE) == O_RDWR) n->pt_rdwr++;
+  if (writable && n->pt_writers++ == 0) {
+    pt_writing_.insert(ino);
+    auto st = tier_->Refresh(ino);
+    n->pt_size = st ? static_cast<uint64_t>(st->st_size) : n->rec.size;
+    n->pt_mtime_ns = st ? st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec : 0;
+  }
+  return {};
+}
+
+void InodeTable::Absorb(Inode* n) {
+  auto st = tier_->Refresh(n->rec.ino);
+  if (!st) return;
+  const uint64_t size = static_cast<uint64_t>(st->st_size);
+  const int64_t mtime_ns = st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+  if (size == n->pt_size && mtime_ns == n->pt_mtime_ns) return;
+  n->pt_size = size;
+  n->pt_mtime_ns = mtime_ns;
+  SupersedeInPlace(n);
+  n->rec.size = size;
+  n->rec.mtime = n->rec.ctime = meta::Timespec{st->st_mtim.tv_sec, static_cast<uint32_t>(st->st_mtim.tv_nsec)};
+  Transition(n, FileEvent::kChange);
+  n->data_gen++;
+  if (n->rec.mode & (S_ISUID | S_ISGID)) n->rec.mode &= ~(S_ISUID | ((n->rec.mode & S_IXGRP) ? S_ISGID : 0));
+  n->size_dirty = true;
+}
+
+std::pair<uint64_t, uint64_t> InodeTable::PassthroughOpens() {
+  MutexLock lk(&mu_);
+  return {pt_handles_, pt_writing_.size()};
+}
+
+void InodeTable::MarkChanged(Inode* n) {
+  // A passthrough writer's stores through a shared mapping move neither the
+  // size nor (on tmpfs) the mtime: Absorb cannot see them. Sealing when
+  // nothing changed only sends the same bytes again. Only O_RDWR handles
+  // can map a file shared and writable; an O_WRONLY writer (torch.save,
+  // DCP) changes bytes only by write(2), which moves the mtime (tmpfs has
+  // fine-grained timestamps once they are looked at, and Absorb looks).
+  if (n->rec.nlink == 0 || n->data_gen != n->sealed_gen) return;
+  SupersedeInPlace(n);
+  Transition(n, FileEvent::kChange);
+  n->data_gen++;
+}
+
+void InodeTable::SupersedeInPlace(Inode* n) {
+  // A version sealed in place (an fsync under a passthrough writer: no
+  // copy) whose bytes changed, or may have, before the drain took it: its
+  // bytes are gone, and the next seal carries the live ones instead, so
+  // the drain skips it as superseded. Without this, the seal at the
+  // writer's close left it pending with no bytes, and the drain reported
+  // it lost (fsstress, issue #27).
+  if (SealPending(n) && n->data_gen == n->sealed_gen && !tier_->Has(cache::SnapKey(n->rec.ino, n->rec.version)))
+    oplog_.Supersede(n->seal_seq);
+}
+
+Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_passthrough) {
+  const bool writable = (flags & O_ACCMODE) != O_RDONLY;
+  const bool trunc = (flags & O_TRUNC) && writable;
+  if (trunc && allow_passthrough && backing_ && backing_->active()) {
+    // A new version from nothing: the next one is likely written through
+    // passthrough, so spares become worth their memory; and clean files
+    // make way for this one now, as they would for a copying writer that
+    // ran short (the kernel will not ask).
+    trunc_writes_seen_.store(true);
+    saved_since_spare_.store(true);
+    EvictForPassthrough(ino);
+  }
+  for (;;) {
+    uint64_t copy_version = 0;
+    bool copy_out = false;
+    {
+      MutexLock lk(&mu_);
+      Inode* n = Find(ino);
+      if (!n) return Err(ENOENT);
+      if (n->is_dir()) return Err(EISDIR);
+      if (!S_ISREG(n->rec.mode)) return Err(ENXIO);
+      if (writable)
+        if (auto st = Writable(); !st) return Err(st.error());
+      // Passthrough for every handle of the inode or for none (the kernel
+      // fails a mix with EIO): decided by the handles open now.
+      bool pt = allow_passthrough && backing_ && backing_->active() && n->opens == n->pt_opens;
+      // A new passthrough writer only for an O_TRUNC (torch.save, np.save,
+      // a DCP shard: a new version from nothing) with room in the budget;
+      // r+ opens (np.memmap, in-place updates) keep the copying path, which
+      // sees every change and can make a writer wait for space.
+      if (pt && writable && n->pt_opens == 0 && (!trunc || !PassthroughRoom(n, trunc))) pt = false;
+      // A passthrough writer changes bytes the daemon never sees: the
+      // sealed version the drain still needs is copied aside now, under
+      // the data lock, outside mu_ (below). An O_TRUNC with no handle open
+      // moves it aside instead (a rename, in OpenLocked).
+      // An O_TRUNC beside another writer truncates the live file here
+      // (OpenLocked), and the rename aside there is only for a file nobody
+      // writes (the others' descriptors would follow it): the sealed version
+      // is copied now. Without this, a version sealed by the other writer's
+      // flush and not yet drained lost its bytes (xfstests-style stress:
+      // "persist 'p3/f0' v2: lost", issue #27).
+      const bool trunc_beside_writer = trunc && n->writers > 0 && n->rec.state != DataState::kRemote && NeedsCopy(n);
+      if (trunc_beside_writer ||
+          (pt && writable && n->rec.state != DataState::kRemote && NeedsCopy(n) && !(trunc && n->pt_opens == 0))) {
+        copy_version = n->rec.version;
+        // The kernel or another writer holds the live file: copy from it, leave it in place.
+        copy_out = n->pt_opens > 0 || trunc_beside_writer;
+      } else {
+        return OpenLocked(n, flags, pt);
+      }
+    }
+    // Never a wait for space on this FUSE worker: without room for the copy
+    // a writer takes the copying path (which can wait off the worker), or,
+    // when readers already hold it in passthrough, the open fails ENOSPC.
+    DataExclusive data = LockForSeal(ino);
+    const uint64_t key = cache::SnapKey(ino, copy_version);
+    Status st = copy_out ? tier_->CopyOut(ino, key, false) : tier_->Snapshot(ino, key, true, false);
+    if (!st && st.error() == EAGAIN && !copy_out) {
+      allow_passthrough = false;
+      continue;
+    }
+    if (!st) {
+      LOG_ERROR("ino {}: cannot keep version {} for the drain: {}", ino, copy_version, strerror(st.error()));
+      return Err(st.error() == EAGAIN ? ENOSPC : st.error());
+    }
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    if (!n || n->rec.version != copy_version || !SealPending(n)) tier_->Remove(key);
+  }
+}
+
+Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
+  const uint64_t ino = n->rec.ino;
+  const bool writable = (flags & O_ACCMODE) != O_RDONLY;
+  const bool trunc = (flags & O_TRUNC) && writable;
+  bool was_remote = n->rec.state == DataState::kRemote;
+  if (was_remote && !(trunc && !n->fetching)) {
+    if (auto st = EnsureLocal(ino); !st) return Err(st.error());
+    n = Find(ino);
+    if (!n) return Err(ENOENT);
+    pt = pt && n->opens == n->pt_opens;  // others may have opened while it was fetched
+  }
+  if (writable && n->writers == 0) {
+    // The sealed version the drain has not published stays as it is: an
+    // O_TRUNC moves it aside now (a rename; no write is in flight without
+    // a writer); otherwise the first change of the bytes copies it
+    // (LockForMutation), so an open that writes nothing copies nothing.
+    if (trunc)
+      if (auto st = MoveAside(n); !st) return Err(st.error());
+    // Record "being rewritten" before any byte changes, so that a daemon
+    // that dies now restarts from the last sealed version, not from torn
+    // bytes it would otherwise take for that version.
+    // A memory-only version too: it has no other copy, so a daemon that
+    // dies mid-rewrite must not take torn bytes for it (it is lost then).
+    if (n->rec.state == DataState::kPersisted || n->rec.state == DataState::kRemote ||
+        n->rec.state == DataState::kMemoryOnly) {
+      const DataState before = n->rec.state;
+      Transition(n, FileEvent::kChange);
+      Batch b;
+      MetaStore::PutInode(&b, n->rec);
+      if (auto st = Commit(b); !st) {
+        n->rec.state = before;
+        return Err(st.error());
+      }
+      n->pre_open_state = before;
+      n->open_marked = true;
+    }
+  }
+  // A new version written by the kernel goes into pre-allocated pages
+  // (an empty spare file replaces the old one: no truncate needed).
+  bool adopted = pt && trunc && n->opens == 0 && prealloc_.load() > 0 &&
+                 tier_->AdoptSpare(ino, std::max(n->rec.sealed_size, largest_sealed_));
+  auto fd = tier_->Pin(ino, true);
+  if (!fd) return Err(fd.error());
+  if (trunc && (n->rec.size != 0 || was_remote || adopted)) {
+    if (auto st = adopted ? Status{} : tier_->Truncate(ino, 0); !st) {
+      tier_->Unpin(ino);
+      return Err(st.error());
+    }
+    n->rec.size = 0;
+    n->rec.mtime = n->rec.ctime = Now();
+    Transition(n, FileEvent::kChange);
+    n->data_gen++;
+    n->size_dirty = true;
+  }
+  OpenResult res{*fd, 0, n->data_gen};
+  if (pt) {
+    if (auto st = StartPassthrough(n, flags); st) {
+      res.backing_id = n->backing_id;
+    } else if (n->pt_opens > 0) {  // the others are passthrough: this one must be too
+      tier_->Unpin(ino);
+      return Err(st.error());
+    }
+  }
+  n->opens++;
+  if (writable && n->writers++ == 0 && writing_files_++ == 0 &&
+      std::chrono::steady_clock::now() >= quiet_since_ + std::chrono::seconds(1))
+    save_clock_ = clock_;  // a save begins: what it touches from here on is its own (RefillSpares)
+  if (writable) quiet_since_ = std::chrono::steady_clock::now();
+  TouchLru(n);
+  return res;
+}
+
+void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
+  DataExclusive data = LockForSeal(ino);
+  MutexLock lk(&mu_);
+  Inode* n = Find(ino);  // a passthrough writer's bytes taken in
+  if (!n) return;
+  tier_->Unpin(ino);
+  n->opens--;
+  const bool writable = (open_flags & O_ACCMODE) != O_RDONLY;
+  if (writable && n->writers > 0 && --n->writers == 0) writing_files_--;
+  if (writable) quiet_since_ = std::chrono::steady_clock::now();
+  // Stores through a shared mapping need a readable and writable handle:
+  // only those are counted as a change without being seen.
+  const bool rdwr = (open_flags & O_ACCMODE) == O_RDWR;
+  if (passthrough && rdwr) MarkChanged(n);
+  if (passthrough && n->pt_opens > 0) {
+    n->pt_opens--;
+    pt_handles_--;
+    if (rdwr && n->pt_rdwr > 0) n->pt_rdwr--;
+    if (writable && n->pt_writers > 0 && --n->pt_writers == 0) {
+      pt_writing_.erase(ino);
+      tier_->TrimBeyondEof(ino);  // the pre-allocated pages it did not use
+      (void)tier_->Refresh(ino);
+    }
+    if (n->pt_opens == 0 && n->backing_id > 0) {
+      backing_->CloseBacking(n->backing_id);
+      n->backing_id = 0;
+    }
+  }
+  TouchLru(n);
+  if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen) {
+    // Writers through other handles copy the version aside before their
+    // next change (LockForMutation).
+    if (auto st = SealNow(n); !st) LOG_ERROR("ino {}: could not seal at close: {}", ino, strerror(st.error()));
+  } else if (n->writers == 0 && n->open_marked && n->rec.nlink > 0) {
+    // Opened for writing, closed unchanged: back to what it was.
+    n->open_marked = false;
+    n->rec.state =
+        n->pre_open_state == DataState::kRemote && tier_->Has(ino) ? DataState::kPersisted : n->pre_open_state;
+    Batch b;
+    MetaStore::PutInode(&b, n->rec);
+    if (auto st = Commit(b); !st) LOG_ERROR("ino {}: could not record state at close", ino);
+    else n->size_dirty = false;
+  } else if (n->size_dirty && n->rec.nlink > 0) {
+    Batch b;
+    MetaStore::PutInode(&b, n->rec);
+    if (auto st = Commit(b); !st) LOG_ERROR("ino {}: could not record size at close", ino);
+    else n->size_dirty = false;
+  }
+  MaybeDelete(n);
+}
+
+Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn,
+                                 bool wait) {
+  if (auto st = Writable(); !st) return Err(st.error());
+  if (off > limits_.max_file_size || len > limits_.max_file_size - off) return Err(EFBIG);
+  // The first write after a seal (an fsync, a close through another
+  // handle, mmap writeback after close) keeps the sealed version first.
+  auto data = LockForMutation(ino, wait);
+  if (!data) return Err(data.error());
+  // The tier may wait for space here: never under mu_.
+  auto n = tier_->Write(ino, off, len, fn, wait);
+  if (!n) return n;
+  MutexLock lk(&mu_);
+  Inode* node = Find(ino);
+  if (!node) return n;
+  node->rec.size = std::max(node->rec.size, off + *n);
+  node->rec.mtime = node->rec.ctime = Now();
+  Transition(node, FileEvent::kChange);
+  node->data_gen++;
+  // Writing clears set-user-ID and set-group-ID, as on local filesystems.
+  if (node->rec.mode & (S_ISUID | S_ISGID)) node->rec.mode &= ~(S_ISUID | ((node->rec.mode & S_IXGRP) ? S_ISGID : 0));
+  node->size_dirty = true;
+  return n;
+}
+
+Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait) {
+  if (auto st = Writable(); !st) return st;
+  if (off > limits_.max_file_size || len > limits_.max_file_size - off) return Err(EFBIG);
+  {
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    if (!n) return Err(ENOENT);
+    if (!S_ISREG(n->rec.mode)) return Err(ENODEV);
+  }
+  auto data = LockForMutation(ino, wait);
+  if (!data) return Err(data.error());
+  if (auto st = tier_->Fallocate(ino, mode, off, len, wait); !st) return st;
+  MutexLock lk(&mu_);
+  Inode* n = Find(ino);
+  if (!n) return {};
+  if (!(mode & FALLOC_FL_KEEP_SIZE)) n->rec.size = std::max(n->rec.size, off + len);
+  n->rec.mtime = n->rec.ctime = Now();
+  Transition(n, FileEvent::kChange);
+  n->data_gen++;
+  n->size_dirty = true;
+  return {};
+}
+
+Status InodeTable::Flush(uint64_t ino, int open_flags, uint64_t open_gen) {
+  DataExclusive data = LockForSeal(ino);
+  MutexLock lk(&mu_);
+  Inode* n = Find(ino);
+  if (!n) return Err(ENOENT);
+  bool last_writer = (open_flags & O_ACCMODE) != O_RDONLY && n->writers == 1;
+  if (last_writer && n->pt_rdwr > 0) MarkChanged(n);
+  // Nothing written since the open (a `>` redirect's first close, a touch):
+  // release seals it, as it would any change left unsealed.
+  if (last_writer && n->rec.nlink > 0 && n->data_gen != n->sealed_gen && n->data_gen != open_gen &&
+      S_ISREG(n->rec.mode))
+    return SealNow(n);
+  if (!n->size_dirty) return {};
+  Batch b;
+  MetaStore::PutInode(&b, n->rec);
+  if (auto st = Commit(b); !st) return st;
+  n->size_dirty = false;
+  return {};
+}
+
+bool InodeTable::NeedsCopy(const Inode* n) {
+  // Bytes changed since the seal: the version was kept when they first did.
+  if (!S_ISREG(n->rec.mode) || n->data_gen != n->sealed_gen || !SealPending(n)) return false;
+  return !tier_->Has(cache::SnapKey(n->rec.ino, n->rec.version)) && tier_->Has(n->rec.ino);
+}
+
+InodeTable::DataExclusive InodeTable::LockForSeal(uint64_t ino) {
+  DataExclusive l;
+  {
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    if (!n) return l;
+    l.mu = n->data_mu;
+  }
+  l.lock = std::unique_lock(*l.mu);
+  return l;
+}
+
+bool InodeTable::ChangeCopiesAside(uint64_t ino) {
+  MutexLock lk(&mu_);
+  const Inode* n = Find(ino);
+  return n && NeedsCopy(n);
+}
+
+Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait) {
+  std::shared_ptr<std::shared_mutex> mu;
+  {
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    if (!n) return Err(ENOENT);
+    mu = n->data_mu;
+  }
+  for (;;) {
+    DataShared shared{mu, std::shared_lock(*mu)};
+    {
+      MutexLock lk(&mu_);
+      Inode* n = Find(ino);
+      if (!n) return Err(ENOENT);
+      if (!NeedsCopy(n)) return shared;
+    }
+    shared.lock.unlock();
+    std::unique_lock excl(*mu);
+    uint64_t version;
+    bool keep_live;
+    {
+      MutexLock lk(&mu_);
+      Inode* n = Find(ino);
+      if (!n) return Err(ENOENT);
+      if (!NeedsCopy(n)) continue;  // another writer copied it meanwhile
+      version = n->rec.version;
+      keep_live = n->pt_opens > 0;  // the kernel serves them from the live file
+    }
+    // No change of the bytes and no seal can run now (data lock), but
+    // everything else can (mu_ is free), the evictor that makes room for
+    // the copy included.
+    const uint64_t key = cache::SnapKey(ino, version);
+    if (auto st = keep_live ? tier_->CopyOut(ino, key, wait) : tier_->Snapshot(ino, key, true, wait); !st) {
+      if (st.error() != EAGAIN)
+        LOG_ERROR("ino {}: cannot keep version {} for the drain: {}", ino, version, strerror(st.error()));
+      return Err(st.error());
+    }
+    LOG_DEBUG("ino {}: version {} copied aside before a write", ino, version);
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    // Published while it was copied: the copy is not needed after all.
+    if (!n || n->rec.version != version || !SealPending(n)) tier_->Remove(key);
+  }
+}
+
+Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
+  DataExclusive data = LockForSeal(ino);
+  uint64_t seq, version;
+  {
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    if (!n) return Err(ENOENT);
+    // The seal is metadata only: a writer that goes on copies the version
+    // aside at its next write (LockForMutation), not here. A passthrough
+    // writer cannot be stopped at its next write: the version is sealed in
+    // place, and the drain waits for the writer's close (BeginPersist)
+    // unless it is copied aside below.
+    if (n->pt_rdwr > 0) MarkChanged(n);
+    if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode))
+      if (auto st = SealNow(n); !st) return Err(st.error());
+    // Everything logged so far, this file's seal included.
+    seq = oplog_.LoggedSeq();
+    if (!keep || n->pt_writers == 0 || !SealPending(n) || tier_->Has(cache::SnapKey(ino, n->rec.version)))
+      return seq;
+    version = n->rec.version;
+  }
+  // fsync=backend under a passthrough writer: the drain must not wait for
+  // its close, so the version is copied now (the writer's own thread is in
+  // this fsync).
+  // Not on this FUSE worker's time: without room now, ENOSPC (waiting for
+  // the drain here could wait for this very writer's close).
+  if (auto st = tier_->CopyOut(ino, cache::SnapKey(ino, version), false); !st)
+    return Err(st.error() == EAGAIN ? ENOSPC : st.error());
+  return seq;
+}
+
+namespace {
+
+// How long a file written by the kernel must have been left alone before
+// the drain copies a version sealed in place from it: well above a clock
+// tick (the mtime's grain), far below the close it would wait for.
+constexpr int64_t kQuietNs = 100'000'000;
+
+}  // namespace
+
+Status InodeTable::CopyAsideSealedInPlace(const LogEntry& e) {
+  const uint64_t ino = e.ino, key = cache::SnapKey(ino, e.version);
+  // Still e's version, sealed in place under a passthrough writer, its
+  // bytes unchanged since (a change seen supersedes it: Absorb, in Find).
+  auto in_place = [&](Inode* n) {
+    mu_.AssertHeld();  // the caller's
+    return n && S_ISREG(n->rec.mode) && n->rec.version == e.version && n->seal_seq == e.seq && SealPending(n) &&
+           !oplog_.Superseded(e.seq) && n->pt_writers > 0 && n->data_gen == n->sealed_gen && !tier_->Has(key);
+  };
+  // No seal and no change through the daemon (a truncate, a fallocate)
+  // meanwhile; the kernel's writes take no lock of ours.
+  DataExclusive data = LockForSeal(ino);
+  cache::FdRef live;
+  {
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    if (!in_place(n)) return {};
+    // A second copy of the file in the tier is worth it only while
+    // entries (a `latest`) wait behind it; else the close comes first.
+    if (!oplog_.HeadWithFollowers(e.seq)) return Err(EINPROGRESS);
+    if (n->pt_rdwr > 0) return Err(EINPROGRESS);
+    auto ref = tier_->Ref(ino);
+    if (!ref) return Err(EINPROGRESS);
+    live = *ref;
+  }
+  // A write(2) to a tmpfs file holds the inode's lock from before it moves
+  // the mtime until its last byte; lseek(SEEK_HOLE) takes that lock too,
+  // so it returns once any write under way has ended (and reads nothing).
+  // Every write that starts later moves the mtime first, before a byte.
+  (void)lseek(live->fd, 0, SEEK_HOLE);
+  uint64_t gen;
+  {
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);  // what that write did is taken in now
+    if (!in_place(n)) return {};
+    // The mtime is coarse (a clock tick): one within 100 ms could equal
+    // that of a write starting now, which would then go unseen.
+    if (WallNs() - n->pt_mtime_ns < kQuietNs) return Err(EINPROGRESS);
+    gen = n->data_gen;
+  }
+  if (auto st = tier_->CopyOut(ino, key, /*wait=*/false); !st) {
+    if (st.error() != EAGAIN)
+      LOG_ERROR("ino {}: cannot copy version {} aside for the drain: {}", ino, e.version, strerror(st.error()));
+    return Err(st.error() == EAGAIN ? ENOSPC : st.error());
+  }
+  MutexLock lk(&mu_);
+  Inode* n = Find(ino);  // a write during the copy moved the size or the mtime
+  if (n && n->data_gen == gen && n->rec.version == e.version && !oplog_.Superseded(e.seq)) {
+    LOG_DEBUG("ino {}: version {} sealed in place under an open writer, copied aside for the drain", ino, e.version);
+    return {};
+  }
+  // Written during the copy: the copy may be torn, and the live file no
+  // longer holds the version either. Superseded: the next seal (the
+  // close's) carries the bytes, as when a change is seen before the drain.
+  tier_->Remove(key);
+  tier_->NotifySpace();
+  if (n && n->rec.version == e.version && n->seal_seq == e.seq && SealPending(n)) oplog_.Supersede(e.seq);
+  LOG_DEBUG("ino {}: version {} written while copied aside; superseded", ino, e.version);
+  return {};
+}
+
+Status InodeTable::SyncToBackend(uint64_t ino, bool wait) {
+  auto seq = SyncSeal(ino);
+  if (!seq) return Err(seq.error());
+  if (!wait) return {};
+  if (int err = WaitApplied(*seq, ino); err != 0) return Err(err);
+  return {};
+}
+
+uint64_t InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
+  // The previous version still waits at the end of the log, nothing logged
+  // after it: the drain would skip it anyway (its very next entry rewrites
+  // the file; Drainer::SkipUndonePersist), so it is dropped now, with the
+  // copy kept for it. A file rewritten and fsynced in a loop then holds at
+  // most its live bytes, one copy and one version in transfer, however far
+  // behind the drain is.
+  uint64_t dropped = 0;
+  if (out->empty() && SealPending(n) && oplog_.IsOpenTail(n->seal_seq, n->rec.ino)) {
+    MetaStore::DeleteLog(b, n->seal_seq);
+    dropped = n->seal_seq;
+  }
+  n->rec.version++;
+  n->rec.sealed_size = n->rec.size;
+  largest_sealed_ = std::max(largest_sealed_, n->rec.size);
+  save_bytes_acc_ += n->rec.size;  // this save's bytes so far (RefillSpares)
+  Transition(n, FileEvent::kChange);  // a new version, in no backend yet
+  n->sealed_gen = n->data_gen;
+  n->t_seal_ns = WallNs();
+  if (MemoryOnlyAt(n, n->rec.parent)) {
+    Transition(n, FileEvent::kKeep);  // sealed in RAM; never logged (see PersistCheckpoint)
+    n->seal_seq = 0;
+    return dropped;
+  }
+  AppendLog(b, PersistEntry(n), out);
+  n->seal_seq = out->back().seq;
+  return dropped;
+}
+
+LogEntry InodeTable::MakeEntry(const meta::InodeRecord& r, std::string path) {
+  LogEntry e;
+  e.op = S_ISDIR(r.mode) ? LogOp::kMkdir : LogOp::kSymlink;
+  e.ino = r.ino;
+  e.mode = r.mode;
+  e.uid = r.uid;
+  e.gid = r.gid;
+  e.has_owner = true;
+  e.path = std::move(path);
+  e.path2 = r.target;
+  return e;
+}
+
+LogEntry InodeTable::PersistEntry(const Inode* n) {
+  LogEntry e;
+  e.op = LogOp::kPersist;
+  e.ino = n->rec.ino;
+  e.version = n->rec.version;
+  e.mode = n->rec.mode;
+  e.mtime = n->rec.mtime;
+  e.uid = n->rec.uid;
+  e.gid = n->rec.gid;
+  e.has_owner = true;
+  e.path = EntryPath(n->rec.parent, n->rec.name);
+  // A file with several names: the backend publishes under the first and
+  // must link the others to the new bytes (publishing renames a new file
+  // over the name, which breaks the backend's hard link). path2 lists them,
+  // NUL-separated. Scanning every directory is fine: hard links are rare.
+  if (n->rec.nlink > 1) {
+    for (auto& [dino, d] : inodes_) {
+      if (!d->is_dir()) continue;
+      for (auto& [name, child] : d->children) {
+        if (child != n->rec.ino || (dino == n->rec.parent && name == n->rec.name)) continue;
+        if (!e.path2.empty()) e.path2.push_back('\0');
+        e.path2 += EntryPath(dino, name);
+      }
+    }
+  }
+  return e;
+}
+
+void InodeTable::Supersede(uint64_t seq, uint64_t ino, uint64_t version) {
+  if (seq == 0) return;
+  oplog_.Supersede(seq);
+  tier_->Remove(cache::SnapKey(ino, version));  // a transfer already reading it keeps its descriptor
+  tier_->NotifySpace();
+}
+
+Status InodeTable::SealNow(Inode* n) {
+  Batch b;
+  std::vector<LogEntry> log;
+  uint64_t dropped = Seal(n, &b, &log);
+  MetaStore::PutInode(&b, n->rec);
+  if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
+  Supersede(dropped, n->rec.ino, n->rec.version - 1);
+  n->size_dirty = false;
+  n->open_marked = false;
+  return {};
+}
+
+Status InodeTable::MoveAside(Inode* n) {
+  uint64_t ino = n->rec.ino;
+  if (!S_ISREG(n->rec.mode) || !SealPending(n)) return {};
+  uint64_t key = cache::SnapKey(ino, n->rec.version);
+  if (tier_->Has(key) || !tier_->Has(ino)) return {};
+  // Passthrough handles are served from the live file: it stays, the
+  // version is copied (rare: a truncate(2) by path under a reader).
+  // Under mu_, so the copy takes only free budget (the evictor takes mu_).
+  if (auto st = n->pt_opens > 0 ? tier_->CopyOut(ino, key, false, false) : tier_->Snapshot(ino, key, false); !st) {
+    LOG_ERROR("ino {} '{}': cannot keep version {} for the drain: {}", ino, EntryPath(n->rec.parent, n->rec.name),
+              n->rec.version, strerror(st.error()));
+    return st;
+  }
+  LOG_DEBUG("ino {}: version {} moved aside", ino, n->rec.version);
+  return {};
+}
+
+}  // namespace ckpt::fs

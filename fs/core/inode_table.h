@@ -1,0 +1,813 @@
+// inode_table.h — the namespace: inodes, directory entries, attributes,
+// xattrs and the kernel's lookup counts, kept in memory and recorded in
+// fs/meta with one Batch per operation.
+//
+// Every operation validates, builds its Batch, commits it, and only then
+// changes the in-memory copy, so a failed RocksDB write leaves both as they
+// were. Metadata runs under one mutex (mu_): with operations a few
+// microseconds long, a finer scheme buys nothing yet. File bytes are never
+// touched under it: writes, truncates and the copy-on-write of a sealed
+// version run under the inode's own data lock (Inode::data_mu), so a long
+// copy delays only that file. The ordered drain log, its outcomes and its
+// waiters are an object of their own with its own lock (OpLog, oplog.h),
+// which the drainer and the cluster read directly. The class is split
+// across files by responsibility: inode_table.cc (namespace),
+// file_state.cc (write path, seal, copy-on-write), persist.cc (the file's
+// side of each drain outcome), recovery.cc (start-up), residency.cc
+// (evictor, fetch), shared.cc (shared namespace), checkpoints.cc.
+//
+// This layer knows nothing of FUSE: fuse_ops.cc turns requests into calls
+// here and results into replies. Errors are positive errno values.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <shared_mutex>
+#include <regex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cache/tier.h"
+#include "common/mutex.h"
+#include "common/result.h"
+#include "common/thread_annotations.h"
+#include "fs/core/file_state.h"
+#include "fs/core/oplog.h"
+#include "fs/meta/meta_store.h"
+
+namespace ckpt::fs {
+
+using meta::InodeRecord;
+
+// Who is asking: from fuse_req_ctx().
+struct Caller {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
+
+struct DirEntry {
+  std::string name;
+  uint64_t ino;
+  uint32_t mode;  // type bits only are meaningful
+};
+
+// How an open handle reaches its bytes.
+struct OpenResult {
+  int fd = -1;         // the tier file (owned by the tier while pinned)
+  int backing_id = 0;  // > 0: passthrough; the kernel serves I/O from the tier file under this id
+  uint64_t gen = 0;    // the file's data generation once opened (O_TRUNC included): Flush's reference
+};
+
+// Registers tier files with the kernel for passthrough (fs/fuse/channel.h);
+// the table decides which opens use it, per inode.
+class BackingFiles {
+ public:
+  virtual ~BackingFiles() = default;
+  virtual bool active() const = 0;
+  [[nodiscard]] virtual Result<int> OpenBacking(int fd) = 0;
+  virtual void CloseBacking(int id) = 0;
+};
+
+// Which fields SetAttr changes.
+enum : int { kSetMode = 1, kSetUid = 2, kSetGid = 4, kSetSize = 8, kSetAtime = 16, kSetMtime = 32 };
+
+struct AttrChange {
+  int to_set = 0;
+  uint32_t mode = 0, uid = 0, gid = 0;
+  uint64_t size = 0;
+  meta::Timespec atime, mtime;  // already resolved (UTIME_NOW handled by caller)
+};
+
+struct NamespaceStats {
+  uint64_t inodes = 0;
+  uint64_t files = 0;
+  uint64_t dirs = 0;
+  uint64_t bytes = 0;  // sum of regular file sizes
+};
+
+// Files and bytes per data state, and the drain log's position.
+struct DataStats {
+  uint64_t files[meta::kDataStates] = {};  // indexed by meta::DataState
+  uint64_t bytes[meta::kDataStates] = {};
+  uint64_t log_len = 0;
+  uint64_t head_seq = 0;     // the newest log entry (0 if none ever)
+  uint64_t applied_seq = 0;  // every entry up to here is in the backend
+};
+
+// What the drainer needs to stage one persist entry: the sealed version's
+// bytes, which nothing changes any more (a writer that reopens the file
+// first moves or copies them to a snapshot; see MoveAside, LockForMutation).
+struct PersistSource {
+  cache::FdRef ref;  // keeps the descriptor open for the transfer
+  int fd = -1;
+  uint64_t size = 0;
+  uint64_t gen = 0;  // the data generation the bytes belong to
+  uint32_t mode = 0;
+  meta::Timespec mtime;
+  uint32_t uid = 0, gid = 0;  // the owner the backend copy gets
+  bool has_owner = false;     // false: unknown (the file is gone, old log entry)
+  bool live = false;          // the live tier file, not a snapshot: see StagedBytesHeld
+};
+
+// What names and sizes the mount accepts, so that nothing it acknowledges
+// is something the backend cannot hold (checked at create, link, rename,
+// truncate and write, where it is knowable).
+struct Limits {
+  // Bytes of a path relative to the backend root: S3 keys are bounded; a
+  // POSIX backend holds any path (names up to kMaxName), as tmpfs does.
+  size_t max_path = SIZE_MAX;
+  bool utf8_names = false;              // names must be valid UTF-8 (S3 keys)
+  uint64_t max_file_size = UINT64_MAX;  // EFBIG beyond (bounds what a drain sends)
+};
+
+// Names at the mount root that the daemon keeps for itself: the backend's
+// staging area (.ckptfs-tmp) and probes. Creating one is EPERM.
+inline constexpr char kReservedRootPrefix[] = ".ckptfs";
+
+inline constexpr size_t kMaxName = 255;
+inline constexpr size_t kMaxXattrValue = 64 * 1024;
+inline constexpr char kStateXattr[] = "user.ckptfs.state";
+// How the file's open handles reach its bytes: "passthrough", "daemon" or
+// "closed".
+inline constexpr char kIoXattr[] = "user.ckptfs.io";
+
+class InodeTable {
+ public:
+  // `backend` may be null (unit tests of the namespace alone): then remote
+  // files cannot be fetched and the log is only recorded.
+  InodeTable(meta::MetaStore* store, cache::Tier* tier, backend::Backend* backend = nullptr)
+      : store_(store), tier_(tier), backend_(backend) {}
+  InodeTable(const InodeTable&) = delete;
+  InodeTable& operator=(const InodeTable&) = delete;
+
+  // Before Load: the limits every later operation checks.
+  void set_limits(const Limits& l) { limits_ = l; }
+
+  // Before Load: what makes a checkpoint and the memory/persist policies
+  // (issue #13; docs/operations.md "Checkpoint policies"). A checkpoint is
+  // an entry whose name matches `pattern` with no matching name above it
+  // (at most 8 levels down); it is numbered when it is created (or renamed
+  // into such a name), in order, across restarts (InodeRecord::ckpt_ord).
+  struct CheckpointPolicy {
+    std::optional<std::regex> pattern;  // none: nothing is a checkpoint
+    uint64_t persist_every = 0;         // N > 0: only checkpoints number N, 2N, ... drain
+    uint64_t persist_interval_s = 0;    // S > 0: one drains if S seconds passed since the last that did
+    uint64_t keep_in_memory = 0;        // K > 0: the newest K checkpoints are evicted last
+    bool selective() const { return persist_every > 0 || persist_interval_s > 0; }
+  };
+  void set_checkpoint_policy(CheckpointPolicy p) EXCLUDES(mu_);
+
+  // `ckptfs persist`: the memory-only checkpoint holding `ino` drains after
+  // all: the flag goes, and its directories, symlinks and sealed files are
+  // logged for the backend, in order after everything logged before.
+  // Files open for writing are logged at their close. EALREADY: `ino` is in
+  // no memory-only checkpoint (it drains already); EPERM: the caller is
+  // neither the checkpoint's owner nor root nor the daemon's user.
+  struct PersistQueued {
+    std::string path;  // the checkpoint, relative to the mount root
+    uint64_t files = 0, bytes = 0;
+  };
+  [[nodiscard]] Result<PersistQueued> PersistCheckpoint(uint64_t ino, Caller who) EXCLUDES(mu_);
+
+  // Loads the namespace from the store (creating the root on first use),
+  // purges orphans (nlink 0) and moves tier files with no inode to the
+  // tier's orphans/. EIO if the store holds undecodable records, EUCLEAN if
+  // the parent pointers form a cycle.
+  [[nodiscard]] Status Load(Caller root_owner);
+
+  // Fills `st` from the record (st_blocks from the tier allocation).
+  void FillStat(const InodeRecord& r, struct stat* st);
+
+  // Lookups and the kernel's reference counts. Each successful call that
+  // hands an inode to the kernel (Lookup, Create, Mknod, Mkdir, Symlink,
+  // Link, readdirplus entries) adds one lookup; Forget drops n.
+  [[nodiscard]] Result<InodeRecord> Lookup(uint64_t parent, std::string_view name);
+  void Forget(uint64_t ino, uint64_t n);
+
+  [[nodiscard]] Result<InodeRecord> GetAttr(uint64_t ino);
+  [[nodiscard]] Result<InodeRecord> SetAttr(uint64_t ino, const AttrChange& c);
+
+  // Creates a regular file, fifo, socket or device node. EEXIST if present.
+  [[nodiscard]] Result<InodeRecord> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
+                                          Caller who);
+  [[nodiscard]] Result<InodeRecord> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, Caller who);
+  [[nodiscard]] Result<InodeRecord> Symlink(uint64_t parent, std::string_view name, std::string_view target,
+                                            Caller who);
+  [[nodiscard]] Result<InodeRecord> Link(uint64_t ino, uint64_t newparent, std::string_view newname);
+  [[nodiscard]] Result<std::string> Readlink(uint64_t ino);
+  [[nodiscard]] Status Unlink(uint64_t parent, std::string_view name);
+  [[nodiscard]] Status Rmdir(uint64_t parent, std::string_view name);
+  // flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE.
+  [[nodiscard]] Status Rename(uint64_t parent, std::string_view name, uint64_t newparent, std::string_view newname,
+                              unsigned flags);
+
+  // A snapshot of the directory, with "." and ".." first.
+  [[nodiscard]] Result<std::vector<DirEntry>> ListDir(uint64_t ino);
+  // Adds a lookup for a readdirplus entry and returns its attributes.
+  [[nodiscard]] Result<InodeRecord> LookupForReaddir(uint64_t ino);
+
+  // xattrs. flags: XATTR_CREATE / XATTR_REPLACE.
+  [[nodiscard]] Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags);
+  [[nodiscard]] Result<std::string> GetXattr(uint64_t ino, std::string_view name);
+  [[nodiscard]] Result<std::string> ListXattr(uint64_t ino);  // NUL-separated
+  [[nodiscard]] Status RemoveXattr(uint64_t ino, std::string_view name);
+
+  // Data path. Open pins the tier file and returns its fd (creating an empty
+  // tier file for a file that has none yet); O_TRUNC truncates.
+  [[nodiscard]] Result<int> Open(uint64_t ino, int flags);
+  // Open for a FUSE handle: passthrough where `backing` (set_backing) is
+  // active and the kernel's rules allow it (passthrough.h): every handle of
+  // an inode is passthrough, or none is. A passthrough writer's bytes reach
+  // the tier file without the daemon; Flush, Release, SyncSeal and every
+  // attribute read take them in (size, mtime, the budget) from the file.
+  // The sealed version a passthrough writer could change is copied aside
+  // at open (the kernel cannot be stopped at its first write).
+  [[nodiscard]] Result<OpenResult> OpenHandle(uint64_t ino, int flags);
+  void set_backing(BackingFiles* b) { backing_ = b; }
+  // Pre-allocated tier pages for passthrough writers (--prealloc): the
+  // most bytes of spares to keep; kPreallocAuto: twice the largest file
+  // sealed, at most seven eighths of the budget; 0: none.
+  static constexpr uint64_t kPreallocAuto = ~0ULL;
+  void set_prealloc(uint64_t bytes) { prealloc_ = bytes; }
+  // Tops the spares up (Tier::AddSpare: warm pages), sized from the
+  // largest file sealed so far, once an O_TRUNC writer has been seen and
+  // while no file is open for writing (never beside a save); on a fresh
+  // mount one spare of FirstFileGuess for its first file. With the budget
+  // near full, persisted files are evicted ahead for it (not on a fresh
+  // mount). Called every 50 ms by the daemon's spare thread (low priority).
+  void RefillSpares() EXCLUDES(mu_);
+  // The size a fresh mount's first file is expected to have: --prealloc
+  // when given, else a quarter of the budget.
+  uint64_t FirstFileGuess();
+  // Passthrough writers fill the tier without asking: takes in what they
+  // wrote and, if the tier is over its budget, evicts clean files for the
+  // difference. Run every 50 ms while one is open, and at their close.
+  void RelieveOverBudget() EXCLUDES(mu_);
+  // The cheap half, at a passthrough writer's close (Release took its
+  // bytes in): evicts clean files if the tier is over its budget.
+  void EvictIfOverBudget() EXCLUDES(mu_);
+  // Passthrough handles open now, and inodes with a passthrough writer.
+  std::pair<uint64_t, uint64_t> PassthroughOpens();
+  // Would Open(ino, flags) first fetch the file from the backend?
+  bool NeedsFetch(uint64_t ino, int flags);
+  // Would a change of `ino`'s bytes now first copy its sealed version aside
+  // (seconds for GiBs)? A hint for where to run the change: it may be
+  // false or true a moment later. REQUIRES: mu_ not held.
+  bool ChangeCopiesAside(uint64_t ino) EXCLUDES(mu_);
+  // Called once per successful Open, with the same flags. Seals the file if
+  // its bytes changed; persists size and times.
+  void Release(uint64_t ino, int open_flags, bool passthrough = false);
+  // Writes through the tier; updates size and mtime. `wait` false: EAGAIN
+  // instead of waiting for space (see cache::Tier::Write).
+  [[nodiscard]] Result<size_t> Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int fd)>& fn,
+                                     bool wait = true);
+  [[nodiscard]] Status Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait = true);
+  // close(2) of a handle (FUSE flush). The kernel answers close(2) after
+  // this, not after release: so the last writer's flush seals the file (a
+  // file whose close returned is never lost), and any flush records size
+  // and times durably.
+  // `open_gen`: OpenResult::gen of the handle flushed; a last writer's
+  // flush seals only what was written since that open (a shell's `>`
+  // closes the descriptor it opened before a byte is written: sealing then
+  // would publish an empty version first). ~0 (the default): any change.
+  [[nodiscard]] Status Flush(uint64_t ino, int open_flags, uint64_t open_gen = ~0ull);
+  // fsync: seals the file if it changed since its last seal, then, if
+  // `wait` (fsync=backend), waits until that version and everything logged
+  // before it is in the backend. EIO if the table shuts down first.
+  [[nodiscard]] Status SyncToBackend(uint64_t ino, bool wait = true);
+  // The fsync's seal alone: returns the log seq that must be applied for
+  // the file (and everything before it) to be in the backend.
+  // `keep` (fsync=backend): a version sealed under a passthrough writer is
+  // copied aside, so the drain need not wait for the writer's close.
+  [[nodiscard]] Result<uint64_t> SyncSeal(uint64_t ino, bool keep = false);
+  // Calls fn with the outcome once every entry up to `seq` is applied: 0
+  // if each of them reached the backend (or was undone by later history),
+  // EIO if one that was pending when fn was registered failed, was lost
+  // or was skipped by the operator, if the drain holds at a refusal at or
+  // before `seq` (OpLog::Hold: answered at once, not when it ends), if
+  // inode `ino` (0: none) is in state failed, or at Shutdown. At once (on
+  // this thread) if that is already known. fn runs without the table's
+  // lock held, on whichever thread applied the entry, so a FUSE request
+  // can wait for the backend without holding a worker.
+  void WhenApplied(uint64_t seq, uint64_t ino, std::function<void(int err)> fn);
+
+  // ---- The drain's persist entries (fs/core/persist.cc) ----
+  // The ordered log itself, its outcomes and its waiters: oplog().
+  OpLog& oplog() { return oplog_; }
+  // Starts draining a persist entry: finds the sealed version's bytes (in
+  // its snapshot, or in the live tier file if the file has not changed
+  // since) and marks the inode draining. ENODATA if the bytes are gone
+  // (the tier was lost, e.g. a node reboot): see RecordLost. ESTALE if a
+  // newer version superseded the entry (the drain skips it). EINPROGRESS
+  // if it was sealed in place (an fsync) under a passthrough writer that
+  // still has the file open: its bytes are the live file's, which the
+  // kernel may still change (see CopyAsideSealedInPlace).
+  [[nodiscard]] Result<PersistSource> BeginPersist(const meta::LogEntry& e);
+  // For an entry BeginPersist says EINPROGRESS to, at the head of the log
+  // with entries waiting behind it: copies the version aside, so that the
+  // drain stages the copy and goes on instead of waiting for the writer's
+  // close. The kernel's writes bypass the daemon and its data lock, so the
+  // copy is kept only if provably untorn: taken once no write(2) is in
+  // progress and the file was not written for 100 ms (its mtime, which
+  // every later write moves), and dropped, the version superseded (the
+  // close's seal carries the bytes), if the file changed by its end. Not
+  // for a file with an O_RDWR passthrough handle, which may store through
+  // a shared mapping (no mtime). Copies the whole file: the drain's
+  // stagers only, never a FUSE thread.
+  // Returns {} when BeginPersist has a new answer (the copy, ESTALE, or
+  // the writer closed); EINPROGRESS: not now (not the head, nothing
+  // behind it, written just now, O_RDWR); ENOSPC: no room for the copy now
+  // (nothing waits for room: the caller tries again later).
+  Status CopyAsideSealedInPlace(const meta::LogEntry& e);
+  // Ends a persist that did not complete (error, stop): the state goes
+  // back to dirty if the version is still current.
+  void AbortPersist(const meta::LogEntry& e);
+  // After a stage from the live tier file: false if the version was copied
+  // aside meanwhile (CopyOut, for a writer beside passthrough handles),
+  // after which the live file may have changed under the transfer: the
+  // staged bytes are not to be trusted, and a new stage takes the copy.
+  // A rename aside (MoveAside, Snapshot) keeps the bytes under the
+  // stager's descriptor: true.
+  bool StagedBytesHeld(const meta::LogEntry& e, const PersistSource& src);
+  // Records that e's bytes are lost (listed by LostFiles) and drops e's
+  // snapshot if any. The caller then completes the entry.
+  void RecordLost(const meta::LogEntry& e, std::string_view reason);
+  // Forgets every lost file (`ckptfs lost --clear`): deletes their records
+  // and empties LostFiles. Errors: the store's errno (nothing cleared).
+  [[nodiscard]] Status ClearLost();
+  // The backend refused `e` for good (`err` is permanent: see
+  // drain.cc IsPermanent): records it (status, and state `failed` for a
+  // persist whose version is still current) and removes it from the log,
+  // so the drain goes on with the next entry. REQUIRES: e is the oldest
+  // pending entry.
+  [[nodiscard]] Status FailEntry(const meta::LogEntry& e, std::string_view reason);
+
+  // Sticky: after an error the metadata store cannot take (a failed
+  // RocksDB write), every change is refused with EROFS and the reason is
+  // shown by status; reads and the drain of what is logged go on. Empty
+  // while healthy.
+  std::string ReadOnlyReason();
+  // The entry's bytes are published: records the checksum and, if the
+  // version is still current, the persisted state; removes the entry.
+  // REQUIRES: e is the oldest pending entry.
+  [[nodiscard]] Status CompletePersist(const meta::LogEntry& e, const backend::Staged& s, uint64_t gen);
+  // Removes the oldest pending entry (applied or skipped).
+  [[nodiscard]] Status CompleteEntry(const meta::LogEntry& e);
+  // Waits as WhenApplied does and returns its outcome (0 or EIO).
+  int WaitApplied(uint64_t seq, uint64_t ino = 0);
+
+  // Wakes every waiter; further waits return false.
+  void Shutdown();
+
+  // ---- Budget ----
+  // The tier's evictor: drops clean, closed files least-recently-used first.
+  // `all_or_nothing`: evicts only if the clean files cover `need`.
+  // `spare_kept`: room for a spare, not for a write that must go on: the
+  // newest --keep-in-memory checkpoints, and every file the last save
+  // wrote or anything used since it began, are not touched.
+  cache::Tier::Relief Evict(uint64_t need, bool all_or_nothing = false, bool spare_kept = false);
+
+  // At a clean unmount (the FUSE session over, the drain stopped): if
+  // every file is in the backend and nothing is left to drain, records the
+  // files in the tier as remote (one synced commit) and removes the tier
+  // directory. Returns the bytes given back, or an errno with the reason in
+  // *why (nothing removed then, but for orphans/, which stays).
+  [[nodiscard]] Result<uint64_t> ReleaseTier(std::string* why) EXCLUDES(mu_);
+
+  // ---- Checkpoints (fs/core/checkpoints.cc) ----
+  // A checkpoint: a directory or file whose name matches the mount's
+  // checkpoint pattern (the outermost match; at most 8 levels down), with
+  // what its files add up to.
+  struct CheckpointInfo {
+    std::string path;  // relative to the mount root
+    bool dir = false;
+    uint64_t files = 0, bytes = 0;
+    uint64_t state_files[meta::kDataStates] = {}, state_bytes[meta::kDataStates] = {};  // by meta::DataState
+    uint64_t open = 0;  // files being written (open for writing, or changed since their seal)
+    uint64_t lost = 0;  // files under it in the lost list
+    int64_t mtime_ns = 0;  // the newest file's mtime: orders checkpoints
+    int64_t first_change_ns = 0, last_seal_ns = 0, last_publish_ns = 0;  // 0: unknown
+    bool times_known = true;  // every file's times were seen since the mount
+    bool memory_only = false;  // a memory-only checkpoint (--persist-every): it does not drain
+    uint64_t ord = 0;          // its number in order of creation (0: made before numbering)
+    uint64_t Files(meta::DataState s) const { return state_files[static_cast<size_t>(s)]; }
+    // Every file closed, none failed or lost.
+    bool Complete() const { return files > 0 && open == 0 && lost == 0 && Files(meta::DataState::kFailed) == 0; }
+    // Complete, and every file in the backend.
+    bool Persisted() const {
+      return Complete() && Files(meta::DataState::kDirty) == 0 && Files(meta::DataState::kDraining) == 0 &&
+             Files(meta::DataState::kMemoryOnly) == 0;
+    }
+    // Persisted during this mount: its times to RAM and to durable are known.
+    bool Timed() const { return Persisted() && times_known && last_seal_ns > 0 && last_publish_ns >= last_seal_ns; }
+  };
+  // Oldest first (by mtime_ns, then path).
+  std::vector<CheckpointInfo> Checkpoints(const std::regex& pattern) EXCLUDES(mu_);
+
+  // ---- Memory pressure (fs/core/memory_watch.h) ----
+  // Called by the memory watch with the headroom it read (`where` says
+  // whose: MemAvailable or a cgroup). Below `min_free`: drops spares,
+  // evicts persisted files for the deficit, and if that is not enough holds
+  // new tier writes (Tier::set_pressure_limit) until the drain and eviction
+  // catch up. Logs once when an episode begins and once when it ends.
+  void RelieveMemory(uint64_t available, uint64_t min_free, const std::string& where) EXCLUDES(mu_);
+  struct PressureStats {
+    uint64_t available = 0, min_free = 0;
+    std::string where;
+    bool active = false;        // under min_free now
+    bool writers_held = false;  // eviction was not enough: new writes wait
+    uint64_t episodes = 0, evicted_files = 0, evicted_bytes = 0;  // since mount
+  };
+  PressureStats MemoryPressure() EXCLUDES(pressure_mu_);
+
+  // On the first mount of a state dir, shows what the backend already holds
+  // (state remote). Later mounts do nothing.
+  [[nodiscard]] Status ImportBackend();
+
+  // ---- The shared namespace (fs/core/shared.cc; docs/consistency.md) ----
+  // Several mounts over one backend see what the others persisted: a name
+  // missing here is looked up in the backend, a directory's listing is
+  // merged, and a clean file changed there is fetched again. Each answer of
+  // the backend is reused for the TTL. Set before Load; 0 (the default
+  // here) turns it off.
+  // Unit tests: moves the shared namespace's clock forward, so a test can
+  // pass a TTL without sleeping and use a TTL long enough that a busy
+  // machine never passes it by accident (a 100 ms TTL failed in CI).
+  static void AdvanceSharedClockForTest(std::chrono::nanoseconds d) { clock_skew_ns_ += d.count(); }
+  void set_shared_ttl(std::chrono::milliseconds ttl) { shared_ttl_ns_ = ttl.count() * 1000000; }
+  // How long the fetch of an evicted file with no checksum waits for the
+  // drain to apply the pending entries that touch its path, when where the
+  // backend holds it is not tracked (EnsureLocal); then EIO. Set before
+  // the mount serves requests.
+  void set_fetch_wait_limit(std::chrono::milliseconds d) { fetch_wait_limit_ = d; }
+  static constexpr std::chrono::milliseconds kFetchWaitLimit{30000};
+  bool shared() const { return shared_ttl_ns_ > 0 && backend_ != nullptr; }
+  // Lookup, shared: a name missing here is asked of the backend (Stat) and
+  // imported as ImportBackend would (a file remote, a directory or symlink
+  // persisted) — unless this mount's log still holds its removal (the local
+  // log wins), or the backend said ENOENT for it less than a TTL ago. A
+  // clean entry found here and not compared with the backend for a TTL is
+  // compared now, and follows it (FollowBackend). Names under a memory-only
+  // checkpoint, and reserved names, are never asked. A backend that fails
+  // leaves the local view as it is (logged at debug). Blocks on the backend
+  // without the lock held: call it from a thread that may wait (the
+  // fetcher), never a FUSE worker. Errors: as Lookup's.
+  [[nodiscard]] Result<InodeRecord> LookupShared(uint64_t parent, std::string_view name) EXCLUDES(mu_);
+  // Would LookupShared ask the backend now? Cheap; for a FUSE worker that
+  // decides whether to hand the lookup to the fetcher.
+  bool LookupNeedsBackend(uint64_t parent, std::string_view name) EXCLUDES(mu_);
+  // Merges the backend's one-level listing of directory `ino` into the
+  // namespace, at most once per TTL: names only the backend holds are
+  // imported (unless their removal is pending here), clean entries follow
+  // the backend (FollowBackend), clean entries the backend no longer holds
+  // leave the namespace. Blocks on the backend (see LookupShared).
+  void MergeDir(uint64_t ino) EXCLUDES(mu_);
+  bool MergeDue(uint64_t ino) EXCLUDES(mu_);
+  // At open: a clean file (persisted or remote, no handle open, no change
+  // of this mount waiting for the drain) not compared with the backend for
+  // a TTL is compared now; if the backend's copy differs (checksum, else
+  // size or mtime) it becomes remote and the open fetches it. O_TRUNC opens
+  // skip it (the bytes are replaced anyway). Blocks (see LookupShared).
+  void RevalidateForOpen(uint64_t ino, int flags) EXCLUDES(mu_);
+  bool RevalidateDue(uint64_t ino, int flags) EXCLUDES(mu_);
+  // True once after the backend's copy replaced the file's bytes: pages
+  // the kernel cached for it are stale, the next open drops them.
+  bool TakeBackendChanged(uint64_t ino) EXCLUDES(mu_);
+
+  DataStats DataStatistics();
+
+  NamespaceStats Stats();
+
+  // Removes every inode the kernel no longer references and no name holds.
+  // Called at unmount (the kernel does not send forgets then).
+  void PurgeOrphans();
+
+ private:
+
+  struct Inode {
+    InodeRecord rec;
+    std::map<std::string, uint64_t, std::less<>> children;  // directories
+    std::map<std::string, std::string, std::less<>> xattrs;
+    uint64_t nlookup = 0;
+    uint32_t opens = 0;
+    bool size_dirty = false;   // size/times changed since last commit
+    uint64_t data_gen = 0;     // bumped by every change of the bytes
+    uint64_t sealed_gen = 0;   // data_gen at the last seal
+    uint64_t seal_seq = 0;     // log seq of the last seal's persist entry
+    uint64_t last_use = 0;     // LRU clock
+    bool fetching = false;     // a fetch from the backend is under way
+    // Passthrough: handles, those open for writing, the kernel's id for
+    // the tier file while any is open, and the tier file's size and mtime
+    // when last taken in (Absorb).
+    uint32_t pt_opens = 0, pt_writers = 0, pt_rdwr = 0;  // pt_rdwr: O_RDWR ones (may map it shared)
+    int backing_id = 0;
+    uint64_t pt_size = 0;
+    int64_t pt_mtime_ns = 0;
+    uint32_t writers = 0;      // opens for writing
+    bool open_marked = false;  // state recorded dirty by an open for writing
+    // Wall-clock ns (in memory only; 0: not seen since mount): the first
+    // change after the last publish, the last seal, the last publish. They
+    // time checkpoints (`ckptfs ls`: time to RAM, time to durable).
+    int64_t t_change_ns = 0, t_seal_ns = 0, t_publish_ns = 0;
+    meta::DataState pre_open_state = meta::DataState::kDirty;
+    // Where the backend holds this file's persisted bytes as of the last
+    // applied log entry ("" when unknown), so a fetch goes there without
+    // waiting for unrelated entries (a pending `latest.tmp` -> `latest`).
+    std::string backend_path;
+    // The data lock: held shared by every change of the file's bytes (a
+    // write, fallocate, truncate) from its copy-on-write check to its
+    // size update, and exclusive by a seal and by the copy-on-write copy,
+    // so a version is never sealed with a write half done and a copy never
+    // sees bytes change under it. Never taken while holding mu_ (lock
+    // order: data_mu, then mu_); shared_ptr so a holder outlives an inode
+    // erased meanwhile.
+    std::shared_ptr<std::shared_mutex> data_mu = std::make_shared<std::shared_mutex>();
+    // The shared namespace (in memory only; steady-clock ns, 0: never):
+    // when the entry was last compared with the backend, and, for a
+    // directory, when its listing was last merged (`listed_ns`: begun,
+    // `listed_ok_ns`: when a listing that came back, or found no such
+    // directory there, began: names it lacks are not in the backend).
+    // `backend_changed`: the bytes were replaced by the backend's copy
+    // since the last open.
+    int64_t checked_ns = 0;
+    int64_t listed_ns = 0;
+    int64_t listed_ok_ns = 0;
+    size_t listed_count = 0;  // entries in that listing
+    bool backend_changed = false;
+    bool is_dir() const { return S_ISDIR(rec.mode); }
+  };
+
+  // ---- The shared namespace (fs/core/shared.cc) ----
+  static int64_t MonoNs();  // CLOCK_MONOTONIC in ns, plus the test skew below
+  static inline std::atomic<int64_t> clock_skew_ns_{0};
+  // Is `dir` a directory whose names the backend may add to (shared on,
+  // not in a memory-only checkpoint)? REQUIRES: mu_ held.
+  // Does a miss or a revalidation in `dir` list it rather than Stat one
+  // name (fs/core/shared.cc)?
+  bool ListsInsteadOfStat(Inode* dir) REQUIRES(mu_);
+  bool SharedDir(Inode* dir) REQUIRES(mu_);
+  // Clean all through: may `n` (at `path`) leave the namespace or be
+  // replaced because the backend says so? Files persisted or remote, not
+  // open, one name, not being fetched; nothing under it memory-only or
+  // named by the pending log. REQUIRES: mu_ held.
+  bool Droppable(Inode* n, const std::string& path, int depth = 0) REQUIRES(mu_);
+  // Removes the entry `name` of `p` and everything under it from the
+  // namespace, logging nothing (the backend no longer holds it). Its
+  // inodes go once the kernel forgets them. REQUIRES: mu_; Droppable.
+  Status DropShared(Inode* p, const std::string& name) REQUIRES(mu_);
+  // Adds the backend entry `e` as `name` in `p` (state remote for a file,
+  // persisted otherwise) to memory and to `b`. REQUIRES: mu_; name absent.
+  Inode* AdoptEntry(Inode* p, const std::string& name, const backend::Entry& e, meta::Batch* b) REQUIRES(mu_);
+  // AdoptEntry and commit; the entry is undone if the commit fails.
+  Result<Inode*> AdoptShared(Inode* p, const std::string& name, const backend::Entry& e) REQUIRES(mu_);
+  // The entry `n` (`name` in `p`) as the backend has it now (`e`): a file
+  // whose copy there differs becomes remote with the backend's size, mtime
+  // and checksum; one of another type (or a symlink with another target)
+  // is replaced. Only when Droppable. Returns the entry now at `name`.
+  Inode* FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) REQUIRES(mu_);
+
+  // ---- Checkpoint policies (fs/core/checkpoints.cc) ----
+  // The entry `name` made in `parent` would be a checkpoint: its name
+  // matches, no name above it does, and it is at most 8 levels down.
+  bool StartsCheckpoint(uint64_t parent, std::string_view name) REQUIRES(mu_);
+  // Whether the checkpoint numbered `ord`, made now, is memory-only.
+  bool ChooseMemoryOnly(uint64_t ord) REQUIRES(mu_);
+  // The directory `dir` is, or is inside, a memory-only checkpoint: what
+  // happens there is not logged for the backend.
+  bool UnderMemoryOnly(uint64_t dir) REQUIRES(mu_);
+  // The entry `n`, named in `parent`, is memory-only (itself or above).
+  bool MemoryOnlyAt(const Inode* n, uint64_t parent) REQUIRES(mu_) {
+    return n->rec.memory_only || UnderMemoryOnly(parent);
+  }
+  // The number of the checkpoint holding `n` (0: none), walking up.
+  uint64_t CheckpointOf(const Inode* n) REQUIRES(mu_);
+  // The newest `keep_in_memory` checkpoints' numbers are >= this (0: none kept).
+  uint64_t KeptFrom() REQUIRES(mu_);
+
+  // The inode, with what a passthrough writer wrote taken in (Absorb).
+  Inode* Find(uint64_t ino) REQUIRES(mu_);  // REQUIRES: mu_ held
+  // Takes in a passthrough writer's changes from the tier file: size, mtime,
+  // a new data generation, the budget. A sealed version still waiting for
+  // the drain in the live file is superseded (its bytes changed in place:
+  // the next seal brings them).
+  void Absorb(Inode* n) REQUIRES(mu_);
+  // Starts the file's passthrough state for a handle (registers the tier
+  // file at the first). REQUIRES: mu_ held.
+  Status StartPassthrough(Inode* n, int flags) REQUIRES(mu_);
+  // Would a new passthrough writer of `n` fit in the budget (its last
+  // version's size, with room to spare)? REQUIRES: mu_ held.
+  bool PassthroughRoom(const Inode* n, bool trunc) REQUIRES(mu_);
+  // How large a new file is expected to be (PassthroughShortfall).
+  uint64_t ExpectedSize() REQUIRES(mu_);
+  // The bytes of free budget a new passthrough writer of `n` lacks (0:
+  // none). REQUIRES: mu_ held.
+  uint64_t PassthroughShortfall(const Inode* n, bool trunc) REQUIRES(mu_);
+  // Before the first handle of an O_TRUNC open of a file with a sealed
+  // version: evicts clean files for what PassthroughShortfall says is
+  // missing, if evicting can cover all of it (otherwise the writer takes
+  // the copying path and nothing goes).
+  void EvictForPassthrough(uint64_t ino) EXCLUDES(mu_);
+  // Counts an O_RDWR passthrough writer's close or fsync as a change of the
+  // bytes (if none was seen). REQUIRES: mu_ held.
+  void MarkChanged(Inode* n) REQUIRES(mu_);
+  // A pending version sealed in place whose bytes changed (or may have):
+  // marked superseded, so the drain skips it and the next seal carries
+  // the bytes. REQUIRES: mu_ held.
+  void SupersedeInPlace(Inode* n) REQUIRES(mu_);
+  // Checkpoints: adds the files under `n` to `c`; walks `dir` for names
+  // matching `pattern`.
+  void AddToCheckpoint(Inode* n, CheckpointInfo* c, int depth) REQUIRES(mu_);
+  void FindCheckpoints(Inode* dir, const std::string& prefix, const std::regex& pattern, int depth,
+                       std::vector<CheckpointInfo>* out) REQUIRES(mu_);
+  Result<OpenResult> OpenImpl(uint64_t ino, int flags, bool allow_passthrough) EXCLUDES(mu_);
+  Result<OpenResult> OpenLocked(Inode* n, int flags, bool passthrough) REQUIRES(mu_);
+  // Moves `n` along the state table (fs/core/file_state.h); an event the table
+  // does not allow in n's state is logged and changes nothing.
+  // REQUIRES: mu_ held.
+  void Transition(Inode* n, FileEvent e) REQUIRES(mu_);
+  // EROFS once read-only. Any thread.
+  Status Writable() const;
+  // Commits to the store; a failure turns the mount read-only (sticky),
+  // with one log line. REQUIRES: mu_ held.
+  Status Commit(const meta::Batch& b, bool sync = false) REQUIRES(mu_);
+  // Can `name` be added in `parent` (reserved names, the backend's path
+  // length and encoding)? `subtree` is the longest path below the entry
+  // (a directory being renamed). REQUIRES: mu_ held.
+  Status CheckNewName(uint64_t parent, std::string_view name, size_t subtree = 0) REQUIRES(mu_);
+  // The longest path under directory `n`, relative to it ("" is 0).
+  size_t SubtreePathLen(const Inode* n) REQUIRES(mu_);
+  Result<Inode*> FindDir(uint64_t ino) REQUIRES(mu_);
+  Result<Inode*> Child(Inode* dir, std::string_view name) REQUIRES(mu_);
+  Result<InodeRecord> NewNode(uint64_t parent, std::string_view name, uint32_t mode, Caller who,
+                              std::string_view target, uint64_t rdev) EXCLUDES(mu_);
+  // Deletes the inode if nothing references it. REQUIRES: mu_ held.
+  void MaybeDelete(Inode* n) REQUIRES(mu_);
+  // Points the record's (parent, name) at some remaining link.
+  void RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view gone_name) REQUIRES(mu_);
+  bool IsAncestor(uint64_t maybe_ancestor, uint64_t ino) REQUIRES(mu_);
+  // Paths relative to the mount root, for log entries. REQUIRES: mu_ held.
+  std::string DirPath(uint64_t dir_ino) REQUIRES(mu_);
+  std::string EntryPath(uint64_t parent, std::string_view name) REQUIRES(mu_);
+  // Assigns the entry its seq, adds it to the batch and to `out`; the
+  // caller then commits with CommitWithLog(b, out). REQUIRES: mu_ held.
+  void AppendLog(meta::Batch* b, meta::LogEntry e, std::vector<meta::LogEntry>* out) REQUIRES(mu_);
+  // Seals the file's current bytes as a new version. If the previous
+  // version's entry is the last in the log, it is superseded: deleted from
+  // the store in `b`, and its seq returned (0 if none) for Supersede once
+  // `b` is committed. REQUIRES: mu_ held, and the data lock exclusive (or
+  // the file not open).
+  // In a memory-only checkpoint the version is kept in RAM only (state
+  // memory-only), and nothing is logged.
+  uint64_t Seal(Inode* n, meta::Batch* b, std::vector<meta::LogEntry>* out) REQUIRES(mu_);
+  // The persist entry of the file's current version (every name of it).
+  meta::LogEntry PersistEntry(const Inode* n) REQUIRES(mu_);
+  // The mkdir or symlink entry that makes the directory or symlink `r` at `path`.
+  static meta::LogEntry MakeEntry(const meta::InodeRecord& r, std::string path);
+  // After the commit of a Seal that superseded entry `seq` (0: none) of
+  // `version`: the drain skips it, its copy is dropped. REQUIRES: mu_ held.
+  void Supersede(uint64_t seq, uint64_t ino, uint64_t version) REQUIRES(mu_);
+  // Seals and commits in one WriteBatch. REQUIRES: mu_ held.
+  Status SealNow(Inode* n) REQUIRES(mu_);
+  // Is the file's current version sealed and not yet applied by the drain?
+  bool SealPending(const Inode* n) const REQUIRES(mu_) { return n->seal_seq > oplog_.AppliedSeq(); }
+  // A held data lock and the mutex it locks (the mutex outlives the inode
+  // if that is erased meanwhile). Members in this order: unlock, then drop.
+  template <class Lock>
+  struct DataLock {
+    std::shared_ptr<std::shared_mutex> mu;
+    Lock lock;
+    bool owns_lock() const { return lock.owns_lock(); }
+  };
+  using DataShared = DataLock<std::shared_lock<std::shared_mutex>>;
+  using DataExclusive = DataLock<std::unique_lock<std::shared_mutex>>;
+  // Before the file's bytes change: returns its data lock held shared,
+  // after copying the sealed version aside if the drain still needs it
+  // (lazy copy-on-write: only the first change after a seal pays). The copy
+  // runs with the data lock exclusive and mu_ released, so other files'
+  // operations go on, and is reserved against the budget (`wait` false:
+  // EAGAIN instead of waiting for space). ENOENT if the inode is gone.
+  // REQUIRES: mu_ not held.
+  Result<DataShared> LockForMutation(uint64_t ino, bool wait) EXCLUDES(mu_);
+  // The data lock exclusive, for a seal: no change of the bytes is in
+  // flight. An unlocked lock if the inode is gone. REQUIRES: mu_ not held.
+  DataExclusive LockForSeal(uint64_t ino) EXCLUDES(mu_);
+  // Must the sealed version be copied aside before the bytes change?
+  // REQUIRES: mu_ held.
+  bool NeedsCopy(const Inode* n) REQUIRES(mu_);
+  // Before the live bytes are dropped or emptied (O_TRUNC, truncate to 0,
+  // the last name gone): moves a sealed version the drain has not published
+  // to its snapshot (a rename; the live file starts empty). No-op if not
+  // needed. A change that keeps bytes copies instead: LockForMutation.
+  // REQUIRES: mu_ held, and no change of the bytes in flight.
+  Status MoveAside(Inode* n) REQUIRES(mu_);
+  // Start-up recovery of one regular file's bytes against its metadata.
+  // Returns false if the file is lost. REQUIRES: mu_ held.
+  bool RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64_t>& live_sizes, meta::Batch* b) REQUIRES(mu_);
+  // Removes a lost file from the namespace and records it. REQUIRES: mu_.
+  // Takes out of `lost` the files whose pending version the backend
+  // already holds (published, then the daemon died before the commit).
+  void AdoptPublished(std::vector<Inode*>* lost, meta::Batch* b) REQUIRES(mu_);
+  // Removes a lost file's names; logs an unlink of each, so an older copy
+  // the backend holds under that name goes too (backend == mount after the
+  // drain). REQUIRES: called from Load.
+  void DropLost(Inode* n, std::string_view reason, meta::Batch* b, std::vector<meta::LogEntry>* out) REQUIRES(mu_);
+  // Commits `b` with the log entries, then publishes them. REQUIRES: mu_.
+  Status CommitWithLog(const meta::Batch& b, std::vector<meta::LogEntry>&& entries) REQUIRES(mu_);
+  // Marks `n` used now (LRU order). REQUIRES: mu_ held; n regular.
+  void TouchLru(Inode* n) REQUIRES(mu_);
+  // Removes `n` from the table and every index. REQUIRES: mu_ held.
+  void EraseInode(Inode* n) REQUIRES(mu_);
+  // Records that the backend holds `n`'s bytes at `path` ("" forgets).
+  // REQUIRES: mu_ held.
+  void SetBackendPath(Inode* n, std::string path) REQUIRES(mu_);
+  // Follows an applied rename, unlink or rmdir in the backend paths.
+  // REQUIRES: mu_ held.
+  void ApplyToBackendPaths(const meta::LogEntry& e) REQUIRES(mu_);
+  // Brings a remote file's bytes into the tier. Drops mu_ during the
+  // fetch and retakes it before returning. REQUIRES: mu_ held; regular file.
+  Status EnsureLocal(uint64_t ino, int attempt = 0) REQUIRES(mu_);
+  // Where the backend holds `n`'s bytes now: its current path with the
+  // pending entries that moved it there (renames, exchanges, links) undone,
+  // newest first, since the backend has applied none of them. nullopt if a
+  // pending entry says something else was at that path (an unlink, a
+  // mkdir, another file's version): unknown. REQUIRES: mu_ held.
+  std::optional<std::string> BackendPathFromLog(const Inode* n) REQUIRES(mu_);
+  static meta::Timespec Now();
+  static int64_t WallNs();  // CLOCK_REALTIME in ns
+  static uint8_t DirentType(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
+  void Touch(Inode* dir, const meta::Timespec& t) { dir->rec.mtime = dir->rec.ctime = t; }
+
+  meta::MetaStore* const store_;
+  cache::Tier* const tier_;
+  backend::Backend* const backend_;
+  // The drain log, its outcomes and waiters: a leaf lock of its own,
+  // taken after mu_ (fs/core/oplog.h).
+  OpLog oplog_;
+
+  // Lock order: Drainer::mu_, Inode::data_mu, mu_, then the leaves
+  // OpLog::mu_ and cache::Tier::mu_ (docs/architecture.md, "Locks").
+  ckpt::Mutex mu_;
+  std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_ GUARDED_BY(mu_);
+  uint64_t next_ino_ GUARDED_BY(mu_) = meta::kRootIno + 1;
+  uint64_t clock_ GUARDED_BY(mu_) = 0;  // LRU clock
+  // (last_use, ino) of regular files, oldest first.
+  std::set<std::pair<uint64_t, uint64_t>> lru_ GUARDED_BY(mu_);
+  std::map<std::string, uint64_t, std::less<>> by_backend_path_ GUARDED_BY(mu_);  // Inode::backend_path -> ino
+  BackingFiles* backing_ = nullptr;  // set before the mount serves, read-only after
+  // The largest version sealed since the mount: what a passthrough writer
+  // of a new file is expected to write (PassthroughRoom).
+  uint64_t largest_sealed_ GUARDED_BY(mu_) = 0;
+  // Bytes sealed since the last quiet second (one save: all its files,
+  // all its ranks), and the last save's total: how many spares to keep.
+  uint64_t save_bytes_acc_ GUARDED_BY(mu_) = 0;
+  // The LRU clock when the last save began (its first writer after a quiet
+  // second): files used since are that save's or read since; a spare never
+  // evicts them.
+  uint64_t save_clock_ GUARDED_BY(mu_) = 0;
+  uint64_t last_save_bytes_ GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> prealloc_{0};  // set_prealloc
+  // An O_TRUNC writer has opened since the mount with passthrough active:
+  // only then are spares worth their memory (a mount that only ever
+  // updates files in place keeps none).
+  std::atomic<bool> trunc_writes_seen_{false};
+  std::atomic<bool> first_spare_made_{false};  // RefillSpares: a fresh mount's one spare
+  std::atomic<bool> saved_since_spare_{false};  // an O_TRUNC writer since the last spare was made
+  std::atomic<bool> over_budget_{false};  // RelieveOverBudget has said so
+  Mutex pressure_mu_;  // a leaf
+  PressureStats pressure_ GUARDED_BY(pressure_mu_);
+  // Files open for writing now (Inode::writers > 0), on either path.
+  uint64_t writing_files_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point quiet_since_ GUARDED_BY(mu_){};  // a writer's last open or close
+  // Passthrough handles open, and the inodes a passthrough writer has open
+  // (kept with Inode::pt_opens/pt_writers, so the housekeeper and status
+  // never scan the namespace).
+  uint64_t pt_handles_ GUARDED_BY(mu_) = 0;
+  std::set<uint64_t> pt_writing_ GUARDED_BY(mu_);
+  Limits limits_;  // set before Load, read-only after
+  CheckpointPolicy policy_ GUARDED_BY(mu_);
+  uint64_t next_ckpt_ GUARDED_BY(mu_) = 1;        // the next checkpoint number (kCheckpointCounter)
+  int64_t last_drained_ckpt_s_ GUARDED_BY(mu_) = 0;  // --persist-interval: when the last drained one was made
+  std::atomic<bool> read_only_{false};
+  int64_t shared_ttl_ns_ = 0;  // set before Load, read-only after
+  std::chrono::milliseconds fetch_wait_limit_{kFetchWaitLimit};  // set before Load
+  // Names the backend said ENOENT for, (dir ino, name) -> when (steady ns):
+  // asked again only after the TTL.
+  std::map<std::pair<uint64_t, std::string>, int64_t> negative_ GUARDED_BY(mu_);
+  mutable ckpt::Mutex ro_mu_;  // leaf lock
+  std::string ro_reason_ GUARDED_BY(ro_mu_);
+  bool shutdown_ GUARDED_BY(mu_) = false;
+  ckpt::CondVar fetch_cv_;                                                             // a fetch finished (with mu_)
+};
+
+}  // namespace ckpt::fs

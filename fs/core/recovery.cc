@@ -1,0 +1,402 @@
+// recovery.cc — start-up: the namespace, the drain log and the tier re-attached
+// from fs/meta and the tier directory, lost files dropped and listed, and the
+// backend imported on a first mount. Runs before the mount serves requests.
+//
+// One of the files of InodeTable (fs/core/inode_table.h), split by
+// responsibility; docs/architecture.md maps them.
+#include "fs/core/core_impl.h"
+
+namespace ckpt::fs {
+
+Status InodeTable::Load(Caller root_owner) {
+  MutexLock lk(&mu_);
+  auto next = store_->GetCounter(kNextInoCounter);
+  if (!next) return Err(next.error());
+  next_ino_ = std::max<uint64_t>(*next, meta::kRootIno + 1);
+
+  auto st = store_->ForEachInode([&](InodeRecord&& r) {
+    mu_.AssertHeld();  // called back while Load holds mu_
+    auto n = std::make_unique<Inode>();
+    n->rec = std::move(r);
+    next_ino_ = std::max(next_ino_, n->rec.ino + 1);
+    if (S_ISREG(n->rec.mode)) lru_.emplace(0, n->rec.ino);
+    inodes_[n->rec.ino] = std::move(n);
+  });
+  if (!st) return st;
+
+  Batch fix;
+  st = store_->ForEachDentry([&](uint64_t parent, std::string_view name, meta::DentryValue v) {
+    mu_.AssertHeld();  // called back while Load holds mu_
+    Inode* p = Find(parent);
+    if (!p || !p->is_dir() || !Find(v.ino)) {
+      LOG_ERROR("metadata: dropping entry '{}' in dir ino {} (points at missing ino {})", name, parent, v.ino);
+      MetaStore::DeleteDentry(&fix, parent, name);
+      return;
+    }
+    p->children.emplace(std::string(name), v.ino);
+  });
+  if (!st) return st;
+  // Every parent chain must end at the root. A cycle (damaged or edited
+  // metadata) would make every path walk loop, allocating without bound:
+  // refuse the state dir instead.
+  for (auto& [ino, n] : inodes_) {
+    uint64_t cur = ino;
+    for (size_t steps = 0; cur != meta::kRootIno; steps++) {
+      Inode* c = Find(cur);
+      if (!c) break;  // a dangling parent: the path stops there
+      if (steps > inodes_.size()) {
+        LOG_ERROR("metadata: the parents of ino {} ('{}') form a cycle; the state dir is damaged", ino, n->rec.name);
+        return Err(EUCLEAN);
+      }
+      cur = c->rec.parent;
+    }
+  }
+  st = store_->ForEachXattr([&](uint64_t ino, std::string_view name, std::string_view value) {
+    mu_.AssertHeld();  // called back while Load holds mu_
+    if (Inode* n = Find(ino)) n->xattrs.emplace(std::string(name), std::string(value));
+  });
+  if (!st) return st;
+
+  auto ckpt = store_->GetCounter(kCheckpointCounter);
+  if (!ckpt) return Err(ckpt.error());
+  next_ckpt_ = std::max<uint64_t>(*ckpt, 1);
+  for (auto& [ino, n] : inodes_) next_ckpt_ = std::max(next_ckpt_, n->rec.ckpt_ord + 1);
+
+  auto applied = store_->GetCounter(kAppliedCounter);
+  if (!applied) return Err(applied.error());
+  std::vector<LogEntry> pending;
+  st = store_->ForEachLogEntry([&](LogEntry&& e) {
+    mu_.AssertHeld();  // called back while Load holds mu_
+    if (e.op == LogOp::kPersist)
+      if (Inode* n = Find(e.ino)) n->seal_seq = e.seq;
+    pending.push_back(std::move(e));
+  });
+  if (!st) return st;
+  oplog_.set_track_removals(shared());
+  oplog_.Restore(*applied, std::move(pending));
+
+  if (!Find(meta::kRootIno)) {
+    auto root = std::make_unique<Inode>();
+    InodeRecord& r = root->rec;
+    r.ino = r.parent = meta::kRootIno;
+    r.mode = S_IFDIR | 0755;
+    r.uid = root_owner.uid;
+    r.gid = root_owner.gid;
+    r.nlink = 2;
+    r.atime = r.mtime = r.ctime = Now();
+    r.state = meta::DataState::kPersisted;
+    MetaStore::PutInode(&fix, r);
+    inodes_[meta::kRootIno] = std::move(root);
+  }
+
+  // Orphans: inodes no name holds (unlinked while open, then the daemon
+  // stopped). Their bytes are unreachable; free them.
+  std::vector<uint64_t> orphans;
+  for (auto& [ino, n] : inodes_)
+    if (n->rec.nlink == 0 && ino != meta::kRootIno) orphans.push_back(ino);
+  for (uint64_t ino : orphans) {
+    Inode* n = Find(ino);
+    MetaStore::DeleteInode(&fix, ino);
+    for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(&fix, ino, k);
+    // Its pending version still drains: without its bytes kept aside, a
+    // close that returned would end as "lost". Refuse to go on instead.
+    if (S_ISREG(n->rec.mode))
+      if (auto p = MoveAside(n); !p) return p;
+    tier_->Remove(ino);
+    EraseInode(n);
+  }
+  MetaStore::PutCounter(&fix, kNextInoCounter, next_ino_);
+  if (auto c = Commit(fix, true); !c) return c;
+
+  // The tier against the metadata: every regular file's bytes, and the
+  // snapshots the pending log needs. Lost files leave the namespace here.
+  std::unordered_map<uint64_t, uint64_t> sizes;  // tier key -> st_size
+  for (auto [key, size] : tier_->attached()) sizes[key] = size;
+  std::set<uint64_t> wanted;
+  for (const LogEntry& e : oplog_.Pending(SIZE_MAX))
+    if (e.op == LogOp::kPersist) wanted.insert(cache::SnapKey(e.ino, e.version));
+  for (auto [key, size] : sizes) {
+    if (!tier_->Has(key)) continue;  // removed above (an orphan inode's bytes)
+    Inode* n = Find(cache::IsSnapKey(key) ? cache::SnapIno(key) : key);
+    // A snapshot the log still needs is kept even when its inode is gone
+    // (the file was deleted with a version on its way to the backend).
+    if (cache::IsSnapKey(key) && (n || wanted.count(key))) {
+      bool current = n && S_ISREG(n->rec.mode) && cache::SnapMatches(key, n->rec.ino, n->rec.version);
+      if (!wanted.count(key) && !current) tier_->Remove(key);  // published (or superseded) before the stop
+      continue;
+    }
+    if (!n || !S_ISREG(n->rec.mode)) {
+      // Never deleted: the metadata may be what is wrong. The operator
+      // finds them in orphans/ (counted by `ckptfs status`).
+      if (auto o = tier_->Orphan(key); !o) {
+        LOG_ERROR("tier: cannot move the file of unknown ino {:016x} to orphans/: {}", key, strerror(o.error()));
+        return o;
+      }
+      LOG_WARN("tier: file of unknown ino {:016x} ({} bytes) moved to {}/orphans/", key, size, tier_->dir());
+    }
+  }
+  Batch rec;
+  std::vector<Inode*> files;
+  for (auto& [ino, n] : inodes_)
+    if (S_ISREG(n->rec.mode) && n->rec.nlink > 0) files.push_back(n.get());
+  std::vector<Inode*> lost;
+  for (Inode* n : files)
+    if (!RecoverFile(n, sizes, &rec)) lost.push_back(n);
+  if (!lost.empty()) AdoptPublished(&lost, &rec);
+  std::vector<LogEntry> unlinks;
+  for (Inode* n : lost) DropLost(n, "not persisted, and its bytes are not in the memory tier", &rec, &unlinks);
+  st = store_->ForEachLost([&](uint64_t id, std::string_view path, std::string_view) { oplog_.RestoreLost(id, path); });
+  if (!st) return st;
+  st = store_->ForEachFailed(
+      [&](uint64_t id, std::string_view path, std::string_view reason) { oplog_.RestoreFailed(id, path, reason); });
+  if (!st) return st;
+  FAILPOINT("load.recovery");
+  if (!rec.empty())
+    if (auto c = Commit(rec, true); !c) return c;
+  oplog_.Publish(std::move(unlinks));
+  // Where the backend holds each file: its current path, unless a pending
+  // entry may have moved or removed it there (then found on demand).
+  if (!oplog_.HasMoves())
+    for (auto& [ino, n] : inodes_)
+      if (S_ISREG(n->rec.mode) && n->rec.nlink > 0 &&
+          (n->rec.state == DataState::kPersisted || n->rec.state == DataState::kRemote))
+        SetBackendPath(n.get(), EntryPath(n->rec.parent, n->rec.name));
+  LOG_INFO("namespace loaded: {} inodes, next ino {}, {} log entries pending", inodes_.size(), next_ino_, oplog_.size());
+  return {};
+}
+
+bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64_t>& sizes, Batch* b) {
+  InodeRecord& r = n->rec;
+  const uint64_t ino = r.ino;
+  const std::string path = EntryPath(r.parent, r.name);
+  const uint64_t snap = cache::SnapKey(ino, r.version);
+  const bool pending = SealPending(n);
+  auto live = sizes.find(ino);
+  InodeRecord before = r;
+  largest_sealed_ = std::max(largest_sealed_, r.sealed_size);
+  // A passthrough writer that never closed leaves pre-allocated pages past
+  // its end: they go back to the budget.
+  if (live != sizes.end()) tier_->TrimBeyondEof(ino);
+  if (r.state == DataState::kDraining) r.state = DataState::kDirty;  // a transfer in flight starts over
+  if (tier_->Has(snap)) {
+    // Being rewritten when the daemon stopped: the last close's version
+    // is the snapshot; what was written since was never sealed.
+    if (live != sizes.end()) tier_->Remove(ino);
+    if (auto st = tier_->Rekey(snap, ino); !st) {
+      LOG_ERROR("ino {} '{}': cannot restore version {}: {}", ino, path, r.version, strerror(st.error()));
+      return false;
+    }
+    r.size = r.sealed_size = sizes.at(snap);
+    r.state = pending ? DataState::kDirty : DataState::kPersisted;
+    LOG_WARN(
+        "ino {} '{}': open for writing when the daemon stopped; back to version {} ({} bytes), sealed at its "
+        "last close",
+        ino, path, r.version, r.size);
+  } else if (pending) {
+    // Sealed, not yet in the backend: the live file is that version.
+    if (live == sizes.end()) return false;
+    if (live->second < r.sealed_size) {
+      LOG_ERROR("ino {} '{}': the memory tier holds {} of the {} bytes sealed", ino, path, live->second, r.sealed_size);
+      tier_->Remove(ino);
+      return false;
+    }
+    if (live->second > r.sealed_size) {
+      // Only a passthrough writer grows the live file past a pending seal
+      // (the copying path copies the version aside first): it was open
+      // after an fsync sealed the file in place. Bytes it overwrote below
+      // the sealed size stay as written (docs/consistency.md).
+      (void)tier_->Truncate(ino, r.sealed_size);
+      LOG_WARN(
+          "ino {} '{}': open for writing when the daemon stopped; back to version {} ({} bytes), sealed at its "
+          "last fsync",
+          ino, path, r.version, r.sealed_size);
+    }
+    r.size = r.sealed_size;
+    r.state = DataState::kDirty;
+  } else if (r.state == DataState::kDirty && MemoryOnlyAt(n, r.parent)) {
+    // In a memory-only checkpoint, rewritten in place when the daemon
+    // stopped: the last sealed version has no other copy (the policy's
+    // risk, docs/operations.md).
+    if (live != sizes.end()) tier_->Remove(ino);
+    return false;
+  } else if (r.state == DataState::kDirty) {
+    // Written since its last seal and never closed again (or never
+    // closed at all): keep what the last close sealed.
+    if (live != sizes.end()) tier_->Remove(ino);
+    if (r.version == 0) {
+      LOG_WARN("ino {} '{}': created but never closed before the daemon stopped", ino, path);
+      return false;
+    }
+    r.size = r.sealed_size;
+    r.state = DataState::kRemote;
+    LOG_WARN("ino {} '{}': open for writing when the daemon stopped; back to version {} (in the backend)", ino, path,
+             r.version);
+  } else if (r.state == DataState::kPersisted) {
+    if (live == sizes.end() || live->second != r.size) {
+      if (live != sizes.end()) {
+        LOG_WARN("ino {} '{}': tier holds {} bytes, {} expected; reading it from the backend", ino, path, live->second,
+                 r.size);
+        tier_->Remove(ino);
+      }
+      r.state = DataState::kRemote;  // fetched again on the next read
+    }
+  } else if (r.state == DataState::kRemote && live != sizes.end()) {
+    tier_->Remove(ino);  // a fetch cut short
+  } else if (r.state == DataState::kFailed || r.state == DataState::kMemoryOnly) {
+    // The backend refused it, or a memory-only checkpoint holds it: the
+    // tier holds the only copy.
+    if (live == sizes.end() || live->second != r.size) {
+      if (live != sizes.end()) tier_->Remove(ino);
+      return false;
+    }
+  }
+  if (r.state != before.state || r.size != before.size || r.sealed_size != before.sealed_size)
+    MetaStore::PutInode(b, r);
+  return true;
+}
+
+void InodeTable::AdoptPublished(std::vector<Inode*>* lost, Batch* b) {
+  // The daemon can die after the backend rename and before the RocksDB
+  // commit: the version is in the backend, only the record says otherwise.
+  // It is that version if name, size, mtime (ns) and a checksum match.
+  if (!backend_) return;
+  std::unordered_map<std::string, backend::Entry> files;
+  auto st = backend_->List([&](const backend::Entry& e) {
+    if (e.type == backend::Entry::Type::kFile && e.has_checksum) files.emplace(e.path, e);
+  });
+  if (!st) {
+    LOG_WARN("recovery: cannot list the backend ({}); files not in the tier count as lost", strerror(st.error()));
+    return;
+  }
+  std::erase_if(*lost, [&](Inode* n) {
+    mu_.AssertHeld();  // called back while Load holds mu_
+    InodeRecord& r = n->rec;
+    const std::optional<LogEntry> it = n->seal_seq ? oplog_.Find(n->seal_seq) : std::nullopt;
+    if (r.version == 0 || !it || it->op != LogOp::kPersist || it->version != r.version) return false;
+    auto f = files.find(it->path);
+    if (f == files.end() || f->second.size != r.sealed_size || f->second.mtime_sec != it->mtime.sec ||
+        f->second.mtime_nsec != it->mtime.nsec)
+      return false;
+    LOG_WARN("ino {} '{}': version {} was published before the daemon stopped; taken from the backend", r.ino, it->path,
+             r.version);
+    r.size = r.sealed_size;
+    r.state = DataState::kRemote;
+    r.checksum_hi = f->second.checksum_hi;
+    r.checksum_lo = f->second.checksum_lo;
+    MetaStore::PutInode(b, r);
+    MetaStore::DeleteLog(b, it->seq);
+    oplog_.DropRecovered(it->seq);
+    n->seal_seq = 0;
+    return true;
+  });
+}
+
+void InodeTable::DropLost(Inode* n, std::string_view reason, Batch* b, std::vector<LogEntry>* out) {
+  // Every name of the file goes; directories keep their other entries.
+  std::vector<std::pair<Inode*, std::string>> names;
+  for (auto& [dino, d] : inodes_) {
+    if (!d->is_dir()) continue;
+    for (auto& [name, child] : d->children)
+      if (child == n->rec.ino) names.emplace_back(d.get(), name);
+  }
+  for (auto& [d, name] : names) {
+    std::string path = EntryPath(d->rec.ino, name);
+    const bool memory_only = MemoryOnlyAt(n, d->rec.ino);
+    LOG_ERROR("ino {} '{}': lost ({}); removed from the namespace", n->rec.ino, path, reason);
+    oplog_.AddLost(b, path, reason);
+    MetaStore::DeleteDentry(b, d->rec.ino, name);
+    d->children.erase(d->children.find(name));
+    LogEntry e;
+    e.op = LogOp::kUnlink;
+    e.ino = n->rec.ino;
+    e.path = path;
+    if (!memory_only) AppendLog(b, e, out);  // never in the backend
+  }
+  MetaStore::DeleteInode(b, n->rec.ino);
+  for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(b, n->rec.ino, k);
+  tier_->Remove(n->rec.ino);
+  EraseInode(n);
+}
+
+Status InodeTable::ImportBackend() {
+  MutexLock lk(&mu_);
+  auto imported = store_->GetCounter(kImportedCounter);
+  if (!imported) return Err(imported.error());
+  if (*imported || !backend_) return {};
+  Batch b;
+  std::unordered_map<std::string, uint64_t> dirs{{"", meta::kRootIno}};
+  uint64_t count = 0;
+  auto st = backend_->List([&](const backend::Entry& e) {
+    mu_.AssertHeld();  // called back while ImportBackend holds mu_
+    auto slash = e.path.rfind('/');
+    std::string parent_path = slash == std::string::npos ? "" : e.path.substr(0, slash);
+    std::string name = slash == std::string::npos ? e.path : e.path.substr(slash + 1);
+    auto pit = dirs.find(parent_path);
+    if (pit == dirs.end() || name.empty() || name.size() > kMaxName) {
+      LOG_WARN("import: skipping backend entry '{}'", e.path);
+      return;
+    }
+    Inode* p = Find(pit->second);
+    if (p->children.count(name)) return;
+    Inode* n = AdoptEntry(p, name, e, &b);
+    if (e.type == backend::Entry::Type::kDir) dirs[e.path] = n->rec.ino;
+    count++;
+  });
+  if (!st) return st;
+  MetaStore::PutCounter(&b, kNextInoCounter, next_ino_);
+  MetaStore::PutCounter(&b, kImportedCounter, 1);
+  if (auto c = Commit(b, true); !c) return c;
+  if (count) LOG_INFO("import: {} entries found in the backend {}", count, backend_->Describe());
+  return {};
+}
+
+InodeTable::Inode* InodeTable::AdoptEntry(Inode* p, const std::string& name, const backend::Entry& e, Batch* b) {
+  Inode* root = Find(meta::kRootIno);
+  auto n = std::make_unique<Inode>();
+  InodeRecord& r = n->rec;
+  r.ino = next_ino_++;
+  r.parent = p->rec.ino;
+  r.name = name;
+  r.uid = root->rec.uid;
+  r.gid = root->rec.gid;
+  r.mtime = r.atime = r.ctime = {e.mtime_sec, e.mtime_nsec};
+  r.version = 1;
+  switch (e.type) {
+    case backend::Entry::Type::kDir:
+      r.mode = S_IFDIR | (e.mode ? e.mode & 07777 : 0755);
+      r.nlink = 2;
+      r.state = DataState::kPersisted;
+      p->rec.nlink++;
+      break;
+    case backend::Entry::Type::kFile:
+      r.mode = S_IFREG | (e.mode ? e.mode & 07777 : 0644);
+      r.nlink = 1;
+      r.size = r.sealed_size = e.size;
+      largest_sealed_ = std::max(largest_sealed_, e.size);  // what a checkpoint here weighs
+      r.state = DataState::kRemote;
+      if (e.has_checksum) {
+        r.checksum_hi = e.checksum_hi;
+        r.checksum_lo = e.checksum_lo;
+      }
+      break;
+    case backend::Entry::Type::kSymlink:
+      r.mode = S_IFLNK | 0777;
+      r.nlink = 1;
+      r.target = e.target;
+      r.state = DataState::kPersisted;
+      break;
+  }
+  MetaStore::PutInode(b, r);
+  MetaStore::PutInode(b, p->rec);
+  MetaStore::PutDentry(b, p->rec.ino, name, r.ino, DirentType(r.mode));
+  p->children.emplace(name, r.ino);
+  Inode* out = n.get();
+  inodes_[r.ino] = std::move(n);
+  if (e.type == backend::Entry::Type::kFile) {
+    lru_.emplace(0, r.ino);
+    SetBackendPath(out, e.path);
+  }
+  return out;
+}
+
+}  // namespace ckpt::fs

@@ -1,0 +1,400 @@
+// shared.cc — the shared namespace: several mounts (nodes), each with its
+// own state dir and tier, over one backend, see each other's persisted
+// files. A local miss asks the backend (Stat), a readdir merges the
+// backend's one-level listing (ListDir), and clean entries follow the
+// backend: a file changed there becomes remote and is fetched again, one
+// gone from there leaves this namespace. Every answer of the backend is
+// reused for the TTL (--shared-ttl), the bound on how stale a view is.
+//
+// Who wins (docs/consistency.md, "Shared namespace"): this mount's own
+// changes, until the drain has applied them. A name whose unlink, rmdir or
+// rename away is still in the pending log never comes back from the
+// backend; an entry with a change of this mount still pending (a dirty or
+// draining file, a mkdir, a rename onto it), an open file, and anything
+// under a memory-only checkpoint are never changed or dropped because of
+// the backend. Only clean entries follow it.
+//
+// The backend is asked without the table's lock: the entry may change
+// meanwhile, so everything is looked up again afterwards. A listing or a
+// Stat that saw ENOENT while the drain applied an entry of this mount is
+// not trusted to drop anything (the entry may have just been published).
+// What it gives up: a directory's listing is a snapshot of one level; a
+// name can be imported, then dropped, within a TTL of another node's
+// rename. Imported entries get the root's owner, like ImportBackend's.
+//
+// One of the files of InodeTable (fs/core/inode_table.h), split by
+// responsibility; docs/architecture.md maps them.
+#include "fs/core/core_impl.h"
+
+namespace ckpt::fs {
+
+namespace {
+
+constexpr size_t kMaxNegative = 65536;  // remembered ENOENTs; all forgotten past this
+
+constexpr int kMaxDropDepth = 64;       // deeper clean trees are kept (dropped later, from below)
+
+std::string Join(const std::string& dir, std::string_view name) {
+  return dir.empty() ? std::string(name) : dir + "/" + std::string(name);
+}
+
+}  // namespace
+
+int64_t InodeTable::MonoNs() {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec + clock_skew_ns_.load(std::memory_order_relaxed);
+}
+
+bool InodeTable::SharedDir(Inode* dir) {
+  return shared() && dir && dir->is_dir() && !UnderMemoryOnly(dir->rec.ino);
+}
+
+bool InodeTable::Droppable(Inode* n, const std::string& path, int depth) {
+  if (depth > kMaxDropDepth || n->rec.ino == meta::kRootIno || n->rec.memory_only) return false;
+  if (depth == 0 && oplog_.Touches(path)) return false;  // covers the whole subtree
+  if (n->is_dir()) {
+    for (auto& [name, ino] : n->children) {
+      Inode* c = Find(ino);
+      if (!c || !Droppable(c, Join(path, name), depth + 1)) return false;
+    }
+    return true;
+  }
+  if (S_ISLNK(n->rec.mode)) return n->rec.nlink == 1;
+  if (!S_ISREG(n->rec.mode)) return false;  // fifos, devices: only ever local
+  return (n->rec.state == DataState::kPersisted || n->rec.state == DataState::kRemote) && n->opens == 0 &&
+         !n->fetching && n->rec.nlink == 1 && !SealPending(n) && n->data_gen == n->sealed_gen;
+}
+
+Status InodeTable::DropShared(Inode* p, const std::string& name) {
+  // Post-order: children before their directory.
+  struct Gone {
+    uint64_t parent;
+    std::string name;
+    uint64_t ino;
+  };
+  std::vector<Gone> gone;
+  std::function<void(Inode*, const std::string&, int)> collect = [&](Inode* dir, const std::string& n, int depth) {
+    mu_.AssertHeld();  // the caller's
+    auto it = dir->children.find(n);
+    if (it == dir->children.end() || depth > kMaxDropDepth) return;
+    Inode* c = Find(it->second);
+    if (c && c->is_dir())
+      for (auto& [cn, cino] : c->children) collect(c, cn, depth + 1);
+    gone.push_back({dir->rec.ino, n, it->second});
+  };
+  collect(p, name, 0);
+  Batch b;
+  std::unordered_map<uint64_t, InodeRecord> recs;  // the next records
+  auto rec = [&](uint64_t ino) -> InodeRecord& {
+    mu_.AssertHeld();  // the caller's
+    auto it = recs.find(ino);
+    if (it == recs.end()) it = recs.emplace(ino, Find(ino)->rec).first;
+    return it->second;
+  };
+  const meta::Timespec now = Now();
+  for (const Gone& g : gone) {
+    InodeRecord& r = rec(g.ino);
+    InodeRecord& pr = rec(g.parent);
+    MetaStore::DeleteDentry(&b, g.parent, g.name);
+    if (S_ISDIR(r.mode)) {
+      r.nlink = 0;
+      pr.nlink--;
+    } else {
+      r.nlink--;
+    }
+    r.ctime = now;
+  }
+  rec(p->rec.ino).mtime = rec(p->rec.ino).ctime = now;
+  for (auto& [ino, r] : recs) MetaStore::PutInode(&b, r);
+  if (auto st = Commit(b); !st) return st;
+  for (auto& [ino, r] : recs) Find(ino)->rec = r;
+  for (const Gone& g : gone) {
+    Inode* dir = Find(g.parent);
+    dir->children.erase(g.name);
+    negative_.erase({g.parent, g.name});
+  }
+  for (const Gone& g : gone)
+    if (Inode* n = Find(g.ino)) MaybeDelete(n);
+  LOG_DEBUG("shared: '{}' is gone from the backend; dropped {} entries", EntryPath(p->rec.ino, name), gone.size());
+  return {};
+}
+
+Result<InodeTable::Inode*> InodeTable::AdoptShared(Inode* p, const std::string& name, const backend::Entry& e) {
+  Batch b;
+  const uint64_t parent_nlink = p->rec.nlink;
+  Inode* n = AdoptEntry(p, name, e, &b);
+  MetaStore::PutCounter(&b, kNextInoCounter, next_ino_);
+  if (auto st = Commit(b); !st) {
+    p->children.erase(name);
+    p->rec.nlink = parent_nlink;
+    EraseInode(n);
+    return Err(st.error());
+  }
+  n->checked_ns = MonoNs();
+  negative_.erase({p->rec.ino, name});
+  LOG_DEBUG("shared: imported '{}' from the backend", e.path);
+  return n;
+}
+
+InodeTable::Inode* InodeTable::FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) {
+  n->checked_ns = MonoNs();
+  const std::string path = EntryPath(p->rec.ino, name);
+  const auto type = n->is_dir() ? backend::Entry::Type::kDir
+                    : S_ISLNK(n->rec.mode) ? backend::Entry::Type::kSymlink
+                                           : backend::Entry::Type::kFile;
+  const bool regular = S_ISREG(n->rec.mode);
+  if (type == backend::Entry::Type::kDir && e.type == type) return n;
+  bool same;
+  if (!regular && type != backend::Entry::Type::kSymlink) {
+    same = false;  // a fifo or device here, something else there: ours stays (not Droppable)
+  } else if (e.type != type) {
+    same = false;
+  } else if (type == backend::Entry::Type::kSymlink) {
+    same = n->rec.target == e.target;
+  } else if (e.has_checksum && (n->rec.checksum_hi | n->rec.checksum_lo) != 0) {
+    same = e.size == n->rec.size && e.checksum_hi == n->rec.checksum_hi && e.checksum_lo == n->rec.checksum_lo;
+  } else {
+    same = e.size == n->rec.size && e.mtime_sec == n->rec.mtime.sec && e.mtime_nsec == n->rec.mtime.nsec;
+  }
+  if (same || !Droppable(n, path)) return n;
+  if (e.type != type || !regular) {
+    // Replaced there by an entry of another kind: ours goes, theirs comes.
+    if (!DropShared(p, name)) return n;
+    auto a = AdoptShared(p, name, e);
+    return a ? *a : nullptr;
+  }
+  // The same file, other bytes: remote again, fetched at the next open.
+  InodeRecord r = n->rec;
+  const bool was_local = r.state == DataState::kPersisted;
+  r.state = DataState::kRemote;
+  r.size = r.sealed_size = e.size;
+  r.mtime = r.ctime = {e.mtime_sec, e.mtime_nsec};
+  if (e.mode) r.mode = (r.mode & S_IFMT) | (e.mode & 07777);
+  r.checksum_hi = e.has_checksum ? e.checksum_hi : 0;
+  r.checksum_lo = e.has_checksum ? e.checksum_lo : 0;
+  Batch b;
+  MetaStore::PutInode(&b, r);
+  if (!Commit(b)) return n;
+  if (was_local) Transition(n, FileEvent::kEvict);
+  const DataState state = n->rec.state;
+  n->rec = r;
+  n->rec.state = state;  // remote either way; kept as Transition left it
+  SetBackendPath(n, e.path);
+  n->backend_changed = true;
+  largest_sealed_ = std::max(largest_sealed_, e.size);
+  if (was_local) tier_->Remove(n->rec.ino);
+  LOG_DEBUG("shared: '{}' changed in the backend ({} bytes); remote again", path, e.size);
+  return n;
+}
+
+bool InodeTable::LookupNeedsBackend(uint64_t parent, std::string_view name) {
+  if (!shared() || name == "." || name == ".." || name.size() > kMaxName) return false;
+  MutexLock lk(&mu_);
+  Inode* dir = Find(parent);
+  if (!SharedDir(dir)) return false;
+  const int64_t now = MonoNs();
+  auto it = dir->children.find(name);
+  if (it != dir->children.end()) {
+    // Only what could follow the backend is compared with it: not a file
+    // with changes of its own or open here (the local copy wins anyway).
+    Inode* c = Find(it->second);
+    if (!c || now - c->checked_ns < shared_ttl_ns_) return false;
+    if (!S_ISREG(c->rec.mode)) return true;
+    return (c->rec.state == DataState::kPersisted || c->rec.state == DataState::kRemote) && c->opens == 0;
+  }
+  // Reserved names, and names the backend could not hold (too long, not
+  // UTF-8 for S3): nothing there to find.
+  if (!CheckNewName(parent, name)) return false;
+  // The directory's listing, taken less than a TTL ago, lacks the name.
+  if (now - dir->listed_ok_ns < shared_ttl_ns_) return false;
+  auto neg = negative_.find({parent, std::string(name)});
+  return neg == negative_.end() || now - neg->second >= shared_ttl_ns_;
+}
+
+Result<InodeRecord> InodeTable::LookupShared(uint64_t parent, std::string_view name) {
+  if (!LookupNeedsBackend(parent, name)) return Lookup(parent, name);
+  bool list = false;
+  {
+    MutexLock lk(&mu_);
+    Inode* dir = Find(parent);
+    list = ListsInsteadOfStat(dir) && !dir->children.count(name);
+  }
+  if (list) {
+    MergeDir(parent);
+    if (!LookupNeedsBackend(parent, name)) return Lookup(parent, name);  // else: listed elsewhere meanwhile, or failed
+  }
+  std::string path;
+  uint64_t applied;
+  {
+    MutexLock lk(&mu_);
+    Inode* dir = Find(parent);
+    if (!dir || !dir->is_dir()) return Err(dir ? ENOTDIR : ENOENT);
+    path = EntryPath(parent, name);
+    applied = oplog_.AppliedSeq();
+    auto it = dir->children.find(name);
+    if (it == dir->children.end() && oplog_.RemovalPending(path, applied)) return Err(ENOENT);  // the local log wins
+    if (it != dir->children.end()) {
+      Inode* c = Find(it->second);
+      if (c) c->checked_ns = MonoNs();  // one Stat per TTL, even while this one runs
+    }
+  }
+  auto e = backend_->Stat(path);
+  MutexLock lk(&mu_);
+  auto dir = FindDir(parent);
+  if (!dir) return Err(dir.error());
+  Inode* p = *dir;
+  std::string key(name);
+  auto it = p->children.find(name);
+  Inode* c = it == p->children.end() ? nullptr : Find(it->second);
+  if (!e) {
+    if (e.error() != ENOENT && e.error() != ENOTDIR && e.error() != ELOOP && e.error() != EINVAL) {
+      LOG_DEBUG("shared: stat '{}' in the backend: {}; the local view stands", path, strerror(e.error()));
+    } else if (!c) {
+      if (negative_.size() >= kMaxNegative) negative_.clear();
+      negative_[{parent, key}] = MonoNs();
+    } else if (applied == oplog_.AppliedSeq() && Droppable(c, path)) {
+      // Persisted here, gone there: another node removed it.
+      if (DropShared(p, key)) return Err(ENOENT);
+    }
+  } else if (!c) {
+    if (!oplog_.RemovalPending(path, applied) && !(parent == meta::kRootIno && name.starts_with(kReservedRootPrefix)))
+      if (auto a = AdoptShared(p, key, *e); a) c = *a;
+  } else {
+    c = FollowBackend(p, key, c, *e);
+  }
+  if (!c) return Err(ENOENT);
+  c->nlookup++;
+  return c->rec;
+}
+
+bool InodeTable::MergeDue(uint64_t ino) {
+  if (!shared()) return false;
+  MutexLock lk(&mu_);
+  Inode* dir = Find(ino);
+  return SharedDir(dir) && MonoNs() - dir->listed_ns >= shared_ttl_ns_;
+}
+
+void InodeTable::MergeDir(uint64_t ino) {
+  if (!MergeDue(ino)) return;
+  std::string path;
+  uint64_t applied;
+  const int64_t started = MonoNs();
+  {
+    MutexLock lk(&mu_);
+    Inode* d = Find(ino);
+    if (!d) return;
+    d->listed_ns = started;  // one listing per TTL, even while this one runs
+    path = DirPath(ino);
+    applied = oplog_.AppliedSeq();
+    if (!path.empty() && oplog_.RemovalPending(path, applied)) return;
+  }
+  auto ls = backend_->ListDir(path);
+  if (!ls) {
+    LOG_DEBUG("shared: list '{}' in the backend: {}; the local view stands", path, strerror(ls.error()));
+    if (ls.error() != ENOENT) return;
+    // Not in the backend (not drained yet, or removed there): none of the
+    // names looked up in it can be there either.
+    MutexLock lk(&mu_);
+    if (Inode* d = Find(ino); d && d->is_dir() && DirPath(ino) == path) {
+      d->listed_ok_ns = started;
+      d->listed_count = 0;
+    }
+    return;
+  }
+  MutexLock lk(&mu_);
+  Inode* d = Find(ino);
+  if (!d || !d->is_dir() || d->rec.nlink == 0 || DirPath(ino) != path) return;  // moved meanwhile: next time
+  d->listed_ok_ns = started;
+  d->listed_count = ls->size();
+  std::set<std::string, std::less<>> there;
+  for (const backend::Entry& e : *ls) {
+    auto slash = e.path.rfind('/');
+    std::string name = slash == std::string::npos ? e.path : e.path.substr(slash + 1);
+    if (name.empty() || name.size() > kMaxName) continue;
+    there.insert(name);
+    auto it = d->children.find(name);
+    if (it != d->children.end()) {
+      if (Inode* c = Find(it->second)) FollowBackend(d, name, c, e);
+      continue;
+    }
+    if (oplog_.RemovalPending(e.path, applied) || (ino == meta::kRootIno && name.starts_with(kReservedRootPrefix)))
+      continue;
+    (void)AdoptShared(d, name, e);
+  }
+  if (applied != oplog_.AppliedSeq()) return;  // the listing may predate an entry just published
+  std::vector<std::string> gone;
+  for (auto& [name, cino] : d->children)
+    if (!there.count(name))
+      if (Inode* c = Find(cino); c && Droppable(c, Join(path, name))) gone.push_back(name);
+  for (const auto& name : gone) (void)DropShared(d, name);
+}
+
+bool InodeTable::ListsInsteadOfStat(Inode* dir) {
+  // One listing answers for every name in a small directory for a TTL (a
+  // checkpoint's files are created, or opened, one after another) where a
+  // Stat answers for one. Small: as the backend held it at the last
+  // listing, else as this mount holds it.
+  return dir && dir->is_dir() &&
+         (dir->listed_ok_ns != 0 ? dir->listed_count : dir->children.size()) <= backend_->ListCheaperUpTo();
+}
+
+bool InodeTable::RevalidateDue(uint64_t ino, int flags) {
+  if (!shared()) return false;
+  if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) return false;
+  MutexLock lk(&mu_);
+  Inode* n = Find(ino);
+  if (!n || !S_ISREG(n->rec.mode) || n->rec.nlink == 0 || MonoNs() - n->checked_ns < shared_ttl_ns_) return false;
+  if (!SharedDir(Find(n->rec.parent))) return false;
+  return Droppable(n, EntryPath(n->rec.parent, n->rec.name));
+}
+
+void InodeTable::RevalidateForOpen(uint64_t ino, int flags) {
+  if (!RevalidateDue(ino, flags)) return;
+  std::string path;
+  uint64_t parent;
+  std::string name;
+  bool list;
+  {
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    if (!n) return;
+    parent = n->rec.parent;
+    list = ListsInsteadOfStat(Find(parent));
+  }
+  // Listed, it is compared with the backend as every name there is (and
+  // the next opens in that directory need nothing for a TTL).
+  if (list) MergeDir(parent);
+  {
+    MutexLock lk(&mu_);
+    Inode* n = Find(ino);
+    if (!n || MonoNs() - n->checked_ns < shared_ttl_ns_) return;
+    n->checked_ns = MonoNs();
+    parent = n->rec.parent;
+    name = n->rec.name;
+    path = EntryPath(parent, name);
+  }
+  auto e = backend_->Stat(path);
+  if (!e) {
+    // Gone there: the next lookup or listing drops it; the open goes on
+    // with what it has (or fails its fetch with EIO).
+    LOG_DEBUG("shared: stat '{}' at open: {}", path, strerror(e.error()));
+    return;
+  }
+  MutexLock lk(&mu_);
+  Inode* p = Find(parent);
+  if (!p || !p->is_dir()) return;
+  auto it = p->children.find(name);
+  if (it == p->children.end() || it->second != ino) return;  // renamed or replaced meanwhile
+  if (Inode* n = Find(ino); n && e->type == backend::Entry::Type::kFile) FollowBackend(p, name, n, *e);
+}
+
+bool InodeTable::TakeBackendChanged(uint64_t ino) {
+  MutexLock lk(&mu_);
+  Inode* n = Find(ino);
+  if (!n || !n->backend_changed) return false;
+  n->backend_changed = false;
+  return true;
+}
+
+}  // namespace ckpt::fs

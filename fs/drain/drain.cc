@@ -1,0 +1,641 @@
+// drain.cc — ordered, parallel, retried application of the log to a backend.
+#include "fs/drain/drain.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/failpoint.h"
+#include "common/log.h"
+
+namespace ckpt::fs {
+
+using meta::LogEntry;
+using meta::LogOp;
+
+namespace {
+
+constexpr size_t kWindow = 64;           // entries looked at for staging
+constexpr size_t kSkipLookahead = 4096;  // entries searched for an undoing rmdir
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+bool IsPermanent(int err) {
+  switch (err) {
+    case ELOOP:         // a symlink where the backend needs a directory: never followed
+    case ENOTDIR:       // a file where the backend needs a directory
+    case EISDIR:        // a directory where the backend needs a file
+    case EEXIST:        // a file where the backend needs to make a directory
+    case ENAMETOOLONG:  // a name or path the backend cannot hold
+    case EINVAL:        // a request the store rejects as such (S3 4xx)
+    case EILSEQ:        // a name the store cannot encode
+    case EFBIG:         // a file larger than the store takes
+      return true;
+    default: return false;
+  }
+}
+
+namespace {
+
+// True if `path` is `dir` or lies under it.
+bool Under(const std::string& path, const std::string& dir) {
+  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
+}
+
+}  // namespace
+
+Drainer::Drainer(InodeTable* table, backend::Backend* backend, int parallel)
+    : table_(table), log_(&table->oplog()), backend_(backend), parallel_(std::max(1, parallel)) {
+  if (const char* v = getenv("CKPTFS_DRAIN_DELAY_MS")) publish_delay_ms_ = atoi(v);
+  if (const char* v = getenv("CKPTFS_DRAIN_PAUSE_FILE")) pause_file_ = v;
+}
+
+Drainer::~Drainer() {
+  Stop();
+  JoinAndDropStaged();  // nothing left after a Stop that returned true
+}
+
+void Drainer::Start() {
+  {
+    MutexLock lk(&mu_);
+    running_ = 1 + parallel_;
+  }
+  runner_ = std::thread([this] {
+    Run();
+    Exited();
+  });
+  for (int i = 0; i < parallel_; i++)
+    stagers_.emplace_back([this] {
+      StageLoop();
+      Exited();
+    });
+}
+
+void Drainer::Exited() {
+  MutexLock lk(&mu_);
+  running_--;
+  cv_.NotifyAll();
+}
+
+bool Drainer::Stop(std::chrono::milliseconds bound) {
+  {
+    // Set under mu_: a thread that has just found stop_ false under mu_ is
+    // then already waiting on cv_ and gets the wake-up (set without mu_, a
+    // stager could miss it and block for ever, and with it the wait below).
+    MutexLock lk(&mu_);
+    if (stop_.exchange(true)) return running_ == 0;
+  }
+  cv_.NotifyAll();
+  int stuck;
+  {
+    // Every wait of the threads ends at stop_; only a backend call that
+    // does not return (a hard-mounted NFS server gone: the cancel callback
+    // is not even asked) keeps one.
+    MutexLock lk(&mu_);
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    while (running_ > 0 && cv_.WaitUntil(&mu_, deadline)) {
+    }
+    stuck = running_;
+  }
+  if (stuck > 0) {
+    LOG_ERROR("drain: {} thread(s) still in a call to backend {} after {:.1f} s; stopping without them: the {} "
+              "entries not applied stay in the log for the next mount",
+              stuck, backend_->Describe(), std::chrono::duration<double>(bound).count(),
+              table_->DataStatistics().log_len);
+    return false;
+  }
+  JoinAndDropStaged();
+  return true;
+}
+
+void Drainer::JoinAndDropStaged() {
+  if (runner_.joinable()) runner_.join();
+  for (auto& t : stagers_)
+    if (t.joinable()) t.join();
+  stagers_.clear();
+  // Staged but unpublished uploads: drop them; the log still has the entries.
+  MutexLock lk(&mu_);
+  for (auto& [seq, job] : jobs_) {
+    if (!job->done) continue;
+    if (job->err == 0) {
+      backend_->Abort(job->staged);
+      table_->AbortPersist(job->entry);
+    }
+  }
+  jobs_.clear();
+}
+
+DrainStats Drainer::Stats() {
+  MutexLock lk(&mu_);
+  DrainStats s = stats_;
+  s.yielding = yielding_ > 0;
+  double now = NowSeconds();
+  while (!recent_.empty() && recent_.front().first < now - 10) recent_.pop_front();
+  uint64_t bytes = 0;
+  for (auto& [t, b] : recent_) bytes += b;
+  s.rate = recent_.empty() ? 0 : static_cast<double>(bytes) / std::max(1.0, now - recent_.front().first);
+  return s;
+}
+
+void Drainer::StageLoop() {
+  // Copying checkpoints out is background work: at a lower CPU priority
+  // (and, by the kernel's default mapping, I/O priority) than the FUSE
+  // threads that serve the trainer, so a drain never slows a save down on
+  // a busy node, yet takes every idle cycle. io_uring's workers, created by
+  // this thread, inherit it. The value is measured in docs/benchmarks.md.
+  int nice_value = kStagerNice;
+  if (const char* v = getenv("CKPTFS_DRAIN_NICE")) nice_value = atoi(v);  // 0: as the FUSE threads
+  if (setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice_value) != 0)
+    LOG_DEBUG("drain: cannot lower the stager's priority: {}", strerror(errno));
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      MutexLock lk(&mu_);
+      while (!stop_ && queue_.empty()) cv_.Wait(&mu_);
+      if (stop_) return;
+      job = queue_.front();
+      queue_.pop_front();
+    }
+    YieldToSaves();
+    int err = 0;
+    auto src = table_->BeginPersist(job->entry);
+    if (!src && src.error() == EINPROGRESS && CopyAsideDue()) {
+      // Sealed in place under a passthrough writer still open: copied
+      // aside here, off the FUSE threads, when entries wait behind it,
+      // rather than have them all wait for the writer's close.
+      auto st = table_->CopyAsideSealedInPlace(job->entry);
+      if (st) {
+        src = table_->BeginPersist(job->entry);
+      } else if (st.error() != EINPROGRESS) {  // no room (ENOSPC), or the copy failed: not every 20 ms
+        LOG_DEBUG("drain: seq {} '{}' v{} sealed in place under an open writer: not copied aside ({}); it waits "
+                  "for the close, or for a try a second later",
+                  job->entry.seq, job->entry.path, job->entry.version, strerror(st.error()));
+        MutexLock lk(&mu_);
+        copy_retry_at_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      }
+    }
+    if (!src) {
+      err = src.error();
+    } else {
+      const LogEntry& e = job->entry;
+      // The bytes are a sealed version: a snapshot nothing changes, or the
+      // live file until a writer copies it aside (InodeTable::MoveAside,
+      // LockForMutation; checked after the transfer). Only a stop cancels it.
+      auto staged = backend_->Stage(src->fd, src->size, [&] { return stop_.load(); });
+      if (!table_->StagedBytesHeld(e, *src)) {
+        // Copied aside under the transfer: whatever it read (torn bytes, a
+        // short read) is dropped, and the copy is staged at once.
+        LOG_DEBUG("drain: seq {} '{}' v{} copied aside while staged; staging the copy", e.seq, e.path, e.version);
+        if (staged) backend_->Abort(*staged);
+        table_->AbortPersist(e);
+        err = EAGAIN;
+      } else if (!staged) {
+        err = staged.error();
+        table_->AbortPersist(e);
+      } else {
+        job->staged = *staged;
+        job->src = *src;
+      }
+    }
+    MutexLock lk(&mu_);
+    job->err = err;
+    job->done = true;
+    cv_.NotifyAll();
+  }
+}
+
+bool Drainer::CopyAsideDue() {
+  MutexLock lk(&mu_);
+  return std::chrono::steady_clock::now() >= copy_retry_at_;
+}
+
+void Drainer::YieldToSaves() {
+  if (!hold_ || !hold_()) return;
+  auto start = std::chrono::steady_clock::now();
+  MutexLock lk(&mu_);
+  yielding_++;
+  stats_.yields++;
+  while (!stop_ && hold_()) SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
+  yielding_--;
+  stats_.yielded_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void Drainer::Schedule(const std::vector<LogEntry>& window) {
+  size_t active = 0;
+  for (auto& [seq, job] : jobs_) active += job->done ? 0 : 1;
+  for (const LogEntry& e : window) {
+    if (active >= static_cast<size_t>(parallel_)) break;
+    if (e.op != LogOp::kPersist || jobs_.count(e.seq)) continue;
+    if (std::find(skip_.begin(), skip_.end(), e.seq) != skip_.end()) continue;
+    AddJob(e);
+    active++;
+  }
+  cv_.NotifyAll();
+}
+
+std::shared_ptr<Drainer::Job> Drainer::AddJob(const LogEntry& e) {
+  auto job = std::make_shared<Job>();
+  job->entry = e;
+  jobs_[e.seq] = job;
+  queue_.push_back(job);
+  return job;
+}
+
+void Drainer::Run() {
+  while (!stop_) {
+    if (std::string ro = table_->ReadOnlyReason(); !ro.empty()) {
+      HoldReadOnly(ro);
+      continue;
+    }
+    auto window = log_->Pending(kWindow);
+    if (window.empty()) {
+      if (ProbeDue()) {
+        if (auto st = backend_->Check(); st) {
+          NoteSuccess();
+        } else {
+          Backoff();
+        }
+        continue;
+      }
+      log_->WaitForEntries(std::chrono::milliseconds(200));
+      continue;
+    }
+    {
+      MutexLock lk(&mu_);
+      Schedule(window);
+    }
+    if (log_->SkipRequested(window.front().seq)) {  // `ckptfs skip`: the operator gives up on it
+      auto held = log_->Held();
+      std::string why = "skipped by the operator (refused: " + (held ? held->reason : std::string("?")) + ")";
+      if (int err = FailHead(window.front(), why); err != 0 && !stop_) Backoff();
+      else NoteSuccess();
+      continue;
+    }
+    int err = ApplyHead(window.front(), window);
+    if (err == EINPROGRESS) {
+      // A version sealed by an fsync while a passthrough writer still has
+      // the file open: its bytes may still change. A stager copies it aside
+      // once entries wait behind it (StageLoop); until then (no room, the
+      // writer busy) it waits, for that or for the close (which seals
+      // again). Not a backend error.
+      MutexLock lk(&mu_);
+      SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(20));
+      continue;
+    }
+    if (err != 0 && !stop_ && IsPermanent(err)) {
+      if (!refusal_skip_) {
+        HoldHead(window.front(), err);
+        Backoff();
+        continue;
+      }
+      err = FailHead(window.front(), fmt::format("{}: {}", meta::LogOpName(window.front().op), strerror(err)));
+    }
+    if (err == 0) {
+      NoteSuccess();
+    } else if (!stop_) {
+      NoteError(window.front(), err);
+      Backoff();
+    }
+  }
+}
+
+int Drainer::ApplyHead(const LogEntry& e, const std::vector<LogEntry>& window) {
+  bool skip;
+  {
+    MutexLock lk(&mu_);
+    auto it = std::find(skip_.begin(), skip_.end(), e.seq);
+    skip = it != skip_.end();
+    if (skip) skip_.erase(it);
+  }
+  if (!skip && e.op == LogOp::kMkdir) skip = SkipUndoneMkdir(e);
+  if (!skip && e.op == LogOp::kPersist) skip = SkipUndonePersist(e, window);
+  if (skip) {
+    LOG_DEBUG("drain: seq {} {} '{}' undone by later history; skipped", e.seq, meta::LogOpName(e.op), e.path);
+    if (!DropJob(e)) return ECANCELED;
+    if (auto st = table_->CompleteEntry(e); !st) return st.error();
+    MutexLock lk(&mu_);
+    stats_.entries_skipped++;
+    return 0;
+  }
+  return e.op == LogOp::kPersist ? ApplyPersist(e) : ApplyNamespace(e);
+}
+
+bool Drainer::DropJob(const LogEntry& e) {
+  std::shared_ptr<Job> job;
+  {
+    MutexLock lk(&mu_);
+    if (auto it = jobs_.find(e.seq); it != jobs_.end()) job = it->second;
+    while (job && !stop_ && !job->done) cv_.Wait(&mu_);
+    if (stop_) return false;
+    jobs_.erase(e.seq);
+  }
+  if (job && job->err == 0) {  // staged before it was known not to be published
+    backend_->Abort(job->staged);
+    table_->AbortPersist(e);
+  }
+  return true;
+}
+
+int Drainer::FailHead(const LogEntry& e, const std::string& reason) {
+  // -o on_refusal=skip (retrying cannot help, and the mount prefers
+  // liveness), or the operator's `ckptfs skip`: the entry is recorded as
+  // failed and the drain goes on. The backend then misses that one change,
+  // which status, the log, the file's state (`failed`) and every waiter
+  // whose range covers it (EIO) say.
+  if (!DropJob(e)) return ECANCELED;
+  LOG_ERROR("drain: seq {} {} '{}' not applied to backend {}: {}; marked failed, the drain goes on", e.seq,
+            meta::LogOpName(e.op), e.path, backend_->Describe(), reason);
+  if (auto st = table_->FailEntry(e, reason); !st) return st.error();
+  MutexLock lk(&mu_);
+  stats_.entries_failed++;
+  return 0;
+}
+
+void Drainer::HoldHead(const LogEntry& e, int err) {
+  // Order first: nothing after a refused entry reaches the backend without
+  // it (a `latest` past a missing shard). The entry stays at the head and
+  // is retried with backoff, so an operator who fixes the backend needs
+  // do nothing more; `ckptfs skip` gives up on it.
+  std::string reason = fmt::format("{}: {}", meta::LogOpName(e.op), strerror(err));
+  log_->Hold(e, reason);
+  MutexLock lk(&mu_);
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (held_seq_ != e.seq || held_reason_ != reason) {  // once per entry and reason, not per retry
+    held_seq_ = e.seq;
+    held_reason_ = reason;
+    LOG_ERROR("drain: seq {} {} '{}' refused by backend {} for good ({}); the drain holds here, later entries wait: "
+              "fix the backend (retried with backoff) or give it up with `ckptfs skip MOUNTPOINT PATH`",
+              e.seq, meta::LogOpName(e.op), e.path, backend_->Describe(), strerror(err));
+    if (!stats_.in_error) stats_.error_since = now;
+  }
+  stats_.retries++;
+  stats_.in_error = true;
+  stats_.last_error = fmt::format("held: {} '{}' refused for good: {}", meta::LogOpName(e.op), e.path, strerror(err));
+  stats_.last_error_time = now;
+}
+
+void Drainer::Kick() {
+  MutexLock lk(&mu_);
+  kick_ = true;
+  cv_.NotifyAll();
+}
+
+int Drainer::ApplyPersist(const LogEntry& e) {
+  std::shared_ptr<Job> job;
+  {
+    MutexLock lk(&mu_);
+    auto it = jobs_.find(e.seq);
+    if (it != jobs_.end()) {
+      job = it->second;
+    } else {
+      // The head has no job (its last one failed and was dropped for a
+      // retry): it gets one now even when later entries fill every stager
+      // slot (Schedule would stop at the cap and leave none: a crash seen
+      // in CI, dir_ops, as a dereference of jobs_.end()).
+      job = AddJob(e);
+      cv_.NotifyAll();
+    }
+    while (!stop_ && !job->done) cv_.Wait(&mu_);
+    if (stop_) return ECANCELED;
+    if (job->err != 0) jobs_.erase(e.seq);  // a retry stages afresh
+  }
+  if (job->err == ESTALE) {
+    // A newer version of the file replaced this one before the drain took
+    // it (InodeTable::Seal): the very next entry brings the newer bytes.
+    LOG_DEBUG("drain: seq {} persist '{}' v{} superseded; skipped", e.seq, e.path, e.version);
+    if (auto st = table_->CompleteEntry(e); !st) return st.error();
+    MutexLock lk(&mu_);
+    stats_.entries_skipped++;
+    return 0;
+  }
+  if (job->err == ENODATA) {
+    // The sealed bytes are gone (the memory tier did not survive, e.g. a
+    // node reboot): nothing to publish. Listed by `ckptfs status`.
+    LOG_ERROR("drain: seq {} persist '{}' v{}: lost, its bytes are not in the memory tier", e.seq, e.path, e.version);
+    table_->RecordLost(e, "not persisted, and its bytes are not in the memory tier");
+    if (auto st = table_->CompleteEntry(e); !st) return st.error();
+    MutexLock lk(&mu_);
+    stats_.entries_skipped++;
+    return 0;
+  }
+  // Sealed in place under a passthrough writer (see Run), or copied aside
+  // while staged (StageLoop): staged again, not an error.
+  if (job->err == EINPROGRESS || job->err == EAGAIN) return EINPROGRESS;
+  if (job->err != 0) return job->err;
+  if (!WaitCluster(e)) return ECANCELED;
+  if (WhilePaused()) return ECANCELED;
+  if (publish_delay_ms_ > 0) {  // test knob: a slow backend, to watch the order from outside
+    MutexLock lk(&mu_);
+    SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(publish_delay_ms_));
+  }
+  backend::Attrs attrs{job->src.mode,      job->src.uid,       job->src.gid,
+                       job->src.has_owner, job->src.mtime.sec, job->src.mtime.nsec};
+  if (auto st = backend_->Publish(job->staged, e.path, attrs); !st) {
+    // ESTALE: the staged copy is gone (deleted behind the daemon's back,
+    // the backend replaced): stage again. Otherwise the staged copy stays
+    // and the retry publishes it again.
+    if (st.error() == ESTALE) {
+      backend_->Abort(job->staged);
+      table_->AbortPersist(e);
+      MutexLock lk(&mu_);
+      jobs_.erase(e.seq);
+    }
+    return st.error();
+  }
+  FAILPOINT("drain.after_publish");
+  // The file's other names (hard links) point at the new bytes too.
+  for (size_t at = 0; at < e.path2.size();) {
+    size_t end = e.path2.find('\0', at);
+    if (end == std::string::npos) end = e.path2.size();
+    std::string other = e.path2.substr(at, end - at);
+    at = end + 1;
+    if (auto st = backend_->Remove(other); !st && st.error() != ENOENT) return st.error();
+    if (auto st = backend_->Link(e.path, other); !st) return st.error();
+  }
+  if (auto st = table_->CompletePersist(e, job->staged, job->src.gen); !st) return st.error();
+  MutexLock lk(&mu_);
+  jobs_.erase(e.seq);
+  stats_.bytes_persisted += job->staged.size;
+  stats_.files_persisted++;
+  stats_.entries_applied++;
+  recent_.emplace_back(NowSeconds(), job->staged.size);
+  return 0;
+}
+
+bool Drainer::WhilePaused() {
+  if (pause_file_.empty()) return false;
+  MutexLock lk(&mu_);
+  bool paused = false;
+  while (!stop_ && access(pause_file_.c_str(), F_OK) == 0) {
+    paused = true;
+    SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+  }
+  // Stopped while held: the entry is not applied (a stuck backend does not
+  // come unstuck because the daemon stops).
+  return paused && stop_;
+}
+
+void Drainer::SleepUntil(std::chrono::steady_clock::time_point deadline) {
+  while (!stop_ && cv_.WaitUntil(&mu_, deadline)) {
+  }
+}
+
+bool Drainer::WaitCluster(const LogEntry& e) {
+  if (!cluster_) return true;
+  bool noted = false;
+  while (!cluster_->MayPublish(e.seq)) {
+    if (!noted) {
+      noted = true;
+      LOG_DEBUG("drain: seq {} {} '{}' waits for the cluster's other members (see ckptfs status)", e.seq,
+                meta::LogOpName(e.op), e.path);
+    }
+    MutexLock lk(&mu_);
+    SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+    if (stop_) {
+      cluster_->ClearWait();
+      return false;
+    }
+  }
+  if (noted) LOG_DEBUG("drain: seq {} '{}' may go: the cluster's earlier files are persisted", e.seq, e.path);
+  return true;
+}
+
+int Drainer::ApplyNamespace(const LogEntry& e) {
+  if (!WaitCluster(e)) return ECANCELED;
+  if (WhilePaused()) return ECANCELED;
+  Status st;
+  const backend::Attrs attrs{e.mode & 07777, e.uid, e.gid, e.has_owner, e.mtime.sec, e.mtime.nsec};
+  switch (e.op) {
+    case LogOp::kMkdir: st = backend_->Mkdir(e.path, attrs); break;
+    case LogOp::kRmdir: st = backend_->Rmdir(e.path); break;
+    case LogOp::kUnlink: st = backend_->Remove(e.path); break;
+    case LogOp::kRename: st = backend_->Rename(e.path, e.path2, e.flags & 1); break;
+    case LogOp::kSymlink: st = backend_->Symlink(e.path, e.path2, attrs); break;
+    case LogOp::kLink: st = backend_->Link(e.path, e.path2); break;
+    case LogOp::kSetattr: st = backend_->SetAttr(e.path, attrs); break;
+    case LogOp::kPersist: break;
+  }
+  // ENOENT: the entry names something whose bytes never reached the backend
+  // (renamed or linked while still open, then sealed under the new name);
+  // the later persist entry brings it. Replaying it is a no-op.
+  if (!st && st.error() != ENOENT) return st.error();
+  if (!st) LOG_DEBUG("drain: seq {} {} '{}': not in backend; nothing to do", e.seq, meta::LogOpName(e.op), e.path);
+  if (auto c = table_->CompleteEntry(e); !c) return c.error();
+  MutexLock lk(&mu_);
+  stats_.entries_applied++;
+  return 0;
+}
+
+bool Drainer::SkipUndoneMkdir(const LogEntry& e) {
+  auto later = log_->Pending(kSkipLookahead);
+  const std::string& dir = e.path;
+  for (size_t j = 1; j < later.size(); j++) {
+    const LogEntry& x = later[j];
+    if ((x.op == LogOp::kRename || x.op == LogOp::kLink) &&
+        (Under(x.path, dir) || Under(x.path2, dir) || Under(dir, x.path) || Under(dir, x.path2)))
+      return false;  // something moved in or out: replay it all
+    // Anything outside the directory in between would be seen by the
+    // backend without the directory it had at that moment: replay it all.
+    if (!Under(x.path, dir)) return false;
+    if (x.op == LogOp::kRmdir && x.path == dir) {
+      MutexLock lk(&mu_);
+      for (size_t k = 1; k <= j; k++)
+        if (Under(later[k].path, dir)) skip_.push_back(later[k].seq);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Drainer::SkipUndonePersist(const LogEntry& e, const std::vector<LogEntry>& window) {
+  // Only when the very next entry undoes this one: then the backend goes
+  // from the state before this version straight to the state after its
+  // undoing, both moments of the mount's history. With anything in
+  // between (a `latest` written after this checkpoint, say), skipping would
+  // show the backend a state that never existed.
+  // A name removed is the file removed only if it was the file's one name:
+  // a hard-linked file (path2 lists its other names at the seal) lives on
+  // under the others, and skipping its version left the backend's older
+  // bytes there for good (and recovery then took them for the last seal;
+  // issue #27 item 1, found again by fsstress).
+  if (window.size() < 2 || window[0].seq != e.seq) return false;
+  const LogEntry& x = window[1];
+  const bool one_name = e.path2.empty();
+  switch (x.op) {
+    case LogOp::kPersist: return x.ino == e.ino && x.path == e.path;               // rewritten
+    case LogOp::kUnlink: return one_name && x.path == e.path;                     // deleted
+    case LogOp::kRename: return one_name && x.path2 == e.path && !(x.flags & 1);  // replaced by another file
+    default: return false;
+  }
+}
+
+void Drainer::NoteError(const LogEntry& e, int err) {
+  MutexLock lk(&mu_);
+  stats_.retries++;
+  std::string msg = fmt::format("{} '{}': {}", meta::LogOpName(e.op), e.path, strerror(err));
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (!stats_.in_error) stats_.error_since = now;
+  if (!stats_.in_error || stats_.last_error != msg) {
+    LOG_ERROR("drain: seq {} {} (backend {}); retrying with backoff", e.seq, msg, backend_->Describe());
+  }
+  stats_.in_error = true;
+  stats_.last_error = msg;
+  stats_.last_error_time = now;
+}
+
+void Drainer::MarkUnreachable(const std::string& why) {
+  MutexLock lk(&mu_);
+  stats_.in_error = true;
+  stats_.last_error = "unreachable at mount: " + why;
+  stats_.last_error_time = stats_.error_since =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+bool Drainer::ProbeDue() {
+  MutexLock lk(&mu_);
+  return stats_.in_error && !read_only_noted_;
+}
+
+void Drainer::NoteSuccess() {
+  backoff_ms_ = 0;
+  MutexLock lk(&mu_);
+  if (stats_.in_error) {
+    LOG_INFO("drain: backend {} healthy again after {} retries", backend_->Describe(), stats_.retries);
+    stats_.in_error = false;
+  }
+}
+
+void Drainer::HoldReadOnly(const std::string& why) {
+  MutexLock lk(&mu_);
+  if (!read_only_noted_) {
+    read_only_noted_ = true;
+    LOG_ERROR("drain: stopped, {}: nothing more is applied to backend {}; the next mount resumes the drain", why,
+              backend_->Describe());
+    stats_.in_error = true;
+    stats_.last_error = "drain stopped: " + why;
+    stats_.last_error_time =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+  SleepUntil(std::chrono::steady_clock::now() + std::chrono::seconds(1));
+}
+
+void Drainer::Backoff() {
+  backoff_ms_ = backoff_ms_ == 0 ? 100 : std::min(backoff_ms_ * 2, 10000);
+  MutexLock lk(&mu_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(backoff_ms_);
+  while (!stop_ && !kick_ && cv_.WaitUntil(&mu_, deadline)) {
+  }
+  kick_ = false;
+}
+
+}  // namespace ckpt::fs
