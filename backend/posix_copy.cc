@@ -93,14 +93,7 @@ int RingStage(Ring& ring, int in_fd, Extents& ext, int out_fd, const std::functi
         break;
       }
       uint64_t off, len;
-      if (!ext.Next(&off, &len)) {
-        more = false;
-        if (ext.err()) {
-          *read_failed = true;
-          err = ext.err();
-        }
-        break;
-      }
+      if (!ext.Take(&off, &len, &more, &err, read_failed)) break;
       auto i = static_cast<unsigned>(q.FreeSlot());  // one is free: fewer than kStageDepth in flight
       char* buf = q[i].buf;
       if (int e = PreadFull(in_fd, buf, len, off)) {

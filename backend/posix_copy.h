@@ -38,6 +38,17 @@ class Extents {
   // The next chunk; false at the end or on error (then err() is set).
   bool Next(uint64_t* off, uint64_t* len);
   int err() const { return err_; }
+  // Next, for a copy loop: at the end sets *more to false, and on an
+  // error also *err and *read_failed.
+  bool Take(uint64_t* off, uint64_t* len, bool* more, int* err, bool* read_failed) {
+    if (Next(off, len)) return true;
+    *more = false;
+    if (err_) {
+      *read_failed = true;
+      *err = err_;
+    }
+    return false;
+  }
 
  private:
   int fd_;
@@ -68,14 +79,7 @@ int RingReadChunks(Ring& ring, int fd, Extents& ext, bool* read_failed, OnChunk 
       int i = q.FreeSlot();
       if (i < 0) break;
       uint64_t off, len;
-      if (!ext.Next(&off, &len)) {
-        more = false;
-        if (ext.err()) {
-          *read_failed = true;
-          err = ext.err();
-        }
-        break;
-      }
+      if (!ext.Take(&off, &len, &more, &err, read_failed)) break;
       q.Start(static_cast<unsigned>(i), next_seq++, off, len);
     }
     if (auto st = q.Submit(); !st) return st.error();  // the owner tears the ring down

@@ -51,6 +51,15 @@ Result<InodeTable::Inode*> InodeTable::Child(Inode* dir, std::string_view name) 
   return c;
 }
 
+Result<std::pair<InodeTable::Inode*, InodeTable::Inode*>> InodeTable::DirAndChild(uint64_t parent,
+                                                                                  std::string_view name) {
+  auto dir = FindDir(parent);
+  if (!dir) return Err(dir.error());
+  auto c = Child(*dir, name);
+  if (!c) return Err(c.error());
+  return std::pair{*dir, *c};
+}
+
 Status InodeTable::Writable() const { return read_only_.load(std::memory_order_relaxed) ? Err(EROFS) : Status{}; }
 
 std::string InodeTable::ReadOnlyReason() {
@@ -464,12 +473,9 @@ Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
   if (auto st = Writable(); !st) return st;
   MutexLock lk(&mu_);
-  auto dir = FindDir(parent);
-  if (!dir) return Err(dir.error());
-  Inode* p = *dir;
-  auto c = Child(p, name);
-  if (!c) return Err(c.error());
-  Inode* n = *c;
+  auto pc = DirAndChild(parent, name);
+  if (!pc) return Err(pc.error());
+  auto [p, n] = *pc;
   if (n->is_dir()) return Err(EISDIR);
 
   meta::Timespec now = Now();
@@ -508,12 +514,9 @@ Status InodeTable::Rmdir(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
   if (auto st = Writable(); !st) return st;
   MutexLock lk(&mu_);
-  auto dir = FindDir(parent);
-  if (!dir) return Err(dir.error());
-  Inode* p = *dir;
-  auto c = Child(p, name);
-  if (!c) return Err(c.error());
-  Inode* n = *c;
+  auto pc = DirAndChild(parent, name);
+  if (!pc) return Err(pc.error());
+  auto [p, n] = *pc;
   if (!n->is_dir()) return Err(ENOTDIR);
   if (!n->children.empty()) return Err(ENOTEMPTY);
 

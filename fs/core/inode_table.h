@@ -649,6 +649,8 @@ class InodeTable {
   size_t SubtreePathLen(const Inode* n) REQUIRES(mu_);
   Result<Inode*> FindDir(uint64_t ino) REQUIRES(mu_);
   Result<Inode*> Child(Inode* dir, std::string_view name) REQUIRES(mu_);
+  // The directory `parent` and its entry `name`: FindDir, then Child.
+  Result<std::pair<Inode*, Inode*>> DirAndChild(uint64_t parent, std::string_view name) REQUIRES(mu_);
   Result<InodeRecord> NewNode(uint64_t parent, std::string_view name, uint32_t mode, Caller who,
                               std::string_view target, uint64_t rdev) EXCLUDES(mu_);
   // Deletes the inode if nothing references it. REQUIRES: mu_ held.

@@ -274,7 +274,7 @@ void OpLog::WhenApplied(uint64_t seq, std::function<void(int err)> fn, Due* due)
   (due ? due : &here)->fns.emplace_back(std::move(fn), err);
 }
 
-int OpLog::WaitApplied(uint64_t seq) {
+int OpLog::Await(const std::function<void(std::function<void(int)>)>& start) {
   struct Reply {
     Mutex mu;
     CondVar cv;
@@ -282,7 +282,7 @@ int OpLog::WaitApplied(uint64_t seq) {
     int err = 0;
   };
   auto a = std::make_shared<Reply>();  // the callback may outlive this frame's return by a moment
-  WhenApplied(seq, [a](int err) {
+  start([a](int err) {
     MutexLock lk(&a->mu);
     a->err = err;
     a->done = true;
@@ -291,6 +291,10 @@ int OpLog::WaitApplied(uint64_t seq) {
   MutexLock lk(&a->mu);
   while (!a->done) a->cv.Wait(&a->mu);
   return a->err;
+}
+
+int OpLog::WaitApplied(uint64_t seq) {
+  return Await([&](std::function<void(int)> fn) { WhenApplied(seq, std::move(fn)); });
 }
 
 bool OpLog::WaitAppliedBeyond(uint64_t seen, std::chrono::steady_clock::time_point deadline) {

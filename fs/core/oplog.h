@@ -168,6 +168,9 @@ class OpLog {
   void WhenApplied(uint64_t seq, std::function<void(int err)> fn, Due* due = nullptr) EXCLUDES(mu_);
   // Waits as WhenApplied does and returns its outcome (0 or EIO).
   int WaitApplied(uint64_t seq) EXCLUDES(mu_);
+  // Calls `start` with a callback and waits until that is called; returns
+  // the errno it was called with (WaitApplied over any WhenApplied).
+  static int Await(const std::function<void(std::function<void(int)>)>& start);
   // Waits until the applied seq passes `seen`, up to `deadline`. False on
   // timeout or shutdown.
   bool WaitAppliedBeyond(uint64_t seen, std::chrono::steady_clock::time_point deadline) EXCLUDES(mu_);

@@ -25,22 +25,7 @@ void InodeTable::WhenApplied(uint64_t seq, uint64_t ino, std::function<void(int 
 }
 
 int InodeTable::WaitApplied(uint64_t seq, uint64_t ino) {
-  struct Reply {
-    Mutex mu;
-    CondVar cv;
-    bool done = false;
-    int err = 0;
-  };
-  auto a = std::make_shared<Reply>();  // the callback may outlive this frame's return by a moment
-  WhenApplied(seq, ino, [a](int err) {
-    MutexLock lk(&a->mu);
-    a->err = err;
-    a->done = true;
-    a->cv.NotifyAll();
-  });
-  MutexLock lk(&a->mu);
-  while (!a->done) a->cv.Wait(&a->mu);
-  return a->err;
+  return OpLog::Await([&](std::function<void(int)> fn) { WhenApplied(seq, ino, std::move(fn)); });
 }
 
 void InodeTable::AppendLog(Batch* b, LogEntry e, std::vector<LogEntry>* out) { oplog_.Append(b, std::move(e), out); }
