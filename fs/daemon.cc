@@ -375,7 +375,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->channel = std::make_unique<FuseChannel>(se, cfg.passthrough, cfg.io_uring);
   if (d->channel->Install()) d->table->set_backing(d->channel.get());
   static_assert(Config::kPreallocAuto == InodeTable::kPreallocAuto, "--prealloc auto means the same to both");
-  d->table->set_prealloc(cfg.prealloc);
+  d->table->residency().set_prealloc(cfg.prealloc);
   if (auto st = d->tier->WriteOwner(OwnerJson(cfg)); !st)
     LOG_WARN("tier {}: cannot record its owner: {} (`ckptfs gc` will not know it)", cfg.tier_dir, strerror(st.error()));
   cache::TierStats ts = d->tier->Stats();

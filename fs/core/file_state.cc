@@ -66,15 +66,8 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
 
 Result<OpenResult> InodeTable::OpenHandle(uint64_t ino, int flags) { return OpenImpl(ino, flags, true); }
 
-uint64_t InodeTable::ExpectedSize() {
-  // Nothing sealed yet: the mount's first file is expected to fit the
-  // spare made for it (RefillSpares, --prealloc); without one, nothing is
-  // known and the copying path takes it.
-  return largest_sealed_ > 0 ? largest_sealed_ : tier_->Spares().first;
-}
-
 bool InodeTable::PassthroughRoom(const Inode* n, bool trunc) {
-  return ExpectedSize() > 0 && PassthroughShortfall(n, trunc) == 0;
+  return residency_.ExpectedSize() > 0 && PassthroughShortfall(n, trunc) == 0;
 }
 
 uint64_t InodeTable::PassthroughShortfall(const Inode* n, bool trunc) {
@@ -90,7 +83,7 @@ uint64_t InodeTable::PassthroughShortfall(const Inode* n, bool trunc) {
   // what the operator said to expect), else (no spare: --prealloc 0, no
   // room) it takes the copying path, so a budget smaller than one
   // checkpoint is not overrun by a writer nobody could stop.
-  const uint64_t want = std::max({n->rec.sealed_size, trunc ? 0 : n->rec.size, ExpectedSize()}) + s.budget / 8;
+  const uint64_t want = std::max({n->rec.sealed_size, trunc ? 0 : n->rec.size, residency_.ExpectedSize()}) + s.budget / 8;
   return free >= want ? 0 : want - free;
 }
 
@@ -102,7 +95,7 @@ void InodeTable::EvictForPassthrough(uint64_t ino) {
     // Only for a rewrite of a file that has a version: a new name (a shard)
     // is expected to be as large as the largest file, and evicting for that
     // guess would throw out the checkpoint just saved beside it.
-    if (!n || n->opens != 0 || largest_sealed_ == 0 || n->rec.sealed_size == 0) return;
+    if (!n || n->opens != 0 || residency_.LargestSealed() == 0 || n->rec.sealed_size == 0) return;
     missing = PassthroughShortfall(n, true);
   }
   if (missing > 0) (void)Evict(missing, true);
@@ -184,8 +177,7 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
     // passthrough, so spares become worth their memory; and clean files
     // make way for this one now, as they would for a copying writer that
     // ran short (the kernel will not ask).
-    trunc_writes_seen_.store(true);
-    saved_since_spare_.store(true);
+    residency_.TruncWriterSeen();
     EvictForPassthrough(ino);
   }
   for (;;) {
@@ -286,8 +278,8 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
   }
   // A new version written by the kernel goes into pre-allocated pages
   // (an empty spare file replaces the old one: no truncate needed).
-  bool adopted = pt && trunc && n->opens == 0 && prealloc_.load() > 0 &&
-                 tier_->AdoptSpare(ino, std::max(n->rec.sealed_size, largest_sealed_));
+  bool adopted = pt && trunc && n->opens == 0 && residency_.prealloc() > 0 &&
+                 tier_->AdoptSpare(ino, std::max(n->rec.sealed_size, residency_.LargestSealed()));
   auto fd = tier_->Pin(ino, true);
   if (!fd) return Err(fd.error());
   if (trunc && (n->rec.size != 0 || was_remote || adopted)) {
@@ -311,11 +303,8 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
     }
   }
   n->opens++;
-  if (writable && n->writers++ == 0 && writing_files_++ == 0 &&
-      std::chrono::steady_clock::now() >= quiet_since_ + std::chrono::seconds(1))
-    save_clock_ = clock_;  // a save begins: what it touches from here on is its own (RefillSpares)
-  if (writable) quiet_since_ = std::chrono::steady_clock::now();
-  TouchLru(n);
+  if (writable) residency_.WriterOpened(n->writers++ == 0);  // a save may begin (Residency::WriterOpened)
+  residency_.Touch(ino);
   return res;
 }
 
@@ -327,8 +316,7 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
   tier_->Unpin(ino);
   n->opens--;
   const bool writable = (open_flags & O_ACCMODE) != O_RDONLY;
-  if (writable && n->writers > 0 && --n->writers == 0) writing_files_--;
-  if (writable) quiet_since_ = std::chrono::steady_clock::now();
+  if (writable) residency_.WriterClosed(n->writers > 0 && --n->writers == 0);
   // Stores through a shared mapping need a readable and writable handle:
   // only those are counted as a change without being seen.
   const bool rdwr = (open_flags & O_ACCMODE) == O_RDWR;
@@ -347,7 +335,7 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
       n->backing_id = 0;
     }
   }
-  TouchLru(n);
+  residency_.Touch(ino);
   if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen) {
     // Writers through other handles copy the version aside before their
     // next change (LockForMutation).
@@ -629,8 +617,7 @@ uint64_t InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
   }
   n->rec.version++;
   n->rec.sealed_size = n->rec.size;
-  largest_sealed_ = std::max(largest_sealed_, n->rec.size);
-  save_bytes_acc_ += n->rec.size;  // this save's bytes so far (RefillSpares)
+  residency_.Sealed(n->rec.size);
   Transition(n, FileEvent::kChange);  // a new version, in no backend yet
   n->sealed_gen = n->data_gen;
   n->t_seal_ns = WallNs();

@@ -377,7 +377,7 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   p->children.emplace(std::string(name), r.ino);
   n->nlookup = 1;
   InodeRecord out = r;
-  if (S_ISREG(r.mode)) lru_.emplace(0, r.ino);
+  if (S_ISREG(r.mode)) residency_.Add(r.ino);
   inodes_[r.ino] = std::move(n);
   return out;
 }
@@ -817,7 +817,7 @@ std::string InodeTable::EntryPath(uint64_t parent, std::string_view name) {
 
 void InodeTable::EraseInode(Inode* n) {
   uint64_t ino = n->rec.ino;
-  lru_.erase({n->last_use, ino});
+  residency_.Remove(ino);
   SetBackendPath(n, "");
   inodes_.erase(ino);
 }

@@ -44,6 +44,7 @@
 #include "common/thread_annotations.h"
 #include "fs/core/file_state.h"
 #include "fs/core/oplog.h"
+#include "fs/core/residency.h"
 #include "fs/meta/meta_store.h"
 
 namespace ckpt::fs {
@@ -147,7 +148,9 @@ class InodeTable {
   // `backend` may be null (unit tests of the namespace alone): then remote
   // files cannot be fetched and the log is only recorded.
   InodeTable(meta::MetaStore* store, cache::Tier* tier, backend::Backend* backend = nullptr)
-      : store_(store), tier_(tier), backend_(backend) {}
+      : store_(store), tier_(tier), backend_(backend), residency_(tier) {
+    residency_.set_evictor([this](uint64_t need, bool all, bool spare_kept) { return Evict(need, all, spare_kept); });
+  }
   InodeTable(const InodeTable&) = delete;
   InodeTable& operator=(const InodeTable&) = delete;
 
@@ -235,21 +238,6 @@ class InodeTable {
   // at open (the kernel cannot be stopped at its first write).
   [[nodiscard]] Result<OpenResult> OpenHandle(uint64_t ino, int flags);
   void set_backing(BackingFiles* b) { backing_ = b; }
-  // Pre-allocated tier pages for passthrough writers (--prealloc): the
-  // most bytes of spares to keep; kPreallocAuto: twice the largest file
-  // sealed, at most seven eighths of the budget; 0: none.
-  static constexpr uint64_t kPreallocAuto = ~0ULL;
-  void set_prealloc(uint64_t bytes) { prealloc_ = bytes; }
-  // Tops the spares up (Tier::AddSpare: warm pages), sized from the
-  // largest file sealed so far, once an O_TRUNC writer has been seen and
-  // while no file is open for writing (never beside a save); on a fresh
-  // mount one spare of FirstFileGuess for its first file. With the budget
-  // near full, persisted files are evicted ahead for it (not on a fresh
-  // mount). Called every 50 ms by the daemon's spare thread (low priority).
-  void RefillSpares() EXCLUDES(mu_);
-  // The size a fresh mount's first file is expected to have: --prealloc
-  // when given, else a quarter of the budget.
-  uint64_t FirstFileGuess();
   // Passthrough writers fill the tier without asking: takes in what they
   // wrote and, if the tier is over its budget, evicts clean files for the
   // difference. Run every 50 ms while one is open, and at their close.
@@ -305,6 +293,12 @@ class InodeTable {
   // ---- The drain's persist entries (fs/core/persist.cc) ----
   // The ordered log itself, its outcomes and its waiters: oplog().
   OpLog& oplog() { return oplog_; }
+  // Which files stay in RAM, spares (--prealloc) and memory pressure:
+  // residency() (the daemon's spare thread and memory watch call it).
+  Residency& residency() { return residency_; }
+  static constexpr uint64_t kPreallocAuto = Residency::kPreallocAuto;
+  // Residency::RefillSpares, when passthrough (set_backing) is active.
+  void RefillSpares() { residency_.RefillSpares(backing_ && backing_->active()); }
   // Starts draining a persist entry: finds the sealed version's bytes (in
   // its snapshot, or in the live tier file if the file has not changed
   // since) and marks the inode draining. ENODATA if the bytes are gone
@@ -415,21 +409,6 @@ class InodeTable {
   // Oldest first (by mtime_ns, then path).
   std::vector<CheckpointInfo> Checkpoints(const std::regex& pattern) EXCLUDES(mu_);
 
-  // ---- Memory pressure (fs/core/memory_watch.h) ----
-  // Called by the memory watch with the headroom it read (`where` says
-  // whose: MemAvailable or a cgroup). Below `min_free`: drops spares,
-  // evicts persisted files for the deficit, and if that is not enough holds
-  // new tier writes (Tier::set_pressure_limit) until the drain and eviction
-  // catch up. Logs once when an episode begins and once when it ends.
-  void RelieveMemory(uint64_t available, uint64_t min_free, const std::string& where) EXCLUDES(mu_);
-  struct PressureStats {
-    uint64_t available = 0, min_free = 0;
-    std::string where;
-    bool active = false;        // under min_free now
-    bool writers_held = false;  // eviction was not enough: new writes wait
-    uint64_t episodes = 0, evicted_files = 0, evicted_bytes = 0;  // since mount
-  };
-  PressureStats MemoryPressure() EXCLUDES(pressure_mu_);
 
   // On the first mount of a state dir, shows what the backend already holds
   // (state remote). Later mounts do nothing.
@@ -505,7 +484,6 @@ class InodeTable {
     uint64_t data_gen = 0;     // bumped by every change of the bytes
     uint64_t sealed_gen = 0;   // data_gen at the last seal
     uint64_t seal_seq = 0;     // log seq of the last seal's persist entry
-    uint64_t last_use = 0;     // LRU clock
     bool fetching = false;     // a fetch from the backend is under way
     // Passthrough: handles, those open for writing, the kernel's id for
     // the tier file while any is open, and the tier file's size and mtime
@@ -608,8 +586,6 @@ class InodeTable {
   // Would a new passthrough writer of `n` fit in the budget (its last
   // version's size, with room to spare)? REQUIRES: mu_ held.
   bool PassthroughRoom(const Inode* n, bool trunc) REQUIRES(mu_);
-  // How large a new file is expected to be (PassthroughShortfall).
-  uint64_t ExpectedSize() REQUIRES(mu_);
   // The bytes of free budget a new passthrough writer of `n` lacks (0:
   // none). REQUIRES: mu_ held.
   uint64_t PassthroughShortfall(const Inode* n, bool trunc) REQUIRES(mu_);
@@ -726,8 +702,6 @@ class InodeTable {
   void DropLost(Inode* n, std::string_view reason, meta::Batch* b, std::vector<meta::LogEntry>* out) REQUIRES(mu_);
   // Commits `b` with the log entries, then publishes them. REQUIRES: mu_.
   Status CommitWithLog(const meta::Batch& b, std::vector<meta::LogEntry>&& entries) REQUIRES(mu_);
-  // Marks `n` used now (LRU order). REQUIRES: mu_ held; n regular.
-  void TouchLru(Inode* n) REQUIRES(mu_);
   // Removes `n` from the table and every index. REQUIRES: mu_ held.
   void EraseInode(Inode* n) REQUIRES(mu_);
   // Records that the backend holds `n`'s bytes at `path` ("" forgets).
@@ -756,41 +730,17 @@ class InodeTable {
   // The drain log, its outcomes and waiters: a leaf lock of its own,
   // taken after mu_ (fs/core/oplog.h).
   OpLog oplog_;
+  // The LRU order, saves, spares and memory pressure: a leaf lock of its
+  // own, taken after mu_ (fs/core/residency.h). Its evictor is Evict.
+  Residency residency_;
 
   // Lock order: Drainer::mu_, Inode::data_mu, mu_, then the leaves
   // OpLog::mu_ and cache::Tier::mu_ (docs/architecture.md, "Locks").
   ckpt::Mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_ GUARDED_BY(mu_);
   uint64_t next_ino_ GUARDED_BY(mu_) = meta::kRootIno + 1;
-  uint64_t clock_ GUARDED_BY(mu_) = 0;  // LRU clock
-  // (last_use, ino) of regular files, oldest first.
-  std::set<std::pair<uint64_t, uint64_t>> lru_ GUARDED_BY(mu_);
   std::map<std::string, uint64_t, std::less<>> by_backend_path_ GUARDED_BY(mu_);  // Inode::backend_path -> ino
   BackingFiles* backing_ = nullptr;  // set before the mount serves, read-only after
-  // The largest version sealed since the mount: what a passthrough writer
-  // of a new file is expected to write (PassthroughRoom).
-  uint64_t largest_sealed_ GUARDED_BY(mu_) = 0;
-  // Bytes sealed since the last quiet second (one save: all its files,
-  // all its ranks), and the last save's total: how many spares to keep.
-  uint64_t save_bytes_acc_ GUARDED_BY(mu_) = 0;
-  // The LRU clock when the last save began (its first writer after a quiet
-  // second): files used since are that save's or read since; a spare never
-  // evicts them.
-  uint64_t save_clock_ GUARDED_BY(mu_) = 0;
-  uint64_t last_save_bytes_ GUARDED_BY(mu_) = 0;
-  std::atomic<uint64_t> prealloc_{0};  // set_prealloc
-  // An O_TRUNC writer has opened since the mount with passthrough active:
-  // only then are spares worth their memory (a mount that only ever
-  // updates files in place keeps none).
-  std::atomic<bool> trunc_writes_seen_{false};
-  std::atomic<bool> first_spare_made_{false};  // RefillSpares: a fresh mount's one spare
-  std::atomic<bool> saved_since_spare_{false};  // an O_TRUNC writer since the last spare was made
-  std::atomic<bool> over_budget_{false};  // RelieveOverBudget has said so
-  Mutex pressure_mu_;  // a leaf
-  PressureStats pressure_ GUARDED_BY(pressure_mu_);
-  // Files open for writing now (Inode::writers > 0), on either path.
-  uint64_t writing_files_ GUARDED_BY(mu_) = 0;
-  std::chrono::steady_clock::time_point quiet_since_ GUARDED_BY(mu_){};  // a writer's last open or close
   // Passthrough handles open, and the inodes a passthrough writer has open
   // (kept with Inode::pt_opens/pt_writers, so the housekeeper and status
   // never scan the namespace).

@@ -181,7 +181,7 @@ void MemoryWatch::Run() {
     try {
       Headroom h = ReadHeadroom();
       LOG_DEBUG("memory watch: {} bytes available ({})", h.available, h.where);
-      if (h.known) table_->RelieveMemory(h.available, min_free_, h.where);
+      if (h.known) table_->residency().RelieveMemory(h.available, min_free_, h.where);
     } catch (const std::exception& e) {
       LOG_ERROR("internal error in the memory watch: {}", e.what());
     }

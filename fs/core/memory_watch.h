@@ -7,7 +7,7 @@
 // headroom every 200 ms (and at once when a PSI memory trigger fires,
 // where the kernel allows one): the smaller of MemAvailable and, under a
 // memory cgroup limit (v1 or v2), the limit less what is charged and not
-// reclaimable. Below --min-free it asks InodeTable::RelieveMemory to drop
+// reclaimable. Below --min-free it asks Residency::RelieveMemory to drop
 // spares and evict persisted files, and holds new tier writes while dirty
 // data alone is the problem (docs/operations.md, "Memory pressure").
 #pragma once

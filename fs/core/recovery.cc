@@ -19,7 +19,7 @@ Status InodeTable::Load(Caller root_owner) {
     auto n = std::make_unique<Inode>();
     n->rec = std::move(r);
     next_ino_ = std::max(next_ino_, n->rec.ino + 1);
-    if (S_ISREG(n->rec.mode)) lru_.emplace(0, n->rec.ino);
+    if (S_ISREG(n->rec.mode)) residency_.Add(n->rec.ino);
     inodes_[n->rec.ino] = std::move(n);
   });
   if (!st) return st;
@@ -173,7 +173,7 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
   const bool pending = SealPending(n);
   auto live = sizes.find(ino);
   InodeRecord before = r;
-  largest_sealed_ = std::max(largest_sealed_, r.sealed_size);
+  residency_.SawFile(r.sealed_size);
   // A passthrough writer that never closed leaves pre-allocated pages past
   // its end: they go back to the budget.
   if (live != sizes.end()) tier_->TrimBeyondEof(ino);
@@ -372,7 +372,7 @@ InodeTable::Inode* InodeTable::AdoptEntry(Inode* p, const std::string& name, con
       r.mode = S_IFREG | (e.mode ? e.mode & 07777 : 0644);
       r.nlink = 1;
       r.size = r.sealed_size = e.size;
-      largest_sealed_ = std::max(largest_sealed_, e.size);  // what a checkpoint here weighs
+      residency_.SawFile(e.size);  // what a checkpoint here weighs
       r.state = DataState::kRemote;
       if (e.has_checksum) {
         r.checksum_hi = e.checksum_hi;
@@ -393,7 +393,7 @@ InodeTable::Inode* InodeTable::AdoptEntry(Inode* p, const std::string& name, con
   Inode* out = n.get();
   inodes_[r.ino] = std::move(n);
   if (e.type == backend::Entry::Type::kFile) {
-    lru_.emplace(0, r.ino);
+    residency_.Add(r.ino);
     SetBackendPath(out, e.path);
   }
   return out;

@@ -182,7 +182,7 @@ InodeTable::Inode* InodeTable::FollowBackend(Inode* p, const std::string& name, 
   n->rec.state = state;  // remote either way; kept as Transition left it
   SetBackendPath(n, e.path);
   n->backend_changed = true;
-  largest_sealed_ = std::max(largest_sealed_, e.size);
+  residency_.SawFile(e.size);
   if (was_local) tier_->Remove(n->rec.ino);
   LOG_DEBUG("shared: '{}' changed in the backend ({} bytes); remote again", path, e.size);
   return n;

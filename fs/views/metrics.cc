@@ -68,7 +68,7 @@ std::string MetricsText(Daemon* d) {
         "1 while the drain holds at an entry the backend refuses for good (ckptfs status names it; ckptfs skip).",
         d->table->oplog().Held() ? 1 : 0);
   t.One("lost_files", "gauge", "Files in the lost list (ckptfs lost).", static_cast<double>(d->table->oplog().LostFiles().size()));
-  const InodeTable::PressureStats mp = d->table->MemoryPressure();
+  const PressureStats mp = d->table->residency().MemoryPressure();
   t.One("memory_available_bytes", "gauge", "Headroom the memory watch read last (MemAvailable or the cgroup's).",
         static_cast<double>(mp.available));
   t.One("memory_pressure", "gauge", "1 while the headroom is under --min-free.", mp.active ? 1 : 0);

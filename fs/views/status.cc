@@ -81,7 +81,7 @@ std::string StatusJson(Daemon* d) {
     failed.push_back(std::move(entry));
   }
 
-  const InodeTable::PressureStats mp = d->table->MemoryPressure();
+  const PressureStats mp = d->table->residency().MemoryPressure();
   Json j = {
       {"pid", getpid()},
       {"mountpoint", d->cfg.mountpoint},

@@ -396,7 +396,7 @@ Test(drain, passthrough_writer_gets_its_room_from_clean_files) {
   cr_assert_gt(w2->backing_id, 0, "room made by evicting the clean step1");
   cr_assert_eq(e.table->GetAttr(a)->state, ckpt::meta::DataState::kRemote);
   e.table->Release(latest, O_WRONLY, true);
-  e.table->set_prealloc(8 << 20);
+  e.table->residency().set_prealloc(8 << 20);
   e.table->RefillSpares();
   cr_assert_eq(e.tier->Spares().second, 0u, "not within a second of a writer's close (the gap between two files)");
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
@@ -427,7 +427,7 @@ Test(drain, auto_spares_cover_a_file_larger_than_half_the_budget) {
   Env& e = *d.env;
   ckpt::test::FakeBacking fb;
   e.table->set_backing(&fb);
-  e.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  e.table->residency().set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
   uint64_t old = e.WriteFile(kRoot, "step1", std::string(40 << 20, 's'));  // 40 of 64 MiB
   d.Start();
   d.Drain();
@@ -453,7 +453,7 @@ Test(drain, spare_made_at_once_from_pages_just_freed) {
   Env& e = *d.env;
   ckpt::test::FakeBacking fb;
   e.table->set_backing(&fb);
-  e.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  e.table->residency().set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
   uint64_t old = e.WriteFile(kRoot, "step1", std::string(80 << 20, 's'));  // past Tier::kFreedNoted
   d.Start();
   d.Drain();
@@ -913,8 +913,8 @@ Test(drain, memory_pressure_evicts_persisted_and_holds_writers_for_dirty) {
   d.env->tier->set_evictor([&](uint64_t need) { return d.env->table->Evict(need); });  // as the daemon does
   // 2M available, min-free 8M: target 12M, deficit 10M: both persisted
   // files go (8M), the dirty one stays, and 8M < 10M: writes wait.
-  d.env->table->RelieveMemory(2 * M, 8 * M, "test");
-  auto p = d.env->table->MemoryPressure();
+  d.env->table->residency().RelieveMemory(2 * M, 8 * M, "test");
+  auto p = d.env->table->residency().MemoryPressure();
   cr_assert(p.active);
   cr_assert_eq(p.evicted_files, 2u);
   cr_assert(!d.env->tier->Has(a) && !d.env->tier->Has(b), "persisted files not evicted");
@@ -930,8 +930,8 @@ Test(drain, memory_pressure_evicts_persisted_and_holds_writers_for_dirty) {
   auto w = write();
   cr_assert(!w.has_value() && w.error() == EAGAIN, "a write went through while writers are held");
   // Back above 1.5 x min-free: the episode ends, writes go on.
-  d.env->table->RelieveMemory(13 * M, 8 * M, "test");
-  p = d.env->table->MemoryPressure();
+  d.env->table->residency().RelieveMemory(13 * M, 8 * M, "test");
+  p = d.env->table->residency().MemoryPressure();
   cr_assert(!p.active && !p.writers_held);
   w = write();
   cr_assert(w.has_value(), "writes still held after the pressure ended");
@@ -1481,7 +1481,7 @@ Test(drain, version_sealed_in_place_is_never_published_torn) {
 namespace {
 void WithSpares(Env& e, ckpt::test::FakeBacking* fb) {
   e.table->set_backing(fb);
-  e.table->set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  e.table->residency().set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
 }
 void TruncOpenClose(Env& e, uint64_t ino) {
   auto w = e.table->OpenHandle(ino, O_WRONLY | O_TRUNC);
@@ -1521,7 +1521,7 @@ Test(drain, fresh_mount_first_file_gets_a_spare) {
   // An explicit --prealloc sizes it.
   DrainEnv d3(64ull << 20);
   d3.env->table->set_backing(&fb);
-  d3.env->table->set_prealloc(6u << 20);
+  d3.env->table->residency().set_prealloc(6u << 20);
   d3.env->table->RefillSpares();
   cr_assert_eq(d3.env->tier->Spares().first, 6u << 20);
 }

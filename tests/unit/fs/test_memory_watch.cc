@@ -1,5 +1,5 @@
 // test_memory_watch.cc — the headroom arithmetic and /proc/self/cgroup
-// parsing of fs/memory_watch (InodeTable::RelieveMemory is tested with the
+// parsing of fs/memory_watch (Residency::RelieveMemory is tested with the
 // drain, tests/unit/fs/test_drain.cc).
 #include <criterion/criterion.h>
 

@@ -1,0 +1,149 @@
+// residency.h — which files stay in RAM, and the pages made ready for the
+// next save: the LRU order of regular files, what a save is (its first
+// writer after a quiet second, its bytes), the spares (pre-allocated, warm
+// tier pages for passthrough writers, issue #29) and memory-pressure
+// episodes.
+//
+// Residency decides; InodeTable acts. It knows inode numbers, never
+// inodes: whether a file may be evicted (clean, closed, not being fetched)
+// is the table's question, asked through the Evictor callback, which runs
+// without Residency's lock held (it takes the table's). The table tells it
+// what happened — a file used, a writer opened or closed, a version sealed
+// — from under its own lock.
+//
+// Thread-safety: every member may be called from any thread. mu_ is a leaf
+// (taken after InodeTable's mu_, never with the tier's held).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cache/tier.h"
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
+
+namespace ckpt::fs {
+
+struct PressureStats {
+  uint64_t available = 0, min_free = 0;
+  std::string where;
+  bool active = false;        // under min_free now
+  bool writers_held = false;  // eviction was not enough: new writes wait
+  uint64_t episodes = 0, evicted_files = 0, evicted_bytes = 0;  // since mount
+};
+
+class Residency {
+ public:
+  // Evicts clean files, least recently used first, for `need` bytes
+  // (InodeTable::Evict). `all_or_nothing`: only if they cover it all;
+  // `spare_kept`: room for a spare, so the last save's files, anything used
+  // since it began and the newest --keep-in-memory checkpoints stay.
+  using Evictor = std::function<cache::Tier::Relief(uint64_t need, bool all_or_nothing, bool spare_kept)>;
+
+  explicit Residency(cache::Tier* tier) : tier_(tier) {}
+  Residency(const Residency&) = delete;
+  Residency& operator=(const Residency&) = delete;
+  // Before use.
+  void set_evictor(Evictor e) { evict_ = std::move(e); }
+  // --prealloc: the most bytes of spares to keep; kPreallocAuto: sized from
+  // the saves seen (RefillSpares); 0: none.
+  static constexpr uint64_t kPreallocAuto = ~0ULL;
+  void set_prealloc(uint64_t bytes) { prealloc_ = bytes; }
+  uint64_t prealloc() const { return prealloc_.load(); }
+
+  // ---- The LRU order of regular files ----
+  void Add(uint64_t ino) EXCLUDES(mu_);    // a new file: least recently used
+  void Touch(uint64_t ino) EXCLUDES(mu_);  // used now
+  void Remove(uint64_t ino) EXCLUDES(mu_);
+  // (use stamp, ino), least recently used first.
+  std::vector<std::pair<uint64_t, uint64_t>> Oldest() EXCLUDES(mu_);
+  // The stamp when the last save began: a file with a later stamp is that
+  // save's or was used since.
+  uint64_t SaveClock() EXCLUDES(mu_);
+
+  // ---- Saves ----
+  // A handle opened or closed for writing; `first`/`last`: the file's
+  // first writer opened, its last closed. The first writer after a quiet
+  // second begins a save.
+  void WriterOpened(bool first) EXCLUDES(mu_);
+  void WriterClosed(bool last) EXCLUDES(mu_);
+  // An O_TRUNC writer through passthrough: spares are worth their memory.
+  void TruncWriterSeen();
+  // A version of `bytes` sealed (this save's bytes, the largest file).
+  void Sealed(uint64_t bytes) EXCLUDES(mu_);
+  // A file of `bytes` found (recovery, the backend's import): what a
+  // checkpoint here weighs.
+  void SawFile(uint64_t bytes) EXCLUDES(mu_);
+  uint64_t LargestSealed() EXCLUDES(mu_);
+  // How large a new file is expected to be: the largest sealed since the
+  // mount; before any, the spare made for the first file (0: unknown).
+  uint64_t ExpectedSize() EXCLUDES(mu_);
+  // The size a fresh mount's first file is expected to have: --prealloc
+  // when given, else a quarter of the budget.
+  uint64_t FirstFileGuess();
+
+  // ---- Spares ----
+  // Tops the spares up (Tier::AddSpare: warm pages), sized from the saves
+  // seen, once an O_TRUNC passthrough writer was seen and while no file is
+  // open for writing (never beside a save); on a fresh mount one spare of
+  // FirstFileGuess for its first file. With the budget near full, files
+  // already persisted are evicted ahead for it (not on a fresh mount).
+  // `passthrough`: passthrough is active (spares are for its writers).
+  // Called every 50 ms by the daemon's spare thread (low priority).
+  void RefillSpares(bool passthrough) EXCLUDES(mu_);
+
+  // ---- Memory pressure (fs/core/memory_watch.h) ----
+  // Called by the memory watch with the headroom it read (`where` says
+  // whose: MemAvailable or a cgroup). Below `min_free`: drops spares,
+  // evicts persisted files for the deficit, and if that is not enough holds
+  // new tier writes (Tier::set_pressure_limit) until the drain and eviction
+  // catch up. Logs once when an episode begins and once when it ends.
+  void RelieveMemory(uint64_t available, uint64_t min_free, const std::string& where) EXCLUDES(mu_);
+  PressureStats MemoryPressure() EXCLUDES(mu_);
+
+  // Over the budget with nothing clean left to evict (passthrough writers
+  // wrote past it): true when such an episode begins, so it is said once.
+  bool OverBudgetBegins() { return !over_budget_.exchange(true); }
+  void WithinBudget() { over_budget_.store(false); }
+
+ private:
+  cache::Tier* const tier_;
+  Evictor evict_;  // set before use
+  std::atomic<uint64_t> prealloc_{0};
+
+  Mutex mu_;  // a leaf
+  uint64_t clock_ GUARDED_BY(mu_) = 0;
+  std::unordered_map<uint64_t, uint64_t> use_ GUARDED_BY(mu_);  // ino -> stamp
+  std::set<std::pair<uint64_t, uint64_t>> lru_ GUARDED_BY(mu_);  // (stamp, ino), oldest first
+  // The largest version sealed since the mount: what a passthrough writer
+  // of a new file is expected to write.
+  uint64_t largest_sealed_ GUARDED_BY(mu_) = 0;
+  // Bytes sealed since the last quiet second (one save: all its files,
+  // all its ranks), and the last save's total: how many spares to keep.
+  uint64_t save_bytes_acc_ GUARDED_BY(mu_) = 0;
+  uint64_t last_save_bytes_ GUARDED_BY(mu_) = 0;
+  // The stamp when the last save began (its first writer after a quiet
+  // second): files used since are that save's or read since.
+  uint64_t save_clock_ GUARDED_BY(mu_) = 0;
+  // Files open for writing now, on either path, and a writer's last open
+  // or close.
+  uint64_t writing_files_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point quiet_since_ GUARDED_BY(mu_){};
+  PressureStats pressure_ GUARDED_BY(mu_);
+  // An O_TRUNC passthrough writer has opened since the mount: only then
+  // are spares worth their memory (a mount that only ever updates files in
+  // place keeps none).
+  std::atomic<bool> trunc_writes_seen_{false};
+  std::atomic<bool> first_spare_made_{false};   // a fresh mount's one spare
+  std::atomic<bool> saved_since_spare_{false};  // an O_TRUNC writer since the last spare was made
+  std::atomic<bool> over_budget_{false};        // OverBudgetBegins
+};
+
+}  // namespace ckpt::fs

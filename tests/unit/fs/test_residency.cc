@@ -1,0 +1,178 @@
+// test_residency.cc — Residency on its own (fs/core/residency.h), over a real
+// tier and a recording evictor: the LRU order, when a save begins, what a
+// spare is sized from, and memory-pressure episodes.
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "cache/tier.h"
+#include "fs/core/residency.h"
+
+using ckpt::cache::Tier;
+using ckpt::fs::Residency;
+
+namespace {
+
+constexpr uint64_t M = 1 << 20;
+
+// A tier in a fresh directory and the evictions asked for.
+struct World {
+  std::string dir;
+  std::unique_ptr<Tier> tier;
+  std::unique_ptr<Residency> res;
+  std::vector<std::pair<uint64_t, bool>> evictions;  // (need, spare_kept)
+
+  explicit World(uint64_t budget = 64 * M) {
+    char tmpl[] = "/dev/shm/ckpt-residency-unit-XXXXXX";
+    cr_assert_not_null(mkdtemp(tmpl));
+    dir = tmpl;
+    auto t = Tier::Open(dir + "/tier", budget);
+    cr_assert(t.has_value(), "open tier");
+    tier = std::move(*t);
+    res = std::make_unique<Residency>(tier.get());
+    res->set_evictor([this](uint64_t need, bool, bool spare_kept) {
+      evictions.emplace_back(need, spare_kept);
+      return Tier::Relief::kWait;
+    });
+  }
+  ~World() {
+    res.reset();
+    tier.reset();
+    std::filesystem::remove_all(dir);
+  }
+  // Fills ino with `bytes` of data in the tier.
+  void Fill(uint64_t ino, uint64_t bytes) {
+    std::string data(bytes, 'x');
+    cr_assert(tier->Pin(ino, true).has_value(), "pin");
+    auto st = tier->Write(ino, 0, bytes, [&](int fd) -> ssize_t {
+      ssize_t n = pwrite(fd, data.data(), data.size(), 0);
+      return n < 0 ? -errno : n;
+    });
+    tier->Unpin(ino);
+    cr_assert(st.has_value(), "tier write");
+  }
+};
+
+std::vector<uint64_t> Inos(const std::vector<std::pair<uint64_t, uint64_t>>& order) {
+  std::vector<uint64_t> out;
+  for (auto& [stamp, ino] : order) out.push_back(ino);
+  return out;
+}
+
+}  // namespace
+
+Test(residency, lru_order_follows_use) {
+  World w;
+  w.res->Add(1);
+  w.res->Add(2);
+  w.res->Add(3);
+  w.res->Touch(1);
+  cr_assert(Inos(w.res->Oldest()) == (std::vector<uint64_t>{2, 3, 1}));
+  w.res->Touch(2);
+  w.res->Remove(3);
+  cr_assert(Inos(w.res->Oldest()) == (std::vector<uint64_t>{1, 2}));
+  w.res->Add(2);  // already there: keeps its place
+  cr_assert(Inos(w.res->Oldest()) == (std::vector<uint64_t>{1, 2}));
+}
+
+Test(residency, a_save_begins_at_the_first_writer_after_a_quiet_second) {
+  World w;
+  w.res->Add(1);
+  w.res->Touch(1);  // read before the save
+  w.res->WriterOpened(true);
+  const uint64_t begun = w.res->SaveClock();
+  w.res->Add(2);
+  w.res->Touch(2);  // the save's file
+  auto order = w.res->Oldest();
+  cr_assert_leq(order[0].first, begun, "used before the save: may make way for a spare");
+  cr_assert_gt(order[1].first, begun, "the save's own file: never evicted for a spare");
+  // A second writer right after is the same save.
+  w.res->WriterOpened(true);
+  cr_assert_eq(w.res->SaveClock(), begun);
+  w.res->WriterClosed(true);
+  w.res->WriterClosed(true);
+}
+
+Test(residency, expected_size_is_the_largest_file_sealed) {
+  World w;
+  cr_assert_eq(w.res->ExpectedSize(), 0u, "nothing known, no spare");
+  w.res->Sealed(3 * M);
+  w.res->Sealed(1 * M);
+  w.res->SawFile(2 * M);
+  cr_assert_eq(w.res->LargestSealed(), 3 * M);
+  cr_assert_eq(w.res->ExpectedSize(), 3 * M);
+}
+
+Test(residency, first_file_guess_from_prealloc_or_the_budget) {
+  World w(64 * M);
+  w.res->set_prealloc(Residency::kPreallocAuto);
+  cr_assert_eq(w.res->FirstFileGuess(), 16 * M, "a quarter of the budget");
+  w.res->set_prealloc(8 * M);
+  cr_assert_eq(w.res->FirstFileGuess(), 8 * M);
+  w.res->set_prealloc(1000 * M);
+  cr_assert_eq(w.res->FirstFileGuess(), 56 * M, "never past seven eighths of the budget");
+}
+
+Test(residency, a_fresh_mount_gets_one_spare_and_only_with_passthrough) {
+  World w(64 * M);
+  w.res->set_prealloc(Residency::kPreallocAuto);
+  w.res->RefillSpares(/*passthrough=*/false);
+  cr_assert_eq(w.tier->Spares().first, 0u, "spares are for passthrough writers");
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.tier->Spares().first, 16 * M, "the first file's spare: a quarter of the budget");
+  cr_assert_eq(w.res->ExpectedSize(), 16 * M, "and the first file is expected to fit it");
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.tier->Spares().first, 16 * M, "made once");
+}
+
+Test(residency, no_spare_beside_a_save) {
+  World w(64 * M);
+  w.res->set_prealloc(Residency::kPreallocAuto);
+  w.res->WriterOpened(true);
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.tier->Spares().first, 0u, "a writer is open");
+  w.res->WriterClosed(true);
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.tier->Spares().first, 0u, "not in the second after a writer closed");
+}
+
+Test(residency, a_full_budget_evicts_ahead_for_the_next_saves_spare) {
+  World w(64 * M);
+  w.res->set_prealloc(Residency::kPreallocAuto);
+  w.Fill(7, 40 * M);  // clean files the evictor could drop
+  w.res->TruncWriterSeen();
+  w.res->Sealed(20 * M);
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.evictions.size(), 1u, "room asked for before the spare is made");
+  cr_assert(w.evictions[0].second, "for a spare: the last save's files stay");
+  cr_assert_geq(w.evictions[0].first, 20 * M + 8 * M + 40 * M - 64 * M);
+}
+
+Test(residency, memory_pressure_drops_spares_then_evicts_then_holds_writers) {
+  World w(64 * M);
+  w.res->set_prealloc(Residency::kPreallocAuto);
+  w.res->RefillSpares(true);  // a 16 MiB spare
+  cr_assert_gt(w.tier->Spares().first, 0u);
+  w.res->RelieveMemory(/*available=*/2 * M, /*min_free=*/8 * M, "test");
+  cr_assert_eq(w.tier->Spares().first, 0u, "spares go first");
+  auto p = w.res->MemoryPressure();
+  cr_assert(p.active);
+  cr_assert_eq(p.episodes, 1u);
+  cr_assert_eq(w.evictions.size(), 0u, "the spare covered the deficit");
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.tier->Spares().first, 0u, "no memory claimed ahead under pressure");
+  w.res->RelieveMemory(13 * M, 8 * M, "test");
+  cr_assert_not(w.res->MemoryPressure().active, "above 1.5 x min_free: the episode ends");
+}
+
+Test(residency, over_budget_is_said_once_per_episode) {
+  World w;
+  cr_assert(w.res->OverBudgetBegins());
+  cr_assert_not(w.res->OverBudgetBegins());
+  w.res->WithinBudget();
+  cr_assert(w.res->OverBudgetBegins());
+}
