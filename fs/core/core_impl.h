@@ -1,5 +1,5 @@
 // core_impl.h — what the files of InodeTable's implementation share
-// (inode_table.cc, file_state.cc, persist.cc, recovery.cc, residency.cc,
+// (inode_table.cc, file_state.cc, persist.cc, recovery.cc, evict_fetch.cc,
 // shared.cc, checkpoints.cc): their includes and short names. Included by
 // those files only.
 #pragma once

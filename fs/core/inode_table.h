@@ -13,7 +13,7 @@
 // which the drainer and the cluster read directly. The class is split
 // across files by responsibility: inode_table.cc (namespace),
 // file_state.cc (write path, seal, copy-on-write), persist.cc (the file's
-// side of each drain outcome), recovery.cc (start-up), residency.cc
+// side of each drain outcome), recovery.cc (start-up), evict_fetch.cc
 // (evictor, fetch), shared.cc (shared namespace), checkpoints.cc.
 //
 // This layer knows nothing of FUSE: fuse_ops.cc turns requests into calls
