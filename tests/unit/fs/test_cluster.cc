@@ -86,6 +86,23 @@ struct Node {
 // The cluster's times (µs) in the tests' unit (ms).
 int64_t Ms(std::optional<int64_t> us) { return us.value() / 1000; }
 
+// `latest`, logged on node a after `shard` on node b: the heartbeats at
+// `at` ms (b, a, b) hold it while the shard is pending, let the shard
+// pass, and at `at` + 100 ms, once b's drain applied the shard, let it go.
+void ExpectShardFirst(Node& a, Node& b, int64_t* now, int64_t at, uint64_t shard, uint64_t latest, const char* why) {
+  *now = at;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  b.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest), "%s", why);
+  cr_expect(b.c->MayPublish(shard), "the oldest entry of the cluster must pass");
+  b.log.applied = shard;
+  *now = at + 100;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(latest));
+}
+
 }  // namespace
 
 Test(cluster, gate_times_and_watermark) {
@@ -141,17 +158,7 @@ Test(cluster, exact_log_times_order_entries_closer_than_a_sample) {
   b.c->Sample();
   cr_expect_eq(Ms(a.c->GateTime(latest)), 1007);
   cr_expect_eq(Ms(b.c->GateTime(shard_b)), 1003);
-  now = 1100;
-  b.c->Heartbeat();
-  a.c->Heartbeat();
-  b.c->Heartbeat();
-  cr_expect(!a.c->MayPublish(latest), "latest passed a shard closed 4 ms before it");
-  cr_expect(b.c->MayPublish(shard_b), "the oldest entry of the cluster must pass");
-  b.log.applied = shard_b;
-  now = 1200;
-  b.c->Heartbeat();
-  a.c->Heartbeat();
-  cr_expect(a.c->MayPublish(latest));
+  ExpectShardFirst(a, b, &now, 1100, shard_b, latest, "latest passed a shard closed 4 ms before it");
 }
 
 // A shard closed on node b and `latest` on node a 0.4 ms later, after a
@@ -170,17 +177,7 @@ Test(cluster, entries_within_one_millisecond_keep_their_order) {
   a.c->Sample();
   b.c->Sample();
   cr_expect_eq(a.c->GateTime(latest).value(), 1'003'700);
-  now = 1100;
-  b.c->Heartbeat();
-  a.c->Heartbeat();
-  b.c->Heartbeat();
-  cr_expect(!a.c->MayPublish(latest), "latest passed a shard closed 0.4 ms before it");
-  cr_expect(b.c->MayPublish(shard_b));
-  b.log.applied = shard_b;
-  now = 1200;
-  b.c->Heartbeat();
-  a.c->Heartbeat();
-  cr_expect(a.c->MayPublish(latest));
+  ExpectShardFirst(a, b, &now, 1100, shard_b, latest, "latest passed a shard closed 0.4 ms before it");
   // The record carries µs, and ms for members still on version 1.
   auto j = nlohmann::json::parse(store.recs["a"]);
   cr_expect_eq(j["version"].get<int>(), 2);
