@@ -43,8 +43,10 @@ void OpLog::Restore(uint64_t applied, std::vector<LogEntry> entries) {
   applied_seq_ = applied;
   applied_.store(applied, std::memory_order_release);
   next_seq_ = std::max(next_seq_, applied + 1);
+  published_ = std::max(published_, applied);
   for (auto& e : entries) {
     next_seq_ = std::max(next_seq_, e.seq + 1);
+    published_ = std::max(published_, e.seq);
     log_.push_back(std::move(e));
   }
 }
@@ -83,6 +85,7 @@ void OpLog::Publish(std::vector<LogEntry>&& entries) {
   last_logged_at_ = std::max(last_logged_at_, WallUs());
   for (auto& e : entries) {
     logged_at_[e.seq] = last_logged_at_;
+    published_ = std::max(published_, e.seq);
     log_.push_back(std::move(e));
   }
   log_cv_.NotifyAll();
@@ -324,7 +327,7 @@ void OpLog::Shutdown() {
 
 uint64_t OpLog::LoggedSeq() {
   MutexLock lk(&mu_);
-  return next_seq_ - 1;
+  return published_;
 }
 
 size_t OpLog::size() {

@@ -181,7 +181,10 @@ class OpLog {
 
   // ---- Queries ----
   uint64_t AppliedSeq() const { return applied_.load(std::memory_order_acquire); }
-  uint64_t LoggedSeq() EXCLUDES(mu_);  // the newest seq given, 0 if none
+  // The newest entry published (its batch committed), 0 if none: a seq
+  // given by Append whose commit failed never counts, so no waiter waits
+  // for an entry that will never be applied.
+  uint64_t LoggedSeq() EXCLUDES(mu_);
   size_t size() EXCLUDES(mu_);
   bool HasPersist() EXCLUDES(mu_);  // any persist entry pending?
   bool HasMoves() EXCLUDES(mu_);    // any rename, unlink, rmdir or link pending?
@@ -229,6 +232,7 @@ class OpLog {
   ckpt::Mutex mu_;
   std::deque<meta::LogEntry> log_ GUARDED_BY(mu_);  // oldest first
   uint64_t next_seq_ GUARDED_BY(mu_) = 1;
+  uint64_t published_ GUARDED_BY(mu_) = 0;  // LoggedSeq
   uint64_t applied_seq_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> applied_{0};                        // mirrors applied_seq_ for lock-free reads
   std::map<uint64_t, int64_t> logged_at_ GUARDED_BY(mu_);  // pending seq -> when logged, µs

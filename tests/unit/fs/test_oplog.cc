@@ -73,6 +73,18 @@ Test(oplog, entries_come_out_in_the_order_they_were_given) {
   cr_assert_eq(log.UnpersistedFiles(10).second.at(0), "d/f");
 }
 
+Test(oplog, a_seq_whose_commit_failed_is_never_waited_for) {
+  OpLog log;
+  auto a = Log(&log, Entry(LogOp::kMkdir, "a"));
+  Batch b;
+  std::vector<LogEntry> out;
+  log.Append(&b, Entry(LogOp::kMkdir, "b"), &out);  // its commit fails: never published
+  cr_assert_eq(log.LoggedSeq(), a.seq, "a drain begun now waits for what is in the log");
+  auto c = Log(&log, Entry(LogOp::kMkdir, "c"));
+  cr_assert_eq(log.LoggedSeq(), c.seq);
+  cr_assert_eq(log.Pending(10).size(), 2u);
+}
+
 Test(oplog, completing_out_of_order_aborts, .signal = SIGABRT) {
   OpLog log;
   Log(&log, Entry(LogOp::kMkdir, "a"));
