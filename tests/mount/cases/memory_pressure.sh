@@ -62,7 +62,7 @@ PY
 
 fill_persisted() {
   for i in 1 2 3 4 5 6 7; do cp "$T/f$i" "$MNT/f$i"; done
-  "$CKPTFS" drain "$MNT" --timeout 120 > /dev/null 2>&1 || fail "drain"
+  "$CKPTFS" drain "$MNT" --timeout 120 > "$T/drain.out" 2>&1 || fail "drain: $(tail -5 "$T/drain.out")"
 }
 
 # Control: the watch off, the same load: the hungry process is killed.
@@ -113,7 +113,7 @@ rm "$T/pause"
 wait "$writer" || fail "the waiting write failed once the drain made room"
 wait "$filler" || fail "a copy failed under memory pressure"
 cmp "$T/late" "$MNT/late" || fail "late differs"
-"$CKPTFS" drain "$MNT" --timeout 120 > /dev/null 2>&1 || fail "drain after the pressure"
+"$CKPTFS" drain "$MNT" --timeout 120 > "$T/drain.out" 2>&1 || fail "drain after the pressure: $(tail -5 "$T/drain.out")"
 for i in $(ls "$MNT" | grep '^d'); do
   n=${i#d}
   cmp "$T/f$((n % 7 + 1))" "$BACKEND/$i" || fail "$i lost or changed under memory pressure"
