@@ -67,7 +67,7 @@ void InodeTable::FindCheckpoints(Inode* dir, const std::string& prefix, const st
 std::vector<InodeTable::CheckpointInfo> InodeTable::Checkpoints(const std::regex& pattern) {
   std::vector<CheckpointInfo> out;
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     if (Inode* root = Find(meta::kRootIno)) FindCheckpoints(root, "", pattern, 0, &out);
   }
   std::sort(out.begin(), out.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
@@ -77,7 +77,7 @@ std::vector<InodeTable::CheckpointInfo> InodeTable::Checkpoints(const std::regex
 }
 
 void InodeTable::set_checkpoint_policy(CheckpointPolicy p) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   policy_ = std::move(p);
 }
 
@@ -130,7 +130,7 @@ uint64_t InodeTable::CheckpointOf(const Inode* n) {
 uint64_t InodeTable::KeptFrom() {
   if (policy_.keep_in_memory == 0) return 0;
   std::vector<uint64_t> ords;
-  for (auto& [ino, n] : inodes_)
+  for (auto& [ino, n] : ns_.all())
     if (n->rec.ckpt_ord > 0 && n->rec.nlink > 0) ords.push_back(n->rec.ckpt_ord);
   if (ords.empty()) return 0;
   const size_t k = std::min<size_t>(ords.size(), policy_.keep_in_memory);
@@ -140,7 +140,7 @@ uint64_t InodeTable::KeptFrom() {
 
 Result<InodeTable::PersistQueued> InodeTable::PersistCheckpoint(uint64_t ino, Caller who) {
   if (auto st = Writable(); !st) return Err(st.error());
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* root = Find(ino);
   if (!root) return Err(ENOENT);
   while (!root->rec.memory_only) {
@@ -157,7 +157,7 @@ Result<InodeTable::PersistQueued> InodeTable::PersistCheckpoint(uint64_t ino, Ca
   }
   if (who.uid != 0 && who.uid != geteuid() && who.uid != root->rec.uid) return Err(EPERM);
   PersistQueued out;
-  out.path = root->is_dir() ? DirPath(root->rec.ino) : EntryPath(root->rec.parent, root->rec.name);
+  out.path = root->is_dir() ? ns_.DirPath(root->rec.ino) : ns_.EntryPath(root->rec.parent, root->rec.name);
   // Directories before what they hold, as they were made; each sealed
   // version once, under its first name (PersistEntry links the others).
   Batch b;

@@ -10,7 +10,7 @@
 namespace ckpt::fs {
 
 bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   bool trunc = (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY;
   return n && S_ISREG(n->rec.mode) && n->rec.state == DataState::kRemote && !trunc;
@@ -19,16 +19,16 @@ bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
 // ---- Budget and remote files ----
 
 Result<uint64_t> InodeTable::ReleaseTier(std::string* why) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   if (const size_t pending = oplog_.size(); pending > 0) {
     *why = fmt::format("{} changes not yet in the backend", pending);
     return Err(EBUSY);
   }
   Batch b;
   std::vector<Inode*> resident;
-  for (auto& [ino, n] : inodes_) {
+  for (auto& [ino, n] : ns_.all()) {
     if (!S_ISREG(n->rec.mode)) continue;
-    const std::string path = EntryPath(n->rec.parent, n->rec.name);
+    const std::string path = ns_.EntryPath(n->rec.parent, n->rec.name);
     if (n->opens > 0) {
       *why = fmt::format("ino {} '{}' is open", ino, path);
       return Err(EBUSY);
@@ -63,7 +63,7 @@ Result<uint64_t> InodeTable::ReleaseTier(std::string* why) {
 
 void InodeTable::RelieveOverBudget() {
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     for (uint64_t ino : pt_writing_) Find(ino);  // Find takes in what they wrote
   }
   EvictIfOverBudget();
@@ -74,7 +74,7 @@ void InodeTable::RelieveOverBudget() {
   if (!residency_.OverBudgetBegins()) return;
   std::string writers;
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     for (uint64_t ino : pt_writing_) writers += (writers.empty() ? "ino " : ", ") + std::to_string(ino);
   }
   LOG_WARN("tier: {} of {} bytes in use, over the budget: passthrough writer(s) ({}) wrote more than the largest "
@@ -96,7 +96,7 @@ void InodeTable::EvictIfOverBudget() {
 }
 
 cache::Tier::Relief InodeTable::Evict(uint64_t need, bool all_or_nothing, bool spare_kept) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   // Least recently used first: the LRU set is in that order already. With
   // --keep-in-memory K, the files of the newest K checkpoints go last, the
   // older of those first: a budget too small for them still gets its room.
@@ -168,7 +168,7 @@ void InodeTable::SetBackendPath(Inode* n, std::string path) {
 void InodeTable::ApplyToBackendPaths(const LogEntry& e) {
   // The inodes at `path` and below it, in the backend.
   auto subtree = [&](const std::string& path) {
-    mu_.AssertHeld();  // the caller's
+    mu().AssertHeld();  // the caller's
     std::vector<uint64_t> out;
     if (auto it = by_backend_path_.find(path); it != by_backend_path_.end()) out.push_back(it->second);
     std::string prefix = path + "/";
@@ -178,7 +178,7 @@ void InodeTable::ApplyToBackendPaths(const LogEntry& e) {
     return out;
   };
   auto move = [&](const std::vector<uint64_t>& inos, const std::string& from, const std::string& to) {
-    mu_.AssertHeld();  // the caller's
+    mu().AssertHeld();  // the caller's
     for (uint64_t ino : inos)
       if (Inode* n = Find(ino)) SetBackendPath(n, to + n->backend_path.substr(from.size()));
   };
@@ -207,7 +207,7 @@ void InodeTable::ApplyToBackendPaths(const LogEntry& e) {
 }
 
 std::optional<std::string> InodeTable::BackendPathFromLog(const Inode* n) {
-  return oplog_.PathBeforePending(EntryPath(n->rec.parent, n->rec.name), n->rec.ino);
+  return oplog_.PathBeforePending(ns_.EntryPath(n->rec.parent, n->rec.name), n->rec.ino);
 }
 
 Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
@@ -216,7 +216,7 @@ Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
     if (!n) return Err(ENOENT);
     if (n->rec.state != DataState::kRemote) return {};
     if (!n->fetching) break;
-    fetch_cv_.Wait(&mu_);
+    fetch_cv_.Wait(&mu());
     if (shutdown_) return Err(EIO);
   }
   if (!backend_) return Err(EIO);
@@ -236,25 +236,25 @@ Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
     if ((n->rec.checksum_hi | n->rec.checksum_lo) != 0) at = BackendPathFromLog(n);
     if (!at) {
       const auto deadline = std::chrono::steady_clock::now() + fetch_wait_limit_;
-      std::string now = EntryPath(n->rec.parent, n->rec.name);
+      std::string now = ns_.EntryPath(n->rec.parent, n->rec.name);
       while (!shutdown_ && oplog_.Touches(now)) {
-        // Applied seqs move only under mu_ (every completion holds it):
+        // Applied seqs move only under the namespace lock (every completion holds it):
         // `seen` is current, and the wait below misses no entry.
         const uint64_t seen = oplog_.AppliedSeq();
-        mu_.unlock();
+        mu().unlock();
         const bool more = oplog_.WaitAppliedBeyond(seen, deadline);
-        mu_.lock();
+        mu().lock();
         if (!more) break;
         n = Find(ino);
         if (!n) return Err(ENOENT);
-        now = EntryPath(n->rec.parent, n->rec.name);
+        now = ns_.EntryPath(n->rec.parent, n->rec.name);
       }
       if (shutdown_) return Err(EIO);
       n = Find(ino);
       if (!n) return Err(ENOENT);
       if (n->rec.state != DataState::kRemote) return {};
       if (n->fetching || !n->backend_path.empty()) return EnsureLocal(ino, attempt);  // changed meanwhile
-      now = EntryPath(n->rec.parent, n->rec.name);
+      now = ns_.EntryPath(n->rec.parent, n->rec.name);
       if (oplog_.Touches(now)) {
         LOG_ERROR("ino {} '{}': not fetched: where the backend holds it is not known until the drain applies the "
                   "pending changes to that path, and it has not in {:.1f} s",
@@ -271,7 +271,7 @@ Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
   std::string path = n->backend_path;
   const uint64_t applied_before = oplog_.AppliedSeq();
   uint64_t size = n->rec.size, hi = n->rec.checksum_hi, lo = n->rec.checksum_lo;
-  mu_.unlock();  // the fetch runs without the namespace lock
+  mu().unlock();  // the fetch runs without the namespace lock
   // Test knob: CKPTFS_FETCH_DELAY_MS=N makes every fetch take N ms longer
   // (a slow backend), read once.
   static const int fetch_delay_ms = [] {
@@ -289,7 +289,7 @@ Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
     }
     return 0;
   });
-  mu_.lock();
+  mu().lock();
   n = Find(ino);
   if (n) {
     n->fetching = false;

@@ -90,7 +90,7 @@ uint64_t InodeTable::PassthroughShortfall(const Inode* n, bool trunc) {
 void InodeTable::EvictForPassthrough(uint64_t ino) {
   uint64_t missing = 0;
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     Inode* n = Find(ino);
     // Only for a rewrite of a file that has a version: a new name (a shard)
     // is expected to be as large as the largest file, and evicting for that
@@ -141,7 +141,7 @@ void InodeTable::Absorb(Inode* n) {
 }
 
 std::pair<uint64_t, uint64_t> InodeTable::PassthroughOpens() {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   return {pt_handles_, pt_writing_.size()};
 }
 
@@ -184,7 +184,7 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
     uint64_t copy_version = 0;
     bool copy_out = false;
     {
-      MutexLock lk(&mu_);
+      MutexLock lk(&mu());
       Inode* n = Find(ino);
       if (!n) return Err(ENOENT);
       if (n->is_dir()) return Err(EISDIR);
@@ -201,7 +201,7 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
       if (pt && writable && n->pt_opens == 0 && (!trunc || !PassthroughRoom(n, trunc))) pt = false;
       // A passthrough writer changes bytes the daemon never sees: the
       // sealed version the drain still needs is copied aside now, under
-      // the data lock, outside mu_ (below). An O_TRUNC with no handle open
+      // the data lock, outside the namespace lock (below). An O_TRUNC with no handle open
       // moves it aside instead (a rename, in OpenLocked).
       // An O_TRUNC beside another writer truncates the live file here
       // (OpenLocked), and the rename aside there is only for a file nobody
@@ -233,7 +233,7 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
       LOG_ERROR("ino {}: cannot keep version {} for the drain: {}", ino, copy_version, strerror(st.error()));
       return Err(st.error() == EAGAIN ? ENOSPC : st.error());
     }
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     Inode* n = Find(ino);
     if (!n || n->rec.version != copy_version || !SealPending(n)) tier_->Remove(key);
   }
@@ -310,7 +310,7 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
 
 void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
   DataExclusive data = LockForSeal(ino);
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);  // a passthrough writer's bytes taken in
   if (!n) return;
   tier_->Unpin(ino);
@@ -366,10 +366,10 @@ Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const s
   // handle, mmap writeback after close) keeps the sealed version first.
   auto data = LockForMutation(ino, wait);
   if (!data) return Err(data.error());
-  // The tier may wait for space here: never under mu_.
+  // The tier may wait for space here: never under the namespace lock.
   auto n = tier_->Write(ino, off, len, fn, wait);
   if (!n) return n;
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* node = Find(ino);
   if (!node) return n;
   node->rec.size = std::max(node->rec.size, off + *n);
@@ -386,7 +386,7 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len,
   if (auto st = Writable(); !st) return st;
   if (off > limits_.max_file_size || len > limits_.max_file_size - off) return Err(EFBIG);
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     Inode* n = Find(ino);
     if (!n) return Err(ENOENT);
     if (!S_ISREG(n->rec.mode)) return Err(ENODEV);
@@ -394,7 +394,7 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len,
   auto data = LockForMutation(ino, wait);
   if (!data) return Err(data.error());
   if (auto st = tier_->Fallocate(ino, mode, off, len, wait); !st) return st;
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   if (!n) return {};
   if (!(mode & FALLOC_FL_KEEP_SIZE)) n->rec.size = std::max(n->rec.size, off + len);
@@ -407,7 +407,7 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len,
 
 Status InodeTable::Flush(uint64_t ino, int open_flags, uint64_t open_gen) {
   DataExclusive data = LockForSeal(ino);
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   bool last_writer = (open_flags & O_ACCMODE) != O_RDONLY && n->writers == 1;
@@ -434,7 +434,7 @@ bool InodeTable::NeedsCopy(const Inode* n) {
 InodeTable::DataExclusive InodeTable::LockForSeal(uint64_t ino) {
   DataExclusive l;
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     Inode* n = Find(ino);
     if (!n) return l;
     l.mu = n->data_mu;
@@ -444,33 +444,33 @@ InodeTable::DataExclusive InodeTable::LockForSeal(uint64_t ino) {
 }
 
 bool InodeTable::ChangeCopiesAside(uint64_t ino) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   const Inode* n = Find(ino);
   return n && NeedsCopy(n);
 }
 
 Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait) {
-  std::shared_ptr<std::shared_mutex> mu;
+  std::shared_ptr<std::shared_mutex> dmu;
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     Inode* n = Find(ino);
     if (!n) return Err(ENOENT);
-    mu = n->data_mu;
+    dmu = n->data_mu;
   }
   for (;;) {
-    DataShared shared{mu, std::shared_lock(*mu)};
+    DataShared shared{dmu, std::shared_lock(*dmu)};
     {
-      MutexLock lk(&mu_);
+      MutexLock lk(&mu());
       Inode* n = Find(ino);
       if (!n) return Err(ENOENT);
       if (!NeedsCopy(n)) return shared;
     }
     shared.lock.unlock();
-    std::unique_lock excl(*mu);
+    std::unique_lock excl(*dmu);
     uint64_t version;
     bool keep_live;
     {
-      MutexLock lk(&mu_);
+      MutexLock lk(&mu());
       Inode* n = Find(ino);
       if (!n) return Err(ENOENT);
       if (!NeedsCopy(n)) continue;  // another writer copied it meanwhile
@@ -478,7 +478,7 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
       keep_live = n->pt_opens > 0;  // the kernel serves them from the live file
     }
     // No change of the bytes and no seal can run now (data lock), but
-    // everything else can (mu_ is free), the evictor that makes room for
+    // everything else can (the namespace lock is free), the evictor that makes room for
     // the copy included.
     const uint64_t key = cache::SnapKey(ino, version);
     if (auto st = keep_live ? tier_->CopyOut(ino, key, wait) : tier_->Snapshot(ino, key, true, wait); !st) {
@@ -487,7 +487,7 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
       return Err(st.error());
     }
     LOG_DEBUG("ino {}: version {} copied aside before a write", ino, version);
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     Inode* n = Find(ino);
     // Published while it was copied: the copy is not needed after all.
     if (!n || n->rec.version != version || !SealPending(n)) tier_->Remove(key);
@@ -498,7 +498,7 @@ Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
   DataExclusive data = LockForSeal(ino);
   uint64_t seq, version;
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     Inode* n = Find(ino);
     if (!n) return Err(ENOENT);
     // The seal is metadata only: a writer that goes on copies the version
@@ -539,7 +539,7 @@ Status InodeTable::CopyAsideSealedInPlace(const LogEntry& e) {
   // Still e's version, sealed in place under a passthrough writer, its
   // bytes unchanged since (a change seen supersedes it: Absorb, in Find).
   auto in_place = [&](Inode* n) {
-    mu_.AssertHeld();  // the caller's
+    mu().AssertHeld();  // the caller's
     return n && S_ISREG(n->rec.mode) && n->rec.version == e.version && n->seal_seq == e.seq && SealPending(n) &&
            !oplog_.Superseded(e.seq) && n->pt_writers > 0 && n->data_gen == n->sealed_gen && !tier_->Has(key);
   };
@@ -548,7 +548,7 @@ Status InodeTable::CopyAsideSealedInPlace(const LogEntry& e) {
   DataExclusive data = LockForSeal(ino);
   cache::FdRef live;
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     Inode* n = Find(ino);
     if (!in_place(n)) return {};
     // A second copy of the file in the tier is worth it only while
@@ -566,7 +566,7 @@ Status InodeTable::CopyAsideSealedInPlace(const LogEntry& e) {
   (void)lseek(live->fd, 0, SEEK_HOLE);
   uint64_t gen;
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     Inode* n = Find(ino);  // what that write did is taken in now
     if (!in_place(n)) return {};
     // The mtime is coarse (a clock tick): one within 100 ms could equal
@@ -579,7 +579,7 @@ Status InodeTable::CopyAsideSealedInPlace(const LogEntry& e) {
       LOG_ERROR("ino {}: cannot copy version {} aside for the drain: {}", ino, e.version, strerror(st.error()));
     return Err(st.error() == EAGAIN ? ENOSPC : st.error());
   }
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);  // a write during the copy moved the size or the mtime
   if (n && n->data_gen == gen && n->rec.version == e.version && !oplog_.Superseded(e.seq)) {
     LOG_DEBUG("ino {}: version {} sealed in place under an open writer, copied aside for the drain", ino, e.version);
@@ -654,18 +654,18 @@ LogEntry InodeTable::PersistEntry(const Inode* n) {
   e.uid = n->rec.uid;
   e.gid = n->rec.gid;
   e.has_owner = true;
-  e.path = EntryPath(n->rec.parent, n->rec.name);
+  e.path = ns_.EntryPath(n->rec.parent, n->rec.name);
   // A file with several names: the backend publishes under the first and
   // must link the others to the new bytes (publishing renames a new file
   // over the name, which breaks the backend's hard link). path2 lists them,
   // NUL-separated. Scanning every directory is fine: hard links are rare.
   if (n->rec.nlink > 1) {
-    for (auto& [dino, d] : inodes_) {
+    for (auto& [dino, d] : ns_.all()) {
       if (!d->is_dir()) continue;
       for (auto& [name, child] : d->children) {
         if (child != n->rec.ino || (dino == n->rec.parent && name == n->rec.name)) continue;
         if (!e.path2.empty()) e.path2.push_back('\0');
-        e.path2 += EntryPath(dino, name);
+        e.path2 += ns_.EntryPath(dino, name);
       }
     }
   }
@@ -698,9 +698,9 @@ Status InodeTable::MoveAside(Inode* n) {
   if (tier_->Has(key) || !tier_->Has(ino)) return {};
   // Passthrough handles are served from the live file: it stays, the
   // version is copied (rare: a truncate(2) by path under a reader).
-  // Under mu_, so the copy takes only free budget (the evictor takes mu_).
+  // Under the namespace lock, so the copy takes only free budget (the evictor takes the namespace lock).
   if (auto st = n->pt_opens > 0 ? tier_->CopyOut(ino, key, false, false) : tier_->Snapshot(ino, key, false); !st) {
-    LOG_ERROR("ino {} '{}': cannot keep version {} for the drain: {}", ino, EntryPath(n->rec.parent, n->rec.name),
+    LOG_ERROR("ino {} '{}': cannot keep version {} for the drain: {}", ino, ns_.EntryPath(n->rec.parent, n->rec.name),
               n->rec.version, strerror(st.error()));
     return st;
   }

@@ -28,32 +28,21 @@ int64_t InodeTable::WallNs() {
   return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-InodeTable::Inode* InodeTable::Find(uint64_t ino) {
-  auto it = inodes_.find(ino);
-  if (it == inodes_.end()) return nullptr;
-  Inode* n = it->second.get();
-  if (n->pt_writers > 0) Absorb(n);
+Inode* InodeTable::Find(uint64_t ino) {
+  Inode* n = ns_.Find(ino);
+  if (n && n->pt_writers > 0) Absorb(n);
   return n;
 }
 
-Result<InodeTable::Inode*> InodeTable::FindDir(uint64_t ino) {
-  Inode* n = Find(ino);
-  if (!n) return Err(ENOENT);
-  if (!n->is_dir()) return Err(ENOTDIR);
-  return n;
-}
-
-Result<InodeTable::Inode*> InodeTable::Child(Inode* dir, std::string_view name) {
-  auto it = dir->children.find(name);
-  if (it == dir->children.end()) return Err(ENOENT);
-  Inode* c = Find(it->second);
-  if (!c) abort();  // broken invariant: a directory entry without its inode
+Result<Inode*> InodeTable::Child(Inode* dir, std::string_view name) {
+  auto c = ns_.Child(dir, name);
+  if (c && (*c)->pt_writers > 0) Absorb(*c);
   return c;
 }
 
-Result<std::pair<InodeTable::Inode*, InodeTable::Inode*>> InodeTable::DirAndChild(uint64_t parent,
+Result<std::pair<Inode*, Inode*>> InodeTable::DirAndChild(uint64_t parent,
                                                                                   std::string_view name) {
-  auto dir = FindDir(parent);
+  auto dir = ns_.FindDir(parent);
   if (!dir) return Err(dir.error());
   auto c = Child(*dir, name);
   if (!c) return Err(c.error());
@@ -107,26 +96,10 @@ Status InodeTable::CheckNewName(uint64_t parent, std::string_view name, size_t s
   if (parent == meta::kRootIno && name.starts_with(kReservedRootPrefix)) return Err(EPERM);
   if (limits_.utf8_names && !ValidUtf8(name)) return Err(EILSEQ);
   if (limits_.max_path == SIZE_MAX) return {};  // a POSIX backend: any depth
-  size_t len = DirPath(parent).size();
+  size_t len = ns_.DirPath(parent).size();
   len += (len ? 1 : 0) + name.size() + (subtree ? 1 + subtree : 0);
   if (len > limits_.max_path) return Err(ENAMETOOLONG);
   return {};
-}
-
-size_t InodeTable::SubtreePathLen(const Inode* n) {
-  size_t longest = 0;
-  std::vector<std::pair<const Inode*, size_t>> stack{{n, 0}};
-  while (!stack.empty()) {
-    auto [d, base] = stack.back();
-    stack.pop_back();
-    for (auto& [name, ino] : d->children) {
-      size_t len = base + (base ? 1 : 0) + name.size();
-      longest = std::max(longest, len);
-      const Inode* c = Find(ino);
-      if (c && c->is_dir()) stack.emplace_back(c, len);
-    }
-  }
-  return longest;
 }
 
 void InodeTable::FillStat(const InodeRecord& r, struct stat* st) {
@@ -156,8 +129,8 @@ void InodeTable::FillStat(const InodeRecord& r, struct stat* st) {
 
 Result<InodeRecord> InodeTable::Lookup(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
-  MutexLock lk(&mu_);
-  auto dir = FindDir(parent);
+  MutexLock lk(&mu());
+  auto dir = ns_.FindDir(parent);
   if (!dir) return Err(dir.error());
   Inode* c;
   if (name == ".") c = *dir;
@@ -173,7 +146,7 @@ Result<InodeRecord> InodeTable::Lookup(uint64_t parent, std::string_view name) {
 }
 
 Result<InodeRecord> InodeTable::LookupForReaddir(uint64_t ino) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   n->nlookup++;
@@ -181,7 +154,7 @@ Result<InodeRecord> InodeTable::LookupForReaddir(uint64_t ino) {
 }
 
 void InodeTable::Forget(uint64_t ino, uint64_t count) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   if (!n) return;
   if (n->nlookup < count) {
@@ -218,9 +191,9 @@ void InodeTable::MaybeDelete(Inode* n) {
 }
 
 void InodeTable::PurgeOrphans() {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   std::vector<Inode*> gone;
-  for (auto& [ino, n] : inodes_)
+  for (auto& [ino, n] : ns_.all())
     if (n->rec.nlink == 0) gone.push_back(n.get());
   for (Inode* n : gone) {
     n->nlookup = 0;
@@ -230,7 +203,7 @@ void InodeTable::PurgeOrphans() {
 }
 
 Result<InodeRecord> InodeTable::GetAttr(uint64_t ino) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   return n->rec;
@@ -239,7 +212,7 @@ Result<InodeRecord> InodeTable::GetAttr(uint64_t ino) {
 Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
   if (auto st = Writable(); !st) return Err(st.error());
   if ((c.to_set & kSetSize) && c.size > limits_.max_file_size) return Err(EFBIG);
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   if ((c.to_set & kSetSize) && S_ISREG(n->rec.mode) && n->rec.state == DataState::kRemote && c.size != 0) {
@@ -248,7 +221,7 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
     if (!n) return Err(ENOENT);
   }
   // A truncate changes the bytes: under the data lock, after the sealed
-  // version is kept (copied outside mu_ if bytes stay; moved, below, if
+  // version is kept (copied outside the namespace lock if bytes stay; moved, below, if
   // nobody writes and none stay).
   DataShared data;
   if ((c.to_set & kSetSize) && S_ISREG(n->rec.mode) && (n->writers > 0 || c.size != 0)) {
@@ -304,7 +277,7 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
     e.uid = n->rec.uid;
     e.gid = n->rec.gid;
     e.has_owner = true;
-    e.path = S_ISDIR(r.mode) ? DirPath(ino) : EntryPath(r.parent, r.name);
+    e.path = S_ISDIR(r.mode) ? ns_.DirPath(ino) : ns_.EntryPath(r.parent, r.name);
     AppendLog(&b, e, &log);
   }
   MetaStore::PutInode(&b, n->rec);
@@ -318,8 +291,8 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
                                         std::string_view target, uint64_t rdev) {
   if (auto st = CheckName(name); !st) return Err(st.error());
   if (auto st = Writable(); !st) return Err(st.error());
-  MutexLock lk(&mu_);
-  auto dir = FindDir(parent);
+  MutexLock lk(&mu());
+  auto dir = ns_.FindDir(parent);
   if (!dir) return Err(dir.error());
   Inode* p = *dir;
   if (p->rec.nlink == 0) return Err(ENOENT);  // creating in a removed directory
@@ -328,7 +301,7 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
 
   auto n = std::make_unique<Inode>();
   InodeRecord& r = n->rec;
-  r.ino = next_ino_;
+  r.ino = ns_.next_ino();
   r.parent = parent;
   r.name = std::string(name);
   r.mode = mode;
@@ -359,26 +332,25 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   Batch b;
   std::vector<LogEntry> log;
   if ((S_ISDIR(mode) || S_ISLNK(mode)) && !under_memory_only && !r.memory_only)
-    AppendLog(&b, MakeEntry(r, EntryPath(parent, name)), &log);
+    AppendLog(&b, MakeEntry(r, ns_.EntryPath(parent, name)), &log);
   MetaStore::PutInode(&b, r);
   MetaStore::PutInode(&b, pr);
   MetaStore::PutDentry(&b, parent, name, r.ino, DirentType(mode));
-  MetaStore::PutCounter(&b, kNextInoCounter, next_ino_ + 1);
+  MetaStore::PutCounter(&b, kNextInoCounter, ns_.next_ino() + 1);
   if (r.ckpt_ord > 0) MetaStore::PutCounter(&b, kCheckpointCounter, next_ckpt_ + 1);
   if (auto st = CommitWithLog(b, std::move(log)); !st) return Err(st.error());
   if (S_ISREG(mode)) n->data_gen = 1;  // a new file is sealed at its first close
   if (r.ckpt_ord > 0) {
     next_ckpt_++;
-    LOG_DEBUG("checkpoint {} '{}' made{}", r.ckpt_ord, EntryPath(parent, name), r.memory_only ? " (memory-only)" : "");
+    LOG_DEBUG("checkpoint {} '{}' made{}", r.ckpt_ord, ns_.EntryPath(parent, name), r.memory_only ? " (memory-only)" : "");
   }
 
-  next_ino_++;
   p->rec = pr;
   p->children.emplace(std::string(name), r.ino);
   n->nlookup = 1;
   InodeRecord out = r;
   if (S_ISREG(r.mode)) residency_.Add(r.ino);
-  inodes_[r.ino] = std::move(n);
+  ns_.Insert(std::move(n));
   return out;
 }
 
@@ -400,7 +372,7 @@ Result<InodeRecord> InodeTable::Symlink(uint64_t parent, std::string_view name, 
 }
 
 Result<std::string> InodeTable::Readlink(uint64_t ino) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   if (!S_ISLNK(n->rec.mode)) return Err(EINVAL);
@@ -409,11 +381,11 @@ Result<std::string> InodeTable::Readlink(uint64_t ino) {
 
 Result<InodeRecord> InodeTable::Link(uint64_t ino, uint64_t newparent, std::string_view newname) {
   if (auto st = CheckName(newname); !st) return Err(st.error());
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   if (n->is_dir()) return Err(EPERM);
-  auto dir = FindDir(newparent);
+  auto dir = ns_.FindDir(newparent);
   if (!dir) return Err(dir.error());
   Inode* p = *dir;
   if (p->rec.nlink == 0) return Err(ENOENT);
@@ -440,8 +412,8 @@ Result<InodeRecord> InodeTable::Link(uint64_t ino, uint64_t newparent, std::stri
   LogEntry e;
   e.op = LogOp::kLink;
   e.ino = ino;
-  e.path = EntryPath(n->rec.parent, n->rec.name);
-  e.path2 = EntryPath(newparent, newname);
+  e.path = ns_.EntryPath(n->rec.parent, n->rec.name);
+  e.path2 = ns_.EntryPath(newparent, newname);
   if (!memory_only) AppendLog(&b, e, &log);
   MetaStore::PutInode(&b, r);
   MetaStore::PutInode(&b, pr);
@@ -457,7 +429,7 @@ Result<InodeRecord> InodeTable::Link(uint64_t ino, uint64_t newparent, std::stri
 void InodeTable::RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view gone_name) {
   if (n->rec.parent != gone_parent || n->rec.name != gone_name || n->rec.nlink == 0) return;
   // Rare: the first link of a hard-linked file went away; find another.
-  for (auto& [dino, d] : inodes_) {
+  for (auto& [dino, d] : ns_.all()) {
     if (!d->is_dir()) continue;
     for (auto& [cname, cino] : d->children) {
       if (cino == n->rec.ino && !(dino == gone_parent && cname == gone_name)) {
@@ -472,7 +444,7 @@ void InodeTable::RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view
 Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
   if (auto st = Writable(); !st) return st;
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   auto pc = DirAndChild(parent, name);
   if (!pc) return Err(pc.error());
   auto [p, n] = *pc;
@@ -493,7 +465,7 @@ Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
   LogEntry e;
   e.op = LogOp::kUnlink;
   e.ino = n->rec.ino;
-  e.path = EntryPath(parent, name);
+  e.path = ns_.EntryPath(parent, name);
   if (!memory_only) AppendLog(&b, e, &log);  // rotation of a memory-only checkpoint never reaches the backend
   MetaStore::PutInode(&b, pr);
   MetaStore::DeleteDentry(&b, parent, name);
@@ -513,7 +485,7 @@ Status InodeTable::Rmdir(uint64_t parent, std::string_view name) {
   if (name == "..") return Err(ENOTEMPTY);
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
   if (auto st = Writable(); !st) return st;
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   auto pc = DirAndChild(parent, name);
   if (!pc) return Err(pc.error());
   auto [p, n] = *pc;
@@ -531,7 +503,7 @@ Status InodeTable::Rmdir(uint64_t parent, std::string_view name) {
   LogEntry e;
   e.op = LogOp::kRmdir;
   e.ino = r.ino;
-  e.path = EntryPath(parent, name);
+  e.path = ns_.EntryPath(parent, name);
   if (!MemoryOnlyAt(n, parent)) AppendLog(&b, e, &log);
   MetaStore::PutInode(&b, pr);
   MetaStore::DeleteDentry(&b, parent, name);
@@ -544,28 +516,16 @@ Status InodeTable::Rmdir(uint64_t parent, std::string_view name) {
   return {};
 }
 
-bool InodeTable::IsAncestor(uint64_t maybe_ancestor, uint64_t ino) {
-  // Walks up from ino; true if maybe_ancestor is ino or above it.
-  for (int depth = 0; depth < 100000; depth++) {
-    if (ino == maybe_ancestor) return true;
-    if (ino == meta::kRootIno) return false;
-    Inode* n = Find(ino);
-    if (!n) return false;
-    ino = n->rec.parent;
-  }
-  abort();  // broken invariant: a cycle in the directory tree
-}
-
 Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newparent, std::string_view newname,
                           unsigned flags) {
   if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return Err(EINVAL);
   if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE)) return Err(EINVAL);
   if (auto st = CheckName(newname); !st) return st;
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
-  MutexLock lk(&mu_);
-  auto sd = FindDir(parent);
+  MutexLock lk(&mu());
+  auto sd = ns_.FindDir(parent);
   if (!sd) return Err(sd.error());
-  auto dd = FindDir(newparent);
+  auto dd = ns_.FindDir(newparent);
   if (!dd) return Err(dd.error());
   Inode *sp = *sd, *dp = *dd;
   auto sc = Child(sp, name);
@@ -575,11 +535,11 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
   if (auto it = dp->children.find(newname); it != dp->children.end()) dst = Find(it->second);
 
   if (dst == src) return {};  // same inode: POSIX says do nothing
-  if (src->is_dir() && IsAncestor(src->rec.ino, newparent)) return Err(EINVAL);
+  if (src->is_dir() && ns_.IsAncestor(src->rec.ino, newparent)) return Err(EINVAL);
   if (flags & RENAME_NOREPLACE && dst) return Err(EEXIST);
   if (flags & RENAME_EXCHANGE) {
     if (!dst) return Err(ENOENT);
-    if (dst->is_dir() && IsAncestor(dst->rec.ino, parent)) return Err(EINVAL);
+    if (dst->is_dir() && ns_.IsAncestor(dst->rec.ino, parent)) return Err(EINVAL);
   } else if (dst) {
     if (src->is_dir() && !dst->is_dir()) return Err(ENOTDIR);
     if (!src->is_dir() && dst->is_dir()) return Err(EISDIR);
@@ -588,9 +548,9 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
   if (auto st = Writable(); !st) return st;
   // A directory moved is checked by its deepest path, where paths are bounded.
   const bool bounded = limits_.max_path != SIZE_MAX;
-  if (auto st = CheckNewName(newparent, newname, bounded && src->is_dir() ? SubtreePathLen(src) : 0); !st) return st;
+  if (auto st = CheckNewName(newparent, newname, bounded && src->is_dir() ? ns_.SubtreePathLen(src) : 0); !st) return st;
   if (dst && (flags & RENAME_EXCHANGE))
-    if (auto st = CheckNewName(parent, name, bounded && dst->is_dir() ? SubtreePathLen(dst) : 0); !st) return st;
+    if (auto st = CheckNewName(parent, name, bounded && dst->is_dir() ? ns_.SubtreePathLen(dst) : 0); !st) return st;
   // Memory-only checkpoints (--persist-every): a move stays on its side of
   // the line. Into one, the backend would keep what was moved away; out of
   // one, the backend would lack what it holds. EXDEV: `mv` copies instead
@@ -635,8 +595,8 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
     e.op = LogOp::kRename;
     e.flags = exchange ? 1 : 0;
     e.ino = sr.ino;
-    e.path = EntryPath(parent, name);
-    e.path2 = EntryPath(newparent, newname);
+    e.path = ns_.EntryPath(parent, name);
+    e.path2 = ns_.EntryPath(newparent, newname);
     if (!memory_only) AppendLog(&b, e, &log);
   }
   if (new_ord > 0) {
@@ -702,8 +662,8 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
 }
 
 Result<std::vector<DirEntry>> InodeTable::ListDir(uint64_t ino) {
-  MutexLock lk(&mu_);
-  auto dir = FindDir(ino);
+  MutexLock lk(&mu());
+  auto dir = ns_.FindDir(ino);
   if (!dir) return Err(dir.error());
   Inode* d = *dir;
   std::vector<DirEntry> out;
@@ -722,7 +682,7 @@ Status InodeTable::SetXattr(uint64_t ino, std::string_view name, std::string_vie
   if (value.size() > kMaxXattrValue) return Err(E2BIG);
   if (name.starts_with("user.ckptfs.")) return Err(EPERM);
   if (auto st = Writable(); !st) return st;
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   bool exists = n->xattrs.count(name) != 0;
@@ -740,7 +700,7 @@ Status InodeTable::SetXattr(uint64_t ino, std::string_view name, std::string_vie
 }
 
 Result<std::string> InodeTable::GetXattr(uint64_t ino, std::string_view name) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   if (name == kStateXattr) {
@@ -760,7 +720,7 @@ Result<std::string> InodeTable::GetXattr(uint64_t ino, std::string_view name) {
 }
 
 Result<std::string> InodeTable::ListXattr(uint64_t ino) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   std::string out;
@@ -774,7 +734,7 @@ Result<std::string> InodeTable::ListXattr(uint64_t ino) {
 Status InodeTable::RemoveXattr(uint64_t ino, std::string_view name) {
   if (name.starts_with("user.ckptfs.")) return Err(EPERM);
   if (auto st = Writable(); !st) return st;
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   auto it = n->xattrs.find(name);
@@ -792,48 +752,11 @@ Status InodeTable::RemoveXattr(uint64_t ino, std::string_view name) {
 
 // ---- Paths and the log ----
 
-std::string InodeTable::DirPath(uint64_t dir_ino) {
-  std::vector<const std::string*> parts;
-  for (uint64_t ino = dir_ino; ino != meta::kRootIno;) {
-    Inode* n = Find(ino);
-    if (!n || parts.size() > inodes_.size()) break;  // Load refused cycles; never loop
-    parts.push_back(&n->rec.name);
-    ino = n->rec.parent;
-  }
-  std::string out;
-  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
-    if (!out.empty()) out.push_back('/');
-    out.append(**it);
-  }
-  return out;
-}
-
-std::string InodeTable::EntryPath(uint64_t parent, std::string_view name) {
-  std::string p = DirPath(parent);
-  if (!p.empty()) p.push_back('/');
-  p.append(name);
-  return p;
-}
-
 void InodeTable::EraseInode(Inode* n) {
   uint64_t ino = n->rec.ino;
   residency_.Remove(ino);
   SetBackendPath(n, "");
-  inodes_.erase(ino);
-}
-
-NamespaceStats InodeTable::Stats() {
-  MutexLock lk(&mu_);
-  NamespaceStats s;
-  for (auto& [ino, n] : inodes_) {
-    s.inodes++;
-    if (n->is_dir()) s.dirs++;
-    if (S_ISREG(n->rec.mode)) {
-      s.files++;
-      s.bytes += n->rec.size;
-    }
-  }
-  return s;
+  ns_.Erase(ino);
 }
 
 }  // namespace ckpt::fs

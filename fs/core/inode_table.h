@@ -1,17 +1,16 @@
-// inode_table.h — the namespace: inodes, directory entries, attributes,
-// xattrs and the kernel's lookup counts, kept in memory and recorded in
-// fs/meta with one Batch per operation.
+// inode_table.h — the core's facade: every file-system operation, built
+// from the namespace (Namespace: inodes, entries, lookup counts, and the
+// namespace lock), the ordered drain log (OpLog) and residency (Residency),
+// each an object with its own lock, over the metadata store and the tier.
 //
 // Every operation validates, builds its Batch, commits it, and only then
 // changes the in-memory copy, so a failed RocksDB write leaves both as they
-// were. Metadata runs under one mutex (mu_): with operations a few
+// were. Metadata runs under the namespace lock: with operations a few
 // microseconds long, a finer scheme buys nothing yet. File bytes are never
 // touched under it: writes, truncates and the copy-on-write of a sealed
 // version run under the inode's own data lock (Inode::data_mu), so a long
-// copy delays only that file. The ordered drain log, its outcomes and its
-// waiters are an object of their own with its own lock (OpLog, oplog.h),
-// which the drainer and the cluster read directly. The class is split
-// across files by responsibility: inode_table.cc (namespace),
+// copy delays only that file. The class is split across files by
+// responsibility: inode_table.cc (entries, attributes, xattrs),
 // file_state.cc (write path, seal, copy-on-write), persist.cc (the file's
 // side of each drain outcome), recovery.cc (start-up), evict_fetch.cc
 // (evictor, fetch), shared.cc (shared namespace), checkpoints.cc.
@@ -43,13 +42,12 @@
 #include "common/result.h"
 #include "common/thread_annotations.h"
 #include "fs/core/file_state.h"
+#include "fs/core/namespace.h"
 #include "fs/core/oplog.h"
 #include "fs/core/residency.h"
 #include "fs/meta/meta_store.h"
 
 namespace ckpt::fs {
-
-using meta::InodeRecord;
 
 // Who is asking: from fuse_req_ctx().
 struct Caller {
@@ -88,13 +86,6 @@ struct AttrChange {
   uint32_t mode = 0, uid = 0, gid = 0;
   uint64_t size = 0;
   meta::Timespec atime, mtime;  // already resolved (UTIME_NOW handled by caller)
-};
-
-struct NamespaceStats {
-  uint64_t inodes = 0;
-  uint64_t files = 0;
-  uint64_t dirs = 0;
-  uint64_t bytes = 0;  // sum of regular file sizes
 };
 
 // Files and bytes per data state, and the drain log's position.
@@ -169,7 +160,7 @@ class InodeTable {
     uint64_t keep_in_memory = 0;        // K > 0: the newest K checkpoints are evicted last
     bool selective() const { return persist_every > 0 || persist_interval_s > 0; }
   };
-  void set_checkpoint_policy(CheckpointPolicy p) EXCLUDES(mu_);
+  void set_checkpoint_policy(CheckpointPolicy p) EXCLUDES(mu());
 
   // `ckptfs persist`: the memory-only checkpoint holding `ino` drains after
   // all: the flag goes, and its directories, symlinks and sealed files are
@@ -181,7 +172,7 @@ class InodeTable {
     std::string path;  // the checkpoint, relative to the mount root
     uint64_t files = 0, bytes = 0;
   };
-  [[nodiscard]] Result<PersistQueued> PersistCheckpoint(uint64_t ino, Caller who) EXCLUDES(mu_);
+  [[nodiscard]] Result<PersistQueued> PersistCheckpoint(uint64_t ino, Caller who) EXCLUDES(mu());
 
   // Loads the namespace from the store (creating the root on first use),
   // purges orphans (nlink 0) and moves tier files with no inode to the
@@ -241,18 +232,18 @@ class InodeTable {
   // Passthrough writers fill the tier without asking: takes in what they
   // wrote and, if the tier is over its budget, evicts clean files for the
   // difference. Run every 50 ms while one is open, and at their close.
-  void RelieveOverBudget() EXCLUDES(mu_);
+  void RelieveOverBudget() EXCLUDES(mu());
   // The cheap half, at a passthrough writer's close (Release took its
   // bytes in): evicts clean files if the tier is over its budget.
-  void EvictIfOverBudget() EXCLUDES(mu_);
+  void EvictIfOverBudget() EXCLUDES(mu());
   // Passthrough handles open now, and inodes with a passthrough writer.
   std::pair<uint64_t, uint64_t> PassthroughOpens();
   // Would Open(ino, flags) first fetch the file from the backend?
   bool NeedsFetch(uint64_t ino, int flags);
   // Would a change of `ino`'s bytes now first copy its sealed version aside
   // (seconds for GiBs)? A hint for where to run the change: it may be
-  // false or true a moment later. REQUIRES: mu_ not held.
-  bool ChangeCopiesAside(uint64_t ino) EXCLUDES(mu_);
+  // false or true a moment later. REQUIRES: the namespace lock not held.
+  bool ChangeCopiesAside(uint64_t ino) EXCLUDES(mu());
   // Called once per successful Open, with the same flags. Seals the file if
   // its bytes changed; persists size and times.
   void Release(uint64_t ino, int open_flags, bool passthrough = false);
@@ -296,6 +287,8 @@ class InodeTable {
   // Which files stay in RAM, spares (--prealloc) and memory pressure:
   // residency() (the daemon's spare thread and memory watch call it).
   Residency& residency() { return residency_; }
+  // The inodes and their entries (status reads its Stats).
+  Namespace& ns() { return ns_; }
   static constexpr uint64_t kPreallocAuto = Residency::kPreallocAuto;
   // Residency::RefillSpares, when passthrough (set_backing) is active.
   void RefillSpares() { residency_.RefillSpares(backing_ && backing_->active()); }
@@ -377,7 +370,7 @@ class InodeTable {
   // files in the tier as remote (one synced commit) and removes the tier
   // directory. Returns the bytes given back, or an errno with the reason in
   // *why (nothing removed then, but for orphans/, which stays).
-  [[nodiscard]] Result<uint64_t> ReleaseTier(std::string* why) EXCLUDES(mu_);
+  [[nodiscard]] Result<uint64_t> ReleaseTier(std::string* why) EXCLUDES(mu());
 
   // ---- Checkpoints (fs/core/checkpoints.cc) ----
   // A checkpoint: a directory or file whose name matches the mount's
@@ -407,7 +400,7 @@ class InodeTable {
     bool Timed() const { return Persisted() && times_known && last_seal_ns > 0 && last_publish_ns >= last_seal_ns; }
   };
   // Oldest first (by mtime_ns, then path).
-  std::vector<CheckpointInfo> Checkpoints(const std::regex& pattern) EXCLUDES(mu_);
+  std::vector<CheckpointInfo> Checkpoints(const std::regex& pattern) EXCLUDES(mu());
 
 
   // On the first mount of a state dir, shows what the backend already holds
@@ -442,31 +435,30 @@ class InodeTable {
   // leaves the local view as it is (logged at debug). Blocks on the backend
   // without the lock held: call it from a thread that may wait (the
   // fetcher), never a FUSE worker. Errors: as Lookup's.
-  [[nodiscard]] Result<InodeRecord> LookupShared(uint64_t parent, std::string_view name) EXCLUDES(mu_);
+  [[nodiscard]] Result<InodeRecord> LookupShared(uint64_t parent, std::string_view name) EXCLUDES(mu());
   // Would LookupShared ask the backend now? Cheap; for a FUSE worker that
   // decides whether to hand the lookup to the fetcher.
-  bool LookupNeedsBackend(uint64_t parent, std::string_view name) EXCLUDES(mu_);
+  bool LookupNeedsBackend(uint64_t parent, std::string_view name) EXCLUDES(mu());
   // Merges the backend's one-level listing of directory `ino` into the
   // namespace, at most once per TTL: names only the backend holds are
   // imported (unless their removal is pending here), clean entries follow
   // the backend (FollowBackend), clean entries the backend no longer holds
   // leave the namespace. Blocks on the backend (see LookupShared).
-  void MergeDir(uint64_t ino) EXCLUDES(mu_);
-  bool MergeDue(uint64_t ino) EXCLUDES(mu_);
+  void MergeDir(uint64_t ino) EXCLUDES(mu());
+  bool MergeDue(uint64_t ino) EXCLUDES(mu());
   // At open: a clean file (persisted or remote, no handle open, no change
   // of this mount waiting for the drain) not compared with the backend for
   // a TTL is compared now; if the backend's copy differs (checksum, else
   // size or mtime) it becomes remote and the open fetches it. O_TRUNC opens
   // skip it (the bytes are replaced anyway). Blocks (see LookupShared).
-  void RevalidateForOpen(uint64_t ino, int flags) EXCLUDES(mu_);
-  bool RevalidateDue(uint64_t ino, int flags) EXCLUDES(mu_);
+  void RevalidateForOpen(uint64_t ino, int flags) EXCLUDES(mu());
+  bool RevalidateDue(uint64_t ino, int flags) EXCLUDES(mu());
   // True once after the backend's copy replaced the file's bytes: pages
   // the kernel cached for it are stale, the next open drops them.
-  bool TakeBackendChanged(uint64_t ino) EXCLUDES(mu_);
+  bool TakeBackendChanged(uint64_t ino) EXCLUDES(mu());
 
   DataStats DataStatistics();
 
-  NamespaceStats Stats();
 
   // Removes every inode the kernel no longer references and no name holds.
   // Called at unmount (the kernel does not send forgets then).
@@ -474,191 +466,134 @@ class InodeTable {
 
  private:
 
-  struct Inode {
-    InodeRecord rec;
-    std::map<std::string, uint64_t, std::less<>> children;  // directories
-    std::map<std::string, std::string, std::less<>> xattrs;
-    uint64_t nlookup = 0;
-    uint32_t opens = 0;
-    bool size_dirty = false;   // size/times changed since last commit
-    uint64_t data_gen = 0;     // bumped by every change of the bytes
-    uint64_t sealed_gen = 0;   // data_gen at the last seal
-    uint64_t seal_seq = 0;     // log seq of the last seal's persist entry
-    bool fetching = false;     // a fetch from the backend is under way
-    // Passthrough: handles, those open for writing, the kernel's id for
-    // the tier file while any is open, and the tier file's size and mtime
-    // when last taken in (Absorb).
-    uint32_t pt_opens = 0, pt_writers = 0, pt_rdwr = 0;  // pt_rdwr: O_RDWR ones (may map it shared)
-    int backing_id = 0;
-    uint64_t pt_size = 0;
-    int64_t pt_mtime_ns = 0;
-    uint32_t writers = 0;      // opens for writing
-    bool open_marked = false;  // state recorded dirty by an open for writing
-    // Wall-clock ns (in memory only; 0: not seen since mount): the first
-    // change after the last publish, the last seal, the last publish. They
-    // time checkpoints (`ckptfs ls`: time to RAM, time to durable).
-    int64_t t_change_ns = 0, t_seal_ns = 0, t_publish_ns = 0;
-    meta::DataState pre_open_state = meta::DataState::kDirty;
-    // Where the backend holds this file's persisted bytes as of the last
-    // applied log entry ("" when unknown), so a fetch goes there without
-    // waiting for unrelated entries (a pending `latest.tmp` -> `latest`).
-    std::string backend_path;
-    // The data lock: held shared by every change of the file's bytes (a
-    // write, fallocate, truncate) from its copy-on-write check to its
-    // size update, and exclusive by a seal and by the copy-on-write copy,
-    // so a version is never sealed with a write half done and a copy never
-    // sees bytes change under it. Never taken while holding mu_ (lock
-    // order: data_mu, then mu_); shared_ptr so a holder outlives an inode
-    // erased meanwhile.
-    std::shared_ptr<std::shared_mutex> data_mu = std::make_shared<std::shared_mutex>();
-    // The shared namespace (in memory only; steady-clock ns, 0: never):
-    // when the entry was last compared with the backend, and, for a
-    // directory, when its listing was last merged (`listed_ns`: begun,
-    // `listed_ok_ns`: when a listing that came back, or found no such
-    // directory there, began: names it lacks are not in the backend).
-    // `backend_changed`: the bytes were replaced by the backend's copy
-    // since the last open.
-    int64_t checked_ns = 0;
-    int64_t listed_ns = 0;
-    int64_t listed_ok_ns = 0;
-    size_t listed_count = 0;  // entries in that listing
-    bool backend_changed = false;
-    bool is_dir() const { return S_ISDIR(rec.mode); }
-  };
 
   // ---- The shared namespace (fs/core/shared.cc) ----
   static int64_t MonoNs();  // CLOCK_MONOTONIC in ns, plus the test skew below
   static inline std::atomic<int64_t> clock_skew_ns_{0};
   // Is `dir` a directory whose names the backend may add to (shared on,
-  // not in a memory-only checkpoint)? REQUIRES: mu_ held.
+  // not in a memory-only checkpoint)? REQUIRES: the namespace lock held.
   // Does a miss or a revalidation in `dir` list it rather than Stat one
   // name (fs/core/shared.cc)?
-  bool ListsInsteadOfStat(Inode* dir) REQUIRES(mu_);
-  bool SharedDir(Inode* dir) REQUIRES(mu_);
+  bool ListsInsteadOfStat(Inode* dir) REQUIRES(mu());
+  bool SharedDir(Inode* dir) REQUIRES(mu());
   // Clean all through: may `n` (at `path`) leave the namespace or be
   // replaced because the backend says so? Files persisted or remote, not
   // open, one name, not being fetched; nothing under it memory-only or
-  // named by the pending log. REQUIRES: mu_ held.
-  bool Droppable(Inode* n, const std::string& path, int depth = 0) REQUIRES(mu_);
+  // named by the pending log. REQUIRES: the namespace lock held.
+  bool Droppable(Inode* n, const std::string& path, int depth = 0) REQUIRES(mu());
   // Removes the entry `name` of `p` and everything under it from the
   // namespace, logging nothing (the backend no longer holds it). Its
-  // inodes go once the kernel forgets them. REQUIRES: mu_; Droppable.
-  Status DropShared(Inode* p, const std::string& name) REQUIRES(mu_);
+  // inodes go once the kernel forgets them. REQUIRES: the namespace lock; Droppable.
+  Status DropShared(Inode* p, const std::string& name) REQUIRES(mu());
   // Adds the backend entry `e` as `name` in `p` (state remote for a file,
-  // persisted otherwise) to memory and to `b`. REQUIRES: mu_; name absent.
-  Inode* AdoptEntry(Inode* p, const std::string& name, const backend::Entry& e, meta::Batch* b) REQUIRES(mu_);
+  // persisted otherwise) to memory and to `b`. REQUIRES: the namespace lock; name absent.
+  Inode* AdoptEntry(Inode* p, const std::string& name, const backend::Entry& e, meta::Batch* b) REQUIRES(mu());
   // AdoptEntry and commit; the entry is undone if the commit fails.
-  Result<Inode*> AdoptShared(Inode* p, const std::string& name, const backend::Entry& e) REQUIRES(mu_);
+  Result<Inode*> AdoptShared(Inode* p, const std::string& name, const backend::Entry& e) REQUIRES(mu());
   // The entry `n` (`name` in `p`) as the backend has it now (`e`): a file
   // whose copy there differs becomes remote with the backend's size, mtime
   // and checksum; one of another type (or a symlink with another target)
   // is replaced. Only when Droppable. Returns the entry now at `name`.
-  Inode* FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) REQUIRES(mu_);
+  Inode* FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) REQUIRES(mu());
 
   // ---- Checkpoint policies (fs/core/checkpoints.cc) ----
   // The entry `name` made in `parent` would be a checkpoint: its name
   // matches, no name above it does, and it is at most 8 levels down.
-  bool StartsCheckpoint(uint64_t parent, std::string_view name) REQUIRES(mu_);
+  bool StartsCheckpoint(uint64_t parent, std::string_view name) REQUIRES(mu());
   // Whether the checkpoint numbered `ord`, made now, is memory-only.
-  bool ChooseMemoryOnly(uint64_t ord) REQUIRES(mu_);
+  bool ChooseMemoryOnly(uint64_t ord) REQUIRES(mu());
   // The directory `dir` is, or is inside, a memory-only checkpoint: what
   // happens there is not logged for the backend.
-  bool UnderMemoryOnly(uint64_t dir) REQUIRES(mu_);
+  bool UnderMemoryOnly(uint64_t dir) REQUIRES(mu());
   // The entry `n`, named in `parent`, is memory-only (itself or above).
-  bool MemoryOnlyAt(const Inode* n, uint64_t parent) REQUIRES(mu_) {
+  bool MemoryOnlyAt(const Inode* n, uint64_t parent) REQUIRES(mu()) {
     return n->rec.memory_only || UnderMemoryOnly(parent);
   }
   // The number of the checkpoint holding `n` (0: none), walking up.
-  uint64_t CheckpointOf(const Inode* n) REQUIRES(mu_);
+  uint64_t CheckpointOf(const Inode* n) REQUIRES(mu());
   // The newest `keep_in_memory` checkpoints' numbers are >= this (0: none kept).
-  uint64_t KeptFrom() REQUIRES(mu_);
+  uint64_t KeptFrom() REQUIRES(mu());
 
   // The inode, with what a passthrough writer wrote taken in (Absorb).
-  Inode* Find(uint64_t ino) REQUIRES(mu_);  // REQUIRES: mu_ held
+  Inode* Find(uint64_t ino) REQUIRES(mu());
   // Takes in a passthrough writer's changes from the tier file: size, mtime,
   // a new data generation, the budget. A sealed version still waiting for
   // the drain in the live file is superseded (its bytes changed in place:
   // the next seal brings them).
-  void Absorb(Inode* n) REQUIRES(mu_);
+  void Absorb(Inode* n) REQUIRES(mu());
   // Starts the file's passthrough state for a handle (registers the tier
-  // file at the first). REQUIRES: mu_ held.
-  Status StartPassthrough(Inode* n, int flags) REQUIRES(mu_);
+  // file at the first). REQUIRES: the namespace lock held.
+  Status StartPassthrough(Inode* n, int flags) REQUIRES(mu());
   // Would a new passthrough writer of `n` fit in the budget (its last
-  // version's size, with room to spare)? REQUIRES: mu_ held.
-  bool PassthroughRoom(const Inode* n, bool trunc) REQUIRES(mu_);
+  // version's size, with room to spare)? REQUIRES: the namespace lock held.
+  bool PassthroughRoom(const Inode* n, bool trunc) REQUIRES(mu());
   // The bytes of free budget a new passthrough writer of `n` lacks (0:
-  // none). REQUIRES: mu_ held.
-  uint64_t PassthroughShortfall(const Inode* n, bool trunc) REQUIRES(mu_);
+  // none). REQUIRES: the namespace lock held.
+  uint64_t PassthroughShortfall(const Inode* n, bool trunc) REQUIRES(mu());
   // Before the first handle of an O_TRUNC open of a file with a sealed
   // version: evicts clean files for what PassthroughShortfall says is
   // missing, if evicting can cover all of it (otherwise the writer takes
   // the copying path and nothing goes).
-  void EvictForPassthrough(uint64_t ino) EXCLUDES(mu_);
+  void EvictForPassthrough(uint64_t ino) EXCLUDES(mu());
   // Counts an O_RDWR passthrough writer's close or fsync as a change of the
-  // bytes (if none was seen). REQUIRES: mu_ held.
-  void MarkChanged(Inode* n) REQUIRES(mu_);
+  // bytes (if none was seen). REQUIRES: the namespace lock held.
+  void MarkChanged(Inode* n) REQUIRES(mu());
   // A pending version sealed in place whose bytes changed (or may have):
   // marked superseded, so the drain skips it and the next seal carries
-  // the bytes. REQUIRES: mu_ held.
-  void SupersedeInPlace(Inode* n) REQUIRES(mu_);
+  // the bytes. REQUIRES: the namespace lock held.
+  void SupersedeInPlace(Inode* n) REQUIRES(mu());
   // Checkpoints: adds the files under `n` to `c`; walks `dir` for names
   // matching `pattern`.
-  void AddToCheckpoint(Inode* n, CheckpointInfo* c, int depth) REQUIRES(mu_);
+  void AddToCheckpoint(Inode* n, CheckpointInfo* c, int depth) REQUIRES(mu());
   void FindCheckpoints(Inode* dir, const std::string& prefix, const std::regex& pattern, int depth,
-                       std::vector<CheckpointInfo>* out) REQUIRES(mu_);
-  Result<OpenResult> OpenImpl(uint64_t ino, int flags, bool allow_passthrough) EXCLUDES(mu_);
-  Result<OpenResult> OpenLocked(Inode* n, int flags, bool passthrough) REQUIRES(mu_);
+                       std::vector<CheckpointInfo>* out) REQUIRES(mu());
+  Result<OpenResult> OpenImpl(uint64_t ino, int flags, bool allow_passthrough) EXCLUDES(mu());
+  Result<OpenResult> OpenLocked(Inode* n, int flags, bool passthrough) REQUIRES(mu());
   // Moves `n` along the state table (fs/core/file_state.h); an event the table
   // does not allow in n's state is logged and changes nothing.
-  // REQUIRES: mu_ held.
-  void Transition(Inode* n, FileEvent e) REQUIRES(mu_);
+  // REQUIRES: the namespace lock held.
+  void Transition(Inode* n, FileEvent e) REQUIRES(mu());
   // EROFS once read-only. Any thread.
   Status Writable() const;
   // Commits to the store; a failure turns the mount read-only (sticky),
-  // with one log line. REQUIRES: mu_ held.
-  Status Commit(const meta::Batch& b, bool sync = false) REQUIRES(mu_);
+  // with one log line. REQUIRES: the namespace lock held.
+  Status Commit(const meta::Batch& b, bool sync = false) REQUIRES(mu());
   // Can `name` be added in `parent` (reserved names, the backend's path
   // length and encoding)? `subtree` is the longest path below the entry
-  // (a directory being renamed). REQUIRES: mu_ held.
-  Status CheckNewName(uint64_t parent, std::string_view name, size_t subtree = 0) REQUIRES(mu_);
-  // The longest path under directory `n`, relative to it ("" is 0).
-  size_t SubtreePathLen(const Inode* n) REQUIRES(mu_);
-  Result<Inode*> FindDir(uint64_t ino) REQUIRES(mu_);
-  Result<Inode*> Child(Inode* dir, std::string_view name) REQUIRES(mu_);
+  // (a directory being renamed). REQUIRES: the namespace lock held.
+  Status CheckNewName(uint64_t parent, std::string_view name, size_t subtree = 0) REQUIRES(mu());
+  // The entry `name` of `dir` (Namespace::Child), taken in as Find does.
+  Result<Inode*> Child(Inode* dir, std::string_view name) REQUIRES(mu());
   // The directory `parent` and its entry `name`: FindDir, then Child.
-  Result<std::pair<Inode*, Inode*>> DirAndChild(uint64_t parent, std::string_view name) REQUIRES(mu_);
+  Result<std::pair<Inode*, Inode*>> DirAndChild(uint64_t parent, std::string_view name) REQUIRES(mu());
   Result<InodeRecord> NewNode(uint64_t parent, std::string_view name, uint32_t mode, Caller who,
-                              std::string_view target, uint64_t rdev) EXCLUDES(mu_);
-  // Deletes the inode if nothing references it. REQUIRES: mu_ held.
-  void MaybeDelete(Inode* n) REQUIRES(mu_);
+                              std::string_view target, uint64_t rdev) EXCLUDES(mu());
+  // Deletes the inode if nothing references it. REQUIRES: the namespace lock held.
+  void MaybeDelete(Inode* n) REQUIRES(mu());
   // Points the record's (parent, name) at some remaining link.
-  void RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view gone_name) REQUIRES(mu_);
-  bool IsAncestor(uint64_t maybe_ancestor, uint64_t ino) REQUIRES(mu_);
-  // Paths relative to the mount root, for log entries. REQUIRES: mu_ held.
-  std::string DirPath(uint64_t dir_ino) REQUIRES(mu_);
-  std::string EntryPath(uint64_t parent, std::string_view name) REQUIRES(mu_);
+  void RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view gone_name) REQUIRES(mu());
   // Assigns the entry its seq, adds it to the batch and to `out`; the
-  // caller then commits with CommitWithLog(b, out). REQUIRES: mu_ held.
-  void AppendLog(meta::Batch* b, meta::LogEntry e, std::vector<meta::LogEntry>* out) REQUIRES(mu_);
+  // caller then commits with CommitWithLog(b, out). REQUIRES: the namespace lock held.
+  void AppendLog(meta::Batch* b, meta::LogEntry e, std::vector<meta::LogEntry>* out) REQUIRES(mu());
   // Seals the file's current bytes as a new version. If the previous
   // version's entry is the last in the log, it is superseded: deleted from
   // the store in `b`, and its seq returned (0 if none) for Supersede once
-  // `b` is committed. REQUIRES: mu_ held, and the data lock exclusive (or
+  // `b` is committed. REQUIRES: the namespace lock held, and the data lock exclusive (or
   // the file not open).
   // In a memory-only checkpoint the version is kept in RAM only (state
   // memory-only), and nothing is logged.
-  uint64_t Seal(Inode* n, meta::Batch* b, std::vector<meta::LogEntry>* out) REQUIRES(mu_);
+  uint64_t Seal(Inode* n, meta::Batch* b, std::vector<meta::LogEntry>* out) REQUIRES(mu());
   // The persist entry of the file's current version (every name of it).
-  meta::LogEntry PersistEntry(const Inode* n) REQUIRES(mu_);
+  meta::LogEntry PersistEntry(const Inode* n) REQUIRES(mu());
   // The mkdir or symlink entry that makes the directory or symlink `r` at `path`.
   static meta::LogEntry MakeEntry(const meta::InodeRecord& r, std::string path);
   // After the commit of a Seal that superseded entry `seq` (0: none) of
-  // `version`: the drain skips it, its copy is dropped. REQUIRES: mu_ held.
-  void Supersede(uint64_t seq, uint64_t ino, uint64_t version) REQUIRES(mu_);
-  // Seals and commits in one WriteBatch. REQUIRES: mu_ held.
-  Status SealNow(Inode* n) REQUIRES(mu_);
+  // `version`: the drain skips it, its copy is dropped. REQUIRES: the namespace lock held.
+  void Supersede(uint64_t seq, uint64_t ino, uint64_t version) REQUIRES(mu());
+  // Seals and commits in one WriteBatch. REQUIRES: the namespace lock held.
+  Status SealNow(Inode* n) REQUIRES(mu());
   // Is the file's current version sealed and not yet applied by the drain?
-  bool SealPending(const Inode* n) const REQUIRES(mu_) { return n->seal_seq > oplog_.AppliedSeq(); }
+  bool SealPending(const Inode* n) const REQUIRES(mu()) { return n->seal_seq > oplog_.AppliedSeq(); }
   // A held data lock and the mutex it locks (the mutex outlives the inode
   // if that is erased meanwhile). Members in this order: unlock, then drop.
   template <class Lock>
@@ -672,53 +607,53 @@ class InodeTable {
   // Before the file's bytes change: returns its data lock held shared,
   // after copying the sealed version aside if the drain still needs it
   // (lazy copy-on-write: only the first change after a seal pays). The copy
-  // runs with the data lock exclusive and mu_ released, so other files'
+  // runs with the data lock exclusive and the namespace lock released, so other files'
   // operations go on, and is reserved against the budget (`wait` false:
   // EAGAIN instead of waiting for space). ENOENT if the inode is gone.
-  // REQUIRES: mu_ not held.
-  Result<DataShared> LockForMutation(uint64_t ino, bool wait) EXCLUDES(mu_);
+  // REQUIRES: the namespace lock not held.
+  Result<DataShared> LockForMutation(uint64_t ino, bool wait) EXCLUDES(mu());
   // The data lock exclusive, for a seal: no change of the bytes is in
-  // flight. An unlocked lock if the inode is gone. REQUIRES: mu_ not held.
-  DataExclusive LockForSeal(uint64_t ino) EXCLUDES(mu_);
+  // flight. An unlocked lock if the inode is gone. REQUIRES: the namespace lock not held.
+  DataExclusive LockForSeal(uint64_t ino) EXCLUDES(mu());
   // Must the sealed version be copied aside before the bytes change?
-  // REQUIRES: mu_ held.
-  bool NeedsCopy(const Inode* n) REQUIRES(mu_);
+  // REQUIRES: the namespace lock held.
+  bool NeedsCopy(const Inode* n) REQUIRES(mu());
   // Before the live bytes are dropped or emptied (O_TRUNC, truncate to 0,
   // the last name gone): moves a sealed version the drain has not published
   // to its snapshot (a rename; the live file starts empty). No-op if not
   // needed. A change that keeps bytes copies instead: LockForMutation.
-  // REQUIRES: mu_ held, and no change of the bytes in flight.
-  Status MoveAside(Inode* n) REQUIRES(mu_);
+  // REQUIRES: the namespace lock held, and no change of the bytes in flight.
+  Status MoveAside(Inode* n) REQUIRES(mu());
   // Start-up recovery of one regular file's bytes against its metadata.
-  // Returns false if the file is lost. REQUIRES: mu_ held.
-  bool RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64_t>& live_sizes, meta::Batch* b) REQUIRES(mu_);
-  // Removes a lost file from the namespace and records it. REQUIRES: mu_.
+  // Returns false if the file is lost. REQUIRES: the namespace lock held.
+  bool RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64_t>& live_sizes, meta::Batch* b) REQUIRES(mu());
+  // Removes a lost file from the namespace and records it. REQUIRES: the namespace lock.
   // Takes out of `lost` the files whose pending version the backend
   // already holds (published, then the daemon died before the commit).
-  void AdoptPublished(std::vector<Inode*>* lost, meta::Batch* b) REQUIRES(mu_);
+  void AdoptPublished(std::vector<Inode*>* lost, meta::Batch* b) REQUIRES(mu());
   // Removes a lost file's names; logs an unlink of each, so an older copy
   // the backend holds under that name goes too (backend == mount after the
   // drain). REQUIRES: called from Load.
-  void DropLost(Inode* n, std::string_view reason, meta::Batch* b, std::vector<meta::LogEntry>* out) REQUIRES(mu_);
-  // Commits `b` with the log entries, then publishes them. REQUIRES: mu_.
-  Status CommitWithLog(const meta::Batch& b, std::vector<meta::LogEntry>&& entries) REQUIRES(mu_);
-  // Removes `n` from the table and every index. REQUIRES: mu_ held.
-  void EraseInode(Inode* n) REQUIRES(mu_);
+  void DropLost(Inode* n, std::string_view reason, meta::Batch* b, std::vector<meta::LogEntry>* out) REQUIRES(mu());
+  // Commits `b` with the log entries, then publishes them. REQUIRES: the namespace lock.
+  Status CommitWithLog(const meta::Batch& b, std::vector<meta::LogEntry>&& entries) REQUIRES(mu());
+  // Removes `n` from the table and every index. REQUIRES: the namespace lock held.
+  void EraseInode(Inode* n) REQUIRES(mu());
   // Records that the backend holds `n`'s bytes at `path` ("" forgets).
-  // REQUIRES: mu_ held.
-  void SetBackendPath(Inode* n, std::string path) REQUIRES(mu_);
+  // REQUIRES: the namespace lock held.
+  void SetBackendPath(Inode* n, std::string path) REQUIRES(mu());
   // Follows an applied rename, unlink or rmdir in the backend paths.
-  // REQUIRES: mu_ held.
-  void ApplyToBackendPaths(const meta::LogEntry& e) REQUIRES(mu_);
-  // Brings a remote file's bytes into the tier. Drops mu_ during the
-  // fetch and retakes it before returning. REQUIRES: mu_ held; regular file.
-  Status EnsureLocal(uint64_t ino, int attempt = 0) REQUIRES(mu_);
+  // REQUIRES: the namespace lock held.
+  void ApplyToBackendPaths(const meta::LogEntry& e) REQUIRES(mu());
+  // Brings a remote file's bytes into the tier. Drops the namespace lock during the
+  // fetch and retakes it before returning. REQUIRES: the namespace lock held; regular file.
+  Status EnsureLocal(uint64_t ino, int attempt = 0) REQUIRES(mu());
   // Where the backend holds `n`'s bytes now: its current path with the
   // pending entries that moved it there (renames, exchanges, links) undone,
   // newest first, since the backend has applied none of them. nullopt if a
   // pending entry says something else was at that path (an unlink, a
-  // mkdir, another file's version): unknown. REQUIRES: mu_ held.
-  std::optional<std::string> BackendPathFromLog(const Inode* n) REQUIRES(mu_);
+  // mkdir, another file's version): unknown. REQUIRES: the namespace lock held.
+  std::optional<std::string> BackendPathFromLog(const Inode* n) REQUIRES(mu());
   static meta::Timespec Now();
   static int64_t WallNs();  // CLOCK_REALTIME in ns
   static uint8_t DirentType(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
@@ -728,38 +663,39 @@ class InodeTable {
   cache::Tier* const tier_;
   backend::Backend* const backend_;
   // The drain log, its outcomes and waiters: a leaf lock of its own,
-  // taken after mu_ (fs/core/oplog.h).
+  // taken after the namespace lock (fs/core/oplog.h).
   OpLog oplog_;
   // The LRU order, saves, spares and memory pressure: a leaf lock of its
-  // own, taken after mu_ (fs/core/residency.h). Its evictor is Evict.
+  // own, taken after the namespace lock (fs/core/residency.h). Its evictor is Evict.
   Residency residency_;
+  // The inodes, their entries and lookup counts, and the namespace lock
+  // that every operation here takes (fs/core/namespace.h). Lock order:
+  // Drainer::mu_, Inode::data_mu, the namespace lock, then the leaves
+  // (OpLog, Residency, cache::Tier): docs/architecture.md, "Locks".
+  Namespace ns_;
+  ckpt::Mutex& mu() const RETURN_CAPABILITY(ns_.mu()) { return ns_.mu(); }
 
-  // Lock order: Drainer::mu_, Inode::data_mu, mu_, then the leaves
-  // OpLog::mu_ and cache::Tier::mu_ (docs/architecture.md, "Locks").
-  ckpt::Mutex mu_;
-  std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_ GUARDED_BY(mu_);
-  uint64_t next_ino_ GUARDED_BY(mu_) = meta::kRootIno + 1;
-  std::map<std::string, uint64_t, std::less<>> by_backend_path_ GUARDED_BY(mu_);  // Inode::backend_path -> ino
+  std::map<std::string, uint64_t, std::less<>> by_backend_path_ GUARDED_BY(mu());  // Inode::backend_path -> ino
   BackingFiles* backing_ = nullptr;  // set before the mount serves, read-only after
   // Passthrough handles open, and the inodes a passthrough writer has open
   // (kept with Inode::pt_opens/pt_writers, so the housekeeper and status
   // never scan the namespace).
-  uint64_t pt_handles_ GUARDED_BY(mu_) = 0;
-  std::set<uint64_t> pt_writing_ GUARDED_BY(mu_);
+  uint64_t pt_handles_ GUARDED_BY(mu()) = 0;
+  std::set<uint64_t> pt_writing_ GUARDED_BY(mu());
   Limits limits_;  // set before Load, read-only after
-  CheckpointPolicy policy_ GUARDED_BY(mu_);
-  uint64_t next_ckpt_ GUARDED_BY(mu_) = 1;        // the next checkpoint number (kCheckpointCounter)
-  int64_t last_drained_ckpt_s_ GUARDED_BY(mu_) = 0;  // --persist-interval: when the last drained one was made
+  CheckpointPolicy policy_ GUARDED_BY(mu());
+  uint64_t next_ckpt_ GUARDED_BY(mu()) = 1;        // the next checkpoint number (kCheckpointCounter)
+  int64_t last_drained_ckpt_s_ GUARDED_BY(mu()) = 0;  // --persist-interval: when the last drained one was made
   std::atomic<bool> read_only_{false};
   int64_t shared_ttl_ns_ = 0;  // set before Load, read-only after
   std::chrono::milliseconds fetch_wait_limit_{kFetchWaitLimit};  // set before Load
   // Names the backend said ENOENT for, (dir ino, name) -> when (steady ns):
   // asked again only after the TTL.
-  std::map<std::pair<uint64_t, std::string>, int64_t> negative_ GUARDED_BY(mu_);
+  std::map<std::pair<uint64_t, std::string>, int64_t> negative_ GUARDED_BY(mu());
   mutable ckpt::Mutex ro_mu_;  // leaf lock
   std::string ro_reason_ GUARDED_BY(ro_mu_);
-  bool shutdown_ GUARDED_BY(mu_) = false;
-  ckpt::CondVar fetch_cv_;                                                             // a fetch finished (with mu_)
+  bool shutdown_ GUARDED_BY(mu()) = false;
+  ckpt::CondVar fetch_cv_;                                                             // a fetch finished (with the namespace lock)
 };
 
 }  // namespace ckpt::fs

@@ -11,11 +11,11 @@
 namespace ckpt::fs {
 
 void InodeTable::WhenApplied(uint64_t seq, uint64_t ino, std::function<void(int err)> fn) {
-  OpLog::Due due;  // an answer known now runs once mu_ is released
-  MutexLock lk(&mu_);
+  OpLog::Due due;  // an answer known now runs once the namespace lock is released
+  MutexLock lk(&mu());
   // A file whose version the backend refused: its fsync fails at once.
   // Outcomes after this moment reach the waiter through the log; both are
-  // decided under mu_, which every completion holds too.
+  // decided under the namespace lock, which every completion holds too.
   Inode* n = ino ? Find(ino) : nullptr;
   if (n && n->rec.state == DataState::kFailed) {
     due.fns.emplace_back(std::move(fn), EIO);
@@ -37,7 +37,7 @@ Status InodeTable::CommitWithLog(const Batch& b, std::vector<LogEntry>&& entries
 }
 
 Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(e.ino);  // takes in a passthrough writer's changes first (they may supersede e)
   if (oplog_.Superseded(e.seq)) return Err(ESTALE);
   bool same = n && n->rec.version == e.version && S_ISREG(n->rec.mode);
@@ -91,13 +91,13 @@ bool InodeTable::StagedBytesHeld(const LogEntry& e, const PersistSource& src) {
 }
 
 void InodeTable::AbortPersist(const LogEntry& e) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(e.ino);
   if (n) Transition(n, FileEvent::kStageEnd);
 }
 
 void InodeTable::RecordLost(const LogEntry& e, std::string_view reason) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Batch b;
   oplog_.RecordLost(e, reason, &b);  // its waiters hear EIO when it completes
   tier_->Remove(cache::SnapKey(e.ino, e.version));
@@ -106,8 +106,8 @@ void InodeTable::RecordLost(const LogEntry& e, std::string_view reason) {
 }
 
 Status InodeTable::FailEntry(const LogEntry& e, std::string_view reason) {
-  OpLog::Due due;  // fsync=backend waiters now answered; run once mu_ is released
-  MutexLock lk(&mu_);
+  OpLog::Due due;  // fsync=backend waiters now answered; run once the namespace lock is released
+  MutexLock lk(&mu());
   Inode* n = Find(e.ino);
   bool current = e.op == LogOp::kPersist && n && S_ISREG(n->rec.mode) && n->rec.version == e.version;
   Batch b;
@@ -133,7 +133,7 @@ Status InodeTable::FailEntry(const LogEntry& e, std::string_view reason) {
 }
 
 Status InodeTable::ClearLost() {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Batch b;
   if (auto st = oplog_.ClearOutcomes(store_, &b); !st) return st;
   if (auto st = Commit(b); !st) return st;
@@ -144,8 +144,8 @@ Status InodeTable::ClearLost() {
 }
 
 Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, uint64_t gen) {
-  OpLog::Due due;  // fsync=backend waiters now answered; run once mu_ is released
-  MutexLock lk(&mu_);
+  OpLog::Due due;  // fsync=backend waiters now answered; run once the namespace lock is released
+  MutexLock lk(&mu());
   Inode* n = Find(e.ino);
   // The checksum belongs to version e.version; the state is "persisted"
   // only if the live bytes are still that version.
@@ -181,8 +181,8 @@ Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, 
 }
 
 Status InodeTable::CompleteEntry(const LogEntry& e) {
-  OpLog::Due due;  // fsync=backend waiters now answered; run once mu_ is released
-  MutexLock lk(&mu_);
+  OpLog::Due due;  // fsync=backend waiters now answered; run once the namespace lock is released
+  MutexLock lk(&mu());
   Batch b;
   // Applied, or skipped (a superseded persist): success either way. An
   // unlink of a failed file heals its failed records (the backend, which
@@ -200,15 +200,15 @@ Status InodeTable::CompleteEntry(const LogEntry& e) {
 
 void InodeTable::Shutdown() {
   oplog_.Shutdown();  // waiters hear EIO
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   shutdown_ = true;
   fetch_cv_.NotifyAll();
 }
 
 DataStats InodeTable::DataStatistics() {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   DataStats s;
-  for (auto& [ino, n] : inodes_) {
+  for (auto& [ino, n] : ns_.all()) {
     if (!S_ISREG(n->rec.mode) || n->rec.nlink == 0) continue;
     auto i = static_cast<size_t>(n->rec.state);
     s.files[i]++;

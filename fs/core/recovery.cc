@@ -9,24 +9,23 @@
 namespace ckpt::fs {
 
 Status InodeTable::Load(Caller root_owner) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   auto next = store_->GetCounter(kNextInoCounter);
   if (!next) return Err(next.error());
-  next_ino_ = std::max<uint64_t>(*next, meta::kRootIno + 1);
+  ns_.ReserveUpTo(*next);
 
   auto st = store_->ForEachInode([&](InodeRecord&& r) {
-    mu_.AssertHeld();  // called back while Load holds mu_
+    mu().AssertHeld();  // called back while Load holds the namespace lock
     auto n = std::make_unique<Inode>();
     n->rec = std::move(r);
-    next_ino_ = std::max(next_ino_, n->rec.ino + 1);
     if (S_ISREG(n->rec.mode)) residency_.Add(n->rec.ino);
-    inodes_[n->rec.ino] = std::move(n);
+    ns_.Insert(std::move(n));
   });
   if (!st) return st;
 
   Batch fix;
   st = store_->ForEachDentry([&](uint64_t parent, std::string_view name, meta::DentryValue v) {
-    mu_.AssertHeld();  // called back while Load holds mu_
+    mu().AssertHeld();  // called back while Load holds the namespace lock
     Inode* p = Find(parent);
     if (!p || !p->is_dir() || !Find(v.ino)) {
       LOG_ERROR("metadata: dropping entry '{}' in dir ino {} (points at missing ino {})", name, parent, v.ino);
@@ -39,12 +38,12 @@ Status InodeTable::Load(Caller root_owner) {
   // Every parent chain must end at the root. A cycle (damaged or edited
   // metadata) would make every path walk loop, allocating without bound:
   // refuse the state dir instead.
-  for (auto& [ino, n] : inodes_) {
+  for (auto& [ino, n] : ns_.all()) {
     uint64_t cur = ino;
     for (size_t steps = 0; cur != meta::kRootIno; steps++) {
       Inode* c = Find(cur);
       if (!c) break;  // a dangling parent: the path stops there
-      if (steps > inodes_.size()) {
+      if (steps > ns_.size()) {
         LOG_ERROR("metadata: the parents of ino {} ('{}') form a cycle; the state dir is damaged", ino, n->rec.name);
         return Err(EUCLEAN);
       }
@@ -52,7 +51,7 @@ Status InodeTable::Load(Caller root_owner) {
     }
   }
   st = store_->ForEachXattr([&](uint64_t ino, std::string_view name, std::string_view value) {
-    mu_.AssertHeld();  // called back while Load holds mu_
+    mu().AssertHeld();  // called back while Load holds the namespace lock
     if (Inode* n = Find(ino)) n->xattrs.emplace(std::string(name), std::string(value));
   });
   if (!st) return st;
@@ -60,13 +59,13 @@ Status InodeTable::Load(Caller root_owner) {
   auto ckpt = store_->GetCounter(kCheckpointCounter);
   if (!ckpt) return Err(ckpt.error());
   next_ckpt_ = std::max<uint64_t>(*ckpt, 1);
-  for (auto& [ino, n] : inodes_) next_ckpt_ = std::max(next_ckpt_, n->rec.ckpt_ord + 1);
+  for (auto& [ino, n] : ns_.all()) next_ckpt_ = std::max(next_ckpt_, n->rec.ckpt_ord + 1);
 
   auto applied = store_->GetCounter(kAppliedCounter);
   if (!applied) return Err(applied.error());
   std::vector<LogEntry> pending;
   st = store_->ForEachLogEntry([&](LogEntry&& e) {
-    mu_.AssertHeld();  // called back while Load holds mu_
+    mu().AssertHeld();  // called back while Load holds the namespace lock
     if (e.op == LogOp::kPersist)
       if (Inode* n = Find(e.ino)) n->seal_seq = e.seq;
     pending.push_back(std::move(e));
@@ -86,13 +85,13 @@ Status InodeTable::Load(Caller root_owner) {
     r.atime = r.mtime = r.ctime = Now();
     r.state = meta::DataState::kPersisted;
     MetaStore::PutInode(&fix, r);
-    inodes_[meta::kRootIno] = std::move(root);
+    ns_.Insert(std::move(root));
   }
 
   // Orphans: inodes no name holds (unlinked while open, then the daemon
   // stopped). Their bytes are unreachable; free them.
   std::vector<uint64_t> orphans;
-  for (auto& [ino, n] : inodes_)
+  for (auto& [ino, n] : ns_.all())
     if (n->rec.nlink == 0 && ino != meta::kRootIno) orphans.push_back(ino);
   for (uint64_t ino : orphans) {
     Inode* n = Find(ino);
@@ -105,7 +104,7 @@ Status InodeTable::Load(Caller root_owner) {
     tier_->Remove(ino);
     EraseInode(n);
   }
-  MetaStore::PutCounter(&fix, kNextInoCounter, next_ino_);
+  MetaStore::PutCounter(&fix, kNextInoCounter, ns_.next_ino());
   if (auto c = Commit(fix, true); !c) return c;
 
   // The tier against the metadata: every regular file's bytes, and the
@@ -137,7 +136,7 @@ Status InodeTable::Load(Caller root_owner) {
   }
   Batch rec;
   std::vector<Inode*> files;
-  for (auto& [ino, n] : inodes_)
+  for (auto& [ino, n] : ns_.all())
     if (S_ISREG(n->rec.mode) && n->rec.nlink > 0) files.push_back(n.get());
   std::vector<Inode*> lost;
   for (Inode* n : files)
@@ -157,18 +156,18 @@ Status InodeTable::Load(Caller root_owner) {
   // Where the backend holds each file: its current path, unless a pending
   // entry may have moved or removed it there (then found on demand).
   if (!oplog_.HasMoves())
-    for (auto& [ino, n] : inodes_)
+    for (auto& [ino, n] : ns_.all())
       if (S_ISREG(n->rec.mode) && n->rec.nlink > 0 &&
           (n->rec.state == DataState::kPersisted || n->rec.state == DataState::kRemote))
-        SetBackendPath(n.get(), EntryPath(n->rec.parent, n->rec.name));
-  LOG_INFO("namespace loaded: {} inodes, next ino {}, {} log entries pending", inodes_.size(), next_ino_, oplog_.size());
+        SetBackendPath(n.get(), ns_.EntryPath(n->rec.parent, n->rec.name));
+  LOG_INFO("namespace loaded: {} inodes, next ino {}, {} log entries pending", ns_.size(), ns_.next_ino(), oplog_.size());
   return {};
 }
 
 bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64_t>& sizes, Batch* b) {
   InodeRecord& r = n->rec;
   const uint64_t ino = r.ino;
-  const std::string path = EntryPath(r.parent, r.name);
+  const std::string path = ns_.EntryPath(r.parent, r.name);
   const uint64_t snap = cache::SnapKey(ino, r.version);
   const bool pending = SealPending(n);
   auto live = sizes.find(ino);
@@ -269,7 +268,7 @@ void InodeTable::AdoptPublished(std::vector<Inode*>* lost, Batch* b) {
     return;
   }
   std::erase_if(*lost, [&](Inode* n) {
-    mu_.AssertHeld();  // called back while Load holds mu_
+    mu().AssertHeld();  // called back while Load holds the namespace lock
     InodeRecord& r = n->rec;
     const std::optional<LogEntry> it = n->seal_seq ? oplog_.Find(n->seal_seq) : std::nullopt;
     if (r.version == 0 || !it || it->op != LogOp::kPersist || it->version != r.version) return false;
@@ -294,13 +293,13 @@ void InodeTable::AdoptPublished(std::vector<Inode*>* lost, Batch* b) {
 void InodeTable::DropLost(Inode* n, std::string_view reason, Batch* b, std::vector<LogEntry>* out) {
   // Every name of the file goes; directories keep their other entries.
   std::vector<std::pair<Inode*, std::string>> names;
-  for (auto& [dino, d] : inodes_) {
+  for (auto& [dino, d] : ns_.all()) {
     if (!d->is_dir()) continue;
     for (auto& [name, child] : d->children)
       if (child == n->rec.ino) names.emplace_back(d.get(), name);
   }
   for (auto& [d, name] : names) {
-    std::string path = EntryPath(d->rec.ino, name);
+    std::string path = ns_.EntryPath(d->rec.ino, name);
     const bool memory_only = MemoryOnlyAt(n, d->rec.ino);
     LOG_ERROR("ino {} '{}': lost ({}); removed from the namespace", n->rec.ino, path, reason);
     oplog_.AddLost(b, path, reason);
@@ -319,7 +318,7 @@ void InodeTable::DropLost(Inode* n, std::string_view reason, Batch* b, std::vect
 }
 
 Status InodeTable::ImportBackend() {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   auto imported = store_->GetCounter(kImportedCounter);
   if (!imported) return Err(imported.error());
   if (*imported || !backend_) return {};
@@ -327,7 +326,7 @@ Status InodeTable::ImportBackend() {
   std::unordered_map<std::string, uint64_t> dirs{{"", meta::kRootIno}};
   uint64_t count = 0;
   auto st = backend_->List([&](const backend::Entry& e) {
-    mu_.AssertHeld();  // called back while ImportBackend holds mu_
+    mu().AssertHeld();  // called back while ImportBackend holds the namespace lock
     auto slash = e.path.rfind('/');
     std::string parent_path = slash == std::string::npos ? "" : e.path.substr(0, slash);
     std::string name = slash == std::string::npos ? e.path : e.path.substr(slash + 1);
@@ -343,18 +342,18 @@ Status InodeTable::ImportBackend() {
     count++;
   });
   if (!st) return st;
-  MetaStore::PutCounter(&b, kNextInoCounter, next_ino_);
+  MetaStore::PutCounter(&b, kNextInoCounter, ns_.next_ino());
   MetaStore::PutCounter(&b, kImportedCounter, 1);
   if (auto c = Commit(b, true); !c) return c;
   if (count) LOG_INFO("import: {} entries found in the backend {}", count, backend_->Describe());
   return {};
 }
 
-InodeTable::Inode* InodeTable::AdoptEntry(Inode* p, const std::string& name, const backend::Entry& e, Batch* b) {
+Inode* InodeTable::AdoptEntry(Inode* p, const std::string& name, const backend::Entry& e, Batch* b) {
   Inode* root = Find(meta::kRootIno);
   auto n = std::make_unique<Inode>();
   InodeRecord& r = n->rec;
-  r.ino = next_ino_++;
+  r.ino = ns_.TakeIno();
   r.parent = p->rec.ino;
   r.name = name;
   r.uid = root->rec.uid;
@@ -391,7 +390,7 @@ InodeTable::Inode* InodeTable::AdoptEntry(Inode* p, const std::string& name, con
   MetaStore::PutDentry(b, p->rec.ino, name, r.ino, DirentType(r.mode));
   p->children.emplace(name, r.ino);
   Inode* out = n.get();
-  inodes_[r.ino] = std::move(n);
+  ns_.Insert(std::move(n));
   if (e.type == backend::Entry::Type::kFile) {
     residency_.Add(r.ino);
     SetBackendPath(out, e.path);

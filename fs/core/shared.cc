@@ -75,7 +75,7 @@ Status InodeTable::DropShared(Inode* p, const std::string& name) {
   };
   std::vector<Gone> gone;
   std::function<void(Inode*, const std::string&, int)> collect = [&](Inode* dir, const std::string& n, int depth) {
-    mu_.AssertHeld();  // the caller's
+    mu().AssertHeld();  // the caller's
     auto it = dir->children.find(n);
     if (it == dir->children.end() || depth > kMaxDropDepth) return;
     Inode* c = Find(it->second);
@@ -87,7 +87,7 @@ Status InodeTable::DropShared(Inode* p, const std::string& name) {
   Batch b;
   std::unordered_map<uint64_t, InodeRecord> recs;  // the next records
   auto rec = [&](uint64_t ino) -> InodeRecord& {
-    mu_.AssertHeld();  // the caller's
+    mu().AssertHeld();  // the caller's
     auto it = recs.find(ino);
     if (it == recs.end()) it = recs.emplace(ino, Find(ino)->rec).first;
     return it->second;
@@ -116,15 +116,15 @@ Status InodeTable::DropShared(Inode* p, const std::string& name) {
   }
   for (const Gone& g : gone)
     if (Inode* n = Find(g.ino)) MaybeDelete(n);
-  LOG_DEBUG("shared: '{}' is gone from the backend; dropped {} entries", EntryPath(p->rec.ino, name), gone.size());
+  LOG_DEBUG("shared: '{}' is gone from the backend; dropped {} entries", ns_.EntryPath(p->rec.ino, name), gone.size());
   return {};
 }
 
-Result<InodeTable::Inode*> InodeTable::AdoptShared(Inode* p, const std::string& name, const backend::Entry& e) {
+Result<Inode*> InodeTable::AdoptShared(Inode* p, const std::string& name, const backend::Entry& e) {
   Batch b;
   const uint64_t parent_nlink = p->rec.nlink;
   Inode* n = AdoptEntry(p, name, e, &b);
-  MetaStore::PutCounter(&b, kNextInoCounter, next_ino_);
+  MetaStore::PutCounter(&b, kNextInoCounter, ns_.next_ino());
   if (auto st = Commit(b); !st) {
     p->children.erase(name);
     p->rec.nlink = parent_nlink;
@@ -137,9 +137,9 @@ Result<InodeTable::Inode*> InodeTable::AdoptShared(Inode* p, const std::string& 
   return n;
 }
 
-InodeTable::Inode* InodeTable::FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) {
+Inode* InodeTable::FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) {
   n->checked_ns = MonoNs();
-  const std::string path = EntryPath(p->rec.ino, name);
+  const std::string path = ns_.EntryPath(p->rec.ino, name);
   const auto type = n->is_dir() ? backend::Entry::Type::kDir
                     : S_ISLNK(n->rec.mode) ? backend::Entry::Type::kSymlink
                                            : backend::Entry::Type::kFile;
@@ -190,7 +190,7 @@ InodeTable::Inode* InodeTable::FollowBackend(Inode* p, const std::string& name, 
 
 bool InodeTable::LookupNeedsBackend(uint64_t parent, std::string_view name) {
   if (!shared() || name == "." || name == ".." || name.size() > kMaxName) return false;
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* dir = Find(parent);
   if (!SharedDir(dir)) return false;
   const int64_t now = MonoNs();
@@ -216,7 +216,7 @@ Result<InodeRecord> InodeTable::LookupShared(uint64_t parent, std::string_view n
   if (!LookupNeedsBackend(parent, name)) return Lookup(parent, name);
   bool list = false;
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     Inode* dir = Find(parent);
     list = ListsInsteadOfStat(dir) && !dir->children.count(name);
   }
@@ -227,10 +227,10 @@ Result<InodeRecord> InodeTable::LookupShared(uint64_t parent, std::string_view n
   std::string path;
   uint64_t applied;
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     Inode* dir = Find(parent);
     if (!dir || !dir->is_dir()) return Err(dir ? ENOTDIR : ENOENT);
-    path = EntryPath(parent, name);
+    path = ns_.EntryPath(parent, name);
     applied = oplog_.AppliedSeq();
     auto it = dir->children.find(name);
     if (it == dir->children.end() && oplog_.RemovalPending(path, applied)) return Err(ENOENT);  // the local log wins
@@ -240,8 +240,8 @@ Result<InodeRecord> InodeTable::LookupShared(uint64_t parent, std::string_view n
     }
   }
   auto e = backend_->Stat(path);
-  MutexLock lk(&mu_);
-  auto dir = FindDir(parent);
+  MutexLock lk(&mu());
+  auto dir = ns_.FindDir(parent);
   if (!dir) return Err(dir.error());
   Inode* p = *dir;
   std::string key(name);
@@ -270,7 +270,7 @@ Result<InodeRecord> InodeTable::LookupShared(uint64_t parent, std::string_view n
 
 bool InodeTable::MergeDue(uint64_t ino) {
   if (!shared()) return false;
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* dir = Find(ino);
   return SharedDir(dir) && MonoNs() - dir->listed_ns >= shared_ttl_ns_;
 }
@@ -281,11 +281,11 @@ void InodeTable::MergeDir(uint64_t ino) {
   uint64_t applied;
   const int64_t started = MonoNs();
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     Inode* d = Find(ino);
     if (!d) return;
     d->listed_ns = started;  // one listing per TTL, even while this one runs
-    path = DirPath(ino);
+    path = ns_.DirPath(ino);
     applied = oplog_.AppliedSeq();
     if (!path.empty() && oplog_.RemovalPending(path, applied)) return;
   }
@@ -295,16 +295,16 @@ void InodeTable::MergeDir(uint64_t ino) {
     if (ls.error() != ENOENT) return;
     // Not in the backend (not drained yet, or removed there): none of the
     // names looked up in it can be there either.
-    MutexLock lk(&mu_);
-    if (Inode* d = Find(ino); d && d->is_dir() && DirPath(ino) == path) {
+    MutexLock lk(&mu());
+    if (Inode* d = Find(ino); d && d->is_dir() && ns_.DirPath(ino) == path) {
       d->listed_ok_ns = started;
       d->listed_count = 0;
     }
     return;
   }
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* d = Find(ino);
-  if (!d || !d->is_dir() || d->rec.nlink == 0 || DirPath(ino) != path) return;  // moved meanwhile: next time
+  if (!d || !d->is_dir() || d->rec.nlink == 0 || ns_.DirPath(ino) != path) return;  // moved meanwhile: next time
   d->listed_ok_ns = started;
   d->listed_count = ls->size();
   std::set<std::string, std::less<>> there;
@@ -342,11 +342,11 @@ bool InodeTable::ListsInsteadOfStat(Inode* dir) {
 bool InodeTable::RevalidateDue(uint64_t ino, int flags) {
   if (!shared()) return false;
   if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) return false;
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   if (!n || !S_ISREG(n->rec.mode) || n->rec.nlink == 0 || MonoNs() - n->checked_ns < shared_ttl_ns_) return false;
   if (!SharedDir(Find(n->rec.parent))) return false;
-  return Droppable(n, EntryPath(n->rec.parent, n->rec.name));
+  return Droppable(n, ns_.EntryPath(n->rec.parent, n->rec.name));
 }
 
 void InodeTable::RevalidateForOpen(uint64_t ino, int flags) {
@@ -356,7 +356,7 @@ void InodeTable::RevalidateForOpen(uint64_t ino, int flags) {
   std::string name;
   bool list;
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     Inode* n = Find(ino);
     if (!n) return;
     parent = n->rec.parent;
@@ -366,13 +366,13 @@ void InodeTable::RevalidateForOpen(uint64_t ino, int flags) {
   // the next opens in that directory need nothing for a TTL).
   if (list) MergeDir(parent);
   {
-    MutexLock lk(&mu_);
+    MutexLock lk(&mu());
     Inode* n = Find(ino);
     if (!n || MonoNs() - n->checked_ns < shared_ttl_ns_) return;
     n->checked_ns = MonoNs();
     parent = n->rec.parent;
     name = n->rec.name;
-    path = EntryPath(parent, name);
+    path = ns_.EntryPath(parent, name);
   }
   auto e = backend_->Stat(path);
   if (!e) {
@@ -381,7 +381,7 @@ void InodeTable::RevalidateForOpen(uint64_t ino, int flags) {
     LOG_DEBUG("shared: stat '{}' at open: {}", path, strerror(e.error()));
     return;
   }
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* p = Find(parent);
   if (!p || !p->is_dir()) return;
   auto it = p->children.find(name);
@@ -390,7 +390,7 @@ void InodeTable::RevalidateForOpen(uint64_t ino, int flags) {
 }
 
 bool InodeTable::TakeBackendChanged(uint64_t ino) {
-  MutexLock lk(&mu_);
+  MutexLock lk(&mu());
   Inode* n = Find(ino);
   if (!n || !n->backend_changed) return false;
   n->backend_changed = false;

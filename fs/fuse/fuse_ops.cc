@@ -779,7 +779,7 @@ void ckpt_statfs(fuse_req_t req, fuse_ino_t ino) {
   Guard(req, [&] {
     Daemon* d = D(req);
     cache::TierStats t = d->tier->Stats();
-    NamespaceStats ns = d->table->Stats();
+    NamespaceStats ns = d->table->ns().Stats();
     struct statvfs sv {};
     constexpr uint64_t kBlock = 4096;
     sv.f_bsize = kBlock;

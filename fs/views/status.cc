@@ -45,7 +45,7 @@ std::string Shorten(const std::string& s, size_t max) {
 
 std::string StatusJson(Daemon* d) {
   cache::TierStats t = d->tier->Stats();
-  NamespaceStats ns = d->table->Stats();
+  NamespaceStats ns = d->table->ns().Stats();
   DataStats ds = d->table->DataStatistics();
   DrainStats dr = d->drainer ? d->drainer->Stats() : DrainStats{};
   auto pto = d->table->PassthroughOpens();
