@@ -4,8 +4,9 @@
 // on them (--persist-every, --persist-interval, --keep-in-memory,
 // `ckptfs persist`).
 //
-// One of the files of InodeTable (fs/core/inode_table.h), split by
-// responsibility; docs/architecture.md maps them.
+// The class CheckpointCatalog (fs/core/checkpoints.h), and InodeTable's side:
+// the policy set, the listing, and `ckptfs persist`, which logs a
+// memory-only checkpoint for the backend.
 #include <algorithm>
 #include <chrono>
 #include <unordered_set>
@@ -18,11 +19,11 @@ namespace {
 constexpr int kMaxDepth = 8;  // checkpoints live near the top; deeper trees are not searched
 }  // namespace
 
-void InodeTable::AddToCheckpoint(Inode* n, CheckpointInfo* c, int depth) {
+void CheckpointCatalog::Add(const Namespace& ns, const Inode* n, CheckpointInfo* c, int depth) {
   if (n->is_dir()) {
     if (depth > 64) return;  // a pathological tree: counted as far as this
     for (auto& [name, ino] : n->children)
-      if (Inode* child = Find(ino)) AddToCheckpoint(child, c, depth + 1);
+      if (const Inode* child = ns.Find(ino)) Add(ns, child, c, depth + 1);
     return;
   }
   if (!S_ISREG(n->rec.mode)) return;
@@ -42,10 +43,11 @@ void InodeTable::AddToCheckpoint(Inode* n, CheckpointInfo* c, int depth) {
   c->last_publish_ns = std::max(c->last_publish_ns, n->t_publish_ns);
 }
 
-void InodeTable::FindCheckpoints(Inode* dir, const std::string& prefix, const std::regex& pattern, int depth,
-                                 std::vector<CheckpointInfo>* out) {
+void CheckpointCatalog::Find(const Namespace& ns, const Inode* dir, const std::string& prefix, const std::regex& pattern, int depth,
+                       const std::function<uint64_t(const std::string&)>& lost_under,
+                       std::vector<CheckpointInfo>* out) {
   for (auto& [name, ino] : dir->children) {
-    Inode* c = Find(ino);
+    const Inode* c = ns.Find(ino);
     if (!c) continue;
     std::string path = prefix.empty() ? name : prefix + "/" + name;
     // A numbered checkpoint stays one under another name (`mv step_5 best`).
@@ -55,39 +57,32 @@ void InodeTable::FindCheckpoints(Inode* dir, const std::string& prefix, const st
       info.dir = c->is_dir();
       info.ord = c->rec.ckpt_ord;
       info.memory_only = c->rec.memory_only;
-      AddToCheckpoint(c, &info, 0);
-      info.lost = oplog_.LostUnder(path);
+      Add(ns, c, &info, 0);
+      info.lost = lost_under(path);
       out->push_back(std::move(info));
     } else if (c->is_dir() && depth < kMaxDepth) {
-      FindCheckpoints(c, path, pattern, depth + 1, out);
+      Find(ns, c, path, pattern, depth + 1, lost_under, out);
     }
   }
 }
 
-std::vector<InodeTable::CheckpointInfo> InodeTable::Checkpoints(const std::regex& pattern) {
+std::vector<CheckpointInfo> CheckpointCatalog::List(const Namespace& ns, const std::regex& pattern,
+                                              const std::function<uint64_t(const std::string&)>& lost_under) {
   std::vector<CheckpointInfo> out;
-  {
-    MutexLock lk(&mu());
-    if (Inode* root = Find(meta::kRootIno)) FindCheckpoints(root, "", pattern, 0, &out);
-  }
+  if (const Inode* root = ns.Find(meta::kRootIno)) Find(ns, root, "", pattern, 0, lost_under, &out);
   std::sort(out.begin(), out.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
     return a.mtime_ns != b.mtime_ns ? a.mtime_ns < b.mtime_ns : a.path < b.path;
   });
   return out;
 }
 
-void InodeTable::set_checkpoint_policy(CheckpointPolicy p) {
-  MutexLock lk(&mu());
-  policy_ = std::move(p);
-}
-
-bool InodeTable::StartsCheckpoint(uint64_t parent, std::string_view name) {
+bool CheckpointCatalog::Starts(const Namespace& ns, uint64_t parent, std::string_view name) {
   if (!policy_.pattern || !std::regex_match(name.begin(), name.end(), *policy_.pattern)) return false;
-  // As FindCheckpoints sees it: the outermost match, at most kMaxDepth
+  // As Find sees it: the outermost match, at most kMaxDepth
   // directories below the root.
   int depth = 0;
   for (uint64_t cur = parent; cur != meta::kRootIno; depth++) {
-    Inode* d = Find(cur);
+    const Inode* d = ns.Find(cur);
     if (!d || depth >= kMaxDepth) return false;
     if (d->rec.ckpt_ord > 0 || d->rec.memory_only || std::regex_match(d->rec.name, *policy_.pattern)) return false;
     cur = d->rec.parent;
@@ -95,21 +90,21 @@ bool InodeTable::StartsCheckpoint(uint64_t parent, std::string_view name) {
   return true;
 }
 
-bool InodeTable::ChooseMemoryOnly(uint64_t ord) {
+bool CheckpointCatalog::ChooseMemoryOnly(uint64_t ord) {
   if (!policy_.selective()) return false;
   const int64_t now =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   bool drains = policy_.persist_every > 0 && ord % policy_.persist_every == 0;
   if (policy_.persist_interval_s > 0 &&
-      (last_drained_ckpt_s_ == 0 || now - last_drained_ckpt_s_ >= static_cast<int64_t>(policy_.persist_interval_s)))
+      (last_drained_s_ == 0 || now - last_drained_s_ >= static_cast<int64_t>(policy_.persist_interval_s)))
     drains = true;
-  if (drains) last_drained_ckpt_s_ = now;
+  if (drains) last_drained_s_ = now;
   return !drains;
 }
 
-bool InodeTable::UnderMemoryOnly(uint64_t dir) {
+bool CheckpointCatalog::UnderMemoryOnly(const Namespace& ns, uint64_t dir) {
   for (int steps = 0; steps < 100000; steps++) {
-    Inode* d = Find(dir);
+    const Inode* d = ns.Find(dir);
     if (!d) return false;
     if (d->rec.memory_only) return true;
     if (dir == meta::kRootIno) return false;
@@ -118,24 +113,36 @@ bool InodeTable::UnderMemoryOnly(uint64_t dir) {
   return false;  // a cycle: Load refuses those
 }
 
-uint64_t InodeTable::CheckpointOf(const Inode* n) {
+uint64_t CheckpointCatalog::Of(const Namespace& ns, const Inode* n) {
   for (int steps = 0; n && steps < 100000; steps++) {
     if (n->rec.ckpt_ord > 0) return n->rec.ckpt_ord;
     if (n->rec.ino == meta::kRootIno) return 0;
-    n = Find(n->rec.parent);
+    n = ns.Find(n->rec.parent);
   }
   return 0;
 }
 
-uint64_t InodeTable::KeptFrom() {
+uint64_t CheckpointCatalog::KeptFrom(const Namespace& ns) {
   if (policy_.keep_in_memory == 0) return 0;
   std::vector<uint64_t> ords;
-  for (auto& [ino, n] : ns_.all())
+  for (auto& [ino, n] : ns.all())
     if (n->rec.ckpt_ord > 0 && n->rec.nlink > 0) ords.push_back(n->rec.ckpt_ord);
   if (ords.empty()) return 0;
   const size_t k = std::min<size_t>(ords.size(), policy_.keep_in_memory);
   std::nth_element(ords.begin(), ords.begin() + static_cast<std::ptrdiff_t>(k - 1), ords.end(), std::greater<>());
   return ords[k - 1];
+}
+
+void InodeTable::set_checkpoint_policy(CheckpointPolicy p) {
+  MutexLock lk(&mu());
+  ckpts_.set_policy(std::move(p));
+}
+
+std::vector<CheckpointInfo> InodeTable::Checkpoints(const std::regex& pattern) {
+  MutexLock lk(&mu());
+  // What passthrough writers wrote counts (sizes, open files).
+  for (uint64_t ino : pt_writing_) Find(ino);
+  return ckpts_.List(ns_, pattern, [this](const std::string& path) { return oplog_.LostUnder(path); });
 }
 
 Result<InodeTable::PersistQueued> InodeTable::PersistCheckpoint(uint64_t ino, Caller who) {

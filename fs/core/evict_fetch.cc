@@ -102,13 +102,13 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need, bool all_or_nothing, bool s
   // older of those first: a budget too small for them still gets its room.
   std::vector<Inode*> clean;
   std::vector<std::pair<uint64_t, Inode*>> kept;  // (checkpoint number, file)
-  const uint64_t kept_from = KeptFrom();
+  const uint64_t kept_from = ckpts_.KeptFrom(ns_);
   const uint64_t save_clock = residency_.SaveClock();
   for (auto [use, ino] : residency_.Oldest()) {
     Inode* n = Find(ino);
     if (!n || n->rec.state != DataState::kPersisted || n->opens != 0 || n->fetching || n->rec.nlink == 0) continue;
     if (spare_kept && use > save_clock) continue;  // the last save's, or read since
-    if (uint64_t ord = kept_from > 0 ? CheckpointOf(n) : 0; ord >= kept_from && ord > 0) {
+    if (uint64_t ord = kept_from > 0 ? ckpts_.Of(ns_, n) : 0; ord >= kept_from && ord > 0) {
       kept.emplace_back(ord, n);
     } else {
       clean.push_back(n);

@@ -621,7 +621,7 @@ uint64_t InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
   Transition(n, FileEvent::kChange);  // a new version, in no backend yet
   n->sealed_gen = n->data_gen;
   n->t_seal_ns = WallNs();
-  if (MemoryOnlyAt(n, n->rec.parent)) {
+  if (ckpts_.MemoryOnlyAt(ns_, n, n->rec.parent)) {
     Transition(n, FileEvent::kKeep);  // sealed in RAM; never logged (see PersistCheckpoint)
     n->seal_seq = 0;
     return dropped;

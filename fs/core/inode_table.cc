@@ -268,7 +268,7 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
   if ((c.to_set & kSetSize) && n->opens == 0 && r.nlink > 0) {
     dropped = Seal(n, &b, &log);  // truncate(2) of a closed file: a new version now
   } else if ((c.to_set & (kSetMode | kSetMtime | kSetUid | kSetGid)) && r.nlink > 0 &&
-             (S_ISREG(r.mode) || S_ISDIR(r.mode)) && ino != meta::kRootIno && !MemoryOnlyAt(n, r.parent)) {
+             (S_ISREG(r.mode) || S_ISDIR(r.mode)) && ino != meta::kRootIno && !ckpts_.MemoryOnlyAt(ns_, n, r.parent)) {
     LogEntry e;
     e.op = LogOp::kSetattr;
     e.ino = ino;
@@ -318,10 +318,10 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   r.state = S_ISREG(mode) ? meta::DataState::kDirty : meta::DataState::kPersisted;
   // A new checkpoint gets its number, and the policy decides now whether
   // it drains; inside a memory-only one nothing is logged.
-  const bool under_memory_only = UnderMemoryOnly(parent);
-  if ((S_ISDIR(mode) || S_ISREG(mode)) && !under_memory_only && StartsCheckpoint(parent, name)) {
-    r.ckpt_ord = next_ckpt_;
-    r.memory_only = ChooseMemoryOnly(r.ckpt_ord);
+  const bool under_memory_only = ckpts_.UnderMemoryOnly(ns_, parent);
+  if ((S_ISDIR(mode) || S_ISREG(mode)) && !under_memory_only && ckpts_.Starts(ns_, parent, name)) {
+    r.ckpt_ord = ckpts_.next();
+    r.memory_only = ckpts_.ChooseMemoryOnly(r.ckpt_ord);
   }
 
   InodeRecord pr = p->rec;
@@ -337,11 +337,11 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   MetaStore::PutInode(&b, pr);
   MetaStore::PutDentry(&b, parent, name, r.ino, DirentType(mode));
   MetaStore::PutCounter(&b, kNextInoCounter, ns_.next_ino() + 1);
-  if (r.ckpt_ord > 0) MetaStore::PutCounter(&b, kCheckpointCounter, next_ckpt_ + 1);
+  if (r.ckpt_ord > 0) MetaStore::PutCounter(&b, kCheckpointCounter, r.ckpt_ord + 1);
   if (auto st = CommitWithLog(b, std::move(log)); !st) return Err(st.error());
   if (S_ISREG(mode)) n->data_gen = 1;  // a new file is sealed at its first close
   if (r.ckpt_ord > 0) {
-    next_ckpt_++;
+    ckpts_.ReserveUpTo(r.ckpt_ord + 1);
     LOG_DEBUG("checkpoint {} '{}' made{}", r.ckpt_ord, ns_.EntryPath(parent, name), r.memory_only ? " (memory-only)" : "");
   }
 
@@ -395,8 +395,8 @@ Result<InodeRecord> InodeTable::Link(uint64_t ino, uint64_t newparent, std::stri
   if (auto st = CheckNewName(newparent, newname); !st) return Err(st.error());
   // A name in a memory-only checkpoint for a file that drains, or the
   // other way round, would leave the backend with half of it.
-  const bool memory_only = MemoryOnlyAt(n, n->rec.parent);
-  if (memory_only != UnderMemoryOnly(newparent)) return Err(EXDEV);
+  const bool memory_only = ckpts_.MemoryOnlyAt(ns_, n, n->rec.parent);
+  if (memory_only != ckpts_.UnderMemoryOnly(ns_, newparent)) return Err(EXDEV);
 
   meta::Timespec now = Now();
   InodeRecord r = n->rec, pr = p->rec;
@@ -453,7 +453,7 @@ Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
   meta::Timespec now = Now();
   InodeRecord pr = p->rec;
   pr.mtime = pr.ctime = now;
-  const bool memory_only = MemoryOnlyAt(n, parent);
+  const bool memory_only = ckpts_.MemoryOnlyAt(ns_, n, parent);
   Inode tmp;  // the inode's next record, computed before the commit
   tmp.rec = n->rec;
   tmp.rec.nlink--;
@@ -504,7 +504,7 @@ Status InodeTable::Rmdir(uint64_t parent, std::string_view name) {
   e.op = LogOp::kRmdir;
   e.ino = r.ino;
   e.path = ns_.EntryPath(parent, name);
-  if (!MemoryOnlyAt(n, parent)) AppendLog(&b, e, &log);
+  if (!ckpts_.MemoryOnlyAt(ns_, n, parent)) AppendLog(&b, e, &log);
   MetaStore::PutInode(&b, pr);
   MetaStore::DeleteDentry(&b, parent, name);
   MetaStore::PutInode(&b, r);
@@ -555,17 +555,17 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
   // the line. Into one, the backend would keep what was moved away; out of
   // one, the backend would lack what it holds. EXDEV: `mv` copies instead
   // (and so creates, logs and deletes what it must).
-  const bool memory_only = MemoryOnlyAt(src, parent);
-  if (memory_only != MemoryOnlyAt(src, newparent)) return Err(EXDEV);
-  if (dst && (MemoryOnlyAt(dst, newparent) != memory_only || MemoryOnlyAt(dst, parent) != memory_only))
+  const bool memory_only = ckpts_.MemoryOnlyAt(ns_, src, parent);
+  if (memory_only != ckpts_.MemoryOnlyAt(ns_, src, newparent)) return Err(EXDEV);
+  if (dst && (ckpts_.MemoryOnlyAt(ns_, dst, newparent) != memory_only || ckpts_.MemoryOnlyAt(ns_, dst, parent) != memory_only))
     return Err(EXDEV);
   // A tree renamed into a checkpoint's name (`tmp-step` -> `step_5`) is a
   // checkpoint from now on: numbered, never memory-only (what it holds was
   // logged already).
   uint64_t new_ord = 0;
   if (!memory_only && src->rec.ckpt_ord == 0 && (src->is_dir() || S_ISREG(src->rec.mode)) &&
-      StartsCheckpoint(newparent, newname))
-    new_ord = next_ckpt_;
+      ckpts_.Starts(ns_, newparent, newname))
+    new_ord = ckpts_.next();
 
   meta::Timespec now = Now();
   // Work on copies; commit; then apply. sp and dp may be the same inode.
@@ -641,7 +641,7 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
   MetaStore::PutInode(&b, spr);
   if (!same_dir) MetaStore::PutInode(&b, dpr);
   if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
-  if (new_ord > 0) next_ckpt_ = new_ord + 1;
+  if (new_ord > 0) ckpts_.ReserveUpTo(new_ord + 1);
 
   sp->rec = spr;
   if (!same_dir) dp->rec = dpr;

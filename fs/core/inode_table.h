@@ -41,6 +41,7 @@
 #include "common/mutex.h"
 #include "common/result.h"
 #include "common/thread_annotations.h"
+#include "fs/core/checkpoints.h"
 #include "fs/core/file_state.h"
 #include "fs/core/namespace.h"
 #include "fs/core/oplog.h"
@@ -148,19 +149,12 @@ class InodeTable {
   // Before Load: the limits every later operation checks.
   void set_limits(const Limits& l) { limits_ = l; }
 
+
   // Before Load: what makes a checkpoint and the memory/persist policies
-  // (issue #13; docs/operations.md "Checkpoint policies"). A checkpoint is
-  // an entry whose name matches `pattern` with no matching name above it
-  // (at most 8 levels down); it is numbered when it is created (or renamed
-  // into such a name), in order, across restarts (InodeRecord::ckpt_ord).
-  struct CheckpointPolicy {
-    std::optional<std::regex> pattern;  // none: nothing is a checkpoint
-    uint64_t persist_every = 0;         // N > 0: only checkpoints number N, 2N, ... drain
-    uint64_t persist_interval_s = 0;    // S > 0: one drains if S seconds passed since the last that did
-    uint64_t keep_in_memory = 0;        // K > 0: the newest K checkpoints are evicted last
-    bool selective() const { return persist_every > 0 || persist_interval_s > 0; }
-  };
+  // (fs/core/checkpoints.h).
   void set_checkpoint_policy(CheckpointPolicy p) EXCLUDES(mu());
+  // Every checkpoint, oldest first (by mtime_ns, then path).
+  std::vector<CheckpointInfo> Checkpoints(const std::regex& pattern) EXCLUDES(mu());
 
   // `ckptfs persist`: the memory-only checkpoint holding `ino` drains after
   // all: the flag goes, and its directories, symlinks and sealed files are
@@ -372,35 +366,6 @@ class InodeTable {
   // *why (nothing removed then, but for orphans/, which stays).
   [[nodiscard]] Result<uint64_t> ReleaseTier(std::string* why) EXCLUDES(mu());
 
-  // ---- Checkpoints (fs/core/checkpoints.cc) ----
-  // A checkpoint: a directory or file whose name matches the mount's
-  // checkpoint pattern (the outermost match; at most 8 levels down), with
-  // what its files add up to.
-  struct CheckpointInfo {
-    std::string path;  // relative to the mount root
-    bool dir = false;
-    uint64_t files = 0, bytes = 0;
-    uint64_t state_files[meta::kDataStates] = {}, state_bytes[meta::kDataStates] = {};  // by meta::DataState
-    uint64_t open = 0;  // files being written (open for writing, or changed since their seal)
-    uint64_t lost = 0;  // files under it in the lost list
-    int64_t mtime_ns = 0;  // the newest file's mtime: orders checkpoints
-    int64_t first_change_ns = 0, last_seal_ns = 0, last_publish_ns = 0;  // 0: unknown
-    bool times_known = true;  // every file's times were seen since the mount
-    bool memory_only = false;  // a memory-only checkpoint (--persist-every): it does not drain
-    uint64_t ord = 0;          // its number in order of creation (0: made before numbering)
-    uint64_t Files(meta::DataState s) const { return state_files[static_cast<size_t>(s)]; }
-    // Every file closed, none failed or lost.
-    bool Complete() const { return files > 0 && open == 0 && lost == 0 && Files(meta::DataState::kFailed) == 0; }
-    // Complete, and every file in the backend.
-    bool Persisted() const {
-      return Complete() && Files(meta::DataState::kDirty) == 0 && Files(meta::DataState::kDraining) == 0 &&
-             Files(meta::DataState::kMemoryOnly) == 0;
-    }
-    // Persisted during this mount: its times to RAM and to durable are known.
-    bool Timed() const { return Persisted() && times_known && last_seal_ns > 0 && last_publish_ns >= last_seal_ns; }
-  };
-  // Oldest first (by mtime_ns, then path).
-  std::vector<CheckpointInfo> Checkpoints(const std::regex& pattern) EXCLUDES(mu());
 
 
   // On the first mount of a state dir, shows what the backend already holds
@@ -496,23 +461,6 @@ class InodeTable {
   // is replaced. Only when Droppable. Returns the entry now at `name`.
   Inode* FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) REQUIRES(mu());
 
-  // ---- Checkpoint policies (fs/core/checkpoints.cc) ----
-  // The entry `name` made in `parent` would be a checkpoint: its name
-  // matches, no name above it does, and it is at most 8 levels down.
-  bool StartsCheckpoint(uint64_t parent, std::string_view name) REQUIRES(mu());
-  // Whether the checkpoint numbered `ord`, made now, is memory-only.
-  bool ChooseMemoryOnly(uint64_t ord) REQUIRES(mu());
-  // The directory `dir` is, or is inside, a memory-only checkpoint: what
-  // happens there is not logged for the backend.
-  bool UnderMemoryOnly(uint64_t dir) REQUIRES(mu());
-  // The entry `n`, named in `parent`, is memory-only (itself or above).
-  bool MemoryOnlyAt(const Inode* n, uint64_t parent) REQUIRES(mu()) {
-    return n->rec.memory_only || UnderMemoryOnly(parent);
-  }
-  // The number of the checkpoint holding `n` (0: none), walking up.
-  uint64_t CheckpointOf(const Inode* n) REQUIRES(mu());
-  // The newest `keep_in_memory` checkpoints' numbers are >= this (0: none kept).
-  uint64_t KeptFrom() REQUIRES(mu());
 
   // The inode, with what a passthrough writer wrote taken in (Absorb).
   Inode* Find(uint64_t ino) REQUIRES(mu());
@@ -542,11 +490,6 @@ class InodeTable {
   // marked superseded, so the drain skips it and the next seal carries
   // the bytes. REQUIRES: the namespace lock held.
   void SupersedeInPlace(Inode* n) REQUIRES(mu());
-  // Checkpoints: adds the files under `n` to `c`; walks `dir` for names
-  // matching `pattern`.
-  void AddToCheckpoint(Inode* n, CheckpointInfo* c, int depth) REQUIRES(mu());
-  void FindCheckpoints(Inode* dir, const std::string& prefix, const std::regex& pattern, int depth,
-                       std::vector<CheckpointInfo>* out) REQUIRES(mu());
   Result<OpenResult> OpenImpl(uint64_t ino, int flags, bool allow_passthrough) EXCLUDES(mu());
   Result<OpenResult> OpenLocked(Inode* n, int flags, bool passthrough) REQUIRES(mu());
   // Moves `n` along the state table (fs/core/file_state.h); an event the table
@@ -673,6 +616,9 @@ class InodeTable {
   // Drainer::mu_, Inode::data_mu, the namespace lock, then the leaves
   // (OpLog, Residency, cache::Tier): docs/architecture.md, "Locks".
   Namespace ns_;
+  // Which entries are checkpoints, their numbers and the memory/persist
+  // policies, over ns_ (fs/core/checkpoints.h).
+  CheckpointCatalog ckpts_ GUARDED_BY(mu());
   ckpt::Mutex& mu() const RETURN_CAPABILITY(ns_.mu()) { return ns_.mu(); }
 
   std::map<std::string, uint64_t, std::less<>> by_backend_path_ GUARDED_BY(mu());  // Inode::backend_path -> ino
@@ -683,9 +629,6 @@ class InodeTable {
   uint64_t pt_handles_ GUARDED_BY(mu()) = 0;
   std::set<uint64_t> pt_writing_ GUARDED_BY(mu());
   Limits limits_;  // set before Load, read-only after
-  CheckpointPolicy policy_ GUARDED_BY(mu());
-  uint64_t next_ckpt_ GUARDED_BY(mu()) = 1;        // the next checkpoint number (kCheckpointCounter)
-  int64_t last_drained_ckpt_s_ GUARDED_BY(mu()) = 0;  // --persist-interval: when the last drained one was made
   std::atomic<bool> read_only_{false};
   int64_t shared_ttl_ns_ = 0;  // set before Load, read-only after
   std::chrono::milliseconds fetch_wait_limit_{kFetchWaitLimit};  // set before Load

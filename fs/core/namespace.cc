@@ -6,19 +6,19 @@
 
 namespace ckpt::fs {
 
-Inode* Namespace::Find(uint64_t ino) {
+Inode* Namespace::Find(uint64_t ino) const {
   auto it = inodes_.find(ino);
   return it == inodes_.end() ? nullptr : it->second.get();
 }
 
-Result<Inode*> Namespace::FindDir(uint64_t ino) {
+Result<Inode*> Namespace::FindDir(uint64_t ino) const {
   Inode* n = Find(ino);
   if (!n) return Err(ENOENT);
   if (!n->is_dir()) return Err(ENOTDIR);
   return n;
 }
 
-Result<Inode*> Namespace::Child(const Inode* dir, std::string_view name) {
+Result<Inode*> Namespace::Child(const Inode* dir, std::string_view name) const {
   auto it = dir->children.find(name);
   if (it == dir->children.end()) return Err(ENOENT);
   Inode* c = Find(it->second);
@@ -36,7 +36,7 @@ Inode* Namespace::Insert(std::unique_ptr<Inode> n) {
 
 void Namespace::Erase(uint64_t ino) { inodes_.erase(ino); }
 
-bool Namespace::IsAncestor(uint64_t maybe_ancestor, uint64_t ino) {
+bool Namespace::IsAncestor(uint64_t maybe_ancestor, uint64_t ino) const {
   // Walks up from ino; true if maybe_ancestor is ino or above it.
   for (int depth = 0; depth < 100000; depth++) {
     if (ino == maybe_ancestor) return true;
@@ -48,7 +48,7 @@ bool Namespace::IsAncestor(uint64_t maybe_ancestor, uint64_t ino) {
   abort();  // broken invariant: a cycle in the directory tree
 }
 
-std::string Namespace::DirPath(uint64_t dir_ino) {
+std::string Namespace::DirPath(uint64_t dir_ino) const {
   std::vector<const std::string*> parts;
   for (uint64_t ino = dir_ino; ino != meta::kRootIno;) {
     Inode* n = Find(ino);
@@ -64,14 +64,14 @@ std::string Namespace::DirPath(uint64_t dir_ino) {
   return out;
 }
 
-std::string Namespace::EntryPath(uint64_t parent, std::string_view name) {
+std::string Namespace::EntryPath(uint64_t parent, std::string_view name) const {
   std::string p = DirPath(parent);
   if (!p.empty()) p.push_back('/');
   p.append(name);
   return p;
 }
 
-size_t Namespace::SubtreePathLen(const Inode* n) {
+size_t Namespace::SubtreePathLen(const Inode* n) const {
   size_t longest = 0;
   std::vector<std::pair<const Inode*, size_t>> stack{{n, 0}};
   while (!stack.empty()) {

@@ -107,12 +107,12 @@ class Namespace {
   ckpt::Mutex& mu() const RETURN_CAPABILITY(mu_) { return mu_; }
 
   // The inode, or null.
-  Inode* Find(uint64_t ino) REQUIRES(mu_);
+  Inode* Find(uint64_t ino) const REQUIRES(mu_);
   // The directory `ino`: ENOENT, or ENOTDIR for another type.
-  Result<Inode*> FindDir(uint64_t ino) REQUIRES(mu_);
+  Result<Inode*> FindDir(uint64_t ino) const REQUIRES(mu_);
   // The entry `name` of `dir`: ENOENT if none (an entry without its inode
   // is a broken invariant: abort).
-  Result<Inode*> Child(const Inode* dir, std::string_view name) REQUIRES(mu_);
+  Result<Inode*> Child(const Inode* dir, std::string_view name) const REQUIRES(mu_);
   // Adds `n` (its rec.ino set) and returns it; the number must be unused.
   Inode* Insert(std::unique_ptr<Inode> n) REQUIRES(mu_);
   // Removes `ino` and frees its Inode.
@@ -129,14 +129,14 @@ class Namespace {
   uint64_t TakeIno() REQUIRES(mu_) { return next_ino_++; }
 
   // Is `maybe_ancestor` the inode `ino` or a directory above it?
-  bool IsAncestor(uint64_t maybe_ancestor, uint64_t ino) REQUIRES(mu_);
+  bool IsAncestor(uint64_t maybe_ancestor, uint64_t ino) const REQUIRES(mu_);
   // Paths relative to the mount root ("" for the root), for log entries
   // and messages.
-  std::string DirPath(uint64_t dir_ino) REQUIRES(mu_);
-  std::string EntryPath(uint64_t parent, std::string_view name) REQUIRES(mu_);
+  std::string DirPath(uint64_t dir_ino) const REQUIRES(mu_);
+  std::string EntryPath(uint64_t parent, std::string_view name) const REQUIRES(mu_);
   // The longest path under directory `n`, relative to it (0: empty or
   // not a directory).
-  size_t SubtreePathLen(const Inode* n) REQUIRES(mu_);
+  size_t SubtreePathLen(const Inode* n) const REQUIRES(mu_);
 
   NamespaceStats Stats() EXCLUDES(mu_);
 

@@ -58,8 +58,8 @@ Status InodeTable::Load(Caller root_owner) {
 
   auto ckpt = store_->GetCounter(kCheckpointCounter);
   if (!ckpt) return Err(ckpt.error());
-  next_ckpt_ = std::max<uint64_t>(*ckpt, 1);
-  for (auto& [ino, n] : ns_.all()) next_ckpt_ = std::max(next_ckpt_, n->rec.ckpt_ord + 1);
+  ckpts_.ReserveUpTo(*ckpt);
+  for (auto& [ino, n] : ns_.all()) ckpts_.ReserveUpTo(n->rec.ckpt_ord + 1);
 
   auto applied = store_->GetCounter(kAppliedCounter);
   if (!applied) return Err(applied.error());
@@ -212,7 +212,7 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
     }
     r.size = r.sealed_size;
     r.state = DataState::kDirty;
-  } else if (r.state == DataState::kDirty && MemoryOnlyAt(n, r.parent)) {
+  } else if (r.state == DataState::kDirty && ckpts_.MemoryOnlyAt(ns_, n, r.parent)) {
     // In a memory-only checkpoint, rewritten in place when the daemon
     // stopped: the last sealed version has no other copy (the policy's
     // risk, docs/operations.md).
@@ -300,7 +300,7 @@ void InodeTable::DropLost(Inode* n, std::string_view reason, Batch* b, std::vect
   }
   for (auto& [d, name] : names) {
     std::string path = ns_.EntryPath(d->rec.ino, name);
-    const bool memory_only = MemoryOnlyAt(n, d->rec.ino);
+    const bool memory_only = ckpts_.MemoryOnlyAt(ns_, n, d->rec.ino);
     LOG_ERROR("ino {} '{}': lost ({}); removed from the namespace", n->rec.ino, path, reason);
     oplog_.AddLost(b, path, reason);
     MetaStore::DeleteDentry(b, d->rec.ino, name);

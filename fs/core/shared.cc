@@ -47,7 +47,7 @@ int64_t InodeTable::MonoNs() {
 }
 
 bool InodeTable::SharedDir(Inode* dir) {
-  return shared() && dir && dir->is_dir() && !UnderMemoryOnly(dir->rec.ino);
+  return shared() && dir && dir->is_dir() && !ckpts_.UnderMemoryOnly(ns_, dir->rec.ino);
 }
 
 bool InodeTable::Droppable(Inode* n, const std::string& path, int depth) {

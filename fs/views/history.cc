@@ -23,7 +23,7 @@ std::string History::Field(const std::string& s) {
   return out + "\"";
 }
 
-void History::Observe(const std::vector<InodeTable::CheckpointInfo>& list) {
+void History::Observe(const std::vector<CheckpointInfo>& list) {
   for (const auto& c : list) {
     if (!c.Timed()) continue;
     if (!recorded_.emplace(c.path, c.last_seal_ns).second) continue;

@@ -23,7 +23,7 @@ class History {
   // Appends a line for each checkpoint of `list` that is persisted, was
   // written during this mount (its times are known) and has no line yet
   // for that close. Called from one thread.
-  void Observe(const std::vector<InodeTable::CheckpointInfo>& list);
+  void Observe(const std::vector<CheckpointInfo>& list);
 
   // One CSV field: quoted when it holds a comma, a quote or a line break.
   static std::string Field(const std::string& s);

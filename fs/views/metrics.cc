@@ -81,7 +81,7 @@ std::string MetricsText(Daemon* d) {
   // The newest checkpoint written during this mount that is all in the
   // backend: its times.
   auto list = d->table->Checkpoints(d->checkpoint_pattern);
-  const InodeTable::CheckpointInfo* last = nullptr;
+  const CheckpointInfo* last = nullptr;
   for (const auto& c : list)
     if (c.Timed()) last = &c;
   t.One("checkpoints", "gauge", "Checkpoints (names matching --checkpoint-regex).", static_cast<double>(list.size()));

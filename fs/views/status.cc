@@ -278,7 +278,7 @@ Result<std::string> LostPage(Daemon* d, uint64_t page) {
 namespace {
 
 // One checkpoint as `ckptfs ls` shows it; the state is decided here, once.
-Json CheckpointJson(const InodeTable::CheckpointInfo& c) {
+Json CheckpointJson(const CheckpointInfo& c) {
   using meta::DataState;
   auto sb = [&](DataState s) { return c.state_bytes[static_cast<size_t>(s)]; };
   const uint64_t done = sb(DataState::kPersisted) + sb(DataState::kRemote);

@@ -998,7 +998,7 @@ namespace {
 
 // The policies of the daemon (fs/daemon.cc) on a DrainEnv's table.
 void SetPolicy(DrainEnv& d, uint64_t every, uint64_t keep = 0) {
-  ckpt::fs::InodeTable::CheckpointPolicy p;
+  ckpt::fs::CheckpointPolicy p;
   p.pattern = std::regex(R"(step_\d+)");
   p.persist_every = every;
   p.keep_in_memory = keep;

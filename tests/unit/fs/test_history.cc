@@ -12,7 +12,7 @@
 #include "fs/views/history.h"
 
 using ckpt::fs::History;
-using Info = ckpt::fs::InodeTable::CheckpointInfo;
+using Info = ckpt::fs::CheckpointInfo;
 
 namespace {
 

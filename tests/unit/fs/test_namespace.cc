@@ -13,6 +13,7 @@
 
 #include "common/mutex.h"
 #include "fs/core/namespace.h"
+#include "tree.h"
 
 using ckpt::MutexLock;
 using ckpt::fs::Inode;
@@ -20,36 +21,7 @@ using ckpt::fs::Namespace;
 using ckpt::fs::NamespaceStats;
 using ckpt::meta::kRootIno;
 
-namespace {
-
-// A namespace with a root directory; Add puts an entry under a parent.
-struct Tree {
-  Namespace ns;
-  Tree() {
-    MutexLock lk(&ns.mu());
-    auto root = std::make_unique<Inode>();
-    root->rec.ino = root->rec.parent = kRootIno;
-    root->rec.mode = S_IFDIR | 0755;
-    root->rec.nlink = 2;
-    ns.Insert(std::move(root));
-  }
-  uint64_t Add(uint64_t parent, const std::string& name, uint32_t mode, uint64_t size = 0) {
-    MutexLock lk(&ns.mu());
-    auto n = std::make_unique<Inode>();
-    n->rec.ino = ns.TakeIno();
-    n->rec.parent = parent;
-    n->rec.name = name;
-    n->rec.mode = mode;
-    n->rec.size = size;
-    n->rec.nlink = S_ISDIR(mode) ? 2 : 1;
-    uint64_t ino = n->rec.ino;
-    ns.Find(parent)->children.emplace(name, ino);
-    ns.Insert(std::move(n));
-    return ino;
-  }
-};
-
-}  // namespace
+using ckpt::test::Tree;
 
 Test(namespace_, find_child_and_dir) {
   Tree t;

@@ -209,7 +209,7 @@ Test(shared, revalidation_at_open_and_dirty_wins) {
 Test(shared, memory_only_checkpoints_and_ttl_zero) {
   Cluster c;
   Node& b = *c.b;
-  ckpt::fs::InodeTable::CheckpointPolicy p;
+  ckpt::fs::CheckpointPolicy p;
   p.pattern = std::regex(R"(global_step\d+)");
   p.persist_every = 2;  // checkpoint 1 stays in memory
   b.t().set_checkpoint_policy(p);
