@@ -258,6 +258,7 @@ class Cluster {
     // The records it refuses: node, and the heartbeat of the one refused.
     std::vector<std::pair<std::string, int64_t>> refused;
     std::string problem;               // ClusterMember::record_problem
+    int problem_reads = 0;             // reads in a row that found it
   };
 
   // This node's record in `state`, and its heartbeat T (µs).

@@ -441,11 +441,15 @@ void InodeTable::RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view
   }
 }
 
-Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
+Result<std::pair<Inode*, Inode*>> InodeTable::EntryToRemove(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
-  if (auto st = Writable(); !st) return st;
+  if (auto st = Writable(); !st) return Err(st.error());
+  return DirAndChild(parent, name);
+}
+
+Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
   MutexLock lk(&mu());
-  auto pc = DirAndChild(parent, name);
+  auto pc = EntryToRemove(parent, name);
   if (!pc) return Err(pc.error());
   auto [p, n] = *pc;
   if (n->is_dir()) return Err(EISDIR);
@@ -483,10 +487,8 @@ Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
 Status InodeTable::Rmdir(uint64_t parent, std::string_view name) {
   if (name == ".") return Err(EINVAL);
   if (name == "..") return Err(ENOTEMPTY);
-  if (name.size() > kMaxName) return Err(ENAMETOOLONG);
-  if (auto st = Writable(); !st) return st;
   MutexLock lk(&mu());
-  auto pc = DirAndChild(parent, name);
+  auto pc = EntryToRemove(parent, name);
   if (!pc) return Err(pc.error());
   auto [p, n] = *pc;
   if (!n->is_dir()) return Err(ENOTDIR);

@@ -509,6 +509,9 @@ class InodeTable {
   Result<Inode*> Child(Inode* dir, std::string_view name) REQUIRES(mu());
   // The directory `parent` and its entry `name`: FindDir, then Child.
   Result<std::pair<Inode*, Inode*>> DirAndChild(uint64_t parent, std::string_view name) REQUIRES(mu());
+  // DirAndChild for Unlink and Rmdir, after the checks they share (the
+  // name's length, a writable mount).
+  Result<std::pair<Inode*, Inode*>> EntryToRemove(uint64_t parent, std::string_view name) REQUIRES(mu());
   Result<InodeRecord> NewNode(uint64_t parent, std::string_view name, uint32_t mode, Caller who,
                               std::string_view target, uint64_t rdev) EXCLUDES(mu());
   // Deletes the inode if nothing references it. REQUIRES: the namespace lock held.

@@ -246,25 +246,21 @@ void ckpt_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char*
   });
 }
 
-void ckpt_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  LOG_DEBUG("unlink(parent={}, name={})", parent, name);
+// unlink and rmdir: the entry goes, the reply carries no entry.
+void RemoveEntry(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
+  LOG_DEBUG("{}(parent={}, name={})", dir ? "rmdir" : "unlink", parent, name);
   NoteSave(req);
   Guard(req, [&] {
-    auto r = D(req)->table->Unlink(parent, name);
+    InodeTable* t = D(req)->table.get();
+    auto r = dir ? t->Rmdir(parent, name) : t->Unlink(parent, name);
     if (r) FAILPOINT("meta.after_commit");
     fuse_reply_err(req, r ? 0 : r.error());
   });
 }
 
-void ckpt_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  LOG_DEBUG("rmdir(parent={}, name={})", parent, name);
-  NoteSave(req);
-  Guard(req, [&] {
-    auto r = D(req)->table->Rmdir(parent, name);
-    if (r) FAILPOINT("meta.after_commit");
-    fuse_reply_err(req, r ? 0 : r.error());
-  });
-}
+void ckpt_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) { RemoveEntry(req, parent, name, false); }
+
+void ckpt_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) { RemoveEntry(req, parent, name, true); }
 
 void ckpt_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
                  unsigned int flags) {

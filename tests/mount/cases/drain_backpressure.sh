@@ -12,9 +12,7 @@ source "$(dirname "$0")/../lib/common.sh"
 # Each publish waits 100 ms, so the writers always outrun the drain: on a
 # quiet machine an unslowed drain (150 MiB/s and more) kept up, no writer
 # waited, and the case failed by chance.
-export CKPTFS_DRAIN_DELAY_MS=100
-mount_fs --cache-size 64M
-unset CKPTFS_DRAIN_DELAY_MS
+CKPTFS_DRAIN_DELAY_MS=100 mount_fs --cache-size 64M  # a slowed drain
 head -c 16M /dev/urandom > "$T/ref"
 for i in $(seq 1 16); do
   cp "$T/ref" "$MNT/f$i" || fail "write of f$i failed"

@@ -9,9 +9,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
-export CKPTFS_DRAIN_DELAY_MS=100
-mount_fs --cache-size 1G
-unset CKPTFS_DRAIN_DELAY_MS
+CKPTFS_DRAIN_DELAY_MS=100 mount_fs --cache-size 1G  # a slowed drain
 
 cat > "$T/saver.py" <<'PY'
 import hashlib, json, os, sys, time, torch
@@ -48,6 +46,7 @@ cat > "$T/watch.py" <<'PY'
 # version other than the last: a watcher that sees nothing proves nothing.
 # Its first sighting lets the saver go on past step 3.
 import hashlib, json, os, sys, time
+import watching  # tests/mount/lib, on PYTHONPATH
 backend, sums_path, stop, pause = sys.argv[1:5]
 seen, last = set(), None
 def poll():
@@ -65,19 +64,14 @@ def poll():
     seen.add(h)
     last = h
     open(pause, "w").close()
-while True:
-    done = os.path.exists(stop)
-    poll()
-    if done:
-        break
-    time.sleep(0.01)
+watching.watch(stop, poll, 0.01)
 print(f"watcher: {len(seen)} whole versions observed")
 if not seen - {last}:
     sys.exit("watcher: never saw a whole version before the last one")
 PY
 
 echo '[]' > "$T/sums.json"
-$PY "$T/watch.py" "$BACKEND" "$T/sums.json" "$T/stop" "$T/pause" > "$T/watch.out" 2>&1 &
+PYTHONPATH="$ROOT/tests/mount/lib" $PY "$T/watch.py" "$BACKEND" "$T/sums.json" "$T/stop" "$T/pause" > "$T/watch.out" 2>&1 &
 watcher=$!
 $PY "$T/saver.py" "$MNT" "$T/sums.json" "$T/pause"
 "$CKPTFS" drain "$MNT" --timeout 300

@@ -9,9 +9,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
-export CKPTFS_DRAIN_DELAY_MS=150
-mount_fs --cache-size 2G
-unset CKPTFS_DRAIN_DELAY_MS
+CKPTFS_DRAIN_DELAY_MS=150 mount_fs --cache-size 2G  # a slowed drain
 
 
 cat > "$T/watch.py" <<'PY'
@@ -22,6 +20,7 @@ cat > "$T/watch.py" <<'PY'
 # nothing. The trainer waits after step 3 until the watcher has seen
 # step_3 (TRAINER_PAUSE, lib/trainer.py).
 import hashlib, json, os, sys, time
+import watching  # tests/mount/lib, on PYTHONPATH
 backend, manifest, stop, pause = sys.argv[1:5]
 def latest():
     try:
@@ -56,18 +55,13 @@ def poll():
         mid.add(step)
     if step == "step_3":  # the trainer waits there for this sighting
         open(pause, "w").close()
-while True:
-    done = os.path.exists(stop)
-    poll()
-    if done:
-        break
-    time.sleep(0.01)
+watching.watch(stop, poll, 0.01)
 print(f"watcher: {checks} consistent observations of {sorted(steps)}")
 if "step_3" not in mid or "step_6" not in steps:
     sys.exit("watcher: never saw a consistent intermediate checkpoint, or not the last one")
 PY
 
-/usr/bin/python3 "$T/watch.py" "$BACKEND" "$T/manifest.json" "$T/stop" "$T/pause" > "$T/watch.out" 2>&1 &
+PYTHONPATH="$ROOT/tests/mount/lib" /usr/bin/python3 "$T/watch.py" "$BACKEND" "$T/manifest.json" "$T/stop" "$T/pause" > "$T/watch.out" 2>&1 &
 watcher=$!
 TRAINER_PAUSE=$T/pause /usr/bin/python3 "$(dirname "$0")/../lib/trainer.py" "$MNT" "$T/manifest.json"
 "$CKPTFS" drain "$MNT" --timeout 300

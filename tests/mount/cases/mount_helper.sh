@@ -12,20 +12,7 @@ require_root
 [ -w /sbin ] || skip "/sbin not writable"
 command -v mount >/dev/null || skip "no mount(8)"
 
-helper=/sbin/mount.ckptfs
-if [ -e "$helper" ] || [ -L "$helper" ]; then
-  cp -a "$helper" "$T/mount.ckptfs.saved"
-fi
-restore_helper() {
-  if [ -e "$T/mount.ckptfs.saved" ] || [ -L "$T/mount.ckptfs.saved" ]; then
-    cp -a "$T/mount.ckptfs.saved" "$helper"
-  else
-    rm -f "$helper"
-  fi
-}
-at_exit restore_helper
-install -m 0755 "$ROOT/mount-helpers/mount.ckptfs" "$helper"
-export CKPTFS_BIN=$CKPTFS
+install_mount_helper
 _STATE_DIRS+=("$STATE")
 
 mount -t ckptfs "$BACKEND" "$MNT" -o "cache_size=256M,state_dir=$STATE,tier_dir=$TIER" \

@@ -14,18 +14,7 @@ require_root
 command -v mount >/dev/null || skip "no mount(8)"
 s3_start
 
-helper=/sbin/mount.ckptfs
-if [ -e "$helper" ] || [ -L "$helper" ]; then cp -a "$helper" "$T/mount.ckptfs.saved"; fi
-restore_helper() {
-  if [ -e "$T/mount.ckptfs.saved" ] || [ -L "$T/mount.ckptfs.saved" ]; then
-    cp -a "$T/mount.ckptfs.saved" "$helper"
-  else
-    rm -f "$helper"
-  fi
-}
-at_exit restore_helper
-install -m 0755 "$ROOT/mount-helpers/mount.ckptfs" "$helper"
-export CKPTFS_BIN=$CKPTFS
+install_mount_helper
 _STATE_DIRS+=("$STATE")
 OPTS="cache_size=64M,state_dir=$STATE,tier_dir=$TIER"
 

@@ -15,9 +15,7 @@ source "$LIB/s3.sh"
 s3_start
 PREFIX=jobs/run-1
 
-export CKPTFS_DRAIN_DELAY_MS=150
-mount_s3 "$PREFIX" --cache-size 160M
-unset CKPTFS_DRAIN_DELAY_MS
+CKPTFS_DRAIN_DELAY_MS=150 mount_s3 "$PREFIX" --cache-size 160M  # a slowed drain
 
 
 cat > "$T/watch.py" <<'PY'
@@ -29,6 +27,7 @@ import hashlib, json, os, sys, time
 prefix, manifest, stop, lib, pause = sys.argv[1:6]
 sys.path.insert(0, lib)
 import s3c
+import watching
 def latest():
     try:
         return s3c.get(f"{prefix}/latest").decode()
@@ -64,12 +63,7 @@ def poll():
         mid.add(step)
     if step == "step_3":  # the trainer waits there for this sighting
         open(pause, "w").close()
-while True:
-    done = os.path.exists(stop)
-    poll()
-    if done:
-        break
-    time.sleep(0.02)
+watching.watch(stop, poll, 0.02)
 print(f"watcher: {checks} consistent observations of {sorted(steps)}")
 # step_3 while the trainer waited, step_6 on the last look: both certain.
 if "step_3" not in steps or "step_6" not in steps:

@@ -225,6 +225,24 @@ rm_tier() {
   done
 }
 
+# Installs mount-helpers/mount.ckptfs as /sbin/mount.ckptfs for this case
+# (what was there is put back at exit) and points it at the binary under
+# test, for the `mount -t fuse.ckptfs` cases.
+install_mount_helper() {
+  local helper=/sbin/mount.ckptfs
+  if [ -e "$helper" ] || [ -L "$helper" ]; then cp -a "$helper" "$T/mount.ckptfs.saved"; fi
+  _restore_mount_helper() {
+    if [ -e "$T/mount.ckptfs.saved" ] || [ -L "$T/mount.ckptfs.saved" ]; then
+      cp -a "$T/mount.ckptfs.saved" /sbin/mount.ckptfs
+    else
+      rm -f /sbin/mount.ckptfs
+    fi
+  }
+  at_exit _restore_mount_helper
+  install -m 0755 "$ROOT/mount-helpers/mount.ckptfs" "$helper"
+  export CKPTFS_BIN=$CKPTFS
+}
+
 mount_fs() {
   local args=("$@") st td
   _MOUNT_ARGS=("$@")

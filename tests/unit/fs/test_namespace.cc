@@ -16,12 +16,9 @@
 #include "tree.h"
 
 using ckpt::MutexLock;
-using ckpt::fs::Inode;
-using ckpt::fs::Namespace;
-using ckpt::fs::NamespaceStats;
 using ckpt::meta::kRootIno;
-
 using ckpt::test::Tree;
+namespace fs = ckpt::fs;
 
 Test(namespace_, find_child_and_dir) {
   Tree t;
@@ -91,7 +88,7 @@ Test(namespace_, numbers_are_never_reused) {
   cr_assert_eq(t.ns.next_ino(), 50u);
   t.ns.ReserveUpTo(10);  // never lowers
   cr_assert_eq(t.ns.next_ino(), 50u);
-  auto n = std::make_unique<Inode>();
+  auto n = std::make_unique<fs::Inode>();
   n->rec.ino = 70;  // recovery inserts the numbers the store holds
   t.ns.Insert(std::move(n));
   cr_assert_eq(t.ns.TakeIno(), 71u, "an inserted number moves the next one past it");
@@ -103,7 +100,7 @@ Test(namespace_, numbers_are_never_reused) {
 Test(namespace_, inserting_a_number_twice_aborts, .signal = SIGABRT) {
   Tree t;
   MutexLock lk(&t.ns.mu());
-  auto n = std::make_unique<Inode>();
+  auto n = std::make_unique<fs::Inode>();
   n->rec.ino = kRootIno;
   t.ns.Insert(std::move(n));
 }
@@ -121,7 +118,7 @@ Test(namespace_, stats) {
   t.Add(a, "x", S_IFREG | 0644, 100);
   t.Add(a, "y", S_IFREG | 0644, 23);
   t.Add(a, "l", S_IFLNK | 0777);
-  NamespaceStats s = t.ns.Stats();
+  fs::NamespaceStats s = t.ns.Stats();
   cr_assert_eq(s.inodes, 5u);
   cr_assert_eq(s.dirs, 2u);
   cr_assert_eq(s.files, 2u);
@@ -136,7 +133,7 @@ Test(namespace_, stats_beside_writers) {
     for (int i = 0; i < 200; i++) t.Add(kRootIno, "f" + std::to_string(i), S_IFREG | 0644, 1);
   });
   for (int i = 0; i < 200; i++) {
-    NamespaceStats s = t.ns.Stats();
+    fs::NamespaceStats s = t.ns.Stats();
     cr_assert_eq(s.inodes, s.files + 1);
     cr_assert_eq(s.bytes, s.files);
   }
