@@ -11,6 +11,7 @@
 #                   and the mounted cases marked `# asan:` (docs/testing.md)
 #   make bench      benchmarks (tests/bench), never part of make test
 #   make analyze    clang's thread-safety analysis (-Wthread-safety) over every source
+#   make sizes      member functions per class and lines per file under fs/ (issue #31)
 #   make crash-soak N=200 [SEED=S]   the kill -9 crash harness, N iterations
 #   make install    install ckptfs and mount.ckptfs into $(PREFIX) and /sbin
 #   SAN=address|thread   sanitizer builds (into build-$(SAN)/): address is ASan+UBSan
@@ -63,7 +64,7 @@ UNIT_BINS := $(UNIT_MODS:%=$(BUILD)/tests/unit_%)
 # (tests/unit/criterion_tsan.cc says why).
 UNIT_EXTRA := $(if $(filter thread,$(SAN)),$(BUILD)/obj/tests/unit/criterion_tsan.o)
 
-.PHONY: all units deps run test unit mounted tsan asan bench install clean format stop crash-soak analyze analyze-files
+.PHONY: all units deps run test unit mounted tsan asan bench install clean format stop crash-soak analyze analyze-files sizes
 all: $(BUILD)/ckptfs $(if $(SAN),,$(BUILD)/libckptfs_gpuhost.so) $(if $(filter 1,$(CUDA)),$(BUILD)/libckptfs_cuda.so $(BUILD)/gpu_bench)
 
 deps:
@@ -207,6 +208,13 @@ $(BUILD)/analyze/%.ok: %.cc Makefile
 	@mkdir -p $(dir $@)
 	@echo "analyze $<"
 	@$(ANALYZE_CXX) $(ANALYZE_FLAGS) -MMD -MP -MF $(@:.ok=.d) -MT $@ $< && touch $@
+
+# make sizes: what issue #31 bounds, measured (scripts/sizes.py): member
+# functions per class under fs/ by clang's AST, lines per header and .cc.
+# A report while the split goes on; SIZES_CHECK=1 fails over the bounds.
+sizes:
+	@command -v $(ANALYZE_CXX) >/dev/null || scripts/install-deps.sh $(ANALYZE_PKG)
+	@python3 scripts/sizes.py $(ANALYZE_CXX) $(ANALYZE_FLAGS) $(if $(filter 1,$(SIZES_CHECK)),--check)
 
 install: all
 	install -D -m 0755 $(BUILD)/ckptfs $(DESTDIR)$(PREFIX)/bin/ckptfs
