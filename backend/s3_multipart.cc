@@ -132,7 +132,20 @@ Status S3Backend::CompleteUpload(const std::string& key, const std::string& uplo
     LOG_ERROR("s3 backend: complete multipart upload s3://{}/{}: upload vanished", cfg_.bucket, key);
     return Err(EIO);
   }
-  return st;
+  if (!st) return st;
+  // The object must hold every byte sent: a server that answers a part
+  // before it is on disk can assemble a short object and say nothing (an
+  // s3rver did, 64 KiB short). One HEAD per multipart object; a short one
+  // is an error the drain retries, never a published checkpoint.
+  auto info = Head(key, "complete multipart upload: head");
+  if (!info) return Err(info.error());
+  if (info->size != size) {
+    LOG_ERROR("s3 backend: complete multipart upload s3://{}/{}: the object holds {} bytes, {} were sent; removed",
+              cfg_.bucket, key, info->size, size);
+    if (auto d = Delete(key); !d) return d;  // no reader gets wrong bytes under that name
+    return Err(EIO);
+  }
+  return {};
 }
 
 Result<Staged> S3Backend::StageSmall(int src_fd, uint64_t size, const std::function<bool()>& cancelled) {

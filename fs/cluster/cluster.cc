@@ -447,10 +447,11 @@ void Cluster::ReadRecords() {
     if (std::any_of(others.begin(), others.end(), [&](const Record& r) { return r.node == old.node; })) continue;
     auto why = unused.find(old.node);
     std::string problem = why == unused.end() ? "missing" : why->second;
-    // One read can catch a record half written where a PUT is not atomic
-    // (s3rver writes an object in place: seen in a busy test run); the
-    // next heartbeat's read then finds it whole. A problem found twice in
-    // a row is the member's, and is warned of.
+    // One read can catch a record mid-replacement where a PUT is not
+    // atomic for readers (the test server renames an object's metadata and
+    // its bytes one after the other: seen in a busy run); the next
+    // heartbeat's read finds it whole. A problem found twice in a row is
+    // the member's, and is warned of.
     if (old.problem.empty()) old.problem_reads = 0;
     old.problem_reads++;
     if (old.problem_reads <= 2) {
