@@ -136,11 +136,26 @@ async function commitObject(store, bucket, key, objTmp, metaText, md5) {
   fs.renameSync(objTmp, objPath);
 }
 
+// Streams `content` into `file`, hashing it; resolves once the file stream
+// has finished (pipeline), with the byte count and the MD5 hash.
+async function writeHashed(content, file) {
+  const md5 = crypto.createHash('md5');
+  let size = 0;
+  await pipeline(content, new Transform({
+    transform(chunk, encoding, callback) {
+      md5.update(chunk);
+      size += chunk.length;
+      callback(null, chunk);
+    },
+  }), fs.createWriteStream(file));
+  return { size, md5 };
+}
+
 FilesystemStore.prototype.putObject = async function putObject(object) {
   const objPath = this.getResourcePath(object.bucket, object.key, 'object');
   await fs.promises.mkdir(path.dirname(objPath), { recursive: true });
   const tmp = tmpName(objPath);
-  const md5 = crypto.createHash('md5');
+  let md5 = crypto.createHash('md5');
   let size = 0;
   try {
     if (Buffer.isBuffer(object.content)) {
@@ -148,13 +163,7 @@ FilesystemStore.prototype.putObject = async function putObject(object) {
       size = object.content.length;
       await fs.promises.writeFile(tmp, object.content);
     } else {
-      await pipeline(object.content, new Transform({
-        transform(chunk, encoding, callback) {
-          md5.update(chunk);
-          size += chunk.length;
-          callback(null, chunk);
-        },
-      }), fs.createWriteStream(tmp));
+      ({ size, md5 } = await writeHashed(object.content, tmp));
     }
   } catch (err) {
     fs.rmSync(tmp, { force: true });
@@ -176,16 +185,9 @@ FilesystemStore.prototype.putPart = async function putPart(bucket, uploadId, par
   const partPath = path.join(this.getResourcePath(bucket, undefined, 'uploads'), uploadId, partNumber.toString());
   await fs.promises.mkdir(path.dirname(partPath), { recursive: true });
   const tmp = tmpName(partPath);
-  const md5 = crypto.createHash('md5');
-  let size = 0;
+  let md5, size;
   try {
-    await pipeline(content, new Transform({
-      transform(chunk, encoding, callback) {
-        md5.update(chunk);
-        size += chunk.length;
-        callback(null, chunk);
-      },
-    }), fs.createWriteStream(tmp));
+    ({ size, md5 } = await writeHashed(content, tmp));
   } catch (err) {
     fs.rmSync(tmp, { force: true });
     throw err;
