@@ -184,7 +184,7 @@ Result<InodeTable::PersistQueued> InodeTable::PersistCheckpoint(uint64_t ino, Ca
       }
     }
     if (n->is_dir() || S_ISLNK(n->rec.mode)) {
-      AppendLog(&b, MakeEntry(n->rec, path), &log);
+      AppendLog(&b, VersionStore::MakeEntry(n->rec, path), &log);
       for (auto it = n->children.rbegin(); it != n->children.rend(); ++it)
         if (Inode* c = Find(it->second)) stack.emplace_back(c, path + "/" + it->first);
     } else if (S_ISREG(n->rec.mode) && n->rec.state == DataState::kMemoryOnly && queued.insert(n).second) {
@@ -192,7 +192,7 @@ Result<InodeTable::PersistQueued> InodeTable::PersistCheckpoint(uint64_t ino, Ca
       r.state = *NextState(r.state, FileEvent::kQueue);
       r.memory_only = false;
       MetaStore::PutInode(&b, r);
-      AppendLog(&b, PersistEntry(n), &log);
+      AppendLog(&b, versions_.PersistEntry(ns_, n), &log);
       out.files++;
       out.bytes += n->rec.sealed_size;
     }

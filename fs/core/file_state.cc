@@ -44,20 +44,6 @@ std::optional<meta::DataState> NextState(meta::DataState s, FileEvent e) {
   return static_cast<S>(kTable[row][col]);
 }
 
-void InodeTable::Transition(Inode* n, FileEvent e) {
-  auto next = NextState(n->rec.state, e);
-  if (!next) {
-    LOG_ERROR("ino {}: event {} in state {} is not in the state table; state kept", n->rec.ino, FileEventName(e),
-              meta::DataStateName(n->rec.state));
-    return;
-  }
-  // Checkpoint timing: a change after the last publish starts a new write.
-  const int64_t now = WallNs();
-  if (e == FileEvent::kChange && (n->t_change_ns == 0 || n->t_publish_ns >= n->t_change_ns)) n->t_change_ns = now;
-  if (e == FileEvent::kPublish) n->t_publish_ns = now;
-  n->rec.state = *next;
-}
-
 Result<int> InodeTable::Open(uint64_t ino, int flags) {
   auto r = OpenImpl(ino, flags, false);
   if (!r) return Err(r.error());
@@ -131,7 +117,7 @@ void InodeTable::Absorb(Inode* n) {
   if (size == n->pt_size && mtime_ns == n->pt_mtime_ns) return;
   n->pt_size = size;
   n->pt_mtime_ns = mtime_ns;
-  SupersedeInPlace(n);
+  versions_.SupersedeInPlace(n);
   n->rec.size = size;
   n->rec.mtime = n->rec.ctime = meta::Timespec{st->st_mtim.tv_sec, static_cast<uint32_t>(st->st_mtim.tv_nsec)};
   Transition(n, FileEvent::kChange);
@@ -153,20 +139,9 @@ void InodeTable::MarkChanged(Inode* n) {
   // DCP) changes bytes only by write(2), which moves the mtime (tmpfs has
   // fine-grained timestamps once they are looked at, and Absorb looks).
   if (n->rec.nlink == 0 || n->data_gen != n->sealed_gen) return;
-  SupersedeInPlace(n);
+  versions_.SupersedeInPlace(n);
   Transition(n, FileEvent::kChange);
   n->data_gen++;
-}
-
-void InodeTable::SupersedeInPlace(Inode* n) {
-  // A version sealed in place (an fsync under a passthrough writer: no
-  // copy) whose bytes changed, or may have, before the drain took it: its
-  // bytes are gone, and the next seal carries the live ones instead, so
-  // the drain skips it as superseded. Without this, the seal at the
-  // writer's close left it pending with no bytes, and the drain reported
-  // it lost (fsstress, issue #27).
-  if (SealPending(n) && n->data_gen == n->sealed_gen && !tier_->Has(cache::SnapKey(n->rec.ino, n->rec.version)))
-    oplog_.Supersede(n->seal_seq);
 }
 
 Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_passthrough) {
@@ -209,9 +184,9 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
       // is copied now. Without this, a version sealed by the other writer's
       // flush and not yet drained lost its bytes (xfstests-style stress:
       // "persist 'p3/f0' v2: lost", issue #27).
-      const bool trunc_beside_writer = trunc && n->writers > 0 && n->rec.state != DataState::kRemote && NeedsCopy(n);
+      const bool trunc_beside_writer = trunc && n->writers > 0 && n->rec.state != DataState::kRemote && versions_.NeedsCopy(n);
       if (trunc_beside_writer ||
-          (pt && writable && n->rec.state != DataState::kRemote && NeedsCopy(n) && !(trunc && n->pt_opens == 0))) {
+          (pt && writable && n->rec.state != DataState::kRemote && versions_.NeedsCopy(n) && !(trunc && n->pt_opens == 0))) {
         copy_version = n->rec.version;
         // The kernel or another writer holds the live file: copy from it, leave it in place.
         copy_out = n->pt_opens > 0 || trunc_beside_writer;
@@ -235,7 +210,7 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
     }
     MutexLock lk(&mu());
     Inode* n = Find(ino);
-    if (!n || n->rec.version != copy_version || !SealPending(n)) tier_->Remove(key);
+    if (!n || n->rec.version != copy_version || !versions_.SealPending(n)) tier_->Remove(key);
   }
 }
 
@@ -256,7 +231,7 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
     // a writer); otherwise the first change of the bytes copies it
     // (LockForMutation), so an open that writes nothing copies nothing.
     if (trunc)
-      if (auto st = MoveAside(n); !st) return Err(st.error());
+      if (auto st = versions_.MoveAside(ns_, n); !st) return Err(st.error());
     // Record "being rewritten" before any byte changes, so that a daemon
     // that dies now restarts from the last sealed version, not from torn
     // bytes it would otherwise take for that version.
@@ -425,12 +400,6 @@ Status InodeTable::Flush(uint64_t ino, int open_flags, uint64_t open_gen) {
   return {};
 }
 
-bool InodeTable::NeedsCopy(const Inode* n) {
-  // Bytes changed since the seal: the version was kept when they first did.
-  if (!S_ISREG(n->rec.mode) || n->data_gen != n->sealed_gen || !SealPending(n)) return false;
-  return !tier_->Has(cache::SnapKey(n->rec.ino, n->rec.version)) && tier_->Has(n->rec.ino);
-}
-
 InodeTable::DataExclusive InodeTable::LockForSeal(uint64_t ino) {
   DataExclusive l;
   {
@@ -446,7 +415,7 @@ InodeTable::DataExclusive InodeTable::LockForSeal(uint64_t ino) {
 bool InodeTable::ChangeCopiesAside(uint64_t ino) {
   MutexLock lk(&mu());
   const Inode* n = Find(ino);
-  return n && NeedsCopy(n);
+  return n && versions_.NeedsCopy(n);
 }
 
 Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait) {
@@ -463,7 +432,7 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
       MutexLock lk(&mu());
       Inode* n = Find(ino);
       if (!n) return Err(ENOENT);
-      if (!NeedsCopy(n)) return shared;
+      if (!versions_.NeedsCopy(n)) return shared;
     }
     shared.lock.unlock();
     std::unique_lock excl(*dmu);
@@ -473,7 +442,7 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
       MutexLock lk(&mu());
       Inode* n = Find(ino);
       if (!n) return Err(ENOENT);
-      if (!NeedsCopy(n)) continue;  // another writer copied it meanwhile
+      if (!versions_.NeedsCopy(n)) continue;  // another writer copied it meanwhile
       version = n->rec.version;
       keep_live = n->pt_opens > 0;  // the kernel serves them from the live file
     }
@@ -490,7 +459,7 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
     MutexLock lk(&mu());
     Inode* n = Find(ino);
     // Published while it was copied: the copy is not needed after all.
-    if (!n || n->rec.version != version || !SealPending(n)) tier_->Remove(key);
+    if (!n || n->rec.version != version || !versions_.SealPending(n)) tier_->Remove(key);
   }
 }
 
@@ -511,7 +480,7 @@ Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
       if (auto st = SealNow(n); !st) return Err(st.error());
     // Everything logged so far, this file's seal included.
     seq = oplog_.LoggedSeq();
-    if (!keep || n->pt_writers == 0 || !SealPending(n) || tier_->Has(cache::SnapKey(ino, n->rec.version)))
+    if (!keep || n->pt_writers == 0 || !versions_.SealPending(n) || tier_->Has(cache::SnapKey(ino, n->rec.version)))
       return seq;
     version = n->rec.version;
   }
@@ -540,7 +509,7 @@ Status InodeTable::CopyAsideSealedInPlace(const LogEntry& e) {
   // bytes unchanged since (a change seen supersedes it: Absorb, in Find).
   auto in_place = [&](Inode* n) {
     mu().AssertHeld();  // the caller's
-    return n && S_ISREG(n->rec.mode) && n->rec.version == e.version && n->seal_seq == e.seq && SealPending(n) &&
+    return n && S_ISREG(n->rec.mode) && n->rec.version == e.version && n->seal_seq == e.seq && versions_.SealPending(n) &&
            !oplog_.Superseded(e.seq) && n->pt_writers > 0 && n->data_gen == n->sealed_gen && !tier_->Has(key);
   };
   // No seal and no change through the daemon (a truncate, a fallocate)
@@ -590,7 +559,7 @@ Status InodeTable::CopyAsideSealedInPlace(const LogEntry& e) {
   // close's) carries the bytes, as when a change is seen before the drain.
   tier_->Remove(key);
   tier_->NotifySpace();
-  if (n && n->rec.version == e.version && n->seal_seq == e.seq && SealPending(n)) oplog_.Supersede(e.seq);
+  if (n && n->rec.version == e.version && n->seal_seq == e.seq && versions_.SealPending(n)) oplog_.Supersede(e.seq);
   LOG_DEBUG("ino {}: version {} written while copied aside; superseded", ino, e.version);
   return {};
 }
@@ -603,108 +572,15 @@ Status InodeTable::SyncToBackend(uint64_t ino, bool wait) {
   return {};
 }
 
-uint64_t InodeTable::Seal(Inode* n, Batch* b, std::vector<LogEntry>* out) {
-  // The previous version still waits at the end of the log, nothing logged
-  // after it: the drain would skip it anyway (its very next entry rewrites
-  // the file; Drainer::SkipUndonePersist), so it is dropped now, with the
-  // copy kept for it. A file rewritten and fsynced in a loop then holds at
-  // most its live bytes, one copy and one version in transfer, however far
-  // behind the drain is.
-  uint64_t dropped = 0;
-  if (out->empty() && SealPending(n) && oplog_.IsOpenTail(n->seal_seq, n->rec.ino)) {
-    MetaStore::DeleteLog(b, n->seal_seq);
-    dropped = n->seal_seq;
-  }
-  n->rec.version++;
-  n->rec.sealed_size = n->rec.size;
-  residency_.Sealed(n->rec.size);
-  Transition(n, FileEvent::kChange);  // a new version, in no backend yet
-  n->sealed_gen = n->data_gen;
-  n->t_seal_ns = WallNs();
-  if (ckpts_.MemoryOnlyAt(ns_, n, n->rec.parent)) {
-    Transition(n, FileEvent::kKeep);  // sealed in RAM; never logged (see PersistCheckpoint)
-    n->seal_seq = 0;
-    return dropped;
-  }
-  AppendLog(b, PersistEntry(n), out);
-  n->seal_seq = out->back().seq;
-  return dropped;
-}
-
-LogEntry InodeTable::MakeEntry(const meta::InodeRecord& r, std::string path) {
-  LogEntry e;
-  e.op = S_ISDIR(r.mode) ? LogOp::kMkdir : LogOp::kSymlink;
-  e.ino = r.ino;
-  e.mode = r.mode;
-  e.uid = r.uid;
-  e.gid = r.gid;
-  e.has_owner = true;
-  e.path = std::move(path);
-  e.path2 = r.target;
-  return e;
-}
-
-LogEntry InodeTable::PersistEntry(const Inode* n) {
-  LogEntry e;
-  e.op = LogOp::kPersist;
-  e.ino = n->rec.ino;
-  e.version = n->rec.version;
-  e.mode = n->rec.mode;
-  e.mtime = n->rec.mtime;
-  e.uid = n->rec.uid;
-  e.gid = n->rec.gid;
-  e.has_owner = true;
-  e.path = ns_.EntryPath(n->rec.parent, n->rec.name);
-  // A file with several names: the backend publishes under the first and
-  // must link the others to the new bytes (publishing renames a new file
-  // over the name, which breaks the backend's hard link). path2 lists them,
-  // NUL-separated. Scanning every directory is fine: hard links are rare.
-  if (n->rec.nlink > 1) {
-    for (auto& [dino, d] : ns_.all()) {
-      if (!d->is_dir()) continue;
-      for (auto& [name, child] : d->children) {
-        if (child != n->rec.ino || (dino == n->rec.parent && name == n->rec.name)) continue;
-        if (!e.path2.empty()) e.path2.push_back('\0');
-        e.path2 += ns_.EntryPath(dino, name);
-      }
-    }
-  }
-  return e;
-}
-
-void InodeTable::Supersede(uint64_t seq, uint64_t ino, uint64_t version) {
-  if (seq == 0) return;
-  oplog_.Supersede(seq);
-  tier_->Remove(cache::SnapKey(ino, version));  // a transfer already reading it keeps its descriptor
-  tier_->NotifySpace();
-}
-
 Status InodeTable::SealNow(Inode* n) {
   Batch b;
   std::vector<LogEntry> log;
-  uint64_t dropped = Seal(n, &b, &log);
+  uint64_t dropped = versions_.Seal(ns_, n, ckpts_.MemoryOnlyAt(ns_, n, n->rec.parent), &b, &log);
   MetaStore::PutInode(&b, n->rec);
   if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
-  Supersede(dropped, n->rec.ino, n->rec.version - 1);
+  versions_.Supersede(dropped, n->rec.ino, n->rec.version - 1);
   n->size_dirty = false;
   n->open_marked = false;
-  return {};
-}
-
-Status InodeTable::MoveAside(Inode* n) {
-  uint64_t ino = n->rec.ino;
-  if (!S_ISREG(n->rec.mode) || !SealPending(n)) return {};
-  uint64_t key = cache::SnapKey(ino, n->rec.version);
-  if (tier_->Has(key) || !tier_->Has(ino)) return {};
-  // Passthrough handles are served from the live file: it stays, the
-  // version is copied (rare: a truncate(2) by path under a reader).
-  // Under the namespace lock, so the copy takes only free budget (the evictor takes the namespace lock).
-  if (auto st = n->pt_opens > 0 ? tier_->CopyOut(ino, key, false, false) : tier_->Snapshot(ino, key, false); !st) {
-    LOG_ERROR("ino {} '{}': cannot keep version {} for the drain: {}", ino, ns_.EntryPath(n->rec.parent, n->rec.name),
-              n->rec.version, strerror(st.error()));
-    return st;
-  }
-  LOG_DEBUG("ino {}: version {} moved aside", ino, n->rec.version);
   return {};
 }
 

@@ -22,12 +22,6 @@ meta::Timespec InodeTable::Now() {
   return meta::Timespec{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
 }
 
-int64_t InodeTable::WallNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 Inode* InodeTable::Find(uint64_t ino) {
   Inode* n = ns_.Find(ino);
   if (n && n->pt_writers > 0) Absorb(n);
@@ -174,7 +168,7 @@ void InodeTable::MaybeDelete(Inode* n) {
   // the next start-up) rather than the promised bytes going silently.
   bool keep_live = false;
   if (S_ISREG(n->rec.mode))
-    if (auto p = MoveAside(n); !p) {
+    if (auto p = versions_.MoveAside(ns_, n); !p) {
       keep_live = true;
       LOG_ERROR("ino {}: its pending version {} could not be kept for the drain ({}); its tier file stays", ino,
                 n->rec.version, strerror(p.error()));
@@ -251,7 +245,7 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
     // The sealed version is kept already (copied above), or moved aside
     // now: truncate(2) to 0 of a file nobody writes.
     if (!data.owns_lock())
-      if (auto st = MoveAside(n); !st) return Err(st.error());
+      if (auto st = versions_.MoveAside(ns_, n); !st) return Err(st.error());
     if (auto st = tier_->Truncate(ino, c.size); !st) return Err(st.error());
     r.size = c.size;
     r.mtime = now;
@@ -266,7 +260,7 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
   std::vector<LogEntry> log;
   uint64_t dropped = 0;
   if ((c.to_set & kSetSize) && n->opens == 0 && r.nlink > 0) {
-    dropped = Seal(n, &b, &log);  // truncate(2) of a closed file: a new version now
+    dropped = versions_.Seal(ns_, n, ckpts_.MemoryOnlyAt(ns_, n, n->rec.parent), &b, &log);  // truncate(2) of a closed file: a new version now
   } else if ((c.to_set & (kSetMode | kSetMtime | kSetUid | kSetGid)) && r.nlink > 0 &&
              (S_ISREG(r.mode) || S_ISDIR(r.mode)) && ino != meta::kRootIno && !ckpts_.MemoryOnlyAt(ns_, n, r.parent)) {
     LogEntry e;
@@ -282,7 +276,7 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
   }
   MetaStore::PutInode(&b, n->rec);
   if (auto st = CommitWithLog(b, std::move(log)); !st) return Err(st.error());
-  Supersede(dropped, ino, n->rec.version - 1);
+  versions_.Supersede(dropped, ino, n->rec.version - 1);
   n->size_dirty = false;
   return n->rec;
 }
@@ -332,7 +326,7 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   Batch b;
   std::vector<LogEntry> log;
   if ((S_ISDIR(mode) || S_ISLNK(mode)) && !under_memory_only && !r.memory_only)
-    AppendLog(&b, MakeEntry(r, ns_.EntryPath(parent, name)), &log);
+    AppendLog(&b, VersionStore::MakeEntry(r, ns_.EntryPath(parent, name)), &log);
   MetaStore::PutInode(&b, r);
   MetaStore::PutInode(&b, pr);
   MetaStore::PutDentry(&b, parent, name, r.ino, DirentType(mode));

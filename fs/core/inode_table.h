@@ -46,6 +46,7 @@
 #include "fs/core/namespace.h"
 #include "fs/core/oplog.h"
 #include "fs/core/residency.h"
+#include "fs/core/versions.h"
 #include "fs/meta/meta_store.h"
 
 namespace ckpt::fs {
@@ -96,21 +97,6 @@ struct DataStats {
   uint64_t log_len = 0;
   uint64_t head_seq = 0;     // the newest log entry (0 if none ever)
   uint64_t applied_seq = 0;  // every entry up to here is in the backend
-};
-
-// What the drainer needs to stage one persist entry: the sealed version's
-// bytes, which nothing changes any more (a writer that reopens the file
-// first moves or copies them to a snapshot; see MoveAside, LockForMutation).
-struct PersistSource {
-  cache::FdRef ref;  // keeps the descriptor open for the transfer
-  int fd = -1;
-  uint64_t size = 0;
-  uint64_t gen = 0;  // the data generation the bytes belong to
-  uint32_t mode = 0;
-  meta::Timespec mtime;
-  uint32_t uid = 0, gid = 0;  // the owner the backend copy gets
-  bool has_owner = false;     // false: unknown (the file is gone, old log entry)
-  bool live = false;          // the live tier file, not a snapshot: see StagedBytesHeld
 };
 
 // What names and sizes the mount accepts, so that nothing it acknowledges
@@ -486,16 +472,8 @@ class InodeTable {
   // Counts an O_RDWR passthrough writer's close or fsync as a change of the
   // bytes (if none was seen). REQUIRES: the namespace lock held.
   void MarkChanged(Inode* n) REQUIRES(mu());
-  // A pending version sealed in place whose bytes changed (or may have):
-  // marked superseded, so the drain skips it and the next seal carries
-  // the bytes. REQUIRES: the namespace lock held.
-  void SupersedeInPlace(Inode* n) REQUIRES(mu());
   Result<OpenResult> OpenImpl(uint64_t ino, int flags, bool allow_passthrough) EXCLUDES(mu());
   Result<OpenResult> OpenLocked(Inode* n, int flags, bool passthrough) REQUIRES(mu());
-  // Moves `n` along the state table (fs/core/file_state.h); an event the table
-  // does not allow in n's state is logged and changes nothing.
-  // REQUIRES: the namespace lock held.
-  void Transition(Inode* n, FileEvent e) REQUIRES(mu());
   // EROFS once read-only. Any thread.
   Status Writable() const;
   // Commits to the store; a failure turns the mount read-only (sticky),
@@ -521,25 +499,8 @@ class InodeTable {
   // Assigns the entry its seq, adds it to the batch and to `out`; the
   // caller then commits with CommitWithLog(b, out). REQUIRES: the namespace lock held.
   void AppendLog(meta::Batch* b, meta::LogEntry e, std::vector<meta::LogEntry>* out) REQUIRES(mu());
-  // Seals the file's current bytes as a new version. If the previous
-  // version's entry is the last in the log, it is superseded: deleted from
-  // the store in `b`, and its seq returned (0 if none) for Supersede once
-  // `b` is committed. REQUIRES: the namespace lock held, and the data lock exclusive (or
-  // the file not open).
-  // In a memory-only checkpoint the version is kept in RAM only (state
-  // memory-only), and nothing is logged.
-  uint64_t Seal(Inode* n, meta::Batch* b, std::vector<meta::LogEntry>* out) REQUIRES(mu());
-  // The persist entry of the file's current version (every name of it).
-  meta::LogEntry PersistEntry(const Inode* n) REQUIRES(mu());
-  // The mkdir or symlink entry that makes the directory or symlink `r` at `path`.
-  static meta::LogEntry MakeEntry(const meta::InodeRecord& r, std::string path);
-  // After the commit of a Seal that superseded entry `seq` (0: none) of
-  // `version`: the drain skips it, its copy is dropped. REQUIRES: the namespace lock held.
-  void Supersede(uint64_t seq, uint64_t ino, uint64_t version) REQUIRES(mu());
   // Seals and commits in one WriteBatch. REQUIRES: the namespace lock held.
   Status SealNow(Inode* n) REQUIRES(mu());
-  // Is the file's current version sealed and not yet applied by the drain?
-  bool SealPending(const Inode* n) const REQUIRES(mu()) { return n->seal_seq > oplog_.AppliedSeq(); }
   // A held data lock and the mutex it locks (the mutex outlives the inode
   // if that is erased meanwhile). Members in this order: unlock, then drop.
   template <class Lock>
@@ -561,15 +522,6 @@ class InodeTable {
   // The data lock exclusive, for a seal: no change of the bytes is in
   // flight. An unlocked lock if the inode is gone. REQUIRES: the namespace lock not held.
   DataExclusive LockForSeal(uint64_t ino) EXCLUDES(mu());
-  // Must the sealed version be copied aside before the bytes change?
-  // REQUIRES: the namespace lock held.
-  bool NeedsCopy(const Inode* n) REQUIRES(mu());
-  // Before the live bytes are dropped or emptied (O_TRUNC, truncate to 0,
-  // the last name gone): moves a sealed version the drain has not published
-  // to its snapshot (a rename; the live file starts empty). No-op if not
-  // needed. A change that keeps bytes copies instead: LockForMutation.
-  // REQUIRES: the namespace lock held, and no change of the bytes in flight.
-  Status MoveAside(Inode* n) REQUIRES(mu());
   // Start-up recovery of one regular file's bytes against its metadata.
   // Returns false if the file is lost. REQUIRES: the namespace lock held.
   bool RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64_t>& live_sizes, meta::Batch* b) REQUIRES(mu());
@@ -601,7 +553,6 @@ class InodeTable {
   // mkdir, another file's version): unknown. REQUIRES: the namespace lock held.
   std::optional<std::string> BackendPathFromLog(const Inode* n) REQUIRES(mu());
   static meta::Timespec Now();
-  static int64_t WallNs();  // CLOCK_REALTIME in ns
   static uint8_t DirentType(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
   void Touch(Inode* dir, const meta::Timespec& t) { dir->rec.mtime = dir->rec.ctime = t; }
 
@@ -614,6 +565,9 @@ class InodeTable {
   // The LRU order, saves, spares and memory pressure: a leaf lock of its
   // own, taken after the namespace lock (fs/core/residency.h). Its evictor is Evict.
   Residency residency_;
+  // Seal, copy-on-write, snapshots and the version rules
+  // (fs/core/versions.h); its calls run under the namespace lock.
+  VersionStore versions_ GUARDED_BY(mu()){tier_, &oplog_, &residency_};
   // The inodes, their entries and lookup counts, and the namespace lock
   // that every operation here takes (fs/core/namespace.h). Lock order:
   // Drainer::mu_, Inode::data_mu, the namespace lock, then the leaves

@@ -78,16 +78,8 @@ Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
 }
 
 bool InodeTable::StagedBytesHeld(const LogEntry& e, const PersistSource& src) {
-  if (!src.live) return true;
-  // Every change of a sealed version's bytes is preceded by its copy or
-  // rename aside (LockForMutation, OpenImpl, MoveAside): no snapshot now,
-  // no change has begun.
-  const uint64_t key = cache::SnapKey(e.ino, e.version);
-  if (!tier_->Has(key)) return true;
-  auto ref = tier_->Ref(key);
-  struct stat snap, staged;
-  return ref && fstat((*ref)->fd, &snap) == 0 && fstat(src.fd, &staged) == 0 && snap.st_dev == staged.st_dev &&
-         snap.st_ino == staged.st_ino;
+  MutexLock lk(&mu());
+  return versions_.StagedBytesHeld(e, src);
 }
 
 void InodeTable::AbortPersist(const LogEntry& e) {

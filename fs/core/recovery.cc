@@ -100,7 +100,7 @@ Status InodeTable::Load(Caller root_owner) {
     // Its pending version still drains: without its bytes kept aside, a
     // close that returned would end as "lost". Refuse to go on instead.
     if (S_ISREG(n->rec.mode))
-      if (auto p = MoveAside(n); !p) return p;
+      if (auto p = versions_.MoveAside(ns_, n); !p) return p;
     tier_->Remove(ino);
     EraseInode(n);
   }
@@ -169,7 +169,7 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
   const uint64_t ino = r.ino;
   const std::string path = ns_.EntryPath(r.parent, r.name);
   const uint64_t snap = cache::SnapKey(ino, r.version);
-  const bool pending = SealPending(n);
+  const bool pending = versions_.SealPending(n);
   auto live = sizes.find(ino);
   InodeRecord before = r;
   residency_.SawFile(r.sealed_size);

@@ -63,7 +63,7 @@ bool InodeTable::Droppable(Inode* n, const std::string& path, int depth) {
   if (S_ISLNK(n->rec.mode)) return n->rec.nlink == 1;
   if (!S_ISREG(n->rec.mode)) return false;  // fifos, devices: only ever local
   return (n->rec.state == DataState::kPersisted || n->rec.state == DataState::kRemote) && n->opens == 0 &&
-         !n->fetching && n->rec.nlink == 1 && !SealPending(n) && n->data_gen == n->sealed_gen;
+         !n->fetching && n->rec.nlink == 1 && !versions_.SealPending(n) && n->data_gen == n->sealed_gen;
 }
 
 Status InodeTable::DropShared(Inode* p, const std::string& name) {
