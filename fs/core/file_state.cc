@@ -184,9 +184,10 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
       // is copied now. Without this, a version sealed by the other writer's
       // flush and not yet drained lost its bytes (xfstests-style stress:
       // "persist 'p3/f0' v2: lost", issue #27).
-      const bool trunc_beside_writer = trunc && n->writers > 0 && n->rec.state != DataState::kRemote && versions_.NeedsCopy(n);
-      if (trunc_beside_writer ||
-          (pt && writable && n->rec.state != DataState::kRemote && versions_.NeedsCopy(n) && !(trunc && n->pt_opens == 0))) {
+      const bool trunc_beside_writer =
+          trunc && n->writers > 0 && n->rec.state != DataState::kRemote && versions_.NeedsCopy(n);
+      if (trunc_beside_writer || (pt && writable && n->rec.state != DataState::kRemote && versions_.NeedsCopy(n) &&
+                                  !(trunc && n->pt_opens == 0))) {
         copy_version = n->rec.version;
         // The kernel or another writer holds the live file: copy from it, leave it in place.
         copy_out = n->pt_opens > 0 || trunc_beside_writer;
@@ -509,8 +510,9 @@ Status InodeTable::CopyAsideSealedInPlace(const LogEntry& e) {
   // bytes unchanged since (a change seen supersedes it: Absorb, in Find).
   auto in_place = [&](Inode* n) {
     mu().AssertHeld();  // the caller's
-    return n && S_ISREG(n->rec.mode) && n->rec.version == e.version && n->seal_seq == e.seq && versions_.SealPending(n) &&
-           !oplog_.Superseded(e.seq) && n->pt_writers > 0 && n->data_gen == n->sealed_gen && !tier_->Has(key);
+    return n && S_ISREG(n->rec.mode) && n->rec.version == e.version && n->seal_seq == e.seq &&
+           versions_.SealPending(n) && !oplog_.Superseded(e.seq) && n->pt_writers > 0 && n->data_gen == n->sealed_gen &&
+           !tier_->Has(key);
   };
   // No seal and no change through the daemon (a truncate, a fallocate)
   // meanwhile; the kernel's writes take no lock of ours.

@@ -260,7 +260,8 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
   std::vector<LogEntry> log;
   uint64_t dropped = 0;
   if ((c.to_set & kSetSize) && n->opens == 0 && r.nlink > 0) {
-    dropped = versions_.Seal(ns_, n, ckpts_.MemoryOnlyAt(ns_, n, n->rec.parent), &b, &log);  // truncate(2) of a closed file: a new version now
+    // truncate(2) of a closed file: a new version now
+    dropped = versions_.Seal(ns_, n, ckpts_.MemoryOnlyAt(ns_, n, n->rec.parent), &b, &log);
   } else if ((c.to_set & (kSetMode | kSetMtime | kSetUid | kSetGid)) && r.nlink > 0 &&
              (S_ISREG(r.mode) || S_ISDIR(r.mode)) && ino != meta::kRootIno && !ckpts_.MemoryOnlyAt(ns_, n, r.parent)) {
     LogEntry e;

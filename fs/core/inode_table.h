@@ -29,9 +29,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <set>
 #include <shared_mutex>
-#include <regex>
 #include <string>
 #include <unordered_map>
 #include <vector>
