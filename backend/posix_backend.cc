@@ -110,9 +110,7 @@
 #include "common/log.h"
 #include "common/mutex.h"
 
-namespace ckpt::backend {
-
-}  // namespace ckpt::backend
+namespace ckpt::backend {}  // namespace ckpt::backend
 
 namespace ckpt::backend::posiximpl {
 
@@ -129,8 +127,7 @@ Status PosixBackend::Check() {
   // What daemons that are gone left staged (the file comment says how
   // they are told from live ones).
   size_t removed = 0, kept = 0;
-  if (int e = RemoveLeftovers(tmp->get(), &removed, &kept))
-    return Fail(e, "check: remove leftovers in", Show(kTmpDir));
+  if (int e = RemoveLeftovers(tmp->get(), &removed, &kept)) return Fail(e, "check: remove leftovers in", Show(kTmpDir));
   if (removed) {
     LOG_INFO("posix backend: removed {} leftover staged files from {}{}", removed, Show(kTmpDir),
              kept ? fmt::format(" ({} of live daemons kept)", kept) : "");
@@ -250,8 +247,7 @@ Status PosixBackend::Rename(const std::string& from, const std::string& to, bool
     return Fail(errno, "rename: stat source", Show(from));
   auto pt = OpenParent(root->get(), to, /*create=*/true, "rename");
   if (!pt) return Err(pt.error());
-  if (renameat2(pf->dir.get(), pf->name.c_str(), pt->dir.get(), pt->name.c_str(), exchange ? RENAME_EXCHANGE : 0) !=
-      0)
+  if (renameat2(pf->dir.get(), pf->name.c_str(), pt->dir.get(), pt->name.c_str(), exchange ? RENAME_EXCHANGE : 0) != 0)
     return Fail(errno, exchange ? "rename: exchange with" : "rename: to", Show(from) + "' -> '" + Show(to));
   if (auto s = FsyncDirFd(pt->dir.get(), Show(ParentOf(to))); !s) return s;
   if (ParentOf(from) != ParentOf(to)) return FsyncDirFd(pf->dir.get(), Show(ParentOf(from)));
@@ -339,13 +335,13 @@ Status PosixBackend::SetAttr(const std::string& path, const Attrs& a) {
   LOG_DEBUG("posix backend: setattr: cannot open '{}' ({}); through /proc", Show(path), ErrStr(errno));
   char proc[64];
   std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", ent.get());
-  if (a.mode != 0 && fchmodat(AT_FDCWD, proc, a.mode & 07777, 0) != 0)
-    return Fail(errno, "setattr: chmod", Show(path));
+  if (a.mode != 0 && fchmodat(AT_FDCWD, proc, a.mode & 07777, 0) != 0) return Fail(errno, "setattr: chmod", Show(path));
   if (utimensat(AT_FDCWD, proc, times, 0) != 0) return Fail(errno, "setattr: utimes", Show(path));
   return {};  // not fsynced: the store writes the change back in time
 }
 
-std::unexpected<int> PosixBackend::Refuse(int e, std::string_view op, const std::string& rel, std::string_view why) const {
+std::unexpected<int> PosixBackend::Refuse(int e, std::string_view op, const std::string& rel,
+                                          std::string_view why) const {
   std::string line = fmt::format("posix backend: {} '{}': {}: {}", op, Show(rel), why, ErrStr(e));
   std::lock_guard lk(refused_mu_);
   if (line == last_refusal_) {

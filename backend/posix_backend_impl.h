@@ -31,7 +31,7 @@ namespace ckpt::backend::posiximpl {
 using namespace posix;
 
 inline constexpr char kProbePrefix[] = ".ckptfs-probe-";
-inline constexpr int kMaxTreeDepth = 256;  // Rmdir: deeper trees are refused (ENAMETOOLONG)
+inline constexpr int kMaxTreeDepth = 256;     // Rmdir: deeper trees are refused (ENAMETOOLONG)
 inline constexpr char kLockPrefix[] = "lk-";  // <staging area>/lk-NONCE: flock'd while its backend lives
 
 // The nonce in a staging-area name: lk-NONCE, or XX-PID-NONCE-N (UniqueName).
@@ -232,15 +232,15 @@ class PosixBackend final : public Backend {
   Mutex root_mu_;                        // a leaf
   dev_t root_dev_ GUARDED_BY(root_mu_);  // the root directory in use
   ino_t root_ino_ GUARDED_BY(root_mu_);
-  const uid_t root_uid_;                            // its owner at open; a replacement must match it
-  bool root_missing_ GUARDED_BY(root_mu_) = false;  // an episode is being logged
+  const uid_t root_uid_;                             // its owner at open; a replacement must match it
+  bool root_missing_ GUARDED_BY(root_mu_) = false;   // an episode is being logged
   bool foreign_noted_ GUARDED_BY(root_mu_) = false;  // a degraded mount's root refused (logged once)
-  const bool apply_owner_;                          // running as root: owners are applied
+  const bool apply_owner_;                           // running as root: owners are applied
   std::atomic<bool> owner_warned_{false};
   std::atomic<bool> tmp_bad_{false};
   const uint64_t nonce_;
   std::atomic<uint64_t> counter_{0};
-  Mutex lock_mu_;  // a leaf
+  Mutex lock_mu_;                 // a leaf
   Fd lock_ GUARDED_BY(lock_mu_);  // lk-NONCE, flock'd (HoldLock)
   bool lock_warned_ GUARDED_BY(lock_mu_) = false;
 };

@@ -1,8 +1,6 @@
 // posix_list.cc — what the POSIX Backend reads of the tree: List (the
 // whole tree, for the first mount's import), Stat and ListDir (the shared
 // namespace), and the cluster records (PutRecord, ListRecords).
-#include "backend/posix_backend_impl.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -23,6 +21,7 @@
 #include <random>
 
 #include "backend/checksum.h"
+#include "backend/posix_backend_impl.h"
 #include "backend/posix_copy.h"
 #include "common/failpoint.h"
 #include "common/io.h"
@@ -70,7 +69,8 @@ Result<std::vector<Entry>> PosixBackend::ListDir(const std::string& dir) {
 }
 
 Status PosixBackend::PutRecord(const std::string& dir, const std::string& name, const std::string& bytes) {
-  if (!ValidRecordName(dir) || !ValidRecordName(name)) return Fail(EINVAL, "put record: invalid name", dir + "/" + name);
+  if (!ValidRecordName(dir) || !ValidRecordName(name))
+    return Fail(EINVAL, "put record: invalid name", dir + "/" + name);
   if (bytes.size() > kMaxRecordBytes) return Fail(EFBIG, "put record: too large", dir + "/" + name);
   auto root = Root();
   if (!root) return Err(root.error());

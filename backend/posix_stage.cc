@@ -2,8 +2,6 @@
 // staging area, .ckptfs-tmp/), Publish (attributes, fsync, rename over the
 // final name, fsync of the parent), Abort, Fetch, and the staging area's
 // lock and leftovers. See posix_backend.cc's file comment ("Staging").
-#include "backend/posix_backend_impl.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -24,6 +22,7 @@
 #include <random>
 
 #include "backend/checksum.h"
+#include "backend/posix_backend_impl.h"
 #include "backend/posix_copy.h"
 #include "common/failpoint.h"
 #include "common/io.h"
@@ -255,9 +254,10 @@ void PosixBackend::HoldLock(int tmp) {
   int e = fd.ok() && flock(fd.get(), LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
   if (e && !lock_warned_) {
     lock_warned_ = true;
-    LOG_WARN("posix backend: cannot lock {} ({}): other daemons on this backend remove this one's staged files "
-             "only once an hour old",
-             Show(kTmpDir, name), ErrStr(e));
+    LOG_WARN(
+        "posix backend: cannot lock {} ({}): other daemons on this backend remove this one's staged files "
+        "only once an hour old",
+        Show(kTmpDir, name), ErrStr(e));
   }
   lock_ = std::move(fd);
 }
@@ -302,7 +302,7 @@ int PosixBackend::RemoveLeftovers(int tmp, size_t* removed, size_t* kept) {
       if (int r = remove_if(list, /*all=*/true)) return r;
       if (unlinkat(tmp, lock.c_str(), 0) != 0 && errno != ENOENT) return errno;
     } else if (e == EWOULDBLOCK) {
-      *kept += list.size();  // live
+      *kept += list.size();                               // live
     } else if (int r = remove_if(list, /*all=*/false)) {  // no lock file, or no flock here
       return r;
     }
@@ -329,7 +329,8 @@ int PosixBackend::ApplyOwner(int dirfd, const char* name, int flags, const Attrs
   return 0;
 }
 
-Status PosixBackend::ReplaceWith(int tmp, const std::string& tmp_name, const Parent& dst, const std::string& rel, std::string_view op) {
+Status PosixBackend::ReplaceWith(int tmp, const std::string& tmp_name, const Parent& dst, const std::string& rel,
+                                 std::string_view op) {
   if (renameat(tmp, tmp_name.c_str(), dst.dir.get(), dst.name.c_str()) != 0) {
     int e = errno;
     unlinkat(tmp, tmp_name.c_str(), 0);

@@ -41,8 +41,6 @@
 // back is left clean without a remount.
 #include "backend/s3_backend.h"
 
-#include "backend/s3_backend_impl.h"
-
 #include <curl/curl.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
@@ -63,6 +61,7 @@
 #include <vector>
 
 #include "backend/checksum.h"
+#include "backend/s3_backend_impl.h"
 #include "backend/s3_xml.h"
 #include "common/failpoint.h"
 #include "common/io.h"
@@ -175,8 +174,8 @@ Status S3Backend::Check() {
   if (!st) return st;
   if (!stale.empty()) {
     if (auto d = DeleteKeys(stale); !d) return d;
-    LOG_INFO("s3 backend: removed {} leftover staged objects under s3://{}/{}{}", stale.size(), cfg_.bucket,
-             tmp_root_, kept ? fmt::format(" ({} of live daemons kept)", kept) : "");
+    LOG_INFO("s3 backend: removed {} leftover staged objects under s3://{}/{}{}", stale.size(), cfg_.bucket, tmp_root_,
+             kept ? fmt::format(" ({} of live daemons kept)", kept) : "");
   }
   return {};
 }
@@ -383,8 +382,8 @@ Result<std::pair<uint64_t, uint64_t>> S3Backend::Fetch(const std::string& path, 
     Response r;
     if (auto st = http_.Perform(get, "fetch: get range", &r); !st) return st.error();
     if (done != len) {
-      LOG_ERROR("s3 backend: fetch s3://{}/{}: range at {} returned {} bytes, {} expected (HTTP {})", cfg_.bucket,
-                *key, off, done, len, r.status);
+      LOG_ERROR("s3 backend: fetch s3://{}/{}: range at {} returned {} bytes, {} expected (HTTP {})", cfg_.bucket, *key,
+                off, done, len, r.status);
       return EIO;
     }
     return 0;
@@ -411,7 +410,8 @@ Result<std::pair<uint64_t, uint64_t>> S3Backend::Fetch(const std::string& path, 
 }
 
 Status S3Backend::PutRecord(const std::string& dir, const std::string& name, const std::string& bytes) {
-  if (!ValidRecordName(dir) || !ValidRecordName(name)) return Fail(EINVAL, "put record: invalid name", dir + "/" + name);
+  if (!ValidRecordName(dir) || !ValidRecordName(name))
+    return Fail(EINVAL, "put record: invalid name", dir + "/" + name);
   if (bytes.size() > kMaxRecordBytes) return Fail(EFBIG, "put record: too large", dir + "/" + name);
   Request put;
   put.method = "PUT";
@@ -580,7 +580,6 @@ bool S3Backend::Exchanging(std::string_view key) const {
 }  // namespace ckpt::backend::s3impl
 
 namespace ckpt::backend {
-
 
 Result<std::unique_ptr<Backend>> OpenS3Backend(const S3Config& cfg) {
   if (cfg.bucket.empty() || cfg.endpoint.empty() || cfg.region.empty() || cfg.access_key.empty() ||

@@ -25,12 +25,11 @@
 
 namespace ckpt::backend::s3impl {
 
-
+using s3::Md5Base64;
+using s3::Query;
 using s3::Request;
 using s3::Response;
 using s3::RunParallel;
-using s3::Query;
-using s3::Md5Base64;
 
 inline constexpr uint64_t kMinPartSize = 5ull << 20;  // S3's smallest part (but the last)
 inline constexpr uint64_t kMaxParts = 10000;
@@ -276,14 +275,14 @@ class S3Backend final : public Backend {
   bool Exchanging(std::string_view key) const;
 
   S3Config cfg_;
-  const std::string root_;      // "<prefix>/" or "" — every key starts with it
-  const std::string tmp_root_;  // "<prefix>/.ckptfs-tmp/"
+  const std::string root_;        // "<prefix>/" or "" — every key starts with it
+  const std::string tmp_root_;    // "<prefix>/.ckptfs-tmp/"
   const std::string stage_root_;  // where this backend stages: tmp_root_ + "OWNER/"
   const uint64_t nonce_;
   std::atomic<uint64_t> counter_{0};
   std::atomic<bool> no_part_copy_{false};  // the store answered UploadPartCopy with 501
-  s3::Client http_;  // after cfg_, which it reads
-  Mutex mu_;                                                                             // a leaf
+  s3::Client http_;                        // after cfg_, which it reads
+  Mutex mu_;                               // a leaf
   std::unordered_map<std::string, std::shared_ptr<std::string>> small_ GUARDED_BY(mu_);  // staged in memory
   std::vector<std::pair<std::string, std::string>> orphans_ GUARDED_BY(mu_);             // (key, upload id) to abort
 };

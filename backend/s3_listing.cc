@@ -1,8 +1,6 @@
 // s3_listing.cc — what the S3 Backend reads of the store: HEADs (an
 // object's checksum, mode, mtime, symlink target), ListObjectsV2 pages,
 // List, Stat, ListDir and the cluster records.
-#include "backend/s3_backend_impl.h"
-
 #include <curl/curl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +17,7 @@
 #include <unordered_set>
 
 #include "backend/checksum.h"
+#include "backend/s3_backend_impl.h"
 #include "common/failpoint.h"
 #include "common/io.h"
 #include "common/log.h"
@@ -57,8 +56,8 @@ Status S3Backend::List(const std::function<void(const Entry&)>& fn) {
       if (o.key == root_) continue;  // the prefix's own marker
       auto rel = s3::RelPath(cfg_.prefix, o.key);
       if (!rel) {
-        LOG_ERROR("s3 backend: list: skipping s3://{}/{}: not a valid path (empty, '.' or '..' component)",
-                  cfg_.bucket, o.key);
+        LOG_ERROR("s3 backend: list: skipping s3://{}/{}: not a valid path (empty, '.' or '..' component)", cfg_.bucket,
+                  o.key);
         continue;
       }
       if (rel->starts_with(std::string(kTmpDir) + "/") || *rel == kTmpDir) continue;
@@ -324,7 +323,8 @@ Status S3Backend::ListKeys(const std::string& key_prefix, const std::function<vo
   });
 }
 
-Status S3Backend::ListPages(const std::string& key_prefix, const std::function<Status(const s3::ListPage&)>& fn, const std::string& delimiter, bool quiet_all) {
+Status S3Backend::ListPages(const std::string& key_prefix, const std::function<Status(const s3::ListPage&)>& fn,
+                            const std::string& delimiter, bool quiet_all) {
   std::string token;
   for (;;) {
     std::vector<std::pair<std::string, std::string>> params = {{"list-type", "2"},

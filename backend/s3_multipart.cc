@@ -3,8 +3,6 @@
 // copies (CopyObject, UploadPartCopy, or GET + UploadPart where the store
 // has no UploadPartCopy) and the uploads left over by earlier daemons.
 // See s3_backend.h for why a copy at Publish time.
-#include "backend/s3_backend_impl.h"
-
 #include <curl/curl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,6 +19,7 @@
 #include <unordered_set>
 
 #include "backend/checksum.h"
+#include "backend/s3_backend_impl.h"
 #include "common/failpoint.h"
 #include "common/io.h"
 #include "common/log.h"
@@ -113,7 +112,8 @@ Result<std::string> S3Backend::InitiateUpload(const std::string& key, const std:
   return id;
 }
 
-Status S3Backend::CompleteUpload(const std::string& key, const std::string& upload_id, const std::vector<std::string>& etags, uint64_t size) {
+Status S3Backend::CompleteUpload(const std::string& key, const std::string& upload_id,
+                                 const std::vector<std::string>& etags, uint64_t size) {
   std::string body = s3::CompleteMultipartUploadXml(etags);
   Request req;
   req.method = "POST";
@@ -295,7 +295,8 @@ Result<Staged> S3Backend::StageMultipart(int src_fd, uint64_t size, const std::f
   return Staged{"tmp:" + name, size, hi, lo};
 }
 
-Status S3Backend::Copy(const std::string& src, const std::string& dst, uint64_t size, const std::vector<std::string>* meta) {
+Status S3Backend::Copy(const std::string& src, const std::string& dst, uint64_t size,
+                       const std::vector<std::string>* meta) {
   if (size > cfg_.multipart_copy_threshold || size > cfg_.max_copy_object_size) {
     std::vector<std::string> headers;
     if (meta) {
@@ -327,7 +328,8 @@ Status S3Backend::Copy(const std::string& src, const std::string& dst, uint64_t 
   return {};
 }
 
-Status S3Backend::CopyMultipart(const std::string& src, const std::string& dst, uint64_t size, const std::vector<std::string>& headers, bool through_client) {
+Status S3Backend::CopyMultipart(const std::string& src, const std::string& dst, uint64_t size,
+                                const std::vector<std::string>& headers, bool through_client) {
   uint64_t psize = std::max(cfg_.part_size, (size + kMaxParts - 1) / kMaxParts);
   const uint64_t nparts = (size + psize - 1) / psize;
   auto upload = InitiateUpload(dst, headers);

@@ -43,9 +43,10 @@ void CheckpointCatalog::Add(const Namespace& ns, const Inode* n, CheckpointInfo*
   c->last_publish_ns = std::max(c->last_publish_ns, n->t_publish_ns);
 }
 
-void CheckpointCatalog::Find(const Namespace& ns, const Inode* dir, const std::string& prefix, const std::regex& pattern, int depth,
-                       const std::function<uint64_t(const std::string&)>& lost_under,
-                       std::vector<CheckpointInfo>* out) {
+void CheckpointCatalog::Find(const Namespace& ns, const Inode* dir, const std::string& prefix,
+                             const std::regex& pattern, int depth,
+                             const std::function<uint64_t(const std::string&)>& lost_under,
+                             std::vector<CheckpointInfo>* out) {
   for (auto& [name, ino] : dir->children) {
     const Inode* c = ns.Find(ino);
     if (!c) continue;
@@ -67,7 +68,7 @@ void CheckpointCatalog::Find(const Namespace& ns, const Inode* dir, const std::s
 }
 
 std::vector<CheckpointInfo> CheckpointCatalog::List(const Namespace& ns, const std::regex& pattern,
-                                              const std::function<uint64_t(const std::string&)>& lost_under) {
+                                                    const std::function<uint64_t(const std::string&)>& lost_under) {
   std::vector<CheckpointInfo> out;
   if (const Inode* root = ns.Find(meta::kRootIno)) Find(ns, root, "", pattern, 0, lost_under, &out);
   std::sort(out.begin(), out.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {

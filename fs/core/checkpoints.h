@@ -48,7 +48,7 @@ struct CheckpointInfo {
   uint64_t lost = 0;     // files under it in the lost list
   int64_t mtime_ns = 0;  // the newest file's mtime: orders checkpoints
   int64_t first_change_ns = 0, last_seal_ns = 0, last_publish_ns = 0;  // 0: unknown
-  bool times_known = true;   // every file's times were seen since the mount
+  bool times_known = true;                                             // every file's times were seen since the mount
   bool memory_only = false;  // a memory-only checkpoint (--persist-every): it does not drain
   uint64_t ord = 0;          // its number in order of creation (0: made before numbering)
   uint64_t Files(meta::DataState s) const { return state_files[static_cast<size_t>(s)]; }

@@ -34,8 +34,7 @@ Result<Inode*> InodeTable::Child(Inode* dir, std::string_view name) {
   return c;
 }
 
-Result<std::pair<Inode*, Inode*>> InodeTable::DirAndChild(uint64_t parent,
-                                                                                  std::string_view name) {
+Result<std::pair<Inode*, Inode*>> InodeTable::DirAndChild(uint64_t parent, std::string_view name) {
   auto dir = ns_.FindDir(parent);
   if (!dir) return Err(dir.error());
   auto c = Child(*dir, name);
@@ -337,7 +336,8 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   if (S_ISREG(mode)) n->data_gen = 1;  // a new file is sealed at its first close
   if (r.ckpt_ord > 0) {
     ckpts_.ReserveUpTo(r.ckpt_ord + 1);
-    LOG_DEBUG("checkpoint {} '{}' made{}", r.ckpt_ord, ns_.EntryPath(parent, name), r.memory_only ? " (memory-only)" : "");
+    LOG_DEBUG("checkpoint {} '{}' made{}", r.ckpt_ord, ns_.EntryPath(parent, name),
+              r.memory_only ? " (memory-only)" : "");
   }
 
   p->rec = pr;
@@ -545,7 +545,8 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
   if (auto st = Writable(); !st) return st;
   // A directory moved is checked by its deepest path, where paths are bounded.
   const bool bounded = limits_.max_path != SIZE_MAX;
-  if (auto st = CheckNewName(newparent, newname, bounded && src->is_dir() ? ns_.SubtreePathLen(src) : 0); !st) return st;
+  if (auto st = CheckNewName(newparent, newname, bounded && src->is_dir() ? ns_.SubtreePathLen(src) : 0); !st)
+    return st;
   if (dst && (flags & RENAME_EXCHANGE))
     if (auto st = CheckNewName(parent, name, bounded && dst->is_dir() ? ns_.SubtreePathLen(dst) : 0); !st) return st;
   // Memory-only checkpoints (--persist-every): a move stays on its side of
@@ -554,7 +555,8 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
   // (and so creates, logs and deletes what it must).
   const bool memory_only = ckpts_.MemoryOnlyAt(ns_, src, parent);
   if (memory_only != ckpts_.MemoryOnlyAt(ns_, src, newparent)) return Err(EXDEV);
-  if (dst && (ckpts_.MemoryOnlyAt(ns_, dst, newparent) != memory_only || ckpts_.MemoryOnlyAt(ns_, dst, parent) != memory_only))
+  if (dst &&
+      (ckpts_.MemoryOnlyAt(ns_, dst, newparent) != memory_only || ckpts_.MemoryOnlyAt(ns_, dst, parent) != memory_only))
     return Err(EXDEV);
   // A tree renamed into a checkpoint's name (`tmp-step` -> `step_5`) is a
   // checkpoint from now on: numbered, never memory-only (what it holds was

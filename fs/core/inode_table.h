@@ -135,7 +135,6 @@ class InodeTable {
   // Before Load: the limits every later operation checks.
   void set_limits(const Limits& l) { limits_ = l; }
 
-
   // Before Load: what makes a checkpoint and the memory/persist policies
   // (fs/core/checkpoints.h).
   void set_checkpoint_policy(CheckpointPolicy p) EXCLUDES(mu());
@@ -352,8 +351,6 @@ class InodeTable {
   // *why (nothing removed then, but for orphans/, which stays).
   [[nodiscard]] Result<uint64_t> ReleaseTier(std::string* why) EXCLUDES(mu());
 
-
-
   // On the first mount of a state dir, shows what the backend already holds
   // (state remote). Later mounts do nothing.
   [[nodiscard]] Status ImportBackend();
@@ -410,14 +407,11 @@ class InodeTable {
 
   DataStats DataStatistics();
 
-
   // Removes every inode the kernel no longer references and no name holds.
   // Called at unmount (the kernel does not send forgets then).
   void PurgeOrphans();
 
  private:
-
-
   // ---- The shared namespace (fs/core/shared.cc) ----
   static int64_t MonoNs();  // CLOCK_MONOTONIC in ns, plus the test skew below
   static inline std::atomic<int64_t> clock_skew_ns_{0};
@@ -446,7 +440,6 @@ class InodeTable {
   // and checksum; one of another type (or a symlink with another target)
   // is replaced. Only when Droppable. Returns the entry now at `name`.
   Inode* FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) REQUIRES(mu());
-
 
   // The inode, with what a passthrough writer wrote taken in (Absorb).
   Inode* Find(uint64_t ino) REQUIRES(mu());
@@ -595,7 +588,7 @@ class InodeTable {
   mutable ckpt::Mutex ro_mu_;  // leaf lock
   std::string ro_reason_ GUARDED_BY(ro_mu_);
   bool shutdown_ GUARDED_BY(mu()) = false;
-  ckpt::CondVar fetch_cv_;                                                             // a fetch finished (with the namespace lock)
+  ckpt::CondVar fetch_cv_;  // a fetch finished (with the namespace lock)
 };
 
 }  // namespace ckpt::fs

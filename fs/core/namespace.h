@@ -49,11 +49,11 @@ struct Inode {
   std::map<std::string, std::string, std::less<>> xattrs;
   uint64_t nlookup = 0;
   uint32_t opens = 0;
-  bool size_dirty = false;   // size/times changed since last commit
-  uint64_t data_gen = 0;     // bumped by every change of the bytes
-  uint64_t sealed_gen = 0;   // data_gen at the last seal
-  uint64_t seal_seq = 0;     // log seq of the last seal's persist entry
-  bool fetching = false;     // a fetch from the backend is under way
+  bool size_dirty = false;  // size/times changed since last commit
+  uint64_t data_gen = 0;    // bumped by every change of the bytes
+  uint64_t sealed_gen = 0;  // data_gen at the last seal
+  uint64_t seal_seq = 0;    // log seq of the last seal's persist entry
+  bool fetching = false;    // a fetch from the backend is under way
   // Passthrough: handles, those open for writing, the kernel's id for
   // the tier file while any is open, and the tier file's size and mtime
   // when last taken in (Absorb).

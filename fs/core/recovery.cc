@@ -160,7 +160,8 @@ Status InodeTable::Load(Caller root_owner) {
       if (S_ISREG(n->rec.mode) && n->rec.nlink > 0 &&
           (n->rec.state == DataState::kPersisted || n->rec.state == DataState::kRemote))
         SetBackendPath(n.get(), ns_.EntryPath(n->rec.parent, n->rec.name));
-  LOG_INFO("namespace loaded: {} inodes, next ino {}, {} log entries pending", ns_.size(), ns_.next_ino(), oplog_.size());
+  LOG_INFO("namespace loaded: {} inodes, next ino {}, {} log entries pending", ns_.size(), ns_.next_ino(),
+           oplog_.size());
   return {};
 }
 

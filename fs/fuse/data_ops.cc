@@ -239,14 +239,14 @@ bool QueueWrite(fuse_req_t req, fuse_ino_t ino, std::shared_ptr<const std::vecto
 // and the tier still without room: ENOSPC, said in the log at most every 10 s.
 Result<size_t> QueueFull(fuse_ino_t ino, size_t len, off_t off) {
   static std::atomic<int64_t> last_said{INT64_MIN / 2};
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::steady_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   int64_t last = last_said.load();
   if (now - last >= 10 && last_said.compare_exchange_strong(last, now))
-    LOG_WARN("ino {}: write of {} bytes at {} fails with ENOSPC: the queue of writes waiting for space is full "
-             "({} ms waited for room; the drain does not free the tier as fast as writers fill it)",
-             ino, len, off, OffloadQueue::kRoomWait.count());
+    LOG_WARN(
+        "ino {}: write of {} bytes at {} fails with ENOSPC: the queue of writes waiting for space is full "
+        "({} ms waited for room; the drain does not free the tier as fast as writers fill it)",
+        ino, len, off, OffloadQueue::kRoomWait.count());
   return std::unexpected(ENOSPC);
 }
 

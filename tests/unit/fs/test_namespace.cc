@@ -70,9 +70,14 @@ Test(namespace_, ancestors) {
 Test(namespace_, longest_path_below_a_directory) {
   Tree t;
   uint64_t a = t.Add(kRootIno, "a", S_IFDIR | 0755);
-  cr_assert_eq([&] { MutexLock lk(&t.ns.mu()); return t.ns.SubtreePathLen(t.ns.Find(a)); }(), 0u);
+  cr_assert_eq(
+      [&] {
+        MutexLock lk(&t.ns.mu());
+        return t.ns.SubtreePathLen(t.ns.Find(a));
+      }(),
+      0u);
   uint64_t bb = t.Add(a, "bb", S_IFDIR | 0755);
-  t.Add(bb, "file-name", S_IFREG | 0644);  // "bb/file-name": 12
+  t.Add(bb, "file-name", S_IFREG | 0644);          // "bb/file-name": 12
   t.Add(a, "a-much-longer-name", S_IFREG | 0644);  // 18
   MutexLock lk(&t.ns.mu());
   cr_assert_eq(t.ns.SubtreePathLen(t.ns.Find(a)), 18u);
