@@ -274,7 +274,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     if (auto st = d->store->Commit(b); !st) return fail("cannot record the backend's owner: " + ErrStr(st.error()));
   }
   d->table = std::make_unique<InodeTable>(d->store.get(), d->tier.get(), d->backend.get());
-  d->table->set_limits(MountLimits(cfg));
+  d->table->core().set_limits(MountLimits(cfg));
   d->table->set_checkpoint_policy({d->checkpoint_pattern, cfg.persist_every, cfg.persist_interval_s, cfg.keep_in_memory});
   d->table->set_shared_ttl(std::chrono::seconds(cfg.shared_ttl_s));
   if (cfg.shared_ttl_s > 0) {
@@ -312,7 +312,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     Daemon* dp = d.get();
     d->drainer->set_yield([dp] {
       return dp->saves.HoldDrain() && !dp->space_waiter->Busy() && !dp->tier->Tight() &&
-             !dp->table->oplog().DurabilityAwaited();
+             !dp->table->core().oplog.DurabilityAwaited();
     });
   }
   if (!cfg.cluster.empty()) {
@@ -326,7 +326,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     // two ticks. A directory answers in microseconds; an object store's
     // PUT and LIST cost money and tens of milliseconds.
     co.tick_ms = cfg.backend.kind == BackendUrl::Kind::kS3 ? 100 : 25;
-    d->cluster_log = LocalLog(&d->table->oplog());
+    d->cluster_log = LocalLog(&d->table->core().oplog);
     d->cluster_store = BackendRecords(d->backend.get(), cfg.cluster);
     d->cluster = std::make_unique<Cluster>(co, d->cluster_store.get(), d->cluster_log.get(),
                                            cfg.state_dir + "/cluster-samples");
@@ -375,7 +375,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->channel = std::make_unique<FuseChannel>(se, cfg.passthrough, cfg.io_uring);
   if (d->channel->Install()) d->table->set_backing(d->channel.get());
   static_assert(Config::kPreallocAuto == InodeTable::kPreallocAuto, "--prealloc auto means the same to both");
-  d->table->residency().set_prealloc(cfg.prealloc);
+  d->table->core().residency.set_prealloc(cfg.prealloc);
   if (auto st = d->tier->WriteOwner(OwnerJson(cfg)); !st)
     LOG_WARN("tier {}: cannot record its owner: {} (`ckptfs gc` will not know it)", cfg.tier_dir, strerror(st.error()));
   cache::TierStats ts = d->tier->Stats();
@@ -433,7 +433,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->drainer->Start();
   const uint64_t min_free = cfg.min_free == Config::kMinFreeAuto ? DefaultMinFree() : cfg.min_free;
   if (min_free > 0) {
-    d->memory_watch = std::make_unique<MemoryWatch>(d->table.get(), min_free);
+    d->memory_watch = std::make_unique<MemoryWatch>(&d->table->core().residency, min_free);
     d->memory_watch->Start();
   }
   // The housekeeper, every 50 ms: passthrough writers fill the tier
@@ -456,7 +456,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
             textfile_warned = true;
             LOG_WARN("metrics: cannot write {}: {}", cfg.metrics_textfile, strerror(st.error()));
           }
-        if (uint64_t applied = d->table->oplog().AppliedSeq(); tick % 20 == 0 && applied != history_seen) {
+        if (uint64_t applied = d->table->core().oplog.AppliedSeq(); tick % 20 == 0 && applied != history_seen) {
           history_seen = applied;
           d->history->Observe(d->table->Checkpoints(d->checkpoint_pattern));
         }

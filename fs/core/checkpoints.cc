@@ -136,36 +136,36 @@ uint64_t CheckpointCatalog::KeptFrom(const Namespace& ns) {
 
 void InodeTable::set_checkpoint_policy(CheckpointPolicy p) {
   MutexLock lk(&mu());
-  ckpts_.set_policy(std::move(p));
+  core_.ckpts.set_policy(std::move(p));
 }
 
 std::vector<CheckpointInfo> InodeTable::Checkpoints(const std::regex& pattern) {
   MutexLock lk(&mu());
   // What passthrough writers wrote counts (sizes, open files).
-  for (uint64_t ino : pt_writing_) Find(ino);
-  return ckpts_.List(ns_, pattern, [this](const std::string& path) { return oplog_.LostUnder(path); });
+  for (uint64_t ino : pt_writing_) core_.Find(ino);
+  return core_.ckpts.List(core_.ns, pattern, [this](const std::string& path) { return core_.oplog.LostUnder(path); });
 }
 
 Result<InodeTable::PersistQueued> InodeTable::PersistCheckpoint(uint64_t ino, Caller who) {
-  if (auto st = Writable(); !st) return Err(st.error());
+  if (auto st = core_.Writable(); !st) return Err(st.error());
   MutexLock lk(&mu());
-  Inode* root = Find(ino);
+  Inode* root = core_.Find(ino);
   if (!root) return Err(ENOENT);
   while (!root->rec.memory_only) {
     if (root->rec.ino == meta::kRootIno) return Err(EALREADY);
-    root = Find(root->rec.parent);
+    root = core_.Find(root->rec.parent);
     if (!root) return Err(EALREADY);
   }
   // The outermost memory-only checkpoint: one renamed into another is
   // persisted with it (the backend never holds half of the outer one).
   for (Inode* up = root; up->rec.ino != meta::kRootIno;) {
-    up = Find(up->rec.parent);
+    up = core_.Find(up->rec.parent);
     if (!up) break;
     if (up->rec.memory_only) root = up;
   }
   if (who.uid != 0 && who.uid != geteuid() && who.uid != root->rec.uid) return Err(EPERM);
   PersistQueued out;
-  out.path = root->is_dir() ? ns_.DirPath(root->rec.ino) : ns_.EntryPath(root->rec.parent, root->rec.name);
+  out.path = root->is_dir() ? core_.ns.DirPath(root->rec.ino) : core_.ns.EntryPath(root->rec.parent, root->rec.name);
   // Directories before what they hold, as they were made; each sealed
   // version once, under its first name (PersistEntry links the others).
   Batch b;
@@ -185,23 +185,23 @@ Result<InodeTable::PersistQueued> InodeTable::PersistCheckpoint(uint64_t ino, Ca
       }
     }
     if (n->is_dir() || S_ISLNK(n->rec.mode)) {
-      AppendLog(&b, VersionStore::MakeEntry(n->rec, path), &log);
+      core_.oplog.Append(&b, VersionStore::MakeEntry(n->rec, path), &log);
       for (auto it = n->children.rbegin(); it != n->children.rend(); ++it)
-        if (Inode* c = Find(it->second)) stack.emplace_back(c, path + "/" + it->first);
+        if (Inode* c = core_.Find(it->second)) stack.emplace_back(c, path + "/" + it->first);
     } else if (S_ISREG(n->rec.mode) && n->rec.state == DataState::kMemoryOnly && queued.insert(n).second) {
       InodeRecord r = n->rec;
       r.state = *NextState(r.state, FileEvent::kQueue);
       r.memory_only = false;
       MetaStore::PutInode(&b, r);
-      AppendLog(&b, versions_.PersistEntry(ns_, n), &log);
+      core_.oplog.Append(&b, core_.versions.PersistEntry(core_.ns, n), &log);
       out.files++;
       out.bytes += n->rec.sealed_size;
     }
   }
   std::vector<std::pair<Inode*, uint64_t>> seqs;
   for (const LogEntry& e : log)
-    if (e.op == LogOp::kPersist) seqs.emplace_back(Find(e.ino), e.seq);
-  if (auto st = CommitWithLog(b, std::move(log)); !st) return Err(st.error());
+    if (e.op == LogOp::kPersist) seqs.emplace_back(core_.Find(e.ino), e.seq);
+  if (auto st = core_.CommitWithLog(b, std::move(log)); !st) return Err(st.error());
   for (Inode* n : flagged) n->rec.memory_only = false;
   for (auto [n, seq] : seqs) {
     Transition(n, FileEvent::kQueue);

@@ -11,7 +11,7 @@ namespace ckpt::fs {
 
 bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   bool trunc = (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY;
   return n && S_ISREG(n->rec.mode) && n->rec.state == DataState::kRemote && !trunc;
 }
@@ -20,15 +20,15 @@ bool InodeTable::NeedsFetch(uint64_t ino, int flags) {
 
 Result<uint64_t> InodeTable::ReleaseTier(std::string* why) {
   MutexLock lk(&mu());
-  if (const size_t pending = oplog_.size(); pending > 0) {
+  if (const size_t pending = core_.oplog.size(); pending > 0) {
     *why = fmt::format("{} changes not yet in the backend", pending);
     return Err(EBUSY);
   }
   Batch b;
   std::vector<Inode*> resident;
-  for (auto& [ino, n] : ns_.all()) {
+  for (auto& [ino, n] : core_.ns.all()) {
     if (!S_ISREG(n->rec.mode)) continue;
-    const std::string path = ns_.EntryPath(n->rec.parent, n->rec.name);
+    const std::string path = core_.ns.EntryPath(n->rec.parent, n->rec.name);
     if (n->opens > 0) {
       *why = fmt::format("ino {} '{}' is open", ino, path);
       return Err(EBUSY);
@@ -38,7 +38,7 @@ Result<uint64_t> InodeTable::ReleaseTier(std::string* why) {
       *why = fmt::format("ino {} '{}' is {}", ino, path, meta::DataStateName(n->rec.state));
       return Err(EBUSY);
     }
-    if (!tier_->Has(ino)) continue;
+    if (!core_.tier()->Has(ino)) continue;
     InodeRecord r = n->rec;
     r.state = DataState::kRemote;
     MetaStore::PutInode(&b, r);
@@ -46,16 +46,16 @@ Result<uint64_t> InodeTable::ReleaseTier(std::string* why) {
   }
   // Recorded first: a crash between the two leaves remote files whose
   // bytes are still in the tier, which the next mount removes.
-  if (auto st = Commit(b, /*sync=*/true); !st) {
+  if (auto st = core_.Commit(b, /*sync=*/true); !st) {
     *why = fmt::format("cannot record the files as remote: {}", strerror(st.error()));
     return Err(st.error());
   }
   for (Inode* n : resident) n->rec.state = DataState::kRemote;
-  auto freed = tier_->RemoveAll();
+  auto freed = core_.tier()->RemoveAll();
   if (!freed) {
-    *why = freed.error() == ENOTEMPTY ? fmt::format("{}/orphans holds files no inode owns (docs/operations.md)",
-                                                    tier_->dir())
-                                      : fmt::format("cannot remove it: {}", strerror(freed.error()));
+    *why = freed.error() == ENOTEMPTY
+               ? fmt::format("{}/orphans holds files no inode owns (docs/operations.md)", core_.tier()->dir())
+               : fmt::format("cannot remove it: {}", strerror(freed.error()));
     return Err(freed.error());
   }
   return *freed;
@@ -64,14 +64,14 @@ Result<uint64_t> InodeTable::ReleaseTier(std::string* why) {
 void InodeTable::RelieveOverBudget() {
   {
     MutexLock lk(&mu());
-    for (uint64_t ino : pt_writing_) Find(ino);  // Find takes in what they wrote
+    for (uint64_t ino : pt_writing_) core_.Find(ino);  // Find takes in what they wrote
   }
   EvictIfOverBudget();
   // Nothing clean was left to evict: the kernel's writes cannot be made to
   // wait. Said once per episode, not every 50 ms.
-  cache::TierStats s = tier_->Stats();
-  if (s.used <= s.budget) return residency_.WithinBudget();
-  if (!residency_.OverBudgetBegins()) return;
+  cache::TierStats s = core_.tier()->Stats();
+  if (s.used <= s.budget) return core_.residency.WithinBudget();
+  if (!core_.residency.OverBudgetBegins()) return;
   std::string writers;
   {
     MutexLock lk(&mu());
@@ -83,13 +83,13 @@ void InodeTable::RelieveOverBudget() {
 }
 
 void InodeTable::EvictIfOverBudget() {
-  cache::TierStats s = tier_->Stats();
+  cache::TierStats s = core_.tier()->Stats();
   if (s.used + s.reserved <= s.budget) return;
   // Spares go before any file: evicting a file a reader will want back to
   // keep pages nobody asked for yet would be the wrong way round.
-  if (tier_->Spares().second > 0) {
-    tier_->DropSpares();
-    s = tier_->Stats();
+  if (core_.tier()->Spares().second > 0) {
+    core_.tier()->DropSpares();
+    s = core_.tier()->Stats();
     if (s.used + s.reserved <= s.budget) return;
   }
   (void)Evict(s.used + s.reserved - s.budget);
@@ -102,13 +102,13 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need, bool all_or_nothing, bool s
   // older of those first: a budget too small for them still gets its room.
   std::vector<Inode*> clean;
   std::vector<std::pair<uint64_t, Inode*>> kept;  // (checkpoint number, file)
-  const uint64_t kept_from = ckpts_.KeptFrom(ns_);
-  const uint64_t save_clock = residency_.SaveClock();
-  for (auto [use, ino] : residency_.Oldest()) {
-    Inode* n = Find(ino);
+  const uint64_t kept_from = core_.ckpts.KeptFrom(core_.ns);
+  const uint64_t save_clock = core_.residency.SaveClock();
+  for (auto [use, ino] : core_.residency.Oldest()) {
+    Inode* n = core_.Find(ino);
     if (!n || n->rec.state != DataState::kPersisted || n->opens != 0 || n->fetching || n->rec.nlink == 0) continue;
     if (spare_kept && use > save_clock) continue;  // the last save's, or read since
-    if (uint64_t ord = kept_from > 0 ? ckpts_.Of(ns_, n) : 0; ord >= kept_from && ord > 0) {
+    if (uint64_t ord = kept_from > 0 ? core_.ckpts.Of(core_.ns, n) : 0; ord >= kept_from && ord > 0) {
       kept.emplace_back(ord, n);
     } else {
       clean.push_back(n);
@@ -120,7 +120,7 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need, bool all_or_nothing, bool s
   if (all_or_nothing) {
     uint64_t can = 0;
     for (Inode* n : clean)
-      if ((can += tier_->AllocatedBytes(n->rec.ino)) >= need) break;
+      if ((can += core_.tier()->AllocatedBytes(n->rec.ino)) >= need) break;
     if (can < need) return cache::Tier::Relief::kWait;
   }
   uint64_t freed = 0;
@@ -128,7 +128,7 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need, bool all_or_nothing, bool s
   std::vector<uint64_t> evicted;
   for (Inode* n : clean) {
     if (freed >= need) break;
-    uint64_t bytes = tier_->AllocatedBytes(n->rec.ino);
+    uint64_t bytes = core_.tier()->AllocatedBytes(n->rec.ino);
     Transition(n, FileEvent::kEvict);
     MetaStore::PutInode(&b, n->rec);
     evicted.push_back(n->rec.ino);
@@ -137,90 +137,30 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need, bool all_or_nothing, bool s
   if (!evicted.empty()) {
     // Record "remote" before the bytes go: a crash in between leaves a
     // remote file whose tier copy is merely unused.
-    if (auto st = Commit(b); !st) {
-      for (uint64_t ino : evicted) Transition(Find(ino), FileEvent::kFetch);  // undone
+    if (auto st = core_.Commit(b); !st) {
+      for (uint64_t ino : evicted) Transition(core_.Find(ino), FileEvent::kFetch);  // undone
       return cache::Tier::Relief::kWait;
     }
     FAILPOINT("evict.mid");
-    for (uint64_t ino : evicted) tier_->Remove(ino);
+    for (uint64_t ino : evicted) core_.tier()->Remove(ino);
     LOG_DEBUG("evicted {} files, {} bytes", evicted.size(), freed);
     return cache::Tier::Relief::kFreed;
   }
   // Nothing clean: space comes back only if closed files can drain.
-  return oplog_.HasPersist() ? cache::Tier::Relief::kWait : cache::Tier::Relief::kHopeless;
-}
-
-void InodeTable::SetBackendPath(Inode* n, std::string path) {
-  if (!n->backend_path.empty()) {
-    auto it = by_backend_path_.find(n->backend_path);
-    if (it != by_backend_path_.end() && it->second == n->rec.ino) by_backend_path_.erase(it);
-  }
-  n->backend_path = std::move(path);
-  if (n->backend_path.empty()) return;
-  // Another inode recorded there was replaced in the backend.
-  auto [it, fresh] = by_backend_path_.try_emplace(n->backend_path, n->rec.ino);
-  if (!fresh && it->second != n->rec.ino) {
-    if (Inode* old = Find(it->second)) old->backend_path.clear();
-    it->second = n->rec.ino;
-  }
-}
-
-void InodeTable::ApplyToBackendPaths(const LogEntry& e) {
-  // The inodes at `path` and below it, in the backend.
-  auto subtree = [&](const std::string& path) {
-    mu().AssertHeld();  // the caller's
-    std::vector<uint64_t> out;
-    if (auto it = by_backend_path_.find(path); it != by_backend_path_.end()) out.push_back(it->second);
-    std::string prefix = path + "/";
-    for (auto it = by_backend_path_.lower_bound(prefix); it != by_backend_path_.end() && it->first.starts_with(prefix);
-         ++it)
-      out.push_back(it->second);
-    return out;
-  };
-  auto move = [&](const std::vector<uint64_t>& inos, const std::string& from, const std::string& to) {
-    mu().AssertHeld();  // the caller's
-    for (uint64_t ino : inos)
-      if (Inode* n = Find(ino)) SetBackendPath(n, to + n->backend_path.substr(from.size()));
-  };
-  switch (e.op) {
-    case LogOp::kRename: {
-      auto src = subtree(e.path), dst = subtree(e.path2);
-      if (e.flags & 1) {  // an exchange is rare: both sides fall back to waiting for the log
-        for (uint64_t ino : src)
-          if (Inode* n = Find(ino)) SetBackendPath(n, "");
-        for (uint64_t ino : dst)
-          if (Inode* n = Find(ino)) SetBackendPath(n, "");
-        break;
-      }
-      for (uint64_t ino : dst)  // replaced in the backend
-        if (Inode* n = Find(ino)) SetBackendPath(n, "");
-      move(src, e.path, e.path2);
-      break;
-    }
-    case LogOp::kUnlink:
-    case LogOp::kRmdir:
-      for (uint64_t ino : subtree(e.path))
-        if (Inode* n = Find(ino)) SetBackendPath(n, "");
-      break;
-    default: break;
-  }
-}
-
-std::optional<std::string> InodeTable::BackendPathFromLog(const Inode* n) {
-  return oplog_.PathBeforePending(ns_.EntryPath(n->rec.parent, n->rec.name), n->rec.ino);
+  return core_.oplog.HasPersist() ? cache::Tier::Relief::kWait : cache::Tier::Relief::kHopeless;
 }
 
 Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
   for (;;) {
-    Inode* n = Find(ino);
+    Inode* n = core_.Find(ino);
     if (!n) return Err(ENOENT);
     if (n->rec.state != DataState::kRemote) return {};
     if (!n->fetching) break;
     fetch_cv_.Wait(&mu());
     if (shutdown_) return Err(EIO);
   }
-  if (!backend_) return Err(EIO);
-  Inode* n = Find(ino);
+  if (!core_.backend()) return Err(EIO);
+  Inode* n = core_.Find(ino);
   const bool tracked = !n->backend_path.empty();
   if (!tracked) {
     // Where the backend holds it is not tracked (after an exchange, an
@@ -233,29 +173,29 @@ Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
     // of the 4 fetcher threads: a stuck drain blocked every such open, and
     // with the 4 taken every shared-namespace lookup.)
     std::optional<std::string> at;
-    if ((n->rec.checksum_hi | n->rec.checksum_lo) != 0) at = BackendPathFromLog(n);
+    if ((n->rec.checksum_hi | n->rec.checksum_lo) != 0) at = core_.BackendPathFromLog(n);
     if (!at) {
       const auto deadline = std::chrono::steady_clock::now() + fetch_wait_limit_;
-      std::string now = ns_.EntryPath(n->rec.parent, n->rec.name);
-      while (!shutdown_ && oplog_.Touches(now)) {
+      std::string now = core_.ns.EntryPath(n->rec.parent, n->rec.name);
+      while (!shutdown_ && core_.oplog.Touches(now)) {
         // Applied seqs move only under the namespace lock (every completion holds it):
         // `seen` is current, and the wait below misses no entry.
-        const uint64_t seen = oplog_.AppliedSeq();
+        const uint64_t seen = core_.oplog.AppliedSeq();
         mu().unlock();
-        const bool more = oplog_.WaitAppliedBeyond(seen, deadline);
+        const bool more = core_.oplog.WaitAppliedBeyond(seen, deadline);
         mu().lock();
         if (!more) break;
-        n = Find(ino);
+        n = core_.Find(ino);
         if (!n) return Err(ENOENT);
-        now = ns_.EntryPath(n->rec.parent, n->rec.name);
+        now = core_.ns.EntryPath(n->rec.parent, n->rec.name);
       }
       if (shutdown_) return Err(EIO);
-      n = Find(ino);
+      n = core_.Find(ino);
       if (!n) return Err(ENOENT);
       if (n->rec.state != DataState::kRemote) return {};
       if (n->fetching || !n->backend_path.empty()) return EnsureLocal(ino, attempt);  // changed meanwhile
-      now = ns_.EntryPath(n->rec.parent, n->rec.name);
-      if (oplog_.Touches(now)) {
+      now = core_.ns.EntryPath(n->rec.parent, n->rec.name);
+      if (core_.oplog.Touches(now)) {
         LOG_ERROR("ino {} '{}': not fetched: where the backend holds it is not known until the drain applies the "
                   "pending changes to that path, and it has not in {:.1f} s",
                   ino, now, std::chrono::duration<double>(fetch_wait_limit_).count());
@@ -265,11 +205,11 @@ Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
     }
     // Followed by the drain from here on (ApplyToBackendPaths), so that a
     // rename applied during the fetch sends the retry below to the new path.
-    SetBackendPath(n, *at);
+    core_.SetBackendPath(n, *at);
   }
   n->fetching = true;
   std::string path = n->backend_path;
-  const uint64_t applied_before = oplog_.AppliedSeq();
+  const uint64_t applied_before = core_.oplog.AppliedSeq();
   uint64_t size = n->rec.size, hi = n->rec.checksum_hi, lo = n->rec.checksum_lo;
   mu().unlock();  // the fetch runs without the namespace lock
   // Test knob: CKPTFS_FETCH_DELAY_MS=N makes every fetch take N ms longer
@@ -279,8 +219,8 @@ Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
     return v ? atoi(v) : 0;
   }();
   if (fetch_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(fetch_delay_ms));
-  auto st = tier_->Fill(ino, size, [&](int fd) -> int {
-    auto sum = backend_->Fetch(path, fd, size);
+  auto st = core_.tier()->Fill(ino, size, [&](int fd) -> int {
+    auto sum = core_.backend()->Fetch(path, fd, size);
     if (!sum) return sum.error();
     if ((hi | lo) != 0 && (sum->first != hi || sum->second != lo)) {
       LOG_ERROR("ino {} '{}': checksum mismatch on fetch from backend ({:016x}{:016x}, expected {:016x}{:016x})", ino,
@@ -290,23 +230,23 @@ Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
     return 0;
   });
   mu().lock();
-  n = Find(ino);
+  n = core_.Find(ino);
   if (n) {
     n->fetching = false;
     if (st) {
       Transition(n, FileEvent::kFetch);
       Batch b;
       MetaStore::PutInode(&b, n->rec);
-      (void)Commit(b);
+      (void)core_.Commit(b);
     }
   }
   fetch_cv_.NotifyAll();
   // Found from the log and not there: unknown again, found afresh next time.
-  if (!st && !tracked && n && n->backend_path == path) SetBackendPath(n, "");
+  if (!st && !tracked && n && n->backend_path == path) core_.SetBackendPath(n, "");
   // The drain moved it while it was being read (a rename applied
   // meanwhile): fetch again from where it is now.
   if (!st && (st.error() == ENOENT || st.error() == EIO) && n &&
-      (n->backend_path != path || oplog_.AppliedSeq() != applied_before) && attempt < 3)
+      (n->backend_path != path || core_.oplog.AppliedSeq() != applied_before) && attempt < 3)
     return EnsureLocal(ino, attempt + 1);
   if (!st) {
     if (st.error() != EIO) LOG_ERROR("ino {} '{}': fetch from backend failed: {}", ino, path, strerror(st.error()));

@@ -53,12 +53,12 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
 Result<OpenResult> InodeTable::OpenHandle(uint64_t ino, int flags) { return OpenImpl(ino, flags, true); }
 
 bool InodeTable::PassthroughRoom(const Inode* n, bool trunc) {
-  return residency_.ExpectedSize() > 0 && PassthroughShortfall(n, trunc) == 0;
+  return core_.residency.ExpectedSize() > 0 && PassthroughShortfall(n, trunc) == 0;
 }
 
 uint64_t InodeTable::PassthroughShortfall(const Inode* n, bool trunc) {
-  cache::TierStats s = tier_->Stats();
-  uint64_t taken = s.used + s.reserved - std::min(s.used, tier_->Spares().first);  // spares are free space
+  cache::TierStats s = core_.tier()->Stats();
+  uint64_t taken = s.used + s.reserved - std::min(s.used, core_.tier()->Spares().first);  // spares are free space
   uint64_t free = s.budget > taken ? s.budget - taken : 0;
   // The kernel writes without asking: the last version's size must fit,
   // with an eighth of the budget to spare; otherwise the copying path,
@@ -69,7 +69,8 @@ uint64_t InodeTable::PassthroughShortfall(const Inode* n, bool trunc) {
   // what the operator said to expect), else (no spare: --prealloc 0, no
   // room) it takes the copying path, so a budget smaller than one
   // checkpoint is not overrun by a writer nobody could stop.
-  const uint64_t want = std::max({n->rec.sealed_size, trunc ? 0 : n->rec.size, residency_.ExpectedSize()}) + s.budget / 8;
+  const uint64_t want =
+      std::max({n->rec.sealed_size, trunc ? 0 : n->rec.size, core_.residency.ExpectedSize()}) + s.budget / 8;
   return free >= want ? 0 : want - free;
 }
 
@@ -77,11 +78,11 @@ void InodeTable::EvictForPassthrough(uint64_t ino) {
   uint64_t missing = 0;
   {
     MutexLock lk(&mu());
-    Inode* n = Find(ino);
+    Inode* n = core_.Find(ino);
     // Only for a rewrite of a file that has a version: a new name (a shard)
     // is expected to be as large as the largest file, and evicting for that
     // guess would throw out the checkpoint just saved beside it.
-    if (!n || n->opens != 0 || residency_.LargestSealed() == 0 || n->rec.sealed_size == 0) return;
+    if (!n || n->opens != 0 || core_.residency.LargestSealed() == 0 || n->rec.sealed_size == 0) return;
     missing = PassthroughShortfall(n, true);
   }
   if (missing > 0) (void)Evict(missing, true);
@@ -91,7 +92,7 @@ Status InodeTable::StartPassthrough(Inode* n, int flags) {
   const bool writable = (flags & O_ACCMODE) != O_RDONLY;
   const uint64_t ino = n->rec.ino;
   if (n->pt_opens == 0) {
-    auto ref = tier_->Ref(ino);
+    auto ref = core_.tier()->Ref(ino);
     if (!ref) return Err(ref.error());
     auto id = backing_->OpenBacking((*ref)->fd);
     if (!id) return Err(id.error());
@@ -102,28 +103,11 @@ Status InodeTable::StartPassthrough(Inode* n, int flags) {
   if ((flags & O_ACCMODE) == O_RDWR) n->pt_rdwr++;
   if (writable && n->pt_writers++ == 0) {
     pt_writing_.insert(ino);
-    auto st = tier_->Refresh(ino);
+    auto st = core_.tier()->Refresh(ino);
     n->pt_size = st ? static_cast<uint64_t>(st->st_size) : n->rec.size;
     n->pt_mtime_ns = st ? st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec : 0;
   }
   return {};
-}
-
-void InodeTable::Absorb(Inode* n) {
-  auto st = tier_->Refresh(n->rec.ino);
-  if (!st) return;
-  const uint64_t size = static_cast<uint64_t>(st->st_size);
-  const int64_t mtime_ns = st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
-  if (size == n->pt_size && mtime_ns == n->pt_mtime_ns) return;
-  n->pt_size = size;
-  n->pt_mtime_ns = mtime_ns;
-  versions_.SupersedeInPlace(n);
-  n->rec.size = size;
-  n->rec.mtime = n->rec.ctime = meta::Timespec{st->st_mtim.tv_sec, static_cast<uint32_t>(st->st_mtim.tv_nsec)};
-  Transition(n, FileEvent::kChange);
-  n->data_gen++;
-  if (n->rec.mode & (S_ISUID | S_ISGID)) n->rec.mode &= ~(S_ISUID | ((n->rec.mode & S_IXGRP) ? S_ISGID : 0));
-  n->size_dirty = true;
 }
 
 std::pair<uint64_t, uint64_t> InodeTable::PassthroughOpens() {
@@ -139,7 +123,7 @@ void InodeTable::MarkChanged(Inode* n) {
   // DCP) changes bytes only by write(2), which moves the mtime (tmpfs has
   // fine-grained timestamps once they are looked at, and Absorb looks).
   if (n->rec.nlink == 0 || n->data_gen != n->sealed_gen) return;
-  versions_.SupersedeInPlace(n);
+  core_.versions.SupersedeInPlace(n);
   Transition(n, FileEvent::kChange);
   n->data_gen++;
 }
@@ -152,7 +136,7 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
     // passthrough, so spares become worth their memory; and clean files
     // make way for this one now, as they would for a copying writer that
     // ran short (the kernel will not ask).
-    residency_.TruncWriterSeen();
+    core_.residency.TruncWriterSeen();
     EvictForPassthrough(ino);
   }
   for (;;) {
@@ -160,12 +144,12 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
     bool copy_out = false;
     {
       MutexLock lk(&mu());
-      Inode* n = Find(ino);
+      Inode* n = core_.Find(ino);
       if (!n) return Err(ENOENT);
       if (n->is_dir()) return Err(EISDIR);
       if (!S_ISREG(n->rec.mode)) return Err(ENXIO);
       if (writable)
-        if (auto st = Writable(); !st) return Err(st.error());
+        if (auto st = core_.Writable(); !st) return Err(st.error());
       // Passthrough for every handle of the inode or for none (the kernel
       // fails a mix with EIO): decided by the handles open now.
       bool pt = allow_passthrough && backing_ && backing_->active() && n->opens == n->pt_opens;
@@ -185,8 +169,8 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
       // flush and not yet drained lost its bytes (xfstests-style stress:
       // "persist 'p3/f0' v2: lost", issue #27).
       const bool trunc_beside_writer =
-          trunc && n->writers > 0 && n->rec.state != DataState::kRemote && versions_.NeedsCopy(n);
-      if (trunc_beside_writer || (pt && writable && n->rec.state != DataState::kRemote && versions_.NeedsCopy(n) &&
+          trunc && n->writers > 0 && n->rec.state != DataState::kRemote && core_.versions.NeedsCopy(n);
+      if (trunc_beside_writer || (pt && writable && n->rec.state != DataState::kRemote && core_.versions.NeedsCopy(n) &&
                                   !(trunc && n->pt_opens == 0))) {
         copy_version = n->rec.version;
         // The kernel or another writer holds the live file: copy from it, leave it in place.
@@ -200,7 +184,7 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
     // when readers already hold it in passthrough, the open fails ENOSPC.
     DataExclusive data = LockForSeal(ino);
     const uint64_t key = cache::SnapKey(ino, copy_version);
-    Status st = copy_out ? tier_->CopyOut(ino, key, false) : tier_->Snapshot(ino, key, true, false);
+    Status st = copy_out ? core_.tier()->CopyOut(ino, key, false) : core_.tier()->Snapshot(ino, key, true, false);
     if (!st && st.error() == EAGAIN && !copy_out) {
       allow_passthrough = false;
       continue;
@@ -210,8 +194,8 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
       return Err(st.error() == EAGAIN ? ENOSPC : st.error());
     }
     MutexLock lk(&mu());
-    Inode* n = Find(ino);
-    if (!n || n->rec.version != copy_version || !versions_.SealPending(n)) tier_->Remove(key);
+    Inode* n = core_.Find(ino);
+    if (!n || n->rec.version != copy_version || !core_.versions.SealPending(n)) core_.tier()->Remove(key);
   }
 }
 
@@ -222,7 +206,7 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
   bool was_remote = n->rec.state == DataState::kRemote;
   if (was_remote && !(trunc && !n->fetching)) {
     if (auto st = EnsureLocal(ino); !st) return Err(st.error());
-    n = Find(ino);
+    n = core_.Find(ino);
     if (!n) return Err(ENOENT);
     pt = pt && n->opens == n->pt_opens;  // others may have opened while it was fetched
   }
@@ -232,7 +216,7 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
     // a writer); otherwise the first change of the bytes copies it
     // (LockForMutation), so an open that writes nothing copies nothing.
     if (trunc)
-      if (auto st = versions_.MoveAside(ns_, n); !st) return Err(st.error());
+      if (auto st = core_.versions.MoveAside(core_.ns, n); !st) return Err(st.error());
     // Record "being rewritten" before any byte changes, so that a daemon
     // that dies now restarts from the last sealed version, not from torn
     // bytes it would otherwise take for that version.
@@ -244,7 +228,7 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
       Transition(n, FileEvent::kChange);
       Batch b;
       MetaStore::PutInode(&b, n->rec);
-      if (auto st = Commit(b); !st) {
+      if (auto st = core_.Commit(b); !st) {
         n->rec.state = before;
         return Err(st.error());
       }
@@ -254,17 +238,17 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
   }
   // A new version written by the kernel goes into pre-allocated pages
   // (an empty spare file replaces the old one: no truncate needed).
-  bool adopted = pt && trunc && n->opens == 0 && residency_.prealloc() > 0 &&
-                 tier_->AdoptSpare(ino, std::max(n->rec.sealed_size, residency_.LargestSealed()));
-  auto fd = tier_->Pin(ino, true);
+  bool adopted = pt && trunc && n->opens == 0 && core_.residency.prealloc() > 0 &&
+                 core_.tier()->AdoptSpare(ino, std::max(n->rec.sealed_size, core_.residency.LargestSealed()));
+  auto fd = core_.tier()->Pin(ino, true);
   if (!fd) return Err(fd.error());
   if (trunc && (n->rec.size != 0 || was_remote || adopted)) {
-    if (auto st = adopted ? Status{} : tier_->Truncate(ino, 0); !st) {
-      tier_->Unpin(ino);
+    if (auto st = adopted ? Status{} : core_.tier()->Truncate(ino, 0); !st) {
+      core_.tier()->Unpin(ino);
       return Err(st.error());
     }
     n->rec.size = 0;
-    n->rec.mtime = n->rec.ctime = Now();
+    n->rec.mtime = n->rec.ctime = core_.Now();
     Transition(n, FileEvent::kChange);
     n->data_gen++;
     n->size_dirty = true;
@@ -274,25 +258,25 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
     if (auto st = StartPassthrough(n, flags); st) {
       res.backing_id = n->backing_id;
     } else if (n->pt_opens > 0) {  // the others are passthrough: this one must be too
-      tier_->Unpin(ino);
+      core_.tier()->Unpin(ino);
       return Err(st.error());
     }
   }
   n->opens++;
-  if (writable) residency_.WriterOpened(n->writers++ == 0);  // a save may begin (Residency::WriterOpened)
-  residency_.Touch(ino);
+  if (writable) core_.residency.WriterOpened(n->writers++ == 0);  // a save may begin (Residency::WriterOpened)
+  core_.residency.Touch(ino);
   return res;
 }
 
 void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
   DataExclusive data = LockForSeal(ino);
   MutexLock lk(&mu());
-  Inode* n = Find(ino);  // a passthrough writer's bytes taken in
+  Inode* n = core_.Find(ino);  // a passthrough writer's bytes taken in
   if (!n) return;
-  tier_->Unpin(ino);
+  core_.tier()->Unpin(ino);
   n->opens--;
   const bool writable = (open_flags & O_ACCMODE) != O_RDONLY;
-  if (writable) residency_.WriterClosed(n->writers > 0 && --n->writers == 0);
+  if (writable) core_.residency.WriterClosed(n->writers > 0 && --n->writers == 0);
   // Stores through a shared mapping need a readable and writable handle:
   // only those are counted as a change without being seen.
   const bool rdwr = (open_flags & O_ACCMODE) == O_RDWR;
@@ -303,15 +287,15 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
     if (rdwr && n->pt_rdwr > 0) n->pt_rdwr--;
     if (writable && n->pt_writers > 0 && --n->pt_writers == 0) {
       pt_writing_.erase(ino);
-      tier_->TrimBeyondEof(ino);  // the pre-allocated pages it did not use
-      (void)tier_->Refresh(ino);
+      core_.tier()->TrimBeyondEof(ino);  // the pre-allocated pages it did not use
+      (void)core_.tier()->Refresh(ino);
     }
     if (n->pt_opens == 0 && n->backing_id > 0) {
       backing_->CloseBacking(n->backing_id);
       n->backing_id = 0;
     }
   }
-  residency_.Touch(ino);
+  core_.residency.Touch(ino);
   if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen) {
     // Writers through other handles copy the version aside before their
     // next change (LockForMutation).
@@ -320,36 +304,36 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
     // Opened for writing, closed unchanged: back to what it was.
     n->open_marked = false;
     n->rec.state =
-        n->pre_open_state == DataState::kRemote && tier_->Has(ino) ? DataState::kPersisted : n->pre_open_state;
+        n->pre_open_state == DataState::kRemote && core_.tier()->Has(ino) ? DataState::kPersisted : n->pre_open_state;
     Batch b;
     MetaStore::PutInode(&b, n->rec);
-    if (auto st = Commit(b); !st) LOG_ERROR("ino {}: could not record state at close", ino);
+    if (auto st = core_.Commit(b); !st) LOG_ERROR("ino {}: could not record state at close", ino);
     else n->size_dirty = false;
   } else if (n->size_dirty && n->rec.nlink > 0) {
     Batch b;
     MetaStore::PutInode(&b, n->rec);
-    if (auto st = Commit(b); !st) LOG_ERROR("ino {}: could not record size at close", ino);
+    if (auto st = core_.Commit(b); !st) LOG_ERROR("ino {}: could not record size at close", ino);
     else n->size_dirty = false;
   }
-  MaybeDelete(n);
+  core_.MaybeDelete(n);
 }
 
 Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn,
                                  bool wait) {
-  if (auto st = Writable(); !st) return Err(st.error());
-  if (off > limits_.max_file_size || len > limits_.max_file_size - off) return Err(EFBIG);
+  if (auto st = core_.Writable(); !st) return Err(st.error());
+  if (off > core_.limits().max_file_size || len > core_.limits().max_file_size - off) return Err(EFBIG);
   // The first write after a seal (an fsync, a close through another
   // handle, mmap writeback after close) keeps the sealed version first.
   auto data = LockForMutation(ino, wait);
   if (!data) return Err(data.error());
   // The tier may wait for space here: never under the namespace lock.
-  auto n = tier_->Write(ino, off, len, fn, wait);
+  auto n = core_.tier()->Write(ino, off, len, fn, wait);
   if (!n) return n;
   MutexLock lk(&mu());
-  Inode* node = Find(ino);
+  Inode* node = core_.Find(ino);
   if (!node) return n;
   node->rec.size = std::max(node->rec.size, off + *n);
-  node->rec.mtime = node->rec.ctime = Now();
+  node->rec.mtime = node->rec.ctime = core_.Now();
   Transition(node, FileEvent::kChange);
   node->data_gen++;
   // Writing clears set-user-ID and set-group-ID, as on local filesystems.
@@ -359,22 +343,22 @@ Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const s
 }
 
 Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait) {
-  if (auto st = Writable(); !st) return st;
-  if (off > limits_.max_file_size || len > limits_.max_file_size - off) return Err(EFBIG);
+  if (auto st = core_.Writable(); !st) return st;
+  if (off > core_.limits().max_file_size || len > core_.limits().max_file_size - off) return Err(EFBIG);
   {
     MutexLock lk(&mu());
-    Inode* n = Find(ino);
+    Inode* n = core_.Find(ino);
     if (!n) return Err(ENOENT);
     if (!S_ISREG(n->rec.mode)) return Err(ENODEV);
   }
   auto data = LockForMutation(ino, wait);
   if (!data) return Err(data.error());
-  if (auto st = tier_->Fallocate(ino, mode, off, len, wait); !st) return st;
+  if (auto st = core_.tier()->Fallocate(ino, mode, off, len, wait); !st) return st;
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   if (!n) return {};
   if (!(mode & FALLOC_FL_KEEP_SIZE)) n->rec.size = std::max(n->rec.size, off + len);
-  n->rec.mtime = n->rec.ctime = Now();
+  n->rec.mtime = n->rec.ctime = core_.Now();
   Transition(n, FileEvent::kChange);
   n->data_gen++;
   n->size_dirty = true;
@@ -384,7 +368,7 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len,
 Status InodeTable::Flush(uint64_t ino, int open_flags, uint64_t open_gen) {
   DataExclusive data = LockForSeal(ino);
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   if (!n) return Err(ENOENT);
   bool last_writer = (open_flags & O_ACCMODE) != O_RDONLY && n->writers == 1;
   if (last_writer && n->pt_rdwr > 0) MarkChanged(n);
@@ -396,7 +380,7 @@ Status InodeTable::Flush(uint64_t ino, int open_flags, uint64_t open_gen) {
   if (!n->size_dirty) return {};
   Batch b;
   MetaStore::PutInode(&b, n->rec);
-  if (auto st = Commit(b); !st) return st;
+  if (auto st = core_.Commit(b); !st) return st;
   n->size_dirty = false;
   return {};
 }
@@ -405,7 +389,7 @@ InodeTable::DataExclusive InodeTable::LockForSeal(uint64_t ino) {
   DataExclusive l;
   {
     MutexLock lk(&mu());
-    Inode* n = Find(ino);
+    Inode* n = core_.Find(ino);
     if (!n) return l;
     l.mu = n->data_mu;
   }
@@ -415,15 +399,15 @@ InodeTable::DataExclusive InodeTable::LockForSeal(uint64_t ino) {
 
 bool InodeTable::ChangeCopiesAside(uint64_t ino) {
   MutexLock lk(&mu());
-  const Inode* n = Find(ino);
-  return n && versions_.NeedsCopy(n);
+  const Inode* n = core_.Find(ino);
+  return n && core_.versions.NeedsCopy(n);
 }
 
 Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait) {
   std::shared_ptr<std::shared_mutex> dmu;
   {
     MutexLock lk(&mu());
-    Inode* n = Find(ino);
+    Inode* n = core_.Find(ino);
     if (!n) return Err(ENOENT);
     dmu = n->data_mu;
   }
@@ -431,9 +415,9 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
     DataShared shared{dmu, std::shared_lock(*dmu)};
     {
       MutexLock lk(&mu());
-      Inode* n = Find(ino);
+      Inode* n = core_.Find(ino);
       if (!n) return Err(ENOENT);
-      if (!versions_.NeedsCopy(n)) return shared;
+      if (!core_.versions.NeedsCopy(n)) return shared;
     }
     shared.lock.unlock();
     std::unique_lock excl(*dmu);
@@ -441,9 +425,9 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
     bool keep_live;
     {
       MutexLock lk(&mu());
-      Inode* n = Find(ino);
+      Inode* n = core_.Find(ino);
       if (!n) return Err(ENOENT);
-      if (!versions_.NeedsCopy(n)) continue;  // another writer copied it meanwhile
+      if (!core_.versions.NeedsCopy(n)) continue;  // another writer copied it meanwhile
       version = n->rec.version;
       keep_live = n->pt_opens > 0;  // the kernel serves them from the live file
     }
@@ -451,16 +435,17 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
     // everything else can (the namespace lock is free), the evictor that makes room for
     // the copy included.
     const uint64_t key = cache::SnapKey(ino, version);
-    if (auto st = keep_live ? tier_->CopyOut(ino, key, wait) : tier_->Snapshot(ino, key, true, wait); !st) {
+    if (auto st = keep_live ? core_.tier()->CopyOut(ino, key, wait) : core_.tier()->Snapshot(ino, key, true, wait);
+        !st) {
       if (st.error() != EAGAIN)
         LOG_ERROR("ino {}: cannot keep version {} for the drain: {}", ino, version, strerror(st.error()));
       return Err(st.error());
     }
     LOG_DEBUG("ino {}: version {} copied aside before a write", ino, version);
     MutexLock lk(&mu());
-    Inode* n = Find(ino);
+    Inode* n = core_.Find(ino);
     // Published while it was copied: the copy is not needed after all.
-    if (!n || n->rec.version != version || !versions_.SealPending(n)) tier_->Remove(key);
+    if (!n || n->rec.version != version || !core_.versions.SealPending(n)) core_.tier()->Remove(key);
   }
 }
 
@@ -469,7 +454,7 @@ Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
   uint64_t seq, version;
   {
     MutexLock lk(&mu());
-    Inode* n = Find(ino);
+    Inode* n = core_.Find(ino);
     if (!n) return Err(ENOENT);
     // The seal is metadata only: a writer that goes on copies the version
     // aside at its next write (LockForMutation), not here. A passthrough
@@ -480,8 +465,9 @@ Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
     if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode))
       if (auto st = SealNow(n); !st) return Err(st.error());
     // Everything logged so far, this file's seal included.
-    seq = oplog_.LoggedSeq();
-    if (!keep || n->pt_writers == 0 || !versions_.SealPending(n) || tier_->Has(cache::SnapKey(ino, n->rec.version)))
+    seq = core_.oplog.LoggedSeq();
+    if (!keep || n->pt_writers == 0 || !core_.versions.SealPending(n) ||
+        core_.tier()->Has(cache::SnapKey(ino, n->rec.version)))
       return seq;
     version = n->rec.version;
   }
@@ -490,7 +476,7 @@ Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
   // this fsync).
   // Not on this FUSE worker's time: without room now, ENOSPC (waiting for
   // the drain here could wait for this very writer's close).
-  if (auto st = tier_->CopyOut(ino, cache::SnapKey(ino, version), false); !st)
+  if (auto st = core_.tier()->CopyOut(ino, cache::SnapKey(ino, version), false); !st)
     return Err(st.error() == EAGAIN ? ENOSPC : st.error());
   return seq;
 }
@@ -511,8 +497,8 @@ Status InodeTable::CopyAsideSealedInPlace(const LogEntry& e) {
   auto in_place = [&](Inode* n) {
     mu().AssertHeld();  // the caller's
     return n && S_ISREG(n->rec.mode) && n->rec.version == e.version && n->seal_seq == e.seq &&
-           versions_.SealPending(n) && !oplog_.Superseded(e.seq) && n->pt_writers > 0 && n->data_gen == n->sealed_gen &&
-           !tier_->Has(key);
+           core_.versions.SealPending(n) && !core_.oplog.Superseded(e.seq) && n->pt_writers > 0 &&
+           n->data_gen == n->sealed_gen && !core_.tier()->Has(key);
   };
   // No seal and no change through the daemon (a truncate, a fallocate)
   // meanwhile; the kernel's writes take no lock of ours.
@@ -520,13 +506,13 @@ Status InodeTable::CopyAsideSealedInPlace(const LogEntry& e) {
   cache::FdRef live;
   {
     MutexLock lk(&mu());
-    Inode* n = Find(ino);
+    Inode* n = core_.Find(ino);
     if (!in_place(n)) return {};
     // A second copy of the file in the tier is worth it only while
     // entries (a `latest`) wait behind it; else the close comes first.
-    if (!oplog_.HeadWithFollowers(e.seq)) return Err(EINPROGRESS);
+    if (!core_.oplog.HeadWithFollowers(e.seq)) return Err(EINPROGRESS);
     if (n->pt_rdwr > 0) return Err(EINPROGRESS);
-    auto ref = tier_->Ref(ino);
+    auto ref = core_.tier()->Ref(ino);
     if (!ref) return Err(EINPROGRESS);
     live = *ref;
   }
@@ -538,30 +524,31 @@ Status InodeTable::CopyAsideSealedInPlace(const LogEntry& e) {
   uint64_t gen;
   {
     MutexLock lk(&mu());
-    Inode* n = Find(ino);  // what that write did is taken in now
+    Inode* n = core_.Find(ino);  // what that write did is taken in now
     if (!in_place(n)) return {};
     // The mtime is coarse (a clock tick): one within 100 ms could equal
     // that of a write starting now, which would then go unseen.
     if (WallNs() - n->pt_mtime_ns < kQuietNs) return Err(EINPROGRESS);
     gen = n->data_gen;
   }
-  if (auto st = tier_->CopyOut(ino, key, /*wait=*/false); !st) {
+  if (auto st = core_.tier()->CopyOut(ino, key, /*wait=*/false); !st) {
     if (st.error() != EAGAIN)
       LOG_ERROR("ino {}: cannot copy version {} aside for the drain: {}", ino, e.version, strerror(st.error()));
     return Err(st.error() == EAGAIN ? ENOSPC : st.error());
   }
   MutexLock lk(&mu());
-  Inode* n = Find(ino);  // a write during the copy moved the size or the mtime
-  if (n && n->data_gen == gen && n->rec.version == e.version && !oplog_.Superseded(e.seq)) {
+  Inode* n = core_.Find(ino);  // a write during the copy moved the size or the mtime
+  if (n && n->data_gen == gen && n->rec.version == e.version && !core_.oplog.Superseded(e.seq)) {
     LOG_DEBUG("ino {}: version {} sealed in place under an open writer, copied aside for the drain", ino, e.version);
     return {};
   }
   // Written during the copy: the copy may be torn, and the live file no
   // longer holds the version either. Superseded: the next seal (the
   // close's) carries the bytes, as when a change is seen before the drain.
-  tier_->Remove(key);
-  tier_->NotifySpace();
-  if (n && n->rec.version == e.version && n->seal_seq == e.seq && versions_.SealPending(n)) oplog_.Supersede(e.seq);
+  core_.tier()->Remove(key);
+  core_.tier()->NotifySpace();
+  if (n && n->rec.version == e.version && n->seal_seq == e.seq && core_.versions.SealPending(n))
+    core_.oplog.Supersede(e.seq);
   LOG_DEBUG("ino {}: version {} written while copied aside; superseded", ino, e.version);
   return {};
 }
@@ -577,10 +564,10 @@ Status InodeTable::SyncToBackend(uint64_t ino, bool wait) {
 Status InodeTable::SealNow(Inode* n) {
   Batch b;
   std::vector<LogEntry> log;
-  uint64_t dropped = versions_.Seal(ns_, n, ckpts_.MemoryOnlyAt(ns_, n, n->rec.parent), &b, &log);
+  uint64_t dropped = core_.versions.Seal(core_.ns, n, core_.ckpts.MemoryOnlyAt(core_.ns, n, n->rec.parent), &b, &log);
   MetaStore::PutInode(&b, n->rec);
-  if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
-  versions_.Supersede(dropped, n->rec.ino, n->rec.version - 1);
+  if (auto st = core_.CommitWithLog(b, std::move(log)); !st) return st;
+  core_.versions.Supersede(dropped, n->rec.ino, n->rec.version - 1);
   n->size_dirty = false;
   n->open_marked = false;
   return {};

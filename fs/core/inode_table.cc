@@ -14,86 +14,8 @@ Status CheckName(std::string_view name) {
   if (name.find('/') != std::string_view::npos) return Err(EINVAL);
   return {};
 }
+void Touch(Inode* dir, const meta::Timespec& t) { dir->rec.mtime = dir->rec.ctime = t; }
 }  // namespace
-
-meta::Timespec InodeTable::Now() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return meta::Timespec{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
-}
-
-Inode* InodeTable::Find(uint64_t ino) {
-  Inode* n = ns_.Find(ino);
-  if (n && n->pt_writers > 0) Absorb(n);
-  return n;
-}
-
-Result<Inode*> InodeTable::Child(Inode* dir, std::string_view name) {
-  auto c = ns_.Child(dir, name);
-  if (c && (*c)->pt_writers > 0) Absorb(*c);
-  return c;
-}
-
-Result<std::pair<Inode*, Inode*>> InodeTable::DirAndChild(uint64_t parent, std::string_view name) {
-  auto dir = ns_.FindDir(parent);
-  if (!dir) return Err(dir.error());
-  auto c = Child(*dir, name);
-  if (!c) return Err(c.error());
-  return std::pair{*dir, *c};
-}
-
-Status InodeTable::Writable() const { return read_only_.load(std::memory_order_relaxed) ? Err(EROFS) : Status{}; }
-
-std::string InodeTable::ReadOnlyReason() {
-  MutexLock lk(&ro_mu_);
-  return ro_reason_;
-}
-
-Status InodeTable::Commit(const Batch& b, bool sync) {
-  auto st = store_->Commit(b, sync);
-  if (st || read_only_.exchange(true)) return st;
-  // LevelDB's sticky background error: after the store refused a write,
-  // the in-memory namespace and the record may differ; going on would
-  // acknowledge changes a restart forgets.
-  std::string why =
-      fmt::format("metadata write failed ({}); the mount is read-only until remounted", strerror(st.error()));
-  LOG_ERROR("{}", why);
-  MutexLock lk(&ro_mu_);
-  ro_reason_ = why;
-  return st;
-}
-
-namespace {
-bool ValidUtf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    auto c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (size_t k = 1; k < n; k++) {
-      auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-      return false;
-    i += n;
-  }
-  return true;
-}
-}  // namespace
-
-Status InodeTable::CheckNewName(uint64_t parent, std::string_view name, size_t subtree) {
-  if (parent == meta::kRootIno && name.starts_with(kReservedRootPrefix)) return Err(EPERM);
-  if (limits_.utf8_names && !ValidUtf8(name)) return Err(EILSEQ);
-  if (limits_.max_path == SIZE_MAX) return {};  // a POSIX backend: any depth
-  size_t len = ns_.DirPath(parent).size();
-  len += (len ? 1 : 0) + name.size() + (subtree ? 1 + subtree : 0);
-  if (len > limits_.max_path) return Err(ENAMETOOLONG);
-  return {};
-}
 
 void InodeTable::FillStat(const InodeRecord& r, struct stat* st) {
   *st = {};
@@ -112,7 +34,7 @@ void InodeTable::FillStat(const InodeRecord& r, struct stat* st) {
   // passthrough every request is a round trip to the daemon, and large
   // buffers keep them few.
   st->st_blksize = backing_ != nullptr && backing_->active() ? 4096 : 1 << 20;
-  uint64_t alloc = S_ISREG(r.mode) ? tier_->AllocatedBytes(r.ino) : 0;
+  uint64_t alloc = S_ISREG(r.mode) ? core_.tier()->AllocatedBytes(r.ino) : 0;
   if (S_ISREG(r.mode) && r.state == meta::DataState::kRemote) alloc = r.size;
   st->st_blocks = static_cast<blkcnt_t>((alloc + 511) / 512);
   st->st_atim = {r.atime.sec, r.atime.nsec};
@@ -123,13 +45,13 @@ void InodeTable::FillStat(const InodeRecord& r, struct stat* st) {
 Result<InodeRecord> InodeTable::Lookup(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
   MutexLock lk(&mu());
-  auto dir = ns_.FindDir(parent);
+  auto dir = core_.ns.FindDir(parent);
   if (!dir) return Err(dir.error());
   Inode* c;
   if (name == ".") c = *dir;
-  else if (name == "..") c = Find((*dir)->rec.parent);
+  else if (name == "..") c = core_.Find((*dir)->rec.parent);
   else {
-    auto r = Child(*dir, name);
+    auto r = core_.Child(*dir, name);
     if (!r) return Err(r.error());
     c = *r;
   }
@@ -140,7 +62,7 @@ Result<InodeRecord> InodeTable::Lookup(uint64_t parent, std::string_view name) {
 
 Result<InodeRecord> InodeTable::LookupForReaddir(uint64_t ino) {
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   if (!n) return Err(ENOENT);
   n->nlookup++;
   return n->rec;
@@ -148,7 +70,7 @@ Result<InodeRecord> InodeTable::LookupForReaddir(uint64_t ino) {
 
 void InodeTable::Forget(uint64_t ino, uint64_t count) {
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   if (!n) return;
   if (n->nlookup < count) {
     LOG_ERROR("ino {}: forget {} exceeds lookup count {}", ino, count, n->nlookup);
@@ -156,61 +78,37 @@ void InodeTable::Forget(uint64_t ino, uint64_t count) {
   } else {
     n->nlookup -= count;
   }
-  MaybeDelete(n);
-}
-
-void InodeTable::MaybeDelete(Inode* n) {
-  if (n->rec.nlink > 0 || n->nlookup > 0 || n->opens > 0 || n->rec.ino == meta::kRootIno) return;
-  uint64_t ino = n->rec.ino;
-  // A sealed version still on its way to the backend outlives its file.
-  // If it cannot be kept, the tier file stays (under its ino, reported at
-  // the next start-up) rather than the promised bytes going silently.
-  bool keep_live = false;
-  if (S_ISREG(n->rec.mode))
-    if (auto p = versions_.MoveAside(ns_, n); !p) {
-      keep_live = true;
-      LOG_ERROR("ino {}: its pending version {} could not be kept for the drain ({}); its tier file stays", ino,
-                n->rec.version, strerror(p.error()));
-    }
-  Batch b;
-  MetaStore::DeleteInode(&b, ino);
-  for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(&b, ino, k);
-  if (auto st = Commit(b); !st) {
-    // The orphan stays recorded and is purged at the next Load.
-    LOG_ERROR("ino {}: could not delete metadata: {}", ino, strerror(st.error()));
-  }
-  if (S_ISREG(n->rec.mode) && !keep_live) tier_->Remove(ino);
-  EraseInode(n);
+  core_.MaybeDelete(n);
 }
 
 void InodeTable::PurgeOrphans() {
   MutexLock lk(&mu());
   std::vector<Inode*> gone;
-  for (auto& [ino, n] : ns_.all())
+  for (auto& [ino, n] : core_.ns.all())
     if (n->rec.nlink == 0) gone.push_back(n.get());
   for (Inode* n : gone) {
     n->nlookup = 0;
     n->opens = 0;
-    MaybeDelete(n);
+    core_.MaybeDelete(n);
   }
 }
 
 Result<InodeRecord> InodeTable::GetAttr(uint64_t ino) {
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   if (!n) return Err(ENOENT);
   return n->rec;
 }
 
 Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
-  if (auto st = Writable(); !st) return Err(st.error());
-  if ((c.to_set & kSetSize) && c.size > limits_.max_file_size) return Err(EFBIG);
+  if (auto st = core_.Writable(); !st) return Err(st.error());
+  if ((c.to_set & kSetSize) && c.size > core_.limits().max_file_size) return Err(EFBIG);
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   if (!n) return Err(ENOENT);
   if ((c.to_set & kSetSize) && S_ISREG(n->rec.mode) && n->rec.state == DataState::kRemote && c.size != 0) {
     if (auto st = EnsureLocal(ino); !st) return Err(st.error());
-    n = Find(ino);
+    n = core_.Find(ino);
     if (!n) return Err(ENOENT);
   }
   // A truncate changes the bytes: under the data lock, after the sealed
@@ -223,11 +121,11 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
     if (!l) return Err(l.error());
     data = std::move(*l);
     lk.Lock();
-    n = Find(ino);
+    n = core_.Find(ino);
     if (!n) return Err(ENOENT);
   }
   InodeRecord r = n->rec;
-  meta::Timespec now = Now();
+  meta::Timespec now = core_.Now();
   if (c.to_set & kSetMode) r.mode = (r.mode & S_IFMT) | (c.mode & 07777);
   if (c.to_set & kSetUid) r.uid = c.uid;
   if (c.to_set & kSetGid) r.gid = c.gid;
@@ -244,8 +142,8 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
     // The sealed version is kept already (copied above), or moved aside
     // now: truncate(2) to 0 of a file nobody writes.
     if (!data.owns_lock())
-      if (auto st = versions_.MoveAside(ns_, n); !st) return Err(st.error());
-    if (auto st = tier_->Truncate(ino, c.size); !st) return Err(st.error());
+      if (auto st = core_.versions.MoveAside(core_.ns, n); !st) return Err(st.error());
+    if (auto st = core_.tier()->Truncate(ino, c.size); !st) return Err(st.error());
     r.size = c.size;
     r.mtime = now;
     r.state = *NextState(r.state, FileEvent::kChange);
@@ -260,9 +158,10 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
   uint64_t dropped = 0;
   if ((c.to_set & kSetSize) && n->opens == 0 && r.nlink > 0) {
     // truncate(2) of a closed file: a new version now
-    dropped = versions_.Seal(ns_, n, ckpts_.MemoryOnlyAt(ns_, n, n->rec.parent), &b, &log);
+    dropped = core_.versions.Seal(core_.ns, n, core_.ckpts.MemoryOnlyAt(core_.ns, n, n->rec.parent), &b, &log);
   } else if ((c.to_set & (kSetMode | kSetMtime | kSetUid | kSetGid)) && r.nlink > 0 &&
-             (S_ISREG(r.mode) || S_ISDIR(r.mode)) && ino != meta::kRootIno && !ckpts_.MemoryOnlyAt(ns_, n, r.parent)) {
+             (S_ISREG(r.mode) || S_ISDIR(r.mode)) && ino != meta::kRootIno &&
+             !core_.ckpts.MemoryOnlyAt(core_.ns, n, r.parent)) {
     LogEntry e;
     e.op = LogOp::kSetattr;
     e.ino = ino;
@@ -271,12 +170,12 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
     e.uid = n->rec.uid;
     e.gid = n->rec.gid;
     e.has_owner = true;
-    e.path = S_ISDIR(r.mode) ? ns_.DirPath(ino) : ns_.EntryPath(r.parent, r.name);
-    AppendLog(&b, e, &log);
+    e.path = S_ISDIR(r.mode) ? core_.ns.DirPath(ino) : core_.ns.EntryPath(r.parent, r.name);
+    core_.oplog.Append(&b, e, &log);
   }
   MetaStore::PutInode(&b, n->rec);
-  if (auto st = CommitWithLog(b, std::move(log)); !st) return Err(st.error());
-  versions_.Supersede(dropped, ino, n->rec.version - 1);
+  if (auto st = core_.CommitWithLog(b, std::move(log)); !st) return Err(st.error());
+  core_.versions.Supersede(dropped, ino, n->rec.version - 1);
   n->size_dirty = false;
   return n->rec;
 }
@@ -284,18 +183,18 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
 Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, uint32_t mode, Caller who,
                                         std::string_view target, uint64_t rdev) {
   if (auto st = CheckName(name); !st) return Err(st.error());
-  if (auto st = Writable(); !st) return Err(st.error());
+  if (auto st = core_.Writable(); !st) return Err(st.error());
   MutexLock lk(&mu());
-  auto dir = ns_.FindDir(parent);
+  auto dir = core_.ns.FindDir(parent);
   if (!dir) return Err(dir.error());
   Inode* p = *dir;
   if (p->rec.nlink == 0) return Err(ENOENT);  // creating in a removed directory
   if (p->children.count(name)) return Err(EEXIST);
-  if (auto st = CheckNewName(parent, name); !st) return Err(st.error());
+  if (auto st = core_.CheckNewName(parent, name); !st) return Err(st.error());
 
   auto n = std::make_unique<Inode>();
   InodeRecord& r = n->rec;
-  r.ino = ns_.next_ino();
+  r.ino = core_.ns.next_ino();
   r.parent = parent;
   r.name = std::string(name);
   r.mode = mode;
@@ -308,14 +207,14 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   r.nlink = S_ISDIR(mode) ? 2 : 1;
   r.rdev = rdev;
   r.target = std::string(target);
-  r.atime = r.mtime = r.ctime = Now();
+  r.atime = r.mtime = r.ctime = core_.Now();
   r.state = S_ISREG(mode) ? meta::DataState::kDirty : meta::DataState::kPersisted;
   // A new checkpoint gets its number, and the policy decides now whether
   // it drains; inside a memory-only one nothing is logged.
-  const bool under_memory_only = ckpts_.UnderMemoryOnly(ns_, parent);
-  if ((S_ISDIR(mode) || S_ISREG(mode)) && !under_memory_only && ckpts_.Starts(ns_, parent, name)) {
-    r.ckpt_ord = ckpts_.next();
-    r.memory_only = ckpts_.ChooseMemoryOnly(r.ckpt_ord);
+  const bool under_memory_only = core_.ckpts.UnderMemoryOnly(core_.ns, parent);
+  if ((S_ISDIR(mode) || S_ISREG(mode)) && !under_memory_only && core_.ckpts.Starts(core_.ns, parent, name)) {
+    r.ckpt_ord = core_.ckpts.next();
+    r.memory_only = core_.ckpts.ChooseMemoryOnly(r.ckpt_ord);
   }
 
   InodeRecord pr = p->rec;
@@ -326,17 +225,17 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   Batch b;
   std::vector<LogEntry> log;
   if ((S_ISDIR(mode) || S_ISLNK(mode)) && !under_memory_only && !r.memory_only)
-    AppendLog(&b, VersionStore::MakeEntry(r, ns_.EntryPath(parent, name)), &log);
+    core_.oplog.Append(&b, VersionStore::MakeEntry(r, core_.ns.EntryPath(parent, name)), &log);
   MetaStore::PutInode(&b, r);
   MetaStore::PutInode(&b, pr);
   MetaStore::PutDentry(&b, parent, name, r.ino, DirentType(mode));
-  MetaStore::PutCounter(&b, kNextInoCounter, ns_.next_ino() + 1);
+  MetaStore::PutCounter(&b, kNextInoCounter, core_.ns.next_ino() + 1);
   if (r.ckpt_ord > 0) MetaStore::PutCounter(&b, kCheckpointCounter, r.ckpt_ord + 1);
-  if (auto st = CommitWithLog(b, std::move(log)); !st) return Err(st.error());
+  if (auto st = core_.CommitWithLog(b, std::move(log)); !st) return Err(st.error());
   if (S_ISREG(mode)) n->data_gen = 1;  // a new file is sealed at its first close
   if (r.ckpt_ord > 0) {
-    ckpts_.ReserveUpTo(r.ckpt_ord + 1);
-    LOG_DEBUG("checkpoint {} '{}' made{}", r.ckpt_ord, ns_.EntryPath(parent, name),
+    core_.ckpts.ReserveUpTo(r.ckpt_ord + 1);
+    LOG_DEBUG("checkpoint {} '{}' made{}", r.ckpt_ord, core_.ns.EntryPath(parent, name),
               r.memory_only ? " (memory-only)" : "");
   }
 
@@ -344,8 +243,8 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   p->children.emplace(std::string(name), r.ino);
   n->nlookup = 1;
   InodeRecord out = r;
-  if (S_ISREG(r.mode)) residency_.Add(r.ino);
-  ns_.Insert(std::move(n));
+  if (S_ISREG(r.mode)) core_.residency.Add(r.ino);
+  core_.ns.Insert(std::move(n));
   return out;
 }
 
@@ -368,7 +267,7 @@ Result<InodeRecord> InodeTable::Symlink(uint64_t parent, std::string_view name, 
 
 Result<std::string> InodeTable::Readlink(uint64_t ino) {
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   if (!n) return Err(ENOENT);
   if (!S_ISLNK(n->rec.mode)) return Err(EINVAL);
   return n->rec.target;
@@ -377,23 +276,23 @@ Result<std::string> InodeTable::Readlink(uint64_t ino) {
 Result<InodeRecord> InodeTable::Link(uint64_t ino, uint64_t newparent, std::string_view newname) {
   if (auto st = CheckName(newname); !st) return Err(st.error());
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   if (!n) return Err(ENOENT);
   if (n->is_dir()) return Err(EPERM);
-  auto dir = ns_.FindDir(newparent);
+  auto dir = core_.ns.FindDir(newparent);
   if (!dir) return Err(dir.error());
   Inode* p = *dir;
   if (p->rec.nlink == 0) return Err(ENOENT);
   if (p->children.count(newname)) return Err(EEXIST);
   if (n->rec.nlink >= 65000) return Err(EMLINK);
-  if (auto st = Writable(); !st) return Err(st.error());
-  if (auto st = CheckNewName(newparent, newname); !st) return Err(st.error());
+  if (auto st = core_.Writable(); !st) return Err(st.error());
+  if (auto st = core_.CheckNewName(newparent, newname); !st) return Err(st.error());
   // A name in a memory-only checkpoint for a file that drains, or the
   // other way round, would leave the backend with half of it.
-  const bool memory_only = ckpts_.MemoryOnlyAt(ns_, n, n->rec.parent);
-  if (memory_only != ckpts_.UnderMemoryOnly(ns_, newparent)) return Err(EXDEV);
+  const bool memory_only = core_.ckpts.MemoryOnlyAt(core_.ns, n, n->rec.parent);
+  if (memory_only != core_.ckpts.UnderMemoryOnly(core_.ns, newparent)) return Err(EXDEV);
 
-  meta::Timespec now = Now();
+  meta::Timespec now = core_.Now();
   InodeRecord r = n->rec, pr = p->rec;
   r.nlink++;
   r.ctime = now;
@@ -407,13 +306,13 @@ Result<InodeRecord> InodeTable::Link(uint64_t ino, uint64_t newparent, std::stri
   LogEntry e;
   e.op = LogOp::kLink;
   e.ino = ino;
-  e.path = ns_.EntryPath(n->rec.parent, n->rec.name);
-  e.path2 = ns_.EntryPath(newparent, newname);
-  if (!memory_only) AppendLog(&b, e, &log);
+  e.path = core_.ns.EntryPath(n->rec.parent, n->rec.name);
+  e.path2 = core_.ns.EntryPath(newparent, newname);
+  if (!memory_only) core_.oplog.Append(&b, e, &log);
   MetaStore::PutInode(&b, r);
   MetaStore::PutInode(&b, pr);
   MetaStore::PutDentry(&b, newparent, newname, ino, DirentType(r.mode));
-  if (auto st = CommitWithLog(b, std::move(log)); !st) return Err(st.error());
+  if (auto st = core_.CommitWithLog(b, std::move(log)); !st) return Err(st.error());
   n->rec = r;
   p->rec = pr;
   p->children.emplace(std::string(newname), ino);
@@ -424,7 +323,7 @@ Result<InodeRecord> InodeTable::Link(uint64_t ino, uint64_t newparent, std::stri
 void InodeTable::RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view gone_name) {
   if (n->rec.parent != gone_parent || n->rec.name != gone_name || n->rec.nlink == 0) return;
   // Rare: the first link of a hard-linked file went away; find another.
-  for (auto& [dino, d] : ns_.all()) {
+  for (auto& [dino, d] : core_.ns.all()) {
     if (!d->is_dir()) continue;
     for (auto& [cname, cino] : d->children) {
       if (cino == n->rec.ino && !(dino == gone_parent && cname == gone_name)) {
@@ -438,8 +337,8 @@ void InodeTable::RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view
 
 Result<std::pair<Inode*, Inode*>> InodeTable::EntryToRemove(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
-  if (auto st = Writable(); !st) return Err(st.error());
-  return DirAndChild(parent, name);
+  if (auto st = core_.Writable(); !st) return Err(st.error());
+  return core_.DirAndChild(parent, name);
 }
 
 Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
@@ -449,10 +348,10 @@ Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
   auto [p, n] = *pc;
   if (n->is_dir()) return Err(EISDIR);
 
-  meta::Timespec now = Now();
+  meta::Timespec now = core_.Now();
   InodeRecord pr = p->rec;
   pr.mtime = pr.ctime = now;
-  const bool memory_only = ckpts_.MemoryOnlyAt(ns_, n, parent);
+  const bool memory_only = core_.ckpts.MemoryOnlyAt(core_.ns, n, parent);
   Inode tmp;  // the inode's next record, computed before the commit
   tmp.rec = n->rec;
   tmp.rec.nlink--;
@@ -464,18 +363,18 @@ Status InodeTable::Unlink(uint64_t parent, std::string_view name) {
   LogEntry e;
   e.op = LogOp::kUnlink;
   e.ino = n->rec.ino;
-  e.path = ns_.EntryPath(parent, name);
-  if (!memory_only) AppendLog(&b, e, &log);  // rotation of a memory-only checkpoint never reaches the backend
+  e.path = core_.ns.EntryPath(parent, name);
+  if (!memory_only) core_.oplog.Append(&b, e, &log);  // rotation of a memory-only checkpoint never reaches the backend
   MetaStore::PutInode(&b, pr);
   MetaStore::DeleteDentry(&b, parent, name);
   MetaStore::PutInode(&b, tmp.rec);
-  if (auto st = CommitWithLog(b, std::move(log)); !st) {
+  if (auto st = core_.CommitWithLog(b, std::move(log)); !st) {
     p->children.emplace(std::string(name), n->rec.ino);
     return st;
   }
   p->rec = pr;
   n->rec = tmp.rec;
-  MaybeDelete(n);
+  core_.MaybeDelete(n);
   return {};
 }
 
@@ -489,7 +388,7 @@ Status InodeTable::Rmdir(uint64_t parent, std::string_view name) {
   if (!n->is_dir()) return Err(ENOTDIR);
   if (!n->children.empty()) return Err(ENOTEMPTY);
 
-  meta::Timespec now = Now();
+  meta::Timespec now = core_.Now();
   InodeRecord pr = p->rec, r = n->rec;
   pr.mtime = pr.ctime = now;
   pr.nlink--;
@@ -500,16 +399,16 @@ Status InodeTable::Rmdir(uint64_t parent, std::string_view name) {
   LogEntry e;
   e.op = LogOp::kRmdir;
   e.ino = r.ino;
-  e.path = ns_.EntryPath(parent, name);
-  if (!ckpts_.MemoryOnlyAt(ns_, n, parent)) AppendLog(&b, e, &log);
+  e.path = core_.ns.EntryPath(parent, name);
+  if (!core_.ckpts.MemoryOnlyAt(core_.ns, n, parent)) core_.oplog.Append(&b, e, &log);
   MetaStore::PutInode(&b, pr);
   MetaStore::DeleteDentry(&b, parent, name);
   MetaStore::PutInode(&b, r);
-  if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
+  if (auto st = core_.CommitWithLog(b, std::move(log)); !st) return st;
   p->rec = pr;
   n->rec = r;
   p->children.erase(p->children.find(name));
-  MaybeDelete(n);
+  core_.MaybeDelete(n);
   return {};
 }
 
@@ -520,53 +419,55 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
   if (auto st = CheckName(newname); !st) return st;
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
   MutexLock lk(&mu());
-  auto sd = ns_.FindDir(parent);
+  auto sd = core_.ns.FindDir(parent);
   if (!sd) return Err(sd.error());
-  auto dd = ns_.FindDir(newparent);
+  auto dd = core_.ns.FindDir(newparent);
   if (!dd) return Err(dd.error());
   Inode *sp = *sd, *dp = *dd;
-  auto sc = Child(sp, name);
+  auto sc = core_.Child(sp, name);
   if (!sc) return Err(sc.error());
   Inode* src = *sc;
   Inode* dst = nullptr;
-  if (auto it = dp->children.find(newname); it != dp->children.end()) dst = Find(it->second);
+  if (auto it = dp->children.find(newname); it != dp->children.end()) dst = core_.Find(it->second);
 
   if (dst == src) return {};  // same inode: POSIX says do nothing
-  if (src->is_dir() && ns_.IsAncestor(src->rec.ino, newparent)) return Err(EINVAL);
+  if (src->is_dir() && core_.ns.IsAncestor(src->rec.ino, newparent)) return Err(EINVAL);
   if (flags & RENAME_NOREPLACE && dst) return Err(EEXIST);
   if (flags & RENAME_EXCHANGE) {
     if (!dst) return Err(ENOENT);
-    if (dst->is_dir() && ns_.IsAncestor(dst->rec.ino, parent)) return Err(EINVAL);
+    if (dst->is_dir() && core_.ns.IsAncestor(dst->rec.ino, parent)) return Err(EINVAL);
   } else if (dst) {
     if (src->is_dir() && !dst->is_dir()) return Err(ENOTDIR);
     if (!src->is_dir() && dst->is_dir()) return Err(EISDIR);
     if (dst->is_dir() && !dst->children.empty()) return Err(ENOTEMPTY);
   }
-  if (auto st = Writable(); !st) return st;
+  if (auto st = core_.Writable(); !st) return st;
   // A directory moved is checked by its deepest path, where paths are bounded.
-  const bool bounded = limits_.max_path != SIZE_MAX;
-  if (auto st = CheckNewName(newparent, newname, bounded && src->is_dir() ? ns_.SubtreePathLen(src) : 0); !st)
+  const bool bounded = core_.limits().max_path != SIZE_MAX;
+  if (auto st = core_.CheckNewName(newparent, newname, bounded && src->is_dir() ? core_.ns.SubtreePathLen(src) : 0);
+      !st)
     return st;
   if (dst && (flags & RENAME_EXCHANGE))
-    if (auto st = CheckNewName(parent, name, bounded && dst->is_dir() ? ns_.SubtreePathLen(dst) : 0); !st) return st;
+    if (auto st = core_.CheckNewName(parent, name, bounded && dst->is_dir() ? core_.ns.SubtreePathLen(dst) : 0); !st)
+      return st;
   // Memory-only checkpoints (--persist-every): a move stays on its side of
   // the line. Into one, the backend would keep what was moved away; out of
   // one, the backend would lack what it holds. EXDEV: `mv` copies instead
   // (and so creates, logs and deletes what it must).
-  const bool memory_only = ckpts_.MemoryOnlyAt(ns_, src, parent);
-  if (memory_only != ckpts_.MemoryOnlyAt(ns_, src, newparent)) return Err(EXDEV);
-  if (dst &&
-      (ckpts_.MemoryOnlyAt(ns_, dst, newparent) != memory_only || ckpts_.MemoryOnlyAt(ns_, dst, parent) != memory_only))
+  const bool memory_only = core_.ckpts.MemoryOnlyAt(core_.ns, src, parent);
+  if (memory_only != core_.ckpts.MemoryOnlyAt(core_.ns, src, newparent)) return Err(EXDEV);
+  if (dst && (core_.ckpts.MemoryOnlyAt(core_.ns, dst, newparent) != memory_only ||
+              core_.ckpts.MemoryOnlyAt(core_.ns, dst, parent) != memory_only))
     return Err(EXDEV);
   // A tree renamed into a checkpoint's name (`tmp-step` -> `step_5`) is a
   // checkpoint from now on: numbered, never memory-only (what it holds was
   // logged already).
   uint64_t new_ord = 0;
   if (!memory_only && src->rec.ckpt_ord == 0 && (src->is_dir() || S_ISREG(src->rec.mode)) &&
-      ckpts_.Starts(ns_, newparent, newname))
-    new_ord = ckpts_.next();
+      core_.ckpts.Starts(core_.ns, newparent, newname))
+    new_ord = core_.ckpts.next();
 
-  meta::Timespec now = Now();
+  meta::Timespec now = core_.Now();
   // Work on copies; commit; then apply. sp and dp may be the same inode.
   const bool same_dir = sp == dp;
   const bool exchange = flags & RENAME_EXCHANGE;
@@ -594,9 +495,9 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
     e.op = LogOp::kRename;
     e.flags = exchange ? 1 : 0;
     e.ino = sr.ino;
-    e.path = ns_.EntryPath(parent, name);
-    e.path2 = ns_.EntryPath(newparent, newname);
-    if (!memory_only) AppendLog(&b, e, &log);
+    e.path = core_.ns.EntryPath(parent, name);
+    e.path2 = core_.ns.EntryPath(newparent, newname);
+    if (!memory_only) core_.oplog.Append(&b, e, &log);
   }
   if (new_ord > 0) {
     sr.ckpt_ord = new_ord;
@@ -639,8 +540,8 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
   MetaStore::PutInode(&b, sr);
   MetaStore::PutInode(&b, spr);
   if (!same_dir) MetaStore::PutInode(&b, dpr);
-  if (auto st = CommitWithLog(b, std::move(log)); !st) return st;
-  if (new_ord > 0) ckpts_.ReserveUpTo(new_ord + 1);
+  if (auto st = core_.CommitWithLog(b, std::move(log)); !st) return st;
+  if (new_ord > 0) core_.ckpts.ReserveUpTo(new_ord + 1);
 
   sp->rec = spr;
   if (!same_dir) dp->rec = dpr;
@@ -654,7 +555,7 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
     dp->children[std::string(newname)] = sr.ino;
     if (dst) {
       dst->rec = dr;
-      MaybeDelete(dst);
+      core_.MaybeDelete(dst);
     }
   }
   return {};
@@ -662,7 +563,7 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
 
 Result<std::vector<DirEntry>> InodeTable::ListDir(uint64_t ino) {
   MutexLock lk(&mu());
-  auto dir = ns_.FindDir(ino);
+  auto dir = core_.ns.FindDir(ino);
   if (!dir) return Err(dir.error());
   Inode* d = *dir;
   std::vector<DirEntry> out;
@@ -670,7 +571,7 @@ Result<std::vector<DirEntry>> InodeTable::ListDir(uint64_t ino) {
   out.push_back({".", d->rec.ino, S_IFDIR});
   out.push_back({"..", d->rec.parent, S_IFDIR});
   for (auto& [name, cino] : d->children) {
-    Inode* c = Find(cino);
+    Inode* c = core_.Find(cino);
     out.push_back({name, cino, c ? c->rec.mode : 0});
   }
   return out;
@@ -680,19 +581,19 @@ Status InodeTable::SetXattr(uint64_t ino, std::string_view name, std::string_vie
   if (name.empty() || name.size() > 255) return Err(ERANGE);
   if (value.size() > kMaxXattrValue) return Err(E2BIG);
   if (name.starts_with("user.ckptfs.")) return Err(EPERM);
-  if (auto st = Writable(); !st) return st;
+  if (auto st = core_.Writable(); !st) return st;
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   if (!n) return Err(ENOENT);
   bool exists = n->xattrs.count(name) != 0;
   if ((flags & XATTR_CREATE) && exists) return Err(EEXIST);
   if ((flags & XATTR_REPLACE) && !exists) return Err(ENODATA);
   InodeRecord r = n->rec;
-  r.ctime = Now();
+  r.ctime = core_.Now();
   Batch b;
   MetaStore::PutXattr(&b, ino, name, value);
   MetaStore::PutInode(&b, r);
-  if (auto st = Commit(b); !st) return st;
+  if (auto st = core_.Commit(b); !st) return st;
   n->rec = r;
   n->xattrs[std::string(name)] = std::string(value);
   return {};
@@ -700,12 +601,12 @@ Status InodeTable::SetXattr(uint64_t ino, std::string_view name, std::string_vie
 
 Result<std::string> InodeTable::GetXattr(uint64_t ino, std::string_view name) {
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   if (!n) return Err(ENOENT);
   if (name == kStateXattr) {
     if (!S_ISREG(n->rec.mode)) return Err(ENODATA);
     // The version the drain holds at (refused for good, retried): `held`.
-    if (oplog_.HoldsVersion(ino, n->rec.version) && n->rec.state != DataState::kPersisted)
+    if (core_.oplog.HoldsVersion(ino, n->rec.version) && n->rec.state != DataState::kPersisted)
       return std::string("held");
     return std::string(meta::DataStateName(n->rec.state));
   }
@@ -720,7 +621,7 @@ Result<std::string> InodeTable::GetXattr(uint64_t ino, std::string_view name) {
 
 Result<std::string> InodeTable::ListXattr(uint64_t ino) {
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   if (!n) return Err(ENOENT);
   std::string out;
   for (auto& [k, v] : n->xattrs) {
@@ -732,30 +633,23 @@ Result<std::string> InodeTable::ListXattr(uint64_t ino) {
 
 Status InodeTable::RemoveXattr(uint64_t ino, std::string_view name) {
   if (name.starts_with("user.ckptfs.")) return Err(EPERM);
-  if (auto st = Writable(); !st) return st;
+  if (auto st = core_.Writable(); !st) return st;
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   if (!n) return Err(ENOENT);
   auto it = n->xattrs.find(name);
   if (it == n->xattrs.end()) return Err(ENODATA);
   InodeRecord r = n->rec;
-  r.ctime = Now();
+  r.ctime = core_.Now();
   Batch b;
   MetaStore::DeleteXattr(&b, ino, name);
   MetaStore::PutInode(&b, r);
-  if (auto st = Commit(b); !st) return st;
+  if (auto st = core_.Commit(b); !st) return st;
   n->rec = r;
   n->xattrs.erase(it);
   return {};
 }
 
 // ---- Paths and the log ----
-
-void InodeTable::EraseInode(Inode* n) {
-  uint64_t ino = n->rec.ino;
-  residency_.Remove(ino);
-  SetBackendPath(n, "");
-  ns_.Erase(ino);
-}
 
 }  // namespace ckpt::fs

@@ -42,98 +42,28 @@
 #include "common/result.h"
 #include "common/thread_annotations.h"
 #include "fs/core/checkpoints.h"
+#include "fs/core/core.h"
 #include "fs/core/file_state.h"
 #include "fs/core/namespace.h"
 #include "fs/core/oplog.h"
 #include "fs/core/residency.h"
+#include "fs/core/types.h"
 #include "fs/core/versions.h"
 #include "fs/meta/meta_store.h"
 
 namespace ckpt::fs {
-
-// Who is asking: from fuse_req_ctx().
-struct Caller {
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-};
-
-struct DirEntry {
-  std::string name;
-  uint64_t ino;
-  uint32_t mode;  // type bits only are meaningful
-};
-
-// How an open handle reaches its bytes.
-struct OpenResult {
-  int fd = -1;         // the tier file (owned by the tier while pinned)
-  int backing_id = 0;  // > 0: passthrough; the kernel serves I/O from the tier file under this id
-  uint64_t gen = 0;    // the file's data generation once opened (O_TRUNC included): Flush's reference
-};
-
-// Registers tier files with the kernel for passthrough (fs/fuse/channel.h);
-// the table decides which opens use it, per inode.
-class BackingFiles {
- public:
-  virtual ~BackingFiles() = default;
-  virtual bool active() const = 0;
-  [[nodiscard]] virtual Result<int> OpenBacking(int fd) = 0;
-  virtual void CloseBacking(int id) = 0;
-};
-
-// Which fields SetAttr changes.
-enum : int { kSetMode = 1, kSetUid = 2, kSetGid = 4, kSetSize = 8, kSetAtime = 16, kSetMtime = 32 };
-
-struct AttrChange {
-  int to_set = 0;
-  uint32_t mode = 0, uid = 0, gid = 0;
-  uint64_t size = 0;
-  meta::Timespec atime, mtime;  // already resolved (UTIME_NOW handled by caller)
-};
-
-// Files and bytes per data state, and the drain log's position.
-struct DataStats {
-  uint64_t files[meta::kDataStates] = {};  // indexed by meta::DataState
-  uint64_t bytes[meta::kDataStates] = {};
-  uint64_t log_len = 0;
-  uint64_t head_seq = 0;     // the newest log entry (0 if none ever)
-  uint64_t applied_seq = 0;  // every entry up to here is in the backend
-};
-
-// What names and sizes the mount accepts, so that nothing it acknowledges
-// is something the backend cannot hold (checked at create, link, rename,
-// truncate and write, where it is knowable).
-struct Limits {
-  // Bytes of a path relative to the backend root: S3 keys are bounded; a
-  // POSIX backend holds any path (names up to kMaxName), as tmpfs does.
-  size_t max_path = SIZE_MAX;
-  bool utf8_names = false;              // names must be valid UTF-8 (S3 keys)
-  uint64_t max_file_size = UINT64_MAX;  // EFBIG beyond (bounds what a drain sends)
-};
-
-// Names at the mount root that the daemon keeps for itself: the backend's
-// staging area (.ckptfs-tmp) and probes. Creating one is EPERM.
-inline constexpr char kReservedRootPrefix[] = ".ckptfs";
-
-inline constexpr size_t kMaxName = 255;
-inline constexpr size_t kMaxXattrValue = 64 * 1024;
-inline constexpr char kStateXattr[] = "user.ckptfs.state";
-// How the file's open handles reach its bytes: "passthrough", "daemon" or
-// "closed".
-inline constexpr char kIoXattr[] = "user.ckptfs.io";
 
 class InodeTable {
  public:
   // `backend` may be null (unit tests of the namespace alone): then remote
   // files cannot be fetched and the log is only recorded.
   InodeTable(meta::MetaStore* store, cache::Tier* tier, backend::Backend* backend = nullptr)
-      : store_(store), tier_(tier), backend_(backend), residency_(tier) {
-    residency_.set_evictor([this](uint64_t need, bool all, bool spare_kept) { return Evict(need, all, spare_kept); });
+      : core_(store, tier, backend) {
+    core_.residency.set_evictor(
+        [this](uint64_t need, bool all, bool spare_kept) { return Evict(need, all, spare_kept); });
   }
   InodeTable(const InodeTable&) = delete;
   InodeTable& operator=(const InodeTable&) = delete;
-
-  // Before Load: the limits every later operation checks.
-  void set_limits(const Limits& l) { limits_ = l; }
 
   // Before Load: what makes a checkpoint and the memory/persist policies
   // (fs/core/checkpoints.h).
@@ -261,16 +191,14 @@ class InodeTable {
   void WhenApplied(uint64_t seq, uint64_t ino, std::function<void(int err)> fn);
 
   // ---- The drain's persist entries (fs/core/persist.cc) ----
-  // The ordered log itself, its outcomes and its waiters: oplog().
-  OpLog& oplog() { return oplog_; }
-  // Which files stay in RAM, spares (--prealloc) and memory pressure:
-  // residency() (the daemon's spare thread and memory watch call it).
-  Residency& residency() { return residency_; }
-  // The inodes and their entries (status reads its Stats).
-  Namespace& ns() { return ns_; }
+  // The parts (fs/core/core.h): the ordered log, its outcomes and its
+  // waiters (core().oplog); residency, spares and memory pressure (the
+  // daemon's spare thread and memory watch); the namespace's Stats; the
+  // limits (set before Load) and the read-only reason.
+  Core& core() { return core_; }
   static constexpr uint64_t kPreallocAuto = Residency::kPreallocAuto;
   // Residency::RefillSpares, when passthrough (set_backing) is active.
-  void RefillSpares() { residency_.RefillSpares(backing_ && backing_->active()); }
+  void RefillSpares() { core_.residency.RefillSpares(backing_ && backing_->active()); }
   // Starts draining a persist entry: finds the sealed version's bytes (in
   // its snapshot, or in the live tier file if the file has not changed
   // since) and marks the inode draining. ENODATA if the bytes are gone
@@ -319,11 +247,6 @@ class InodeTable {
   // pending entry.
   [[nodiscard]] Status FailEntry(const meta::LogEntry& e, std::string_view reason);
 
-  // Sticky: after an error the metadata store cannot take (a failed
-  // RocksDB write), every change is refused with EROFS and the reason is
-  // shown by status; reads and the drain of what is logged go on. Empty
-  // while healthy.
-  std::string ReadOnlyReason();
   // The entry's bytes are published: records the checksum and, if the
   // version is still current, the persisted state; removes the entry.
   // REQUIRES: e is the oldest pending entry.
@@ -372,7 +295,7 @@ class InodeTable {
   // the mount serves requests.
   void set_fetch_wait_limit(std::chrono::milliseconds d) { fetch_wait_limit_ = d; }
   static constexpr std::chrono::milliseconds kFetchWaitLimit{30000};
-  bool shared() const { return shared_ttl_ns_ > 0 && backend_ != nullptr; }
+  bool shared() const { return shared_ttl_ns_ > 0 && core_.backend() != nullptr; }
   // Lookup, shared: a name missing here is asked of the backend (Stat) and
   // imported as ImportBackend would (a file remote, a directory or symlink
   // persisted) — unless this mount's log still holds its removal (the local
@@ -441,13 +364,6 @@ class InodeTable {
   // is replaced. Only when Droppable. Returns the entry now at `name`.
   Inode* FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) REQUIRES(mu());
 
-  // The inode, with what a passthrough writer wrote taken in (Absorb).
-  Inode* Find(uint64_t ino) REQUIRES(mu());
-  // Takes in a passthrough writer's changes from the tier file: size, mtime,
-  // a new data generation, the budget. A sealed version still waiting for
-  // the drain in the live file is superseded (its bytes changed in place:
-  // the next seal brings them).
-  void Absorb(Inode* n) REQUIRES(mu());
   // Starts the file's passthrough state for a handle (registers the tier
   // file at the first). REQUIRES: the namespace lock held.
   Status StartPassthrough(Inode* n, int flags) REQUIRES(mu());
@@ -467,31 +383,13 @@ class InodeTable {
   void MarkChanged(Inode* n) REQUIRES(mu());
   Result<OpenResult> OpenImpl(uint64_t ino, int flags, bool allow_passthrough) EXCLUDES(mu());
   Result<OpenResult> OpenLocked(Inode* n, int flags, bool passthrough) REQUIRES(mu());
-  // EROFS once read-only. Any thread.
-  Status Writable() const;
-  // Commits to the store; a failure turns the mount read-only (sticky),
-  // with one log line. REQUIRES: the namespace lock held.
-  Status Commit(const meta::Batch& b, bool sync = false) REQUIRES(mu());
-  // Can `name` be added in `parent` (reserved names, the backend's path
-  // length and encoding)? `subtree` is the longest path below the entry
-  // (a directory being renamed). REQUIRES: the namespace lock held.
-  Status CheckNewName(uint64_t parent, std::string_view name, size_t subtree = 0) REQUIRES(mu());
-  // The entry `name` of `dir` (Namespace::Child), taken in as Find does.
-  Result<Inode*> Child(Inode* dir, std::string_view name) REQUIRES(mu());
-  // The directory `parent` and its entry `name`: FindDir, then Child.
-  Result<std::pair<Inode*, Inode*>> DirAndChild(uint64_t parent, std::string_view name) REQUIRES(mu());
   // DirAndChild for Unlink and Rmdir, after the checks they share (the
   // name's length, a writable mount).
   Result<std::pair<Inode*, Inode*>> EntryToRemove(uint64_t parent, std::string_view name) REQUIRES(mu());
   Result<InodeRecord> NewNode(uint64_t parent, std::string_view name, uint32_t mode, Caller who,
                               std::string_view target, uint64_t rdev) EXCLUDES(mu());
-  // Deletes the inode if nothing references it. REQUIRES: the namespace lock held.
-  void MaybeDelete(Inode* n) REQUIRES(mu());
   // Points the record's (parent, name) at some remaining link.
   void RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view gone_name) REQUIRES(mu());
-  // Assigns the entry its seq, adds it to the batch and to `out`; the
-  // caller then commits with CommitWithLog(b, out). REQUIRES: the namespace lock held.
-  void AppendLog(meta::Batch* b, meta::LogEntry e, std::vector<meta::LogEntry>* out) REQUIRES(mu());
   // Seals and commits in one WriteBatch. REQUIRES: the namespace lock held.
   Status SealNow(Inode* n) REQUIRES(mu());
   // A held data lock and the mutex it locks (the mutex outlives the inode
@@ -526,67 +424,25 @@ class InodeTable {
   // the backend holds under that name goes too (backend == mount after the
   // drain). REQUIRES: called from Load.
   void DropLost(Inode* n, std::string_view reason, meta::Batch* b, std::vector<meta::LogEntry>* out) REQUIRES(mu());
-  // Commits `b` with the log entries, then publishes them. REQUIRES: the namespace lock.
-  Status CommitWithLog(const meta::Batch& b, std::vector<meta::LogEntry>&& entries) REQUIRES(mu());
-  // Removes `n` from the table and every index. REQUIRES: the namespace lock held.
-  void EraseInode(Inode* n) REQUIRES(mu());
-  // Records that the backend holds `n`'s bytes at `path` ("" forgets).
-  // REQUIRES: the namespace lock held.
-  void SetBackendPath(Inode* n, std::string path) REQUIRES(mu());
-  // Follows an applied rename, unlink or rmdir in the backend paths.
-  // REQUIRES: the namespace lock held.
-  void ApplyToBackendPaths(const meta::LogEntry& e) REQUIRES(mu());
   // Brings a remote file's bytes into the tier. Drops the namespace lock during the
   // fetch and retakes it before returning. REQUIRES: the namespace lock held; regular file.
   Status EnsureLocal(uint64_t ino, int attempt = 0) REQUIRES(mu());
-  // Where the backend holds `n`'s bytes now: its current path with the
-  // pending entries that moved it there (renames, exchanges, links) undone,
-  // newest first, since the backend has applied none of them. nullopt if a
-  // pending entry says something else was at that path (an unlink, a
-  // mkdir, another file's version): unknown. REQUIRES: the namespace lock held.
-  std::optional<std::string> BackendPathFromLog(const Inode* n) REQUIRES(mu());
-  static meta::Timespec Now();
-  static uint8_t DirentType(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
-  void Touch(Inode* dir, const meta::Timespec& t) { dir->rec.mtime = dir->rec.ctime = t; }
 
-  meta::MetaStore* const store_;
-  cache::Tier* const tier_;
-  backend::Backend* const backend_;
-  // The drain log, its outcomes and waiters: a leaf lock of its own,
-  // taken after the namespace lock (fs/core/oplog.h).
-  OpLog oplog_;
-  // The LRU order, saves, spares and memory pressure: a leaf lock of its
-  // own, taken after the namespace lock (fs/core/residency.h). Its evictor is Evict.
-  Residency residency_;
-  // Seal, copy-on-write, snapshots and the version rules
-  // (fs/core/versions.h); its calls run under the namespace lock.
-  VersionStore versions_ GUARDED_BY(mu()){tier_, &oplog_, &residency_};
-  // The inodes, their entries and lookup counts, and the namespace lock
-  // that every operation here takes (fs/core/namespace.h). Lock order:
-  // Drainer::mu_, Inode::data_mu, the namespace lock, then the leaves
-  // (OpLog, Residency, cache::Tier): docs/architecture.md, "Locks".
-  Namespace ns_;
-  // Which entries are checkpoints, their numbers and the memory/persist
-  // policies, over ns_ (fs/core/checkpoints.h).
-  CheckpointCatalog ckpts_ GUARDED_BY(mu());
-  ckpt::Mutex& mu() const RETURN_CAPABILITY(ns_.mu()) { return ns_.mu(); }
+  // The parts and the rules of changing them (fs/core/core.h).
+  Core core_;
+  ckpt::Mutex& mu() const RETURN_CAPABILITY(core_.mu()) { return core_.mu(); }
 
-  std::map<std::string, uint64_t, std::less<>> by_backend_path_ GUARDED_BY(mu());  // Inode::backend_path -> ino
   BackingFiles* backing_ = nullptr;  // set before the mount serves, read-only after
   // Passthrough handles open, and the inodes a passthrough writer has open
   // (kept with Inode::pt_opens/pt_writers, so the housekeeper and status
   // never scan the namespace).
   uint64_t pt_handles_ GUARDED_BY(mu()) = 0;
   std::set<uint64_t> pt_writing_ GUARDED_BY(mu());
-  Limits limits_;  // set before Load, read-only after
-  std::atomic<bool> read_only_{false};
   int64_t shared_ttl_ns_ = 0;  // set before Load, read-only after
   std::chrono::milliseconds fetch_wait_limit_{kFetchWaitLimit};  // set before Load
   // Names the backend said ENOENT for, (dir ino, name) -> when (steady ns):
   // asked again only after the TTL.
   std::map<std::pair<uint64_t, std::string>, int64_t> negative_ GUARDED_BY(mu());
-  mutable ckpt::Mutex ro_mu_;  // leaf lock
-  std::string ro_reason_ GUARDED_BY(ro_mu_);
   bool shutdown_ GUARDED_BY(mu()) = false;
   ckpt::CondVar fetch_cv_;  // a fetch finished (with the namespace lock)
 };

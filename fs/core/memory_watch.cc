@@ -14,7 +14,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
-#include "fs/core/inode_table.h"
+#include "fs/core/residency.h"
 
 namespace ckpt::fs {
 
@@ -181,7 +181,7 @@ void MemoryWatch::Run() {
     try {
       Headroom h = ReadHeadroom();
       LOG_DEBUG("memory watch: {} bytes available ({})", h.available, h.where);
-      if (h.known) table_->residency().RelieveMemory(h.available, min_free_, h.where);
+      if (h.known) residency_->RelieveMemory(h.available, min_free_, h.where);
     } catch (const std::exception& e) {
       LOG_ERROR("internal error in the memory watch: {}", e.what());
     }

@@ -19,7 +19,7 @@
 
 namespace ckpt::fs {
 
-class InodeTable;
+class Residency;
 
 struct Headroom {
   uint64_t available = 0;  // bytes that can still be had without reclaiming the tier
@@ -47,14 +47,14 @@ uint64_t DefaultMinFree();
 
 class MemoryWatch {
  public:
-  MemoryWatch(InodeTable* table, uint64_t min_free) : table_(table), min_free_(min_free) {}
+  MemoryWatch(Residency* residency, uint64_t min_free) : residency_(residency), min_free_(min_free) {}
   ~MemoryWatch() { Stop(); }
   void Start();
   void Stop();
 
  private:
   void Run();
-  InodeTable* table_;
+  Residency* const residency_;  // told how much memory is left
   const uint64_t min_free_;
   std::atomic<bool> stop_{false};
   int stop_fd_ = -1;  // eventfd: wakes Run at Stop

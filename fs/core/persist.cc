@@ -16,35 +16,27 @@ void InodeTable::WhenApplied(uint64_t seq, uint64_t ino, std::function<void(int 
   // A file whose version the backend refused: its fsync fails at once.
   // Outcomes after this moment reach the waiter through the log; both are
   // decided under the namespace lock, which every completion holds too.
-  Inode* n = ino ? Find(ino) : nullptr;
+  Inode* n = ino ? core_.Find(ino) : nullptr;
   if (n && n->rec.state == DataState::kFailed) {
     due.fns.emplace_back(std::move(fn), EIO);
     return;
   }
-  oplog_.WhenApplied(seq, std::move(fn), &due);
+  core_.oplog.WhenApplied(seq, std::move(fn), &due);
 }
 
 int InodeTable::WaitApplied(uint64_t seq, uint64_t ino) {
   return OpLog::Await([&](std::function<void(int)> fn) { WhenApplied(seq, ino, std::move(fn)); });
 }
 
-void InodeTable::AppendLog(Batch* b, LogEntry e, std::vector<LogEntry>* out) { oplog_.Append(b, std::move(e), out); }
-
-Status InodeTable::CommitWithLog(const Batch& b, std::vector<LogEntry>&& entries) {
-  if (auto st = Commit(b); !st) return st;
-  oplog_.Publish(std::move(entries));  // before the change that logged them is answered
-  return {};
-}
-
 Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
   MutexLock lk(&mu());
-  Inode* n = Find(e.ino);  // takes in a passthrough writer's changes first (they may supersede e)
-  if (oplog_.Superseded(e.seq)) return Err(ESTALE);
+  Inode* n = core_.Find(e.ino);  // takes in a passthrough writer's changes first (they may supersede e)
+  if (core_.oplog.Superseded(e.seq)) return Err(ESTALE);
   bool same = n && n->rec.version == e.version && S_ISREG(n->rec.mode);
   PersistSource src;
   uint64_t key = cache::SnapKey(e.ino, e.version);
-  if (tier_->Has(key)) {
-    auto ref = tier_->Ref(key);
+  if (core_.tier()->Has(key)) {
+    auto ref = core_.tier()->Ref(key);
     if (!ref) return Err(ref.error() == ENOENT ? ENODATA : ref.error());
     src.ref = *ref;
     src.gen = same ? n->sealed_gen : 0;
@@ -54,7 +46,7 @@ Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
     // has it open: wait for its close.
     if (same && n->pt_writers > 0) return Err(EINPROGRESS);
     if (!same || n->data_gen != n->sealed_gen || n->rec.state == DataState::kRemote) return Err(ENODATA);
-    auto ref = tier_->Ref(e.ino);
+    auto ref = core_.tier()->Ref(e.ino);
     if (!ref) return Err(ref.error() == ENOENT ? ENODATA : ref.error());
     src.ref = *ref;
     src.gen = n->data_gen;
@@ -79,31 +71,31 @@ Result<PersistSource> InodeTable::BeginPersist(const LogEntry& e) {
 
 bool InodeTable::StagedBytesHeld(const LogEntry& e, const PersistSource& src) {
   MutexLock lk(&mu());
-  return versions_.StagedBytesHeld(e, src);
+  return core_.versions.StagedBytesHeld(e, src);
 }
 
 void InodeTable::AbortPersist(const LogEntry& e) {
   MutexLock lk(&mu());
-  Inode* n = Find(e.ino);
+  Inode* n = core_.Find(e.ino);
   if (n) Transition(n, FileEvent::kStageEnd);
 }
 
 void InodeTable::RecordLost(const LogEntry& e, std::string_view reason) {
   MutexLock lk(&mu());
   Batch b;
-  oplog_.RecordLost(e, reason, &b);  // its waiters hear EIO when it completes
-  tier_->Remove(cache::SnapKey(e.ino, e.version));
+  core_.oplog.RecordLost(e, reason, &b);  // its waiters hear EIO when it completes
+  core_.tier()->Remove(cache::SnapKey(e.ino, e.version));
   if (!b.empty())
-    if (auto st = Commit(b); !st) LOG_ERROR("'{}': cannot record the loss: {}", e.path, strerror(st.error()));
+    if (auto st = core_.Commit(b); !st) LOG_ERROR("'{}': cannot record the loss: {}", e.path, strerror(st.error()));
 }
 
 Status InodeTable::FailEntry(const LogEntry& e, std::string_view reason) {
   OpLog::Due due;  // fsync=backend waiters now answered; run once the namespace lock is released
   MutexLock lk(&mu());
-  Inode* n = Find(e.ino);
+  Inode* n = core_.Find(e.ino);
   bool current = e.op == LogOp::kPersist && n && S_ISREG(n->rec.mode) && n->rec.version == e.version;
   Batch b;
-  auto done = oplog_.Complete(e, OpLog::Outcome::kFailed, reason, &b);
+  auto done = core_.oplog.Complete(e, OpLog::Outcome::kFailed, reason, &b);
   InodeRecord r;
   if (current) {
     r = n->rec;
@@ -112,14 +104,14 @@ Status InodeTable::FailEntry(const LogEntry& e, std::string_view reason) {
     if (n->data_gen == n->sealed_gen) r.state = NextState(r.state, FileEvent::kRefuse).value_or(r.state);
     MetaStore::PutInode(&b, r);
   }
-  if (auto st = Commit(b); !st) return st;
+  if (auto st = core_.Commit(b); !st) return st;
   if (current) n->rec.state = r.state;
-  oplog_.Finish(std::move(done), &due);
+  core_.oplog.Finish(std::move(done), &due);
   if (e.op == LogOp::kPersist) {
     // The snapshot of a version since rewritten is no use any more; the
     // live file of a current version stays.
-    tier_->Remove(cache::SnapKey(e.ino, e.version));
-    tier_->NotifySpace();
+    core_.tier()->Remove(cache::SnapKey(e.ino, e.version));
+    core_.tier()->NotifySpace();
   }
   return {};
 }
@@ -127,24 +119,24 @@ Status InodeTable::FailEntry(const LogEntry& e, std::string_view reason) {
 Status InodeTable::ClearLost() {
   MutexLock lk(&mu());
   Batch b;
-  if (auto st = oplog_.ClearOutcomes(store_, &b); !st) return st;
-  if (auto st = Commit(b); !st) return st;
-  LOG_INFO("lost and failed lists cleared ({} and {} entries)", oplog_.LostFiles().size(),
-           oplog_.FailedEntries().size());
-  oplog_.ClearedOutcomes();
+  if (auto st = core_.oplog.ClearOutcomes(core_.store(), &b); !st) return st;
+  if (auto st = core_.Commit(b); !st) return st;
+  LOG_INFO("lost and failed lists cleared ({} and {} entries)", core_.oplog.LostFiles().size(),
+           core_.oplog.FailedEntries().size());
+  core_.oplog.ClearedOutcomes();
   return {};
 }
 
 Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, uint64_t gen) {
   OpLog::Due due;  // fsync=backend waiters now answered; run once the namespace lock is released
   MutexLock lk(&mu());
-  Inode* n = Find(e.ino);
+  Inode* n = core_.Find(e.ino);
   // The checksum belongs to version e.version; the state is "persisted"
   // only if the live bytes are still that version.
   bool same = n && n->rec.version == e.version;
   bool current = same && n->data_gen == gen && n->data_gen == n->sealed_gen;
   Batch b;
-  auto done = oplog_.Complete(e, OpLog::Outcome::kApplied, "", &b, /*heals=*/true);
+  auto done = core_.oplog.Complete(e, OpLog::Outcome::kApplied, "", &b, /*heals=*/true);
   if (same) {
     InodeRecord r = n->rec;
     if (current) r.state = NextState(r.state, FileEvent::kPublish).value_or(r.state);
@@ -152,7 +144,7 @@ Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, 
     r.checksum_lo = s.checksum_lo;
     MetaStore::PutInode(&b, r);
   }
-  if (auto st = Commit(b); !st) return st;
+  if (auto st = core_.Commit(b); !st) return st;
   if (same) {
     if (current) {
       Transition(n, FileEvent::kPublish);
@@ -162,13 +154,13 @@ Status InodeTable::CompletePersist(const LogEntry& e, const backend::Staged& s, 
     }
     n->rec.checksum_hi = s.checksum_hi;
     n->rec.checksum_lo = s.checksum_lo;
-    SetBackendPath(n, e.path);
+    core_.SetBackendPath(n, e.path);
   } else if (n) {
     Transition(n, FileEvent::kStageEnd);
   }
-  oplog_.Finish(std::move(done), &due);
-  tier_->Remove(cache::SnapKey(e.ino, e.version));  // published: the snapshot has done its job
-  tier_->NotifySpace();                             // a clean file can now be evicted for a waiting writer
+  core_.oplog.Finish(std::move(done), &due);
+  core_.tier()->Remove(cache::SnapKey(e.ino, e.version));  // published: the snapshot has done its job
+  core_.tier()->NotifySpace();                             // a clean file can now be evicted for a waiting writer
   return {};
 }
 
@@ -179,19 +171,19 @@ Status InodeTable::CompleteEntry(const LogEntry& e) {
   // Applied, or skipped (a superseded persist): success either way. An
   // unlink of a failed file heals its failed records (the backend, which
   // never had it, agrees with the mount again).
-  auto done = oplog_.Complete(e, OpLog::Outcome::kApplied, "", &b, /*heals=*/false);
-  if (auto st = Commit(b); !st) return st;
-  oplog_.Finish(std::move(done), &due);
+  auto done = core_.oplog.Complete(e, OpLog::Outcome::kApplied, "", &b, /*heals=*/false);
+  if (auto st = core_.Commit(b); !st) return st;
+  core_.oplog.Finish(std::move(done), &due);
   if (e.op == LogOp::kPersist) {  // skipped: its snapshot, if any, is not needed
-    tier_->Remove(cache::SnapKey(e.ino, e.version));
-    tier_->NotifySpace();
+    core_.tier()->Remove(cache::SnapKey(e.ino, e.version));
+    core_.tier()->NotifySpace();
   }
-  ApplyToBackendPaths(e);
+  core_.ApplyToBackendPaths(e);
   return {};
 }
 
 void InodeTable::Shutdown() {
-  oplog_.Shutdown();  // waiters hear EIO
+  core_.oplog.Shutdown();  // waiters hear EIO
   MutexLock lk(&mu());
   shutdown_ = true;
   fetch_cv_.NotifyAll();
@@ -200,15 +192,15 @@ void InodeTable::Shutdown() {
 DataStats InodeTable::DataStatistics() {
   MutexLock lk(&mu());
   DataStats s;
-  for (auto& [ino, n] : ns_.all()) {
+  for (auto& [ino, n] : core_.ns.all()) {
     if (!S_ISREG(n->rec.mode) || n->rec.nlink == 0) continue;
     auto i = static_cast<size_t>(n->rec.state);
     s.files[i]++;
     s.bytes[i] += n->rec.size;
   }
-  s.log_len = oplog_.size();
-  s.head_seq = oplog_.LoggedSeq();
-  s.applied_seq = oplog_.AppliedSeq();
+  s.log_len = core_.oplog.size();
+  s.head_seq = core_.oplog.LoggedSeq();
+  s.applied_seq = core_.oplog.AppliedSeq();
   return s;
 }
 

@@ -10,24 +10,24 @@ namespace ckpt::fs {
 
 Status InodeTable::Load(Caller root_owner) {
   MutexLock lk(&mu());
-  auto next = store_->GetCounter(kNextInoCounter);
+  auto next = core_.store()->GetCounter(kNextInoCounter);
   if (!next) return Err(next.error());
-  ns_.ReserveUpTo(*next);
+  core_.ns.ReserveUpTo(*next);
 
-  auto st = store_->ForEachInode([&](InodeRecord&& r) {
+  auto st = core_.store()->ForEachInode([&](InodeRecord&& r) {
     mu().AssertHeld();  // called back while Load holds the namespace lock
     auto n = std::make_unique<Inode>();
     n->rec = std::move(r);
-    if (S_ISREG(n->rec.mode)) residency_.Add(n->rec.ino);
-    ns_.Insert(std::move(n));
+    if (S_ISREG(n->rec.mode)) core_.residency.Add(n->rec.ino);
+    core_.ns.Insert(std::move(n));
   });
   if (!st) return st;
 
   Batch fix;
-  st = store_->ForEachDentry([&](uint64_t parent, std::string_view name, meta::DentryValue v) {
+  st = core_.store()->ForEachDentry([&](uint64_t parent, std::string_view name, meta::DentryValue v) {
     mu().AssertHeld();  // called back while Load holds the namespace lock
-    Inode* p = Find(parent);
-    if (!p || !p->is_dir() || !Find(v.ino)) {
+    Inode* p = core_.Find(parent);
+    if (!p || !p->is_dir() || !core_.Find(v.ino)) {
       LOG_ERROR("metadata: dropping entry '{}' in dir ino {} (points at missing ino {})", name, parent, v.ino);
       MetaStore::DeleteDentry(&fix, parent, name);
       return;
@@ -38,43 +38,43 @@ Status InodeTable::Load(Caller root_owner) {
   // Every parent chain must end at the root. A cycle (damaged or edited
   // metadata) would make every path walk loop, allocating without bound:
   // refuse the state dir instead.
-  for (auto& [ino, n] : ns_.all()) {
+  for (auto& [ino, n] : core_.ns.all()) {
     uint64_t cur = ino;
     for (size_t steps = 0; cur != meta::kRootIno; steps++) {
-      Inode* c = Find(cur);
+      Inode* c = core_.Find(cur);
       if (!c) break;  // a dangling parent: the path stops there
-      if (steps > ns_.size()) {
+      if (steps > core_.ns.size()) {
         LOG_ERROR("metadata: the parents of ino {} ('{}') form a cycle; the state dir is damaged", ino, n->rec.name);
         return Err(EUCLEAN);
       }
       cur = c->rec.parent;
     }
   }
-  st = store_->ForEachXattr([&](uint64_t ino, std::string_view name, std::string_view value) {
+  st = core_.store()->ForEachXattr([&](uint64_t ino, std::string_view name, std::string_view value) {
     mu().AssertHeld();  // called back while Load holds the namespace lock
-    if (Inode* n = Find(ino)) n->xattrs.emplace(std::string(name), std::string(value));
+    if (Inode* n = core_.Find(ino)) n->xattrs.emplace(std::string(name), std::string(value));
   });
   if (!st) return st;
 
-  auto ckpt = store_->GetCounter(kCheckpointCounter);
+  auto ckpt = core_.store()->GetCounter(kCheckpointCounter);
   if (!ckpt) return Err(ckpt.error());
-  ckpts_.ReserveUpTo(*ckpt);
-  for (auto& [ino, n] : ns_.all()) ckpts_.ReserveUpTo(n->rec.ckpt_ord + 1);
+  core_.ckpts.ReserveUpTo(*ckpt);
+  for (auto& [ino, n] : core_.ns.all()) core_.ckpts.ReserveUpTo(n->rec.ckpt_ord + 1);
 
-  auto applied = store_->GetCounter(kAppliedCounter);
+  auto applied = core_.store()->GetCounter(kAppliedCounter);
   if (!applied) return Err(applied.error());
   std::vector<LogEntry> pending;
-  st = store_->ForEachLogEntry([&](LogEntry&& e) {
+  st = core_.store()->ForEachLogEntry([&](LogEntry&& e) {
     mu().AssertHeld();  // called back while Load holds the namespace lock
     if (e.op == LogOp::kPersist)
-      if (Inode* n = Find(e.ino)) n->seal_seq = e.seq;
+      if (Inode* n = core_.Find(e.ino)) n->seal_seq = e.seq;
     pending.push_back(std::move(e));
   });
   if (!st) return st;
-  oplog_.set_track_removals(shared());
-  oplog_.Restore(*applied, std::move(pending));
+  core_.oplog.set_track_removals(shared());
+  core_.oplog.Restore(*applied, std::move(pending));
 
-  if (!Find(meta::kRootIno)) {
+  if (!core_.Find(meta::kRootIno)) {
     auto root = std::make_unique<Inode>();
     InodeRecord& r = root->rec;
     r.ino = r.parent = meta::kRootIno;
@@ -82,61 +82,61 @@ Status InodeTable::Load(Caller root_owner) {
     r.uid = root_owner.uid;
     r.gid = root_owner.gid;
     r.nlink = 2;
-    r.atime = r.mtime = r.ctime = Now();
+    r.atime = r.mtime = r.ctime = core_.Now();
     r.state = meta::DataState::kPersisted;
     MetaStore::PutInode(&fix, r);
-    ns_.Insert(std::move(root));
+    core_.ns.Insert(std::move(root));
   }
 
   // Orphans: inodes no name holds (unlinked while open, then the daemon
   // stopped). Their bytes are unreachable; free them.
   std::vector<uint64_t> orphans;
-  for (auto& [ino, n] : ns_.all())
+  for (auto& [ino, n] : core_.ns.all())
     if (n->rec.nlink == 0 && ino != meta::kRootIno) orphans.push_back(ino);
   for (uint64_t ino : orphans) {
-    Inode* n = Find(ino);
+    Inode* n = core_.Find(ino);
     MetaStore::DeleteInode(&fix, ino);
     for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(&fix, ino, k);
     // Its pending version still drains: without its bytes kept aside, a
     // close that returned would end as "lost". Refuse to go on instead.
     if (S_ISREG(n->rec.mode))
-      if (auto p = versions_.MoveAside(ns_, n); !p) return p;
-    tier_->Remove(ino);
-    EraseInode(n);
+      if (auto p = core_.versions.MoveAside(core_.ns, n); !p) return p;
+    core_.tier()->Remove(ino);
+    core_.EraseInode(n);
   }
-  MetaStore::PutCounter(&fix, kNextInoCounter, ns_.next_ino());
-  if (auto c = Commit(fix, true); !c) return c;
+  MetaStore::PutCounter(&fix, kNextInoCounter, core_.ns.next_ino());
+  if (auto c = core_.Commit(fix, true); !c) return c;
 
   // The tier against the metadata: every regular file's bytes, and the
   // snapshots the pending log needs. Lost files leave the namespace here.
   std::unordered_map<uint64_t, uint64_t> sizes;  // tier key -> st_size
-  for (auto [key, size] : tier_->attached()) sizes[key] = size;
+  for (auto [key, size] : core_.tier()->attached()) sizes[key] = size;
   std::set<uint64_t> wanted;
-  for (const LogEntry& e : oplog_.Pending(SIZE_MAX))
+  for (const LogEntry& e : core_.oplog.Pending(SIZE_MAX))
     if (e.op == LogOp::kPersist) wanted.insert(cache::SnapKey(e.ino, e.version));
   for (auto [key, size] : sizes) {
-    if (!tier_->Has(key)) continue;  // removed above (an orphan inode's bytes)
-    Inode* n = Find(cache::IsSnapKey(key) ? cache::SnapIno(key) : key);
+    if (!core_.tier()->Has(key)) continue;  // removed above (an orphan inode's bytes)
+    Inode* n = core_.Find(cache::IsSnapKey(key) ? cache::SnapIno(key) : key);
     // A snapshot the log still needs is kept even when its inode is gone
     // (the file was deleted with a version on its way to the backend).
     if (cache::IsSnapKey(key) && (n || wanted.count(key))) {
       bool current = n && S_ISREG(n->rec.mode) && cache::SnapMatches(key, n->rec.ino, n->rec.version);
-      if (!wanted.count(key) && !current) tier_->Remove(key);  // published (or superseded) before the stop
+      if (!wanted.count(key) && !current) core_.tier()->Remove(key);  // published (or superseded) before the stop
       continue;
     }
     if (!n || !S_ISREG(n->rec.mode)) {
       // Never deleted: the metadata may be what is wrong. The operator
       // finds them in orphans/ (counted by `ckptfs status`).
-      if (auto o = tier_->Orphan(key); !o) {
+      if (auto o = core_.tier()->Orphan(key); !o) {
         LOG_ERROR("tier: cannot move the file of unknown ino {:016x} to orphans/: {}", key, strerror(o.error()));
         return o;
       }
-      LOG_WARN("tier: file of unknown ino {:016x} ({} bytes) moved to {}/orphans/", key, size, tier_->dir());
+      LOG_WARN("tier: file of unknown ino {:016x} ({} bytes) moved to {}/orphans/", key, size, core_.tier()->dir());
     }
   }
   Batch rec;
   std::vector<Inode*> files;
-  for (auto& [ino, n] : ns_.all())
+  for (auto& [ino, n] : core_.ns.all())
     if (S_ISREG(n->rec.mode) && n->rec.nlink > 0) files.push_back(n.get());
   std::vector<Inode*> lost;
   for (Inode* n : files)
@@ -144,45 +144,47 @@ Status InodeTable::Load(Caller root_owner) {
   if (!lost.empty()) AdoptPublished(&lost, &rec);
   std::vector<LogEntry> unlinks;
   for (Inode* n : lost) DropLost(n, "not persisted, and its bytes are not in the memory tier", &rec, &unlinks);
-  st = store_->ForEachLost([&](uint64_t id, std::string_view path, std::string_view) { oplog_.RestoreLost(id, path); });
+  st = core_.store()->ForEachLost(
+      [&](uint64_t id, std::string_view path, std::string_view) { core_.oplog.RestoreLost(id, path); });
   if (!st) return st;
-  st = store_->ForEachFailed(
-      [&](uint64_t id, std::string_view path, std::string_view reason) { oplog_.RestoreFailed(id, path, reason); });
+  st = core_.store()->ForEachFailed([&](uint64_t id, std::string_view path, std::string_view reason) {
+    core_.oplog.RestoreFailed(id, path, reason);
+  });
   if (!st) return st;
   FAILPOINT("load.recovery");
   if (!rec.empty())
-    if (auto c = Commit(rec, true); !c) return c;
-  oplog_.Publish(std::move(unlinks));
+    if (auto c = core_.Commit(rec, true); !c) return c;
+  core_.oplog.Publish(std::move(unlinks));
   // Where the backend holds each file: its current path, unless a pending
   // entry may have moved or removed it there (then found on demand).
-  if (!oplog_.HasMoves())
-    for (auto& [ino, n] : ns_.all())
+  if (!core_.oplog.HasMoves())
+    for (auto& [ino, n] : core_.ns.all())
       if (S_ISREG(n->rec.mode) && n->rec.nlink > 0 &&
           (n->rec.state == DataState::kPersisted || n->rec.state == DataState::kRemote))
-        SetBackendPath(n.get(), ns_.EntryPath(n->rec.parent, n->rec.name));
-  LOG_INFO("namespace loaded: {} inodes, next ino {}, {} log entries pending", ns_.size(), ns_.next_ino(),
-           oplog_.size());
+        core_.SetBackendPath(n.get(), core_.ns.EntryPath(n->rec.parent, n->rec.name));
+  LOG_INFO("namespace loaded: {} inodes, next ino {}, {} log entries pending", core_.ns.size(), core_.ns.next_ino(),
+           core_.oplog.size());
   return {};
 }
 
 bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64_t>& sizes, Batch* b) {
   InodeRecord& r = n->rec;
   const uint64_t ino = r.ino;
-  const std::string path = ns_.EntryPath(r.parent, r.name);
+  const std::string path = core_.ns.EntryPath(r.parent, r.name);
   const uint64_t snap = cache::SnapKey(ino, r.version);
-  const bool pending = versions_.SealPending(n);
+  const bool pending = core_.versions.SealPending(n);
   auto live = sizes.find(ino);
   InodeRecord before = r;
-  residency_.SawFile(r.sealed_size);
+  core_.residency.SawFile(r.sealed_size);
   // A passthrough writer that never closed leaves pre-allocated pages past
   // its end: they go back to the budget.
-  if (live != sizes.end()) tier_->TrimBeyondEof(ino);
+  if (live != sizes.end()) core_.tier()->TrimBeyondEof(ino);
   if (r.state == DataState::kDraining) r.state = DataState::kDirty;  // a transfer in flight starts over
-  if (tier_->Has(snap)) {
+  if (core_.tier()->Has(snap)) {
     // Being rewritten when the daemon stopped: the last close's version
     // is the snapshot; what was written since was never sealed.
-    if (live != sizes.end()) tier_->Remove(ino);
-    if (auto st = tier_->Rekey(snap, ino); !st) {
+    if (live != sizes.end()) core_.tier()->Remove(ino);
+    if (auto st = core_.tier()->Rekey(snap, ino); !st) {
       LOG_ERROR("ino {} '{}': cannot restore version {}: {}", ino, path, r.version, strerror(st.error()));
       return false;
     }
@@ -197,7 +199,7 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
     if (live == sizes.end()) return false;
     if (live->second < r.sealed_size) {
       LOG_ERROR("ino {} '{}': the memory tier holds {} of the {} bytes sealed", ino, path, live->second, r.sealed_size);
-      tier_->Remove(ino);
+      core_.tier()->Remove(ino);
       return false;
     }
     if (live->second > r.sealed_size) {
@@ -205,7 +207,7 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
       // (the copying path copies the version aside first): it was open
       // after an fsync sealed the file in place. Bytes it overwrote below
       // the sealed size stay as written (docs/consistency.md).
-      (void)tier_->Truncate(ino, r.sealed_size);
+      (void)core_.tier()->Truncate(ino, r.sealed_size);
       LOG_WARN(
           "ino {} '{}': open for writing when the daemon stopped; back to version {} ({} bytes), sealed at its "
           "last fsync",
@@ -213,16 +215,16 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
     }
     r.size = r.sealed_size;
     r.state = DataState::kDirty;
-  } else if (r.state == DataState::kDirty && ckpts_.MemoryOnlyAt(ns_, n, r.parent)) {
+  } else if (r.state == DataState::kDirty && core_.ckpts.MemoryOnlyAt(core_.ns, n, r.parent)) {
     // In a memory-only checkpoint, rewritten in place when the daemon
     // stopped: the last sealed version has no other copy (the policy's
     // risk, docs/operations.md).
-    if (live != sizes.end()) tier_->Remove(ino);
+    if (live != sizes.end()) core_.tier()->Remove(ino);
     return false;
   } else if (r.state == DataState::kDirty) {
     // Written since its last seal and never closed again (or never
     // closed at all): keep what the last close sealed.
-    if (live != sizes.end()) tier_->Remove(ino);
+    if (live != sizes.end()) core_.tier()->Remove(ino);
     if (r.version == 0) {
       LOG_WARN("ino {} '{}': created but never closed before the daemon stopped", ino, path);
       return false;
@@ -236,17 +238,17 @@ bool InodeTable::RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64
       if (live != sizes.end()) {
         LOG_WARN("ino {} '{}': tier holds {} bytes, {} expected; reading it from the backend", ino, path, live->second,
                  r.size);
-        tier_->Remove(ino);
+        core_.tier()->Remove(ino);
       }
       r.state = DataState::kRemote;  // fetched again on the next read
     }
   } else if (r.state == DataState::kRemote && live != sizes.end()) {
-    tier_->Remove(ino);  // a fetch cut short
+    core_.tier()->Remove(ino);  // a fetch cut short
   } else if (r.state == DataState::kFailed || r.state == DataState::kMemoryOnly) {
     // The backend refused it, or a memory-only checkpoint holds it: the
     // tier holds the only copy.
     if (live == sizes.end() || live->second != r.size) {
-      if (live != sizes.end()) tier_->Remove(ino);
+      if (live != sizes.end()) core_.tier()->Remove(ino);
       return false;
     }
   }
@@ -259,9 +261,9 @@ void InodeTable::AdoptPublished(std::vector<Inode*>* lost, Batch* b) {
   // The daemon can die after the backend rename and before the RocksDB
   // commit: the version is in the backend, only the record says otherwise.
   // It is that version if name, size, mtime (ns) and a checksum match.
-  if (!backend_) return;
+  if (!core_.backend()) return;
   std::unordered_map<std::string, backend::Entry> files;
-  auto st = backend_->List([&](const backend::Entry& e) {
+  auto st = core_.backend()->List([&](const backend::Entry& e) {
     if (e.type == backend::Entry::Type::kFile && e.has_checksum) files.emplace(e.path, e);
   });
   if (!st) {
@@ -271,7 +273,7 @@ void InodeTable::AdoptPublished(std::vector<Inode*>* lost, Batch* b) {
   std::erase_if(*lost, [&](Inode* n) {
     mu().AssertHeld();  // called back while Load holds the namespace lock
     InodeRecord& r = n->rec;
-    const std::optional<LogEntry> it = n->seal_seq ? oplog_.Find(n->seal_seq) : std::nullopt;
+    const std::optional<LogEntry> it = n->seal_seq ? core_.oplog.Find(n->seal_seq) : std::nullopt;
     if (r.version == 0 || !it || it->op != LogOp::kPersist || it->version != r.version) return false;
     auto f = files.find(it->path);
     if (f == files.end() || f->second.size != r.sealed_size || f->second.mtime_sec != it->mtime.sec ||
@@ -285,7 +287,7 @@ void InodeTable::AdoptPublished(std::vector<Inode*>* lost, Batch* b) {
     r.checksum_lo = f->second.checksum_lo;
     MetaStore::PutInode(b, r);
     MetaStore::DeleteLog(b, it->seq);
-    oplog_.DropRecovered(it->seq);
+    core_.oplog.DropRecovered(it->seq);
     n->seal_seq = 0;
     return true;
   });
@@ -294,39 +296,39 @@ void InodeTable::AdoptPublished(std::vector<Inode*>* lost, Batch* b) {
 void InodeTable::DropLost(Inode* n, std::string_view reason, Batch* b, std::vector<LogEntry>* out) {
   // Every name of the file goes; directories keep their other entries.
   std::vector<std::pair<Inode*, std::string>> names;
-  for (auto& [dino, d] : ns_.all()) {
+  for (auto& [dino, d] : core_.ns.all()) {
     if (!d->is_dir()) continue;
     for (auto& [name, child] : d->children)
       if (child == n->rec.ino) names.emplace_back(d.get(), name);
   }
   for (auto& [d, name] : names) {
-    std::string path = ns_.EntryPath(d->rec.ino, name);
-    const bool memory_only = ckpts_.MemoryOnlyAt(ns_, n, d->rec.ino);
+    std::string path = core_.ns.EntryPath(d->rec.ino, name);
+    const bool memory_only = core_.ckpts.MemoryOnlyAt(core_.ns, n, d->rec.ino);
     LOG_ERROR("ino {} '{}': lost ({}); removed from the namespace", n->rec.ino, path, reason);
-    oplog_.AddLost(b, path, reason);
+    core_.oplog.AddLost(b, path, reason);
     MetaStore::DeleteDentry(b, d->rec.ino, name);
     d->children.erase(d->children.find(name));
     LogEntry e;
     e.op = LogOp::kUnlink;
     e.ino = n->rec.ino;
     e.path = path;
-    if (!memory_only) AppendLog(b, e, out);  // never in the backend
+    if (!memory_only) core_.oplog.Append(b, e, out);  // never in the backend
   }
   MetaStore::DeleteInode(b, n->rec.ino);
   for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(b, n->rec.ino, k);
-  tier_->Remove(n->rec.ino);
-  EraseInode(n);
+  core_.tier()->Remove(n->rec.ino);
+  core_.EraseInode(n);
 }
 
 Status InodeTable::ImportBackend() {
   MutexLock lk(&mu());
-  auto imported = store_->GetCounter(kImportedCounter);
+  auto imported = core_.store()->GetCounter(kImportedCounter);
   if (!imported) return Err(imported.error());
-  if (*imported || !backend_) return {};
+  if (*imported || !core_.backend()) return {};
   Batch b;
   std::unordered_map<std::string, uint64_t> dirs{{"", meta::kRootIno}};
   uint64_t count = 0;
-  auto st = backend_->List([&](const backend::Entry& e) {
+  auto st = core_.backend()->List([&](const backend::Entry& e) {
     mu().AssertHeld();  // called back while ImportBackend holds the namespace lock
     auto slash = e.path.rfind('/');
     std::string parent_path = slash == std::string::npos ? "" : e.path.substr(0, slash);
@@ -336,25 +338,25 @@ Status InodeTable::ImportBackend() {
       LOG_WARN("import: skipping backend entry '{}'", e.path);
       return;
     }
-    Inode* p = Find(pit->second);
+    Inode* p = core_.Find(pit->second);
     if (p->children.count(name)) return;
     Inode* n = AdoptEntry(p, name, e, &b);
     if (e.type == backend::Entry::Type::kDir) dirs[e.path] = n->rec.ino;
     count++;
   });
   if (!st) return st;
-  MetaStore::PutCounter(&b, kNextInoCounter, ns_.next_ino());
+  MetaStore::PutCounter(&b, kNextInoCounter, core_.ns.next_ino());
   MetaStore::PutCounter(&b, kImportedCounter, 1);
-  if (auto c = Commit(b, true); !c) return c;
-  if (count) LOG_INFO("import: {} entries found in the backend {}", count, backend_->Describe());
+  if (auto c = core_.Commit(b, true); !c) return c;
+  if (count) LOG_INFO("import: {} entries found in the backend {}", count, core_.backend()->Describe());
   return {};
 }
 
 Inode* InodeTable::AdoptEntry(Inode* p, const std::string& name, const backend::Entry& e, Batch* b) {
-  Inode* root = Find(meta::kRootIno);
+  Inode* root = core_.Find(meta::kRootIno);
   auto n = std::make_unique<Inode>();
   InodeRecord& r = n->rec;
-  r.ino = ns_.TakeIno();
+  r.ino = core_.ns.TakeIno();
   r.parent = p->rec.ino;
   r.name = name;
   r.uid = root->rec.uid;
@@ -372,7 +374,7 @@ Inode* InodeTable::AdoptEntry(Inode* p, const std::string& name, const backend::
       r.mode = S_IFREG | (e.mode ? e.mode & 07777 : 0644);
       r.nlink = 1;
       r.size = r.sealed_size = e.size;
-      residency_.SawFile(e.size);  // what a checkpoint here weighs
+      core_.residency.SawFile(e.size);  // what a checkpoint here weighs
       r.state = DataState::kRemote;
       if (e.has_checksum) {
         r.checksum_hi = e.checksum_hi;
@@ -391,10 +393,10 @@ Inode* InodeTable::AdoptEntry(Inode* p, const std::string& name, const backend::
   MetaStore::PutDentry(b, p->rec.ino, name, r.ino, DirentType(r.mode));
   p->children.emplace(name, r.ino);
   Inode* out = n.get();
-  ns_.Insert(std::move(n));
+  core_.ns.Insert(std::move(n));
   if (e.type == backend::Entry::Type::kFile) {
-    residency_.Add(r.ino);
-    SetBackendPath(out, e.path);
+    core_.residency.Add(r.ino);
+    core_.SetBackendPath(out, e.path);
   }
   return out;
 }

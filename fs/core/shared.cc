@@ -47,15 +47,15 @@ int64_t InodeTable::MonoNs() {
 }
 
 bool InodeTable::SharedDir(Inode* dir) {
-  return shared() && dir && dir->is_dir() && !ckpts_.UnderMemoryOnly(ns_, dir->rec.ino);
+  return shared() && dir && dir->is_dir() && !core_.ckpts.UnderMemoryOnly(core_.ns, dir->rec.ino);
 }
 
 bool InodeTable::Droppable(Inode* n, const std::string& path, int depth) {
   if (depth > kMaxDropDepth || n->rec.ino == meta::kRootIno || n->rec.memory_only) return false;
-  if (depth == 0 && oplog_.Touches(path)) return false;  // covers the whole subtree
+  if (depth == 0 && core_.oplog.Touches(path)) return false;  // covers the whole subtree
   if (n->is_dir()) {
     for (auto& [name, ino] : n->children) {
-      Inode* c = Find(ino);
+      Inode* c = core_.Find(ino);
       if (!c || !Droppable(c, Join(path, name), depth + 1)) return false;
     }
     return true;
@@ -63,7 +63,7 @@ bool InodeTable::Droppable(Inode* n, const std::string& path, int depth) {
   if (S_ISLNK(n->rec.mode)) return n->rec.nlink == 1;
   if (!S_ISREG(n->rec.mode)) return false;  // fifos, devices: only ever local
   return (n->rec.state == DataState::kPersisted || n->rec.state == DataState::kRemote) && n->opens == 0 &&
-         !n->fetching && n->rec.nlink == 1 && !versions_.SealPending(n) && n->data_gen == n->sealed_gen;
+         !n->fetching && n->rec.nlink == 1 && !core_.versions.SealPending(n) && n->data_gen == n->sealed_gen;
 }
 
 Status InodeTable::DropShared(Inode* p, const std::string& name) {
@@ -78,7 +78,7 @@ Status InodeTable::DropShared(Inode* p, const std::string& name) {
     mu().AssertHeld();  // the caller's
     auto it = dir->children.find(n);
     if (it == dir->children.end() || depth > kMaxDropDepth) return;
-    Inode* c = Find(it->second);
+    Inode* c = core_.Find(it->second);
     if (c && c->is_dir())
       for (auto& [cn, cino] : c->children) collect(c, cn, depth + 1);
     gone.push_back({dir->rec.ino, n, it->second});
@@ -89,10 +89,10 @@ Status InodeTable::DropShared(Inode* p, const std::string& name) {
   auto rec = [&](uint64_t ino) -> InodeRecord& {
     mu().AssertHeld();  // the caller's
     auto it = recs.find(ino);
-    if (it == recs.end()) it = recs.emplace(ino, Find(ino)->rec).first;
+    if (it == recs.end()) it = recs.emplace(ino, core_.Find(ino)->rec).first;
     return it->second;
   };
-  const meta::Timespec now = Now();
+  const meta::Timespec now = core_.Now();
   for (const Gone& g : gone) {
     InodeRecord& r = rec(g.ino);
     InodeRecord& pr = rec(g.parent);
@@ -107,16 +107,17 @@ Status InodeTable::DropShared(Inode* p, const std::string& name) {
   }
   rec(p->rec.ino).mtime = rec(p->rec.ino).ctime = now;
   for (auto& [ino, r] : recs) MetaStore::PutInode(&b, r);
-  if (auto st = Commit(b); !st) return st;
-  for (auto& [ino, r] : recs) Find(ino)->rec = r;
+  if (auto st = core_.Commit(b); !st) return st;
+  for (auto& [ino, r] : recs) core_.Find(ino)->rec = r;
   for (const Gone& g : gone) {
-    Inode* dir = Find(g.parent);
+    Inode* dir = core_.Find(g.parent);
     dir->children.erase(g.name);
     negative_.erase({g.parent, g.name});
   }
   for (const Gone& g : gone)
-    if (Inode* n = Find(g.ino)) MaybeDelete(n);
-  LOG_DEBUG("shared: '{}' is gone from the backend; dropped {} entries", ns_.EntryPath(p->rec.ino, name), gone.size());
+    if (Inode* n = core_.Find(g.ino)) core_.MaybeDelete(n);
+  LOG_DEBUG("shared: '{}' is gone from the backend; dropped {} entries", core_.ns.EntryPath(p->rec.ino, name),
+            gone.size());
   return {};
 }
 
@@ -124,11 +125,11 @@ Result<Inode*> InodeTable::AdoptShared(Inode* p, const std::string& name, const 
   Batch b;
   const uint64_t parent_nlink = p->rec.nlink;
   Inode* n = AdoptEntry(p, name, e, &b);
-  MetaStore::PutCounter(&b, kNextInoCounter, ns_.next_ino());
-  if (auto st = Commit(b); !st) {
+  MetaStore::PutCounter(&b, kNextInoCounter, core_.ns.next_ino());
+  if (auto st = core_.Commit(b); !st) {
     p->children.erase(name);
     p->rec.nlink = parent_nlink;
-    EraseInode(n);
+    core_.EraseInode(n);
     return Err(st.error());
   }
   n->checked_ns = MonoNs();
@@ -139,7 +140,7 @@ Result<Inode*> InodeTable::AdoptShared(Inode* p, const std::string& name, const 
 
 Inode* InodeTable::FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) {
   n->checked_ns = MonoNs();
-  const std::string path = ns_.EntryPath(p->rec.ino, name);
+  const std::string path = core_.ns.EntryPath(p->rec.ino, name);
   const auto type = n->is_dir() ? backend::Entry::Type::kDir
                     : S_ISLNK(n->rec.mode) ? backend::Entry::Type::kSymlink
                                            : backend::Entry::Type::kFile;
@@ -175,15 +176,15 @@ Inode* InodeTable::FollowBackend(Inode* p, const std::string& name, Inode* n, co
   r.checksum_lo = e.has_checksum ? e.checksum_lo : 0;
   Batch b;
   MetaStore::PutInode(&b, r);
-  if (!Commit(b)) return n;
+  if (!core_.Commit(b)) return n;
   if (was_local) Transition(n, FileEvent::kEvict);
   const DataState state = n->rec.state;
   n->rec = r;
   n->rec.state = state;  // remote either way; kept as Transition left it
-  SetBackendPath(n, e.path);
+  core_.SetBackendPath(n, e.path);
   n->backend_changed = true;
-  residency_.SawFile(e.size);
-  if (was_local) tier_->Remove(n->rec.ino);
+  core_.residency.SawFile(e.size);
+  if (was_local) core_.tier()->Remove(n->rec.ino);
   LOG_DEBUG("shared: '{}' changed in the backend ({} bytes); remote again", path, e.size);
   return n;
 }
@@ -191,21 +192,21 @@ Inode* InodeTable::FollowBackend(Inode* p, const std::string& name, Inode* n, co
 bool InodeTable::LookupNeedsBackend(uint64_t parent, std::string_view name) {
   if (!shared() || name == "." || name == ".." || name.size() > kMaxName) return false;
   MutexLock lk(&mu());
-  Inode* dir = Find(parent);
+  Inode* dir = core_.Find(parent);
   if (!SharedDir(dir)) return false;
   const int64_t now = MonoNs();
   auto it = dir->children.find(name);
   if (it != dir->children.end()) {
     // Only what could follow the backend is compared with it: not a file
     // with changes of its own or open here (the local copy wins anyway).
-    Inode* c = Find(it->second);
+    Inode* c = core_.Find(it->second);
     if (!c || now - c->checked_ns < shared_ttl_ns_) return false;
     if (!S_ISREG(c->rec.mode)) return true;
     return (c->rec.state == DataState::kPersisted || c->rec.state == DataState::kRemote) && c->opens == 0;
   }
   // Reserved names, and names the backend could not hold (too long, not
   // UTF-8 for S3): nothing there to find.
-  if (!CheckNewName(parent, name)) return false;
+  if (!core_.CheckNewName(parent, name)) return false;
   // The directory's listing, taken less than a TTL ago, lacks the name.
   if (now - dir->listed_ok_ns < shared_ttl_ns_) return false;
   auto neg = negative_.find({parent, std::string(name)});
@@ -217,7 +218,7 @@ Result<InodeRecord> InodeTable::LookupShared(uint64_t parent, std::string_view n
   bool list = false;
   {
     MutexLock lk(&mu());
-    Inode* dir = Find(parent);
+    Inode* dir = core_.Find(parent);
     list = ListsInsteadOfStat(dir) && !dir->children.count(name);
   }
   if (list) {
@@ -228,37 +229,39 @@ Result<InodeRecord> InodeTable::LookupShared(uint64_t parent, std::string_view n
   uint64_t applied;
   {
     MutexLock lk(&mu());
-    Inode* dir = Find(parent);
+    Inode* dir = core_.Find(parent);
     if (!dir || !dir->is_dir()) return Err(dir ? ENOTDIR : ENOENT);
-    path = ns_.EntryPath(parent, name);
-    applied = oplog_.AppliedSeq();
+    path = core_.ns.EntryPath(parent, name);
+    applied = core_.oplog.AppliedSeq();
     auto it = dir->children.find(name);
-    if (it == dir->children.end() && oplog_.RemovalPending(path, applied)) return Err(ENOENT);  // the local log wins
+    if (it == dir->children.end() && core_.oplog.RemovalPending(path, applied))
+      return Err(ENOENT);  // the local log wins
     if (it != dir->children.end()) {
-      Inode* c = Find(it->second);
+      Inode* c = core_.Find(it->second);
       if (c) c->checked_ns = MonoNs();  // one Stat per TTL, even while this one runs
     }
   }
-  auto e = backend_->Stat(path);
+  auto e = core_.backend()->Stat(path);
   MutexLock lk(&mu());
-  auto dir = ns_.FindDir(parent);
+  auto dir = core_.ns.FindDir(parent);
   if (!dir) return Err(dir.error());
   Inode* p = *dir;
   std::string key(name);
   auto it = p->children.find(name);
-  Inode* c = it == p->children.end() ? nullptr : Find(it->second);
+  Inode* c = it == p->children.end() ? nullptr : core_.Find(it->second);
   if (!e) {
     if (e.error() != ENOENT && e.error() != ENOTDIR && e.error() != ELOOP && e.error() != EINVAL) {
       LOG_DEBUG("shared: stat '{}' in the backend: {}; the local view stands", path, strerror(e.error()));
     } else if (!c) {
       if (negative_.size() >= kMaxNegative) negative_.clear();
       negative_[{parent, key}] = MonoNs();
-    } else if (applied == oplog_.AppliedSeq() && Droppable(c, path)) {
+    } else if (applied == core_.oplog.AppliedSeq() && Droppable(c, path)) {
       // Persisted here, gone there: another node removed it.
       if (DropShared(p, key)) return Err(ENOENT);
     }
   } else if (!c) {
-    if (!oplog_.RemovalPending(path, applied) && !(parent == meta::kRootIno && name.starts_with(kReservedRootPrefix)))
+    if (!core_.oplog.RemovalPending(path, applied) &&
+        !(parent == meta::kRootIno && name.starts_with(kReservedRootPrefix)))
       if (auto a = AdoptShared(p, key, *e); a) c = *a;
   } else {
     c = FollowBackend(p, key, c, *e);
@@ -271,7 +274,7 @@ Result<InodeRecord> InodeTable::LookupShared(uint64_t parent, std::string_view n
 bool InodeTable::MergeDue(uint64_t ino) {
   if (!shared()) return false;
   MutexLock lk(&mu());
-  Inode* dir = Find(ino);
+  Inode* dir = core_.Find(ino);
   return SharedDir(dir) && MonoNs() - dir->listed_ns >= shared_ttl_ns_;
 }
 
@@ -282,29 +285,29 @@ void InodeTable::MergeDir(uint64_t ino) {
   const int64_t started = MonoNs();
   {
     MutexLock lk(&mu());
-    Inode* d = Find(ino);
+    Inode* d = core_.Find(ino);
     if (!d) return;
     d->listed_ns = started;  // one listing per TTL, even while this one runs
-    path = ns_.DirPath(ino);
-    applied = oplog_.AppliedSeq();
-    if (!path.empty() && oplog_.RemovalPending(path, applied)) return;
+    path = core_.ns.DirPath(ino);
+    applied = core_.oplog.AppliedSeq();
+    if (!path.empty() && core_.oplog.RemovalPending(path, applied)) return;
   }
-  auto ls = backend_->ListDir(path);
+  auto ls = core_.backend()->ListDir(path);
   if (!ls) {
     LOG_DEBUG("shared: list '{}' in the backend: {}; the local view stands", path, strerror(ls.error()));
     if (ls.error() != ENOENT) return;
     // Not in the backend (not drained yet, or removed there): none of the
     // names looked up in it can be there either.
     MutexLock lk(&mu());
-    if (Inode* d = Find(ino); d && d->is_dir() && ns_.DirPath(ino) == path) {
+    if (Inode* d = core_.Find(ino); d && d->is_dir() && core_.ns.DirPath(ino) == path) {
       d->listed_ok_ns = started;
       d->listed_count = 0;
     }
     return;
   }
   MutexLock lk(&mu());
-  Inode* d = Find(ino);
-  if (!d || !d->is_dir() || d->rec.nlink == 0 || ns_.DirPath(ino) != path) return;  // moved meanwhile: next time
+  Inode* d = core_.Find(ino);
+  if (!d || !d->is_dir() || d->rec.nlink == 0 || core_.ns.DirPath(ino) != path) return;  // moved meanwhile: next time
   d->listed_ok_ns = started;
   d->listed_count = ls->size();
   std::set<std::string, std::less<>> there;
@@ -315,18 +318,18 @@ void InodeTable::MergeDir(uint64_t ino) {
     there.insert(name);
     auto it = d->children.find(name);
     if (it != d->children.end()) {
-      if (Inode* c = Find(it->second)) FollowBackend(d, name, c, e);
+      if (Inode* c = core_.Find(it->second)) FollowBackend(d, name, c, e);
       continue;
     }
-    if (oplog_.RemovalPending(e.path, applied) || (ino == meta::kRootIno && name.starts_with(kReservedRootPrefix)))
+    if (core_.oplog.RemovalPending(e.path, applied) || (ino == meta::kRootIno && name.starts_with(kReservedRootPrefix)))
       continue;
     (void)AdoptShared(d, name, e);
   }
-  if (applied != oplog_.AppliedSeq()) return;  // the listing may predate an entry just published
+  if (applied != core_.oplog.AppliedSeq()) return;  // the listing may predate an entry just published
   std::vector<std::string> gone;
   for (auto& [name, cino] : d->children)
     if (!there.count(name))
-      if (Inode* c = Find(cino); c && Droppable(c, Join(path, name))) gone.push_back(name);
+      if (Inode* c = core_.Find(cino); c && Droppable(c, Join(path, name))) gone.push_back(name);
   for (const auto& name : gone) (void)DropShared(d, name);
 }
 
@@ -336,17 +339,17 @@ bool InodeTable::ListsInsteadOfStat(Inode* dir) {
   // Stat answers for one. Small: as the backend held it at the last
   // listing, else as this mount holds it.
   return dir && dir->is_dir() &&
-         (dir->listed_ok_ns != 0 ? dir->listed_count : dir->children.size()) <= backend_->ListCheaperUpTo();
+         (dir->listed_ok_ns != 0 ? dir->listed_count : dir->children.size()) <= core_.backend()->ListCheaperUpTo();
 }
 
 bool InodeTable::RevalidateDue(uint64_t ino, int flags) {
   if (!shared()) return false;
   if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) return false;
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   if (!n || !S_ISREG(n->rec.mode) || n->rec.nlink == 0 || MonoNs() - n->checked_ns < shared_ttl_ns_) return false;
-  if (!SharedDir(Find(n->rec.parent))) return false;
-  return Droppable(n, ns_.EntryPath(n->rec.parent, n->rec.name));
+  if (!SharedDir(core_.Find(n->rec.parent))) return false;
+  return Droppable(n, core_.ns.EntryPath(n->rec.parent, n->rec.name));
 }
 
 void InodeTable::RevalidateForOpen(uint64_t ino, int flags) {
@@ -357,24 +360,24 @@ void InodeTable::RevalidateForOpen(uint64_t ino, int flags) {
   bool list;
   {
     MutexLock lk(&mu());
-    Inode* n = Find(ino);
+    Inode* n = core_.Find(ino);
     if (!n) return;
     parent = n->rec.parent;
-    list = ListsInsteadOfStat(Find(parent));
+    list = ListsInsteadOfStat(core_.Find(parent));
   }
   // Listed, it is compared with the backend as every name there is (and
   // the next opens in that directory need nothing for a TTL).
   if (list) MergeDir(parent);
   {
     MutexLock lk(&mu());
-    Inode* n = Find(ino);
+    Inode* n = core_.Find(ino);
     if (!n || MonoNs() - n->checked_ns < shared_ttl_ns_) return;
     n->checked_ns = MonoNs();
     parent = n->rec.parent;
     name = n->rec.name;
-    path = ns_.EntryPath(parent, name);
+    path = core_.ns.EntryPath(parent, name);
   }
-  auto e = backend_->Stat(path);
+  auto e = core_.backend()->Stat(path);
   if (!e) {
     // Gone there: the next lookup or listing drops it; the open goes on
     // with what it has (or fails its fetch with EIO).
@@ -382,16 +385,16 @@ void InodeTable::RevalidateForOpen(uint64_t ino, int flags) {
     return;
   }
   MutexLock lk(&mu());
-  Inode* p = Find(parent);
+  Inode* p = core_.Find(parent);
   if (!p || !p->is_dir()) return;
   auto it = p->children.find(name);
   if (it == p->children.end() || it->second != ino) return;  // renamed or replaced meanwhile
-  if (Inode* n = Find(ino); n && e->type == backend::Entry::Type::kFile) FollowBackend(p, name, n, *e);
+  if (Inode* n = core_.Find(ino); n && e->type == backend::Entry::Type::kFile) FollowBackend(p, name, n, *e);
 }
 
 bool InodeTable::TakeBackendChanged(uint64_t ino) {
   MutexLock lk(&mu());
-  Inode* n = Find(ino);
+  Inode* n = core_.Find(ino);
   if (!n || !n->backend_changed) return false;
   n->backend_changed = false;
   return true;

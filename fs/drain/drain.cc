@@ -53,7 +53,7 @@ bool Under(const std::string& path, const std::string& dir) {
 }  // namespace
 
 Drainer::Drainer(InodeTable* table, backend::Backend* backend, int parallel)
-    : table_(table), log_(&table->oplog()), backend_(backend), parallel_(std::max(1, parallel)) {
+    : table_(table), log_(&table->core().oplog), backend_(backend), parallel_(std::max(1, parallel)) {
   if (const char* v = getenv("CKPTFS_DRAIN_DELAY_MS")) publish_delay_ms_ = atoi(v);
   if (const char* v = getenv("CKPTFS_DRAIN_PAUSE_FILE")) pause_file_ = v;
 }
@@ -251,7 +251,7 @@ std::shared_ptr<Drainer::Job> Drainer::AddJob(const LogEntry& e) {
 
 void Drainer::Run() {
   while (!stop_) {
-    if (std::string ro = table_->ReadOnlyReason(); !ro.empty()) {
+    if (std::string ro = table_->core().ReadOnlyReason(); !ro.empty()) {
       HoldReadOnly(ro);
       continue;
     }

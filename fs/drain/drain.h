@@ -175,7 +175,7 @@ class Drainer {
   bool read_only_noted_ = false;  // drain thread only
 
   InodeTable* const table_;
-  OpLog* const log_;  // table_->oplog(): what the drain reads of the log
+  OpLog* const log_;  // table_->core().oplog: what the drain reads of the log
   backend::Backend* const backend_;
   Cluster* cluster_ = nullptr;
   std::function<bool()> hold_;  // set_yield; empty: never

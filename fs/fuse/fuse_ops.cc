@@ -371,7 +371,7 @@ void ckpt_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void ckpt_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
   Daemon* d = D(req);
   if (d->cfg.fsync != FsyncMode::kBackend) return (void)fuse_reply_err(req, 0);
-  d->table->WhenApplied(d->table->oplog().LoggedSeq(), 0, [req](int err) { fuse_reply_err(req, err); });
+  d->table->WhenApplied(d->table->core().oplog.LoggedSeq(), 0, [req](int err) { fuse_reply_err(req, err); });
 }
 
 void ckpt_statfs(fuse_req_t req, fuse_ino_t ino) {
@@ -379,7 +379,7 @@ void ckpt_statfs(fuse_req_t req, fuse_ino_t ino) {
   Guard(req, [&] {
     Daemon* d = D(req);
     cache::TierStats t = d->tier->Stats();
-    NamespaceStats ns = d->table->ns().Stats();
+    NamespaceStats ns = d->table->core().ns.Stats();
     struct statvfs sv {};
     constexpr uint64_t kBlock = 4096;
     sv.f_bsize = kBlock;
@@ -422,7 +422,7 @@ void ckpt_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char*
         return (void)fuse_reply_err(req, 0);
       }
       if (strcmp(name, kSkipXattr) == 0) {
-        auto r = D(req)->table->oplog().RequestSkip(std::string_view(value, size));
+        auto r = D(req)->table->core().oplog.RequestSkip(std::string_view(value, size));
         if (r) {
           LOG_WARN("skip: the operator gives up on '{}': the drain marks it failed and goes on",
                    EscapeName(std::string_view(value, size)));

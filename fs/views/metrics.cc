@@ -63,12 +63,13 @@ std::string MetricsText(Daemon* d) {
         static_cast<double>(dr.entries_failed));
   t.One("backend_up", "gauge", "0 while the backend answers with errors (the drain retries).", dr.in_error ? 0 : 1);
   t.One("read_only", "gauge", "1 once a metadata write failed (the mount is read-only).",
-        d->table->ReadOnlyReason().empty() ? 0 : 1);
+        d->table->core().ReadOnlyReason().empty() ? 0 : 1);
   t.One("drain_held", "gauge",
         "1 while the drain holds at an entry the backend refuses for good (ckptfs status names it; ckptfs skip).",
-        d->table->oplog().Held() ? 1 : 0);
-  t.One("lost_files", "gauge", "Files in the lost list (ckptfs lost).", static_cast<double>(d->table->oplog().LostFiles().size()));
-  const PressureStats mp = d->table->residency().MemoryPressure();
+        d->table->core().oplog.Held() ? 1 : 0);
+  t.One("lost_files", "gauge", "Files in the lost list (ckptfs lost).",
+        static_cast<double>(d->table->core().oplog.LostFiles().size()));
+  const PressureStats mp = d->table->core().residency.MemoryPressure();
   t.One("memory_available_bytes", "gauge", "Headroom the memory watch read last (MemAvailable or the cgroup's).",
         static_cast<double>(mp.available));
   t.One("memory_pressure", "gauge", "1 while the headroom is under --min-free.", mp.active ? 1 : 0);

@@ -45,7 +45,7 @@ std::string Shorten(const std::string& s, size_t max) {
 
 std::string StatusJson(Daemon* d) {
   cache::TierStats t = d->tier->Stats();
-  NamespaceStats ns = d->table->ns().Stats();
+  NamespaceStats ns = d->table->core().ns.Stats();
   DataStats ds = d->table->DataStatistics();
   DrainStats dr = d->drainer ? d->drainer->Stats() : DrainStats{};
   auto pto = d->table->PassthroughOpens();
@@ -58,10 +58,10 @@ std::string StatusJson(Daemon* d) {
 
   // The entry the drain holds at (refused for good), null when none.
   Json held = nullptr;
-  if (auto h = d->table->oplog().Held())
+  if (auto h = d->table->core().oplog.Held())
     held = Json{{"seq", h->seq},     {"path", h->path},   {"reason", h->reason},
                 {"since", h->since}, {"tried_ms", h->tried_ms}, {"behind", h->behind}};
-  std::vector<std::string> lost_all = d->table->oplog().LostFiles();
+  std::vector<std::string> lost_all = d->table->core().oplog.LostFiles();
   Json lost = Json::array();
   size_t bytes = 0;
   for (const std::string& p : lost_all) {
@@ -70,7 +70,7 @@ std::string StatusJson(Daemon* d) {
     bytes += n;
     lost.push_back(p);
   }
-  std::vector<FailedEntry> failed_all = d->table->oplog().FailedEntries();
+  std::vector<FailedEntry> failed_all = d->table->core().oplog.FailedEntries();
   Json failed = Json::array();
   bytes = 0;
   for (const auto& [path, reason] : failed_all) {
@@ -81,7 +81,7 @@ std::string StatusJson(Daemon* d) {
     failed.push_back(std::move(entry));
   }
 
-  const PressureStats mp = d->table->residency().MemoryPressure();
+  const PressureStats mp = d->table->core().residency.MemoryPressure();
   Json j = {
       {"pid", getpid()},
       {"mountpoint", d->cfg.mountpoint},
@@ -90,7 +90,7 @@ std::string StatusJson(Daemon* d) {
       {"tier_dir", d->cfg.tier_dir},
       {"fsync", d->cfg.fsync == FsyncMode::kBackend ? "backend" : "memory"},
       {"max_file_size", d->cfg.max_file_size},
-      {"read_only", d->table->ReadOnlyReason()},
+      {"read_only", d->table->core().ReadOnlyReason()},
       {"tier",
        {{"budget", t.budget},
         {"used", t.used},
@@ -120,9 +120,9 @@ std::string StatusJson(Daemon* d) {
         {"requests", d->channel ? d->channel->uring_requests() : 0}}},
       {"reply_yield",
        {{"active", reply_yield::On() && d->channel && d->channel->uring_active()},
-        {"why_not", !reply_yield::On()                   ? reply_yield::WhyNot()
+        {"why_not", !reply_yield::On()                            ? reply_yield::WhyNot()
                     : !(d->channel && d->channel->uring_active()) ? std::string("only over io_uring")
-                                                        : std::string()},
+                                                                  : std::string()},
         {"rescued", reply_yield::Rescued()}}},
       {"namespace", {{"inodes", ns.inodes}, {"files", ns.files}, {"dirs", ns.dirs}, {"bytes", ns.bytes}}},
       {"dirty", state(meta::DataState::kDirty)},
@@ -257,7 +257,7 @@ std::string StatusJson(Daemon* d) {
 }
 
 Result<std::string> LostPage(Daemon* d, uint64_t page) {
-  std::vector<std::string> lost = d->table->oplog().LostFiles();
+  std::vector<std::string> lost = d->table->core().oplog.LostFiles();
   std::string out;
   uint64_t at = 0;
   for (const std::string& p : lost) {

@@ -173,7 +173,7 @@ struct DrainEnv {
   ckpt::fs::HeldEntry WaitHeld(int timeout_s = 20) {
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
     for (;;) {
-      if (auto h = env->table->oplog().Held()) return *h;
+      if (auto h = env->table->core().oplog.Held()) return *h;
       cr_assert(std::chrono::steady_clock::now() < until, "the drain did not hold at the refused entry");
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -333,7 +333,7 @@ Test(drain, retries_with_backoff_and_loses_nothing) {
   e.WriteFile(kRoot, "c", "third");
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   cr_assert(d.drainer->Stats().in_error);
-  cr_assert_eq(e.table->oplog().Pending(10).size(), 1u);
+  cr_assert_eq(e.table->core().oplog.Pending(10).size(), 1u);
   d.flaky->down = false;
   d.Drain(30);
   cr_assert_eq(d.Read("c"), "third");
@@ -396,7 +396,7 @@ Test(drain, passthrough_writer_gets_its_room_from_clean_files) {
   cr_assert_gt(w2->backing_id, 0, "room made by evicting the clean step1");
   cr_assert_eq(e.table->GetAttr(a)->state, ckpt::meta::DataState::kRemote);
   e.table->Release(latest, O_WRONLY, true);
-  e.table->residency().set_prealloc(8 << 20);
+  e.table->core().residency.set_prealloc(8 << 20);
   e.table->RefillSpares();
   cr_assert_eq(e.tier->Spares().second, 0u, "not within a second of a writer's close (the gap between two files)");
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
@@ -427,7 +427,7 @@ Test(drain, auto_spares_cover_a_file_larger_than_half_the_budget) {
   Env& e = *d.env;
   ckpt::test::FakeBacking fb;
   e.table->set_backing(&fb);
-  e.table->residency().set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  e.table->core().residency.set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
   uint64_t old = e.WriteFile(kRoot, "step1", std::string(40 << 20, 's'));  // 40 of 64 MiB
   d.Start();
   d.Drain();
@@ -453,7 +453,7 @@ Test(drain, spare_made_at_once_from_pages_just_freed) {
   Env& e = *d.env;
   ckpt::test::FakeBacking fb;
   e.table->set_backing(&fb);
-  e.table->residency().set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  e.table->core().residency.set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
   uint64_t old = e.WriteFile(kRoot, "step1", std::string(80 << 20, 's'));  // past Tier::kFreedNoted
   d.Start();
   d.Drain();
@@ -503,7 +503,7 @@ Test(drain, published_but_not_committed_survives_a_reboot) {
   DrainEnv d;
   Env& e = *d.env;
   uint64_t f = e.WriteFile(kRoot, "model.pt", "all of step 3");
-  auto l = e.table->oplog().Pending(10).at(0);
+  auto l = e.table->core().oplog.Pending(10).at(0);
   {
     auto src = e.table->BeginPersist(l);
     cr_assert(src.has_value());
@@ -517,15 +517,15 @@ Test(drain, published_but_not_committed_survives_a_reboot) {
   e.tier.reset();
   stdfs::remove_all(e.dir + "/tier");
   e.Open();
-  cr_assert_eq(e.table->oplog().LostFiles().size(), 0u);
+  cr_assert_eq(e.table->core().oplog.LostFiles().size(), 0u);
   auto a = e.table->GetAttr(f);
   cr_assert(a.has_value());
   cr_assert_eq(a->state, ckpt::meta::DataState::kRemote);
   cr_assert_eq(a->size, 13u);
-  cr_assert_eq(e.table->oplog().Pending(10).size(), 0u);
+  cr_assert_eq(e.table->core().oplog.Pending(10).size(), 0u);
   // Not so for a file the backend holds another version of (size differs).
   uint64_t g = e.WriteFile(kRoot, "latest", "step 3");
-  auto gl = e.table->oplog().Pending(10).at(0);
+  auto gl = e.table->core().oplog.Pending(10).at(0);
   {
     auto src = e.table->BeginPersist(gl);
     auto staged = d.be->Stage(src->fd, src->size, [] { return false; });
@@ -538,7 +538,7 @@ Test(drain, published_but_not_committed_survives_a_reboot) {
   e.tier.reset();
   stdfs::remove_all(e.dir + "/tier");
   e.Open();
-  cr_assert_eq(e.table->oplog().LostFiles().size(), 1u);
+  cr_assert_eq(e.table->core().oplog.LostFiles().size(), 1u);
   cr_assert_eq(e.table->Lookup(kRoot, "latest").error(), ENOENT);
 }
 
@@ -562,11 +562,11 @@ Test(drain, refusal_holds_the_drain_and_fails_its_waiters) {
   d.flaky->refuse_err = EISDIR;
   uint64_t dir = e.Mkdir(kRoot, "step1");
   uint64_t shard = e.WriteFile(dir, "shard0.pt", "shard");
-  uint64_t shard_seq = e.table->oplog().LoggedSeq();
+  uint64_t shard_seq = e.table->core().oplog.LoggedSeq();
   std::atomic<int> shard_fsync{-1};
   e.table->WhenApplied(shard_seq, shard, [&](int err) { shard_fsync = err; });  // pending before the refusal
   e.WriteFile(kRoot, "latest", "step1");
-  uint64_t latest_seq = e.table->oplog().LoggedSeq();
+  uint64_t latest_seq = e.table->core().oplog.LoggedSeq();
   d.Start();
   auto h = d.WaitHeld();
   cr_assert_eq(h.path, "step1/shard0.pt");
@@ -580,7 +580,7 @@ Test(drain, refusal_holds_the_drain_and_fails_its_waiters) {
   cr_assert(x && *x == "held", "state xattr: %s", x ? x->c_str() : "?");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // retries go on, and hold
   cr_assert_not(d.Exists("latest"), "latest reached the backend past a refused shard");
-  cr_assert(e.table->oplog().FailedEntries().empty(), "a held entry is not failed");
+  cr_assert(e.table->core().oplog.FailedEntries().empty(), "a held entry is not failed");
   cr_assert(d.drainer->Stats().in_error);
   // The operator fixes the backend: the retry publishes both, in order.
   d.flaky->refuse_err = 0;
@@ -588,7 +588,7 @@ Test(drain, refusal_holds_the_drain_and_fails_its_waiters) {
   d.Drain(30);
   cr_assert_eq(d.Read("step1/shard0.pt"), "shard");
   cr_assert_eq(d.Read("latest"), "step1");
-  cr_assert_not(e.table->oplog().Held().has_value());
+  cr_assert_not(e.table->core().oplog.Held().has_value());
   cr_assert_eq(WaitOutcome(e, latest_seq, 0), 0, "once applied, the wait succeeds");
   std::lock_guard lk(d.flaky->mu);
   auto at = [&](const std::string& what) {
@@ -609,18 +609,18 @@ Test(drain, operator_skip_fails_the_held_entry_and_goes_on) {
   e.WriteFile(kRoot, "good.pt", "accepted");
   d.Start();
   d.WaitHeld();
-  cr_assert_eq(e.table->oplog().RequestSkip("good.pt").error(), ENOENT, "only the held entry can be skipped");
-  cr_assert(e.table->oplog().RequestSkip("bad.pt").has_value());
+  cr_assert_eq(e.table->core().oplog.RequestSkip("good.pt").error(), ENOENT, "only the held entry can be skipped");
+  cr_assert(e.table->core().oplog.RequestSkip("bad.pt").has_value());
   d.drainer->Kick();
   d.Drain(30);
   cr_assert_eq(d.Read("good.pt"), "accepted");
-  auto failed = e.table->oplog().FailedEntries();
+  auto failed = e.table->core().oplog.FailedEntries();
   cr_assert_eq(failed.size(), 1u);
   cr_assert_neq(failed[0].reason.find("skipped by the operator"), std::string::npos, "%s", failed[0].reason.c_str());
   cr_assert_eq(e.table->GetAttr(bad)->state, ckpt::meta::DataState::kFailed);
-  cr_assert_eq(WaitOutcome(e, e.table->oplog().LoggedSeq(), bad), EIO, "an fsync of the skipped file says EIO");
+  cr_assert_eq(WaitOutcome(e, e.table->core().oplog.LoggedSeq(), bad), EIO, "an fsync of the skipped file says EIO");
   cr_assert(e.table->ClearLost().has_value());
-  cr_assert(e.table->oplog().FailedEntries().empty(), "lost --clear forgets the failed list too");
+  cr_assert(e.table->core().oplog.FailedEntries().empty(), "lost --clear forgets the failed list too");
 }
 
 // A version lost from the tier before it drained: its waiter is told EIO
@@ -630,7 +630,7 @@ Test(drain, lost_version_answers_its_waiter_eio) {
   DrainEnv d;
   Env& e = *d.env;
   uint64_t ino = e.WriteFile(kRoot, "gone.pt", "bytes");
-  uint64_t seq = e.table->oplog().LoggedSeq();
+  uint64_t seq = e.table->core().oplog.LoggedSeq();
   std::atomic<int> got{-1};
   e.table->WhenApplied(seq, ino, [&](int err) { got = err; });
   e.tier->Remove(ino);  // the tier file is gone (as at a node reboot)
@@ -638,9 +638,10 @@ Test(drain, lost_version_answers_its_waiter_eio) {
   d.Drain(30);
   for (int i = 0; i < 200 && got < 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   cr_assert_eq(got.load(), EIO, "the lost version's fsync: %d", got.load());
-  cr_assert_eq(e.table->oplog().LostFiles().size(), 1u);
+  cr_assert_eq(e.table->core().oplog.LostFiles().size(), 1u);
   e.WriteFile(kRoot, "next.pt", "later");
-  cr_assert_eq(WaitOutcome(e, e.table->oplog().LoggedSeq(), 0), 0, "a later wait is not answered with an old loss");
+  cr_assert_eq(WaitOutcome(e, e.table->core().oplog.LoggedSeq(), 0), 0,
+               "a later wait is not answered with an old loss");
 }
 
 // Issue #27 item 1: a hard-linked file's new version followed at once by
@@ -685,7 +686,7 @@ Test(drain, permanent_refusal_fails_one_entry_and_the_drain_goes_on) {
   cr_assert_eq(d.Read("good.pt"), "accepted");
   cr_assert_eq(d.Read("latest"), "step");
   cr_assert_not(d.Exists("bad.pt"));
-  auto failed = e.table->oplog().FailedEntries();
+  auto failed = e.table->core().oplog.FailedEntries();
   cr_assert_geq(failed.size(), 2u, "bad.pt and badir are listed, got %zu", failed.size());
   cr_assert_eq(failed[0].path, "bad.pt");
   cr_assert_neq(failed[0].reason.find("File name too long"), std::string::npos, "%s", failed[0].reason.c_str());
@@ -702,14 +703,14 @@ Test(drain, permanent_refusal_fails_one_entry_and_the_drain_goes_on) {
   d.drainer->Stop();
   d.drainer.reset();
   e.Open();
-  cr_assert_geq(e.table->oplog().FailedEntries().size(), 2u);
+  cr_assert_geq(e.table->core().oplog.FailedEntries().size(), 2u);
   cr_assert_eq(e.table->GetAttr(bad)->state, ckpt::meta::DataState::kFailed);
   d.flaky->refuse_err = 0;
   e.Overwrite(bad, "accepted now");
   d.Start(/*refusal_skip=*/true);
   d.Drain(30);
   cr_assert_eq(d.Read("bad.pt"), "accepted now");
-  for (auto& f : e.table->oplog().FailedEntries()) cr_assert_neq(f.path, "bad.pt");
+  for (auto& f : e.table->core().oplog.FailedEntries()) cr_assert_neq(f.path, "bad.pt");
 }
 
 // A transient error (EIO, ENOSPC, EACCES...) is never a failure: retried.
@@ -913,8 +914,8 @@ Test(drain, memory_pressure_evicts_persisted_and_holds_writers_for_dirty) {
   d.env->tier->set_evictor([&](uint64_t need) { return d.env->table->Evict(need); });  // as the daemon does
   // 2M available, min-free 8M: target 12M, deficit 10M: both persisted
   // files go (8M), the dirty one stays, and 8M < 10M: writes wait.
-  d.env->table->residency().RelieveMemory(2 * M, 8 * M, "test");
-  auto p = d.env->table->residency().MemoryPressure();
+  d.env->table->core().residency.RelieveMemory(2 * M, 8 * M, "test");
+  auto p = d.env->table->core().residency.MemoryPressure();
   cr_assert(p.active);
   cr_assert_eq(p.evicted_files, 2u);
   cr_assert(!d.env->tier->Has(a) && !d.env->tier->Has(b), "persisted files not evicted");
@@ -930,8 +931,8 @@ Test(drain, memory_pressure_evicts_persisted_and_holds_writers_for_dirty) {
   auto w = write();
   cr_assert(!w.has_value() && w.error() == EAGAIN, "a write went through while writers are held");
   // Back above 1.5 x min-free: the episode ends, writes go on.
-  d.env->table->residency().RelieveMemory(13 * M, 8 * M, "test");
-  p = d.env->table->residency().MemoryPressure();
+  d.env->table->core().residency.RelieveMemory(13 * M, 8 * M, "test");
+  p = d.env->table->core().residency.MemoryPressure();
   cr_assert(!p.active && !p.writers_held);
   w = write();
   cr_assert(w.has_value(), "writes still held after the pressure ended");
@@ -1180,7 +1181,7 @@ Test(drain, memory_only_survives_a_restart) {
   cr_assert_str_eq(buf, "model 1");
   e.table->Release(m1->ino, O_RDONLY);
   cr_assert(!e.table->Lookup(s1->ino, "torn.pt").has_value(), "a torn memory-only file is dropped");
-  auto lost = e.table->oplog().LostFiles();
+  auto lost = e.table->core().oplog.LostFiles();
   cr_assert(std::find(lost.begin(), lost.end(), "step_1/torn.pt") != lost.end());
   SaveStep(d, 2, latest);
   auto s2 = e.table->Lookup(kRoot, "step_2");
@@ -1279,7 +1280,7 @@ Test(drain_cluster, publish_waits_for_the_other_members_earlier_file) {
   Env& e = *d.env;
   std::atomic<int64_t> now{100000};
   MemRecords store;
-  auto log = ckpt::fs::LocalLog(&e.table->oplog());
+  auto log = ckpt::fs::LocalLog(&e.table->core().oplog);
   ckpt::fs::ClusterOptions o;
   o.name = "job";
   o.node = "a";
@@ -1481,7 +1482,7 @@ Test(drain, version_sealed_in_place_is_never_published_torn) {
 namespace {
 void WithSpares(Env& e, ckpt::test::FakeBacking* fb) {
   e.table->set_backing(fb);
-  e.table->residency().set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  e.table->core().residency.set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
 }
 void TruncOpenClose(Env& e, uint64_t ino) {
   auto w = e.table->OpenHandle(ino, O_WRONLY | O_TRUNC);
@@ -1521,7 +1522,7 @@ Test(drain, fresh_mount_first_file_gets_a_spare) {
   // An explicit --prealloc sizes it.
   DrainEnv d3(64ull << 20);
   d3.env->table->set_backing(&fb);
-  d3.env->table->residency().set_prealloc(6u << 20);
+  d3.env->table->core().residency.set_prealloc(6u << 20);
   d3.env->table->RefillSpares();
   cr_assert_eq(d3.env->tier->Spares().first, 6u << 20);
 }

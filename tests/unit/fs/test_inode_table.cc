@@ -23,7 +23,7 @@ constexpr uint64_t kRoot = ckpt::meta::kRootIno;
 
 static std::vector<std::string> Ops(Env& e) {
   std::vector<std::string> out;
-  for (auto& l : e.table->oplog().Pending(1000))
+  for (auto& l : e.table->core().oplog.Pending(1000))
     out.push_back(std::string(ckpt::meta::LogOpName(l.op)) + " " + l.path + (l.path2.empty() ? "" : " " + l.path2));
   return out;
 }
@@ -155,13 +155,13 @@ static std::string ReadAll(int fd) {
 BOTH(sealed_versions_survive_rewrite_truncate_and_delete) {
   Env e(k);
   uint64_t f = e.WriteFile(kRoot, "f", "version one");
-  auto v1 = e.table->oplog().Pending(10).at(0);
+  auto v1 = e.table->core().oplog.Pending(10).at(0);
   e.WriteFile(kRoot, "other", "logged after f's v1, so v1 is not superseded");
   e.Overwrite(f, "v2");  // O_TRUNC: v1 moves to its snapshot
   auto s1 = e.table->BeginPersist(v1);
   cr_assert(s1.has_value());
   cr_assert_eq(ReadAll(s1->fd), "version one");
-  auto v2 = e.table->oplog().Pending(10).at(2);
+  auto v2 = e.table->core().oplog.Pending(10).at(2);
   cr_assert_eq(v2.version, v1.version + 1);
   auto s2 = e.table->BeginPersist(v2);
   cr_assert(s2.has_value());
@@ -174,7 +174,7 @@ BOTH(sealed_versions_survive_rewrite_truncate_and_delete) {
   cr_assert_eq(ReadAll(s2->fd), "v2");
   e.table->Release(f, O_RDWR);
   e.table->AbortPersist(v2);
-  auto v3 = e.table->oplog().Pending(10).back();
+  auto v3 = e.table->core().oplog.Pending(10).back();
   cr_assert_eq(v3.version, v2.version + 1);
   auto s3 = e.table->BeginPersist(v3);
   cr_assert(s3.has_value());
@@ -188,12 +188,12 @@ BOTH(sealed_versions_survive_rewrite_truncate_and_delete) {
   cr_assert(e.table->SetAttr(f, c).has_value());
   cr_assert_eq(e.table->BeginPersist(v3).error(), ESTALE);
   cr_assert_eq(ReadAll(s3->fd), "X2");
-  auto v4 = e.table->oplog().Pending(10).back();
+  auto v4 = e.table->core().oplog.Pending(10).back();
   cr_assert_eq(v4.version, v3.version + 1);
   cr_assert_eq(ReadAll(e.table->BeginPersist(v4)->fd), "X");
   // Deleted before draining: the sealed bytes still drain.
   uint64_t g = e.WriteFile(kRoot, "g", "gone");
-  auto gl = e.table->oplog().Pending(100).back();
+  auto gl = e.table->core().oplog.Pending(100).back();
   cr_assert_eq(gl.ino, g);
   cr_assert(e.table->Unlink(kRoot, "g").has_value());
   e.table->Forget(g, 1);
@@ -225,7 +225,7 @@ BOTH(superseded_versions_hold_no_copy) {
                   static_cast<unsigned long>(e.tier->Stats().used), i + 1);
   }
   e.table->Release(f, O_RDWR);
-  auto log = e.table->oplog().Pending(100);
+  auto log = e.table->core().oplog.Pending(100);
   cr_assert_eq(log.size(), 21u);  // superseded entries stay until the drain skips them
   for (size_t i = 0; i + 1 < log.size(); i++) cr_assert_eq(e.table->BeginPersist(log[i]).error(), ESTALE);
   auto last = e.table->BeginPersist(log.back());
@@ -245,7 +245,7 @@ BOTH(copy_on_write_is_charged_to_the_budget) {
   Env e(k, 256 << 10);
   const std::string v1(160 << 10, 'a');
   uint64_t f = e.WriteFile(kRoot, "f", v1);
-  auto l = e.table->oplog().Pending(10).at(0);
+  auto l = e.table->core().oplog.Pending(10).at(0);
   cr_assert(e.table->Open(f, O_RDWR).has_value());
   auto w = e.table->Write(
       f, 0, 1, [&](int x) { return pwrite(x, "b", 1, 0); }, /*wait=*/false);
@@ -266,7 +266,7 @@ BOTH(copy_on_write_is_charged_to_the_budget) {
 BOTH(complete_marks_persisted_and_evict_frees) {
   Env e(k, 1 << 20);
   uint64_t f = e.WriteFile(kRoot, "f", std::string(300000, 'x'));
-  auto l = e.table->oplog().Pending(10).at(0);
+  auto l = e.table->core().oplog.Pending(10).at(0);
   auto src = e.table->BeginPersist(l);
   cr_assert(src.has_value());
   // Nothing clean yet, but a drain is pending: writers should wait.
@@ -276,7 +276,7 @@ BOTH(complete_marks_persisted_and_evict_frees) {
   s.checksum_lo = 2;
   cr_assert(e.table->CompletePersist(l, s, src->gen).has_value());
   cr_assert_eq(e.table->GetAttr(f)->state, DataState::kPersisted);
-  cr_assert_eq(e.table->oplog().Pending(10).size(), 0u);
+  cr_assert_eq(e.table->core().oplog.Pending(10).size(), 0u);
   cr_assert_eq(e.table->DataStatistics().applied_seq, l.seq);
   uint64_t used = e.tier->Stats().used;
   cr_assert_gt(used, 0u);
@@ -294,26 +294,27 @@ BOTH(complete_marks_persisted_and_evict_frees) {
 BOTH(flush_seals_only_what_was_written_since_the_open) {
   Env e(k);
   uint64_t ino = e.WriteFile(kRoot, "latest", "step_6\n");
-  const size_t before = e.table->oplog().Pending(10).size();
+  const size_t before = e.table->core().oplog.Pending(10).size();
   auto h = e.table->OpenHandle(ino, O_WRONLY | O_TRUNC);
   cr_assert(h.has_value());
   cr_assert(e.table->Flush(ino, O_WRONLY, h->gen).has_value());  // the redirect's first close
-  cr_assert_eq(e.table->oplog().Pending(10).size(), before, "an empty version was sealed at a flush with no write");
+  cr_assert_eq(e.table->core().oplog.Pending(10).size(), before,
+               "an empty version was sealed at a flush with no write");
   cr_assert(e.table->Write(ino, 0, 7, [&](int x) { return pwrite(x, "step_7\n", 7, 0); }).has_value());
   cr_assert(e.table->Flush(ino, O_WRONLY, h->gen).has_value());
-  auto log = e.table->oplog().Pending(10);
+  auto log = e.table->core().oplog.Pending(10);
   cr_assert_eq(log.size(), before + 1, "the write was not sealed at the flush");
   e.table->Release(ino, O_WRONLY);
-  cr_assert_eq(e.table->oplog().Pending(10).size(), before + 1, "release sealed again");
+  cr_assert_eq(e.table->core().oplog.Pending(10).size(), before + 1, "release sealed again");
   // touch: create, close with nothing written: sealed at release.
   auto t = e.table->Mknod(kRoot, "t", S_IFREG | 0644, 0, ckpt::fs::Caller{0, 0});
   cr_assert(t.has_value());
   auto th = e.table->OpenHandle(t->ino, O_WRONLY);
   cr_assert(th.has_value());
   cr_assert(e.table->Flush(t->ino, O_WRONLY, th->gen).has_value());
-  const size_t at_flush = e.table->oplog().Pending(20).size();
+  const size_t at_flush = e.table->core().oplog.Pending(20).size();
   e.table->Release(t->ino, O_WRONLY);
-  cr_assert_eq(e.table->oplog().Pending(20).size(), at_flush + 1, "an empty new file was never sealed");
+  cr_assert_eq(e.table->core().oplog.Pending(20).size(), at_flush + 1, "an empty new file was never sealed");
 }
 
 // close(2) returns after flush, not release: the last writer's flush seals,
@@ -326,9 +327,9 @@ BOTH(flush_of_last_writer_seals_and_later_writes_copy) {
   cr_assert(e.table->Open(ino, O_RDWR).has_value());
   cr_assert(e.table->Write(ino, 0, 3, [&](int x) { return pwrite(x, "abc", 3, 0); }).has_value());
   cr_assert(e.table->Flush(ino, O_RDONLY).has_value());  // a reader's close seals nothing
-  cr_assert_eq(e.table->oplog().Pending(10).size(), 0u);
+  cr_assert_eq(e.table->core().oplog.Pending(10).size(), 0u);
   cr_assert(e.table->Flush(ino, O_RDWR).has_value());
-  auto log = e.table->oplog().Pending(10);
+  auto log = e.table->core().oplog.Pending(10);
   cr_assert_eq(log.size(), 1u);
   cr_assert_eq(log[0].version, 1u);
   cr_assert(e.table->Write(ino, 0, 1, [&](int x) { return pwrite(x, "X", 1, 0); }).has_value());
@@ -336,8 +337,8 @@ BOTH(flush_of_last_writer_seals_and_later_writes_copy) {
   cr_assert(src.has_value());
   cr_assert_eq(ReadAll(src->fd), "abc");
   e.table->Release(ino, O_RDWR);  // the late write is sealed as version 2
-  cr_assert_eq(e.table->oplog().Pending(10).size(), 2u);
-  cr_assert_eq(e.table->oplog().Pending(10).at(1).version, 2u);
+  cr_assert_eq(e.table->core().oplog.Pending(10).size(), 2u);
+  cr_assert_eq(e.table->core().oplog.Pending(10).at(1).version, 2u);
 }
 
 BOTH(truncate_of_closed_file_seals) {
@@ -347,7 +348,7 @@ BOTH(truncate_of_closed_file_seals) {
   c.to_set = ckpt::fs::kSetSize;
   c.size = 2;
   cr_assert(e.table->SetAttr(f, c).has_value());
-  auto log = e.table->oplog().Pending(10);
+  auto log = e.table->core().oplog.Pending(10);
   cr_assert_eq(log.size(), 2u);
   cr_assert(log[1].op == LogOp::kPersist);
   cr_assert_eq(log[1].version, 2u);
@@ -378,7 +379,7 @@ Test(recovery, rewrite_cut_short_keeps_the_last_sealed_version) {
   cr_assert_eq(r->size, 12u);
   cr_assert_eq(ReadFile(e, r->ino), "sealed bytes");
   // Its persist entry is still pending and drains those bytes.
-  auto log = e.table->oplog().Pending(10);
+  auto log = e.table->core().oplog.Pending(10);
   cr_assert_eq(log.size(), 1u);
   cr_assert_eq(ReadAll(e.table->BeginPersist(log[0])->fd), "sealed bytes");
 }
@@ -389,7 +390,7 @@ Test(recovery, rewrite_cut_short_keeps_the_last_sealed_version) {
 Test(recovery, never_closed_is_lost_persisted_rewrite_goes_remote) {
   Env e(KvKind::kRocks);
   uint64_t p = e.WriteFile(kRoot, "persisted", "in the backend");
-  auto l = e.table->oplog().Pending(10).at(0);
+  auto l = e.table->core().oplog.Pending(10).at(0);
   auto src = e.table->BeginPersist(l);
   cr_assert(e.table->CompletePersist(l, ckpt::backend::Staged{"", 14, 1, 2}, src->gen).has_value());
   cr_assert_eq(e.table->GetAttr(p)->state, DataState::kPersisted);
@@ -405,7 +406,7 @@ Test(recovery, never_closed_is_lost_persisted_rewrite_goes_remote) {
   cr_assert_eq(pr->state, DataState::kRemote);
   cr_assert_eq(pr->size, 14u);
   cr_assert_eq(e.table->Lookup(kRoot, "new").error(), ENOENT);
-  auto lost = e.table->oplog().LostFiles();
+  auto lost = e.table->core().oplog.LostFiles();
   cr_assert_eq(lost.size(), 1u);
   cr_assert_str_eq(lost[0].c_str(), "new");
 }
@@ -415,7 +416,7 @@ Test(recovery, never_closed_is_lost_persisted_rewrite_goes_remote) {
 Test(recovery, tier_wiped_persisted_remote_pending_lost) {
   Env e(KvKind::kRocks);
   uint64_t p = e.WriteFile(kRoot, "old", "persisted");
-  auto l = e.table->oplog().Pending(10).at(0);
+  auto l = e.table->core().oplog.Pending(10).at(0);
   auto src = e.table->BeginPersist(l);
   cr_assert(e.table->CompletePersist(l, ckpt::backend::Staged{"", 9, 1, 2}, src->gen).has_value());
   uint64_t d = e.Mkdir(kRoot, "step_2");
@@ -429,11 +430,11 @@ Test(recovery, tier_wiped_persisted_remote_pending_lost) {
   cr_assert(e.table->Lookup(kRoot, "step_2").has_value());
   auto sd = e.table->Lookup(kRoot, "step_2");
   cr_assert_eq(e.table->Lookup(sd->ino, "model.pt").error(), ENOENT);
-  auto lost = e.table->oplog().LostFiles();
+  auto lost = e.table->core().oplog.LostFiles();
   cr_assert_eq(lost.size(), 1u);
   cr_assert_str_eq(lost[0].c_str(), "step_2/model.pt");
   // The log still holds the entry; its bytes are reported gone.
-  auto log = e.table->oplog().Pending(10);
+  auto log = e.table->core().oplog.Pending(10);
   auto it = std::find_if(log.begin(), log.end(), [](auto& x) { return x.op == LogOp::kPersist; });
   cr_assert(it != log.end());
   cr_assert_eq(e.table->BeginPersist(*it).error(), ENODATA);
@@ -442,7 +443,7 @@ Test(recovery, tier_wiped_persisted_remote_pending_lost) {
   cr_assert(log.back().op == LogOp::kUnlink);
   cr_assert_str_eq(log.back().path.c_str(), "step_2/model.pt");
   e.Open();
-  cr_assert(e.table->oplog().Pending(10).back().op == LogOp::kUnlink);
+  cr_assert(e.table->core().oplog.Pending(10).back().op == LogOp::kUnlink);
 }
 
 // The root names the backend uses for itself cannot be made through the mount.
@@ -470,7 +471,7 @@ Test(hardening, backend_path_limits_checked_at_create_and_rename) {
   ckpt::fs::Limits l;
   l.max_path = 40;
   l.utf8_names = true;
-  e.table->set_limits(l);
+  e.table->core().set_limits(l);
   uint64_t d = e.Mkdir(kRoot, "0123456789");                                                      // 10
   uint64_t sub = e.Mkdir(d, "0123456789");                                                        // 21
   e.WriteFile(sub, "0123456789", "x");                                                            // 32
@@ -493,7 +494,7 @@ Test(hardening, backend_path_limits_checked_at_create_and_rename) {
 // below the mount's root. Names stay within NAME_MAX.
 Test(hardening, posix_paths_past_path_max) {
   Env e(KvKind::kMem);
-  e.table->set_limits(ckpt::fs::Limits{});
+  e.table->core().set_limits(ckpt::fs::Limits{});
   const Caller root{0, 0};
   uint64_t top = e.Mkdir(kRoot, "pjd");
   uint64_t d = top;
@@ -506,7 +507,7 @@ Test(hardening, posix_paths_past_path_max) {
   cr_assert(e.table->Rename(kRoot, "pjd", kRoot, std::string(255, 'q'), 0).has_value());  // the whole tree deeper
   cr_assert_eq(e.table->Mkdir(d, std::string(256, 'n'), 0755, root).error(), ENAMETOOLONG);
   bool logged = false;
-  for (auto& l : e.table->oplog().Pending(1000)) logged |= l.op == LogOp::kLink && l.path2.size() > 8196;
+  for (auto& l : e.table->core().oplog.Pending(1000)) logged |= l.op == LogOp::kLink && l.path2.size() > 8196;
   cr_assert(logged, "the link at its full path is in the drain log");
 }
 
@@ -515,7 +516,7 @@ Test(hardening, max_file_size_is_efbig) {
   Env e(KvKind::kMem);
   ckpt::fs::Limits l;
   l.max_file_size = 1 << 20;
-  e.table->set_limits(l);
+  e.table->core().set_limits(l);
   uint64_t f = e.WriteFile(kRoot, "f", "x");
   ckpt::fs::AttrChange c;
   c.to_set = ckpt::fs::kSetSize;
@@ -584,7 +585,7 @@ Test(hardening, snapshot_of_a_deleted_file_survives_a_restart) {
   e.Open();
   cr_assert(e.tier->Has(key), "kept at start-up");
   cr_assert_eq(e.tier->Stats().orphans, 0u);
-  auto log = e.table->oplog().Pending(10);
+  auto log = e.table->core().oplog.Pending(10);
   cr_assert(!log.empty());
   bool found = false;
   for (auto& l : log)
@@ -629,12 +630,12 @@ Test(hardening, failed_metadata_write_makes_the_mount_read_only) {
   e.table = std::make_unique<ckpt::fs::InodeTable>(e.store.get(), e.tier.get(), nullptr);
   cr_assert(e.table->Load(ckpt::fs::Caller{0, 0}).has_value());
   uint64_t f = e.WriteFile(kRoot, "f", "kept");
-  cr_assert(e.table->ReadOnlyReason().empty());
+  cr_assert(e.table->core().ReadOnlyReason().empty());
   fk->fail = true;
   auto r = e.table->Mkdir(kRoot, "d", 0755, ckpt::fs::Caller{0, 0});
   cr_assert(!r.has_value() && r.error() == EIO, "the failing write itself reports the error");
   fk->fail = false;  // the store would accept again: the mount stays read-only
-  cr_assert_neq(e.table->ReadOnlyReason().find("read-only"), std::string::npos);
+  cr_assert_neq(e.table->core().ReadOnlyReason().find("read-only"), std::string::npos);
   r = e.table->Mkdir(kRoot, "d2", 0755, ckpt::fs::Caller{0, 0});
   cr_assert(!r.has_value() && r.error() == EROFS);
   auto w = e.table->Open(f, O_WRONLY);
@@ -695,7 +696,7 @@ BOTH(passthrough_handles) {
   e.table->Release(f, O_RDONLY, false);
   e.table->Release(f, O_RDWR, false);
   // Two versions drain, in order; none is lost.
-  auto log = e.table->oplog().Pending(100);
+  auto log = e.table->core().oplog.Pending(100);
   size_t persists = 0;
   for (auto& l : log) persists += l.op == LogOp::kPersist && l.ino == f;
   cr_assert_geq(persists, 2u);

@@ -1,0 +1,140 @@
+// core.h — the parts the core's objects share, and the rules of changing
+// them: LevelDB's DBImpl hands work to VersionSet, log::Writer and
+// MemTable; here the facade (InodeTable) and the shared namespace
+// (SharedNamespace) hand it to these:
+//
+//   Namespace          the inodes, the tree, lookup counts, the namespace lock
+//   OpLog              the ordered drain log, its outcomes and waiters
+//   VersionStore       seal, copy-on-write, snapshots, the version rules
+//   Residency          what stays in RAM, spares, memory pressure
+//   CheckpointCatalog  which entries are checkpoints, their policies
+//
+// Core owns them, with the metadata store, the tier and the backend they
+// work over, and keeps the rules every change follows: validate, build one
+// Batch, Commit it (a refused write turns the mount read-only, for good),
+// and only then change memory; a change that logs entries publishes them
+// after the commit (CommitWithLog). It also keeps where the backend holds
+// each file's bytes (SetBackendPath), which the fetch and the drain read.
+//
+// Every REQUIRES(mu()) here is the namespace lock. Lock order: Drainer's
+// lock, Inode::data_mu, the namespace lock, then the leaves (OpLog,
+// Residency, cache::Tier, the read-only reason): docs/architecture.md.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cache/tier.h"
+#include "common/mutex.h"
+#include "common/result.h"
+#include "common/thread_annotations.h"
+#include "fs/core/checkpoints.h"
+#include "fs/core/namespace.h"
+#include "fs/core/oplog.h"
+#include "fs/core/residency.h"
+#include "fs/core/types.h"
+#include "fs/core/versions.h"
+#include "fs/meta/meta_store.h"
+
+namespace ckpt::fs {
+
+class Core {
+  // First: the parts below are built over them.
+  meta::MetaStore* const store_;
+  cache::Tier* const tier_;
+  backend::Backend* const backend_;
+
+ public:
+  // `backend` may be null (unit tests of the namespace alone).
+  Core(meta::MetaStore* store, cache::Tier* tier, backend::Backend* backend)
+      : store_(store), tier_(tier), backend_(backend), residency(tier) {}
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+
+  // The namespace lock.
+  ckpt::Mutex& mu() const RETURN_CAPABILITY(ns.mu()) { return ns.mu(); }
+
+  meta::MetaStore* store() const { return store_; }
+  cache::Tier* tier() const { return tier_; }
+  backend::Backend* backend() const { return backend_; }
+
+  // The parts, public: each keeps its own rules (and its own leaf lock,
+  // or REQUIRES the namespace lock), and clang's analysis names their locks
+  // only through members, not through accessors.
+  // The drain log: a leaf lock of its own, taken after the namespace lock.
+  OpLog oplog;
+  // What stays in RAM: a leaf lock of its own, taken after the namespace
+  // lock. Its evictor is InodeTable::Evict.
+  Residency residency;
+  // The inodes and entries, and the namespace lock.
+  Namespace ns;
+  VersionStore versions GUARDED_BY(mu()){tier_, &oplog, &residency};
+  CheckpointCatalog ckpts GUARDED_BY(mu());
+
+  // Set before Load, read-only after.
+  const Limits& limits() const { return limits_; }
+  void set_limits(const Limits& l) { limits_ = l; }
+
+  // ---- Changing the state ----
+  // EROFS once read-only. Any thread.
+  Status Writable() const;
+  // Why the mount turned read-only; empty while healthy. Any thread.
+  std::string ReadOnlyReason();
+  // Commits to the store; a failure turns the mount read-only (sticky:
+  // the namespace in memory and the record may differ after it), with one
+  // log line.
+  Status Commit(const meta::Batch& b, bool sync = false) REQUIRES(mu());
+  // Commits `b` with the log entries appended to it (OpLog::Append), then
+  // publishes them, before the change that logged them is answered.
+  Status CommitWithLog(const meta::Batch& b, std::vector<meta::LogEntry>&& entries) REQUIRES(mu());
+  // Can `name` be added in `parent` (reserved names, the backend's path
+  // length and encoding)? `subtree` is the longest path below the entry
+  // (a directory being renamed).
+  Status CheckNewName(uint64_t parent, std::string_view name, size_t subtree = 0) REQUIRES(mu());
+  // Deletes the inode (its record, its tier file) if nothing references
+  // it: no name, no lookup, no open. A pending sealed version outlives it.
+  void MaybeDelete(Inode* n) REQUIRES(mu());
+  // Removes `n` from memory and every index (no commit).
+  void EraseInode(Inode* n) REQUIRES(mu());
+  static meta::Timespec Now();
+
+  // ---- Finding inodes ----
+  // The inode, with what a passthrough writer wrote taken in (Absorb).
+  Inode* Find(uint64_t ino) REQUIRES(mu());
+  // The entry `name` of `dir` (Namespace::Child), taken in as Find does.
+  Result<Inode*> Child(Inode* dir, std::string_view name) REQUIRES(mu());
+  // The directory `parent` and its entry `name`: FindDir, then Child.
+  Result<std::pair<Inode*, Inode*>> DirAndChild(uint64_t parent, std::string_view name) REQUIRES(mu());
+  // Takes in a passthrough writer's changes from the tier file: size,
+  // mtime, a new data generation. A sealed version still waiting for the
+  // drain in the live file is superseded (its bytes changed in place: the
+  // next seal brings them).
+  void Absorb(Inode* n) REQUIRES(mu());
+
+  // ---- Where the backend holds each file ----
+  // Records that the backend holds `n`'s bytes at `path` ("" forgets).
+  void SetBackendPath(Inode* n, std::string path) REQUIRES(mu());
+  // Follows an applied rename, unlink or rmdir in the backend paths.
+  void ApplyToBackendPaths(const meta::LogEntry& e) REQUIRES(mu());
+  // Where the backend holds `n`'s bytes now: its current path with the
+  // pending entries that moved it there (renames, exchanges, links) undone,
+  // newest first, since the backend has applied none of them. nullopt if a
+  // pending entry says something else was at that path: unknown.
+  std::optional<std::string> BackendPathFromLog(const Inode* n) REQUIRES(mu());
+
+ private:
+  std::map<std::string, uint64_t, std::less<>> by_backend_path_ GUARDED_BY(mu());  // Inode::backend_path -> ino
+  Limits limits_;
+  std::atomic<bool> read_only_{false};
+  mutable ckpt::Mutex ro_mu_;  // leaf lock
+  std::string ro_reason_ GUARDED_BY(ro_mu_);
+};
+
+}  // namespace ckpt::fs
