@@ -276,7 +276,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   d->table = std::make_unique<InodeTable>(d->store.get(), d->tier.get(), d->backend.get());
   d->table->core().set_limits(MountLimits(cfg));
   d->table->set_checkpoint_policy({d->checkpoint_pattern, cfg.persist_every, cfg.persist_interval_s, cfg.keep_in_memory});
-  d->table->set_shared_ttl(std::chrono::seconds(cfg.shared_ttl_s));
+  d->table->shared_ns().set_ttl(std::chrono::seconds(cfg.shared_ttl_s));
   if (cfg.shared_ttl_s > 0) {
     // Other nodes change the namespace too: the kernel may trust a name or
     // an attribute for no longer than the shared namespace's TTL.
@@ -287,7 +287,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     return fail(st.error() == EUCLEAN ? "metadata in " + cfg.state_dir +
                                             "/meta is damaged (a directory cycle; see the log); nothing was mounted"
                                       : "cannot load metadata from " + cfg.state_dir + ": " + ErrStr(st.error()));
-  if (auto st = d->table->ImportBackend(); !st)
+  if (auto st = d->table->shared_ns().ImportBackend(); !st)
     return fail("cannot list what backend " + cfg.backend_display + " holds: " + ErrStr(st.error()));
   // Writers that outgrow the budget wait for the drain (backpressure) and
   // for eviction of clean files; they fail only when nothing can ever free

@@ -201,4 +201,17 @@ Status Core::CommitWithLog(const Batch& b, std::vector<LogEntry>&& entries) {
   return {};
 }
 
+Result<Inode*> Core::Lookup(uint64_t parent, std::string_view name) {
+  if (name.size() > kMaxName) return Err(ENAMETOOLONG);
+  auto dir = ns.FindDir(parent);
+  if (!dir) return Err(dir.error());
+  if (name == ".") return *dir;
+  if (name == "..") {
+    Inode* up = Find((*dir)->rec.parent);
+    if (!up) return Err(ENOENT);
+    return up;
+  }
+  return Child(*dir, name);
+}
+
 }  // namespace ckpt::fs

@@ -108,6 +108,9 @@ class Core {
   // ---- Finding inodes ----
   // The inode, with what a passthrough writer wrote taken in (Absorb).
   Inode* Find(uint64_t ino) REQUIRES(mu());
+  // The entry `name` of directory `parent` ("." and ".." too), taken in as
+  // Find does; the caller counts the kernel's lookup.
+  Result<Inode*> Lookup(uint64_t parent, std::string_view name) REQUIRES(mu());
   // The entry `name` of `dir` (Namespace::Child), taken in as Find does.
   Result<Inode*> Child(Inode* dir, std::string_view name) REQUIRES(mu());
   // The directory `parent` and its entry `name`: FindDir, then Child.

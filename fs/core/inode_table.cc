@@ -43,21 +43,11 @@ void InodeTable::FillStat(const InodeRecord& r, struct stat* st) {
 }
 
 Result<InodeRecord> InodeTable::Lookup(uint64_t parent, std::string_view name) {
-  if (name.size() > kMaxName) return Err(ENAMETOOLONG);
   MutexLock lk(&mu());
-  auto dir = core_.ns.FindDir(parent);
-  if (!dir) return Err(dir.error());
-  Inode* c;
-  if (name == ".") c = *dir;
-  else if (name == "..") c = core_.Find((*dir)->rec.parent);
-  else {
-    auto r = core_.Child(*dir, name);
-    if (!r) return Err(r.error());
-    c = *r;
-  }
-  if (!c) return Err(ENOENT);
-  c->nlookup++;
-  return c->rec;
+  auto c = core_.Lookup(parent, name);
+  if (!c) return Err(c.error());
+  (*c)->nlookup++;
+  return (*c)->rec;
 }
 
 Result<InodeRecord> InodeTable::LookupForReaddir(uint64_t ino) {

@@ -47,6 +47,7 @@
 #include "fs/core/namespace.h"
 #include "fs/core/oplog.h"
 #include "fs/core/residency.h"
+#include "fs/core/shared.h"
 #include "fs/core/types.h"
 #include "fs/core/versions.h"
 #include "fs/meta/meta_store.h"
@@ -274,59 +275,15 @@ class InodeTable {
   // *why (nothing removed then, but for orphans/, which stays).
   [[nodiscard]] Result<uint64_t> ReleaseTier(std::string* why) EXCLUDES(mu());
 
-  // On the first mount of a state dir, shows what the backend already holds
-  // (state remote). Later mounts do nothing.
-  [[nodiscard]] Status ImportBackend();
-
-  // ---- The shared namespace (fs/core/shared.cc; docs/consistency.md) ----
-  // Several mounts over one backend see what the others persisted: a name
-  // missing here is looked up in the backend, a directory's listing is
-  // merged, and a clean file changed there is fetched again. Each answer of
-  // the backend is reused for the TTL. Set before Load; 0 (the default
-  // here) turns it off.
-  // Unit tests: moves the shared namespace's clock forward, so a test can
-  // pass a TTL without sleeping and use a TTL long enough that a busy
-  // machine never passes it by accident (a 100 ms TTL failed in CI).
-  static void AdvanceSharedClockForTest(std::chrono::nanoseconds d) { clock_skew_ns_ += d.count(); }
-  void set_shared_ttl(std::chrono::milliseconds ttl) { shared_ttl_ns_ = ttl.count() * 1000000; }
   // How long the fetch of an evicted file with no checksum waits for the
   // drain to apply the pending entries that touch its path, when where the
   // backend holds it is not tracked (EnsureLocal); then EIO. Set before
   // the mount serves requests.
   void set_fetch_wait_limit(std::chrono::milliseconds d) { fetch_wait_limit_ = d; }
   static constexpr std::chrono::milliseconds kFetchWaitLimit{30000};
-  bool shared() const { return shared_ttl_ns_ > 0 && core_.backend() != nullptr; }
-  // Lookup, shared: a name missing here is asked of the backend (Stat) and
-  // imported as ImportBackend would (a file remote, a directory or symlink
-  // persisted) — unless this mount's log still holds its removal (the local
-  // log wins), or the backend said ENOENT for it less than a TTL ago. A
-  // clean entry found here and not compared with the backend for a TTL is
-  // compared now, and follows it (FollowBackend). Names under a memory-only
-  // checkpoint, and reserved names, are never asked. A backend that fails
-  // leaves the local view as it is (logged at debug). Blocks on the backend
-  // without the lock held: call it from a thread that may wait (the
-  // fetcher), never a FUSE worker. Errors: as Lookup's.
-  [[nodiscard]] Result<InodeRecord> LookupShared(uint64_t parent, std::string_view name) EXCLUDES(mu());
-  // Would LookupShared ask the backend now? Cheap; for a FUSE worker that
-  // decides whether to hand the lookup to the fetcher.
-  bool LookupNeedsBackend(uint64_t parent, std::string_view name) EXCLUDES(mu());
-  // Merges the backend's one-level listing of directory `ino` into the
-  // namespace, at most once per TTL: names only the backend holds are
-  // imported (unless their removal is pending here), clean entries follow
-  // the backend (FollowBackend), clean entries the backend no longer holds
-  // leave the namespace. Blocks on the backend (see LookupShared).
-  void MergeDir(uint64_t ino) EXCLUDES(mu());
-  bool MergeDue(uint64_t ino) EXCLUDES(mu());
-  // At open: a clean file (persisted or remote, no handle open, no change
-  // of this mount waiting for the drain) not compared with the backend for
-  // a TTL is compared now; if the backend's copy differs (checksum, else
-  // size or mtime) it becomes remote and the open fetches it. O_TRUNC opens
-  // skip it (the bytes are replaced anyway). Blocks (see LookupShared).
-  void RevalidateForOpen(uint64_t ino, int flags) EXCLUDES(mu());
-  bool RevalidateDue(uint64_t ino, int flags) EXCLUDES(mu());
-  // True once after the backend's copy replaced the file's bytes: pages
-  // the kernel cached for it are stale, the next open drops them.
-  bool TakeBackendChanged(uint64_t ino) EXCLUDES(mu());
+  // The shared namespace (fs/core/shared.h): what other mounts over the
+  // backend persisted, and the first mount's import.
+  SharedNamespace& shared_ns() { return shared_; }
 
   DataStats DataStatistics();
 
@@ -335,35 +292,6 @@ class InodeTable {
   void PurgeOrphans();
 
  private:
-  // ---- The shared namespace (fs/core/shared.cc) ----
-  static int64_t MonoNs();  // CLOCK_MONOTONIC in ns, plus the test skew below
-  static inline std::atomic<int64_t> clock_skew_ns_{0};
-  // Is `dir` a directory whose names the backend may add to (shared on,
-  // not in a memory-only checkpoint)? REQUIRES: the namespace lock held.
-  // Does a miss or a revalidation in `dir` list it rather than Stat one
-  // name (fs/core/shared.cc)?
-  bool ListsInsteadOfStat(Inode* dir) REQUIRES(mu());
-  bool SharedDir(Inode* dir) REQUIRES(mu());
-  // Clean all through: may `n` (at `path`) leave the namespace or be
-  // replaced because the backend says so? Files persisted or remote, not
-  // open, one name, not being fetched; nothing under it memory-only or
-  // named by the pending log. REQUIRES: the namespace lock held.
-  bool Droppable(Inode* n, const std::string& path, int depth = 0) REQUIRES(mu());
-  // Removes the entry `name` of `p` and everything under it from the
-  // namespace, logging nothing (the backend no longer holds it). Its
-  // inodes go once the kernel forgets them. REQUIRES: the namespace lock; Droppable.
-  Status DropShared(Inode* p, const std::string& name) REQUIRES(mu());
-  // Adds the backend entry `e` as `name` in `p` (state remote for a file,
-  // persisted otherwise) to memory and to `b`. REQUIRES: the namespace lock; name absent.
-  Inode* AdoptEntry(Inode* p, const std::string& name, const backend::Entry& e, meta::Batch* b) REQUIRES(mu());
-  // AdoptEntry and commit; the entry is undone if the commit fails.
-  Result<Inode*> AdoptShared(Inode* p, const std::string& name, const backend::Entry& e) REQUIRES(mu());
-  // The entry `n` (`name` in `p`) as the backend has it now (`e`): a file
-  // whose copy there differs becomes remote with the backend's size, mtime
-  // and checksum; one of another type (or a symlink with another target)
-  // is replaced. Only when Droppable. Returns the entry now at `name`.
-  Inode* FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) REQUIRES(mu());
-
   // Starts the file's passthrough state for a handle (registers the tier
   // file at the first). REQUIRES: the namespace lock held.
   Status StartPassthrough(Inode* n, int flags) REQUIRES(mu());
@@ -431,6 +359,7 @@ class InodeTable {
   // The parts and the rules of changing them (fs/core/core.h).
   Core core_;
   ckpt::Mutex& mu() const RETURN_CAPABILITY(core_.mu()) { return core_.mu(); }
+  SharedNamespace shared_{&core_};
 
   BackingFiles* backing_ = nullptr;  // set before the mount serves, read-only after
   // Passthrough handles open, and the inodes a passthrough writer has open
@@ -438,11 +367,7 @@ class InodeTable {
   // never scan the namespace).
   uint64_t pt_handles_ GUARDED_BY(mu()) = 0;
   std::set<uint64_t> pt_writing_ GUARDED_BY(mu());
-  int64_t shared_ttl_ns_ = 0;  // set before Load, read-only after
   std::chrono::milliseconds fetch_wait_limit_{kFetchWaitLimit};  // set before Load
-  // Names the backend said ENOENT for, (dir ino, name) -> when (steady ns):
-  // asked again only after the TTL.
-  std::map<std::pair<uint64_t, std::string>, int64_t> negative_ GUARDED_BY(mu());
   bool shutdown_ GUARDED_BY(mu()) = false;
   ckpt::CondVar fetch_cv_;  // a fetch finished (with the namespace lock)
 };

@@ -71,7 +71,7 @@ Status InodeTable::Load(Caller root_owner) {
     pending.push_back(std::move(e));
   });
   if (!st) return st;
-  core_.oplog.set_track_removals(shared());
+  core_.oplog.set_track_removals(shared_.enabled());
   core_.oplog.Restore(*applied, std::move(pending));
 
   if (!core_.Find(meta::kRootIno)) {
@@ -318,87 +318,6 @@ void InodeTable::DropLost(Inode* n, std::string_view reason, Batch* b, std::vect
   for (auto& [k, v] : n->xattrs) MetaStore::DeleteXattr(b, n->rec.ino, k);
   core_.tier()->Remove(n->rec.ino);
   core_.EraseInode(n);
-}
-
-Status InodeTable::ImportBackend() {
-  MutexLock lk(&mu());
-  auto imported = core_.store()->GetCounter(kImportedCounter);
-  if (!imported) return Err(imported.error());
-  if (*imported || !core_.backend()) return {};
-  Batch b;
-  std::unordered_map<std::string, uint64_t> dirs{{"", meta::kRootIno}};
-  uint64_t count = 0;
-  auto st = core_.backend()->List([&](const backend::Entry& e) {
-    mu().AssertHeld();  // called back while ImportBackend holds the namespace lock
-    auto slash = e.path.rfind('/');
-    std::string parent_path = slash == std::string::npos ? "" : e.path.substr(0, slash);
-    std::string name = slash == std::string::npos ? e.path : e.path.substr(slash + 1);
-    auto pit = dirs.find(parent_path);
-    if (pit == dirs.end() || name.empty() || name.size() > kMaxName) {
-      LOG_WARN("import: skipping backend entry '{}'", e.path);
-      return;
-    }
-    Inode* p = core_.Find(pit->second);
-    if (p->children.count(name)) return;
-    Inode* n = AdoptEntry(p, name, e, &b);
-    if (e.type == backend::Entry::Type::kDir) dirs[e.path] = n->rec.ino;
-    count++;
-  });
-  if (!st) return st;
-  MetaStore::PutCounter(&b, kNextInoCounter, core_.ns.next_ino());
-  MetaStore::PutCounter(&b, kImportedCounter, 1);
-  if (auto c = core_.Commit(b, true); !c) return c;
-  if (count) LOG_INFO("import: {} entries found in the backend {}", count, core_.backend()->Describe());
-  return {};
-}
-
-Inode* InodeTable::AdoptEntry(Inode* p, const std::string& name, const backend::Entry& e, Batch* b) {
-  Inode* root = core_.Find(meta::kRootIno);
-  auto n = std::make_unique<Inode>();
-  InodeRecord& r = n->rec;
-  r.ino = core_.ns.TakeIno();
-  r.parent = p->rec.ino;
-  r.name = name;
-  r.uid = root->rec.uid;
-  r.gid = root->rec.gid;
-  r.mtime = r.atime = r.ctime = {e.mtime_sec, e.mtime_nsec};
-  r.version = 1;
-  switch (e.type) {
-    case backend::Entry::Type::kDir:
-      r.mode = S_IFDIR | (e.mode ? e.mode & 07777 : 0755);
-      r.nlink = 2;
-      r.state = DataState::kPersisted;
-      p->rec.nlink++;
-      break;
-    case backend::Entry::Type::kFile:
-      r.mode = S_IFREG | (e.mode ? e.mode & 07777 : 0644);
-      r.nlink = 1;
-      r.size = r.sealed_size = e.size;
-      core_.residency.SawFile(e.size);  // what a checkpoint here weighs
-      r.state = DataState::kRemote;
-      if (e.has_checksum) {
-        r.checksum_hi = e.checksum_hi;
-        r.checksum_lo = e.checksum_lo;
-      }
-      break;
-    case backend::Entry::Type::kSymlink:
-      r.mode = S_IFLNK | 0777;
-      r.nlink = 1;
-      r.target = e.target;
-      r.state = DataState::kPersisted;
-      break;
-  }
-  MetaStore::PutInode(b, r);
-  MetaStore::PutInode(b, p->rec);
-  MetaStore::PutDentry(b, p->rec.ino, name, r.ino, DirentType(r.mode));
-  p->children.emplace(name, r.ino);
-  Inode* out = n.get();
-  core_.ns.Insert(std::move(n));
-  if (e.type == backend::Entry::Type::kFile) {
-    core_.residency.Add(r.ino);
-    core_.SetBackendPath(out, e.path);
-  }
-  return out;
 }
 
 }  // namespace ckpt::fs

@@ -22,8 +22,8 @@
 // name can be imported, then dropped, within a TTL of another node's
 // rename. Imported entries get the root's owner, like ImportBackend's.
 //
-// One of the files of InodeTable (fs/core/inode_table.h), split by
-// responsibility; docs/architecture.md maps them.
+#include "fs/core/shared.h"
+
 #include "fs/core/core_impl.h"
 
 namespace ckpt::fs {
@@ -40,17 +40,17 @@ std::string Join(const std::string& dir, std::string_view name) {
 
 }  // namespace
 
-int64_t InodeTable::MonoNs() {
+int64_t SharedNamespace::MonoNs() {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec + clock_skew_ns_.load(std::memory_order_relaxed);
 }
 
-bool InodeTable::SharedDir(Inode* dir) {
-  return shared() && dir && dir->is_dir() && !core_.ckpts.UnderMemoryOnly(core_.ns, dir->rec.ino);
+bool SharedNamespace::SharedDir(Inode* dir) {
+  return enabled() && dir && dir->is_dir() && !core_.ckpts.UnderMemoryOnly(core_.ns, dir->rec.ino);
 }
 
-bool InodeTable::Droppable(Inode* n, const std::string& path, int depth) {
+bool SharedNamespace::Droppable(Inode* n, const std::string& path, int depth) {
   if (depth > kMaxDropDepth || n->rec.ino == meta::kRootIno || n->rec.memory_only) return false;
   if (depth == 0 && core_.oplog.Touches(path)) return false;  // covers the whole subtree
   if (n->is_dir()) {
@@ -66,7 +66,7 @@ bool InodeTable::Droppable(Inode* n, const std::string& path, int depth) {
          !n->fetching && n->rec.nlink == 1 && !core_.versions.SealPending(n) && n->data_gen == n->sealed_gen;
 }
 
-Status InodeTable::DropShared(Inode* p, const std::string& name) {
+Status SharedNamespace::DropShared(Inode* p, const std::string& name) {
   // Post-order: children before their directory.
   struct Gone {
     uint64_t parent;
@@ -121,7 +121,7 @@ Status InodeTable::DropShared(Inode* p, const std::string& name) {
   return {};
 }
 
-Result<Inode*> InodeTable::AdoptShared(Inode* p, const std::string& name, const backend::Entry& e) {
+Result<Inode*> SharedNamespace::AdoptShared(Inode* p, const std::string& name, const backend::Entry& e) {
   Batch b;
   const uint64_t parent_nlink = p->rec.nlink;
   Inode* n = AdoptEntry(p, name, e, &b);
@@ -138,7 +138,7 @@ Result<Inode*> InodeTable::AdoptShared(Inode* p, const std::string& name, const 
   return n;
 }
 
-Inode* InodeTable::FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) {
+Inode* SharedNamespace::FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) {
   n->checked_ns = MonoNs();
   const std::string path = core_.ns.EntryPath(p->rec.ino, name);
   const auto type = n->is_dir() ? backend::Entry::Type::kDir
@@ -189,8 +189,16 @@ Inode* InodeTable::FollowBackend(Inode* p, const std::string& name, Inode* n, co
   return n;
 }
 
-bool InodeTable::LookupNeedsBackend(uint64_t parent, std::string_view name) {
-  if (!shared() || name == "." || name == ".." || name.size() > kMaxName) return false;
+Result<InodeRecord> SharedNamespace::LookupHere(uint64_t parent, std::string_view name) {
+  MutexLock lk(&mu());
+  auto c = core_.Lookup(parent, name);
+  if (!c) return Err(c.error());
+  (*c)->nlookup++;
+  return (*c)->rec;
+}
+
+bool SharedNamespace::LookupNeedsBackend(uint64_t parent, std::string_view name) {
+  if (!enabled() || name == "." || name == ".." || name.size() > kMaxName) return false;
   MutexLock lk(&mu());
   Inode* dir = core_.Find(parent);
   if (!SharedDir(dir)) return false;
@@ -200,7 +208,7 @@ bool InodeTable::LookupNeedsBackend(uint64_t parent, std::string_view name) {
     // Only what could follow the backend is compared with it: not a file
     // with changes of its own or open here (the local copy wins anyway).
     Inode* c = core_.Find(it->second);
-    if (!c || now - c->checked_ns < shared_ttl_ns_) return false;
+    if (!c || now - c->checked_ns < ttl_ns_) return false;
     if (!S_ISREG(c->rec.mode)) return true;
     return (c->rec.state == DataState::kPersisted || c->rec.state == DataState::kRemote) && c->opens == 0;
   }
@@ -208,13 +216,13 @@ bool InodeTable::LookupNeedsBackend(uint64_t parent, std::string_view name) {
   // UTF-8 for S3): nothing there to find.
   if (!core_.CheckNewName(parent, name)) return false;
   // The directory's listing, taken less than a TTL ago, lacks the name.
-  if (now - dir->listed_ok_ns < shared_ttl_ns_) return false;
+  if (now - dir->listed_ok_ns < ttl_ns_) return false;
   auto neg = negative_.find({parent, std::string(name)});
-  return neg == negative_.end() || now - neg->second >= shared_ttl_ns_;
+  return neg == negative_.end() || now - neg->second >= ttl_ns_;
 }
 
-Result<InodeRecord> InodeTable::LookupShared(uint64_t parent, std::string_view name) {
-  if (!LookupNeedsBackend(parent, name)) return Lookup(parent, name);
+Result<InodeRecord> SharedNamespace::Lookup(uint64_t parent, std::string_view name) {
+  if (!LookupNeedsBackend(parent, name)) return LookupHere(parent, name);
   bool list = false;
   {
     MutexLock lk(&mu());
@@ -223,7 +231,8 @@ Result<InodeRecord> InodeTable::LookupShared(uint64_t parent, std::string_view n
   }
   if (list) {
     MergeDir(parent);
-    if (!LookupNeedsBackend(parent, name)) return Lookup(parent, name);  // else: listed elsewhere meanwhile, or failed
+    if (!LookupNeedsBackend(parent, name))
+      return LookupHere(parent, name);  // else: listed elsewhere meanwhile, or failed
   }
   std::string path;
   uint64_t applied;
@@ -271,14 +280,14 @@ Result<InodeRecord> InodeTable::LookupShared(uint64_t parent, std::string_view n
   return c->rec;
 }
 
-bool InodeTable::MergeDue(uint64_t ino) {
-  if (!shared()) return false;
+bool SharedNamespace::MergeDue(uint64_t ino) {
+  if (!enabled()) return false;
   MutexLock lk(&mu());
   Inode* dir = core_.Find(ino);
-  return SharedDir(dir) && MonoNs() - dir->listed_ns >= shared_ttl_ns_;
+  return SharedDir(dir) && MonoNs() - dir->listed_ns >= ttl_ns_;
 }
 
-void InodeTable::MergeDir(uint64_t ino) {
+void SharedNamespace::MergeDir(uint64_t ino) {
   if (!MergeDue(ino)) return;
   std::string path;
   uint64_t applied;
@@ -333,7 +342,7 @@ void InodeTable::MergeDir(uint64_t ino) {
   for (const auto& name : gone) (void)DropShared(d, name);
 }
 
-bool InodeTable::ListsInsteadOfStat(Inode* dir) {
+bool SharedNamespace::ListsInsteadOfStat(Inode* dir) {
   // One listing answers for every name in a small directory for a TTL (a
   // checkpoint's files are created, or opened, one after another) where a
   // Stat answers for one. Small: as the backend held it at the last
@@ -342,17 +351,17 @@ bool InodeTable::ListsInsteadOfStat(Inode* dir) {
          (dir->listed_ok_ns != 0 ? dir->listed_count : dir->children.size()) <= core_.backend()->ListCheaperUpTo();
 }
 
-bool InodeTable::RevalidateDue(uint64_t ino, int flags) {
-  if (!shared()) return false;
+bool SharedNamespace::RevalidateDue(uint64_t ino, int flags) {
+  if (!enabled()) return false;
   if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) return false;
   MutexLock lk(&mu());
   Inode* n = core_.Find(ino);
-  if (!n || !S_ISREG(n->rec.mode) || n->rec.nlink == 0 || MonoNs() - n->checked_ns < shared_ttl_ns_) return false;
+  if (!n || !S_ISREG(n->rec.mode) || n->rec.nlink == 0 || MonoNs() - n->checked_ns < ttl_ns_) return false;
   if (!SharedDir(core_.Find(n->rec.parent))) return false;
   return Droppable(n, core_.ns.EntryPath(n->rec.parent, n->rec.name));
 }
 
-void InodeTable::RevalidateForOpen(uint64_t ino, int flags) {
+void SharedNamespace::RevalidateForOpen(uint64_t ino, int flags) {
   if (!RevalidateDue(ino, flags)) return;
   std::string path;
   uint64_t parent;
@@ -371,7 +380,7 @@ void InodeTable::RevalidateForOpen(uint64_t ino, int flags) {
   {
     MutexLock lk(&mu());
     Inode* n = core_.Find(ino);
-    if (!n || MonoNs() - n->checked_ns < shared_ttl_ns_) return;
+    if (!n || MonoNs() - n->checked_ns < ttl_ns_) return;
     n->checked_ns = MonoNs();
     parent = n->rec.parent;
     name = n->rec.name;
@@ -392,12 +401,93 @@ void InodeTable::RevalidateForOpen(uint64_t ino, int flags) {
   if (Inode* n = core_.Find(ino); n && e->type == backend::Entry::Type::kFile) FollowBackend(p, name, n, *e);
 }
 
-bool InodeTable::TakeBackendChanged(uint64_t ino) {
+bool SharedNamespace::TakeBackendChanged(uint64_t ino) {
   MutexLock lk(&mu());
   Inode* n = core_.Find(ino);
   if (!n || !n->backend_changed) return false;
   n->backend_changed = false;
   return true;
+}
+
+Status SharedNamespace::ImportBackend() {
+  MutexLock lk(&mu());
+  auto imported = core_.store()->GetCounter(kImportedCounter);
+  if (!imported) return Err(imported.error());
+  if (*imported || !core_.backend()) return {};
+  Batch b;
+  std::unordered_map<std::string, uint64_t> dirs{{"", meta::kRootIno}};
+  uint64_t count = 0;
+  auto st = core_.backend()->List([&](const backend::Entry& e) {
+    mu().AssertHeld();  // called back while ImportBackend holds the namespace lock
+    auto slash = e.path.rfind('/');
+    std::string parent_path = slash == std::string::npos ? "" : e.path.substr(0, slash);
+    std::string name = slash == std::string::npos ? e.path : e.path.substr(slash + 1);
+    auto pit = dirs.find(parent_path);
+    if (pit == dirs.end() || name.empty() || name.size() > kMaxName) {
+      LOG_WARN("import: skipping backend entry '{}'", e.path);
+      return;
+    }
+    Inode* p = core_.Find(pit->second);
+    if (p->children.count(name)) return;
+    Inode* n = AdoptEntry(p, name, e, &b);
+    if (e.type == backend::Entry::Type::kDir) dirs[e.path] = n->rec.ino;
+    count++;
+  });
+  if (!st) return st;
+  MetaStore::PutCounter(&b, kNextInoCounter, core_.ns.next_ino());
+  MetaStore::PutCounter(&b, kImportedCounter, 1);
+  if (auto c = core_.Commit(b, true); !c) return c;
+  if (count) LOG_INFO("import: {} entries found in the backend {}", count, core_.backend()->Describe());
+  return {};
+}
+
+Inode* SharedNamespace::AdoptEntry(Inode* p, const std::string& name, const backend::Entry& e, Batch* b) {
+  Inode* root = core_.Find(meta::kRootIno);
+  auto n = std::make_unique<Inode>();
+  InodeRecord& r = n->rec;
+  r.ino = core_.ns.TakeIno();
+  r.parent = p->rec.ino;
+  r.name = name;
+  r.uid = root->rec.uid;
+  r.gid = root->rec.gid;
+  r.mtime = r.atime = r.ctime = {e.mtime_sec, e.mtime_nsec};
+  r.version = 1;
+  switch (e.type) {
+    case backend::Entry::Type::kDir:
+      r.mode = S_IFDIR | (e.mode ? e.mode & 07777 : 0755);
+      r.nlink = 2;
+      r.state = DataState::kPersisted;
+      p->rec.nlink++;
+      break;
+    case backend::Entry::Type::kFile:
+      r.mode = S_IFREG | (e.mode ? e.mode & 07777 : 0644);
+      r.nlink = 1;
+      r.size = r.sealed_size = e.size;
+      core_.residency.SawFile(e.size);  // what a checkpoint here weighs
+      r.state = DataState::kRemote;
+      if (e.has_checksum) {
+        r.checksum_hi = e.checksum_hi;
+        r.checksum_lo = e.checksum_lo;
+      }
+      break;
+    case backend::Entry::Type::kSymlink:
+      r.mode = S_IFLNK | 0777;
+      r.nlink = 1;
+      r.target = e.target;
+      r.state = DataState::kPersisted;
+      break;
+  }
+  MetaStore::PutInode(b, r);
+  MetaStore::PutInode(b, p->rec);
+  MetaStore::PutDentry(b, p->rec.ino, name, r.ino, DirentType(r.mode));
+  p->children.emplace(name, r.ino);
+  Inode* out = n.get();
+  core_.ns.Insert(std::move(n));
+  if (e.type == backend::Entry::Type::kFile) {
+    core_.residency.Add(r.ino);
+    core_.SetBackendPath(out, e.path);
+  }
+  return out;
 }
 
 }  // namespace ckpt::fs

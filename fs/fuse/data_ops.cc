@@ -45,7 +45,7 @@ int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
   // All changes come through this mount, so cached pages stay valid; but
   // for bytes the shared namespace replaced with another node's copy.
-  fi->keep_cache = d->table->TakeBackendChanged(ino) ? 0 : 1;
+  fi->keep_cache = d->table->shared_ns().TakeBackendChanged(ino) ? 0 : 1;
   // Write-only handles (torch.save, cp) bypass the page cache: one copy
   // fewer on the trainer's path and no second copy of every checkpoint in
   // RAM. The kernel still invalidates cached pages of the range written, so
@@ -96,18 +96,18 @@ void ckpt_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // shared namespace a clean file is compared with the backend's copy
     // once per TTL: on a fetcher thread, which replies, never on this
     // FUSE worker.
-    if (d->fetcher && (d->table->NeedsFetch(ino, fi->flags) || d->table->RevalidateDue(ino, fi->flags))) {
+    if (d->fetcher && (d->table->NeedsFetch(ino, fi->flags) || d->table->shared_ns().RevalidateDue(ino, fi->flags))) {
       fuse_file_info copy = *fi;  // *fi lives only as long as this call
       auto job = [req, ino, copy](bool cancelled) mutable {
         if (cancelled) return (void)fuse_reply_err(req, EIO);
         Guard(req, [&] {
-          D(req)->table->RevalidateForOpen(ino, copy.flags);
+          D(req)->table->shared_ns().RevalidateForOpen(ino, copy.flags);
           OpenAndReply(req, ino, &copy);
         });
       };
       if (d->fetcher->Submit(std::move(job), 0)) return;
     }
-    d->table->RevalidateForOpen(ino, fi->flags);  // only without a fetcher: nothing when not due
+    d->table->shared_ns().RevalidateForOpen(ino, fi->flags);  // only without a fetcher: nothing when not due
     OpenAndReply(req, ino, fi);
   });
 }

@@ -126,18 +126,19 @@ void ckpt_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     // Shared namespace: a lookup that must ask the backend (a local miss,
     // or an entry not compared with it for a TTL) runs on a fetcher
     // thread, which replies; no FUSE worker waits on the backend.
-    if (d->fetcher && d->table->LookupNeedsBackend(parent, name)) {
+    if (d->fetcher && d->table->shared_ns().LookupNeedsBackend(parent, name)) {
       auto job = [req, parent, n = std::string(name)](bool cancelled) {
         if (cancelled) return (void)fuse_reply_err(req, EIO);
         Guard(req, [&] {
-          auto r = D(req)->table->LookupShared(parent, n);
+          auto r = D(req)->table->shared_ns().Lookup(parent, n);
           if (!r) return (void)fuse_reply_err(req, r.error());
           ReplyEntry(req, *r);
         });
       };
       if (d->fetcher->Submit(std::move(job), 0)) return;
     }
-    auto r = d->table->shared() ? d->table->LookupShared(parent, name) : d->table->Lookup(parent, name);
+    auto r =
+        d->table->shared_ns().enabled() ? d->table->shared_ns().Lookup(parent, name) : d->table->Lookup(parent, name);
     if (!r) return (void)fuse_reply_err(req, r.error());
     ReplyEntry(req, *r);
   });
@@ -288,18 +289,18 @@ void ckpt_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     Daemon* d = D(req);
     // Shared namespace: the backend's listing is merged first, at most
     // once per TTL, on a fetcher thread (which replies).
-    if (d->fetcher && d->table->MergeDue(ino)) {
+    if (d->fetcher && d->table->shared_ns().MergeDue(ino)) {
       fuse_file_info copy = *fi;
       auto job = [req, ino, copy](bool cancelled) mutable {
         if (cancelled) return (void)fuse_reply_err(req, EIO);
         Guard(req, [&] {
-          D(req)->table->MergeDir(ino);
+          D(req)->table->shared_ns().MergeDir(ino);
           OpenDirAndReply(req, ino, &copy);
         });
       };
       if (d->fetcher->Submit(std::move(job), 0)) return;
     }
-    d->table->MergeDir(ino);  // only without a fetcher: nothing when not due
+    d->table->shared_ns().MergeDir(ino);  // only without a fetcher: nothing when not due
     OpenDirAndReply(req, ino, fi);
   });
 }

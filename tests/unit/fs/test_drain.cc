@@ -479,7 +479,7 @@ Test(drain, import_existing_backend_on_first_mount) {
   d.env.reset();
   d.env = std::make_unique<Env>(KvKind::kRocks, 64ull << 20, d.be.get());
   Env& e = *d.env;
-  cr_assert(e.table->ImportBackend().has_value());
+  cr_assert(e.table->shared_ns().ImportBackend().has_value());
   auto old = e.table->Lookup(kRoot, "old");
   cr_assert(old.has_value());
   auto step = e.table->Lookup(old->ino, "step_7");
@@ -827,7 +827,7 @@ Test(drain, fetch_without_checksum_waits_for_its_path_a_bounded_time) {
   d.env.reset();
   d.env = std::make_unique<Env>(KvKind::kRocks, 64ull << 20, d.be.get());
   Env& e = *d.env;
-  cr_assert(e.table->ImportBackend().has_value());
+  cr_assert(e.table->shared_ns().ImportBackend().has_value());
   auto x = e.table->Lookup(kRoot, "x");
   cr_assert(x.has_value() && x->state == ckpt::meta::DataState::kRemote);
   cr_assert_eq(x->checksum_hi | x->checksum_lo, 0u, "an imported file has no checksum");

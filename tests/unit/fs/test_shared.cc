@@ -33,7 +33,7 @@ struct Node {
   backend::Backend* be;
   explicit Node(backend::Backend* b) : be(b) {
     env = std::make_unique<Env>(KvKind::kRocks, 64ull << 20, b);
-    env->table->set_shared_ttl(kTtl);
+    env->table->shared_ns().set_ttl(kTtl);
   }
   ~Node() {
     if (drainer) drainer->Stop();
@@ -105,7 +105,7 @@ struct Cluster {
   }
 };
 
-void PastTtl() { ckpt::fs::InodeTable::AdvanceSharedClockForTest(kTtl + std::chrono::milliseconds(20)); }
+void PastTtl() { ckpt::fs::SharedNamespace::AdvanceClockForTest(kTtl + std::chrono::milliseconds(20)); }
 
 }  // namespace
 
@@ -123,25 +123,25 @@ Test(shared, lookup_readdir_and_removal_across_nodes) {
   a.Drain();
 
   // Nothing on B yet: its first lookup asks the backend.
-  cr_assert(b.t().LookupNeedsBackend(kRoot, "latest"));
-  auto latest = b.t().LookupShared(kRoot, "latest");
+  cr_assert(b.t().shared_ns().LookupNeedsBackend(kRoot, "latest"));
+  auto latest = b.t().shared_ns().Lookup(kRoot, "latest");
   cr_assert(latest.has_value(), "B lookup latest: %d", latest ? 0 : latest.error());
   cr_expect_eq(latest->state, DataState::kRemote);
   cr_expect_eq(b.Read(latest->ino), "global_step1");
-  cr_expect(!b.t().LookupNeedsBackend(kRoot, "latest"), "asked again within the TTL");
+  cr_expect(!b.t().shared_ns().LookupNeedsBackend(kRoot, "latest"), "asked again within the TTL");
   // A miss is remembered for the TTL.
-  cr_expect_eq(b.t().LookupShared(kRoot, "nothing").error(), ENOENT);
-  cr_expect(!b.t().LookupNeedsBackend(kRoot, "nothing"));
+  cr_expect_eq(b.t().shared_ns().Lookup(kRoot, "nothing").error(), ENOENT);
+  cr_expect(!b.t().shared_ns().LookupNeedsBackend(kRoot, "nothing"));
   PastTtl();
-  cr_expect(b.t().LookupNeedsBackend(kRoot, "nothing"));
+  cr_expect(b.t().shared_ns().LookupNeedsBackend(kRoot, "nothing"));
 
   // readdir: the step's directory and its shard, merged in.
-  cr_assert(b.t().MergeDue(kRoot));
-  b.t().MergeDir(kRoot);
-  cr_expect(!b.t().MergeDue(kRoot));
+  cr_assert(b.t().shared_ns().MergeDue(kRoot));
+  b.t().shared_ns().MergeDir(kRoot);
+  cr_expect(!b.t().shared_ns().MergeDue(kRoot));
   auto bstep = b.t().Lookup(kRoot, "global_step1");
   cr_assert(bstep.has_value());
-  b.t().MergeDir(bstep->ino);
+  b.t().shared_ns().MergeDir(bstep->ino);
   cr_assert(b.Names(bstep->ino) == std::vector<std::string>{"shard_A"});
 
   // B rotates the step away; its drain is not running: pending.
@@ -149,8 +149,8 @@ Test(shared, lookup_readdir_and_removal_across_nodes) {
   cr_assert(b.t().Rmdir(kRoot, "global_step1").has_value());
   PastTtl();
   cr_assert(c.InBackend("global_step1/shard_A"));
-  cr_expect_eq(b.t().LookupShared(kRoot, "global_step1").error(), ENOENT);
-  b.t().MergeDir(kRoot);
+  cr_expect_eq(b.t().shared_ns().Lookup(kRoot, "global_step1").error(), ENOENT);
+  b.t().shared_ns().MergeDir(kRoot);
   cr_expect(b.Names(kRoot) == std::vector<std::string>{"latest"}, "the step came back on B");
   b.Drain();
   cr_expect(!c.InBackend("global_step1"), "B's rmdir not applied to the backend");
@@ -160,7 +160,7 @@ Test(shared, lookup_readdir_and_removal_across_nodes) {
   auto astep = a.t().Lookup(kRoot, "global_step1");
   cr_assert(astep.has_value());
   a.t().Forget(astep->ino, 1);
-  cr_expect_eq(a.t().LookupShared(kRoot, "global_step1").error(), ENOENT);
+  cr_expect_eq(a.t().shared_ns().Lookup(kRoot, "global_step1").error(), ENOENT);
   cr_expect(a.Names(kRoot) == std::vector<std::string>{"latest"});
 }
 
@@ -172,21 +172,21 @@ Test(shared, revalidation_at_open_and_dirty_wins) {
   Node& b = *c.b;
   uint64_t fa = a.env->WriteFile(kRoot, "latest", "step-1");
   a.Drain();
-  auto fb = b.t().LookupShared(kRoot, "latest");
+  auto fb = b.t().shared_ns().Lookup(kRoot, "latest");
   cr_assert(fb.has_value());
   cr_assert_eq(b.Read(fb->ino), "step-1");
   cr_expect_eq(b.t().GetAttr(fb->ino)->state, DataState::kPersisted);
 
   a.env->Overwrite(fa, "step-2");  // the same size
   a.Drain();
-  cr_expect(!b.t().RevalidateDue(fb->ino, O_RDONLY), "due within the TTL");
+  cr_expect(!b.t().shared_ns().RevalidateDue(fb->ino, O_RDONLY), "due within the TTL");
   PastTtl();
-  cr_assert(b.t().RevalidateDue(fb->ino, O_RDONLY));
-  cr_expect(!b.t().RevalidateDue(fb->ino, O_WRONLY | O_TRUNC), "an O_TRUNC open needs no check");
-  b.t().RevalidateForOpen(fb->ino, O_RDONLY);
+  cr_assert(b.t().shared_ns().RevalidateDue(fb->ino, O_RDONLY));
+  cr_expect(!b.t().shared_ns().RevalidateDue(fb->ino, O_WRONLY | O_TRUNC), "an O_TRUNC open needs no check");
+  b.t().shared_ns().RevalidateForOpen(fb->ino, O_RDONLY);
   cr_expect_eq(b.t().GetAttr(fb->ino)->state, DataState::kRemote);
-  cr_expect(b.t().TakeBackendChanged(fb->ino));
-  cr_expect(!b.t().TakeBackendChanged(fb->ino), "said once");
+  cr_expect(b.t().shared_ns().TakeBackendChanged(fb->ino));
+  cr_expect(!b.t().shared_ns().TakeBackendChanged(fb->ino), "said once");
   cr_expect_eq(b.Read(fb->ino), "step-2");
 
   // B changes it (its drain stopped: dirty); A's newer copy does not win.
@@ -194,13 +194,13 @@ Test(shared, revalidation_at_open_and_dirty_wins) {
   a.env->Overwrite(fa, "step-3-longer");
   a.Drain();
   PastTtl();
-  cr_expect(!b.t().RevalidateDue(fb->ino, O_RDONLY));
-  b.t().RevalidateForOpen(fb->ino, O_RDONLY);
-  auto r = b.t().LookupShared(kRoot, "latest");
+  cr_expect(!b.t().shared_ns().RevalidateDue(fb->ino, O_RDONLY));
+  b.t().shared_ns().RevalidateForOpen(fb->ino, O_RDONLY);
+  auto r = b.t().shared_ns().Lookup(kRoot, "latest");
   cr_assert(r.has_value());
   cr_expect_eq(r->state, DataState::kDirty);
   cr_expect_eq(b.Read(fb->ino), "b-own-bytes");
-  b.t().MergeDir(kRoot);
+  b.t().shared_ns().MergeDir(kRoot);
   cr_expect_eq(b.Read(fb->ino), "b-own-bytes");
 }
 
@@ -218,17 +218,17 @@ Test(shared, memory_only_checkpoints_and_ttl_zero) {
   std::ofstream(c.root + "/other") << "x";
   uint64_t step = b.env->Mkdir(kRoot, "global_step1");
   cr_assert(b.t().GetAttr(step)->memory_only);
-  cr_expect(!b.t().LookupNeedsBackend(step, "extra"));
-  cr_expect_eq(b.t().LookupShared(step, "extra").error(), ENOENT);
-  cr_expect(!b.t().MergeDue(step));
-  b.t().MergeDir(step);
+  cr_expect(!b.t().shared_ns().LookupNeedsBackend(step, "extra"));
+  cr_expect_eq(b.t().shared_ns().Lookup(step, "extra").error(), ENOENT);
+  cr_expect(!b.t().shared_ns().MergeDue(step));
+  b.t().shared_ns().MergeDir(step);
   cr_expect(b.Names(step).empty());
 
-  b.t().set_shared_ttl(std::chrono::milliseconds(0));
-  cr_expect(!b.t().shared());
-  cr_expect(!b.t().LookupNeedsBackend(kRoot, "other"));
-  cr_expect_eq(b.t().LookupShared(kRoot, "other").error(), ENOENT);
-  b.t().MergeDir(kRoot);
+  b.t().shared_ns().set_ttl(std::chrono::milliseconds(0));
+  cr_expect(!b.t().shared_ns().enabled());
+  cr_expect(!b.t().shared_ns().LookupNeedsBackend(kRoot, "other"));
+  cr_expect_eq(b.t().shared_ns().Lookup(kRoot, "other").error(), ENOENT);
+  b.t().shared_ns().MergeDir(kRoot);
   cr_expect(b.Names(kRoot) == std::vector<std::string>{"global_step1"});
 }
 
@@ -242,22 +242,22 @@ Test(shared, pending_rename_of_a_directory_keeps_its_files) {
   uint64_t d = a.env->Mkdir(kRoot, "d");
   a.env->WriteFile(d, "f", "bytes-of-f");
   a.Drain();
-  auto bd = b.t().LookupShared(kRoot, "d");
+  auto bd = b.t().shared_ns().Lookup(kRoot, "d");
   cr_assert(bd.has_value());
-  b.t().MergeDir(bd->ino);
-  auto bf = b.t().LookupShared(bd->ino, "f");
+  b.t().shared_ns().MergeDir(bd->ino);
+  auto bf = b.t().shared_ns().Lookup(bd->ino, "f");
   cr_assert(bf.has_value());
   cr_assert_eq(b.Read(bf->ino), "bytes-of-f");
   cr_assert(b.t().Rename(kRoot, "d", kRoot, "e", 0).has_value());  // B's drain is not running
   PastTtl();
   cr_assert(c.InBackend("d/f") && !c.InBackend("e"));
-  auto again = b.t().LookupShared(bd->ino, "f");
+  auto again = b.t().shared_ns().Lookup(bd->ino, "f");
   cr_assert(again.has_value(), "f dropped under the renamed directory: %d", again ? 0 : again.error());
   cr_expect_eq(again->ino, bf->ino);
-  b.t().RevalidateForOpen(bf->ino, O_RDONLY);
+  b.t().shared_ns().RevalidateForOpen(bf->ino, O_RDONLY);
   cr_expect_eq(b.t().GetAttr(bf->ino)->state, DataState::kPersisted);
-  b.t().MergeDir(bd->ino);
-  b.t().MergeDir(kRoot);
+  b.t().shared_ns().MergeDir(bd->ino);
+  b.t().shared_ns().MergeDir(kRoot);
   cr_expect(b.Names(kRoot) == std::vector<std::string>{"e"}, "the old name came back, or the new one went");
   cr_expect(b.Names(bd->ino) == std::vector<std::string>{"f"});
   b.Drain();
@@ -276,22 +276,23 @@ Test(shared, a_miss_lists_a_small_directory_once_per_ttl) {
   Node& b = *c.b;
   uint64_t step = c.DrainedOnA("step_1", "shard_0", std::string(1000, '0'));
 
-  auto bstep = b.t().LookupShared(kRoot, "step_1");
+  auto bstep = b.t().shared_ns().Lookup(kRoot, "step_1");
   cr_assert(bstep.has_value());
-  cr_assert(b.t().LookupNeedsBackend(bstep->ino, "shard_1"));
-  cr_expect_eq(b.t().LookupShared(bstep->ino, "shard_1").error(), ENOENT);
+  cr_assert(b.t().shared_ns().LookupNeedsBackend(bstep->ino, "shard_1"));
+  cr_expect_eq(b.t().shared_ns().Lookup(bstep->ino, "shard_1").error(), ENOENT);
   for (int i = 2; i < 50; i++)
-    cr_expect(!b.t().LookupNeedsBackend(bstep->ino, "shard_" + std::to_string(i)), "shard_%d asks the backend", i);
+    cr_expect(!b.t().shared_ns().LookupNeedsBackend(bstep->ino, "shard_" + std::to_string(i)),
+              "shard_%d asks the backend", i);
   cr_expect(b.t().Lookup(bstep->ino, "shard_0").has_value(), "the listing did not bring A's shard");
-  cr_expect(!b.t().MergeDue(bstep->ino), "the miss's listing counts as the directory's merge");
+  cr_expect(!b.t().shared_ns().MergeDue(bstep->ino), "the miss's listing counts as the directory's merge");
 
   // Drained by A after B's listing: unseen for at most the TTL.
   a.env->WriteFile(step, "shard_9", std::string(1000, '9'));
   a.Drain();
-  cr_expect_eq(b.t().LookupShared(bstep->ino, "shard_9").error(), ENOENT);
+  cr_expect_eq(b.t().shared_ns().Lookup(bstep->ino, "shard_9").error(), ENOENT);
   PastTtl();
-  cr_expect(b.t().LookupNeedsBackend(bstep->ino, "shard_9"));
-  auto s9 = b.t().LookupShared(bstep->ino, "shard_9");
+  cr_expect(b.t().shared_ns().LookupNeedsBackend(bstep->ino, "shard_9"));
+  auto s9 = b.t().shared_ns().Lookup(bstep->ino, "shard_9");
   cr_assert(s9.has_value(), "shard_9 unseen past the TTL");
   cr_expect_eq(b.Read(s9->ino), std::string(1000, '9'));
 
@@ -300,14 +301,15 @@ Test(shared, a_miss_lists_a_small_directory_once_per_ttl) {
   PastTtl();
   auto s0 = b.t().Lookup(bstep->ino, "shard_0");
   cr_assert(s0.has_value());
-  cr_assert(b.t().RevalidateDue(s0->ino, O_RDONLY));
-  cr_assert(b.t().RevalidateDue(s9->ino, O_RDONLY));
-  b.t().RevalidateForOpen(s0->ino, O_RDONLY);
-  cr_expect(!b.t().RevalidateDue(s0->ino, O_RDONLY));
-  cr_expect(!b.t().RevalidateDue(s9->ino, O_RDONLY), "the open of shard_0 did not list the directory");
+  cr_assert(b.t().shared_ns().RevalidateDue(s0->ino, O_RDONLY));
+  cr_assert(b.t().shared_ns().RevalidateDue(s9->ino, O_RDONLY));
+  b.t().shared_ns().RevalidateForOpen(s0->ino, O_RDONLY);
+  cr_expect(!b.t().shared_ns().RevalidateDue(s0->ino, O_RDONLY));
+  cr_expect(!b.t().shared_ns().RevalidateDue(s9->ino, O_RDONLY), "the open of shard_0 did not list the directory");
 
   // B's own new directory, not in the backend: its misses are answered too.
   uint64_t mine = b.env->Mkdir(kRoot, "step_2");
-  cr_expect_eq(b.t().LookupShared(mine, "shard_0").error(), ENOENT);
-  cr_expect(!b.t().LookupNeedsBackend(mine, "shard_1"), "a miss in a directory the backend lacks asks it again");
+  cr_expect_eq(b.t().shared_ns().Lookup(mine, "shard_0").error(), ENOENT);
+  cr_expect(!b.t().shared_ns().LookupNeedsBackend(mine, "shard_1"),
+            "a miss in a directory the backend lacks asks it again");
 }
