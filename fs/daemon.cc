@@ -295,7 +295,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   InodeTable* table = d->table.get();
   d->tier->set_evictor([table](uint64_t need) { return table->Evict(need); });
   d->tier->set_wait_limit(std::chrono::minutes(10));
-  d->drainer = std::make_unique<Drainer>(d->table.get(), d->backend.get(), 4);
+  d->drainer = std::make_unique<Drainer>(&d->table->drain_port(), d->backend.get(), 4);
   d->drainer->set_refusal_skip(d->cfg.refusal_skip);
   // Test knob: CKPTFS_WRITE_QUEUE_BYTES=N bounds the bytes of writes queued
   // for space at N instead of 256 MiB, so a mounted case can fill the queue.

@@ -214,4 +214,16 @@ Result<Inode*> Core::Lookup(uint64_t parent, std::string_view name) {
   return Child(*dir, name);
 }
 
+Core::DataExclusive Core::LockForSeal(uint64_t ino) {
+  DataExclusive l;
+  {
+    MutexLock lk(&mu());
+    Inode* n = Find(ino);
+    if (!n) return l;
+    l.mu = n->data_mu;
+  }
+  l.lock = std::unique_lock(*l.mu);
+  return l;
+}
+
 }  // namespace ckpt::fs

@@ -24,7 +24,9 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -120,6 +122,20 @@ class Core {
   // drain in the live file is superseded (its bytes changed in place: the
   // next seal brings them).
   void Absorb(Inode* n) REQUIRES(mu());
+
+  // A held data lock and the mutex it locks (the mutex outlives the inode
+  // if that is erased meanwhile). Members in this order: unlock, then drop.
+  template <class Lock>
+  struct DataLock {
+    std::shared_ptr<std::shared_mutex> mu;
+    Lock lock;
+    bool owns_lock() const { return lock.owns_lock(); }
+  };
+  using DataShared = DataLock<std::shared_lock<std::shared_mutex>>;
+  using DataExclusive = DataLock<std::unique_lock<std::shared_mutex>>;
+  // The data lock exclusive, for a seal: no change of the bytes is in
+  // flight. An unlocked lock if the inode is gone.
+  DataExclusive LockForSeal(uint64_t ino) EXCLUDES(mu());
 
   // ---- Where the backend holds each file ----
   // Records that the backend holds `n`'s bytes at `path` ("" forgets).

@@ -182,7 +182,7 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
     // Never a wait for space on this FUSE worker: without room for the copy
     // a writer takes the copying path (which can wait off the worker), or,
     // when readers already hold it in passthrough, the open fails ENOSPC.
-    DataExclusive data = LockForSeal(ino);
+    Core::DataExclusive data = core_.LockForSeal(ino);
     const uint64_t key = cache::SnapKey(ino, copy_version);
     Status st = copy_out ? core_.tier()->CopyOut(ino, key, false) : core_.tier()->Snapshot(ino, key, true, false);
     if (!st && st.error() == EAGAIN && !copy_out) {
@@ -269,7 +269,7 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
 }
 
 void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
-  DataExclusive data = LockForSeal(ino);
+  Core::DataExclusive data = core_.LockForSeal(ino);
   MutexLock lk(&mu());
   Inode* n = core_.Find(ino);  // a passthrough writer's bytes taken in
   if (!n) return;
@@ -366,7 +366,7 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len,
 }
 
 Status InodeTable::Flush(uint64_t ino, int open_flags, uint64_t open_gen) {
-  DataExclusive data = LockForSeal(ino);
+  Core::DataExclusive data = core_.LockForSeal(ino);
   MutexLock lk(&mu());
   Inode* n = core_.Find(ino);
   if (!n) return Err(ENOENT);
@@ -385,25 +385,13 @@ Status InodeTable::Flush(uint64_t ino, int open_flags, uint64_t open_gen) {
   return {};
 }
 
-InodeTable::DataExclusive InodeTable::LockForSeal(uint64_t ino) {
-  DataExclusive l;
-  {
-    MutexLock lk(&mu());
-    Inode* n = core_.Find(ino);
-    if (!n) return l;
-    l.mu = n->data_mu;
-  }
-  l.lock = std::unique_lock(*l.mu);
-  return l;
-}
-
 bool InodeTable::ChangeCopiesAside(uint64_t ino) {
   MutexLock lk(&mu());
   const Inode* n = core_.Find(ino);
   return n && core_.versions.NeedsCopy(n);
 }
 
-Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait) {
+Result<Core::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait) {
   std::shared_ptr<std::shared_mutex> dmu;
   {
     MutexLock lk(&mu());
@@ -412,7 +400,7 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
     dmu = n->data_mu;
   }
   for (;;) {
-    DataShared shared{dmu, std::shared_lock(*dmu)};
+    Core::DataShared shared{dmu, std::shared_lock(*dmu)};
     {
       MutexLock lk(&mu());
       Inode* n = core_.Find(ino);
@@ -450,7 +438,7 @@ Result<InodeTable::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wa
 }
 
 Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
-  DataExclusive data = LockForSeal(ino);
+  Core::DataExclusive data = core_.LockForSeal(ino);
   uint64_t seq, version;
   {
     MutexLock lk(&mu());
@@ -479,78 +467,6 @@ Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
   if (auto st = core_.tier()->CopyOut(ino, cache::SnapKey(ino, version), false); !st)
     return Err(st.error() == EAGAIN ? ENOSPC : st.error());
   return seq;
-}
-
-namespace {
-
-// How long a file written by the kernel must have been left alone before
-// the drain copies a version sealed in place from it: well above a clock
-// tick (the mtime's grain), far below the close it would wait for.
-constexpr int64_t kQuietNs = 100'000'000;
-
-}  // namespace
-
-Status InodeTable::CopyAsideSealedInPlace(const LogEntry& e) {
-  const uint64_t ino = e.ino, key = cache::SnapKey(ino, e.version);
-  // Still e's version, sealed in place under a passthrough writer, its
-  // bytes unchanged since (a change seen supersedes it: Absorb, in Find).
-  auto in_place = [&](Inode* n) {
-    mu().AssertHeld();  // the caller's
-    return n && S_ISREG(n->rec.mode) && n->rec.version == e.version && n->seal_seq == e.seq &&
-           core_.versions.SealPending(n) && !core_.oplog.Superseded(e.seq) && n->pt_writers > 0 &&
-           n->data_gen == n->sealed_gen && !core_.tier()->Has(key);
-  };
-  // No seal and no change through the daemon (a truncate, a fallocate)
-  // meanwhile; the kernel's writes take no lock of ours.
-  DataExclusive data = LockForSeal(ino);
-  cache::FdRef live;
-  {
-    MutexLock lk(&mu());
-    Inode* n = core_.Find(ino);
-    if (!in_place(n)) return {};
-    // A second copy of the file in the tier is worth it only while
-    // entries (a `latest`) wait behind it; else the close comes first.
-    if (!core_.oplog.HeadWithFollowers(e.seq)) return Err(EINPROGRESS);
-    if (n->pt_rdwr > 0) return Err(EINPROGRESS);
-    auto ref = core_.tier()->Ref(ino);
-    if (!ref) return Err(EINPROGRESS);
-    live = *ref;
-  }
-  // A write(2) to a tmpfs file holds the inode's lock from before it moves
-  // the mtime until its last byte; lseek(SEEK_HOLE) takes that lock too,
-  // so it returns once any write under way has ended (and reads nothing).
-  // Every write that starts later moves the mtime first, before a byte.
-  (void)lseek(live->fd, 0, SEEK_HOLE);
-  uint64_t gen;
-  {
-    MutexLock lk(&mu());
-    Inode* n = core_.Find(ino);  // what that write did is taken in now
-    if (!in_place(n)) return {};
-    // The mtime is coarse (a clock tick): one within 100 ms could equal
-    // that of a write starting now, which would then go unseen.
-    if (WallNs() - n->pt_mtime_ns < kQuietNs) return Err(EINPROGRESS);
-    gen = n->data_gen;
-  }
-  if (auto st = core_.tier()->CopyOut(ino, key, /*wait=*/false); !st) {
-    if (st.error() != EAGAIN)
-      LOG_ERROR("ino {}: cannot copy version {} aside for the drain: {}", ino, e.version, strerror(st.error()));
-    return Err(st.error() == EAGAIN ? ENOSPC : st.error());
-  }
-  MutexLock lk(&mu());
-  Inode* n = core_.Find(ino);  // a write during the copy moved the size or the mtime
-  if (n && n->data_gen == gen && n->rec.version == e.version && !core_.oplog.Superseded(e.seq)) {
-    LOG_DEBUG("ino {}: version {} sealed in place under an open writer, copied aside for the drain", ino, e.version);
-    return {};
-  }
-  // Written during the copy: the copy may be torn, and the live file no
-  // longer holds the version either. Superseded: the next seal (the
-  // close's) carries the bytes, as when a change is seen before the drain.
-  core_.tier()->Remove(key);
-  core_.tier()->NotifySpace();
-  if (n && n->rec.version == e.version && n->seal_seq == e.seq && core_.versions.SealPending(n))
-    core_.oplog.Supersede(e.seq);
-  LOG_DEBUG("ino {}: version {} written while copied aside; superseded", ino, e.version);
-  return {};
 }
 
 Status InodeTable::SyncToBackend(uint64_t ino, bool wait) {

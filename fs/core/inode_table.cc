@@ -104,7 +104,7 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
   // A truncate changes the bytes: under the data lock, after the sealed
   // version is kept (copied outside the namespace lock if bytes stay; moved, below, if
   // nobody writes and none stay).
-  DataShared data;
+  Core::DataShared data;
   if ((c.to_set & kSetSize) && S_ISREG(n->rec.mode) && (n->writers > 0 || c.size != 0)) {
     lk.Unlock();
     auto l = LockForMutation(ino, true);

@@ -43,6 +43,7 @@
 #include "common/thread_annotations.h"
 #include "fs/core/checkpoints.h"
 #include "fs/core/core.h"
+#include "fs/core/drain_port.h"
 #include "fs/core/file_state.h"
 #include "fs/core/namespace.h"
 #include "fs/core/oplog.h"
@@ -200,60 +201,7 @@ class InodeTable {
   static constexpr uint64_t kPreallocAuto = Residency::kPreallocAuto;
   // Residency::RefillSpares, when passthrough (set_backing) is active.
   void RefillSpares() { core_.residency.RefillSpares(backing_ && backing_->active()); }
-  // Starts draining a persist entry: finds the sealed version's bytes (in
-  // its snapshot, or in the live tier file if the file has not changed
-  // since) and marks the inode draining. ENODATA if the bytes are gone
-  // (the tier was lost, e.g. a node reboot): see RecordLost. ESTALE if a
-  // newer version superseded the entry (the drain skips it). EINPROGRESS
-  // if it was sealed in place (an fsync) under a passthrough writer that
-  // still has the file open: its bytes are the live file's, which the
-  // kernel may still change (see CopyAsideSealedInPlace).
-  [[nodiscard]] Result<PersistSource> BeginPersist(const meta::LogEntry& e);
-  // For an entry BeginPersist says EINPROGRESS to, at the head of the log
-  // with entries waiting behind it: copies the version aside, so that the
-  // drain stages the copy and goes on instead of waiting for the writer's
-  // close. The kernel's writes bypass the daemon and its data lock, so the
-  // copy is kept only if provably untorn: taken once no write(2) is in
-  // progress and the file was not written for 100 ms (its mtime, which
-  // every later write moves), and dropped, the version superseded (the
-  // close's seal carries the bytes), if the file changed by its end. Not
-  // for a file with an O_RDWR passthrough handle, which may store through
-  // a shared mapping (no mtime). Copies the whole file: the drain's
-  // stagers only, never a FUSE thread.
-  // Returns {} when BeginPersist has a new answer (the copy, ESTALE, or
-  // the writer closed); EINPROGRESS: not now (not the head, nothing
-  // behind it, written just now, O_RDWR); ENOSPC: no room for the copy now
-  // (nothing waits for room: the caller tries again later).
-  Status CopyAsideSealedInPlace(const meta::LogEntry& e);
-  // Ends a persist that did not complete (error, stop): the state goes
-  // back to dirty if the version is still current.
-  void AbortPersist(const meta::LogEntry& e);
-  // After a stage from the live tier file: false if the version was copied
-  // aside meanwhile (CopyOut, for a writer beside passthrough handles),
-  // after which the live file may have changed under the transfer: the
-  // staged bytes are not to be trusted, and a new stage takes the copy.
-  // A rename aside (MoveAside, Snapshot) keeps the bytes under the
-  // stager's descriptor: true.
-  bool StagedBytesHeld(const meta::LogEntry& e, const PersistSource& src);
-  // Records that e's bytes are lost (listed by LostFiles) and drops e's
-  // snapshot if any. The caller then completes the entry.
-  void RecordLost(const meta::LogEntry& e, std::string_view reason);
-  // Forgets every lost file (`ckptfs lost --clear`): deletes their records
-  // and empties LostFiles. Errors: the store's errno (nothing cleared).
-  [[nodiscard]] Status ClearLost();
-  // The backend refused `e` for good (`err` is permanent: see
-  // drain.cc IsPermanent): records it (status, and state `failed` for a
-  // persist whose version is still current) and removes it from the log,
-  // so the drain goes on with the next entry. REQUIRES: e is the oldest
-  // pending entry.
-  [[nodiscard]] Status FailEntry(const meta::LogEntry& e, std::string_view reason);
 
-  // The entry's bytes are published: records the checksum and, if the
-  // version is still current, the persisted state; removes the entry.
-  // REQUIRES: e is the oldest pending entry.
-  [[nodiscard]] Status CompletePersist(const meta::LogEntry& e, const backend::Staged& s, uint64_t gen);
-  // Removes the oldest pending entry (applied or skipped).
-  [[nodiscard]] Status CompleteEntry(const meta::LogEntry& e);
   // Waits as WhenApplied does and returns its outcome (0 or EIO).
   int WaitApplied(uint64_t seq, uint64_t ino = 0);
 
@@ -284,6 +232,8 @@ class InodeTable {
   // The shared namespace (fs/core/shared.h): what other mounts over the
   // backend persisted, and the first mount's import.
   SharedNamespace& shared_ns() { return shared_; }
+  // The drain's side of the core (fs/core/drain_port.h).
+  DrainPort& drain_port() { return drain_; }
 
   DataStats DataStatistics();
 
@@ -337,7 +287,7 @@ class InodeTable {
   // operations go on, and is reserved against the budget (`wait` false:
   // EAGAIN instead of waiting for space). ENOENT if the inode is gone.
   // REQUIRES: the namespace lock not held.
-  Result<DataShared> LockForMutation(uint64_t ino, bool wait) EXCLUDES(mu());
+  Result<Core::DataShared> LockForMutation(uint64_t ino, bool wait) EXCLUDES(mu());
   // The data lock exclusive, for a seal: no change of the bytes is in
   // flight. An unlocked lock if the inode is gone. REQUIRES: the namespace lock not held.
   DataExclusive LockForSeal(uint64_t ino) EXCLUDES(mu());
@@ -360,6 +310,7 @@ class InodeTable {
   Core core_;
   ckpt::Mutex& mu() const RETURN_CAPABILITY(core_.mu()) { return core_.mu(); }
   SharedNamespace shared_{&core_};
+  DrainPort drain_{&core_};
 
   BackingFiles* backing_ = nullptr;  // set before the mount serves, read-only after
   // Passthrough handles open, and the inodes a passthrough writer has open

@@ -52,8 +52,8 @@ bool Under(const std::string& path, const std::string& dir) {
 
 }  // namespace
 
-Drainer::Drainer(InodeTable* table, backend::Backend* backend, int parallel)
-    : table_(table), log_(&table->core().oplog), backend_(backend), parallel_(std::max(1, parallel)) {
+Drainer::Drainer(DrainPort* port, backend::Backend* backend, int parallel)
+    : port_(port), log_(&port->log()), backend_(backend), parallel_(std::max(1, parallel)) {
   if (const char* v = getenv("CKPTFS_DRAIN_DELAY_MS")) publish_delay_ms_ = atoi(v);
   if (const char* v = getenv("CKPTFS_DRAIN_PAUSE_FILE")) pause_file_ = v;
 }
@@ -106,10 +106,10 @@ bool Drainer::Stop(std::chrono::milliseconds bound) {
     stuck = running_;
   }
   if (stuck > 0) {
-    LOG_ERROR("drain: {} thread(s) still in a call to backend {} after {:.1f} s; stopping without them: the {} "
-              "entries not applied stay in the log for the next mount",
-              stuck, backend_->Describe(), std::chrono::duration<double>(bound).count(),
-              table_->DataStatistics().log_len);
+    LOG_ERROR(
+        "drain: {} thread(s) still in a call to backend {} after {:.1f} s; stopping without them: the {} "
+        "entries not applied stay in the log for the next mount",
+        stuck, backend_->Describe(), std::chrono::duration<double>(bound).count(), log_->size());
     return false;
   }
   JoinAndDropStaged();
@@ -127,7 +127,7 @@ void Drainer::JoinAndDropStaged() {
     if (!job->done) continue;
     if (job->err == 0) {
       backend_->Abort(job->staged);
-      table_->AbortPersist(job->entry);
+      port_->AbortPersist(job->entry);
     }
   }
   jobs_.clear();
@@ -166,14 +166,14 @@ void Drainer::StageLoop() {
     }
     YieldToSaves();
     int err = 0;
-    auto src = table_->BeginPersist(job->entry);
+    auto src = port_->BeginPersist(job->entry);
     if (!src && src.error() == EINPROGRESS && CopyAsideDue()) {
       // Sealed in place under a passthrough writer still open: copied
       // aside here, off the FUSE threads, when entries wait behind it,
       // rather than have them all wait for the writer's close.
-      auto st = table_->CopyAsideSealedInPlace(job->entry);
+      auto st = port_->CopyAsideSealedInPlace(job->entry);
       if (st) {
-        src = table_->BeginPersist(job->entry);
+        src = port_->BeginPersist(job->entry);
       } else if (st.error() != EINPROGRESS) {  // no room (ENOSPC), or the copy failed: not every 20 ms
         LOG_DEBUG("drain: seq {} '{}' v{} sealed in place under an open writer: not copied aside ({}); it waits "
                   "for the close, or for a try a second later",
@@ -187,19 +187,19 @@ void Drainer::StageLoop() {
     } else {
       const LogEntry& e = job->entry;
       // The bytes are a sealed version: a snapshot nothing changes, or the
-      // live file until a writer copies it aside (InodeTable::MoveAside,
+      // live file until a writer copies it aside (VersionStore::MoveAside,
       // LockForMutation; checked after the transfer). Only a stop cancels it.
       auto staged = backend_->Stage(src->fd, src->size, [&] { return stop_.load(); });
-      if (!table_->StagedBytesHeld(e, *src)) {
+      if (!port_->StagedBytesHeld(e, *src)) {
         // Copied aside under the transfer: whatever it read (torn bytes, a
         // short read) is dropped, and the copy is staged at once.
         LOG_DEBUG("drain: seq {} '{}' v{} copied aside while staged; staging the copy", e.seq, e.path, e.version);
         if (staged) backend_->Abort(*staged);
-        table_->AbortPersist(e);
+        port_->AbortPersist(e);
         err = EAGAIN;
       } else if (!staged) {
         err = staged.error();
-        table_->AbortPersist(e);
+        port_->AbortPersist(e);
       } else {
         job->staged = *staged;
         job->src = *src;
@@ -251,7 +251,7 @@ std::shared_ptr<Drainer::Job> Drainer::AddJob(const LogEntry& e) {
 
 void Drainer::Run() {
   while (!stop_) {
-    if (std::string ro = table_->core().ReadOnlyReason(); !ro.empty()) {
+    if (std::string ro = port_->ReadOnlyReason(); !ro.empty()) {
       HoldReadOnly(ro);
       continue;
     }
@@ -320,7 +320,7 @@ int Drainer::ApplyHead(const LogEntry& e, const std::vector<LogEntry>& window) {
   if (skip) {
     LOG_DEBUG("drain: seq {} {} '{}' undone by later history; skipped", e.seq, meta::LogOpName(e.op), e.path);
     if (!DropJob(e)) return ECANCELED;
-    if (auto st = table_->CompleteEntry(e); !st) return st.error();
+    if (auto st = port_->CompleteEntry(e); !st) return st.error();
     MutexLock lk(&mu_);
     stats_.entries_skipped++;
     return 0;
@@ -339,7 +339,7 @@ bool Drainer::DropJob(const LogEntry& e) {
   }
   if (job && job->err == 0) {  // staged before it was known not to be published
     backend_->Abort(job->staged);
-    table_->AbortPersist(e);
+    port_->AbortPersist(e);
   }
   return true;
 }
@@ -353,7 +353,7 @@ int Drainer::FailHead(const LogEntry& e, const std::string& reason) {
   if (!DropJob(e)) return ECANCELED;
   LOG_ERROR("drain: seq {} {} '{}' not applied to backend {}: {}; marked failed, the drain goes on", e.seq,
             meta::LogOpName(e.op), e.path, backend_->Describe(), reason);
-  if (auto st = table_->FailEntry(e, reason); !st) return st.error();
+  if (auto st = port_->FailEntry(e, reason); !st) return st.error();
   MutexLock lk(&mu_);
   stats_.entries_failed++;
   return 0;
@@ -410,9 +410,9 @@ int Drainer::ApplyPersist(const LogEntry& e) {
   }
   if (job->err == ESTALE) {
     // A newer version of the file replaced this one before the drain took
-    // it (InodeTable::Seal): the very next entry brings the newer bytes.
+    // it (VersionStore::Seal): the very next entry brings the newer bytes.
     LOG_DEBUG("drain: seq {} persist '{}' v{} superseded; skipped", e.seq, e.path, e.version);
-    if (auto st = table_->CompleteEntry(e); !st) return st.error();
+    if (auto st = port_->CompleteEntry(e); !st) return st.error();
     MutexLock lk(&mu_);
     stats_.entries_skipped++;
     return 0;
@@ -421,8 +421,8 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     // The sealed bytes are gone (the memory tier did not survive, e.g. a
     // node reboot): nothing to publish. Listed by `ckptfs status`.
     LOG_ERROR("drain: seq {} persist '{}' v{}: lost, its bytes are not in the memory tier", e.seq, e.path, e.version);
-    table_->RecordLost(e, "not persisted, and its bytes are not in the memory tier");
-    if (auto st = table_->CompleteEntry(e); !st) return st.error();
+    port_->RecordLost(e, "not persisted, and its bytes are not in the memory tier");
+    if (auto st = port_->CompleteEntry(e); !st) return st.error();
     MutexLock lk(&mu_);
     stats_.entries_skipped++;
     return 0;
@@ -445,7 +445,7 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     // and the retry publishes it again.
     if (st.error() == ESTALE) {
       backend_->Abort(job->staged);
-      table_->AbortPersist(e);
+      port_->AbortPersist(e);
       MutexLock lk(&mu_);
       jobs_.erase(e.seq);
     }
@@ -461,7 +461,7 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     if (auto st = backend_->Remove(other); !st && st.error() != ENOENT) return st.error();
     if (auto st = backend_->Link(e.path, other); !st) return st.error();
   }
-  if (auto st = table_->CompletePersist(e, job->staged, job->src.gen); !st) return st.error();
+  if (auto st = port_->CompletePersist(e, job->staged, job->src.gen); !st) return st.error();
   MutexLock lk(&mu_);
   jobs_.erase(e.seq);
   stats_.bytes_persisted += job->staged.size;
@@ -529,7 +529,7 @@ int Drainer::ApplyNamespace(const LogEntry& e) {
   // the later persist entry brings it. Replaying it is a no-op.
   if (!st && st.error() != ENOENT) return st.error();
   if (!st) LOG_DEBUG("drain: seq {} {} '{}': not in backend; nothing to do", e.seq, meta::LogOpName(e.op), e.path);
-  if (auto c = table_->CompleteEntry(e); !c) return c.error();
+  if (auto c = port_->CompleteEntry(e); !c) return c.error();
   MutexLock lk(&mu_);
   stats_.entries_applied++;
   return 0;

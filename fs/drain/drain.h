@@ -5,7 +5,7 @@
 // into the backend's staging area in parallel, so transfers overlap while
 // the backend still sees the mount's history in order. Entries the history
 // has undone are skipped: a persist whose file was deleted, rewritten or
-// re-sealed since (InodeTable::BeginPersist says ESTALE), and a directory
+// re-sealed since (DrainPort::BeginPersist says ESTALE), and a directory
 // created and removed again with nothing moved out of it in between.
 //
 // Errors from the backend are retried with exponential backoff (100 ms to
@@ -16,7 +16,7 @@
 // first: no `latest` past a missing shard), and the waiters it covers are
 // told EIO; `ckptfs skip` fails it, recorded, and the drain goes on. With
 // -o on_refusal=skip it is failed at once. While the mount is read-only (a metadata write
-// failed: InodeTable::ReadOnlyReason) nothing is applied or staged: no
+// failed: DrainPort::ReadOnlyReason) nothing is applied or staged: no
 // progress could be recorded, so every round would upload the same files
 // again; the drain waits, once logged, for the next mount to resume it.
 // Stop() ends promptly:
@@ -49,7 +49,7 @@
 #include "backend/backend.h"
 #include "common/mutex.h"
 #include "fs/cluster/cluster.h"
-#include "fs/core/inode_table.h"
+#include "fs/core/drain_port.h"
 
 namespace ckpt::fs {
 
@@ -81,7 +81,7 @@ inline constexpr int kStagerNice = 10;
 
 class Drainer {
  public:
-  Drainer(InodeTable* table, backend::Backend* backend, int parallel);
+  Drainer(DrainPort* port, backend::Backend* backend, int parallel);
   ~Drainer();
   Drainer(const Drainer&) = delete;
   Drainer& operator=(const Drainer&) = delete;
@@ -174,8 +174,8 @@ class Drainer {
   void HoldReadOnly(const std::string& why);
   bool read_only_noted_ = false;  // drain thread only
 
-  InodeTable* const table_;
-  OpLog* const log_;  // table_->core().oplog: what the drain reads of the log
+  DrainPort* const port_;  // the core's side of each entry
+  OpLog* const log_;       // port_->log(): what the drain reads of the log
   backend::Backend* const backend_;
   Cluster* cluster_ = nullptr;
   std::function<bool()> hold_;  // set_yield; empty: never
@@ -186,7 +186,7 @@ class Drainer {
   uint64_t held_seq_ GUARDED_BY(mu_) = 0;  // the entry HoldHead last logged
   std::string held_reason_ GUARDED_BY(mu_);  // and why
 
-  // Lock order: mu_, then InodeTable's (then OpLog's).
+  // Lock order: mu_, then the namespace lock (then OpLog's).
   Mutex mu_;
   CondVar cv_;                                                     // jobs queued or finished, or Stop()
   std::map<uint64_t, std::shared_ptr<Job>> jobs_ GUARDED_BY(mu_);  // by seq
@@ -204,7 +204,7 @@ class Drainer {
   std::atomic<bool> stop_{false};
   int running_ GUARDED_BY(mu_) = 0;  // threads started and not ended
   // No copy aside of a version sealed in place before then (no room for
-  // one at the last try: InodeTable::CopyAsideSealedInPlace).
+  // one at the last try: DrainPort::CopyAsideSealedInPlace).
   std::chrono::steady_clock::time_point copy_retry_at_ GUARDED_BY(mu_){};
   std::thread runner_;
   std::vector<std::thread> stagers_;

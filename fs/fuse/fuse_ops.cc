@@ -431,7 +431,7 @@ void ckpt_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char*
         }
         return (void)fuse_reply_err(req, r ? 0 : r.error());
       }
-      auto r = D(req)->table->ClearLost();
+      auto r = D(req)->table->drain_port().ClearLost();
       return (void)fuse_reply_err(req, r ? 0 : r.error());
     }
     if (strcmp(name, kPersistXattr) == 0) {  // `ckptfs persist`

@@ -165,7 +165,7 @@ struct DrainEnv {
   }
   // `refusal_skip`: -o on_refusal=skip (a refusal fails its entry at once).
   void Start(bool refusal_skip = false) {
-    drainer = std::make_unique<ckpt::fs::Drainer>(env->table.get(), be.get(), 4);
+    drainer = std::make_unique<ckpt::fs::Drainer>(&env->table->drain_port(), be.get(), 4);
     drainer->set_refusal_skip(refusal_skip);
     drainer->Start();
   }
@@ -505,7 +505,7 @@ Test(drain, published_but_not_committed_survives_a_reboot) {
   uint64_t f = e.WriteFile(kRoot, "model.pt", "all of step 3");
   auto l = e.table->core().oplog.Pending(10).at(0);
   {
-    auto src = e.table->BeginPersist(l);
+    auto src = e.table->drain_port().BeginPersist(l);
     cr_assert(src.has_value());
     auto staged = d.be->Stage(src->fd, src->size, [] { return false; });
     cr_assert(staged.has_value());
@@ -527,7 +527,7 @@ Test(drain, published_but_not_committed_survives_a_reboot) {
   uint64_t g = e.WriteFile(kRoot, "latest", "step 3");
   auto gl = e.table->core().oplog.Pending(10).at(0);
   {
-    auto src = e.table->BeginPersist(gl);
+    auto src = e.table->drain_port().BeginPersist(gl);
     auto staged = d.be->Stage(src->fd, src->size, [] { return false; });
     cr_assert(d.be->Publish(*staged, gl.path,
                             {src->mode, src->uid, src->gid, src->has_owner, src->mtime.sec, src->mtime.nsec})
@@ -619,7 +619,7 @@ Test(drain, operator_skip_fails_the_held_entry_and_goes_on) {
   cr_assert_neq(failed[0].reason.find("skipped by the operator"), std::string::npos, "%s", failed[0].reason.c_str());
   cr_assert_eq(e.table->GetAttr(bad)->state, ckpt::meta::DataState::kFailed);
   cr_assert_eq(WaitOutcome(e, e.table->core().oplog.LoggedSeq(), bad), EIO, "an fsync of the skipped file says EIO");
-  cr_assert(e.table->ClearLost().has_value());
+  cr_assert(e.table->drain_port().ClearLost().has_value());
   cr_assert(e.table->core().oplog.FailedEntries().empty(), "lost --clear forgets the failed list too");
 }
 
@@ -1293,7 +1293,7 @@ Test(drain_cluster, publish_waits_for_the_other_members_earlier_file) {
   now = 100200;
   store.Other(100200, 99000);
   c.Heartbeat();
-  d.drainer = std::make_unique<ckpt::fs::Drainer>(e.table.get(), d.be.get(), 4);
+  d.drainer = std::make_unique<ckpt::fs::Drainer>(&e.table->drain_port(), d.be.get(), 4);
   d.drainer->set_cluster(&c);
   d.drainer->Start();
   bool staged = false;
@@ -1327,7 +1327,7 @@ Test(drain, no_transfer_starts_while_a_save_holds_the_drain) {
   std::atomic<int> asked{0};
   uint64_t dir = e.Mkdir(kRoot, "step_1");
   e.WriteFile(dir, "model.pt", std::string(200000, 'm'));
-  d.drainer = std::make_unique<ckpt::fs::Drainer>(e.table.get(), d.be.get(), 4);
+  d.drainer = std::make_unique<ckpt::fs::Drainer>(&e.table->drain_port(), d.be.get(), 4);
   d.drainer->set_yield([&] {
     asked++;
     return saving.load();

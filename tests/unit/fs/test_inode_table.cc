@@ -158,12 +158,12 @@ BOTH(sealed_versions_survive_rewrite_truncate_and_delete) {
   auto v1 = e.table->core().oplog.Pending(10).at(0);
   e.WriteFile(kRoot, "other", "logged after f's v1, so v1 is not superseded");
   e.Overwrite(f, "v2");  // O_TRUNC: v1 moves to its snapshot
-  auto s1 = e.table->BeginPersist(v1);
+  auto s1 = e.table->drain_port().BeginPersist(v1);
   cr_assert(s1.has_value());
   cr_assert_eq(ReadAll(s1->fd), "version one");
   auto v2 = e.table->core().oplog.Pending(10).at(2);
   cr_assert_eq(v2.version, v1.version + 1);
-  auto s2 = e.table->BeginPersist(v2);
+  auto s2 = e.table->drain_port().BeginPersist(v2);
   cr_assert(s2.has_value());
   cr_assert_eq(e.table->GetXattr(f, "user.ckptfs.state").value_or(""), std::string("draining"));
   // A write in place while v2 drains: v2 is copied first, the staged
@@ -173,10 +173,10 @@ BOTH(sealed_versions_survive_rewrite_truncate_and_delete) {
   cr_assert(e.table->Write(f, 0, 1, [&](int x) { return pwrite(x, "X", 1, 0); }).has_value());
   cr_assert_eq(ReadAll(s2->fd), "v2");
   e.table->Release(f, O_RDWR);
-  e.table->AbortPersist(v2);
+  e.table->drain_port().AbortPersist(v2);
   auto v3 = e.table->core().oplog.Pending(10).back();
   cr_assert_eq(v3.version, v2.version + 1);
-  auto s3 = e.table->BeginPersist(v3);
+  auto s3 = e.table->drain_port().BeginPersist(v3);
   cr_assert(s3.has_value());
   cr_assert_eq(ReadAll(s3->fd), "X2");
   // truncate(2) of the closed file seals v4, which supersedes v3 (the last
@@ -186,23 +186,23 @@ BOTH(sealed_versions_survive_rewrite_truncate_and_delete) {
   c.to_set = ckpt::fs::kSetSize;
   c.size = 1;
   cr_assert(e.table->SetAttr(f, c).has_value());
-  cr_assert_eq(e.table->BeginPersist(v3).error(), ESTALE);
+  cr_assert_eq(e.table->drain_port().BeginPersist(v3).error(), ESTALE);
   cr_assert_eq(ReadAll(s3->fd), "X2");
   auto v4 = e.table->core().oplog.Pending(10).back();
   cr_assert_eq(v4.version, v3.version + 1);
-  cr_assert_eq(ReadAll(e.table->BeginPersist(v4)->fd), "X");
+  cr_assert_eq(ReadAll(e.table->drain_port().BeginPersist(v4)->fd), "X");
   // Deleted before draining: the sealed bytes still drain.
   uint64_t g = e.WriteFile(kRoot, "g", "gone");
   auto gl = e.table->core().oplog.Pending(100).back();
   cr_assert_eq(gl.ino, g);
   cr_assert(e.table->Unlink(kRoot, "g").has_value());
   e.table->Forget(g, 1);
-  auto sg = e.table->BeginPersist(gl);
+  auto sg = e.table->drain_port().BeginPersist(gl);
   cr_assert(sg.has_value(), "%d", sg ? 0 : sg.error());
   cr_assert_eq(ReadAll(sg->fd), "gone");
   // Without its bytes (the tier lost them) a version is reported, not served.
   e.tier->Remove(ckpt::cache::SnapKey(gl.ino, gl.version));
-  cr_assert_eq(e.table->BeginPersist(gl).error(), ENODATA);
+  cr_assert_eq(e.table->drain_port().BeginPersist(gl).error(), ENODATA);
 }
 
 // A version still last in the log when the file is sealed again is
@@ -227,8 +227,8 @@ BOTH(superseded_versions_hold_no_copy) {
   e.table->Release(f, O_RDWR);
   auto log = e.table->core().oplog.Pending(100);
   cr_assert_eq(log.size(), 21u);  // superseded entries stay until the drain skips them
-  for (size_t i = 0; i + 1 < log.size(); i++) cr_assert_eq(e.table->BeginPersist(log[i]).error(), ESTALE);
-  auto last = e.table->BeginPersist(log.back());
+  for (size_t i = 0; i + 1 < log.size(); i++) cr_assert_eq(e.table->drain_port().BeginPersist(log[i]).error(), ESTALE);
+  auto last = e.table->drain_port().BeginPersist(log.back());
   cr_assert(last.has_value());
   cr_assert_eq(ReadAll(last->fd)[0], static_cast<char>('b' + 19));
   // An fsync with no write since seals nothing and copies nothing.
@@ -252,10 +252,10 @@ BOTH(copy_on_write_is_charged_to_the_budget) {
   cr_assert(!w.has_value(), "a write whose copy does not fit went through");
   cr_assert(w.error() == ENOSPC || w.error() == EAGAIN, "%d", w.error());
   cr_assert_leq(e.tier->Stats().used + e.tier->Stats().reserved, 256u << 10);
-  auto src = e.table->BeginPersist(l);
+  auto src = e.table->drain_port().BeginPersist(l);
   cr_assert(src.has_value());
   cr_assert(ReadAll(src->fd) == v1, "the sealed version changed");
-  cr_assert(e.table->CompletePersist(l, ckpt::backend::Staged{"", v1.size(), 1, 2}, src->gen).has_value());
+  cr_assert(e.table->drain_port().CompletePersist(l, ckpt::backend::Staged{"", v1.size(), 1, 2}, src->gen).has_value());
   src = {};
   w = e.table->Write(
       f, 0, 1, [&](int x) { return pwrite(x, "b", 1, 0); }, false);
@@ -267,14 +267,14 @@ BOTH(complete_marks_persisted_and_evict_frees) {
   Env e(k, 1 << 20);
   uint64_t f = e.WriteFile(kRoot, "f", std::string(300000, 'x'));
   auto l = e.table->core().oplog.Pending(10).at(0);
-  auto src = e.table->BeginPersist(l);
+  auto src = e.table->drain_port().BeginPersist(l);
   cr_assert(src.has_value());
   // Nothing clean yet, but a drain is pending: writers should wait.
   cr_assert(e.table->Evict(1) == ckpt::cache::Tier::Relief::kWait);
   ckpt::backend::Staged s;
   s.checksum_hi = 1;
   s.checksum_lo = 2;
-  cr_assert(e.table->CompletePersist(l, s, src->gen).has_value());
+  cr_assert(e.table->drain_port().CompletePersist(l, s, src->gen).has_value());
   cr_assert_eq(e.table->GetAttr(f)->state, DataState::kPersisted);
   cr_assert_eq(e.table->core().oplog.Pending(10).size(), 0u);
   cr_assert_eq(e.table->DataStatistics().applied_seq, l.seq);
@@ -333,7 +333,7 @@ BOTH(flush_of_last_writer_seals_and_later_writes_copy) {
   cr_assert_eq(log.size(), 1u);
   cr_assert_eq(log[0].version, 1u);
   cr_assert(e.table->Write(ino, 0, 1, [&](int x) { return pwrite(x, "X", 1, 0); }).has_value());
-  auto src = e.table->BeginPersist(log[0]);
+  auto src = e.table->drain_port().BeginPersist(log[0]);
   cr_assert(src.has_value());
   cr_assert_eq(ReadAll(src->fd), "abc");
   e.table->Release(ino, O_RDWR);  // the late write is sealed as version 2
@@ -381,7 +381,7 @@ Test(recovery, rewrite_cut_short_keeps_the_last_sealed_version) {
   // Its persist entry is still pending and drains those bytes.
   auto log = e.table->core().oplog.Pending(10);
   cr_assert_eq(log.size(), 1u);
-  cr_assert_eq(ReadAll(e.table->BeginPersist(log[0])->fd), "sealed bytes");
+  cr_assert_eq(ReadAll(e.table->drain_port().BeginPersist(log[0])->fd), "sealed bytes");
 }
 
 // Never closed: nothing was sealed, so nothing is promised; the file goes,
@@ -391,8 +391,8 @@ Test(recovery, never_closed_is_lost_persisted_rewrite_goes_remote) {
   Env e(KvKind::kRocks);
   uint64_t p = e.WriteFile(kRoot, "persisted", "in the backend");
   auto l = e.table->core().oplog.Pending(10).at(0);
-  auto src = e.table->BeginPersist(l);
-  cr_assert(e.table->CompletePersist(l, ckpt::backend::Staged{"", 14, 1, 2}, src->gen).has_value());
+  auto src = e.table->drain_port().BeginPersist(l);
+  cr_assert(e.table->drain_port().CompletePersist(l, ckpt::backend::Staged{"", 14, 1, 2}, src->gen).has_value());
   cr_assert_eq(e.table->GetAttr(p)->state, DataState::kPersisted);
   auto fd = e.table->Open(p, O_RDWR);
   cr_assert(e.table->Write(p, 0, 2, [&](int x) { return pwrite(x, "XX", 2, 0); }).has_value());
@@ -417,8 +417,8 @@ Test(recovery, tier_wiped_persisted_remote_pending_lost) {
   Env e(KvKind::kRocks);
   uint64_t p = e.WriteFile(kRoot, "old", "persisted");
   auto l = e.table->core().oplog.Pending(10).at(0);
-  auto src = e.table->BeginPersist(l);
-  cr_assert(e.table->CompletePersist(l, ckpt::backend::Staged{"", 9, 1, 2}, src->gen).has_value());
+  auto src = e.table->drain_port().BeginPersist(l);
+  cr_assert(e.table->drain_port().CompletePersist(l, ckpt::backend::Staged{"", 9, 1, 2}, src->gen).has_value());
   uint64_t d = e.Mkdir(kRoot, "step_2");
   e.WriteFile(d, "model.pt", "not yet drained");
   src.value().ref.reset();
@@ -437,7 +437,7 @@ Test(recovery, tier_wiped_persisted_remote_pending_lost) {
   auto log = e.table->core().oplog.Pending(10);
   auto it = std::find_if(log.begin(), log.end(), [](auto& x) { return x.op == LogOp::kPersist; });
   cr_assert(it != log.end());
-  cr_assert_eq(e.table->BeginPersist(*it).error(), ENODATA);
+  cr_assert_eq(e.table->drain_port().BeginPersist(*it).error(), ENODATA);
   // ... and the log ends with an unlink of the lost name, so an older copy
   // in the backend goes too (and it survives another restart).
   cr_assert(log.back().op == LogOp::kUnlink);
@@ -590,7 +590,7 @@ Test(hardening, snapshot_of_a_deleted_file_survives_a_restart) {
   bool found = false;
   for (auto& l : log)
     if (l.op == LogOp::kPersist && l.ino == f) {
-      auto src = e.table->BeginPersist(l);
+      auto src = e.table->drain_port().BeginPersist(l);
       cr_assert(src.has_value(), "the drain finds the bytes: %d", src ? 0 : src.error());
       cr_assert_eq(src->size, 11u);
       found = true;

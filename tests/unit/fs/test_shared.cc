@@ -41,7 +41,7 @@ struct Node {
   ckpt::fs::InodeTable& t() { return *env->table; }
   void StartDrain() {
     if (drainer) return;
-    drainer = std::make_unique<ckpt::fs::Drainer>(env->table.get(), be, 2);
+    drainer = std::make_unique<ckpt::fs::Drainer>(&env->table->drain_port(), be, 2);
     drainer->Start();
   }
   void Drain() {
