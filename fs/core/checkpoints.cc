@@ -142,7 +142,7 @@ void InodeTable::set_checkpoint_policy(CheckpointPolicy p) {
 std::vector<CheckpointInfo> InodeTable::Checkpoints(const std::regex& pattern) {
   MutexLock lk(&mu());
   // What passthrough writers wrote counts (sizes, open files).
-  for (uint64_t ino : pt_writing_) core_.Find(ino);
+  for (uint64_t ino : core_.passthrough.Writers()) core_.Find(ino);
   return core_.ckpts.List(core_.ns, pattern, [this](const std::string& path) { return core_.oplog.LostUnder(path); });
 }
 

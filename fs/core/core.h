@@ -8,6 +8,7 @@
 //   VersionStore       seal, copy-on-write, snapshots, the version rules
 //   Residency          what stays in RAM, spares, memory pressure
 //   CheckpointCatalog  which entries are checkpoints, their policies
+//   PassthroughFiles   the files the kernel reads and writes directly
 //
 // Core owns them, with the metadata store, the tier and the backend they
 // work over, and keeps the rules every change follows: validate, build one
@@ -40,6 +41,7 @@
 #include "fs/core/checkpoints.h"
 #include "fs/core/namespace.h"
 #include "fs/core/oplog.h"
+#include "fs/core/passthrough_files.h"
 #include "fs/core/residency.h"
 #include "fs/core/types.h"
 #include "fs/core/versions.h"
@@ -79,6 +81,9 @@ class Core {
   Namespace ns;
   VersionStore versions GUARDED_BY(mu()){tier_, &oplog, &residency};
   CheckpointCatalog ckpts GUARDED_BY(mu());
+  // Files the kernel reads and writes without the daemon: a leaf lock of
+  // its own, taken after the namespace lock.
+  PassthroughFiles passthrough{tier_, &residency};
 
   // Set before Load, read-only after.
   const Limits& limits() const { return limits_; }

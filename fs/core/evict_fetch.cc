@@ -64,7 +64,7 @@ Result<uint64_t> InodeTable::ReleaseTier(std::string* why) {
 void InodeTable::RelieveOverBudget() {
   {
     MutexLock lk(&mu());
-    for (uint64_t ino : pt_writing_) core_.Find(ino);  // Find takes in what they wrote
+    for (uint64_t ino : core_.passthrough.Writers()) core_.Find(ino);  // Find takes in what they wrote
   }
   EvictIfOverBudget();
   // Nothing clean was left to evict: the kernel's writes cannot be made to
@@ -75,7 +75,7 @@ void InodeTable::RelieveOverBudget() {
   std::string writers;
   {
     MutexLock lk(&mu());
-    for (uint64_t ino : pt_writing_) writers += (writers.empty() ? "ino " : ", ") + std::to_string(ino);
+    for (uint64_t ino : core_.passthrough.Writers()) writers += (writers.empty() ? "ino " : ", ") + std::to_string(ino);
   }
   LOG_WARN("tier: {} of {} bytes in use, over the budget: passthrough writer(s) ({}) wrote more than the largest "
            "file before them and nothing clean is left to evict",

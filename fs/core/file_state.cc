@@ -52,28 +52,6 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
 
 Result<OpenResult> InodeTable::OpenHandle(uint64_t ino, int flags) { return OpenImpl(ino, flags, true); }
 
-bool InodeTable::PassthroughRoom(const Inode* n, bool trunc) {
-  return core_.residency.ExpectedSize() > 0 && PassthroughShortfall(n, trunc) == 0;
-}
-
-uint64_t InodeTable::PassthroughShortfall(const Inode* n, bool trunc) {
-  cache::TierStats s = core_.tier()->Stats();
-  uint64_t taken = s.used + s.reserved - std::min(s.used, core_.tier()->Spares().first);  // spares are free space
-  uint64_t free = s.budget > taken ? s.budget - taken : 0;
-  // The kernel writes without asking: the last version's size must fit,
-  // with an eighth of the budget to spare; otherwise the copying path,
-  // which can make the writer wait for space.
-  // A file with no history is expected to be as large as the largest one
-  // sealed since the mount; the first file of a mount as large as the
-  // spare made for it (sized from --prealloc or a quarter of the budget:
-  // what the operator said to expect), else (no spare: --prealloc 0, no
-  // room) it takes the copying path, so a budget smaller than one
-  // checkpoint is not overrun by a writer nobody could stop.
-  const uint64_t want =
-      std::max({n->rec.sealed_size, trunc ? 0 : n->rec.size, core_.residency.ExpectedSize()}) + s.budget / 8;
-  return free >= want ? 0 : want - free;
-}
-
 void InodeTable::EvictForPassthrough(uint64_t ino) {
   uint64_t missing = 0;
   {
@@ -83,36 +61,9 @@ void InodeTable::EvictForPassthrough(uint64_t ino) {
     // is expected to be as large as the largest file, and evicting for that
     // guess would throw out the checkpoint just saved beside it.
     if (!n || n->opens != 0 || core_.residency.LargestSealed() == 0 || n->rec.sealed_size == 0) return;
-    missing = PassthroughShortfall(n, true);
+    missing = core_.passthrough.Shortfall(n, true);
   }
   if (missing > 0) (void)Evict(missing, true);
-}
-
-Status InodeTable::StartPassthrough(Inode* n, int flags) {
-  const bool writable = (flags & O_ACCMODE) != O_RDONLY;
-  const uint64_t ino = n->rec.ino;
-  if (n->pt_opens == 0) {
-    auto ref = core_.tier()->Ref(ino);
-    if (!ref) return Err(ref.error());
-    auto id = backing_->OpenBacking((*ref)->fd);
-    if (!id) return Err(id.error());
-    n->backing_id = *id;
-  }
-  n->pt_opens++;
-  pt_handles_++;
-  if ((flags & O_ACCMODE) == O_RDWR) n->pt_rdwr++;
-  if (writable && n->pt_writers++ == 0) {
-    pt_writing_.insert(ino);
-    auto st = core_.tier()->Refresh(ino);
-    n->pt_size = st ? static_cast<uint64_t>(st->st_size) : n->rec.size;
-    n->pt_mtime_ns = st ? st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec : 0;
-  }
-  return {};
-}
-
-std::pair<uint64_t, uint64_t> InodeTable::PassthroughOpens() {
-  MutexLock lk(&mu());
-  return {pt_handles_, pt_writing_.size()};
 }
 
 void InodeTable::MarkChanged(Inode* n) {
@@ -131,7 +82,7 @@ void InodeTable::MarkChanged(Inode* n) {
 Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_passthrough) {
   const bool writable = (flags & O_ACCMODE) != O_RDONLY;
   const bool trunc = (flags & O_TRUNC) && writable;
-  if (trunc && allow_passthrough && backing_ && backing_->active()) {
+  if (trunc && allow_passthrough && core_.passthrough.active()) {
     // A new version from nothing: the next one is likely written through
     // passthrough, so spares become worth their memory; and clean files
     // make way for this one now, as they would for a copying writer that
@@ -152,12 +103,12 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
         if (auto st = core_.Writable(); !st) return Err(st.error());
       // Passthrough for every handle of the inode or for none (the kernel
       // fails a mix with EIO): decided by the handles open now.
-      bool pt = allow_passthrough && backing_ && backing_->active() && n->opens == n->pt_opens;
+      bool pt = allow_passthrough && core_.passthrough.active() && n->opens == n->pt_opens;
       // A new passthrough writer only for an O_TRUNC (torch.save, np.save,
       // a DCP shard: a new version from nothing) with room in the budget;
       // r+ opens (np.memmap, in-place updates) keep the copying path, which
       // sees every change and can make a writer wait for space.
-      if (pt && writable && n->pt_opens == 0 && (!trunc || !PassthroughRoom(n, trunc))) pt = false;
+      if (pt && writable && n->pt_opens == 0 && (!trunc || !core_.passthrough.Room(n, trunc))) pt = false;
       // A passthrough writer changes bytes the daemon never sees: the
       // sealed version the drain still needs is copied aside now, under
       // the data lock, outside the namespace lock (below). An O_TRUNC with no handle open
@@ -255,7 +206,7 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
   }
   OpenResult res{*fd, 0, n->data_gen};
   if (pt) {
-    if (auto st = StartPassthrough(n, flags); st) {
+    if (auto st = core_.passthrough.Start(n, flags); st) {
       res.backing_id = n->backing_id;
     } else if (n->pt_opens > 0) {  // the others are passthrough: this one must be too
       core_.tier()->Unpin(ino);
@@ -281,20 +232,7 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
   // only those are counted as a change without being seen.
   const bool rdwr = (open_flags & O_ACCMODE) == O_RDWR;
   if (passthrough && rdwr) MarkChanged(n);
-  if (passthrough && n->pt_opens > 0) {
-    n->pt_opens--;
-    pt_handles_--;
-    if (rdwr && n->pt_rdwr > 0) n->pt_rdwr--;
-    if (writable && n->pt_writers > 0 && --n->pt_writers == 0) {
-      pt_writing_.erase(ino);
-      core_.tier()->TrimBeyondEof(ino);  // the pre-allocated pages it did not use
-      (void)core_.tier()->Refresh(ino);
-    }
-    if (n->pt_opens == 0 && n->backing_id > 0) {
-      backing_->CloseBacking(n->backing_id);
-      n->backing_id = 0;
-    }
-  }
+  if (passthrough && n->pt_opens > 0) core_.passthrough.End(n, open_flags);
   core_.residency.Touch(ino);
   if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen) {
     // Writers through other handles copy the version aside before their

@@ -33,7 +33,7 @@ void InodeTable::FillStat(const InodeRecord& r, struct stat* st) {
   // (issue #15: the mmap load of 64 shards spent 33 ms on that). Without
   // passthrough every request is a round trip to the daemon, and large
   // buffers keep them few.
-  st->st_blksize = backing_ != nullptr && backing_->active() ? 4096 : 1 << 20;
+  st->st_blksize = core_.passthrough.active() ? 4096 : 1 << 20;
   uint64_t alloc = S_ISREG(r.mode) ? core_.tier()->AllocatedBytes(r.ino) : 0;
   if (S_ISREG(r.mode) && r.state == meta::DataState::kRemote) alloc = r.size;
   st->st_blocks = static_cast<blkcnt_t>((alloc + 511) / 512);

@@ -47,6 +47,7 @@
 #include "fs/core/file_state.h"
 #include "fs/core/namespace.h"
 #include "fs/core/oplog.h"
+#include "fs/core/recovery.h"
 #include "fs/core/residency.h"
 #include "fs/core/shared.h"
 #include "fs/core/types.h"
@@ -89,7 +90,7 @@ class InodeTable {
   // purges orphans (nlink 0) and moves tier files with no inode to the
   // tier's orphans/. EIO if the store holds undecodable records, EUCLEAN if
   // the parent pointers form a cycle.
-  [[nodiscard]] Status Load(Caller root_owner);
+  [[nodiscard]] Status Load(Caller root_owner) { return Recover(core_, root_owner, shared_.enabled()); }
 
   // Fills `st` from the record (st_blocks from the tier allocation).
   void FillStat(const InodeRecord& r, struct stat* st);
@@ -139,7 +140,7 @@ class InodeTable {
   // The sealed version a passthrough writer could change is copied aside
   // at open (the kernel cannot be stopped at its first write).
   [[nodiscard]] Result<OpenResult> OpenHandle(uint64_t ino, int flags);
-  void set_backing(BackingFiles* b) { backing_ = b; }
+  void set_backing(BackingFiles* b) { core_.passthrough.set_backing(b); }
   // Passthrough writers fill the tier without asking: takes in what they
   // wrote and, if the tier is over its budget, evicts clean files for the
   // difference. Run every 50 ms while one is open, and at their close.
@@ -147,8 +148,6 @@ class InodeTable {
   // The cheap half, at a passthrough writer's close (Release took its
   // bytes in): evicts clean files if the tier is over its budget.
   void EvictIfOverBudget() EXCLUDES(mu());
-  // Passthrough handles open now, and inodes with a passthrough writer.
-  std::pair<uint64_t, uint64_t> PassthroughOpens();
   // Would Open(ino, flags) first fetch the file from the backend?
   bool NeedsFetch(uint64_t ino, int flags);
   // Would a change of `ino`'s bytes now first copy its sealed version aside
@@ -200,7 +199,7 @@ class InodeTable {
   Core& core() { return core_; }
   static constexpr uint64_t kPreallocAuto = Residency::kPreallocAuto;
   // Residency::RefillSpares, when passthrough (set_backing) is active.
-  void RefillSpares() { core_.residency.RefillSpares(backing_ && backing_->active()); }
+  void RefillSpares() { core_.residency.RefillSpares(core_.passthrough.active()); }
 
   // Waits as WhenApplied does and returns its outcome (0 or EIO).
   int WaitApplied(uint64_t seq, uint64_t ino = 0);
@@ -242,15 +241,6 @@ class InodeTable {
   void PurgeOrphans();
 
  private:
-  // Starts the file's passthrough state for a handle (registers the tier
-  // file at the first). REQUIRES: the namespace lock held.
-  Status StartPassthrough(Inode* n, int flags) REQUIRES(mu());
-  // Would a new passthrough writer of `n` fit in the budget (its last
-  // version's size, with room to spare)? REQUIRES: the namespace lock held.
-  bool PassthroughRoom(const Inode* n, bool trunc) REQUIRES(mu());
-  // The bytes of free budget a new passthrough writer of `n` lacks (0:
-  // none). REQUIRES: the namespace lock held.
-  uint64_t PassthroughShortfall(const Inode* n, bool trunc) REQUIRES(mu());
   // Before the first handle of an O_TRUNC open of a file with a sealed
   // version: evicts clean files for what PassthroughShortfall says is
   // missing, if evicting can cover all of it (otherwise the writer takes
@@ -291,17 +281,6 @@ class InodeTable {
   // The data lock exclusive, for a seal: no change of the bytes is in
   // flight. An unlocked lock if the inode is gone. REQUIRES: the namespace lock not held.
   DataExclusive LockForSeal(uint64_t ino) EXCLUDES(mu());
-  // Start-up recovery of one regular file's bytes against its metadata.
-  // Returns false if the file is lost. REQUIRES: the namespace lock held.
-  bool RecoverFile(Inode* n, const std::unordered_map<uint64_t, uint64_t>& live_sizes, meta::Batch* b) REQUIRES(mu());
-  // Removes a lost file from the namespace and records it. REQUIRES: the namespace lock.
-  // Takes out of `lost` the files whose pending version the backend
-  // already holds (published, then the daemon died before the commit).
-  void AdoptPublished(std::vector<Inode*>* lost, meta::Batch* b) REQUIRES(mu());
-  // Removes a lost file's names; logs an unlink of each, so an older copy
-  // the backend holds under that name goes too (backend == mount after the
-  // drain). REQUIRES: called from Load.
-  void DropLost(Inode* n, std::string_view reason, meta::Batch* b, std::vector<meta::LogEntry>* out) REQUIRES(mu());
   // Brings a remote file's bytes into the tier. Drops the namespace lock during the
   // fetch and retakes it before returning. REQUIRES: the namespace lock held; regular file.
   Status EnsureLocal(uint64_t ino, int attempt = 0) REQUIRES(mu());
@@ -312,12 +291,6 @@ class InodeTable {
   SharedNamespace shared_{&core_};
   DrainPort drain_{&core_};
 
-  BackingFiles* backing_ = nullptr;  // set before the mount serves, read-only after
-  // Passthrough handles open, and the inodes a passthrough writer has open
-  // (kept with Inode::pt_opens/pt_writers, so the housekeeper and status
-  // never scan the namespace).
-  uint64_t pt_handles_ GUARDED_BY(mu()) = 0;
-  std::set<uint64_t> pt_writing_ GUARDED_BY(mu());
   std::chrono::milliseconds fetch_wait_limit_{kFetchWaitLimit};  // set before Load
   bool shutdown_ GUARDED_BY(mu()) = false;
   ckpt::CondVar fetch_cv_;  // a fetch finished (with the namespace lock)

@@ -48,7 +48,7 @@ std::string StatusJson(Daemon* d) {
   NamespaceStats ns = d->table->core().ns.Stats();
   DataStats ds = d->table->DataStatistics();
   DrainStats dr = d->drainer ? d->drainer->Stats() : DrainStats{};
-  auto pto = d->table->PassthroughOpens();
+  auto pto = d->table->core().passthrough.Opens();
   auto spares = d->tier->Spares();
   auto warmth = d->tier->SpareWarmth();
   auto state = [&](meta::DataState s) {

@@ -1,0 +1,90 @@
+// passthrough_files.cc — files the kernel reads and writes without the
+// daemon (fs/core/passthrough_files.h).
+#include "fs/core/passthrough_files.h"
+
+#include <fcntl.h>
+
+#include <algorithm>
+
+namespace ckpt::fs {
+
+Status PassthroughFiles::Start(Inode* n, int flags) {
+  const bool writable = (flags & O_ACCMODE) != O_RDONLY;
+  const uint64_t ino = n->rec.ino;
+  if (n->pt_opens == 0) {
+    auto ref = tier_->Ref(ino);
+    if (!ref) return Err(ref.error());
+    auto id = backing_->OpenBacking((*ref)->fd);
+    if (!id) return Err(id.error());
+    n->backing_id = *id;
+  }
+  n->pt_opens++;
+  if ((flags & O_ACCMODE) == O_RDWR) n->pt_rdwr++;
+  const bool first_writer = writable && n->pt_writers++ == 0;
+  {
+    MutexLock lk(&mu_);
+    handles_++;
+    if (first_writer) writing_.insert(ino);
+  }
+  if (first_writer) {
+    auto st = tier_->Refresh(ino);
+    n->pt_size = st ? static_cast<uint64_t>(st->st_size) : n->rec.size;
+    n->pt_mtime_ns = st ? st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec : 0;
+  }
+  return {};
+}
+
+void PassthroughFiles::End(Inode* n, int flags) {
+  const uint64_t ino = n->rec.ino;
+  const bool writable = (flags & O_ACCMODE) != O_RDONLY;
+  n->pt_opens--;
+  if ((flags & O_ACCMODE) == O_RDWR && n->pt_rdwr > 0) n->pt_rdwr--;
+  const bool last_writer = writable && n->pt_writers > 0 && --n->pt_writers == 0;
+  {
+    MutexLock lk(&mu_);
+    handles_--;
+    if (last_writer) writing_.erase(ino);
+  }
+  if (last_writer) {
+    tier_->TrimBeyondEof(ino);  // the pre-allocated pages it did not use
+    (void)tier_->Refresh(ino);
+  }
+  if (n->pt_opens == 0 && n->backing_id > 0) {
+    backing_->CloseBacking(n->backing_id);
+    n->backing_id = 0;
+  }
+}
+
+bool PassthroughFiles::Room(const Inode* n, bool trunc) const {
+  return residency_->ExpectedSize() > 0 && Shortfall(n, trunc) == 0;
+}
+
+uint64_t PassthroughFiles::Shortfall(const Inode* n, bool trunc) const {
+  cache::TierStats s = tier_->Stats();
+  uint64_t taken = s.used + s.reserved - std::min(s.used, tier_->Spares().first);  // spares are free space
+  uint64_t free = s.budget > taken ? s.budget - taken : 0;
+  // The kernel writes without asking: the last version's size must fit,
+  // with an eighth of the budget to spare; otherwise the copying path,
+  // which can make the writer wait for space.
+  // A file with no history is expected to be as large as the largest one
+  // sealed since the mount; the first file of a mount as large as the
+  // spare made for it (sized from --prealloc or a quarter of the budget:
+  // what the operator said to expect), else (no spare: --prealloc 0, no
+  // room) it takes the copying path, so a budget smaller than one
+  // checkpoint is not overrun by a writer nobody could stop.
+  const uint64_t want =
+      std::max({n->rec.sealed_size, trunc ? 0 : n->rec.size, residency_->ExpectedSize()}) + s.budget / 8;
+  return free >= want ? 0 : want - free;
+}
+
+std::pair<uint64_t, uint64_t> PassthroughFiles::Opens() {
+  MutexLock lk(&mu_);
+  return {handles_, writing_.size()};
+}
+
+std::vector<uint64_t> PassthroughFiles::Writers() {
+  MutexLock lk(&mu_);
+  return {writing_.begin(), writing_.end()};
+}
+
+}  // namespace ckpt::fs

@@ -1,0 +1,70 @@
+// passthrough_files.h — which files the kernel reads and writes without
+// the daemon (FUSE passthrough, fs/fuse/channel.h): the tier files
+// registered with the kernel, the handles open that way, the files a
+// passthrough writer has open, and whether a new writer may take that path
+// (it fills the tier without asking, so its file must fit the budget).
+//
+// Every handle of an inode is passthrough, or none is (the kernel fails a
+// mix with EIO): InodeTable decides per open, under the namespace lock,
+// and tells this object at each handle's start and end. The counts here
+// are under a leaf lock of their own (taken after the namespace lock), so
+// status and the housekeeper read them without scanning the namespace;
+// the per-inode counts (Inode::pt_opens, pt_writers, pt_rdwr, backing_id)
+// are the namespace lock's.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "cache/tier.h"
+#include "common/mutex.h"
+#include "common/result.h"
+#include "common/thread_annotations.h"
+#include "fs/core/namespace.h"
+#include "fs/core/residency.h"
+#include "fs/core/types.h"
+
+namespace ckpt::fs {
+
+class PassthroughFiles {
+ public:
+  PassthroughFiles(cache::Tier* tier, Residency* residency) : tier_(tier), residency_(residency) {}
+  PassthroughFiles(const PassthroughFiles&) = delete;
+  PassthroughFiles& operator=(const PassthroughFiles&) = delete;
+
+  // Set before the mount serves requests, read-only after.
+  void set_backing(BackingFiles* b) { backing_ = b; }
+  // Can the kernel serve a handle from the tier file (passthrough on)?
+  bool active() const { return backing_ != nullptr && backing_->active(); }
+
+  // A passthrough handle of `n` opens: registers the tier file with the
+  // kernel at the first, counts the handle (and the writer). REQUIRES: the
+  // namespace lock, active().
+  Status Start(Inode* n, int flags) EXCLUDES(mu_);
+  // One ends: the writer's unused pre-allocated pages trimmed, the tier
+  // file unregistered after the last. REQUIRES: the namespace lock.
+  void End(Inode* n, int flags) EXCLUDES(mu_);
+
+  // Would a new passthrough writer of `n` fit in the budget (its last
+  // version's size, with room to spare)?
+  bool Room(const Inode* n, bool trunc) const;
+  // The bytes of free budget a new passthrough writer of `n` lacks (0: none).
+  uint64_t Shortfall(const Inode* n, bool trunc) const;
+
+  // Passthrough handles open now, and inodes with a passthrough writer.
+  std::pair<uint64_t, uint64_t> Opens() EXCLUDES(mu_);
+  // The inodes a passthrough writer has open.
+  std::vector<uint64_t> Writers() EXCLUDES(mu_);
+
+ private:
+  cache::Tier* const tier_;
+  Residency* const residency_;
+  BackingFiles* backing_ = nullptr;
+  ckpt::Mutex mu_;  // leaf lock
+  uint64_t handles_ GUARDED_BY(mu_) = 0;
+  std::set<uint64_t> writing_ GUARDED_BY(mu_);
+};
+
+}  // namespace ckpt::fs
