@@ -1,0 +1,110 @@
+// cluster_types.h — what the cluster of --cluster (fs/cluster/cluster.h)
+// reads and shows: its options, the two views it reads through (the local
+// drain log, the members' records), and the status it reports of each
+// member.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "common/result.h"
+
+namespace ckpt::fs {
+
+class OpLog;
+
+struct ClusterOptions {
+  std::string name;                   // --cluster
+  std::string node;                   // --node
+  int64_t heartbeat_ms = 500;         // a record at least this often
+  int64_t tick_ms = 100;              // sooner when something changed (Tick)
+  int64_t sample_ms = 10;             // gate times of recovered entries: see docs/consistency.md
+  int64_t member_timeout_ms = 60000;  // --member-timeout
+  int64_t max_skew_ms = 50;           // --max-clock-skew
+  size_t max_refused = 1000;          // refused nodes named in a record
+};
+
+// Whether `s` may name a cluster or a node: [A-Za-z0-9][A-Za-z0-9._-]{0,63}.
+bool ValidClusterName(const std::string& s);
+
+// What the cluster reads of the local drain log (the OpLog in the
+// daemon, fakes in tests). Called without any cluster lock held.
+class LogView {
+ public:
+  virtual ~LogView() = default;
+  virtual uint64_t LoggedSeq() = 0;   // the newest entry logged (0: none)
+  virtual uint64_t AppliedSeq() = 0;  // every entry up to here is applied
+  // The number of files whose closed version is not in the backend yet, and
+  // the paths of the first `max` of them, oldest first.
+  virtual std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) = 0;
+  // When the pending entries from..to were logged (wall µs), where known:
+  // their exact gate times. Entries without one (recovered at a restart)
+  // get the samples' (below).
+  virtual std::vector<std::pair<uint64_t, int64_t>> LoggedTimes(uint64_t from, uint64_t to) { return {}; }
+};
+
+// Where the members' records are (the backend's reserved area; fakes in
+// tests).
+class RecordStore {
+ public:
+  virtual ~RecordStore() = default;
+  [[nodiscard]] virtual Status Put(const std::string& node, const std::string& bytes) = 0;
+  [[nodiscard]] virtual Result<std::vector<std::pair<std::string, std::string>>> List() = 0;
+};
+
+// The records of cluster `name` in `be` (Backend::PutRecord/ListRecords).
+std::unique_ptr<RecordStore> BackendRecords(backend::Backend* be, std::string name);
+// The local drain log.
+std::unique_ptr<LogView> LocalLog(OpLog* log);
+
+// One member as the last record read shows it.
+struct ClusterMember {
+  std::string node;
+  bool self = false;
+  std::string state;                      // "live", "left"; "dead" when live and its heartbeat is too old
+  int64_t heartbeat_ms = 0;               // T: its newest sample when it wrote the record
+  int64_t age_ms = 0;                     // now - T, by this node's clock
+  int64_t watermark_ms = 0;               // everything it closed before this is persisted
+  std::optional<int64_t> oldest_gate_ms;  // G: its oldest pending entry's gate time
+  uint64_t unpersisted = 0;
+  std::vector<std::string> paths;  // the first unpersisted files (lost, if it is dead)
+  // Why the record shown is not the member's current one ("" : it is):
+  // "missing", "unreadable" or "refused (...)"; the last one read stands.
+  std::string record_problem;
+};
+
+// A record refused at the last read (its times in this node's future): no
+// member, and named in this node's record so that its writer knows.
+struct RefusedRecord {
+  std::string node;
+  std::string reason;  // "its times lie N s in this node's future (...)"
+  int64_t heartbeat_ms = 0;
+  uint64_t unpersisted = 0;
+};
+
+struct ClusterStatus {
+  std::string name, node;
+  int64_t watermark_ms = 0;
+  std::vector<ClusterMember> members;  // sorted by node id, this node included
+  // The drain waits for the cluster: its head entry, gate time, the members
+  // that hold it back, since when (wall ms).
+  bool waiting = false;
+  uint64_t wait_seq = 0;
+  int64_t wait_gate_ms = 0;
+  std::vector<std::string> waiting_for;
+  int64_t waiting_since_ms = 0;
+  std::string last_error;      // the last record write or read that failed ("" if fine)
+  bool node_id_clash = false;  // another mount writes records under this node id
+  // Why this node publishes nothing now ("" : it may): its record is not in
+  // the store (not joined yet, the last write failed, missing) or another
+  // member refuses it.
+  std::string publish_blocked_reason;
+  std::vector<RefusedRecord> refused;  // sorted by node id
+};
+
+}  // namespace ckpt::fs
