@@ -79,7 +79,7 @@ inline constexpr char kCheckpointsXattrPrefix[] = "user.ckptfs.checkpoints.";  /
 inline constexpr char kReleaseXattr[] = "user.ckptfs.release";  // setxattr "1": release the tier at exit
 inline constexpr char kLostClearXattr[] = "user.ckptfs.lost.clear";  // setxattr: clears it
 // setxattr PATH (relative to the mount): `ckptfs skip`, the drain gives up
-// on the entry it holds at (InodeTable::RequestSkip).
+// on the entry it holds at (OpLog::RequestSkip).
 inline constexpr char kSkipXattr[] = "user.ckptfs.skip";
 // setxattr "1": the drain retries a held entry now (`ckptfs drain` after
 // the operator fixed the backend waits for no backoff timer).

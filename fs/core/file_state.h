@@ -7,12 +7,12 @@
 // it for good) and memory-only (in the tier only, by policy: a sealed
 // version in a memory-only checkpoint, see --persist-every). Every change of state while the mount runs is one of the
 // events below, and NextState is the only place that says where it leads;
-// InodeTable::Transition applies it. Start-up recovery (fs/core/recovery.cc)
+// Transition (fs/core/versions.h) applies it. Start-up recovery (fs/core/recovery.cc)
 // does not replay events: it re-derives each file's state from its record
 // and what the tier holds, and writes it directly.
 //
 // The seal and copy-on-write rules are not states but conditions on the
-// inode (InodeTable::Inode: data_gen, sealed_gen, seal_seq; see
+// inode (fs::Inode: data_gen, sealed_gen, seal_seq; see
 // file_state.cc): a version is sealed when data_gen == sealed_gen, pending
 // while seal_seq > applied_seq, and its bytes are copied aside before the
 // first change after the seal.
