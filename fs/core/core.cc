@@ -201,6 +201,14 @@ Status Core::CommitWithLog(const Batch& b, std::vector<LogEntry>&& entries) {
   return {};
 }
 
+Result<InodeRecord> Core::LookupAndCount(uint64_t parent, std::string_view name) {
+  MutexLock lk(&mu());
+  auto c = Lookup(parent, name);
+  if (!c) return Err(c.error());
+  (*c)->nlookup++;
+  return (*c)->rec;
+}
+
 Result<Inode*> Core::Lookup(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxName) return Err(ENAMETOOLONG);
   auto dir = ns.FindDir(parent);

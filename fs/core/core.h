@@ -118,6 +118,8 @@ class Core {
   // The entry `name` of directory `parent` ("." and ".." too), taken in as
   // Find does; the caller counts the kernel's lookup.
   Result<Inode*> Lookup(uint64_t parent, std::string_view name) REQUIRES(mu());
+  // Lookup, with the kernel's lookup counted: the record handed to it.
+  Result<InodeRecord> LookupAndCount(uint64_t parent, std::string_view name) EXCLUDES(mu());
   // The entry `name` of `dir` (Namespace::Child), taken in as Find does.
   Result<Inode*> Child(Inode* dir, std::string_view name) REQUIRES(mu());
   // The directory `parent` and its entry `name`: FindDir, then Child.

@@ -14,14 +14,13 @@
 #include <string>
 #include <string_view>
 
-#include "backend/backend.h"
-#include "common/result.h"
-#include "common/thread_annotations.h"
-#include "fs/core/core.h"
+#include "fs/core/core.h"  // backend::Staged, Result, the thread annotations
 
 namespace ckpt::fs {
 
 class DrainPort {
+  Core& core_;
+
  public:
   explicit DrainPort(Core* core) : core_(*core) {}
   DrainPort(const DrainPort&) = delete;
@@ -96,8 +95,6 @@ class DrainPort {
 
  private:
   ckpt::Mutex& mu() const RETURN_CAPABILITY(core_.mu()) { return core_.mu(); }
-
-  Core& core_;
 };
 
 }  // namespace ckpt::fs

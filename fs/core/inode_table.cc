@@ -42,14 +42,6 @@ void InodeTable::FillStat(const InodeRecord& r, struct stat* st) {
   st->st_ctim = {r.ctime.sec, r.ctime.nsec};
 }
 
-Result<InodeRecord> InodeTable::Lookup(uint64_t parent, std::string_view name) {
-  MutexLock lk(&mu());
-  auto c = core_.Lookup(parent, name);
-  if (!c) return Err(c.error());
-  (*c)->nlookup++;
-  return (*c)->rec;
-}
-
 Result<InodeRecord> InodeTable::LookupForReaddir(uint64_t ino) {
   MutexLock lk(&mu());
   Inode* n = core_.Find(ino);

@@ -98,7 +98,9 @@ class InodeTable {
   // Lookups and the kernel's reference counts. Each successful call that
   // hands an inode to the kernel (Lookup, Create, Mknod, Mkdir, Symlink,
   // Link, readdirplus entries) adds one lookup; Forget drops n.
-  [[nodiscard]] Result<InodeRecord> Lookup(uint64_t parent, std::string_view name);
+  [[nodiscard]] Result<InodeRecord> Lookup(uint64_t parent, std::string_view name) {
+    return core_.LookupAndCount(parent, name);
+  }
   void Forget(uint64_t ino, uint64_t n);
 
   [[nodiscard]] Result<InodeRecord> GetAttr(uint64_t ino);
@@ -260,16 +262,6 @@ class InodeTable {
   void RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view gone_name) REQUIRES(mu());
   // Seals and commits in one WriteBatch. REQUIRES: the namespace lock held.
   Status SealNow(Inode* n) REQUIRES(mu());
-  // A held data lock and the mutex it locks (the mutex outlives the inode
-  // if that is erased meanwhile). Members in this order: unlock, then drop.
-  template <class Lock>
-  struct DataLock {
-    std::shared_ptr<std::shared_mutex> mu;
-    Lock lock;
-    bool owns_lock() const { return lock.owns_lock(); }
-  };
-  using DataShared = DataLock<std::shared_lock<std::shared_mutex>>;
-  using DataExclusive = DataLock<std::unique_lock<std::shared_mutex>>;
   // Before the file's bytes change: returns its data lock held shared,
   // after copying the sealed version aside if the drain still needs it
   // (lazy copy-on-write: only the first change after a seal pays). The copy
@@ -278,9 +270,6 @@ class InodeTable {
   // EAGAIN instead of waiting for space). ENOENT if the inode is gone.
   // REQUIRES: the namespace lock not held.
   Result<Core::DataShared> LockForMutation(uint64_t ino, bool wait) EXCLUDES(mu());
-  // The data lock exclusive, for a seal: no change of the bytes is in
-  // flight. An unlocked lock if the inode is gone. REQUIRES: the namespace lock not held.
-  DataExclusive LockForSeal(uint64_t ino) EXCLUDES(mu());
   // Brings a remote file's bytes into the tier. Drops the namespace lock during the
   // fetch and retakes it before returning. REQUIRES: the namespace lock held; regular file.
   Status EnsureLocal(uint64_t ino, int attempt = 0) REQUIRES(mu());

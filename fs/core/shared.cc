@@ -189,14 +189,6 @@ Inode* SharedNamespace::FollowBackend(Inode* p, const std::string& name, Inode* 
   return n;
 }
 
-Result<InodeRecord> SharedNamespace::LookupHere(uint64_t parent, std::string_view name) {
-  MutexLock lk(&mu());
-  auto c = core_.Lookup(parent, name);
-  if (!c) return Err(c.error());
-  (*c)->nlookup++;
-  return (*c)->rec;
-}
-
 bool SharedNamespace::LookupNeedsBackend(uint64_t parent, std::string_view name) {
   if (!enabled() || name == "." || name == ".." || name.size() > kMaxName) return false;
   MutexLock lk(&mu());
@@ -222,7 +214,7 @@ bool SharedNamespace::LookupNeedsBackend(uint64_t parent, std::string_view name)
 }
 
 Result<InodeRecord> SharedNamespace::Lookup(uint64_t parent, std::string_view name) {
-  if (!LookupNeedsBackend(parent, name)) return LookupHere(parent, name);
+  if (!LookupNeedsBackend(parent, name)) return core_.LookupAndCount(parent, name);
   bool list = false;
   {
     MutexLock lk(&mu());
@@ -232,7 +224,7 @@ Result<InodeRecord> SharedNamespace::Lookup(uint64_t parent, std::string_view na
   if (list) {
     MergeDir(parent);
     if (!LookupNeedsBackend(parent, name))
-      return LookupHere(parent, name);  // else: listed elsewhere meanwhile, or failed
+      return core_.LookupAndCount(parent, name);  // else: listed elsewhere meanwhile, or failed
   }
   std::string path;
   uint64_t applied;

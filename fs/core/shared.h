@@ -80,8 +80,6 @@ class SharedNamespace {
 
  private:
   ckpt::Mutex& mu() const RETURN_CAPABILITY(core_.mu()) { return core_.mu(); }
-  // The local answer, as InodeTable::Lookup gives it (one lookup more).
-  Result<InodeRecord> LookupHere(uint64_t parent, std::string_view name) EXCLUDES(mu());
   static int64_t MonoNs();  // CLOCK_MONOTONIC in ns, plus the test skew
   static inline std::atomic<int64_t> clock_skew_ns_{0};
   // Is `dir` a directory whose names the backend may add to (shared on,

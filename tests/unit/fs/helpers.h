@@ -5,7 +5,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -29,6 +31,25 @@ struct FakeBacking : fs::BackingFiles {
     return next++;
   }
   void CloseBacking(int id) override { open.erase(id); }
+};
+
+// A store that refuses writes on demand, as RocksDB does after a failed
+// WAL write.
+class FailingKv final : public meta::Kv {
+ public:
+  explicit FailingKv(std::unique_ptr<meta::Kv> inner) : inner_(std::move(inner)) {}
+  std::atomic<bool> fail{false};
+  Result<std::string> Get(std::string_view k) override { return inner_->Get(k); }
+  Status Write(const meta::Batch& b, bool sync) override {
+    if (fail) return std::unexpected(EIO);
+    return inner_->Write(b, sync);
+  }
+  Status Scan(std::string_view p, const std::function<bool(std::string_view, std::string_view)>& fn) override {
+    return inner_->Scan(p, fn);
+  }
+
+ private:
+  std::unique_ptr<meta::Kv> inner_;
 };
 
 struct Env {

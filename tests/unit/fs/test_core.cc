@@ -23,41 +23,21 @@
 #include "fs/meta/meta_store.h"
 #include "helpers.h"
 
-using ckpt::MutexLock;
-using ckpt::meta::Batch;
-using ckpt::meta::kRootIno;
-using ckpt::meta::LogEntry;
-using ckpt::meta::LogOp;
-using ckpt::meta::MetaStore;
 namespace fs = ckpt::fs;
+namespace meta = ckpt::meta;
+using ckpt::MutexLock;
+using meta::MetaStore;
+constexpr uint64_t kRootIno = meta::kRootIno;
 
 namespace {
 
 constexpr uint64_t M = 1 << 20;
 
-// A store that refuses writes on demand.
-class SwitchKv final : public ckpt::meta::Kv {
- public:
-  explicit SwitchKv(std::unique_ptr<ckpt::meta::Kv> inner) : inner_(std::move(inner)) {}
-  std::atomic<bool> fail{false};
-  ckpt::Result<std::string> Get(std::string_view k) override { return inner_->Get(k); }
-  ckpt::Status Write(const Batch& b, bool sync) override {
-    if (fail) return std::unexpected(EIO);
-    return inner_->Write(b, sync);
-  }
-  ckpt::Status Scan(std::string_view p, const std::function<bool(std::string_view, std::string_view)>& fn) override {
-    return inner_->Scan(p, fn);
-  }
-
- private:
-  std::unique_ptr<ckpt::meta::Kv> inner_;
-};
-
 // A Core over a store in memory and a tier of `budget` bytes, recovered
 // (a root owned by root).
 struct World {
   std::string dir;
-  SwitchKv* kv = nullptr;
+  ckpt::test::FailingKv* kv = nullptr;
   std::unique_ptr<MetaStore> store;
   std::unique_ptr<ckpt::cache::Tier> tier;
   std::unique_ptr<fs::Core> core;
@@ -66,7 +46,7 @@ struct World {
     char tmpl[] = "/dev/shm/ckpt-core-unit-XXXXXX";
     cr_assert_not_null(mkdtemp(tmpl));
     dir = tmpl;
-    auto k = std::make_unique<SwitchKv>(ckpt::meta::NewMemKv());
+    auto k = std::make_unique<ckpt::test::FailingKv>(ckpt::meta::NewMemKv());
     kv = k.get();
     store = std::make_unique<MetaStore>(std::move(k));
     auto t = ckpt::cache::Tier::Open(dir + "/tier", budget);
@@ -93,7 +73,7 @@ struct World {
     n->rec.nlink = S_ISDIR(mode) ? 2 : 1;
     n->rec.size = bytes.size();
     const uint64_t ino = n->rec.ino;
-    Batch b;
+    meta::Batch b;
     MetaStore::PutInode(&b, n->rec);
     MetaStore::PutDentry(&b, parent, name, ino, fs::DirentType(mode));
     cr_assert(core->Commit(b).has_value());
@@ -120,8 +100,8 @@ Test(core, refused_commit_is_read_only_for_good) {
   w.kv->fail = true;
   {
     MutexLock lk(&w.core->mu());
-    Batch b;
-    MetaStore::PutCounter(&b, ckpt::meta::kNextInoCounter, 99);
+    meta::Batch b;
+    MetaStore::PutCounter(&b, meta::kNextInoCounter, 99);
     auto st = w.core->Commit(b);
     cr_assert(!st.has_value() && st.error() == EIO, "the refused write reports the store's error");
   }
@@ -183,16 +163,16 @@ Test(core, backend_paths_follow_renames_and_removals) {
   MutexLock lk(&w.core->mu());
   w.core->SetBackendPath(w.core->Find(a), "d/a");
   w.core->SetBackendPath(w.core->Find(b), "b");
-  LogEntry mv;
-  mv.op = LogOp::kRename;
+  meta::LogEntry mv;
+  mv.op = meta::LogOp::kRename;
   mv.path = "d";
   mv.path2 = "e";
   w.core->ApplyToBackendPaths(mv);
   cr_assert_eq(w.core->Find(a)->backend_path, "e/a", "moved with its directory");
   w.core->SetBackendPath(w.core->Find(b), "e/a");  // b published over it
   cr_assert_eq(w.core->Find(a)->backend_path, "", "the older inode there was replaced");
-  LogEntry rm;
-  rm.op = LogOp::kUnlink;
+  meta::LogEntry rm;
+  rm.op = meta::LogOp::kUnlink;
   rm.path = "e/a";
   w.core->ApplyToBackendPaths(rm);
   cr_assert_eq(w.core->Find(b)->backend_path, "");

@@ -598,33 +598,12 @@ Test(hardening, snapshot_of_a_deleted_file_survives_a_restart) {
   cr_assert(found);
 }
 
-namespace {
-// A store that refuses writes on demand, as RocksDB does after a failed
-// WAL write.
-class FailingKv final : public ckpt::meta::Kv {
- public:
-  explicit FailingKv(std::unique_ptr<ckpt::meta::Kv> inner) : inner_(std::move(inner)) {}
-  std::atomic<bool> fail{false};
-  ckpt::Result<std::string> Get(std::string_view k) override { return inner_->Get(k); }
-  ckpt::Status Write(const ckpt::meta::Batch& b, bool sync) override {
-    if (fail) return std::unexpected(EIO);
-    return inner_->Write(b, sync);
-  }
-  ckpt::Status Scan(std::string_view p, const std::function<bool(std::string_view, std::string_view)>& fn) override {
-    return inner_->Scan(p, fn);
-  }
-
- private:
-  std::unique_ptr<ckpt::meta::Kv> inner_;
-};
-}  // namespace
-
 // After one failed metadata write the mount is read-only for good (until a
 // remount), says why, and still serves reads.
 Test(hardening, failed_metadata_write_makes_the_mount_read_only) {
   Env e(KvKind::kMem);
-  auto kv = std::make_unique<FailingKv>(ckpt::meta::NewMemKv());
-  FailingKv* fk = kv.get();
+  auto kv = std::make_unique<ckpt::test::FailingKv>(ckpt::meta::NewMemKv());
+  ckpt::test::FailingKv* fk = kv.get();
   e.table.reset();
   e.store = std::make_unique<ckpt::meta::MetaStore>(std::move(kv));
   e.table = std::make_unique<ckpt::fs::InodeTable>(e.store.get(), e.tier.get(), nullptr);

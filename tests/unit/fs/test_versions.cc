@@ -20,15 +20,11 @@
 #include "fs/core/versions.h"
 #include "tree.h"
 
-using ckpt::MutexLock;
-using ckpt::cache::SnapKey;
-using ckpt::cache::Tier;
-using ckpt::meta::Batch;
-using ckpt::meta::DataState;
-using ckpt::meta::kRootIno;
-using ckpt::meta::LogEntry;
-using ckpt::meta::LogOp;
 namespace fs = ckpt::fs;
+namespace meta = ckpt::meta;
+namespace cache = ckpt::cache;
+using ckpt::MutexLock;
+constexpr uint64_t kRootIno = meta::kRootIno;
 
 namespace {
 
@@ -38,7 +34,7 @@ constexpr uint64_t M = 1 << 20;
 struct World {
   ckpt::test::Tree t;
   std::string dir;
-  std::unique_ptr<Tier> tier;
+  std::unique_ptr<cache::Tier> tier;
   fs::OpLog log;
   std::unique_ptr<fs::Residency> res;
   std::unique_ptr<fs::VersionStore> v;
@@ -47,7 +43,7 @@ struct World {
     char tmpl[] = "/dev/shm/ckpt-versions-unit-XXXXXX";
     cr_assert_not_null(mkdtemp(tmpl));
     dir = tmpl;
-    auto tr = Tier::Open(dir + "/tier", 64 * M);
+    auto tr = cache::Tier::Open(dir + "/tier", 64 * M);
     cr_assert(tr.has_value(), "open tier");
     tier = std::move(*tr);
     res = std::make_unique<fs::Residency>(tier.get());
@@ -71,15 +67,15 @@ struct World {
   // Seals and publishes the entries, as InodeTable::SealNow does.
   uint64_t Seal(fs::Inode* n, bool memory_only = false) {
     MutexLock lk(&t.ns.mu());
-    Batch b;
-    std::vector<LogEntry> out;
+    meta::Batch b;
+    std::vector<meta::LogEntry> out;
     uint64_t dropped = v->Seal(t.ns, n, memory_only, &b, &out);
     log.Publish(std::move(out));
     v->Supersede(dropped, n->rec.ino, n->rec.version - 1);
     return dropped;
   }
 
-  std::optional<LogEntry> Head() {
+  std::optional<meta::LogEntry> Head() {
     auto p = log.Pending(1);
     if (p.empty()) return std::nullopt;
     return p[0];
@@ -90,7 +86,7 @@ struct World {
       auto e = Head();
       if (!e || e->seq > seq) return;
       fs::OpLog::Due due;
-      Batch b;
+      meta::Batch b;
       auto c = log.Complete(*e, fs::OpLog::Outcome::kApplied, "", &b, false);
       log.Finish(std::move(c), &due);
     }
@@ -106,11 +102,11 @@ Test(versions, a_seal_logs_the_version_and_makes_it_pending) {
   w.Seal(n);
   cr_assert_eq(n->rec.version, 1u);
   cr_assert_eq(n->sealed_gen, n->data_gen);
-  cr_assert_eq(n->rec.state, DataState::kDirty);
+  cr_assert_eq(n->rec.state, meta::DataState::kDirty);
   cr_assert(w.v->SealPending(n));
   auto e = w.Head();
   cr_assert(e.has_value());
-  cr_assert_eq(e->op, LogOp::kPersist);
+  cr_assert_eq(e->op, meta::LogOp::kPersist);
   cr_assert_eq(e->path, "model.pt");
   cr_assert_eq(e->version, 1u);
   cr_assert_eq(e->seq, n->seal_seq);
@@ -128,7 +124,7 @@ Test(versions, copy_on_write_only_for_a_pending_version_without_a_snapshot) {
     MutexLock lk(&w.t.ns.mu());
     cr_assert(w.v->MoveAside(w.t.ns, n).has_value());
   }
-  cr_assert(w.tier->Has(SnapKey(n->rec.ino, n->rec.version)), "the version's bytes went to its snapshot");
+  cr_assert(w.tier->Has(cache::SnapKey(n->rec.ino, n->rec.version)), "the version's bytes went to its snapshot");
   cr_assert_not(w.v->NeedsCopy(n), "a snapshot holds the version");
   n->data_gen++;  // a change after the seal
   cr_assert_not(w.v->NeedsCopy(n), "only the first change after a seal pays");
@@ -155,7 +151,7 @@ Test(versions, a_memory_only_seal_logs_nothing) {
   World w;
   fs::Inode* n = w.File("step_2.pt", "abc");
   w.Seal(n, true);
-  cr_assert_eq(n->rec.state, DataState::kMemoryOnly);
+  cr_assert_eq(n->rec.state, meta::DataState::kMemoryOnly);
   cr_assert_eq(n->seal_seq, 0u);
   cr_assert_not(w.Head().has_value());
 }
@@ -168,7 +164,7 @@ Test(versions, the_persist_entry_names_every_link) {
     MutexLock lk(&w.t.ns.mu());
     w.t.ns.Find(d)->children.emplace("b", n->rec.ino);
     n->rec.nlink = 2;
-    LogEntry e = w.v->PersistEntry(w.t.ns, n);
+    meta::LogEntry e = w.v->PersistEntry(w.t.ns, n);
     cr_assert_eq(e.path, "a");
     cr_assert_eq(e.path2, "d/b");
   }
@@ -178,11 +174,11 @@ Test(versions, transition_follows_the_table_and_keeps_the_times) {
   World w;
   fs::Inode* n = w.File("f", "abc");
   fs::Transition(n, fs::FileEvent::kChange);
-  cr_assert_eq(n->rec.state, DataState::kDirty);
+  cr_assert_eq(n->rec.state, meta::DataState::kDirty);
   cr_assert_gt(n->t_change_ns, 0);
   fs::Transition(n, fs::FileEvent::kEvict);  // not allowed in dirty: logged, kept
-  cr_assert_eq(n->rec.state, DataState::kDirty);
+  cr_assert_eq(n->rec.state, meta::DataState::kDirty);
   fs::Transition(n, fs::FileEvent::kPublish);
-  cr_assert_eq(n->rec.state, DataState::kPersisted);
+  cr_assert_eq(n->rec.state, meta::DataState::kPersisted);
   cr_assert_geq(n->t_publish_ns, n->t_change_ns);
 }
