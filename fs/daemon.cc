@@ -308,10 +308,10 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     // The drain starts no transfer while a save is under way, for at most
     // --drain-yield in one busy stretch; never while someone waits for it
     // (an fsync with --fsync=backend, a writer short of tier space).
-    d->saves.set_hold(std::chrono::milliseconds(cfg.drain_yield_ms));
+    d->table->core().saves.set_hold(std::chrono::milliseconds(cfg.drain_yield_ms));
     Daemon* dp = d.get();
     d->drainer->set_yield([dp] {
-      return dp->saves.HoldDrain() && !dp->space_waiter->Busy() && !dp->tier->Tight() &&
+      return dp->table->core().saves.HoldDrain() && !dp->space_waiter->Busy() && !dp->tier->Tight() &&
              !dp->table->core().oplog.DurabilityAwaited();
     });
   }

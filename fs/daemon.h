@@ -17,15 +17,14 @@
 #include "cache/tier_mount.h"
 #include "common/config.h"
 #include "fs/cluster/cluster.h"
-#include "fs/drain/drain.h"
-#include "fs/views/history.h"
 #include "fs/core/inode_table.h"
 #include "fs/core/memory_watch.h"
-#include "fs/views/metrics.h"
-#include "fs/meta/meta_store.h"
+#include "fs/drain/drain.h"
 #include "fs/fuse/channel.h"
-#include "fs/core/save_activity.h"
 #include "fs/fuse/offload_queue.h"
+#include "fs/meta/meta_store.h"
+#include "fs/views/history.h"
+#include "fs/views/metrics.h"
 
 namespace ckpt::fs {
 
@@ -48,7 +47,6 @@ struct Daemon {
   std::unique_ptr<OffloadQueue> copier;        // writes that first copy a sealed version aside (null: in place)
   std::unique_ptr<MemoryWatch> memory_watch;  // gives tier memory back under pressure
   std::unique_ptr<FuseChannel> channel;       // our side of /dev/fuse: passthrough, io_uring (null: not mounted yet)
-  SaveActivity saves;                         // is a save under way? The drain yields to it (--drain-yield)
   double attr_timeout = 10.0;                 // the daemon is the only writer of its namespace
   double entry_timeout = 10.0;
   std::atomic<uint64_t> bytes_written{0};

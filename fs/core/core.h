@@ -9,6 +9,7 @@
 //   Residency          what stays in RAM, spares, memory pressure
 //   CheckpointCatalog  which entries are checkpoints, their policies
 //   PassthroughFiles   the files the kernel reads and writes directly
+//   SaveActivity       whether a save is under way (the drain yields)
 //
 // Core owns them, with the metadata store, the tier and the backend they
 // work over, and keeps the rules every change follows: validate, build one
@@ -43,6 +44,7 @@
 #include "fs/core/oplog.h"
 #include "fs/core/passthrough_files.h"
 #include "fs/core/residency.h"
+#include "fs/core/save_activity.h"
 #include "fs/core/types.h"
 #include "fs/core/versions.h"
 #include "fs/meta/meta_store.h"
@@ -84,6 +86,9 @@ class Core {
   // Files the kernel reads and writes without the daemon: a leaf lock of
   // its own, taken after the namespace lock.
   PassthroughFiles passthrough{tier_, &residency};
+  // Is a save under way (writers open, or one closed less than --drain-yield
+  // ago)? The drain yields to it. A leaf lock of its own.
+  SaveActivity saves;
 
   // Set before Load, read-only after.
   const Limits& limits() const { return limits_; }

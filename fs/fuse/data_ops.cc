@@ -28,7 +28,7 @@ int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->fh = reinterpret_cast<uint64_t>(h);
   if ((fi->flags & O_ACCMODE) != O_RDONLY) {
     h->writer = true;
-    h->writer_token = d->saves.WriterOpened();
+    h->writer_token = d->table->core().saves.WriterOpened();
   }
   // A reader's close has nothing to seal or record (Flush acts for the
   // last writer only): FOPEN_NOFLUSH spares close(2) a synchronous round
@@ -74,7 +74,7 @@ void ReplyOpened(fuse_req_t req, fuse_file_info* fi, Send&& send) {
   if (pt) d->channel->Forget(fh, token);
   if (rc == -ENOENT) {  // interrupted: the kernel never saw the handle; undo
     d->table->Release(ino, flags, pt);
-    if (h->writer) d->saves.WriterClosed(h->writer_token);
+    if (h->writer) d->table->core().saves.WriterClosed(h->writer_token);
     delete h;
   }
 }
@@ -141,7 +141,7 @@ void ckpt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file
     // that truncated it since moved the old bytes to a snapshot for the
     // drain. The reference keeps the descriptor open while the reply is
     // spliced.
-    auto ref = D(req)->tier->Ref(ino);
+    auto ref = D(req)->table->core().tier()->Ref(ino);
     if (!ref) return (void)fuse_reply_err(req, ref.error() == ENOENT ? EIO : ref.error());
     D(req)->bytes_read += size;
     if (size <= g_splice_max) {
@@ -315,7 +315,7 @@ void ckpt_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void ckpt_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   LOG_DEBUG("release(ino={})", ino);
   std::unique_ptr<FileHandle> h(reinterpret_cast<FileHandle*>(fi->fh));
-  if (h->writer) D(req)->saves.WriterClosed(h->writer_token);
+  if (h->writer) D(req)->table->core().saves.WriterClosed(h->writer_token);
   Guard(req, [&] {
     D(req)->table->Release(ino, fi->flags, h->passthrough);
     if (h->passthrough && (fi->flags & O_ACCMODE) != O_RDONLY) D(req)->table->RelieveOverBudget();

@@ -379,7 +379,7 @@ void ckpt_statfs(fuse_req_t req, fuse_ino_t ino) {
   TuneOnce(req);
   Guard(req, [&] {
     Daemon* d = D(req);
-    cache::TierStats t = d->tier->Stats();
+    cache::TierStats t = d->table->core().tier()->Stats();
     NamespaceStats ns = d->table->core().ns.Stats();
     struct statvfs sv {};
     constexpr uint64_t kBlock = 4096;
@@ -388,7 +388,7 @@ void ckpt_statfs(fuse_req_t req, fuse_ino_t ino) {
     sv.f_blocks = t.budget / kBlock;
     // Pre-allocated spares are free space to a writer (the first pages
     // given back when one needs room): df shows what files hold.
-    const uint64_t spares = std::min(d->tier->Spares().first, t.used);
+    const uint64_t spares = std::min(d->table->core().tier()->Spares().first, t.used);
     uint64_t used = std::min(t.used - spares, t.budget);
     sv.f_bfree = sv.f_bavail = (t.budget - used) / kBlock;
     sv.f_files = ns.inodes + (1ull << 32);

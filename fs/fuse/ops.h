@@ -26,7 +26,7 @@ struct FileHandle {
   int fd;  // the tier file, owned by the tier while pinned
   bool wrote = false;
   bool passthrough = false;  // the kernel serves its I/O from the tier file
-  bool writer = false;       // opened for writing: counted in Daemon::saves until released
+  bool writer = false;       // opened for writing: counted in Core::saves until released
   int64_t writer_token = 0;  // SaveActivity::WriterOpened's
   int backing_id = 0;        // with passthrough: the id the open reply carries
   int flags = 0;             // the open flags: FUSE flush carries none (libfuse passes 0)
@@ -41,7 +41,7 @@ inline Daemon* D(fuse_req_t req) { return static_cast<Daemon*>(fuse_req_userdata
 
 // A request that changes the namespace or a file's bytes: a save is under
 // way, and the drain waits for a quiet moment (fs/core/save_activity.h).
-inline void NoteSave(fuse_req_t req) { D(req)->saves.Touch(); }
+inline void NoteSave(fuse_req_t req) { D(req)->table->core().saves.Touch(); }
 
 inline Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* c = fuse_req_ctx(req);
