@@ -1,7 +1,7 @@
-// core_impl.h — what the files of InodeTable's implementation share
-// (inode_table.cc, file_state.cc, persist.cc, recovery.cc, evict_fetch.cc,
-// shared.cc, checkpoints.cc): their includes and short names. Included by
-// those files only.
+// core_impl.h — what the implementation files of the core share (core.cc,
+// inode_table.cc, file_state.cc, persist.cc, evict_fetch.cc, checkpoints.cc,
+// drain_port.cc, shared.cc, recovery.cc): their includes and short names.
+// Included by those files only; no header includes it.
 #pragma once
 
 #include <fcntl.h>
