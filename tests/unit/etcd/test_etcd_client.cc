@@ -1,0 +1,251 @@
+// test_etcd_client.cc — the etcd client (fs/cluster/etcd_client.h) against
+// a real etcd (Debian's etcd-server, started per test by tests/etcd/etcd.sh
+// on free 127.0.0.1 ports): keys, transactions, leases and their expiry,
+// watches, fail-over between the members of a 3-member etcd, and bad store
+// addresses refused.
+#include <criterion/criterion.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/mutex.h"
+#include "fs/cluster/etcd_client.h"
+
+using namespace ckpt::fs::etcd;
+
+namespace {
+
+std::string g_dir, g_script;
+
+std::string FindScript() {
+  if (const char* src = std::getenv("CKPTFS_SRC_DIR")) return std::string(src) + "/tests/etcd/etcd.sh";
+  std::filesystem::path p = std::filesystem::current_path();
+  for (int i = 0; i < 6; i++, p = p.parent_path())
+    if (std::filesystem::exists(p / "tests/etcd/etcd.sh")) return (p / "tests/etcd/etcd.sh").string();
+  return {};
+}
+
+std::string Run(const std::string& cmd, int* rc) {
+  FILE* f = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[256];
+  while (f && fgets(buf, sizeof buf, f)) out += buf;
+  int st = f ? pclose(f) : -1;
+  *rc = st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+// Starts an etcd of `members` members; its endpoints as URLs.
+std::vector<std::string> Start(int members) {
+  g_script = FindScript();
+  cr_assert(!g_script.empty(), "tests/etcd/etcd.sh not found");
+  char tmpl[] = "/tmp/ckpt-etcd-XXXXXX";
+  g_dir = mkdtemp(tmpl);
+  int rc = 0;
+  std::string eps = Run(g_script + " start " + g_dir + " " + std::to_string(members), &rc);
+  if (rc == 77) cr_skip_test("etcd is not installed (apt-get install etcd-server)");
+  cr_assert_eq(rc, 0, "etcd did not start");
+  auto parsed = ParseStoreUrl("etcd://" + eps);
+  cr_assert(parsed.has_value());
+  return *parsed;
+}
+
+void Stop() {
+  if (g_dir.empty()) return;
+  int rc = 0;
+  Run(g_script + " stop " + g_dir, &rc);
+  std::filesystem::remove_all(g_dir);
+}
+
+Options Opts(std::vector<std::string> eps, std::string user = "", std::string password = "",
+             int64_t timeout_ms = 5000) {
+  Options o;
+  o.endpoints = std::move(eps);
+  o.user = std::move(user);
+  o.password = std::move(password);
+  o.timeout_ms = timeout_ms;
+  return o;
+}
+
+template <class F>
+bool WaitFor(F f, int ms) {
+  for (int i = 0; i < ms / 10; i++) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return f();
+}
+
+}  // namespace
+
+TestSuite(etcd_client, .fini = Stop, .timeout = 60);
+
+Test(etcd_client, store_urls) {
+  auto ok = ParseStoreUrl("etcd://127.0.0.1:2379,10.0.0.2:2380");
+  cr_assert(ok.has_value());
+  cr_assert_eq(ok->size(), 2u);
+  cr_assert_str_eq((*ok)[0].c_str(), "http://127.0.0.1:2379");
+  auto tls = ParseStoreUrl("etcds://etcd-0.svc:2379");
+  cr_assert(tls.has_value());
+  cr_assert_str_eq((*tls)[0].c_str(), "https://etcd-0.svc:2379");
+  for (const char* bad :
+       {"", "etcd://", "http://127.0.0.1:2379", "etcd://host", "etcd://host:0", "etcd://host:65536", "etcd://host:23x9",
+        "etcd://:2379", "etcd://a:1,,b:2", "etcd://h/x:1", "etcd://h:1/", "etcd://a b:1"}) {
+    auto r = ParseStoreUrl(bad);
+    cr_assert(!r.has_value(), "accepted '%s'", bad);
+    cr_assert(!r.error().empty());
+    cr_assert(r.error().find('\n') == std::string::npos);
+  }
+  cr_assert_str_eq(PrefixEnd("/a/").c_str(), "/a0");
+  cr_assert_eq(PrefixEnd(std::string("a\xff", 2)), "b");
+}
+
+Test(etcd_client, put_range_delete) {
+  Client c(Opts(Start(1)));
+  auto rev = c.Put("/t/a", std::string("bytes\0\xff", 7));
+  cr_assert(rev.has_value(), "%s", c.LastError().c_str());
+  cr_assert(c.Put("/t/b", "2").has_value());
+  cr_assert(c.Put("/u", "3").has_value());
+  auto r = c.Range("/t/", PrefixEnd("/t/"));
+  cr_assert(r.has_value());
+  cr_assert_eq(r->kvs.size(), 2u);
+  cr_assert_eq(r->kvs[0].value, std::string("bytes\0\xff", 7));
+  cr_assert_str_eq(r->kvs[1].key.c_str(), "/t/b");
+  cr_assert_geq(r->revision, *rev);
+  auto one = c.Range("/t/b");
+  cr_assert_eq(one->kvs.size(), 1u);
+  auto limited = c.Range("/", PrefixEnd("/"), 1);
+  cr_assert_eq(limited->kvs.size(), 1u);
+  cr_assert(limited->more);
+  cr_assert_eq(*c.Delete("/t/", PrefixEnd("/t/")), 2);
+  cr_assert(c.Range("/t/", PrefixEnd("/t/"))->kvs.empty());
+  cr_assert_eq(c.Range("/u")->kvs.size(), 1u);
+}
+
+Test(etcd_client, transactions) {
+  Client c(Opts(Start(1)));
+  auto first = c.PutIfAbsent("/lead", "n1", 0);
+  cr_assert(first.has_value());
+  cr_assert(first->succeeded);
+  auto second = c.PutIfAbsent("/lead", "n2", 0);
+  cr_assert(second.has_value());
+  cr_assert(!second->succeeded);
+  cr_assert_eq(second->kvs.size(), 1u);
+  cr_assert_str_eq(second->kvs[0].value.c_str(), "n1");
+  auto guarded = c.PutIfEqual("/summary", "s1", 0, "/lead", "n1");
+  cr_assert(guarded->succeeded);
+  auto refused = c.PutIfEqual("/summary", "s2", 0, "/lead", "n2");
+  cr_assert(!refused->succeeded);
+  cr_assert_str_eq(c.Range("/summary")->kvs[0].value.c_str(), "s1");
+}
+
+Test(etcd_client, leases_expire_and_revoke) {
+  Client c(Opts(Start(1)));
+  auto id = c.Grant(2);
+  cr_assert(id.has_value(), "%s", c.LastError().c_str());
+  cr_assert(c.Put("/m/n1", "x", *id).has_value());
+  cr_assert_eq(c.Range("/m/n1")->kvs[0].lease, *id);
+  auto ttl = c.KeepAlive(*id);
+  cr_assert(ttl.has_value());
+  cr_assert_geq(*ttl, 1);
+  // Left alone, it expires and takes its key along.
+  cr_assert(WaitFor([&] { return c.Range("/m/n1")->kvs.empty(); }, 6000), "the lease's key outlived it");
+  cr_assert_eq(*c.KeepAlive(*id), 0);
+  auto id2 = c.Grant(30);
+  cr_assert(c.Put("/m/n2", "y", *id2).has_value());
+  cr_assert(c.Revoke(*id2).has_value());
+  cr_assert(c.Range("/m/n2")->kvs.empty());
+  // A put with a lease that does not exist fails.
+  cr_assert(!c.Put("/m/n3", "z", *id2).has_value());
+}
+
+Test(etcd_client, watch_sees_puts_and_deletes) {
+  Client c(Opts(Start(1)));
+  ckpt::Mutex mu;
+  std::vector<WatchEvent> seen;
+  std::atomic<int64_t> rev{0};
+  auto start = c.Put("/w/x", "0");
+  Watch w(
+      &c, "/w/", PrefixEnd("/w/"), *start + 1,
+      [&](const std::vector<WatchEvent>& evs, int64_t r) {
+        ckpt::MutexLock lk(&mu);
+        seen.insert(seen.end(), evs.begin(), evs.end());
+        rev = r;
+      },
+      [](const std::string&) {}, [] {});
+  cr_assert(c.Put("/w/a", "1").has_value());
+  cr_assert(c.Put("/other", "1").has_value());
+  cr_assert(c.Delete("/w/a").has_value());
+  cr_assert(WaitFor(
+      [&] {
+        ckpt::MutexLock lk(&mu);
+        return seen.size() >= 2;
+      },
+      5000));
+  w.Stop();
+  ckpt::MutexLock lk(&mu);
+  cr_assert_eq(seen.size(), 2u);
+  cr_assert_str_eq(seen[0].kv.key.c_str(), "/w/a");
+  cr_assert_str_eq(seen[0].kv.value.c_str(), "1");
+  cr_assert(!seen[0].deleted);
+  cr_assert(seen[1].deleted);
+}
+
+Test(etcd_client, one_member_down_nothing_changes, .timeout = 90) {
+  auto eps = Start(3);
+  Client c(Opts(eps));
+  cr_assert(c.Put("/k", "1").has_value());
+  int rc = 0;
+  Run(g_script + " kill " + g_dir + " 0", &rc);
+  cr_assert_eq(rc, 0);
+  // The other two keep a quorum: requests go on, through the next endpoint.
+  cr_assert(WaitFor([&] { return c.Put("/k", "2").has_value(); }, 10000), "%s", c.LastError().c_str());
+  cr_assert_str_eq(c.Range("/k")->kvs[0].value.c_str(), "2");
+  auto id = c.Grant(5);
+  cr_assert(id.has_value());
+  cr_assert(c.KeepAlive(*id).has_value());
+}
+
+Test(etcd_client, unreachable_store_fails_fast) {
+  // A port nothing listens on: refused, in well under the timeout.
+  Client c(Opts({"http://127.0.0.1:1"}, "", "", 3000));
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = c.Put("/k", "v");
+  cr_assert(!r.has_value());
+  cr_assert_eq(r.error(), ECONNREFUSED);
+  cr_assert_lt(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  cr_assert(c.LastError().find("127.0.0.1:1") != std::string::npos);
+}
+
+Test(etcd_client, users_and_passwords, .timeout = 90) {
+  auto eps = Start(1);
+  Client root(Opts(eps));
+  // etcd's auth: a root user, a role with read-write on a prefix, a user in it.
+  for (const char* step :
+       {"user add root:rootpw", "user grant-role root root", "user add ckpt:s3cret", "role add ckpt",
+        "role grant-permission ckpt --prefix=true readwrite /ckptfs/", "user grant-role ckpt ckpt", "auth enable"}) {
+    int rc = 0;
+    // Until auth is enabled, etcdctl needs no user.
+    std::string out = Run("ETCDCTL_API=3 etcdctl --endpoints=" + eps[0] + " " + step + " 2>&1", &rc);
+    cr_assert_eq(rc, 0, "etcdctl %s: %s", step, out.c_str());
+  }
+  Client user(Opts(eps, "ckpt", "s3cret"));
+  cr_assert(user.Put("/ckptfs/j/x", "1").has_value(), "%s", user.LastError().c_str());
+  auto denied = user.Put("/elsewhere", "1");
+  cr_assert(!denied.has_value());
+  cr_assert_eq(denied.error(), EACCES);
+  Client wrong(Opts(eps, "ckpt", "nope"));
+  auto bad = wrong.Put("/ckptfs/j/x", "1");
+  cr_assert(!bad.has_value());
+  cr_assert_eq(bad.error(), EACCES);
+  cr_assert(wrong.LastError().find("nope") == std::string::npos, "the password was in: %s", wrong.LastError().c_str());
+  auto anon = root.Put("/ckptfs/j/x", "1");
+  cr_assert(!anon.has_value());
+}
