@@ -479,6 +479,10 @@ void PrintCluster(const Json& c) {
   printf("cluster    %s, node %s, watermark %s%s\n", EscapeName(Str(c, "name")).c_str(),
          EscapeName(Str(c, "node")).c_str(), wm.c_str(),
          Str(c, "last_error").empty() ? "" : (", " + EscapeName(Str(c, "last_error"))).c_str());
+  if (std::string store = Str(c, "store"); !store.empty() && store != "backend records")
+    printf("  store    %s: %llu live members, elected to reduce the records: %s\n", EscapeName(store).c_str(),
+           static_cast<unsigned long long>(U64(c, "live_members")),
+           Str(c, "leader").empty() ? "none yet" : EscapeName(Str(c, "leader")).c_str());
   if (Bool(c, "node_id_clash"))
     printf("  CLASH    another mount writes records as node %s: give each mount its own --node\n",
            EscapeName(Str(c, "node")).c_str());

@@ -70,6 +70,17 @@ int main(int argc, char** argv) {
                     "(default 60)");
   mount->add_option("--max-clock-skew", max_clock_skew,
                     "MS: how far apart the nodes' clocks may be (default 50, NTP); the ordering margin");
+  auto* store_opt = mount->add_option(
+      "--cluster-store", cfg.cluster_store,
+      "etcd://HOST:PORT[,HOST:PORT...] (or etcds:// for TLS): keep the cluster's membership and records "
+      "in etcd (leases, one digest watched by all) instead of the backend: for hundreds to thousands "
+      "of nodes");
+  mount->add_option("--cluster-store-user", cfg.cluster_store_user, "USER of the etcd cluster store (auth)");
+  mount->add_option("--cluster-store-password-file", cfg.cluster_store_password_file,
+                    "FILE holding that user's password (mode 0600; never on the command line)");
+  mount->add_option("--cluster-store-ca", cfg.cluster_store_ca, "FILE: CA certificates for etcds://");
+  mount->add_option("--cluster-store-cert", cfg.cluster_store_cert, "FILE: TLS client certificate for etcds://");
+  mount->add_option("--cluster-store-key", cfg.cluster_store_key, "FILE: its private key (mode 0600)");
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
   mount->add_option("-o", cfg.fuse_opts, "FUSE mount options, and passthrough=off (every read and write through the daemon), io_uring=off (requests through /dev/fuse), reply_yield=off (callers may move to an idle CPU at each reply; see docs/operations.md)");
   mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
@@ -188,7 +199,9 @@ int main(int argc, char** argv) {
     *o.out = *v;
   }
   cfg.cluster_opts_given = cfg.cluster_opts_given || node_opt->count() > 0 || !member_timeout.empty() ||
-                           !max_clock_skew.empty();
+                           !max_clock_skew.empty() || store_opt->count() > 0 || !cfg.cluster_store_user.empty() ||
+                           !cfg.cluster_store_password_file.empty() || !cfg.cluster_store_ca.empty() ||
+                           !cfg.cluster_store_cert.empty() || !cfg.cluster_store_key.empty();
   if (auto own = TakeOwnOptions(&cfg.fuse_opts, &cfg); !own) {
     fprintf(stderr, "ckptfs: %s\n", own.error().c_str());
     return 2;

@@ -26,11 +26,12 @@
 #include <regex>
 
 #include "cli/commands.h"
-#include "fs/views/metrics.h"
 #include "common/log.h"
 #include "common/spawn.h"
 #include "common/text.h"
+#include "fs/cluster/etcd_client.h"
 #include "fs/daemon.h"
+#include "fs/views/metrics.h"
 
 namespace ckpt::cli {
 namespace {
@@ -50,6 +51,43 @@ std::string DefaultStateDir(const std::string& mnt) {
 [[noreturn]] void BadOption(const std::string& msg) {
   fprintf(stderr, "ckptfs: %s\n", msg.c_str());
   exit(2);
+}
+
+// --cluster-store and its credentials: one line and exit 2 for anything
+// wrong with them, before anything is mounted. Secrets come from files that
+// only their owner may read; their paths are made absolute (the daemon
+// reads them after it daemonizes).
+void CheckClusterStore(Config& cfg) {
+  const bool creds = !cfg.cluster_store_user.empty() || !cfg.cluster_store_password_file.empty() ||
+                     !cfg.cluster_store_ca.empty() || !cfg.cluster_store_cert.empty() || !cfg.cluster_store_key.empty();
+  if (cfg.cluster_store.empty()) {
+    if (creds) BadOption("--cluster-store-user, -password-file, -ca, -cert and -key need --cluster-store");
+    return;
+  }
+  auto eps = fs::etcd::ParseStoreUrl(cfg.cluster_store);
+  if (!eps) BadOption("--cluster-store: " + EscapeName(eps.error()));
+  const bool tls = cfg.cluster_store.starts_with("etcds://");
+  if (!tls && (!cfg.cluster_store_ca.empty() || !cfg.cluster_store_cert.empty() || !cfg.cluster_store_key.empty()))
+    BadOption("--cluster-store-ca, -cert and -key need an etcds:// (TLS) --cluster-store");
+  if (cfg.cluster_store_user.empty() != cfg.cluster_store_password_file.empty())
+    BadOption("--cluster-store-user and --cluster-store-password-file go together");
+  if (cfg.cluster_store_cert.empty() != cfg.cluster_store_key.empty())
+    BadOption("--cluster-store-cert and --cluster-store-key go together");
+  auto check = [](const char* flag, std::string* path, bool secret) {
+    if (path->empty()) return;
+    *path = Absolute(*path);
+    struct stat st;
+    if (stat(path->c_str(), &st) != 0) BadOption(std::string(flag) + ": " + EscapeName(*path) + ": " + ErrStr(errno));
+    if (!S_ISREG(st.st_mode)) BadOption(std::string(flag) + ": " + EscapeName(*path) + " is not a file");
+    if (access(path->c_str(), R_OK) != 0)
+      BadOption(std::string(flag) + ": " + EscapeName(*path) + ": " + ErrStr(errno));
+    if (secret && (st.st_mode & 077))
+      BadOption(std::string(flag) + ": " + EscapeName(*path) + " can be read by others than its owner (chmod 600 it)");
+  };
+  check("--cluster-store-password-file", &cfg.cluster_store_password_file, true);
+  check("--cluster-store-key", &cfg.cluster_store_key, true);
+  check("--cluster-store-cert", &cfg.cluster_store_cert, false);
+  check("--cluster-store-ca", &cfg.cluster_store_ca, false);
 }
 
 // The default node id of a cluster member: the hostname (what fits of it,
@@ -246,8 +284,9 @@ int CmdMount(Config cfg, const SizeArgs& sizes) {
     if (cfg.persist_every > 0 || cfg.persist_interval_s > 0)
       BadOption("--cluster cannot go with --persist-every or --persist-interval: each node would choose its own "
                 "checkpoints to persist");
+    CheckClusterStore(cfg);
   } else if (cfg.cluster_opts_given) {
-    BadOption("--node, --member-timeout and --max-clock-skew need --cluster NAME");
+    BadOption("--node, --member-timeout, --max-clock-skew and --cluster-store need --cluster NAME");
   }
   // fsync=backend promises that fsync returns once the bytes are in the
   // backend; a memory-only checkpoint's never are.

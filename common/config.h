@@ -89,7 +89,14 @@ struct Config {
   std::string node;
   uint64_t member_timeout_s = 60;  // --member-timeout
   uint64_t max_clock_skew_ms = 50;  // --max-clock-skew
-  bool cluster_opts_given = false;  // --node, --member-timeout or --max-clock-skew given
+  bool cluster_opts_given = false;  // --node, --member-timeout, --max-clock-skew or --cluster-store* given
+  // --cluster-store etcd://HOST:PORT[,...] (fs/cluster/etcd_records.h): the
+  // members' records in etcd ("" : in the backend's reserved area), and
+  // the credentials for it, from files (never on the command line).
+  std::string cluster_store;
+  std::string cluster_store_user;                                       // --cluster-store-user
+  std::string cluster_store_password_file;                              // --cluster-store-password-file (mode 0600)
+  std::string cluster_store_ca, cluster_store_cert, cluster_store_key;  // TLS (etcds://)
   std::string metrics;           // --metrics HOST:PORT ("" : off)
   std::string metrics_textfile;  // --metrics-textfile PATH ("" : off)
   std::string log_level = "info";

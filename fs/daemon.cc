@@ -19,13 +19,13 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "backend/s3_backend.h"
 #include "common/failpoint.h"
@@ -92,6 +92,33 @@ std::expected<std::unique_ptr<backend::Backend>, std::string> OpenBackend(const 
 // so it holds a path of any length, as tmpfs and ext4 do: PATH_MAX bounds
 // the path of one system call, relative to its working directory, and
 // pjdfstest makes 4095-byte paths from a directory below the mount's root.
+// The members' records in etcd (--cluster-store), with the credentials read
+// from their files; an error line if they cannot be read.
+std::expected<std::unique_ptr<EtcdRecords>, std::string> OpenEtcdRecords(const Config& cfg) {
+  EtcdRecordsOptions eo;
+  auto eps = etcd::ParseStoreUrl(cfg.cluster_store);
+  if (!eps) return std::unexpected("--cluster-store: " + eps.error());
+  eo.client.endpoints = *eps;
+  eo.client.user = cfg.cluster_store_user;
+  if (!cfg.cluster_store_password_file.empty()) {
+    std::ifstream in(cfg.cluster_store_password_file);
+    std::string pw;
+    if (!in || !std::getline(in, pw) || pw.size() > 4096)
+      return std::unexpected("--cluster-store-password-file: cannot read a password from " +
+                             cfg.cluster_store_password_file);
+    while (!pw.empty() && pw.back() == '\r') pw.pop_back();
+    eo.client.password = pw;
+  }
+  eo.client.ca_file = cfg.cluster_store_ca;
+  eo.client.cert_file = cfg.cluster_store_cert;
+  eo.client.key_file = cfg.cluster_store_key;
+  eo.url = cfg.cluster_store;
+  eo.cluster = cfg.cluster;
+  eo.node = cfg.node;
+  eo.lease_ttl_s = static_cast<int64_t>(cfg.member_timeout_s);
+  return std::make_unique<EtcdRecords>(std::move(eo), Cluster::WallClockUs);
+}
+
 Limits MountLimits(const Config& cfg) {
   Limits l;
   if (cfg.backend.kind == BackendUrl::Kind::kS3) {
@@ -327,9 +354,26 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     // PUT and LIST cost money and tens of milliseconds.
     co.tick_ms = cfg.backend.kind == BackendUrl::Kind::kS3 ? 100 : 25;
     d->cluster_log = LocalLog(&d->table->core().oplog);
-    d->cluster_store = BackendRecords(d->backend.get(), cfg.cluster);
+    if (cfg.cluster_store.empty()) {
+      d->cluster_store = BackendRecords(d->backend.get(), cfg.cluster);
+    } else {
+      auto store = OpenEtcdRecords(cfg);
+      if (!store) {
+        LOG_ERROR("{}", store.error());
+        return 2;
+      }
+      d->etcd_records = store->get();
+      d->cluster_store = std::move(*store);
+    }
     d->cluster = std::make_unique<Cluster>(co, d->cluster_store.get(), d->cluster_log.get(),
                                            cfg.state_dir + "/cluster-samples");
+    if (d->etcd_records) {
+      Cluster* c = d->cluster.get();
+      d->etcd_records->SetReducer([c](const auto& records, int64_t as_of) { return c->Reduce(records, as_of); });
+      if (auto st = d->etcd_records->Open(); !st)
+        LOG_WARN("cluster {}: etcd at {} not reachable yet ({}); retried every tick", cfg.cluster, cfg.cluster_store,
+                 d->etcd_records->LastError());
+    }
     d->cluster->Init();
     // Known to the other members before it serves a write. A degraded
     // mount (backend unreachable) does not wait for that here: it joins at
@@ -517,8 +561,9 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     // Else its record stays live and ages into dead (its files listed lost
     // by the others) unless it mounts again first.
     d->cluster->Stop();
-    if (drain_stopped && d->cluster->Leave())
-      LOG_INFO("cluster {}: node {} left (nothing pending)", cfg.cluster, cfg.node);
+    const bool left = drain_stopped && d->cluster->Leave();
+    if (d->etcd_records) d->etcd_records->Close(left);  // left: its lease revoked, its record gone
+    if (left) LOG_INFO("cluster {}: node {} left (nothing pending)", cfg.cluster, cfg.node);
     else
       LOG_INFO("cluster {}: node {} stopped with files not persisted; the other members wait for it until it is back "
                "or its heartbeat is {} s old", cfg.cluster, cfg.node, cfg.member_timeout_s);

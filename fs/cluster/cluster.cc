@@ -29,7 +29,11 @@ constexpr size_t kRecordPaths = 1000;  // unpersisted paths named in a record
 // backend, and a control byte takes 6 as JSON.
 constexpr size_t kRecordPathBytes = 128 * 1024;
 constexpr int64_t kUsPerMs = 1000;      // options are in ms, times in µs
-constexpr int64_t kBusyUs = 2000 * kUsPerMs;  // records every tick this long after another member had files pending
+constexpr int64_t kBusyUs = 2000 * kUsPerMs;
+constexpr int64_t kDigestHeartbeats = 60;  // with etcd: a record at least every 60 heartbeats (30 s)
+// With etcd, a record travels in the digest: fewer paths.
+constexpr size_t kDigestRecordPaths = 8,
+                 kDigestRecordPathBytes = 2048;  // records every tick this long after another member had files pending
 // Version 2 keeps µs; version 1 (before gate times were µs) kept ms.
 constexpr char kSamplesMagic[] = "ckptfs-cluster-samples 2";
 constexpr char kSamplesMagicMs[] = "ckptfs-cluster-samples 1";
@@ -83,7 +87,9 @@ int64_t Cluster::WallClockUs() {
 }
 
 Cluster::Cluster(ClusterOptions o, RecordStore* store, LogView* log, std::string samples_path, Clock clock)
-    : opt_(std::move(o)), store_(store), log_(log), samples_path_(std::move(samples_path)), clock_(std::move(clock)) {}
+    : opt_(std::move(o)), store_(store), log_(log), samples_path_(std::move(samples_path)), clock_(std::move(clock)) {
+  reduces_ = store_->Digest().has_value();
+}
 
 Cluster::~Cluster() {
   Stop();
@@ -244,9 +250,10 @@ size_t Cluster::SampleCount() {
 }
 
 std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
-  auto [count, paths] = log_->Unpersisted(kRecordPaths);
+  auto [count, paths] = log_->Unpersisted(reduces_ ? kDigestRecordPaths : kRecordPaths);
+  const size_t max_bytes = reduces_ ? kDigestRecordPathBytes : kRecordPathBytes;
   size_t keep = 0, bytes = 0;
-  while (keep < paths.size() && bytes + paths[keep].size() <= kRecordPathBytes) bytes += paths[keep++].size();
+  while (keep < paths.size() && bytes + paths[keep].size() <= max_bytes) bytes += paths[keep++].size();
   paths.resize(keep);
   Record r;
   {
@@ -302,11 +309,25 @@ void Cluster::Tick() {
     // not name yet (or the store lost that record): it is written now, not
     // at the next heartbeat. After a failed write or read, the next try
     // waits for the heartbeat.
-    write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs ||
-            (write_error_.empty() && read_error_.empty() &&
-             (applied != written_applied_ || now < busy_until_ || self_missing_ ||
-              (waiting_ && wait_gate_ > stored_us_)));
-    read = waiting_;
+    if (reduces_) {
+      // Membership is the lease: a record is written when it changes what
+      // another member may do — this node's oldest pending entry while
+      // others have entries pending, the last one applied, an entry its
+      // record does not name yet — or when a pending entry of another
+      // member needs a record of this node newer than its gate + skew.
+      // Else every kDigestHeartbeats heartbeats (a few a minute): O(1)
+      // records a node per checkpoint, not one a tick.
+      write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs * kDigestHeartbeats ||
+              (write_error_.empty() &&
+               ((applied != written_applied_ && (need_us_ > 0 || applied >= log_->LoggedSeq())) ||
+                (waiting_ && wait_gate_ > stored_us_) || (need_us_ > stored_us_ && now >= need_us_)));
+    } else {
+      write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs ||
+              (write_error_.empty() && read_error_.empty() &&
+               (applied != written_applied_ || now < busy_until_ || self_missing_ ||
+                (waiting_ && wait_gate_ > stored_us_)));
+    }
+    read = waiting_ || reduces_;  // a digest is read from memory: no request
   }
   if (write) {
     Heartbeat();
@@ -351,10 +372,58 @@ void Cluster::Heartbeat() {
 }
 
 bool Cluster::Dead(const Record& r, int64_t now) const {
-  return r.state == "live" && now - r.heartbeat_us > opt_.member_timeout_ms * kUsPerMs;
+  // With etcd a member is live while its lease is: the digest names no other.
+  return !reduces_ && r.state == "live" && now - r.heartbeat_us > opt_.member_timeout_ms * kUsPerMs;
+}
+
+std::string Cluster::ParseRecord(const std::string& name, const std::string& bytes, int64_t now, Record* out) const {
+  Record& r = *out;
+  try {
+    Json j = Json::parse(bytes);
+    if (j.at("node").get<std::string>() != name || j.at("cluster").get<std::string>() != opt_.name) {
+      LOG_DEBUG("cluster {}: record '{}' names another node or cluster; ignored", opt_.name, name);
+      return "unreadable";
+    }
+    r.node = name;
+    r.state = j.at("state").get<std::string>();
+    if (r.state != "live" && r.state != "left") return "unreadable";
+    // A version 1 record (ms): the start of its millisecond, which errs
+    // on the safe side for both (an older heartbeat, an earlier gate).
+    const bool us = j.contains("heartbeat_us");
+    auto us_field = [&](const char* f_us, const char* f_ms) -> std::optional<int64_t> {
+      const Json& v = us ? j.at(f_us) : j.at(f_ms);
+      if (v.is_null()) return std::nullopt;
+      return us ? v.get<int64_t>() : v.get<int64_t>() * kUsPerMs;
+    };
+    r.heartbeat_us = us_field("heartbeat_us", "heartbeat_ms").value();
+    r.watermark_us = us_field("watermark_us", "watermark_ms").value();
+    r.oldest_gate_us = us_field("oldest_gate_us", "oldest_gate_ms");
+    r.unpersisted = j.at("unpersisted").get<uint64_t>();
+    r.paths = j.at("paths").get<std::vector<std::string>>();
+    if (auto it = j.find("refused"); it != j.end())  // since version 2
+      for (const Json& x : *it)
+        r.refused.emplace_back(x.at("node").get<std::string>(), x.at("heartbeat_us").get<int64_t>());
+  } catch (const std::exception& e) {
+    LOG_DEBUG("cluster {}: record '{}' is not readable ({}); ignored", opt_.name, name, e.what());
+    return "unreadable";
+  }
+  // Times in this node's future beyond the skew: a clock ahead, or a
+  // record no member wrote. Such a heartbeat never ages into "dead", and
+  // nothing can be ordered against such gates: refused, no member.
+  const int64_t ahead = std::max({r.heartbeat_us, r.watermark_us, r.oldest_gate_us.value_or(0)}) - now;
+  if (ahead > opt_.max_skew_ms * kUsPerMs) {
+    r.problem = fmt::format("its times lie {:.3f} s in this node's future (beyond --max-clock-skew {} ms)",
+                            static_cast<double>(ahead) / (1000 * kUsPerMs), opt_.max_skew_ms);
+    return "refused (" + r.problem + ")";
+  }
+  return "";
 }
 
 void Cluster::ReadRecords() {
+  if (reduces_) {
+    ReadDigest(store_->Digest().value_or(""));
+    return;
+  }
   // The time before the listing: a member whose first record was written
   // before it is in the list (POSIX and S3 read their own writes).
   const int64_t read_at = clock_();
@@ -386,52 +455,19 @@ void Cluster::ReadRecords() {
       continue;
     }
     Record r;
-    try {
-      Json j = Json::parse(bytes);
-      if (j.at("node").get<std::string>() != name || j.at("cluster").get<std::string>() != opt_.name) {
-        LOG_DEBUG("cluster {}: record '{}' names another node or cluster; ignored", opt_.name, name);
-        unused[name] = "unreadable";
-        continue;
-      }
-      r.node = name;
-      r.state = j.at("state").get<std::string>();
-      if (r.state != "live" && r.state != "left") {
-        unused[name] = "unreadable";
-        continue;
-      }
-      // A version 1 record (ms): the start of its millisecond, which errs
-      // on the safe side for both (an older heartbeat, an earlier gate).
-      const bool us = j.contains("heartbeat_us");
-      auto us_field = [&](const char* f_us, const char* f_ms) -> std::optional<int64_t> {
-        const Json& v = us ? j.at(f_us) : j.at(f_ms);
-        if (v.is_null()) return std::nullopt;
-        return us ? v.get<int64_t>() : v.get<int64_t>() * kUsPerMs;
-      };
-      r.heartbeat_us = us_field("heartbeat_us", "heartbeat_ms").value();
-      r.watermark_us = us_field("watermark_us", "watermark_ms").value();
-      r.oldest_gate_us = us_field("oldest_gate_us", "oldest_gate_ms");
-      r.unpersisted = j.at("unpersisted").get<uint64_t>();
-      r.paths = j.at("paths").get<std::vector<std::string>>();
-      if (auto it = j.find("refused"); it != j.end())  // since version 2
-        for (const Json& x : *it) r.refused.emplace_back(x.at("node").get<std::string>(), x.at("heartbeat_us").get<int64_t>());
-    } catch (const std::exception& e) {
-      LOG_DEBUG("cluster {}: record '{}' is not readable ({}); ignored", opt_.name, name, e.what());
-      unused[name] = "unreadable";
+    const std::string problem = ParseRecord(name, bytes, now, &r);
+    if (problem == "unreadable") {
+      unused[name] = problem;
       continue;
     }
-    // Times in this node's future beyond the skew: a clock ahead, or a
-    // record no member wrote. Such a heartbeat never ages into "dead", and
-    // nothing can be ordered against such gates: refused, no member.
-    const int64_t ahead = std::max({r.heartbeat_us, r.watermark_us, r.oldest_gate_us.value_or(0)}) - now;
-    if (ahead > skew) {
-      r.problem = fmt::format("its times lie {:.3f} s in this node's future (beyond --max-clock-skew {} ms)",
-                              static_cast<double>(ahead) / (1000 * kUsPerMs), opt_.max_skew_ms);
+    if (!problem.empty()) {
+      const int64_t ahead = std::max({r.heartbeat_us, r.watermark_us, r.oldest_gate_us.value_or(0)}) - now;
       if (refused_noted_.emplace(name, r.problem).second)
         LOG_ERROR("cluster {}: the record of {} is refused: its times lie {:.3f} s in this node's future, beyond "
                   "--max-clock-skew ({} ms): its writer's clock is ahead, or no member wrote it; it is no member "
                   "(its {} files not persisted are not waited for) until its times are no longer ahead",
                   opt_.name, name, static_cast<double>(ahead) / (1000 * kUsPerMs), opt_.max_skew_ms, r.unpersisted);
-      unused[name] = "refused (" + r.problem + ")";
+      unused[name] = problem;
       refused.push_back(std::move(r));
       continue;
     }
@@ -606,6 +642,11 @@ ClusterStatus Cluster::Status() {
   ClusterStatus s;
   s.name = opt_.name;
   s.node = opt_.node;
+  s.store = store_->Describe();
+  s.members_total = reduces_ ? members_total_ : 1 + std::count_if(others_.begin(), others_.end(), [&](const Record& r) {
+                                                  return r.state == "live" && !Dead(r, now);
+                                                });
+  s.leader = leader_;
   // Status shows ms (`ckptfs status`, its JSON).
   auto ms = [](int64_t us) { return us / kUsPerMs; };
   s.watermark_ms = ms(WatermarkLocked(applied_));
@@ -625,13 +666,18 @@ ClusterStatus Cluster::Status() {
   };
   s.members.push_back(member(self_, true));
   for (const Record& r : others_) s.members.push_back(member(r, false));
+  for (const Record& r : digest_lost_) {  // etcd: members whose lease expired with files pending
+    ClusterMember m = member(r, false);
+    m.state = "dead";
+    s.members.push_back(std::move(m));
+  }
   std::sort(s.members.begin(), s.members.end(), [](const auto& a, const auto& b) { return a.node < b.node; });
   s.waiting = waiting_;
   s.wait_seq = wait_seq_;
   s.wait_gate_ms = ms(wait_gate_);
   s.waiting_for = waiting_for_;
   s.waiting_since_ms = ms(wait_since_);
-  s.last_error = !write_error_.empty() ? write_error_ : read_error_;
+  s.last_error = !write_error_.empty() ? write_error_ : !read_error_.empty() ? read_error_ : digest_problem_;
   s.node_id_clash = clash_noted_;
   s.publish_blocked_reason = BlockedLocked();
   for (const Record& r : refused_) s.refused.push_back({r.node, r.problem, ms(r.heartbeat_us), r.unpersisted});

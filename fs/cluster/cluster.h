@@ -153,6 +153,14 @@ class Cluster {
   ClusterStatus Status();
   size_t SampleCount();
 
+  // With a store that reduces (etcd: fs/cluster/etcd_records.h), the
+  // elected member's work: every member's record, read from `as_of` (its
+  // clock when the read began), to the digest every member reads instead
+  // of the records (cluster_digest.cc); and the time at which a new
+  // reduction would let an entry pass that this one holds (0: none).
+  std::pair<std::string, int64_t> Reduce(const std::vector<std::pair<std::string, std::string>>& records,
+                                         int64_t as_of);
+
  private:
   struct SampleRec {
     int64_t t;      // µs
@@ -174,6 +182,11 @@ class Cluster {
   // This node's record in `state`, and its heartbeat T (µs).
   std::pair<std::string, int64_t> MakeRecord(const std::string& state);
   void ReadRecords();
+  // One record: "" if it is a member's, else why not ("unreadable", or
+  // "refused (...)": its times in this node's future; `r` is filled).
+  std::string ParseRecord(const std::string& name, const std::string& bytes, int64_t now, Record* r) const;
+  // ReadRecords with a store that reduces: the digest instead of the list.
+  void ReadDigest(const std::string& digest);
   // Why this node may publish nothing now ("" : it may).
   std::string BlockedLocked() const REQUIRES(mu_);
   std::optional<int64_t> GateLocked(uint64_t seq) REQUIRES(mu_);
@@ -225,6 +238,18 @@ class Cluster {
   // and the newest seq whose time was asked for.
   std::map<uint64_t, int64_t> exact_ GUARDED_BY(mu_);
   uint64_t timed_ GUARDED_BY(mu_) = 0;
+  // With a store that reduces (etcd): the digest read last —
+  // members in all, the elected member, and when this node's next record
+  // lets another member's pending entry pass (Tick) — and, on the elected
+  // member, the members of its last reduction (to tell who vanished).
+  bool reduces_ = false;
+  uint64_t members_total_ GUARDED_BY(mu_) = 0;
+  std::string leader_ GUARDED_BY(mu_);
+  std::string digest_problem_ GUARDED_BY(mu_);  // why the last digest was not used ("" : it was)
+  int64_t need_us_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, Record> reduced_ GUARDED_BY(mu_);
+  std::deque<Record> lost_ GUARDED_BY(mu_);          // vanished with files pending, newest last
+  std::vector<Record> digest_lost_ GUARDED_BY(mu_);  // the digest's lost members (not among others_)
   int alive_fd_ = -1;  // opened by LoadSamples (Init), before the threads start
   std::thread sampler_, heart_;
 };

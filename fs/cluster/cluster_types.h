@@ -55,6 +55,13 @@ class RecordStore {
   virtual ~RecordStore() = default;
   [[nodiscard]] virtual Status Put(const std::string& node, const std::string& bytes) = 0;
   [[nodiscard]] virtual Result<std::vector<std::pair<std::string, std::string>>> List() = 0;
+  // A store that reduces the records in one place (etcd:
+  // fs/cluster/etcd_records.h) gives each member a digest of them instead
+  // of every record: its newest ("" : none yet). nullopt: the store does
+  // not reduce, and List() is read.
+  virtual std::optional<std::string> Digest() { return std::nullopt; }
+  // What the store is, for status ("backend records", "etcd://...").
+  virtual std::string Describe() { return "backend records"; }
 };
 
 // The records of cluster `name` in `be` (Backend::PutRecord/ListRecords).
@@ -89,8 +96,13 @@ struct RefusedRecord {
 
 struct ClusterStatus {
   std::string name, node;
+  std::string store;           // RecordStore::Describe
+  uint64_t members_total = 0;  // live members, this node included (etcd: as the digest counts them)
+  std::string leader;          // etcd: the member that reduces the records ("" : none known)
   int64_t watermark_ms = 0;
-  std::vector<ClusterMember> members;  // sorted by node id, this node included
+  // Sorted by node id, this node included. With etcd, only the members
+  // whose records decide the rule now (the digest's), not every one.
+  std::vector<ClusterMember> members;
   // The drain waits for the cluster: its head entry, gate time, the members
   // that hold it back, since when (wall ms).
   bool waiting = false;

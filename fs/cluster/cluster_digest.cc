@@ -1,0 +1,233 @@
+// cluster_digest.cc — the cluster over a store that reduces (etcd): the
+// elected member reduces every record into one digest, and every member
+// reads the digest instead of every record (cluster.h, etcd_records.h;
+// docs/consistency.md "Cross-node ordering at scale").
+//
+// Why the digest decides as the records would: the rule (MayPublish) holds
+// entry e of X (gate g) while some other live member Y has T_Y < g + skew,
+// or a pending entry before e in (gate, node) order. If any member other
+// than X does, the one with the smallest (T, node) or the smallest
+// (G, node) among the members but X does; those are among the two smallest
+// of each over all members. So the digest carries those (at most four
+// records), and the rule over them holds e exactly when the rule over every
+// record would. The read's time (as_of) stands for the time of the list:
+// every member that joined before it is in it (a member's record is in the
+// store before it serves a write).
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "fs/cluster/cluster.h"
+
+namespace ckpt::fs {
+
+using Json = nlohmann::json;
+
+namespace {
+constexpr int64_t kUsPerMs = 1000;
+constexpr size_t kDeciding = 2;   // records of each order carried (see above)
+constexpr size_t kLostKept = 16;  // vanished members named in the digest
+constexpr size_t kLostPaths = 4;
+constexpr size_t kAllUpTo = 16;  // a cluster this small: every record in the digest (status lists them all)
+}  // namespace
+
+std::pair<std::string, int64_t> Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>& records,
+                                                int64_t as_of) {
+  const int64_t now = clock_();
+  const int64_t skew = opt_.max_skew_ms * kUsPerMs;
+  std::map<std::string, Record> seen;
+  std::map<std::string, const std::string*> bytes_of;
+  std::vector<Record> refused;
+  size_t unreadable = 0;
+  for (const auto& [name, bytes] : records) {
+    Record r;
+    const std::string problem = ParseRecord(name, bytes, now, &r);
+    if (problem == "unreadable") {
+      unreadable++;
+      continue;
+    }
+    if (!problem.empty()) {
+      refused.push_back(std::move(r));
+      continue;
+    }
+    bytes_of[name] = &bytes;
+    seen.emplace(name, std::move(r));
+  }
+  std::vector<const Record*> live, pending;
+  for (const auto& [name, r] : seen) {
+    if (r.state != "live") continue;
+    live.push_back(&r);
+    if (r.oldest_gate_us) pending.push_back(&r);
+  }
+  auto take = [](std::vector<const Record*> v, auto less) {
+    size_t n = std::min(v.size(), kDeciding);
+    std::partial_sort(v.begin(), v.begin() + static_cast<ssize_t>(n), v.end(), less);
+    v.resize(n);
+    return v;
+  };
+  auto by_t = take(live, [](const Record* a, const Record* b) {
+    return std::tie(a->heartbeat_us, a->node) < std::tie(b->heartbeat_us, b->node);
+  });
+  auto by_g = take(pending, [](const Record* a, const Record* b) {
+    return std::tie(*a->oldest_gate_us, a->node) < std::tie(*b->oldest_gate_us, b->node);
+  });
+  std::vector<const Record*> deciding = live.size() <= kAllUpTo ? live : by_t;
+  for (const Record* r : by_g)
+    if (std::find(deciding.begin(), deciding.end(), r) == deciding.end()) deciding.push_back(r);
+  // When a new reduction would let an entry pass: its gate + skew, once
+  // the read is later than that.
+  int64_t due = 0;
+  for (const Record* r : pending)
+    if (*r->oldest_gate_us + skew >= as_of && (due == 0 || *r->oldest_gate_us + skew + 1 < due))
+      due = *r->oldest_gate_us + skew + 1;
+
+  Json recs = Json::array();
+  for (const Record* r : deciding) recs.push_back({{"node", r->node}, {"record", *bytes_of[r->node]}});
+  Json refused_j = Json::array();
+  for (const Record& r : refused)
+    if (refused_j.size() < opt_.max_refused)
+      refused_j.push_back(
+          {{"node", r.node}, {"heartbeat_us", r.heartbeat_us}, {"unpersisted", r.unpersisted}, {"reason", r.problem}});
+  Json lost_j = Json::array();
+  {
+    MutexLock lk(&mu_);
+    // A member read before whose record is gone: its lease expired (or it
+    // was deleted). With files pending it is lost, and named in the
+    // digest so that every member logs it; a member that left cleanly
+    // revoked its lease with nothing pending.
+    // A lost member that is back (mounted again) is no longer lost.
+    std::erase_if(lost_, [&](const Record& r) { return seen.count(r.node) > 0; });
+    for (const auto& [name, old] : reduced_) {
+      if (seen.count(name) || old.state != "live") continue;
+      if (old.unpersisted == 0) {
+        LOG_INFO("cluster {}: member {} is gone (its lease ended, nothing pending)", opt_.name, name);
+        continue;
+      }
+      LOG_WARN("cluster {}: member {} is dead (its lease expired); its {} unpersisted files are lost{}{}", opt_.name,
+               name, old.unpersisted, old.paths.empty() ? "" : ", e.g. ", old.paths.empty() ? "" : old.paths.front());
+      Record gone = old;
+      gone.paths.resize(std::min(gone.paths.size(), kLostPaths));
+      gone.problem = fmt::format("lease expired, noticed at {} ms", now / kUsPerMs);
+      lost_.push_back(std::move(gone));
+      if (lost_.size() > kLostKept) lost_.pop_front();
+    }
+    reduced_ = seen;
+    for (const Record& r : lost_)
+      lost_j.push_back({{"node", r.node},
+                        {"heartbeat_us", r.heartbeat_us},
+                        {"unpersisted", r.unpersisted},
+                        {"paths", r.paths},
+                        {"noticed", r.problem}});
+  }
+  if (unreadable) LOG_DEBUG("cluster {}: {} records not readable; no members", opt_.name, unreadable);
+  Json d = {{"version", 1},      {"cluster", opt_.name},   {"leader", opt_.node},
+            {"as_of_us", as_of}, {"members", live.size()}, {"pending", pending.size()},
+            {"records", recs},   {"refused", refused_j},   {"lost", lost_j}};
+  return {d.dump(-1, ' ', false, Json::error_handler_t::replace), due};
+}
+
+void Cluster::ReadDigest(const std::string& digest) {
+  const int64_t now = clock_();
+  const int64_t skew = opt_.max_skew_ms * kUsPerMs;
+  if (digest.empty()) {
+    MutexLock lk(&mu_);
+    digest_problem_ = "no digest of the members' records yet (no member elected, or the store unreachable)";
+    return;
+  }
+  std::vector<Record> others, refused;
+  std::vector<Record> lost;
+  int64_t as_of = 0;
+  uint64_t members = 0;
+  std::string leader;
+  try {
+    Json d = Json::parse(digest);
+    if (d.at("cluster").get<std::string>() != opt_.name) throw std::runtime_error("another cluster's digest");
+    as_of = d.at("as_of_us").get<int64_t>();
+    members = d.at("members").get<uint64_t>();
+    leader = d.at("leader").get<std::string>();
+    for (const Json& x : d.at("records")) {
+      const std::string node = x.at("node").get<std::string>();
+      if (node == opt_.node) continue;
+      Record r;
+      if (ParseRecord(node, x.at("record").get<std::string>(), now, &r).empty() && r.state == "live")
+        others.push_back(std::move(r));
+    }
+    for (const Json& x : d.at("refused")) {
+      Record r;
+      r.node = x.at("node").get<std::string>();
+      r.heartbeat_us = x.at("heartbeat_us").get<int64_t>();
+      r.unpersisted = x.at("unpersisted").get<uint64_t>();
+      r.problem = x.at("reason").get<std::string>();
+      refused.push_back(std::move(r));
+    }
+    for (const Json& x : d.at("lost")) {
+      Record r;
+      r.node = x.at("node").get<std::string>();
+      r.unpersisted = x.at("unpersisted").get<uint64_t>();
+      r.paths = x.at("paths").get<std::vector<std::string>>();
+      r.heartbeat_us = x.at("heartbeat_us").get<int64_t>();
+      r.state = "live";
+      lost.push_back(std::move(r));
+    }
+  } catch (const std::exception& e) {
+    MutexLock lk(&mu_);
+    const std::string msg = std::string("the members' digest is not readable: ") + e.what();
+    if (digest_problem_ != msg) LOG_WARN("cluster {}: {}", opt_.name, msg);
+    digest_problem_ = msg;
+    return;
+  }
+  MutexLock lk(&mu_);
+  if (as_of > now + skew) {
+    // The elected member's clock is ahead: its reads cannot stand for a
+    // time this node has not reached.
+    const std::string msg = fmt::format("the digest of member {} is dated {:.3f} s in this node's future", leader,
+                                        static_cast<double>(as_of - now) / (1000 * kUsPerMs));
+    if (digest_problem_ != msg) LOG_ERROR("cluster {}: {}; it is not used", opt_.name, msg);
+    digest_problem_ = msg;
+    return;
+  }
+  if (!digest_problem_.empty()) LOG_INFO("cluster {}: the members' digest is readable again", opt_.name);
+  digest_problem_.clear();
+  digest_lost_.clear();
+  for (const Record& r : lost) {
+    if (std::none_of(others.begin(), others.end(), [&](const Record& o) { return o.node == r.node; }))
+      digest_lost_.push_back(r);
+    if (std::find(dead_noted_.begin(), dead_noted_.end(), r.node) != dead_noted_.end()) continue;
+    LOG_WARN("cluster {}: member {} is dead (its lease expired); its {} unpersisted files are lost{}{}", opt_.name,
+             r.node, r.unpersisted, r.paths.empty() ? "" : ", e.g. ", r.paths.empty() ? "" : r.paths.front());
+    dead_noted_.push_back(r.node);
+  }
+  // Back: a member named lost whose record is among the deciding again.
+  for (const Record& r : others)
+    if (auto it = std::find(dead_noted_.begin(), dead_noted_.end(), r.node); it != dead_noted_.end()) {
+      LOG_INFO("cluster {}: member {} is back ({})", opt_.name, r.node, r.state);
+      dead_noted_.erase(it);
+    }
+  std::string refused_by;
+  for (const Record& r : refused)
+    if (r.node == opt_.node && r.heartbeat_us >= now - opt_.member_timeout_ms * kUsPerMs &&
+        r.heartbeat_us <= now + skew)
+      refused_by = leader;
+  if (refused_by != refused_by_) {
+    if (!refused_by.empty())
+      LOG_ERROR(
+          "cluster {}: member {} (elected) refuses this node's records: this node's clock is ahead by more than "
+          "--max-clock-skew ({} ms); this node publishes nothing until it is no longer refused (its files stay "
+          "in memory): fix the clocks (NTP)",
+          opt_.name, refused_by, opt_.max_skew_ms);
+    else LOG_INFO("cluster {}: no member refuses this node's records any more", opt_.name);
+    refused_by_ = refused_by;
+  }
+  need_us_ = 0;
+  for (const Record& r : others)
+    if (r.oldest_gate_us)
+      need_us_ = need_us_ == 0 ? *r.oldest_gate_us + skew : std::min(need_us_, *r.oldest_gate_us + skew);
+  others_ = std::move(others);
+  refused_ = std::move(refused);
+  read_at_ = as_of;
+  members_total_ = members;
+  leader_ = leader;
+  self_missing_ = false;
+}
+
+}  // namespace ckpt::fs

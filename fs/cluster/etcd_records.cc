@@ -1,0 +1,303 @@
+// etcd_records.cc — the members' records in etcd (etcd_records.h).
+#include "fs/cluster/etcd_records.h"
+
+#include <chrono>
+
+#include "common/log.h"
+
+namespace ckpt::fs {
+
+namespace {
+constexpr char kMembers[] = "members/";
+constexpr char kLeader[] = "digest/leader";
+constexpr char kSummary[] = "digest/summary";
+constexpr char kDigestDir[] = "digest/";
+constexpr int64_t kMinTtlS = 2;  // etcd's lease TTL floor (a shorter one is raised by the server)
+}  // namespace
+
+EtcdRecords::EtcdRecords(EtcdRecordsOptions o, Clock clock)
+    : opt_(std::move(o)), clock_(std::move(clock)), prefix_("/ckptfs/" + opt_.cluster + "/"), client_(opt_.client) {}
+
+EtcdRecords::~EtcdRecords() { Close(false); }
+
+void EtcdRecords::SetReducer(Reducer r) { reducer_ = std::move(r); }
+
+void EtcdRecords::SetError(const std::string& e) {
+  MutexLock lk(&mu_);
+  if (!e.empty() && e != error_) LOG_WARN("cluster {}: etcd: {}", opt_.cluster, e);
+  else if (e.empty() && !error_.empty()) LOG_INFO("cluster {}: etcd answers again", opt_.cluster);
+  error_ = e;
+}
+
+std::string EtcdRecords::LastError() {
+  MutexLock lk(&mu_);
+  return error_;
+}
+
+EtcdRecordsStats EtcdRecords::Stats() {
+  MutexLock lk(&mu_);
+  return stats_;
+}
+
+bool EtcdRecords::leader() {
+  MutexLock lk(&mu_);
+  return leading_;
+}
+
+std::string EtcdRecords::Describe() { return opt_.url; }
+
+Result<int64_t> EtcdRecords::Lease() {
+  {
+    MutexLock lk(&mu_);
+    if (lease_ != 0 && !lease_lost_) return lease_;
+  }
+  auto id = client_.Grant(std::max(kMinTtlS, opt_.lease_ttl_s));
+  if (!id) {
+    SetError("granting a lease: " + client_.LastError());
+    return Err(id.error());
+  }
+  MutexLock lk(&mu_);
+  stats_.grants++;
+  if (lease_lost_) LOG_WARN("cluster {}: node {} rejoins under a new lease", opt_.cluster, opt_.node);
+  lease_ = *id;
+  lease_lost_ = false;
+  return *id;
+}
+
+Status EtcdRecords::Open() {
+  auto id = Lease();
+  if (!id) return Err(id.error());
+  ReadDigestKeys();
+  digest_watch_ = std::make_unique<etcd::Watch>(
+      &client_, prefix_ + kDigestDir, etcd::PrefixEnd(prefix_ + kDigestDir), 0,
+      [this](const std::vector<etcd::WatchEvent>& evs, int64_t) { OnDigestEvents(evs); },
+      [this](const std::string& e) { SetError(e.empty() ? "" : "watching the digest: " + e); },
+      [this] { ReadDigestKeys(); });
+  keepalive_ = std::thread([this] { KeepAliveLoop(); });
+  reducer_thread_ = std::thread([this] { ReduceLoop(); });
+  return {};
+}
+
+void EtcdRecords::Close(bool leave) {
+  {
+    MutexLock lk(&mu_);
+    stop_ = true;
+  }
+  cv_.NotifyAll();
+  if (keepalive_.joinable()) keepalive_.join();
+  if (reducer_thread_.joinable()) reducer_thread_.join();
+  if (digest_watch_) digest_watch_->Stop();
+  if (members_watch_) members_watch_->Stop();
+  int64_t lease;
+  {
+    MutexLock lk(&mu_);
+    lease = lease_;
+    lease_ = 0;
+  }
+  // Revoked: this node's record (and the leader key, if it held it) go at
+  // once; the others see a member that left, not one that died.
+  if (leave && lease != 0 && !client_.Revoke(lease))
+    LOG_WARN("cluster {}: revoking this node's lease: {}", opt_.cluster, client_.LastError());
+}
+
+Status EtcdRecords::Put(const std::string& node, const std::string& bytes) {
+  auto lease = Lease();
+  if (!lease) return Err(lease.error());
+  auto rev = client_.Put(prefix_ + kMembers + node, bytes, *lease);
+  {
+    MutexLock lk(&mu_);
+    stats_.puts++;
+  }
+  if (!rev) {
+    // A lease that expired meanwhile: the next put takes a new one.
+    if (client_.LastError().find("lease not found") != std::string::npos) {
+      MutexLock lk(&mu_);
+      lease_lost_ = true;
+    }
+    SetError("writing this node's record: " + client_.LastError());
+    return Err(rev.error());
+  }
+  SetError("");
+  return {};
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> EtcdRecords::List() {
+  const std::string dir = prefix_ + kMembers;
+  auto r = client_.Range(dir, etcd::PrefixEnd(dir));
+  {
+    MutexLock lk(&mu_);
+    stats_.ranges++;
+  }
+  if (!r) {
+    SetError("reading the members' records: " + client_.LastError());
+    return Err(r.error());
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  for (etcd::KeyValue& kv : r->kvs) {
+    // A record without a lease was not written by a member (a member's
+    // record lives and dies with its lease): a stale or forged key.
+    if (kv.lease == 0) {
+      LOG_DEBUG("cluster {}: etcd key {} has no lease; not a member", opt_.cluster, kv.key);
+      continue;
+    }
+    out.emplace_back(kv.key.substr(dir.size()), std::move(kv.value));
+  }
+  return out;
+}
+
+std::optional<std::string> EtcdRecords::Digest() {
+  MutexLock lk(&mu_);
+  return digest_;
+}
+
+void EtcdRecords::ReadDigestKeys() {
+  auto r = client_.Range(prefix_ + kDigestDir, etcd::PrefixEnd(prefix_ + kDigestDir));
+  if (!r) {
+    SetError("reading the digest: " + client_.LastError());
+    return;
+  }
+  std::vector<etcd::WatchEvent> evs;
+  bool leader_seen = false;
+  for (etcd::KeyValue& kv : r->kvs) {
+    leader_seen = leader_seen || kv.key == prefix_ + kLeader;
+    evs.push_back({false, std::move(kv)});
+  }
+  if (!leader_seen) evs.push_back({true, {prefix_ + kLeader, "", 0, 0, 0, 0}});
+  OnDigestEvents(evs);
+}
+
+void EtcdRecords::OnDigestEvents(const std::vector<etcd::WatchEvent>& evs) {
+  MutexLock lk(&mu_);
+  for (const etcd::WatchEvent& ev : evs) {
+    if (ev.kv.key == prefix_ + kLeader) {
+      leader_value_ = ev.deleted ? "" : ev.kv.value;
+      const std::string mine = opt_.node + " " + std::to_string(lease_);
+      const bool leading = !ev.deleted && ev.kv.value == mine;
+      if (leading_ && !leading) LOG_INFO("cluster {}: node {} no longer reduces the records", opt_.cluster, opt_.node);
+      leading_ = leading;
+    } else if (ev.kv.key == prefix_ + kSummary && !ev.deleted) {
+      digest_ = ev.kv.value;
+      stats_.digests_seen++;
+    }
+  }
+  cv_.NotifyAll();
+}
+
+void EtcdRecords::KeepAliveLoop() {
+  const auto period =
+      std::chrono::milliseconds(std::max<int64_t>(500, std::max(kMinTtlS, opt_.lease_ttl_s) * 1000 / 3));
+  for (;;) {
+    int64_t lease;
+    {
+      MutexLock lk(&mu_);
+      auto until = std::chrono::steady_clock::now() + period;
+      while (!stop_ && cv_.WaitUntil(&mu_, until)) {
+      }
+      if (stop_) return;
+      lease = lease_lost_ ? 0 : lease_;
+    }
+    if (lease == 0) continue;  // the next Put takes a new lease
+    auto ttl = client_.KeepAlive(lease);
+    MutexLock lk(&mu_);
+    stats_.keepalives++;
+    if (ttl && *ttl == 0 && lease_ == lease) {
+      // Cut off longer than the TTL: the store dropped this node's record
+      // (the others count it dead). A new lease at the next record.
+      LOG_ERROR(
+          "cluster {}: node {}'s lease expired (cut off from etcd for more than {} s): the others count it "
+          "dead; it rejoins with its next record",
+          opt_.cluster, opt_.node, opt_.lease_ttl_s);
+      lease_lost_ = true;
+      leading_ = false;
+    }
+  }
+}
+
+void EtcdRecords::Campaign() {
+  auto lease = Lease();
+  if (!lease) return;
+  const std::string mine = opt_.node + " " + std::to_string(*lease);
+  auto r = client_.PutIfAbsent(prefix_ + kLeader, mine, *lease);
+  MutexLock lk(&mu_);
+  stats_.txns++;
+  if (r && r->succeeded) {
+    LOG_INFO("cluster {}: node {} reduces the members' records (elected)", opt_.cluster, opt_.node);
+    leader_value_ = mine;
+    leading_ = true;
+    dirty_ = true;
+  } else if (r && !r->kvs.empty()) {
+    leader_value_ = r->kvs[0].value;
+  }
+}
+
+void EtcdRecords::Reduce() {
+  std::string mine;
+  {
+    MutexLock lk(&mu_);
+    dirty_ = false;
+    mine = leader_value_;
+  }
+  const int64_t as_of = clock_();
+  auto list = List();
+  if (!list) {
+    MutexLock lk(&mu_);
+    dirty_ = true;
+    return;
+  }
+  auto [digest, due] = reducer_(*list, as_of);
+  auto r = client_.PutIfEqual(prefix_ + kSummary, digest, 0, prefix_ + kLeader, mine);
+  MutexLock lk(&mu_);
+  stats_.txns++;
+  stats_.reductions++;
+  due_ = due;
+  if (!r) {
+    dirty_ = true;
+  } else if (!r->succeeded) {
+    LOG_INFO("cluster {}: node {} is no longer the elected member", opt_.cluster, opt_.node);
+    leading_ = false;
+  }
+}
+
+void EtcdRecords::ReduceLoop() {
+  for (;;) {
+    bool campaign = false, reduce = false, watch = false, unwatch = false;
+    {
+      MutexLock lk(&mu_);
+      auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.tick_ms);
+      while (!stop_ && cv_.WaitUntil(&mu_, until)) {
+      }
+      if (stop_) return;
+      campaign = leader_value_.empty() && !lease_lost_ && reducer_;
+      reduce = leading_ && (dirty_ || (due_ != 0 && clock_() >= due_));
+      watch = leading_ && !members_watch_;
+      unwatch = !leading_ && members_watch_;
+    }
+    if (unwatch) members_watch_.reset();
+    if (campaign) Campaign();
+    if (watch) {
+      // The elected member follows every record: a change makes the next
+      // tick reduce (one Range), at most one reduction a tick.
+      members_watch_ = std::make_unique<etcd::Watch>(
+          &client_, prefix_ + kMembers, etcd::PrefixEnd(prefix_ + kMembers), 0,
+          [this](const std::vector<etcd::WatchEvent>& evs, int64_t) {
+            MutexLock lk(&mu_);
+            if (!evs.empty()) dirty_ = true;
+          },
+          [this](const std::string& e) {
+            MutexLock lk(&mu_);
+            dirty_ = true;
+            (void)e;
+          },
+          [this] {
+            MutexLock lk(&mu_);
+            dirty_ = true;
+          });
+      MutexLock lk(&mu_);
+      dirty_ = true;
+      reduce = true;
+    }
+    if (reduce) Reduce();
+  }
+}
+
+}  // namespace ckpt::fs

@@ -1,0 +1,117 @@
+// etcd_records.h — the members' records of --cluster NAME in etcd
+// (--cluster-store etcd://...): membership by lease, one member elected to
+// reduce the records into a digest that every member watches. O(M) for the
+// store per round, O(1) requests per node per checkpoint (docs/scale.md).
+//
+// Keys, under /ckptfs/NAME/ (NAME is a cluster name: no '/'):
+//   members/NODE     this node's record (cluster.h), with its lease: gone
+//                    when the node is (lease expiry) or left (revoked)
+//   digest/leader    "NODE LEASE" of the elected member, with its lease
+//   digest/summary   the digest (Cluster::Reduce), written only while the
+//                    writer is the elected member (a transaction that
+//                    compares digest/leader)
+// A member: Open grants the lease (TTL --member-timeout, at least 2 s) and
+// keeps it alive every TTL/3; watches digest/ (one watch: the leader and
+// the digest); campaigns (create digest/leader if absent) when there is no
+// leader. The elected member also watches members/ and, when a record
+// changed or a pending gate comes due, reads every record (one Range) and
+// writes the digest. A lease that expired (the node cut off longer than the
+// TTL) is noticed at the next keep-alive: a new lease, the record written
+// again (Put), and the node rejoins; until its record is written, its drain
+// holds (cluster.h: MayPublish).
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/mutex.h"
+#include "fs/cluster/cluster_types.h"
+#include "fs/cluster/etcd_client.h"
+
+namespace ckpt::fs {
+
+struct EtcdRecordsOptions {
+  etcd::Options client;
+  std::string url;  // as given (no credentials in it): for status
+  std::string cluster, node;
+  int64_t lease_ttl_s = 60;  // --member-timeout
+  int64_t tick_ms = 100;     // the elected member's reduction period while one is due
+};
+
+// Requests made, by kind (the scale benchmark counts them).
+struct EtcdRecordsStats {
+  uint64_t puts = 0, ranges = 0, txns = 0, keepalives = 0, grants = 0, digests_seen = 0, reductions = 0;
+};
+
+class EtcdRecords final : public RecordStore {
+ public:
+  // Reduces every record (node, bytes) read from `as_of` (µs) into the
+  // digest; returns it and when the next reduction is due (0: none).
+  using Reducer = std::function<std::pair<std::string, int64_t>(
+      const std::vector<std::pair<std::string, std::string>>& records, int64_t as_of)>;
+  using Clock = std::function<int64_t()>;
+
+  EtcdRecords(EtcdRecordsOptions o, Clock clock);
+  ~EtcdRecords() override;
+
+  // The elected member's work (Cluster::Reduce); before Open.
+  void SetReducer(Reducer r);
+  // Grants the lease and starts the threads; false (LastError says why)
+  // if the store cannot be reached or refuses (auth).
+  Status Open();
+  // Stops the threads; `leave`: revokes the lease (this node's keys go).
+  void Close(bool leave);
+
+  Status Put(const std::string& node, const std::string& bytes) override;
+  Result<std::vector<std::pair<std::string, std::string>>> List() override;
+  std::optional<std::string> Digest() override;
+  std::string Describe() override;
+
+  std::string LastError();
+  EtcdRecordsStats Stats();
+  bool leader();
+  std::string prefix() const { return prefix_; }
+
+ private:
+  void KeepAliveLoop();
+  void ReduceLoop();
+  void OnDigestEvents(const std::vector<etcd::WatchEvent>& evs);
+  void ReadDigestKeys();
+  void Reduce();
+  void Campaign();
+  void SetError(const std::string& e);
+  // The lease this node's keys are under; a new one if it expired.
+  Result<int64_t> Lease();
+
+  const EtcdRecordsOptions opt_;
+  const Clock clock_;
+  const std::string prefix_;  // /ckptfs/NAME/
+  etcd::Client client_;
+  Reducer reducer_;
+
+  Mutex mu_;
+  CondVar cv_;
+  int64_t lease_ GUARDED_BY(mu_) = 0;
+  bool lease_lost_ GUARDED_BY(mu_) = false;
+  std::string leader_value_ GUARDED_BY(mu_);  // digest/leader as last seen ("" : none)
+  std::string digest_ GUARDED_BY(mu_);
+  bool leading_ GUARDED_BY(mu_) = false;
+  bool dirty_ GUARDED_BY(mu_) = true;  // a record changed since the last reduction
+  int64_t due_ GUARDED_BY(mu_) = 0;
+  std::string error_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  EtcdRecordsStats stats_ GUARDED_BY(mu_);
+  std::unique_ptr<etcd::Watch> digest_watch_, members_watch_;
+  std::thread keepalive_, reducer_thread_;
+};
+
+}  // namespace ckpt::fs
