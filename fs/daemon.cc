@@ -374,6 +374,17 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
         LOG_WARN("cluster {}: etcd at {} not reachable yet ({}); retried every tick", cfg.cluster, cfg.cluster_store,
                  d->etcd_records->LastError());
     }
+    if (d->etcd_records && cfg.shared_ttl_s > 0) {
+      // Close-to-open across nodes (fs/cluster/etcd_names.h): the names this
+      // node changes, in etcd before each change's reply; a miss or an open
+      // here asks etcd first.
+      d->etcd_names = std::make_unique<EtcdNames>(d->etcd_records, &d->table->core().oplog, cfg.node,
+                                                  static_cast<int64_t>(cfg.shared_ttl_s) * 1000 + 1000);
+      EtcdNames* names = d->etcd_names.get();
+      d->table->core().oplog.set_observer([names](const auto& entries) { names->Observe(entries); });
+      d->table->core().announce_names = [names] { names->Announce(); };
+      d->table->shared_ns().set_names(names);
+    }
     d->cluster->Init();
     // Known to the other members before it serves a write. A degraded
     // mount (backend unreachable) does not wait for that here: it joins at
@@ -473,6 +484,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
              cfg.cluster, cfg.node, cfg.backend.kind == BackendUrl::Kind::kS3 ? 100 : 25, cfg.member_timeout_s,
              cfg.max_clock_skew_ms);
     d->cluster->Start();
+    if (d->etcd_names) d->etcd_names->Start();
   }
   d->drainer->Start();
   const uint64_t min_free = cfg.min_free == Config::kMinFreeAuto ? DefaultMinFree() : cfg.min_free;
@@ -562,6 +574,12 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     // by the others) unless it mounts again first.
     d->cluster->Stop();
     const bool left = drain_stopped && d->cluster->Leave();
+    if (d->etcd_names) {
+      d->table->core().oplog.set_observer(nullptr);  // nothing is logged any more: the loop ended
+      d->table->core().announce_names = nullptr;
+      d->etcd_names->Stop();
+      d->etcd_names->Sweep();  // the names of files persisted at the end
+    }
     if (d->etcd_records) d->etcd_records->Close(left);  // left: its lease revoked, its record gone
     if (left) LOG_INFO("cluster {}: node {} left (nothing pending)", cfg.cluster, cfg.node);
     else

@@ -17,6 +17,7 @@
 #include "cache/tier_mount.h"
 #include "common/config.h"
 #include "fs/cluster/cluster.h"
+#include "fs/cluster/etcd_names.h"
 #include "fs/cluster/etcd_records.h"
 #include "fs/core/inode_table.h"
 #include "fs/core/memory_watch.h"
@@ -42,6 +43,7 @@ struct Daemon {
   std::unique_ptr<LogView> cluster_log;
   std::unique_ptr<RecordStore> cluster_store;
   EtcdRecords* etcd_records = nullptr;  // cluster_store, with --cluster-store etcd://
+  std::unique_ptr<EtcdNames> etcd_names;  // with it and the shared namespace on
   std::unique_ptr<Cluster> cluster;
   std::unique_ptr<Drainer> drainer;
   std::unique_ptr<OffloadQueue> space_waiter;  // writes waiting for tier space (null: they wait in place)

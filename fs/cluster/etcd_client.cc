@@ -404,6 +404,21 @@ Result<TxnResult> Client::PutIfEqual(const std::string& key, const std::string& 
   return Parsed(this, Call("/v3/kv/txn", req.dump()), ParseTxn);
 }
 
+Result<int64_t> Client::Txn(const std::vector<Op>& ops) {
+  Json success = Json::array();
+  for (const Op& op : ops) {
+    if (!op.del) {
+      success.push_back(PutOp(op.key, op.value, op.lease));
+      continue;
+    }
+    Json d = {{"key", B64(op.key)}};
+    if (!op.range_end.empty()) d["range_end"] = B64(op.range_end);
+    success.push_back({{"request_delete_range", d}});
+  }
+  Json req = {{"success", success}};
+  return Parsed(this, Call("/v3/kv/txn", req.dump()), [](const Json& j) { return Revision(j); });
+}
+
 Result<int64_t> Client::Grant(int64_t ttl_s) {
   Json req = {{"TTL", std::to_string(ttl_s)}};
   return Parsed(this, Call("/v3/lease/grant", req.dump()), [](const Json& j) {

@@ -85,6 +85,14 @@ class Client {
   // key = value (with `lease`) if guard_key holds guard_value.
   Result<TxnResult> PutIfEqual(const std::string& key, const std::string& value, int64_t lease,
                                const std::string& guard_key, const std::string& guard_value);
+  // Puts and deletes in one transaction (at most 128: etcd's limit).
+  struct Op {
+    bool del = false;
+    std::string key, range_end;  // range_end: deletes only ("" : the key alone)
+    std::string value;
+    int64_t lease = 0;
+  };
+  Result<int64_t> Txn(const std::vector<Op>& ops);  // the revision
   // Leases: a new one of `ttl_s` seconds (its id); a keep-alive (the TTL
   // left: 0 if the lease expired); a revocation (its keys are deleted).
   Result<int64_t> Grant(int64_t ttl_s);

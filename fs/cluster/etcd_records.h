@@ -80,6 +80,9 @@ class EtcdRecords final : public RecordStore {
   EtcdRecordsStats Stats();
   bool leader();
   std::string prefix() const { return prefix_; }
+  etcd::Client* client() { return &client_; }
+  // The lease this node's keys are under; a new one if it expired.
+  Result<int64_t> Lease();
 
  private:
   void KeepAliveLoop();
@@ -89,8 +92,6 @@ class EtcdRecords final : public RecordStore {
   void Reduce();
   void Campaign();
   void SetError(const std::string& e);
-  // The lease this node's keys are under; a new one if it expired.
-  Result<int64_t> Lease();
 
   const EtcdRecordsOptions opt_;
   const Clock clock_;

@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -70,6 +71,16 @@ class Core {
   meta::MetaStore* store() const { return store_; }
   cache::Tier* tier() const { return tier_; }
   backend::Backend* backend() const { return backend_; }
+
+  // After a mkdir, symlink, link, rename, unlink or rmdir and before its
+  // reply (fs/fuse), without the namespace lock: the cluster store learns
+  // the names it changed (--cluster-store: fs/cluster/etcd_names.h), so a
+  // lookup on another node that starts after the reply sees them. Set
+  // before the mount serves anything; empty: nothing to tell.
+  std::function<void()> announce_names;
+  void AnnounceNames() {
+    if (announce_names) announce_names();
+  }
 
   // The parts, public: each keeps its own rules (and its own leaf lock,
   // or REQUIRES the namespace lock), and clang's analysis names their locks

@@ -477,6 +477,7 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
     e.op = LogOp::kRename;
     e.flags = exchange ? 1 : 0;
     e.ino = sr.ino;
+    e.mode = sr.mode;  // its type, for the cluster store's names (fs/cluster/etcd_names.h)
     e.path = core_.ns.EntryPath(parent, name);
     e.path2 = core_.ns.EntryPath(newparent, newname);
     if (!memory_only) core_.oplog.Append(&b, e, &log);

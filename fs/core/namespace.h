@@ -88,6 +88,7 @@ struct Inode {
   // `backend_changed`: the bytes were replaced by the backend's copy
   // since the last open.
   int64_t checked_ns = 0;
+  int64_t store_rev = 0;  // the cluster store's revision of its name, when last compared (SharedNamespace)
   int64_t listed_ns = 0;
   int64_t listed_ok_ns = 0;
   size_t listed_count = 0;  // entries in that listing

@@ -79,6 +79,7 @@ void OpLog::Append(Batch* b, LogEntry e, std::vector<LogEntry>* out) {
 
 void OpLog::Publish(std::vector<LogEntry>&& entries) {
   if (entries.empty()) return;
+  if (observer_) observer_(entries);
   MutexLock lk(&mu_);
   // When each entry became real (committed), for --cluster's gate times
   // (fs/cluster/cluster.h): never backwards, as the seqs are.

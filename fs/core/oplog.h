@@ -103,6 +103,10 @@ class OpLog {
   void Append(meta::Batch* b, meta::LogEntry e, std::vector<meta::LogEntry>* out) EXCLUDES(mu_);
   // After the batch holding them committed: the entries join the log.
   void Publish(std::vector<meta::LogEntry>&& entries) EXCLUDES(mu_);
+  // Called by Publish with each batch of entries as it is logged (with the
+  // core's lock held: it may take only a leaf lock of its own). Set before
+  // anything is logged; --cluster-store's names (fs/cluster/etcd_names.h).
+  void set_observer(std::function<void(const std::vector<meta::LogEntry>&)> fn) { observer_ = std::move(fn); }
   // Records a loss found outside the drain (recovery) in `b`.
   void AddLost(meta::Batch* b, const std::string& path, std::string_view reason) EXCLUDES(mu_);
 
@@ -230,6 +234,7 @@ class OpLog {
   void NoteRemovalApplied(const meta::LogEntry& e) REQUIRES(mu_);
 
   ckpt::Mutex mu_;
+  std::function<void(const std::vector<meta::LogEntry>&)> observer_;  // set_observer
   std::deque<meta::LogEntry> log_ GUARDED_BY(mu_);  // oldest first
   uint64_t next_seq_ GUARDED_BY(mu_) = 1;
   uint64_t published_ GUARDED_BY(mu_) = 0;  // LoggedSeq

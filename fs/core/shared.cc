@@ -207,6 +207,8 @@ bool SharedNamespace::LookupNeedsBackend(uint64_t parent, std::string_view name)
   // Reserved names, and names the backend could not hold (too long, not
   // UTF-8 for S3): nothing there to find.
   if (!core_.CheckNewName(parent, name)) return false;
+  // With a cluster store, every miss asks it (LookupInStore).
+  if (names_) return true;
   // The directory's listing, taken less than a TTL ago, lacks the name.
   if (now - dir->listed_ok_ns < ttl_ns_) return false;
   auto neg = negative_.find({parent, std::string(name)});
@@ -215,6 +217,8 @@ bool SharedNamespace::LookupNeedsBackend(uint64_t parent, std::string_view name)
 
 Result<InodeRecord> SharedNamespace::Lookup(uint64_t parent, std::string_view name) {
   if (!LookupNeedsBackend(parent, name)) return core_.LookupAndCount(parent, name);
+  if (names_)
+    if (auto r = LookupInStore(parent, name)) return *r;
   bool list = false;
   {
     MutexLock lk(&mu());
@@ -270,6 +274,68 @@ Result<InodeRecord> SharedNamespace::Lookup(uint64_t parent, std::string_view na
   if (!c) return Err(ENOENT);
   c->nlookup++;
   return c->rec;
+}
+
+std::optional<Result<InodeRecord>> SharedNamespace::LookupInStore(uint64_t parent, std::string_view name) {
+  std::string path;
+  {
+    MutexLock lk(&mu());
+    Inode* dir = core_.Find(parent);
+    if (!dir || !dir->is_dir() || dir->children.count(name)) return std::nullopt;
+    path = core_.ns.EntryPath(parent, name);
+  }
+  auto got = names_->Get(path);
+  if (!got) {
+    LOG_DEBUG("shared: asking the cluster store for '{}': {}; the backend decides", path, strerror(got.error()));
+    return std::nullopt;
+  }
+  if (!*got) return std::nullopt;
+  MutexLock lk(&mu());
+  auto dir = core_.ns.FindDir(parent);
+  if (!dir) return Err(dir.error());
+  Inode* p = *dir;
+  std::string key(name);
+  // Named in the store: whatever the backend said of it before is stale.
+  negative_.erase({parent, key});
+  p->listed_ok_ns = 0;
+  p->listed_ns = 0;
+  const backend::Entry& e = (*got)->entry;
+  // A file or symlink: the backend holds it once persisted (the store names
+  // files when they are), asked now. A directory made on another node is
+  // taken from the store: it may not have reached the backend yet (its
+  // drain is in order, behind that node's files), and the ranks that write
+  // into it after a barrier must find it.
+  if (e.type != backend::Entry::Type::kDir || p->children.count(key)) return std::nullopt;
+  if (core_.oplog.RemovalPending(path, core_.oplog.AppliedSeq()) ||
+      (parent == meta::kRootIno && name.starts_with(kReservedRootPrefix)))
+    return std::nullopt;
+  auto a = AdoptShared(p, key, e);
+  if (!a) return std::nullopt;
+  (*a)->store_rev = (*got)->revision;
+  (*a)->checked_ns = MonoNs();
+  (*a)->nlookup++;
+  return Result<InodeRecord>((*a)->rec);
+}
+
+bool SharedNamespace::StoreSaysChanged(uint64_t ino) {
+  std::string path;
+  int64_t seen;
+  {
+    MutexLock lk(&mu());
+    Inode* n = core_.Find(ino);
+    if (!n) return false;
+    if (MonoNs() - n->checked_ns >= ttl_ns_) return true;  // due by the TTL anyway
+    path = core_.ns.EntryPath(n->rec.parent, n->rec.name);
+    seen = n->store_rev;
+  }
+  auto got = names_->Get(path);
+  if (!got || !*got || (*got)->revision <= seen) return false;
+  MutexLock lk(&mu());
+  Inode* n = core_.Find(ino);
+  if (!n) return false;
+  n->store_rev = (*got)->revision;
+  n->checked_ns = 0;  // compared with the backend now
+  return true;
 }
 
 bool SharedNamespace::MergeDue(uint64_t ino) {
@@ -348,13 +414,15 @@ bool SharedNamespace::RevalidateDue(uint64_t ino, int flags) {
   if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) return false;
   MutexLock lk(&mu());
   Inode* n = core_.Find(ino);
-  if (!n || !S_ISREG(n->rec.mode) || n->rec.nlink == 0 || MonoNs() - n->checked_ns < ttl_ns_) return false;
+  // With a cluster store an open within the TTL still asks it (StoreSaysChanged).
+  if (!n || !S_ISREG(n->rec.mode) || n->rec.nlink == 0 || (!names_ && MonoNs() - n->checked_ns < ttl_ns_)) return false;
   if (!SharedDir(core_.Find(n->rec.parent))) return false;
   return Droppable(n, core_.ns.EntryPath(n->rec.parent, n->rec.name));
 }
 
 void SharedNamespace::RevalidateForOpen(uint64_t ino, int flags) {
   if (!RevalidateDue(ino, flags)) return;
+  if (names_ && !StoreSaysChanged(ino)) return;
   std::string path;
   uint64_t parent;
   std::string name;

@@ -28,6 +28,20 @@
 
 namespace ckpt::fs {
 
+// The names a cluster store holds (--cluster-store: fs/cluster/etcd_names.h):
+// what the nodes made lately, before (or just after) it reached the backend.
+class NameStore {
+ public:
+  struct Name {
+    backend::Entry entry;  // its type, mode, mtime; a symlink's target
+    int64_t revision = 0;  // the store's revision of the change
+  };
+  virtual ~NameStore() = default;
+  // What the store holds for `path` now (nullopt: nothing); an error if it
+  // cannot be asked (the caller goes on as without a store).
+  virtual Result<std::optional<Name>> Get(const std::string& path) = 0;
+};
+
 class SharedNamespace {
  public:
   explicit SharedNamespace(Core* core) : core_(*core) {}
@@ -46,6 +60,14 @@ class SharedNamespace {
   static void AdvanceClockForTest(std::chrono::nanoseconds d) { clock_skew_ns_ += d.count(); }
   void set_ttl(std::chrono::milliseconds ttl) { ttl_ns_ = ttl.count() * 1000000; }
   bool enabled() const { return ttl_ns_ > 0 && core_.backend() != nullptr; }
+  // With a cluster store (set before Load): a miss in a shared directory is
+  // asked of it every time (a negative answer is never trusted past the
+  // store's revision): a directory made on another node is taken from it
+  // (before it reaches the backend), a file it names is asked of the
+  // backend at once, whatever the TTL; an open of a clean file whose name
+  // the store holds in a newer revision compares it with the backend at
+  // once. docs/consistency.md, "Close-to-open across nodes".
+  void set_names(NameStore* n) { names_ = n; }
   // Lookup, shared: a name missing here is asked of the backend (Stat) and
   // imported as ImportBackend would (a file remote, a directory or symlink
   // persisted) — unless this mount's log still holds its removal (the local
@@ -108,7 +130,16 @@ class SharedNamespace {
   // is replaced. Only when Droppable. Returns the entry now at `name`.
   Inode* FollowBackend(Inode* p, const std::string& name, Inode* n, const backend::Entry& e) REQUIRES(mu());
 
+  // The store's answer for a name missing here (Lookup): the entry taken
+  // from it (a directory), or nullopt to go on with the backend (the TTL's
+  // caches of that name dropped if the store names it).
+  std::optional<Result<InodeRecord>> LookupInStore(uint64_t parent, std::string_view name) EXCLUDES(mu());
+  // At an open within the TTL: does the store hold a newer revision of the
+  // file's name than this node has compared (then it is compared now)?
+  bool StoreSaysChanged(uint64_t ino) EXCLUDES(mu());
+
   Core& core_;
+  NameStore* names_ = nullptr;  // set_names
   int64_t ttl_ns_ = 0;  // set before Load, read-only after
   // Names the backend said ENOENT for, (dir ino, name) -> when (steady ns):
   // asked again only after the TTL.

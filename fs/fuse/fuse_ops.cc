@@ -223,6 +223,7 @@ void ckpt_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode
   Guard(req, [&] {
     auto r = D(req)->table->Mkdir(parent, name, mode, CallerOf(req));
     if (!r) return (void)fuse_reply_err(req, r.error());
+    D(req)->table->core().AnnounceNames();
     ReplyEntry(req, *r);
   });
 }
@@ -233,6 +234,7 @@ void ckpt_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const cha
   Guard(req, [&] {
     auto r = D(req)->table->Symlink(parent, name, link, CallerOf(req));
     if (!r) return (void)fuse_reply_err(req, r.error());
+    D(req)->table->core().AnnounceNames();
     ReplyEntry(req, *r);
   });
 }
@@ -243,6 +245,7 @@ void ckpt_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char*
   Guard(req, [&] {
     auto r = D(req)->table->Link(ino, newparent, newname);
     if (!r) return (void)fuse_reply_err(req, r.error());
+    D(req)->table->core().AnnounceNames();
     ReplyEntry(req, *r);
   });
 }
@@ -255,6 +258,7 @@ void RemoveEntry(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) 
     InodeTable* t = D(req)->table.get();
     auto r = dir ? t->Rmdir(parent, name) : t->Unlink(parent, name);
     if (r) FAILPOINT("meta.after_commit");
+    if (r) t->core().AnnounceNames();
     fuse_reply_err(req, r ? 0 : r.error());
   });
 }
@@ -270,6 +274,7 @@ void ckpt_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t
   Guard(req, [&] {
     auto r = D(req)->table->Rename(parent, name, newparent, newname, flags);
     if (r) FAILPOINT("meta.after_commit");
+    if (r) D(req)->table->core().AnnounceNames();
     fuse_reply_err(req, r ? 0 : r.error());
   });
 }

@@ -1,0 +1,236 @@
+// etcd_names.cc — the names the nodes change, in etcd (etcd_names.h).
+#include "fs/cluster/etcd_names.h"
+
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "fs/core/oplog.h"
+
+namespace ckpt::fs {
+
+using Json = nlohmann::json;
+using meta::LogOp;
+
+namespace {
+constexpr size_t kTxnOps = 128;  // etcd's --max-txn-ops default
+constexpr int64_t kSweepMs = 25;
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The entry as a key's value: t = d (directory), f (file), l (symlink),
+// ? (renamed, type unknown to an older log); a node's miss takes a
+// directory from it and asks the backend for anything else.
+std::string Value(char type, const meta::LogEntry& e, const std::string& node, const std::string& target = "") {
+  Json j = {{"t", std::string(1, type)}, {"mode", e.mode & 07777},   {"uid", e.uid}, {"gid", e.gid},
+            {"mtime_s", e.mtime.sec},    {"mtime_ns", e.mtime.nsec}, {"node", node}};
+  if (!target.empty()) j["target"] = target;
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+char TypeOf(uint32_t mode) {
+  if (mode == 0) return '?';
+  return S_ISDIR(mode) ? 'd' : S_ISLNK(mode) ? 'l' : 'f';
+}
+}  // namespace
+
+EtcdNames::EtcdNames(EtcdRecords* records, OpLog* log, std::string node, int64_t hold_ms)
+    : records_(records), log_(log), node_(std::move(node)), hold_ms_(hold_ms) {}
+
+EtcdNames::~EtcdNames() { Stop(); }
+
+std::string EtcdNames::Key(const std::string& path) const { return records_->prefix() + "ns/" + path; }
+
+void EtcdNames::Observe(const std::vector<meta::LogEntry>& entries) {
+  MutexLock lk(&mu_);
+  for (const meta::LogEntry& e : entries) {
+    switch (e.op) {
+      case LogOp::kMkdir:
+      case LogOp::kSymlink:
+      case LogOp::kLink:
+      case LogOp::kRename:
+      case LogOp::kUnlink:
+      case LogOp::kRmdir: outbox_.push_back({e.seq, e}); break;
+      case LogOp::kPersist: files_.push_back({e.seq, e}); break;
+      default: break;
+    }
+  }
+}
+
+void EtcdNames::Write(const std::vector<Change>& changes) {
+  auto lease = records_->Lease();
+  if (!lease) {
+    MutexLock lk(&mu_);
+    stats_.failures++;
+    return;
+  }
+  std::vector<etcd::Client::Op> ops;
+  std::vector<Held> held;
+  auto put = [&](uint64_t seq, const std::string& path, std::string value) {
+    ops.push_back({false, Key(path), "", std::move(value), *lease});
+    held.push_back({seq, Key(path), 0});
+  };
+  auto del = [&](const std::string& path, bool below) {
+    ops.push_back({true, Key(path), "", "", 0});
+    if (below) ops.push_back({true, Key(path + "/"), etcd::PrefixEnd(Key(path + "/")), "", 0});
+  };
+  for (const Change& c : changes) {
+    const meta::LogEntry& e = c.e;
+    switch (e.op) {
+      case LogOp::kMkdir: put(c.seq, e.path, Value('d', e, node_)); break;
+      case LogOp::kSymlink: put(c.seq, e.path, Value('l', e, node_, e.path2)); break;
+      case LogOp::kLink: put(c.seq, e.path2, Value('f', e, node_)); break;
+      case LogOp::kRename:
+        if (e.flags & 1) {  // exchange: both names stay, each with the other's entry
+          put(c.seq, e.path, Value('?', e, node_));
+          put(c.seq, e.path2, Value(TypeOf(e.mode), e, node_));
+        } else {
+          del(e.path, S_ISDIR(e.mode) || e.mode == 0);
+          put(c.seq, e.path2, Value(TypeOf(e.mode), e, node_));
+        }
+        break;
+      case LogOp::kUnlink: del(e.path, false); break;
+      case LogOp::kRmdir: del(e.path, true); break;
+      case LogOp::kPersist: put(c.seq, e.path, Value('f', e, node_)); break;
+      default: break;
+    }
+  }
+  size_t failed = 0;
+  for (size_t i = 0; i < ops.size(); i += kTxnOps) {
+    std::vector<etcd::Client::Op> part(ops.begin() + static_cast<ssize_t>(i),
+                                       ops.begin() + static_cast<ssize_t>(std::min(ops.size(), i + kTxnOps)));
+    if (!records_->client()->Txn(part)) failed++;
+  }
+  MutexLock lk(&mu_);
+  stats_.puts += held.size();
+  stats_.deletes += ops.size() - held.size();
+  if (failed) {
+    // The change stands here; the others see it within --shared-ttl once
+    // it reaches the backend, as without a store.
+    stats_.failures++;
+    LOG_WARN(
+        "cluster: etcd: the names of {} namespace changes not written ({}); other nodes see them within "
+        "--shared-ttl of their drain",
+        changes.size(), records_->client()->LastError());
+    return;
+  }
+  for (Held& h : held) held_.push_back(std::move(h));
+}
+
+void EtcdNames::Announce() {
+  MutexLock one(&announce_mu_);
+  std::vector<Change> changes;
+  {
+    MutexLock lk(&mu_);
+    changes.assign(outbox_.begin(), outbox_.end());
+    outbox_.clear();
+  }
+  if (!changes.empty()) Write(changes);
+}
+
+void EtcdNames::Sweep() {
+  const uint64_t applied = log_->AppliedSeq();
+  const int64_t now = SteadyMs();
+  std::vector<Change> files;
+  std::vector<etcd::Client::Op> expired;
+  {
+    MutexLock lk(&mu_);
+    // Files the drain persisted: their names now, so that another node's
+    // open or miss asks the backend at once.
+    while (!files_.empty() && files_.front().seq <= applied) {
+      files.push_back(std::move(files_.front()));
+      files_.pop_front();
+    }
+    for (Held& h : held_)
+      if (h.applied_ms == 0 && h.seq <= applied) h.applied_ms = now;
+    while (!held_.empty() && held_.front().applied_ms != 0 && now - held_.front().applied_ms >= hold_ms_ &&
+           expired.size() < kTxnOps) {
+      expired.push_back({true, held_.front().key, "", "", 0});
+      held_.pop_front();
+    }
+  }
+  if (!files.empty()) {
+    MutexLock one(&announce_mu_);
+    Write(files);
+  }
+  if (!expired.empty()) {
+    // A key rewritten since (the name made again) is deleted too: the
+    // backend holds that one as well by now, or its own key follows.
+    if (!records_->client()->Txn(expired)) {
+      MutexLock lk(&mu_);
+      stats_.failures++;
+      return;
+    }
+    MutexLock lk(&mu_);
+    stats_.deletes += expired.size();
+  }
+}
+
+void EtcdNames::Start() {
+  sweeper_ = std::thread([this] {
+    for (;;) {
+      {
+        MutexLock lk(&mu_);
+        auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSweepMs);
+        while (!stop_ && cv_.WaitUntil(&mu_, until)) {
+        }
+        if (stop_) return;
+      }
+      Sweep();
+    }
+  });
+}
+
+void EtcdNames::Stop() {
+  {
+    MutexLock lk(&mu_);
+    stop_ = true;
+  }
+  cv_.NotifyAll();
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+Result<std::optional<NameStore::Name>> EtcdNames::Get(const std::string& path) {
+  {
+    MutexLock lk(&mu_);
+    stats_.gets++;
+  }
+  auto r = records_->client()->Range(Key(path));
+  if (!r) return Err(r.error());
+  if (r->kvs.empty()) return std::optional<Name>();
+  const etcd::KeyValue& kv = r->kvs[0];
+  // A key without a lease was not written by a member (a member's names
+  // live with its lease): stale or forged, ignored.
+  if (kv.lease == 0) return std::optional<Name>();
+  Name n;
+  n.revision = kv.mod_revision;
+  try {
+    Json j = Json::parse(kv.value);
+    const std::string t = j.at("t").get<std::string>();
+    n.entry.type = t == "d"   ? backend::Entry::Type::kDir
+                   : t == "l" ? backend::Entry::Type::kSymlink
+                              : backend::Entry::Type::kFile;
+    n.entry.path = path;
+    n.entry.mode = j.at("mode").get<uint32_t>() & 07777;
+    n.entry.mtime_sec = j.at("mtime_s").get<int64_t>();
+    n.entry.mtime_nsec = j.at("mtime_ns").get<uint32_t>();
+    if (n.entry.mtime_nsec >= 1000000000u) throw std::runtime_error("mtime_ns out of range");
+    n.entry.target = j.value("target", std::string());
+    if (t == "?") n.entry.type = backend::Entry::Type::kFile;  // asked of the backend
+  } catch (const std::exception& e) {
+    LOG_DEBUG("cluster: etcd name '{}' is not readable ({}); ignored", path, e.what());
+    return std::optional<Name>();
+  }
+  return std::optional<Name>(std::move(n));
+}
+
+EtcdNames::Stats EtcdNames::stats() {
+  MutexLock lk(&mu_);
+  return stats_;
+}
+
+}  // namespace ckpt::fs
