@@ -67,6 +67,15 @@ Result<int64_t> EtcdRecords::Lease() {
 Status EtcdRecords::Open() {
   auto id = Lease();
   if (!id) return Err(id.error());
+  // This node elected under a lease of its previous life (killed, mounted
+  // again): that key would stand until the old lease expires, and no digest
+  // would be written meanwhile. Deleted: the members elect again at once.
+  if (auto r = client_.Range(prefix_ + kLeader); r && !r->kvs.empty() &&
+      r->kvs[0].value.starts_with(opt_.node + " ") && r->kvs[0].value != opt_.node + " " + std::to_string(*id)) {
+    LOG_INFO("cluster {}: node {} was the elected member before it restarted; electing again", opt_.cluster,
+             opt_.node);
+    (void)client_.Delete(prefix_ + kLeader);
+  }
   ReadDigestKeys();
   digest_watch_ = std::make_unique<etcd::Watch>(
       &client_, prefix_ + kDigestDir, etcd::PrefixEnd(prefix_ + kDigestDir), 0,

@@ -969,6 +969,8 @@ class MultiIteration:
             # writer's journal, so it must show its own files only (the
             # shared namespace has its own cases: shared_namespace.sh).
             x.extra_args = ["--cluster", f"cm{seed}", "--node", f"n{k}", "--shared-ttl", "0"]
+            if h.cluster_store:
+                x.extra_args += ["--cluster-store", h.cluster_store]
             self.nodes.append(x)
         self.tier_dirs = [x.tier for x in self.nodes]
 
@@ -1144,6 +1146,7 @@ class Harness:
         self.children = set()
         self.keep = args.keep or os.environ.get("KEEP") == "1"
         self.nodes = args.nodes
+        self.cluster_store = args.cluster_store
         self.failed_dirs = []
         self.bugs = {}  # note starting with "BUG" -> seeds
         self.live_seen = 0  # iterations whose watcher saw a consistent latest while the writer ran
@@ -1263,7 +1266,10 @@ def main():
     ap.add_argument("--nodes", type=int, default=1,
                     help="multi-node mode: N >= 2 mounts with --cluster over one backend, kill -9 of one node's "
                          "daemon (kind mn-kill; --bounded: one iteration)")
+    ap.add_argument("--cluster-store", help="with --nodes: the members' records in this etcd (etcd://HOST:PORT,...)")
     args = ap.parse_args()
+    if args.cluster_store and args.nodes < 2:
+        ap.error("--cluster-store needs --nodes N >= 2")
     if args.nodes < 1 or args.nodes > 8:
         ap.error("--nodes: 1 to 8")
     if args.nodes > 1:
