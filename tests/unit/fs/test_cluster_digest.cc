@@ -1,0 +1,249 @@
+// test_cluster_digest.cc — the cluster over a store that reduces (etcd):
+// the digest decides as every record would (random clusters, each node's
+// head entry asked both ways), lost and returning members, records from
+// the future, a stale digest, and the digest's size at 1,000 members. Fake
+// clock, fake logs, fake stores (fs/cluster/cluster_digest.cc).
+#include <criterion/criterion.h>
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fs/cluster/cluster.h"
+
+using ckpt::Result;
+using ckpt::Status;
+using ckpt::fs::Cluster;
+using ckpt::fs::ClusterOptions;
+
+namespace {
+
+struct Store : ckpt::fs::RecordStore {
+  std::map<std::string, std::string> recs;
+  Status Put(const std::string& node, const std::string& bytes) override {
+    recs[node] = bytes;
+    return {};
+  }
+  Result<std::vector<std::pair<std::string, std::string>>> List() override {
+    return std::vector<std::pair<std::string, std::string>>(recs.begin(), recs.end());
+  }
+};
+
+// The same, reducing: members read `digest` (what the elected one wrote).
+struct DigestStore : Store {
+  std::string digest;
+  std::optional<std::string> Digest() override { return digest; }
+};
+
+struct Log : ckpt::fs::LogView {
+  std::vector<int64_t> at;  // at[i]: when seq i + 1 was logged, µs
+  uint64_t applied = 0;
+  uint64_t LoggedSeq() override { return at.size(); }
+  uint64_t AppliedSeq() override { return applied; }
+  std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) override {
+    std::pair<uint64_t, std::vector<std::string>> out{at.size() - applied, {}};
+    for (size_t i = applied; i < at.size() && out.second.size() < max; i++)
+      out.second.push_back("f" + std::to_string(i + 1));
+    return out;
+  }
+  std::vector<std::pair<uint64_t, int64_t>> LoggedTimes(uint64_t from, uint64_t to) override {
+    std::vector<std::pair<uint64_t, int64_t>> out;
+    for (uint64_t s = from; s <= to && s <= at.size(); s++) out.emplace_back(s, at[s - 1]);
+    return out;
+  }
+};
+
+struct Node {
+  Log log;
+  std::unique_ptr<Cluster> c;
+  Node(const std::string& id, ckpt::fs::RecordStore* store, int64_t* clock_ms) {
+    ClusterOptions o;
+    o.name = "job";
+    o.node = id;
+    o.max_skew_ms = 50;
+    c = std::make_unique<Cluster>(o, store, &log, "", [clock_ms] { return *clock_ms * 1000; });
+    c->Init();
+  }
+};
+
+std::string Reduce(Node& leader, DigestStore& s, int64_t now_ms) {
+  auto list = s.List();
+  return leader.c->Reduce(*list, now_ms * 1000).first;
+}
+
+}  // namespace
+
+// Random clusters: entries logged and heartbeats at random times, some
+// entries applied; then, node by node, its head entry is asked of the rule
+// over every record (Store) and over the digest (DigestStore): the same
+// answer, every time.
+Test(cluster_digest, decides_as_every_record) {
+  std::mt19937 rng(20261127);
+  int differ = 0, asked = 0, passed = 0;
+  for (int round = 0; round < 40; round++) {
+    const int m = 3 + static_cast<int>(rng() % 22);
+    int64_t now = 1000;
+    Store plain;
+    DigestStore reducing;
+    std::vector<std::unique_ptr<Node>> p, r;
+    for (int i = 0; i < m; i++) {
+      p.push_back(std::make_unique<Node>("n" + std::to_string(i), &plain, &now));
+      r.push_back(std::make_unique<Node>("n" + std::to_string(i), &reducing, &now));
+    }
+    for (int i = 0; i < m; i++) {
+      p[i]->c->Heartbeat();
+      r[i]->c->Heartbeat();
+    }
+    // Events in time order: a log entry (then a sample) or a heartbeat.
+    for (int step = 0; step < 6 * m; step++) {
+      now += static_cast<int64_t>(rng() % 40);
+      const int i = static_cast<int>(rng() % m);
+      const int kind = static_cast<int>(rng() % 4);
+      for (auto* v : {&p, &r}) {
+        Node& n = *(*v)[i];
+        if (kind == 0) {
+          n.log.at.push_back(now * 1000);
+          n.c->Sample();
+        } else if (kind == 1 && n.log.applied < n.log.at.size() && n.log.applied + 1 < n.log.at.size()) {
+          n.log.applied++;  // applied, though not the newest (that one is asked below)
+        } else {
+          n.c->Sample();
+          if (v == &p) n.c->Heartbeat();
+          else n.c->Heartbeat();
+        }
+      }
+      if (kind >= 2) reducing.digest = Reduce(*r[0], reducing, now);  // the elected member follows
+    }
+    now += static_cast<int64_t>(rng() % 100);
+    for (int i = 0; i < m; i++) {
+      // The digest of the records as they are now, then node i's own
+      // heartbeat and read; the plain node reads every record.
+      reducing.digest = Reduce(*r[0], reducing, now);
+      p[i]->c->Heartbeat();
+      r[i]->c->Heartbeat();
+      if (p[i]->log.applied >= p[i]->log.at.size()) continue;
+      const uint64_t head = p[i]->log.applied + 1;
+      const bool a = p[i]->c->MayPublish(head), b = r[i]->c->MayPublish(head);
+      asked++;
+      passed += a;
+      if (a != b) {
+        differ++;
+        cr_log_error("round %d node n%d seq %llu: every record says %d, the digest %d", round, i,
+                     static_cast<unsigned long long>(head), a, b);
+      }
+    }
+  }
+  cr_expect_eq(differ, 0);
+  cr_expect_gt(asked, 100, "too few entries asked: %d", asked);
+  cr_expect(passed > 0 && passed < asked, "the scenarios never (or always) let the head pass: %d of %d", passed, asked);
+}
+
+Test(cluster_digest, lost_member_and_its_return) {
+  int64_t now = 1000;
+  DigestStore s;
+  Node a("a", &s, &now), b("b", &s, &now);
+  a.c->Heartbeat();
+  b.log.at.push_back(now * 1000);
+  b.c->Sample();
+  b.c->Heartbeat();
+  s.digest = Reduce(a, s, now);
+  now += 100;
+  // b's lease expires: its record is gone from the store.
+  s.recs.erase("b");
+  s.digest = Reduce(a, s, now);
+  a.c->Heartbeat();
+  auto st = a.c->Status();
+  bool dead = false;
+  for (const auto& m : st.members)
+    if (m.node == "b") dead = m.state == "dead" && m.unpersisted == 1 && m.paths == std::vector<std::string>{"f1"};
+  cr_expect(dead, "a does not list b dead with its file");
+  auto d = nlohmann::json::parse(s.digest);
+  cr_expect_eq(d["lost"].size(), 1u);
+  // b mounts again: its record is back, it is no longer lost.
+  b.c->Heartbeat();
+  s.digest = Reduce(a, s, now);
+  a.c->Heartbeat();
+  for (const auto& m : a.c->Status().members)
+    if (m.node == "b") cr_expect_eq(m.state, "live");
+  cr_expect(nlohmann::json::parse(s.digest)["lost"].empty());
+}
+
+Test(cluster_digest, future_records_are_no_members) {
+  int64_t now = 1000;
+  DigestStore s;
+  Node a("a", &s, &now);
+  a.log.at.push_back(now * 1000);
+  a.c->Sample();
+  a.c->Heartbeat();
+  const int64_t future = (now + 10LL * 365 * 86400 * 1000) * 1000;
+  s.recs["ghost"] = nlohmann::json({{"version", 2},
+                                    {"cluster", "job"},
+                                    {"node", "ghost"},
+                                    {"state", "live"},
+                                    {"heartbeat_us", future},
+                                    {"watermark_us", 0},
+                                    {"oldest_gate_us", 1},
+                                    {"unpersisted", 1},
+                                    {"paths", nlohmann::json::array()},
+                                    {"refused", nlohmann::json::array()}})
+                        .dump();
+  s.recs["junk"] = "{not json";
+  now += 100;
+  s.digest = Reduce(a, s, now);
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(1), "a forged record held the drain");
+  auto st = a.c->Status();
+  cr_expect_eq(st.refused.size(), 1u);
+  cr_expect_eq(st.refused[0].node, "ghost");
+  cr_expect_eq(st.members_total, 1u);
+}
+
+Test(cluster_digest, stale_digest_holds) {
+  int64_t now = 1000;
+  DigestStore s;
+  Node a("a", &s, &now), b("b", &s, &now);
+  b.c->Heartbeat();
+  s.digest = Reduce(b, s, now);  // read before a's entry
+  now += 10;
+  a.log.at.push_back(now * 1000);
+  a.c->Sample();
+  now += 200;
+  a.c->Heartbeat();  // a's record names its entry; the digest is older
+  cr_expect(!a.c->MayPublish(1), "published on a digest read before the entry's gate + skew");
+  cr_expect(a.c->Status().waiting_for == std::vector<std::string>{"(this node's next read of the records)"});
+  b.c->Heartbeat();
+  s.digest = Reduce(b, s, now);
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(1));
+  // A digest dated in this node's future is not used.
+  s.digest = Reduce(b, s, now + 10000);
+  a.log.at.push_back(now * 1000);
+  a.c->Sample();
+  now += 100;
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(2));
+  cr_expect(a.c->Status().last_error.find("future") != std::string::npos, "%s", a.c->Status().last_error.c_str());
+}
+
+Test(cluster_digest, small_at_a_thousand_members) {
+  int64_t now = 1000;
+  DigestStore s;
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < 1000; i++) {
+    nodes.push_back(std::make_unique<Node>("node" + std::to_string(i), &s, &now));
+    if (i % 3 == 0) {
+      nodes.back()->log.at.push_back((now - i) * 1000);
+      nodes.back()->c->Sample();
+    }
+    nodes.back()->c->Heartbeat();
+    now++;
+  }
+  std::string d = Reduce(*nodes[0], s, now);
+  auto j = nlohmann::json::parse(d);
+  cr_expect_eq(j["members"].get<int>(), 1000);
+  cr_expect_leq(j["records"].size(), 4u);
+  cr_expect_lt(d.size(), 8192u, "digest of %zu bytes", d.size());
+}
