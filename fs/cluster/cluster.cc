@@ -311,16 +311,17 @@ void Cluster::Tick() {
     // waits for the heartbeat.
     if (reduces_) {
       // Membership is the lease: a record is written when it changes what
-      // another member may do — this node's oldest pending entry while
-      // others have entries pending, the last one applied, an entry its
-      // record does not name yet — or when a pending entry of another
-      // member needs a record of this node newer than its gate + skew.
-      // Else every kDigestHeartbeats heartbeats (a few a minute): O(1)
-      // records a node per checkpoint, not one a tick.
-      write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs * kDigestHeartbeats ||
-              (write_error_.empty() &&
-               ((applied != written_applied_ && (need_us_ > 0 || applied >= log_->LoggedSeq())) ||
-                (waiting_ && wait_gate_ > stored_us_) || (need_us_ > stored_us_ && now >= need_us_)));
+      // another member may do — entries applied (its oldest pending gate
+      // moved: members with later entries wait for that; skipping it while
+      // no other member seemed to wait stalled a 200-member run), an entry
+      // its record does not name yet — or when a pending entry of another
+      // member needs a record of this node newer than its gate + skew; at
+      // most one a tick. Else every kDigestHeartbeats heartbeats (a few a
+      // minute), and after a failed write every heartbeat: O(1) records a
+      // node per checkpoint and file, not one a tick.
+      write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs * (write_error_.empty() ? kDigestHeartbeats : 1) ||
+              (write_error_.empty() && (applied != written_applied_ || (waiting_ && wait_gate_ > stored_us_) ||
+                                        (need_us_ > stored_us_ && now >= need_us_)));
     } else {
       write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs ||
               (write_error_.empty() && read_error_.empty() &&

@@ -156,8 +156,9 @@ class Cluster {
   // With a store that reduces (etcd: fs/cluster/etcd_records.h), the
   // elected member's work: every member's record, read from `as_of` (its
   // clock when the read began), to the digest every member reads instead
-  // of the records (cluster_digest.cc); and the time at which a new
-  // reduction would let an entry pass that this one holds (0: none).
+  // of the records (cluster_digest.cc), "" if it would say nothing new;
+  // and the time at which a new reduction would let an entry pass that
+  // this one holds (0: none).
   std::pair<std::string, int64_t> Reduce(const std::vector<std::pair<std::string, std::string>>& records,
                                          int64_t as_of);
 
@@ -250,6 +251,8 @@ class Cluster {
   std::map<std::string, Record> reduced_ GUARDED_BY(mu_);
   std::deque<Record> lost_ GUARDED_BY(mu_);          // vanished with files pending, newest last
   std::vector<Record> digest_lost_ GUARDED_BY(mu_);  // the digest's lost members (not among others_)
+  std::string reduced_body_ GUARDED_BY(mu_);         // the last digest written, but its time
+  int64_t reduced_as_of_ GUARDED_BY(mu_) = 0;
   int alive_fd_ = -1;  // opened by LoadSamples (Init), before the threads start
   std::thread sampler_, heart_;
 };

@@ -28,7 +28,10 @@ constexpr int64_t kUsPerMs = 1000;
 constexpr size_t kDeciding = 2;   // records of each order carried (see above)
 constexpr size_t kLostKept = 16;  // vanished members named in the digest
 constexpr size_t kLostPaths = 4;
-constexpr size_t kAllUpTo = 16;  // a cluster this small: every record in the digest (status lists them all)
+constexpr size_t kAllUpTo = 16;
+constexpr int64_t kDigestRefreshUs =
+    60 * 1000 * 1000;  // an unchanged digest is rewritten this often  // a cluster this small: every record in the
+                       // digest (status lists them all)
 }  // namespace
 
 std::pair<std::string, int64_t> Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>& records,
@@ -71,7 +74,9 @@ std::pair<std::string, int64_t> Cluster::Reduce(const std::vector<std::pair<std:
   auto by_g = take(pending, [](const Record* a, const Record* b) {
     return std::tie(*a->oldest_gate_us, a->node) < std::tie(*b->oldest_gate_us, b->node);
   });
-  std::vector<const Record*> deciding = live.size() <= kAllUpTo ? live : by_t;
+  // With nothing pending, T decides nothing: only membership goes in (a
+  // small cluster's records all go in, for status).
+  std::vector<const Record*> deciding = live.size() <= kAllUpTo ? live : pending.empty() ? by_g : by_t;
   for (const Record* r : by_g)
     if (std::find(deciding.begin(), deciding.end(), r) == deciding.end()) deciding.push_back(r);
   // When a new reduction would let an entry pass: its gate + skew, once
@@ -120,9 +125,36 @@ std::pair<std::string, int64_t> Cluster::Reduce(const std::vector<std::pair<std:
                         {"noticed", r.problem}});
   }
   if (unreadable) LOG_DEBUG("cluster {}: {} records not readable; no members", opt_.name, unreadable);
-  Json d = {{"version", 1},      {"cluster", opt_.name},   {"leader", opt_.node},
-            {"as_of_us", as_of}, {"members", live.size()}, {"pending", pending.size()},
-            {"records", recs},   {"refused", refused_j},   {"lost", lost_j}};
+  // The newest oldest-pending gate of any member: a record of every member
+  // newer than it + skew lets every pending entry be ordered (ReadDigest:
+  // each member writes one then), so a checkpoint costs each node O(1)
+  // records, not one for each gate that becomes the cluster's oldest.
+  std::optional<int64_t> newest;
+  for (const Record* r : pending) newest = std::max(newest.value_or(0), *r->oldest_gate_us);
+  Json d = {{"version", 1},
+            {"cluster", opt_.name},
+            {"leader", opt_.node},
+            {"members", live.size()},
+            {"pending", pending.size()},
+            {"records", recs},
+            {"refused", refused_j},
+            {"lost", lost_j},
+            {"newest_gate_us", newest ? Json(*newest) : Json(nullptr)}};
+  std::string body = d.dump(-1, ' ', false, Json::error_handler_t::replace);
+  // Written only when it says something new: its content changed, or a
+  // later read lets a pending entry pass (its gate + skew lies between the
+  // last digest's read and this one's). An idle cluster's members
+  // refreshing their records every 30 s write no digest.
+  bool fresh_needed = false;
+  {
+    MutexLock lk(&mu_);
+    for (const Record* r : pending)
+      if (*r->oldest_gate_us + skew >= reduced_as_of_ && *r->oldest_gate_us + skew < as_of) fresh_needed = true;
+    if (body == reduced_body_ && !fresh_needed && as_of - reduced_as_of_ < kDigestRefreshUs) return {"", due};
+    reduced_body_ = body;
+    reduced_as_of_ = as_of;
+  }
+  d["as_of_us"] = as_of;
   return {d.dump(-1, ' ', false, Json::error_handler_t::replace), due};
 }
 
@@ -136,7 +168,7 @@ void Cluster::ReadDigest(const std::string& digest) {
   }
   std::vector<Record> others, refused;
   std::vector<Record> lost;
-  int64_t as_of = 0;
+  int64_t as_of = 0, newest = 0;
   uint64_t members = 0;
   std::string leader;
   try {
@@ -145,6 +177,7 @@ void Cluster::ReadDigest(const std::string& digest) {
     as_of = d.at("as_of_us").get<int64_t>();
     members = d.at("members").get<uint64_t>();
     leader = d.at("leader").get<std::string>();
+    if (auto it = d.find("newest_gate_us"); it != d.end() && !it->is_null()) newest = it->get<int64_t>();
     for (const Json& x : d.at("records")) {
       const std::string node = x.at("node").get<std::string>();
       if (node == opt_.node) continue;
@@ -218,10 +251,9 @@ void Cluster::ReadDigest(const std::string& digest) {
     else LOG_INFO("cluster {}: no member refuses this node's records any more", opt_.name);
     refused_by_ = refused_by;
   }
-  need_us_ = 0;
-  for (const Record& r : others)
-    if (r.oldest_gate_us)
-      need_us_ = need_us_ == 0 ? *r.oldest_gate_us + skew : std::min(need_us_, *r.oldest_gate_us + skew);
+  // A record of this node newer than every pending gate + skew (Tick writes
+  // it once the clock is there): then no pending entry waits for this node.
+  need_us_ = newest > 0 && newest <= now + skew ? newest + skew : 0;
   others_ = std::move(others);
   refused_ = std::move(refused);
   read_at_ = as_of;

@@ -254,6 +254,12 @@ void EtcdRecords::Reduce() {
     return;
   }
   auto [digest, due] = reducer_(*list, as_of);
+  if (digest.empty()) {  // nothing new to say
+    MutexLock lk(&mu_);
+    stats_.reductions++;
+    due_ = due;
+    return;
+  }
   auto r = client_.PutIfEqual(prefix_ + kSummary, digest, 0, prefix_ + kLeader, mine);
   MutexLock lk(&mu_);
   stats_.txns++;

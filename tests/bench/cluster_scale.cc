@@ -5,6 +5,11 @@
 //   build/cluster_scale --endpoint http://127.0.0.1:PORT [--bucket ckptfs-test]
 //                       [--members 4,16,64] [--seconds 10] [--heartbeat-ms 500]
 //   build/cluster_scale --posix DIR ...      (records in a directory instead)
+//   build/cluster_scale --etcd HOST:PORT[,...] [--etcd-dir DIR] [--members 100,1000]
+//                       [--seconds 60] [--period-ms 10000]
+//                       (--cluster-store etcd: the checkpoint workload below;
+//                        --etcd-dir: tests/etcd/etcd.sh's DIR, for etcd's CPU)
+//   ... --posix DIR --checkpoints   (the checkpoint workload over the backend's records)
 //
 // Each member is a real fs::Cluster (its sampler and heartbeat threads,
 // its records through the S3 backend's PutRecord/ListRecords) over a fake
@@ -15,12 +20,18 @@
 // achieved against the target, the time one heartbeat's writes and reads
 // took (median and max), and how stale each member's view of the others
 // was at the end (the oldest record age any member saw).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +39,7 @@
 #include "backend/s3_backend.h"
 #include "common/mutex.h"
 #include "fs/cluster/cluster.h"
+#include "fs/cluster/etcd_records.h"
 
 using namespace ckpt;
 
@@ -86,6 +98,320 @@ class CountingStore final : public fs::RecordStore {
   std::unique_ptr<fs::RecordStore> inner_;
 };
 
+// The checkpoint workload: every period each member logs one shard, which
+// its drain may apply `drain_ms` later; 50 ms after the last shard is
+// closed (the barrier) member 0 logs `latest`. A driver applies each
+// member's head entry once it is ready and the cluster lets it
+// (MayPublish), as the drainer does.
+class CkptLog final : public fs::LogView {
+ public:
+  uint64_t Log(int64_t ready_ms) {
+    MutexLock lk(&mu_);
+    ready_.push_back(ready_ms);
+    logged_.push_back(fs::Cluster::WallClockUs());
+    return ready_.size();
+  }
+  uint64_t Head(int64_t now_ms) {
+    MutexLock lk(&mu_);
+    return applied_ < ready_.size() && ready_[applied_] <= now_ms ? applied_ + 1 : 0;
+  }
+  void Apply() {
+    MutexLock lk(&mu_);
+    applied_++;
+  }
+  uint64_t LoggedSeq() override {
+    MutexLock lk(&mu_);
+    return ready_.size();
+  }
+  uint64_t AppliedSeq() override {
+    MutexLock lk(&mu_);
+    return applied_;
+  }
+  std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) override {
+    MutexLock lk(&mu_);
+    std::vector<std::string> paths;
+    for (uint64_t i = applied_; i < ready_.size() && paths.size() < max; i++)
+      paths.push_back("step/shard" + std::to_string(i));
+    return {ready_.size() - applied_, paths};
+  }
+  std::vector<std::pair<uint64_t, int64_t>> LoggedTimes(uint64_t from, uint64_t to) override {
+    MutexLock lk(&mu_);
+    std::vector<std::pair<uint64_t, int64_t>> out;
+    for (uint64_t s = std::max<uint64_t>(from, applied_ + 1); s <= to && s <= logged_.size(); s++)
+      out.emplace_back(s, logged_[s - 1]);
+    return out;
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<int64_t> ready_ GUARDED_BY(mu_), logged_ GUARDED_BY(mu_);
+  uint64_t applied_ GUARDED_BY(mu_) = 0;
+};
+
+// etcd's CPU seconds (its members' utime + stime) and database size.
+double EtcdCpuSeconds(const std::string& dir) {
+  double total = 0;
+  for (int i = 0; i < 16; i++) {
+    std::ifstream pf(dir + "/m" + std::to_string(i) + ".pid");
+    long pid = 0;
+    if (!(pf >> pid)) break;
+    std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(st, line);
+    auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string f;
+    std::vector<std::string> fields;
+    while (rest >> f) fields.push_back(f);
+    if (fields.size() > 13) total += (std::stod(fields[11]) + std::stod(fields[12])) / sysconf(_SC_CLK_TCK);
+  }
+  return total;
+}
+
+double EtcdDbMiB(const std::string& endpoint) {
+  std::string cmd = "curl -sf -m 5 " + endpoint + "/metrics | awk '/^etcd_mvcc_db_total_size_in_bytes / {print $2}'";
+  FILE* f = popen(cmd.c_str(), "r");
+  double v = 0;
+  if (f) {
+    if (fscanf(f, "%lf", &v) != 1) v = 0;
+    pclose(f);
+  }
+  return v / (1 << 20);
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+// The checkpoint workload with M members over etcd (`etcd`: endpoints) or
+// the backend's records (`be`).
+void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, const std::string& etcd_dir,
+                    backend::Backend* be) {
+  const std::string name = "ckpt-" + std::to_string(m) + "-" + std::to_string(NowMs());
+  std::vector<std::unique_ptr<CkptLog>> logs;
+  std::vector<std::unique_ptr<fs::RecordStore>> stores;
+  std::vector<fs::EtcdRecords*> etcds;
+  std::vector<std::unique_ptr<fs::Cluster>> nodes;
+  for (int i = 0; i < m; i++) {
+    logs.push_back(std::make_unique<CkptLog>());
+    fs::ClusterOptions o;
+    o.name = name;
+    o.node = "node" + std::to_string(i);
+    o.sample_ms = 20;
+    o.member_timeout_ms = 10000;
+    if (!etcd.empty()) {
+      fs::EtcdRecordsOptions eo;
+      eo.client.endpoints = *fs::etcd::ParseStoreUrl("etcd://" + etcd);
+      eo.url = "etcd://" + etcd;
+      eo.cluster = name;
+      eo.node = o.node;
+      eo.lease_ttl_s = 10;
+      auto st = std::make_unique<fs::EtcdRecords>(eo, fs::Cluster::WallClockUs);
+      etcds.push_back(st.get());
+      stores.push_back(std::move(st));
+    } else {
+      stores.push_back(fs::BackendRecords(be, name));
+      o.tick_ms = 25;
+    }
+    nodes.push_back(std::make_unique<fs::Cluster>(o, stores.back().get(), logs.back().get(), ""));
+    if (!etcds.empty()) {
+      fs::Cluster* c = nodes.back().get();
+      etcds.back()->SetReducer([c](const auto& recs, int64_t as_of) { return c->Reduce(recs, as_of); });
+      if (!etcds.back()->Open()) std::fprintf(stderr, "member %d: %s\n", i, etcds.back()->LastError().c_str());
+    }
+    nodes.back()->Init();
+    (void)nodes.back()->Join();
+  }
+  const double cpu0 = etcd_dir.empty() ? 0 : EtcdCpuSeconds(etcd_dir);
+  for (auto& n : nodes) n->Start();
+  // The driver: logs each checkpoint, applies what the cluster lets pass.
+  std::atomic<bool> stop{false};
+  Mutex mu;
+  std::vector<int64_t> shard_done(m, 0);  // this checkpoint's shard applied, ms (0: not yet)
+  std::vector<double> latency;            // last shard applied -> latest applied, ms
+  int out_of_order = 0, ckpts = 0;
+  std::vector<uint64_t> latest_seq;  // member 0's `latest` entries
+  std::thread applier([&] {
+    while (!stop) {
+      const int64_t now = NowMs();
+      for (int i = 0; i < m; i++) {
+        for (uint64_t seq; (seq = logs[i]->Head(now)) != 0 && nodes[i]->MayPublish(seq);) {
+          logs[i]->Apply();
+          MutexLock lk(&mu);
+          if (i == 0 && std::find(latest_seq.begin(), latest_seq.end(), seq) != latest_seq.end()) {
+            const int64_t last = *std::max_element(shard_done.begin(), shard_done.end());
+            if (std::find(shard_done.begin(), shard_done.end(), 0) != shard_done.end()) out_of_order++;
+            else latency.push_back(static_cast<double>(now - last));
+            std::fill(shard_done.begin(), shard_done.end(), 0);
+          } else {
+            shard_done[i] = now;
+          }
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  std::mt19937 rng(static_cast<unsigned>(m));
+  const int64_t start = NowMs();
+  for (int k = 0;; k++) {
+    const int64_t t = start + 2000 + static_cast<int64_t>(k) * period_ms;
+    if (t + period_ms > start + seconds * 1000LL) break;
+    while (NowMs() < t) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int i = 0; i < m; i++) logs[i]->Log(NowMs() + 100 + static_cast<int64_t>(rng() % 400));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the barrier
+    uint64_t seq = logs[0]->Log(NowMs() + 5);
+    {
+      MutexLock lk(&mu);
+      latest_seq.push_back(seq);
+    }
+    ckpts++;
+  }
+  // The last checkpoint's `latest` reaches the backend, or 30 s pass.
+  for (int i = 0; i < 3000 && logs[0]->AppliedSeq() < logs[0]->LoggedSeq(); i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const double elapsed = static_cast<double>(NowMs() - start) / 1000.0;
+  stop = true;
+  applier.join();
+  auto st0 = nodes[0]->Status();
+  uint64_t live = st0.members_total;
+  if (st0.waiting) {
+    std::string who;
+    for (const auto& w : st0.waiting_for) who += " " + w;
+    std::fprintf(stderr, "cluster_scale: member 0's drain still waits (entry %llu) for:%s\n",
+                 static_cast<unsigned long long>(st0.wait_seq), who.c_str());
+    if (!etcds.empty()) {
+      auto d0 = etcds[0]->Digest().value_or("");
+      auto s0 = etcds[0]->Stats();
+      std::fprintf(stderr,
+                   "  node0: digests seen %llu, leader %d, last store error '%s', status error '%s', digest %.120s\n",
+                   static_cast<unsigned long long>(s0.digests_seen), etcds[0]->leader(), etcds[0]->LastError().c_str(),
+                   st0.last_error.c_str(), d0.c_str());
+    }
+    std::string all;
+    for (int k = 0; k < m; k++) {
+      auto sk = nodes[k]->Status();
+      if (!sk.waiting) continue;
+      all += " node" + std::to_string(k) + "@" + std::to_string(sk.wait_seq) + "(" +
+             std::to_string(logs[k]->AppliedSeq()) + "/" + std::to_string(logs[k]->LoggedSeq()) + ")->";
+      for (const auto& x : sk.waiting_for) all += x + ",";
+    }
+    std::fprintf(stderr, "  waiting:%s\n", all.c_str());
+    if (!etcds.empty()) {
+      auto list = etcds[0]->List();
+      auto d0 = nlohmann::json::parse(etcds[0]->Digest().value_or("{}"));
+      for (const auto& x : d0["records"]) {
+        std::string node = x["node"], rec = x["record"];
+        for (const auto& [n, b] : *list)
+          if (n == node && b != rec)
+            std::fprintf(stderr, "  STALE in digest: %s\n    digest %s\n    store  %s\n", node.c_str(), rec.c_str(),
+                         b.c_str());
+      }
+      auto es = etcds[0]->Stats();
+      std::fprintf(stderr, "  leader: reductions %llu ranges %llu txns %llu\n",
+                   static_cast<unsigned long long>(es.reductions), static_cast<unsigned long long>(es.ranges),
+                   static_cast<unsigned long long>(es.txns));
+    }
+    // Follow the chain of waits to a member that does not wait.
+    std::vector<int> chain = {0};
+    for (int hop = 0; hop < 10; hop++) {
+      auto sk = nodes[chain.back()]->Status();
+      if (!sk.waiting) break;
+      int next = -1;
+      for (const auto& x : sk.waiting_for)
+        if (x.starts_with("node")) next = std::atoi(x.c_str() + 4);
+      if (next < 0 || std::find(chain.begin(), chain.end(), next) != chain.end()) break;
+      chain.push_back(next);
+    }
+    for (int k : chain) {
+      if (k >= m || etcds.empty()) continue;
+      auto sk = nodes[k]->Status();
+      auto es = etcds[k]->Stats();
+      std::fprintf(stderr,
+                   "  node%d: applied %llu/%llu puts %llu keepalives %llu grants %llu err '%s' status err '%s' blocked "
+                   "'%s' self T %lld G %lld\n",
+                   k, static_cast<unsigned long long>(logs[k]->AppliedSeq()),
+                   static_cast<unsigned long long>(logs[k]->LoggedSeq()), static_cast<unsigned long long>(es.puts),
+                   static_cast<unsigned long long>(es.keepalives), static_cast<unsigned long long>(es.grants),
+                   etcds[k]->LastError().c_str(), sk.last_error.c_str(), sk.publish_blocked_reason.c_str(),
+                   static_cast<long long>(sk.members.empty() ? 0 : 0), 0LL);
+      for (const auto& mm : sk.members)
+        if (mm.self)
+          std::fprintf(stderr, "    self T %lld G %lld unp %llu\n", static_cast<long long>(mm.heartbeat_ms % 100000),
+                       static_cast<long long>(mm.oldest_gate_ms.value_or(0) % 100000),
+                       static_cast<unsigned long long>(mm.unpersisted));
+        else
+          std::fprintf(stderr, "    view %s T %lld G %lld\n", mm.node.c_str(),
+                       static_cast<long long>(mm.heartbeat_ms % 100000),
+                       static_cast<long long>(mm.oldest_gate_ms.value_or(0) % 100000));
+      {
+        std::string wf;
+        for (const auto& x : sk.waiting_for) wf += " " + x;
+        auto dg = nlohmann::json::parse(etcds[k]->Digest().value_or("{}"));
+        std::fprintf(stderr, "    waiting %d seq %llu gate %lld for%s; its digest as_of %lld:", sk.waiting,
+                     static_cast<unsigned long long>(sk.wait_seq), static_cast<long long>(sk.wait_gate_ms % 100000),
+                     wf.c_str(), static_cast<long long>(dg.value("as_of_us", 0LL) / 1000 % 100000));
+        for (const auto& x : dg["records"]) {
+          auto r = nlohmann::json::parse(x["record"].get<std::string>());
+          std::fprintf(
+              stderr, " %s(T%lld,G%lld)", r["node"].get<std::string>().c_str(),
+              static_cast<long long>(r["heartbeat_ms"].get<int64_t>() % 100000),
+              static_cast<long long>(r["oldest_gate_ms"].is_null() ? 0 : r["oldest_gate_ms"].get<int64_t>() % 100000));
+        }
+        std::fprintf(stderr, "\n");
+      }
+    }
+    for (const auto& w : st0.waiting_for) {
+      if (!w.starts_with("node")) continue;
+      const int k = std::atoi(w.c_str() + 4);
+      if (k < 0 || k >= m) continue;
+      auto sk = nodes[k]->Status();
+      std::string d = etcds.empty() ? "" : etcds[k]->Digest().value_or("");
+      std::string wf;
+      for (const auto& x : sk.waiting_for) wf += " " + x;
+      wf += " | members:";
+      for (const auto& mm : sk.members)
+        wf += " " + mm.node + "(T" + std::to_string(mm.heartbeat_ms % 100000) + ",G" +
+              (mm.oldest_gate_ms ? std::to_string(*mm.oldest_gate_ms % 100000) : "-") + ")";
+      wf += " | digests seen " + std::to_string(etcds.empty() ? 0 : etcds[k]->Stats().digests_seen) + " err '" +
+            (etcds.empty() ? "" : etcds[k]->LastError()) + "' as_of " +
+            (d.size() > 30 ? d.substr(12, 16) : std::string("-"));
+      wf += " | wait gate " + std::to_string(sk.wait_gate_ms % 100000) + " log applied " +
+            std::to_string(logs[k]->AppliedSeq()) + "/" + std::to_string(logs[k]->LoggedSeq()) + " gate(applied+1) " +
+            std::to_string(nodes[k]->GateTime(logs[k]->AppliedSeq() + 1).value_or(0) / 1000 % 100000);
+      std::fprintf(stderr, "  %s: waits for%s (seq %llu); blocked '%s', error '%s', members %llu, digest %.10s\n",
+                   w.c_str(), wf.c_str(), static_cast<unsigned long long>(sk.wait_seq),
+                   sk.publish_blocked_reason.c_str(), sk.last_error.c_str(),
+                   static_cast<unsigned long long>(sk.members_total), d.c_str());
+    }
+  }
+  size_t blocked = 0;
+  for (auto& n : nodes)
+    if (!n->Status().publish_blocked_reason.empty()) blocked++;
+  for (auto& n : nodes) n->Stop();
+  const double cpu = etcd_dir.empty() ? 0 : EtcdCpuSeconds(etcd_dir) - cpu0;
+  fs::EtcdRecordsStats sum;
+  for (auto* e : etcds) {
+    auto s = e->Stats();
+    sum.puts += s.puts, sum.ranges += s.ranges, sum.txns += s.txns, sum.keepalives += s.keepalives;
+    sum.grants += s.grants, sum.digests_seen += s.digests_seen, sum.reductions += s.reductions;
+  }
+  for (auto* e : etcds) e->Close(true);
+  MutexLock lk(&mu);
+  const double per = static_cast<double>(std::max(ckpts, 1)) * m;
+  std::printf("%8d %6s %6d %9zu %10.0f %10.0f %10.0f %9.2f %9.2f %8.1f %9.1f %10.1f %9llu %8d %8.1f %7.1f %8zu\n", m,
+              etcd.empty() ? "posix" : "etcd", ckpts, latency.size(), Percentile(latency, 0.5),
+              Percentile(latency, 0.99), latency.empty() ? 0 : *std::max_element(latency.begin(), latency.end()),
+              static_cast<double>(sum.puts + sum.txns) / per, static_cast<double>(sum.keepalives) / per,
+              static_cast<double>(sum.digests_seen) / per, static_cast<double>(sum.ranges) / std::max(ckpts, 1),
+              static_cast<double>(sum.puts + sum.txns + sum.keepalives + sum.ranges + sum.grants) / elapsed,
+              static_cast<unsigned long long>(live), out_of_order, cpu,
+              etcd.empty() ? 0 : EtcdDbMiB("http://" + etcd.substr(0, etcd.find(','))), blocked);
+  std::fflush(stdout);
+}
+
 std::vector<int> ParseList(const std::string& s) {
   std::vector<int> out;
   size_t pos = 0;
@@ -101,9 +427,10 @@ std::vector<int> ParseList(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string endpoint, bucket = "ckptfs-test", posix;
+  std::string endpoint, bucket = "ckptfs-test", posix, etcd, etcd_dir;
   std::vector<int> members = {4, 16, 64};
-  int seconds = 10, heartbeat = 500;
+  int seconds = 10, heartbeat = 500, period_ms = 10000;
+  bool checkpoints = false;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -113,11 +440,41 @@ int main(int argc, char** argv) {
     else if (a == "--members") members = ParseList(next());
     else if (a == "--seconds") seconds = std::atoi(next().c_str());
     else if (a == "--heartbeat-ms") heartbeat = std::atoi(next().c_str());
+    else if (a == "--etcd") etcd = next();
+    else if (a == "--etcd-dir") etcd_dir = next();
+    else if (a == "--period-ms") period_ms = std::atoi(next().c_str());
+    else if (a == "--checkpoints") checkpoints = true;
     else {
       std::fprintf(stderr, "usage: cluster_scale --endpoint URL [--bucket B] [--members 4,16,64] [--seconds 10] "
                            "[--heartbeat-ms 500]\n");
       return 2;
     }
+  }
+  // A thousand members hold a few thousand sockets.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  if (!etcd.empty() || checkpoints) {
+    if (!etcd.empty() && !fs::etcd::ParseStoreUrl("etcd://" + etcd)) {
+      std::fprintf(stderr, "cluster_scale: --etcd: want HOST:PORT[,HOST:PORT...]\n");
+      return 2;
+    }
+    std::unique_ptr<backend::Backend> pbe;
+    if (etcd.empty()) {
+      auto b = backend::OpenPosixBackend(posix);
+      if (!b) {
+        std::fprintf(stderr, "cluster_scale: --posix DIR is required with --checkpoints\n");
+        return 2;
+      }
+      pbe = std::move(*b);
+    }
+    std::printf("%8s %6s %6s %9s %10s %10s %10s %9s %9s %8s %9s %10s %9s %8s %8s %7s %8s\n", "members", "store",
+                "ckpts", "measured", "p50 ms", "p99 ms", "max ms", "wr/ck/nd", "ka/ck/nd", "dg/ck/nd", "rng/ckpt",
+                "store rq/s", "live", "order!", "etcd cpu", "db MiB", "blocked");
+    for (int m : members) RunCheckpoints(m, seconds, period_ms, etcd, etcd_dir, pbe.get());
+    return 0;
   }
   if (endpoint.empty() == posix.empty() || seconds < 1 || heartbeat < 10) {
     std::fprintf(stderr, "cluster_scale: --endpoint or --posix is required; --seconds >= 1, --heartbeat-ms >= 10\n");

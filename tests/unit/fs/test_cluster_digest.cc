@@ -69,9 +69,12 @@ struct Node {
   }
 };
 
+// The elected member's reduction: the digest it writes ("" from Reduce:
+// nothing new, the store keeps the last one).
 std::string Reduce(Node& leader, DigestStore& s, int64_t now_ms) {
   auto list = s.List();
-  return leader.c->Reduce(*list, now_ms * 1000).first;
+  std::string d = leader.c->Reduce(*list, now_ms * 1000).first;
+  return d.empty() ? s.digest : d;
 }
 
 }  // namespace
@@ -219,7 +222,9 @@ Test(cluster_digest, stale_digest_holds) {
   a.c->Heartbeat();
   cr_expect(a.c->MayPublish(1));
   // A digest dated in this node's future is not used.
-  s.digest = Reduce(b, s, now + 10000);
+  auto future = nlohmann::json::parse(s.digest);
+  future["as_of_us"] = (now + 10000) * 1000;  // the elected member's clock 10 s ahead
+  s.digest = future.dump();
   a.log.at.push_back(now * 1000);
   a.c->Sample();
   now += 100;
@@ -243,6 +248,15 @@ Test(cluster_digest, small_at_a_thousand_members) {
   }
   std::string d = Reduce(*nodes[0], s, now);
   auto j = nlohmann::json::parse(d);
+  // Idle (nothing pending, nothing changed): the next reduction writes nothing.
+  for (auto& n : nodes) n->log.applied = n->log.at.size();
+  for (auto& n : nodes) n->c->Heartbeat();
+  auto list = s.List();
+  cr_expect(!nodes[0]->c->Reduce(*list, now * 1000).first.empty(), "the drained cluster's digest changed");
+  now += 1000;
+  for (auto& n : nodes) n->c->Heartbeat();
+  list = s.List();
+  cr_expect(nodes[0]->c->Reduce(*list, now * 1000).first.empty(), "an idle cluster's refreshed records wrote a digest");
   cr_expect_eq(j["members"].get<int>(), 1000);
   cr_expect_leq(j["records"].size(), 4u);
   cr_expect_lt(d.size(), 8192u, "digest of %zu bytes", d.size());
