@@ -22,11 +22,8 @@ COMMON=(--cluster job --member-timeout "$TIMEOUT")
 # CLUSTER_STORE=etcd (cluster_order_etcd.sh): the same, with the records in
 # a 3-member etcd (--cluster-store): b is dead when its lease expires.
 if [ "${CLUSTER_STORE:-}" = etcd ]; then
-  rc=0
-  EPS=$("$ROOT/tests/etcd/etcd.sh" start "$T/etcd" 3) || rc=$?
-  [ "$rc" = 77 ] && skip "etcd is not installed"
-  [ "$rc" = 0 ] || fail "etcd did not start"
-  at_exit "\"$ROOT/tests/etcd/etcd.sh\" stop \"$T/etcd\""
+  start_etcd 3
+  EPS=$ETCD_EPS
   COMMON+=(--cluster-store "etcd://$EPS")
 fi
 mount_node a -- "${COMMON[@]}" --node a

@@ -18,11 +18,8 @@
 source "$(dirname "$0")/../lib/common.sh"
 
 ETCD=$ROOT/tests/etcd/etcd.sh
-rc=0
-EPS=$("$ETCD" start "$T/etcd" 3) || rc=$?
-[ "$rc" = 77 ] && skip "etcd is not installed"
-[ "$rc" = 0 ] || fail "etcd did not start"
-at_exit "\"$ETCD\" stop \"$T/etcd\""
+start_etcd 3
+EPS=$ETCD_EPS
 STORE="etcd://$EPS"
 note "etcd at $EPS"
 

@@ -15,11 +15,8 @@ source "$(dirname "$0")/../lib/common.sh"
 "$PY" "$ROOT/tests/crash/test_checks.py" || fail "the harness's own checks misbehave"
 STORE_ARGS=()
 if [ "${CLUSTER_STORE:-}" = etcd ]; then  # crash_multinode_etcd.sh
-  rc=0
-  EPS=$("$ROOT/tests/etcd/etcd.sh" start "$T/etcd" 3) || rc=$?
-  [ "$rc" = 77 ] && skip "etcd is not installed"
-  [ "$rc" = 0 ] || fail "etcd did not start"
-  at_exit "\"$ROOT/tests/etcd/etcd.sh\" stop \"$T/etcd\""
+  start_etcd 3
+  EPS=$ETCD_EPS
   STORE_ARGS=(--cluster-store "etcd://$EPS")
 fi
 rc=0

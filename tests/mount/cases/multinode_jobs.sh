@@ -23,11 +23,8 @@ $PY -c 'import torch' 2>/dev/null || skip "$PY has no torch"
 NODES=(a b c d)
 COMMON=(--cluster job --member-timeout 30 --cache-size 512M)
 if [ "${CLUSTER_STORE:-}" = etcd ]; then  # multinode_jobs_etcd.sh: the records in a 3-member etcd
-  rc=0
-  EPS=$("$ROOT/tests/etcd/etcd.sh" start "$T/etcd" 3) || rc=$?
-  [ "$rc" = 77 ] && skip "etcd is not installed"
-  [ "$rc" = 0 ] || fail "etcd did not start"
-  at_exit "\"$ROOT/tests/etcd/etcd.sh\" stop \"$T/etcd\""
+  start_etcd 3
+  EPS=$ETCD_EPS
   COMMON+=(--cluster-store "etcd://$EPS")
 fi
 for n in "${NODES[@]}"; do

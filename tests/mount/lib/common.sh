@@ -273,6 +273,16 @@ mount_fs() {
 #   kill_node NAME     kill -9 its daemon and wait until it is gone; its dead
 #                      mount stays (ENOTCONN, as after a crash) until
 #                      mount_node NAME, whose `ckptfs mount` detaches it
+# start_etcd [MEMBERS]: a private etcd (tests/etcd/etcd.sh) of MEMBERS (1)
+# members under $T/etcd, stopped at exit; sets ETCD_EPS (HOST:PORT,...).
+# Skips the case when etcd is not installed.
+start_etcd() {
+  local rc=0
+  ETCD_EPS=$("$ROOT/tests/etcd/etcd.sh" start "$T/etcd" "${1:-1}") || rc=$?
+  [ "$rc" = 77 ] && skip "etcd is not installed"
+  [ "$rc" = 0 ] || fail "etcd did not start"
+  at_exit "\"$ROOT/tests/etcd/etcd.sh\" stop \"$T/etcd\""
+}
 node_mnt() { echo "$T/$1/mnt"; }
 node_state() { echo "$T/$1/state"; }
 _node_pid() { _our_daemons | while read -r p; do
