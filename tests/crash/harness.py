@@ -772,6 +772,14 @@ class Iteration:
                 e = m.error
                 if e and errno_name(e["errno"]) not in IO_ERRNOS:
                     self.notes.append(f"writer stopped with {errno_name(e['errno'])} at {e['at']}")
+            elif rc == -signal.SIGABRT and m.error and errno_name(m.error["errno"]) in IO_ERRNOS \
+                    and m.error["at"].endswith(".pt"):
+                # torch 1.13's zip writer: an I/O error inside torch.save
+                # (journaled above) is raised again by its C++ destructor,
+                # which aborts the process. The writer did stop on the I/O
+                # error; the abort is torch's (seed 5624841).
+                self.notes.append(f"writer aborted inside torch.save after {errno_name(m.error['errno'])} "
+                                  f"at {m.error['at']} (torch's zip writer destructor)")
             else:
                 errs.append(f"writer exited {rc} (want 0 or 3: stopped by an I/O error)")
 
