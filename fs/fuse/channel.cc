@@ -218,6 +218,9 @@ void FuseChannel::PatchReply(struct iovec* iov, int count) {
         out->flags2 |= kOverIoUringFlag2;
         // The kernel's largest request payload, which every entry must hold.
         uring_payload_ = std::max<size_t>({8192, out->max_write, size_t{out->max_pages} * 4096});
+        // The rings are set up right after this reply (StartUring): until
+        // they run, requests come through /dev/fuse and status says so.
+        uring_why_ = "starting (the rings are set up after INIT)";
         uring_negotiated_.store(true, std::memory_order_release);
       }
     }

@@ -15,12 +15,14 @@ set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 require_root
 
-uring_active() { $CKPTFS status --json "$MNT" | $PY -c 'import json,sys; print(json.load(sys.stdin)["fuse_io_uring"]["active"])'; }
 uring_requests() { $CKPTFS status --json "$MNT" | $PY -c 'import json,sys; print(json.load(sys.stdin)["fuse_io_uring"]["requests"])'; }
 
+uring_state() { wait_uring && $CKPTFS status --json "$MNT" | $PY -c 'import json,sys; u=json.load(sys.stdin)["fuse_io_uring"]; print(u["active"], u["why_not"])'; }
+
 mount_fs --fsync backend
-if [ "$(uring_active)" != True ]; then
-  why=$($CKPTFS status --json "$MNT" | $PY -c 'import json,sys; print(json.load(sys.stdin)["fuse_io_uring"]["why_not"])')
+state=$(uring_state)
+if [ "${state%% *}" != True ]; then
+  why=${state#* }
   case "$why" in
     *"no FUSE over io_uring"*|*"cannot be turned on"*) skip "this kernel: $why" ;;
     *) fail "io_uring not in use on a kernel that has it: $why" ;;
@@ -81,12 +83,12 @@ same_bytes "$MNT/ranks/__3_23.distcp" "$BACKEND/ranks/__3_23.distcp" || fail "ba
 crash_daemon
 mount_fs --fsync backend
 $PY -c 'import torch,sys; torch.load(sys.argv[1])' "$MNT/model.pt" || fail "torch.load after kill -9 and remount"
-[ "$(uring_active)" = True ] || fail "io_uring not used after remount"
+[ "$(uring_state)" = "True " ] || fail "io_uring not used after remount: $(uring_state)"
 umount_fs
 
 # 3. -o io_uring=off: /dev/fuse, and status says why.
 mount_fs -o io_uring=off
-[ "$(uring_active)" = False ] || fail "-o io_uring=off still uses io_uring"
+[ "$(uring_state)" = "False off (-o io_uring=off)" ] || fail "-o io_uring=off still uses io_uring"
 $CKPTFS status "$MNT" | grep -q "^requests   through /dev/fuse (io_uring off (-o io_uring=off))" ||
   fail "status: $($CKPTFS status "$MNT" | grep ^requests)"
 same_bytes "$MNT/ranks/__0_0.distcp" "$BACKEND/ranks/__0_0.distcp" || fail "read over /dev/fuse differs"

@@ -14,6 +14,7 @@ require_root
 field() { $CKPTFS status --json "$MNT" | $PY -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 
 mount_fs
+wait_uring
 if [ "$(field '["fuse_io_uring"]["active"]')" != True ]; then
   why=$(field '["fuse_io_uring"]["why_not"]')
   case "$why" in

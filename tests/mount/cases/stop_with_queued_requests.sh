@@ -25,6 +25,7 @@ at_exit 'rm -f "$T/pause"'
 CKPTFS_DRAIN_PAUSE_FILE=$T/pause CKPTFS_FETCH_DELAY_MS=2000 mount_fs --cache-size 16M
 pid=$(_our_daemons | head -1)
 [ -n "$pid" ] || fail "no daemon"
+wait_uring
 uring=$("$CKPTFS" status "$MNT" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["fuse_io_uring"]["active"])')
 note "requests over io_uring: $uring"
 # The tier full of dirty files the paused drain cannot free, then writers

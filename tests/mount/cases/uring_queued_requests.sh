@@ -16,6 +16,7 @@ source "$(dirname "$0")/../lib/common.sh"
 touch "$T/pause"
 CKPTFS_URING_THREADS=1 CKPTFS_DRAIN_PAUSE_FILE=$T/pause mount_fs --cache-size 8M
 at_exit 'rm -f "$T/pause"'
+wait_uring
 "$CKPTFS" status "$MNT" --json > "$T/st0.json"
 $PY -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j["fuse_io_uring"]["active"] else 77)' "$T/st0.json" \
   || skip "requests do not come over io_uring here"

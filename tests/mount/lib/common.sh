@@ -262,6 +262,17 @@ mount_fs() {
   stat "$MNT" >/dev/null || fail "mount point not usable right after mount"
 }
 
+# FUSE over io_uring starts right after the kernel's INIT, a moment after the
+# mount is usable (over /dev/fuse until then; status says "starting"):
+# cases that check which way requests come wait for it.
+wait_uring() {
+  for _ in $(seq 200); do
+    "$CKPTFS" status "${1:-$MNT}" | grep -q "^requests   through /dev/fuse (io_uring starting" || return 0
+    sleep 0.1
+  done
+  fail "FUSE over io_uring still starting 20 s after the mount"
+}
+
 # Several mounts over one backend (cluster cases), each a "node" NAME with
 # its own mount point $T/NAME/mnt, state dir $T/NAME/state and tier dir
 # $TIER-NAME (removed at exit with $TIER):
