@@ -31,6 +31,9 @@
 //   fuse.throw            every FUSE callback throws std::runtime_error at its
 //                         top (fs/fuse/fuse_ops.cc Guard): it must answer EIO
 //   fuse.nomem            ... throws std::bad_alloc: it must answer ENOMEM
+//   etcd.cut              every request to etcd fails and open watches end
+//                         (fs/cluster/etcd_client.cc): a node cut off from
+//                         the cluster store
 //   s3.exchange.after_first_move   an S3 Rename with exchange stops after its
 //                         first move (backend/s3_backend.cc Rename): a
 //                         half-done exchange for the retry to finish

@@ -356,8 +356,9 @@ void Cluster::Heartbeat() {
     // The store holds an older record of this node, or none: the others
     // cannot see the entries logged since. MayPublish says no until a
     // write succeeds.
+    std::string msg = store_->LastError();
+    if (msg.empty()) msg = std::string("writing this node's record: ") + strerror(st.error());
     MutexLock lk(&mu_);
-    std::string msg = std::string("writing this node's record: ") + strerror(st.error());
     if (write_error_ != msg) LOG_WARN("cluster {}: {} (retried every heartbeat)", opt_.name, msg);
     write_error_ = msg;
     return;

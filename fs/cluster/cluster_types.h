@@ -62,6 +62,9 @@ class RecordStore {
   virtual std::optional<std::string> Digest() { return std::nullopt; }
   // What the store is, for status ("backend records", "etcd://...").
   virtual std::string Describe() { return "backend records"; }
+  // Why the store's last request failed, in its own words ("" : not known
+  // beyond the errno).
+  virtual std::string LastError() { return ""; }
 };
 
 // The records of cluster `name` in `be` (Backend::PutRecord/ListRecords).

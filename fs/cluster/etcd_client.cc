@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "common/failpoint.h"
 #include "common/log.h"
 
 namespace ckpt::fs::etcd {
@@ -84,6 +85,7 @@ struct Transfer {
   const std::function<bool(const char*, size_t)>* sink;
   const std::atomic<bool>* stop;
   bool too_big = false;
+  bool cut = false;  // the fault etcd.cut stopped it
 };
 
 size_t OnBody(char* p, size_t size, size_t n, void* ud) {
@@ -100,6 +102,12 @@ size_t OnBody(char* p, size_t size, size_t n, void* ud) {
 
 int OnProgress(void* ud, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   auto* t = static_cast<Transfer*>(ud);
+  // Tests: a node cut off from etcd (CKPTFS_FAULT=etcd.cut:FILE) loses its
+  // open watches too, as a partition would end them.
+  if (FAULT("etcd.cut")) {
+    t->cut = true;
+    return 1;
+  }
   return t->stop && t->stop->load() ? 1 : 0;
 }
 
@@ -197,6 +205,10 @@ std::string Client::LastError() {
 int Client::Perform(CURL* h, size_t endpoint, const std::string& path, const std::string& body, std::string* out,
                     long* status, const std::function<bool(const char*, size_t)>* sink, const std::atomic<bool>* stop) {
   const std::string url = opt_.endpoints[endpoint] + path;
+  if (FAULT("etcd.cut")) {
+    SetError(fmt::format("{}: unreachable (fault etcd.cut)", opt_.endpoints[endpoint]));
+    return ECONNREFUSED;
+  }
   std::string token;
   {
     MutexLock lk(&mu_);
@@ -234,6 +246,10 @@ int Client::Perform(CURL* h, size_t endpoint, const std::string& path, const std
   if (t.too_big) {
     SetError(fmt::format("{}: a reply of more than {} MiB", opt_.endpoints[endpoint], kMaxReplyBytes >> 20));
     return EIO;
+  }
+  if (t.cut) {
+    SetError(fmt::format("{}: unreachable (fault etcd.cut)", opt_.endpoints[endpoint]));
+    return ECONNREFUSED;
   }
   if (rc != CURLE_OK) {
     if (stop && stop->load()) return ECANCELED;

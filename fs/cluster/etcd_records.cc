@@ -31,7 +31,9 @@ void EtcdRecords::SetError(const std::string& e) {
 
 std::string EtcdRecords::LastError() {
   MutexLock lk(&mu_);
-  return error_;
+  if (!lease_lost_) return error_;
+  return fmt::format("this node's lease expired (cut off from etcd for more than {} s): the others count it dead{}{}",
+                     std::max(kMinTtlS, opt_.lease_ttl_s), error_.empty() ? "" : "; ", error_);
 }
 
 EtcdRecordsStats EtcdRecords::Stats() {
@@ -61,6 +63,7 @@ Result<int64_t> EtcdRecords::Lease() {
   if (lease_lost_) LOG_WARN("cluster {}: node {} rejoins under a new lease", opt_.cluster, opt_.node);
   lease_ = *id;
   lease_lost_ = false;
+  lease_ok_ = std::chrono::steady_clock::now();
   return *id;
 }
 
@@ -209,13 +212,22 @@ void EtcdRecords::KeepAliveLoop() {
     auto ttl = client_.KeepAlive(lease);
     MutexLock lk(&mu_);
     stats_.keepalives++;
-    if (ttl && *ttl == 0 && lease_ == lease) {
-      // Cut off longer than the TTL: the store dropped this node's record
-      // (the others count it dead). A new lease at the next record.
+    if (lease_ != lease) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (ttl && *ttl > 0) {
+      lease_ok_ = now;
+      continue;
+    }
+    // The store says the lease is gone, or it has not confirmed it for
+    // longer than the TTL (cut off): either way the others count this node
+    // dead and its record is gone. It rejoins under a new lease with its
+    // next record; until then it elects nothing and reduces nothing.
+    const auto ttl_s = std::max(kMinTtlS, opt_.lease_ttl_s);
+    if (ttl || now - lease_ok_ > std::chrono::seconds(ttl_s)) {
       LOG_ERROR(
-          "cluster {}: node {}'s lease expired (cut off from etcd for more than {} s): the others count it "
+          "cluster {}: node {}'s lease expired (cut off from etcd for more than {} s{}): the others count it "
           "dead; it rejoins with its next record",
-          opt_.cluster, opt_.node, opt_.lease_ttl_s);
+          opt_.cluster, opt_.node, ttl_s, ttl ? "" : ": " + client_.LastError());
       lease_lost_ = true;
       leading_ = false;
     }

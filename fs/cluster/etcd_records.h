@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -76,7 +77,8 @@ class EtcdRecords final : public RecordStore {
   std::optional<std::string> Digest() override;
   std::string Describe() override;
 
-  std::string LastError();
+  // The last failure, and whether this node's lease expired meanwhile.
+  std::string LastError() override;
   EtcdRecordsStats Stats();
   bool leader();
   std::string prefix() const { return prefix_; }
@@ -103,6 +105,9 @@ class EtcdRecords final : public RecordStore {
   CondVar cv_;
   int64_t lease_ GUARDED_BY(mu_) = 0;
   bool lease_lost_ GUARDED_BY(mu_) = false;
+  // When the store last confirmed the lease (granted, or a keep-alive
+  // answered): cut off longer than the TTL, the node knows it was dropped.
+  std::chrono::steady_clock::time_point lease_ok_ GUARDED_BY(mu_);
   std::string leader_value_ GUARDED_BY(mu_);  // digest/leader as last seen ("" : none)
   std::string digest_ GUARDED_BY(mu_);
   bool leading_ GUARDED_BY(mu_) = false;

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# A node alive but cut off from etcd (issue #28): mounts a and b over one
+# backend, a 1-member etcd, member timeout 2 s. b's daemon runs with
+# CKPTFS_FAULT=etcd.cut:FILE: while FILE exists every request it makes to
+# etcd fails and its open watches end, as in a network partition.
+#  1. Step 1 on both: `latest` reaches the backend.
+#  2. b cut off; each writes its shard of step 2, a writes `latest`: b's
+#     writes land in RAM but it publishes nothing (its shard stays out of
+#     the backend, and its status says why); b notices its lease expired
+#     (log); a counts b dead and publishes `latest` (b's shard lost, as for
+#     a dead node).
+#  3. b reconnected: it rejoins under a new lease (log), a lists it live
+#     again, and b's shard of step 2 drains.
+# serial: waits out a lease (the member timeout)
+source "$(dirname "$0")/../lib/common.sh"
+require_root
+
+start_etcd 1
+COMMON=(--cluster job --member-timeout 2 --cluster-store "etcd://$ETCD_EPS")
+mount_node a -- "${COMMON[@]}" --node a
+mount_node b "CKPTFS_FAULT=etcd.cut:$T/cut" -- "${COMMON[@]}" --node b
+A=$(node_mnt a) B=$(node_mnt b)
+status_json() { "$CKPTFS" status "$1" --json; }
+jq_py() { $PY -c "import json,sys; j=json.load(sys.stdin); $1"; }
+members_of_a() { status_json "$A" | jq_py "m = {x['node']: x['state'] for x in j['cluster']['members']}; $1"; }
+wait_for() {  # wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds
+  local n=$(($1 * 10)) what=$2
+  shift 2
+  for _ in $(seq "$n"); do "$@" 2> /dev/null && return 0; sleep 0.1; done
+  fail "$what"
+}
+b_log_has() { grep -q -- "$1" "$(node_state b)/ckptfs.log"; }
+
+wait_for 20 "a does not see b live" members_of_a 'assert m.get("b") == "live" and m.get("a") == "live", m'
+
+# ---- 1. a step on both ----
+mkdir -p "$A/global_step1" "$B/global_step1"
+head -c 200000 /dev/urandom > "$A/global_step1/shard_a"
+head -c 200000 /dev/urandom > "$B/global_step1/shard_b"
+echo global_step1 > "$A/latest"
+for n in a b; do "$CKPTFS" drain "$(node_mnt $n)" --timeout 60 > /dev/null || fail "drain of $n"; done
+expect_eq global_step1 "$(cat "$BACKEND/latest")" "latest of step 1"
+
+# ---- 2. b cut off ----
+touch "$T/cut"
+mkdir -p "$A/global_step2" "$B/global_step2"
+head -c 200000 /dev/urandom > "$A/global_step2/shard_a"
+head -c 200000 /dev/urandom > "$B/global_step2/shard_b" || fail "b's save failed while cut off"
+cp "$B/global_step2/shard_b" "$T/shard_b2"
+echo global_step2 > "$A/latest"
+t0=$(date +%s.%N)
+for _ in $(seq 300); do [ "$(cat "$BACKEND/latest")" = global_step2 ] && break; sleep 0.1; done
+[ "$(cat "$BACKEND/latest")" = global_step2 ] ||
+  fail "a did not publish latest after b's lease expired: $(status_json "$A" | jq_py 'print(j["cluster"])')"
+dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+note "b cut off: a published latest $dt s later (lease TTL 2 s)"
+members_of_a 'assert m.get("b", "dead") == "dead", m' || fail "a lists b as $(members_of_a 'print(m)')"
+wait_for 10 "b's log does not say its lease expired" b_log_has "lease expired (cut off from etcd"
+sleep 1
+[ ! -e "$BACKEND/global_step2/shard_b" ] || fail "b published its shard while cut off from etcd"
+b_says_why() {
+  status_json "$B" > "$T/b-status.json"
+  jq_py < "$T/b-status.json" '
+c = j["cluster"]
+assert "lease expired" in c["last_error"] and "etcd.cut" in c["last_error"], c
+assert c["waiting"] and c["publish_blocked_reason"], c
+'
+}
+b_says_why || sleep 2
+b_says_why || fail "b's status does not say why it holds: $(jq_py 'print(j["cluster"])' < "$T/b-status.json")"
+note "b (cut off) held its shard, noticed its lease expired, and its status says why"
+
+# ---- 3. b reconnected ----
+rm -f "$T/cut"
+wait_for 30 "b did not rejoin under a new lease" b_log_has "rejoins under a new lease"
+wait_for 30 "a does not list b live again" members_of_a 'assert m["b"] == "live", m'
+"$CKPTFS" drain "$B" --timeout 60 > /dev/null || fail "b: drain after reconnecting"
+cmp "$T/shard_b2" "$BACKEND/global_step2/shard_b" || fail "b's shard of step 2 differs in the backend"
+expect_eq global_step2 "$(cat "$BACKEND/latest")" "latest after b rejoined"
+note "b reconnected: rejoined under a new lease, live on a, its shard drained"
+
+for n in a b; do umount_node $n; done
+check_log --allow-errors "lease expired|etcd.cut" --allow-warnings "etcd.cut|is dead|rejoins|lost|unreachable|lease"
+echo "PASS: $CASE"
