@@ -203,7 +203,9 @@ std::string Client::LastError() {
 }
 
 int Client::Perform(CURL* h, size_t endpoint, const std::string& path, const std::string& body, std::string* out,
-                    long* status, const std::function<bool(const char*, size_t)>* sink, const std::atomic<bool>* stop) {
+                    long* status, const std::function<bool(const char*, size_t)>* sink, const std::atomic<bool>* stop,
+                    int64_t timeout_ms) {
+  if (timeout_ms <= 0) timeout_ms = opt_.timeout_ms;
   const std::string url = opt_.endpoints[endpoint] + path;
   if (FAULT("etcd.cut")) {
     SetError(fmt::format("{}: unreachable (fault etcd.cut)", opt_.endpoints[endpoint]));
@@ -225,7 +227,7 @@ int Client::Perform(CURL* h, size_t endpoint, const std::string& path, const std
   curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, OnBody);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, std::min<int64_t>(opt_.timeout_ms, 2000));
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, std::min<int64_t>(timeout_ms, 2000));
   curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 5L);
   curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 2L);
@@ -234,7 +236,7 @@ int Client::Perform(CURL* h, size_t endpoint, const std::string& path, const std
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, OnProgress);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, &t);
   } else {
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(opt_.timeout_ms));
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_ms));
   }
   if (!opt_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, opt_.ca_file.c_str());
   if (!opt_.cert_file.empty()) curl_easy_setopt(h, CURLOPT_SSLCERT, opt_.cert_file.c_str());
@@ -286,7 +288,7 @@ Status Client::Authenticate(size_t endpoint) {
   return Err(EACCES);
 }
 
-Result<std::string> Client::Call(const std::string& path, const std::string& body) {
+Result<std::string> Client::Call(const std::string& path, const std::string& body, int64_t timeout_ms) {
   size_t first;
   {
     MutexLock lk(&mu_);
@@ -311,12 +313,13 @@ Result<std::string> Client::Call(const std::string& path, const std::string& bod
       CURL* h = TakeHandle();
       std::string out;
       long status = 0;
-      int e = Perform(h, ep, path, body, &out, &status, nullptr, nullptr);
+      int e = Perform(h, ep, path, body, &out, &status, nullptr, nullptr, timeout_ms);
       GiveHandle(h);
       if (e) {
         last = e;
         break;  // the next endpoint
       }
+      if (status < 500) unreachable_.store(false, std::memory_order_release);
       {
         MutexLock lk(&mu_);
         current_ = ep;
@@ -346,6 +349,8 @@ Result<std::string> Client::Call(const std::string& path, const std::string& bod
       return Err(EIO);
     }
   }
+  // No endpoint answered (or each said it cannot serve: no leader).
+  if (last != EACCES) unreachable_.store(true, std::memory_order_release);
   return Err(last);
 }
 
@@ -360,11 +365,12 @@ static auto Parsed(Client* c, const Result<std::string>& r, F f) -> Result<declt
   }
 }
 
-Result<RangeResult> Client::Range(const std::string& key, const std::string& range_end, int64_t limit) {
+Result<RangeResult> Client::Range(const std::string& key, const std::string& range_end, int64_t limit,
+                                  int64_t timeout_ms) {
   Json req = {{"key", B64(key)}};
   if (!range_end.empty()) req["range_end"] = B64(range_end);
   if (limit > 0) req["limit"] = std::to_string(limit);
-  return Parsed(this, Call("/v3/kv/range", req.dump()), [](const Json& j) {
+  return Parsed(this, Call("/v3/kv/range", req.dump(), timeout_ms), [](const Json& j) {
     RangeResult r;
     r.revision = Revision(j);
     r.kvs = ParseKvs(j);
@@ -420,7 +426,7 @@ Result<TxnResult> Client::PutIfEqual(const std::string& key, const std::string& 
   return Parsed(this, Call("/v3/kv/txn", req.dump()), ParseTxn);
 }
 
-Result<int64_t> Client::Txn(const std::vector<Op>& ops) {
+Result<int64_t> Client::Txn(const std::vector<Op>& ops, int64_t timeout_ms) {
   Json success = Json::array();
   for (const Op& op : ops) {
     if (!op.del) {
@@ -432,7 +438,7 @@ Result<int64_t> Client::Txn(const std::vector<Op>& ops) {
     success.push_back({{"request_delete_range", d}});
   }
   Json req = {{"success", success}};
-  return Parsed(this, Call("/v3/kv/txn", req.dump()), [](const Json& j) { return Revision(j); });
+  return Parsed(this, Call("/v3/kv/txn", req.dump(), timeout_ms), [](const Json& j) { return Revision(j); });
 }
 
 Result<int64_t> Client::Grant(int64_t ttl_s) {

@@ -77,7 +77,9 @@ class Client {
 
   // Errors: ECONNREFUSED (no endpoint answers), ETIMEDOUT, EACCES (auth),
   // E2BIG (request too large), EIO (anything else); LastError() says more.
-  Result<RangeResult> Range(const std::string& key, const std::string& range_end = "", int64_t limit = 0);
+  // `timeout_ms` as for Txn.
+  Result<RangeResult> Range(const std::string& key, const std::string& range_end = "", int64_t limit = 0,
+                            int64_t timeout_ms = 0);
   Result<int64_t> Put(const std::string& key, const std::string& value, int64_t lease = 0);  // the revision
   Result<int64_t> Delete(const std::string& key, const std::string& range_end = "");         // keys deleted
   // key = value (with `lease`) if the key does not exist.
@@ -92,7 +94,9 @@ class Client {
     std::string value;
     int64_t lease = 0;
   };
-  Result<int64_t> Txn(const std::vector<Op>& ops);  // the revision
+  // The revision. `timeout_ms` (0: Options::timeout_ms) bounds each
+  // endpoint's exchange: a caller that must not wait long passes less.
+  Result<int64_t> Txn(const std::vector<Op>& ops, int64_t timeout_ms = 0);
   // Leases: a new one of `ttl_s` seconds (its id); a keep-alive (the TTL
   // left: 0 if the lease expired); a revocation (its keys are deleted).
   Result<int64_t> Grant(int64_t ttl_s);
@@ -101,6 +105,10 @@ class Client {
 
   // The last failure, as one line without credentials ("" : none yet).
   std::string LastError();
+  // False once a request failed on every endpoint, until one answers
+  // again (a keep-alive, a heartbeat): callers on a reply's path skip the
+  // store meanwhile instead of waiting for its timeouts each time.
+  bool reachable() const { return !unreachable_.load(std::memory_order_acquire); }
 
   // The whole exchange with one endpoint: POST `path` with the JSON `body`,
   // the reply's body bytes to `sink` (a stream: called as they come; false
@@ -111,9 +119,10 @@ class Client {
 
  private:
   // POST `path` with `body`; the reply's JSON text. Fails over endpoints.
-  Result<std::string> Call(const std::string& path, const std::string& body);
+  Result<std::string> Call(const std::string& path, const std::string& body, int64_t timeout_ms = 0);
   int Perform(CURL* h, size_t endpoint, const std::string& path, const std::string& body, std::string* out,
-              long* status, const std::function<bool(const char*, size_t)>* sink, const std::atomic<bool>* stop);
+              long* status, const std::function<bool(const char*, size_t)>* sink, const std::atomic<bool>* stop,
+              int64_t timeout_ms = 0);
   Status Authenticate(size_t endpoint) EXCLUDES(mu_);
   CURL* TakeHandle() EXCLUDES(mu_);
   void GiveHandle(CURL* h) EXCLUDES(mu_);
@@ -125,6 +134,7 @@ class Client {
   size_t current_ GUARDED_BY(mu_) = 0;  // the endpoint that answered last
   std::string token_ GUARDED_BY(mu_);   // auth token ("" : none)
   std::string error_ GUARDED_BY(mu_);
+  std::atomic<bool> unreachable_{false};
 };
 
 // A watch of [key, range_end) from `start_revision` (0: now), on a thread of

@@ -16,6 +16,10 @@ using meta::LogOp;
 namespace {
 constexpr size_t kTxnOps = 128;  // etcd's --max-txn-ops default
 constexpr int64_t kSweepMs = 25;
+// A reply waits about this long at most for etcd (the store's
+// requests take milliseconds; one that takes longer is not worth a stalled
+// mkdir: the change reaches the others through the backend instead).
+constexpr int64_t kAnnounceTimeoutMs = 1000;
 
 int64_t SteadyMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -45,6 +49,11 @@ EtcdNames::~EtcdNames() { Stop(); }
 
 std::string EtcdNames::Key(const std::string& path) const { return records_->prefix() + "ns/" + path; }
 
+int64_t EtcdNames::ReplyBudgetMs() const {
+  // Shared by the endpoints the client may try in turn.
+  return std::max<int64_t>(200, kAnnounceTimeoutMs / static_cast<int64_t>(records_->client()->endpoint_count()));
+}
+
 void EtcdNames::Observe(const std::vector<meta::LogEntry>& entries) {
   MutexLock lk(&mu_);
   for (const meta::LogEntry& e : entries) {
@@ -61,7 +70,7 @@ void EtcdNames::Observe(const std::vector<meta::LogEntry>& entries) {
   }
 }
 
-void EtcdNames::Write(const std::vector<Change>& changes) {
+void EtcdNames::Write(const std::vector<Change>& changes, int64_t timeout_ms) {
   auto lease = records_->Lease();
   if (!lease) {
     MutexLock lk(&mu_);
@@ -103,7 +112,7 @@ void EtcdNames::Write(const std::vector<Change>& changes) {
   for (size_t i = 0; i < ops.size(); i += kTxnOps) {
     std::vector<etcd::Client::Op> part(ops.begin() + static_cast<ssize_t>(i),
                                        ops.begin() + static_cast<ssize_t>(std::min(ops.size(), i + kTxnOps)));
-    if (!records_->client()->Txn(part)) failed++;
+    if (!records_->client()->Txn(part, timeout_ms)) failed++;
   }
   MutexLock lk(&mu_);
   stats_.puts += held.size();
@@ -129,7 +138,26 @@ void EtcdNames::Announce() {
     changes.assign(outbox_.begin(), outbox_.end());
     outbox_.clear();
   }
-  if (!changes.empty()) Write(changes);
+  if (changes.empty()) return;
+  if (!records_->client()->reachable()) {
+    // etcd did not answer the last request (the keep-alive finds when it
+    // is back): the reply goes out now, the others see the change within
+    // --shared-ttl of its drain, as when a write below fails.
+    MutexLock lk(&mu_);
+    stats_.failures++;
+    stats_.skipped += changes.size();
+    if (!skipping_)
+      LOG_WARN("cluster: etcd unreachable: namespace changes not written there until it answers ({})",
+               records_->client()->LastError());
+    skipping_ = true;
+    return;
+  }
+  {
+    MutexLock lk(&mu_);
+    if (skipping_) LOG_INFO("cluster: etcd answers: namespace changes written there again");
+    skipping_ = false;
+  }
+  Write(changes, ReplyBudgetMs());
 }
 
 void EtcdNames::Sweep() {
@@ -199,7 +227,10 @@ Result<std::optional<NameStore::Name>> EtcdNames::Get(const std::string& path) {
     MutexLock lk(&mu_);
     stats_.gets++;
   }
-  auto r = records_->client()->Range(Key(path));
+  // A lookup waits for the store no longer than a namespace change does,
+  // and not at all while it is unreachable: the backend decides then.
+  if (!records_->client()->reachable()) return Err(ECONNREFUSED);
+  auto r = records_->client()->Range(Key(path), "", 0, ReplyBudgetMs());
   if (!r) return Err(r.error());
   if (r->kvs.empty()) return std::optional<Name>();
   const etcd::KeyValue& kv = r->kvs[0];

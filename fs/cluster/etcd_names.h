@@ -47,16 +47,20 @@ class EtcdNames final : public NameStore {
   void Observe(const std::vector<meta::LogEntry>& entries);
   // Before the reply of a namespace change: every name change logged so
   // far is in the store (or the store failed: logged, the change stands).
+  // Waits about 1 s at most (200 ms an endpoint at least), and not at all
+  // while the store is unreachable (etcd::Client::reachable).
   void Announce();
   // Puts the names of persisted files, deletes the keys that expired.
   void Sweep();
   void Start();
   void Stop();
 
+  // Waits as Announce does; ECONNREFUSED at once while etcd is unreachable.
   Result<std::optional<Name>> Get(const std::string& path) override;
 
   struct Stats {
     uint64_t puts = 0, deletes = 0, gets = 0, failures = 0;
+    uint64_t skipped = 0;  // changes not sent: etcd was unreachable
   };
   Stats stats();
 
@@ -71,9 +75,11 @@ class EtcdNames final : public NameStore {
     int64_t applied_ms = 0;  // steady ms when its entry was seen applied (0: not yet)
   };
   std::string Key(const std::string& path) const;
+  // How long a FUSE reply waits for one endpoint (Announce, Get).
+  int64_t ReplyBudgetMs() const;
   // The requests for `changes` (puts and deletes), in one transaction per
   // 128 operations (etcd's limit).
-  void Write(const std::vector<Change>& changes);
+  void Write(const std::vector<Change>& changes, int64_t timeout_ms = 0);
 
   EtcdRecords* const records_;
   OpLog* const log_;
@@ -87,6 +93,7 @@ class EtcdNames final : public NameStore {
   std::deque<Held> held_ GUARDED_BY(mu_);      // keys written, deleted hold_ms after applied
   Stats stats_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
+  bool skipping_ GUARDED_BY(mu_) = false;  // Announce skips the store (logged once)
   std::thread sweeper_;
 };
 

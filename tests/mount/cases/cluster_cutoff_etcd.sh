@@ -11,6 +11,9 @@
 #     a dead node).
 #  3. b reconnected: it rejoins under a new lease (log), a lists it live
 #     again, and b's shard of step 2 drains.
+#  4. etcd frozen (SIGSTOP: it accepts connections and answers nothing):
+#     a's mkdir answers within 2.5 s (the names' budget), the next ones at
+#     once (etcd marked unreachable); thawed, the job goes on.
 # serial: waits out a lease (the member timeout)
 source "$(dirname "$0")/../lib/common.sh"
 require_root
@@ -79,6 +82,25 @@ cmp "$T/shard_b2" "$BACKEND/global_step2/shard_b" || fail "b's shard of step 2 d
 expect_eq global_step2 "$(cat "$BACKEND/latest")" "latest after b rejoined"
 note "b reconnected: rejoined under a new lease, live on a, its shard drained"
 
+# ---- 4. etcd frozen ----
+ETCD_PID=$(cat "$T/etcd/m0.pid")
+kill -STOP "$ETCD_PID"
+at_exit "kill -CONT $ETCD_PID 2> /dev/null || true"
+ms() { date +%s%3N; }
+t0=$(ms); mkdir "$A/frozen1"; t1=$(ms)
+[ $((t1 - t0)) -lt 2500 ] || fail "a's first mkdir with etcd frozen took $((t1 - t0)) ms"
+t2=$(ms); mkdir "$A/frozen2"; mv "$A/frozen2" "$A/frozen3"; t3=$(ms)
+[ $((t3 - t2)) -lt 500 ] || fail "a's next mkdir and rename with etcd frozen took $((t3 - t2)) ms"
+note "etcd frozen: a's first mkdir $((t1 - t0)) ms, the next mkdir and rename $((t3 - t2)) ms"
+kill -CONT "$ETCD_PID"
+mkdir -p "$A/global_step3" "$B/global_step3"
+head -c 200000 /dev/urandom > "$A/global_step3/shard_a"
+head -c 200000 /dev/urandom > "$B/global_step3/shard_b"
+echo global_step3 > "$A/latest"
+for n in a b; do "$CKPTFS" drain "$(node_mnt $n)" --timeout 60 > /dev/null || fail "drain of $n after etcd thawed"; done
+expect_eq global_step3 "$(cat "$BACKEND/latest")" "latest after etcd thawed"
+[ -f "$BACKEND/global_step3/shard_b" ] || fail "b's shard of step 3 missing"
+
 for n in a b; do umount_node $n; done
-check_log --allow-errors "lease expired|etcd.cut" --allow-warnings "etcd.cut|is dead|rejoins|lost|unreachable|lease"
+check_log --allow-errors "lease expired|etcd.cut" --allow-warnings "etcd|is dead|rejoins|lost|unreachable|lease|drain holds"
 echo "PASS: $CASE"

@@ -3,8 +3,11 @@
 // on free 127.0.0.1 ports): keys, transactions, leases and their expiry,
 // watches, fail-over between the members of a 3-member etcd, and bad store
 // addresses refused.
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <criterion/options.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -226,6 +229,47 @@ Test(etcd_client, unreachable_store_fails_fast) {
   cr_assert_eq(r.error(), ECONNREFUSED);
   cr_assert_lt(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
   cr_assert(c.LastError().find("127.0.0.1:1") != std::string::npos);
+}
+
+Test(etcd_client, hung_store_bounded_and_marked_unreachable) {
+  // A store that accepts connections and never answers (a hung etcd, a
+  // proxy in front of a dead one): a request with a short budget gives up
+  // in about that budget, and the client says it is unreachable.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  cr_assert_geq(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  cr_assert_eq(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  cr_assert_eq(listen(fd, 16), 0);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  Client c(Opts({"http://127.0.0.1:" + std::to_string(ntohs(a.sin_port))}));
+  cr_assert(c.reachable());
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = c.Txn({{false, "/k", "", "v", 0}}, 300);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  close(fd);
+  cr_assert(!r.has_value());
+  cr_assert_eq(r.error(), ETIMEDOUT);
+  cr_assert_lt(took, std::chrono::milliseconds(2000), "a 300 ms request took %lld ms",
+               static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  cr_assert(!c.reachable());
+}
+
+Test(etcd_client, reachable_again_once_it_answers, .timeout = 90) {
+  auto eps = Start(1);
+  Client c(Opts(eps, "", "", 3000));
+  cr_assert(c.Put("/k", "1").has_value());
+  cr_assert(c.reachable());
+  int rc = 0;
+  Run(g_script + " stop " + g_dir, &rc);
+  cr_assert(!c.Put("/k", "2").has_value());
+  cr_assert(!c.reachable());
+  Run(g_script + " restart " + g_dir + " 0", &rc);
+  cr_assert_eq(rc, 0, "etcd did not restart");
+  cr_assert(WaitFor([&] { return c.Put("/k", "3").has_value(); }, 20000), "%s", c.LastError().c_str());
+  cr_assert(c.reachable());
 }
 
 Test(etcd_client, users_and_passwords, .timeout = 90) {
