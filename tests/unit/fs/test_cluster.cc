@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "fs/cluster/cluster.h"
+#include "tests/unit/fs/mem_records.h"
 
 using ckpt::Result;
 using ckpt::Status;
@@ -22,20 +23,7 @@ using ckpt::fs::ClusterOptions;
 namespace {
 
 // One shared store of records, as the backend's reserved area.
-struct FakeStore : ckpt::fs::RecordStore {
-  std::map<std::string, std::string> recs;
-  bool down = false;       // both writes and reads fail
-  bool put_fails = false;  // writes fail, reads work (a bucket policy, a full disk)
-  Status Put(const std::string& node, const std::string& bytes) override {
-    if (down || put_fails) return std::unexpected(EIO);
-    recs[node] = bytes;
-    return {};
-  }
-  Result<std::vector<std::pair<std::string, std::string>>> List() override {
-    if (down) return std::unexpected(EIO);
-    return std::vector<std::pair<std::string, std::string>>(recs.begin(), recs.end());
-  }
-};
+using FakeStore = ckpt::test::MemRecords;
 
 // A node's drain log: entries logged (seq, path) and how far it is applied.
 struct FakeLog : ckpt::fs::LogView {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fs/cluster/cluster.h"
+#include "tests/unit/fs/mem_records.h"
 
 using ckpt::Result;
 using ckpt::Status;
@@ -21,21 +22,11 @@ using ckpt::fs::ClusterOptions;
 
 namespace {
 
-struct Store : ckpt::fs::RecordStore {
-  std::map<std::string, std::string> recs;
-  Status Put(const std::string& node, const std::string& bytes) override {
-    recs[node] = bytes;
-    return {};
-  }
-  Result<std::vector<std::pair<std::string, std::string>>> List() override {
-    return std::vector<std::pair<std::string, std::string>>(recs.begin(), recs.end());
-  }
-};
+using Store = ckpt::test::MemRecords;
 
 // The same, reducing: members read `digest` (what the elected one wrote).
 struct DigestStore : Store {
-  std::string digest;
-  std::optional<std::string> Digest() override { return digest; }
+  DigestStore() { digest = ""; }
 };
 
 struct Log : ckpt::fs::LogView {
@@ -74,7 +65,7 @@ struct Node {
 std::string Reduce(Node& leader, DigestStore& s, int64_t now_ms) {
   auto list = s.List();
   std::string d = leader.c->Reduce(*list, now_ms * 1000).first;
-  return d.empty() ? s.digest : d;
+  return d.empty() ? *s.digest : d;
 }
 
 }  // namespace
@@ -163,7 +154,7 @@ Test(cluster_digest, lost_member_and_its_return) {
   for (const auto& m : st.members)
     if (m.node == "b") dead = m.state == "dead" && m.unpersisted == 1 && m.paths == std::vector<std::string>{"f1"};
   cr_expect(dead, "a does not list b dead with its file");
-  auto d = nlohmann::json::parse(s.digest);
+  auto d = nlohmann::json::parse(*s.digest);
   cr_expect_eq(d["lost"].size(), 1u);
   // b mounts again: its record is back, it is no longer lost.
   b.c->Heartbeat();
@@ -171,7 +162,7 @@ Test(cluster_digest, lost_member_and_its_return) {
   a.c->Heartbeat();
   for (const auto& m : a.c->Status().members)
     if (m.node == "b") cr_expect_eq(m.state, "live");
-  cr_expect(nlohmann::json::parse(s.digest)["lost"].empty());
+  cr_expect(nlohmann::json::parse(*s.digest)["lost"].empty());
 }
 
 Test(cluster_digest, future_records_are_no_members) {
@@ -222,7 +213,7 @@ Test(cluster_digest, stale_digest_holds) {
   a.c->Heartbeat();
   cr_expect(a.c->MayPublish(1));
   // A digest dated in this node's future is not used.
-  auto future = nlohmann::json::parse(s.digest);
+  auto future = nlohmann::json::parse(*s.digest);
   future["as_of_us"] = (now + 10000) * 1000;  // the elected member's clock 10 s ahead
   s.digest = future.dump();
   a.log.at.push_back(now * 1000);

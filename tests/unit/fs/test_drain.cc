@@ -9,16 +9,16 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "fs/cluster/cluster.h"
 #include "fs/drain/drain.h"
 #include "tests/unit/fs/helpers.h"
+#include "tests/unit/fs/mem_records.h"
 
 using ckpt::test::Env;
 using ckpt::test::KvKind;
@@ -1248,18 +1248,7 @@ Test(drain, persist_of_a_nested_memory_only_step) {
 namespace {
 
 // The records of a cluster, in memory (the test plays the other member).
-struct MemRecords : ckpt::fs::RecordStore {
-  std::mutex mu;
-  std::map<std::string, std::string> recs;
-  ckpt::Status Put(const std::string& node, const std::string& bytes) override {
-    std::lock_guard lk(mu);
-    recs[node] = bytes;
-    return {};
-  }
-  ckpt::Result<std::vector<std::pair<std::string, std::string>>> List() override {
-    std::lock_guard lk(mu);
-    return std::vector<std::pair<std::string, std::string>>(recs.begin(), recs.end());
-  }
+struct MemRecords : ckpt::test::MemRecords {
   void Other(int64_t heartbeat, std::optional<int64_t> oldest_gate) {
     nlohmann::json j = {{"node", "z"},          {"cluster", "job"},
                         {"state", "live"},      {"heartbeat_ms", heartbeat},
