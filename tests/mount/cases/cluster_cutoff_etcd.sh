@@ -36,13 +36,20 @@ b_log_has() { grep -q -- "$1" "$(node_state b)/ckptfs.log"; }
 
 wait_for 20 "a does not see b live" members_of_a 'assert m.get("b") == "live" and m.get("a") == "live", m'
 
+# step N: a shard on each node, `latest` from a, both drained: it reaches
+# the backend with both shards.
+step() {
+  mkdir -p "$A/global_step$1" "$B/global_step$1"
+  head -c 200000 /dev/urandom > "$A/global_step$1/shard_a"
+  head -c 200000 /dev/urandom > "$B/global_step$1/shard_b"
+  echo "global_step$1" > "$A/latest"
+  for n in a b; do "$CKPTFS" drain "$(node_mnt $n)" --timeout 60 > /dev/null || fail "step $1: drain of $n"; done
+  expect_eq "global_step$1" "$(cat "$BACKEND/latest")" "latest of step $1"
+  [ -f "$BACKEND/global_step$1/shard_b" ] || fail "b's shard of step $1 missing"
+}
+
 # ---- 1. a step on both ----
-mkdir -p "$A/global_step1" "$B/global_step1"
-head -c 200000 /dev/urandom > "$A/global_step1/shard_a"
-head -c 200000 /dev/urandom > "$B/global_step1/shard_b"
-echo global_step1 > "$A/latest"
-for n in a b; do "$CKPTFS" drain "$(node_mnt $n)" --timeout 60 > /dev/null || fail "drain of $n"; done
-expect_eq global_step1 "$(cat "$BACKEND/latest")" "latest of step 1"
+step 1
 
 # ---- 2. b cut off ----
 touch "$T/cut"
@@ -93,13 +100,7 @@ t2=$(ms); mkdir "$A/frozen2"; mv "$A/frozen2" "$A/frozen3"; t3=$(ms)
 [ $((t3 - t2)) -lt 500 ] || fail "a's next mkdir and rename with etcd frozen took $((t3 - t2)) ms"
 note "etcd frozen: a's first mkdir $((t1 - t0)) ms, the next mkdir and rename $((t3 - t2)) ms"
 kill -CONT "$ETCD_PID"
-mkdir -p "$A/global_step3" "$B/global_step3"
-head -c 200000 /dev/urandom > "$A/global_step3/shard_a"
-head -c 200000 /dev/urandom > "$B/global_step3/shard_b"
-echo global_step3 > "$A/latest"
-for n in a b; do "$CKPTFS" drain "$(node_mnt $n)" --timeout 60 > /dev/null || fail "drain of $n after etcd thawed"; done
-expect_eq global_step3 "$(cat "$BACKEND/latest")" "latest after etcd thawed"
-[ -f "$BACKEND/global_step3/shard_b" ] || fail "b's shard of step 3 missing"
+step 3
 
 for n in a b; do umount_node $n; done
 check_log --allow-errors "lease expired|etcd.cut" --allow-warnings "etcd|is dead|rejoins|lost|unreachable|lease|drain holds"
