@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "common/log.h"
 #include "fs/core/oplog.h"
@@ -83,8 +84,11 @@ void EtcdNames::Write(const std::vector<Change>& changes, int64_t timeout_ms) {
     ops.push_back({false, Key(path), "", std::move(value), *lease});
     held.push_back({seq, Key(path), 0});
   };
-  auto del = [&](const std::string& path, bool below) {
-    ops.push_back({true, Key(path), "", "", 0});
+  // A removed name: a tombstone (held as a put is), so that a node that
+  // misses it does not take it from a backend this node's drain has not
+  // reached yet; the names below a directory are deleted.
+  auto del = [&](uint64_t seq, const meta::LogEntry& e, const std::string& path, bool below) {
+    put(seq, path, Value('x', e, node_));
     if (below) ops.push_back({true, Key(path + "/"), etcd::PrefixEnd(Key(path + "/")), "", 0});
   };
   for (const Change& c : changes) {
@@ -98,12 +102,12 @@ void EtcdNames::Write(const std::vector<Change>& changes, int64_t timeout_ms) {
           put(c.seq, e.path, Value('?', e, node_));
           put(c.seq, e.path2, Value(TypeOf(e.mode), e, node_));
         } else {
-          del(e.path, S_ISDIR(e.mode) || e.mode == 0);
+          del(c.seq, e, e.path, S_ISDIR(e.mode) || e.mode == 0);
           put(c.seq, e.path2, Value(TypeOf(e.mode), e, node_));
         }
         break;
-      case LogOp::kUnlink: del(e.path, false); break;
-      case LogOp::kRmdir: del(e.path, true); break;
+      case LogOp::kUnlink: del(c.seq, e, e.path, false); break;
+      case LogOp::kRmdir: del(c.seq, e, e.path, true); break;
       case LogOp::kPersist: put(c.seq, e.path, Value('f', e, node_)); break;
       default: break;
     }
@@ -112,7 +116,19 @@ void EtcdNames::Write(const std::vector<Change>& changes, int64_t timeout_ms) {
   for (size_t i = 0; i < ops.size(); i += kTxnOps) {
     std::vector<etcd::Client::Op> part(ops.begin() + static_cast<ssize_t>(i),
                                        ops.begin() + static_cast<ssize_t>(std::min(ops.size(), i + kTxnOps)));
-    if (!records_->client()->Txn(part, timeout_ms)) failed++;
+    if (records_->client()->Txn(part, timeout_ms)) continue;
+    // etcd refuses a transaction that names a key twice (a name made and
+    // removed in one batch, a put under a directory removed with it): the
+    // same operations one by one, in order.
+    if (records_->client()->LastError().find("duplicate key") == std::string::npos) {
+      failed++;
+      continue;
+    }
+    for (const etcd::Client::Op& op : part)
+      if (!records_->client()->Txn({op}, timeout_ms)) {
+        failed++;
+        break;
+      }
   }
   MutexLock lk(&mu_);
   stats_.puts += held.size();
@@ -175,10 +191,21 @@ void EtcdNames::Sweep() {
     }
     for (Held& h : held_)
       if (h.applied_ms == 0 && h.seq <= applied) h.applied_ms = now;
+    std::vector<std::string> keys;
     while (!held_.empty() && held_.front().applied_ms != 0 && now - held_.front().applied_ms >= hold_ms_ &&
-           expired.size() < kTxnOps) {
-      expired.push_back({true, held_.front().key, "", "", 0});
+           keys.size() < kTxnOps) {
+      keys.push_back(std::move(held_.front().key));
       held_.pop_front();
+    }
+    // A key this node wrote again since (the name made again, removed
+    // again) stays until that later entry expires: deleting it now would
+    // drop a name the backend may not hold yet. Each key once (etcd
+    // refuses a transaction that names one twice).
+    if (!keys.empty()) {
+      std::unordered_set<std::string> later, seen;
+      for (const Held& h : held_) later.insert(h.key);
+      for (std::string& k : keys)
+        if (!later.count(k) && seen.insert(k).second) expired.push_back({true, std::move(k), "", "", 0});
     }
   }
   if (!files.empty()) {
@@ -186,8 +213,6 @@ void EtcdNames::Sweep() {
     Write(files);
   }
   if (!expired.empty()) {
-    // A key rewritten since (the name made again) is deleted too: the
-    // backend holds that one as well by now, or its own key follows.
     if (!records_->client()->Txn(expired)) {
       MutexLock lk(&mu_);
       stats_.failures++;
@@ -251,6 +276,7 @@ Result<std::optional<NameStore::Name>> EtcdNames::Get(const std::string& path) {
     n.entry.mtime_nsec = j.at("mtime_ns").get<uint32_t>();
     if (n.entry.mtime_nsec >= 1000000000u) throw std::runtime_error("mtime_ns out of range");
     n.entry.target = j.value("target", std::string());
+    n.gone = t == "x";
     if (t == "?") n.entry.type = backend::Entry::Type::kFile;  // asked of the backend
   } catch (const std::exception& e) {
     LOG_DEBUG("cluster: etcd name '{}' is not readable ({}); ignored", path, e.what());

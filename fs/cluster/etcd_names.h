@@ -7,9 +7,12 @@
 // symlink's target). This node puts, before the reply of the change
 // (Announce, from Core::AnnounceNames):
 //   mkdir, symlink, link    the new name
-//   rename                  the new name; the old one (and, for a
-//                           directory, every name under it) deleted
-//   unlink, rmdir           the name deleted
+//   rename                  the new name; a tombstone at the old one
+//                           (and, for a directory, every name under it
+//                           deleted)
+//   unlink, rmdir           a tombstone (value t = x): another node's
+//                           miss answers ENOENT, whatever the backend
+//                           still holds
 // and, once a closed file is persisted (the drain applied its entry), the
 // file's name (Sweep): another node's miss or open then asks the backend
 // at once instead of trusting what it found there up to --shared-ttl ago.

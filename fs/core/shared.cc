@@ -299,6 +299,11 @@ std::optional<Result<InodeRecord>> SharedNamespace::LookupInStore(uint64_t paren
   negative_.erase({parent, key});
   p->listed_ok_ns = 0;
   p->listed_ns = 0;
+  // Removed on a node (a tombstone), its drain maybe behind: what the
+  // backend still holds under the name is stale. (This node holds no such
+  // name: the miss was checked above, and a name made here meanwhile
+  // would be a child now.)
+  if ((*got)->gone && !p->children.count(key)) return Result<InodeRecord>(Err(ENOENT));
   const backend::Entry& e = (*got)->entry;
   // A file or symlink: the backend holds it once persisted (the store names
   // files when they are), asked now. A directory made on another node is

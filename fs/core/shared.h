@@ -35,6 +35,10 @@ class NameStore {
   struct Name {
     backend::Entry entry;  // its type, mode, mtime; a symlink's target
     int64_t revision = 0;  // the store's revision of the change
+    // Removed (unlinked, rmdir'ed or renamed away) on a node, maybe not yet
+    // in the backend: a lookup that misses here answers ENOENT, whatever
+    // the backend still holds.
+    bool gone = false;
   };
   virtual ~NameStore() = default;
   // What the store holds for `path` now (nullopt: nothing); an error if it

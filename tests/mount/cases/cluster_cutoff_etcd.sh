@@ -11,6 +11,9 @@
 #     a dead node).
 #  3. b reconnected: it rejoins under a new lease (log), a lists it live
 #     again, and b's shard of step 2 drains.
+#  5. Removals before they reach the backend (a's drain paused): a file a
+#     removes, and the old name of one it renames, are gone for b's next
+#     lookup, though the backend still holds them (the store's tombstones).
 #  4. etcd frozen (SIGSTOP: it accepts connections and answers nothing):
 #     a's mkdir answers within 2.5 s (the names' budget), the next ones at
 #     once (etcd marked unreachable); thawed, the job goes on.
@@ -20,7 +23,7 @@ require_root
 
 start_etcd 1
 COMMON=(--cluster job --member-timeout 2 --cluster-store "etcd://$ETCD_EPS")
-mount_node a -- "${COMMON[@]}" --node a
+mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause" -- "${COMMON[@]}" --node a
 mount_node b "CKPTFS_FAULT=etcd.cut:$T/cut" -- "${COMMON[@]}" --node b
 A=$(node_mnt a) B=$(node_mnt b)
 status_json() { "$CKPTFS" status "$1" --json; }
@@ -101,6 +104,23 @@ t2=$(ms); mkdir "$A/frozen2"; mv "$A/frozen2" "$A/frozen3"; t3=$(ms)
 note "etcd frozen: a's first mkdir $((t1 - t0)) ms, the next mkdir and rename $((t3 - t2)) ms"
 kill -CONT "$ETCD_PID"
 step 3
+
+# ---- 5. removals seen by b before a's drain reaches the backend ----
+mkdir -p "$A/keep"
+echo one > "$A/keep/rm.txt"
+echo two > "$A/keep/old.txt"
+"$CKPTFS" drain "$A" --timeout 60 > /dev/null || fail "drain of a before the removals"
+touch "$T/pause"
+rm "$A/keep/rm.txt"
+mv "$A/keep/old.txt" "$A/keep/new.txt"
+[ -f "$BACKEND/keep/rm.txt" ] && [ -f "$BACKEND/keep/old.txt" ] || fail "the backend lost the names with a's drain paused"
+expect_errno ENOENT stat "$B/keep/rm.txt"
+expect_errno ENOENT stat "$B/keep/old.txt"
+rm -f "$T/pause"
+"$CKPTFS" drain "$A" --timeout 60 > /dev/null || fail "drain of a after the removals"
+[ ! -e "$BACKEND/keep/rm.txt" ] && [ -f "$BACKEND/keep/new.txt" ] || fail "a's removals did not reach the backend"
+expect_eq two "$(cat "$B/keep/new.txt")" "b reads the renamed file once persisted"
+note "a's unlink and rename were seen by b's lookups before a's drain reached the backend"
 
 for n in a b; do umount_node $n; done
 check_log --allow-errors "lease expired|etcd.cut" --allow-warnings "etcd|is dead|rejoins|lost|unreachable|lease|drain holds"
