@@ -370,6 +370,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     if (d->etcd_records) {
       Cluster* c = d->cluster.get();
       d->etcd_records->SetReducer([c](const auto& records, int64_t as_of) { return c->Reduce(records, as_of); });
+      d->etcd_records->SetOnDigest([c] { c->Poke(); });
       if (auto st = d->etcd_records->Open(); !st)
         LOG_WARN("cluster {}: etcd at {} not reachable yet ({}); retried every tick", cfg.cluster, cfg.cluster_store,
                  d->etcd_records->LastError());

@@ -136,11 +136,20 @@ void Cluster::Start() {
       }
       MutexLock lk(&mu_);
       auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.tick_ms);
-      while (!stop_ && cv_.WaitUntil(&mu_, until)) {
+      while (!stop_ && !poked_ && cv_.WaitUntil(&mu_, until)) {
       }
       if (stop_) return;
+      poked_ = false;
     }
   });
+}
+
+void Cluster::Poke() {
+  {
+    MutexLock lk(&mu_);
+    poked_ = true;
+  }
+  cv_.NotifyAll();
 }
 
 void Cluster::Stop() {

@@ -143,6 +143,11 @@ class Cluster {
   bool MayPublish(uint64_t seq);
   // The drain no longer waits (the head was applied another way, or stop).
   void ClearWait();
+  // Something a tick would act on happened (the drain applied an entry, a
+  // digest came): the next tick runs now, not up to tick_ms later. A chain
+  // of members waiting for each other's records moves one store round trip
+  // a member instead of a few ticks (docs/scale.md).
+  void Poke();
 
   // The gate time of entry `seq` (µs): when it was logged, or (recovered
   // entries) the time of the first sample that saw it
@@ -235,6 +240,7 @@ class Cluster {
   std::string written_ GUARDED_BY(mu_);            // this node's last record, as written
   bool clash_noted_ GUARDED_BY(mu_) = false;       // another mount with this node id (logged once)
   bool stop_ GUARDED_BY(mu_) = false;
+  bool poked_ GUARDED_BY(mu_) = false;  // Poke: tick now
   // Exact gate times of pending entries a sample saw (LogView::LoggedTimes),
   // and the newest seq whose time was asked for.
   std::map<uint64_t, int64_t> exact_ GUARDED_BY(mu_);

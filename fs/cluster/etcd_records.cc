@@ -12,6 +12,7 @@ constexpr char kMembers[] = "members/";
 constexpr char kLeader[] = "digest/leader";
 constexpr char kSummary[] = "digest/summary";
 constexpr char kDigestDir[] = "digest/";
+constexpr auto kReduceGap = std::chrono::milliseconds(10);  // between reductions a changed record triggers
 constexpr int64_t kMinTtlS = 2;  // etcd's lease TTL floor (a shorter one is raised by the server)
 }  // namespace
 
@@ -179,7 +180,17 @@ void EtcdRecords::ReadDigestKeys() {
 }
 
 void EtcdRecords::OnDigestEvents(const std::vector<etcd::WatchEvent>& evs) {
-  MutexLock lk(&mu_);
+  bool fresh = false;
+  {
+    MutexLock lk(&mu_);
+    fresh = DigestEventsLocked(evs);
+  }
+  cv_.NotifyAll();
+  if (fresh && on_digest_) on_digest_();
+}
+
+bool EtcdRecords::DigestEventsLocked(const std::vector<etcd::WatchEvent>& evs) {
+  bool fresh = false;
   for (const etcd::WatchEvent& ev : evs) {
     if (ev.kv.key == prefix_ + kLeader) {
       leader_value_ = ev.deleted ? "" : ev.kv.value;
@@ -190,9 +201,10 @@ void EtcdRecords::OnDigestEvents(const std::vector<etcd::WatchEvent>& evs) {
     } else if (ev.kv.key == prefix_ + kSummary && !ev.deleted) {
       digest_ = ev.kv.value;
       stats_.digests_seen++;
+      fresh = true;
     }
   }
-  cv_.NotifyAll();
+  return fresh;
 }
 
 void EtcdRecords::KeepAliveLoop() {
@@ -256,6 +268,7 @@ void EtcdRecords::Reduce() {
   {
     MutexLock lk(&mu_);
     dirty_ = false;
+    last_reduce_ = std::chrono::steady_clock::now();
     mine = leader_value_;
   }
   const int64_t as_of = clock_();
@@ -290,8 +303,14 @@ void EtcdRecords::ReduceLoop() {
     bool campaign = false, reduce = false, watch = false, unwatch = false;
     {
       MutexLock lk(&mu_);
-      auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.tick_ms);
-      while (!stop_ && cv_.WaitUntil(&mu_, until)) {
+      // Every tick; and, elected, as soon as a record changed (the members'
+      // watch notifies), at most one reduction every kReduceGap: a member
+      // waiting for another's record waits one round trip, not a tick.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.tick_ms);
+      while (!stop_) {
+        const auto when = leading_ && dirty_ ? std::min(until, last_reduce_ + kReduceGap) : until;
+        if (std::chrono::steady_clock::now() >= when) break;
+        cv_.WaitUntil(&mu_, when);
       }
       if (stop_) return;
       campaign = leader_value_.empty() && !lease_lost_ && reducer_;
@@ -307,8 +326,11 @@ void EtcdRecords::ReduceLoop() {
       members_watch_ = std::make_unique<etcd::Watch>(
           &client_, prefix_ + kMembers, etcd::PrefixEnd(prefix_ + kMembers), 0,
           [this](const std::vector<etcd::WatchEvent>& evs, int64_t) {
-            MutexLock lk(&mu_);
-            if (!evs.empty()) dirty_ = true;
+            {
+              MutexLock lk(&mu_);
+              if (!evs.empty()) dirty_ = true;
+            }
+            cv_.NotifyAll();
           },
           [this](const std::string& e) {
             MutexLock lk(&mu_);

@@ -66,6 +66,9 @@ class EtcdRecords final : public RecordStore {
 
   // The elected member's work (Cluster::Reduce); before Open.
   void SetReducer(Reducer r);
+  // Called (on the watch's thread, no lock held) when a new digest came;
+  // before Open. The member ticks at once (Cluster::Poke).
+  void SetOnDigest(std::function<void()> f) { on_digest_ = std::move(f); }
   // Grants the lease and starts the threads; false (LastError says why)
   // if the store cannot be reached or refuses (auth).
   Status Open();
@@ -90,6 +93,7 @@ class EtcdRecords final : public RecordStore {
   void KeepAliveLoop();
   void ReduceLoop();
   void OnDigestEvents(const std::vector<etcd::WatchEvent>& evs);
+  bool DigestEventsLocked(const std::vector<etcd::WatchEvent>& evs) REQUIRES(mu_);  // true: a new digest
   void ReadDigestKeys();
   void Reduce();
   void Campaign();
@@ -100,6 +104,8 @@ class EtcdRecords final : public RecordStore {
   const std::string prefix_;  // /ckptfs/NAME/
   etcd::Client client_;
   Reducer reducer_;
+  std::function<void()> on_digest_;
+  std::chrono::steady_clock::time_point last_reduce_ GUARDED_BY(mu_);
 
   Mutex mu_;
   CondVar cv_;

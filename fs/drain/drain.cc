@@ -300,6 +300,9 @@ void Drainer::Run() {
     }
     if (err == 0) {
       NoteSuccess();
+      // The cluster writes this node's record now, not at its next tick:
+      // another member may wait for it (Cluster::Poke).
+      if (cluster_) cluster_->Poke();
     } else if (!stop_) {
       NoteError(window.front(), err);
       Backoff();

@@ -219,6 +219,7 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
     if (!etcds.empty()) {
       fs::Cluster* c = nodes.back().get();
       etcds.back()->SetReducer([c](const auto& recs, int64_t as_of) { return c->Reduce(recs, as_of); });
+      etcds.back()->SetOnDigest([c] { c->Poke(); });
       if (!etcds.back()->Open()) std::fprintf(stderr, "member %d: %s\n", i, etcds.back()->LastError().c_str());
     }
     nodes.back()->Init();
@@ -241,6 +242,7 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
       for (int i = 0; i < m; i++) {
         for (uint64_t seq; (seq = logs[i]->Head(now)) != 0 && nodes[i]->MayPublish(seq);) {
           logs[i]->Apply();
+          nodes[i]->Poke();  // as the drain does after an entry
           MutexLock lk(&mu);
           if (i == 0 && std::find(latest_seq.begin(), latest_seq.end(), seq) != latest_seq.end()) {
             const int64_t last = *std::max_element(shard_done.begin(), shard_done.end());
