@@ -146,7 +146,8 @@ class Cluster {
   // Something a tick would act on happened (the drain applied an entry, a
   // digest came): the next tick runs now, not up to tick_ms later. A chain
   // of members waiting for each other's records moves one store round trip
-  // a member instead of a few ticks (docs/scale.md).
+  // a member instead of a few ticks (docs/scale.md). A no-op with the
+  // backend's records, where each write reads every record.
   void Poke();
 
   // The gate time of entry `seq` (µs): when it was logged, or (recovered

@@ -207,10 +207,11 @@ int Client::Perform(CURL* h, size_t endpoint, const std::string& path, const std
                     int64_t timeout_ms) {
   if (timeout_ms <= 0) timeout_ms = opt_.timeout_ms;
   const std::string url = opt_.endpoints[endpoint] + path;
-  if (FAULT("etcd.cut")) {
+  auto cut = [&] {
     SetError(fmt::format("{}: unreachable (fault etcd.cut)", opt_.endpoints[endpoint]));
     return ECONNREFUSED;
-  }
+  };
+  if (FAULT("etcd.cut")) return cut();
   std::string token;
   {
     MutexLock lk(&mu_);
@@ -249,10 +250,7 @@ int Client::Perform(CURL* h, size_t endpoint, const std::string& path, const std
     SetError(fmt::format("{}: a reply of more than {} MiB", opt_.endpoints[endpoint], kMaxReplyBytes >> 20));
     return EIO;
   }
-  if (t.cut) {
-    SetError(fmt::format("{}: unreachable (fault etcd.cut)", opt_.endpoints[endpoint]));
-    return ECONNREFUSED;
-  }
+  if (t.cut) return cut();
   if (rc != CURLE_OK) {
     if (stop && stop->load()) return ECANCELED;
     SetError(fmt::format("{}: {}", opt_.endpoints[endpoint], curl_easy_strerror(rc)));

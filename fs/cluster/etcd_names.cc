@@ -161,7 +161,6 @@ void EtcdNames::Announce() {
     // --shared-ttl of its drain, as when a write below fails.
     MutexLock lk(&mu_);
     stats_.failures++;
-    stats_.skipped += changes.size();
     if (!skipping_)
       LOG_WARN("cluster: etcd unreachable: namespace changes not written there until it answers ({})",
                records_->client()->LastError());

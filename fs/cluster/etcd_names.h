@@ -63,7 +63,6 @@ class EtcdNames final : public NameStore {
 
   struct Stats {
     uint64_t puts = 0, deletes = 0, gets = 0, failures = 0;
-    uint64_t skipped = 0;  // changes not sent: etcd was unreachable
   };
   Stats stats();
 
