@@ -1,6 +1,8 @@
 // posix_copy.cc — see posix_copy.h.
 #include "backend/posix_copy.h"
 
+#include <fcntl.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <deque>
@@ -31,6 +33,21 @@ std::unique_ptr<Ring> MakeRing() {
     return nullptr;
   }
   return std::move(*ring);
+}
+
+Fd OpenDirect(int dir_fd, const char* name, uint64_t size) {
+  static const bool disabled = [] {
+    const char* v = std::getenv("CKPTFS_BACKEND_NO_DIRECT");
+    return v && *v && std::string_view(v) != "0";
+  }();
+  static std::once_flag warned;
+  if (size < kDirectMin) return Fd();
+  if (disabled) {
+    std::call_once(warned,
+                   [] { LOG_WARN("posix backend: O_DIRECT drain writes disabled by CKPTFS_BACKEND_NO_DIRECT"); });
+    return Fd();
+  }
+  return Fd(openat(dir_fd, name, O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC));
 }
 
 bool Extents::Next(uint64_t* off, uint64_t* len) {
@@ -73,9 +90,9 @@ bool Extents::Next(uint64_t* off, uint64_t* len) {
   return true;
 }
 
-int RingStage(Ring& ring, int in_fd, Extents& ext, int out_fd, const std::function<bool()>& cancelled,
+int RingStage(Ring& ring, int in_fd, Extents& ext, StageTarget* out, const std::function<bool()>& cancelled,
               ContentHash* hash, bool* read_failed) {
-  SlotQueue q(ring, out_fd, SlotQueue::Op::kWrite, kStageDepth, kChunkSize);
+  SlotQueue q(ring, out->fd, SlotQueue::Op::kWrite, kStageDepth, kChunkSize);
   if (!q.ok()) return ENOMEM;
   // Chunks queued, oldest first: (seq, end offset, written).
   struct Queued {
@@ -84,8 +101,10 @@ int RingStage(Ring& ring, int in_fd, Extents& ext, int out_fd, const std::functi
   };
   std::deque<Queued> order;
   uint64_t next = 0, first_seq = 0, written_end = 0, synced = 0, since_sync = 0;
+  uint64_t tail_off = 0, tail_len = 0;  // the unaligned end of the last extent, not yet queued
   bool more = true;
   int err = 0;
+  auto aligned = [](uint64_t v) { return v % kDirectAlign == 0; };
   for (;;) {
     while (!err && more && q.inflight() < kStageDepth) {
       if (cancelled && cancelled()) {
@@ -93,7 +112,16 @@ int RingStage(Ring& ring, int in_fd, Extents& ext, int out_fd, const std::functi
         break;
       }
       uint64_t off, len;
-      if (!ext.Take(&off, &len, &more, &err, read_failed)) break;
+      if (tail_len) {
+        off = tail_off, len = tail_len, tail_len = 0;
+      } else if (!ext.Take(&off, &len, &more, &err, read_failed)) {
+        break;
+      } else if (out->direct_fd >= 0 && aligned(off) && len > kDirectAlign && !aligned(len)) {
+        // An extent's end: its aligned part direct, the rest next time round.
+        tail_len = len % kDirectAlign;
+        len -= tail_len;
+        tail_off = off + len;
+      }
       auto i = static_cast<unsigned>(q.FreeSlot());  // one is free: fewer than kStageDepth in flight
       char* buf = q[i].buf;
       if (int e = PreadFull(in_fd, buf, len, off)) {
@@ -103,7 +131,8 @@ int RingStage(Ring& ring, int in_fd, Extents& ext, int out_fd, const std::functi
       }
       hash->Update(off, buf, len);
       order.push_back({off + len, false});
-      q.Start(i, next++, off, len);
+      bool direct = out->direct_fd >= 0 && aligned(off) && aligned(len);
+      q.Start(i, next++, off, len, direct ? out->direct_fd : -1);
       // The first chunk is queued; the rest (and the fdatasync) are not done.
       if (next == 1) FAILPOINT("drain.mid_transfer");
     }
@@ -112,18 +141,28 @@ int RingStage(Ring& ring, int in_fd, Extents& ext, int out_fd, const std::functi
     auto done = q.Reap(/*retry=*/!err);
     if (!done) return done.error();
     SlotQueue::Slot& sl = q[done->slot];
+    bool was_direct = out->direct_fd >= 0 && sl.fd == out->direct_fd;
+    if (done->err == EINVAL && was_direct && !err) {
+      // The file system takes no direct writes (or not these): the rest of
+      // this chunk, and every later one, through the page cache.
+      out->direct_refused = true;
+      out->direct_fd = -1;
+      q.Resume(done->slot, out->fd);
+      continue;
+    }
     if (done->err) {
       if (!err) err = done->err;
     } else {
+      if (was_direct) out->direct_bytes += sl.len;
       order[sl.seq - first_seq].written = true;
-      since_sync += sl.len;
+      if (!was_direct) since_sync += sl.len;
       while (!order.empty() && order.front().written) {
         written_end = order.front().end;
         order.pop_front();
         first_seq++;
       }
       if (since_sync >= kWritebackWindow && written_end > synced) {
-        (void)sync_file_range(out_fd, static_cast<off_t>(synced), static_cast<off_t>(written_end - synced),
+        (void)sync_file_range(out->fd, static_cast<off_t>(synced), static_cast<off_t>(written_end - synced),
                               SYNC_FILE_RANGE_WRITE);
         synced = written_end;
         since_sync = 0;

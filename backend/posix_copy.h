@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "backend/checksum.h"
+#include "backend/posix_walk.h"
 #include "backend/uring.h"
 #include "common/io.h"
 
@@ -127,17 +128,43 @@ int BufferedReadChunks(int fd, Extents& ext, const std::function<bool()>& cancel
 
 // Stage's copy: reads the data chunks of `in_fd` (the tier) into one of
 // kStageDepth buffers, hashes them, and queues an io_uring write of each to
-// `out_fd` at the same offset, up to kStageDepth writes in flight; every
-// kWritebackWindow bytes written in order, the kernel is told to start
-// writing them back, so the final fdatasync has little left to do. Reading
-// through buffers, not a mapping of the tier file: measured, writes sourced
-// from a MAP_SHARED mapping of a tmpfs file ran at a seventh of the speed
-// (page faults inside the buffered write path). Short writes are requeued.
-// 0 or an errno.
+// the staging file at the same offset, up to kStageDepth writes in flight.
+// Reading through buffers, not a mapping of the tier file: measured, writes
+// sourced from a MAP_SHARED mapping of a tmpfs file ran at a seventh of the
+// speed (page faults inside the buffered write path), and a mapping would
+// let a tier file truncated meanwhile kill the daemon with SIGBUS. Short
+// writes are requeued. 0 or an errno.
+//
+// Chunks whose offset and length are multiples of kDirectAlign go through
+// `direct_fd` (the staging file opened O_DIRECT, -1: none): straight from
+// the buffers to the disk, never through the backend's page cache. Measured
+// (docs/benchmarks.md, issue #29): buffered, the 4 GiB drain spent most of
+// its time copying into page-cache pages that this VM's host had taken
+// back (2.5 CPU-seconds a GiB, 0.4 GB/s against the disk's 1.4), and then
+// dropped them. The tail that is not aligned, and every chunk once the file
+// system refused a direct write (EINVAL), goes through `fd`, buffered; then
+// every kWritebackWindow bytes written in order, the kernel is told to start
+// writing them back, so the final fdatasync has little left to do.
 inline constexpr uint64_t kWritebackWindow = 32ull << 20;
-inline constexpr unsigned kStageDepth = 4;  // 16 MiB of buffers per transfer
+inline constexpr unsigned kStageDepth = 4;          // 16 MiB of buffers per transfer
+inline constexpr uint64_t kDirectAlign = 4096;      // offsets, lengths and buffers of direct writes
+inline constexpr uint64_t kDirectMin = kChunkSize;  // smaller files are written buffered
 
-int RingStage(Ring& ring, int in_fd, Extents& ext, int out_fd, const std::function<bool()>& cancelled,
+struct StageTarget {
+  int fd = -1;                  // the staging file, buffered
+  int direct_fd = -1;           // the same file opened O_DIRECT, or -1
+  uint64_t direct_bytes = 0;    // out: bytes written through direct_fd
+  bool direct_refused = false;  // out: a direct write was refused (EINVAL)
+};
+
+// The staging file `name` in `dir_fd` opened again with O_DIRECT for a
+// file of `size` bytes, or an Fd holding -1: the file is smaller than
+// kDirectMin, the file system refuses O_DIRECT (tmpfs before Linux 6.6,
+// FUSE), or CKPTFS_BACKEND_NO_DIRECT=1 in the environment (then a warning
+// is logged once).
+Fd OpenDirect(int dir_fd, const char* name, uint64_t size);
+
+int RingStage(Ring& ring, int in_fd, Extents& ext, StageTarget* out, const std::function<bool()>& cancelled,
               ContentHash* hash, bool* read_failed);
 
 }  // namespace ckpt::backend::posix

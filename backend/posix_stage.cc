@@ -64,8 +64,18 @@ Result<Staged> PosixBackend::Stage(int src_fd, uint64_t size, const std::functio
   Extents ext(src_fd, size);
   std::unique_ptr<Ring> ring = size > 0 ? MakeRing() : nullptr;
   if (ring) {
-    err = RingStage(*ring, src_fd, ext, fd.get(), cancelled, &hash, &read_failed);
+    // The size first: direct writes then never extend the file (ext4
+    // serializes extending ones), and holes at the end are made by it.
+    if (ftruncate(fd.get(), static_cast<off_t>(size)) != 0) err = errno;
+    Fd direct = OpenDirect(tmp->get(), name.c_str(), size);
+    StageTarget out{.fd = fd.get(), .direct_fd = direct.get()};
+    if (!err) err = RingStage(*ring, src_fd, ext, &out, cancelled, &hash, &read_failed);
     ring.reset();  // nothing stays in flight past here
+    if (out.direct_refused) {
+      static std::once_flag told;
+      std::call_once(
+          told, [&] { LOG_INFO("posix backend: {} refuses O_DIRECT writes; draining through the page cache", root_); });
+    }
   } else if (size > 0) {
     bool first = true;
     err = BufferedReadChunks(src_fd, ext, cancelled, &read_failed, [&](uint64_t off, uint64_t len, const char* p) {

@@ -90,16 +90,24 @@ void SlotQueue::Prep(unsigned i) {
   Slot& sl = slots_[i];
   io_uring_sqe* sqe = ring_.GetSqe();
   auto n = static_cast<unsigned>(sl.len - sl.done);
-  if (op_ == Op::kRead) io_uring_prep_read(sqe, fd_, sl.buf + sl.done, n, sl.off + sl.done);
-  else io_uring_prep_write(sqe, fd_, sl.buf + sl.done, n, sl.off + sl.done);
+  if (op_ == Op::kRead) io_uring_prep_read(sqe, sl.fd, sl.buf + sl.done, n, sl.off + sl.done);
+  else io_uring_prep_write(sqe, sl.fd, sl.buf + sl.done, n, sl.off + sl.done);
   io_uring_sqe_set_data64(sqe, i);
   pending_ = true;
 }
 
-void SlotQueue::Start(unsigned i, uint64_t seq, uint64_t off, uint64_t len) {
+void SlotQueue::Start(unsigned i, uint64_t seq, uint64_t off, uint64_t len, int fd) {
   Slot& sl = slots_[i];
   sl.seq = seq, sl.off = off, sl.len = len, sl.done = 0;
+  sl.fd = fd >= 0 ? fd : fd_;
   sl.busy = true, sl.complete = false;
+  Prep(i);
+  inflight_++;
+}
+
+void SlotQueue::Resume(unsigned i, int fd) {
+  slots_[i].fd = fd;
+  slots_[i].complete = false;
   Prep(i);
   inflight_++;
 }

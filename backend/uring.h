@@ -80,6 +80,7 @@ class SlotQueue {
     char* buf = nullptr;                  // `chunk` bytes, owned by the queue
     uint64_t seq = 0;                     // the caller's order of this transfer
     uint64_t off = 0, len = 0, done = 0;  // file range, and how much of it is transferred
+    int fd = -1;                          // the fd of this transfer (Start's, else the queue's)
     bool busy = false;                    // Started and not yet released by the caller
     bool complete = false;                // done == len
   };
@@ -99,8 +100,14 @@ class SlotQueue {
   int FreeSlot() const;
 
   // Marks slot `i` busy with transfer `seq` of [off, off + len) and
-  // prepares it (len <= chunk). REQUIRES: slot `i` not busy.
-  void Start(unsigned i, uint64_t seq, uint64_t off, uint64_t len);
+  // prepares it (len <= chunk), on `fd` (-1: the queue's fd). REQUIRES:
+  // slot `i` not busy.
+  void Start(unsigned i, uint64_t seq, uint64_t off, uint64_t len, int fd = -1);
+  // Prepares what is left of slot `i`'s transfer again, on `fd`: a transfer
+  // that one fd refused (an O_DIRECT write the file system will not take:
+  // EINVAL) goes on through another fd of the same file. REQUIRES: slot
+  // `i` busy and Reaped with an error.
+  void Resume(unsigned i, int fd);
   // Submits what Start prepared (nothing: no syscall). A failure leaves the
   // ring in an unknown state: its owner tears it down, which cancels what
   // is in flight.
