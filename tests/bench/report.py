@@ -199,9 +199,14 @@ def build_rows(r, gb_data):
     # The peers are measured right after the drain, in the same repetition.
     rows.append(("time to durable, sequential file: ckptfs drain ÷ cp + sync right after it",
                  r.ratio(("seq", "durable_seconds", ck), ("seq", "peer_cp_sync_seconds", ck)), "<=", 1.0, "×"))
+    # The backend's own write: the faster of dd with fsync (through the page
+    # cache) and dd with O_DIRECT, in that repetition.
     dur, dd = r.get("seq", "durable_seconds", ck), r.get("seq", "peer_dd_fsync_seconds", ck)
-    rows.append(("drain throughput (a sequential file, close to persisted) ÷ the backend's own write (dd, fsync)",
-                 [dd[k] / dur[k] for k in sorted(set(dur) & set(dd)) if dur[k] > 0], ">=", 0.9, "×"))
+    ddd = r.get("seq", "peer_dd_direct_seconds", ck)
+    best = {k: min(v, ddd.get(k, v)) for k, v in dd.items()}
+    rows.append(("drain throughput (a sequential file, close to persisted) ÷ the backend's own write "
+                 "(dd: the faster of fsync and O_DIRECT)",
+                 [best[k] / dur[k] for k in sorted(set(dur) & set(best)) if dur[k] > 0], ">=", 0.9, "×"))
     rows.append(("a CPU-bound training step while a file drains ÷ the same step, drain idle",
                  r.values("interfere", "step_draining_ratio", ck), "<=", 1.05, "×"))
     # Issue #10: an fsync of a file still open for writing (--fsync memory,

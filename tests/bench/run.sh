@@ -281,18 +281,23 @@ phase_seq() {
           # The peers of time to durable, right after the drain (issue #29:
           # this disk's speed swings 0.4-1.7 GB/s from one minute to the
           # next, so a peer measured in another target's turn compared the
-          # disk's moods): cp + sync and dd with fsync of the same bytes,
-          # from a tmpfs copy, into a directory beside the backend.
+          # disk's moods): cp + sync, dd with fsync and dd with O_DIRECT of
+          # the same bytes, from a tmpfs copy, into a directory beside the
+          # backend, in an order rotated from one repetition to the next.
           d=$WORK/cp-$tag
-          mkdir -p "$d"
           cp "$f" "$SHM-src-$tag" && sync
-          t0=$(now)
-          cp "$SHM-src-$tag" "$d/" && sync
-          rec seq peer_cp_sync_seconds ckptfs "$r" "$(since "$t0")" s
-          rm -rf "$d" && mkdir -p "$d" && sync
-          t0=$(now)
-          dd if="$SHM-src-$tag" of="$d/dd.bin" bs=4M conv=fsync status=none
-          rec seq peer_dd_fsync_seconds ckptfs "$r" "$(since "$t0")" s
+          local -a peers=(cp_sync dd_fsync dd_direct) p i
+          for ((i = 0; i < 3; i++)); do
+            p=${peers[$(((i + r - 1) % 3))]}
+            rm -rf "$d" && mkdir -p "$d" && sync
+            t0=$(now)
+            case $p in
+              cp_sync) cp "$SHM-src-$tag" "$d/" && sync ;;
+              dd_fsync) dd if="$SHM-src-$tag" of="$d/dd.bin" bs=4M conv=fsync status=none ;;
+              dd_direct) dd if="$SHM-src-$tag" of="$d/dd.bin" bs=4M oflag=direct status=none && sync ;;
+            esac
+            rec seq "peer_${p}_seconds" ckptfs "$r" "$(since "$t0")" s
+          done
           rm -rf "$d" "$SHM-src-$tag" ;;
         tmpfs)  # and the peer for time to durable: cp + sync of the same bytes to the backend's disk
           measure seq "$t" "$r" "" $BENCH seq-write "$f" "$SIZE_BYTES"
