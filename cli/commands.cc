@@ -483,6 +483,10 @@ void PrintCluster(const Json& c) {
     printf("  store    %s: %llu live members, elected to reduce the records: %s\n", EscapeName(store).c_str(),
            static_cast<unsigned long long>(U64(c, "live_members")),
            Str(c, "leader").empty() ? "none yet" : EscapeName(Str(c, "leader")).c_str());
+  if (auto it = c.find("names"); it != c.end() && it->is_object())
+    printf("  names    in the store: %llu puts, %llu deletes, %llu lookups, %llu requests failed\n",
+           static_cast<unsigned long long>(U64(*it, "puts")), static_cast<unsigned long long>(U64(*it, "deletes")),
+           static_cast<unsigned long long>(U64(*it, "gets")), static_cast<unsigned long long>(U64(*it, "failures")));
   if (Bool(c, "node_id_clash"))
     printf("  CLASH    another mount writes records as node %s: give each mount its own --node\n",
            EscapeName(Str(c, "node")).c_str());

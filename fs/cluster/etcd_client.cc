@@ -433,7 +433,16 @@ Result<int64_t> Client::Txn(const std::vector<Op>& ops, int64_t timeout_ms) {
     }
     Json d = {{"key", B64(op.key)}};
     if (!op.range_end.empty()) d["range_end"] = B64(op.range_end);
-    success.push_back({{"request_delete_range", d}});
+    Json del = {{"request_delete_range", d}};
+    if (op.if_mod_revision == 0) {
+      success.push_back(std::move(del));
+      continue;
+    }
+    Json cmp = {{"key", B64(op.key)},
+                {"target", "MOD"},
+                {"result", "EQUAL"},
+                {"mod_revision", std::to_string(op.if_mod_revision)}};
+    success.push_back({{"request_txn", {{"compare", Json::array({cmp})}, {"success", Json::array({del})}}}});
   }
   Json req = {{"success", success}};
   return Parsed(this, Call("/v3/kv/txn", req.dump(), timeout_ms), [](const Json& j) { return Revision(j); });

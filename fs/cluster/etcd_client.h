@@ -93,6 +93,11 @@ class Client {
     std::string key, range_end;  // range_end: deletes only ("" : the key alone)
     std::string value;
     int64_t lease = 0;
+    // A delete of one key only while its mod_revision is this one (0:
+    // whatever it is): a key another writer put since stays. Each such
+    // delete is a transaction nested in this one (etcd >= 3.3), decided on
+    // its own: the others go on whether it deletes or not.
+    int64_t if_mod_revision = 0;
   };
   // The revision. `timeout_ms` (0: Options::timeout_ms) bounds each
   // endpoint's exchange: a caller that must not wait long passes less.

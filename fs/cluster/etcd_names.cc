@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
@@ -80,7 +81,9 @@ void EtcdNames::Write(const std::vector<Change>& changes, int64_t timeout_ms) {
   }
   std::vector<etcd::Client::Op> ops;
   std::vector<Held> held;
+  std::vector<size_t> op_of_held;  // held[j]'s put is ops[op_of_held[j]]
   auto put = [&](uint64_t seq, const std::string& path, std::string value) {
+    op_of_held.push_back(ops.size());
     ops.push_back({false, Key(path), "", std::move(value), *lease});
     held.push_back({seq, Key(path), 0});
   };
@@ -113,10 +116,14 @@ void EtcdNames::Write(const std::vector<Change>& changes, int64_t timeout_ms) {
     }
   }
   size_t failed = 0;
+  std::vector<int64_t> rev(ops.size(), 0);  // the revision each op was written at
   for (size_t i = 0; i < ops.size(); i += kTxnOps) {
-    std::vector<etcd::Client::Op> part(ops.begin() + static_cast<ssize_t>(i),
-                                       ops.begin() + static_cast<ssize_t>(std::min(ops.size(), i + kTxnOps)));
-    if (records_->client()->Txn(part, timeout_ms)) continue;
+    const size_t end = std::min(ops.size(), i + kTxnOps);
+    std::vector<etcd::Client::Op> part(ops.begin() + static_cast<ssize_t>(i), ops.begin() + static_cast<ssize_t>(end));
+    if (auto r = records_->client()->Txn(part, timeout_ms)) {
+      std::fill(rev.begin() + static_cast<ssize_t>(i), rev.begin() + static_cast<ssize_t>(end), *r);
+      continue;
+    }
     // etcd refuses a transaction that names a key twice (a name made and
     // removed in one batch, a put under a directory removed with it): the
     // same operations one by one, in order.
@@ -124,12 +131,16 @@ void EtcdNames::Write(const std::vector<Change>& changes, int64_t timeout_ms) {
       failed++;
       continue;
     }
-    for (const etcd::Client::Op& op : part)
-      if (!records_->client()->Txn({op}, timeout_ms)) {
+    for (size_t k = i; k < end; k++) {
+      auto r = records_->client()->Txn({ops[k]}, timeout_ms);
+      if (!r) {
         failed++;
         break;
       }
+      rev[k] = *r;
+    }
   }
+  for (size_t j = 0; j < held.size(); j++) held[j].rev = rev[op_of_held[j]];
   MutexLock lk(&mu_);
   stats_.puts += held.size();
   stats_.deletes += ops.size() - held.size();
@@ -190,21 +201,25 @@ void EtcdNames::Sweep() {
     }
     for (Held& h : held_)
       if (h.applied_ms == 0 && h.seq <= applied) h.applied_ms = now;
-    std::vector<std::string> keys;
+    std::vector<Held> keys;
     while (!held_.empty() && held_.front().applied_ms != 0 && now - held_.front().applied_ms >= hold_ms_ &&
            keys.size() < kTxnOps) {
-      keys.push_back(std::move(held_.front().key));
+      keys.push_back(std::move(held_.front()));
       held_.pop_front();
     }
     // A key this node wrote again since (the name made again, removed
     // again) stays until that later entry expires: deleting it now would
-    // drop a name the backend may not hold yet. Each key once (etcd
-    // refuses a transaction that names one twice).
+    // drop a name the backend may not hold yet. A key another node put
+    // since stays too: each delete compares the key's mod_revision with
+    // this node's put (a nested transaction each), so it deletes nothing
+    // once the key is someone else's. Each key once (etcd refuses a
+    // transaction that names one twice).
     if (!keys.empty()) {
       std::unordered_set<std::string> later, seen;
       for (const Held& h : held_) later.insert(h.key);
-      for (std::string& k : keys)
-        if (!later.count(k) && seen.insert(k).second) expired.push_back({true, std::move(k), "", "", 0});
+      for (Held& h : keys)
+        if (!later.count(h.key) && seen.insert(h.key).second)
+          expired.push_back({.del = true, .key = std::move(h.key), .if_mod_revision = h.rev});
     }
   }
   if (!files.empty()) {

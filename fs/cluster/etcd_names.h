@@ -18,7 +18,9 @@
 // at once instead of trusting what it found there up to --shared-ttl ago.
 // A key whose entry is applied is deleted --shared-ttl (+1 s) later: the
 // backend holds the name then, and every node's cached answers about it
-// have expired. The keys of a node that dies go with its lease.
+// have expired — unless another node (or this one) put it since: the
+// delete compares the key's mod_revision with this node's put. The keys
+// of a node that dies go with its lease.
 //
 // Thread-safety: every method may be called from any thread; Observe with
 // the core's lock held (it takes only mu_).
@@ -75,6 +77,7 @@ class EtcdNames final : public NameStore {
     uint64_t seq;
     std::string key;
     int64_t applied_ms = 0;  // steady ms when its entry was seen applied (0: not yet)
+    int64_t rev = 0;         // the store's revision of the put (its key's mod_revision then)
   };
   std::string Key(const std::string& path) const;
   // How long a FUSE reply waits for one endpoint (Announce, Get).

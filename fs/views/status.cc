@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fs/cluster/etcd_names.h"
 #include "fs/daemon.h"
 #include "fs/fuse/reply_yield.h"
 
@@ -235,6 +236,14 @@ std::string StatusJson(Daemon* d) {
                     {"refused", std::move(refused)},
                     {"lost_count", lost_count},
                     {"lost", std::move(lost_files)}};
+    if (d->etcd_names) {
+      // The shared namespace in etcd (--cluster-store with --shared):
+      // requests since mount, and those that failed (their changes seen
+      // by the others within --shared-ttl of the drain instead).
+      EtcdNames::Stats ns = d->etcd_names->stats();
+      j["cluster"]["names"] = {
+          {"puts", ns.puts}, {"deletes", ns.deletes}, {"gets", ns.gets}, {"failures", ns.failures}};
+    }
   }
   std::string out = Dump(j);
   // The lists fit kStatusListBytes each; what else is long is a few paths

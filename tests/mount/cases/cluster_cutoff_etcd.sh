@@ -14,6 +14,9 @@
 #  5. Removals before they reach the backend (a's drain paused): a file a
 #     removes, and the old name of one it renames, are gone for b's next
 #     lookup, though the backend still holds them (the store's tombstones).
+#  6. A name a made, then b removed with its drain paused: a's expiry of
+#     its key (--shared-ttl + 1 s after a's drain) leaves b's tombstone in
+#     etcd (the delete compares the key's mod_revision with a's put).
 #  4. etcd frozen (SIGSTOP: it accepts connections and answers nothing):
 #     a's mkdir answers within 2.5 s (the names' budget), the next ones at
 #     once (etcd marked unreachable); thawed, the job goes on.
@@ -24,7 +27,7 @@ require_root
 start_etcd 1
 COMMON=(--cluster job --member-timeout 2 --cluster-store "etcd://$ETCD_EPS")
 mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause" -- "${COMMON[@]}" --node a
-mount_node b "CKPTFS_FAULT=etcd.cut:$T/cut" -- "${COMMON[@]}" --node b
+mount_node b "CKPTFS_FAULT=etcd.cut:$T/cut" "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_b" -- "${COMMON[@]}" --node b
 A=$(node_mnt a) B=$(node_mnt b)
 status_json() { "$CKPTFS" status "$1" --json; }
 jq_py() { $PY -c "import json,sys; j=json.load(sys.stdin); $1"; }
@@ -121,6 +124,22 @@ rm -f "$T/pause"
 [ ! -e "$BACKEND/keep/rm.txt" ] && [ -f "$BACKEND/keep/new.txt" ] || fail "a's removals did not reach the backend"
 expect_eq two "$(cat "$B/keep/new.txt")" "b reads the renamed file once persisted"
 note "a's unlink and rename were seen by b's lookups before a's drain reached the backend"
+
+# ---- 6. a's expiry leaves a key b wrote since ----
+mkdir "$A/made_by_a"
+"$CKPTFS" drain "$A" --timeout 60 > /dev/null || fail "drain of a's mkdir"
+touch "$T/pause_b"
+rmdir "$B/made_by_a"
+key=/ckptfs/job/ns/made_by_a
+etcd_get() { ETCDCTL_API=3 etcdctl --endpoints="$ETCD_EPS" get --print-value-only "$key"; }
+etcd_get | grep -q '"b"' || fail "b's tombstone not in etcd: $(etcd_get)"
+sleep 4  # a's key held --shared-ttl (1 s) + 1 s after its drain, swept every few hundred ms
+etcd_get | grep -q '"b"' || fail "a's expiry deleted the tombstone b wrote since: '$(etcd_get)'"
+[ -d "$BACKEND/made_by_a" ] || fail "b's rmdir reached the backend with its drain paused"
+rm -f "$T/pause_b"
+"$CKPTFS" drain "$B" --timeout 60 > /dev/null || fail "drain of b's rmdir"
+[ ! -e "$BACKEND/made_by_a" ] || fail "b's rmdir did not reach the backend"
+note "a's expiry of its key left the tombstone b wrote over it"
 
 for n in a b; do umount_node $n; done
 check_log --allow-errors "lease expired|etcd.cut" --allow-warnings "etcd|is dead|rejoins|lost|unreachable|lease|drain holds"

@@ -152,6 +152,28 @@ Test(etcd_client, transactions) {
   cr_assert_str_eq(summary->kvs[0].value.c_str(), "s1");
 }
 
+// A delete guarded by the key's mod_revision deletes only the version it
+// names: a key put again since stays (EtcdNames' expiry of a name another
+// node wrote after this one); the other ops of the transaction go on.
+Test(etcd_client, delete_if_mod_revision) {
+  Client c(Opts(Start(1)));
+  auto r1 = c.Put("/n/a", "mine");
+  cr_assert(r1.has_value());
+  auto r2 = c.Put("/n/a", "theirs");
+  cr_assert(r2.has_value());
+  cr_assert_gt(*r2, *r1);
+  cr_assert(c.Put("/n/b", "b").has_value());
+  auto t = c.Txn({{.del = true, .key = "/n/a", .if_mod_revision = *r1}, {.del = true, .key = "/n/b"}});
+  cr_assert(t.has_value(), "txn: %s", c.LastError().c_str());
+  auto a = c.Range("/n/a");
+  cr_assert_eq(a->kvs.size(), 1u, "a key put again since was deleted");
+  cr_assert_str_eq(a->kvs[0].value.c_str(), "theirs");
+  cr_assert_eq(c.Range("/n/b")->kvs.size(), 0u);
+  // Naming the current version deletes it.
+  cr_assert(c.Txn({{.del = true, .key = "/n/a", .if_mod_revision = *r2}}).has_value());
+  cr_assert_eq(c.Range("/n/a")->kvs.size(), 0u);
+}
+
 Test(etcd_client, leases_expire_and_revoke) {
   Client c(Opts(Start(1)));
   auto id = c.Grant(2);
