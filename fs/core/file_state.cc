@@ -215,6 +215,7 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
   }
   n->opens++;
   if (writable) core_.residency.WriterOpened(n->writers++ == 0);  // a save may begin (Residency::WriterOpened)
+  else core_.residency.ReaderOpened();                            // or a load (spares wait)
   core_.residency.Touch(ino);
   return res;
 }
@@ -228,6 +229,7 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
   n->opens--;
   const bool writable = (open_flags & O_ACCMODE) != O_RDONLY;
   if (writable) core_.residency.WriterClosed(n->writers > 0 && --n->writers == 0);
+  else core_.residency.ReaderClosed();
   // Stores through a shared mapping need a readable and writable handle:
   // only those are counted as a change without being seen.
   const bool rdwr = (open_flags & O_ACCMODE) == O_RDWR;

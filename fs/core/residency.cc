@@ -58,6 +58,23 @@ void Residency::WriterClosed(bool last) {
   quiet_since_ = std::chrono::steady_clock::now();
 }
 
+void Residency::ReaderOpened() {
+  MutexLock lk(&mu_);
+  reading_files_++;
+  read_opened_ = std::chrono::steady_clock::now();
+}
+
+void Residency::ReaderClosed() {
+  MutexLock lk(&mu_);
+  if (reading_files_ > 0) reading_files_--;
+  read_closed_ = std::chrono::steady_clock::now();
+}
+
+bool Residency::Loading(std::chrono::steady_clock::time_point now) {
+  if (reading_files_ > 0 && now < read_opened_ + kLoadSpan) return true;
+  return read_closed_.time_since_epoch().count() != 0 && now < read_closed_ + std::chrono::seconds(1);
+}
+
 void Residency::TruncWriterSeen() {
   trunc_writes_seen_.store(true);
   saved_since_spare_.store(true);
@@ -118,6 +135,8 @@ void Residency::RefillSpares(bool passthrough) {
     const auto now = std::chrono::steady_clock::now();
     const bool just_freed = now < tier_->LastFreed() + std::chrono::seconds(1);
     if (writing_files_ > 0 || (now < quiet_since_ + std::chrono::seconds(1) && !just_freed)) return;
+    // Nor beside a load (ReaderOpened).
+    if (Loading(now)) return;
     size = largest_sealed_;
     first = !trunc_writes_seen_.load();
     // A quiet second: what was sealed since the last one is the last save.
@@ -180,10 +199,10 @@ void Residency::RefillSpares(bool passthrough) {
     if (s.used + s.reserved + bytes + headroom > s.budget)
       (void)evict_(s.used + s.reserved + bytes + headroom - s.budget, true, /*spare_kept=*/true);
   }
-  // Cut short when a save begins: the part made is kept.
+  // Cut short when a save or a load begins: the part made is kept.
   if (tier_->AddSpare(bytes, headroom, [this] {
         MutexLock lk(&mu_);
-        return writing_files_ > 0;
+        return writing_files_ > 0 || Loading(std::chrono::steady_clock::now());
       }))
     saved_since_spare_.store(false);
 }

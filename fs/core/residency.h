@@ -74,6 +74,13 @@ class Residency {
   // second begins a save.
   void WriterOpened(bool first) EXCLUDES(mu_);
   void WriterClosed(bool last) EXCLUDES(mu_);
+  // A handle opened or closed for reading only: a load (a restarted
+  // trainer reading its checkpoint). Spares wait for it, and one being made
+  // stops: warming a spare faults in as many fresh pages as the loader's
+  // tensors need, and on a VM whose host takes freed pages back the two
+  // fought over them (issue #29: a fresh mount's first load 2.4x tmpfs).
+  void ReaderOpened() EXCLUDES(mu_);
+  void ReaderClosed() EXCLUDES(mu_);
   // An O_TRUNC writer through passthrough: spares are worth their memory.
   void TruncWriterSeen();
   // A version of `bytes` sealed (this save's bytes, the largest file).
@@ -136,6 +143,15 @@ class Residency {
   // or close.
   uint64_t writing_files_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point quiet_since_ GUARDED_BY(mu_){};
+  // Files open for reading only, and a reader's last open and close: a
+  // load is under way while one opened in the last kLoadSpan is open, or
+  // one closed in the last second (Loading).
+  uint64_t reading_files_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point read_opened_ GUARDED_BY(mu_){}, read_closed_ GUARDED_BY(mu_){};
+  bool Loading(std::chrono::steady_clock::time_point now) REQUIRES(mu_);
+  // Past this, a handle held open for reading (an mmap'd checkpoint, a
+  // reader that never closes) no longer holds spares back.
+  static constexpr std::chrono::seconds kLoadSpan{10};
   PressureStats pressure_ GUARDED_BY(mu_);
   // An O_TRUNC passthrough writer has opened since the mount: only then
   // are spares worth their memory (a mount that only ever updates files in

@@ -140,6 +140,20 @@ Test(residency, no_spare_beside_a_save) {
   cr_assert_eq(w.tier->Spares().first, 0u, "not in the second after a writer closed");
 }
 
+Test(residency, no_spare_beside_a_load) {
+  World w(64 * M);
+  w.res->set_prealloc(Residency::kPreallocAuto);
+  w.res->ReaderOpened();
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.tier->Spares().first, 0u, "a file is open for reading: a load");
+  w.res->ReaderClosed();
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.tier->Spares().first, 0u, "not in the second after a reader closed");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.tier->Spares().first, 16 * M, "made once the load is a second past");
+}
+
 Test(residency, a_full_budget_evicts_ahead_for_the_next_saves_spare) {
   World w(64 * M);
   w.res->set_prealloc(Residency::kPreallocAuto);
