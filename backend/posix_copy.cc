@@ -142,7 +142,7 @@ int RingStage(Ring& ring, int in_fd, Extents& ext, StageTarget* out, const std::
     if (!done) return done.error();
     SlotQueue::Slot& sl = q[done->slot];
     bool was_direct = out->direct_fd >= 0 && sl.fd == out->direct_fd;
-    if (done->err == EINVAL && was_direct && !err) {
+    if ((done->err == EINVAL || done->err == EOPNOTSUPP) && was_direct && !err) {
       // The file system takes no direct writes (or not these): the rest of
       // this chunk, and every later one, through the page cache.
       out->direct_refused = true;

@@ -154,7 +154,7 @@ struct StageTarget {
   int fd = -1;                  // the staging file, buffered
   int direct_fd = -1;           // the same file opened O_DIRECT, or -1
   uint64_t direct_bytes = 0;    // out: bytes written through direct_fd
-  bool direct_refused = false;  // out: a direct write was refused (EINVAL)
+  bool direct_refused = false;  // out: a direct write was refused (EINVAL, EOPNOTSUPP)
 };
 
 // The staging file `name` in `dir_fd` opened again with O_DIRECT for a

@@ -261,8 +261,35 @@ tier_bytes() { du -s -B1 "$SHM-$1" | cut -f1; }
 data_bytes() { find "$1" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s }'; }
 
 # ---------------------------------------------------------------- phases
+# The peers of time to durable for ckptfs's seq file $1 (repetition $2, tag
+# $3), measured in the same repetition (issue #29: this disk's speed swings
+# 0.4-1.7 GB/s from one minute to the next, so a peer measured in another
+# target's turn compared the disk's moods): cp + sync, dd with fsync and dd
+# with O_DIRECT of the same bytes, from a tmpfs copy, into a directory
+# beside the backend, in an order rotated from one repetition to the next.
+# After the reads of the file: 12 GiB through /dev/shm and the page cache
+# right before them made ckptfs's warm read 0.45-0.68x tmpfs's.
+durable_peers() {
+  local f=$1 r=$2 tag=$3 d t0 p i
+  local -a peers=(cp_sync dd_fsync dd_direct)
+  d=$WORK/cp-$tag
+  cp "$f" "$SHM-src-$tag" && sync
+  for ((i = 0; i < 3; i++)); do
+    p=${peers[$(((i + r - 1) % 3))]}
+    rm -rf "$d" && mkdir -p "$d" && sync
+    t0=$(now)
+    case $p in
+      cp_sync) cp "$SHM-src-$tag" "$d/" && sync ;;
+      dd_fsync) dd if="$SHM-src-$tag" of="$d/dd.bin" bs=4M conv=fsync status=none ;;
+      dd_direct) dd if="$SHM-src-$tag" of="$d/dd.bin" bs=4M oflag=direct status=none && sync ;;
+    esac
+    rec seq "peer_${p}_seconds" ckptfs "$r" "$(since "$t0")" s
+  done
+  rm -rf "$d" "$SHM-src-$tag"
+}
+
 phase_seq() {
-  local r t tag f t0 d
+  local r t tag f t0 d spare
   for r in $(seq "$REPS"); do
     for t in $(order "$r"); do
       say "seq: $t, repetition $r of $REPS"
@@ -278,27 +305,7 @@ phase_seq() {
           measure seq "$t" "$r" "" $BENCH seq-write "$f" "$SIZE_BYTES" --poll-state --pid "$CK_PID"
           "$CKPTFS" drain "$DIR" >> "$LOG" 2>&1 || failures=$((failures + 1))
           ck_proc seq "$r" drained_
-          # The peers of time to durable, right after the drain (issue #29:
-          # this disk's speed swings 0.4-1.7 GB/s from one minute to the
-          # next, so a peer measured in another target's turn compared the
-          # disk's moods): cp + sync, dd with fsync and dd with O_DIRECT of
-          # the same bytes, from a tmpfs copy, into a directory beside the
-          # backend, in an order rotated from one repetition to the next.
-          d=$WORK/cp-$tag
-          cp "$f" "$SHM-src-$tag" && sync
-          local -a peers=(cp_sync dd_fsync dd_direct) p i
-          for ((i = 0; i < 3; i++)); do
-            p=${peers[$(((i + r - 1) % 3))]}
-            rm -rf "$d" && mkdir -p "$d" && sync
-            t0=$(now)
-            case $p in
-              cp_sync) cp "$SHM-src-$tag" "$d/" && sync ;;
-              dd_fsync) dd if="$SHM-src-$tag" of="$d/dd.bin" bs=4M conv=fsync status=none ;;
-              dd_direct) dd if="$SHM-src-$tag" of="$d/dd.bin" bs=4M oflag=direct status=none && sync ;;
-            esac
-            rec seq "peer_${p}_seconds" ckptfs "$r" "$(since "$t0")" s
-          done
-          rm -rf "$d" "$SHM-src-$tag" ;;
+          ;;
         tmpfs)  # and the peer for time to durable: cp + sync of the same bytes to the backend's disk
           measure seq "$t" "$r" "" $BENCH seq-write "$f" "$SIZE_BYTES"
           d=$WORK/cp-$tag
@@ -322,8 +329,13 @@ phase_seq() {
       drop_caches
       measure seq "$t" "$r" read_cold_ $BENCH seq-read "$f"
       if [ "$t" = ckptfs ]; then
-        rec seq tier_bytes ckptfs "$r" "$(tier_bytes "$tag")" B
+        # The tier's bytes less the spares made for the next save (free
+        # room in df, status's prealloc_bytes).
+        spare=$("$CKPTFS" status "$DIR" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["passthrough"]["prealloc_bytes"])')
+        rec seq spare_bytes ckptfs "$r" "$spare" B
+        rec seq tier_bytes ckptfs "$r" "$(($(tier_bytes "$tag") - spare))" B
         rec seq data_bytes ckptfs "$r" "$(data_bytes "$DIR")" B
+        durable_peers "$f" "$r" "$tag"
       fi
       # The steady state (issue #15): the same write again, as a trainer's
       # next save, after the quiet between checkpoints (the first one
