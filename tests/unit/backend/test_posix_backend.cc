@@ -24,11 +24,13 @@
 
 #include "backend/backend.h"
 #include "backend/checksum.h"
+#include "tests/unit/backend/source.h"
 
 using ckpt::backend::Attrs;
 using ckpt::backend::Backend;
 using ckpt::backend::Entry;
 using ckpt::backend::Staged;
+using ckpt::test::Source;
 
 namespace {
 
@@ -81,27 +83,6 @@ struct Env {
       n += !en.path().filename().string().starts_with("lk-");
     return n;
   }
-};
-
-// A source file on /dev/shm holding `size` deterministic random bytes.
-struct Source {
-  int fd = -1;
-  std::string bytes;
-
-  Source(uint64_t size, uint64_t seed) {
-    char tmpl[] = "/dev/shm/ckpt-backend-src-XXXXXX";
-    fd = mkstemp(tmpl);
-    cr_assert_geq(fd, 0);
-    unlink(tmpl);
-    std::mt19937_64 rng(seed);
-    bytes.resize(size);
-    for (uint64_t i = 0; i < size; i += 8) {
-      uint64_t v = rng();
-      std::memcpy(bytes.data() + i, &v, std::min<uint64_t>(8, size - i));
-    }
-    cr_assert_eq(pwrite(fd, bytes.data(), size, 0), static_cast<ssize_t>(size));
-  }
-  ~Source() { close(fd); }
 };
 
 // A destination like the memory tier's: a /dev/shm file sized to `size`.

@@ -19,9 +19,11 @@
 #include "backend/checksum.h"
 #include "backend/posix_copy.h"
 #include "backend/uring.h"
+#include "tests/unit/backend/source.h"
 
 using namespace ckpt::backend;
 using namespace ckpt::backend::posix;
+using ckpt::test::Source;
 
 namespace {
 
@@ -56,26 +58,6 @@ struct DiskFile {
   }
 };
 
-// `size` random bytes in a /dev/shm file (the tier).
-struct ShmSource {
-  int fd = -1;
-  std::string bytes;
-  explicit ShmSource(uint64_t size) {
-    char tmpl[] = "/dev/shm/ckpt-copy-unit-XXXXXX";
-    fd = mkstemp(tmpl);
-    cr_assert_geq(fd, 0);
-    unlink(tmpl);
-    std::mt19937_64 rng(size);
-    bytes.resize(size);
-    for (uint64_t i = 0; i < size; i += 8) {
-      uint64_t v = rng();
-      std::memcpy(bytes.data() + i, &v, std::min<uint64_t>(8, size - i));
-    }
-    cr_assert_eq(pwrite(fd, bytes.data(), size, 0), static_cast<ssize_t>(size));
-  }
-  ~ShmSource() { close(fd); }
-};
-
 std::unique_ptr<Ring> RingOrSkip() {
   auto ring = Ring::Create(kQueueDepth);
   if (!ring) cr_skip_test("no io_uring here: Ring::Create: %s", strerror(ring.error()));
@@ -84,7 +66,7 @@ std::unique_ptr<Ring> RingOrSkip() {
 
 // Stages `src` into `dst` (direct when `use_direct`) and checks the bytes
 // and the hash; returns what the copy said.
-StageTarget StageInto(const ShmSource& src, DiskFile& dst, bool use_direct) {
+StageTarget StageInto(const Source& src, DiskFile& dst, bool use_direct) {
   auto ring = RingOrSkip();
   cr_assert_eq(ftruncate(dst.fd, static_cast<off_t>(src.bytes.size())), 0);
   StageTarget out{.fd = dst.fd, .direct_fd = use_direct ? dst.direct : -1};
@@ -107,7 +89,7 @@ StageTarget StageInto(const ShmSource& src, DiskFile& dst, bool use_direct) {
 Test(posix_copy, aligned_chunks_direct_tail_buffered) {
   DiskFile dst;
   if (dst.direct < 0) cr_skip_test("/var/tmp refuses O_DIRECT: %s", strerror(errno));
-  ShmSource src(10 * kMiB + 123);
+  Source src(10 * kMiB + 123, 1);
   StageTarget out = StageInto(src, dst, true);
   cr_assert_eq(out.direct_bytes, 10 * kMiB);
   cr_assert_not(out.direct_refused);
@@ -116,7 +98,7 @@ Test(posix_copy, aligned_chunks_direct_tail_buffered) {
 // Without a direct descriptor everything is buffered (the fallback).
 Test(posix_copy, buffered_without_direct_fd) {
   DiskFile dst;
-  ShmSource src(9 * kMiB + 4096 + 7);
+  Source src(9 * kMiB + 4096 + 7, 2);
   StageTarget out = StageInto(src, dst, false);
   cr_assert_eq(out.direct_bytes, 0u);
 }
