@@ -90,8 +90,8 @@ class Client {
   // Puts and deletes in one transaction (at most 128: etcd's limit).
   struct Op {
     bool del = false;
-    std::string key, range_end;  // range_end: deletes only ("" : the key alone)
-    std::string value;
+    std::string key{}, range_end{};  // range_end: deletes only ("" : the key alone)
+    std::string value{};
     int64_t lease = 0;
     // A delete of one key only while its mod_revision is this one (0:
     // whatever it is): a key another writer put since stays. Each such
