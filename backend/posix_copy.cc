@@ -14,12 +14,16 @@
 #include "common/result.h"
 
 namespace ckpt::backend::posix {
+namespace {
+// A switch in the daemon's environment: set, not empty and not "0".
+bool EnvSwitch(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string_view(v) != "0";
+}
+}  // namespace
 
 std::unique_ptr<Ring> MakeRing() {
-  static const bool disabled = [] {
-    const char* v = std::getenv("CKPTFS_BACKEND_NO_URING");
-    return v && *v && std::string_view(v) != "0";
-  }();
+  static const bool disabled = EnvSwitch("CKPTFS_BACKEND_NO_URING");
   static std::once_flag warned;
   if (disabled) {
     std::call_once(warned, [] { LOG_WARN("posix backend: io_uring disabled by CKPTFS_BACKEND_NO_URING"); });
@@ -36,10 +40,7 @@ std::unique_ptr<Ring> MakeRing() {
 }
 
 Fd OpenDirect(int dir_fd, const char* name, uint64_t size) {
-  static const bool disabled = [] {
-    const char* v = std::getenv("CKPTFS_BACKEND_NO_DIRECT");
-    return v && *v && std::string_view(v) != "0";
-  }();
+  static const bool disabled = EnvSwitch("CKPTFS_BACKEND_NO_DIRECT");
   static std::once_flag warned;
   if (size < kDirectMin) return Fd();
   if (disabled) {
