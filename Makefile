@@ -25,7 +25,7 @@ BUILD    ?= build$(if $(SAN),-$(SAN))
 # spdlog's cflags select its compiled library (SPDLOG_COMPILED_LIB): without
 # it every file that logs compiled spdlog itself, about 6 s of CPU each.
 comma    := ,
-PKGS     := fuse3 liburing rocksdb spdlog libmicrohttpd mount
+PKGS     := fuse3 liburing rocksdb spdlog libmicrohttpd mount ucx
 
 # The sanitizer builds compile at -O1 with line tables only (-g1): reports
 # keep functions, files and lines, and the TSan build takes about 55% of the

@@ -10,7 +10,7 @@ set -euo pipefail
 
 PKGS=(g++ make pkg-config libfuse3-dev fuse3 librocksdb-dev liburing-dev libspdlog-dev libfmt-dev
       libcriterion-dev libxxhash-dev libcurl4-openssl-dev libcli11-dev libpugixml-dev nlohmann-json3-dev
-      libmicrohttpd-dev libmount-dev etcd-server etcd-client
+      libmicrohttpd-dev libmount-dev etcd-server etcd-client libucx-dev ucx-utils
       libssl-dev python3-torch python3-numpy attr util-linux procps)
 
 missing=()

@@ -77,6 +77,14 @@ export TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1 suppressions=$REPO/
 # and prints the stack.
 export ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1 ${UBSAN_OPTIONS:-}"
+# UCX (the replica link) patches mmap, madvise and malloc when its library
+# loads, to keep an RDMA registration cache coherent; under TSan a thread's
+# exit then calls the patched madvise after TSan let go of the thread, and
+# crashes. Nothing here uses RDMA: every test runs without the hooks
+# (docs/operations.md, "Replicas"). UCX reads these when it loads, so they
+# cannot be set from the code.
+export UCX_MEM_EVENTS=${UCX_MEM_EVENTS:-no} UCX_MEM_MMAP_HOOK_MODE=${UCX_MEM_MMAP_HOOK_MODE:-none} \
+  UCX_MEM_MALLOC_HOOKS=${UCX_MEM_MALLOC_HOOKS:-no} UCX_MEMTYPE_CACHE=${UCX_MEMTYPE_CACHE:-n}
 PREFIX=""  # tsan- or asan- in a sanitizer phase
 
 passed=0 failed=0 skipped=0

@@ -1,0 +1,198 @@
+// replica_holder.cc — the holder side of the replica link (see
+// replica_link.h): the handshake as the one who listens, and PUT, CHUNK,
+// END, DROP and GET from a member that passed it.
+#include <unistd.h>
+
+#include <cstring>
+
+#include "common/log.h"
+#include "fs/cluster/replica_link_impl.h"
+
+namespace ckpt::fs::replica {
+
+void Link::Impl::HolderMessage(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv) {
+  if (c->st == Conn::St::kAwaitHello) {
+    if (data) ucp_am_data_release(worker, data);
+    if (m.op != Op::kHello || m.text.size() <= kNonceLen || !ValidNodeId(m.text.substr(kNonceLen)))
+      return Refuse(c, "spoke before the handshake");
+    c->nonce_c = m.text.substr(0, kNonceLen);
+    c->peer_id = m.text.substr(kNonceLen);
+    c->nonce_s = RandomNonce();
+    Send(*c, Msg{.op = Op::kChallenge, .text = c->nonce_s + opts.node_id});
+    c->st = Conn::St::kAwaitProof;
+    return;
+  }
+  if (c->st == Conn::St::kAwaitProof) {
+    if (data) ucp_am_data_release(worker, data);
+    if (m.op != Op::kProof) return Refuse(c, "spoke before the handshake");
+    if (!SameMac(m.text, HandshakeMac(opts.secret, "client", c->nonce_c, c->nonce_s, c->peer_id, opts.node_id)))
+      return Refuse(c, "failed the handshake: it does not hold this cluster's secret");
+    c->st = Conn::St::kReady;
+    LOG_DEBUG("replica link: {} is node {}", c->addr, c->peer_id);
+    Send(*c, Msg{.op = Op::kReady,
+                 .text = HandshakeMac(opts.secret, "holder", c->nonce_c, c->nonce_s, c->peer_id, opts.node_id)});
+    return;
+  }
+  if (c->st != Conn::St::kReady) {
+    if (data) ucp_am_data_release(worker, data);
+    return;
+  }
+  switch (m.op) {
+    case Op::kPut: return Put(c, m);
+    case Op::kChunk: return Chunk(c, m, data, len, rndv);
+    case Op::kEnd: return End(c, m);
+    case Op::kDrop: return DropReplica(c, m);
+    case Op::kGet: return Get(c, m);
+    default: break;
+  }
+  if (data) ucp_am_data_release(worker, data);
+}
+
+void Link::Impl::Reply(Conn& c, uint64_t req, Op op, uint64_t a, std::string text) {
+  Send(c, Msg{.op = op, .req = req, .a = a, .text = std::move(text)});
+}
+
+std::optional<Key> Link::Impl::OwnKey(Conn& c, const Msg& m) {
+  auto k = Key::Parse(m.text);
+  if (!k || k->writer != c.peer_id) {
+    LOG_ERROR("replica link: node {} ({}) named replica '{}', not one of its own: refused", c.peer_id, c.addr,
+              m.text.substr(0, 80));
+    Reply(c, m.req, Op::kRefused, EPERM);
+    return std::nullopt;
+  }
+  return k;
+}
+
+void Link::Impl::Put(const std::shared_ptr<Conn>& c, const Msg& m) {
+  auto k = OwnKey(*c, m);
+  if (!k) return;
+  if (!store) return Reply(*c, m.req, Op::kRefused, EOPNOTSUPP);
+  if (c->rx.count(m.req)) return Reply(*c, m.req, Op::kRefused, EEXIST);
+  auto in = store->Begin(Held{.key = *k, .size = m.a, .gate_us = m.b, .hash_hi = m.c, .hash_lo = m.d});
+  if (!in) {
+    if (in.error() == EEXIST) return Reply(*c, m.req, Op::kHeld, m.a);
+    if (in.error() == EAGAIN) return Reply(*c, m.req, Op::kWait);
+    return Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(in.error()));
+  }
+  auto rx = std::make_shared<Rx>();
+  rx->got.assign((m.a + kChunk - 1) / kChunk, false);
+  rx->in = std::move(*in);
+  rx->last = Clock::now();
+  c->rx[m.req] = rx;
+  Reply(*c, m.req, Op::kAccepted);
+}
+
+void Link::Impl::RefuseReplica(const std::shared_ptr<Conn>& c, uint64_t req, const std::string& why) {
+  auto it = c->rx.find(req);
+  std::string name = it != c->rx.end() ? it->second->in->held().key.Name() : "?";
+  if (it != c->rx.end()) {
+    it->second->failed = true;
+    c->rx.erase(it);
+  }
+  chunks_refused++;
+  LOG_ERROR("replica link: replica {} from node {} ({}) refused: {}", name, c->peer_id, c->addr, why);
+  Reply(*c, req, Op::kRefused, EBADMSG, why);
+}
+
+void Link::Impl::Chunk(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv) {
+  auto it = c->rx.find(m.req);
+  if (it == c->rx.end()) {  // refused or timed out already
+    if (data) ucp_am_data_release(worker, data);
+    return;
+  }
+  auto rx = it->second;
+  const uint64_t size = rx->in->held().size, off = m.a;
+  const uint64_t idx = off / kChunk;
+  if (off % kChunk || off >= size || len != std::min(kChunk, size - off) || rx->got[idx]) {
+    if (data) ucp_am_data_release(worker, data);
+    return RefuseReplica(
+        c, m.req,
+        "a chunk at offset " + std::to_string(off) + " of " + std::to_string(len) + " bytes does not fit the replica");
+  }
+  rx->last = Clock::now();
+  const uint64_t want = m.b, req = m.req;
+  std::weak_ptr<Conn> wc = c;
+  auto landed = [this, rx, wc, req, off, len, want, idx](bool ok) {
+    auto conn = wc.lock();
+    if (rx->failed || !conn || conn->st == Conn::St::kClosed) return;
+    if (!ok) return RefuseReplica(conn, req, "a chunk did not arrive");
+    if (ChunkHash(rx->in->data() + off, len) != want)
+      return RefuseReplica(conn, req, "the chunk at offset " + std::to_string(off) + " does not match its checksum");
+    rx->got[idx] = true;
+    rx->chunks_got++;
+    rx->last = Clock::now();
+    bytes_in += len;
+    Reply(*conn, req, Op::kAck, off);
+    if (rx->ended) End(conn, Msg{.op = Op::kEnd, .req = req});
+  };
+  if (!rndv) {
+    std::memcpy(rx->in->data() + off, data, len);
+    ucp_am_data_release(worker, data);
+    return landed(true);
+  }
+  struct Ctx {
+    Impl* impl;
+    std::shared_ptr<Rx> rx;
+    std::function<void(bool)> done;
+  };
+  rx->pending++;
+  auto* ctx = new Ctx{this, rx, landed};
+  RecvInto(data, rx->in->data() + off, len, ctx, [](void* ud, bool ok) {
+    auto* x = static_cast<Ctx*>(ud);
+    x->impl->completions.push_back([x, ok] {
+      x->rx->pending--;
+      x->done(ok);
+      delete x;  // the last holder of a failed Rx discards it here
+    });
+  });
+}
+
+void Link::Impl::End(const std::shared_ptr<Conn>& c, const Msg& m) {
+  auto it = c->rx.find(m.req);
+  if (it == c->rx.end()) return;
+  auto rx = it->second;
+  rx->ended = true;
+  if (rx->pending > 0 || rx->chunks_got < rx->got.size()) {
+    if (rx->pending == 0) RefuseReplica(c, m.req, "ended with chunks missing");
+    return;  // the last chunk's landing ends it
+  }
+  c->rx.erase(it);
+  const Held h = rx->in->held();
+  auto st = store->Commit(std::move(rx->in));
+  if (!st) {
+    chunks_refused++;
+    LOG_ERROR("replica link: replica {} from node {} ({}) refused: {}", h.key.Name(), c->peer_id, c->addr,
+              st.error() == EBADMSG ? "its bytes do not match the writer's content checksum" : ErrStr(st.error()));
+    return Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(st.error()));
+  }
+  replicas_held++;
+  LOG_DEBUG("replica link: holding {} ({} bytes) for node {}", h.key.Name(), h.size, c->peer_id);
+  Reply(*c, m.req, Op::kHeld, h.size);
+}
+
+void Link::Impl::DropReplica(const std::shared_ptr<Conn>& c, const Msg& m) {
+  auto k = OwnKey(*c, m);
+  if (!k) return;
+  auto st = store ? store->Drop(*k) : Status(Err(ENOENT));
+  if (st) Reply(*c, m.req, Op::kDropped);
+  else Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(st.error()));
+}
+
+void Link::Impl::Get(const std::shared_ptr<Conn>& c, const Msg& m) {
+  auto k = Key::Parse(m.text);
+  auto h = k && store ? store->OpenHeld(*k) : Result<std::pair<int, Held>>(Err(ENOENT));
+  if (!h) return Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(h.error()));
+  const auto [fd, held] = *h;
+  const uint64_t off = std::min(m.a, held.size), n = std::min({m.b, kMaxRead, held.size - off});
+  std::string buf(n, '\0');
+  ssize_t got = n ? pread(fd, buf.data(), n, static_cast<off_t>(off)) : 0;
+  close(fd);
+  if (got < 0) return Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(errno));
+  buf.resize(static_cast<size_t>(got));
+  bytes_out += buf.size();
+  Msg d{.op = Op::kData, .req = m.req, .a = off, .b = ChunkHash(buf.data(), buf.size())};
+  if (buf.empty()) return Send(*c, d);
+  Send(*c, d, nullptr, 0, nullptr, std::move(buf));
+}
+
+}  // namespace ckpt::fs::replica

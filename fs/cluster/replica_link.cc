@@ -1,0 +1,662 @@
+// replica_link.cc — see replica_link.h.
+//
+// Every UCX call happens on the link's own thread (Loop): the public
+// methods post a task and wait for their request's promise. UCX callbacks
+// (an active message, a completion, an endpoint error) only record what
+// happened; Loop acts on it after ucp_worker_progress returns, where
+// sending and receiving are allowed.
+#include "fs/cluster/replica_link.h"
+
+#include <netdb.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/log.h"
+#include "common/mutex.h"
+#include "fs/cluster/replica_link_impl.h"
+
+namespace ckpt::fs::replica {
+namespace {
+
+// "HOST:PORT" or "[V6]:PORT" → a socket address.
+std::expected<std::pair<sockaddr_storage, socklen_t>, std::string> Resolve(const std::string& hp, bool passive) {
+  const size_t colon = hp.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == hp.size()) return std::unexpected("want HOST:PORT");
+  std::string host = hp.substr(0, colon), port = hp.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  for (char c : port)
+    if (c < '0' || c > '9' || port.size() > 5) return std::unexpected("bad port");
+  if (std::stoul(port) > 65535) return std::unexpected("bad port");
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0 || !res) return std::unexpected(std::string("cannot resolve ") + host + ": " + gai_strerror(rc));
+  std::pair<sockaddr_storage, socklen_t> out{};
+  std::memcpy(&out.first, res->ai_addr, res->ai_addrlen);
+  out.second = res->ai_addrlen;
+  freeaddrinfo(res);
+  return out;
+}
+
+std::string PortOf(const sockaddr_storage& ss) {
+  if (ss.ss_family == AF_INET) return std::to_string(ntohs(reinterpret_cast<const sockaddr_in&>(ss).sin_port));
+  if (ss.ss_family == AF_INET6) return std::to_string(ntohs(reinterpret_cast<const sockaddr_in6&>(ss).sin6_port));
+  return "0";
+}
+
+}  // namespace
+
+std::string Link::Impl::Start() {
+  ucp_config_t* cfg = nullptr;
+  if (ucp_config_read(nullptr, nullptr, &cfg) != UCS_OK) return "cannot read UCX's configuration";
+  ucp_params_t p{};
+  p.field_mask = UCP_PARAM_FIELD_FEATURES;
+  p.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  ucs_status_t st = ucp_init(&p, cfg, &context);
+  ucp_config_release(cfg);
+  if (st != UCS_OK) return std::string("UCX: ") + ucs_status_string(st);
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  if ((st = ucp_worker_create(context, &wp, &worker)) != UCS_OK)
+    return std::string("UCX worker: ") + ucs_status_string(st);
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.id = kAmId;
+  hp.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
+  hp.cb = &Impl::OnAm;
+  hp.arg = this;
+  if ((st = ucp_worker_set_am_recv_handler(worker, &hp)) != UCS_OK)
+    return std::string("UCX handler: ") + ucs_status_string(st);
+  int wfd = -1;
+  if ((st = ucp_worker_get_efd(worker, &wfd)) != UCS_OK) return std::string("UCX wakeup: ") + ucs_status_string(st);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = wfd;
+  if (epoll_ctl(epfd, EPOLL_CTL_ADD, wfd, &ev) != 0) return "epoll: " + ErrStr(errno);
+  if (!opts.listen.empty()) {
+    auto sa = Resolve(opts.listen, true);
+    if (!sa) return "--replica-listen " + opts.listen + ": " + sa.error();
+    ucp_listener_params_t lp{};
+    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa->first);
+    lp.sockaddr.addrlen = sa->second;
+    lp.conn_handler.cb = [](ucp_conn_request_h r, void* arg) { static_cast<Impl*>(arg)->conn_requests.push_back(r); };
+    lp.conn_handler.arg = this;
+    if ((st = ucp_listener_create(worker, &lp, &listener)) != UCS_OK)
+      return "--replica-listen " + opts.listen + ": " + ucs_status_string(st);
+    ucp_listener_attr_t la{};
+    la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    if (ucp_listener_query(listener, &la) != UCS_OK) return "cannot query the replica listener";
+    address = opts.listen.substr(0, opts.listen.rfind(':')) + ":" + PortOf(la.sockaddr);
+  }
+  return "";
+}
+
+void Link::Impl::Teardown() {
+  for (auto& [id, r] : std::map<uint64_t, std::shared_ptr<Request>>(reqs)) Finish(r, Err(ESHUTDOWN));
+  for (auto& [ep, c] : std::unordered_map<ucp_ep_h, std::shared_ptr<Conn>>(conns)) Close(c, true);
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  while (!closing.empty() && Clock::now() < until) {
+    ucp_worker_progress(worker);
+    RunCompletions();
+    std::erase_if(closing, [](void* rq) {
+      if (ucp_request_check_status(rq) == UCS_INPROGRESS) return false;
+      ucp_request_free(rq);
+      return true;
+    });
+  }
+  for (auto& a : arrived)
+    if (a.data) ucp_am_data_release(worker, a.data);
+  arrived.clear();
+  for (auto* r : conn_requests) ucp_listener_reject(listener, r);
+  if (listener) ucp_listener_destroy(listener);
+  conns.clear();
+  dialed.clear();
+  if (worker) ucp_worker_destroy(worker);
+  if (context) ucp_cleanup(context);
+}
+
+std::string Link::Impl::OpenWakeup() {
+  epfd = epoll_create1(EPOLL_CLOEXEC);
+  evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epfd < 0 || evfd < 0) return "replica link: epoll: " + ErrStr(errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = evfd;
+  if (epoll_ctl(epfd, EPOLL_CTL_ADD, evfd, &ev) != 0) return "replica link: epoll: " + ErrStr(errno);
+  return "";
+}
+
+void Link::Impl::Loop(std::promise<std::string>* ready) {
+  std::string err = Start();
+  ready->set_value(err);
+  if (!err.empty()) {
+    Teardown();
+    return;
+  }
+  while (!stop.load()) {
+    bool busy = false;
+    while (ucp_worker_progress(worker)) busy = true;
+    busy |= RunCompletions();
+    busy |= RunTasks();
+    busy |= HandleArrived();
+    busy |= Accept();
+    busy |= HandleFailedEps();
+    Sweep();
+    std::erase_if(closing, [](void* rq) {
+      if (ucp_request_check_status(rq) == UCS_INPROGRESS) return false;
+      ucp_request_free(rq);
+      return true;
+    });
+    if (busy) continue;
+    if (ucp_worker_arm(worker) == UCS_ERR_BUSY) continue;
+    epoll_event evs[2];
+    epoll_wait(epfd, evs, 2, 50);
+    uint64_t v;
+    while (read(evfd, &v, sizeof v) > 0) {
+    }
+  }
+  Teardown();
+}
+
+void Link::Impl::Post(std::function<void()> fn) {
+  {
+    MutexLock l(&mu);
+    tasks.push_back(std::move(fn));
+  }
+  uint64_t one = 1;
+  (void)!write(evfd, &one, sizeof one);
+}
+
+bool Link::Impl::RunTasks() {
+  std::deque<std::function<void()>> t;
+  {
+    MutexLock l(&mu);
+    t.swap(tasks);
+  }
+  for (auto& fn : t) fn();
+  return !t.empty();
+}
+
+bool Link::Impl::RunCompletions() {
+  bool any = false;
+  while (!completions.empty()) {
+    auto c = std::move(completions);
+    completions.clear();
+    for (auto& fn : c) fn();
+    any = true;
+  }
+  return any;
+}
+
+ucs_status_t Link::Impl::OnAm(void* arg, const void* header, size_t hlen, void* data, size_t len,
+                              const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<Impl*>(arg);
+  Arrived a{};
+  a.ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+  a.msg = Decode(header, hlen);
+  a.rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+  const bool keep = len > 0 && (a.rndv || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA));
+  a.data = keep ? data : nullptr;
+  a.len = len;
+  self->arrived.push_back(a);
+  return keep ? UCS_INPROGRESS : UCS_OK;
+}
+
+void Link::Impl::OnEpError(void* arg, ucp_ep_h ep, ucs_status_t) { static_cast<Impl*>(arg)->failed_eps.push_back(ep); }
+
+void Link::Impl::Send(Conn& c, const Msg& m, const void* data, size_t len, std::shared_ptr<Request> keep,
+                      std::string payload) {
+  if (c.st == Conn::St::kClosed) return;
+  auto* ctx = new SendCtx{this, Encode(m), std::move(payload), std::move(keep)};
+  if (!ctx->payload.empty()) {
+    data = ctx->payload.data();
+    len = ctx->payload.size();
+  }
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  p.cb.send = [](void* rq, ucs_status_t, void* ud) {
+    delete static_cast<SendCtx*>(ud);
+    ucp_request_free(rq);
+  };
+  p.user_data = ctx;
+  ucs_status_ptr_t sp = ucp_am_send_nbx(c.ep, kAmId, ctx->hdr.data(), ctx->hdr.size(), data, len, &p);
+  if (sp == nullptr) delete ctx;
+  else if (UCS_PTR_IS_ERR(sp)) {
+    LOG_DEBUG("replica link: send to {}: {}", c.addr, ucs_status_string(UCS_PTR_STATUS(sp)));
+    delete ctx;
+  }
+}
+
+void Link::Impl::Close(const std::shared_ptr<Conn>& c, bool force) {
+  if (c->st == Conn::St::kClosed && !conns.count(c->ep)) return;
+  c->st = Conn::St::kClosed;
+  for (auto& [req, rx] : c->rx) rx->failed = true;  // discarded once no receive writes into them
+  c->rx.clear();
+  for (auto& r : c->waiting) Finish(r, Err(ECONNRESET));
+  c->waiting.clear();
+  for (auto& [id, r] : std::map<uint64_t, std::shared_ptr<Request>>(reqs))
+    if (r->conn.lock() == c) Finish(r, Err(ECONNRESET));
+  conns.erase(c->ep);
+  if (!c->holder_side) {
+    auto it = dialed.find(c->addr);
+    if (it != dialed.end() && it->second == c) dialed.erase(it);
+  }
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucs_status_ptr_t sp = ucp_ep_close_nbx(c->ep, &p);
+  if (sp && !UCS_PTR_IS_ERR(sp)) closing.push_back(sp);
+}
+
+void Link::Impl::Refuse(const std::shared_ptr<Conn>& c, const std::string& why) {
+  peers_refused++;
+  LOG_ERROR("replica link: refused {}{}: {}", c->addr, c->peer_id.empty() ? "" : " (node " + c->peer_id + ")", why);
+  Msg m{.op = Op::kRefused, .a = EACCES, .text = "not a member of this cluster"};
+  Send(*c, m);
+  Close(c, false);
+}
+
+bool Link::Impl::Accept() {
+  if (conn_requests.empty()) return false;
+  auto reqs_now = std::move(conn_requests);
+  conn_requests.clear();
+  for (auto* r : reqs_now) {
+    ucp_conn_request_attr_t ra{};
+    ra.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    std::string from = "a peer";
+    if (ucp_conn_request_query(r, &ra) == UCS_OK) {
+      char host[NI_MAXHOST] = {}, port[NI_MAXSERV] = {};
+      if (getnameinfo(reinterpret_cast<sockaddr*>(&ra.client_address), sizeof ra.client_address, host, sizeof host,
+                      port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+        from = std::string(host) + ":" + port;
+    }
+    ucp_ep_params_t ep{};
+    ep.field_mask =
+        UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.conn_request = r;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &Impl::OnEpError;
+    ep.err_handler.arg = this;
+    auto c = std::make_shared<Conn>();
+    c->holder_side = true;
+    c->st = Conn::St::kAwaitHello;
+    c->addr = "connection from " + from;
+    c->since = Clock::now();
+    ucs_status_t st = ucp_ep_create(worker, &ep, &c->ep);
+    if (st != UCS_OK) {
+      LOG_WARN("replica link: cannot accept a {}: {}", c->addr, ucs_status_string(st));
+      continue;
+    }
+    conns[c->ep] = c;
+  }
+  return true;
+}
+
+std::shared_ptr<Conn> Link::Impl::Dial(const std::string& peer, int* err) {
+  auto it = dialed.find(peer);
+  if (it != dialed.end() && it->second->st != Conn::St::kClosed) return it->second;
+  auto sa = Resolve(peer, false);
+  if (!sa) {
+    LOG_WARN("replica link: peer {}: {}", peer, sa.error());
+    *err = EINVAL;
+    return nullptr;
+  }
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa->first);
+  ep.sockaddr.addrlen = sa->second;
+  ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = &Impl::OnEpError;
+  ep.err_handler.arg = this;
+  auto c = std::make_shared<Conn>();
+  c->st = Conn::St::kAwaitChallenge;
+  c->addr = peer;
+  c->since = Clock::now();
+  c->nonce_c = RandomNonce();
+  ucs_status_t st = ucp_ep_create(worker, &ep, &c->ep);
+  if (st != UCS_OK) {
+    LOG_WARN("replica link: cannot connect to {}: {}", peer, ucs_status_string(st));
+    *err = ECONNREFUSED;
+    return nullptr;
+  }
+  conns[c->ep] = c;
+  dialed[peer] = c;
+  Send(*c, Msg{.op = Op::kHello, .text = c->nonce_c + opts.node_id});
+  return c;
+}
+
+void Link::Impl::Finish(const std::shared_ptr<Request>& r, Result<uint64_t> res) {
+  if (r->finished) return;
+  r->finished = true;
+  reqs.erase(r->id);
+  r->done.set_value(res);
+}
+
+void Link::Impl::StartRequest(const std::shared_ptr<Request>& r, const std::string& peer) {
+  int err = 0;
+  auto c = Dial(peer, &err);
+  if (!c) return Finish(r, Err(err));
+  r->conn = c;
+  reqs[r->id] = r;
+  if (c->st == Conn::St::kReady) Begin(*c, r);
+  else c->waiting.push_back(r);
+}
+
+void Link::Impl::Begin(Conn& c, const std::shared_ptr<Request>& r) {
+  Msg m{.op = r->kind, .req = r->id, .text = r->key.Name()};
+  if (r->kind == Op::kPut) {
+    m.a = r->size;
+    m.b = r->gate_us;
+    m.c = r->hash_hi;
+    m.d = r->hash_lo;
+  } else if (r->kind == Op::kGet) {
+    m.a = r->offset;
+    m.b = r->len;
+  }
+  Send(c, m);
+}
+
+void Link::Impl::Pump(Conn& c, const std::shared_ptr<Request>& r) {
+  const int limit = stop_after.load();
+  while (r->inflight < kWindow && r->next < r->size && (limit < 0 || r->sent < limit)) {
+    const uint64_t off = r->next, n = std::min(kChunk, r->size - off);
+    uint64_t h = ChunkHash(r->src + off, n);
+    if (lie.load()) h ^= 1;
+    Send(c, Msg{.op = Op::kChunk, .req = r->id, .a = off, .b = h}, r->src + off, n, r);
+    bytes_out += n;
+    r->next += n;
+    r->inflight++;
+    r->sent++;
+  }
+  if (r->next == r->size && r->inflight == 0 && !r->ended) {
+    r->ended = true;
+    Send(c, Msg{.op = Op::kEnd, .req = r->id});
+  }
+}
+
+void Link::Impl::ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv) {
+  if (c->st == Conn::St::kAwaitChallenge && m.op == Op::kChallenge) {
+    if (m.text.size() <= kNonceLen || !ValidNodeId(m.text.substr(kNonceLen))) return Close(c, true);
+    c->nonce_s = m.text.substr(0, kNonceLen);
+    c->peer_id = m.text.substr(kNonceLen);
+    Send(*c, Msg{.op = Op::kProof,
+                 .text = HandshakeMac(opts.secret, "client", c->nonce_c, c->nonce_s, opts.node_id, c->peer_id)});
+    c->st = Conn::St::kAwaitReady;
+    return;
+  }
+  if (c->st == Conn::St::kAwaitReady && m.op == Op::kReady) {
+    // The holder proves it knows the secret too: a replica never goes to
+    // a listener that is not a member.
+    if (!SameMac(m.text, HandshakeMac(opts.secret, "holder", c->nonce_c, c->nonce_s, opts.node_id, c->peer_id))) {
+      peers_refused++;
+      LOG_ERROR("replica link: {} (says node {}) failed the handshake: it does not hold this cluster's secret", c->addr,
+                c->peer_id);
+      for (auto& r : c->waiting) Finish(r, Err(EACCES));
+      c->waiting.clear();
+      return Close(c, false);
+    }
+    c->st = Conn::St::kReady;
+    auto w = std::move(c->waiting);
+    c->waiting.clear();
+    for (auto& r : w)
+      if (!r->finished) Begin(*c, r);
+    return;
+  }
+  if (m.op == Op::kRefused && c->st != Conn::St::kReady) {  // the holder refused our proof
+    for (auto& r : c->waiting) Finish(r, Err(EACCES));
+    c->waiting.clear();
+    return Close(c, false);
+  }
+  auto it = reqs.find(m.req);
+  if (c->st != Conn::St::kReady || it == reqs.end() || it->second->conn.lock() != c) {
+    if (data) ucp_am_data_release(worker, data);
+    return;
+  }
+  auto r = it->second;
+  switch (m.op) {
+    case Op::kAccepted: return Pump(*c, r);
+    case Op::kAck:
+      if (r->inflight > 0) r->inflight--;
+      return Pump(*c, r);
+    case Op::kHeld: return Finish(r, r->size);
+    case Op::kWait: return Finish(r, Err(EAGAIN));
+    case Op::kRefused: return Finish(r, Err(m.a && m.a < 4096 ? static_cast<int>(m.a) : EIO));
+    case Op::kDropped: return Finish(r, 0);
+    case Op::kData: return ReceiveData(r, m, data, len, rndv);
+    default: break;
+  }
+  if (data) ucp_am_data_release(worker, data);
+}
+
+void Link::Impl::ReceiveData(const std::shared_ptr<Request>& r, const Msg& m, void* data, size_t len, bool rndv) {
+  if (r->kind != Op::kGet || len > r->len) {
+    if (data) ucp_am_data_release(worker, data);
+    return Finish(r, Err(EPROTO));
+  }
+  r->buf.resize(len);
+  const uint64_t want = m.b;
+  auto check = [this, r, want] {
+    if (ChunkHash(r->buf.data(), r->buf.size()) != want) {
+      chunks_refused++;
+      LOG_ERROR("replica link: {} of replica {} from a peer does not match its checksum", r->buf.size(), r->key.Name());
+      return Finish(r, Err(EBADMSG));
+    }
+    bytes_in += r->buf.size();
+    Finish(r, r->buf.size());
+  };
+  if (!len) return check();
+  if (!rndv) {
+    std::memcpy(r->buf.data(), data, len);
+    ucp_am_data_release(worker, data);
+    return check();
+  }
+  struct Ctx {
+    Impl* impl;
+    std::function<void(bool)> done;
+  };
+  auto* ctx = new Ctx{this, [r, check, this](bool ok) {
+                        if (ok) check();
+                        else Finish(r, Err(ECONNRESET));
+                      }};
+  RecvInto(data, r->buf.data(), len, ctx, [](void* ud, bool ok) {
+    auto* x = static_cast<Ctx*>(ud);
+    x->impl->completions.push_back([x, ok] {
+      x->done(ok);
+      delete x;
+    });
+  });
+}
+
+void Link::Impl::RecvInto(void* desc, char* dst, size_t len, void* ud, void (*cb)(void*, bool)) {
+  struct R {
+    void* ud;
+    void (*cb)(void*, bool);
+  };
+  auto* rr = new R{ud, cb};
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.recv_am = [](void* rq, ucs_status_t st, size_t, void* u) {
+    auto* x = static_cast<R*>(u);
+    x->cb(x->ud, st == UCS_OK);
+    delete x;
+    ucp_request_free(rq);
+  };
+  p.user_data = rr;
+  ucs_status_ptr_t sp = ucp_am_recv_data_nbx(worker, desc, dst, len, &p);
+  if (sp == nullptr || UCS_PTR_IS_ERR(sp)) {
+    rr->cb(rr->ud, sp == nullptr);
+    delete rr;
+  }
+}
+
+bool Link::Impl::HandleArrived() {
+  if (arrived.empty()) return false;
+  auto batch = std::move(arrived);
+  arrived.clear();
+  for (auto& a : batch) {
+    auto it = a.ep ? conns.find(a.ep) : conns.end();
+    if (it == conns.end() || it->second->st == Conn::St::kClosed || !a.msg) {
+      if (a.data) ucp_am_data_release(worker, a.data);
+      if (it != conns.end() && !a.msg) {
+        if (it->second->holder_side) Refuse(it->second, "sent a malformed message");
+        else Close(it->second, true);
+      }
+      continue;
+    }
+    auto c = it->second;
+    if (c->holder_side) HolderMessage(c, *a.msg, a.data, a.len, a.rndv);
+    else ClientMessage(c, *a.msg, a.data, a.len, a.rndv);
+  }
+  return true;
+}
+
+bool Link::Impl::HandleFailedEps() {
+  if (failed_eps.empty()) return false;
+  auto eps = std::move(failed_eps);
+  failed_eps.clear();
+  for (auto ep : eps) {
+    auto it = conns.find(ep);
+    if (it == conns.end()) continue;
+    auto c = it->second;
+    if (!c->rx.empty())
+      LOG_WARN("replica link: node {} ({}) went away with {} replica(s) unfinished: discarded", c->peer_id, c->addr,
+               c->rx.size());
+    Close(c, true);
+  }
+  return true;
+}
+
+void Link::Impl::Sweep() {
+  const auto now = Clock::now();
+  for (auto& [id, r] : std::map<uint64_t, std::shared_ptr<Request>>(reqs))
+    if (now > r->deadline) {
+      auto c = r->conn.lock();
+      if (c && c->st != Conn::St::kReady && c->st != Conn::St::kClosed) {
+        LOG_WARN("replica link: {} did not finish the handshake in time", c->addr);
+        Close(c, true);
+      }
+      Finish(r, Err(ETIMEDOUT));
+    }
+  const auto idle = std::chrono::milliseconds(opts.timeout_ms);
+  for (auto& [ep, c] : std::unordered_map<ucp_ep_h, std::shared_ptr<Conn>>(conns)) {
+    if (c->holder_side && c->st != Conn::St::kReady && c->st != Conn::St::kClosed && now - c->since > idle) {
+      Refuse(c, "did not finish the handshake in time");
+      continue;
+    }
+    for (auto& [req, rx] : std::map<uint64_t, std::shared_ptr<Rx>>(c->rx))
+      if (now - rx->last > idle) RefuseReplica(c, req, "no chunk came for " + std::to_string(opts.timeout_ms) + " ms");
+  }
+}
+
+Result<uint64_t> Link::Impl::Call(std::shared_ptr<Request> r, const std::string& peer) {
+  r->id = next_id++;
+  r->deadline = Clock::now() + std::chrono::milliseconds(opts.timeout_ms);
+  auto fut = r->done.get_future();
+  Post([this, r, peer] { StartRequest(r, peer); });
+  return fut.get();  // Loop finishes every request: by an answer, its deadline or shutdown
+}
+
+Link::Link(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::expected<std::unique_ptr<Link>, std::string> Link::Open(const Options& o, Store* store) {
+  if (!ValidNodeId(o.node_id)) return std::unexpected("replica link: bad node id");
+  if (o.secret.size() < kMinSecretLen) return std::unexpected("replica link: no cluster secret");
+  if (!o.listen.empty() && !store) return std::unexpected("replica link: a listener needs a replica store");
+  auto impl = std::make_unique<Impl>();
+  impl->opts = o;
+  impl->store = store;
+  if (std::string w = impl->OpenWakeup(); !w.empty()) return std::unexpected(w);
+  std::promise<std::string> ready;
+  auto f = ready.get_future();
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw, &ready] { raw->Loop(&ready); });
+  std::string err = f.get();
+  if (!err.empty()) {
+    impl->thread.join();
+    return std::unexpected(err);
+  }
+  return std::unique_ptr<Link>(new Link(std::move(impl)));
+}
+
+Link::~Link() {
+  impl_->stop = true;
+  uint64_t one = 1;
+  (void)!write(impl_->evfd, &one, sizeof one);
+  impl_->thread.join();
+}
+
+const std::string& Link::address() const { return impl_->address; }
+
+Status Link::Replicate(const std::string& peer, const Key& k, int fd, uint64_t size, uint64_t gate_us, uint64_t hash_hi,
+                       uint64_t hash_lo) {
+  auto r = std::make_shared<Request>();
+  r->kind = Op::kPut;
+  r->key = k;
+  r->size = size;
+  r->gate_us = gate_us;
+  r->hash_hi = hash_hi;
+  r->hash_lo = hash_lo;
+  if (size) {
+    void* m = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) return ErrFromErrno();
+    r->src = static_cast<const char*>(m);
+  }
+  auto res = impl_->Call(r, peer);
+  if (!res) return Err(res.error());
+  return {};
+}
+
+Result<size_t> Link::Read(const std::string& peer, const Key& k, uint64_t offset, void* buf, size_t len) {
+  auto r = std::make_shared<Request>();
+  r->kind = Op::kGet;
+  r->key = k;
+  r->offset = offset;
+  r->len = std::min<uint64_t>(len, kMaxRead);
+  auto res = impl_->Call(r, peer);
+  if (!res) return Err(res.error());
+  std::memcpy(buf, r->buf.data(), r->buf.size());
+  return r->buf.size();
+}
+
+Status Link::Drop(const std::string& peer, const Key& k) {
+  auto r = std::make_shared<Request>();
+  r->kind = Op::kDrop;
+  r->key = k;
+  auto res = impl_->Call(r, peer);
+  if (!res) return Err(res.error());
+  return {};
+}
+
+Link::Counters Link::counters() const {
+  return {impl_->peers_refused.load(), impl_->chunks_refused.load(), impl_->replicas_held.load(),
+          impl_->bytes_in.load(), impl_->bytes_out.load()};
+}
+
+void Link::TestLieAboutChunks(bool on) { impl_->lie = on; }
+void Link::TestStopAfterChunks(int n) { impl_->stop_after = n; }
+
+}  // namespace ckpt::fs::replica

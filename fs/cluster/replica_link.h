@@ -1,0 +1,90 @@
+// replica_link.h — the daemons' link for replicas (issue #30): one UCX
+// worker per daemon, a listener (--replica-listen HOST:PORT) that serves the
+// holder side into a replica_store, and client requests to other members.
+//
+// Why UCX (docs/architecture.md, "Libraries"): the same code runs over TCP
+// here and over RDMA verbs on clusters that have them. Messages are UCX
+// active messages: the header is a replica_wire message, a chunk's bytes
+// are the data, which UCX moves eagerly or by rendezvous straight into the
+// holder's mapping of the replica (zero-copy where the transport can); the
+// reply endpoint UCX hands the receiver is what binds a message to its
+// authenticated connection.
+//
+// Only members may talk: a connection starts with a mutual HMAC-SHA256
+// handshake over both sides' nonces and node ids under --cluster-secret
+// (replica_wire.h); a peer that fails it, or sends anything before it, is
+// logged (its address, never the secret) and disconnected, and nothing it
+// sent is read. Every chunk carries its XXH3-64 and the whole replica is
+// checked against the writer's content checksum before it counts: a peer
+// that lies about either is refused and logged, and keeps nothing.
+//
+// Thread-safety: every public method may be called from any thread; they
+// block until the peer answered or `timeout_ms` passed. One thread of the
+// link's own drives UCX (UCS_THREAD_MODE_SINGLE worker).
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "fs/cluster/replica_store.h"
+#include "fs/cluster/replica_wire.h"
+
+namespace ckpt::fs::replica {
+
+class Link {
+ public:
+  struct Options {
+    std::string node_id{};       // this member (ValidNodeId)
+    std::string secret{};        // from LoadSecret
+    std::string listen{};        // "HOST:PORT" (port 0: any free one); empty: requests only
+    int64_t timeout_ms = 30000;  // one request, connection and handshake included
+  };
+  struct Counters {
+    uint64_t peers_refused = 0;   // connections that failed the handshake or spoke before it
+    uint64_t chunks_refused = 0;  // chunks or replicas whose checksum did not match
+    uint64_t replicas_held = 0;   // replicas this holder accepted
+    uint64_t bytes_in = 0, bytes_out = 0;
+  };
+
+  // `store` (may be null with an empty `listen`) receives the replicas other
+  // members send; it must outlive the link. The error is one line.
+  static std::expected<std::unique_ptr<Link>, std::string> Open(const Options& o, Store* store);
+  ~Link();
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+  // Where the listener is ("HOST:PORT", the port picked when 0 was asked);
+  // empty without one.
+  const std::string& address() const;
+
+  // Streams `size` bytes of `fd` (a file of the tier; mapped read-only) to
+  // the member listening at `peer` as replica `k`, and returns once the
+  // holder answered that it holds it whole and checked. EAGAIN: the holder
+  // has no room now; EBADMSG: it refused the bytes; EACCES: the handshake
+  // failed (wrong secret); ETIMEDOUT, ECONNREFUSED, ECONNRESET as they come.
+  Status Replicate(const std::string& peer, const Key& k, int fd, uint64_t size, uint64_t gate_us, uint64_t hash_hi,
+                   uint64_t hash_lo);
+  // Reads `len` bytes at `offset` of replica `k` held by `peer` into `buf`
+  // (checked by their XXH3-64); returns the bytes read (fewer at its end).
+  Result<size_t> Read(const std::string& peer, const Key& k, uint64_t offset, void* buf, size_t len);
+  // Tells `peer` to forget replica `k`. ENOENT: it did not hold it.
+  Status Drop(const std::string& peer, const Key& k);
+
+  Counters counters() const;
+
+  // Tests only: send every chunk with a wrong checksum; stop a replication
+  // after `n` chunks without ending it (as a writer that died mid-stream).
+  void TestLieAboutChunks(bool on);
+  void TestStopAfterChunks(int n);
+
+  struct Impl;
+
+ private:
+  explicit Link(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ckpt::fs::replica

@@ -1,0 +1,213 @@
+// replica_link_impl.h — the inside of replica_link's Link, shared by
+// replica_link.cc (the loop, connections, this node's requests) and
+// replica_holder.cc (the holder side). Nothing outside those two includes it.
+#pragma once
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/mutex.h"
+#include "fs/cluster/replica_link.h"
+
+namespace ckpt::fs::replica {
+
+using Clock = std::chrono::steady_clock;
+inline constexpr unsigned kAmId = 17;              // our active messages' id
+inline constexpr uint64_t kMaxRead = 64ull << 20;  // one GET
+
+struct Conn;
+
+// A request of this node to a peer (Replicate, Read, Drop).
+struct Request {
+  uint64_t id = 0;
+  Op kind{};
+  Key key;
+  Clock::time_point deadline;
+  std::weak_ptr<Conn> conn;
+  std::promise<Result<uint64_t>> done;
+  bool finished = false;
+  // Replicate: the source, mapped read-only (unmapped when the last send
+  // that reads it completed, since sends hold the request).
+  const char* src = nullptr;
+  uint64_t size = 0, gate_us = 0, hash_hi = 0, hash_lo = 0;
+  uint64_t next = 0;  // offset of the next chunk to send
+  int inflight = 0, sent = 0;
+  bool ended = false;
+  // Read: where the bytes land (copied to the caller's buffer by the caller).
+  uint64_t offset = 0, len = 0;
+  std::string buf;
+  ~Request() {
+    if (src) munmap(const_cast<char*>(src), size);
+  }
+};
+
+// A replica this node is receiving as a holder.
+struct Rx {
+  std::unique_ptr<Store::Incoming> in;
+  std::vector<bool> got;  // per chunk
+  uint64_t chunks_got = 0;
+  int pending = 0;  // rendezvous receives in flight into the mapping
+  bool failed = false, ended = false;
+  Clock::time_point last;
+};
+
+struct Conn {
+  enum class St { kAwaitHello, kAwaitProof, kAwaitChallenge, kAwaitReady, kReady, kClosed };
+  ucp_ep_h ep = nullptr;
+  bool holder_side = false;
+  St st{};
+  std::string addr;  // the peer's address as dialed, or "from HOST:PORT" on the holder side
+  std::string peer_id, nonce_c, nonce_s;
+  Clock::time_point since;
+  std::map<uint64_t, std::shared_ptr<Rx>> rx;     // holder: by request id
+  std::vector<std::shared_ptr<Request>> waiting;  // client: until kReady
+};
+
+struct Link::Impl {
+  Options opts;
+  Store* store = nullptr;
+  std::string address;
+
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  ucp_listener_h listener = nullptr;
+  int epfd = -1, evfd = -1;
+  std::thread thread;
+  std::atomic<bool> stop{false};
+
+  Mutex mu;
+  std::deque<std::function<void()>> tasks GUARDED_BY(mu);
+
+  // Loop's own (the UCX callbacks run inside ucp_worker_progress on Loop).
+  struct Arrived {
+    ucp_ep_h ep;
+    std::optional<Msg> msg;
+    void* data;
+    size_t len;
+    bool rndv;
+  };
+  std::deque<Arrived> arrived;
+  std::vector<ucp_conn_request_h> conn_requests;
+  std::vector<ucp_ep_h> failed_eps;
+  std::vector<std::function<void()>> completions;  // UCX completions, acted on after progress
+  std::unordered_map<ucp_ep_h, std::shared_ptr<Conn>> conns;
+  std::map<std::string, std::shared_ptr<Conn>> dialed;  // client side, by peer address
+  std::map<uint64_t, std::shared_ptr<Request>> reqs;
+  std::vector<void*> closing;
+
+  std::atomic<uint64_t> next_id{1};
+  std::atomic<uint64_t> peers_refused{0}, chunks_refused{0}, replicas_held{0}, bytes_in{0}, bytes_out{0};
+  std::atomic<bool> lie{false};
+  std::atomic<int> stop_after{-1};
+
+  // ---- set-up and the loop ----
+  // On the loop's thread: "" when ready, else why not.
+  std::string Start();
+
+  void Teardown();
+
+  // The loop's wake-up descriptors: made before its thread starts and
+  // closed after it ended, so Post() and ~Link() never write to a closed one.
+  std::string OpenWakeup();
+
+  ~Impl() {
+    if (epfd >= 0) close(epfd);
+    if (evfd >= 0) close(evfd);
+  }
+
+  void Loop(std::promise<std::string>* ready);
+
+  void Post(std::function<void()> fn);
+
+  bool RunTasks();
+
+  bool RunCompletions();
+
+  // ---- UCX callbacks: record only ----
+  static ucs_status_t OnAm(void* arg, const void* header, size_t hlen, void* data, size_t len,
+                           const ucp_am_recv_param_t* param);
+
+  static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t);
+
+  struct SendCtx {
+    Impl* impl;
+    std::string hdr, payload;
+    std::shared_ptr<Request> keep;  // the source mapping stays while the send reads it
+  };
+
+  void Send(Conn& c, const Msg& m, const void* data = nullptr, size_t len = 0, std::shared_ptr<Request> keep = {},
+            std::string payload = {});
+
+  // ---- connections ----
+  void Close(const std::shared_ptr<Conn>& c, bool force);
+
+  // A peer that is not (or not yet) a member: one line, and disconnected.
+  void Refuse(const std::shared_ptr<Conn>& c, const std::string& why);
+
+  bool Accept();
+
+  std::shared_ptr<Conn> Dial(const std::string& peer, int* err);
+
+  // ---- client requests ----
+  void Finish(const std::shared_ptr<Request>& r, Result<uint64_t> res);
+
+  void StartRequest(const std::shared_ptr<Request>& r, const std::string& peer);
+
+  void Begin(Conn& c, const std::shared_ptr<Request>& r);
+
+  void Pump(Conn& c, const std::shared_ptr<Request>& r);
+
+  void ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv);
+
+  void ReceiveData(const std::shared_ptr<Request>& r, const Msg& m, void* data, size_t len, bool rndv);
+
+  // Starts a rendezvous receive; `cb(ud, ok)` runs when it is over (from a
+  // UCX callback: it must only record).
+  void RecvInto(void* desc, char* dst, size_t len, void* ud, void (*cb)(void*, bool));
+
+  // ---- holder side ----
+  void HolderMessage(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv);
+
+  void Reply(Conn& c, uint64_t req, Op op, uint64_t a = 0, std::string text = {});
+
+  // A request about this writer's own replicas only: a member cannot place
+  // or drop replicas in another member's name.
+  std::optional<Key> OwnKey(Conn& c, const Msg& m);
+
+  void Put(const std::shared_ptr<Conn>& c, const Msg& m);
+
+  void RefuseReplica(const std::shared_ptr<Conn>& c, uint64_t req, const std::string& why);
+
+  void Chunk(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv);
+
+  void End(const std::shared_ptr<Conn>& c, const Msg& m);
+
+  void DropReplica(const std::shared_ptr<Conn>& c, const Msg& m);
+
+  void Get(const std::shared_ptr<Conn>& c, const Msg& m);
+
+  // ---- the loop's bookkeeping ----
+  bool HandleArrived();
+
+  bool HandleFailedEps();
+
+  void Sweep();
+
+  Result<uint64_t> Call(std::shared_ptr<Request> r, const std::string& peer);
+};
+
+}  // namespace ckpt::fs::replica

@@ -1,0 +1,175 @@
+// replica_store.cc — see replica_store.h.
+#include "fs/cluster/replica_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "backend/checksum.h"
+#include "common/log.h"
+
+namespace ckpt::fs::replica {
+namespace {
+
+constexpr char kPart[] = ".part-";
+
+// "WRITER.INO.VERSION~GATE~HEX" → Held (size from the file).
+bool ParseFinal(std::string_view name, Held* h) {
+  const size_t t2 = name.rfind('~');
+  if (t2 == std::string_view::npos || t2 == 0) return false;
+  const size_t t1 = name.rfind('~', t2 - 1);
+  if (t1 == std::string_view::npos) return false;
+  auto key = Key::Parse(name.substr(0, t1));
+  if (!key) return false;
+  h->key = *key;
+  const std::string_view gate = name.substr(t1 + 1, t2 - t1 - 1);
+  auto [p, ec] = std::from_chars(gate.data(), gate.data() + gate.size(), h->gate_us);
+  if (ec != std::errc() || p != gate.data() + gate.size()) return false;
+  return backend::ParseChecksumHex(name.substr(t2 + 1), &h->hash_hi, &h->hash_lo);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, uint64_t limit) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrFromErrno();
+  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return ErrFromErrno();
+  std::unique_ptr<Store> s(new Store(dir, dfd, limit));
+  int scan = dup(dfd);
+  DIR* d = scan >= 0 ? fdopendir(scan) : nullptr;
+  if (!d) {
+    if (scan >= 0) close(scan);
+    return ErrFromErrno();
+  }
+  MutexLock l(&s->mu_);
+  while (dirent* e = readdir(d)) {
+    std::string_view n = e->d_name;
+    if (n == "." || n == "..") continue;
+    Held h;
+    struct stat st;
+    if (n.starts_with(kPart) || !ParseFinal(n, &h) || fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISREG(st.st_mode)) {
+      // An unfinished replica (its writer or this holder died mid-stream), or
+      // nothing of ours: never counted, never served.
+      if (unlinkat(dfd, e->d_name, 0) != 0)
+        LOG_WARN("replicas: cannot remove {}/{}: {}", dir, std::string(n), ErrStr(errno));
+      continue;
+    }
+    h.size = static_cast<uint64_t>(st.st_size);
+    s->bytes_ += h.size;
+    s->held_.push_back(h);
+  }
+  closedir(d);
+  return s;
+}
+
+Store::~Store() { close(dirfd_); }
+
+std::string Store::FinalName(const Held& h) const {
+  return h.key.Name() + "~" + std::to_string(h.gate_us) + "~" + backend::ChecksumHex(h.hash_hi, h.hash_lo);
+}
+
+Store::Incoming::Incoming(Store* s, Held h, int fd, char* map, std::string part)
+    : store_(s), held_(std::move(h)), fd_(fd), map_(map), part_(std::move(part)) {}
+
+Store::Incoming::~Incoming() {
+  if (map_) munmap(map_, held_.size);
+  if (fd_ >= 0) close(fd_);
+  if (!done_) {
+    unlinkat(store_->dirfd_, part_.c_str(), 0);
+    store_->Release(held_.size);
+    MutexLock l(&store_->mu_);
+    std::erase(store_->incoming_, held_.key);
+  }
+}
+
+void Store::Release(uint64_t n) {
+  MutexLock l(&mu_);
+  bytes_ -= std::min(bytes_, n);
+}
+
+Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
+  if (h.size > limit_) return Err(EINVAL);
+  {
+    MutexLock l(&mu_);
+    for (const Held& x : held_)
+      if (x.key == h.key) return Err(EEXIST);
+    if (std::find(incoming_.begin(), incoming_.end(), h.key) != incoming_.end()) return Err(EBUSY);
+    if (bytes_ + h.size > limit_) return Err(EAGAIN);
+    bytes_ += h.size;
+    incoming_.push_back(h.key);
+  }
+  const std::string part = kPart + h.key.Name();
+  int fd = openat(dirfd_, part.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  char* map = nullptr;
+  int err = 0;
+  if (fd < 0) err = errno;
+  else if (h.size && fallocate(fd, 0, 0, static_cast<off_t>(h.size)) != 0 &&
+           ftruncate(fd, static_cast<off_t>(h.size)) != 0)
+    err = errno;
+  else if (h.size) {
+    void* m = mmap(nullptr, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) err = errno;
+    else map = static_cast<char*>(m);
+  }
+  // From here the Incoming owns the reservation: its destructor undoes it.
+  auto in = std::unique_ptr<Incoming>(new Incoming(this, h, fd, map, part));
+  if (err) return Err(err == ENOSPC ? EAGAIN : err);
+  return in;
+}
+
+Status Store::Commit(std::unique_ptr<Incoming> in) {
+  const Held& h = in->held_;
+  auto sum = backend::ContentChecksum(in->map_, h.size);
+  if (sum.first != h.hash_hi || sum.second != h.hash_lo) return Err(EBADMSG);  // ~Incoming discards it
+  if (renameat(dirfd_, in->part_.c_str(), dirfd_, FinalName(h).c_str()) != 0) return ErrFromErrno();
+  in->done_ = true;
+  MutexLock l(&mu_);
+  std::erase(incoming_, h.key);
+  held_.push_back(h);
+  return {};
+}
+
+Status Store::Drop(const Key& k) {
+  Held h;
+  {
+    MutexLock l(&mu_);
+    auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
+    if (it == held_.end()) return Err(ENOENT);
+    h = *it;
+    held_.erase(it);
+    bytes_ -= std::min(bytes_, h.size);
+  }
+  if (unlinkat(dirfd_, FinalName(h).c_str(), 0) != 0) return ErrFromErrno();
+  return {};
+}
+
+Result<std::pair<int, Held>> Store::OpenHeld(const Key& k) const {
+  Held h;
+  {
+    MutexLock l(&mu_);
+    auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
+    if (it == held_.end()) return Err(ENOENT);
+    h = *it;
+  }
+  int fd = openat(dirfd_, FinalName(h).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return ErrFromErrno();
+  return std::make_pair(fd, h);
+}
+
+std::vector<Held> Store::List() const {
+  MutexLock l(&mu_);
+  return held_;
+}
+
+uint64_t Store::bytes() const {
+  MutexLock l(&mu_);
+  return bytes_;
+}
+
+}  // namespace ckpt::fs::replica

@@ -1,0 +1,91 @@
+// replica_store.h — the replicas a holder keeps for other members (issue
+// #30): one file per replica in a directory of the memory tier, within a
+// byte limit of its own, so replicas never take the room of this node's own
+// saves (docs/replicas.md, "Backpressure never reaches a save").
+//
+// A replica arrives into `.part-NAME` (sized and mapped at Begin, filled by
+// chunks in any order), is checked against the writer's content checksum at
+// Commit and only then renamed to its final name: a replica that is listed
+// is whole and checked; a writer or holder that dies mid-stream leaves a
+// `.part-` file that Open() removes. The final name carries what a holder
+// must know of it without another file:
+// `WRITER.INO.VERSION~GATE_US~CHECKSUM_HEX` (one rename makes it appear).
+//
+// Thread-safety: every method may be called from any thread; an Incoming
+// belongs to one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/mutex.h"
+#include "common/result.h"
+#include "fs/cluster/replica_wire.h"
+
+namespace ckpt::fs::replica {
+
+struct Held {
+  Key key;
+  uint64_t size = 0, gate_us = 0, hash_hi = 0, hash_lo = 0;
+};
+
+class Store {
+ public:
+  // Creates `dir` (0700) if missing, removes unfinished `.part-` files and
+  // counts the replicas held there against `limit` bytes.
+  static Result<std::unique_ptr<Store>> Open(const std::string& dir, uint64_t limit);
+  ~Store();
+
+  // A replica being received: `data()` is a writable mapping of `size`
+  // bytes. Destroyed without Commit, it is discarded and its room freed.
+  class Incoming {
+   public:
+    ~Incoming();
+    char* data() const { return map_; }
+    const Held& held() const { return held_; }
+
+   private:
+    friend class Store;
+    Incoming(Store* s, Held h, int fd, char* map, std::string part);
+    Store* store_;
+    Held held_;
+    int fd_;
+    char* map_;
+    std::string part_;
+    bool done_ = false;
+  };
+
+  // Reserves `h.size` bytes and makes the `.part-` file. EAGAIN: the limit
+  // has no room now (the writer tries later); EEXIST: this version is held
+  // already (nothing to send); EINVAL: a size over the limit itself.
+  Result<std::unique_ptr<Incoming>> Begin(const Held& h);
+  // Checks the content checksum and makes the replica appear. EBADMSG: the
+  // bytes are not what the writer's checksum says (discarded, logged by the
+  // caller, who knows the sender).
+  Status Commit(std::unique_ptr<Incoming> in);
+
+  Status Drop(const Key& k);  // ENOENT if not held
+  // A descriptor of a held replica (read-only) and what is known of it.
+  Result<std::pair<int, Held>> OpenHeld(const Key& k) const;
+  std::vector<Held> List() const;
+
+  uint64_t bytes() const;  // held and reserved
+  uint64_t limit() const { return limit_; }
+
+ private:
+  Store(std::string dir, int dirfd, uint64_t limit) : dir_(std::move(dir)), dirfd_(dirfd), limit_(limit) {}
+  void Release(uint64_t n);
+  std::string FinalName(const Held& h) const;
+
+  const std::string dir_;
+  const int dirfd_;
+  const uint64_t limit_;
+  mutable Mutex mu_;
+  uint64_t bytes_ GUARDED_BY(mu_) = 0;
+  std::vector<Held> held_ GUARDED_BY(mu_);
+  std::vector<Key> incoming_ GUARDED_BY(mu_);
+};
+
+}  // namespace ckpt::fs::replica

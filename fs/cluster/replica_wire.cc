@@ -1,0 +1,179 @@
+// replica_wire.cc — see replica_wire.h.
+#include "fs/cluster/replica_wire.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "common/result.h"
+
+namespace ckpt::fs::replica {
+namespace {
+
+// op u16, reserved u16, text length u32, req, a, b, c, d (u64 each).
+constexpr size_t kHeader = 2 + 2 + 4 + 5 * 8;
+
+void Put64(std::string* s, uint64_t v) {
+  for (int i = 0; i < 8; i++) s->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint64_t Get64(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+bool KnownOp(uint16_t op) {
+  switch (static_cast<Op>(op)) {
+    case Op::kHello:
+    case Op::kChallenge:
+    case Op::kProof:
+    case Op::kReady:
+    case Op::kPut:
+    case Op::kChunk:
+    case Op::kEnd:
+    case Op::kAccepted:
+    case Op::kAck:
+    case Op::kHeld:
+    case Op::kWait:
+    case Op::kRefused:
+    case Op::kDrop:
+    case Op::kDropped:
+    case Op::kGet:
+    case Op::kData: return true;
+  }
+  return false;
+}
+
+bool ParseU64(std::string_view s, uint64_t* v) {
+  if (s.empty() || s.size() > 20 || (s.size() > 1 && s[0] == '0')) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+void PutField(std::string* s, std::string_view f) {
+  Put64(s, f.size());
+  s->append(f);
+}
+
+}  // namespace
+
+std::string Encode(const Msg& m) {
+  std::string s;
+  s.reserve(kHeader + m.text.size());
+  const auto op = static_cast<uint16_t>(m.op);
+  s.push_back(static_cast<char>(op & 0xff));
+  s.push_back(static_cast<char>(op >> 8));
+  s.append(2, '\0');
+  const auto n = static_cast<uint32_t>(m.text.size());
+  for (int i = 0; i < 4; i++) s.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  for (uint64_t v : {m.req, m.a, m.b, m.c, m.d}) Put64(&s, v);
+  s.append(m.text);
+  return s;
+}
+
+std::optional<Msg> Decode(const void* p, size_t len) {
+  if (len < kHeader) return std::nullopt;
+  const auto* b = static_cast<const unsigned char*>(p);
+  const uint16_t op = static_cast<uint16_t>(b[0] | (b[1] << 8));
+  if (!KnownOp(op) || b[2] || b[3]) return std::nullopt;
+  const uint32_t n = b[4] | (b[5] << 8) | (b[6] << 16) | (static_cast<uint32_t>(b[7]) << 24);
+  if (n > kMaxText || len != kHeader + n) return std::nullopt;
+  Msg m;
+  m.op = static_cast<Op>(op);
+  m.req = Get64(b + 8);
+  m.a = Get64(b + 16);
+  m.b = Get64(b + 24);
+  m.c = Get64(b + 32);
+  m.d = Get64(b + 40);
+  m.text.assign(reinterpret_cast<const char*>(b + kHeader), n);
+  return m;
+}
+
+bool ValidNodeId(std::string_view id) {
+  if (id.empty() || id.size() > kMaxNodeId) return false;
+  if (!isalnum(static_cast<unsigned char>(id[0]))) return false;
+  for (char c : id)
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') return false;
+  return true;
+}
+
+std::string Key::Name() const { return writer + "." + std::to_string(ino) + "." + std::to_string(version); }
+
+std::optional<Key> Key::Parse(std::string_view name) {
+  // The node id may hold dots: the last two fields are the numbers.
+  const size_t v = name.rfind('.');
+  if (v == std::string_view::npos || v == 0) return std::nullopt;
+  const size_t i = name.rfind('.', v - 1);
+  if (i == std::string_view::npos) return std::nullopt;
+  Key k;
+  k.writer = std::string(name.substr(0, i));
+  if (!ValidNodeId(k.writer) || !ParseU64(name.substr(i + 1, v - i - 1), &k.ino) ||
+      !ParseU64(name.substr(v + 1), &k.version))
+    return std::nullopt;
+  return k;
+}
+
+std::expected<std::string, std::string> LoadSecret(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return std::unexpected(errno == ELOOP ? "is a symbolic link" : ErrStr(errno));
+  struct stat st;
+  std::string why;
+  if (fstat(fd, &st) != 0) why = ErrStr(errno);
+  else if (!S_ISREG(st.st_mode)) why = "is not a regular file";
+  else if (st.st_uid != geteuid()) why = "belongs to another user";
+  else if (st.st_mode & 077) why = "can be read or written by others than its owner (chmod 600 it)";
+  else if (st.st_size > static_cast<off_t>(kMaxSecretLen) + 1) why = "is longer than 4096 bytes";
+  std::string s;
+  if (why.empty()) {
+    s.resize(kMaxSecretLen + 2);
+    ssize_t n = pread(fd, s.data(), s.size(), 0);
+    if (n < 0) why = ErrStr(errno);
+    else s.resize(static_cast<size_t>(n));
+  }
+  close(fd);
+  if (!why.empty()) return std::unexpected(why);
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  if (s.size() < kMinSecretLen) return std::unexpected("holds fewer than 16 bytes (use e.g. `openssl rand -hex 32`)");
+  if (s.size() > kMaxSecretLen) return std::unexpected("is longer than 4096 bytes");
+  return s;
+}
+
+std::string RandomNonce() {
+  std::string n(kNonceLen, '\0');
+  size_t got = 0;
+  while (got < n.size()) {
+    ssize_t r = getrandom(n.data() + got, n.size() - got, 0);
+    if (r > 0) got += static_cast<size_t>(r);
+    else if (errno != EINTR) abort();  // getrandom cannot fail on Linux >= 3.17 once seeded
+  }
+  return n;
+}
+
+std::string HandshakeMac(std::string_view secret, std::string_view role, std::string_view nonce_c,
+                         std::string_view nonce_s, std::string_view id_c, std::string_view id_s) {
+  std::string in = "ckptfs-replica-1";
+  for (std::string_view f : {role, nonce_c, nonce_s, id_c, id_s}) PutField(&in, f);
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+            reinterpret_cast<const unsigned char*>(in.data()), in.size(), out, &len))
+    return {};
+  return std::string(reinterpret_cast<const char*>(out), len);
+}
+
+bool SameMac(std::string_view a, std::string_view b) {
+  return a.size() == kMacLen && b.size() == kMacLen && CRYPTO_memcmp(a.data(), b.data(), kMacLen) == 0;
+}
+
+uint64_t ChunkHash(const void* p, size_t len) { return XXH3_64bits(p, len); }
+
+}  // namespace ckpt::fs::replica

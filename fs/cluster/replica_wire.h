@@ -1,0 +1,95 @@
+// replica_wire.h — what two daemons say to each other about replicas
+// (issue #30, docs/replicas.md): the messages, the names of replicas, the
+// shared secret and the handshake's MACs. No I/O here: replica_link.* moves
+// these messages over UCX, replica_store.* keeps what a holder received.
+//
+// A message is a fixed little-endian header (op, request id, four numbers,
+// the length of a text) followed by the text; a chunk's bytes travel beside
+// it as the message's data. Decode() refuses anything malformed, so a peer
+// can send nothing that makes a daemon read past what it received.
+//
+// Thread-safety: everything here is reentrant.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace ckpt::fs::replica {
+
+inline constexpr uint64_t kChunk = 4ull << 20;  // bytes per chunk message
+inline constexpr int kWindow = 4;               // chunks of one file in flight
+inline constexpr size_t kNonceLen = 32;
+inline constexpr size_t kMacLen = 32;        // HMAC-SHA256
+inline constexpr size_t kMinSecretLen = 16;  // bytes of a --cluster-secret file
+inline constexpr size_t kMaxSecretLen = 4096;
+inline constexpr size_t kMaxText = 1024;  // text of one message
+inline constexpr size_t kMaxNodeId = 64;
+
+enum class Op : uint16_t {
+  kHello = 1,      // client → holder: text = client's node id ‖ nonce_c
+  kChallenge = 2,  // holder → client: text = holder's node id ‖ nonce_s ‖ MAC("holder")
+  kProof = 3,      // client → holder: text = MAC("client")
+  kReady = 4,      // holder → client: the client is a member; requests may follow
+  kPut = 10,       // text = key; a = size, b = gate time (µs), c/d = content checksum hi/lo
+  kChunk = 11,     // a = offset, b = XXH3-64 of the bytes; data = the bytes
+  kEnd = 12,       // every chunk sent
+  kAccepted = 13,  // the holder reserved room for a PUT: chunks may follow
+  kAck = 14,       // a chunk landed and its checksum matched (a = offset)
+  kHeld = 15,      // the replica is whole, checked and kept
+  kWait = 16,      // no room at the holder now: try later (the writer's file stays in RAM)
+  kRefused = 17,   // text = why; the request is over, nothing of it is kept
+  kDrop = 20,      // text = key: the writer persisted it
+  kDropped = 21,
+  kGet = 22,   // text = key; a = offset, b = length
+  kData = 23,  // a = offset; data = the bytes, b = their XXH3-64
+};
+
+struct Msg {
+  Op op{};
+  uint64_t req = 0;  // the request a message belongs to (chosen by the client)
+  uint64_t a = 0, b = 0, c = 0, d = 0;
+  std::string text{};  // at most kMaxText bytes
+};
+
+std::string Encode(const Msg& m);
+// The message in `len` bytes at `p`, or nullopt when they are not exactly
+// one well-formed message (unknown op, text too long, bytes short or left).
+std::optional<Msg> Decode(const void* p, size_t len);
+
+// A member's node id as the cluster knows it: 1..64 of [A-Za-z0-9._-],
+// starting with a letter or digit (so it is also a safe file name part).
+bool ValidNodeId(std::string_view id);
+
+// A replica: version `version` of inode `ino` written on node `writer`.
+struct Key {
+  std::string writer;
+  uint64_t ino = 0, version = 0;
+  // "writer.ino.version" (ino and version in decimal): a file name.
+  std::string Name() const;
+  static std::optional<Key> Parse(std::string_view name);
+  bool operator==(const Key&) const = default;
+};
+
+// The shared secret of --cluster-secret FILE: a regular file (not a link)
+// owned by this process's user, readable by nobody else (mode & 077 == 0),
+// of kMinSecretLen to kMaxSecretLen bytes (a trailing newline is dropped).
+// The error says what is wrong with the file, never what is in it.
+std::expected<std::string, std::string> LoadSecret(const std::string& path);
+
+std::string RandomNonce();  // kNonceLen bytes from getrandom()
+
+// HMAC-SHA256 under `secret` of the handshake's transcript: `role`
+// ("holder" or "client"), both nonces and both node ids, each length-prefixed,
+// so no two different transcripts give the same input.
+std::string HandshakeMac(std::string_view secret, std::string_view role, std::string_view nonce_c,
+                         std::string_view nonce_s, std::string_view id_c, std::string_view id_s);
+// Compares in constant time (CRYPTO_memcmp).
+bool SameMac(std::string_view a, std::string_view b);
+
+uint64_t ChunkHash(const void* p, size_t len);  // XXH3-64
+
+}  // namespace ckpt::fs::replica

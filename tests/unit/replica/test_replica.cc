@@ -1,0 +1,379 @@
+// test_replica.cc — replicas in peers' memory, the parts built so far
+// (issue #30): the wire format and handshake MACs (fs/cluster/replica_wire.h),
+// the holder's store (replica_store.h) and the UCX link between two daemons
+// (replica_link.h) over loopback: a replica arrives whole and checked and can
+// be read back and dropped; a peer without the secret, a peer that lies about
+// a checksum, a holder without room and a writer that stops mid-stream leave
+// nothing counted as held.
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "backend/checksum.h"
+#include "fs/cluster/replica_link.h"
+#include "fs/cluster/replica_store.h"
+#include "fs/cluster/replica_wire.h"
+
+using namespace ckpt::fs::replica;
+namespace fsys = std::filesystem;
+
+namespace {
+
+const std::string kSecret = "0123456789abcdef0123456789abcdef";
+
+std::string TempDir() {
+  char t[] = "/tmp/ckpt-replica-XXXXXX";
+  cr_assert(mkdtemp(t));
+  return t;
+}
+
+// A file of `size` bytes of a pattern that differs per offset and `seed`.
+int MakeFile(const std::string& path, uint64_t size, unsigned seed, std::pair<uint64_t, uint64_t>* sum) {
+  std::string data(size, '\0');
+  uint64_t x = 0x9e3779b97f4a7c15ull * (seed + 1);
+  for (uint64_t i = 0; i < size; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    data[i] = static_cast<char>(x);
+  }
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  cr_assert(fd >= 0);
+  cr_assert_eq(write(fd, data.data(), size), static_cast<ssize_t>(size));
+  *sum = ckpt::backend::ContentChecksum(data.data(), size);
+  return fd;
+}
+
+struct Pair {
+  std::string dir;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Link> holder, writer;
+  std::string addr;
+  Pair(uint64_t limit, const std::string& writer_secret = kSecret, int64_t writer_timeout_ms = 20000) {
+    dir = TempDir();
+    auto s = Store::Open(dir + "/replicas", limit);
+    cr_assert(s.has_value());
+    store = std::move(*s);
+    auto h = Link::Open({.node_id = "holder-1", .secret = kSecret, .listen = "127.0.0.1:0", .timeout_ms = 20000},
+                        store.get());
+    cr_assert(h.has_value(), "%s", h ? "" : h.error().c_str());
+    holder = std::move(*h);
+    addr = holder->address();
+    auto w = Link::Open({.node_id = "writer.a", .secret = writer_secret, .timeout_ms = writer_timeout_ms}, nullptr);
+    cr_assert(w.has_value(), "%s", w ? "" : w.error().c_str());
+    writer = std::move(*w);
+  }
+  ~Pair() {
+    writer.reset();
+    holder.reset();
+    store.reset();
+    fsys::remove_all(dir);
+  }
+};
+
+template <class F>
+bool WaitFor(F f, int ms = 10000) {
+  for (int i = 0; i < ms / 10; i++) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return f();
+}
+
+}  // namespace
+
+Test(replica_wire, messages_round_trip_and_malformed_ones_are_refused) {
+  Msg m{.op = Op::kPut, .req = 7, .a = 1ull << 40, .b = 2, .c = 3, .d = ~0ull, .text = "node.1.2"};
+  std::string s = Encode(m);
+  auto d = Decode(s.data(), s.size());
+  cr_assert(d.has_value());
+  cr_expect_eq(d->op, Op::kPut);
+  cr_expect_eq(d->req, 7u);
+  cr_expect_eq(d->a, 1ull << 40);
+  cr_expect_eq(d->d, ~0ull);
+  cr_expect_eq(d->text, "node.1.2");
+  cr_expect(!Decode(s.data(), s.size() - 1), "a truncated message");
+  std::string longer = s + "x";
+  cr_expect(!Decode(longer.data(), longer.size()), "bytes left over");
+  std::string bad_op = s;
+  bad_op[0] = 99;
+  cr_expect(!Decode(bad_op.data(), bad_op.size()), "an unknown op");
+  Msg big{.op = Op::kRefused, .text = std::string(kMaxText + 1, 'x')};
+  std::string b = Encode(big);
+  cr_expect(!Decode(b.data(), b.size()), "a text over the limit");
+  cr_expect(!Decode(nullptr, 0));
+}
+
+Test(replica_wire, keys_are_safe_file_names) {
+  Key k{.writer = "host-1.example_2", .ino = 42, .version = 7};
+  cr_expect_eq(k.Name(), "host-1.example_2.42.7");
+  auto p = Key::Parse(k.Name());
+  cr_assert(p.has_value());
+  cr_expect(*p == k);
+  for (const char* bad :
+       {"../x.1.2", "a/b.1.2", "x.1", ".1.2", "x..2", "x.1.", "x.01.2", "x.1.2~", "", "x.99999999999999999999999.1"})
+    cr_expect(!Key::Parse(bad), "%s", bad);
+}
+
+Test(replica_wire, macs_bind_the_secret_the_nonces_and_the_ids) {
+  const std::string n1(kNonceLen, 'a'), n2(kNonceLen, 'b');
+  const std::string m = HandshakeMac(kSecret, "client", n1, n2, "x", "y");
+  cr_assert_eq(m.size(), kMacLen);
+  cr_expect(SameMac(m, HandshakeMac(kSecret, "client", n1, n2, "x", "y")));
+  cr_expect(!SameMac(m, HandshakeMac(kSecret + "!", "client", n1, n2, "x", "y")), "another secret");
+  cr_expect(!SameMac(m, HandshakeMac(kSecret, "holder", n1, n2, "x", "y")), "the other role");
+  cr_expect(!SameMac(m, HandshakeMac(kSecret, "client", n2, n1, "x", "y")), "nonces swapped");
+  cr_expect(!SameMac(m, HandshakeMac(kSecret, "client", n1, n2, "xy", "")), "ids cut elsewhere");
+  cr_expect(!SameMac(m, m.substr(1)), "a short MAC");
+  cr_expect_neq(RandomNonce(), RandomNonce());
+}
+
+Test(replica_wire, secret_files_must_be_private_and_long_enough) {
+  std::string dir = TempDir(), f = dir + "/secret";
+  auto write_file = [&](const std::string& text, mode_t mode) {
+    unlink(f.c_str());
+    int fd = open(f.c_str(), O_WRONLY | O_CREAT | O_TRUNC, mode);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    fchmod(fd, mode);
+    close(fd);
+  };
+  write_file(kSecret + "\n", 0600);
+  auto s = LoadSecret(f);
+  cr_assert(s.has_value());
+  cr_expect_eq(*s, kSecret, "the trailing newline is dropped");
+  write_file(kSecret, 0644);
+  auto r = LoadSecret(f);
+  cr_assert(!r.has_value());
+  cr_expect(r.error().find("chmod 600") != std::string::npos, "%s", r.error().c_str());
+  cr_expect(r.error().find(kSecret) == std::string::npos, "the error never shows the secret");
+  write_file("short", 0600);
+  cr_expect(!LoadSecret(f).has_value());
+  cr_expect(!LoadSecret(dir + "/missing").has_value());
+  std::string link = dir + "/link";
+  write_file(kSecret, 0600);
+  cr_assert_eq(symlink(f.c_str(), link.c_str()), 0);
+  cr_expect(!LoadSecret(link).has_value(), "never through a symbolic link");
+  fsys::remove_all(dir);
+}
+
+Test(replica_store, commit_checks_the_checksum_and_open_forgets_unfinished_ones) {
+  std::string dir = TempDir();
+  {
+    auto s = Store::Open(dir + "/r", 1 << 20);
+    cr_assert(s.has_value());
+    Store& st = **s;
+    std::string data(100000, 'q');
+    auto sum = ckpt::backend::ContentChecksum(data.data(), data.size());
+    Held h{.key = {.writer = "w", .ino = 5, .version = 1},
+           .size = data.size(),
+           .gate_us = 123,
+           .hash_hi = sum.first,
+           .hash_lo = sum.second};
+    auto in = st.Begin(h);
+    cr_assert(in.has_value());
+    cr_expect_eq(st.Begin(h).error(), EBUSY, "one transfer of a version at a time");
+    std::memcpy((*in)->data(), data.data(), data.size());
+    cr_assert(st.Commit(std::move(*in)).has_value());
+    cr_expect_eq(st.Begin(h).error(), EEXIST);
+    cr_expect_eq(st.bytes(), data.size());
+    cr_expect_eq(st.Begin(Held{.key = {.writer = "w", .ino = 6, .version = 1}, .size = 1 << 20}).error(), EAGAIN,
+                 "no room beside the first");
+    cr_expect_eq(st.Begin(Held{.key = {.writer = "w", .ino = 6, .version = 1}, .size = 2 << 20}).error(), EINVAL);
+
+    Held bad = h;
+    bad.key.ino = 9;
+    auto in2 = st.Begin(bad);
+    cr_assert(in2.has_value());
+    std::memcpy((*in2)->data(), data.data(), data.size());
+    (*in2)->data()[500] ^= 1;
+    cr_expect_eq(st.Commit(std::move(*in2)).error(), EBADMSG);
+    cr_expect_eq(st.bytes(), data.size(), "the refused one's room is free again");
+    cr_expect_eq(st.List().size(), 1u);
+  }
+  // What a holder that died mid-stream leaves: a part file; and a file that
+  // is no replica of ours.
+  for (const char* leftover : {"/r/.part-w.10.1", "/r/not-a-replica"}) {
+    int fd = open((dir + leftover).c_str(), O_WRONLY | O_CREAT, 0600);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, "xyz", 3), 3);
+    close(fd);
+  }
+  auto s = Store::Open(dir + "/r", 1 << 20);
+  cr_assert(s.has_value());
+  auto held = (*s)->List();
+  cr_assert_eq(held.size(), 1u, "the committed replica survives a restart");
+  cr_expect_eq(held[0].key.ino, 5u);
+  cr_expect_eq(held[0].gate_us, 123u);
+  cr_expect_eq(held[0].size, 100000u);
+  cr_expect_eq((*s)->bytes(), 100000u, "the leftovers are gone and not counted");
+  int files = 0;
+  for (auto& e : fsys::directory_iterator(dir + "/r")) files += e.is_regular_file();
+  cr_expect_eq(files, 1);
+  cr_expect((*s)->Drop(held[0].key).has_value());
+  cr_expect_eq((*s)->bytes(), 0u);
+  cr_expect_eq((*s)->Drop(held[0].key).error(), ENOENT);
+  fsys::remove_all(dir);
+}
+
+Test(replica_link, a_replica_arrives_whole_is_read_back_and_dropped, .timeout = 60) {
+  Pair p(64 << 20);
+  std::pair<uint64_t, uint64_t> sum;
+  const uint64_t size = 3 * kChunk + kChunk / 3 + 1;  // several chunks and a short last one
+  int fd = MakeFile(p.dir + "/src", size, 1, &sum);
+  Key k{.writer = "writer.a", .ino = 11, .version = 3};
+  auto st = p.writer->Replicate(p.addr, k, fd, size, 555, sum.first, sum.second);
+  cr_assert(st.has_value(), "%s", st ? "" : ckpt::ErrStr(st.error()).c_str());
+  auto held = p.store->List();
+  cr_assert_eq(held.size(), 1u);
+  cr_expect(held[0].key == k);
+  cr_expect_eq(held[0].size, size);
+  cr_expect_eq(held[0].gate_us, 555u);
+  cr_expect_eq(p.holder->counters().replicas_held, 1u);
+  cr_expect_eq(p.holder->counters().bytes_in, size);
+
+  // Sent again (a writer retrying after a lost answer): held, nothing moves.
+  cr_expect(p.writer->Replicate(p.addr, k, fd, size, 555, sum.first, sum.second).has_value());
+  cr_expect_eq(p.holder->counters().bytes_in, size);
+
+  std::string back(size, '\0'), orig(size, '\0');
+  cr_assert_eq(pread(fd, orig.data(), size, 0), static_cast<ssize_t>(size));
+  uint64_t off = 0;
+  while (off < size) {
+    auto n = p.writer->Read(p.addr, k, off, back.data() + off, 5 << 20);
+    cr_assert(n.has_value() && *n > 0);
+    off += *n;
+  }
+  cr_expect(back == orig, "the bytes read back are the bytes sent");
+  cr_expect_eq(p.writer->Read(p.addr, Key{.writer = "writer.a", .ino = 99, .version = 1}, 0, back.data(), 10).error(),
+               ENOENT);
+
+  cr_expect(p.writer->Drop(p.addr, k).has_value());
+  cr_expect_eq(p.store->List().size(), 0u);
+  cr_expect_eq(p.store->bytes(), 0u);
+  cr_expect_eq(p.writer->Drop(p.addr, k).error(), ENOENT);
+
+  // An empty file is a replica too.
+  Key e{.writer = "writer.a", .ino = 12, .version = 1};
+  auto zero = ckpt::backend::ContentChecksum(nullptr, 0);
+  cr_expect(p.writer->Replicate(p.addr, e, fd, 0, 1, zero.first, zero.second).has_value());
+  cr_expect_eq(p.store->List().size(), 1u);
+  close(fd);
+}
+
+Test(replica_link, a_peer_without_the_secret_gets_nothing_in, .timeout = 60) {
+  Pair p(64 << 20, "another secret of 32 bytes......");
+  std::pair<uint64_t, uint64_t> sum;
+  int fd = MakeFile(p.dir + "/src", 1 << 20, 2, &sum);
+  Key k{.writer = "writer.a", .ino = 1, .version = 1};
+  auto st = p.writer->Replicate(p.addr, k, fd, 1 << 20, 1, sum.first, sum.second);
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), EACCES, "%s", ckpt::ErrStr(st.error()).c_str());
+  cr_expect(WaitFor([&] { return p.holder->counters().peers_refused == 1; }), "the holder logged and counted it");
+  cr_expect_eq(p.store->List().size(), 0u);
+  cr_expect_eq(p.store->bytes(), 0u);
+  cr_expect_eq(p.holder->counters().bytes_in, 0u);
+  close(fd);
+}
+
+Test(replica_link, a_writer_may_only_place_its_own_replicas, .timeout = 60) {
+  Pair p(64 << 20);
+  std::pair<uint64_t, uint64_t> sum;
+  int fd = MakeFile(p.dir + "/src", 4096, 3, &sum);
+  auto st = p.writer->Replicate(p.addr, Key{.writer = "someone-else", .ino = 1, .version = 1}, fd, 4096, 1, sum.first,
+                                sum.second);
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), EPERM);
+  cr_expect_eq(p.store->List().size(), 0u);
+  close(fd);
+}
+
+Test(replica_link, a_peer_that_lies_about_a_checksum_is_refused, .timeout = 60) {
+  Pair p(64 << 20);
+  std::pair<uint64_t, uint64_t> sum;
+  const uint64_t size = 2 * kChunk;
+  int fd = MakeFile(p.dir + "/src", size, 4, &sum);
+  Key k{.writer = "writer.a", .ino = 2, .version = 1};
+  p.writer->TestLieAboutChunks(true);
+  auto st = p.writer->Replicate(p.addr, k, fd, size, 1, sum.first, sum.second);
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), EBADMSG);
+  cr_expect_geq(p.holder->counters().chunks_refused, 1u);
+  cr_expect(WaitFor([&] { return p.store->bytes() == 0; }), "nothing of it is kept");
+  cr_expect_eq(p.store->List().size(), 0u);
+
+  // Honest chunks, but a whole-file checksum that is not theirs.
+  p.writer->TestLieAboutChunks(false);
+  st = p.writer->Replicate(p.addr, k, fd, size, 1, sum.first ^ 1, sum.second);
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), EBADMSG);
+  cr_expect_eq(p.store->List().size(), 0u);
+  cr_expect(WaitFor([&] { return p.store->bytes() == 0; }));
+
+  // And the connection still serves honest requests.
+  cr_expect(p.writer->Replicate(p.addr, k, fd, size, 1, sum.first, sum.second).has_value());
+  cr_expect_eq(p.store->List().size(), 1u);
+  close(fd);
+}
+
+Test(replica_link, a_full_holder_says_wait, .timeout = 60) {
+  Pair p(1 << 20);
+  std::pair<uint64_t, uint64_t> sum;
+  int fd = MakeFile(p.dir + "/src", 768 << 10, 5, &sum);
+  cr_expect(p.writer
+                ->Replicate(p.addr, Key{.writer = "writer.a", .ino = 1, .version = 1}, fd, 768 << 10, 1, sum.first,
+                            sum.second)
+                .has_value());
+  auto st = p.writer->Replicate(p.addr, Key{.writer = "writer.a", .ino = 2, .version = 1}, fd, 768 << 10, 1, sum.first,
+                                sum.second);
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), EAGAIN);
+  cr_expect(p.writer->Drop(p.addr, Key{.writer = "writer.a", .ino = 1, .version = 1}).has_value());
+  cr_expect(p.writer
+                ->Replicate(p.addr, Key{.writer = "writer.a", .ino = 2, .version = 1}, fd, 768 << 10, 1, sum.first,
+                            sum.second)
+                .has_value(),
+            "room again once the first was dropped");
+  close(fd);
+}
+
+Test(replica_link, a_writer_that_dies_mid_stream_leaves_nothing_held, .timeout = 60) {
+  Pair p(64 << 20, kSecret, 1500);
+  std::pair<uint64_t, uint64_t> sum;
+  const uint64_t size = 6 * kChunk;
+  int fd = MakeFile(p.dir + "/src", size, 6, &sum);
+  p.writer->TestStopAfterChunks(2);
+  auto st = p.writer->Replicate(p.addr, Key{.writer = "writer.a", .ino = 1, .version = 1}, fd, size, 1, sum.first,
+                                sum.second);
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), ETIMEDOUT);
+  cr_expect_eq(p.store->List().size(), 0u, "two chunks of six are no replica");
+  cr_expect_gt(p.store->bytes(), 0u, "the holder (20 s without a chunk before it gives up) still waits");
+  p.writer.reset();  // the writer's daemon goes away
+  cr_expect(WaitFor([&] { return p.store->bytes() == 0; }, 5000), "its reservation is freed at once");
+  int files = 0;
+  for (auto& e : fsys::directory_iterator(p.dir + "/replicas")) files += e.is_regular_file();
+  cr_expect_eq(files, 0, "and its part file removed");
+  close(fd);
+}
+
+Test(replica_link, bad_addresses_are_refused_in_one_line) {
+  auto s = Store::Open(TempDir() + "/r", 1 << 20);
+  cr_assert(s.has_value());
+  for (const char* bad : {"nohost", "127.0.0.1:", ":80", "127.0.0.1:99999", "127.0.0.1:8x"}) {
+    auto l = Link::Open({.node_id = "n1", .secret = kSecret, .listen = bad}, s->get());
+    cr_expect(!l.has_value(), "%s", bad);
+    if (!l) cr_expect(l.error().find('\n') == std::string::npos);
+  }
+  cr_expect(!Link::Open({.node_id = "bad/id", .secret = kSecret}, nullptr).has_value());
+  cr_expect(!Link::Open({.node_id = "n1", .secret = "short"}, nullptr).has_value());
+  auto w = Link::Open({.node_id = "n1", .secret = kSecret, .timeout_ms = 3000}, nullptr);
+  cr_assert(w.has_value());
+  cr_expect(!(*w)->Drop("127.0.0.1:1", Key{.writer = "n1", .ino = 1, .version = 1}).has_value(),
+            "nobody listens there");
+}
