@@ -487,6 +487,22 @@ void PrintCluster(const Json& c) {
     printf("  names    in the store: %llu puts, %llu deletes, %llu lookups, %llu requests failed\n",
            static_cast<unsigned long long>(U64(*it, "puts")), static_cast<unsigned long long>(U64(*it, "deletes")),
            static_cast<unsigned long long>(U64(*it, "gets")), static_cast<unsigned long long>(U64(*it, "failures")));
+  if (auto it = c.find("replicas"); it != c.end() && it->is_object()) {
+    const Json& r = *it;
+    auto u = [&r](const char* k) { return static_cast<unsigned long long>(U64(r, k)); };
+    printf("  replicas held here for %llu other member(s): %llu files, %s of %s (listening at %s)", u("peers"),
+           u("held_files"), HumanBytes(U64(r, "held_bytes")).c_str(), HumanBytes(U64(r, "budget_bytes")).c_str(),
+           EscapeName(Str(r, "listen")).c_str());
+    if (u("peers_refused") || u("chunks_refused"))
+      printf("; REFUSED %llu peer(s), %llu replica(s) with bad checksums", u("peers_refused"), u("chunks_refused"));
+    printf("\n");
+    if (r.contains("replicas"))
+      printf(
+          "  replicas of this node's files: %llu each; %llu files (%s) replicated, %llu queued, %llu dropped "
+          "once persisted%s%s\n",
+          u("replicas"), u("replicated_files"), HumanBytes(U64(r, "replicated_bytes")).c_str(), u("queued"),
+          u("dropped"), Str(r, "last_error").empty() ? "" : "; last error: ", EscapeName(Str(r, "last_error")).c_str());
+  }
   if (Bool(c, "node_id_clash"))
     printf("  CLASH    another mount writes records as node %s: give each mount its own --node\n",
            EscapeName(Str(c, "node")).c_str());

@@ -47,6 +47,7 @@ std::string MountedType(const std::string& path);
 struct SizeArgs {
   std::optional<std::string> cache_size;
   std::optional<std::string> max_file_size;
+  std::optional<std::string> replica_budget;
 };
 
 // ckptfs mount: checks everything it can before forking the daemon, then

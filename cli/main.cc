@@ -81,6 +81,20 @@ int main(int argc, char** argv) {
   mount->add_option("--cluster-store-ca", cfg.cluster_store_ca, "FILE: CA certificates for etcds://");
   mount->add_option("--cluster-store-cert", cfg.cluster_store_cert, "FILE: TLS client certificate for etcds://");
   mount->add_option("--cluster-store-key", cfg.cluster_store_key, "FILE: its private key (mode 0600)");
+  std::string replicas, replica_budget;
+  auto* replicas_opt =
+      mount->add_option("--replicas", replicas,
+                        "K (0 to 8, default 0): stream every closed file into the memory of K other members (needs "
+                        "--cluster-store, --replica-listen and --cluster-secret); dropped there once persisted");
+  auto* listen_opt = mount->add_option("--replica-listen", cfg.replica_listen,
+                                       "HOST:PORT where this node takes other members' replicas (HOST: an address "
+                                       "the other nodes reach; advertised through the cluster store)");
+  auto* secret_opt = mount->add_option("--cluster-secret", cfg.cluster_secret,
+                                       "FILE (mode 0600, 16 bytes or more): the secret every member's replica link "
+                                       "proves it holds");
+  auto* rbudget_opt = mount->add_option("--replica-budget", replica_budget,
+                                        "SIZE of other members' replicas this node holds at most (default: a quarter "
+                                        "of --cache-size)");
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
   mount->add_option("-o", cfg.fuse_opts, "FUSE mount options, and passthrough=off (every read and write through the daemon), io_uring=off (requests through /dev/fuse), reply_yield=off (callers may move to an idle CPU at each reply; see docs/operations.md)");
   mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
@@ -183,13 +197,12 @@ int main(int argc, char** argv) {
   for (const Number& o :
        {Number{"--keep-in-memory", keep_opt->count() > 0, &keep_in_memory, ParseCount, &cfg.keep_in_memory},
         Number{"--persist-every", every_opt->count() > 0, &persist_every, ParseCount, &cfg.persist_every},
-        Number{"--persist-interval", interval_opt->count() > 0, &persist_interval, ParseCount,
-               &cfg.persist_interval_s},
+        Number{"--persist-interval", interval_opt->count() > 0, &persist_interval, ParseCount, &cfg.persist_interval_s},
         Number{"--shared-ttl", shared_ttl_opt->count() > 0, &shared_ttl, ParseTtl, &cfg.shared_ttl_s},
         Number{"--drain-yield", drain_yield_opt->count() > 0, &drain_yield, ParseMillis, &cfg.drain_yield_ms},
         Number{"--member-timeout", !member_timeout.empty(), &member_timeout, ParseCount, &cfg.member_timeout_s},
-        Number{"--max-clock-skew", !max_clock_skew.empty(), &max_clock_skew, ParseMillis,
-               &cfg.max_clock_skew_ms}}) {
+        Number{"--max-clock-skew", !max_clock_skew.empty(), &max_clock_skew, ParseMillis, &cfg.max_clock_skew_ms},
+        Number{"--replicas", replicas_opt->count() > 0, &replicas, ParseCount, &cfg.replicas}}) {
     if (!o.given) continue;
     auto v = o.parse(*o.text);
     if (!v) {
@@ -198,10 +211,11 @@ int main(int argc, char** argv) {
     }
     *o.out = *v;
   }
-  cfg.cluster_opts_given = cfg.cluster_opts_given || node_opt->count() > 0 || !member_timeout.empty() ||
-                           !max_clock_skew.empty() || store_opt->count() > 0 || !cfg.cluster_store_user.empty() ||
-                           !cfg.cluster_store_password_file.empty() || !cfg.cluster_store_ca.empty() ||
-                           !cfg.cluster_store_cert.empty() || !cfg.cluster_store_key.empty();
+  cfg.cluster_opts_given =
+      cfg.cluster_opts_given || node_opt->count() > 0 || !member_timeout.empty() || !max_clock_skew.empty() ||
+      store_opt->count() > 0 || !cfg.cluster_store_user.empty() || !cfg.cluster_store_password_file.empty() ||
+      !cfg.cluster_store_ca.empty() || !cfg.cluster_store_cert.empty() || !cfg.cluster_store_key.empty() ||
+      replicas_opt->count() > 0 || listen_opt->count() > 0 || secret_opt->count() > 0 || rbudget_opt->count() > 0;
   if (auto own = TakeOwnOptions(&cfg.fuse_opts, &cfg); !own) {
     fprintf(stderr, "ckptfs: %s\n", own.error().c_str());
     return 2;
@@ -216,6 +230,7 @@ int main(int argc, char** argv) {
       SizeArgs sizes;
       if (cache_opt->count() > 0) sizes.cache_size = cache_size;
       if (max_file_opt->count() > 0) sizes.max_file_size = max_file_size;
+      if (rbudget_opt->count() > 0) sizes.replica_budget = replica_budget;
       return CmdMount(cfg, sizes);
     }
     if (*umount) return CmdUmount(target, UmountArgs{no_drain, lazy, keep_cache});

@@ -30,6 +30,7 @@
 #include "common/spawn.h"
 #include "common/text.h"
 #include "fs/cluster/etcd_client.h"
+#include "fs/cluster/replica_wire.h"
 #include "fs/daemon.h"
 #include "fs/views/metrics.h"
 
@@ -51,6 +52,31 @@ std::string DefaultStateDir(const std::string& mnt) {
 [[noreturn]] void BadOption(const std::string& msg) {
   fprintf(stderr, "ckptfs: %s\n", msg.c_str());
   exit(2);
+}
+
+// --replicas, --replica-listen and --cluster-secret (issue #30): one line
+// and exit 2 for anything wrong with them. Replicas need the etcd store
+// (it tells where the members listen); a node may hold other members'
+// replicas (--replica-listen) without sending its own (--replicas 0).
+void CheckReplicas(Config& cfg) {
+  const bool any = cfg.replicas > 0 || !cfg.replica_listen.empty() || !cfg.cluster_secret.empty();
+  if (!any) return;
+  if (cfg.cluster_store.empty())
+    BadOption("--replicas, --replica-listen and --cluster-secret need --cluster-store etcd://...");
+  if (cfg.replicas > 8) BadOption("--replicas: at most 8, not " + std::to_string(cfg.replicas));
+  if (cfg.replica_listen.empty()) BadOption("--replicas and --cluster-secret need --replica-listen HOST:PORT");
+  if (cfg.cluster_secret.empty()) BadOption("--replica-listen needs --cluster-secret FILE");
+  const std::string& l = cfg.replica_listen;
+  const size_t colon = l.rfind(':');
+  std::string host = colon == std::string::npos ? "" : l.substr(0, colon), port = l.substr(colon + 1);
+  bool port_ok = colon != std::string::npos && !port.empty() && port.size() <= 5 &&
+                 port.find_first_not_of("0123456789") == std::string::npos && std::stoul(port) <= 65535;
+  if (host.empty() || !port_ok) BadOption("--replica-listen: want HOST:PORT, not '" + EscapeName(l) + "'");
+  if (host == "0.0.0.0" || host == "[::]" || host == "::")
+    BadOption("--replica-listen: " + host + " is advertised to the other members as is: give an address they reach");
+  cfg.cluster_secret = Absolute(cfg.cluster_secret);
+  if (auto sec = fs::replica::LoadSecret(cfg.cluster_secret); !sec)
+    BadOption("--cluster-secret: " + EscapeName(cfg.cluster_secret) + " " + sec.error());
 }
 
 // --cluster-store and its credentials: one line and exit 2 for anything
@@ -285,8 +311,11 @@ int CmdMount(Config cfg, const SizeArgs& sizes) {
       BadOption("--cluster cannot go with --persist-every or --persist-interval: each node would choose its own "
                 "checkpoints to persist");
     CheckClusterStore(cfg);
+    CheckReplicas(cfg);
   } else if (cfg.cluster_opts_given) {
-    BadOption("--node, --member-timeout, --max-clock-skew and --cluster-store need --cluster NAME");
+    BadOption(
+        "--node, --member-timeout, --max-clock-skew, --cluster-store and the replica options need --cluster "
+        "NAME");
   }
   // fsync=backend promises that fsync returns once the bytes are in the
   // backend; a memory-only checkpoint's never are.
@@ -342,6 +371,14 @@ int CmdMount(Config cfg, const SizeArgs& sizes) {
     fprintf(stderr, "ckptfs: warning: %s\n", w.c_str());
     warnings.push_back(w);
     cfg.cache_size = usable;
+  }
+  if (sizes.replica_budget) {
+    auto sz = ParseSize(*sizes.replica_budget);
+    if (!sz) Die("--replica-budget: " + sz.error());
+    if (*sz < (1u << 20)) Die("--replica-budget " + *sizes.replica_budget + " is too small (minimum 1M)");
+    cfg.replica_budget = *sz;
+  } else if (!cfg.replica_listen.empty()) {
+    cfg.replica_budget = std::max<uint64_t>(cfg.cache_size / 4, 1u << 20);
   }
   if (sizes.max_file_size) {
     if (sizes.max_file_size->find('%') != std::string::npos)

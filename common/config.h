@@ -97,6 +97,15 @@ struct Config {
   std::string cluster_store_user;                                       // --cluster-store-user
   std::string cluster_store_password_file;                              // --cluster-store-password-file (mode 0600)
   std::string cluster_store_ca, cluster_store_cert, cluster_store_key;  // TLS (etcds://)
+  // Replicas in peers' memory (issue #30, fs/cluster/replicator.h): each
+  // closed file streamed to `replicas` other members; `replica_listen`
+  // HOST:PORT where this node takes other members' replicas, into at most
+  // `replica_budget` bytes (0: a quarter of the cache size); peers prove
+  // they hold the secret in `cluster_secret` (a file, mode 0600).
+  uint64_t replicas = 0;         // --replicas K
+  std::string replica_listen;    // --replica-listen HOST:PORT
+  std::string cluster_secret;    // --cluster-secret FILE
+  uint64_t replica_budget = 0;   // --replica-budget SIZE
   std::string metrics;           // --metrics HOST:PORT ("" : off)
   std::string metrics_textfile;  // --metrics-textfile PATH ("" : off)
   std::string log_level = "info";

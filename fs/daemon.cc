@@ -205,6 +205,50 @@ void ReleaseTier(Daemon* d) {
   }
 }
 
+// --replica-listen and --replicas (issue #30, fs/cluster/replicator.h):
+// the store of other members' replicas beside the tier, the link, where
+// the members listen, and the replicator of this node's closed files. ""
+// or why not (one line).
+static std::string OpenReplicas(Daemon* d) {
+  const Config& cfg = d->cfg;
+  auto secret = replica::LoadSecret(cfg.cluster_secret);
+  if (!secret) return "--cluster-secret " + cfg.cluster_secret + " " + secret.error();
+  auto store = replica::Store::Open(cfg.tier_dir + "-replicas", cfg.replica_budget);
+  if (!store) return "replicas: cannot open " + cfg.tier_dir + "-replicas: " + ErrStr(store.error());
+  d->replica_store = std::move(*store);
+  auto link = replica::Link::Open({.node_id = cfg.node, .secret = *secret, .listen = cfg.replica_listen},
+                                  d->replica_store.get());
+  if (!link) return "replicas: " + link.error();
+  d->replica_link = std::move(*link);
+  d->replica_peers = std::make_unique<replica::Peers>(d->etcd_records, cfg.node, d->replica_link->address());
+  LOG_INFO(
+      "replicas: listening at {} for other members' replicas ({} at most, {} held); this node's files go to {} "
+      "other member(s)",
+      d->replica_link->address(), HumanBytes(cfg.replica_budget), d->replica_store->List().size(), cfg.replicas);
+  if (cfg.replicas == 0) return "";
+  InodeTable* table = d->table.get();
+  Daemon* dp = d;
+  replica::Replicator::Ports ports;
+  ports.source = [table](const meta::LogEntry& e) -> Result<replica::Replicator::Source> {
+    auto src = table->drain_port().ReplicaSource(e);
+    if (!src) return Err(src.error());
+    return replica::Replicator::Source{src->ref, src->fd, src->size};
+  };
+  ports.gate_us = [table](uint64_t seq) -> int64_t {
+    auto t = table->core().oplog.LoggedTimes(seq, seq);
+    return t.empty() ? 0 : t.front().second;
+  };
+  ports.when_applied = [table](uint64_t seq, std::function<void(int)> fn) {
+    table->core().oplog.WhenApplied(seq, std::move(fn));
+  };
+  ports.hold = [dp] { return dp->table->core().saves.HoldDrain(); };
+  d->replicator = std::make_unique<replica::Replicator>(cfg.node, static_cast<int>(cfg.replicas), d->replica_link.get(),
+                                                        d->replica_peers.get(), ports);
+  replica::Replicator* repl = d->replicator.get();
+  table->core().replicated = [repl](uint64_t ino, uint64_t version) { return repl->Replicated(ino, version); };
+  return "";
+}
+
 int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warnings) {
   // Everything the daemon creates is its own: RocksDB creates its files
   // 0644 & ~umask, and the state dir's mode alone would guard them. Tier
@@ -375,6 +419,12 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
         LOG_WARN("cluster {}: etcd at {} not reachable yet ({}); retried every tick", cfg.cluster, cfg.cluster_store,
                  d->etcd_records->LastError());
     }
+    if (d->etcd_records && !cfg.replica_listen.empty()) {
+      if (auto err = OpenReplicas(d.get()); !err.empty()) {
+        LOG_ERROR("{}", err);
+        return 2;
+      }
+    }
     if (d->etcd_records && cfg.shared_ttl_s > 0) {
       // Close-to-open across nodes (fs/cluster/etcd_names.h): the names this
       // node changes, in etcd before each change's reply; a miss or an open
@@ -382,9 +432,17 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
       d->etcd_names = std::make_unique<EtcdNames>(d->etcd_records, &d->table->core().oplog, cfg.node,
                                                   static_cast<int64_t>(cfg.shared_ttl_s) * 1000 + 1000);
       EtcdNames* names = d->etcd_names.get();
-      d->table->core().oplog.set_observer([names](const auto& entries) { names->Observe(entries); });
+      replica::Replicator* repl = d->replicator.get();
+      d->table->core().oplog.set_observer([names, repl](const auto& entries) {
+        names->Observe(entries);
+        if (repl) repl->Observe(entries);
+      });
       d->table->core().announce_names = [names] { names->Announce(); };
       d->table->shared_ns().set_names(names);
+    }
+    if (d->replicator && !d->etcd_names) {
+      replica::Replicator* repl = d->replicator.get();
+      d->table->core().oplog.set_observer([repl](const auto& entries) { repl->Observe(entries); });
     }
     d->cluster->Init();
     // Known to the other members before it serves a write. A degraded
@@ -486,6 +544,8 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
              cfg.max_clock_skew_ms);
     d->cluster->Start();
     if (d->etcd_names) d->etcd_names->Start();
+    if (d->replica_peers) d->replica_peers->Start();
+    if (d->replicator) d->replicator->Start();
   }
   d->drainer->Start();
   const uint64_t min_free = cfg.min_free == Config::kMinFreeAuto ? DefaultMinFree() : cfg.min_free;
@@ -575,6 +635,13 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     // by the others) unless it mounts again first.
     d->cluster->Stop();
     const bool left = drain_stopped && d->cluster->Leave();
+    if (d->replicator) {
+      if (!d->etcd_names) d->table->core().oplog.set_observer(nullptr);
+      d->table->core().replicated = nullptr;
+      d->replicator->Stop();
+    }
+    if (d->replica_peers) d->replica_peers->Stop();
+    d->replica_link.reset();  // other members' requests stop here; what it holds stays for a restart
     if (d->etcd_names) {
       d->table->core().oplog.set_observer(nullptr);  // nothing is logged any more: the loop ended
       d->table->core().announce_names = nullptr;

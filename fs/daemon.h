@@ -19,6 +19,7 @@
 #include "fs/cluster/cluster.h"
 #include "fs/cluster/etcd_names.h"
 #include "fs/cluster/etcd_records.h"
+#include "fs/cluster/replicator.h"
 #include "fs/core/inode_table.h"
 #include "fs/core/memory_watch.h"
 #include "fs/drain/drain.h"
@@ -45,6 +46,13 @@ struct Daemon {
   EtcdRecords* etcd_records = nullptr;  // cluster_store, with --cluster-store etcd://
   std::unique_ptr<EtcdNames> etcd_names;  // with it and the shared namespace on
   std::unique_ptr<Cluster> cluster;
+  // --replica-listen / --replicas (issue #30): other members' replicas held
+  // here, the link to the peers, where they listen, and what this node
+  // sends. Null without them. Stopped before the cluster store closes.
+  std::unique_ptr<replica::Store> replica_store;
+  std::unique_ptr<replica::Link> replica_link;
+  std::unique_ptr<replica::Peers> replica_peers;
+  std::unique_ptr<replica::Replicator> replicator;
   std::unique_ptr<Drainer> drainer;
   std::unique_ptr<OffloadQueue> space_waiter;  // writes waiting for tier space (null: they wait in place)
   std::unique_ptr<OffloadQueue> fetcher;       // opens that fetch an evicted file first (null: in place)

@@ -81,6 +81,11 @@ class Core {
   void AnnounceNames() {
     if (announce_names) announce_names();
   }
+  // --replicas: whether version `version` of `ino` is held by the peers it
+  // was sent to (fs/cluster/replicator.h): its user.ckptfs.state reads
+  // `replicated` until it is persisted. Called with the namespace lock held
+  // (it takes only the replicator's leaf lock). Empty: no replicas.
+  std::function<bool(uint64_t ino, uint64_t version)> replicated;
 
   // The parts, public: each keeps its own rules (and its own leaf lock,
   // or REQUIRES the namespace lock), and clang's analysis names their locks

@@ -14,7 +14,11 @@ constexpr int64_t kQuietNs = 100'000'000;
 
 }  // namespace
 
-Result<PersistSource> DrainPort::BeginPersist(const LogEntry& e) {
+Result<PersistSource> DrainPort::BeginPersist(const LogEntry& e) { return Source(e, true); }
+
+Result<PersistSource> DrainPort::ReplicaSource(const LogEntry& e) { return Source(e, false); }
+
+Result<PersistSource> DrainPort::Source(const LogEntry& e, bool stage) {
   MutexLock lk(&mu());
   Inode* n = core_.Find(e.ino);  // takes in a passthrough writer's changes first (they may supersede e)
   if (core_.oplog.Superseded(e.seq)) return Err(ESTALE);
@@ -51,7 +55,7 @@ Result<PersistSource> DrainPort::BeginPersist(const LogEntry& e) {
   } else if (n) {
     src.uid = n->rec.uid, src.gid = n->rec.gid, src.has_owner = true;
   }
-  if (same && n->data_gen == src.gen) Transition(n, FileEvent::kStage);
+  if (stage && same && n->data_gen == src.gen) Transition(n, FileEvent::kStage);
   return src;
 }
 

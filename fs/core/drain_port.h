@@ -40,6 +40,9 @@ class DrainPort {
   // still has the file open: its bytes are the live file's, which the
   // kernel may still change (see CopyAsideSealedInPlace).
   [[nodiscard]] Result<PersistSource> BeginPersist(const meta::LogEntry& e);
+  // The same bytes for a replica (fs/cluster/replicator.h), without moving
+  // the file's state: the drain owns that.
+  [[nodiscard]] Result<PersistSource> ReplicaSource(const meta::LogEntry& e);
 
   // For an entry BeginPersist says EINPROGRESS to, at the head of the log
   // with entries waiting behind it: copies the version aside, so that the
@@ -95,6 +98,7 @@ class DrainPort {
 
  private:
   ckpt::Mutex& mu() const RETURN_CAPABILITY(core_.mu()) { return core_.mu(); }
+  Result<PersistSource> Source(const meta::LogEntry& e, bool stage);
 };
 
 }  // namespace ckpt::fs

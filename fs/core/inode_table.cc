@@ -591,6 +591,9 @@ Result<std::string> InodeTable::GetXattr(uint64_t ino, std::string_view name) {
     // The version the drain holds at (refused for good, retried): `held`.
     if (core_.oplog.HoldsVersion(ino, n->rec.version) && n->rec.state != DataState::kPersisted)
       return std::string("held");
+    if ((n->rec.state == DataState::kDirty || n->rec.state == DataState::kDraining) && core_.replicated &&
+        n->data_gen == n->sealed_gen && core_.replicated(ino, n->rec.version))
+      return std::string("replicated");
     return std::string(meta::DataStateName(n->rec.state));
   }
   if (name == kIoXattr) {

@@ -44,6 +44,33 @@ std::string Shorten(const std::string& s, size_t max) {
 
 }  // namespace
 
+// --replica-listen / --replicas (issue #30): what this node holds for the
+// others, and what it sent of its own files.
+static Json ReplicasJson(Daemon* d) {
+  replica::Link::Counters lc = d->replica_link->counters();
+  Json r = {{"listen", d->replica_link->address()},
+            {"peers", d->replica_peers ? d->replica_peers->count() : 0},
+            {"held_files", d->replica_store->List().size()},
+            {"held_bytes", d->replica_store->bytes()},
+            {"budget_bytes", d->replica_store->limit()},
+            {"peers_refused", lc.peers_refused},
+            {"chunks_refused", lc.chunks_refused},
+            {"bytes_in", lc.bytes_in},
+            {"bytes_out", lc.bytes_out}};
+  if (d->replicator) {
+    replica::Replicator::Stats rs = d->replicator->stats();
+    r["replicas"] = rs.replicas;
+    r["queued"] = rs.queued;
+    r["replicated_files"] = rs.replicated_files;
+    r["replicated_bytes"] = rs.replicated_bytes;
+    r["dropped"] = rs.dropped;
+    r["waits"] = rs.waits;
+    r["failures"] = rs.failures;
+    r["last_error"] = rs.last_error;
+  }
+  return r;
+}
+
 std::string StatusJson(Daemon* d) {
   cache::TierStats t = d->tier->Stats();
   NamespaceStats ns = d->table->core().ns.Stats();
@@ -244,6 +271,7 @@ std::string StatusJson(Daemon* d) {
       j["cluster"]["names"] = {
           {"puts", ns.puts}, {"deletes", ns.deletes}, {"gets", ns.gets}, {"failures", ns.failures}};
     }
+    if (d->replica_link) j["cluster"]["replicas"] = ReplicasJson(d);
   }
   std::string out = Dump(j);
   // The lists fit kStatusListBytes each; what else is long is a few paths

@@ -1,0 +1,368 @@
+// replicator.cc — see replicator.h.
+#include "fs/cluster/replicator.h"
+
+#include <sys/mman.h>
+#include <xxhash.h>
+
+#include <algorithm>
+
+#include "backend/checksum.h"
+#include "common/log.h"
+
+namespace ckpt::fs::replica {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kPeersPeriod = std::chrono::seconds(1);
+constexpr auto kRetry = std::chrono::milliseconds(500);
+constexpr auto kRetryMax = std::chrono::seconds(5);
+
+// The content checksum of `size` bytes of `fd` (what the holder checks).
+Result<std::pair<uint64_t, uint64_t>> Checksum(int fd, uint64_t size) {
+  if (!size) return backend::ContentChecksum(nullptr, 0);
+  void* m = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) return ErrFromErrno();
+  auto sum = backend::ContentChecksum(static_cast<const char*>(m), size);
+  munmap(m, size);
+  return sum;
+}
+
+}  // namespace
+
+// ---- Peers ----
+
+Peers::Peers(EtcdRecords* records, std::string node, std::string addr)
+    : records_(records), node_(std::move(node)), addr_(std::move(addr)), prefix_(records->prefix() + "replicas/") {}
+
+Peers::~Peers() { Stop(); }
+
+void Peers::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Peers::Stop() {
+  {
+    MutexLock l(&mu_);
+    stop_ = true;
+  }
+  cv_.NotifyAll();
+  if (thread_.joinable()) thread_.join();
+  watch_.reset();
+}
+
+bool Peers::Advertise() {
+  if (addr_.empty()) return true;
+  auto lease = records_->Lease();
+  if (!lease) return false;
+  // Put again each period: cheap (one small put a second), and it heals a
+  // key lost with a lease, deleted by hand or compacted away.
+  return records_->client()->Put(prefix_ + node_, addr_, *lease).has_value();
+}
+
+bool Peers::Read() {
+  auto r = records_->client()->Range(prefix_, etcd::PrefixEnd(prefix_));
+  if (!r) return false;
+  std::map<std::string, std::string> m;
+  for (const auto& kv : r->kvs) {
+    std::string node = kv.key.substr(prefix_.size());
+    if (ValidNodeId(node) && kv.lease != 0 && kv.value.size() < 256) m[node] = kv.value;
+  }
+  {
+    MutexLock l(&mu_);
+    members_ = std::move(m);
+    revision_ = r->revision;
+    reread_ = false;
+  }
+  watch_ = std::make_unique<etcd::Watch>(
+      records_->client(), prefix_, etcd::PrefixEnd(prefix_), r->revision + 1,
+      [this](const std::vector<etcd::WatchEvent>& evs, int64_t rev) {
+        MutexLock l(&mu_);
+        for (const auto& ev : evs) {
+          std::string node = ev.kv.key.substr(std::min(prefix_.size(), ev.kv.key.size()));
+          if (!ValidNodeId(node)) continue;
+          if (ev.deleted) members_.erase(node);
+          else if (ev.kv.lease != 0 && ev.kv.value.size() < 256) members_[node] = ev.kv.value;
+        }
+        revision_ = rev;
+      },
+      [](const std::string& e) { LOG_DEBUG("replicas: the members' watch: {}", e); },
+      [this] {
+        MutexLock l(&mu_);
+        reread_ = true;
+      });
+  return true;
+}
+
+void Peers::Loop() {
+  std::string last;
+  for (;;) {
+    bool reread;
+    {
+      MutexLock l(&mu_);
+      if (stop_) return;
+      reread = reread_;
+    }
+    std::string err;
+    if (!Advertise()) err = "cannot advertise this node's replica link: " + records_->LastError();
+    if (reread) {
+      watch_.reset();
+      if (!Read()) err = "cannot read the members' replica links: " + records_->client()->LastError();
+    }
+    if (err != last) {
+      if (!err.empty()) LOG_WARN("replicas: {} (retried every second)", err);
+      else if (!last.empty()) LOG_INFO("replicas: the members' replica links are readable again");
+      last = err;
+    }
+    MutexLock l(&mu_);
+    if (!stop_) cv_.WaitFor(&mu_, kPeersPeriod);
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> Peers::Ranked(const Key& k) const {
+  std::vector<std::tuple<uint64_t, std::string, std::string>> s;
+  const std::string name = k.Name() + "/";
+  {
+    MutexLock l(&mu_);
+    for (const auto& [node, addr] : members_) {
+      if (node == node_) continue;
+      const std::string in = name + node;
+      s.emplace_back(XXH3_64bits(in.data(), in.size()), node, addr);
+    }
+  }
+  std::sort(s.begin(), s.end(), [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto& [h, node, addr] : s) out.emplace_back(std::move(node), std::move(addr));
+  return out;
+}
+
+size_t Peers::count() const {
+  MutexLock l(&mu_);
+  return members_.size() - (members_.count(node_) ? 1 : 0);
+}
+
+std::string Peers::addr_of(const std::string& node) const {
+  MutexLock l(&mu_);
+  auto it = members_.find(node);
+  return it == members_.end() ? "" : it->second;
+}
+
+// ---- Replicator ----
+
+Replicator::Replicator(std::string node, int k, Link* link, Peers* peers, Ports ports)
+    : node_(std::move(node)), k_(k), link_(link), peers_(peers), ports_(std::move(ports)) {
+  stats_.replicas = k;
+}
+
+Replicator::~Replicator() { Stop(); }
+
+void Replicator::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Replicator::Stop() {
+  {
+    MutexLock l(&mu_);
+    stop_ = true;
+  }
+  cv_.NotifyAll();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Replicator::Observe(const std::vector<meta::LogEntry>& entries) {
+  bool any = false;
+  {
+    MutexLock l(&mu_);
+    for (const auto& e : entries)
+      if (e.op == meta::LogOp::kPersist) {
+        queue_.push_back(Item{e, Clock::now(), 0});
+        stats_.queued++;
+        any = true;
+      }
+  }
+  if (any) cv_.NotifyAll();
+}
+
+bool Replicator::Replicated(uint64_t ino, uint64_t version) const {
+  MutexLock l(&mu_);
+  auto it = held_.find({ino, version});
+  return it != held_.end() && static_cast<int>(it->second.size()) >= k_;
+}
+
+Replicator::Stats Replicator::stats() const {
+  MutexLock l(&mu_);
+  Stats s = stats_;
+  s.queued = queue_.size();
+  return s;
+}
+
+void Replicator::Fail(const std::string& why) {
+  MutexLock l(&mu_);
+  stats_.failures++;
+  if (why != stats_.last_error) LOG_WARN("replicas: {}", why);
+  stats_.last_error = why;
+}
+
+void Replicator::Applied(const Version& v) {
+  {
+    MutexLock l(&mu_);
+    auto it = held_.find(v);
+    if (it == held_.end()) {
+      applied_.insert(v);
+      return;
+    }
+    for (const auto& addr : it->second) drops_.emplace_back(addr, Key{node_, v.first, v.second});
+    held_.erase(it);
+    entries_.erase(v);
+  }
+  cv_.NotifyAll();
+}
+
+void Replicator::ForgetGoneHolders() {
+  std::set<std::string> live;
+  for (const auto& [node, addr] : peers_->Ranked(Key{node_, 0, 0})) live.insert(addr);
+  MutexLock l(&mu_);
+  for (auto it = held_.begin(); it != held_.end();) {
+    const size_t before = it->second.size();
+    std::erase_if(it->second, [&](const std::string& a) { return !live.count(a); });
+    if (it->second.size() < before) {
+      LOG_WARN("replicas: a holder of ino {} version {} left the cluster; sending it to another member",
+               it->first.first, it->first.second);
+      if (auto e = entries_.find(it->first); e != entries_.end()) {
+        queue_.push_front(Item{e->second, Clock::now(), 1});
+        if (static_cast<int>(before) >= k_) stats_.replicated_files -= std::min<uint64_t>(stats_.replicated_files, 1);
+      }
+    }
+    ++it;
+  }
+}
+
+bool Replicator::Send(const Item& it) {
+  const Version v{it.e.ino, it.e.version};
+  auto src = ports_.source(it.e);
+  if (!src) {
+    const int e = src.error();
+    if (e == ESTALE || e == ENODATA || e == ENOENT) return true;  // superseded or gone: nothing to keep
+    if (e != EINPROGRESS) Fail("ino " + std::to_string(it.e.ino) + " (" + it.e.path + "): " + ErrStr(e));
+    return false;
+  }
+  auto sum = Checksum(src->fd, src->size);
+  if (!sum) {
+    Fail("ino " + std::to_string(it.e.ino) + " (" + it.e.path + "): cannot read it: " + ErrStr(sum.error()));
+    return false;
+  }
+  const Key key{node_, it.e.ino, it.e.version};
+  const int64_t gate = ports_.gate_us ? ports_.gate_us(it.e.seq) : 0;
+  auto ranked = peers_->Ranked(key);
+  if (ranked.empty()) {
+    Fail("no other member has a replica link (--replica-listen): " + it.e.path + " stays in this node's RAM only");
+    return false;
+  }
+  bool waited = false;
+  for (const auto& [node, addr] : ranked) {
+    {
+      MutexLock l(&mu_);
+      if (stop_ || applied_.count(v)) break;
+      if (static_cast<int>(held_[v].size()) >= k_) break;
+      if (std::find(held_[v].begin(), held_[v].end(), addr) != held_[v].end()) continue;
+    }
+    auto st = link_->Replicate(addr, key, src->fd, src->size, static_cast<uint64_t>(std::max<int64_t>(gate, 0)),
+                               sum->first, sum->second);
+    if (st) {
+      MutexLock l(&mu_);
+      held_[v].push_back(addr);
+      entries_[v] = it.e;
+      if (static_cast<int>(held_[v].size()) == k_) {
+        stats_.replicated_files++;
+        stats_.replicated_bytes += src->size;
+        LOG_DEBUG("replicas: ino {} version {} ({}) replicated {} time(s)", v.first, v.second, it.e.path, k_);
+      }
+    } else if (st.error() == EAGAIN) {
+      waited = true;
+    } else {
+      Fail("node " + node + " (" + addr + ") did not take " + it.e.path + ": " + ErrStr(st.error()));
+    }
+  }
+  MutexLock l(&mu_);
+  if (applied_.count(v)) {  // persisted meanwhile: what was sent goes
+    applied_.erase(v);
+    if (auto h = held_.find(v); h != held_.end()) {
+      for (const auto& addr : h->second) drops_.emplace_back(addr, key);
+      held_.erase(h);
+    }
+    entries_.erase(v);
+    return true;
+  }
+  if (static_cast<int>(held_[v].size()) >= k_) return true;
+  if (waited) stats_.waits++;
+  return false;
+}
+
+void Replicator::Run() {
+  // A callback the drain may call after this replicator is gone: it finds
+  // the gate closed.
+  struct Gate {
+    Mutex mu;
+    Replicator* r GUARDED_BY(mu);
+  };
+  auto gate = std::make_shared<Gate>();
+  {
+    MutexLock l(&gate->mu);
+    gate->r = this;
+  }
+  auto checked = Clock::now();
+  for (;;) {
+    if (Clock::now() - checked > std::chrono::seconds(1)) {
+      ForgetGoneHolders();
+      checked = Clock::now();
+    }
+    std::vector<std::pair<std::string, Key>> drops;
+    std::optional<Item> item;
+    {
+      MutexLock l(&mu_);
+      if (!stop_ && drops_.empty() &&
+          (queue_.empty() || queue_.front().not_before > Clock::now() || (ports_.hold && ports_.hold()))) {
+        // One wait, then round again: the holders' check runs every second.
+        auto until = Clock::now() + std::chrono::milliseconds(queue_.empty() ? 1000 : 10);
+        if (!queue_.empty()) until = std::max(until, std::min(queue_.front().not_before, Clock::now() + kPeersPeriod));
+        cv_.WaitUntil(&mu_, until);
+        continue;
+      }
+      if (stop_) break;
+      drops.swap(drops_);
+      if (!queue_.empty() && queue_.front().not_before <= Clock::now() && !(ports_.hold && ports_.hold())) {
+        item = std::move(queue_.front());
+        queue_.pop_front();
+        const Version v{item->e.ino, item->e.version};
+        if (applied_.erase(v)) item.reset();  // persisted before its turn
+      }
+    }
+    for (const auto& [addr, key] : drops) {
+      auto st = link_->Drop(addr, key);
+      if (!st && st.error() != ENOENT)
+        LOG_DEBUG("replicas: {} did not drop {}: {}", addr, key.Name(), ErrStr(st.error()));
+      MutexLock l(&mu_);
+      stats_.dropped++;
+    }
+    if (!item) continue;
+    if (item->tries == 0 && ports_.when_applied) {
+      const Version v{item->e.ino, item->e.version};
+      ports_.when_applied(item->e.seq, [gate, v](int) {
+        MutexLock l(&gate->mu);
+        if (gate->r) gate->r->Applied(v);
+      });
+    }
+    if (!Send(*item)) {
+      item->tries++;
+      auto backoff = std::min<Clock::duration>(kRetry * item->tries, kRetryMax);
+      item->not_before = Clock::now() + backoff;
+      MutexLock l(&mu_);
+      queue_.push_back(std::move(*item));
+      std::stable_sort(queue_.begin(), queue_.end(),
+                       [](const Item& a, const Item& b) { return a.not_before < b.not_before; });
+    }
+  }
+  MutexLock l(&gate->mu);
+  gate->r = nullptr;
+}
+
+}  // namespace ckpt::fs::replica

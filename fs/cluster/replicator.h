@@ -1,0 +1,152 @@
+// replicator.h — --replicas K (issue #30): every file this node closes is
+// streamed to K other members' replica stores, starting at its close and
+// overlapped with the drain, and dropped there once the drain persisted it.
+//
+// Peers: where the members' replica links listen, from the etcd cluster
+// store. Each member puts /ckptfs/NAME/replicas/NODE = HOST:PORT under its
+// lease (so a dead member's address goes with it) and every member reads
+// the prefix once, then watches it: O(1) requests per member per join or
+// leave, nothing per checkpoint. A file's holders are the members with the
+// highest rendezvous hash XXH3(writer.ino.version, member) other than the
+// writer: every node computes the same order from the same list, and a
+// member that joins or leaves moves only the files it wins or held.
+//
+// Replicator: one thread takes the closed versions the log announces
+// (OpLog observer), waits while a save is running (the drain's own rule:
+// replication never competes with the trainer), hashes the version's bytes
+// (the content checksum the holder checks the replica against) and sends
+// it to the first K holders that take it. A version superseded or
+// persisted before its turn is skipped. Once K holders answered HELD, the
+// version is `replicated` (Replicated(), the file's user.ckptfs.state)
+// while those holders are live members (a holder whose lease ended takes
+// its replicas with it: the version is sent to the next member);
+// once the drain applied it, the holders are told to drop it. A holder
+// without room (WAIT) or gone makes the replicator try the next member in
+// the order, then again later; the file stays in RAM and its drain goes
+// on meanwhile.
+//
+// Thread-safety: every method may be called from any thread; Observe with
+// the core's lock held (it takes only mu_).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/mutex.h"
+#include "common/result.h"
+#include "fs/cluster/etcd_records.h"
+#include "fs/cluster/replica_link.h"
+#include "fs/meta/meta_store.h"
+
+namespace ckpt::fs::replica {
+
+class Peers {
+ public:
+  // `addr`: this member's replica link ("" : it advertises none).
+  Peers(EtcdRecords* records, std::string node, std::string addr);
+  ~Peers();
+  Peers(const Peers&) = delete;
+  Peers& operator=(const Peers&) = delete;
+
+  void Start();
+  void Stop();
+  // Every other member with a link, best holder of `k` first: (node, addr).
+  std::vector<std::pair<std::string, std::string>> Ranked(const Key& k) const;
+  size_t count() const;  // other members with a link
+  std::string addr_of(const std::string& node) const;
+
+ private:
+  void Loop();
+  bool Advertise();  // true: this node's key is in the store under its current lease
+  bool Read();       // the whole prefix; then the watch follows it
+
+  EtcdRecords* const records_;
+  const std::string node_, addr_, prefix_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool reread_ GUARDED_BY(mu_) = true;
+  std::map<std::string, std::string> members_ GUARDED_BY(mu_);  // node → addr
+  int64_t revision_ GUARDED_BY(mu_) = 0;
+  std::unique_ptr<etcd::Watch> watch_;
+  std::thread thread_;
+};
+
+class Replicator {
+ public:
+  // A read-only descriptor of exactly one sealed version's bytes; `keep`
+  // holds it open.
+  struct Source {
+    std::shared_ptr<const void> keep;
+    int fd = -1;
+    uint64_t size = 0;
+  };
+  struct Ports {
+    // The version an entry names. ESTALE or ENODATA: superseded or gone
+    // (skipped); EINPROGRESS: not now (tried again).
+    std::function<Result<Source>(const meta::LogEntry&)> source;
+    std::function<int64_t(uint64_t seq)> gate_us;  // 0: not known
+    // Calls `fn` once the entry `seq` is applied (its bytes persisted, or
+    // undone): on the drain's thread, without locks held.
+    std::function<void(uint64_t seq, std::function<void(int err)> fn)> when_applied;
+    std::function<bool()> hold;  // true while a save runs: wait
+  };
+  struct Stats {
+    int replicas = 0;
+    uint64_t queued = 0, replicated_files = 0, replicated_bytes = 0, dropped = 0, waits = 0, failures = 0;
+    std::string last_error;
+  };
+
+  Replicator(std::string node, int k, Link* link, Peers* peers, Ports ports);
+  ~Replicator();
+  Replicator(const Replicator&) = delete;
+  Replicator& operator=(const Replicator&) = delete;
+
+  void Start();
+  void Stop();
+  void Observe(const std::vector<meta::LogEntry>& entries);
+  bool Replicated(uint64_t ino, uint64_t version) const;
+  Stats stats() const;
+
+ private:
+  struct Item {
+    meta::LogEntry e;
+    std::chrono::steady_clock::time_point not_before;
+    int tries = 0;
+  };
+  using Version = std::pair<uint64_t, uint64_t>;  // ino, version
+  void Run();
+  // Sends one version; false: try again later.
+  bool Send(const Item& it);
+  void Applied(const Version& v);
+  // Holders that left (their address gone from Peers) hold nothing any
+  // more: their versions are sent again, to the next members in the order.
+  void ForgetGoneHolders();
+  void Fail(const std::string& why);
+
+  const std::string node_;
+  const int k_;
+  Link* const link_;
+  Peers* const peers_;
+  const Ports ports_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::deque<Item> queue_ GUARDED_BY(mu_);
+  std::map<Version, std::vector<std::string>> held_ GUARDED_BY(mu_);  // replicated: its holders' addresses
+  std::map<Version, meta::LogEntry> entries_ GUARDED_BY(mu_);         // the entry of each held version
+  std::set<Version> applied_ GUARDED_BY(mu_);  // persisted (or undone) before their replication ended
+  std::vector<std::pair<std::string, Key>> drops_ GUARDED_BY(mu_);
+  Stats stats_ GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace ckpt::fs::replica
