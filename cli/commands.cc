@@ -496,6 +496,10 @@ void PrintCluster(const Json& c) {
     if (u("peers_refused") || u("chunks_refused"))
       printf("; REFUSED %llu peer(s), %llu replica(s) with bad checksums", u("peers_refused"), u("chunks_refused"));
     printf("\n");
+    if (u("published_for_dead") || u("takeover_failures"))
+      printf("  replicas published here for dead members: %llu files (%s)%s%s\n", u("published_for_dead"),
+             HumanBytes(U64(r, "published_for_dead_bytes")).c_str(),
+             Str(r, "takeover_error").empty() ? "" : "; last error: ", EscapeName(Str(r, "takeover_error")).c_str());
     if (r.contains("replicas"))
       printf(
           "  replicas of this node's files: %llu each; %llu files (%s) replicated, %llu queued, %llu dropped "

@@ -221,6 +221,10 @@ static std::string OpenReplicas(Daemon* d) {
   if (!link) return "replicas: " + link.error();
   d->replica_link = std::move(*link);
   d->replica_peers = std::make_unique<replica::Peers>(d->etcd_records, cfg.node, d->replica_link->address());
+  d->takeover = std::make_unique<replica::Takeover>(cfg.node, d->replica_store.get(), d->cluster.get(), d->etcd_records,
+                                                    d->backend.get());
+  replica::Takeover* takeover = d->takeover.get();
+  d->cluster->SetHeldGate([takeover] { return takeover->HeldGate(); });
   LOG_INFO(
       "replicas: listening at {} for other members' replicas ({} at most, {} held); this node's files go to {} "
       "other member(s)",
@@ -546,6 +550,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     if (d->etcd_names) d->etcd_names->Start();
     if (d->replica_peers) d->replica_peers->Start();
     if (d->replicator) d->replicator->Start();
+    if (d->takeover) d->takeover->Start();
   }
   d->drainer->Start();
   const uint64_t min_free = cfg.min_free == Config::kMinFreeAuto ? DefaultMinFree() : cfg.min_free;
@@ -640,6 +645,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
       d->table->core().replicated = nullptr;
       d->replicator->Stop();
     }
+    if (d->takeover) d->takeover->Stop();
     if (d->replica_peers) d->replica_peers->Stop();
     d->replica_link.reset();  // other members' requests stop here; what it holds stays for a restart
     if (d->etcd_names) {

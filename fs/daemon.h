@@ -20,6 +20,7 @@
 #include "fs/cluster/etcd_names.h"
 #include "fs/cluster/etcd_records.h"
 #include "fs/cluster/replicator.h"
+#include "fs/cluster/takeover.h"
 #include "fs/core/inode_table.h"
 #include "fs/core/memory_watch.h"
 #include "fs/drain/drain.h"
@@ -53,6 +54,7 @@ struct Daemon {
   std::unique_ptr<replica::Link> replica_link;
   std::unique_ptr<replica::Peers> replica_peers;
   std::unique_ptr<replica::Replicator> replicator;
+  std::unique_ptr<replica::Takeover> takeover;  // publishes dead members' replicas held here
   std::unique_ptr<Drainer> drainer;
   std::unique_ptr<OffloadQueue> space_waiter;  // writes waiting for tier space (null: they wait in place)
   std::unique_ptr<OffloadQueue> fetcher;       // opens that fetch an evicted file first (null: in place)

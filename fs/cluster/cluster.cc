@@ -269,6 +269,7 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
   while (keep < paths.size() && bytes + paths[keep].size() <= max_bytes) bytes += paths[keep++].size();
   paths.resize(keep);
   Record r;
+  const int64_t held = held_gate_ ? held_gate_().value_or(0) : 0;  // 0: none
   {
     MutexLock lk(&mu_);
     const SampleRec& s = samples_.back();  // never empty after Init
@@ -280,6 +281,8 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
     // are pending, the oldest is applied_ + 1. Its gate, or T while no
     // sample has seen it yet (its gate is later: T errs on the safe side).
     if (applied_ < s.post) r.oldest_gate_us = GateLocked(applied_ + 1).value_or(s.t);
+    if (held > 0 && (!r.oldest_gate_us || held < *r.oldest_gate_us)) r.oldest_gate_us = held;
+    written_held_ = held;
     r.unpersisted = count;
     r.paths = std::move(paths);
     // The records it refuses, so that their writers learn it (a member
@@ -313,6 +316,9 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
 void Cluster::Tick() {
   const int64_t now = clock_();
   const uint64_t applied = log_->AppliedSeq();
+  // A replica held for another node came or went (SetHeldGate): the
+  // others wait on this record's gate, so it is written at once.
+  const int64_t held = held_gate_ ? held_gate_().value_or(0) : 0;
   bool write = false, read = false;
   {
     MutexLock lk(&mu_);
@@ -333,12 +339,13 @@ void Cluster::Tick() {
       // minute), and after a failed write every heartbeat: O(1) records a
       // node per checkpoint and file, not one a tick.
       write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs * (write_error_.empty() ? kDigestHeartbeats : 1) ||
-              (write_error_.empty() && (applied != written_applied_ || (waiting_ && wait_gate_ > stored_us_) ||
-                                        (need_us_ > stored_us_ && now >= need_us_)));
+              (write_error_.empty() &&
+               (applied != written_applied_ || held != written_held_ || (waiting_ && wait_gate_ > stored_us_) ||
+                (need_us_ > stored_us_ && now >= need_us_)));
     } else {
       write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs ||
               (write_error_.empty() && read_error_.empty() &&
-               (applied != written_applied_ || now < busy_until_ || self_missing_ ||
+               (applied != written_applied_ || held != written_held_ || now < busy_until_ || self_missing_ ||
                 (waiting_ && wait_gate_ > stored_us_)));
     }
     read = waiting_ || reduces_;  // a digest is read from memory: no request
@@ -579,6 +586,7 @@ std::string Cluster::BlockedLocked() const {
 
 bool Cluster::MayPublish(uint64_t seq) {
   const int64_t now = clock_();
+  const int64_t held = held_gate_ ? held_gate_().value_or(0) : 0;  // taken before mu_ (the store's lock)
   MutexLock lk(&mu_);
   std::vector<std::string> blockers;
   auto g = GateLocked(seq);
@@ -603,6 +611,11 @@ bool Cluster::MayPublish(uint64_t seq) {
     // one) before it is published: what the others read of this node is
     // never behind what it published.
     blockers.push_back("(this node's next record)");
+  } else if (held > 0 && held <= *g) {
+    // A replica held here of another node's file closed before this one
+    // (held = its gate + 1): it reaches the backend first, through its
+    // writer or, if that writer died, through this node (takeover.h).
+    blockers.push_back("(a replica held here of another node's earlier file)");
   } else if (read_at_ < *g + skew) {
     // A member that joined after the last read, and closed a file before
     // this entry, must be seen first: it wrote its first record before it
@@ -629,6 +642,20 @@ bool Cluster::MayPublish(uint64_t seq) {
   wait_gate_ = g.value_or(0);
   waiting_for_ = std::move(blockers);
   return false;
+}
+
+bool Cluster::MayPublishAs(int64_t gate_us, const std::string& node) {
+  const int64_t now = clock_();
+  const int64_t skew = opt_.max_skew_ms * kUsPerMs;
+  MutexLock lk(&mu_);
+  if (!BlockedLocked().empty() || read_at_ < gate_us + skew) return false;
+  for (const Record& r : others_) {
+    if (r.state != "live" || Dead(r, now) || r.node == node) continue;
+    if (r.heartbeat_us < gate_us + skew ||
+        (r.oldest_gate_us && (*r.oldest_gate_us < gate_us || (*r.oldest_gate_us == gate_us && r.node < node))))
+      return false;
+  }
+  return true;
 }
 
 void Cluster::ClearWait() {

@@ -143,6 +143,16 @@ class Cluster {
   bool MayPublish(uint64_t seq);
   // The drain no longer waits (the head was applied another way, or stop).
   void ClearWait();
+  // The same rule for an entry of another node, `node`, closed at `gate_us`
+  // (µs): a dead member's replicated file that this node publishes for it
+  // (fs/cluster/takeover.h). Only the other live members' records decide.
+  bool MayPublishAs(int64_t gate_us, const std::string& node);
+  // Gates this node holds for others (replicas of their files, issue #30):
+  // its record names the earliest (as that gate + 1 µs: the writer's own
+  // entry never waits for its replica) as pending, so nothing closed after
+  // that file passes while the replica may still have to be published.
+  // Set before Start.
+  void SetHeldGate(std::function<std::optional<int64_t>()> fn) { held_gate_ = std::move(fn); }
   // Something a tick would act on happened (the drain applied an entry, a
   // digest came): the next tick runs now, not up to tick_ms later. A chain
   // of members waiting for each other's records moves one store round trip
@@ -242,6 +252,8 @@ class Cluster {
   bool clash_noted_ GUARDED_BY(mu_) = false;       // another mount with this node id (logged once)
   bool stop_ GUARDED_BY(mu_) = false;
   bool poked_ GUARDED_BY(mu_) = false;  // Poke: tick now
+  std::function<std::optional<int64_t>()> held_gate_;  // SetHeldGate
+  int64_t written_held_ GUARDED_BY(mu_) = 0;           // its value in the last record built (0: none)
   // Exact gate times of pending entries a sample saw (LogView::LoggedTimes),
   // and the newest seq whose time was asked for.
   std::map<uint64_t, int64_t> exact_ GUARDED_BY(mu_);

@@ -63,12 +63,18 @@ std::optional<Key> Link::Impl::OwnKey(Conn& c, const Msg& m) {
   return k;
 }
 
-void Link::Impl::Put(const std::shared_ptr<Conn>& c, const Msg& m) {
+void Link::Impl::Put(const std::shared_ptr<Conn>& c, const Msg& m0) {
+  Msg m = m0;  // text: key '\n' meta
+  std::string meta;
+  if (size_t nl = m.text.find('\n'); nl != std::string::npos) {
+    meta = m.text.substr(nl + 1);
+    m.text.resize(nl);
+  }
   auto k = OwnKey(*c, m);
   if (!k) return;
   if (!store) return Reply(*c, m.req, Op::kRefused, EOPNOTSUPP);
   if (c->rx.count(m.req)) return Reply(*c, m.req, Op::kRefused, EEXIST);
-  auto in = store->Begin(Held{.key = *k, .size = m.a, .gate_us = m.b, .hash_hi = m.c, .hash_lo = m.d});
+  auto in = store->Begin(Held{.key = *k, .size = m.a, .gate_us = m.b, .hash_hi = m.c, .hash_lo = m.d, .meta = meta});
   if (!in) {
     if (in.error() == EEXIST) return Reply(*c, m.req, Op::kHeld, m.a);
     if (in.error() == EAGAIN) return Reply(*c, m.req, Op::kWait);

@@ -369,6 +369,7 @@ void Link::Impl::StartRequest(const std::shared_ptr<Request>& r, const std::stri
 void Link::Impl::Begin(Conn& c, const std::shared_ptr<Request>& r) {
   Msg m{.op = r->kind, .req = r->id, .text = r->key.Name()};
   if (r->kind == Op::kPut) {
+    m.text += "\n" + r->meta;
     m.a = r->size;
     m.b = r->gate_us;
     m.c = r->hash_hi;
@@ -612,8 +613,10 @@ Link::~Link() {
 const std::string& Link::address() const { return impl_->address; }
 
 Status Link::Replicate(const std::string& peer, const Key& k, int fd, uint64_t size, uint64_t gate_us, uint64_t hash_hi,
-                       uint64_t hash_lo) {
+                       uint64_t hash_lo, const std::string& meta) {
+  if (k.Name().size() + 1 + meta.size() > kMaxText) return Err(ENAMETOOLONG);
   auto r = std::make_shared<Request>();
+  r->meta = meta;
   r->kind = Op::kPut;
   r->key = k;
   r->size = size;

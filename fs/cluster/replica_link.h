@@ -65,8 +65,9 @@ class Link {
   // holder answered that it holds it whole and checked. EAGAIN: the holder
   // has no room now; EBADMSG: it refused the bytes; EACCES: the handshake
   // failed (wrong secret); ETIMEDOUT, ECONNREFUSED, ECONNRESET as they come.
+  // `meta` (up to 8 KiB with the key): what the holder keeps with it (Held::meta).
   Status Replicate(const std::string& peer, const Key& k, int fd, uint64_t size, uint64_t gate_us, uint64_t hash_hi,
-                   uint64_t hash_lo);
+                   uint64_t hash_lo, const std::string& meta = {});
   // Reads `len` bytes at `offset` of replica `k` held by `peer` into `buf`
   // (checked by their XXH3-64); returns the bytes read (fewer at its end).
   Result<size_t> Read(const std::string& peer, const Key& k, uint64_t offset, void* buf, size_t len);

@@ -44,6 +44,7 @@ struct Request {
   // that reads it completed, since sends hold the request).
   const char* src = nullptr;
   uint64_t size = 0, gate_us = 0, hash_hi = 0, hash_lo = 0;
+  std::string meta;
   uint64_t next = 0;  // offset of the next chunk to send
   int inflight = 0, sent = 0;
   bool ended = false;

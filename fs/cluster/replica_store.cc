@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
+#include <optional>
 
 #include "backend/checksum.h"
 #include "common/log.h"
@@ -17,6 +19,19 @@ namespace ckpt::fs::replica {
 namespace {
 
 constexpr char kPart[] = ".part-";
+constexpr char kMeta[] = ".meta";
+
+// A small file's bytes (a replica's meta), or nullopt.
+std::optional<std::string> ReadSmall(int dfd, const std::string& name) {
+  int fd = openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string s(kMaxText + 1, '\0');
+  ssize_t n = read(fd, s.data(), s.size());
+  close(fd);
+  if (n < 0 || static_cast<size_t>(n) > kMaxText) return std::nullopt;
+  s.resize(static_cast<size_t>(n));
+  return s;
+}
 
 // "WRITER.INO.VERSION~GATE~HEX" → Held (size from the file).
 bool ParseFinal(std::string_view name, Held* h) {
@@ -46,25 +61,36 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, uint64_t limi
     if (scan >= 0) close(scan);
     return ErrFromErrno();
   }
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) names.emplace_back(e->d_name);
+  closedir(d);
+  std::sort(names.begin(), names.end());
   MutexLock l(&s->mu_);
-  while (dirent* e = readdir(d)) {
-    std::string_view n = e->d_name;
+  for (const std::string& name : names) {
+    std::string_view n = name;
     if (n == "." || n == "..") continue;
+    if (n.ends_with(kMeta)) {  // kept with its replica, removed without one
+      std::string data(n.substr(0, n.size() - strlen(kMeta)));
+      if (!std::binary_search(names.begin(), names.end(), data) && unlinkat(dfd, name.c_str(), 0) != 0)
+        LOG_WARN("replicas: cannot remove {}/{}: {}", dir, name, ErrStr(errno));
+      continue;
+    }
     Held h;
     struct stat st;
-    if (n.starts_with(kPart) || !ParseFinal(n, &h) || fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        !S_ISREG(st.st_mode)) {
+    auto meta = ReadSmall(dfd, name + kMeta);
+    if (n.starts_with(kPart) || !ParseFinal(n, &h) || !meta ||
+        fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
       // An unfinished replica (its writer or this holder died mid-stream), or
       // nothing of ours: never counted, never served.
-      if (unlinkat(dfd, e->d_name, 0) != 0)
-        LOG_WARN("replicas: cannot remove {}/{}: {}", dir, std::string(n), ErrStr(errno));
+      if (unlinkat(dfd, name.c_str(), 0) != 0) LOG_WARN("replicas: cannot remove {}/{}: {}", dir, name, ErrStr(errno));
+      unlinkat(dfd, (name + kMeta).c_str(), 0);
       continue;
     }
     h.size = static_cast<uint64_t>(st.st_size);
+    h.meta = std::move(*meta);
     s->bytes_ += h.size;
     s->held_.push_back(h);
   }
-  closedir(d);
   return s;
 }
 
@@ -127,7 +153,17 @@ Status Store::Commit(std::unique_ptr<Incoming> in) {
   const Held& h = in->held_;
   auto sum = backend::ContentChecksum(in->map_, h.size);
   if (sum.first != h.hash_hi || sum.second != h.hash_lo) return Err(EBADMSG);  // ~Incoming discards it
-  if (renameat(dirfd_, in->part_.c_str(), dirfd_, FinalName(h).c_str()) != 0) return ErrFromErrno();
+  const std::string final_name = FinalName(h), meta_tmp = in->part_ + kMeta;
+  int mfd = openat(dirfd_, meta_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (mfd < 0) return ErrFromErrno();
+  const bool wrote = write(mfd, h.meta.data(), h.meta.size()) == static_cast<ssize_t>(h.meta.size());
+  close(mfd);
+  if (!wrote || renameat(dirfd_, meta_tmp.c_str(), dirfd_, (final_name + kMeta).c_str()) != 0) {
+    int e = errno ? errno : EIO;
+    unlinkat(dirfd_, meta_tmp.c_str(), 0);
+    return Err(e);
+  }
+  if (renameat(dirfd_, in->part_.c_str(), dirfd_, final_name.c_str()) != 0) return ErrFromErrno();
   in->done_ = true;
   MutexLock l(&mu_);
   std::erase(incoming_, h.key);
@@ -146,6 +182,7 @@ Status Store::Drop(const Key& k) {
     bytes_ -= std::min(bytes_, h.size);
   }
   if (unlinkat(dirfd_, FinalName(h).c_str(), 0) != 0) return ErrFromErrno();
+  unlinkat(dirfd_, (FinalName(h) + kMeta).c_str(), 0);
   return {};
 }
 
@@ -165,6 +202,14 @@ Result<std::pair<int, Held>> Store::OpenHeld(const Key& k) const {
 std::vector<Held> Store::List() const {
   MutexLock l(&mu_);
   return held_;
+}
+
+uint64_t Store::MinGate() const {
+  MutexLock l(&mu_);
+  uint64_t g = 0;
+  for (const Held& h : held_)
+    if (g == 0 || (h.gate_us > 0 && h.gate_us < g)) g = h.gate_us;
+  return g;
 }
 
 uint64_t Store::bytes() const {

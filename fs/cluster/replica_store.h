@@ -8,8 +8,10 @@
 // Commit and only then renamed to its final name: a replica that is listed
 // is whole and checked; a writer or holder that dies mid-stream leaves a
 // `.part-` file that Open() removes. The final name carries what a holder
-// must know of it without another file:
-// `WRITER.INO.VERSION~GATE_US~CHECKSUM_HEX` (one rename makes it appear).
+// must know of it to order it: `WRITER.INO.VERSION~GATE_US~CHECKSUM_HEX`
+// (one rename makes it appear); what the writer said of the file (its path,
+// mode, owner, mtime) is in `NAME.meta`, written before that rename and
+// removed after the replica (a replica without it is discarded at Open).
 //
 // Thread-safety: every method may be called from any thread; an Incoming
 // belongs to one thread.
@@ -29,6 +31,7 @@ namespace ckpt::fs::replica {
 struct Held {
   Key key;
   uint64_t size = 0, gate_us = 0, hash_hi = 0, hash_lo = 0;
+  std::string meta{};  // the writer's description of the file (its path...), kept beside the bytes
 };
 
 class Store {
@@ -72,6 +75,8 @@ class Store {
   std::vector<Held> List() const;
 
   uint64_t bytes() const;  // held and reserved
+  // The earliest gate time among the replicas held (0: none).
+  uint64_t MinGate() const;
   uint64_t limit() const { return limit_; }
 
  private:

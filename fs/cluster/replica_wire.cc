@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <vector>
 
 #include "common/result.h"
 
@@ -175,5 +176,44 @@ bool SameMac(std::string_view a, std::string_view b) {
 }
 
 uint64_t ChunkHash(const void* p, size_t len) { return XXH3_64bits(p, len); }
+
+std::string EncodeMeta(const FileMeta& m) {
+  return "1 " + std::to_string(m.seq) + " " + std::to_string(m.mode) + " " + std::to_string(m.uid) + " " +
+         std::to_string(m.gid) + " " + (m.has_owner ? "1" : "0") + " " + std::to_string(m.mtime_sec) + " " +
+         std::to_string(m.mtime_nsec) + "\n" + m.path;
+}
+
+std::optional<FileMeta> DecodeMeta(std::string_view s) {
+  const size_t nl = s.find('\n');
+  if (nl == std::string_view::npos) return std::nullopt;
+  FileMeta m;
+  m.path = std::string(s.substr(nl + 1));
+  if (m.path.empty() || m.path.find('\0') != std::string::npos || m.path.find('\n') != std::string::npos)
+    return std::nullopt;
+  std::string_view head = s.substr(0, nl);
+  std::vector<std::string_view> f;
+  while (!head.empty()) {
+    size_t sp = head.find(' ');
+    f.push_back(head.substr(0, sp));
+    head = sp == std::string_view::npos ? std::string_view() : head.substr(sp + 1);
+  }
+  uint64_t v[7];
+  if (f.size() != 8 || f[0] != "1") return std::nullopt;
+  for (int i = 0; i < 7; i++)
+    if (!ParseU64(f[i + 1], &v[i]) && f[i + 1] != "0") return std::nullopt;
+  for (int i = 0; i < 7; i++)
+    if (f[i + 1] == "0") v[i] = 0;
+  if (v[1] > 0xffffffffu || v[2] > 0xffffffffu || v[3] > 0xffffffffu || v[4] > 1 || v[6] >= 1000000000u ||
+      v[5] > static_cast<uint64_t>(INT64_MAX))
+    return std::nullopt;
+  m.seq = v[0];
+  m.mode = static_cast<uint32_t>(v[1]);
+  m.uid = static_cast<uint32_t>(v[2]);
+  m.gid = static_cast<uint32_t>(v[3]);
+  m.has_owner = v[4] == 1;
+  m.mtime_sec = static_cast<int64_t>(v[5]);
+  m.mtime_nsec = static_cast<uint32_t>(v[6]);
+  return m;
+}
 
 }  // namespace ckpt::fs::replica

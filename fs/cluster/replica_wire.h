@@ -26,7 +26,7 @@ inline constexpr size_t kNonceLen = 32;
 inline constexpr size_t kMacLen = 32;        // HMAC-SHA256
 inline constexpr size_t kMinSecretLen = 16;  // bytes of a --cluster-secret file
 inline constexpr size_t kMaxSecretLen = 4096;
-inline constexpr size_t kMaxText = 1024;  // text of one message
+inline constexpr size_t kMaxText = 8192;  // text of one message (a PUT's carries a path)
 inline constexpr size_t kMaxNodeId = 64;
 
 enum class Op : uint16_t {
@@ -34,7 +34,8 @@ enum class Op : uint16_t {
   kChallenge = 2,  // holder → client: text = holder's node id ‖ nonce_s ‖ MAC("holder")
   kProof = 3,      // client → holder: text = MAC("client")
   kReady = 4,      // holder → client: the client is a member; requests may follow
-  kPut = 10,       // text = key; a = size, b = gate time (µs), c/d = content checksum hi/lo
+  kPut = 10,       // text = key '\n' the writer's JSON of the file (path, mode, owner, mtime, seq);
+                   // a = size, b = gate time (µs), c/d = content checksum hi/lo
   kChunk = 11,     // a = offset, b = XXH3-64 of the bytes; data = the bytes
   kEnd = 12,       // every chunk sent
   kAccepted = 13,  // the holder reserved room for a PUT: chunks may follow
@@ -91,5 +92,20 @@ std::string HandshakeMac(std::string_view secret, std::string_view role, std::st
 bool SameMac(std::string_view a, std::string_view b);
 
 uint64_t ChunkHash(const void* p, size_t len);  // XXH3-64
+
+// What a writer tells its holders of a file (a PUT's meta): enough for a
+// holder to publish it in the writer's place (fs/cluster/takeover.h).
+// Encoded as one line of numbers, then the path (any bytes but NUL and
+// newline, as the drain log has them).
+struct FileMeta {
+  uint64_t seq = 0;  // the writer's log entry
+  std::string path;  // as the backend names it
+  uint32_t mode = 0, uid = 0, gid = 0;
+  bool has_owner = false;
+  int64_t mtime_sec = 0;
+  uint32_t mtime_nsec = 0;
+};
+std::string EncodeMeta(const FileMeta& m);
+std::optional<FileMeta> DecodeMeta(std::string_view s);
 
 }  // namespace ckpt::fs::replica

@@ -175,6 +175,7 @@ void Replicator::Observe(const std::vector<meta::LogEntry>& entries) {
     for (const auto& e : entries)
       if (e.op == meta::LogOp::kPersist) {
         queue_.push_back(Item{e, Clock::now(), 0});
+        pending_.insert({e.ino, e.version});
         stats_.queued++;
         any = true;
       }
@@ -205,11 +206,11 @@ void Replicator::Fail(const std::string& why) {
 void Replicator::Applied(const Version& v) {
   {
     MutexLock l(&mu_);
+    // Queued or being sent: its sending ends at its next step, and what
+    // it reached by then is dropped.
+    if (pending_.count(v)) applied_.insert(v);
     auto it = held_.find(v);
-    if (it == held_.end()) {
-      applied_.insert(v);
-      return;
-    }
+    if (it == held_.end()) return;
     for (const auto& addr : it->second) drops_.emplace_back(addr, Key{node_, v.first, v.second});
     held_.erase(it);
     entries_.erase(v);
@@ -229,6 +230,7 @@ void Replicator::ForgetGoneHolders() {
                it->first.first, it->first.second);
       if (auto e = entries_.find(it->first); e != entries_.end()) {
         queue_.push_front(Item{e->second, Clock::now(), 1});
+        pending_.insert(it->first);
         if (static_cast<int>(before) >= k_) stats_.replicated_files -= std::min<uint64_t>(stats_.replicated_files, 1);
       }
     }
@@ -257,6 +259,14 @@ bool Replicator::Send(const Item& it) {
     Fail("no other member has a replica link (--replica-listen): " + it.e.path + " stays in this node's RAM only");
     return false;
   }
+  const std::string meta = EncodeMeta(FileMeta{.seq = it.e.seq,
+                                               .path = it.e.path,
+                                               .mode = it.e.mode & 07777,
+                                               .uid = it.e.uid,
+                                               .gid = it.e.gid,
+                                               .has_owner = it.e.has_owner,
+                                               .mtime_sec = it.e.mtime.sec,
+                                               .mtime_nsec = it.e.mtime.nsec});
   bool waited = false;
   for (const auto& [node, addr] : ranked) {
     {
@@ -266,7 +276,7 @@ bool Replicator::Send(const Item& it) {
       if (std::find(held_[v].begin(), held_[v].end(), addr) != held_[v].end()) continue;
     }
     auto st = link_->Replicate(addr, key, src->fd, src->size, static_cast<uint64_t>(std::max<int64_t>(gate, 0)),
-                               sum->first, sum->second);
+                               sum->first, sum->second, meta);
     if (st) {
       MutexLock l(&mu_);
       held_[v].push_back(addr);
@@ -284,7 +294,6 @@ bool Replicator::Send(const Item& it) {
   }
   MutexLock l(&mu_);
   if (applied_.count(v)) {  // persisted meanwhile: what was sent goes
-    applied_.erase(v);
     if (auto h = held_.find(v); h != held_.end()) {
       for (const auto& addr : h->second) drops_.emplace_back(addr, key);
       held_.erase(h);
@@ -333,7 +342,10 @@ void Replicator::Run() {
         item = std::move(queue_.front());
         queue_.pop_front();
         const Version v{item->e.ino, item->e.version};
-        if (applied_.erase(v)) item.reset();  // persisted before its turn
+        if (applied_.erase(v)) {  // persisted before its turn
+          pending_.erase(v);
+          item.reset();
+        }
       }
     }
     for (const auto& [addr, key] : drops) {
@@ -351,7 +363,11 @@ void Replicator::Run() {
         if (gate->r) gate->r->Applied(v);
       });
     }
-    if (!Send(*item)) {
+    if (Send(*item)) {
+      MutexLock l(&mu_);
+      pending_.erase({item->e.ino, item->e.version});
+      applied_.erase({item->e.ino, item->e.version});
+    } else {
       item->tries++;
       auto backoff = std::min<Clock::duration>(kRetry * item->tries, kRetryMax);
       item->not_before = Clock::now() + backoff;

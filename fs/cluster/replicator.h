@@ -143,7 +143,8 @@ class Replicator {
   std::deque<Item> queue_ GUARDED_BY(mu_);
   std::map<Version, std::vector<std::string>> held_ GUARDED_BY(mu_);  // replicated: its holders' addresses
   std::map<Version, meta::LogEntry> entries_ GUARDED_BY(mu_);         // the entry of each held version
-  std::set<Version> applied_ GUARDED_BY(mu_);  // persisted (or undone) before their replication ended
+  std::set<Version> pending_ GUARDED_BY(mu_);                         // queued or being sent
+  std::set<Version> applied_ GUARDED_BY(mu_);                         // of those, persisted (or undone) meanwhile
   std::vector<std::pair<std::string, Key>> drops_ GUARDED_BY(mu_);
   Stats stats_ GUARDED_BY(mu_);
   std::thread thread_;

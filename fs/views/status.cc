@@ -57,6 +57,15 @@ static Json ReplicasJson(Daemon* d) {
             {"chunks_refused", lc.chunks_refused},
             {"bytes_in", lc.bytes_in},
             {"bytes_out", lc.bytes_out}};
+  if (d->takeover) {
+    replica::Takeover::Stats ts = d->takeover->stats();
+    r["published_for_dead"] = ts.published;
+    r["published_for_dead_bytes"] = ts.published_bytes;
+    r["already_in_backend"] = ts.already_there;
+    r["collected"] = ts.collected;
+    r["takeover_failures"] = ts.failures;
+    r["takeover_error"] = ts.last_error;
+  }
   if (d->replicator) {
     replica::Replicator::Stats rs = d->replicator->stats();
     r["replicas"] = rs.replicas;

@@ -903,3 +903,48 @@ Test(cluster, node_whose_clock_is_ahead_by_more_than_the_member_timeout_does_not
   Node c("c", &store, &now_b);
   cr_expect(c.c->Join(), "refused by a refusal of a record it never wrote");
 }
+
+// Replicas (issue #30, fs/cluster/takeover.h): c holds a replica of b's
+// shard. While it does, its record names the shard's gate (+1 µs) as
+// pending: a's `latest`, closed after the shard, waits for it even once b
+// is dead, and so does c's own later file; b's own shard never waits for
+// its replica. Once b is dead, MayPublishAs lets c publish b's shard in
+// b's place; once c dropped the replica, `latest` goes.
+Test(cluster, a_replica_held_for_a_dead_node_keeps_the_order) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now, 3000), b("b", &store, &now, 3000), c("c", &store, &now, 3000);
+  std::optional<int64_t> held;  // what c holds: the shard's gate + 1 µs
+  c.c->SetHeldGate([&held] { return held; });
+  now = 1100;
+  uint64_t shard = b.log.Log("step1/shard_b");
+  b.c->Sample();
+  held = Ms(b.c->GateTime(shard)) * 1000 + 1;
+  now = 1200;
+  uint64_t latest = a.log.Log("latest");
+  a.c->Sample();
+  uint64_t own = c.log.Log("step1/shard_c");
+  c.c->Sample();
+  now = 1300;
+  for (Node* n : {&b, &c, &a, &b, &c, &a}) n->c->Heartbeat();
+  cr_expect(b.c->MayPublish(shard), "the writer's own entry never waits for its replica");
+  cr_expect(!a.c->MayPublish(latest), "latest waits for the shard");
+  cr_expect(!c.c->MayPublish(own), "the holder's own later file waits for the replica it holds");
+  // b dies with its shard pending; past the member timeout it is dead.
+  now = 4500;
+  for (Node* n : {&c, &a, &c, &a}) n->c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest), "b is dead, but c still holds its shard: latest waits");
+  cr_expect(c.c->MayPublishAs(*held - 1, "b"), "c may publish b's shard in b's place");
+  cr_expect(!a.c->MayPublishAs(*held + 1000, "b"), "not a gate past what c holds");
+  held.reset();  // published and dropped
+  now = 4600;
+  for (Node* n : {&c, &a, &c, &a}) n->c->Heartbeat();
+  const bool went = a.c->MayPublish(latest);
+  auto st = a.c->Status();
+  cr_expect(went, "once the replica is dropped, latest goes (waits for %s)",
+            st.waiting_for.empty() ? "-" : st.waiting_for[0].c_str());
+  a.log.applied = latest;  // (same gate as c's own file: a's goes first, by node id)
+  now = 4700;
+  for (Node* n : {&a, &c}) n->c->Heartbeat();
+  cr_expect(c.c->MayPublish(own));
+}

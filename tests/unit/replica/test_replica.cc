@@ -174,7 +174,8 @@ Test(replica_store, commit_checks_the_checksum_and_open_forgets_unfinished_ones)
            .size = data.size(),
            .gate_us = 123,
            .hash_hi = sum.first,
-           .hash_lo = sum.second};
+           .hash_lo = sum.second,
+           .meta = "{\"path\": \"step/shard\"}"};
     auto in = st.Begin(h);
     cr_assert(in.has_value());
     cr_expect_eq(st.Begin(h).error(), EBUSY, "one transfer of a version at a time");
@@ -196,9 +197,11 @@ Test(replica_store, commit_checks_the_checksum_and_open_forgets_unfinished_ones)
     cr_expect_eq(st.bytes(), data.size(), "the refused one's room is free again");
     cr_expect_eq(st.List().size(), 1u);
   }
-  // What a holder that died mid-stream leaves: a part file; and a file that
-  // is no replica of ours.
-  for (const char* leftover : {"/r/.part-w.10.1", "/r/not-a-replica"}) {
+  // What a holder that died mid-stream leaves: a part file, a replica
+  // without its meta, a meta without its replica; and a file that is no
+  // replica of ours.
+  for (const char* leftover : {"/r/.part-w.10.1", "/r/not-a-replica", "/r/w.11.1~5~00000000000000000000000000000000",
+                               "/r/w.12.1~5~00000000000000000000000000000000.meta"}) {
     int fd = open((dir + leftover).c_str(), O_WRONLY | O_CREAT, 0600);
     cr_assert(fd >= 0);
     cr_assert_eq(write(fd, "xyz", 3), 3);
@@ -212,12 +215,18 @@ Test(replica_store, commit_checks_the_checksum_and_open_forgets_unfinished_ones)
   cr_expect_eq(held[0].gate_us, 123u);
   cr_expect_eq(held[0].size, 100000u);
   cr_expect_eq((*s)->bytes(), 100000u, "the leftovers are gone and not counted");
-  int files = 0;
-  for (auto& e : fsys::directory_iterator(dir + "/r")) files += e.is_regular_file();
-  cr_expect_eq(files, 1);
+  int files = 0, metas = 0;
+  for (auto& e : fsys::directory_iterator(dir + "/r")) {
+    files += e.is_regular_file();
+    metas += e.path().string().ends_with(".meta");
+  }
+  cr_expect_eq(files, 2, "the replica and its meta");
+  cr_expect_eq(metas, 1);
+  cr_expect_eq(held[0].meta, "{\"path\": \"step/shard\"}", "the meta survives a restart");
   cr_expect((*s)->Drop(held[0].key).has_value());
   cr_expect_eq((*s)->bytes(), 0u);
   cr_expect_eq((*s)->Drop(held[0].key).error(), ENOENT);
+  cr_expect(fsys::is_empty(dir + "/r"), "a drop takes the meta too");
   fsys::remove_all(dir);
 }
 
@@ -227,11 +236,15 @@ Test(replica_link, a_replica_arrives_whole_is_read_back_and_dropped, .timeout = 
   const uint64_t size = 3 * kChunk + kChunk / 3 + 1;  // several chunks and a short last one
   int fd = MakeFile(p.dir + "/src", size, 1, &sum);
   Key k{.writer = "writer.a", .ino = 11, .version = 3};
-  auto st = p.writer->Replicate(p.addr, k, fd, size, 555, sum.first, sum.second);
+  const std::string meta = "{\"path\": \"global_step7/" + std::string(3000, 'x') + "\"}";
+  auto st = p.writer->Replicate(p.addr, k, fd, size, 555, sum.first, sum.second, meta);
   cr_assert(st.has_value(), "%s", st ? "" : ckpt::ErrStr(st.error()).c_str());
   auto held = p.store->List();
   cr_assert_eq(held.size(), 1u);
   cr_expect(held[0].key == k);
+  cr_expect_eq(held[0].meta, meta, "the writer's meta travels with the replica");
+  cr_expect_eq(p.writer->Replicate(p.addr, k, fd, size, 555, sum.first, sum.second, std::string(9000, 'm')).error(),
+               ENAMETOOLONG);
   cr_expect_eq(held[0].size, size);
   cr_expect_eq(held[0].gate_us, 555u);
   cr_expect_eq(p.holder->counters().replicas_held, 1u);
@@ -376,4 +389,25 @@ Test(replica_link, bad_addresses_are_refused_in_one_line) {
   cr_assert(w.has_value());
   cr_expect(!(*w)->Drop("127.0.0.1:1", Key{.writer = "n1", .ino = 1, .version = 1}).has_value(),
             "nobody listens there");
+}
+
+Test(replica_wire, file_meta_round_trips_and_garbage_is_refused) {
+  FileMeta m{.seq = 42,
+             .path = "global_step7/mp_rank_00 model states.pt",
+             .mode = 0640,
+             .uid = 1000,
+             .gid = 1000,
+             .has_owner = true,
+             .mtime_sec = 1795830000,
+             .mtime_nsec = 999999999};
+  auto d = DecodeMeta(EncodeMeta(m));
+  cr_assert(d.has_value());
+  cr_expect_eq(d->seq, 42u);
+  cr_expect_eq(d->path, m.path);
+  cr_expect_eq(d->mode, 0640u);
+  cr_expect(d->has_owner);
+  cr_expect_eq(d->mtime_nsec, 999999999u);
+  for (const char* bad : {"", "1 2 3\npath", "2 1 0 0 0 0 0 0\np", "1 1 0 0 0 2 0 0\np", "1 1 0 0 0 0 0 1000000000\np",
+                          "1 1 0 0 0 0 0 0\n", "1 1 0 0 0 0 0 0\na\nb", "1 x 0 0 0 0 0 0\np"})
+    cr_expect(!DecodeMeta(bad).has_value(), "%s", bad);
 }

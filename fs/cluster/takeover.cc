@@ -1,0 +1,170 @@
+// takeover.cc — see takeover.h.
+#include "fs/cluster/takeover.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+
+namespace ckpt::fs::replica {
+namespace {
+
+constexpr auto kPeriod = std::chrono::milliseconds(200);
+
+}  // namespace
+
+Takeover::Takeover(std::string node, Store* store, Cluster* cluster, EtcdRecords* records, backend::Backend* backend)
+    : node_(std::move(node)), store_(store), cluster_(cluster), records_(records), backend_(backend) {}
+
+Takeover::~Takeover() { Stop(); }
+
+void Takeover::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Takeover::Stop() {
+  {
+    MutexLock l(&mu_);
+    stop_ = true;
+  }
+  cv_.NotifyAll();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::optional<int64_t> Takeover::HeldGate() const {
+  const uint64_t g = store_->MinGate();
+  if (g == 0) return std::nullopt;
+  return static_cast<int64_t>(g) + 1;
+}
+
+Takeover::Stats Takeover::stats() const {
+  MutexLock l(&mu_);
+  return stats_;
+}
+
+void Takeover::Fail(const std::string& why) {
+  MutexLock l(&mu_);
+  stats_.failures++;
+  if (why != stats_.last_error) LOG_ERROR("replicas: {}", why);
+  stats_.last_error = why;
+}
+
+void Takeover::Loop() {
+  for (;;) {
+    {
+      MutexLock l(&mu_);
+      if (stop_) return;
+    }
+    Pass();
+    MutexLock l(&mu_);
+    if (!stop_) cv_.WaitFor(&mu_, kPeriod);
+  }
+}
+
+void Takeover::Pass() {
+  std::map<std::string, std::vector<Held>> by_writer;
+  for (Held& h : store_->List())
+    if (h.key.writer != node_) by_writer[h.key.writer].push_back(std::move(h));
+  for (auto& [writer, held] : by_writer) {
+    // The writer's record: there while its lease is (etcd deletes it when
+    // the lease expires); what it says is applied.
+    auto r = records_->client()->Range(records_->prefix() + "members/" + writer);
+    if (!r) return;  // the store is unreachable: nothing can be decided
+    if (r->kvs.empty() || r->kvs[0].lease == 0) {
+      PublishFor(writer, std::move(held));
+      continue;
+    }
+    int64_t heartbeat = 0;
+    std::optional<int64_t> oldest;
+    try {
+      auto j = nlohmann::json::parse(r->kvs[0].value);
+      heartbeat = j.at("heartbeat_us").get<int64_t>();
+      if (!j.at("oldest_gate_us").is_null()) oldest = j.at("oldest_gate_us").get<int64_t>();
+    } catch (const std::exception&) {
+      continue;  // not a record this version reads: keep the replicas
+    }
+    for (const Held& h : held) {
+      const auto g = static_cast<int64_t>(h.gate_us);
+      if (heartbeat >= g && (!oldest || *oldest > g) && store_->Drop(h.key)) {
+        LOG_DEBUG("replicas: node {} applied {} (its record says so): dropped", writer, h.key.Name());
+        MutexLock l(&mu_);
+        stats_.collected++;
+      }
+    }
+  }
+}
+
+void Takeover::PublishFor(const std::string& writer, std::vector<Held> held) {
+  std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) { return a.gate_us < b.gate_us; });
+  for (const Held& h : held) {
+    {
+      MutexLock l(&mu_);
+      if (stop_) return;
+    }
+    if (!cluster_->MayPublishAs(static_cast<int64_t>(h.gate_us), writer)) return;  // next pass
+    if (!Publish(h)) return;
+    (void)store_->Drop(h.key);
+    cluster_->Poke();  // the record no longer names this gate: the others go on
+  }
+}
+
+bool Takeover::Publish(const Held& h) {
+  auto meta = DecodeMeta(h.meta);
+  if (!meta) {
+    Fail("replica " + h.key.Name() + " of dead node " + h.key.writer + " has no readable meta: kept, not published");
+    return false;
+  }
+  const std::string what = "node " + h.key.writer + "'s " + meta->path + " (ino " + std::to_string(h.key.ino) +
+                           " version " + std::to_string(h.key.version) + ")";
+  // What the backend holds there may be this very version (the writer's
+  // drain got it there before it died) or a newer file: then nothing to do.
+  if (auto st = backend_->Stat(meta->path); st && st->type == backend::Entry::Type::kFile) {
+    const bool same = st->has_checksum && st->checksum_hi == h.hash_hi && st->checksum_lo == h.hash_lo;
+    const bool newer =
+        st->mtime_sec > meta->mtime_sec || (st->mtime_sec == meta->mtime_sec && st->mtime_nsec > meta->mtime_nsec);
+    if (same || newer) {
+      LOG_INFO("replicas: {} is already in the backend ({}): not published again", what, same ? "same bytes" : "newer");
+      MutexLock l(&mu_);
+      stats_.already_there++;
+      return true;
+    }
+  }
+  auto held = store_->OpenHeld(h.key);
+  if (!held) {
+    Fail("cannot open the replica of " + what + ": " + ErrStr(held.error()));
+    return false;
+  }
+  const int fd = held->first;
+  auto staged = backend_->Stage(fd, h.size, [] { return false; });
+  close(fd);
+  if (!staged) {
+    Fail("cannot stage " + what + " for the dead node: " + ErrStr(staged.error()));
+    return false;
+  }
+  if (staged->checksum_hi != h.hash_hi || staged->checksum_lo != h.hash_lo) {
+    backend_->Abort(*staged);
+    Fail("the replica of " + what + " does not match its checksum: not published");
+    return false;
+  }
+  backend::Attrs a{.mode = meta->mode,
+                   .uid = meta->uid,
+                   .gid = meta->gid,
+                   .has_owner = meta->has_owner,
+                   .mtime_sec = meta->mtime_sec,
+                   .mtime_nsec = meta->mtime_nsec};
+  if (auto st = backend_->Publish(*staged, meta->path, a); !st) {
+    backend_->Abort(*staged);
+    Fail("cannot publish " + what + " for the dead node: " + ErrStr(st.error()));
+    return false;
+  }
+  LOG_WARN("replicas: published {} ({} bytes) in its place: it died before its drain did", what, h.size);
+  MutexLock l(&mu_);
+  stats_.published++;
+  stats_.published_bytes += h.size;
+  return true;
+}
+
+}  // namespace ckpt::fs::replica

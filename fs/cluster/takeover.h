@@ -1,0 +1,77 @@
+// takeover.h — a holder's side of --replicas after the writer is gone
+// (issue #30): the replicas it holds of a member whose lease expired are
+// published to the backend by this node, in the dead member's place, under
+// the cross-node ordering rule, as if the dead member's drain had done it.
+//
+// Why the order holds through the takeover: while a node holds a replica,
+// its own record in the cluster store names the replica's gate (+1 µs) as
+// pending (Cluster::SetHeldGate), so no member publishes a file closed after
+// the replicated one — a `latest` written after the barrier — until this
+// node has published the replica (or the writer did and the replica was
+// dropped). The writer's own file never waits for its replica (the +1 µs).
+// A dead writer's replicas go in its gate order (its log order), each once
+// Cluster::MayPublishAs lets that gate through; two holders of one writer's
+// files order each other by the same records.
+//
+// Replicas of live writers are dropped once the writer's own record shows
+// the version applied (its oldest pending gate past it, the record newer
+// than it): the DROP a writer sends can be lost (it restarted, the holder
+// was unreachable), and a replica kept for ever would hold every member's
+// drain. A replica whose path already holds the same bytes, or a newer file
+// (a later mtime), in the backend is dropped without publishing: the dead
+// writer's drain got that far before it died.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "backend/backend.h"
+#include "common/mutex.h"
+#include "fs/cluster/cluster.h"
+#include "fs/cluster/etcd_records.h"
+#include "fs/cluster/replica_store.h"
+
+namespace ckpt::fs::replica {
+
+class Takeover {
+ public:
+  struct Stats {
+    uint64_t published = 0, published_bytes = 0, already_there = 0, collected = 0, failures = 0;
+    std::string last_error;
+  };
+  Takeover(std::string node, Store* store, Cluster* cluster, EtcdRecords* records, backend::Backend* backend);
+  ~Takeover();
+  Takeover(const Takeover&) = delete;
+  Takeover& operator=(const Takeover&) = delete;
+
+  void Start();
+  void Stop();
+  // For the record (Cluster::SetHeldGate): the earliest gate held + 1 µs.
+  std::optional<int64_t> HeldGate() const;
+  Stats stats() const;
+
+ private:
+  void Loop();
+  void Pass();
+  // One dead writer's replicas, oldest gate first, while the rule lets them.
+  void PublishFor(const std::string& writer, std::vector<Held> held);
+  // Publishes one replica; true: done (published or already there).
+  bool Publish(const Held& h);
+  void Fail(const std::string& why);
+
+  const std::string node_;
+  Store* const store_;
+  Cluster* const cluster_;
+  EtcdRecords* const records_;
+  backend::Backend* const backend_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  Stats stats_ GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace ckpt::fs::replica

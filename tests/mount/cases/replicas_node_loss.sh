@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# A lost node is not a lost checkpoint (--replicas 1, issue #30): three
+# mounts a, b, c of one job over one backend and a 1-member etcd.
+#  1. a's drain is held (a slow backend); a closes its shard of step 1, which
+#     becomes `replicated` on b or c; b closes its own shard, then (after the
+#     "barrier") step 1's `latest`.
+#  2. a is lost: kill -9 of its daemon, its tier and state dir deleted (a
+#     replacement machine). Once its lease expires the holder publishes a's
+#     shard in a's place: the backend ends with both shards, bytes as
+#     written, and `latest` never stands in the backend without a's shard.
+#  3. A fresh node a2 mounts and reads a's shard back.
+# serial: kills a daemon and waits out its lease
+# tsan: the takeover thread publishing beside the drain, the replica link and the cluster's ticks
+source "$(dirname "$0")/../lib/common.sh"
+require_root
+
+start_etcd 1
+SECRET=$T/secret
+head -c 48 /dev/urandom | base64 > "$SECRET"
+chmod 600 "$SECRET"
+COMMON=(--cluster job --member-timeout 2 --cluster-store "etcd://$ETCD_EPS" --replicas 1
+  --replica-listen 127.0.0.1:0 --cluster-secret "$SECRET")
+touch "$T/pause_a"
+mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --node a
+mount_node b -- "${COMMON[@]}" --node b
+mount_node c -- "${COMMON[@]}" --node c
+A=$(node_mnt a) B=$(node_mnt b)
+repl_of() { "$CKPTFS" status "$1" --json | $PY -c "import json,sys; j=json.load(sys.stdin)['cluster']['replicas']; $2"; }
+wait_for() {  # wait_for SECONDS WHAT COMMAND...
+  local n=$(($1 * 10)) what=$2; shift 2
+  for _ in $(seq "$n"); do "$@" 2> /dev/null && return 0; sleep 0.1; done
+  fail "$what"
+}
+wait_for 20 "a does not see b's and c's replica links" repl_of "$A" 'assert j["peers"] == 2, j'
+
+# ---- 1. the shards, a's replicated, and latest ----
+mkdir -p "$A/global_step1" "$B/global_step1"
+head -c 5000000 /dev/urandom > "$T/shard_a"
+head -c 3000000 /dev/urandom > "$T/shard_b"
+cp "$T/shard_a" "$A/global_step1/shard_a"
+is_replicated() { [ "$(state_of "$A/global_step1/shard_a")" = replicated ]; }
+wait_for 30 "a's shard never became replicated" is_replicated
+holder=""
+for n in b c; do for f in "$TIER-$n-replicas"/a.*; do [ -f "$f" ] && holder=$n; done; done
+[ -n "$holder" ] || fail "no holder of a's shard"
+cp "$T/shard_b" "$B/global_step1/shard_b"
+sleep 0.2  # the barrier
+echo global_step1 > "$B/latest"
+sleep 1
+[ ! -e "$BACKEND/latest" ] || fail "latest reached the backend before a's shard (a's drain is held)"
+
+# ---- 2. a is lost ----
+tier_a=$TIER-a
+kill_node a
+rm -rf "$(node_state a)"
+kept=(); for s in "${_STATE_DIRS[@]}"; do [ "$s" = "$(node_state a)" ] || kept+=("$s"); done; _STATE_DIRS=("${kept[@]}")
+rm_tier "$tier_a"
+note "a lost (its shard held by $holder)"
+t0=$(date +%s.%N)
+for _ in $(seq 300); do
+  if [ -e "$BACKEND/latest" ]; then
+    [ -e "$BACKEND/global_step1/shard_a" ] || fail "latest is in the backend without a's shard"
+    break
+  fi
+  sleep 0.1
+done
+if [ ! -e "$BACKEND/latest" ]; then
+  ETCDCTL_API=3 etcdctl --endpoints "$ETCD_EPS" get --prefix /ckptfs/job/members/ >&2 || true
+  ETCDCTL_API=3 etcdctl --endpoints "$ETCD_EPS" get --prefix /ckptfs/job/digest/ >&2 || true
+  fail "latest never reached the backend after a was lost: $("$CKPTFS" status "$B")"
+fi
+dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+note "latest in the backend $dt s after a was lost (lease 2 s), a's shard before it"
+same_bytes "$T/shard_a" "$BACKEND/global_step1/shard_a"
+same_bytes "$T/shard_b" "$BACKEND/global_step1/shard_b"
+expect_eq global_step1 "$(cat "$BACKEND/latest")" "latest"
+H=$(node_mnt "$holder")
+repl_of "$H" 'assert j["published_for_dead"] == 1 and j["held_files"] == 0, j' || fail "$holder: $(repl_of "$H" 'print(j)')"
+"$CKPTFS" status "$H" | grep -q "replicas published here for dead members: 1 files" || fail "$holder's status text"
+
+# ---- 3. a replacement node reads it back ----
+mount_node a2 -- "${COMMON[@]}" --node a2
+same_bytes "$T/shard_a" "$(node_mnt a2)/global_step1/shard_a"
+
+for n in b c a2; do umount_node "$n"; done
+check_log --allow-errors "lease expired|is dead|lost" --allow-warnings "replicas:|replica link|etcd|lease|is dead|lost"
+echo "PASS: $CASE"
