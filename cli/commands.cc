@@ -315,15 +315,15 @@ int CmdLs(const std::string& mnt_in, bool json) {
   return 0;
 }
 
-int CmdLatest(const std::string& mnt_in, bool persisted) {
+int CmdLatest(const std::string& mnt_in, const std::string& which) {
   std::string mnt = CheckedMount(mnt_in);
   Json list = ReadCheckpoints(mnt);
   for (auto it = list.rbegin(); it != list.rend(); ++it)
-    if (Bool(*it, persisted ? "persisted" : "complete")) {
+    if (Bool(*it, which.c_str())) {
       printf("%s\n", (mnt + "/" + Str(*it, "path")).c_str());
       return 0;
     }
-  fprintf(stderr, "ckptfs: no %s checkpoint in %s\n", persisted ? "persisted" : "complete", EscapeName(mnt).c_str());
+  fprintf(stderr, "ckptfs: no %s checkpoint in %s\n", which.c_str(), EscapeName(mnt).c_str());
   return 1;
 }
 

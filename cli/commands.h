@@ -77,7 +77,8 @@ int CmdLs(const std::string& mnt_in, bool json);
 // `ckptfs persist PATH [--wait]`: the memory-only checkpoint holding PATH
 // drains after all (with --wait: waits as `ckptfs drain` does).
 int CmdPersist(const std::string& path, bool wait);
-int CmdLatest(const std::string& mnt_in, bool persisted);
+// `which`: "complete", "persisted" or "safe" (the checkpoint JSON's flag).
+int CmdLatest(const std::string& mnt_in, const std::string& which);
 // ckptfs skip MNT PATH: the drain holds at PATH (the backend refuses it for
 // good); the operator gives it up: it is recorded as failed and the drain
 // goes on. PATH as status names it, or absolute inside MNT.

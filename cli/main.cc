@@ -123,6 +123,10 @@ int main(int argc, char** argv) {
   auto* latest = app.add_subcommand("latest", "print the newest complete checkpoint (exit 1 if none)");
   latest->add_option("mountpoint", target)->required();
   latest->add_flag("--persisted", persisted, "the newest one whose files are all in the backend");
+  bool safe = false;
+  latest->add_flag("--safe", safe,
+                   "the newest one whose files are all in the backend or held by --replicas K peers (it survives "
+                   "the loss of this node)");
   std::string persist_path;
   bool wait = false;
   auto* persist = app.add_subcommand("persist", "drain a memory-only checkpoint after all (--persist-every)");
@@ -238,7 +242,13 @@ int main(int argc, char** argv) {
     if (*warmup) return CmdWarmup(warm_paths);
     if (*ls) return CmdLs(target, json);
     if (*history) return CmdHistory(target, csv);
-    if (*latest) return CmdLatest(target, persisted);
+    if (*latest) {
+      if (persisted && safe) {
+        fprintf(stderr, "ckptfs: latest: --persisted or --safe, not both\n");
+        return 2;
+      }
+      return CmdLatest(target, persisted ? "persisted" : safe ? "safe" : "complete");
+    }
     if (*persist) return CmdPersist(persist_path, wait);
     if (*drain) return CmdDrain(target, timeout_s);
     if (*status) return CmdStatus(target, json);

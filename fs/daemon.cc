@@ -250,6 +250,7 @@ static std::string OpenReplicas(Daemon* d) {
                                                         d->replica_peers.get(), ports);
   replica::Replicator* repl = d->replicator.get();
   table->core().replicated = [repl](uint64_t ino, uint64_t version) { return repl->Replicated(ino, version); };
+  table->core().ckpts.replicated = table->core().replicated;
   return "";
 }
 

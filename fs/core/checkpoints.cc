@@ -35,6 +35,9 @@ void CheckpointCatalog::Add(const Namespace& ns, const Inode* n, CheckpointInfo*
     c->state_bytes[s] += n->rec.size;
   }
   if (n->writers > 0 || n->data_gen != n->sealed_gen) c->open++;
+  else if ((n->rec.state == meta::DataState::kDirty || n->rec.state == meta::DataState::kDraining) && replicated &&
+           replicated(n->rec.ino, n->rec.version))
+    c->replicated++;
   c->mtime_ns = std::max<int64_t>(c->mtime_ns, n->rec.mtime.sec * 1000000000LL + n->rec.mtime.nsec);
   if (n->t_change_ns == 0 || n->t_seal_ns == 0) c->times_known = false;
   if (n->t_change_ns > 0)

@@ -45,6 +45,7 @@ struct CheckpointInfo {
   uint64_t files = 0, bytes = 0;
   uint64_t state_files[meta::kDataStates] = {}, state_bytes[meta::kDataStates] = {};  // by meta::DataState
   uint64_t open = 0;     // files being written (open for writing, or changed since their seal)
+  uint64_t replicated = 0;  // of the files not persisted, those held by --replicas K peers
   uint64_t lost = 0;     // files under it in the lost list
   int64_t mtime_ns = 0;  // the newest file's mtime: orders checkpoints
   int64_t first_change_ns = 0, last_seal_ns = 0, last_publish_ns = 0;  // 0: unknown
@@ -58,6 +59,12 @@ struct CheckpointInfo {
   bool Persisted() const {
     return Complete() && Files(meta::DataState::kDirty) == 0 && Files(meta::DataState::kDraining) == 0 &&
            Files(meta::DataState::kMemoryOnly) == 0;
+  }
+  // Complete, and every file persisted or replicated (--replicas): it
+  // survives the loss of this node (`ckptfs latest --safe`).
+  bool Safe() const {
+    return Complete() && !memory_only && Files(meta::DataState::kMemoryOnly) == 0 &&
+           Files(meta::DataState::kDirty) + Files(meta::DataState::kDraining) <= replicated;
   }
   // Persisted during this mount: its times to RAM and to durable are known.
   bool Timed() const { return Persisted() && times_known && last_seal_ns > 0 && last_publish_ns >= last_seal_ns; }
@@ -98,6 +105,10 @@ class CheckpointCatalog {
   // below one.
   std::vector<CheckpointInfo> List(const Namespace& ns, const std::regex& pattern,
                                    const std::function<uint64_t(const std::string&)>& lost_under) REQUIRES(ns.mu());
+
+  // --replicas: whether a version is replicated (fs/cluster/replicator.h);
+  // set before the mount serves. Empty: no replicas.
+  std::function<bool(uint64_t ino, uint64_t version)> replicated;
 
  private:
   // Adds the files under `n` to `c`; walks `dir` for names matching `pattern`.

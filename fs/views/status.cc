@@ -350,6 +350,8 @@ Json CheckpointJson(const CheckpointInfo& c) {
             {"progress", progress},
             {"complete", c.Complete()},
             {"persisted", c.Persisted()},
+            {"safe", c.Safe()},
+            {"replicated_files", c.replicated},
             {"open_files", c.open},
             {"lost_files", c.lost},
             {"failed_files", c.Files(DataState::kFailed)},

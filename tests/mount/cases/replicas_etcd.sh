@@ -7,7 +7,8 @@
 #     exit 2, nothing mounted.
 #  2. With a's drain held, a file closed on a becomes `replicated`; one of b
 #     and c holds a replica whose bytes are the file's; status says so on
-#     both sides.
+#     both sides; `ckptfs latest --safe` names its checkpoint, --persisted
+#     does not.
 #  3. The holder leaves the cluster: the file is sent to the other member
 #     (`replicated` means held by live members).
 #  4. a's drain goes on: the file is persisted and the replica dropped.
@@ -72,6 +73,8 @@ cp "$T/shard_a" "$A/global_step1/shard_a"
 is_replicated() { [ "$(state_of "$A/global_step1/shard_a")" = replicated ]; }
 wait_for 30 "a's shard never became replicated (state $(state_of "$A/global_step1/shard_a"))" is_replicated
 [ ! -e "$BACKEND/global_step1/shard_a" ] || fail "the shard reached the backend with a's drain held"
+expect_eq "$A/global_step1" "$("$CKPTFS" latest --safe "$A")" "latest --safe once the shard is replicated"
+! "$CKPTFS" latest --persisted "$A" > /dev/null 2>&1 || fail "latest --persisted names a checkpoint not persisted"
 held=$( (ls "$TIER-b-replicas" "$TIER-c-replicas" 2> /dev/null || true) | grep '^a\.' | grep -vc '\.meta$' || true)
 expect_eq 1 "$held" "replicas of a's shard held by b and c"
 replica="" holder=""

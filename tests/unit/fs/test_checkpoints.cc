@@ -160,3 +160,24 @@ Test(checkpoints, a_listing_adds_up_each_checkpoint) {
   cr_assert(again[1].Persisted());
   cr_assert(again[0].Persisted());
 }
+
+// `ckptfs latest --safe` (--replicas): complete, and every file persisted or
+// held by the peers; a file being written, failed or memory-only is not.
+Test(checkpoints, safe_means_every_file_persisted_or_replicated) {
+  using ckpt::meta::DataState;
+  CheckpointInfo c;
+  c.files = 3;
+  c.state_files[static_cast<size_t>(DataState::kPersisted)] = 1;
+  c.state_files[static_cast<size_t>(DataState::kDirty)] = 1;
+  c.state_files[static_cast<size_t>(DataState::kDraining)] = 1;
+  cr_expect(c.Complete() && !c.Persisted() && !c.Safe(), "two files in this node's RAM only");
+  c.replicated = 1;
+  cr_expect(!c.Safe(), "one of them in this node's RAM only");
+  c.replicated = 2;
+  cr_expect(c.Safe());
+  c.open = 1;
+  cr_expect(!c.Safe(), "a file still being written");
+  c.open = 0;
+  c.memory_only = true;
+  cr_expect(!c.Safe(), "a memory-only checkpoint never drains");
+}
