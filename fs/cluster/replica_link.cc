@@ -171,7 +171,10 @@ void Link::Impl::Loop(std::promise<std::string>* ready) {
     if (busy) continue;
     if (ucp_worker_arm(worker) == UCS_ERR_BUSY) continue;
     epoll_event evs[2];
-    epoll_wait(epfd, evs, 2, 50);
+    // Transfers in flight: UCX over TCP does not wake the worker's fd for
+    // every step of a rendezvous, so the loop looks again within 1 ms; idle,
+    // every 50 ms (deadlines, the holder's idle check).
+    epoll_wait(epfd, evs, 2, InFlight() ? 1 : 50);
     uint64_t v;
     while (read(evfd, &v, sizeof v) > 0) {
     }
@@ -186,6 +189,13 @@ void Link::Impl::Post(std::function<void()> fn) {
   }
   uint64_t one = 1;
   (void)!write(evfd, &one, sizeof one);
+}
+
+bool Link::Impl::InFlight() const {
+  if (!reqs.empty()) return true;
+  for (const auto& [ep, c] : conns)
+    if (!c->rx.empty()) return true;
+  return false;
 }
 
 bool Link::Impl::RunTasks() {

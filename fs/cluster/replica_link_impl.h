@@ -135,6 +135,7 @@ struct Link::Impl {
   void Post(std::function<void()> fn);
 
   bool RunTasks();
+  bool InFlight() const;  // requests or replicas being received
 
   bool RunCompletions();
 

@@ -247,7 +247,9 @@ bool Replicator::Send(const Item& it) {
     if (e != EINPROGRESS) Fail("ino " + std::to_string(it.e.ino) + " (" + it.e.path + "): " + ErrStr(e));
     return false;
   }
+  const auto t0 = Clock::now();
   auto sum = Checksum(src->fd, src->size);
+  const auto t1 = Clock::now();
   if (!sum) {
     Fail("ino " + std::to_string(it.e.ino) + " (" + it.e.path + "): cannot read it: " + ErrStr(sum.error()));
     return false;
@@ -284,7 +286,10 @@ bool Replicator::Send(const Item& it) {
       if (static_cast<int>(held_[v].size()) == k_) {
         stats_.replicated_files++;
         stats_.replicated_bytes += src->size;
-        LOG_DEBUG("replicas: ino {} version {} ({}) replicated {} time(s)", v.first, v.second, it.e.path, k_);
+        LOG_DEBUG(
+            "replicas: ino {} version {} ({}, {} bytes) replicated {} time(s): checksum {:.3f} s, transfer {:.3f} s",
+            v.first, v.second, it.e.path, src->size, k_, std::chrono::duration<double>(t1 - t0).count(),
+            std::chrono::duration<double>(Clock::now() - t1).count());
       }
     } else if (st.error() == EAGAIN) {
       waited = true;
