@@ -222,7 +222,7 @@ static std::string OpenReplicas(Daemon* d) {
   d->replica_link = std::move(*link);
   d->replica_peers = std::make_unique<replica::Peers>(d->etcd_records, cfg.node, d->replica_link->address());
   d->takeover = std::make_unique<replica::Takeover>(cfg.node, d->replica_store.get(), d->cluster.get(), d->etcd_records,
-                                                    d->backend.get());
+                                                    d->replica_peers.get(), d->backend.get());
   replica::Takeover* takeover = d->takeover.get();
   d->cluster->SetHeldGate([takeover] { return takeover->HeldGate(); });
   LOG_INFO(

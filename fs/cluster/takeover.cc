@@ -13,11 +13,13 @@ namespace ckpt::fs::replica {
 namespace {
 
 constexpr auto kPeriod = std::chrono::milliseconds(200);
+constexpr auto kLiveCheck = std::chrono::seconds(5);
 
 }  // namespace
 
-Takeover::Takeover(std::string node, Store* store, Cluster* cluster, EtcdRecords* records, backend::Backend* backend)
-    : node_(std::move(node)), store_(store), cluster_(cluster), records_(records), backend_(backend) {}
+Takeover::Takeover(std::string node, Store* store, Cluster* cluster, EtcdRecords* records, Peers* peers,
+                   backend::Backend* backend)
+    : node_(std::move(node)), store_(store), cluster_(cluster), records_(records), peers_(peers), backend_(backend) {}
 
 Takeover::~Takeover() { Stop(); }
 
@@ -68,7 +70,18 @@ void Takeover::Pass() {
   std::map<std::string, std::vector<Held>> by_writer;
   for (Held& h : store_->List())
     if (h.key.writer != node_) by_writer[h.key.writer].push_back(std::move(h));
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(checked_, [&](const auto& kv) { return !by_writer.count(kv.first); });
   for (auto& [writer, held] : by_writer) {
+    // A writer whose replica link is still advertised (its key goes with
+    // its lease, as its record does) is live: its record is read only
+    // every kLiveCheck, to drop what it applied and whose DROP was lost.
+    // O(1) requests a holder every few seconds, not one a writer a pass.
+    if (!peers_->addr_of(writer).empty()) {
+      auto& at = checked_[writer];
+      if (now - at < kLiveCheck) continue;
+      at = now;
+    }
     // The writer's record: there while its lease is (etcd deletes it when
     // the lease expires); what it says is applied.
     auto r = records_->client()->Range(records_->prefix() + "members/" + writer);

@@ -25,6 +25,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -33,6 +35,7 @@
 #include "fs/cluster/cluster.h"
 #include "fs/cluster/etcd_records.h"
 #include "fs/cluster/replica_store.h"
+#include "fs/cluster/replicator.h"
 
 namespace ckpt::fs::replica {
 
@@ -42,7 +45,9 @@ class Takeover {
     uint64_t published = 0, published_bytes = 0, already_there = 0, collected = 0, failures = 0;
     std::string last_error;
   };
-  Takeover(std::string node, Store* store, Cluster* cluster, EtcdRecords* records, backend::Backend* backend);
+  // `peers`: which writers still advertise a link (live, cheaply).
+  Takeover(std::string node, Store* store, Cluster* cluster, EtcdRecords* records, Peers* peers,
+           backend::Backend* backend);
   ~Takeover();
   Takeover(const Takeover&) = delete;
   Takeover& operator=(const Takeover&) = delete;
@@ -66,7 +71,9 @@ class Takeover {
   Store* const store_;
   Cluster* const cluster_;
   EtcdRecords* const records_;
+  Peers* const peers_;
   backend::Backend* const backend_;
+  std::map<std::string, std::chrono::steady_clock::time_point> checked_;  // Pass's thread only
   mutable Mutex mu_;
   CondVar cv_;
   bool stop_ GUARDED_BY(mu_) = false;

@@ -87,7 +87,7 @@ H=$(node_mnt "$holder")
 repl_of "$A" 'assert j["replicated_files"] == 1 and j["replicas"] == 1, j' || fail "a's status: $(repl_of "$A" 'print(j)')"
 repl_of "$H" 'assert j["held_files"] == 1 and j["held_bytes"] == 9437185, j' ||
   fail "$holder's status: $(repl_of "$H" 'print(j)')"
-"$CKPTFS" status "$H" | grep -q "replicas held here for 2 other member(s): 1 files" ||
+grep -q "replicas held here for 2 other member(s): 1 files" <<< "$("$CKPTFS" status "$H")" ||
   fail "$holder's status text: $("$CKPTFS" status "$H")"
 note "a's shard replicated on $holder"
 

@@ -76,7 +76,7 @@ same_bytes "$T/shard_b" "$BACKEND/global_step1/shard_b"
 expect_eq global_step1 "$(cat "$BACKEND/latest")" "latest"
 H=$(node_mnt "$holder")
 repl_of "$H" 'assert j["published_for_dead"] == 1 and j["held_files"] == 0, j' || fail "$holder: $(repl_of "$H" 'print(j)')"
-"$CKPTFS" status "$H" | grep -q "replicas published here for dead members: 1 files" || fail "$holder's status text"
+grep -q "replicas published here for dead members: 1 files" <<< "$("$CKPTFS" status "$H")" || fail "$holder's status text"
 
 # ---- 3. a replacement node reads it back ----
 mount_node a2 -- "${COMMON[@]}" --node a2
