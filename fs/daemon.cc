@@ -249,8 +249,7 @@ static std::string OpenReplicas(Daemon* d) {
   d->replicator = std::make_unique<replica::Replicator>(cfg.node, static_cast<int>(cfg.replicas), d->replica_link.get(),
                                                         d->replica_peers.get(), ports);
   replica::Replicator* repl = d->replicator.get();
-  table->core().replicated = [repl](uint64_t ino, uint64_t version) { return repl->Replicated(ino, version); };
-  table->core().ckpts.replicated = table->core().replicated;
+  table->SetReplicated([repl](uint64_t ino, uint64_t version) { return repl->Replicated(ino, version); });
   return "";
 }
 
@@ -643,7 +642,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     const bool left = drain_stopped && d->cluster->Leave();
     if (d->replicator) {
       if (!d->etcd_names) d->table->core().oplog.set_observer(nullptr);
-      d->table->core().replicated = nullptr;
+      d->table->SetReplicated(nullptr);
       d->replicator->Stop();
     }
     if (d->takeover) d->takeover->Stop();

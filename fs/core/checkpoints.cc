@@ -142,6 +142,12 @@ void InodeTable::set_checkpoint_policy(CheckpointPolicy p) {
   core_.ckpts.set_policy(std::move(p));
 }
 
+void InodeTable::SetReplicated(std::function<bool(uint64_t ino, uint64_t version)> fn) {
+  MutexLock lk(&mu());
+  core_.ckpts.replicated = fn;
+  core_.replicated = std::move(fn);
+}
+
 std::vector<CheckpointInfo> InodeTable::Checkpoints(const std::regex& pattern) {
   MutexLock lk(&mu());
   // What passthrough writers wrote counts (sizes, open files).

@@ -73,6 +73,9 @@ class InodeTable {
   void set_checkpoint_policy(CheckpointPolicy p) EXCLUDES(mu());
   // Every checkpoint, oldest first (by mtime_ns, then path).
   std::vector<CheckpointInfo> Checkpoints(const std::regex& pattern) EXCLUDES(mu());
+  // --replicas: which versions the peers hold (Core::replicated, and the
+  // checkpoints' `safe`). Set before the mount serves.
+  void SetReplicated(std::function<bool(uint64_t ino, uint64_t version)> fn) EXCLUDES(mu());
 
   // `ckptfs persist`: the memory-only checkpoint holding `ino` drains after
   // all: the flag goes, and its directories, symlinks and sealed files are
