@@ -188,8 +188,8 @@ std::optional<FileMeta> DecodeMeta(std::string_view s) {
   if (nl == std::string_view::npos) return std::nullopt;
   FileMeta m;
   m.path = std::string(s.substr(nl + 1));
-  if (m.path.empty() || m.path.find('\0') != std::string::npos || m.path.find('\n') != std::string::npos)
-    return std::nullopt;
+  // A name may hold a newline (the path is everything after the first).
+  if (m.path.empty() || m.path.find('\0') != std::string::npos) return std::nullopt;
   std::string_view head = s.substr(0, nl);
   std::vector<std::string_view> f;
   while (!head.empty()) {

@@ -95,8 +95,8 @@ uint64_t ChunkHash(const void* p, size_t len);  // XXH3-64
 
 // What a writer tells its holders of a file (a PUT's meta): enough for a
 // holder to publish it in the writer's place (fs/cluster/takeover.h).
-// Encoded as one line of numbers, then the path (any bytes but NUL and
-// newline, as the drain log has them).
+// Encoded as one line of numbers, then the path (any bytes but NUL, a
+// newline included, as the drain log has them).
 struct FileMeta {
   uint64_t seq = 0;  // the writer's log entry
   std::string path;  // as the backend names it

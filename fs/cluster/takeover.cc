@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "common/config.h"
 #include "common/log.h"
 
 namespace ckpt::fs::replica {
@@ -14,6 +15,12 @@ namespace {
 
 constexpr auto kPeriod = std::chrono::milliseconds(200);
 constexpr auto kLiveCheck = std::chrono::seconds(5);
+
+// Errors no retry mends (the backend refuses the name or its place):
+// kept, such a replica would hold every member's drain for ever.
+bool Permanent(int e) {
+  return e == EINVAL || e == ENAMETOOLONG || e == ELOOP || e == ENOTDIR || e == EISDIR || e == EPERM || e == EACCES;
+}
 
 }  // namespace
 
@@ -45,6 +52,16 @@ std::optional<int64_t> Takeover::HeldGate() const {
 Takeover::Stats Takeover::stats() const {
   MutexLock l(&mu_);
   return stats_;
+}
+
+bool Takeover::Lose(const std::string& why) {
+  // Told as it is: the file is lost (the others' drains go on without it).
+  LOG_ERROR("replicas: {}: not published, the replica is dropped and the dead node's file lost", why);
+  MutexLock l(&mu_);
+  stats_.lost++;
+  stats_.failures++;
+  stats_.last_error = why;
+  return true;
 }
 
 void Takeover::Fail(const std::string& why) {
@@ -126,12 +143,9 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Held> held) {
 
 bool Takeover::Publish(const Held& h) {
   auto meta = DecodeMeta(h.meta);
-  if (!meta) {
-    Fail("replica " + h.key.Name() + " of dead node " + h.key.writer + " has no readable meta: kept, not published");
-    return false;
-  }
-  const std::string what = "node " + h.key.writer + "'s " + meta->path + " (ino " + std::to_string(h.key.ino) +
-                           " version " + std::to_string(h.key.version) + ")";
+  if (!meta) return Lose("replica " + h.key.Name() + " of dead node " + h.key.writer + ": its meta is unreadable");
+  const std::string what = "node " + h.key.writer + "'s " + EscapeName(meta->path) + " (ino " +
+                           std::to_string(h.key.ino) + " version " + std::to_string(h.key.version) + ")";
   // What the backend holds there may be this very version (the writer's
   // drain got it there before it died) or a newer file: then nothing to do.
   if (auto st = backend_->Stat(meta->path); st && st->type == backend::Entry::Type::kFile) {
@@ -154,13 +168,13 @@ bool Takeover::Publish(const Held& h) {
   auto staged = backend_->Stage(fd, h.size, [] { return false; });
   close(fd);
   if (!staged) {
+    if (Permanent(staged.error())) return Lose("cannot stage " + what + ": " + ErrStr(staged.error()));
     Fail("cannot stage " + what + " for the dead node: " + ErrStr(staged.error()));
     return false;
   }
   if (staged->checksum_hi != h.hash_hi || staged->checksum_lo != h.hash_lo) {
     backend_->Abort(*staged);
-    Fail("the replica of " + what + " does not match its checksum: not published");
-    return false;
+    return Lose("the replica of " + what + " does not match its checksum");
   }
   backend::Attrs a{.mode = meta->mode,
                    .uid = meta->uid,
@@ -170,6 +184,7 @@ bool Takeover::Publish(const Held& h) {
                    .mtime_nsec = meta->mtime_nsec};
   if (auto st = backend_->Publish(*staged, meta->path, a); !st) {
     backend_->Abort(*staged);
+    if (Permanent(st.error())) return Lose("cannot publish " + what + ": " + ErrStr(st.error()));
     Fail("cannot publish " + what + " for the dead node: " + ErrStr(st.error()));
     return false;
   }

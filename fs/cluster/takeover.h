@@ -43,6 +43,7 @@ class Takeover {
  public:
   struct Stats {
     uint64_t published = 0, published_bytes = 0, already_there = 0, collected = 0, failures = 0;
+    uint64_t lost = 0;  // a dead node's replicas the backend refused for good (dropped, logged)
     std::string last_error;
   };
   // `peers`: which writers still advertise a link (live, cheaply).
@@ -66,6 +67,8 @@ class Takeover {
   // Publishes one replica; true: done (published or already there).
   bool Publish(const Held& h);
   void Fail(const std::string& why);
+  // A replica that can never be published: logged as lost; true (dropped).
+  bool Lose(const std::string& why);
 
   const std::string node_;
   Store* const store_;

@@ -64,6 +64,7 @@ static Json ReplicasJson(Daemon* d) {
     r["already_in_backend"] = ts.already_there;
     r["collected"] = ts.collected;
     r["takeover_failures"] = ts.failures;
+    r["lost_for_dead"] = ts.lost;
     r["takeover_error"] = ts.last_error;
   }
   if (d->replicator) {
