@@ -54,6 +54,13 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, uint64_t limi
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrFromErrno();
   int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dfd < 0) return ErrFromErrno();
+  // On /dev/shm anyone may have made it first: another user's directory
+  // would let them read the members' checkpoints or plant replicas.
+  struct stat dst;
+  if (fstat(dfd, &dst) != 0 || dst.st_uid != geteuid() || ((dst.st_mode & 077) && fchmod(dfd, 0700) != 0)) {
+    close(dfd);
+    return Err(EPERM);
+  }
   std::unique_ptr<Store> s(new Store(dir, dfd, limit));
   int scan = dup(dfd);
   DIR* d = scan >= 0 ? fdopendir(scan) : nullptr;

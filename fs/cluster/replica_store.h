@@ -37,7 +37,8 @@ struct Held {
 class Store {
  public:
   // Creates `dir` (0700) if missing, removes unfinished `.part-` files and
-  // counts the replicas held there against `limit` bytes.
+  // counts the replicas held there against `limit` bytes. EPERM: `dir`
+  // belongs to another user (never followed if a link: ELOOP/ENOTDIR).
   static Result<std::unique_ptr<Store>> Open(const std::string& dir, uint64_t limit);
   ~Store();
 

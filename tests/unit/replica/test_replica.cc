@@ -375,6 +375,22 @@ Test(replica_link, a_writer_that_dies_mid_stream_leaves_nothing_held, .timeout =
   close(fd);
 }
 
+Test(replica_store, another_users_directory_or_a_link_is_refused) {
+  std::string dir = TempDir();
+  cr_assert_eq(mkdir((dir + "/theirs").c_str(), 0777), 0);
+  cr_assert_eq(chown((dir + "/theirs").c_str(), 65534, 65534), 0);  // the tests run as root
+  cr_expect_eq(Store::Open(dir + "/theirs", 1 << 20).error(), EPERM);
+  cr_assert_eq(symlink((dir + "/theirs").c_str(), (dir + "/link").c_str()), 0);
+  cr_expect(!Store::Open(dir + "/link", 1 << 20).has_value(), "never through a symbolic link");
+  cr_assert_eq(mkdir((dir + "/open").c_str(), 0777), 0);
+  cr_assert_eq(chmod((dir + "/open").c_str(), 0777), 0);
+  cr_expect(Store::Open(dir + "/open", 1 << 20).has_value());
+  struct stat st;
+  cr_assert_eq(stat((dir + "/open").c_str(), &st), 0);
+  cr_expect_eq(st.st_mode & 0777, 0700u, "our own directory is made private");
+  fsys::remove_all(dir);
+}
+
 Test(replica_link, bad_addresses_are_refused_in_one_line) {
   auto s = Store::Open(TempDir() + "/r", 1 << 20);
   cr_assert(s.has_value());
