@@ -32,6 +32,7 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "fs/core/memory_watch.h"
+#include "fs/core/peer_copy.h"
 #include "fs/fuse/reply_yield.h"
 
 namespace ckpt::fs {
@@ -216,11 +217,24 @@ static std::string OpenReplicas(Daemon* d) {
   auto store = replica::Store::Open(cfg.tier_dir + "-replicas", cfg.replica_budget);
   if (!store) return "replicas: cannot open " + cfg.tier_dir + "-replicas: " + ErrStr(store.error());
   d->replica_store = std::move(*store);
-  auto link = replica::Link::Open({.node_id = cfg.node, .secret = *secret, .listen = cfg.replica_listen},
+  InodeTable* table = d->table.get();
+  d->peer_loads = std::make_unique<replica::PeerLoads>(
+      cfg.node, d->replica_store.get(), [table](const replica::Content& c, bool fetch) {
+        return LocalCopyForPeer(table, c.path, c.size, c.hi, c.lo, fetch);
+      });
+  replica::PeerLoads* loads = d->peer_loads.get();
+  auto link = replica::Link::Open({.node_id = cfg.node,
+                                   .secret = *secret,
+                                   .listen = cfg.replica_listen,
+                                   .serve = [loads](const replica::Content& c) { return loads->Serve(c); }},
                                   d->replica_store.get());
   if (!link) return "replicas: " + link.error();
   d->replica_link = std::move(*link);
   d->replica_peers = std::make_unique<replica::Peers>(d->etcd_records, cfg.node, d->replica_link->address());
+  loads->Attach(d->replica_link.get(), d->replica_peers.get());
+  table->core().peer_fetch = [loads](const std::string& path, int fd, uint64_t size, uint64_t hi, uint64_t lo) {
+    return loads->Load(replica::Content{.path = path, .size = size, .hi = hi, .lo = lo}, fd);
+  };
   d->takeover = std::make_unique<replica::Takeover>(cfg.node, d->replica_store.get(), d->cluster.get(), d->etcd_records,
                                                     d->replica_peers.get(), d->backend.get());
   replica::Takeover* takeover = d->takeover.get();
@@ -230,7 +244,6 @@ static std::string OpenReplicas(Daemon* d) {
       "other member(s)",
       d->replica_link->address(), HumanBytes(cfg.replica_budget), d->replica_store->List().size(), cfg.replicas);
   if (cfg.replicas == 0) return "";
-  InodeTable* table = d->table.get();
   Daemon* dp = d;
   replica::Replicator::Ports ports;
   ports.source = [table](const meta::LogEntry& e) -> Result<replica::Replicator::Source> {
@@ -647,6 +660,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     }
     if (d->takeover) d->takeover->Stop();
     if (d->replica_peers) d->replica_peers->Stop();
+    if (d->peer_loads) d->peer_loads->Attach(nullptr, nullptr);  // waits for this node's loads in flight
     d->replica_link.reset();  // other members' requests stop here; what it holds stays for a restart
     if (d->etcd_names) {
       d->table->core().oplog.set_observer(nullptr);  // nothing is logged any more: the loop ended

@@ -19,6 +19,7 @@
 #include "fs/cluster/cluster.h"
 #include "fs/cluster/etcd_names.h"
 #include "fs/cluster/etcd_records.h"
+#include "fs/cluster/peer_loads.h"
 #include "fs/cluster/replicator.h"
 #include "fs/cluster/takeover.h"
 #include "fs/core/inode_table.h"
@@ -51,6 +52,7 @@ struct Daemon {
   // here, the link to the peers, where they listen, and what this node
   // sends. Null without them. Stopped before the cluster store closes.
   std::unique_ptr<replica::Store> replica_store;
+  std::unique_ptr<replica::PeerLoads> peer_loads;  // loads from peers; outlives the link that serves it
   std::unique_ptr<replica::Link> replica_link;
   std::unique_ptr<replica::Peers> replica_peers;
   std::unique_ptr<replica::Replicator> replicator;

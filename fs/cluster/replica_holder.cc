@@ -43,6 +43,7 @@ void Link::Impl::HolderMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
     case Op::kEnd: return End(c, m);
     case Op::kDrop: return DropReplica(c, m);
     case Op::kGet: return Get(c, m);
+    case Op::kFetch: return Fetch(c, m);
     default: break;
   }
   if (data) ucp_am_data_release(worker, data);
@@ -199,6 +200,67 @@ void Link::Impl::Get(const std::shared_ptr<Conn>& c, const Msg& m) {
   Msg d{.op = Op::kData, .req = m.req, .a = off, .b = ChunkHash(buf.data(), buf.size())};
   if (buf.empty()) return Send(*c, d);
   Send(*c, d, nullptr, 0, nullptr, std::move(buf));
+}
+
+// A load: queued for the serving threads (the source may block on a fetch
+// from the backend), answered from the loop once read.
+void Link::Impl::Fetch(const std::shared_ptr<Conn>& c, const Msg& m) {
+  auto content = Content::FromText(m.text, m.c, m.d);
+  if (!content) return Reply(*c, m.req, Op::kRefused, EINVAL);
+  MutexLock l(&serve_mu);
+  if (servers.empty() || serve_stop) return Reply(*c, m.req, Op::kRefused, ENOENT);
+  if (serve_q.size() >= 64) return Reply(*c, m.req, Op::kRefused, EAGAIN);  // bounded: the asker goes elsewhere
+  serve_q.push_back(ServeJob{c, m.req, std::move(*content), m.a, std::min<uint64_t>(m.b, Link::kMaxFetch)});
+  serve_cv.NotifyOne();
+}
+
+void Link::Impl::ServeLoop() {
+  for (;;) {
+    ServeJob j;
+    {
+      MutexLock l(&serve_mu);
+      while (!serve_stop && serve_q.empty()) serve_cv.Wait(&serve_mu);
+      if (serve_stop) return;
+      j = std::move(serve_q.front());
+      serve_q.pop_front();
+    }
+    if (j.conn.expired()) continue;  // the asker went away
+    int err = 0;
+    std::string buf;
+    auto fd = opts.serve(j.content);
+    if (!fd) {
+      err = fd.error();
+    } else {
+      const uint64_t off = std::min(j.offset, j.content.size), n = std::min(j.len, j.content.size - off);
+      buf.resize(n);
+      ssize_t got = n ? pread(*fd, buf.data(), n, static_cast<off_t>(off)) : 0;
+      if (got < 0) err = errno;
+      else buf.resize(static_cast<size_t>(got));
+      close(*fd);
+    }
+    const uint64_t off = j.offset;
+    Post([this, wc = j.conn, req = j.req, off, err, buf = std::move(buf)]() mutable {
+      auto c = wc.lock();
+      if (!c || c->st != Conn::St::kReady) return;
+      if (err) return Reply(*c, req, Op::kRefused, static_cast<uint64_t>(err));
+      loads_served++;
+      load_bytes_served += buf.size();
+      bytes_out += buf.size();
+      Msg d{.op = Op::kData, .req = req, .a = off, .b = ChunkHash(buf.data(), buf.size())};
+      if (buf.empty()) return Send(*c, d);
+      Send(*c, d, nullptr, 0, nullptr, std::move(buf));
+    });
+  }
+}
+
+void Link::Impl::StopServers() {
+  {
+    MutexLock l(&serve_mu);
+    serve_stop = true;
+    serve_cv.NotifyAll();
+  }
+  for (auto& t : servers) t.join();
+  servers.clear();
 }
 
 }  // namespace ckpt::fs::replica

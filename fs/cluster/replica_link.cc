@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/mutex.h"
 #include "fs/cluster/replica_link_impl.h"
@@ -387,6 +388,12 @@ void Link::Impl::Begin(Conn& c, const std::shared_ptr<Request>& r) {
   } else if (r->kind == Op::kGet) {
     m.a = r->offset;
     m.b = r->len;
+  } else if (r->kind == Op::kFetch) {
+    m.text = r->content.Text();
+    m.a = r->offset;
+    m.b = r->len;
+    m.c = r->content.hi;
+    m.d = r->content.lo;
   }
   Send(c, m);
 }
@@ -464,7 +471,7 @@ void Link::Impl::ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
 }
 
 void Link::Impl::ReceiveData(const std::shared_ptr<Request>& r, const Msg& m, void* data, size_t len, bool rndv) {
-  if (r->kind != Op::kGet || len > r->len) {
+  if ((r->kind != Op::kGet && r->kind != Op::kFetch) || len > r->len) {
     if (data) ucp_am_data_release(worker, data);
     return Finish(r, Err(EPROTO));
   }
@@ -473,7 +480,8 @@ void Link::Impl::ReceiveData(const std::shared_ptr<Request>& r, const Msg& m, vo
   auto check = [this, r, want] {
     if (ChunkHash(r->buf.data(), r->buf.size()) != want) {
       chunks_refused++;
-      LOG_ERROR("replica link: {} of replica {} from a peer does not match its checksum", r->buf.size(), r->key.Name());
+      LOG_ERROR("replica link: {} bytes of {} from a peer do not match their checksum", r->buf.size(),
+                r->kind == Op::kFetch ? EscapeName(r->content.path) : r->key.Name());
       return Finish(r, Err(EBADMSG));
     }
     bytes_in += r->buf.size();
@@ -583,9 +591,9 @@ void Link::Impl::Sweep() {
   }
 }
 
-Result<uint64_t> Link::Impl::Call(std::shared_ptr<Request> r, const std::string& peer) {
+Result<uint64_t> Link::Impl::Call(std::shared_ptr<Request> r, const std::string& peer, int64_t timeout_ms) {
   r->id = next_id++;
-  r->deadline = Clock::now() + std::chrono::milliseconds(opts.timeout_ms);
+  r->deadline = Clock::now() + std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : opts.timeout_ms);
   auto fut = r->done.get_future();
   Post([this, r, peer] { StartRequest(r, peer); });
   return fut.get();  // Loop finishes every request: by an answer, its deadline or shutdown
@@ -610,10 +618,13 @@ std::expected<std::unique_ptr<Link>, std::string> Link::Open(const Options& o, S
     impl->thread.join();
     return std::unexpected(err);
   }
+  if (o.serve)
+    for (int i = 0; i < kServers; i++) impl->servers.emplace_back([raw] { raw->ServeLoop(); });
   return std::unique_ptr<Link>(new Link(std::move(impl)));
 }
 
 Link::~Link() {
+  impl_->StopServers();  // they post to the loop: before it ends
   impl_->stop = true;
   uint64_t one = 1;
   (void)!write(impl_->evfd, &one, sizeof one);
@@ -655,6 +666,20 @@ Result<size_t> Link::Read(const std::string& peer, const Key& k, uint64_t offset
   return r->buf.size();
 }
 
+Result<size_t> Link::Fetch(const std::string& peer, const Content& c, uint64_t offset, void* buf, size_t len,
+                           int64_t timeout_ms) {
+  if (c.Text().size() > kMaxText) return Err(ENAMETOOLONG);
+  auto r = std::make_shared<Request>();
+  r->kind = Op::kFetch;
+  r->content = c;
+  r->offset = offset;
+  r->len = std::min<uint64_t>(len, kMaxFetch);
+  auto res = impl_->Call(r, peer, timeout_ms);
+  if (!res) return Err(res.error());
+  std::memcpy(buf, r->buf.data(), r->buf.size());
+  return r->buf.size();
+}
+
 Status Link::Drop(const std::string& peer, const Key& k) {
   auto r = std::make_shared<Request>();
   r->kind = Op::kDrop;
@@ -665,8 +690,9 @@ Status Link::Drop(const std::string& peer, const Key& k) {
 }
 
 Link::Counters Link::counters() const {
-  return {impl_->peers_refused.load(), impl_->chunks_refused.load(), impl_->replicas_held.load(),
-          impl_->bytes_in.load(), impl_->bytes_out.load()};
+  return {impl_->peers_refused.load(),    impl_->chunks_refused.load(), impl_->replicas_held.load(),
+          impl_->bytes_in.load(),         impl_->bytes_out.load(),      impl_->loads_served.load(),
+          impl_->load_bytes_served.load()};
 }
 
 void Link::TestLieAboutChunks(bool on) { impl_->lie = on; }

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <expected>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -41,12 +42,20 @@ class Link {
     std::string secret{};        // from LoadSecret
     std::string listen{};        // "HOST:PORT" (port 0: any free one); empty: requests only
     int64_t timeout_ms = 30000;  // one request, connection and handshake included
+    // Loads other members ask of this one (Fetch): a read-only descriptor
+    // of exactly the bytes `c` names, which the link closes, or an error
+    // (ENOENT: not here). Called on the link's serving threads (kServers),
+    // never its loop: it may block (a fetch from the backend). Empty: every
+    // load is refused with ENOENT.
+    std::function<Result<int>(const Content& c)> serve{};
   };
+  static constexpr int kServers = 2;
   struct Counters {
     uint64_t peers_refused = 0;   // connections that failed the handshake or spoke before it
     uint64_t chunks_refused = 0;  // chunks or replicas whose checksum did not match
     uint64_t replicas_held = 0;   // replicas this holder accepted
     uint64_t bytes_in = 0, bytes_out = 0;
+    uint64_t loads_served = 0, load_bytes_served = 0;  // Fetch answers this member gave
   };
 
   // `store` (may be null with an empty `listen`) receives the replicas other
@@ -71,6 +80,14 @@ class Link {
   // Reads `len` bytes at `offset` of replica `k` held by `peer` into `buf`
   // (checked by their XXH3-64); returns the bytes read (fewer at its end).
   Result<size_t> Read(const std::string& peer, const Key& k, uint64_t offset, void* buf, size_t len);
+  // Reads `len` bytes at `offset` of the file `c` names from the member
+  // listening at `peer` (a load from a peer: fs/cluster/peer_loads.h), each
+  // answer checked by its XXH3-64; the whole file's checksum is the
+  // caller's to check. Returns the bytes read (fewer at its end; at most
+  // kMaxFetch). ENOENT: the peer does not hold it. `timeout_ms` 0: the link's.
+  static constexpr size_t kMaxFetch = 32u << 20;
+  Result<size_t> Fetch(const std::string& peer, const Content& c, uint64_t offset, void* buf, size_t len,
+                       int64_t timeout_ms = 0);
   // Tells `peer` to forget replica `k`. ENOENT: it did not hold it.
   Status Drop(const std::string& peer, const Key& k);
 

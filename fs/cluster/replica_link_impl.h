@@ -48,7 +48,8 @@ struct Request {
   uint64_t next = 0;  // offset of the next chunk to send
   int inflight = 0, sent = 0;
   bool ended = false;
-  // Read: where the bytes land (copied to the caller's buffer by the caller).
+  Content content;  // Fetch
+  // Read, Fetch: where the bytes land (copied to the caller's buffer by the caller).
   uint64_t offset = 0, len = 0;
   std::string buf;
   ~Request() {
@@ -112,6 +113,7 @@ struct Link::Impl {
 
   std::atomic<uint64_t> next_id{1};
   std::atomic<uint64_t> peers_refused{0}, chunks_refused{0}, replicas_held{0}, bytes_in{0}, bytes_out{0};
+  std::atomic<uint64_t> loads_served{0}, load_bytes_served{0};
   std::atomic<bool> lie{false};
   std::atomic<int> stop_after{-1};
 
@@ -209,7 +211,24 @@ struct Link::Impl {
 
   void Sweep();
 
-  Result<uint64_t> Call(std::shared_ptr<Request> r, const std::string& peer);
+  Result<uint64_t> Call(std::shared_ptr<Request> r, const std::string& peer, int64_t timeout_ms = 0);
+
+  // ---- loads served to other members (Options::serve), off the loop ----
+  struct ServeJob {
+    std::weak_ptr<Conn> conn;
+    uint64_t req = 0;
+    Content content;
+    uint64_t offset = 0, len = 0;
+  };
+  Mutex serve_mu;
+  CondVar serve_cv;
+  std::deque<ServeJob> serve_q GUARDED_BY(serve_mu);
+  bool serve_stop GUARDED_BY(serve_mu) = false;
+  std::vector<std::thread> servers;
+
+  void Fetch(const std::shared_ptr<Conn>& c, const Msg& m);
+  void ServeLoop();
+  void StopServers();
 };
 
 }  // namespace ckpt::fs::replica

@@ -49,7 +49,8 @@ bool KnownOp(uint16_t op) {
     case Op::kDrop:
     case Op::kDropped:
     case Op::kGet:
-    case Op::kData: return true;
+    case Op::kData:
+    case Op::kFetch: return true;
   }
   return false;
 }
@@ -121,6 +122,25 @@ std::optional<Key> Key::Parse(std::string_view name) {
       !ParseU64(name.substr(v + 1), &k.version))
     return std::nullopt;
   return k;
+}
+
+std::string Content::Text() const { return std::to_string(size) + "\n" + path; }
+
+std::optional<Content> Content::FromText(std::string_view text, uint64_t hi, uint64_t lo) {
+  const size_t nl = text.find('\n');
+  Content c{.path = {}, .size = 0, .hi = hi, .lo = lo};
+  if (nl == std::string_view::npos || !ParseU64(text.substr(0, nl), &c.size)) return std::nullopt;
+  c.path = std::string(text.substr(nl + 1));
+  // A path as the backend names it: relative, no NUL, no empty, "." or ".." part.
+  if (c.path.empty() || c.path.find('\0') != std::string::npos) return std::nullopt;
+  for (size_t b = 0; b <= c.path.size();) {
+    size_t e = c.path.find('/', b);
+    if (e == std::string::npos) e = c.path.size();
+    const std::string_view part(c.path.data() + b, e - b);
+    if (part.empty() || part == "." || part == "..") return std::nullopt;
+    b = e + 1;
+  }
+  return c;
 }
 
 std::expected<std::string, std::string> LoadSecret(const std::string& path) {

@@ -45,8 +45,10 @@ enum class Op : uint16_t {
   kRefused = 17,   // text = why; the request is over, nothing of it is kept
   kDrop = 20,      // text = key: the writer persisted it
   kDropped = 21,
-  kGet = 22,   // text = key; a = offset, b = length
-  kData = 23,  // a = offset; data = the bytes, b = their XXH3-64
+  kGet = 22,    // text = key; a = offset, b = length
+  kData = 23,   // a = offset; data = the bytes, b = their XXH3-64
+  kFetch = 24,  // a load (Content): text = size '\n' path; a = offset, b = length, c/d = checksum hi/lo;
+                // answered by kData or kRefused (ENOENT: not here)
 };
 
 struct Msg {
@@ -73,6 +75,19 @@ struct Key {
   std::string Name() const;
   static std::optional<Key> Parse(std::string_view name);
   bool operator==(const Key&) const = default;
+};
+
+// What a member loading a file asks another member for (issue #30, loads
+// from peers; fs/cluster/peer_loads.h): the bytes of a file whose content
+// checksum (backend/checksum.h) is hi/lo, of `size` bytes, which the
+// backend names `path`. The checksum names the bytes; the path only says
+// where the holder may look for them.
+struct Content {
+  std::string path;
+  uint64_t size = 0, hi = 0, lo = 0;
+  // A kFetch's text, and its inverse (nullopt: malformed).
+  std::string Text() const;
+  static std::optional<Content> FromText(std::string_view text, uint64_t hi, uint64_t lo);
 };
 
 // The shared secret of --cluster-secret FILE: a regular file (not a link)

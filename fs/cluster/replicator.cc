@@ -32,7 +32,15 @@ Result<std::pair<uint64_t, uint64_t>> Checksum(int fd, uint64_t size) {
 // ---- Peers ----
 
 Peers::Peers(EtcdRecords* records, std::string node, std::string addr)
-    : records_(records), node_(std::move(node)), addr_(std::move(addr)), prefix_(records->prefix() + "replicas/") {}
+    : records_(records),
+      node_(std::move(node)),
+      addr_(std::move(addr)),
+      prefix_(records ? records->prefix() + "replicas/" : "") {}
+
+void Peers::SetMembersForTest(std::map<std::string, std::string> m) {
+  MutexLock l(&mu_);
+  members_ = std::move(m);
+}
 
 Peers::~Peers() { Stop(); }
 
@@ -118,15 +126,36 @@ void Peers::Loop() {
   }
 }
 
-std::vector<std::pair<std::string, std::string>> Peers::Ranked(const Key& k) const {
+namespace {
+uint64_t Rendezvous(std::string_view path, const std::string& node) {
+  std::string in(path);
+  in += '\0';  // a path holds no NUL: (path, node) pairs never collide
+  in += node;
+  return XXH3_64bits(in.data(), in.size());
+}
+}  // namespace
+
+std::pair<std::string, std::string> Peers::Home(std::string_view path) const {
+  MutexLock l(&mu_);
+  std::pair<std::string, std::string> best;
+  uint64_t top = 0;
+  for (const auto& [node, addr] : members_) {
+    const uint64_t h = Rendezvous(path, node);
+    if (best.first.empty() || h > top) {
+      top = h;
+      best = {node, addr};
+    }
+  }
+  return best;
+}
+
+std::vector<std::pair<std::string, std::string>> Peers::Ranked(std::string_view path) const {
   std::vector<std::tuple<uint64_t, std::string, std::string>> s;
-  const std::string name = k.Name() + "/";
   {
     MutexLock l(&mu_);
     for (const auto& [node, addr] : members_) {
       if (node == node_) continue;
-      const std::string in = name + node;
-      s.emplace_back(XXH3_64bits(in.data(), in.size()), node, addr);
+      s.emplace_back(Rendezvous(path, node), node, addr);
     }
   }
   std::sort(s.begin(), s.end(), [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
@@ -220,7 +249,7 @@ void Replicator::Applied(const Version& v) {
 
 void Replicator::ForgetGoneHolders() {
   std::set<std::string> live;
-  for (const auto& [node, addr] : peers_->Ranked(Key{node_, 0, 0})) live.insert(addr);
+  for (const auto& [node, addr] : peers_->Ranked("")) live.insert(addr);
   MutexLock l(&mu_);
   for (auto it = held_.begin(); it != held_.end();) {
     const size_t before = it->second.size();
@@ -256,7 +285,7 @@ bool Replicator::Send(const Item& it) {
   }
   const Key key{node_, it.e.ino, it.e.version};
   const int64_t gate = ports_.gate_us ? ports_.gate_us(it.e.seq) : 0;
-  auto ranked = peers_->Ranked(key);
+  auto ranked = peers_->Ranked(it.e.path);
   if (ranked.empty()) {
     Fail("no other member has a replica link (--replica-listen): " + it.e.path + " stays in this node's RAM only");
     return false;

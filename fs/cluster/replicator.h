@@ -7,9 +7,12 @@
 // lease (so a dead member's address goes with it) and every member reads
 // the prefix once, then watches it: O(1) requests per member per join or
 // leave, nothing per checkpoint. A file's holders are the members with the
-// highest rendezvous hash XXH3(writer.ino.version, member) other than the
-// writer: every node computes the same order from the same list, and a
-// member that joins or leaves moves only the files it wins or held.
+// highest rendezvous hash XXH3(path, member) other than the writer: every
+// node computes the same order from the same list, a member that joins or
+// leaves moves only the files it wins or held, and the file's home for
+// loads (peer_loads.h: the best member of all) is its writer or its first
+// holder. (It was XXH3(writer.ino.version, member) until loads from peers:
+// a reader knows a file's path and checksum, never its writer's inode.)
 //
 // Replicator: one thread takes the closed versions the log announces
 // (OpLog observer), waits while a save is running (the drain's own rule:
@@ -58,9 +61,15 @@ class Peers {
 
   void Start();
   void Stop();
-  // Every other member with a link, best holder of `k` first: (node, addr).
-  std::vector<std::pair<std::string, std::string>> Ranked(const Key& k) const;
+  // Every other member with a link, best holder of the file at `path`
+  // first: (node, addr).
+  std::vector<std::pair<std::string, std::string>> Ranked(std::string_view path) const;
+  // The home of the file at `path` (peer_loads.h): the best of every member
+  // with a link, this node included; empty when none is known.
+  std::pair<std::string, std::string> Home(std::string_view path) const;
   size_t count() const;  // other members with a link
+  // Unit tests, without etcd (records null, never started): the members.
+  void SetMembersForTest(std::map<std::string, std::string> m);
   std::string addr_of(const std::string& node) const;
 
  private:

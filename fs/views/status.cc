@@ -57,6 +57,20 @@ static Json ReplicasJson(Daemon* d) {
             {"chunks_refused", lc.chunks_refused},
             {"bytes_in", lc.bytes_in},
             {"bytes_out", lc.bytes_out}};
+  if (d->peer_loads) {
+    replica::PeerLoads::Stats ps = d->peer_loads->stats();
+    r["loads"] = Json{{"from_peers", ps.from_peers},
+                      {"from_peers_bytes", ps.from_peers_bytes},
+                      {"misses", ps.misses},
+                      {"failures", ps.failures},
+                      {"to_backend", ps.to_backend},
+                      {"served", lc.loads_served},
+                      {"served_bytes", lc.load_bytes_served},
+                      {"served_from_replicas", ps.served_from_replicas},
+                      {"served_from_tier", ps.served_from_tier},
+                      {"served_after_fetch", ps.served_after_fetch},
+                      {"last_error", ps.last_error}};
+  }
   if (d->takeover) {
     replica::Takeover::Stats ts = d->takeover->stats();
     r["published_for_dead"] = ts.published;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -17,9 +18,11 @@
 #include <thread>
 
 #include "backend/checksum.h"
+#include "fs/cluster/peer_loads.h"
 #include "fs/cluster/replica_link.h"
 #include "fs/cluster/replica_store.h"
 #include "fs/cluster/replica_wire.h"
+#include "fs/cluster/replicator.h"
 
 using namespace ckpt::fs::replica;
 namespace fsys = std::filesystem;
@@ -430,4 +433,139 @@ Test(replica_wire, file_meta_round_trips_and_garbage_is_refused) {
   auto back = DecodeMeta(EncodeMeta(nl));
   cr_assert(back.has_value());
   cr_expect_eq(back->path, nl.path);
+}
+
+// Loads from peers (fs/cluster/peer_loads.h): the link's Fetch asks the
+// source the holder was given, off its loop; the bytes come back in pieces.
+Test(replica_link, a_load_is_served_by_the_holders_source, .timeout = 60) {
+  const std::string dir = TempDir();
+  std::pair<uint64_t, uint64_t> sum;
+  const uint64_t size = Link::kMaxFetch + (5 << 20) + 7;
+  close(MakeFile(dir + "/src", size, 9, &sum));
+  std::atomic<int> asked{0};
+  auto serve = [&](const Content& c) -> ckpt::Result<int> {
+    asked++;
+    if (c.hi != sum.first || c.lo != sum.second || c.size != size || c.path != "step/a.pt") return ckpt::Err(ENOENT);
+    int fd = open((dir + "/src").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ckpt::Err(errno);
+    return fd;
+  };
+  auto s = Store::Open(dir + "/replicas", 1 << 20);
+  cr_assert(s.has_value());
+  auto h = Link::Open({.node_id = "holder-1", .secret = kSecret, .listen = "127.0.0.1:0", .serve = serve}, s->get());
+  cr_assert(h.has_value(), "%s", h ? "" : h.error().c_str());
+  auto a = Link::Open({.node_id = "asker", .secret = kSecret}, nullptr);
+  cr_assert(a.has_value());
+  const std::string addr = (*h)->address();
+  Content c{.path = "step/a.pt", .size = size, .hi = sum.first, .lo = sum.second};
+  std::string back(size, '\0'), orig(size, '\0');
+  int sfd = open((dir + "/src").c_str(), O_RDONLY);
+  cr_assert_eq(pread(sfd, orig.data(), size, 0), static_cast<ssize_t>(size));
+  close(sfd);
+  uint64_t off = 0;
+  while (off < size) {
+    auto n = (*a)->Fetch(addr, c, off, back.data() + off, size);
+    cr_assert(n.has_value(), "%s", n ? "" : ckpt::ErrStr(n.error()).c_str());
+    cr_assert(*n > 0 && *n <= Link::kMaxFetch);
+    off += *n;
+  }
+  cr_expect(back == orig, "the bytes loaded are the source's");
+  cr_expect_eq((*h)->counters().load_bytes_served, size);
+  cr_expect_eq((*a)->Fetch(addr, c, size, back.data(), 10).value_or(99), 0u, "nothing past the end");
+  Content other = c;
+  other.lo ^= 1;
+  cr_expect_eq((*a)->Fetch(addr, other, 0, back.data(), 10).error(), ENOENT, "another checksum is not here");
+  Content bad = c;
+  bad.path = "../etc/passwd";
+  const int before = asked.load();
+  cr_expect_eq((*a)->Fetch(addr, bad, 0, back.data(), 10).error(), EINVAL, "a path out of the tree is refused");
+  cr_expect_eq(asked.load(), before, "and never reaches the source");
+  a->reset();
+  h->reset();
+  fsys::remove_all(dir);
+}
+
+// PeerLoads: a load goes to the file's home (the best rendezvous member),
+// is checked whole, and a home that lies is caught; a holder serves a
+// replica it holds by its checksum.
+Test(peer_loads, a_load_comes_from_the_home_checked_whole, .timeout = 60) {
+  const std::string dir = TempDir();
+  std::pair<uint64_t, uint64_t> sum, other;
+  const uint64_t size = (9 << 20) + 4096 * 3 + 11;
+  close(MakeFile(dir + "/src", size, 4, &sum));
+  close(MakeFile(dir + "/liar", size, 5, &other));
+  std::atomic<bool> lie{false};
+  auto s = Store::Open(dir + "/replicas", 64 << 20);
+  cr_assert(s.has_value());
+  PeerLoads server("b", s->get(), [&](const Content& c, bool fetch) -> ckpt::Result<int> {
+    if (c.hi != sum.first || c.lo != sum.second) return ckpt::Err(ENOENT);
+    return open((dir + (lie ? "/liar" : "/src")).c_str(), O_RDONLY | O_CLOEXEC);
+  });
+  auto hb = Link::Open({.node_id = "b",
+                        .secret = kSecret,
+                        .listen = "127.0.0.1:0",
+                        .serve = [&](const Content& c) { return server.Serve(c); }},
+                       s->get());
+  cr_assert(hb.has_value());
+  PeerLoads asker("a", nullptr, [](const Content&, bool) -> ckpt::Result<int> { return ckpt::Err(ENOENT); });
+  auto ha = Link::Open({.node_id = "a", .secret = kSecret}, nullptr);
+  cr_assert(ha.has_value());
+  Peers peers(nullptr, "a", "");
+  peers.SetMembersForTest({{"a", "127.0.0.1:1"}, {"b", (*hb)->address()}});
+  asker.Attach(ha->get(), &peers);
+  server.Attach(hb->get(), &peers);
+  // Paths whose home is b, and one whose home is a (this node: the backend's).
+  std::string at_b, at_a;
+  for (int i = 0; (at_b.empty() || at_a.empty()) && i < 1000; i++) {
+    std::string p = "step" + std::to_string(i) + "/model.pt";
+    (peers.Home(p).first == "b" ? at_b : at_a) = p;
+  }
+  cr_assert(!at_b.empty() && !at_a.empty());
+
+  auto load = [&](const std::string& path, std::pair<uint64_t, uint64_t> h, std::string* out) {
+    const std::string f = dir + "/dst";
+    int fd = open(f.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    cr_assert(fd >= 0);
+    cr_assert_eq(ftruncate(fd, static_cast<off_t>(size)), 0);
+    auto st = asker.Load(Content{.path = path, .size = size, .hi = h.first, .lo = h.second}, fd);
+    out->assign(size, '\0');
+    cr_assert_eq(pread(fd, out->data(), size, 0), static_cast<ssize_t>(size));
+    close(fd);
+    return st;
+  };
+  std::string got, orig(size, '\0');
+  int sfd = open((dir + "/src").c_str(), O_RDONLY);
+  cr_assert_eq(pread(sfd, orig.data(), size, 0), static_cast<ssize_t>(size));
+  close(sfd);
+  auto st = load(at_b, sum, &got);
+  cr_assert(st.has_value(), "%s", st ? "" : ckpt::ErrStr(st.error()).c_str());
+  cr_expect(got == orig);
+  cr_expect_eq(asker.stats().from_peers, 1u);
+  cr_expect_eq(server.stats().served_from_tier, 1u);
+  cr_expect_eq(load(at_a, sum, &got).error(), ENOENT, "this node is the home: the backend's to serve");
+  cr_expect_eq(load(at_b, other, &got).error(), ENOENT, "the home does not hold that checksum");
+  cr_expect_eq(asker.stats().misses, 1u);
+
+  // The home answers with other bytes (a lie, or a file changed under it).
+  lie = true;
+  std::this_thread::sleep_for(std::chrono::seconds(6));  // past the server's cached descriptor
+  cr_expect_eq(load(at_b, sum, &got).error(), EBADMSG);
+  cr_expect_eq(asker.stats().failures, 1u);
+  cr_expect_neq(asker.stats().last_error.find("do not match"), std::string::npos);
+
+  // A replica the home holds is served by its checksum, whatever the tier says.
+  std::pair<uint64_t, uint64_t> rs;
+  int rfd = MakeFile(dir + "/rep", size, 6, &rs);
+  cr_assert(
+      (*ha)
+          ->Replicate((*hb)->address(), Key{.writer = "a", .ino = 5, .version = 1}, rfd, size, 1, rs.first, rs.second)
+          .has_value());
+  close(rfd);
+  cr_expect(load(at_b, rs, &got).has_value());
+  cr_expect_eq(server.stats().served_from_replicas, 1u);
+  asker.Attach(nullptr, nullptr);
+  server.Attach(nullptr, nullptr);
+  ha->reset();
+  hb->reset();
+  fsys::remove_all(dir);
 }
