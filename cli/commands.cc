@@ -497,9 +497,17 @@ void PrintCluster(const Json& c) {
       printf("; REFUSED %llu peer(s), %llu replica(s) with bad checksums", u("peers_refused"), u("chunks_refused"));
     printf("\n");
     if (u("published_for_dead") || u("takeover_failures"))
-      printf("  replicas published here for dead members: %llu files (%s)%s%s\n", u("published_for_dead"),
-             HumanBytes(U64(r, "published_for_dead_bytes")).c_str(),
+      printf("  replicas published here for dead members: %llu files (%s), %llu kept to serve loads%s%s\n",
+             u("published_for_dead"), HumanBytes(U64(r, "published_for_dead_bytes")).c_str(), u("kept_published_files"),
              Str(r, "takeover_error").empty() ? "" : "; last error: ", EscapeName(Str(r, "takeover_error")).c_str());
+    if (auto l = r.find("loads"); l != r.end() && l->is_object()) {
+      auto v = [&l](const char* k) { return static_cast<unsigned long long>(U64(*l, k)); };
+      printf(
+          "  loads    from peers: %llu files (%s), from the backend: %llu; served to peers: %llu requests (%s)%s%s\n",
+          v("from_peers"), HumanBytes(U64(*l, "from_peers_bytes")).c_str(), v("to_backend"), v("served"),
+          HumanBytes(U64(*l, "served_bytes")).c_str(),
+          Str(*l, "last_error").empty() ? "" : "; last error: ", EscapeName(Str(*l, "last_error")).c_str());
+    }
     if (r.contains("replicas"))
       printf(
           "  replicas of this node's files: %llu each; %llu files (%s) replicated, %llu queued, %llu dropped "

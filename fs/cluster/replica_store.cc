@@ -20,6 +20,7 @@ namespace {
 
 constexpr char kPart[] = ".part-";
 constexpr char kMeta[] = ".meta";
+constexpr char kPublished[] = "published";  // the gate field of a Retire()d replica
 
 // A small file's bytes (a replica's meta), or nullopt.
 std::optional<std::string> ReadSmall(int dfd, const std::string& name) {
@@ -43,6 +44,11 @@ bool ParseFinal(std::string_view name, Held* h) {
   if (!key) return false;
   h->key = *key;
   const std::string_view gate = name.substr(t1 + 1, t2 - t1 - 1);
+  if (gate == kPublished) {
+    h->published = true;
+    h->gate_us = 0;
+    return backend::ParseChecksumHex(name.substr(t2 + 1), &h->hash_hi, &h->hash_lo);
+  }
   auto [p, ec] = std::from_chars(gate.data(), gate.data() + gate.size(), h->gate_us);
   if (ec != std::errc() || p != gate.data() + gate.size()) return false;
   return backend::ParseChecksumHex(name.substr(t2 + 1), &h->hash_hi, &h->hash_lo);
@@ -104,7 +110,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, uint64_t limi
 Store::~Store() { close(dirfd_); }
 
 std::string Store::FinalName(const Held& h) const {
-  return h.key.Name() + "~" + std::to_string(h.gate_us) + "~" + backend::ChecksumHex(h.hash_hi, h.hash_lo);
+  return h.key.Name() + "~" + (h.published ? std::string(kPublished) : std::to_string(h.gate_us)) + "~" +
+         backend::ChecksumHex(h.hash_hi, h.hash_lo);
 }
 
 Store::Incoming::Incoming(Store* s, Held h, int fd, char* map, std::string part)
@@ -128,14 +135,29 @@ void Store::Release(uint64_t n) {
 
 Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
   if (h.size > limit_) return Err(EINVAL);
+  std::vector<std::string> evict;
   {
     MutexLock l(&mu_);
     for (const Held& x : held_)
       if (x.key == h.key) return Err(EEXIST);
     if (std::find(incoming_.begin(), incoming_.end(), h.key) != incoming_.end()) return Err(EBUSY);
+    // Published replicas (kept to serve loads) make room, oldest first.
+    for (auto it = held_.begin(); bytes_ + h.size > limit_ && it != held_.end();) {
+      if (!it->published) {
+        ++it;
+        continue;
+      }
+      bytes_ -= std::min(bytes_, it->size);
+      evict.push_back(FinalName(*it));
+      it = held_.erase(it);
+    }
     if (bytes_ + h.size > limit_) return Err(EAGAIN);
     bytes_ += h.size;
     incoming_.push_back(h.key);
+  }
+  for (const std::string& name : evict) {
+    unlinkat(dirfd_, name.c_str(), 0);
+    unlinkat(dirfd_, (name + kMeta).c_str(), 0);
   }
   const std::string part = kPart + h.key.Name();
   int fd = openat(dirfd_, part.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -193,6 +215,23 @@ Status Store::Drop(const Key& k) {
   return {};
 }
 
+bool Store::Retire(const Key& k) {
+  MutexLock l(&mu_);  // held across the renames: no Drop or OpenHeld between them
+  auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
+  if (it == held_.end()) return false;
+  if (it->published) return true;
+  Held to = *it;
+  to.published = true;
+  const std::string from = FinalName(*it), name = FinalName(to);
+  if (renameat(dirfd_, (from + kMeta).c_str(), dirfd_, (name + kMeta).c_str()) != 0) return false;
+  if (renameat(dirfd_, from.c_str(), dirfd_, name.c_str()) != 0) {
+    (void)renameat(dirfd_, (name + kMeta).c_str(), dirfd_, (from + kMeta).c_str());
+    return false;
+  }
+  *it = std::move(to);
+  return true;
+}
+
 Result<std::pair<int, Held>> Store::OpenHeld(const Key& k) const {
   Held h;
   {
@@ -215,7 +254,7 @@ uint64_t Store::MinGate() const {
   MutexLock l(&mu_);
   uint64_t g = 0;
   for (const Held& h : held_)
-    if (g == 0 || (h.gate_us > 0 && h.gate_us < g)) g = h.gate_us;
+    if (!h.published && (g == 0 || (h.gate_us > 0 && h.gate_us < g))) g = h.gate_us;
   return g;
 }
 

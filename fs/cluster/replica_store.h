@@ -9,7 +9,7 @@
 // is whole and checked; a writer or holder that dies mid-stream leaves a
 // `.part-` file that Open() removes. The final name carries what a holder
 // must know of it to order it: `WRITER.INO.VERSION~GATE_US~CHECKSUM_HEX`
-// (one rename makes it appear); what the writer said of the file (its path,
+// (one rename makes it appear; GATE_US is `published` once Retire()d); what the writer said of the file (its path,
 // mode, owner, mtime) is in `NAME.meta`, written before that rename and
 // removed after the replica (a replica without it is discarded at Open).
 //
@@ -32,6 +32,9 @@ struct Held {
   Key key;
   uint64_t size = 0, gate_us = 0, hash_hi = 0, hash_lo = 0;
   std::string meta{};  // the writer's description of the file (its path...), kept beside the bytes
+  // Published in a dead writer's place (Takeover) and kept only to serve
+  // loads (peer_loads.h): no gate, and the first to go when room is needed.
+  bool published = false;
 };
 
 class Store {
@@ -71,6 +74,10 @@ class Store {
   Status Commit(std::unique_ptr<Incoming> in);
 
   Status Drop(const Key& k);  // ENOENT if not held
+  // Marks a held replica published (its name says so, a restart keeps it):
+  // it no longer counts for MinGate, and Begin drops it, oldest first, when
+  // it needs its room. False: not held, or the rename failed.
+  bool Retire(const Key& k);
   // A descriptor of a held replica (read-only) and what is known of it.
   Result<std::pair<int, Held>> OpenHeld(const Key& k) const;
   std::vector<Held> List() const;

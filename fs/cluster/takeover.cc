@@ -54,14 +54,14 @@ Takeover::Stats Takeover::stats() const {
   return stats_;
 }
 
-bool Takeover::Lose(const std::string& why) {
+Takeover::Outcome Takeover::Lose(const std::string& why) {
   // Told as it is: the file is lost (the others' drains go on without it).
   LOG_ERROR("replicas: {}: not published, the replica is dropped and the dead node's file lost", why);
   MutexLock l(&mu_);
   stats_.lost++;
   stats_.failures++;
   stats_.last_error = why;
-  return true;
+  return Outcome::kLost;
 }
 
 void Takeover::Fail(const std::string& why) {
@@ -85,8 +85,8 @@ void Takeover::Loop() {
 
 void Takeover::Pass() {
   std::map<std::string, std::vector<Held>> by_writer;
-  for (Held& h : store_->List())
-    if (h.key.writer != node_) by_writer[h.key.writer].push_back(std::move(h));
+  for (Held& h : store_->List())  // published ones are only kept to serve loads
+    if (h.key.writer != node_ && !h.published) by_writer[h.key.writer].push_back(std::move(h));
   const auto now = std::chrono::steady_clock::now();
   std::erase_if(checked_, [&](const auto& kv) { return !by_writer.count(kv.first); });
   for (auto& [writer, held] : by_writer) {
@@ -135,13 +135,16 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Held> held) {
       if (stop_) return;
     }
     if (!cluster_->MayPublishAs(static_cast<int64_t>(h.gate_us), writer)) return;  // next pass
-    if (!Publish(h)) return;
-    (void)store_->Drop(h.key);
+    const Outcome o = Publish(h);
+    if (o == Outcome::kLater) return;
+    // Kept, published, while its room is not needed: the replacement node
+    // and the others load it from here (this holder is its home now).
+    if (o == Outcome::kLost || !store_->Retire(h.key)) (void)store_->Drop(h.key);
     cluster_->Poke();  // the record no longer names this gate: the others go on
   }
 }
 
-bool Takeover::Publish(const Held& h) {
+Takeover::Outcome Takeover::Publish(const Held& h) {
   auto meta = DecodeMeta(h.meta);
   if (!meta) return Lose("replica " + h.key.Name() + " of dead node " + h.key.writer + ": its meta is unreadable");
   const std::string what = "node " + h.key.writer + "'s " + EscapeName(meta->path) + " (ino " +
@@ -156,13 +159,13 @@ bool Takeover::Publish(const Held& h) {
       LOG_INFO("replicas: {} is already in the backend ({}): not published again", what, same ? "same bytes" : "newer");
       MutexLock l(&mu_);
       stats_.already_there++;
-      return true;
+      return Outcome::kInBackend;
     }
   }
   auto held = store_->OpenHeld(h.key);
   if (!held) {
     Fail("cannot open the replica of " + what + ": " + ErrStr(held.error()));
-    return false;
+    return Outcome::kLater;
   }
   const int fd = held->first;
   auto staged = backend_->Stage(fd, h.size, [] { return false; });
@@ -170,7 +173,7 @@ bool Takeover::Publish(const Held& h) {
   if (!staged) {
     if (Permanent(staged.error())) return Lose("cannot stage " + what + ": " + ErrStr(staged.error()));
     Fail("cannot stage " + what + " for the dead node: " + ErrStr(staged.error()));
-    return false;
+    return Outcome::kLater;
   }
   if (staged->checksum_hi != h.hash_hi || staged->checksum_lo != h.hash_lo) {
     backend_->Abort(*staged);
@@ -186,13 +189,13 @@ bool Takeover::Publish(const Held& h) {
     backend_->Abort(*staged);
     if (Permanent(st.error())) return Lose("cannot publish " + what + ": " + ErrStr(st.error()));
     Fail("cannot publish " + what + " for the dead node: " + ErrStr(st.error()));
-    return false;
+    return Outcome::kLater;
   }
   LOG_WARN("replicas: published {} ({} bytes) in its place: it died before its drain did", what, h.size);
   MutexLock l(&mu_);
   stats_.published++;
   stats_.published_bytes += h.size;
-  return true;
+  return Outcome::kInBackend;
 }
 
 }  // namespace ckpt::fs::replica

@@ -64,11 +64,14 @@ class Takeover {
   void Pass();
   // One dead writer's replicas, oldest gate first, while the rule lets them.
   void PublishFor(const std::string& writer, std::vector<Held> held);
-  // Publishes one replica; true: done (published or already there).
-  bool Publish(const Held& h);
+  enum class Outcome { kLater, kInBackend, kLost };
+  // Publishes one replica: kInBackend once published or already there (the
+  // replica is then kept, published, to serve loads: Store::Retire);
+  // kLater: tried again next pass; kLost: dropped.
+  Outcome Publish(const Held& h);
   void Fail(const std::string& why);
-  // A replica that can never be published: logged as lost; true (dropped).
-  bool Lose(const std::string& why);
+  // A replica that can never be published: logged as lost; kLost.
+  Outcome Lose(const std::string& why);
 
   const std::string node_;
   Store* const store_;

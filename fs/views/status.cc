@@ -48,9 +48,14 @@ std::string Shorten(const std::string& s, size_t max) {
 // others, and what it sent of its own files.
 static Json ReplicasJson(Daemon* d) {
   replica::Link::Counters lc = d->replica_link->counters();
+  const auto list = d->replica_store->List();
+  const size_t held = list.size();
+  size_t published = 0;
+  for (const auto& h : list) published += h.published;
   Json r = {{"listen", d->replica_link->address()},
             {"peers", d->replica_peers ? d->replica_peers->count() : 0},
-            {"held_files", d->replica_store->List().size()},
+            {"held_files", held - published},
+            {"kept_published_files", published},
             {"held_bytes", d->replica_store->bytes()},
             {"budget_bytes", d->replica_store->limit()},
             {"peers_refused", lc.peers_refused},

@@ -75,12 +75,26 @@ same_bytes "$T/shard_a" "$BACKEND/global_step1/shard_a"
 same_bytes "$T/shard_b" "$BACKEND/global_step1/shard_b"
 expect_eq global_step1 "$(cat "$BACKEND/latest")" "latest"
 H=$(node_mnt "$holder")
-repl_of "$H" 'assert j["published_for_dead"] == 1 and j["held_files"] == 0, j' || fail "$holder: $(repl_of "$H" 'print(j)')"
+repl_of "$H" 'assert j["published_for_dead"] == 1 and j["held_files"] == 0 and j["kept_published_files"] == 1, j' ||
+  fail "$holder: $(repl_of "$H" 'print(j)')"
 grep -q "replicas published here for dead members: 1 files" <<< "$("$CKPTFS" status "$H")" || fail "$holder's status text"
 
 # ---- 3. a replacement node reads it back ----
+# From the holder, which kept the published replica to serve loads (the
+# file's home unless a2 outranks it in the rendezvous order: then a2 reads
+# the backend itself).
 mount_node a2 -- "${COMMON[@]}" --node a2
-same_bytes "$T/shard_a" "$(node_mnt a2)/global_step1/shard_a"
+A2=$(node_mnt a2)
+wait_for 20 "a2 does not see b's and c's replica links" repl_of "$A2" 'assert j["peers"] == 2, j'
+same_bytes "$T/shard_a" "$A2/global_step1/shard_a"
+peer=$(repl_of "$A2" 'print(j["loads"]["from_peers"])') own=$(repl_of "$A2" 'print(j["loads"]["to_backend"])')
+expect_eq 1 $((peer + own)) "a2's loads (from a peer + from the backend)"
+if [ "$peer" = 1 ]; then
+  repl_of "$H" 'assert j["loads"]["served_from_replicas"] == 1, j' || fail "$holder did not serve its replica: $(repl_of "$H" 'print(j)')"
+  note "a2 loaded a's shard from $holder's published replica"
+else
+  note "a2 is the shard's home: it read the backend"
+fi
 
 for n in b c a2; do umount_node "$n"; done
 check_log --allow-errors "lease expired|is dead|lost" --allow-warnings "replicas:|replica link|etcd|lease|is dead|lost"

@@ -569,3 +569,50 @@ Test(peer_loads, a_load_comes_from_the_home_checked_whole, .timeout = 60) {
   hb->reset();
   fsys::remove_all(dir);
 }
+
+// A dead writer's replica, once published in its place, is kept to serve
+// loads: it holds no gate, survives a restart as published, and is the
+// first to go when a new replica needs its room.
+Test(replica_store, a_published_replica_holds_no_gate_and_makes_room) {
+  std::string dir = TempDir();
+  std::string data(300000, 'p');
+  auto sum = ckpt::backend::ContentChecksum(data.data(), data.size());
+  auto hold = [&](Store& st, uint64_t ino, uint64_t gate) {
+    Held h{.key = {.writer = "w", .ino = ino, .version = 1},
+           .size = data.size(),
+           .gate_us = gate,
+           .hash_hi = sum.first,
+           .hash_lo = sum.second,
+           .meta = "m"};
+    auto in = st.Begin(h);
+    cr_assert(in.has_value(), "%s", in ? "" : ckpt::ErrStr(in.error()).c_str());
+    std::memcpy((*in)->data(), data.data(), data.size());
+    cr_assert(st.Commit(std::move(*in)).has_value());
+  };
+  {
+    auto s = Store::Open(dir + "/r", 700000);
+    cr_assert(s.has_value());
+    hold(**s, 1, 100);
+    hold(**s, 2, 200);
+    cr_expect_eq((*s)->MinGate(), 100u);
+    cr_expect((*s)->Retire(Key{.writer = "w", .ino = 1, .version = 1}));
+    cr_expect((*s)->Retire(Key{.writer = "w", .ino = 1, .version = 1}), "twice is once");
+    cr_expect(!(*s)->Retire(Key{.writer = "w", .ino = 7, .version = 1}), "not held");
+    cr_expect_eq((*s)->MinGate(), 200u, "a published replica holds no gate");
+    cr_expect((*s)->OpenHeld(Key{.writer = "w", .ino = 1, .version = 1}).has_value(), "and is still served");
+  }
+  auto s = Store::Open(dir + "/r", 700000);
+  cr_assert(s.has_value());
+  int published = 0;
+  for (const Held& h : (*s)->List()) published += h.published;
+  cr_expect_eq(published, 1, "published survives a restart");
+  cr_expect_eq((*s)->MinGate(), 200u);
+  hold(**s, 3, 300);  // 3 x 300000 > 700000: the published one goes
+  auto left = (*s)->List();
+  cr_expect_eq(left.size(), 2u);
+  for (const Held& h : left) cr_expect(!h.published && h.key.ino != 1);
+  cr_expect_eq((*s)->bytes(), 600000u);
+  cr_expect_eq((*s)->Begin(Held{.key = {.writer = "w", .ino = 4, .version = 1}, .size = 300000}).error(), EAGAIN,
+               "replicas that hold a gate never make room");
+  fsys::remove_all(dir);
+}
