@@ -2,6 +2,7 @@
 #include "fs/cluster/peer_loads.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,27 +65,23 @@ Status PeerLoads::Load(const Content& c, int fd) {
   // may take that long (at 50 MB/s, at least the link's own timeout).
   const int64_t first_ms = std::max<int64_t>(30000, static_cast<int64_t>(c.size / 50000));
   backend::ContentHash hash;
-  if (!hash.ok()) return Err(ENOMEM);
-  std::vector<char> buf(std::min<uint64_t>(Link::kMaxFetch, std::max<uint64_t>(c.size, 1)));
   const auto t0 = Clock::now();
   Status st;
-  uint64_t off = 0;
-  while (off < c.size) {
-    auto n = link->Fetch(home.second, c, off, buf.data(), buf.size(), off == 0 ? first_ms : 0);
-    if (!n) {
-      st = Err(n.error());
-      break;
-    }
-    if (*n == 0) {
-      st = Err(EIO);  // shorter than the namespace says
-      break;
-    }
-    hash.Update(off, buf.data(), *n);
-    if (int e = WriteNonZero(fd, buf.data(), *n, off)) {
-      st = Err(e);
-      break;
-    }
-    off += *n;
+  // The pieces land in a mapping of the tier file itself (no copy here),
+  // hashed in order while the next ones move. The mapping lives as long as
+  // a receive may still write into it, past an error returned here.
+  std::shared_ptr<const void> map;
+  if (!hash.ok()) {
+    st = Err(ENOMEM);
+  } else if (c.size > 0) {
+    void* m = mmap(nullptr, c.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) st = ErrFromErrno();
+    else map = std::shared_ptr<const void>(m, [n = c.size](const void* p) { munmap(const_cast<void*>(p), n); });
+  }
+  if (st && map) {
+    char* base = static_cast<char*>(const_cast<void*>(map.get()));
+    st = link->FetchAll(home.second, c, base, map, first_ms,
+                        [&](uint64_t off, size_t n) { hash.Update(off, base + off, n); });
   }
   if (st) {
     auto [hi, lo] = hash.Finish(c.size);
@@ -128,15 +125,16 @@ int PeerLoads::Cached(const Content& c) {
   return fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
 }
 
-void PeerLoads::Remember(const Content& c, int fd) {
+bool PeerLoads::Remember(const Content& c, int fd) {
   int mine = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (mine < 0) return;
   MutexLock l(&mu_);
-  if (open_.size() >= kMaxOpen || open_.count({c.hi, c.lo})) {
-    close(mine);
-    return;
+  if (open_.count({c.hi, c.lo})) {
+    if (mine >= 0) close(mine);
+    return false;  // another serving thread found it first
   }
-  open_[{c.hi, c.lo}] = Open{mine, Clock::now()};
+  if (mine >= 0 && open_.size() < kMaxOpen) open_[{c.hi, c.lo}] = Open{mine, Clock::now()};
+  else if (mine >= 0) close(mine);
+  return true;
 }
 
 Result<int> PeerLoads::Serve(const Content& c) {
@@ -151,17 +149,19 @@ Result<int> PeerLoads::Serve(const Content& c) {
       if (h.hash_hi != c.hi || h.hash_lo != c.lo || h.size != c.size) continue;
       auto f = store_->OpenHeld(h.key);
       if (!f) continue;
-      Remember(c, f->first);
-      MutexLock l(&mu_);
-      stats_.served_from_replicas++;
+      if (Remember(c, f->first)) {
+        MutexLock l(&mu_);
+        stats_.served_from_replicas++;
+      }
       return f->first;
     }
   }
   auto fd = local_(c, false);
   if (fd) {
-    Remember(c, *fd);
-    MutexLock l(&mu_);
-    stats_.served_from_tier++;
+    if (Remember(c, *fd)) {
+      MutexLock l(&mu_);
+      stats_.served_from_tier++;
+    }
     return fd;
   }
   if (fd.error() != ENOENT) return fd;
@@ -173,9 +173,10 @@ Result<int> PeerLoads::Serve(const Content& c) {
   if (!home) return Err(ENOENT);
   fd = local_(c, true);  // once from the backend, then from this tier
   if (!fd) return fd;
-  Remember(c, *fd);
-  MutexLock l(&mu_);
-  stats_.served_after_fetch++;
+  if (Remember(c, *fd)) {
+    MutexLock l(&mu_);
+    stats_.served_after_fetch++;
+  }
   return fd;
 }
 

@@ -48,7 +48,7 @@ class PeerLoads {
     uint64_t misses = 0;                            // the home did not hold it
     uint64_t failures = 0;                          // errors and checksum mismatches
     uint64_t to_backend = 0;                        // loads left to the backend (home here, misses, failures)
-    uint64_t served_from_replicas = 0, served_from_tier = 0, served_after_fetch = 0;
+    uint64_t served_from_replicas = 0, served_from_tier = 0, served_after_fetch = 0;  // files (within 5 s: once)
     std::string last_error;
   };
 
@@ -75,10 +75,12 @@ class PeerLoads {
   Stats stats() const;
 
  private:
-  // The cached descriptor of c's bytes (the file is read in kMaxFetch
+  // The cached descriptor of c's bytes (the file is read in kFetchPiece
   // pieces: one lookup for all of them); -1 when none.
   int Cached(const Content& c);
-  void Remember(const Content& c, int fd);
+  // Keeps a descriptor of c's bytes for the next pieces; false if another
+  // serving thread had already (so each file served counts once).
+  bool Remember(const Content& c, int fd);
 
   const std::string node_;
   Store* const store_;

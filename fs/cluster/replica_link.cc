@@ -236,7 +236,7 @@ ucs_status_t Link::Impl::OnAm(void* arg, const void* header, size_t hlen, void* 
 
 void Link::Impl::OnEpError(void* arg, ucp_ep_h ep, ucs_status_t) { static_cast<Impl*>(arg)->failed_eps.push_back(ep); }
 
-void Link::Impl::Send(Conn& c, const Msg& m, const void* data, size_t len, std::shared_ptr<Request> keep,
+void Link::Impl::Send(Conn& c, const Msg& m, const void* data, size_t len, std::shared_ptr<const void> keep,
                       std::string payload) {
   if (c.st == Conn::St::kClosed) return;
   auto* ctx = new SendCtx{this, Encode(m), std::move(payload), std::move(keep)};
@@ -475,21 +475,26 @@ void Link::Impl::ReceiveData(const std::shared_ptr<Request>& r, const Msg& m, vo
     if (data) ucp_am_data_release(worker, data);
     return Finish(r, Err(EPROTO));
   }
-  r->buf.resize(len);
+  // FetchAll's pieces land where the caller mapped them; the others in the request's buffer.
+  char* dst = r->dst;
+  if (!dst) {
+    r->buf.resize(len);
+    dst = r->buf.data();
+  }
   const uint64_t want = m.b;
-  auto check = [this, r, want] {
-    if (ChunkHash(r->buf.data(), r->buf.size()) != want) {
+  auto check = [this, r, dst, len, want] {
+    if (r->kind != Op::kFetch && ChunkHash(dst, len) != want) {  // a Fetch's is the whole file's
       chunks_refused++;
-      LOG_ERROR("replica link: {} bytes of {} from a peer do not match their checksum", r->buf.size(),
+      LOG_ERROR("replica link: {} bytes of {} from a peer do not match their checksum", len,
                 r->kind == Op::kFetch ? EscapeName(r->content.path) : r->key.Name());
       return Finish(r, Err(EBADMSG));
     }
-    bytes_in += r->buf.size();
-    Finish(r, r->buf.size());
+    bytes_in += len;
+    Finish(r, len);
   };
   if (!len) return check();
   if (!rndv) {
-    std::memcpy(r->buf.data(), data, len);
+    std::memcpy(dst, data, len);
     ucp_am_data_release(worker, data);
     return check();
   }
@@ -501,7 +506,7 @@ void Link::Impl::ReceiveData(const std::shared_ptr<Request>& r, const Msg& m, vo
                         if (ok) check();
                         else Finish(r, Err(ECONNRESET));
                       }};
-  RecvInto(data, r->buf.data(), len, ctx, [](void* ud, bool ok) {
+  RecvInto(data, dst, len, ctx, [](void* ud, bool ok) {
     auto* x = static_cast<Ctx*>(ud);
     x->impl->completions.push_back([x, ok] {
       x->done(ok);
@@ -591,12 +596,18 @@ void Link::Impl::Sweep() {
   }
 }
 
-Result<uint64_t> Link::Impl::Call(std::shared_ptr<Request> r, const std::string& peer, int64_t timeout_ms) {
+std::future<Result<uint64_t>> Link::Impl::Start(std::shared_ptr<Request> r, const std::string& peer,
+                                                int64_t timeout_ms) {
   r->id = next_id++;
   r->deadline = Clock::now() + std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : opts.timeout_ms);
   auto fut = r->done.get_future();
   Post([this, r, peer] { StartRequest(r, peer); });
-  return fut.get();  // Loop finishes every request: by an answer, its deadline or shutdown
+  return fut;
+}
+
+Result<uint64_t> Link::Impl::Call(std::shared_ptr<Request> r, const std::string& peer, int64_t timeout_ms) {
+  return Start(std::move(r), peer, timeout_ms)
+      .get();  // Loop finishes every request: by an answer, its deadline or shutdown
 }
 
 Link::Link(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -666,18 +677,34 @@ Result<size_t> Link::Read(const std::string& peer, const Key& k, uint64_t offset
   return r->buf.size();
 }
 
-Result<size_t> Link::Fetch(const std::string& peer, const Content& c, uint64_t offset, void* buf, size_t len,
-                           int64_t timeout_ms) {
+Status Link::FetchAll(const std::string& peer, const Content& c, char* dst, std::shared_ptr<const void> keep,
+                      int64_t first_timeout_ms, const std::function<void(uint64_t, size_t)>& landed) {
   if (c.Text().size() > kMaxText) return Err(ENAMETOOLONG);
-  auto r = std::make_shared<Request>();
-  r->kind = Op::kFetch;
-  r->content = c;
-  r->offset = offset;
-  r->len = std::min<uint64_t>(len, kMaxFetch);
-  auto res = impl_->Call(r, peer, timeout_ms);
-  if (!res) return Err(res.error());
-  std::memcpy(buf, r->buf.data(), r->buf.size());
-  return r->buf.size();
+  std::deque<std::pair<std::shared_ptr<Request>, std::future<Result<uint64_t>>>> q;
+  uint64_t next = 0;
+  auto start = [&] {
+    auto r = std::make_shared<Request>();
+    r->kind = Op::kFetch;
+    r->content = c;
+    r->offset = next;
+    r->len = std::min<uint64_t>(kFetchPiece, c.size - next);
+    r->dst = dst + next;
+    r->dst_keep = keep;
+    next += r->len;
+    auto f = impl_->Start(r, peer, next == r->len ? first_timeout_ms : 0);
+    q.emplace_back(std::move(r), std::move(f));
+  };
+  while (next < c.size && q.size() < kFetchDepth) start();
+  while (!q.empty()) {
+    auto res = q.front().second.get();  // the rest still hold `keep` while they land
+    if (!res) return Err(res.error());
+    const auto& r = q.front().first;
+    if (*res != r->len) return Err(EIO);  // shorter than the asker was told
+    landed(r->offset, r->len);
+    q.pop_front();
+    if (next < c.size) start();
+  }
+  return {};
 }
 
 Status Link::Drop(const std::string& peer, const Key& k) {

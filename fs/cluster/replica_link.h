@@ -80,14 +80,18 @@ class Link {
   // Reads `len` bytes at `offset` of replica `k` held by `peer` into `buf`
   // (checked by their XXH3-64); returns the bytes read (fewer at its end).
   Result<size_t> Read(const std::string& peer, const Key& k, uint64_t offset, void* buf, size_t len);
-  // Reads `len` bytes at `offset` of the file `c` names from the member
-  // listening at `peer` (a load from a peer: fs/cluster/peer_loads.h), each
-  // answer checked by its XXH3-64; the whole file's checksum is the
-  // caller's to check. Returns the bytes read (fewer at its end; at most
-  // kMaxFetch). ENOENT: the peer does not hold it. `timeout_ms` 0: the link's.
-  static constexpr size_t kMaxFetch = 32u << 20;
-  Result<size_t> Fetch(const std::string& peer, const Content& c, uint64_t offset, void* buf, size_t len,
-                       int64_t timeout_ms = 0);
+  // The whole file `c` names from `peer` into `dst` (c.size bytes, memory
+  // that `keep` holds: a receive may still land after an error returned),
+  // in kFetchPiece pieces with kFetchDepth in flight, landing straight from
+  // the transport, unchecked: the whole file's content checksum, which the
+  // caller checks (peer_loads.h), is what tells a lie; `landed(offset, len)`
+  // runs on the caller's thread for each piece, in order (to hash it while
+  // the next ones move). `first_timeout_ms`: for the first piece (the peer
+  // may fetch the file first), 0: the link's.
+  static constexpr uint64_t kFetchPiece = 8u << 20;
+  static constexpr size_t kFetchDepth = 4;
+  Status FetchAll(const std::string& peer, const Content& c, char* dst, std::shared_ptr<const void> keep,
+                  int64_t first_timeout_ms, const std::function<void(uint64_t, size_t)>& landed);
   // Tells `peer` to forget replica `k`. ENOENT: it did not hold it.
   Status Drop(const std::string& peer, const Key& k);
 

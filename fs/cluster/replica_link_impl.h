@@ -49,6 +49,10 @@ struct Request {
   int inflight = 0, sent = 0;
   bool ended = false;
   Content content;  // Fetch
+  // FetchAll: the bytes land at `dst` straight from UCX, in memory that
+  // `dst_keep` holds mapped until the last receive into it is over.
+  char* dst = nullptr;
+  std::shared_ptr<const void> dst_keep;
   // Read, Fetch: where the bytes land (copied to the caller's buffer by the caller).
   uint64_t offset = 0, len = 0;
   std::string buf;
@@ -150,10 +154,10 @@ struct Link::Impl {
   struct SendCtx {
     Impl* impl;
     std::string hdr, payload;
-    std::shared_ptr<Request> keep;  // the source mapping stays while the send reads it
+    std::shared_ptr<const void> keep;  // the source (a mapping) stays while the send reads it
   };
 
-  void Send(Conn& c, const Msg& m, const void* data = nullptr, size_t len = 0, std::shared_ptr<Request> keep = {},
+  void Send(Conn& c, const Msg& m, const void* data = nullptr, size_t len = 0, std::shared_ptr<const void> keep = {},
             std::string payload = {});
 
   // ---- connections ----
@@ -212,6 +216,8 @@ struct Link::Impl {
   void Sweep();
 
   Result<uint64_t> Call(std::shared_ptr<Request> r, const std::string& peer, int64_t timeout_ms = 0);
+  // Call without waiting: the answer comes through the returned future.
+  std::future<Result<uint64_t>> Start(std::shared_ptr<Request> r, const std::string& peer, int64_t timeout_ms = 0);
 
   // ---- loads served to other members (Options::serve), off the loop ----
   struct ServeJob {

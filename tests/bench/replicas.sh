@@ -23,14 +23,7 @@ require_root
 command -v ucx_perftest > /dev/null || skip "ucx_perftest (ucx-utils) is not installed"
 export UCX_MEM_EVENTS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no UCX_MEMTYPE_CACHE=n
 
-stats() {  # stats NAME VALUES...: min / median / max
-  local name=$1; shift
-  printf '%s\n' "$@" | sort -g | awk -v n="$name" '{ v[NR] = $1 } END {
-    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf "%-44s %8.3f / %8.3f / %8.3f  (n=%d)\n", n, v[1], m, v[NR], NR }'
-}
-now() { date +%s.%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", b - a }'; }
+source "$(dirname "$0")/lib.sh"
 
 # The transport's own bandwidth here, same run.
 port=$((20000 + RANDOM % 20000))

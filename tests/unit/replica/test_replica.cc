@@ -440,7 +440,7 @@ Test(replica_wire, file_meta_round_trips_and_garbage_is_refused) {
 Test(replica_link, a_load_is_served_by_the_holders_source, .timeout = 60) {
   const std::string dir = TempDir();
   std::pair<uint64_t, uint64_t> sum;
-  const uint64_t size = Link::kMaxFetch + (5 << 20) + 7;
+  const uint64_t size = 5 * Link::kFetchPiece + (5 << 20) + 7;  // more pieces than in flight
   close(MakeFile(dir + "/src", size, 9, &sum));
   std::atomic<int> asked{0};
   auto serve = [&](const Content& c) -> ckpt::Result<int> {
@@ -458,27 +458,29 @@ Test(replica_link, a_load_is_served_by_the_holders_source, .timeout = 60) {
   cr_assert(a.has_value());
   const std::string addr = (*h)->address();
   Content c{.path = "step/a.pt", .size = size, .hi = sum.first, .lo = sum.second};
-  std::string back(size, '\0'), orig(size, '\0');
+  std::string orig(size, '\0');
   int sfd = open((dir + "/src").c_str(), O_RDONLY);
   cr_assert_eq(pread(sfd, orig.data(), size, 0), static_cast<ssize_t>(size));
   close(sfd);
-  uint64_t off = 0;
-  while (off < size) {
-    auto n = (*a)->Fetch(addr, c, off, back.data() + off, size);
-    cr_assert(n.has_value(), "%s", n ? "" : ckpt::ErrStr(n.error()).c_str());
-    cr_assert(*n > 0 && *n <= Link::kMaxFetch);
-    off += *n;
-  }
-  cr_expect(back == orig, "the bytes loaded are the source's");
+  std::shared_ptr<char[]> back(new char[size]);
+  uint64_t landed = 0;
+  auto st = (*a)->FetchAll(addr, c, back.get(), back, 0, [&](uint64_t off, size_t n) {
+    cr_expect_eq(off, landed, "pieces are handed over in order");
+    landed += n;
+  });
+  cr_assert(st.has_value(), "%s", st ? "" : ckpt::ErrStr(st.error()).c_str());
+  cr_expect_eq(landed, size);
+  cr_expect(std::memcmp(back.get(), orig.data(), size) == 0, "the bytes loaded are the source's");
   cr_expect_eq((*h)->counters().load_bytes_served, size);
-  cr_expect_eq((*a)->Fetch(addr, c, size, back.data(), 10).value_or(99), 0u, "nothing past the end");
+  auto none = [](uint64_t, size_t) {};
   Content other = c;
   other.lo ^= 1;
-  cr_expect_eq((*a)->Fetch(addr, other, 0, back.data(), 10).error(), ENOENT, "another checksum is not here");
+  cr_expect_eq((*a)->FetchAll(addr, other, back.get(), back, 0, none).error(), ENOENT, "another checksum is not here");
   Content bad = c;
   bad.path = "../etc/passwd";
   const int before = asked.load();
-  cr_expect_eq((*a)->Fetch(addr, bad, 0, back.data(), 10).error(), EINVAL, "a path out of the tree is refused");
+  cr_expect_eq((*a)->FetchAll(addr, bad, back.get(), back, 0, none).error(), EINVAL,
+               "a path out of the tree is refused");
   cr_expect_eq(asked.load(), before, "and never reaches the source");
   a->reset();
   h->reset();
