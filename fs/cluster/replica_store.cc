@@ -20,7 +20,9 @@ namespace {
 
 constexpr char kPart[] = ".part-";
 constexpr char kMeta[] = ".meta";
-constexpr char kPublished[] = "published";  // the gate field of a Retire()d replica
+constexpr char kPublished[] = "published";
+constexpr char kSpare[] = ".free-";  // a dropped replica's file, kept for the next one (never listed)  // the gate
+                                     // field of a Retire()d replica
 
 // A small file's bytes (a replica's meta), or nullopt.
 std::optional<std::string> ReadSmall(int dfd, const std::string& name) {
@@ -136,12 +138,32 @@ void Store::Release(uint64_t n) {
 Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
   if (h.size > limit_) return Err(EINVAL);
   std::vector<std::string> evict;
+  std::string reuse;  // a spare's file, renamed to the part file below
   {
     MutexLock l(&mu_);
     for (const Held& x : held_)
       if (x.key == h.key) return Err(EEXIST);
     if (std::find(incoming_.begin(), incoming_.end(), h.key) != incoming_.end()) return Err(EBUSY);
-    // Published replicas (kept to serve loads) make room, oldest first.
+    // The spare closest in size (the smallest that is large enough, else the
+    // largest): its pages are written over; the rest of them, if any, freed.
+    auto best = spares_.end();
+    for (auto it = spares_.begin(); it != spares_.end(); ++it) {
+      const bool fits = it->second >= h.size;
+      if (best == spares_.end() || (fits && (best->second < h.size || it->second < best->second)) ||
+          (!fits && best->second < h.size && it->second > best->second))
+        best = it;
+    }
+    if (best != spares_.end()) {
+      reuse = best->first;
+      bytes_ -= std::min(bytes_, best->second);
+      spares_.erase(best);
+    }
+    // The other spares, then published replicas (kept to serve loads), make room, oldest first.
+    while (bytes_ + h.size > limit_ && !spares_.empty()) {
+      bytes_ -= std::min(bytes_, spares_.front().second);
+      evict.push_back(spares_.front().first);
+      spares_.erase(spares_.begin());
+    }
     for (auto it = held_.begin(); bytes_ + h.size > limit_ && it != held_.end();) {
       if (!it->published) {
         ++it;
@@ -151,7 +173,15 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
       evict.push_back(FinalName(*it));
       it = held_.erase(it);
     }
-    if (bytes_ + h.size > limit_) return Err(EAGAIN);
+    if (bytes_ + h.size > limit_) {
+      if (!reuse.empty()) evict.push_back(reuse);  // no room even so: it goes
+      reuse.clear();
+      for (const std::string& name : evict) {
+        unlinkat(dirfd_, name.c_str(), 0);
+        unlinkat(dirfd_, (name + kMeta).c_str(), 0);
+      }
+      return Err(EAGAIN);
+    }
     bytes_ += h.size;
     incoming_.push_back(h.key);
   }
@@ -160,10 +190,14 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
     unlinkat(dirfd_, (name + kMeta).c_str(), 0);
   }
   const std::string part = kPart + h.key.Name();
-  int fd = openat(dirfd_, part.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const bool reused = !reuse.empty() && renameat(dirfd_, reuse.c_str(), dirfd_, part.c_str()) == 0;
+  if (!reuse.empty() && !reused) unlinkat(dirfd_, reuse.c_str(), 0);
+  int fd = openat(dirfd_, part.c_str(), O_RDWR | O_CREAT | (reused ? 0 : O_TRUNC) | O_NOFOLLOW | O_CLOEXEC, 0600);
   char* map = nullptr;
   int err = 0;
   if (fd < 0) err = errno;
+  else if (reused && ftruncate(fd, static_cast<off_t>(h.size)) != 0)  // a larger one's tail freed
+    err = errno;
   else if (h.size && fallocate(fd, 0, 0, static_cast<off_t>(h.size)) != 0 &&
            ftruncate(fd, static_cast<off_t>(h.size)) != 0)
     err = errno;
@@ -201,17 +235,19 @@ Status Store::Commit(std::unique_ptr<Incoming> in) {
 }
 
 Status Store::Drop(const Key& k) {
-  Held h;
-  {
-    MutexLock l(&mu_);
-    auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
-    if (it == held_.end()) return Err(ENOENT);
-    h = *it;
-    held_.erase(it);
-    bytes_ -= std::min(bytes_, h.size);
+  MutexLock l(&mu_);  // held across the renames: Begin takes spares under it
+  auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
+  if (it == held_.end()) return Err(ENOENT);
+  const Held h = *it;
+  held_.erase(it);
+  const std::string name = FinalName(h), spare = kSpare + std::to_string(next_spare_++);
+  unlinkat(dirfd_, (name + kMeta).c_str(), 0);  // first: a replica without its meta is never listed again
+  if (h.size > 0 && renameat(dirfd_, name.c_str(), dirfd_, spare.c_str()) == 0) {
+    spares_.emplace_back(spare, h.size);  // still counted in bytes_
+    return {};
   }
-  if (unlinkat(dirfd_, FinalName(h).c_str(), 0) != 0) return ErrFromErrno();
-  unlinkat(dirfd_, (FinalName(h) + kMeta).c_str(), 0);
+  bytes_ -= std::min(bytes_, h.size);
+  if (unlinkat(dirfd_, name.c_str(), 0) != 0 && errno != ENOENT) return ErrFromErrno();
   return {};
 }
 
@@ -261,6 +297,13 @@ uint64_t Store::MinGate() const {
 uint64_t Store::bytes() const {
   MutexLock l(&mu_);
   return bytes_;
+}
+
+uint64_t Store::spare_bytes() const {
+  MutexLock l(&mu_);
+  uint64_t n = 0;
+  for (const auto& [name, size] : spares_) n += size;
+  return n;
 }
 
 }  // namespace ckpt::fs::replica

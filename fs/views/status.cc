@@ -44,6 +44,8 @@ std::string Shorten(const std::string& s, size_t max) {
 
 }  // namespace
 
+static uint64_t SubFloor(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }  // read apart: may cross
+
 // --replica-listen / --replicas (issue #30): what this node holds for the
 // others, and what it sent of its own files.
 static Json ReplicasJson(Daemon* d) {
@@ -56,7 +58,8 @@ static Json ReplicasJson(Daemon* d) {
             {"peers", d->replica_peers ? d->replica_peers->count() : 0},
             {"held_files", held - published},
             {"kept_published_files", published},
-            {"held_bytes", d->replica_store->bytes()},
+            {"held_bytes", SubFloor(d->replica_store->bytes(), d->replica_store->spare_bytes())},
+            {"spare_bytes", d->replica_store->spare_bytes()},
             {"budget_bytes", d->replica_store->limit()},
             {"peers_refused", lc.peers_refused},
             {"chunks_refused", lc.chunks_refused},
