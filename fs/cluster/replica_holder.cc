@@ -239,7 +239,23 @@ void Link::Impl::ServeLoop() {
     } else {
       const uint64_t off = std::min(j.offset, j.content.size);
       n = std::min(j.len, j.content.size - off);
-      buf = std::shared_ptr<char[]>(new char[std::max<uint64_t>(n, 1)]);
+      // Bounded: the pieces read and not yet sent (an asker that does not
+      // read its socket holds them) make this thread wait, not the memory grow.
+      {
+        MutexLock l(&serve_mu);
+        while (!serve_stop && serve_bytes > 0 && serve_bytes + n > kServeBytes) serve_cv.Wait(&serve_mu);
+        if (serve_stop) {
+          close(*fd);
+          return;
+        }
+        serve_bytes += n;
+      }
+      buf = std::shared_ptr<char[]>(new char[std::max<uint64_t>(n, 1)], [this, n](char* p) {
+        delete[] p;
+        MutexLock l(&serve_mu);
+        serve_bytes -= n;
+        serve_cv.NotifyAll();
+      });
       if (int e = PreadFull(*fd, buf.get(), n, off)) err = e;  // EIO when it ends early
       close(*fd);
     }

@@ -230,6 +230,8 @@ struct Link::Impl {
   CondVar serve_cv;
   std::deque<ServeJob> serve_q GUARDED_BY(serve_mu);
   bool serve_stop GUARDED_BY(serve_mu) = false;
+  static constexpr uint64_t kServeBytes = 128ull << 20;  // pieces read for askers and not yet sent
+  uint64_t serve_bytes GUARDED_BY(serve_mu) = 0;
   std::vector<std::thread> servers;
 
   void Fetch(const std::shared_ptr<Conn>& c, const Msg& m);
