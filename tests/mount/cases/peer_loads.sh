@@ -13,6 +13,7 @@
 #     killed, a reader whose load from it fails reads the backend.
 # serial: five daemons with replica links and an etcd
 # tsan: the link's serving threads beside the fetcher and the FUSE workers
+# asan: pieces land in a mapping of the tier file; the home reads for askers into buffers the transport frees
 source "$(dirname "$0")/../lib/common.sh"
 require_root
 
@@ -94,9 +95,14 @@ done
 reader=c; [ "$home" = c ] && reader=d
 note "home of $path: $home; read on $reader after $home is killed"
 kill_node "$home"
-b0=$(to_backend $reader)
+b0=$(to_backend $reader) p0=$(loads_of "$(node_mnt $reader)" 'print(j["from_peers"])')
 cmp "$T/opt" "$(node_mnt $reader)/$path" || fail "$reader read other bytes after the home died"
-expect_eq $((b0 + 1)) "$(to_backend $reader)" "$reader's loads left to the backend"
+# Within the dead home's lease (2 s) the load fails over to the backend; on
+# a machine slow enough that the lease ran out first, the next home (a live
+# member) serves it. Either way one load, never a failure seen by the reader.
+b1=$(to_backend $reader) p1=$(loads_of "$(node_mnt $reader)" 'print(j["from_peers"])')
+expect_eq 1 $((b1 - b0 + p1 - p0)) "$reader's loads after the home died (backend + live peers)"
+note "after $home died: $((b1 - b0)) from the backend, $((p1 - p0)) from a live peer"
 
 for n in a b "$reader"; do umount_node "$n"; done
 check_log --allow-errors "replica link: refused|failed the handshake" --allow-warnings "replicas:|replica link|etcd|lease|loads:"
