@@ -128,6 +128,12 @@ void Link::Impl::Chunk(const std::shared_ptr<Conn>& c, const Msg& m, void* data,
       return RefuseReplica(conn, req, "the chunk at offset " + std::to_string(off) + " does not match its checksum");
     rx->got[idx] = true;
     rx->chunks_got++;
+    const uint64_t total = rx->in->held().size;
+    while (rx->hashed < rx->got.size() && rx->got[rx->hashed]) {
+      const uint64_t o = rx->hashed * kChunk;
+      rx->hash.Update(o, rx->in->data() + o, std::min(kChunk, total - o));
+      rx->hashed++;
+    }
     rx->last = Clock::now();
     bytes_in += len;
     Reply(*conn, req, Op::kAck, off);
@@ -160,13 +166,16 @@ void Link::Impl::End(const std::shared_ptr<Conn>& c, const Msg& m) {
   if (it == c->rx.end()) return;
   auto rx = it->second;
   rx->ended = true;
+  if ((m.c | m.d) != 0) rx->end_sum = std::make_pair(m.c, m.d);  // the writer hashed as it sent
   if (rx->pending > 0 || rx->chunks_got < rx->got.size()) {
     if (rx->pending == 0) RefuseReplica(c, m.req, "ended with chunks missing");
     return;  // the last chunk's landing ends it
   }
   c->rx.erase(it);
   const Held h = rx->in->held();
-  auto st = store->Commit(std::move(rx->in));
+  if (!rx->hash.ok()) return RefuseReplica(c, m.req, "out of memory");
+  const auto landed = rx->hash.Finish(h.size);
+  auto st = store->Commit(std::move(rx->in), landed, rx->end_sum);
   if (!st) {
     chunks_refused++;
     LOG_ERROR("replica link: replica {} from node {} ({}) refused: {}", h.key.Name(), c->peer_id, c->addr,

@@ -402,6 +402,7 @@ void Link::Impl::Pump(Conn& c, const std::shared_ptr<Request>& r) {
   const int limit = stop_after.load();
   while (r->inflight < kWindow && r->next < r->size && (limit < 0 || r->sent < limit)) {
     const uint64_t off = r->next, n = std::min(kChunk, r->size - off);
+    if (r->hashing) r->hashing->Update(off, r->src + off, n);
     uint64_t h = ChunkHash(r->src + off, n);
     if (lie.load()) h ^= 1;
     Send(c, Msg{.op = Op::kChunk, .req = r->id, .a = off, .b = h}, r->src + off, n, r);
@@ -412,7 +413,13 @@ void Link::Impl::Pump(Conn& c, const std::shared_ptr<Request>& r) {
   }
   if (r->next == r->size && r->inflight == 0 && !r->ended) {
     r->ended = true;
-    Send(c, Msg{.op = Op::kEnd, .req = r->id});
+    Msg end{.op = Op::kEnd, .req = r->id};
+    if (r->hashing) {
+      std::tie(r->hash_hi, r->hash_lo) = r->hashing->Finish(r->size);
+      end.c = r->hash_hi;
+      end.d = r->hash_lo;
+    }
+    Send(c, end);
   }
 }
 
@@ -646,6 +653,11 @@ const std::string& Link::address() const { return impl_->address; }
 
 Status Link::Replicate(const std::string& peer, const Key& k, int fd, uint64_t size, uint64_t gate_us, uint64_t hash_hi,
                        uint64_t hash_lo, const std::string& meta) {
+  return Replicate(peer, k, fd, size, gate_us, &hash_hi, &hash_lo, meta);
+}
+
+Status Link::Replicate(const std::string& peer, const Key& k, int fd, uint64_t size, uint64_t gate_us,
+                       uint64_t* hash_hi, uint64_t* hash_lo, const std::string& meta) {
   if (k.Name().size() + 1 + meta.size() > kMaxText) return Err(ENAMETOOLONG);
   auto r = std::make_shared<Request>();
   r->meta = meta;
@@ -653,8 +665,12 @@ Status Link::Replicate(const std::string& peer, const Key& k, int fd, uint64_t s
   r->key = k;
   r->size = size;
   r->gate_us = gate_us;
-  r->hash_hi = hash_hi;
-  r->hash_lo = hash_lo;
+  r->hash_hi = *hash_hi;
+  r->hash_lo = *hash_lo;
+  if ((r->hash_hi | r->hash_lo) == 0) {
+    r->hashing = std::make_unique<backend::ContentHash>();
+    if (!r->hashing->ok()) return Err(ENOMEM);
+  }
   if (size) {
     void* m = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED) return ErrFromErrno();
@@ -662,6 +678,10 @@ Status Link::Replicate(const std::string& peer, const Key& k, int fd, uint64_t s
   }
   auto res = impl_->Call(r, peer);
   if (!res) return Err(res.error());
+  if (r->hashing && (r->hash_hi | r->hash_lo) != 0) {  // computed as the chunks went (not when HELD at once)
+    *hash_hi = r->hash_hi;
+    *hash_lo = r->hash_lo;
+  }
   return {};
 }
 

@@ -77,6 +77,11 @@ class Link {
   // `meta` (up to 8 KiB with the key): what the holder keeps with it (Held::meta).
   Status Replicate(const std::string& peer, const Key& k, int fd, uint64_t size, uint64_t gate_us, uint64_t hash_hi,
                    uint64_t hash_lo, const std::string& meta = {});
+  // The same with the content checksum in *hash_hi/*hash_lo, or 0/0: then
+  // computed as the chunks go (no pass of its own before the first one),
+  // sent with END, and stored there once the holder held it.
+  Status Replicate(const std::string& peer, const Key& k, int fd, uint64_t size, uint64_t gate_us, uint64_t* hash_hi,
+                   uint64_t* hash_lo, const std::string& meta = {});
   // Reads `len` bytes at `offset` of replica `k` held by `peer` into `buf`
   // (checked by their XXH3-64); returns the bytes read (fewer at its end).
   Result<size_t> Read(const std::string& peer, const Key& k, uint64_t offset, void* buf, size_t len);

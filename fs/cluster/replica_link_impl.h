@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/checksum.h"
 #include "common/mutex.h"
 #include "fs/cluster/replica_link.h"
 
@@ -46,6 +47,9 @@ struct Request {
   uint64_t size = 0, gate_us = 0, hash_hi = 0, hash_lo = 0;
   std::string meta;
   uint64_t next = 0;  // offset of the next chunk to send
+  // Replicate without a checksum: computed here as the chunks go, in order,
+  // and sent with END (hashing_ null when the PUT carried it).
+  std::unique_ptr<backend::ContentHash> hashing;
   int inflight = 0, sent = 0;
   bool ended = false;
   Content content;  // Fetch
@@ -66,6 +70,12 @@ struct Rx {
   std::unique_ptr<Store::Incoming> in;
   std::vector<bool> got;  // per chunk
   uint64_t chunks_got = 0;
+  // The content checksum of the chunks landed so far in order (those after
+  // a gap wait for it): at END it is the whole replica's, with no pass of
+  // its own over the bytes.
+  backend::ContentHash hash;
+  uint64_t hashed = 0;                                   // chunks in `hash`
+  std::optional<std::pair<uint64_t, uint64_t>> end_sum;  // the writer's, from END
   int pending = 0;  // rendezvous receives in flight into the mapping
   bool failed = false, ended = false;
   Clock::time_point last;

@@ -212,9 +212,16 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
   return in;
 }
 
-Status Store::Commit(std::unique_ptr<Incoming> in) {
+Status Store::Commit(std::unique_ptr<Incoming> in, std::optional<std::pair<uint64_t, uint64_t>> landed,
+                     std::optional<std::pair<uint64_t, uint64_t>> want) {
+  if ((in->held_.hash_hi | in->held_.hash_lo) == 0 && want) {
+    in->held_.hash_hi = want->first;  // the writer hashed it while sending
+    in->held_.hash_lo = want->second;
+  }
   const Held& h = in->held_;
-  auto sum = backend::ContentChecksum(in->map_, h.size);
+  if ((h.hash_hi | h.hash_lo) == 0) return Err(EBADMSG);  // no checksum to hold it to
+  if (want && (want->first != h.hash_hi || want->second != h.hash_lo)) return Err(EBADMSG);  // PUT and END differ
+  auto sum = landed ? *landed : backend::ContentChecksum(in->map_, h.size);
   if (sum.first != h.hash_hi || sum.second != h.hash_lo) return Err(EBADMSG);  // ~Incoming discards it
   const std::string final_name = FinalName(h), meta_tmp = in->part_ + kMeta;
   int mfd = openat(dirfd_, meta_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);

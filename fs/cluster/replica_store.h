@@ -19,7 +19,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/mutex.h"
@@ -70,8 +72,12 @@ class Store {
   Result<std::unique_ptr<Incoming>> Begin(const Held& h);
   // Checks the content checksum and makes the replica appear. EBADMSG: the
   // bytes are not what the writer's checksum says (discarded, logged by the
-  // caller, who knows the sender).
-  Status Commit(std::unique_ptr<Incoming> in);
+  // caller, who knows the sender). `landed`: the checksum of the bytes as
+  // the caller hashed them while they landed (replica_link: in order, as
+  // chunks arrive), which saves a pass over them here; the writer's
+  // checksum is `want` when the PUT did not carry it (it comes with END).
+  Status Commit(std::unique_ptr<Incoming> in, std::optional<std::pair<uint64_t, uint64_t>> landed = std::nullopt,
+                std::optional<std::pair<uint64_t, uint64_t>> want = std::nullopt);
 
   // ENOENT if not held. The replica's file is kept, as a spare
   // (`.free-N`), for the next replica: its pages are in RAM already, so the

@@ -35,9 +35,9 @@ enum class Op : uint16_t {
   kProof = 3,      // client → holder: text = MAC("client")
   kReady = 4,      // holder → client: the client is a member; requests may follow
   kPut = 10,       // text = key '\n' the writer's JSON of the file (path, mode, owner, mtime, seq);
-                   // a = size, b = gate time (µs), c/d = content checksum hi/lo
+                   // a = size, b = gate time (µs), c/d = content checksum hi/lo (0/0: with END)
   kChunk = 11,     // a = offset, b = XXH3-64 of the bytes; data = the bytes
-  kEnd = 12,       // every chunk sent
+  kEnd = 12,       // every chunk sent; c/d = the content checksum when the PUT had none (0/0)
   kAccepted = 13,  // the holder reserved room for a PUT: chunks may follow
   kAck = 14,       // a chunk landed and its checksum matched (a = offset)
   kHeld = 15,      // the replica is whole, checked and kept

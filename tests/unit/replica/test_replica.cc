@@ -648,3 +648,42 @@ Test(replica_store, a_published_replica_holds_no_gate_and_makes_room) {
                "replicas that hold a gate never make room");
   fsys::remove_all(dir);
 }
+
+// A writer that does not know the content checksum yet (the replicator:
+// no pass of its own before the first byte moves) hashes the chunks as
+// they go and sends the checksum with END; the holder checks the bytes
+// against it from what it hashed as they landed.
+Test(replica_link, a_replica_hashed_as_it_goes_is_checked_at_its_end, .timeout = 60) {
+  Pair p(64 << 20);
+  std::pair<uint64_t, uint64_t> sum;
+  const uint64_t size = 5 * kChunk + 12345;
+  int fd = MakeFile(p.dir + "/src", size, 7, &sum);
+  uint64_t hi = 0, lo = 0;
+  Key k{.writer = "writer.a", .ino = 21, .version = 2};
+  auto st = p.writer->Replicate(p.addr, k, fd, size, 9, &hi, &lo, "m");
+  cr_assert(st.has_value(), "%s", st ? "" : ckpt::ErrStr(st.error()).c_str());
+  cr_expect(hi == sum.first && lo == sum.second, "the checksum computed on the way is the file's");
+  auto held = p.store->List();
+  cr_assert_eq(held.size(), 1u);
+  cr_expect(held[0].hash_hi == sum.first && held[0].hash_lo == sum.second, "held under the writer's checksum");
+  // A file with a zero block (a hole): the checksum skips it the same way on both sides.
+  const uint64_t size2 = 2 * kChunk;
+  std::string data(size2, 'z');
+  std::memset(data.data() + 8192, 0, 4096);
+  int fd2 = open((p.dir + "/src2").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  cr_assert_eq(write(fd2, data.data(), size2), static_cast<ssize_t>(size2));
+  hi = lo = 0;
+  cr_expect(p.writer->Replicate(p.addr, Key{.writer = "writer.a", .ino = 22, .version = 1}, fd2, size2, 9, &hi, &lo)
+                .has_value());
+  auto want = ckpt::backend::ContentChecksum(data.data(), size2);
+  cr_expect(hi == want.first && lo == want.second);
+  // The chunks lie (the writer's per-chunk hashes): refused, nothing held.
+  p.writer->TestLieAboutChunks(true);
+  hi = lo = 0;
+  cr_expect_eq(
+      p.writer->Replicate(p.addr, Key{.writer = "writer.a", .ino = 23, .version = 1}, fd, size, 9, &hi, &lo).error(),
+      EBADMSG);
+  cr_expect_eq(p.store->List().size(), 2u);
+  close(fd);
+  close(fd2);
+}
