@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "backend/checksum.h"
@@ -21,6 +22,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kKeepOpen = std::chrono::seconds(5);  // a served file's descriptor, idle
 constexpr size_t kMaxOpen = 16;
+constexpr auto kLateLanding = std::chrono::seconds(60);  // a failed load's receives still in flight
 
 // A serving thread never asks a peer itself: a home that must fetch reads
 // the backend, whatever its view of the members (no chains, no cycles).
@@ -86,6 +88,19 @@ Status PeerLoads::Load(const Content& c, int fd) {
   if (st) {
     auto [hi, lo] = hash.Finish(c.size);
     if (hi != c.hi || lo != c.lo) st = Err(EBADMSG);
+  }
+  if (!st && map) {
+    // A failed piece's siblings may still be landing in the mapping, and
+    // the caller fetches from the backend into this very file next: wait
+    // until no receive holds it (each ends by its answer, its deadline or
+    // its connection's end). Past that, the file is not to be used.
+    const auto until = Clock::now() + kLateLanding;
+    while (map.use_count() > 1 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (map.use_count() > 1) {
+      LOG_ERROR("loads: {}: receives from node {} still in flight {} s after the load failed; the fetch fails",
+                EscapeName(c.path), home.first, std::chrono::duration<double>(kLateLanding).count());
+      st = Err(EBUSY);
+    }
   }
   MutexLock l(&mu_);
   if (--loading_ == 0) loaded_.NotifyAll();

@@ -66,7 +66,9 @@ class PeerLoads {
   // c.size, only holes; zero blocks stay holes). ENOENT: this node is the
   // home, no member has a link, or the home does not hold it; other
   // errors: the load failed (logged once per failure). Either way the
-  // caller reads the backend, after emptying `fd`.
+  // caller reads the backend, after emptying `fd` — but for EBUSY: a
+  // receive may still write into `fd` (it did not end within a minute of
+  // the failure), and the fetch must fail rather than use it.
   Status Load(const Content& c, int fd);
 
   // Link::Options::serve: what a member asking this one gets.

@@ -81,7 +81,8 @@ class Core {
   // Loads from peers (issue #30, fs/cluster/peer_loads.h): copies a remote
   // file's bytes (where the backend holds it, its size and checksum) into
   // the tier file `fd` from another member before the backend is asked
-  // (InodeTable::EnsureLocal); any error sends the fetch to the backend.
+  // (InodeTable::EnsureLocal); any error sends the fetch to the backend,
+  // but EBUSY (fd may still be written by the peer's transfer) fails it.
   // Only for files whose checksum is known. Set before the mount serves.
   std::function<Status(const std::string& path, int fd, uint64_t size, uint64_t hi, uint64_t lo)> peer_fetch;
   void AnnounceNames() {

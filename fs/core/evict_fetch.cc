@@ -221,7 +221,9 @@ Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
   if (fetch_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(fetch_delay_ms));
   auto st = core_.tier()->Fill(ino, size, [&](int fd) -> int {
     if (core_.peer_fetch && (hi | lo) != 0) {
-      if (core_.peer_fetch(path, fd, size, hi, lo)) return 0;  // checked against hi/lo
+      auto peer = core_.peer_fetch(path, fd, size, hi, lo);
+      if (peer) return 0;                     // checked against hi/lo
+      if (peer.error() == EBUSY) return EIO;  // a late receive may still write into fd
       // Nothing of a failed load from a peer may stay: the backend's fetch
       // leaves its zero blocks as holes over whatever is there.
       if (ftruncate(fd, 0) != 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) return errno;

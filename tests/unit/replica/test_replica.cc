@@ -526,12 +526,21 @@ Test(peer_loads, a_load_comes_from_the_home_checked_whole, .timeout = 60) {
   const uint64_t size = (9 << 20) + 4096 * 3 + 11;
   close(MakeFile(dir + "/src", size, 4, &sum));
   close(MakeFile(dir + "/liar", size, 5, &other));
-  std::atomic<bool> lie{false};
+  std::atomic<bool> lie{false}, cut{false};
+  {  // the first 8 MiB of the file only: a home whose copy ends early
+    std::string head(8 << 20, '\0');
+    int f = open((dir + "/src").c_str(), O_RDONLY);
+    cr_assert_eq(pread(f, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+    close(f);
+    f = open((dir + "/short").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert_eq(write(f, head.data(), head.size()), static_cast<ssize_t>(head.size()));
+    close(f);
+  }
   auto s = Store::Open(dir + "/replicas", 64 << 20);
   cr_assert(s.has_value());
   PeerLoads server("b", s->get(), [&](const Content& c, bool fetch) -> ckpt::Result<int> {
     if (c.hi != sum.first || c.lo != sum.second) return ckpt::Err(ENOENT);
-    return open((dir + (lie ? "/liar" : "/src")).c_str(), O_RDONLY | O_CLOEXEC);
+    return open((dir + (cut ? "/short" : lie ? "/liar" : "/src")).c_str(), O_RDONLY | O_CLOEXEC);
   });
   auto hb = Link::Open({.node_id = "b",
                         .secret = kSecret,
@@ -584,6 +593,19 @@ Test(peer_loads, a_load_comes_from_the_home_checked_whole, .timeout = 60) {
   cr_expect_eq(load(at_b, sum, &got).error(), EBADMSG);
   cr_expect_eq(asker.stats().failures, 1u);
   cr_expect_neq(asker.stats().last_error.find("do not match"), std::string::npos);
+
+  // The home's copy ends early: the second piece fails while others are in
+  // flight; the load waits for them (they write into the caller's file)
+  // and fails in its own time, never EBUSY here.
+  lie = false;
+  cut = true;
+  std::this_thread::sleep_for(std::chrono::seconds(6));  // past the cached descriptor
+  const auto t0 = std::chrono::steady_clock::now();
+  auto cut_st = load(at_b, sum, &got);
+  cr_expect(!cut_st.has_value() && cut_st.error() == EIO, "%s", cut_st ? "ok" : ckpt::ErrStr(cut_st.error()).c_str());
+  cr_expect_lt(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  cr_expect_eq(asker.stats().failures, 2u);
+  cut = false;
 
   // A replica the home holds is served by its checksum, whatever the tier says.
   std::pair<uint64_t, uint64_t> rs;
