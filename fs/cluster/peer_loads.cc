@@ -6,13 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <thread>
-#include <vector>
 
 #include "backend/checksum.h"
 #include "common/config.h"
-#include "common/io.h"
 #include "common/log.h"
 #include "fs/cluster/replicator.h"
 
@@ -140,16 +137,16 @@ int PeerLoads::Cached(const Content& c) {
   return fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
 }
 
-bool PeerLoads::Remember(const Content& c, int fd) {
+void PeerLoads::Remember(const Content& c, int fd, uint64_t Stats::*served) {
   int mine = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   MutexLock l(&mu_);
-  if (open_.count({c.hi, c.lo})) {
+  if (open_.count({c.hi, c.lo})) {  // another serving thread found it first: counted there
     if (mine >= 0) close(mine);
-    return false;  // another serving thread found it first
+    return;
   }
+  stats_.*served += 1;
   if (mine >= 0 && open_.size() < kMaxOpen) open_[{c.hi, c.lo}] = Open{mine, Clock::now()};
   else if (mine >= 0) close(mine);
-  return true;
 }
 
 Result<int> PeerLoads::Serve(const Content& c) {
@@ -164,19 +161,13 @@ Result<int> PeerLoads::Serve(const Content& c) {
       if (h.hash_hi != c.hi || h.hash_lo != c.lo || h.size != c.size) continue;
       auto f = store_->OpenHeld(h.key);
       if (!f) continue;
-      if (Remember(c, f->first)) {
-        MutexLock l(&mu_);
-        stats_.served_from_replicas++;
-      }
+      Remember(c, f->first, &Stats::served_from_replicas);
       return f->first;
     }
   }
   auto fd = local_(c, false);
   if (fd) {
-    if (Remember(c, *fd)) {
-      MutexLock l(&mu_);
-      stats_.served_from_tier++;
-    }
+    Remember(c, *fd, &Stats::served_from_tier);
     return fd;
   }
   if (fd.error() != ENOENT) return fd;
@@ -188,10 +179,7 @@ Result<int> PeerLoads::Serve(const Content& c) {
   if (!home) return Err(ENOENT);
   fd = local_(c, true);  // once from the backend, then from this tier
   if (!fd) return fd;
-  if (Remember(c, *fd)) {
-    MutexLock l(&mu_);
-    stats_.served_after_fetch++;
-  }
+  Remember(c, *fd, &Stats::served_after_fetch);
   return fd;
 }
 

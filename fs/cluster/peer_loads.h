@@ -80,9 +80,10 @@ class PeerLoads {
   // The cached descriptor of c's bytes (the file is read in kFetchPiece
   // pieces: one lookup for all of them); -1 when none.
   int Cached(const Content& c);
-  // Keeps a descriptor of c's bytes for the next pieces; false if another
-  // serving thread had already (so each file served counts once).
-  bool Remember(const Content& c, int fd);
+  // Keeps a descriptor of c's bytes for the next pieces and counts the
+  // file in `served` — unless another serving thread had it already (so
+  // each file served counts once).
+  void Remember(const Content& c, int fd, uint64_t Stats::*served);
 
   const std::string node_;
   Store* const store_;
