@@ -511,9 +511,13 @@ void PrintCluster(const Json& c) {
     if (r.contains("replicas"))
       printf(
           "  replicas of this node's files: %llu each; %llu files (%s) replicated, %llu queued, %llu dropped "
-          "once persisted%s%s\n",
+          "once persisted%s%s%s\n",
           u("replicas"), u("replicated_files"), HumanBytes(U64(r, "replicated_bytes")).c_str(), u("queued"),
-          u("dropped"), Str(r, "last_error").empty() ? "" : "; last error: ", EscapeName(Str(r, "last_error")).c_str());
+          u("dropped"),
+          u("same_group")
+              ? (", " + std::to_string(u("same_group")) + " copies in this node's own failure group").c_str()
+              : "",
+          Str(r, "last_error").empty() ? "" : "; last error: ", EscapeName(Str(r, "last_error")).c_str());
   }
   if (Bool(c, "node_id_clash"))
     printf("  CLASH    another mount writes records as node %s: give each mount its own --node\n",

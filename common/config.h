@@ -106,6 +106,7 @@ struct Config {
   std::string replica_listen;    // --replica-listen HOST:PORT
   std::string cluster_secret;    // --cluster-secret FILE
   uint64_t replica_budget = 0;   // --replica-budget SIZE
+  uint64_t replica_group = 8;    // --replica-group N: member numbers per failure group
   std::string metrics;           // --metrics HOST:PORT ("" : off)
   std::string metrics_textfile;  // --metrics-textfile PATH ("" : off)
   std::string log_level = "info";

@@ -230,7 +230,8 @@ static std::string OpenReplicas(Daemon* d) {
                                   d->replica_store.get());
   if (!link) return "replicas: " + link.error();
   d->replica_link = std::move(*link);
-  d->replica_peers = std::make_unique<replica::Peers>(d->etcd_records, cfg.node, d->replica_link->address());
+  d->replica_peers =
+      std::make_unique<replica::Peers>(d->etcd_records, cfg.node, d->replica_link->address(), cfg.replica_group);
   loads->Attach(d->replica_link.get(), d->replica_peers.get());
   table->core().peer_fetch = [loads](const std::string& path, int fd, uint64_t size, uint64_t hi, uint64_t lo) {
     return loads->Load(replica::Content{.path = path, .size = size, .hi = hi, .lo = lo}, fd);

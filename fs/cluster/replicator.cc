@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "common/log.h"
 
@@ -19,11 +20,12 @@ constexpr auto kRetryMax = std::chrono::seconds(5);
 
 // ---- Peers ----
 
-Peers::Peers(EtcdRecords* records, std::string node, std::string addr)
+Peers::Peers(EtcdRecords* records, std::string node, std::string addr, uint64_t group)
     : records_(records),
       node_(std::move(node)),
       addr_(std::move(addr)),
-      prefix_(records ? records->prefix() + "replicas/" : "") {}
+      prefix_(records ? records->prefix() + "replicas/" : ""),
+      group_(std::max<uint64_t>(group, 1)) {}
 
 void Peers::SetMembersForTest(std::map<std::string, std::string> m) {
   MutexLock l(&mu_);
@@ -137,6 +139,19 @@ std::pair<std::string, std::string> Peers::Home(std::string_view path) const {
   return best;
 }
 
+std::string Peers::GroupOf(std::string_view node, uint64_t group) {
+  size_t i = node.size();
+  while (i > 0 && node[i - 1] >= '0' && node[i - 1] <= '9') i--;
+  size_t digits = i;
+  while (digits < node.size() && node[digits] == '0') digits++;  // n07 is n7
+  if (i == node.size() || node.size() - digits > 18) return std::string(node);
+  uint64_t n = 0;
+  for (size_t j = digits; j < node.size(); j++) n = n * 10 + static_cast<uint64_t>(node[j] - '0');
+  return std::string(node.substr(0, i)) + "#" + std::to_string(n / std::max<uint64_t>(group, 1));
+}
+
+bool Peers::SameGroup(std::string_view a, std::string_view b) const { return GroupOf(a, group_) == GroupOf(b, group_); }
+
 std::vector<std::pair<std::string, std::string>> Peers::Ranked(std::string_view path) const {
   std::vector<std::tuple<uint64_t, std::string, std::string>> s;
   {
@@ -147,8 +162,14 @@ std::vector<std::pair<std::string, std::string>> Peers::Ranked(std::string_view 
     }
   }
   std::sort(s.begin(), s.end(), [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
-  std::vector<std::pair<std::string, std::string>> out;
-  for (auto& [h, node, addr] : s) out.emplace_back(std::move(node), std::move(addr));
+  // The best of each group the file is not in yet, then the rest, each in
+  // rendezvous order: K copies land in K groups other than the writer's
+  // while there are K such groups with a live member.
+  std::set<std::string> used{GroupOf(node_, group_)};
+  std::vector<std::pair<std::string, std::string>> out, rest;
+  for (auto& [h, node, addr] : s)
+    (used.insert(GroupOf(node, group_)).second ? out : rest).emplace_back(std::move(node), std::move(addr));
+  std::move(rest.begin(), rest.end(), std::back_inserter(out));
   return out;
 }
 
@@ -295,9 +316,15 @@ bool Replicator::Send(const Item& it) {
     auto st = link_->Replicate(addr, key, src->fd, src->size, static_cast<uint64_t>(std::max<int64_t>(gate, 0)),
                                &sum_hi, &sum_lo, meta);
     if (st) {
+      const bool same = peers_->SameGroup(node, node_);
       MutexLock l(&mu_);
       held_[v].push_back(addr);
       entries_[v] = it.e;
+      if (same) {
+        stats_.same_group++;
+        LOG_WARN("replicas: {} is held by {} in this node's own failure group (no member of another group took it)",
+                 it.e.path, node);
+      }
       if (static_cast<int>(held_[v].size()) == k_) {
         stats_.replicated_files++;
         stats_.replicated_bytes += src->size;

@@ -7,12 +7,17 @@
 // lease (so a dead member's address goes with it) and every member reads
 // the prefix once, then watches it: O(1) requests per member per join or
 // leave, nothing per checkpoint. A file's holders are the members with the
-// highest rendezvous hash XXH3(path, member) other than the writer: every
+// highest rendezvous hash XXH3(path, member) other than the writer, taken
+// from distinct failure groups first (GroupOf: `--replica-group N`
+// consecutive member numbers, a rack's worth; the writer's own group last),
+// so that one rack lost never takes a file and every copy of it. Every
 // node computes the same order from the same list, a member that joins or
 // leaves moves only the files it wins or held, and the file's home for
-// loads (peer_loads.h: the best member of all) is its writer or its first
-// holder. (It was XXH3(writer.ino.version, member) until loads from peers:
-// a reader knows a file's path and checksum, never its writer's inode.)
+// loads (peer_loads.h: the best member of all) is its writer, its first
+// holder, or a member of the writer's group that holds nothing and fetches
+// it once from the backend. (It was XXH3(writer.ino.version, member) until
+// loads from peers: a reader knows a file's path and checksum, never its
+// writer's inode.)
 //
 // Replicator: one thread takes the closed versions the log announces
 // (OpLog observer), waits while a save is running (the drain's own rule:
@@ -53,17 +58,28 @@ namespace ckpt::fs::replica {
 
 class Peers {
  public:
-  // `addr`: this member's replica link ("" : it advertises none).
-  Peers(EtcdRecords* records, std::string node, std::string addr);
+  // `addr`: this member's replica link ("" : it advertises none); `group`:
+  // members per failure group (GroupOf).
+  Peers(EtcdRecords* records, std::string node, std::string addr, uint64_t group = kDefaultGroup);
   ~Peers();
   Peers(const Peers&) = delete;
   Peers& operator=(const Peers&) = delete;
 
   void Start();
   void Stop();
+  static constexpr uint64_t kDefaultGroup = 8;
+  // A member's failure group: its id with the number it ends in divided by
+  // `group` ("gpu-017" and "gpu-023" are both "gpu-#2" with 8: consecutive
+  // node numbers share a rack), or the id itself when it ends in no digit
+  // (a group of its own). Zeros and length do not matter: "n07" is n7.
+  static std::string GroupOf(std::string_view node, uint64_t group);
   // Every other member with a link, best holder of the file at `path`
-  // first: (node, addr).
+  // first: (node, addr). The best member of each group outside the
+  // writer's comes before any second one of a group (and before the
+  // writer's group), each run in rendezvous order.
   std::vector<std::pair<std::string, std::string>> Ranked(std::string_view path) const;
+  // Whether `a` and `b` share a failure group.
+  bool SameGroup(std::string_view a, std::string_view b) const;
   // The home of the file at `path` (peer_loads.h): the best of every member
   // with a link, this node included; empty when none is known.
   std::pair<std::string, std::string> Home(std::string_view path) const;
@@ -79,6 +95,7 @@ class Peers {
 
   EtcdRecords* const records_;
   const std::string node_, addr_, prefix_;
+  const uint64_t group_;
   mutable Mutex mu_;
   CondVar cv_;
   bool stop_ GUARDED_BY(mu_) = false;
@@ -111,6 +128,9 @@ class Replicator {
   struct Stats {
     int replicas = 0;
     uint64_t queued = 0, replicated_files = 0, replicated_bytes = 0, dropped = 0, waits = 0, failures = 0;
+    // Copies placed in this node's own failure group: no member of another
+    // group took them (Peers::GroupOf).
+    uint64_t same_group = 0;
     std::string last_error;
   };
 

@@ -97,6 +97,7 @@ static Json ReplicasJson(Daemon* d) {
     r["replicated_bytes"] = rs.replicated_bytes;
     r["dropped"] = rs.dropped;
     r["waits"] = rs.waits;
+    r["same_group"] = rs.same_group;
     r["failures"] = rs.failures;
     r["last_error"] = rs.last_error;
   }

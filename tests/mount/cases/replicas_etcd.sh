@@ -3,8 +3,8 @@
 # three mounts a, b, c of one job over one backend and a 1-member etcd,
 # each with a replica link on 127.0.0.1 and the same --cluster-secret.
 #  1. Bad input: --replicas without --cluster-store, a listener on 0.0.0.0,
-#     a secret file others can read, a short secret, --replicas 9: one line,
-#     exit 2, nothing mounted.
+#     a secret file others can read, a short secret, --replicas 9,
+#     --replica-group 0: one line, exit 2, nothing mounted.
 #  2. With a's drain held, a file closed on a becomes `replicated`; one of b
 #     and c holds a replica whose bytes are the file's; status says so on
 #     both sides; `ckptfs latest --safe` names its checkpoint, --persisted
@@ -48,6 +48,7 @@ bad_mount "a secret others can read" --cluster-store "$STORE" --replicas 1 --rep
 bad_mount "a short secret" --cluster-store "$STORE" --replicas 1 --replica-listen 127.0.0.1:0 \
   --cluster-secret "$T/short-secret"
 bad_mount "--replicas 9" --cluster-store "$STORE" --replicas 9 "${REPL[@]}"
+bad_mount "--replica-group 0" --cluster-store "$STORE" --replicas 1 --replica-group 0 "${REPL[@]}"
 bad_mount "--replicas without a listener" --cluster-store "$STORE" --replicas 1 --cluster-secret "$SECRET"
 
 # ---- 2. a file closed on a is replicated on b or c ----

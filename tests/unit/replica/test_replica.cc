@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -708,4 +710,54 @@ Test(replica_link, a_replica_hashed_as_it_goes_is_checked_at_its_end, .timeout =
   cr_expect_eq(p.store->List().size(), 2u);
   close(fd);
   close(fd2);
+}
+
+// --replica-group: copies go to other racks first. A rack is a run of
+// `group` consecutive member numbers; ids without a number are racks of
+// their own.
+Test(replica_placement, copies_go_to_other_failure_groups_first) {
+  cr_expect_eq(Peers::GroupOf("gpu-017", 8), "gpu-#2");
+  cr_expect_eq(Peers::GroupOf("gpu-23", 8), "gpu-#2");
+  cr_expect_eq(Peers::GroupOf("gpu-24", 8), "gpu-#3");
+  cr_expect_eq(Peers::GroupOf("n07", 1), "n#7");
+  cr_expect_eq(Peers::GroupOf("n0", 8), "n#0");
+  cr_expect_eq(Peers::GroupOf("a", 8), "a");
+  cr_expect_eq(Peers::GroupOf("rack3-b", 8), "rack3-b");
+  cr_expect_eq(Peers::GroupOf("x12345678901234567890", 8), "x12345678901234567890", "too long a number: its own");
+  cr_expect_eq(Peers::GroupOf("7", 0), "#7", "a group of 0 is taken as 1");
+
+  // Two racks of four plus this node's rack: n0..n3 (this node n0), n8..n11, n16..n19.
+  std::map<std::string, std::string> m;
+  for (int i : {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19})
+    m["n" + std::to_string(i)] = "127.0.0.1:" + std::to_string(1000 + i);
+  Peers peers(nullptr, "n0", "", 8);
+  peers.SetMembersForTest(m);
+  int writer_rack_first = 0, unranked = 0;
+  for (int f = 0; f < 200; f++) {
+    auto r = peers.Ranked("step" + std::to_string(f) + "/shard.pt");
+    cr_assert_eq(r.size(), 11u);
+    // The first two holders: one in each other rack, never n1..n3.
+    std::set<std::string> racks{Peers::GroupOf(r[0].first, 8), Peers::GroupOf(r[1].first, 8)};
+    cr_expect_eq(racks, (std::set<std::string>{"n#1", "n#2"}), "file %d: %s, %s", f, r[0].first.c_str(),
+                 r[1].first.c_str());
+    for (size_t i = 0; i < r.size(); i++) {
+      if (r[i].first == "n0") unranked++;
+      if (i < 2 && peers.SameGroup(r[i].first, "n0")) writer_rack_first++;
+    }
+    // Stable: every node computes the same order from the same list.
+    cr_expect(r == peers.Ranked("step" + std::to_string(f) + "/shard.pt"));
+  }
+  cr_expect_eq(writer_rack_first, 0);
+  cr_expect_eq(unranked, 0, "the writer never holds its own copy");
+
+  // Every member in one rack: the plain rendezvous order, as before.
+  Peers one(nullptr, "n0", "", 1000);
+  one.SetMembersForTest(m);
+  auto r = one.Ranked("a/b");
+  for (size_t i = 1; i < r.size(); i++) cr_expect(one.SameGroup(r[i].first, "n0"));
+
+  // Spread: over many files each other member is the first holder of some.
+  std::map<std::string, int> first;
+  for (int f = 0; f < 400; f++) first[peers.Ranked("f" + std::to_string(f))[0].first]++;
+  cr_expect_eq(first.size(), 8u, "the first holder is spread over both other racks' eight members");
 }
