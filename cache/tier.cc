@@ -538,6 +538,12 @@ Status Tier::Reserve(uint64_t n, bool wait, bool evict) {
       spares_.pop_back();
       continue;
     }
+    if (outside_relief_ && outside_ > 0) {  // others' spare pages and kept copies go before this node's files
+      lk.Unlock();
+      const uint64_t freed = outside_relief_(missing);
+      lk.Lock();
+      if (freed > 0) continue;
+    }
     if (making_spare_ > 0 && making_spare_ >= missing) {
       // A spare being made (AddSpare) holds the room: it stops at its next
       // chunk, and what it made is dropped above. Waiting for that is
@@ -726,7 +732,22 @@ uint64_t Tier::AllocatedBytes(uint64_t ino) {
 
 TierStats Tier::Stats() {
   MutexLock lk(&mu_);
-  return TierStats{budget_, used_, reserved_, files_.size(), waits_, orphans_};
+  return TierStats{budget_, used_, reserved_, files_.size(), waits_, orphans_, outside_};
+}
+
+bool Tier::TakeOutside(uint64_t n, bool force) {
+  MutexLock lk(&mu_);
+  if (!force && (closed_ || used_ + reserved_ + n > Budget())) return false;
+  outside_ += n;
+  return true;
+}
+
+void Tier::GiveOutside(uint64_t n) {
+  {
+    MutexLock lk(&mu_);
+    outside_ -= std::min(outside_, n);
+  }
+  space_cv_.NotifyAll();
 }
 
 bool Tier::Tight() {

@@ -64,6 +64,9 @@ struct TierStats {
   uint64_t files = 0;     // tier files present
   uint64_t waits = 0;     // writes that had to wait for space
   uint64_t orphans = 0;   // files in <dir>/orphans (bytes of no known inode)
+  uint64_t outside = 0;   // bytes of the budget held outside the tier's files (TakeOutside)
+  // What the tier's files may hold: the budget less what is held outside.
+  uint64_t for_files() const { return budget - std::min(budget, outside); }
 };
 
 class Tier {
@@ -222,6 +225,20 @@ class Tier {
   // How long a write waits for space before ENOSPC. Default 0 (fail at once).
   void set_wait_limit(std::chrono::milliseconds d) { wait_limit_ = d; }
 
+  // Room of the budget held by something beside the tier's own files —
+  // the replicas other members keep on this node (fs/cluster/replica_store.h):
+  // one budget for all this node's memory. TakeOutside(n) takes n bytes if
+  // they fit beside the files and reservations now (nothing evicted, no
+  // wait), or always if `force` (replicas found at start); GiveOutside
+  // returns them. The outside holder's relief, called without the lock when
+  // a reservation or a passthrough writer needs room, gives back what it
+  // can (its spare pages, copies it keeps only to serve loads) and says how
+  // much; RelieveOutside calls it.
+  bool TakeOutside(uint64_t n, bool force = false) EXCLUDES(mu_);
+  void GiveOutside(uint64_t n) EXCLUDES(mu_);
+  void set_outside_relief(std::function<uint64_t(uint64_t need)> fn) { outside_relief_ = std::move(fn); }
+  uint64_t RelieveOutside(uint64_t need) { return outside_relief_ ? outside_relief_(need) : 0; }
+
   // What an evictor could do for a writer that needs space.
   enum class Relief {
     kFreed,     // removed files; try again
@@ -300,12 +317,17 @@ class Tier {
   const std::string dir_;
   const uint64_t budget_;
   uint64_t pressure_limit_ GUARDED_BY(mu_) = ~0ull;
-  // The budget in force: the configured one, or lower under memory pressure.
-  uint64_t Budget() const REQUIRES(mu_) { return std::min(budget_, pressure_limit_); }
+  // The budget in force for the tier's files: the configured one, or lower
+  // under memory pressure, less what is held outside them (TakeOutside).
+  uint64_t Budget() const REQUIRES(mu_) {
+    const uint64_t b = std::min(budget_, pressure_limit_);
+    return b - std::min(b, outside_);
+  }
   const int dirfd_;   // the directory, opened O_NOFOLLOW; every file op is relative to it
   int lock_fd_ = -1;  // flock'ed for the Tier's life
   std::chrono::milliseconds wait_limit_{0};
   std::function<Relief(uint64_t)> evictor_;
+  std::function<uint64_t(uint64_t)> outside_relief_;
   std::vector<std::pair<uint64_t, uint64_t>> attached_;
 
   // Lock order: taken after any fs/ inode lock (InodeTable's); a leaf:
@@ -315,6 +337,7 @@ class Tier {
   std::unordered_map<uint64_t, File> files_ GUARDED_BY(mu_);
   uint64_t used_ GUARDED_BY(mu_) = 0;
   uint64_t reserved_ GUARDED_BY(mu_) = 0;
+  uint64_t outside_ GUARDED_BY(mu_) = 0;
   uint64_t waits_ GUARDED_BY(mu_) = 0;
   uint64_t orphans_ GUARDED_BY(mu_) = 0;
   bool closed_ GUARDED_BY(mu_) = false;

@@ -580,7 +580,10 @@ int CmdStatus(const std::string& mnt_in, bool json) {
   printf("mount      %s -> %s (fsync=%s)\n", EscapeName(mnt).c_str(), EscapeName(Str(j, "backend")).c_str(),
          Str(j, "fsync").c_str());
   if (std::string ro = Str(j, "read_only"); !ro.empty()) printf("READ-ONLY  %s\n", EscapeName(ro).c_str());
-  printf("memory     %s of %s (%.1f%%), %llu writer waits\n", HumanBytes(used).c_str(), HumanBytes(budget).c_str(), pct,
+  printf("memory     %s of %s (%.1f%%)%s, %llu writer waits\n", HumanBytes(used).c_str(), HumanBytes(budget).c_str(),
+         pct,
+         U64(t, "replica_bytes") ? (" + " + HumanBytes(U64(t, "replica_bytes")) + " of other members' replicas").c_str()
+                                 : "",
          static_cast<unsigned long long>(U64(t, "waits")));
   if (const Json& m = Obj(j, "memory"); Bool(m, "under_pressure"))
     printf("PRESSURE   %s available (%s), under --min-free %s: persisted files evicted%s\n",

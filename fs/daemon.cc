@@ -206,6 +206,19 @@ void ReleaseTier(Daemon* d) {
   }
 }
 
+// A replica found the tier full (replica::Store::TakeWanted): persisted
+// files make room, least recently used first, as for a spare — never the
+// last save's files nor the newest --keep-in-memory checkpoints, and only
+// if that covers it. Other members' unpersisted bytes are worth more than
+// this node's copies of what the backend holds.
+static void MakeRoomForReplicas(Daemon* d) {
+  const uint64_t want = d->replica_store->TakeWanted();
+  if (want == 0) return;
+  cache::TierStats s = d->tier->Stats();
+  if (s.used + s.reserved + want > s.for_files())
+    (void)d->table->Evict(s.used + s.reserved + want - s.for_files(), /*all_or_nothing=*/true, /*spare_kept=*/true);
+}
+
 // --replica-listen and --replicas (issue #30, fs/cluster/replicator.h):
 // the store of other members' replicas beside the tier, the link, where
 // the members listen, and the replicator of this node's closed files. ""
@@ -217,6 +230,14 @@ static std::string OpenReplicas(Daemon* d) {
   auto store = replica::Store::Open(cfg.tier_dir + "-replicas", cfg.replica_budget);
   if (!store) return "replicas: cannot open " + cfg.tier_dir + "-replicas: " + ErrStr(store.error());
   d->replica_store = std::move(*store);
+  // One budget (--cache-size) for this node's files and the replicas it
+  // holds: a replica takes the tier's room, and gives its spare pages and
+  // published copies back first when the node's own writes need it.
+  cache::Tier* tier = d->tier.get();
+  replica::Store* rs = d->replica_store.get();
+  rs->ShareRoom({.take = [tier](uint64_t n, bool force) { return tier->TakeOutside(n, force); },
+                 .give = [tier](uint64_t n) { tier->GiveOutside(n); }});
+  tier->set_outside_relief([rs](uint64_t need) { return rs->Relieve(need); });
   InodeTable* table = d->table.get();
   d->peer_loads = std::make_unique<replica::PeerLoads>(
       cfg.node, d->replica_store.get(), [table](const replica::Content& c, bool fetch) {
@@ -587,6 +608,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       try {
         d->table->RelieveOverBudget();
+        if (d->replica_store) MakeRoomForReplicas(d.get());
         if (!cfg.metrics_textfile.empty() && tick % 100 == 0)  // every 5 s
           if (auto st = WriteMetricsTextfile(d.get(), cfg.metrics_textfile); !st && !textfile_warned) {
             textfile_warned = true;

@@ -132,7 +132,71 @@ Store::Incoming::~Incoming() {
 
 void Store::Release(uint64_t n) {
   MutexLock l(&mu_);
-  bytes_ -= std::min(bytes_, n);
+  Resize(n, 0);
+}
+
+void Store::ShareRoom(Room room) {
+  MutexLock l(&mu_);
+  room_ = std::move(room);
+  if (room_.take) room_.take(bytes_, true);  // held before the mount: counted, even past the budget
+}
+
+uint64_t Store::Relieve(uint64_t need) {
+  std::vector<std::string> names;
+  uint64_t before;
+  {
+    MutexLock l(&mu_);
+    before = bytes_;
+    FreeUnneeded(need, &names);
+    before -= bytes_;
+  }
+  Unlink(names);
+  return before;
+}
+
+uint64_t Store::TakeWanted() {
+  MutexLock l(&mu_);
+  return std::exchange(wanted_, 0);
+}
+
+bool Store::Resize(uint64_t from, uint64_t to) {
+  if (to > from) {
+    if (room_.take && !room_.take(to - from, false)) return false;
+    bytes_ += to - from;
+  } else {
+    const uint64_t n = std::min(bytes_, from - to);
+    bytes_ -= n;
+    if (room_.give) room_.give(n);
+  }
+  return true;
+}
+
+void Store::FreeUnneeded(uint64_t need, std::vector<std::string>* names) {
+  // The spares, then published replicas (kept to serve loads), oldest first.
+  uint64_t freed = 0;
+  while (freed < need && !spares_.empty()) {
+    freed += spares_.front().second;
+    Resize(spares_.front().second, 0);
+    names->push_back(spares_.front().first);
+    spares_.erase(spares_.begin());
+  }
+  for (auto it = held_.begin(); freed < need && it != held_.end();) {
+    if (!it->published) {
+      ++it;
+      continue;
+    }
+    freed += it->size;
+    Resize(it->size, 0);
+    names->push_back(FinalName(*it));
+    it = held_.erase(it);
+  }
+}
+
+void Store::Unlink(const std::vector<std::string>& names) const {
+  for (const std::string& name : names) {
+    unlinkat(dirfd_, name.c_str(), 0);
+    unlinkat(dirfd_, (name + kMeta).c_str(), 0);
+  }
 }
 
 Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
@@ -153,42 +217,33 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
           (!fits && best->second < h.size && it->second > best->second))
         best = it;
     }
+    uint64_t reused = 0;
     if (best != spares_.end()) {
       reuse = best->first;
-      bytes_ -= std::min(bytes_, best->second);
+      reused = best->second;
       spares_.erase(best);
     }
-    // The other spares, then published replicas (kept to serve loads), make room, oldest first.
-    while (bytes_ + h.size > limit_ && !spares_.empty()) {
-      bytes_ -= std::min(bytes_, spares_.front().second);
-      evict.push_back(spares_.front().first);
-      spares_.erase(spares_.begin());
+    // Within the limit, and within the node's one budget (the tier's room,
+    // ShareRoom): the other spares and the published copies make room first.
+    if (bytes_ - std::min(bytes_, reused) + h.size > limit_)
+      FreeUnneeded(bytes_ - std::min(bytes_, reused) + h.size - limit_, &evict);
+    bool fits = bytes_ - std::min(bytes_, reused) + h.size <= limit_ && Resize(reused, h.size);
+    if (!fits && bytes_ - std::min(bytes_, reused) + h.size <= limit_) {
+      FreeUnneeded(h.size, &evict);  // the tier is full: what this store holds for nobody goes first
+      fits = Resize(reused, h.size);
+      if (!fits) wanted_ = std::max(wanted_, h.size > reused ? h.size - reused : 0);
     }
-    for (auto it = held_.begin(); bytes_ + h.size > limit_ && it != held_.end();) {
-      if (!it->published) {
-        ++it;
-        continue;
+    if (!fits) {
+      if (!reuse.empty()) {  // no room even so: it goes
+        Resize(reused, 0);
+        evict.push_back(reuse);
       }
-      bytes_ -= std::min(bytes_, it->size);
-      evict.push_back(FinalName(*it));
-      it = held_.erase(it);
-    }
-    if (bytes_ + h.size > limit_) {
-      if (!reuse.empty()) evict.push_back(reuse);  // no room even so: it goes
-      reuse.clear();
-      for (const std::string& name : evict) {
-        unlinkat(dirfd_, name.c_str(), 0);
-        unlinkat(dirfd_, (name + kMeta).c_str(), 0);
-      }
+      Unlink(evict);
       return Err(EAGAIN);
     }
-    bytes_ += h.size;
     incoming_.push_back(h.key);
   }
-  for (const std::string& name : evict) {
-    unlinkat(dirfd_, name.c_str(), 0);
-    unlinkat(dirfd_, (name + kMeta).c_str(), 0);
-  }
+  Unlink(evict);
   const std::string part = kPart + h.key.Name();
   const bool reused = !reuse.empty() && renameat(dirfd_, reuse.c_str(), dirfd_, part.c_str()) == 0;
   if (!reuse.empty() && !reused) unlinkat(dirfd_, reuse.c_str(), 0);
@@ -253,7 +308,7 @@ Status Store::Drop(const Key& k) {
     spares_.emplace_back(spare, h.size);  // still counted in bytes_
     return {};
   }
-  bytes_ -= std::min(bytes_, h.size);
+  Resize(h.size, 0);
   if (unlinkat(dirfd_, name.c_str(), 0) != 0 && errno != ENOENT) return ErrFromErrno();
   return {};
 }

@@ -1,7 +1,11 @@
 // replica_store.h — the replicas a holder keeps for other members (issue
-// #30): one file per replica in a directory of the memory tier, within a
-// byte limit of its own, so replicas never take the room of this node's own
-// saves (docs/replicas.md, "Backpressure never reaches a save").
+// #30): one file per replica in a directory beside the memory tier, within
+// a byte limit of their own (--replica-budget, a share of the budget) and
+// within the node's one budget, which they share with its files
+// (ShareRoom): a replica takes only room the node's files leave, and gives
+// back its spare pages and published copies first when they need it, so
+// replicas never take the room of this node's own saves (docs/replicas.md,
+// "Backpressure never reaches a save").
 //
 // A replica arrives into `.part-NAME` (sized and mapped at Begin, filled by
 // chunks in any order), is checked against the writer's content checksum at
@@ -18,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -93,6 +98,24 @@ class Store {
   Result<std::pair<int, Held>> OpenHeld(const Key& k) const;
   std::vector<Held> List() const;
 
+  // One budget with the tier (cache/tier.h TakeOutside): from here on
+  // every byte this store holds (held, reserved, spare) is taken from
+  // `room` first, what is held now at once (even past the budget), and a
+  // replica that finds no room there beside the node's own files, once
+  // this store's spares and published copies are gone, waits (EAGAIN;
+  // TakeWanted says how much, for the evictor of the node's persisted files).
+  struct Room {
+    std::function<bool(uint64_t n, bool force)> take;
+    std::function<void(uint64_t n)> give;
+  };
+  void ShareRoom(Room room);
+  // For a need of `need` bytes of the room: spares, then published copies,
+  // oldest first, are given back. The bytes freed.
+  uint64_t Relieve(uint64_t need);
+  // The room the last replica that did not fit the tier asked for (0:
+  // none); cleared.
+  uint64_t TakeWanted();
+
   uint64_t bytes() const;  // held, reserved and spare
   uint64_t spare_bytes() const;
   // The earliest gate time among the replicas held (0: none).
@@ -102,6 +125,13 @@ class Store {
  private:
   Store(std::string dir, int dirfd, uint64_t limit) : dir_(std::move(dir)), dirfd_(dirfd), limit_(limit) {}
   void Release(uint64_t n);
+  // bytes_ from `from` to `to` more or less, the room taken or given with
+  // it; false (nothing changed): the room has not the difference.
+  bool Resize(uint64_t from, uint64_t to) REQUIRES(mu_);
+  // Spares, then published copies, until `need` bytes are freed; their
+  // names, to unlink without the lock, appended to `names`.
+  void FreeUnneeded(uint64_t need, std::vector<std::string>* names) REQUIRES(mu_);
+  void Unlink(const std::vector<std::string>& names) const;
   std::string FinalName(const Held& h) const;
 
   const std::string dir_;
@@ -113,6 +143,8 @@ class Store {
   std::vector<Key> incoming_ GUARDED_BY(mu_);
   std::vector<std::pair<std::string, uint64_t>> spares_ GUARDED_BY(mu_);  // dropped replicas' files: name, size
   uint64_t next_spare_ GUARDED_BY(mu_) = 0;
+  Room room_ GUARDED_BY(mu_);
+  uint64_t wanted_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckpt::fs::replica

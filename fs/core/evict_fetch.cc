@@ -70,29 +70,35 @@ void InodeTable::RelieveOverBudget() {
   // Nothing clean was left to evict: the kernel's writes cannot be made to
   // wait. Said once per episode, not every 50 ms.
   cache::TierStats s = core_.tier()->Stats();
-  if (s.used <= s.budget) return core_.residency.WithinBudget();
+  if (s.used <= s.for_files()) return core_.residency.WithinBudget();
   if (!core_.residency.OverBudgetBegins()) return;
   std::string writers;
   {
     MutexLock lk(&mu());
     for (uint64_t ino : core_.passthrough.Writers()) writers += (writers.empty() ? "ino " : ", ") + std::to_string(ino);
   }
-  LOG_WARN("tier: {} of {} bytes in use, over the budget: passthrough writer(s) ({}) wrote more than the largest "
-           "file before them and nothing clean is left to evict",
-           s.used, s.budget, writers.empty() ? "closed since" : writers);
+  LOG_WARN(
+      "tier: {} of {} bytes in use, over the budget: passthrough writer(s) ({}) wrote more than the largest "
+      "file before them and nothing clean is left to evict",
+      s.used, s.for_files(), writers.empty() ? "closed since" : writers);
 }
 
 void InodeTable::EvictIfOverBudget() {
   cache::TierStats s = core_.tier()->Stats();
-  if (s.used + s.reserved <= s.budget) return;
+  if (s.used + s.reserved <= s.for_files()) return;
   // Spares go before any file: evicting a file a reader will want back to
-  // keep pages nobody asked for yet would be the wrong way round.
+  // keep pages nobody asked for yet would be the wrong way round. So do
+  // the replicas' spares and the copies kept only to serve loads.
   if (core_.tier()->Spares().second > 0) {
     core_.tier()->DropSpares();
     s = core_.tier()->Stats();
-    if (s.used + s.reserved <= s.budget) return;
+    if (s.used + s.reserved <= s.for_files()) return;
   }
-  (void)Evict(s.used + s.reserved - s.budget);
+  if (core_.tier()->RelieveOutside(s.used + s.reserved - s.for_files()) > 0) {
+    s = core_.tier()->Stats();
+    if (s.used + s.reserved <= s.for_files()) return;
+  }
+  (void)Evict(s.used + s.reserved - s.for_files());
 }
 
 cache::Tier::Relief InodeTable::Evict(uint64_t need, bool all_or_nothing, bool spare_kept) {

@@ -62,7 +62,7 @@ bool PassthroughFiles::Room(const Inode* n, bool trunc) const {
 uint64_t PassthroughFiles::Shortfall(const Inode* n, bool trunc) const {
   cache::TierStats s = tier_->Stats();
   uint64_t taken = s.used + s.reserved - std::min(s.used, tier_->Spares().first);  // spares are free space
-  uint64_t free = s.budget > taken ? s.budget - taken : 0;
+  uint64_t free = s.for_files() > taken ? s.for_files() - taken : 0;
   // The kernel writes without asking: the last version's size must fit,
   // with an eighth of the budget to spare; otherwise the copying path,
   // which can make the writer wait for space.

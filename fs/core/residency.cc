@@ -196,8 +196,8 @@ void Residency::RefillSpares(bool passthrough) {
     // never come. Not before the mount's first save: what the tier
     // re-attached is what a restarted trainer reads next.
     cache::TierStats s = tier_->Stats();
-    if (s.used + s.reserved + bytes + headroom > s.budget)
-      (void)evict_(s.used + s.reserved + bytes + headroom - s.budget, true, /*spare_kept=*/true);
+    if (s.used + s.reserved + bytes + headroom > s.for_files())
+      (void)evict_(s.used + s.reserved + bytes + headroom - s.for_files(), true, /*spare_kept=*/true);
   }
   // Cut short when a save or a load begins: the part made is kept.
   if (tier_->AddSpare(bytes, headroom, [this] {

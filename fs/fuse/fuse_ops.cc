@@ -32,6 +32,7 @@
 #include "common/log.h"
 #include "common/mounts.h"
 #include "common/text.h"
+#include "fs/cluster/replica_store.h"
 #include "fs/daemon.h"
 #include "fs/fuse/ops.h"
 
@@ -392,10 +393,16 @@ void ckpt_statfs(fuse_req_t req, fuse_ino_t ino) {
     sv.f_frsize = kBlock;
     sv.f_blocks = t.budget / kBlock;
     // Pre-allocated spares are free space to a writer (the first pages
-    // given back when one needs room): df shows what files hold.
+    // given back when one needs room): df shows what files hold. Other
+    // members' replicas share the budget (--replicas): free but not
+    // available, as a file system's reserved blocks are, so `df` shows them
+    // apart — Size − Used − Avail.
     const uint64_t spares = std::min(d->table->core().tier()->Spares().first, t.used);
     uint64_t used = std::min(t.used - spares, t.budget);
-    sv.f_bfree = sv.f_bavail = (t.budget - used) / kBlock;
+    uint64_t replicas = 0;
+    if (d->replica_store) replicas = std::min(t.outside, d->replica_store->bytes() - d->replica_store->spare_bytes());
+    sv.f_bfree = (t.budget - used) / kBlock;
+    sv.f_bavail = (t.budget - used - std::min(replicas, t.budget - used)) / kBlock;
     sv.f_files = ns.inodes + (1ull << 32);
     sv.f_ffree = sv.f_favail = 1ull << 32;
     sv.f_fsid = d->fs_id;

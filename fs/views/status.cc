@@ -156,6 +156,7 @@ std::string StatusJson(Daemon* d) {
        {{"budget", t.budget},
         {"used", t.used},
         {"reserved", t.reserved},
+        {"replica_bytes", t.outside},
         {"tier_files", t.files},
         {"waits", t.waits},
         {"writers_waiting", d->space_waiter ? d->space_waiter->Queued() : 0},

@@ -6,7 +6,8 @@
 #     a secret file others can read, a short secret, --replicas 9,
 #     --replica-group 0: one line, exit 2, nothing mounted.
 #  2. With a's drain held, a file closed on a becomes `replicated`; one of b
-#     and c holds a replica whose bytes are the file's; status says so on
+#     and c holds a replica whose bytes are the file's, in its tier's budget
+#     (status, and df: free but not available); status says so on
 #     both sides; `ckptfs latest --safe` names its checkpoint, --persisted
 #     does not.
 #  3. The holder leaves the cluster: the file is sent to the other member
@@ -90,6 +91,16 @@ repl_of "$H" 'assert j["held_files"] == 1 and j["held_bytes"] == 9437185, j' ||
   fail "$holder's status: $(repl_of "$H" 'print(j)')"
 grep -q "replicas held here for 2 other member(s): 1 files" <<< "$("$CKPTFS" status "$H")" ||
   fail "$holder's status text: $("$CKPTFS" status "$H")"
+# One budget: the replica takes the holder's tier room, shown apart in
+# status and in df (free but not available: Size - Used - Avail).
+status_json "$H" | $PY -c "import json,sys; t=json.load(sys.stdin)['tier']; assert t['replica_bytes'] == 9437185, t" ||
+  fail "$holder's tier does not count the replica: $(status_json "$H")"
+grep -q "of other members' replicas" <<< "$("$CKPTFS" status "$H")" || fail "status text: $("$CKPTFS" status "$H")"
+read -r size used avail < <(df -B1 --output=size,used,avail "$H" | tail -1)
+apart=$((size - used - avail))
+[ "$apart" -ge 9437185 ] && [ "$apart" -le $((9437185 + 8192)) ] ||
+  fail "df of $holder: size $size - used $used - avail $avail = $apart, not the replica's 9437185 bytes"
+note "df of $holder: $apart bytes of the budget held for a's replica, apart from its files"
 note "a's shard replicated on $holder"
 
 # ---- 3. the holder leaves: the shard goes to the other member ----

@@ -833,3 +833,34 @@ Test(tier, a_write_takes_the_room_of_a_spare_being_made) {
   cr_assert_leq(t->Stats().used, 128u << 20);
   cr_assert(ReadFile(t->PathOf(3)) == Pattern(64 << 20, 'w'));
 }
+
+// Other members' replicas share the budget (TakeOutside): they take room
+// only beside the files, and give back what they can when a write needs it.
+Test(tier, room_held_outside_the_files_shares_the_budget) {
+  auto t = OpenTier(64 * kKiB);
+  MustWrite(t.get(), 1, 0, Pattern(32 * kKiB, 'a'));
+  cr_expect(t->TakeOutside(24 * kKiB));
+  cr_expect_not(t->TakeOutside(16 * kKiB), "32 + 24 + 16 KiB is past the 64 KiB budget");
+  cr_expect_eq(t->Stats().outside, 24 * kKiB);
+  cr_expect_eq(t->Stats().for_files(), 40 * kKiB);
+  // A write that does not fit beside them: the outside holder's relief is
+  // asked first (it gives back 16 KiB of its 24), then the write goes on.
+  uint64_t asked = 0;
+  t->set_outside_relief([&](uint64_t need) {
+    asked = need;
+    t->GiveOutside(16 * kKiB);
+    return 16 * kKiB;
+  });
+  MustWrite(t.get(), 2, 0, Pattern(16 * kKiB, 'b'));
+  cr_expect_eq(asked, 8 * kKiB, "32 + 24 + 16 − 64: the bytes missing");
+  cr_expect_eq(t->Stats().outside, 8 * kKiB);
+  // Nothing more to give: the write is refused as before (no evictor here).
+  t->set_outside_relief([](uint64_t) { return uint64_t{0}; });
+  auto r = WriteAt(t.get(), 3, 0, Pattern(16 * kKiB, 'c'));
+  cr_expect_eq(r.error(), ENOSPC);
+  // Forced (what a holder found at start): counted even past the budget.
+  cr_expect(t->TakeOutside(64 * kKiB, true));
+  cr_expect_eq(t->Stats().for_files(), 0u);
+  t->GiveOutside(1ull << 40);
+  cr_expect_eq(t->Stats().outside, 0u);
+}

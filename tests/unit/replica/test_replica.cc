@@ -761,3 +761,72 @@ Test(replica_placement, copies_go_to_other_failure_groups_first) {
   for (int f = 0; f < 400; f++) first[peers.Ranked("f" + std::to_string(f))[0].first]++;
   cr_expect_eq(first.size(), 8u, "the first holder is spread over both other racks' eight members");
 }
+
+// One budget with the tier (Store::ShareRoom): every byte held is taken
+// from the room first; a replica that finds none waits (EAGAIN) and says
+// how much it wanted, once the store's own spares and published copies
+// are gone; Relieve gives those back for the node's own writes.
+Test(replica_store, replicas_take_the_tiers_room_and_give_back_what_they_can) {
+  std::string dir = TempDir();
+  const uint64_t n = 300000;
+  std::string data(n, 'r');
+  auto sum = ckpt::backend::ContentChecksum(data.data(), data.size());
+  auto hold = [&](Store& st, uint64_t ino) {
+    auto in = st.Begin(Held{.key = {.writer = "w", .ino = ino, .version = 1},
+                            .size = n,
+                            .gate_us = 5,
+                            .hash_hi = sum.first,
+                            .hash_lo = sum.second,
+                            .meta = "m"});
+    if (!in) return in.error();
+    std::memcpy((*in)->data(), data.data(), n);
+    cr_assert(st.Commit(std::move(*in)).has_value());
+    return 0;
+  };
+  {
+    auto s = Store::Open(dir + "/r", 10 * n);
+    cr_assert(s.has_value());
+    cr_assert_eq(hold(**s, 1), 0);
+  }
+  auto s = Store::Open(dir + "/r", 10 * n);
+  cr_assert(s.has_value());
+  Store& st = **s;
+  // The room: 2.5 replicas' worth. What is held at start is taken at once.
+  uint64_t room = 5 * n / 2, taken = 0;
+  st.ShareRoom({.take =
+                    [&](uint64_t b, bool force) {
+                      if (!force && taken + b > room) return false;
+                      taken += b;
+                      return true;
+                    },
+                .give = [&](uint64_t b) { taken -= std::min(taken, b); }});
+  cr_expect_eq(taken, n, "the replica found at start is counted");
+  cr_expect_eq(hold(st, 2), 0);
+  cr_expect_eq(taken, 2 * n);
+  cr_expect_eq(hold(st, 3), EAGAIN, "no room beside the node's own files: the writer waits");
+  cr_expect_eq(st.TakeWanted(), n, "and the evictor is told how much");
+  cr_expect_eq(st.TakeWanted(), 0u, "once");
+  cr_expect_eq(taken, 2 * n);
+  // A dropped replica's pages stay as a spare (still taken); the next
+  // replica is written into them without more room.
+  cr_assert(st.Drop(Key{.writer = "w", .ino = 1, .version = 1}).has_value());
+  cr_expect_eq(taken, 2 * n);
+  cr_expect_eq(hold(st, 3), 0, "into the spare's pages");
+  cr_expect_eq(taken, 2 * n);
+  // The node's own write needs room: a published copy goes, never one the
+  // cluster counts on.
+  cr_expect(st.Retire(Key{.writer = "w", .ino = 2, .version = 1}));
+  cr_expect_eq(st.Relieve(1), n);
+  cr_expect_eq(taken, n);
+  cr_expect_eq(st.Relieve(n), 0u, "nothing left but a replica a writer counts on");
+  cr_expect_eq(st.List().size(), 1u);
+  cr_expect_eq(st.bytes(), taken, "the store and the room agree");
+  // A replica that failed its checksum gives its room back.
+  Held bad{.key = {.writer = "w", .ino = 9, .version = 1}, .size = n, .hash_hi = 1, .hash_lo = 2};
+  auto in = st.Begin(bad);
+  cr_assert(in.has_value());
+  cr_expect_eq(taken, 2 * n);
+  cr_expect_eq(st.Commit(std::move(*in)).error(), EBADMSG);
+  cr_expect_eq(taken, n);
+  fsys::remove_all(dir);
+}
