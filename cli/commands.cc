@@ -496,10 +496,13 @@ void PrintCluster(const Json& c) {
     if (u("peers_refused") || u("chunks_refused"))
       printf("; REFUSED %llu peer(s), %llu replica(s) with bad checksums", u("peers_refused"), u("chunks_refused"));
     printf("\n");
-    if (u("published_for_dead") || u("takeover_failures"))
-      printf("  replicas published here for dead members: %llu files (%s), %llu kept to serve loads%s%s\n",
-             u("published_for_dead"), HumanBytes(U64(r, "published_for_dead_bytes")).c_str(), u("kept_published_files"),
-             Str(r, "takeover_error").empty() ? "" : "; last error: ", EscapeName(Str(r, "takeover_error")).c_str());
+    if (u("published_for_dead") || u("entries_applied_for_dead") || u("takeover_failures"))
+      printf(
+          "  replicas published here for dead members: %llu files (%s), %llu namespace entries, %llu kept to "
+          "serve loads%s%s\n",
+          u("published_for_dead"), HumanBytes(U64(r, "published_for_dead_bytes")).c_str(),
+          u("entries_applied_for_dead"), u("kept_published_files"),
+          Str(r, "takeover_error").empty() ? "" : "; last error: ", EscapeName(Str(r, "takeover_error")).c_str());
     if (auto l = r.find("loads"); l != r.end() && l->is_object()) {
       auto v = [&l](const char* k) { return static_cast<unsigned long long>(U64(*l, k)); };
       printf(

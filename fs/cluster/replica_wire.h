@@ -68,6 +68,10 @@ std::optional<Msg> Decode(const void* p, size_t len);
 bool ValidNodeId(std::string_view id);
 
 // A replica: version `version` of inode `ino` written on node `writer`.
+// The ino of a namespace entry's replica (mkdir, rename, unlink...; its
+// version is the entry's seq): no file has it (the root is 1).
+inline constexpr uint64_t kEntryIno = 0;
+
 struct Key {
   std::string writer;
   uint64_t ino = 0, version = 0;

@@ -1,6 +1,8 @@
 // replicator.cc — see replicator.h.
 #include "fs/cluster/replicator.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -210,13 +212,22 @@ void Replicator::Observe(const std::vector<meta::LogEntry>& entries) {
   bool any = false;
   {
     MutexLock l(&mu_);
-    for (const auto& e : entries)
-      if (e.op == meta::LogOp::kPersist) {
-        queue_.push_back(Item{e, Clock::now(), 0});
-        pending_.insert({e.ino, e.version});
-        stats_.queued++;
-        any = true;
+    for (const auto& e : entries) {
+      // A file's version, or a namespace entry (mkdir, rename, unlink...):
+      // those go as small replicas of their own, key (0, seq), so that a
+      // holder applies them in the dead writer's place, in its order — a
+      // checkpoint written as step.tmp/ and renamed to step/ after its
+      // files closed lands as step/, not step.tmp/.
+      Item it{e, Clock::now(), 0};
+      if (e.op != meta::LogOp::kPersist) {
+        it.e.ino = kEntryIno;
+        it.e.version = e.seq;
       }
+      pending_.insert({it.e.ino, it.e.version});
+      queue_.push_back(std::move(it));
+      stats_.queued++;
+      any = true;
+    }
   }
   if (any) cv_.NotifyAll();
 }
@@ -269,16 +280,31 @@ void Replicator::ForgetGoneHolders() {
       if (auto e = entries_.find(it->first); e != entries_.end()) {
         queue_.push_front(Item{e->second, Clock::now(), 1});
         pending_.insert(it->first);
-        if (static_cast<int>(before) >= k_) stats_.replicated_files -= std::min<uint64_t>(stats_.replicated_files, 1);
+        uint64_t& n = it->first.first == kEntryIno ? stats_.replicated_entries : stats_.replicated_files;
+        if (static_cast<int>(before) >= k_) n -= std::min<uint64_t>(n, 1);
       }
     }
     ++it;
   }
 }
 
+namespace {
+// A namespace entry's bytes, for the link: its encoding in an anonymous
+// memory file (the link sends from a descriptor).
+Result<Replicator::Source> EntrySource(const meta::LogEntry& e) {
+  const std::string bytes = meta::EncodeLogEntry(e);
+  int fd = memfd_create("ckptfs-entry", MFD_CLOEXEC);
+  if (fd < 0) return ErrFromErrno();
+  auto keep = std::shared_ptr<const void>(nullptr, [fd](const void*) { close(fd); });
+  if (pwrite(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) return Err(EIO);
+  return Replicator::Source{keep, fd, bytes.size()};
+}
+}  // namespace
+
 bool Replicator::Send(const Item& it) {
   const Version v{it.e.ino, it.e.version};
-  auto src = ports_.source(it.e);
+  const bool entry = it.e.ino == kEntryIno;  // a namespace entry (Observe)
+  auto src = entry ? EntrySource(it.e) : ports_.source(it.e);
   if (!src) {
     const int e = src.error();
     if (e == ESTALE || e == ENODATA || e == ENOENT) return true;  // superseded or gone: nothing to keep
@@ -325,7 +351,9 @@ bool Replicator::Send(const Item& it) {
         LOG_WARN("replicas: {} is held by {} in this node's own failure group (no member of another group took it)",
                  it.e.path, node);
       }
-      if (static_cast<int>(held_[v].size()) == k_) {
+      if (static_cast<int>(held_[v].size()) == k_ && entry) {
+        stats_.replicated_entries++;
+      } else if (static_cast<int>(held_[v].size()) == k_) {
         stats_.replicated_files++;
         stats_.replicated_bytes += src->size;
         LOG_DEBUG("replicas: ino {} version {} ({}, {} bytes) replicated {} time(s) in {:.3f} s (checksum included)",

@@ -19,7 +19,10 @@
 // loads from peers: a reader knows a file's path and checksum, never its
 // writer's inode.)
 //
-// Replicator: one thread takes the closed versions the log announces
+// Replicator: one thread takes the closed versions the log announces, and
+// its namespace entries (mkdir, rename, unlink...: small replicas of key
+// (kEntryIno, seq) whose bytes are the encoded entry, which a holder applies
+// in a dead writer's place: takeover.h),
 // (OpLog observer), waits while a save is running (the drain's own rule:
 // replication never competes with the trainer), hashes the version's bytes
 // (the content checksum the holder checks the replica against) and sends
@@ -131,6 +134,7 @@ class Replicator {
     // Copies placed in this node's own failure group: no member of another
     // group took them (Peers::GroupOf).
     uint64_t same_group = 0;
+    uint64_t replicated_entries = 0;  // namespace entries (mkdir, rename, unlink...) held K times
     std::string last_error;
   };
 

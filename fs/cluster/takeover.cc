@@ -9,6 +9,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "fs/drain/drain.h"
 
 namespace ckpt::fs::replica {
 namespace {
@@ -128,20 +129,63 @@ void Takeover::Pass() {
 }
 
 void Takeover::PublishFor(const std::string& writer, std::vector<Held> held) {
-  std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) { return a.gate_us < b.gate_us; });
+  // The writer's order: its gates are one µs apart at least (OpLog), so
+  // (gate, seq) is its log order across every holder.
+  auto seq = [](const Held& h) {
+    auto m = DecodeMeta(h.meta);
+    return m ? m->seq : 0;
+  };
+  std::sort(held.begin(), held.end(), [&](const Held& a, const Held& b) {
+    return a.gate_us != b.gate_us ? a.gate_us < b.gate_us : seq(a) < seq(b);
+  });
   for (const Held& h : held) {
     {
       MutexLock l(&mu_);
       if (stop_) return;
     }
-    if (!cluster_->MayPublishAs(static_cast<int64_t>(h.gate_us), writer)) return;  // next pass
-    const Outcome o = Publish(h);
+    // Another holder's record names its earliest held gate + 1 µs (so that
+    // a live writer never waits for its own replica): asked as gate + 1, an
+    // entry of this writer held elsewhere with an earlier gate holds this
+    // one back, however close — a rename never goes before the file it moves.
+    if (!cluster_->MayPublishAs(static_cast<int64_t>(h.gate_us) + 1, writer)) return;  // next pass
+    const Outcome o = h.key.ino == kEntryIno ? Apply(h) : Publish(h);
     if (o == Outcome::kLater) return;
     // Kept, published, while its room is not needed: the replacement node
-    // and the others load it from here (this holder is its home now).
-    if (o == Outcome::kLost || !store_->Retire(h.key)) (void)store_->Drop(h.key);
+    // and the others load it from here (this holder is its home now). A
+    // namespace entry, once applied, serves nothing.
+    if (o == Outcome::kLost || h.key.ino == kEntryIno || !store_->Retire(h.key)) (void)store_->Drop(h.key);
     cluster_->Poke();  // the record no longer names this gate: the others go on
   }
+}
+
+Takeover::Outcome Takeover::Apply(const Held& h) {
+  const std::string what = "node " + h.key.writer + "'s namespace entry " + std::to_string(h.key.version);
+  auto held = store_->OpenHeld(h.key);
+  if (!held) {
+    Fail("cannot open the replica of " + what + ": " + ErrStr(held.error()));
+    return Outcome::kLater;
+  }
+  std::string bytes(std::min<uint64_t>(h.size, 1u << 20), '\0');
+  const ssize_t got = pread(held->first, bytes.data(), bytes.size(), 0);
+  close(held->first);
+  if (got != static_cast<ssize_t>(bytes.size())) return Lose("cannot read " + what);
+  auto e = meta::DecodeLogEntry(bytes);
+  if (!e || e->op == meta::LogOp::kPersist) return Lose(what + ": not an entry this version reads");
+  const std::string desc = what + " (" + meta::LogOpName(e->op) + " " + EscapeName(e->path) +
+                           (e->path2.empty() ? "" : " -> " + EscapeName(e->path2)) + ")";
+  // As the drain replays it: ENOENT is what a replay of a done entry (or
+  // one on a file never persisted) finds, and nothing is left to do.
+  auto st = fs::ApplyToBackend(backend_, *e);
+  if (!st && st.error() != ENOENT) {
+    if (Permanent(st.error()) || st.error() == EEXIST || st.error() == ENOTEMPTY)
+      return Lose("cannot apply " + desc + ": " + ErrStr(st.error()));
+    Fail("cannot apply " + desc + " for the dead node: " + ErrStr(st.error()));
+    return Outcome::kLater;
+  }
+  LOG_WARN("replicas: applied {} in its place{}", desc, st ? "" : " (nothing there: done before, or never persisted)");
+  MutexLock l(&mu_);
+  stats_.applied_entries++;
+  return Outcome::kInBackend;
 }
 
 Takeover::Outcome Takeover::Publish(const Held& h) {

@@ -44,6 +44,7 @@ class Takeover {
   struct Stats {
     uint64_t published = 0, published_bytes = 0, already_there = 0, collected = 0, failures = 0;
     uint64_t lost = 0;  // a dead node's replicas the backend refused for good (dropped, logged)
+    uint64_t applied_entries = 0;  // a dead node's namespace entries applied in its place
     std::string last_error;
   };
   // `peers`: which writers still advertise a link (live, cheaply).
@@ -69,6 +70,9 @@ class Takeover {
   // replica is then kept, published, to serve loads: Store::Retire);
   // kLater: tried again next pass; kLost: dropped.
   Outcome Publish(const Held& h);
+  // Applies a namespace entry (a replica of key ino kEntryIno, its bytes
+  // the encoded log entry: Replicator::Observe) to the backend.
+  Outcome Apply(const Held& h);
   void Fail(const std::string& why);
   // A replica that can never be published: logged as lost; kLost.
   Outcome Lose(const std::string& why);

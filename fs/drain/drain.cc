@@ -512,21 +512,25 @@ bool Drainer::WaitCluster(const LogEntry& e) {
   return true;
 }
 
+Status ApplyToBackend(backend::Backend* b, const LogEntry& e) {
+  const backend::Attrs attrs{e.mode & 07777, e.uid, e.gid, e.has_owner, e.mtime.sec, e.mtime.nsec};
+  switch (e.op) {
+    case LogOp::kMkdir: return b->Mkdir(e.path, attrs);
+    case LogOp::kRmdir: return b->Rmdir(e.path);
+    case LogOp::kUnlink: return b->Remove(e.path);
+    case LogOp::kRename: return b->Rename(e.path, e.path2, e.flags & 1);
+    case LogOp::kSymlink: return b->Symlink(e.path, e.path2, attrs);
+    case LogOp::kLink: return b->Link(e.path, e.path2);
+    case LogOp::kSetattr: return b->SetAttr(e.path, attrs);
+    case LogOp::kPersist: break;
+  }
+  return {};
+}
+
 int Drainer::ApplyNamespace(const LogEntry& e) {
   if (!WaitCluster(e)) return ECANCELED;
   if (WhilePaused()) return ECANCELED;
-  Status st;
-  const backend::Attrs attrs{e.mode & 07777, e.uid, e.gid, e.has_owner, e.mtime.sec, e.mtime.nsec};
-  switch (e.op) {
-    case LogOp::kMkdir: st = backend_->Mkdir(e.path, attrs); break;
-    case LogOp::kRmdir: st = backend_->Rmdir(e.path); break;
-    case LogOp::kUnlink: st = backend_->Remove(e.path); break;
-    case LogOp::kRename: st = backend_->Rename(e.path, e.path2, e.flags & 1); break;
-    case LogOp::kSymlink: st = backend_->Symlink(e.path, e.path2, attrs); break;
-    case LogOp::kLink: st = backend_->Link(e.path, e.path2); break;
-    case LogOp::kSetattr: st = backend_->SetAttr(e.path, attrs); break;
-    case LogOp::kPersist: break;
-  }
+  Status st = ApplyToBackend(backend_, e);
   // ENOENT: the entry names something whose bytes never reached the backend
   // (renamed or linked while still open, then sealed under the new name);
   // the later persist entry brings it. Replaying it is a no-op.

@@ -76,6 +76,12 @@ struct DrainStats {
 // after its first log line.
 bool IsPermanent(int err);
 
+// Applies one namespace entry (mkdir, rmdir, unlink, rename, symlink, link,
+// setattr) to the backend, as the drain does; ENOENT: what it names is not
+// there (replayed, or never persisted), the caller's to judge. Also the
+// takeover's, for a dead member's entries (fs/cluster/takeover.h).
+Status ApplyToBackend(backend::Backend* b, const meta::LogEntry& e);
+
 // The nice value of the threads that copy bytes to the backend.
 inline constexpr int kStagerNice = 10;
 

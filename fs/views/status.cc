@@ -51,14 +51,21 @@ static uint64_t SubFloor(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }  
 static Json ReplicasJson(Daemon* d) {
   replica::Link::Counters lc = d->replica_link->counters();
   const auto list = d->replica_store->List();
-  const size_t held = list.size();
-  size_t published = 0;
-  for (const auto& h : list) published += h.published;
+  size_t files = 0, published = 0, entries = 0;
+  uint64_t entry_bytes = 0;
+  for (const auto& h : list) {
+    const bool entry = h.key.ino == replica::kEntryIno;
+    entries += entry;
+    entry_bytes += entry ? h.size : 0;
+    published += !entry && h.published;
+    files += !entry && !h.published;
+  }
   Json r = {{"listen", d->replica_link->address()},
             {"peers", d->replica_peers ? d->replica_peers->count() : 0},
-            {"held_files", held - published},
+            {"held_files", files},
+            {"held_entries", entries},  // other members' namespace entries (mkdir, rename...)
             {"kept_published_files", published},
-            {"held_bytes", SubFloor(d->replica_store->bytes(), d->replica_store->spare_bytes())},
+            {"held_bytes", SubFloor(d->replica_store->bytes(), d->replica_store->spare_bytes() + entry_bytes)},
             {"spare_bytes", d->replica_store->spare_bytes()},
             {"budget_bytes", d->replica_store->limit()},
             {"peers_refused", lc.peers_refused},
@@ -82,6 +89,7 @@ static Json ReplicasJson(Daemon* d) {
   if (d->takeover) {
     replica::Takeover::Stats ts = d->takeover->stats();
     r["published_for_dead"] = ts.published;
+    r["entries_applied_for_dead"] = ts.applied_entries;
     r["published_for_dead_bytes"] = ts.published_bytes;
     r["already_in_backend"] = ts.already_there;
     r["collected"] = ts.collected;
@@ -95,6 +103,7 @@ static Json ReplicasJson(Daemon* d) {
     r["queued"] = rs.queued;
     r["replicated_files"] = rs.replicated_files;
     r["replicated_bytes"] = rs.replicated_bytes;
+    r["replicated_entries"] = rs.replicated_entries;
     r["dropped"] = rs.dropped;
     r["waits"] = rs.waits;
     r["same_group"] = rs.same_group;

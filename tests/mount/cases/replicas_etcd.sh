@@ -77,11 +77,11 @@ wait_for 30 "a's shard never became replicated (state $(state_of "$A/global_step
 [ ! -e "$BACKEND/global_step1/shard_a" ] || fail "the shard reached the backend with a's drain held"
 expect_eq "$A/global_step1" "$("$CKPTFS" latest --safe "$A")" "latest --safe once the shard is replicated"
 ! "$CKPTFS" latest --persisted "$A" > /dev/null 2>&1 || fail "latest --persisted names a checkpoint not persisted"
-held=$( (ls "$TIER-b-replicas" "$TIER-c-replicas" 2> /dev/null || true) | grep '^a\.' | grep -vc '\.meta$' || true)
+held=$( (ls "$TIER-b-replicas" "$TIER-c-replicas" 2> /dev/null || true) | grep '^a\.[1-9]' | grep -vc '\.meta$' || true)
 expect_eq 1 "$held" "replicas of a's shard held by b and c"
 replica="" holder=""
 for n in b c; do
-  for f in "$TIER-$n-replicas"/a.*; do [ -f "$f" ] && [ "${f%.meta}" = "$f" ] && replica=$f holder=$n; done
+  for f in "$TIER-$n-replicas"/a.[1-9]*; do [ -f "$f" ] && [ "${f%.meta}" = "$f" ] && replica=$f holder=$n; done
 done
 [ -n "$replica" ] || fail "no replica file of a's shard"
 same_bytes "$T/shard_a" "$replica" || fail "the replica's bytes differ from the shard's"
@@ -106,10 +106,10 @@ note "a's shard replicated on $holder"
 # ---- 3. the holder leaves: the shard goes to the other member ----
 umount_node "$holder"
 other=b; [ "$holder" = b ] && other=c
-on_other() { for f in "$TIER-$other-replicas"/a.*; do [ -f "$f" ] && [ "${f%.meta}" = "$f" ] && return 0; done; return 1; }
+on_other() { for f in "$TIER-$other-replicas"/a.[1-9]*; do [ -f "$f" ] && [ "${f%.meta}" = "$f" ] && return 0; done; return 1; }
 wait_for 30 "a's shard was not sent to $other after $holder left" on_other
 wait_for 10 "a's shard is not replicated after $holder left" is_replicated
-for f in "$TIER-$other-replicas"/a.*; do [ "${f%.meta}" = "$f" ] && same_bytes "$T/shard_a" "$f"; done
+for f in "$TIER-$other-replicas"/a.[1-9]*; do [ "${f%.meta}" = "$f" ] && same_bytes "$T/shard_a" "$f"; done
 note "$holder left: a's shard replicated on $other"
 holder=$other H=$(node_mnt "$other")
 

@@ -2,12 +2,16 @@
 # A lost node is not a lost checkpoint (--replicas 1, issue #30): three
 # mounts a, b, c of one job over one backend and a 1-member etcd.
 #  1. a's drain is held (a slow backend); a closes its shard of step 1, which
-#     becomes `replicated` on b or c; b closes its own shard, then (after the
-#     "barrier") step 1's `latest`.
+#     becomes `replicated` on b or c; a also writes its optimizer state into
+#     a staging directory renamed into place (opt_step1/), and a scratch
+#     file it removes — namespace entries, replicated too; b closes its own
+#     shard, then (after the "barrier") step 1's `latest`.
 #  2. a is lost: kill -9 of its daemon, its tier and state dir deleted (a
 #     replacement machine). Once its lease expires the holder publishes a's
-#     shard in a's place: the backend ends with both shards, bytes as
-#     written, and `latest` never stands in the backend without a's shard.
+#     shard in a's place and applies its namespace entries in its order:
+#     the backend ends with both shards and opt_step1/opt_a, bytes as
+#     written, no staging directory and no scratch file, and `latest` never
+#     stands in the backend without a's shard and a's rename.
 #  3. A fresh node a2 mounts and reads a's shard back.
 # serial: kills a daemon and waits out its lease
 # tsan: the takeover thread publishing beside the drain, the replica link and the cluster's ticks
@@ -41,8 +45,19 @@ cp "$T/shard_a" "$A/global_step1/shard_a"
 is_replicated() { [ "$(state_of "$A/global_step1/shard_a")" = replicated ]; }
 wait_for 30 "a's shard never became replicated" is_replicated
 holder=""
-for n in b c; do for f in "$TIER-$n-replicas"/a.*; do [ -f "$f" ] && holder=$n; done; done
+for n in b c; do for f in "$TIER-$n-replicas"/a.[1-9]*; do [ -f "$f" ] && holder=$n; done; done
 [ -n "$holder" ] || fail "no holder of a's shard"
+# A staging directory renamed into place, and a scratch file removed.
+head -c 2000000 /dev/urandom > "$T/opt_a"
+mkdir "$A/staging.tmp"
+cp "$T/opt_a" "$A/staging.tmp/opt_a"
+echo scratch > "$A/scratch_a"
+staged_replicated() { [ "$(state_of "$A/staging.tmp/opt_a")" = replicated ]; }
+wait_for 30 "a's staged file never became replicated" staged_replicated
+mv "$A/staging.tmp" "$A/opt_step1"
+rm "$A/scratch_a"
+entries_held() { repl_of "$A" 'assert j["queued"] == 0 and j["replicated_entries"] >= 4, j'; }
+wait_for 30 "a's namespace entries were not replicated: $(repl_of "$A" 'print(j)')" entries_held
 cp "$T/shard_b" "$B/global_step1/shard_b"
 sleep 0.2  # the barrier
 echo global_step1 > "$B/latest"
@@ -60,6 +75,7 @@ t0=$(date +%s.%N)
 for _ in $(seq 300); do
   if [ -e "$BACKEND/latest" ]; then
     [ -e "$BACKEND/global_step1/shard_a" ] || fail "latest is in the backend without a's shard"
+    [ -e "$BACKEND/opt_step1/opt_a" ] || fail "latest is in the backend before a's rename of its staging directory"
     break
   fi
   sleep 0.1
@@ -73,11 +89,23 @@ dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 note "latest in the backend $dt s after a was lost (lease 2 s), a's shard before it"
 same_bytes "$T/shard_a" "$BACKEND/global_step1/shard_a"
 same_bytes "$T/shard_b" "$BACKEND/global_step1/shard_b"
+same_bytes "$T/opt_a" "$BACKEND/opt_step1/opt_a"
+[ ! -e "$BACKEND/staging.tmp" ] || fail "the staging directory a renamed is in the backend: $(ls -R "$BACKEND")"
+[ ! -e "$BACKEND/scratch_a" ] || fail "the scratch file a removed is in the backend"
 expect_eq global_step1 "$(cat "$BACKEND/latest")" "latest"
 H=$(node_mnt "$holder")
-repl_of "$H" 'assert j["published_for_dead"] == 1 and j["held_files"] == 0 and j["kept_published_files"] == 1, j' ||
+repl_of "$H" 'assert j["published_for_dead"] >= 1 and j["held_files"] == 0 and j["kept_published_files"] >= 1, j' ||
   fail "$holder: $(repl_of "$H" 'print(j)')"
-grep -q "replicas published here for dead members: 1 files" <<< "$("$CKPTFS" status "$H")" || fail "$holder's status text"
+grep -qE "replicas published here for dead members: [0-9]+ files" <<< "$("$CKPTFS" status "$H")" ||
+  fail "$holder's status text: $("$CKPTFS" status "$H")"
+applied=0
+for n in b c; do
+  applied=$((applied + $(repl_of "$(node_mnt $n)" 'print(j["entries_applied_for_dead"])')))
+  repl_of "$(node_mnt $n)" 'assert j["held_entries"] == 0 and j["held_files"] == 0, j' || fail "$n still holds a's replicas"
+done
+[ "$applied" -ge 4 ] || fail "a's namespace entries applied in its place: $applied, want 4 or more"
+note "a's namespace entries applied for it: $applied"
+
 
 # ---- 3. a replacement node reads it back ----
 # From the holder, which kept the published replica to serve loads (the

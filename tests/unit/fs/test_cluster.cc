@@ -948,3 +948,31 @@ Test(cluster, a_replica_held_for_a_dead_node_keeps_the_order) {
   for (Node* n : {&a, &c}) n->c->Heartbeat();
   cr_expect(c.c->MayPublish(own));
 }
+
+// A dead member's entries held by two holders (issue #30: a file on c, the
+// rename that moves it, one µs later, on a): the rename's holder asks for
+// its gate + 1 (takeover.cc), so c's record — the file's gate + 1 µs —
+// holds it back however close the two gates are; the file's holder goes.
+Test(cluster, a_dead_members_entries_on_two_holders_keep_its_exact_order) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now, 3000), b("b", &store, &now, 3000), c("c", &store, &now, 3000);
+  std::optional<int64_t> on_c, on_a;
+  c.c->SetHeldGate([&on_c] { return on_c; });
+  a.c->SetHeldGate([&on_a] { return on_a; });
+  now = 1100;
+  uint64_t file = b.log.Log("step.tmp/shard_b");
+  b.c->Sample();
+  const int64_t g = Ms(b.c->GateTime(file)) * 1000;
+  on_c = g + 1;      // c holds the file
+  on_a = g + 1 + 1;  // a holds the rename, logged one µs after it
+  now = 4500;        // b is dead
+  for (Node* n : {&c, &a, &c, &a}) n->c->Heartbeat();
+  cr_expect(c.c->MayPublishAs(g + 1, "b"), "the file goes first");
+  cr_expect(!a.c->MayPublishAs(g + 1 + 1, "b"), "the rename waits for the file's holder");
+  cr_expect(a.c->MayPublishAs(g + 1, "b"), "(asked at its bare gate, it would have gone first: the + 1 µs tie)");
+  on_c.reset();  // published
+  now = 4600;
+  for (Node* n : {&c, &a, &c, &a}) n->c->Heartbeat();
+  cr_expect(a.c->MayPublishAs(g + 1 + 1, "b"), "then the rename");
+}
