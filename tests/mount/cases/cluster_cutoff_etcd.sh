@@ -32,12 +32,6 @@ A=$(node_mnt a) B=$(node_mnt b)
 status_json() { "$CKPTFS" status "$1" --json; }
 jq_py() { $PY -c "import json,sys; j=json.load(sys.stdin); $1"; }
 members_of_a() { status_json "$A" | jq_py "m = {x['node']: x['state'] for x in j['cluster']['members']}; $1"; }
-wait_for() {  # wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds
-  local n=$(($1 * 10)) what=$2
-  shift 2
-  for _ in $(seq "$n"); do "$@" 2> /dev/null && return 0; sleep 0.1; done
-  fail "$what"
-}
 b_log_has() { grep -q -- "$1" "$(node_state b)/ckptfs.log"; }
 
 wait_for 20 "a does not see b live" members_of_a 'assert m.get("b") == "live" and m.get("a") == "live", m'

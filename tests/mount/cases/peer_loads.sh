@@ -20,18 +20,12 @@ require_root
 start_etcd 1
 STORE="etcd://$ETCD_EPS"
 SECRET=$T/secret
-head -c 48 /dev/urandom | base64 > "$SECRET"
-chmod 600 "$SECRET"
+make_secret "$SECRET"
 COMMON=(--cluster job --member-timeout 2 --cluster-store "$STORE" --replica-listen 127.0.0.1:0)
 for n in a b c d; do mount_node $n -- "${COMMON[@]}" --node $n --cluster-secret "$SECRET"; done
 A=$(node_mnt a)
 loads_of() {  # loads_of MOUNT PYTHON: j is status.cluster.replicas.loads
   "$CKPTFS" status "$1" --json | $PY -c "import json,sys; j=json.load(sys.stdin)['cluster']['replicas']['loads']; $2"
-}
-wait_for() {  # wait_for SECONDS WHAT COMMAND...
-  local n=$(($1 * 10)) what=$2; shift 2
-  for _ in $(seq "$n"); do "$@" 2> /dev/null && return 0; sleep 0.1; done
-  fail "$what"
 }
 sees_peers() { "$CKPTFS" status "$1" --json | $PY -c "import json,sys; assert json.load(sys.stdin)['cluster']['replicas']['peers'] == $2"; }
 for n in a b c d; do wait_for 20 "$n does not see the other links" sees_peers "$(node_mnt $n)" 3; done
@@ -64,8 +58,7 @@ note "3 readers: $reads backend read(s), $from_peers load(s) from a peer"
 [ "$served" = 1 ] || fail "$served members served loads (the home only)"
 
 # ---- 2. a member without the secret reads the backend ----
-head -c 48 /dev/urandom | base64 > "$T/other-secret"
-chmod 600 "$T/other-secret"
+make_secret "$T/other-secret"
 mount_node e -- "${COMMON[@]}" --node e --cluster-secret "$T/other-secret"
 E=$(node_mnt e)
 wait_for 20 "e does not see the other links" sees_peers "$E" 4

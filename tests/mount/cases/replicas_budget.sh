@@ -11,8 +11,7 @@ require_root
 
 start_etcd 1
 SECRET=$T/secret
-head -c 48 /dev/urandom | base64 > "$SECRET"
-chmod 600 "$SECRET"
+make_secret "$SECRET"
 COMMON=(--cluster job --member-timeout 2 --cluster-store "etcd://$ETCD_EPS" --replica-listen 127.0.0.1:0
   --cluster-secret "$SECRET")
 mount_node h -- "${COMMON[@]}" --node h --cache-size 48M --replica-budget 24M --prealloc 0
@@ -33,11 +32,6 @@ tj "$H" 'assert j["tier"]["used"] >= 38 * 2**20, j["tier"]' || fail "h's tier do
 touch "$T/pause_w"
 mount_node w "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_w" -- "${COMMON[@]}" --node w --replicas 1
 W=$(node_mnt w)
-wait_for() {  # wait_for SECONDS WHAT COMMAND...
-  local n=$(($1 * 10)) what=$2; shift 2
-  for _ in $(seq "$n"); do "$@" 2> /dev/null && return 0; sleep 0.1; done
-  fail "$what"
-}
 wait_for 20 "w does not see h's replica link" tj "$W" 'assert j["cluster"]["replicas"]["peers"] == 1'
 mkdir -p "$W/step1"
 head -c $((16 * MiB)) /dev/urandom > "$T/shard"

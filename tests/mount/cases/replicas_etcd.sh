@@ -24,8 +24,7 @@ require_root
 start_etcd 1
 STORE="etcd://$ETCD_EPS"
 SECRET=$T/secret
-openssl rand -hex 32 > "$SECRET" 2> /dev/null || head -c 48 /dev/urandom | base64 > "$SECRET"
-chmod 600 "$SECRET"
+make_secret "$SECRET"
 COMMON=(--cluster job --member-timeout 2 --cluster-store "$STORE")
 REPL=(--replica-listen 127.0.0.1:0 --cluster-secret "$SECRET")
 
@@ -61,11 +60,6 @@ A=$(node_mnt a) B=$(node_mnt b) C=$(node_mnt c)
 status_json() { "$CKPTFS" status "$1" --json; }
 repl_of() {  # repl_of MOUNT PYTHON: j is status.cluster.replicas
   status_json "$1" | $PY -c "import json,sys; j=json.load(sys.stdin)['cluster']['replicas']; $2"
-}
-wait_for() {  # wait_for SECONDS WHAT COMMAND...
-  local n=$(($1 * 10)) what=$2; shift 2
-  for _ in $(seq "$n"); do "$@" 2> /dev/null && return 0; sleep 0.1; done
-  fail "$what"
 }
 wait_for 20 "a does not see b's and c's replica links" repl_of "$A" 'assert j["peers"] == 2, j'
 
@@ -123,8 +117,7 @@ wait_for 20 "the replica on $holder was not dropped once the shard was persisted
 repl_of "$A" 'assert j["dropped"] >= 1, j' || fail "a's status: $(repl_of "$A" 'print(j)')"
 
 # ---- 5. a member without the secret ----
-openssl rand -hex 32 > "$T/other-secret" 2> /dev/null || head -c 48 /dev/urandom | base64 > "$T/other-secret"
-chmod 600 "$T/other-secret"
+make_secret "$T/other-secret"
 touch "$T/pause_d"
 mount_node d "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_d" -- "${COMMON[@]}" --node d --replicas 1 \
   --replica-listen 127.0.0.1:0 --cluster-secret "$T/other-secret"

@@ -20,8 +20,7 @@ require_root
 
 start_etcd 1
 SECRET=$T/secret
-head -c 48 /dev/urandom | base64 > "$SECRET"
-chmod 600 "$SECRET"
+make_secret "$SECRET"
 COMMON=(--cluster job --member-timeout 2 --cluster-store "etcd://$ETCD_EPS" --replicas 1
   --replica-listen 127.0.0.1:0 --cluster-secret "$SECRET")
 touch "$T/pause_a"
@@ -30,11 +29,6 @@ mount_node b -- "${COMMON[@]}" --node b
 mount_node c -- "${COMMON[@]}" --node c
 A=$(node_mnt a) B=$(node_mnt b)
 repl_of() { "$CKPTFS" status "$1" --json | $PY -c "import json,sys; j=json.load(sys.stdin)['cluster']['replicas']; $2"; }
-wait_for() {  # wait_for SECONDS WHAT COMMAND...
-  local n=$(($1 * 10)) what=$2; shift 2
-  for _ in $(seq "$n"); do "$@" 2> /dev/null && return 0; sleep 0.1; done
-  fail "$what"
-}
 wait_for 20 "a does not see b's and c's replica links" repl_of "$A" 'assert j["peers"] == 2, j'
 
 # ---- 1. the shards, a's replicated, and latest ----

@@ -294,6 +294,19 @@ start_etcd() {
   [ "$rc" = 0 ] || fail "etcd did not start"
   at_exit "\"$ROOT/tests/etcd/etcd.sh\" stop \"$T/etcd\""
 }
+# wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds (tried every
+# 0.1 s), else fail with WHAT.
+wait_for() {
+  local n=$(($1 * 10)) what=$2
+  shift 2
+  for _ in $(seq "$n"); do "$@" 2> /dev/null && return 0; sleep 0.1; done
+  fail "$what"
+}
+# make_secret FILE: a --cluster-secret file (48 random bytes, base64, 0600).
+make_secret() {
+  head -c 48 /dev/urandom | base64 > "$1"
+  chmod 600 "$1"
+}
 node_mnt() { echo "$T/$1/mnt"; }
 node_state() { echo "$T/$1/state"; }
 _node_pid() { _our_daemons | while read -r p; do
