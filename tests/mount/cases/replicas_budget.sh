@@ -6,6 +6,7 @@
 # tier (status, df); the holder's own next save still lands in RAM.
 #   w: the writer (--replicas 1, its drain held); h: the holder, 48 MiB.
 # serial: waits on the housekeeper's eviction and the replicator's retries
+# tsan: the tier asking the replica store for room beside the link taking a replica
 source "$(dirname "$0")/../lib/common.sh"
 require_root
 
