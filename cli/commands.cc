@@ -490,9 +490,10 @@ void PrintCluster(const Json& c) {
   if (auto it = c.find("replicas"); it != c.end() && it->is_object()) {
     const Json& r = *it;
     auto u = [&r](const char* k) { return static_cast<unsigned long long>(U64(r, k)); };
-    printf("  replicas held here for %llu other member(s): %llu files, %s of %s (listening at %s)", u("peers"),
-           u("held_files"), HumanBytes(U64(r, "held_bytes")).c_str(), HumanBytes(U64(r, "budget_bytes")).c_str(),
-           EscapeName(Str(r, "listen")).c_str());
+    printf("  replicas held here for %llu other member(s): %llu files, %s of %s (listening at %s, failure group %s)",
+           u("peers"), u("held_files"), HumanBytes(U64(r, "held_bytes")).c_str(),
+           HumanBytes(U64(r, "budget_bytes")).c_str(), EscapeName(Str(r, "listen")).c_str(),
+           EscapeName(Str(r, "failure_group")).c_str());
     if (u("peers_refused") || u("chunks_refused"))
       printf("; REFUSED %llu peer(s), %llu replica(s) with bad checksums", u("peers_refused"), u("chunks_refused"));
     printf("\n");

@@ -62,6 +62,7 @@ static Json ReplicasJson(Daemon* d) {
   }
   Json r = {{"listen", d->replica_link->address()},
             {"peers", d->replica_peers ? d->replica_peers->count() : 0},
+            {"failure_group", replica::Peers::GroupOf(d->cfg.node, d->cfg.replica_group)},
             {"held_files", files},
             {"held_entries", entries},  // other members' namespace entries (mkdir, rename...)
             {"kept_published_files", published},

@@ -83,6 +83,7 @@ H=$(node_mnt "$holder")
 repl_of "$A" 'assert j["replicated_files"] == 1 and j["replicas"] == 1, j' || fail "a's status: $(repl_of "$A" 'print(j)')"
 repl_of "$H" 'assert j["held_files"] == 1 and j["held_bytes"] == 9437185, j' ||
   fail "$holder's status: $(repl_of "$H" 'print(j)')"
+repl_of "$H" "assert j['failure_group'] == '$holder', j" || fail "$holder's failure group: $(repl_of "$H" 'print(j)')"
 grep -q "replicas held here for 2 other member(s): 1 files" <<< "$("$CKPTFS" status "$H")" ||
   fail "$holder's status text: $("$CKPTFS" status "$H")"
 # One budget: the replica takes the holder's tier room, shown apart in
