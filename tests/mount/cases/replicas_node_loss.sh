@@ -12,7 +12,9 @@
 #     the backend ends with both shards and opt_step1/opt_a, bytes as
 #     written, no staging directory and no scratch file, and `latest` never
 #     stands in the backend without a's shard and a's rename.
-#  3. A fresh node a2 mounts and reads a's shard back.
+#  3. A fresh node a2 mounts and reads a's shard back (from the holder);
+#     every rank resumes from `ckptfs latest --safe` and torch.load gives
+#     the tensors it saved.
 # serial: kills a daemon and waits out its lease
 # tsan: the takeover thread publishing beside the drain, the replica link and the cluster's ticks
 source "$(dirname "$0")/../lib/common.sh"
@@ -33,8 +35,16 @@ wait_for 20 "a does not see b's and c's replica links" repl_of "$A" 'assert j["p
 
 # ---- 1. the shards, a's replicated, and latest ----
 mkdir -p "$A/global_step1" "$B/global_step1"
-head -c 5000000 /dev/urandom > "$T/shard_a"
-head -c 3000000 /dev/urandom > "$T/shard_b"
+# Each rank's shard: a torch.save of tensors of several sizes.
+$PY -c 'import torch' 2> /dev/null || skip "$PY has no torch"
+shard() {  # shard SEED FILE
+  $PY -c 'import sys, torch
+torch.manual_seed(int(sys.argv[1]))
+torch.save({"layer.w": torch.randn(1000, 1200), "layer.b": torch.randn(1200), "emb": torch.randn(50, 64),
+            "step": 1}, sys.argv[2])' "$@"
+}
+shard 1 "$T/shard_a"
+shard 2 "$T/shard_b"
 cp "$T/shard_a" "$A/global_step1/shard_a"
 is_replicated() { [ "$(state_of "$A/global_step1/shard_a")" = replicated ]; }
 wait_for 30 "a's shard never became replicated" is_replicated
@@ -117,6 +127,20 @@ if [ "$peer" = 1 ]; then
 else
   note "a2 is the shard's home: it read the backend"
 fi
+
+# Every rank resumes from `latest --safe` (a on its replacement a2, b on
+# its own node): the newest checkpoint all of whose files survive, and
+# torch.load of each rank's shard gives the tensors saved.
+for r in "a $A2" "b $B"; do
+  set -- $r
+  dir=$("$CKPTFS" latest --safe "$2") || fail "latest --safe on rank $1's node: none"
+  expect_eq "$2/global_step1" "$dir" "latest --safe on rank $1's node"
+  $PY -c 'import sys, torch
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) if torch.is_tensor(a[k]) else a[k] == b[k] for k in a)' \
+    "$dir/shard_$1" "$T/shard_$1" || fail "rank $1's shard from latest --safe is not what it saved"
+done
+note "ranks a (on a2) and b resumed from latest --safe: global_step1, tensors as saved"
 
 for n in b c a2; do umount_node "$n"; done
 check_log --allow-errors "lease expired|is dead|lost" --allow-warnings "replicas:|replica link|etcd|lease|is dead|lost"
