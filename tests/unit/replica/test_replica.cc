@@ -830,3 +830,33 @@ Test(replica_store, replicas_take_the_tiers_room_and_give_back_what_they_can) {
   cr_expect_eq(taken, n);
   fsys::remove_all(dir);
 }
+
+// The holder's daemon dies mid-stream: the writer's send fails (nothing
+// counted as held: the file is not `replicated`), and what the holder had
+// begun is no replica when its store is opened again.
+Test(replica_link, a_holder_that_dies_mid_stream_counts_for_nothing, .timeout = 60) {
+  Pair p(64 << 20, kSecret, 20000);
+  std::pair<uint64_t, uint64_t> sum;
+  const uint64_t size = 6 * kChunk;
+  int fd = MakeFile(p.dir + "/src", size, 8, &sum);
+  p.writer->TestStopAfterChunks(2);
+  std::atomic<bool> done{false};
+  ckpt::Status st;
+  std::thread t([&] {
+    st = p.writer->Replicate(p.addr, Key{.writer = "writer.a", .ino = 2, .version = 1}, fd, size, 1, sum.first,
+                             sum.second);
+    done = true;
+  });
+  cr_assert(WaitFor([&] { return p.holder->counters().bytes_in >= 2 * kChunk; }), "two chunks arrive");
+  p.holder.reset();  // the holder's daemon goes away with the transfer half done
+  cr_expect(WaitFor([&] { return done.load(); }, 30000), "the writer's send ends");
+  t.join();
+  cr_expect(!st.has_value(), "a half-sent replica is never held");
+  cr_expect_eq(p.store->List().size(), 0u);
+  p.store.reset();
+  auto again = Store::Open(p.dir + "/replicas", 64 << 20);
+  cr_assert(again.has_value());
+  cr_expect_eq((*again)->List().size(), 0u, "its part file is no replica after a restart");
+  cr_expect_eq((*again)->bytes(), 0u);
+  close(fd);
+}
