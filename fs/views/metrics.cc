@@ -11,6 +11,10 @@
 
 #include "common/io.h"
 #include "common/log.h"
+#include "fs/cluster/peer_loads.h"
+#include "fs/cluster/replica_store.h"
+#include "fs/cluster/replicator.h"
+#include "fs/cluster/takeover.h"
 #include "fs/daemon.h"
 
 namespace ckpt::fs {
@@ -35,6 +39,37 @@ class Text {
  private:
   std::string out_;
 };
+
+// --replicas and loads from peers (issue #30), when this node has a
+// replica link: what it holds for others, what it sent, what it loaded.
+void ReplicaMetrics(Daemon* d, Text* t) {
+  if (!d->replica_store) return;
+  size_t held = 0;
+  for (const auto& h : d->replica_store->List()) held += !h.published && h.key.ino != replica::kEntryIno;
+  t->One("tier_replica_bytes", "gauge", "Bytes of the tier's budget other members' replicas hold (df: not available).",
+         static_cast<double>(d->tier->Stats().outside));
+  t->One("replicas_held_files", "gauge", "Other members' files this node holds until they are persisted.",
+         static_cast<double>(held));
+  if (d->replicator) {
+    const replica::Replicator::Stats rs = d->replicator->stats();
+    t->One("replicas_replicated_files_total", "counter", "This node's files held by --replicas K members (replicated).",
+           static_cast<double>(rs.replicated_files));
+    t->One("replicas_replicated_bytes_total", "counter", "Their bytes.", static_cast<double>(rs.replicated_bytes));
+    t->One("replicas_queued", "gauge", "This node's closed files and entries not yet replicated.",
+           static_cast<double>(rs.queued));
+    t->One("replicas_failures_total", "counter", "Sends that failed (a member refused, left or lied).",
+           static_cast<double>(rs.failures));
+  }
+  if (d->takeover)
+    t->One("replicas_published_for_dead_total", "counter", "Dead members' files this node published in their place.",
+           static_cast<double>(d->takeover->stats().published));
+  if (d->peer_loads) {
+    const replica::PeerLoads::Stats ps = d->peer_loads->stats();
+    t->One("loads_from_peers_total", "counter", "Files loaded from another member's RAM.",
+           static_cast<double>(ps.from_peers));
+    t->One("loads_to_backend_total", "counter", "Loads left to the backend.", static_cast<double>(ps.to_backend));
+  }
+}
 
 }  // namespace
 
@@ -79,6 +114,7 @@ std::string MetricsText(Daemon* d) {
         static_cast<double>(d->bytes_written.load()));
   t.One("read_bytes_total", "counter", "Bytes read through the daemon (not passthrough).",
         static_cast<double>(d->bytes_read.load()));
+  ReplicaMetrics(d, &t);
   // The newest checkpoint written during this mount that is all in the
   // backend: its times.
   auto list = d->table->Checkpoints(d->checkpoint_pattern);

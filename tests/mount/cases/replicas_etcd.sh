@@ -7,7 +7,7 @@
 #     --replica-group 0: one line, exit 2, nothing mounted.
 #  2. With a's drain held, a file closed on a becomes `replicated`; one of b
 #     and c holds a replica whose bytes are the file's, in its tier's budget
-#     (status, and df: free but not available); status says so on
+#     (status, df: free but not available, and the metrics); status says so on
 #     both sides; `ckptfs latest --safe` names its checkpoint, --persisted
 #     does not.
 #  3. The holder leaves the cluster: the file is sent to the other member
@@ -53,9 +53,10 @@ bad_mount "--replicas without a listener" --cluster-store "$STORE" --replicas 1 
 
 # ---- 2. a file closed on a is replicated on b or c ----
 touch "$T/pause_a"
-mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --node a --replicas 1 "${REPL[@]}"
-mount_node b -- "${COMMON[@]}" --node b --replicas 1 "${REPL[@]}"
-mount_node c -- "${COMMON[@]}" --node c --replicas 1 "${REPL[@]}"
+mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --node a --replicas 1 "${REPL[@]}" \
+  --metrics-textfile "$T/a.prom"
+mount_node b -- "${COMMON[@]}" --node b --replicas 1 "${REPL[@]}" --metrics-textfile "$T/b.prom"
+mount_node c -- "${COMMON[@]}" --node c --replicas 1 "${REPL[@]}" --metrics-textfile "$T/c.prom"
 A=$(node_mnt a) B=$(node_mnt b) C=$(node_mnt c)
 status_json() { "$CKPTFS" status "$1" --json; }
 repl_of() {  # repl_of MOUNT PYTHON: j is status.cluster.replicas
@@ -96,6 +97,11 @@ apart=$((size - used - avail))
 [ "$apart" -ge 9437185 ] && [ "$apart" -le $((9437185 + 8192)) ] ||
   fail "df of $holder: size $size - used $used - avail $avail = $apart, not the replica's 9437185 bytes"
 note "df of $holder: $apart bytes of the budget held for a's replica, apart from its files"
+# And in the metrics (the text file is written every 5 s).
+metric_is() { grep -qx "ckptfs_$2 $3" "$T/$1.prom"; }
+wait_for 15 "a's metrics: $(grep replica "$T/a.prom")" metric_is a replicas_replicated_files_total 1
+wait_for 15 "$holder's metrics: $(grep replica "$T/$holder.prom")" metric_is "$holder" replicas_held_files 1
+metric_is "$holder" tier_replica_bytes 9437185 || fail "$holder's metrics: $(grep replica "$T/$holder.prom")"
 note "a's shard replicated on $holder"
 
 # ---- 3. the holder leaves: the shard goes to the other member ----
