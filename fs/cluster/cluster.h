@@ -270,6 +270,12 @@ class Cluster {
   std::map<std::string, Record> reduced_ GUARDED_BY(mu_);
   std::deque<Record> lost_ GUARDED_BY(mu_);          // vanished with files pending, newest last
   std::vector<Record> digest_lost_ GUARDED_BY(mu_);  // the digest's lost members (not among others_)
+  // The live records the last digest read carried, and its time: a member
+  // elected after another compares its first read with them (Reduce), so
+  // that a member that died under the previous elected one — or that was
+  // it — is named lost all the same.
+  std::map<std::string, Record> digest_seen_ GUARDED_BY(mu_);
+  int64_t digest_as_of_ GUARDED_BY(mu_) = 0;
   std::string reduced_body_ GUARDED_BY(mu_);         // the last digest written, but its time
   int64_t reduced_as_of_ GUARDED_BY(mu_) = 0;
   int alive_fd_ = -1;  // opened by LoadSamples (Init), before the threads start

@@ -79,6 +79,13 @@ std::pair<std::string, int64_t> Cluster::Reduce(const std::vector<std::pair<std:
   std::vector<const Record*> deciding = live.size() <= kAllUpTo ? live : pending.empty() ? by_g : by_t;
   for (const Record* r : by_g)
     if (std::find(deciding.begin(), deciding.end(), r) == deciding.end()) deciding.push_back(r);
+  // The elected member's own record goes in while it has files pending:
+  // the member elected after it learns from the digest what it had, should
+  // it die (an idle one's changes nothing: an idle cluster writes no digest).
+  if (auto self = seen.find(opt_.node); self != seen.end() && self->second.state == "live" &&
+                                        self->second.unpersisted > 0 &&
+                                        std::find(deciding.begin(), deciding.end(), &self->second) == deciding.end())
+    deciding.push_back(&self->second);
   // When a new reduction would let an entry pass: its gate + skew, once
   // the read is later than that.
   int64_t due = 0;
@@ -101,6 +108,14 @@ std::pair<std::string, int64_t> Cluster::Reduce(const std::vector<std::pair<std:
     // digest so that every member logs it; a member that left cleanly
     // revoked its lease with nothing pending.
     // A lost member that is back (mounted again) is no longer lost.
+    if (digest_as_of_ > reduced_as_of_) {
+      // Another member reduced since this one last did (this one was just
+      // elected): what it read, as its digest carried it, is the "before".
+      reduced_ = digest_seen_;
+      for (const Record& r : digest_lost_)
+        if (std::none_of(lost_.begin(), lost_.end(), [&](const Record& x) { return x.node == r.node; }))
+          lost_.push_back(r);
+    }
     std::erase_if(lost_, [&](const Record& r) { return seen.count(r.node) > 0; });
     for (const auto& [name, old] : reduced_) {
       if (seen.count(name) || old.state != "live") continue;
@@ -168,6 +183,7 @@ void Cluster::ReadDigest(const std::string& digest) {
   }
   std::vector<Record> others, refused;
   std::vector<Record> lost;
+  std::map<std::string, Record> carried;  // every live record, this node's too
   int64_t as_of = 0, newest = 0;
   uint64_t members = 0;
   std::string leader;
@@ -180,10 +196,10 @@ void Cluster::ReadDigest(const std::string& digest) {
     if (auto it = d.find("newest_gate_us"); it != d.end() && !it->is_null()) newest = it->get<int64_t>();
     for (const Json& x : d.at("records")) {
       const std::string node = x.at("node").get<std::string>();
-      if (node == opt_.node) continue;
       Record r;
-      if (ParseRecord(node, x.at("record").get<std::string>(), now, &r).empty() && r.state == "live")
-        others.push_back(std::move(r));
+      if (!ParseRecord(node, x.at("record").get<std::string>(), now, &r).empty() || r.state != "live") continue;
+      carried.emplace(node, r);
+      if (node != opt_.node) others.push_back(std::move(r));
     }
     for (const Json& x : d.at("refused")) {
       Record r;
@@ -221,6 +237,8 @@ void Cluster::ReadDigest(const std::string& digest) {
   }
   if (!digest_problem_.empty()) LOG_INFO("cluster {}: the members' digest is readable again", opt_.name);
   digest_problem_.clear();
+  digest_seen_ = std::move(carried);
+  digest_as_of_ = as_of;
   digest_lost_.clear();
   for (const Record& r : lost) {
     if (std::none_of(others.begin(), others.end(), [&](const Record& o) { return o.node == r.node; }))
