@@ -173,6 +173,8 @@ bench: deps
 
 # The crash harness beyond make test's bounded set (tests/mount/cases/crash_bounded.sh:
 # one crash of each kind): N random seeds, every kind, random kills the most.
+# The multi-node kinds run by hand: tests/crash/harness.py --nodes 3 --iterations N
+# (mn-kill), and with --kind mn-lost --cluster-store etcd://HOST:PORT (a lost node).
 N ?= 200
 crash-soak: all
 	@BUILD=$(BUILD) tests/crash/harness.py --iterations $(N) $(if $(SEED),--seed $(SEED))
