@@ -380,6 +380,15 @@ bool Replicator::Send(const Item& it) {
   return false;
 }
 
+std::deque<Replicator::Item>::iterator Replicator::Next(bool hold, std::vector<meta::LogEntry>* to_size) {
+  const auto now = Clock::now();
+  for (auto it = queue_.begin(); it != queue_.end() && it->not_before <= now; ++it) {
+    if (!hold || it->e.ino == kEntryIno || it->size <= kSmallFile) return it;
+    if (it->size == kUnsized && to_size->size() < 8) to_size->push_back(it->e);
+  }
+  return queue_.end();
+}
+
 void Replicator::Run() {
   // A callback the drain may call after this replicator is gone: it finds
   // the gate closed.
@@ -400,10 +409,11 @@ void Replicator::Run() {
     }
     std::vector<std::pair<std::string, Key>> drops;
     std::optional<Item> item;
+    std::vector<meta::LogEntry> to_size;
     {
       MutexLock l(&mu_);
-      if (!stop_ && drops_.empty() &&
-          (queue_.empty() || queue_.front().not_before > Clock::now() || (ports_.hold && ports_.hold()))) {
+      auto next = Next(ports_.hold && ports_.hold(), &to_size);
+      if (!stop_ && drops_.empty() && next == queue_.end() && to_size.empty()) {
         // One wait, then round again: the holders' check runs every second.
         auto until = Clock::now() + std::chrono::milliseconds(queue_.empty() ? 1000 : 10);
         if (!queue_.empty()) until = std::max(until, std::min(queue_.front().not_before, Clock::now() + kPeersPeriod));
@@ -412,15 +422,23 @@ void Replicator::Run() {
       }
       if (stop_) break;
       drops.swap(drops_);
-      if (!queue_.empty() && queue_.front().not_before <= Clock::now() && !(ports_.hold && ports_.hold())) {
-        item = std::move(queue_.front());
-        queue_.pop_front();
+      if (next != queue_.end()) {
+        item = std::move(*next);
+        queue_.erase(next);
         const Version v{item->e.ino, item->e.version};
         if (applied_.erase(v)) {  // persisted before its turn
           pending_.erase(v);
           item.reset();
         }
       }
+    }
+    for (const meta::LogEntry& e : to_size) {  // what a save holds back: small enough to go anyway?
+      auto src = ports_.source(e);
+      // Superseded or gone: Send skips it at once; not now: after the save.
+      const uint64_t n = src ? src->size : src.error() == EINPROGRESS ? kSmallFile + 1 : 0;
+      MutexLock l(&mu_);
+      for (Item& it : queue_)
+        if (it.e.ino == e.ino && it.e.version == e.version) it.size = n;
     }
     for (const auto& [addr, key] : drops) {
       auto st = link_->Drop(addr, key);

@@ -150,13 +150,24 @@ class Replicator {
   Stats stats() const;
 
  private:
+  // While a save runs, what is small goes anyway: namespace entries and
+  // files of at most kSmallFile bytes (a `latest`, a config) cost the save
+  // nothing, and waiting would leave them in this node's RAM only for as
+  // long as the trainer keeps saving (the crash harness's node-loss kind:
+  // a `latest` closed 200 ms before the node's loss, not replicated).
+  static constexpr uint64_t kSmallFile = 1 << 20;
+  static constexpr uint64_t kUnsized = ~0ull;
   struct Item {
     meta::LogEntry e;
     std::chrono::steady_clock::time_point not_before;
     int tries = 0;
+    uint64_t size = kUnsized;  // the version's bytes, once asked (Next)
   };
   using Version = std::pair<uint64_t, uint64_t>;  // ino, version
   void Run();
+  // The next item due: the first one, or while a save runs (`hold`) the
+  // first small one; items of unknown size on the way go into `to_size`.
+  std::deque<Item>::iterator Next(bool hold, std::vector<meta::LogEntry>* to_size) REQUIRES(mu_);
   // Sends one version; false: try again later.
   bool Send(const Item& it);
   void Applied(const Version& v);
