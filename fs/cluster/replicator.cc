@@ -318,6 +318,9 @@ bool Replicator::Send(const Item& it) {
   uint64_t sum_hi = 0, sum_lo = 0;
   const Key key{node_, it.e.ino, it.e.version};
   const int64_t gate = ports_.gate_us ? ports_.gate_us(it.e.seq) : 0;
+  // Without its time a replica would be ordered first at a takeover: not
+  // now (applied meanwhile, it is skipped: Run).
+  if (ports_.gate_us && gate <= 0) return false;
   auto ranked = peers_->Ranked(it.e.path);
   if (ranked.empty()) {
     Fail("no other member has a replica link (--replica-listen): " + it.e.path + " stays in this node's RAM only");

@@ -79,17 +79,25 @@ void OpLog::Append(Batch* b, LogEntry e, std::vector<LogEntry>* out) {
 
 void OpLog::Publish(std::vector<LogEntry>&& entries) {
   if (entries.empty()) return;
+  {
+    // When each entry became real (committed), for --cluster's gate times
+    // (fs/cluster/cluster.h): forward, as the seqs are, one µs at least from
+    // one entry to the next, so that a dead member's entries, held by
+    // several of its replicas' holders, are published in exactly its order
+    // (fs/cluster/takeover.h: a rename after the file it moves). Known
+    // before the observer sees the entries: the replicator asks for an
+    // entry's time as soon as it has it (it found none, and sent gate 0: a
+    // dead writer's unlink then went before the file it removes).
+    MutexLock lk(&mu_);
+    const int64_t now = WallUs();
+    for (const auto& e : entries) {
+      last_logged_at_ = std::max(last_logged_at_ + 1, now);
+      logged_at_[e.seq] = last_logged_at_;
+    }
+  }
   if (observer_) observer_(entries);
   MutexLock lk(&mu_);
-  // When each entry became real (committed), for --cluster's gate times
-  // (fs/cluster/cluster.h): forward, as the seqs are, one µs at least from
-  // one entry to the next, so that a dead member's entries, held by
-  // several of its replicas' holders, are published in exactly its order
-  // (fs/cluster/takeover.h: a rename after the file it moves).
-  const int64_t now = WallUs();
   for (auto& e : entries) {
-    last_logged_at_ = std::max(last_logged_at_ + 1, now);
-    logged_at_[e.seq] = last_logged_at_;
     published_ = std::max(published_, e.seq);
     log_.push_back(std::move(e));
   }

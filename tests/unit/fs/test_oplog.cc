@@ -228,6 +228,30 @@ Test(oplog, paths_the_pending_log_touches) {
   cr_assert_not(log.RemovalPending("c", rm.seq));
 }
 
+// The observer (the replicator) asks for an entry's time as soon as it
+// sees it: the time is there (it found none once, and a dead writer's
+// unlink was then ordered before the file it removes).
+Test(oplog, an_observer_finds_the_times_of_what_it_is_shown) {
+  OpLog log;
+  size_t seen = 0, timed = 0;
+  log.set_observer([&](const std::vector<LogEntry>& entries) {
+    for (const LogEntry& e : entries) {
+      seen++;
+      timed += log.LoggedTimes(e.seq, e.seq).size();
+    }
+  });
+  Batch b;
+  std::vector<LogEntry> out;
+  log.Append(&b, Entry(LogOp::kPersist, "f", 2), &out);
+  log.Append(&b, Entry(LogOp::kUnlink, "f"), &out);
+  log.Publish(std::move(out));
+  cr_expect_eq(seen, 2u);
+  cr_expect_eq(timed, 2u, "every entry shown has its time");
+  auto t = log.LoggedTimes(1, 2);
+  cr_assert_eq(t.size(), 2u);
+  cr_expect_lt(t[0].second, t[1].second, "one batch: one µs apart at least");
+}
+
 Test(oplog, logged_times_never_go_back_and_leave_with_their_entries) {
   OpLog log;
   auto a = Log(&log, Entry(LogOp::kMkdir, "a"));
