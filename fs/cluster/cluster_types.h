@@ -48,6 +48,22 @@ class LogView {
   virtual std::vector<std::pair<uint64_t, int64_t>> LoggedTimes(uint64_t from, uint64_t to) { return {}; }
 };
 
+// What the elected member's reduction of every record says (Cluster::Reduce,
+// with a store that reduces: etcd). The rule lets only one member's entry
+// pass at a time — the member whose oldest pending entry is first in
+// (gate, node) order — so each step of a checkpoint's chain concerns one
+// member: it gets the digest alone (`turn`, under its own key), and the
+// digest every member watches (`summary`) is written at most once per
+// SummaryGapUs (sooner when a member is lost or refused). A thousand
+// members then receive a few summaries a second, not one for each of the
+// thousand steps of a checkpoint (docs/scale.md).
+struct Reduction {
+  std::string summary;    // for every member ("" : nothing new, or not yet)
+  std::string turn_node;  // the member whose entry this reduction lets pass ("" : none new)
+  std::string turn;       // the digest for it alone ("" : none)
+  int64_t due = 0;        // µs: when a new reduction would say more (0 : when a record changes)
+};
+
 // Where the members' records are (the backend's reserved area; fakes in
 // tests).
 class RecordStore {

@@ -12,6 +12,7 @@ constexpr char kMembers[] = "members/";
 constexpr char kLeader[] = "digest/leader";
 constexpr char kSummary[] = "digest/summary";
 constexpr char kDigestDir[] = "digest/";
+constexpr char kTurns[] = "turn/";
 constexpr auto kReduceGap = std::chrono::milliseconds(10);  // between reductions a changed record triggers
 constexpr int64_t kMinTtlS = 2;  // etcd's lease TTL floor (a shorter one is raised by the server)
 }  // namespace
@@ -86,6 +87,11 @@ Status EtcdRecords::Open() {
       [this](const std::vector<etcd::WatchEvent>& evs, int64_t) { OnDigestEvents(evs); },
       [this](const std::string& e) { SetError(e.empty() ? "" : "watching the digest: " + e); },
       [this] { ReadDigestKeys(); });
+  turn_watch_ = std::make_unique<etcd::Watch>(
+      &client_, prefix_ + kTurns + opt_.node, "", 0,
+      [this](const std::vector<etcd::WatchEvent>& evs, int64_t) { OnDigestEvents(evs); },
+      [this](const std::string& e) { SetError(e.empty() ? "" : "watching this node's turn: " + e); },
+      [this] { ReadDigestKeys(); });
   keepalive_ = std::thread([this] { KeepAliveLoop(); });
   reducer_thread_ = std::thread([this] { ReduceLoop(); });
   return {};
@@ -100,6 +106,7 @@ void EtcdRecords::Close(bool leave) {
   if (keepalive_.joinable()) keepalive_.join();
   if (reducer_thread_.joinable()) reducer_thread_.join();
   if (digest_watch_) digest_watch_->Stop();
+  if (turn_watch_) turn_watch_->Stop();
   if (members_watch_) members_watch_->Stop();
   int64_t lease;
   {
@@ -176,6 +183,8 @@ void EtcdRecords::ReadDigestKeys() {
     evs.push_back({false, std::move(kv)});
   }
   if (!leader_seen) evs.push_back({true, {prefix_ + kLeader, "", 0, 0, 0, 0}});
+  if (auto t = client_.Range(prefix_ + kTurns + opt_.node); t)
+    for (etcd::KeyValue& kv : t->kvs) evs.push_back({false, std::move(kv)});
   OnDigestEvents(evs);
 }
 
@@ -198,8 +207,10 @@ bool EtcdRecords::DigestEventsLocked(const std::vector<etcd::WatchEvent>& evs) {
       const bool leading = !ev.deleted && ev.kv.value == mine;
       if (leading_ && !leading) LOG_INFO("cluster {}: node {} no longer reduces the records", opt_.cluster, opt_.node);
       leading_ = leading;
-    } else if (ev.kv.key == prefix_ + kSummary && !ev.deleted) {
+    } else if ((ev.kv.key == prefix_ + kSummary || ev.kv.key == prefix_ + kTurns + opt_.node) && !ev.deleted &&
+               ev.kv.mod_revision > digest_rev_) {
       digest_ = ev.kv.value;
+      digest_rev_ = ev.kv.mod_revision;
       stats_.digests_seen++;
       fresh = true;
     }
@@ -278,23 +289,37 @@ void EtcdRecords::Reduce() {
     dirty_ = true;
     return;
   }
-  auto [digest, due] = reducer_(*list, as_of);
-  if (digest.empty()) {  // nothing new to say
+  Reduction red = reducer_(*list, as_of);
+  int64_t lease = 0;
+  {
     MutexLock lk(&mu_);
     stats_.reductions++;
-    due_ = due;
-    return;
+    due_ = red.due;
+    lease = lease_;
   }
-  auto r = client_.PutIfEqual(prefix_ + kSummary, digest, 0, prefix_ + kLeader, mine);
-  MutexLock lk(&mu_);
-  stats_.txns++;
-  stats_.reductions++;
-  due_ = due;
-  if (!r) {
-    dirty_ = true;
-  } else if (!r->succeeded) {
-    LOG_INFO("cluster {}: node {} is no longer the elected member", opt_.cluster, opt_.node);
-    leading_ = false;
+  // The summary under no lease (it outlives an elected member, for the
+  // next one to compare with); a turn under the elected member's lease
+  // (gone with it: no key per member ever given a turn is left behind).
+  auto write = [&](const std::string& key, const std::string& value, int64_t lease_id) {
+    auto r = client_.PutIfEqual(key, value, lease_id, prefix_ + kLeader, mine);
+    MutexLock lk(&mu_);
+    stats_.txns++;
+    if (!r) {
+      dirty_ = true;
+    } else if (!r->succeeded) {
+      if (leading_) LOG_INFO("cluster {}: node {} is no longer the elected member", opt_.cluster, opt_.node);
+      leading_ = false;
+    }
+  };
+  if (!red.summary.empty()) {
+    write(prefix_ + kSummary, red.summary, 0);
+    MutexLock lk(&mu_);
+    stats_.summaries++;
+  }
+  if (!red.turn.empty() && ValidClusterName(red.turn_node)) {
+    write(prefix_ + kTurns + red.turn_node, red.turn, lease);
+    MutexLock lk(&mu_);
+    stats_.turns++;
   }
 }
 
@@ -308,7 +333,12 @@ void EtcdRecords::ReduceLoop() {
       // waiting for another's record waits one round trip, not a tick.
       const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.tick_ms);
       while (!stop_) {
-        const auto when = leading_ && dirty_ ? std::min(until, last_reduce_ + kReduceGap) : until;
+        auto when = leading_ && dirty_ ? std::min(until, last_reduce_ + kReduceGap) : until;
+        // A withheld summary or a gate coming due: then, not at the next tick.
+        if (leading_ && due_ != 0)
+          when = std::min(when, std::max(last_reduce_ + kReduceGap,
+                                         std::chrono::steady_clock::now() +
+                                             std::chrono::microseconds(std::max<int64_t>(0, due_ - clock_()))));
         if (std::chrono::steady_clock::now() >= when) break;
         cv_.WaitUntil(&mu_, when);
       }

@@ -10,6 +10,11 @@
 //   digest/summary   the digest (Cluster::Reduce), written only while the
 //                    writer is the elected member (a transaction that
 //                    compares digest/leader)
+//   turn/NODE        the digest for NODE alone, when a reduction lets its
+//                    entry pass between two summaries (Reduction), with
+//                    the elected member's lease; NODE watches this key
+//                    besides digest/, and reads whichever of the two is
+//                    newer (by revision)
 // A member: Open grants the lease (TTL --member-timeout, at least 2 s) and
 // keeps it alive every TTL/3; watches digest/ (one watch: the leader and
 // the digest); campaigns (create digest/leader if absent) when there is no
@@ -51,14 +56,15 @@ struct EtcdRecordsOptions {
 // Requests made, by kind (the scale benchmark counts them).
 struct EtcdRecordsStats {
   uint64_t puts = 0, ranges = 0, txns = 0, keepalives = 0, grants = 0, digests_seen = 0, reductions = 0;
+  uint64_t summaries = 0, turns = 0;  // written by this member (elected), of each kind
 };
 
 class EtcdRecords final : public RecordStore {
  public:
   // Reduces every record (node, bytes) read from `as_of` (µs) into the
   // digest; returns it and when the next reduction is due (0: none).
-  using Reducer = std::function<std::pair<std::string, int64_t>(
-      const std::vector<std::pair<std::string, std::string>>& records, int64_t as_of)>;
+  using Reducer =
+      std::function<Reduction(const std::vector<std::pair<std::string, std::string>>& records, int64_t as_of)>;
   using Clock = std::function<int64_t()>;
 
   EtcdRecords(EtcdRecordsOptions o, Clock clock);
@@ -116,13 +122,14 @@ class EtcdRecords final : public RecordStore {
   std::chrono::steady_clock::time_point lease_ok_ GUARDED_BY(mu_);
   std::string leader_value_ GUARDED_BY(mu_);  // digest/leader as last seen ("" : none)
   std::string digest_ GUARDED_BY(mu_);
+  int64_t digest_rev_ GUARDED_BY(mu_) = 0;  // its mod revision: the newer of summary and turn wins
   bool leading_ GUARDED_BY(mu_) = false;
   bool dirty_ GUARDED_BY(mu_) = true;  // a record changed since the last reduction
   int64_t due_ GUARDED_BY(mu_) = 0;
   std::string error_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   EtcdRecordsStats stats_ GUARDED_BY(mu_);
-  std::unique_ptr<etcd::Watch> digest_watch_, members_watch_;
+  std::unique_ptr<etcd::Watch> digest_watch_, turn_watch_, members_watch_;
   std::thread keepalive_, reducer_thread_;
 };
 

@@ -62,10 +62,12 @@ struct Node {
 
 // The elected member's reduction: the digest it writes ("" from Reduce:
 // nothing new, the store keeps the last one).
+// A turn (the digest for one member, between summaries) is shown to every
+// member here: it is a digest like the summary, only newer.
 std::string Reduce(Node& leader, DigestStore& s, int64_t now_ms) {
   auto list = s.List();
-  std::string d = leader.c->Reduce(*list, now_ms * 1000).first;
-  return d.empty() ? *s.digest : d;
+  auto r = leader.c->Reduce(*list, now_ms * 1000);
+  return !r.summary.empty() ? r.summary : !r.turn.empty() ? r.turn : *s.digest;
 }
 
 }  // namespace
@@ -243,11 +245,14 @@ Test(cluster_digest, small_at_a_thousand_members) {
   for (auto& n : nodes) n->log.applied = n->log.at.size();
   for (auto& n : nodes) n->c->Heartbeat();
   auto list = s.List();
-  cr_expect(!nodes[0]->c->Reduce(*list, now * 1000).first.empty(), "the drained cluster's digest changed");
+  cr_expect(nodes[0]->c->Reduce(*list, now * 1000).summary.empty(), "a summary sooner than the gap at 1,000");
+  now += Cluster::SummaryGapUs(1000) / 1000;
+  cr_expect(!nodes[0]->c->Reduce(*list, now * 1000).summary.empty(), "the drained cluster's digest changed");
   now += 1000;
   for (auto& n : nodes) n->c->Heartbeat();
   list = s.List();
-  cr_expect(nodes[0]->c->Reduce(*list, now * 1000).first.empty(), "an idle cluster's refreshed records wrote a digest");
+  cr_expect(nodes[0]->c->Reduce(*list, now * 1000).summary.empty(),
+            "an idle cluster's refreshed records wrote a digest");
   cr_expect_eq(j["members"].get<int>(), 1000);
   cr_expect_leq(j["records"].size(), 5u, "two of each order, and the elected member's own");
   cr_expect_lt(d.size(), 8192u, "digest of %zu bytes", d.size());
@@ -277,4 +282,75 @@ Test(cluster_digest, a_dead_elected_member_is_named_lost_by_the_next) {
   for (const auto& m : c.c->Status().members)
     if (m.node == "a") dead = m.state == "dead" && m.unpersisted == 1;
   cr_expect(dead, "the other members list a dead with its file");
+}
+
+// The chain of one checkpoint at 300 members (docs/scale.md): every member
+// has one shard pending, closed 1 ms apart; each publishes in turn. Each
+// step goes to the one member whose turn it is (its own key), not to all:
+// the summaries every member receives stay a few, the turns one a step,
+// and no member ever passes before the member ahead of it.
+Test(cluster_digest, each_step_of_a_chain_is_one_members_turn) {
+  const int m = 300;
+  int64_t now = 1000;
+  Store recs;
+  std::string summary;  // and its "revision": the step it was written at
+  int64_t summary_rev = 0, rev = 0;
+  std::map<std::string, std::pair<int64_t, std::string>> turns;
+  // Each member reads the newer of the summary and its own turn.
+  struct View : ckpt::fs::RecordStore {
+    Store* recs;
+    std::string node, *summary;
+    int64_t* summary_rev;
+    std::map<std::string, std::pair<int64_t, std::string>>* turns;
+    Status Put(const std::string& n, const std::string& b) override { return recs->Put(n, b); }
+    Result<std::vector<std::pair<std::string, std::string>>> List() override { return recs->List(); }
+    std::optional<std::string> Digest() override {
+      auto it = turns->find(node);
+      return it != turns->end() && it->second.first > *summary_rev ? it->second.second : *summary;
+    }
+  };
+  std::vector<std::unique_ptr<View>> views;
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < m; i++) {
+    auto v = std::make_unique<View>();
+    v->recs = &recs, v->node = "n" + std::to_string(1000 + i), v->summary = &summary;
+    v->summary_rev = &summary_rev, v->turns = &turns;
+    nodes.push_back(std::make_unique<Node>(v->node, v.get(), &now));
+    views.push_back(std::move(v));
+  }
+  auto reduce = [&] {
+    auto list = recs.List();
+    auto r = nodes[0]->c->Reduce(*list, now * 1000);
+    if (!r.summary.empty()) summary = r.summary, summary_rev = ++rev;
+    if (!r.turn.empty()) turns[r.turn_node] = {++rev, r.turn};
+    return r;
+  };
+  for (auto& n : nodes) n->c->Heartbeat();
+  for (int i = 0; i < m; i++) {  // shards closed 1 ms apart, in member order
+    nodes[i]->log.at.push_back(now * 1000);
+    nodes[i]->c->Sample();
+    now++;
+  }
+  now += 100;  // past the last gate + skew: every record written after it
+  for (auto& n : nodes) n->c->Heartbeat();
+  int summaries = 0, turns_given = 0, early = 0;
+  for (int step = 0; step < m; step++) {
+    now += 2;  // a store round trip
+    auto r = reduce();
+    summaries += !r.summary.empty();
+    turns_given += !r.turn.empty();
+    for (int i = 0; i < m; i++) {
+      nodes[i]->c->Heartbeat();  // reads what it was given
+      if (nodes[i]->log.applied == 0 && nodes[i]->c->MayPublish(1)) {
+        if (i != step) early++;
+        nodes[i]->log.applied = 1;
+        nodes[i]->c->Heartbeat();
+      }
+    }
+    cr_assert_eq(nodes[step]->log.applied, 1u, "step %d: member %d did not get its turn", step, step);
+  }
+  cr_expect_eq(early, 0, "a member passed before the one ahead of it");
+  // 300 steps 2 ms apart: 600 ms, summaries at most every 75 ms.
+  cr_expect_leq(summaries, 600 / 75 + 2, "%d summaries for %d steps", summaries, m);
+  cr_expect_geq(turns_given, m - summaries - 1, "%d turns", turns_given);
 }
