@@ -377,6 +377,19 @@ Result<RangeResult> Client::Range(const std::string& key, const std::string& ran
   });
 }
 
+Result<RangeResult> Client::RangeSince(const std::string& key, const std::string& range_end,
+                                       int64_t min_mod_revision) {
+  Json req = {{"key", B64(key)}, {"min_mod_revision", std::to_string(min_mod_revision)}};
+  if (!range_end.empty()) req["range_end"] = B64(range_end);
+  return Parsed(this, Call("/v3/kv/range", req.dump()), [](const Json& j) {
+    RangeResult r;
+    r.revision = Revision(j);
+    r.kvs = ParseKvs(j);
+    r.more = j.value("more", false);
+    return r;
+  });
+}
+
 Result<int64_t> Client::Put(const std::string& key, const std::string& value, int64_t lease) {
   Json req = {{"key", B64(key)}, {"value", B64(value)}};
   if (lease) req["lease"] = std::to_string(lease);

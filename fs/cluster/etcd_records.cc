@@ -143,15 +143,34 @@ Status EtcdRecords::Put(const std::string& node, const std::string& bytes) {
 
 Result<std::vector<std::pair<std::string, std::string>>> EtcdRecords::List() {
   const std::string dir = prefix_ + kMembers;
-  auto r = client_.Range(dir, etcd::PrefixEnd(dir));
   {
     MutexLock lk(&mu_);
-    stats_.ranges++;
+    reading_ = true;
+    during_.clear();
   }
+  auto r = client_.Range(dir, etcd::PrefixEnd(dir));
   if (!r) {
+    {
+      MutexLock lk(&mu_);
+      reading_ = false;
+      stats_.ranges++;
+      during_.clear();
+    }
     SetError("reading the members' records: " + client_.LastError());
     return Err(r.error());
   }
+  MutexLock lk(&mu_);
+  reading_ = false;
+  stats_.ranges++;
+  // The elected member's view starts again from this read, and what its
+  // watch brought meanwhile that is newer.
+  members_.clear();
+  for (const etcd::KeyValue& kv : r->kvs) members_[kv.key] = kv;
+  members_rev_ = r->revision;
+  std::erase_if(during_, [&](const etcd::WatchEvent& ev) { return ev.kv.mod_revision <= r->revision; });
+  ApplyMemberEventsLocked(during_);
+  during_.clear();
+  members_whole_ = watching_members_;
   std::vector<std::pair<std::string, std::string>> out;
   for (etcd::KeyValue& kv : r->kvs) {
     // A record without a lease was not written by a member (a member's
@@ -162,6 +181,55 @@ Result<std::vector<std::pair<std::string, std::string>>> EtcdRecords::List() {
     }
     out.emplace_back(kv.key.substr(dir.size()), std::move(kv.value));
   }
+  return out;
+}
+
+void EtcdRecords::ApplyMemberEventsLocked(const std::vector<etcd::WatchEvent>& evs) {
+  // Per key, the newest wins: the watch and the reads since a revision
+  // bring the same changes in either order.
+  for (const etcd::WatchEvent& ev : evs) {
+    auto it = members_.find(ev.kv.key);
+    if (it != members_.end() && it->second.mod_revision >= ev.kv.mod_revision) continue;
+    members_[ev.kv.key] = ev.kv;
+    // A removal stays as a tombstone (no lease: no member), so that a read
+    // from before it, answered after it, does not bring the record back.
+    if (ev.deleted) members_[ev.kv.key].lease = 0, members_[ev.kv.key].value.clear();
+  }
+}
+
+void EtcdRecords::OnMemberEvents(const std::vector<etcd::WatchEvent>& evs) {
+  {
+    MutexLock lk(&mu_);
+    if (reading_) during_.insert(during_.end(), evs.begin(), evs.end());
+    ApplyMemberEventsLocked(evs);
+    if (!evs.empty()) dirty_ = true;
+  }
+  cv_.NotifyAll();
+}
+
+std::optional<std::vector<std::pair<std::string, std::string>>> EtcdRecords::RecordsFromWatch() {
+  int64_t rev;
+  {
+    MutexLock lk(&mu_);
+    if (!members_whole_) return std::nullopt;
+    rev = members_rev_;
+  }
+  // The records put since the last read (the watch has most of them
+  // already; a read makes the view current at once, without waiting for
+  // it). A record removed meanwhile may still be here until the watch
+  // brings its removal: it only holds the others a moment longer.
+  const std::string dir = prefix_ + kMembers;
+  auto r = client_.RangeSince(dir, etcd::PrefixEnd(dir), rev + 1);
+  MutexLock lk(&mu_);
+  stats_.deltas++;
+  if (!r || !members_whole_) return std::nullopt;
+  std::vector<etcd::WatchEvent> evs;
+  for (etcd::KeyValue& kv : r->kvs) evs.push_back({false, std::move(kv)});
+  ApplyMemberEventsLocked(evs);
+  members_rev_ = std::max(members_rev_, r->revision);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [key, kv] : members_)
+    if (kv.lease != 0) out.emplace_back(key.substr(dir.size()), kv.value);
   return out;
 }
 
@@ -283,7 +351,9 @@ void EtcdRecords::Reduce() {
     mine = leader_value_;
   }
   const int64_t as_of = clock_();
-  auto list = List();
+  auto watched = RecordsFromWatch();
+  Result<std::vector<std::pair<std::string, std::string>>> list =
+      watched ? Result<std::vector<std::pair<std::string, std::string>>>(std::move(*watched)) : List();
   if (!list) {
     MutexLock lk(&mu_);
     dirty_ = true;
@@ -348,20 +418,20 @@ void EtcdRecords::ReduceLoop() {
       watch = leading_ && !members_watch_;
       unwatch = !leading_ && members_watch_;
     }
-    if (unwatch) members_watch_.reset();
+    if (unwatch) {
+      members_watch_.reset();
+      MutexLock lk(&mu_);
+      watching_members_ = false;
+      members_whole_ = false;
+      members_.clear();
+    }
     if (campaign) Campaign();
     if (watch) {
       // The elected member follows every record: a change makes the next
       // tick reduce (one Range), at most one reduction a tick.
       members_watch_ = std::make_unique<etcd::Watch>(
           &client_, prefix_ + kMembers, etcd::PrefixEnd(prefix_ + kMembers), 0,
-          [this](const std::vector<etcd::WatchEvent>& evs, int64_t) {
-            {
-              MutexLock lk(&mu_);
-              if (!evs.empty()) dirty_ = true;
-            }
-            cv_.NotifyAll();
-          },
+          [this](const std::vector<etcd::WatchEvent>& evs, int64_t) { OnMemberEvents(evs); },
           [this](const std::string& e) {
             MutexLock lk(&mu_);
             dirty_ = true;
@@ -369,9 +439,11 @@ void EtcdRecords::ReduceLoop() {
           },
           [this] {
             MutexLock lk(&mu_);
+            members_whole_ = false;  // events were missed: the next reduction reads the range
             dirty_ = true;
           });
       MutexLock lk(&mu_);
+      watching_members_ = true;
       dirty_ = true;
       reduce = true;
     }

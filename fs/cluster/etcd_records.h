@@ -20,7 +20,11 @@
 // the digest); campaigns (create digest/leader if absent) when there is no
 // leader. The elected member also watches members/ and, when a record
 // changed or a pending gate comes due, reads every record (one Range) and
-// writes the digest. A lease that expired (the node cut off longer than the
+// writes the digest; it keeps every record it read, and before each
+// reduction reads only the records put since (min_mod_revision: O(changes));
+// its watch brings removals and wakes it. The whole range is read once per
+// election and after the watch was reset, not once per step of a
+// checkpoint (docs/scale.md). A lease that expired (the node cut off longer than the
 // TTL) is noticed at the next keep-alive: a new lease, the record written
 // again (Put), and the node rejoins; until its record is written, its drain
 // holds (cluster.h: MayPublish).
@@ -32,6 +36,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,6 +62,7 @@ struct EtcdRecordsOptions {
 struct EtcdRecordsStats {
   uint64_t puts = 0, ranges = 0, txns = 0, keepalives = 0, grants = 0, digests_seen = 0, reductions = 0;
   uint64_t summaries = 0, turns = 0;  // written by this member (elected), of each kind
+  uint64_t deltas = 0;                // reads of the records changed since the last (O(changes))
 };
 
 class EtcdRecords final : public RecordStore {
@@ -102,6 +108,11 @@ class EtcdRecords final : public RecordStore {
   bool DigestEventsLocked(const std::vector<etcd::WatchEvent>& evs) REQUIRES(mu_);  // true: a new digest
   void ReadDigestKeys();
   void Reduce();
+  // The elected member's view of every record: what it read before, the
+  // records put since read now (Reduce); nullopt if it must read the range.
+  std::optional<std::vector<std::pair<std::string, std::string>>> RecordsFromWatch();
+  void OnMemberEvents(const std::vector<etcd::WatchEvent>& evs);
+  void ApplyMemberEventsLocked(const std::vector<etcd::WatchEvent>& evs) REQUIRES(mu_);
   void Campaign();
   void SetError(const std::string& e);
 
@@ -123,6 +134,15 @@ class EtcdRecords final : public RecordStore {
   std::string leader_value_ GUARDED_BY(mu_);  // digest/leader as last seen ("" : none)
   std::string digest_ GUARDED_BY(mu_);
   int64_t digest_rev_ GUARDED_BY(mu_) = 0;  // its mod revision: the newer of summary and turn wins
+  // The records as the reads and the members' watch brought them (key:
+  // the etcd key), the store revision every put up to which is in, and
+  // whether they are whole (a full read since the watch began or was reset).
+  std::map<std::string, etcd::KeyValue> members_ GUARDED_BY(mu_);
+  int64_t members_rev_ GUARDED_BY(mu_) = 0;
+  bool members_whole_ GUARDED_BY(mu_) = false;
+  bool watching_members_ GUARDED_BY(mu_) = false;  // members_watch_ runs
+  bool reading_ GUARDED_BY(mu_) = false;                // a full read runs: events are kept too
+  std::vector<etcd::WatchEvent> during_ GUARDED_BY(mu_);  // (re-applied after it)
   bool leading_ GUARDED_BY(mu_) = false;
   bool dirty_ GUARDED_BY(mu_) = true;  // a record changed since the last reduction
   int64_t due_ GUARDED_BY(mu_) = 0;

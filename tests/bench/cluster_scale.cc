@@ -7,6 +7,9 @@
 //   build/cluster_scale --posix DIR ...      (records in a directory instead)
 //   build/cluster_scale --etcd HOST:PORT[,...] [--etcd-dir DIR] [--members 100,1000]
 //                       [--seconds 60] [--period-ms 10000]
+//                       [--sample-ms 20] [--tick-ms 100] [--lease-s 10]
+//                       (a member's timers: slower ones let 1,000 members
+//                        share 2 cores; a real node runs one member)
 //                       (--cluster-store etcd: the checkpoint workload below;
 //                        --etcd-dir: tests/etcd/etcd.sh's DIR, for etcd's CPU)
 //   ... --posix DIR --checkpoints   (the checkpoint workload over the backend's records)
@@ -187,8 +190,14 @@ double Percentile(std::vector<double> v, double p) {
 
 // The checkpoint workload with M members over etcd (`etcd`: endpoints) or
 // the backend's records (`be`).
+// What one simulated member is (its timers; each real node runs one member
+// with the defaults, a thousand on two cores need slower ones).
+struct MemberKnobs {
+  int sample_ms = 20, tick_ms = 100, lease_s = 10;
+};
+
 void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, const std::string& etcd_dir,
-                    backend::Backend* be) {
+                    backend::Backend* be, const MemberKnobs& knobs) {
   const std::string name = "ckpt-" + std::to_string(m) + "-" + std::to_string(NowMs());
   std::vector<std::unique_ptr<CkptLog>> logs;
   std::vector<std::unique_ptr<fs::RecordStore>> stores;
@@ -199,15 +208,17 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
     fs::ClusterOptions o;
     o.name = name;
     o.node = "node" + std::to_string(i);
-    o.sample_ms = 20;
-    o.member_timeout_ms = 10000;
+    o.sample_ms = knobs.sample_ms;
+    o.tick_ms = knobs.tick_ms;
+    o.member_timeout_ms = knobs.lease_s * 1000LL;
     if (!etcd.empty()) {
       fs::EtcdRecordsOptions eo;
       eo.client.endpoints = *fs::etcd::ParseStoreUrl("etcd://" + etcd);
       eo.url = "etcd://" + etcd;
       eo.cluster = name;
       eo.node = o.node;
-      eo.lease_ttl_s = 10;
+      eo.lease_ttl_s = knobs.lease_s;
+      eo.tick_ms = knobs.tick_ms;
       auto st = std::make_unique<fs::EtcdRecords>(eo, fs::Cluster::WallClockUs);
       etcds.push_back(st.get());
       stores.push_back(std::move(st));
@@ -310,19 +321,24 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
     auto s = e->Stats();
     sum.puts += s.puts, sum.ranges += s.ranges, sum.txns += s.txns, sum.keepalives += s.keepalives;
     sum.grants += s.grants, sum.digests_seen += s.digests_seen, sum.reductions += s.reductions;
+    sum.summaries += s.summaries, sum.turns += s.turns, sum.deltas += s.deltas;
   }
   for (auto* e : etcds) e->Close(true);
   MutexLock lk(&mu);
   const double per = static_cast<double>(std::max(ckpts, 1)) * m;
   std::printf(
-      "%8d %6s %6d %9zu %10.0f %10.0f %10.0f %11.0f %9.2f %9.2f %8.1f %9.1f %10.1f %9llu %8d %8.1f %7.1f %8zu\n", m,
+      "%8d %6s %6d %9zu %10.0f %10.0f %10.0f %11.0f %9.2f %9.2f %8.1f %9.1f %10.1f %9llu %8d %8.1f %7.1f %8zu "
+      "%9.1f %7.1f %8.1f\n",
+      m,
       etcd.empty() ? "posix" : "etcd", ckpts, latency.size(), Percentile(latency, 0.5), Percentile(latency, 0.99),
       latency.empty() ? 0 : *std::max_element(latency.begin(), latency.end()), Percentile(chain, 0.5),
       static_cast<double>(sum.puts + sum.txns) / per, static_cast<double>(sum.keepalives) / per,
       static_cast<double>(sum.digests_seen) / per, static_cast<double>(sum.ranges) / std::max(ckpts, 1),
-      static_cast<double>(sum.puts + sum.txns + sum.keepalives + sum.ranges + sum.grants) / elapsed,
+      static_cast<double>(sum.puts + sum.txns + sum.keepalives + sum.ranges + sum.grants + sum.deltas) / elapsed,
       static_cast<unsigned long long>(live), out_of_order, cpu,
-      etcd.empty() ? 0 : EtcdDbMiB("http://" + etcd.substr(0, etcd.find(','))), blocked);
+      etcd.empty() ? 0 : EtcdDbMiB("http://" + etcd.substr(0, etcd.find(','))), blocked,
+      static_cast<double>(sum.summaries) / std::max(ckpts, 1), static_cast<double>(sum.turns) / std::max(ckpts, 1),
+      static_cast<double>(sum.deltas) / std::max(ckpts, 1));
   std::fflush(stdout);
 }
 
@@ -345,6 +361,7 @@ int main(int argc, char** argv) {
   std::vector<int> members = {4, 16, 64};
   int seconds = 10, heartbeat = 500, period_ms = 10000;
   bool checkpoints = false;
+  MemberKnobs knobs;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -358,6 +375,9 @@ int main(int argc, char** argv) {
     else if (a == "--etcd-dir") etcd_dir = next();
     else if (a == "--period-ms") period_ms = std::atoi(next().c_str());
     else if (a == "--checkpoints") checkpoints = true;
+    else if (a == "--sample-ms") knobs.sample_ms = std::atoi(next().c_str());
+    else if (a == "--tick-ms") knobs.tick_ms = std::atoi(next().c_str());
+    else if (a == "--lease-s") knobs.lease_s = std::atoi(next().c_str());
     else {
       std::fprintf(stderr, "usage: cluster_scale --endpoint URL [--bucket B] [--members 4,16,64] [--seconds 10] "
                            "[--heartbeat-ms 500]\n");
@@ -384,10 +404,14 @@ int main(int argc, char** argv) {
       }
       pbe = std::move(*b);
     }
-    std::printf("%8s %6s %6s %9s %10s %10s %10s %11s %9s %9s %8s %9s %10s %9s %8s %8s %7s %8s\n", "members", "store",
+    std::printf("%8s %6s %6s %9s %10s %10s %10s %11s %9s %9s %8s %9s %10s %9s %8s %8s %7s %8s %9s %7s %8s\n", "members", "store",
                 "ckpts", "measured", "p50 ms", "p99 ms", "max ms", "shards p50", "wr/ck/nd", "ka/ck/nd", "dg/ck/nd",
-                "rng/ckpt", "store rq/s", "live", "order!", "etcd cpu", "db MiB", "blocked");
-    for (int m : members) RunCheckpoints(m, seconds, period_ms, etcd, etcd_dir, pbe.get());
+                "rng/ckpt", "store rq/s", "live", "order!", "etcd cpu", "db MiB", "blocked", "sum/ckpt", "turn/ck", "dlt/ck");
+    if (knobs.sample_ms < 1 || knobs.tick_ms < 1 || knobs.lease_s < 2) {
+      std::fprintf(stderr, "cluster_scale: --sample-ms and --tick-ms >= 1, --lease-s >= 2\n");
+      return 2;
+    }
+    for (int m : members) RunCheckpoints(m, seconds, period_ms, etcd, etcd_dir, pbe.get(), knobs);
     return 0;
   }
   if (endpoint.empty() == posix.empty() || seconds < 1 || heartbeat < 10) {
