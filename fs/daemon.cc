@@ -493,6 +493,8 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
                "has (retried every heartbeat)",
                cfg.cluster, cfg.node, d->cluster->Status().publish_blocked_reason);
     d->drainer->set_cluster(d->cluster.get());
+    Drainer* dr = d->drainer.get();
+    d->cluster->SetOnChange([dr] { dr->ClusterChanged(); });
   }
 
   // fsname is what /proc/mounts shows: the display form, with the ',' and

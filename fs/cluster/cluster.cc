@@ -350,11 +350,22 @@ void Cluster::Tick() {
     }
     read = waiting_ || reduces_;  // a digest is read from memory: no request
   }
+  std::pair<const void*, int64_t> before;
+  {
+    MutexLock lk(&mu_);
+    before = {digest_view_.get(), stored_us_};
+  }
   if (write) {
     Heartbeat();
   } else if (read) {
     ReadRecords();
   }
+  bool changed;
+  {
+    MutexLock lk(&mu_);
+    changed = before != std::pair<const void*, int64_t>{digest_view_.get(), stored_us_};
+  }
+  if (changed && on_change_) on_change_();
 }
 
 void Cluster::Heartbeat() {

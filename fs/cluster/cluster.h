@@ -159,6 +159,11 @@ class Cluster {
   // a member instead of a few ticks (docs/scale.md). A no-op with the
   // backend's records, where each write reads every record.
   void Poke();
+  // Called (on the tick's thread, no lock held) when a tick read a new
+  // digest or wrote this node's record: what MayPublish says may have
+  // changed, so the drain asks again now, not at its next 50 ms poll (each
+  // step of a checkpoint's chain waited for one). Set before Start.
+  void SetOnChange(std::function<void()> f) { on_change_ = std::move(f); }
 
   // The gate time of entry `seq` (µs): when it was logged, or (recovered
   // entries) the time of the first sample that saw it
@@ -254,6 +259,7 @@ class Cluster {
   bool stop_ GUARDED_BY(mu_) = false;
   bool poked_ GUARDED_BY(mu_) = false;  // Poke: tick now
   std::function<std::optional<int64_t>()> held_gate_;  // SetHeldGate
+  std::function<void()> on_change_;                    // SetOnChange
   int64_t written_held_ GUARDED_BY(mu_) = 0;           // its value in the last record built (0: none)
   // Exact gate times of pending entries a sample saw (LogView::LoggedTimes),
   // and the newest seq whose time was asked for.
@@ -277,6 +283,16 @@ class Cluster {
   // it — is named lost all the same.
   std::map<std::string, Record> digest_seen_ GUARDED_BY(mu_);
   int64_t digest_as_of_ GUARDED_BY(mu_) = 0;
+  // The last digest read, as text and parsed (ReadDigest parses a digest once).
+  struct DigestView {
+    std::vector<Record> others, refused, lost;
+    std::map<std::string, Record> carried;  // every live record, this node's too
+    int64_t as_of = 0, newest = 0;
+    uint64_t members = 0;
+    std::string leader;
+  };
+  std::string digest_text_ GUARDED_BY(mu_);
+  std::shared_ptr<const DigestView> digest_view_ GUARDED_BY(mu_);
   std::string reduced_body_ GUARDED_BY(mu_);  // the last summary written, but its time
   std::string urgent_body_ GUARDED_BY(mu_);   // its lost and refused members
   int64_t summary_as_of_ GUARDED_BY(mu_) = 0;

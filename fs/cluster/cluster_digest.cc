@@ -219,50 +219,63 @@ void Cluster::ReadDigest(const std::string& digest) {
     digest_problem_ = "no digest of the members' records yet (no member elected, or the store unreachable)";
     return;
   }
-  std::vector<Record> others, refused;
-  std::vector<Record> lost;
-  std::map<std::string, Record> carried;  // every live record, this node's too
-  int64_t as_of = 0, newest = 0;
-  uint64_t members = 0;
-  std::string leader;
-  try {
-    Json d = Json::parse(digest);
-    if (d.at("cluster").get<std::string>() != opt_.name) throw std::runtime_error("another cluster's digest");
-    as_of = d.at("as_of_us").get<int64_t>();
-    members = d.at("members").get<uint64_t>();
-    leader = d.at("leader").get<std::string>();
-    if (auto it = d.find("newest_gate_us"); it != d.end() && !it->is_null()) newest = it->get<int64_t>();
-    for (const Json& x : d.at("records")) {
-      const std::string node = x.at("node").get<std::string>();
-      Record r;
-      if (!ParseRecord(node, x.at("record").get<std::string>(), now, &r).empty() || r.state != "live") continue;
-      carried.emplace(node, r);
-      if (node != opt_.node) others.push_back(std::move(r));
-    }
-    for (const Json& x : d.at("refused")) {
-      Record r;
-      r.node = x.at("node").get<std::string>();
-      r.heartbeat_us = x.at("heartbeat_us").get<int64_t>();
-      r.unpersisted = x.at("unpersisted").get<uint64_t>();
-      r.problem = x.at("reason").get<std::string>();
-      refused.push_back(std::move(r));
-    }
-    for (const Json& x : d.at("lost")) {
-      Record r;
-      r.node = x.at("node").get<std::string>();
-      r.unpersisted = x.at("unpersisted").get<uint64_t>();
-      r.paths = x.at("paths").get<std::vector<std::string>>();
-      r.heartbeat_us = x.at("heartbeat_us").get<int64_t>();
-      r.state = "live";
-      lost.push_back(std::move(r));
-    }
-  } catch (const std::exception& e) {
+  // Parsed once per digest, not at every tick (a thousand members each
+  // parsing the same digest ten times a second was most of their CPU).
+  std::shared_ptr<const DigestView> view;
+  {
     MutexLock lk(&mu_);
-    const std::string msg = std::string("the members' digest is not readable: ") + e.what();
-    if (digest_problem_ != msg) LOG_WARN("cluster {}: {}", opt_.name, msg);
-    digest_problem_ = msg;
-    return;
+    if (digest_view_ && digest_text_ == digest) view = digest_view_;
   }
+  if (!view) {
+    auto v = std::make_shared<DigestView>();
+    try {
+      Json d = Json::parse(digest);
+      if (d.at("cluster").get<std::string>() != opt_.name) throw std::runtime_error("another cluster's digest");
+      v->as_of = d.at("as_of_us").get<int64_t>();
+      v->members = d.at("members").get<uint64_t>();
+      v->leader = d.at("leader").get<std::string>();
+      if (auto it = d.find("newest_gate_us"); it != d.end() && !it->is_null()) v->newest = it->get<int64_t>();
+      for (const Json& x : d.at("records")) {
+        const std::string node = x.at("node").get<std::string>();
+        Record r;
+        if (!ParseRecord(node, x.at("record").get<std::string>(), now, &r).empty() || r.state != "live") continue;
+        v->carried.emplace(node, r);
+        if (node != opt_.node) v->others.push_back(std::move(r));
+      }
+      for (const Json& x : d.at("refused")) {
+        Record r;
+        r.node = x.at("node").get<std::string>();
+        r.heartbeat_us = x.at("heartbeat_us").get<int64_t>();
+        r.unpersisted = x.at("unpersisted").get<uint64_t>();
+        r.problem = x.at("reason").get<std::string>();
+        v->refused.push_back(std::move(r));
+      }
+      for (const Json& x : d.at("lost")) {
+        Record r;
+        r.node = x.at("node").get<std::string>();
+        r.unpersisted = x.at("unpersisted").get<uint64_t>();
+        r.paths = x.at("paths").get<std::vector<std::string>>();
+        r.heartbeat_us = x.at("heartbeat_us").get<int64_t>();
+        r.state = "live";
+        v->lost.push_back(std::move(r));
+      }
+    } catch (const std::exception& e) {
+      MutexLock lk(&mu_);
+      const std::string msg = std::string("the members' digest is not readable: ") + e.what();
+      if (digest_problem_ != msg) LOG_WARN("cluster {}: {}", opt_.name, msg);
+      digest_problem_ = msg;
+      return;
+    }
+    MutexLock lk(&mu_);
+    digest_text_ = digest;
+    digest_view_ = view = std::move(v);
+  }
+  const std::vector<Record>& others = view->others;
+  const std::vector<Record>& refused = view->refused;
+  const std::vector<Record>& lost = view->lost;
+  const int64_t as_of = view->as_of, newest = view->newest;
+  const uint64_t members = view->members;
+  const std::string& leader = view->leader;
   MutexLock lk(&mu_);
   // A summary and this member's turn come by two watches: the older of
   // the two says less (EtcdRecords keeps the newer; this is a guard).
@@ -278,7 +291,7 @@ void Cluster::ReadDigest(const std::string& digest) {
   }
   if (!digest_problem_.empty()) LOG_INFO("cluster {}: the members' digest is readable again", opt_.name);
   digest_problem_.clear();
-  digest_seen_ = std::move(carried);
+  digest_seen_ = view->carried;
   digest_as_of_ = as_of;
   digest_lost_.clear();
   for (const Record& r : lost) {
@@ -313,8 +326,8 @@ void Cluster::ReadDigest(const std::string& digest) {
   // A record of this node newer than every pending gate + skew (Tick writes
   // it once the clock is there): then no pending entry waits for this node.
   need_us_ = newest > 0 && newest <= now + skew ? newest + skew : 0;
-  others_ = std::move(others);
-  refused_ = std::move(refused);
+  others_ = others;
+  refused_ = refused;
   read_at_ = as_of;
   members_total_ = members;
   leader_ = leader;

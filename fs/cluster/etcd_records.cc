@@ -14,6 +14,7 @@ constexpr char kSummary[] = "digest/summary";
 constexpr char kDigestDir[] = "digest/";
 constexpr char kTurns[] = "turn/";
 constexpr auto kReduceGap = std::chrono::milliseconds(10);  // between reductions a changed record triggers
+constexpr int64_t kReadEveryUs = 1000 * 1000;  // the elected member's view read whole at least this often while busy
 constexpr int64_t kMinTtlS = 2;  // etcd's lease TTL floor (a shorter one is raised by the server)
 }  // namespace
 
@@ -344,22 +345,46 @@ void EtcdRecords::Campaign() {
 
 void EtcdRecords::Reduce() {
   std::string mine;
+  int64_t as_of = clock_();
+  std::optional<std::vector<std::pair<std::string, std::string>>> watched;
   {
     MutexLock lk(&mu_);
     dirty_ = false;
     last_reduce_ = std::chrono::steady_clock::now();
     mine = leader_value_;
+    // A read of the store makes the view whole as of its start; it is
+    // needed only when a pending gate + skew has passed since the last one
+    // (due: an entry may pass now that did not), and once a second. In
+    // between — each step of a checkpoint's chain — the records the watch
+    // brought are reduced as of the last read: a newer record of a member
+    // only shows a later heartbeat and a later oldest gate (it can only
+    // hold less wrongly, never let an entry pass that the read's would
+    // not), and a member the watch shows that the read did not is one
+    // more to wait for.
+    if (members_whole_ && !(due_ != 0 && as_of >= due_) && as_of - whole_as_of_ < kReadEveryUs) {
+      const std::string dir = prefix_ + kMembers;
+      watched.emplace();
+      for (const auto& [key, kv] : members_)
+        if (kv.lease != 0) watched->emplace_back(key.substr(dir.size()), kv.value);
+      as_of = whole_as_of_;
+      stats_.from_watch++;
+    }
   }
-  const int64_t as_of = clock_();
-  auto watched = RecordsFromWatch();
-  Result<std::vector<std::pair<std::string, std::string>>> list =
-      watched ? Result<std::vector<std::pair<std::string, std::string>>>(std::move(*watched)) : List();
-  if (!list) {
+  if (!watched) {
+    watched = RecordsFromWatch();
+    if (!watched) {
+      auto full = List();
+      if (full) watched = std::move(*full);
+    }
+    if (!watched) {
+      MutexLock lk(&mu_);
+      dirty_ = true;
+      return;
+    }
     MutexLock lk(&mu_);
-    dirty_ = true;
-    return;
+    whole_as_of_ = as_of;
   }
-  Reduction red = reducer_(*list, as_of);
+  Reduction red = reducer_(*watched, as_of);
   int64_t lease = 0;
   {
     MutexLock lk(&mu_);

@@ -63,6 +63,7 @@ struct EtcdRecordsStats {
   uint64_t puts = 0, ranges = 0, txns = 0, keepalives = 0, grants = 0, digests_seen = 0, reductions = 0;
   uint64_t summaries = 0, turns = 0;  // written by this member (elected), of each kind
   uint64_t deltas = 0;                // reads of the records changed since the last (O(changes))
+  uint64_t from_watch = 0;            // reductions of what the watch brought, without a read
 };
 
 class EtcdRecords final : public RecordStore {
@@ -141,6 +142,7 @@ class EtcdRecords final : public RecordStore {
   int64_t members_rev_ GUARDED_BY(mu_) = 0;
   bool members_whole_ GUARDED_BY(mu_) = false;
   bool watching_members_ GUARDED_BY(mu_) = false;  // members_watch_ runs
+  int64_t whole_as_of_ GUARDED_BY(mu_) = 0;         // the clock when the last read of them began
   bool reading_ GUARDED_BY(mu_) = false;                // a full read runs: events are kept too
   std::vector<etcd::WatchEvent> during_ GUARDED_BY(mu_);  // (re-applied after it)
   bool leading_ GUARDED_BY(mu_) = false;

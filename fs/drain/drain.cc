@@ -392,6 +392,12 @@ void Drainer::Kick() {
   cv_.NotifyAll();
 }
 
+void Drainer::ClusterChanged() {
+  MutexLock lk(&mu_);
+  cluster_changed_ = true;
+  cv_.NotifyAll();
+}
+
 int Drainer::ApplyPersist(const LogEntry& e) {
   std::shared_ptr<Job> job;
   {
@@ -502,7 +508,10 @@ bool Drainer::WaitCluster(const LogEntry& e) {
                 meta::LogOpName(e.op), e.path);
     }
     MutexLock lk(&mu_);
-    SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    while (!stop_ && !cluster_changed_ && cv_.WaitUntil(&mu_, until)) {
+    }
+    cluster_changed_ = false;
     if (stop_) {
       cluster_->ClearWait();
       return false;

@@ -109,6 +109,9 @@ class Drainer {
   void set_refusal_skip(bool skip) { refusal_skip_ = skip; }
   // Ends a backoff now (an operator's `ckptfs skip` waits for no timer).
   void Kick();
+  // The cluster's view changed (Cluster::SetOnChange): an entry waiting
+  // for it asks MayPublish again now.
+  void ClusterChanged();
   // Stops the threads, waiting at most `bound` for them. True if they all
   // ended. False if some are still in a backend call (logged once): they
   // may yet use this drainer, its table and its backend when the call
@@ -189,6 +192,7 @@ class Drainer {
   const int parallel_;
   bool refusal_skip_ = false;  // set_refusal_skip
   bool kick_ GUARDED_BY(mu_) = false;  // Kick: the backoff ends now
+  bool cluster_changed_ GUARDED_BY(mu_) = false;  // ClusterChanged: WaitCluster asks again
   uint64_t held_seq_ GUARDED_BY(mu_) = 0;  // the entry HoldHead last logged
   std::string held_reason_ GUARDED_BY(mu_);  // and why
 

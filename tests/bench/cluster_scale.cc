@@ -203,6 +203,9 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
   std::vector<std::unique_ptr<fs::RecordStore>> stores;
   std::vector<fs::EtcdRecords*> etcds;
   std::vector<std::unique_ptr<fs::Cluster>> nodes;
+  // A member's view changed (Cluster::SetOnChange): its drain asks again
+  // now; else every 50 ms, as the daemon's drain polls.
+  std::unique_ptr<std::atomic<bool>[]> changed(new std::atomic<bool>[m]());
   for (int i = 0; i < m; i++) {
     logs.push_back(std::make_unique<CkptLog>());
     fs::ClusterOptions o;
@@ -227,6 +230,7 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
       o.tick_ms = 25;
     }
     nodes.push_back(std::make_unique<fs::Cluster>(o, stores.back().get(), logs.back().get(), ""));
+    nodes.back()->SetOnChange([&changed, i] { changed[i] = true; });
     if (!etcds.empty()) {
       fs::Cluster* c = nodes.back().get();
       etcds.back()->SetReducer([c](const auto& recs, int64_t as_of) { return c->Reduce(recs, as_of); });
@@ -248,9 +252,13 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
   int out_of_order = 0, ckpts = 0;
   std::vector<uint64_t> latest_seq;  // member 0's `latest` entries
   std::thread applier([&] {
+    int64_t next_poll = 0;
     while (!stop) {
       const int64_t now = NowMs();
+      const bool poll = now >= next_poll;
+      if (poll) next_poll = now + 50;
       for (int i = 0; i < m; i++) {
+        if (!changed[i].exchange(false) && !poll) continue;
         for (uint64_t seq; (seq = logs[i]->Head(now)) != 0 && nodes[i]->MayPublish(seq);) {
           logs[i]->Apply();
           nodes[i]->Poke();  // as the drain does after an entry
@@ -267,7 +275,7 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
           }
         }
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   });
   std::mt19937 rng(static_cast<unsigned>(m));
@@ -323,7 +331,17 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
     sum.grants += s.grants, sum.digests_seen += s.digests_seen, sum.reductions += s.reductions;
     sum.summaries += s.summaries, sum.turns += s.turns, sum.deltas += s.deltas;
   }
-  for (auto* e : etcds) e->Close(true);
+  // Closed in parallel after the printing: a watch stops within curl's
+  // progress period (about 1 s), two watches a member.
+  auto close_all = [&etcds] {
+    std::vector<std::thread> closers;
+    std::atomic<size_t> next{0};
+    for (int t = 0; t < 64; t++)
+      closers.emplace_back([&] {
+        for (size_t k; (k = next++) < etcds.size();) etcds[k]->Close(true);
+      });
+    for (auto& t : closers) t.join();
+  };
   MutexLock lk(&mu);
   const double per = static_cast<double>(std::max(ckpts, 1)) * m;
   std::printf(
@@ -340,6 +358,7 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
       static_cast<double>(sum.summaries) / std::max(ckpts, 1), static_cast<double>(sum.turns) / std::max(ckpts, 1),
       static_cast<double>(sum.deltas) / std::max(ckpts, 1));
   std::fflush(stdout);
+  close_all();
 }
 
 std::vector<int> ParseList(const std::string& s) {
