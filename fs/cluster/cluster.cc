@@ -440,14 +440,18 @@ std::string Cluster::ParseRecord(const std::string& name, const std::string& byt
     LOG_DEBUG("cluster {}: record '{}' is not readable ({}); ignored", opt_.name, name, e.what());
     return "unreadable";
   }
+  return FutureProblem(&r, now);
+}
+
+std::string Cluster::FutureProblem(Record* r, int64_t now) const {
   // Times in this node's future beyond the skew: a clock ahead, or a
   // record no member wrote. Such a heartbeat never ages into "dead", and
   // nothing can be ordered against such gates: refused, no member.
-  const int64_t ahead = std::max({r.heartbeat_us, r.watermark_us, r.oldest_gate_us.value_or(0)}) - now;
+  const int64_t ahead = std::max({r->heartbeat_us, r->watermark_us, r->oldest_gate_us.value_or(0)}) - now;
   if (ahead > opt_.max_skew_ms * kUsPerMs) {
-    r.problem = fmt::format("its times lie {:.3f} s in this node's future (beyond --max-clock-skew {} ms)",
-                            static_cast<double>(ahead) / (1000 * kUsPerMs), opt_.max_skew_ms);
-    return "refused (" + r.problem + ")";
+    r->problem = fmt::format("its times lie {:.3f} s in this node's future (beyond --max-clock-skew {} ms)",
+                             static_cast<double>(ahead) / (1000 * kUsPerMs), opt_.max_skew_ms);
+    return "refused (" + r->problem + ")";
   }
   return "";
 }

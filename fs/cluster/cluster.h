@@ -208,6 +208,9 @@ class Cluster {
   // One record: "" if it is a member's, else why not ("unreadable", or
   // "refused (...)": its times in this node's future; `r` is filled).
   std::string ParseRecord(const std::string& name, const std::string& bytes, int64_t now, Record* r) const;
+  // "" or "refused (...)": the record's times lie beyond the skew in this
+  // node's future (r->problem says by how much).
+  std::string FutureProblem(Record* r, int64_t now) const;
   // ReadRecords with a store that reduces: the digest instead of the list.
   void ReadDigest(const std::string& digest);
   // Why this node may publish nothing now ("" : it may).
@@ -291,6 +294,9 @@ class Cluster {
     uint64_t members = 0;
     std::string leader;
   };
+  // Reduce's records as last parsed (node -> bytes, record): a reduction
+  // parses only the records that changed. Only the reducing thread uses it.
+  std::map<std::string, std::pair<std::string, Record>> parsed_;
   std::string digest_text_ GUARDED_BY(mu_);
   std::shared_ptr<const DigestView> digest_view_ GUARDED_BY(mu_);
   std::string reduced_body_ GUARDED_BY(mu_);  // the last summary written, but its time

@@ -13,7 +13,7 @@ constexpr char kLeader[] = "digest/leader";
 constexpr char kSummary[] = "digest/summary";
 constexpr char kDigestDir[] = "digest/";
 constexpr char kTurns[] = "turn/";
-constexpr auto kReduceGap = std::chrono::milliseconds(10);  // between reductions a changed record triggers
+constexpr auto kReduceGap = std::chrono::milliseconds(2);  // between reductions a changed record triggers
 constexpr int64_t kReadEveryUs = 1000 * 1000;  // the elected member's view read whole at least this often while busy
 constexpr int64_t kMinTtlS = 2;  // etcd's lease TTL floor (a shorter one is raised by the server)
 }  // namespace
