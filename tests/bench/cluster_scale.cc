@@ -266,9 +266,12 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
           if (i == 0 && std::find(latest_seq.begin(), latest_seq.end(), seq) != latest_seq.end()) {
             const int64_t last = *std::max_element(shard_done.begin(), shard_done.end());
             if (std::find(shard_done.begin(), shard_done.end(), 0) != shard_done.end()) out_of_order++;
-            else
-              latency.push_back(static_cast<double>(now - last)),
-                  chain.push_back(static_cast<double>(last - logged_at));
+            else {
+              latency.push_back(static_cast<double>(now - last));
+              chain.push_back(static_cast<double>(last - logged_at));
+              std::fprintf(stderr, "cluster_scale: %d members: checkpoint %zu: shards published in %lld ms, latest %lld ms after the last\n",
+                           m, chain.size(), static_cast<long long>(last - logged_at), static_cast<long long>(now - last));
+            }
             std::fill(shard_done.begin(), shard_done.end(), 0);
           } else {
             shard_done[i] = now;
