@@ -177,11 +177,9 @@ class Cluster {
   // With a store that reduces (etcd: fs/cluster/etcd_records.h), the
   // elected member's work: every member's record, read from `as_of` (its
   // clock when the read began), to the digest every member reads instead
-  // of the records (cluster_digest.cc) and the one for the member whose
-  // turn it is (Reduction).
+  // of the records (cluster_digest.cc) and the one for the member whose turn it is.
   Reduction Reduce(const std::vector<std::pair<std::string, std::string>>& records, int64_t as_of);
-  // The least time between two summaries for `members` live members (µs):
-  // about 4,000 digest deliveries a second in all, whatever the size.
+  // The least time between two summaries (µs): ~4,000 digest deliveries a second at any size.
   static int64_t SummaryGapUs(size_t members);
 
  private:
@@ -208,8 +206,7 @@ class Cluster {
   // One record: "" if it is a member's, else why not ("unreadable", or
   // "refused (...)": its times in this node's future; `r` is filled).
   std::string ParseRecord(const std::string& name, const std::string& bytes, int64_t now, Record* r) const;
-  // "" or "refused (...)": the record's times lie beyond the skew in this
-  // node's future (r->problem says by how much).
+  // "refused (...)" if the record's times lie beyond the skew in this node's future, else "".
   std::string FutureProblem(Record* r, int64_t now) const;
   // ReadRecords with a store that reduces: the digest instead of the list.
   void ReadDigest(const std::string& digest);
@@ -286,17 +283,9 @@ class Cluster {
   // it — is named lost all the same.
   std::map<std::string, Record> digest_seen_ GUARDED_BY(mu_);
   int64_t digest_as_of_ GUARDED_BY(mu_) = 0;
-  // The last digest read, as text and parsed (ReadDigest parses a digest once).
-  struct DigestView {
-    std::vector<Record> others, refused, lost;
-    std::map<std::string, Record> carried;  // every live record, this node's too
-    int64_t as_of = 0, newest = 0;
-    uint64_t members = 0;
-    std::string leader;
-  };
-  // Reduce's records as last parsed (node -> bytes, record): a reduction
-  // parses only the records that changed. Only the reducing thread uses it.
+  // Reduce's records as last parsed (node -> bytes, record), used by the reducing thread only.
   std::map<std::string, std::pair<std::string, Record>> parsed_;
+  struct DigestView;  // the last digest read, parsed (cluster_digest.cc): parsed once
   std::string digest_text_ GUARDED_BY(mu_);
   std::shared_ptr<const DigestView> digest_view_ GUARDED_BY(mu_);
   std::string reduced_body_ GUARDED_BY(mu_);  // the last summary written, but its time

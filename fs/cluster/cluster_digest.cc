@@ -36,6 +36,14 @@ constexpr int64_t kMinSummaryGapUs = 10 * 1000;
 constexpr int64_t kSummaryGapPerMemberUs = 250;
 }  // namespace
 
+struct Cluster::DigestView {
+  std::vector<Record> others, refused, lost;
+  std::map<std::string, Record> carried;  // every live record, this node's too
+  int64_t as_of = 0, newest = 0;
+  uint64_t members = 0;
+  std::string leader;
+};
+
 int64_t Cluster::SummaryGapUs(size_t members) {
   return std::max<int64_t>(kMinSummaryGapUs, static_cast<int64_t>(members) * kSummaryGapPerMemberUs);
 }
