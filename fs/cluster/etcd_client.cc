@@ -363,31 +363,33 @@ static auto Parsed(Client* c, const Result<std::string>& r, F f) -> Result<declt
   }
 }
 
-Result<RangeResult> Client::Range(const std::string& key, const std::string& range_end, int64_t limit,
-                                  int64_t timeout_ms) {
+// The body of a /v3/kv/range request for [key, range_end).
+static Json RangeRequest(const std::string& key, const std::string& range_end) {
   Json req = {{"key", B64(key)}};
   if (!range_end.empty()) req["range_end"] = B64(range_end);
+  return req;
+}
+
+static RangeResult ParseRange(const Json& j) {
+  RangeResult r;
+  r.revision = Revision(j);
+  r.kvs = ParseKvs(j);
+  r.more = j.value("more", false);
+  return r;
+}
+
+Result<RangeResult> Client::Range(const std::string& key, const std::string& range_end, int64_t limit,
+                                  int64_t timeout_ms) {
+  Json req = RangeRequest(key, range_end);
   if (limit > 0) req["limit"] = std::to_string(limit);
-  return Parsed(this, Call("/v3/kv/range", req.dump(), timeout_ms), [](const Json& j) {
-    RangeResult r;
-    r.revision = Revision(j);
-    r.kvs = ParseKvs(j);
-    r.more = j.value("more", false);
-    return r;
-  });
+  return Parsed(this, Call("/v3/kv/range", req.dump(), timeout_ms), ParseRange);
 }
 
 Result<RangeResult> Client::RangeSince(const std::string& key, const std::string& range_end,
                                        int64_t min_mod_revision) {
-  Json req = {{"key", B64(key)}, {"min_mod_revision", std::to_string(min_mod_revision)}};
-  if (!range_end.empty()) req["range_end"] = B64(range_end);
-  return Parsed(this, Call("/v3/kv/range", req.dump()), [](const Json& j) {
-    RangeResult r;
-    r.revision = Revision(j);
-    r.kvs = ParseKvs(j);
-    r.more = j.value("more", false);
-    return r;
-  });
+  Json req = RangeRequest(key, range_end);
+  req["min_mod_revision"] = std::to_string(min_mod_revision);
+  return Parsed(this, Call("/v3/kv/range", req.dump()), ParseRange);
 }
 
 Result<int64_t> Client::Put(const std::string& key, const std::string& value, int64_t lease) {

@@ -228,9 +228,14 @@ std::optional<std::vector<std::pair<std::string, std::string>>> EtcdRecords::Rec
   for (etcd::KeyValue& kv : r->kvs) evs.push_back({false, std::move(kv)});
   ApplyMemberEventsLocked(evs);
   members_rev_ = std::max(members_rev_, r->revision);
+  return MembersLocked();
+}
+
+std::vector<std::pair<std::string, std::string>> EtcdRecords::MembersLocked() const {
+  const size_t skip = prefix_.size() + sizeof(kMembers) - 1;
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [key, kv] : members_)
-    if (kv.lease != 0) out.emplace_back(key.substr(dir.size()), kv.value);
+    if (kv.lease != 0) out.emplace_back(key.substr(skip), kv.value);  // no lease: a tombstone, or no member's
   return out;
 }
 
@@ -362,10 +367,7 @@ void EtcdRecords::Reduce() {
     // not), and a member the watch shows that the read did not is one
     // more to wait for.
     if (members_whole_ && !(due_ != 0 && as_of >= due_) && as_of - whole_as_of_ < kReadEveryUs) {
-      const std::string dir = prefix_ + kMembers;
-      watched.emplace();
-      for (const auto& [key, kv] : members_)
-        if (kv.lease != 0) watched->emplace_back(key.substr(dir.size()), kv.value);
+      watched = MembersLocked();
       as_of = whole_as_of_;
       stats_.from_watch++;
     }

@@ -114,6 +114,8 @@ class EtcdRecords final : public RecordStore {
   std::optional<std::vector<std::pair<std::string, std::string>>> RecordsFromWatch();
   void OnMemberEvents(const std::vector<etcd::WatchEvent>& evs);
   void ApplyMemberEventsLocked(const std::vector<etcd::WatchEvent>& evs) REQUIRES(mu_);
+  // The view's records (node, bytes) of members: those under a lease.
+  std::vector<std::pair<std::string, std::string>> MembersLocked() const REQUIRES(mu_);
   void Campaign();
   void SetError(const std::string& e);
 
