@@ -55,6 +55,21 @@ std::string Absolute(const std::string& p) {
 
 // Reads the daemon's status document (the root's user.ckptfs.status xattr).
 // Returns 0, or the errno of the read (EBADMSG: not a JSON object).
+namespace {
+// Whether process `pid` still runs: an exited one that its parent (init,
+// for the detached daemon) has not reaped yet is a zombie, and kill(pid, 0)
+// still finds it — in a container whose init reaps every second or two,
+// `ckptfs umount` waited that long for a daemon long gone.
+bool Running(pid_t pid) {
+  if (kill(pid, 0) != 0) return false;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return true;
+  const size_t paren = line.rfind(')');  // the name may hold spaces and ')'
+  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
+}
+}  // namespace
+
 int ReadStatus(const std::string& mnt, Json* out) {
   std::string buf(256 * 1024, '\0');
   ssize_t n = getxattr(mnt.c_str(), fs::kStatusXattr, buf.data(), buf.size());
@@ -449,9 +464,9 @@ int CmdUmount(const std::string& mnt_in, const UmountArgs& a) {
     Die("cannot unmount " + mnt + " (busy? close files using it, or use --lazy)");
   }
   // Wait for the daemon to close its metadata, so a new mount can open it.
-  for (int i = 0; pid > 0 && i < 1200 && kill(static_cast<pid_t>(pid), 0) == 0; i++)
+  for (int i = 0; pid > 0 && i < 1200 && Running(static_cast<pid_t>(pid)); i++)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  if (pid > 0 && kill(static_cast<pid_t>(pid), 0) == 0)
+  if (pid > 0 && Running(static_cast<pid_t>(pid)))
     Die("unmounted, but the daemon (pid " + std::to_string(pid) + ") has not exited");
   const std::string tier = err == 0 ? Str(status, "tier_dir") : "";
   if (tier.empty()) return rc_done;
@@ -568,6 +583,13 @@ void PrintCluster(const Json& c) {
         if (shown++ == 10 || !l.is_object()) break;
         printf("  lost: %s: %s\n", EscapeName(Str(l, "node")).c_str(), EscapeName(Str(l, "path")).c_str());
       }
+  }
+  if (uint64_t n = U64(c, "kept_removals"); n > 0) {
+    printf("  kept     %llu removals not applied to the backend (ordered after a dead member's lost files)\n",
+           static_cast<unsigned long long>(n));
+    if (auto it = c.find("kept_paths"); it != c.end() && it->is_array())
+      for (const Json& p : *it)
+        if (p.is_string()) printf("  kept: %s\n", EscapeName(p.get<std::string>()).c_str());
   }
 }
 

@@ -285,6 +285,7 @@ static std::string OpenReplicas(Daemon* d) {
                                                         d->replica_peers.get(), ports);
   replica::Replicator* repl = d->replicator.get();
   table->SetReplicated([repl](uint64_t ino, uint64_t version) { return repl->Replicated(ino, version); });
+  d->cluster->SetUnsafeFrom([repl] { return repl->UnsafeFrom(); });
   return "";
 }
 

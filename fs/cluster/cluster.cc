@@ -270,6 +270,7 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
   paths.resize(keep);
   Record r;
   const int64_t held = held_gate_ ? held_gate_().value_or(0) : 0;  // 0: none
+  const uint64_t unsafe_from = unsafe_from_ ? unsafe_from_() : 0;  // 0: every pending entry
   {
     MutexLock lk(&mu_);
     const SampleRec& s = samples_.back();  // never empty after Init
@@ -283,6 +284,11 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
     if (applied_ < s.post) r.oldest_gate_us = GateLocked(applied_ + 1).value_or(s.t);
     if (held > 0 && (!r.oldest_gate_us || held < *r.oldest_gate_us)) r.oldest_gate_us = held;
     written_held_ = held;
+    // U: the oldest entry no other member holds a copy of (the replicas'
+    // own, not those held here for others). A loss of this node begins there.
+    if (const uint64_t u = std::max(applied_ + 1, unsafe_from); u <= s.post)
+      r.unsafe_gate_us = GateLocked(u).value_or(s.t);
+    written_unsafe_from_ = unsafe_from;
     r.unpersisted = count;
     r.paths = std::move(paths);
     // The records it refuses, so that their writers learn it (a member
@@ -304,6 +310,7 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
             {"heartbeat_us", r.heartbeat_us},
             {"watermark_us", r.watermark_us},
             {"oldest_gate_us", r.oldest_gate_us ? Json(*r.oldest_gate_us) : Json(nullptr)},
+            {"unsafe_gate_us", r.unsafe_gate_us ? Json(*r.unsafe_gate_us) : Json(nullptr)},
             {"heartbeat_ms", ms(r.heartbeat_us)},
             {"watermark_ms", ms(r.watermark_us)},
             {"oldest_gate_ms", r.oldest_gate_us ? Json(ms(*r.oldest_gate_us)) : Json(nullptr)},
@@ -319,6 +326,7 @@ void Cluster::Tick() {
   // A replica held for another node came or went (SetHeldGate): the
   // others wait on this record's gate, so it is written at once.
   const int64_t held = held_gate_ ? held_gate_().value_or(0) : 0;
+  const uint64_t unsafe_from = unsafe_from_ ? unsafe_from_() : 0;
   bool write = false, read = false;
   {
     MutexLock lk(&mu_);
@@ -340,13 +348,13 @@ void Cluster::Tick() {
       // node per checkpoint and file, not one a tick.
       write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs * (write_error_.empty() ? kDigestHeartbeats : 1) ||
               (write_error_.empty() &&
-               (applied != written_applied_ || held != written_held_ || (waiting_ && wait_gate_ > stored_us_) ||
-                (need_us_ > stored_us_ && now >= need_us_)));
+               (applied != written_applied_ || held != written_held_ || unsafe_from != written_unsafe_from_ ||
+                (waiting_ && wait_gate_ > stored_us_) || (need_us_ > stored_us_ && now >= need_us_)));
     } else {
       write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs ||
               (write_error_.empty() && read_error_.empty() &&
-               (applied != written_applied_ || held != written_held_ || now < busy_until_ || self_missing_ ||
-                (waiting_ && wait_gate_ > stored_us_)));
+               (applied != written_applied_ || held != written_held_ || unsafe_from != written_unsafe_from_ ||
+                now < busy_until_ || self_missing_ || (waiting_ && wait_gate_ > stored_us_)));
     }
     read = waiting_ || reduces_;  // a digest is read from memory: no request
   }
@@ -431,6 +439,10 @@ std::string Cluster::ParseRecord(const std::string& name, const std::string& byt
     r.heartbeat_us = us_field("heartbeat_us", "heartbeat_ms").value();
     r.watermark_us = us_field("watermark_us", "watermark_ms").value();
     r.oldest_gate_us = us_field("oldest_gate_us", "oldest_gate_ms");
+    // Before U was written, every pending entry counted as lost with its node.
+    if (auto it = j.find("unsafe_gate_us"); it != j.end())
+      r.unsafe_gate_us = it->is_null() ? std::nullopt : std::optional<int64_t>(it->get<int64_t>());
+    else r.unsafe_gate_us = r.oldest_gate_us;
     r.unpersisted = j.at("unpersisted").get<uint64_t>();
     r.paths = j.at("paths").get<std::vector<std::string>>();
     if (auto it = j.find("refused"); it != j.end())  // since version 2
@@ -583,6 +595,7 @@ void Cluster::ReadRecords() {
   refused_ = std::move(refused);
   others_ = std::move(others);
   read_at_ = std::max(read_at_, read_at);
+  NoteLostLocked(now);
 }
 
 std::string Cluster::BlockedLocked() const {
@@ -657,6 +670,26 @@ bool Cluster::MayPublish(uint64_t seq) {
   wait_gate_ = g.value_or(0);
   waiting_for_ = std::move(blockers);
   return false;
+}
+
+void Cluster::NoteLostLocked(int64_t now) {
+  // A member with entries not replicated when it died: its record's U
+  // (backend records: dead by its heartbeat; etcd: named lost by the digest).
+  // What it logged after its last record (T) is not known: lost from T on
+  // if that record named nothing unreplicated.
+  for (const Record& r : others_)
+    if ((r.oldest_gate_us || r.unpersisted > 0) && Dead(r, now))
+      lost_windows_.Note(r.node, r.unsafe_gate_us.value_or(r.heartbeat_us), now);
+  for (const Record& r : digest_lost_) lost_windows_.Note(r.node, r.unsafe_gate_us.value_or(r.heartbeat_us), now);
+}
+
+std::string Cluster::KeepsRemoval(int64_t gate_us, const std::string& path) {
+  const int64_t now = clock_();
+  MutexLock lk(&mu_);
+  // The rule may have let the removal pass on a member's death that no
+  // read has noted yet (Dead is by the clock): noted now, learned now.
+  NoteLostLocked(now);
+  return lost_windows_.Keeps(gate_us, path);
 }
 
 bool Cluster::MayPublishAs(int64_t gate_us, const std::string& node) {
@@ -739,6 +772,8 @@ ClusterStatus Cluster::Status() {
   s.publish_blocked_reason = BlockedLocked();
   for (const Record& r : refused_) s.refused.push_back({r.node, r.problem, ms(r.heartbeat_us), r.unpersisted});
   std::sort(s.refused.begin(), s.refused.end(), [](const auto& a, const auto& b) { return a.node < b.node; });
+  s.kept_removals = lost_windows_.kept();
+  s.kept_paths.assign(lost_windows_.kept_paths().begin(), lost_windows_.kept_paths().end());
   return s;
 }
 

@@ -57,14 +57,10 @@
 // timeout, whether or not the refusing member looks dead to its clock
 // (docs/consistency.md "Clock skew" says what that leaves unordered).
 //
-// Samples are kept in STATE_DIR/cluster-samples whenever they change, and
-// the time of the latest in cluster-samples.alive-us at every sample (not
-// fsynced: a killed daemon's page cache survives; a node reboot loses the
-// tier anyway), so entries recovered at a restart keep their gate times,
-// and an entry logged after the last sample kept gets the last sample time
-// kept alive plus one period: within two periods of its close (LoadSamples
-// says why). Not the restart time: that let another node's later `latest`
-// pass a restarted node's shards (found by the multi-node crash harness).
+// Samples are kept in STATE_DIR/cluster-samples (and the latest's time in
+// cluster-samples.alive-us; not fsynced: a reboot loses the tier anyway), so
+// entries recovered at a restart keep their gate times, and one logged after
+// the last sample kept gets that time plus one period (LoadSamples says why).
 //
 // Thread-safety: every public method may be called from any thread. The
 // cluster's two threads (sampler, heartbeat) call the LogView and the
@@ -92,9 +88,8 @@ namespace ckpt::fs {
 
 class Cluster {
  public:
-  // Wall clock, µs since the epoch: gate times that far apart are ordered
-  // (milliseconds tied a rank's shard and rank 0's `latest` written a
-  // sub-millisecond barrier apart, and the tie went by node id).
+  // Wall clock, µs since the epoch (ms tied a shard and a `latest` written
+  // a sub-ms barrier apart, and the tie went by node id).
   using Clock = std::function<int64_t()>;
   static int64_t WallClockUs();
 
@@ -112,29 +107,22 @@ class Cluster {
   // (and logged) if the record could not be written or another member
   // refuses it. Until a record is written, MayPublish says no.
   bool Join();
-  // Starts the sampler and heartbeat threads (Init first).
-  void Start();
-  // Stops them; safe to call twice.
-  void Stop();
+  void Start();  // the sampler and heartbeat threads (Init first)
+  void Stop();   // safe to call twice
   // After Stop, on a clean unmount: writes state "left" if nothing is
   // pending (else the record stays "live" and ages into "dead" on the
   // others, which then list its pending files as lost). True if written.
   bool Leave();
 
-  // One sample / one heartbeat: a sample, this node's record written, the
-  // others' read (the threads call them; tests call them directly with a
-  // fake clock).
+  // One sample / one heartbeat (record written, the others' read): the
+  // threads call them; tests, with a fake clock.
   void Sample();
   void Heartbeat();
-  // What the heartbeat thread does every tick_ms: a Heartbeat when one is
-  // due, when this node applied entries since its last record (others may
-  // wait for them), for 2 s after a read showed another member with files
-  // pending (it waits for a record of this node newer than them), or when
-  // this node's drain waits for an entry its record in the store does not
-  // name yet; else, while this node's drain waits, a read of the others'
-  // records. After a failed write, writes wait for the heartbeat. So
-  // during a checkpoint a file waits about two ticks for another node's
-  // record, not two heartbeats; an idle cluster writes every heartbeat.
+  // Every tick_ms: a Heartbeat when one is due or when its record changed
+  // what another member may do (entries applied; another member's files
+  // pending; the drain waits for an entry the record does not name yet);
+  // else, while the drain waits, a read. After a failed write, writes wait
+  // for the heartbeat. A file waits about two ticks for another node's record.
   void Tick();
 
   // May the log entry `seq` (pending, this node's) reach the backend now?
@@ -153,6 +141,13 @@ class Cluster {
   // that file passes while the replica may still have to be published.
   // Set before Start.
   void SetHeldGate(std::function<std::optional<int64_t>()> fn) { held_gate_ = std::move(fn); }
+  // The first of this node's entries not yet replicated K times
+  // (Replicator::UnsafeFrom; unset: every pending entry): its gate is the
+  // record's U, where a loss of this node begins. Set before Start.
+  void SetUnsafeFrom(std::function<uint64_t()> fn) { unsafe_from_ = std::move(fn); }
+  // A removal at `gate_us` ordered after a lost member's lost entries, kept
+  // out of the backend (LostWindows): that member ("" : it may go).
+  std::string KeepsRemoval(int64_t gate_us, const std::string& path);
   // Something a tick would act on happened (the drain applied an entry, a
   // digest came): the next tick runs now, not up to tick_ms later. A chain
   // of members waiting for each other's records moves one store round trip
@@ -192,6 +187,7 @@ class Cluster {
     std::string node, state;
     int64_t heartbeat_us = 0, watermark_us = 0;  // wall clock, µs
     std::optional<int64_t> oldest_gate_us;
+    std::optional<int64_t> unsafe_gate_us;  // U: its oldest entry not replicated K times
     uint64_t unpersisted = 0;
     std::vector<std::string> paths;
     // The records it refuses: node, and the heartbeat of the one refused.
@@ -220,6 +216,7 @@ class Cluster {
   void KeepAlive(int64_t t);
   void LoadSamples();
   bool Dead(const Record& r, int64_t now) const;
+  void NoteLostLocked(int64_t now) REQUIRES(mu_);  // the lost members' windows (LostWindows)
 
   const ClusterOptions opt_;
   RecordStore* const store_;
@@ -260,6 +257,9 @@ class Cluster {
   bool poked_ GUARDED_BY(mu_) = false;  // Poke: tick now
   std::function<std::optional<int64_t>()> held_gate_;  // SetHeldGate
   std::function<void()> on_change_;                    // SetOnChange
+  std::function<uint64_t()> unsafe_from_;              // SetUnsafeFrom
+  uint64_t written_unsafe_from_ GUARDED_BY(mu_) = 0;   // its value in the last record built
+  LostWindows lost_windows_ GUARDED_BY(mu_);
   int64_t written_held_ GUARDED_BY(mu_) = 0;           // its value in the last record built (0: none)
   // Exact gate times of pending entries a sample saw (LogView::LoggedTimes),
   // and the newest seq whose time was asked for.

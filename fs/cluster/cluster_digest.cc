@@ -160,6 +160,7 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
       lost_j.push_back({{"node", r.node},
                         {"heartbeat_us", r.heartbeat_us},
                         {"unpersisted", r.unpersisted},
+                        {"unsafe_gate_us", r.unsafe_gate_us ? Json(*r.unsafe_gate_us) : Json(nullptr)},
                         {"paths", r.paths},
                         {"noticed", r.problem}});
   }
@@ -275,6 +276,7 @@ void Cluster::ReadDigest(const std::string& digest) {
         r.unpersisted = x.at("unpersisted").get<uint64_t>();
         r.paths = x.at("paths").get<std::vector<std::string>>();
         r.heartbeat_us = x.at("heartbeat_us").get<int64_t>();
+        if (auto it = x.find("unsafe_gate_us"); it != x.end() && !it->is_null()) r.unsafe_gate_us = it->get<int64_t>();
         r.state = "live";
         v->lost.push_back(std::move(r));
       }
@@ -351,6 +353,7 @@ void Cluster::ReadDigest(const std::string& digest) {
   members_total_ = members;
   leader_ = leader;
   self_missing_ = false;
+  NoteLostLocked(now);
 }
 
 }  // namespace ckpt::fs

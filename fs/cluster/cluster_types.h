@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -113,6 +114,44 @@ struct RefusedRecord {
   uint64_t unpersisted = 0;
 };
 
+// Removals ordered after what a lost member took with it (issue #30).
+// A member that dies loses its entries from U on — its oldest entry not
+// held K times by replicas (all of them without --replicas) — and the
+// order the backend keeps then has a hole: the others' later entries pass
+// once it is named lost. A file or a `latest` is then missing, which the
+// lost list says; but a removal ordered after the lost entries could take
+// away what the backend's older `latest` still names (rank 0 lost with a
+// newer `latest` not yet replicated, and the live ranks' rotation removing
+// the step the older one names). So a removal (unlink, rmdir) whose gate
+// lies after U and before this node learned of the loss is not applied to
+// the backend: the backend keeps those files (listed, counted, logged),
+// never a `latest` naming a step it removed. Later removals go as before:
+// they were made after the loss was known. Not thread-safe: the cluster's
+// lock guards it.
+class LostWindows {
+ public:
+  // `node` is named lost; its entries from gate `from_us` on are lost.
+  // `now`: when this node learned it (the first call for a window counts).
+  void Note(const std::string& node, int64_t from_us, int64_t now);
+  // The lost member whose window holds `gate_us` ("" : none): from_us <
+  // gate_us < learned. Counts `path` as kept when one does.
+  std::string Keeps(int64_t gate_us, const std::string& path);
+  uint64_t kept() const { return kept_; }
+  const std::deque<std::string>& kept_paths() const { return kept_paths_; }
+  size_t size() const { return windows_.size(); }
+
+ private:
+  struct Window {
+    std::string node;
+    int64_t from_us, known_us;
+  };
+  static constexpr size_t kMax = 64;    // windows kept (a window once noted stays: its removals may come late)
+  static constexpr size_t kPaths = 16;  // paths shown (the newest)
+  std::deque<Window> windows_;
+  uint64_t kept_ = 0;
+  std::deque<std::string> kept_paths_;
+};
+
 struct ClusterStatus {
   std::string name, node;
   std::string store;           // RecordStore::Describe
@@ -136,6 +175,10 @@ struct ClusterStatus {
   // member refuses it.
   std::string publish_blocked_reason;
   std::vector<RefusedRecord> refused;  // sorted by node id
+  // Removals not applied to the backend: ordered after a lost member's
+  // lost entries (LostWindows); the newest paths.
+  uint64_t kept_removals = 0;
+  std::vector<std::string> kept_paths;
 };
 
 }  // namespace ckpt::fs

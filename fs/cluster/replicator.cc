@@ -224,6 +224,7 @@ void Replicator::Observe(const std::vector<meta::LogEntry>& entries) {
         it.e.version = e.seq;
       }
       pending_.insert({it.e.ino, it.e.version});
+      observed_ = std::max(observed_, e.seq);
       queue_.push_back(std::move(it));
       stats_.queued++;
       any = true;
@@ -236,6 +237,14 @@ bool Replicator::Replicated(uint64_t ino, uint64_t version) const {
   MutexLock l(&mu_);
   auto it = held_.find({ino, version});
   return it != held_.end() && static_cast<int>(it->second.size()) >= k_;
+}
+
+uint64_t Replicator::UnsafeFrom() const {
+  MutexLock l(&mu_);
+  uint64_t from = observed_ + 1;
+  if (sending_ > 0) from = std::min(from, sending_);
+  for (const Item& it : queue_) from = std::min(from, it.e.seq);
+  return from;
 }
 
 Replicator::Stats Replicator::stats() const {
@@ -434,6 +443,7 @@ void Replicator::Run() {
           item.reset();
         }
       }
+      sending_ = item ? item->e.seq : 0;
     }
     for (const meta::LogEntry& e : to_size) {  // what a save holds back: small enough to go anyway?
       auto src = ports_.source(e);
@@ -460,6 +470,7 @@ void Replicator::Run() {
     }
     if (Send(*item)) {
       MutexLock l(&mu_);
+      sending_ = 0;
       pending_.erase({item->e.ino, item->e.version});
       applied_.erase({item->e.ino, item->e.version});
     } else {
@@ -468,6 +479,7 @@ void Replicator::Run() {
       item->not_before = Clock::now() + backoff;
       MutexLock l(&mu_);
       queue_.push_back(std::move(*item));
+      sending_ = 0;
       std::stable_sort(queue_.begin(), queue_.end(),
                        [](const Item& a, const Item& b) { return a.not_before < b.not_before; });
     }

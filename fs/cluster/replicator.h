@@ -147,6 +147,11 @@ class Replicator {
   void Stop();
   void Observe(const std::vector<meta::LogEntry>& entries);
   bool Replicated(uint64_t ino, uint64_t version) const;
+  // The oldest of this node's log entries not held K times yet (queued,
+  // being sent, or not observed yet): the cluster's record names its gate,
+  // so that a member that dies loses only what lies from there on
+  // (Cluster::KeepsRemoval).
+  uint64_t UnsafeFrom() const;
   Stats stats() const;
 
  private:
@@ -191,6 +196,8 @@ class Replicator {
   std::set<Version> applied_ GUARDED_BY(mu_);                         // of those, persisted (or undone) meanwhile
   std::vector<std::pair<std::string, Key>> drops_ GUARDED_BY(mu_);
   Stats stats_ GUARDED_BY(mu_);
+  uint64_t observed_ GUARDED_BY(mu_) = 0;  // the newest seq observed
+  uint64_t sending_ GUARDED_BY(mu_) = 0;   // the seq of the item out of the queue (0 : none)
   std::thread thread_;
 };
 

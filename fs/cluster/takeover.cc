@@ -16,6 +16,7 @@ namespace {
 
 constexpr auto kPeriod = std::chrono::milliseconds(200);
 constexpr auto kLiveCheck = std::chrono::seconds(5);
+constexpr auto kNamedWithin = std::chrono::seconds(10);
 
 // Errors no retry mends (the backend refuses the name or its place):
 // kept, such a replica would hold every member's drain for ever.
@@ -90,6 +91,7 @@ void Takeover::Pass() {
     if (h.key.writer != node_ && !h.published) by_writer[h.key.writer].push_back(std::move(h));
   const auto now = std::chrono::steady_clock::now();
   std::erase_if(checked_, [&](const auto& kv) { return !by_writer.count(kv.first); });
+  std::erase_if(gone_, [&](const auto& kv) { return !by_writer.count(kv.first); });
   for (auto& [writer, held] : by_writer) {
     // A writer whose replica link is still advertised (its key goes with
     // its lease, as its record does) is live: its record is read only
@@ -105,9 +107,18 @@ void Takeover::Pass() {
     auto r = records_->client()->Range(records_->prefix() + "members/" + writer);
     if (!r) return;  // the store is unreachable: nothing can be decided
     if (r->kvs.empty() || r->kvs[0].lease == 0) {
+      // Not before the cluster names it lost (the elected member's digest,
+      // from its last record): then this node knows from which gate on its
+      // entries were lost, and keeps its removals ordered after them out
+      // of the backend (LostWindows). A writer that had nothing pending is
+      // never named: after kNamedWithin, its replicas go all the same.
+      auto& gone = gone_[writer];
+      if (gone == std::chrono::steady_clock::time_point{}) gone = now;
+      if (!NamedLost(writer) && now - gone < kNamedWithin) continue;
       PublishFor(writer, std::move(held));
       continue;
     }
+    gone_.erase(writer);
     int64_t heartbeat = 0;
     std::optional<int64_t> oldest;
     try {
@@ -126,6 +137,12 @@ void Takeover::Pass() {
       }
     }
   }
+}
+
+bool Takeover::NamedLost(const std::string& writer) {
+  const ClusterStatus st = cluster_->Status();
+  return std::any_of(st.members.begin(), st.members.end(),
+                     [&](const ClusterMember& m) { return m.node == writer && m.state == "dead"; });
 }
 
 void Takeover::PublishFor(const std::string& writer, std::vector<Held> held) {
@@ -173,6 +190,11 @@ Takeover::Outcome Takeover::Apply(const Held& h) {
   if (!e || e->op == meta::LogOp::kPersist) return Lose(what + ": not an entry this version reads");
   const std::string desc = what + " (" + meta::LogOpName(e->op) + " " + EscapeName(e->path) +
                            (e->path2.empty() ? "" : " -> " + EscapeName(e->path2)) + ")";
+  if (fs::KeptForLost(cluster_, e->op, static_cast<int64_t>(h.gate_us), e->path, "replicas: " + what)) {
+    MutexLock l(&mu_);
+    stats_.applied_entries++;
+    return Outcome::kInBackend;
+  }
   // As the drain replays it: ENOENT is what a replay of a done entry (or
   // one on a file never persisted) finds, and nothing is left to do.
   auto st = fs::ApplyToBackend(backend_, *e);

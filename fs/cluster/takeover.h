@@ -65,6 +65,7 @@ class Takeover {
   void Pass();
   // One dead writer's replicas, oldest gate first, while the rule lets them.
   void PublishFor(const std::string& writer, std::vector<Held> held);
+  bool NamedLost(const std::string& writer);  // the cluster lists it dead (its lost window noted)
   enum class Outcome { kLater, kInBackend, kLost };
   // Publishes one replica: kInBackend once published or already there (the
   // replica is then kept, published, to serve loads: Store::Retire);
@@ -84,6 +85,7 @@ class Takeover {
   Peers* const peers_;
   backend::Backend* const backend_;
   std::map<std::string, std::chrono::steady_clock::time_point> checked_;  // Pass's thread only
+  std::map<std::string, std::chrono::steady_clock::time_point> gone_;     // its record first seen gone (Pass)
   mutable Mutex mu_;
   CondVar cv_;
   bool stop_ GUARDED_BY(mu_) = false;

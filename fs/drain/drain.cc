@@ -521,6 +521,18 @@ bool Drainer::WaitCluster(const LogEntry& e) {
   return true;
 }
 
+bool KeptForLost(Cluster* c, LogOp op, int64_t gate_us, const std::string& path, const std::string& who) {
+  if (!c || (op != LogOp::kUnlink && op != LogOp::kRmdir)) return false;
+  const std::string lost = c->KeepsRemoval(gate_us, path);
+  if (lost.empty()) return false;
+  LOG_WARN(
+      "{} {} '{}' not applied: the backend keeps it, because it is ordered after entries lost with member {} "
+      "(the backend's older `latest` may name it; docs/consistency.md, \"Removals ordered after what a lost node took "
+      "with it\")",
+      who, meta::LogOpName(op), path, lost);
+  return true;
+}
+
 Status ApplyToBackend(backend::Backend* b, const LogEntry& e) {
   const backend::Attrs attrs{e.mode & 07777, e.uid, e.gid, e.has_owner, e.mtime.sec, e.mtime.nsec};
   switch (e.op) {
@@ -539,6 +551,13 @@ Status ApplyToBackend(backend::Backend* b, const LogEntry& e) {
 int Drainer::ApplyNamespace(const LogEntry& e) {
   if (!WaitCluster(e)) return ECANCELED;
   if (WhilePaused()) return ECANCELED;
+  if (KeptForLost(cluster_, e.op, cluster_ ? cluster_->GateTime(e.seq).value_or(0) : 0, e.path,
+                  "drain: seq " + std::to_string(e.seq))) {
+    if (auto c = port_->CompleteEntry(e); !c) return c.error();
+    MutexLock lk(&mu_);
+    stats_.entries_applied++;
+    return 0;
+  }
   Status st = ApplyToBackend(backend_, e);
   // ENOENT: the entry names something whose bytes never reached the backend
   // (renamed or linked while still open, then sealed under the new name);

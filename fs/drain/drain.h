@@ -81,6 +81,10 @@ bool IsPermanent(int err);
 // there (replayed, or never persisted), the caller's to judge. Also the
 // takeover's, for a dead member's entries (fs/cluster/takeover.h).
 Status ApplyToBackend(backend::Backend* b, const meta::LogEntry& e);
+// A removal (`op` unlink or rmdir) at `gate_us` that cluster `c` keeps out of
+// the backend: ordered after a lost member's lost entries
+// (Cluster::KeepsRemoval). Logged with `who`. False without a cluster.
+bool KeptForLost(Cluster* c, meta::LogOp op, int64_t gate_us, const std::string& path, const std::string& who);
 
 // The nice value of the threads that copy bytes to the backend.
 inline constexpr int kStagerNice = 10;

@@ -104,6 +104,10 @@ std::string MetricsText(Daemon* d) {
         d->table->core().oplog.Held() ? 1 : 0);
   t.One("lost_files", "gauge", "Files in the lost list (ckptfs lost).",
         static_cast<double>(d->table->core().oplog.LostFiles().size()));
+  if (d->cluster)
+    t.One("cluster_kept_removals_total", "counter",
+          "Removals not applied to the backend: ordered after a lost member's lost entries (ckptfs status).",
+          static_cast<double>(d->cluster->Status().kept_removals));
   const PressureStats mp = d->table->core().residency.MemoryPressure();
   t.One("memory_available_bytes", "gauge", "Headroom the memory watch read last (MemAvailable or the cgroup's).",
         static_cast<double>(mp.available));

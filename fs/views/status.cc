@@ -306,7 +306,9 @@ std::string StatusJson(Daemon* d) {
                     {"refused_count", cs.refused.size()},
                     {"refused", std::move(refused)},
                     {"lost_count", lost_count},
-                    {"lost", std::move(lost_files)}};
+                    {"lost", std::move(lost_files)},
+                    {"kept_removals", cs.kept_removals},
+                    {"kept_paths", cs.kept_paths}};
     if (d->etcd_names) {
       // The shared namespace in etcd (--cluster-store with --shared):
       // requests since mount, and those that failed (their changes seen

@@ -976,3 +976,57 @@ Test(cluster, a_dead_members_entries_on_two_holders_keep_its_exact_order) {
   for (Node* n : {&c, &a, &c, &a}) n->c->Heartbeat();
   cr_expect(a.c->MayPublishAs(g + 1 + 1, "b"), "then the rename");
 }
+
+// Node loss (issue #30): b dies with `latest` not replicated (its record's
+// U); a's rotation, ordered after it, passes once b is dead — and is kept
+// out of the backend, or the backend's older `latest` could name the step
+// it removes. A removal before U, or logged after a learned of the loss,
+// goes; with b's entries all replicated (U none) nothing is kept.
+Test(cluster, a_removal_ordered_after_a_lost_members_entries_is_kept) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now, 3000), b("b", &store, &now, 3000);
+  now = 1100;
+  const uint64_t latest = b.log.LogAt("latest", 1100);
+  b.c->Heartbeat();
+  now = 1200;
+  const uint64_t rm = a.log.LogAt("step_1/shard_a", 1200);
+  a.c->Heartbeat();
+  const int64_t g = a.c->GateTime(rm).value();
+  cr_expect(!a.c->MayPublish(rm), "b's `latest` first");
+  cr_expect_eq(a.c->KeepsRemoval(g, "step_1/shard_a"), std::string(""), "b is not lost yet");
+  now = 4200;  // b is dead
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(rm));
+  cr_expect_eq(a.c->KeepsRemoval(g, "step_1/shard_a"), std::string("b"), "ordered after b's lost `latest`");
+  cr_expect_eq(a.c->KeepsRemoval(b.c->GateTime(latest).value() - 1, "before"), std::string(""),
+               "before b's first lost entry");
+  now = 4300;
+  const uint64_t rm2 = a.log.LogAt("step_2/shard_a", 4300);
+  a.c->Sample();
+  cr_expect_eq(a.c->KeepsRemoval(a.c->GateTime(rm2).value(), "step_2/shard_a"), std::string(""),
+               "made after a learned of the loss");
+  auto st = a.c->Status();
+  cr_expect_eq(st.kept_removals, 1u);
+  cr_assert_eq(st.kept_paths.size(), 1u);
+  cr_expect_eq(st.kept_paths[0], std::string("step_1/shard_a"));
+
+  // c's entries are all held by replicas (UnsafeFrom past them) at its
+  // last record: its loss loses only what it logged after that record.
+  Node c("c", &store, &now, 3000);
+  const uint64_t shard = c.log.LogAt("step_2/shard_c", 4300);
+  c.c->SetUnsafeFrom([shard] { return shard + 1; });
+  const uint64_t rm3 = a.log.LogAt("step_3/shard_a", 4350);
+  now = 4400;
+  c.c->Heartbeat();
+  const uint64_t rm4 = a.log.LogAt("step_4/shard_a", 4450);
+  now = 4500;
+  a.c->Heartbeat();
+  now = 7500;  // c is dead
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(rm3));
+  cr_expect_eq(a.c->KeepsRemoval(a.c->GateTime(rm3).value(), "step_3/shard_a"), std::string(""),
+               "before c's last record, all of whose entries were replicated");
+  cr_expect_eq(a.c->KeepsRemoval(a.c->GateTime(rm4).value(), "step_4/shard_a"), std::string("c"),
+               "after it: what c logged then is not known");
+}

@@ -354,3 +354,39 @@ Test(cluster_digest, each_step_of_a_chain_is_one_members_turn) {
   cr_expect_leq(summaries, 600 / 75 + 2, "%d summaries for %d steps", summaries, m);
   cr_expect_geq(turns_given, m - summaries - 1, "%d turns", turns_given);
 }
+
+// Node loss with etcd: the digest names a lost member with its U, and a
+// removal of another member ordered after it is kept out of the backend
+// (LostWindows); one made after the member learned of the loss is not.
+Test(cluster_digest, a_removal_after_a_lost_members_entries_is_kept) {
+  int64_t now = 1000;
+  DigestStore s;
+  Node a("a", &s, &now), b("b", &s, &now), c("c", &s, &now);
+  for (Node* n : {&a, &b, &c}) n->c->Heartbeat();
+  now = 1100;
+  b.log.at.push_back(now * 1000);  // b's `latest`, not replicated
+  b.c->Sample();
+  b.c->Heartbeat();
+  now = 1200;
+  c.log.at.push_back(now * 1000);  // c's rotation
+  c.c->Sample();
+  c.c->Heartbeat();
+  const int64_t g = c.c->GateTime(1).value();
+  s.digest = Reduce(a, s, now);
+  for (Node* n : {&a, &c}) n->c->Heartbeat();
+  cr_expect(!c.c->MayPublish(1), "b's `latest` first");
+  now = 1300;
+  s.recs.erase("b");  // b's lease expires
+  s.digest = Reduce(a, s, now);
+  auto d = nlohmann::json::parse(*s.digest);
+  cr_assert_eq(d["lost"].size(), 1u, "%s", s.digest->c_str());
+  cr_expect_eq(d["lost"][0]["unsafe_gate_us"].get<int64_t>(), 1100 * 1000);
+  now = 1400;
+  for (Node* n : {&a, &c}) n->c->Heartbeat();  // records newer than c's gate + skew
+  s.digest = Reduce(a, s, now);
+  c.c->Heartbeat();
+  cr_expect(c.c->MayPublish(1), "b is lost: c's entry goes");
+  cr_expect_eq(c.c->KeepsRemoval(g, "step_1/shard_c"), std::string("b"));
+  cr_expect_eq(c.c->KeepsRemoval(now * 1000 + 1, "later"), std::string(""), "made after the loss was known");
+  cr_expect_eq(c.c->Status().kept_removals, 1u);
+}
