@@ -100,6 +100,31 @@ size_t OnBody(char* p, size_t size, size_t n, void* ud) {
   return len;
 }
 
+// One transfer through `m`, waiting in curl_multi_poll (which
+// curl_multi_wakeup ends) until it is done or `stop` is set.
+CURLcode PerformMulti(CURLM* m, CURL* h, const std::atomic<bool>* stop) {
+  if (curl_multi_add_handle(m, h) != CURLM_OK) return CURLE_FAILED_INIT;
+  CURLcode rc = CURLE_ABORTED_BY_CALLBACK;
+  for (;;) {
+    int running = 0;
+    if (curl_multi_perform(m, &running) != CURLM_OK) {
+      rc = CURLE_RECV_ERROR;
+      break;
+    }
+    int left = 0;
+    bool done = false;
+    while (CURLMsg* msg = curl_multi_info_read(m, &left))
+      if (msg->msg == CURLMSG_DONE && msg->easy_handle == h) rc = msg->data.result, done = true;
+    if (done || running == 0 || (stop && stop->load())) break;
+    if (curl_multi_poll(m, nullptr, 0, 1000, nullptr) != CURLM_OK) {
+      rc = CURLE_RECV_ERROR;
+      break;
+    }
+  }
+  curl_multi_remove_handle(m, h);
+  return rc;
+}
+
 int OnProgress(void* ud, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   auto* t = static_cast<Transfer*>(ud);
   // Tests: a node cut off from etcd (CKPTFS_FAULT=etcd.cut:FILE) loses its
@@ -204,7 +229,7 @@ std::string Client::LastError() {
 
 int Client::Perform(CURL* h, size_t endpoint, const std::string& path, const std::string& body, std::string* out,
                     long* status, const std::function<bool(const char*, size_t)>* sink, const std::atomic<bool>* stop,
-                    int64_t timeout_ms) {
+                    int64_t timeout_ms, CURLM* multi) {
   if (timeout_ms <= 0) timeout_ms = opt_.timeout_ms;
   const std::string url = opt_.endpoints[endpoint] + path;
   auto cut = [&] {
@@ -242,7 +267,7 @@ int Client::Perform(CURL* h, size_t endpoint, const std::string& path, const std
   if (!opt_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, opt_.ca_file.c_str());
   if (!opt_.cert_file.empty()) curl_easy_setopt(h, CURLOPT_SSLCERT, opt_.cert_file.c_str());
   if (!opt_.key_file.empty()) curl_easy_setopt(h, CURLOPT_SSLKEY, opt_.key_file.c_str());
-  CURLcode rc = curl_easy_perform(h);
+  CURLcode rc = multi ? PerformMulti(multi, h, stop) : curl_easy_perform(h);
   curl_slist_free_all(hdrs);
   *status = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
@@ -489,7 +514,7 @@ Status Client::Revoke(int64_t id) {
 }
 
 int Client::Stream(size_t endpoint, const std::string& path, const std::string& body,
-                   const std::function<bool(const char*, size_t)>& sink, const std::atomic<bool>* stop) {
+                   const std::function<bool(const char*, size_t)>& sink, const std::atomic<bool>* stop, CURLM* multi) {
   bool need_auth;
   {
     MutexLock lk(&mu_);
@@ -500,7 +525,7 @@ int Client::Stream(size_t endpoint, const std::string& path, const std::string& 
   CURL* h = curl_easy_init();
   std::string unused;
   long status = 0;
-  int e = Perform(h, endpoint, path, body, &unused, &status, &sink, stop);
+  int e = Perform(h, endpoint, path, body, &unused, &status, &sink, stop, 0, multi);
   curl_easy_cleanup(h);
   return e;
 }
@@ -513,14 +538,19 @@ Watch::Watch(Client* c, std::string key, std::string range_end, int64_t start_re
       next_(start_revision),
       on_events_(std::move(on_events)),
       on_error_(std::move(on_error)),
-      on_reset_(std::move(on_reset)) {
+      on_reset_(std::move(on_reset)),
+      multi_(curl_multi_init()) {
   t_ = std::thread([this] { Run(); });
 }
 
-Watch::~Watch() { Stop(); }
+Watch::~Watch() {
+  Stop();
+  if (multi_) curl_multi_cleanup(multi_);
+}
 
 void Watch::Stop() {
   stop_ = true;
+  if (multi_) curl_multi_wakeup(multi_);
   if (t_.joinable()) t_.join();
 }
 
@@ -578,7 +608,7 @@ void Watch::Run() {
       }
       return true;
     };
-    int e = c_->Stream(ep, "/v3/watch", body, sink, &stop_);
+    int e = c_->Stream(ep, "/v3/watch", body, sink, &stop_, multi_);
     if (stop_) break;
     if (reset) {
       LOG_WARN("etcd: a watch fell behind the store's compaction; reading again from revision {}", next_.load());

@@ -29,6 +29,7 @@
 #include "common/result.h"
 
 typedef void CURL;
+typedef void CURLM;
 
 namespace ckpt::fs::etcd {
 
@@ -120,9 +121,12 @@ class Client {
 
   // The whole exchange with one endpoint: POST `path` with the JSON `body`,
   // the reply's body bytes to `sink` (a stream: called as they come; false
-  // stops the transfer). For Watch; the methods above use Call.
+  // stops the transfer). For Watch; the methods above use Call. Driven by
+  // `multi` (the watch's), so that curl_multi_wakeup ends a wait at once
+  // once `stop` is set (curl's progress callback runs once a second on an
+  // idle stream: each watch held an unmount up to a second).
   int Stream(size_t endpoint, const std::string& path, const std::string& body,
-             const std::function<bool(const char*, size_t)>& sink, const std::atomic<bool>* stop);
+             const std::function<bool(const char*, size_t)>& sink, const std::atomic<bool>* stop, CURLM* multi);
   size_t endpoint_count() const { return opt_.endpoints.size(); }
 
  private:
@@ -130,7 +134,7 @@ class Client {
   Result<std::string> Call(const std::string& path, const std::string& body, int64_t timeout_ms = 0);
   int Perform(CURL* h, size_t endpoint, const std::string& path, const std::string& body, std::string* out,
               long* status, const std::function<bool(const char*, size_t)>* sink, const std::atomic<bool>* stop,
-              int64_t timeout_ms = 0);
+              int64_t timeout_ms = 0, CURLM* multi = nullptr);
   Status Authenticate(size_t endpoint) EXCLUDES(mu_);
   CURL* TakeHandle() EXCLUDES(mu_);
   void GiveHandle(CURL* h) EXCLUDES(mu_);
@@ -171,6 +175,7 @@ class Watch {
   const std::function<void(const std::string&)> on_error_;
   const std::function<void()> on_reset_;
   std::atomic<bool> stop_{false};
+  CURLM* const multi_;  // drives the stream; Stop wakes it
   std::thread t_;
 };
 
