@@ -285,7 +285,8 @@ static std::string OpenReplicas(Daemon* d) {
                                                         d->replica_peers.get(), ports);
   replica::Replicator* repl = d->replicator.get();
   table->SetReplicated([repl](uint64_t ino, uint64_t version) { return repl->Replicated(ino, version); });
-  d->cluster->SetUnsafeFrom([repl] { return repl->UnsafeFrom(); });
+  d->cluster->SetReplicas([repl] { return repl->UnsafeFrom(); },
+                          [repl](uint64_t ino, uint64_t version) { return repl->Replicated(ino, version); });
   return "";
 }
 

@@ -59,6 +59,16 @@ class OpLogView final : public LogView {
   uint64_t LoggedSeq() override { return l_->LoggedSeq(); }
   uint64_t AppliedSeq() override { return l_->AppliedSeq(); }
   std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) override { return l_->UnpersistedFiles(max); }
+  std::pair<uint64_t, std::vector<std::string>> AtRisk(size_t max,
+                                                       const std::function<bool(uint64_t, uint64_t)>& safe) override {
+    // Asked outside the log's lock: `safe` takes the replicator's.
+    std::pair<uint64_t, std::vector<std::string>> out{0, {}};
+    for (auto& [ino, version, path] : l_->UnpersistedVersions()) {
+      if (safe(ino, version)) continue;
+      if (out.first++ < max) out.second.push_back(std::move(path));
+    }
+    return out;
+  }
   std::vector<std::pair<uint64_t, int64_t>> LoggedTimes(uint64_t from, uint64_t to) override {
     return l_->LoggedTimes(from, to);
   }
@@ -263,7 +273,13 @@ size_t Cluster::SampleCount() {
 }
 
 std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
-  auto [count, paths] = log_->Unpersisted(reduces_ ? kDigestRecordPaths : kRecordPaths);
+  const size_t max_paths = reduces_ ? kDigestRecordPaths : kRecordPaths;
+  auto [count, paths] = log_->Unpersisted(max_paths);
+  // What this node's loss would lose: the files not replicated K times
+  // (with --replicas; else every unpersisted one), named in the record so
+  // that a lost member's lost list is not the files its holders publish.
+  uint64_t at_risk = count;
+  if (replicated_) std::tie(at_risk, paths) = log_->AtRisk(max_paths, replicated_);
   const size_t max_bytes = reduces_ ? kDigestRecordPathBytes : kRecordPathBytes;
   size_t keep = 0, bytes = 0;
   while (keep < paths.size() && bytes + paths[keep].size() <= max_bytes) bytes += paths[keep++].size();
@@ -290,6 +306,7 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
       r.unsafe_gate_us = GateLocked(u).value_or(s.t);
     written_unsafe_from_ = unsafe_from;
     r.unpersisted = count;
+    r.at_risk = at_risk;
     r.paths = std::move(paths);
     // The records it refuses, so that their writers learn it (a member
     // whose clock is ahead publishes nothing while another refuses it).
@@ -315,6 +332,7 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
             {"watermark_ms", ms(r.watermark_us)},
             {"oldest_gate_ms", r.oldest_gate_us ? Json(ms(*r.oldest_gate_us)) : Json(nullptr)},
             {"unpersisted", r.unpersisted},
+            {"at_risk", r.at_risk},
             {"paths", r.paths},
             {"refused", refused}};
   return {j.dump(-1, ' ', false, Json::error_handler_t::replace), r.heartbeat_us};
@@ -444,6 +462,7 @@ std::string Cluster::ParseRecord(const std::string& name, const std::string& byt
       r.unsafe_gate_us = it->is_null() ? std::nullopt : std::optional<int64_t>(it->get<int64_t>());
     else r.unsafe_gate_us = r.oldest_gate_us;
     r.unpersisted = j.at("unpersisted").get<uint64_t>();
+    r.at_risk = j.value("at_risk", r.unpersisted);  // before stop 44: every unpersisted file
     r.paths = j.at("paths").get<std::vector<std::string>>();
     if (auto it = j.find("refused"); it != j.end())  // since version 2
       for (const Json& x : *it)
@@ -555,9 +574,11 @@ void Cluster::ReadRecords() {
   for (const Record& r : others) {
     auto noted = std::find(dead_noted_.begin(), dead_noted_.end(), r.node);
     if (Dead(r, now) && noted == dead_noted_.end()) {
-      LOG_WARN("cluster {}: member {} is dead (no heartbeat for {} s); its {} unpersisted files are lost{}{}", opt_.name,
-               r.node, (now - r.heartbeat_us) / (1000 * kUsPerMs), r.unpersisted, r.paths.empty() ? "" : ", e.g. ",
-               r.paths.empty() ? "" : r.paths.front());
+      LOG_WARN(
+          "cluster {}: member {} is dead (no heartbeat for {} s); its {} unpersisted files not replicated are "
+          "lost{}{}",
+          opt_.name, r.node, (now - r.heartbeat_us) / (1000 * kUsPerMs), r.at_risk, r.paths.empty() ? "" : ", e.g. ",
+          r.paths.empty() ? "" : r.paths.front());
       dead_noted_.push_back(r.node);
     } else if (!Dead(r, now) && noted != dead_noted_.end()) {
       LOG_INFO("cluster {}: member {} is back ({})", opt_.name, r.node, r.state);
@@ -750,6 +771,7 @@ ClusterStatus Cluster::Status() {
     m.watermark_ms = ms(r.watermark_us);
     if (r.oldest_gate_us) m.oldest_gate_ms = ms(*r.oldest_gate_us);
     m.unpersisted = r.unpersisted;
+    m.at_risk = r.at_risk;
     m.paths = r.paths;
     m.record_problem = r.problem;
     return m;

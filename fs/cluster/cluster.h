@@ -62,9 +62,8 @@
 // entries recovered at a restart keep their gate times, and one logged after
 // the last sample kept gets that time plus one period (LoadSamples says why).
 //
-// Thread-safety: every public method may be called from any thread. The
-// cluster's two threads (sampler, heartbeat) call the LogView and the
-// RecordStore without holding mu_.
+// Thread-safety: every public method may be called from any thread. Its two
+// threads (sampler, heartbeat) call the LogView and the RecordStore without mu_.
 #pragma once
 
 #include <atomic>
@@ -141,18 +140,19 @@ class Cluster {
   // that file passes while the replica may still have to be published.
   // Set before Start.
   void SetHeldGate(std::function<std::optional<int64_t>()> fn) { held_gate_ = std::move(fn); }
-  // The first of this node's entries not yet replicated K times
-  // (Replicator::UnsafeFrom; unset: every pending entry): its gate is the
-  // record's U, where a loss of this node begins. Set before Start.
-  void SetUnsafeFrom(std::function<uint64_t()> fn) { unsafe_from_ = std::move(fn); }
+  // The replicator's view: the first of this node's entries not replicated
+  // K times (Replicator::UnsafeFrom: its gate is the record's U, where a loss
+  // of this node begins) and whether a file version is (Replicated: the
+  // record's at-risk files). Unset: every pending entry. Set before Start.
+  void SetReplicas(std::function<uint64_t()> unsafe_from, std::function<bool(uint64_t, uint64_t)> replicated) {
+    unsafe_from_ = std::move(unsafe_from), replicated_ = std::move(replicated);
+  }
   // A removal at `gate_us` ordered after a lost member's lost entries, kept
   // out of the backend (LostWindows): that member ("" : it may go).
   std::string KeepsRemoval(int64_t gate_us, const std::string& path);
   // Something a tick would act on happened (the drain applied an entry, a
-  // digest came): the next tick runs now, not up to tick_ms later. A chain
-  // of members waiting for each other's records moves one store round trip
-  // a member instead of a few ticks (docs/scale.md). A no-op with the
-  // backend's records, where each write reads every record.
+  // digest came): the next tick runs now, so a chain of members moves one
+  // store round trip a member (docs/scale.md). A no-op with backend records.
   void Poke();
   // Called (on the tick's thread, no lock held) when a tick read a new
   // digest or wrote this node's record: what MayPublish says may have
@@ -161,8 +161,7 @@ class Cluster {
   void SetOnChange(std::function<void()> f) { on_change_ = std::move(f); }
 
   // The gate time of entry `seq` (µs): when it was logged, or (recovered
-  // entries) the time of the first sample that saw it
-  // logged; nullopt if no sample did yet.
+  // entries) the first sample that saw it logged; nullopt if none did yet.
   std::optional<int64_t> GateTime(uint64_t seq);
   // The newest sample time (µs) before which every entry is applied (0: none).
   int64_t Watermark();
@@ -188,10 +187,9 @@ class Cluster {
     int64_t heartbeat_us = 0, watermark_us = 0;  // wall clock, µs
     std::optional<int64_t> oldest_gate_us;
     std::optional<int64_t> unsafe_gate_us;  // U: its oldest entry not replicated K times
-    uint64_t unpersisted = 0;
+    uint64_t unpersisted = 0, at_risk = 0;  // at_risk: of those, not replicated (paths: the first)
     std::vector<std::string> paths;
-    // The records it refuses: node, and the heartbeat of the one refused.
-    std::vector<std::pair<std::string, int64_t>> refused;
+    std::vector<std::pair<std::string, int64_t>> refused;  // the records it refuses: node, their heartbeat
     std::string problem;               // ClusterMember::record_problem
     int problem_reads = 0;             // reads in a row that found it
   };
@@ -257,8 +255,9 @@ class Cluster {
   bool poked_ GUARDED_BY(mu_) = false;  // Poke: tick now
   std::function<std::optional<int64_t>()> held_gate_;  // SetHeldGate
   std::function<void()> on_change_;                    // SetOnChange
-  std::function<uint64_t()> unsafe_from_;              // SetUnsafeFrom
-  uint64_t written_unsafe_from_ GUARDED_BY(mu_) = 0;   // its value in the last record built
+  std::function<uint64_t()> unsafe_from_;              // SetReplicas
+  std::function<bool(uint64_t, uint64_t)> replicated_;  // SetReplicas
+  uint64_t written_unsafe_from_ GUARDED_BY(mu_) = 0;    // its value in the last record built
   LostWindows lost_windows_ GUARDED_BY(mu_);
   int64_t written_held_ GUARDED_BY(mu_) = 0;           // its value in the last record built (0: none)
   // Exact gate times of pending entries a sample saw (LogView::LoggedTimes),

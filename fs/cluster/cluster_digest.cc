@@ -147,8 +147,9 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
         LOG_INFO("cluster {}: member {} is gone (its lease ended, nothing pending)", opt_.name, name);
         continue;
       }
-      LOG_WARN("cluster {}: member {} is dead (its lease expired); its {} unpersisted files are lost{}{}", opt_.name,
-               name, old.unpersisted, old.paths.empty() ? "" : ", e.g. ", old.paths.empty() ? "" : old.paths.front());
+      LOG_WARN(
+          "cluster {}: member {} is dead (its lease expired); its {} unpersisted files not replicated are lost{}{}",
+          opt_.name, name, old.at_risk, old.paths.empty() ? "" : ", e.g. ", old.paths.empty() ? "" : old.paths.front());
       Record gone = old;
       gone.paths.resize(std::min(gone.paths.size(), kLostPaths));
       gone.problem = fmt::format("lease expired, noticed at {} ms", now / kUsPerMs);
@@ -160,6 +161,7 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
       lost_j.push_back({{"node", r.node},
                         {"heartbeat_us", r.heartbeat_us},
                         {"unpersisted", r.unpersisted},
+                        {"at_risk", r.at_risk},
                         {"unsafe_gate_us", r.unsafe_gate_us ? Json(*r.unsafe_gate_us) : Json(nullptr)},
                         {"paths", r.paths},
                         {"noticed", r.problem}});
@@ -274,6 +276,7 @@ void Cluster::ReadDigest(const std::string& digest) {
         Record r;
         r.node = x.at("node").get<std::string>();
         r.unpersisted = x.at("unpersisted").get<uint64_t>();
+        r.at_risk = x.value("at_risk", r.unpersisted);
         r.paths = x.at("paths").get<std::vector<std::string>>();
         r.heartbeat_us = x.at("heartbeat_us").get<int64_t>();
         if (auto it = x.find("unsafe_gate_us"); it != x.end() && !it->is_null()) r.unsafe_gate_us = it->get<int64_t>();
@@ -319,8 +322,8 @@ void Cluster::ReadDigest(const std::string& digest) {
     if (std::none_of(others.begin(), others.end(), [&](const Record& o) { return o.node == r.node; }))
       digest_lost_.push_back(r);
     if (std::find(dead_noted_.begin(), dead_noted_.end(), r.node) != dead_noted_.end()) continue;
-    LOG_WARN("cluster {}: member {} is dead (its lease expired); its {} unpersisted files are lost{}{}", opt_.name,
-             r.node, r.unpersisted, r.paths.empty() ? "" : ", e.g. ", r.paths.empty() ? "" : r.paths.front());
+    LOG_WARN("cluster {}: member {} is dead (its lease expired); its {} unpersisted files not replicated are lost{}{}",
+             opt_.name, r.node, r.at_risk, r.paths.empty() ? "" : ", e.g. ", r.paths.empty() ? "" : r.paths.front());
     dead_noted_.push_back(r.node);
   }
   // Back: a member named lost whose record is among the deciding again.

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,12 @@ class LogView {
   // The number of files whose closed version is not in the backend yet, and
   // the paths of the first `max` of them, oldest first.
   virtual std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) = 0;
+  // The same, but only the files `safe` (ino, version) does not vouch for
+  // (not replicated K times): what this node's loss would lose.
+  virtual std::pair<uint64_t, std::vector<std::string>> AtRisk(size_t max,
+                                                               const std::function<bool(uint64_t, uint64_t)>& safe) {
+    return Unpersisted(max);
+  }
   // When the pending entries from..to were logged (wall µs), where known:
   // their exact gate times. Entries without one (recovered at a restart)
   // get the samples' (below).
@@ -99,7 +106,8 @@ struct ClusterMember {
   int64_t watermark_ms = 0;               // everything it closed before this is persisted
   std::optional<int64_t> oldest_gate_ms;  // G: its oldest pending entry's gate time
   uint64_t unpersisted = 0;
-  std::vector<std::string> paths;  // the first unpersisted files (lost, if it is dead)
+  uint64_t at_risk = 0;            // of those, not replicated K times: lost with it
+  std::vector<std::string> paths;  // the first at risk (lost, if it is dead)
   // Why the record shown is not the member's current one ("" : it is):
   // "missing", "unreadable" or "refused (...)"; the last one read stands.
   std::string record_problem;

@@ -377,6 +377,14 @@ std::pair<uint64_t, std::vector<std::string>> OpLog::UnpersistedFiles(size_t max
   return out;
 }
 
+std::vector<std::tuple<uint64_t, uint64_t, std::string>> OpLog::UnpersistedVersions() {
+  MutexLock lk(&mu_);
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> out;
+  for (const LogEntry& e : log_)
+    if (e.op == LogOp::kPersist) out.emplace_back(e.ino, e.version, e.path);
+  return out;
+}
+
 std::optional<LogEntry> OpLog::Find(uint64_t seq) {
   MutexLock lk(&mu_);
   for (const LogEntry& e : log_)

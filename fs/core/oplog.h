@@ -197,6 +197,8 @@ class OpLog {
   std::vector<std::pair<uint64_t, int64_t>> LoggedTimes(uint64_t from, uint64_t to) EXCLUDES(mu_);
   // Pending persist entries: how many, and the first `max` paths.
   std::pair<uint64_t, std::vector<std::string>> UnpersistedFiles(size_t max) EXCLUDES(mu_);
+  // Every pending persist entry's (ino, version, path), oldest first.
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> UnpersistedVersions() EXCLUDES(mu_);
   // The persist entry `seq` if pending.
   std::optional<meta::LogEntry> Find(uint64_t seq) EXCLUDES(mu_);
   // Does a pending entry name `path`, something under it, or a directory

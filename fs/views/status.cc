@@ -258,7 +258,7 @@ std::string StatusJson(Daemon* d) {
     });
     for (const ClusterMember& m : cs.members) {
       if (m.state == "dead") {
-        lost_count += m.unpersisted;
+        lost_count += m.at_risk;
         for (const std::string& p : m.paths) {
           Json entry{{"node", m.node}, {"path", p}};
           size_t n = Dump(entry).size() + 1;
@@ -276,6 +276,7 @@ std::string StatusJson(Daemon* d) {
                          {"watermark_ms", m.watermark_ms},
                          {"oldest_pending_gate_ms", m.oldest_gate_ms ? Json(*m.oldest_gate_ms) : Json(nullptr)},
                          {"unpersisted", m.unpersisted},
+                         {"at_risk", m.at_risk},
                          {"record_problem", m.record_problem}});
     }
     // Records refused (times in this node's future): anyone who can write

@@ -109,6 +109,16 @@ for n in b c; do
 done
 [ "$applied" -ge 4 ] || fail "a's namespace entries applied in its place: $applied, want 4 or more"
 note "a's namespace entries applied for it: $applied"
+# Everything of a was replicated before its loss: nothing of it is listed
+# lost (its record names what is at risk, not every unpersisted file).
+for n in b c; do
+  "$CKPTFS" status "$(node_mnt $n)" --json | $PY -c 'import json, sys
+c = json.load(sys.stdin)["cluster"]
+dead = [m for m in c["members"] if m["node"] == "a"]
+assert c["lost_count"] == 0 and c["lost"] == [], c
+assert dead and dead[0]["unpersisted"] > 0 and dead[0]["at_risk"] == 0, dead' ||
+    fail "$n lists a's replicated files lost: $("$CKPTFS" status "$(node_mnt $n)" --json)"
+done
 
 
 # ---- 3. a replacement node reads it back ----

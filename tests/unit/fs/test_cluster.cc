@@ -1015,7 +1015,7 @@ Test(cluster, a_removal_ordered_after_a_lost_members_entries_is_kept) {
   // last record: its loss loses only what it logged after that record.
   Node c("c", &store, &now, 3000);
   const uint64_t shard = c.log.LogAt("step_2/shard_c", 4300);
-  c.c->SetUnsafeFrom([shard] { return shard + 1; });
+  c.c->SetReplicas([shard] { return shard + 1; }, [](uint64_t, uint64_t) { return true; });
   const uint64_t rm3 = a.log.LogAt("step_3/shard_a", 4350);
   now = 4400;
   c.c->Heartbeat();
