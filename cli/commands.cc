@@ -218,6 +218,13 @@ int WaitDrained(const std::string& mnt, double timeout_s, const std::string& rea
                 bad, EscapeName(mnt).c_str());
         return kDrainedWithout;
       }
+      // Not a failure (nothing the trainer wrote is missing), but the
+      // backend holds more than the mount: said, not hidden.
+      if (uint64_t kept = U64(Obj(j, "cluster"), "kept_removals"); kept > 0)
+        fprintf(stderr,
+                "drain: note: %llu removals were not applied to the backend, being ordered after a lost member's "
+                "files (`ckptfs status %s` lists them: kept)\n",
+                static_cast<unsigned long long>(kept), EscapeName(mnt).c_str());
       fprintf(stderr, "drain: everything closed before the drain began is persisted (%.1f s)\n", elapsed);
       return 0;
     }

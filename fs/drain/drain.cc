@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/config.h"
 #include "common/failpoint.h"
 #include "common/log.h"
 
@@ -529,7 +530,7 @@ bool KeptForLost(Cluster* c, LogOp op, int64_t gate_us, const std::string& path,
       "{} {} '{}' not applied: the backend keeps it, because it is ordered after entries lost with member {} "
       "(the backend's older `latest` may name it; docs/consistency.md, \"Removals ordered after what a lost node took "
       "with it\")",
-      who, meta::LogOpName(op), path, lost);
+      who, meta::LogOpName(op), EscapeName(path), lost);
   return true;
 }
 

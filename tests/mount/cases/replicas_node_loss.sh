@@ -5,13 +5,17 @@
 #     becomes `replicated` on b or c; a also writes its optimizer state into
 #     a staging directory renamed into place (opt_step1/), and a scratch
 #     file it removes — namespace entries, replicated too; b closes its own
-#     shard, then (after the "barrier") step 1's `latest`.
+#     shard and a scratch file, then (after the "barrier") step 1's `latest`.
 #  2. a is lost: kill -9 of its daemon, its tier and state dir deleted (a
 #     replacement machine). Once its lease expires the holder publishes a's
 #     shard in a's place and applies its namespace entries in its order:
 #     the backend ends with both shards and opt_step1/opt_a, bytes as
 #     written, no staging directory and no scratch file, and `latest` never
-#     stands in the backend without a's shard and a's rename.
+#     stands in the backend without a's shard and a's rename. b removes its
+#     scratch file right after a's loss, before the cluster knows of it:
+#     ordered after whatever a took with it, that removal is kept out of
+#     the backend, listed by b's status and noted by `ckptfs drain`; the
+#     shared namespace shows the file again, and removed again, it goes.
 #  3. A fresh node a2 mounts and reads a's shard back (from the holder);
 #     every rank resumes from `ckptfs latest --safe` and torch.load gives
 #     the tensors it saved.
@@ -63,6 +67,7 @@ rm "$A/scratch_a"
 entries_held() { repl_of "$A" 'assert j["queued"] == 0 and j["replicated_entries"] >= 4, j'; }
 wait_for 30 "a's namespace entries were not replicated: $(repl_of "$A" 'print(j)')" entries_held
 cp "$T/shard_b" "$B/global_step1/shard_b"
+echo scratch > "$B/scratch_b"
 sleep 0.2  # the barrier
 echo global_step1 > "$B/latest"
 sleep 1
@@ -74,6 +79,7 @@ kill_node a
 rm -rf "$(node_state a)"
 kept=(); for s in "${_STATE_DIRS[@]}"; do [ "$s" = "$(node_state a)" ] || kept+=("$s"); done; _STATE_DIRS=("${kept[@]}")
 rm_tier "$tier_a"
+rm "$B/scratch_b"  # before the cluster knows of a's loss (its lease: 2 s)
 note "a lost (its shard held by $holder)"
 t0=$(date +%s.%N)
 for _ in $(seq 300); do
@@ -109,6 +115,21 @@ for n in b c; do
 done
 [ "$applied" -ge 4 ] || fail "a's namespace entries applied in its place: $applied, want 4 or more"
 note "a's namespace entries applied for it: $applied"
+# b's removal, ordered after what a may have taken with it: kept.
+drained=$("$CKPTFS" drain "$B" 2>&1) || fail "drain of b: $drained"
+grep -q "1 removals were not applied to the backend" <<< "$drained" || fail "ckptfs drain of b does not say: $drained"
+[ -e "$BACKEND/scratch_b" ] || fail "b's removal after a's loss reached the backend"
+"$CKPTFS" status "$B" --json | $PY -c 'import json, sys
+c = json.load(sys.stdin)["cluster"]
+assert c["kept_removals"] == 1 and c["kept_paths"] == ["scratch_b"], c' || fail "b's status: $("$CKPTFS" status "$B" --json)"
+grep -q "kept: scratch_b" <<< "$("$CKPTFS" status "$B")" || fail "b's status text: $("$CKPTFS" status "$B")"
+# The shared namespace shows what the backend holds: the file is back on
+# b's mount, and a removal made now (after the loss was known) goes.
+wait_for 10 "b's mount does not show scratch_b, which the backend keeps" test -e "$B/scratch_b"
+rm "$B/scratch_b"
+drained=$("$CKPTFS" drain "$B" 2>&1) || fail "drain of b: $drained"
+[ ! -e "$BACKEND/scratch_b" ] || fail "scratch_b, removed again after a's loss was known, is still in the backend"
+note "b's removal right after a's loss was kept out of the backend; removed again later, it went"
 # Everything of a was replicated before its loss: nothing of it is listed
 # lost (its record names what is at risk, not every unpersisted file).
 for n in b c; do
