@@ -574,11 +574,8 @@ void Cluster::ReadRecords() {
   for (const Record& r : others) {
     auto noted = std::find(dead_noted_.begin(), dead_noted_.end(), r.node);
     if (Dead(r, now) && noted == dead_noted_.end()) {
-      LOG_WARN(
-          "cluster {}: member {} is dead (no heartbeat for {} s); its {} unpersisted files not replicated are "
-          "lost{}{}",
-          opt_.name, r.node, (now - r.heartbeat_us) / (1000 * kUsPerMs), r.at_risk, r.paths.empty() ? "" : ", e.g. ",
-          r.paths.empty() ? "" : r.paths.front());
+      LOG_WARN("cluster {}: member {} is dead (no heartbeat for {} s); {}", opt_.name, r.node,
+               (now - r.heartbeat_us) / (1000 * kUsPerMs), LostFilesText(r.unpersisted, r.at_risk, r.paths));
       dead_noted_.push_back(r.node);
     } else if (!Dead(r, now) && noted != dead_noted_.end()) {
       LOG_INFO("cluster {}: member {} is back ({})", opt_.name, r.node, r.state);

@@ -147,9 +147,8 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
         LOG_INFO("cluster {}: member {} is gone (its lease ended, nothing pending)", opt_.name, name);
         continue;
       }
-      LOG_WARN(
-          "cluster {}: member {} is dead (its lease expired); its {} unpersisted files not replicated are lost{}{}",
-          opt_.name, name, old.at_risk, old.paths.empty() ? "" : ", e.g. ", old.paths.empty() ? "" : old.paths.front());
+      LOG_WARN("cluster {}: member {} is dead (its lease expired); {}", opt_.name, name,
+               LostFilesText(old.unpersisted, old.at_risk, old.paths));
       Record gone = old;
       gone.paths.resize(std::min(gone.paths.size(), kLostPaths));
       gone.problem = fmt::format("lease expired, noticed at {} ms", now / kUsPerMs);
@@ -322,8 +321,8 @@ void Cluster::ReadDigest(const std::string& digest) {
     if (std::none_of(others.begin(), others.end(), [&](const Record& o) { return o.node == r.node; }))
       digest_lost_.push_back(r);
     if (std::find(dead_noted_.begin(), dead_noted_.end(), r.node) != dead_noted_.end()) continue;
-    LOG_WARN("cluster {}: member {} is dead (its lease expired); its {} unpersisted files not replicated are lost{}{}",
-             opt_.name, r.node, r.at_risk, r.paths.empty() ? "" : ", e.g. ", r.paths.empty() ? "" : r.paths.front());
+    LOG_WARN("cluster {}: member {} is dead (its lease expired); {}", opt_.name, r.node,
+             LostFilesText(r.unpersisted, r.at_risk, r.paths));
     dead_noted_.push_back(r.node);
   }
   // Back: a member named lost whose record is among the deciding again.

@@ -160,6 +160,11 @@ class LostWindows {
   std::deque<std::string> kept_paths_;
 };
 
+// What a dead member's last record says it loses, for the log: "its N
+// unpersisted files not replicated are lost, e.g. P (M others are
+// replicated: their holders publish them)".
+std::string LostFilesText(uint64_t unpersisted, uint64_t at_risk, const std::vector<std::string>& paths);
+
 struct ClusterStatus {
   std::string name, node;
   std::string store;           // RecordStore::Describe

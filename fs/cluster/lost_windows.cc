@@ -27,4 +27,13 @@ std::string LostWindows::Keeps(int64_t gate_us, const std::string& path) {
   return "";
 }
 
+std::string LostFilesText(uint64_t unpersisted, uint64_t at_risk, const std::vector<std::string>& paths) {
+  const uint64_t safe = unpersisted > at_risk ? unpersisted - at_risk : 0;
+  std::string s = at_risk == 0 ? "its last record names no file left unreplicated"
+                               : "its " + std::to_string(at_risk) + " unpersisted files not replicated are lost" +
+                                     (paths.empty() ? "" : ", e.g. " + paths.front());
+  if (safe > 0) s += " (" + std::to_string(safe) + " replicated: their holders publish them)";
+  return s;
+}
+
 }  // namespace ckpt::fs
