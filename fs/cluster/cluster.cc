@@ -274,7 +274,8 @@ size_t Cluster::SampleCount() {
 
 std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
   const size_t max_paths = reduces_ ? kDigestRecordPaths : kRecordPaths;
-  auto [count, paths] = log_->Unpersisted(max_paths);
+  // With replicas the paths named are those at risk: the first pass only counts.
+  auto [count, paths] = log_->Unpersisted(replicated_ ? 0 : max_paths);
   // What this node's loss would lose: the files not replicated K times
   // (with --replicas; else every unpersisted one), named in the record so
   // that a lost member's lost list is not the files its holders publish.

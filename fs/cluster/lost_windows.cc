@@ -1,5 +1,6 @@
 // lost_windows.cc — removals ordered after a lost member's lost entries
-// (cluster_types.h: LostWindows; docs/consistency.md "Node loss").
+// (cluster_types.h: LostWindows; docs/consistency.md, "Removals ordered
+// after what a lost node took with it").
 #include <algorithm>
 
 #include "fs/cluster/cluster_types.h"
