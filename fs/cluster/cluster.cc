@@ -10,9 +10,9 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <utility>
 
 #include "common/log.h"
 #include "fs/core/inode_table.h"
@@ -24,9 +24,8 @@ using Json = nlohmann::json;
 namespace {
 
 constexpr size_t kRecordPaths = 1000;  // unpersisted paths named in a record
-// ...and their bytes at most: a record must fit the store
-// (backend::kMaxRecordBytes), a path may be of any length on a POSIX
-// backend, and a control byte takes 6 as JSON.
+// ...and their bytes at most: a record must fit the store (backend::kMaxRecordBytes), a path may be
+// of any length on a POSIX backend, and a control byte takes 6 as JSON.
 constexpr size_t kRecordPathBytes = 128 * 1024;
 constexpr int64_t kUsPerMs = 1000;      // options are in ms, times in µs
 constexpr int64_t kBusyUs = 2000 * kUsPerMs;
@@ -366,9 +365,9 @@ void Cluster::Tick() {
       // minute), and after a failed write every heartbeat: O(1) records a
       // node per checkpoint and file, not one a tick.
       write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs * (write_error_.empty() ? kDigestHeartbeats : 1) ||
-              (write_error_.empty() &&
-               (applied != written_applied_ || held != written_held_ || unsafe_from != written_unsafe_from_ ||
-                (waiting_ && wait_gate_ > stored_us_) || (need_us_ > stored_us_ && now >= need_us_)));
+              (write_error_.empty() && (applied != written_applied_ || held != written_held_ ||
+                                        unsafe_from != written_unsafe_from_ || (waiting_ && wait_gate_ > stored_us_) ||
+                                        (need_us_ > stored_us_ && now >= need_us_) || BatonDueLocked()));
     } else {
       write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs ||
               (write_error_.empty() && read_error_.empty() &&
@@ -406,11 +405,13 @@ void Cluster::Heartbeat() {
     written_applied_ = applied;
   }
   auto [rec, t] = MakeRecord("live");
+  std::optional<Handoff> handoff;
   {
     MutexLock lk(&mu_);
     written_ = rec;
+    if (BatonDueLocked()) handoff = HandOnLocked(rec);
   }
-  if (auto st = store_->Put(opt_.node, rec); !st) {
+  if (auto st = handoff ? store_->PutHanding(opt_.node, rec, *handoff) : store_->Put(opt_.node, rec); !st) {
     // The store holds an older record of this node, or none: the others
     // cannot see the entries logged since. MayPublish says no until a
     // write succeeds.
@@ -427,6 +428,7 @@ void Cluster::Heartbeat() {
     write_error_.clear();
     stored_us_ = t;
     self_missing_ = false;
+    if (handoff) baton_.reset();
   }
   ReadRecords();
 }
@@ -490,7 +492,15 @@ std::string Cluster::FutureProblem(Record* r, int64_t now) const {
 
 void Cluster::ReadRecords() {
   if (reduces_) {
-    ReadDigest(store_->Digest().value_or(""));
+    // This node's last turn, also when a newer summary followed it: it may hand this node a baton.
+    const std::string turn = store_->Turn(), digest = store_->Digest().value_or("");
+    bool turn_new;
+    {
+      MutexLock lk(&mu_);
+      turn_new = std::exchange(turn_read_, turn) != turn;
+    }
+    if (turn_new && !turn.empty() && turn != digest) ReadDigest(turn);
+    ReadDigest(digest);
     return;
   }
   // The time before the listing: a member whose first record was written
@@ -663,6 +673,7 @@ bool Cluster::MayPublish(uint64_t seq) {
     // (held = its gate + 1): it reaches the backend first, through its
     // writer or, if that writer died, through this node (takeover.h).
     blockers.push_back("(a replica held here of another node's earlier file)");
+  } else if (BatonPermitsLocked(*g)) {  // the elected member checked the others, the baton those before
   } else if (read_at_ < *g + skew) {
     // A member that joined after the last read, and closed a file before
     // this entry, must be seen first: it wrote its first record before it

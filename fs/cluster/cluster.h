@@ -182,17 +182,7 @@ class Cluster {
     uint64_t pre;   // newest seq logged, read before t: entries <= pre were logged before t
     uint64_t post;  // read after t: every entry logged before t is <= post
   };
-  struct Record {
-    std::string node, state;
-    int64_t heartbeat_us = 0, watermark_us = 0;  // wall clock, µs
-    std::optional<int64_t> oldest_gate_us;
-    std::optional<int64_t> unsafe_gate_us;  // U: its oldest entry not replicated K times
-    uint64_t unpersisted = 0, at_risk = 0;  // at_risk: of those, not replicated (paths: the first)
-    std::vector<std::string> paths;
-    std::vector<std::pair<std::string, int64_t>> refused;  // the records it refuses: node, their heartbeat
-    std::string problem;               // ClusterMember::record_problem
-    int problem_reads = 0;             // reads in a row that found it
-  };
+  using Record = ClusterRecord;
 
   // This node's record in `state`, and its heartbeat T (µs).
   std::pair<std::string, int64_t> MakeRecord(const std::string& state);
@@ -215,6 +205,14 @@ class Cluster {
   void LoadSamples();
   bool Dead(const Record& r, int64_t now) const;
   void NoteLostLocked(int64_t now) REQUIRES(mu_);  // the lost members' windows (LostWindows)
+  struct DigestView;                               // the last digest read, parsed (cluster_digest.cc): parsed once
+  // The baton (cluster_types.h: Reduction; cluster_digest.cc): whether this
+  // node's next record hands it on (its entry applied), that handoff, one
+  // taken from a digest, and whether it lets the entry at `gate_us` pass.
+  bool BatonDueLocked() const REQUIRES(mu_);
+  std::optional<Handoff> HandOnLocked(const std::string& record) REQUIRES(mu_);
+  void TakeBatonLocked(const DigestView& v) REQUIRES(mu_);
+  bool BatonPermitsLocked(int64_t gate_us) const REQUIRES(mu_);
 
   const ClusterOptions opt_;
   RecordStore* const store_;
@@ -260,14 +258,11 @@ class Cluster {
   uint64_t written_unsafe_from_ GUARDED_BY(mu_) = 0;    // its value in the last record built
   LostWindows lost_windows_ GUARDED_BY(mu_);
   int64_t written_held_ GUARDED_BY(mu_) = 0;           // its value in the last record built (0: none)
-  // Exact gate times of pending entries a sample saw (LogView::LoggedTimes),
-  // and the newest seq whose time was asked for.
+  // Exact gate times of pending entries a sample saw (LogView::LoggedTimes), the newest seq asked for.
   std::map<uint64_t, int64_t> exact_ GUARDED_BY(mu_);
   uint64_t timed_ GUARDED_BY(mu_) = 0;
-  // With a store that reduces (etcd): the digest read last —
-  // members in all, the elected member, and when this node's next record
-  // lets another member's pending entry pass (Tick) — and, on the elected
-  // member, the members of its last reduction (to tell who vanished).
+  // With a store that reduces (etcd): the digest read last (members, the elected member, when this node's
+  // next record lets another member's entry pass) and, elected, its last reduction's members.
   bool reduces_ = false;
   uint64_t members_total_ GUARDED_BY(mu_) = 0;
   std::string leader_ GUARDED_BY(mu_);
@@ -276,22 +271,26 @@ class Cluster {
   std::map<std::string, Record> reduced_ GUARDED_BY(mu_);
   std::deque<Record> lost_ GUARDED_BY(mu_);          // vanished with files pending, newest last
   std::vector<Record> digest_lost_ GUARDED_BY(mu_);  // the digest's lost members (not among others_)
-  // The live records the last digest read carried, and its time: a member
-  // elected after another compares its first read with them (Reduce), so
-  // that a member that died under the previous elected one — or that was
-  // it — is named lost all the same.
+  // The live records the last digest read carried, and its time: a member elected after another compares
+  // its first read with them (Reduce): one that died under the previous elected one is named lost too.
   std::map<std::string, Record> digest_seen_ GUARDED_BY(mu_);
   int64_t digest_as_of_ GUARDED_BY(mu_) = 0;
-  // Reduce's records as last parsed (node -> bytes, record), used by the reducing thread only.
-  std::map<std::string, std::pair<std::string, Record>> parsed_;
-  struct DigestView;  // the last digest read, parsed (cluster_digest.cc): parsed once
+  std::map<std::string, std::pair<std::string, Record>> parsed_;  // Reduce's, as last parsed (its thread only)
   std::string digest_text_ GUARDED_BY(mu_);
   std::shared_ptr<const DigestView> digest_view_ GUARDED_BY(mu_);
   std::string reduced_body_ GUARDED_BY(mu_);  // the last summary written, but its time
   std::string urgent_body_ GUARDED_BY(mu_);   // its lost and refused members
-  int64_t summary_as_of_ GUARDED_BY(mu_) = 0;
+  int64_t summary_as_of_ GUARDED_BY(mu_) = 0, summary_newest_ GUARDED_BY(mu_) = 0;  // its read, newest gate
   int64_t reduced_as_of_ GUARDED_BY(mu_) = 0;                   // the last reduction's read
   std::pair<std::string, int64_t> turn_given_ GUARDED_BY(mu_);  // (member, gate) of the last turn given
+  // Elected: the members the last baton named, the one waited for since when, turns left without one.
+  std::vector<std::pair<std::string, int64_t>> baton_given_ GUARDED_BY(mu_);
+  std::pair<std::pair<std::string, int64_t>, int64_t> baton_wait_ GUARDED_BY(mu_);
+  int baton_skip_ GUARDED_BY(mu_) = 0, baton_backoff_ GUARDED_BY(mu_) = 1;
+  // Member: the baton held, the last gate one was taken for, the last turn read.
+  std::optional<HeldBaton> baton_ GUARDED_BY(mu_);
+  int64_t baton_taken_ GUARDED_BY(mu_) = 0;
+  std::string turn_read_ GUARDED_BY(mu_);
   int alive_fd_ = -1;  // opened by LoadSamples (Init), before the threads start
   std::thread sampler_, heart_;
 };

@@ -34,6 +34,47 @@ constexpr int64_t kDigestRefreshUs = 60 * 1000 * 1000;  // an unchanged summary 
 // delivered to every member, so about 4,000 deliveries a second at any size.
 constexpr int64_t kMinSummaryGapUs = 10 * 1000;
 constexpr int64_t kSummaryGapPerMemberUs = 250;
+// The baton (cluster_types.h: Reduction): members named after the head,
+// and how long at most the elected member waits for one it named to be
+// handed the baton before it gives that member a turn itself.
+constexpr size_t kBaton = 32;
+constexpr int64_t kBatonGraceUs = 100 * 1000;
+
+bool Named(const std::vector<std::pair<std::string, int64_t>>& baton, const std::pair<std::string, int64_t>& turn) {
+  return std::find(baton.begin(), baton.end(), turn) != baton.end();
+}
+
+// The members after `head` in (gate, node) order whose entries the rule
+// lets pass once the members before them in it published: read after
+// their gate + skew, and every other member's record newer than it.
+std::vector<const ClusterRecord*> BatonChain(std::vector<const ClusterRecord*> pending,
+                                             std::vector<const ClusterRecord*> live, const ClusterRecord* head,
+                                             int64_t as_of, int64_t skew) {
+  auto first = [](std::vector<const ClusterRecord*>* v, size_t n, auto less) {
+    n = std::min(v->size(), n);
+    std::partial_sort(v->begin(), v->begin() + static_cast<ssize_t>(n), v->end(), less);
+    v->resize(n);
+  };
+  first(&pending, kBaton + 1, [](const ClusterRecord* a, const ClusterRecord* b) {
+    return std::tie(*a->oldest_gate_us, a->node) < std::tie(*b->oldest_gate_us, b->node);
+  });
+  // The oldest records: among kBaton + 3, two lie outside any prefix.
+  first(&live, kBaton + 3, [](const ClusterRecord* a, const ClusterRecord* b) {
+    return std::tie(a->heartbeat_us, a->node) < std::tie(b->heartbeat_us, b->node);
+  });
+  std::vector<const ClusterRecord*> chain, before{head};
+  for (const ClusterRecord* c : pending) {
+    if (c == head) continue;
+    const int64_t g = *c->oldest_gate_us;
+    before.push_back(c);
+    auto outside = std::find_if(live.begin(), live.end(), [&](const ClusterRecord* r) {
+      return std::find(before.begin(), before.end(), r) == before.end();
+    });
+    if (as_of < g + skew || (outside != live.end() && (*outside)->heartbeat_us < g + skew)) break;
+    chain.push_back(c);
+  }
+  return chain;
+}
 }  // namespace
 
 struct Cluster::DigestView {
@@ -42,6 +83,10 @@ struct Cluster::DigestView {
   int64_t as_of = 0, newest = 0;
   uint64_t members = 0;
   std::string leader;
+  std::string baton_holder;  // a baton: whose, for its entry at baton_gate, naming others after it,
+  int64_t baton_gate = 0;    // with the records of the members before it as they handed it on
+  bool baton_next = false;
+  std::vector<Record> baton_before;
 };
 
 int64_t Cluster::SummaryGapUs(size_t members) {
@@ -206,15 +251,24 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
   bool fresh_needed = false;
   for (const Record* r : pending)
     if (*r->oldest_gate_us + skew >= summary_as_of_ && *r->oldest_gate_us + skew < as_of) fresh_needed = true;
-  const bool changed = body != reduced_body_ || fresh_needed;
   const bool gap_passed = as_of - summary_as_of_ >= SummaryGapUs(live.size());
   const std::pair<std::string, int64_t> turn =
       head ? std::pair<std::string, int64_t>{head->node, *head->oldest_gate_us} : std::pair<std::string, int64_t>{};
+  // While a baton runs, a summary would say only that the chain moved, to
+  // members it does not concern yet (each one read by every member, 100
+  // parses a step at 100 members: what made the steps slow): none then,
+  // unless a member is lost or refused, or a newer entry was logged.
+  const bool baton_runs =
+      head && Named(baton_given_, turn) && urgent == urgent_body_ && newest.value_or(0) == summary_newest_;
+  const bool changed = (body != reduced_body_ || fresh_needed) && !baton_runs;
   if ((changed && (gap_passed || urgent != urgent_body_)) || as_of - summary_as_of_ >= kDigestRefreshUs) {
     reduced_body_ = body;
     urgent_body_ = urgent;
     summary_as_of_ = as_of;
+    summary_newest_ = newest.value_or(0);
     if (head) turn_given_ = turn;  // it reads the summary
+    // A member that passes then does not show the baton working (below).
+    std::erase(baton_given_, turn);
     out.summary = d.dump(-1, ' ', false, Json::error_handler_t::replace);
     return out;
   }
@@ -224,12 +278,96 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
                            : std::min(out.due, summary_as_of_ + SummaryGapUs(live.size()));
   if (!head) turn_given_ = {};  // the next head gets a turn, even one given before
   if (head && turn != turn_given_) {
-    // One step of the chain: only the member whose turn it is learns now.
+    // A member the last baton names is handed it by the member before it:
+    // no turn for it (on a busy machine the elected member's work for each
+    // step was what made a step slow), unless the baton does not come
+    // within a grace — a member died, a put failed, the leader changed:
+    // the baton is lost, not wrong.
+    if (Named(baton_given_, turn)) {
+      if (baton_wait_.first != turn) {
+        if (Named(baton_given_, baton_wait_.first)) baton_backoff_ = 1;  // the one before passed without a turn
+        baton_wait_ = {turn, now};
+      }
+      const int64_t grace = kBatonGraceUs;
+      if (now - baton_wait_.second < grace) {
+        out.due = out.due == 0 ? baton_wait_.second + grace : std::min(out.due, baton_wait_.second + grace);
+        return out;
+      }
+      // Lost: the next turns go without a baton (1, 2, 4 ... up to kBaton
+      // of them), so that members or a store that cannot hand it on cost
+      // a grace now and then, not one a step.
+      baton_skip_ = baton_backoff_;
+      baton_backoff_ = std::min<int>(2 * baton_backoff_, kBaton);
+      LOG_DEBUG("cluster {}: the baton did not reach member {} within {} ms; {} turns without one", opt_.name,
+                turn.first, grace / kUsPerMs, baton_skip_);
+    }
+    // One step of the chain: only the member whose turn it is learns now,
+    // with the baton for the members after it.
     turn_given_ = turn;
+    baton_given_.clear();
+    std::vector<const Record*> chain;
+    if (baton_skip_ > 0) baton_skip_--;
+    else chain = BatonChain(pending, live, head, as_of, skew);
+    if (!chain.empty()) {
+      Json next = Json::array();
+      for (const Record* c : chain) {
+        baton_given_.emplace_back(c->node, *c->oldest_gate_us);
+        next.push_back({{"node", c->node}, {"gate_us", *c->oldest_gate_us}});
+      }
+      d["baton"] = {
+          {"holder", head->node}, {"gate_us", *head->oldest_gate_us}, {"next", next}, {"before", Json::array()}};
+    }
     out.turn_node = head->node;
     out.turn = d.dump(-1, ' ', false, Json::error_handler_t::replace);
   }
   return out;
+}
+
+bool Cluster::BatonDueLocked() const {
+  return baton_ && baton_->hand_on && (!self_.oldest_gate_us || *self_.oldest_gate_us > baton_->gate_us);
+}
+
+bool Cluster::BatonPermitsLocked(int64_t gate_us) const {
+  // The elected member checked every other member for this entry (its
+  // gate), but those before it in the baton: their records as they handed
+  // it on must show them past it (what they log later comes later).
+  const int64_t skew = opt_.max_skew_ms * kUsPerMs;
+  if (!baton_ || baton_->gate_us != gate_us || baton_->as_of_us < gate_us + skew) return false;
+  return std::all_of(baton_->before.begin(), baton_->before.end(), [&](const Record& r) {
+    return r.heartbeat_us >= gate_us + skew &&
+           (!r.oldest_gate_us || std::tie(*r.oldest_gate_us, r.node) > std::tie(gate_us, opt_.node));
+  });
+}
+
+std::optional<Handoff> Cluster::HandOnLocked(const std::string& record) {
+  // The baton as given, with this node's new record among those before the
+  // next member, handed to that member. The digest's records stay as the
+  // elected member read them: the rule over the digest stands as it was.
+  Handoff h;
+  try {
+    Json d = Json::parse(baton_->digest);
+    Json b = d.at("baton");
+    Json next = b.at("next");
+    b.at("before").push_back({{"node", opt_.node}, {"record", record}});
+    h.to = next.at(0).at("node").get<std::string>();
+    d["baton"] = {{"holder", h.to},
+                  {"gate_us", next.at(0).at("gate_us")},
+                  {"next", Json(next.begin() + 1, next.end())},
+                  {"before", b.at("before")}};
+    h.digest = d.dump(-1, ' ', false, Json::error_handler_t::replace);
+    h.leader = baton_->leader;
+  } catch (const std::exception& e) {
+    LOG_DEBUG("cluster {}: the baton is not handed on: {}", opt_.name, e.what());
+    baton_->hand_on = false;
+    return std::nullopt;
+  }
+  return h;
+}
+
+void Cluster::TakeBatonLocked(const DigestView& v) {
+  if (v.baton_holder != opt_.node || v.baton_gate <= baton_taken_) return;
+  baton_ = HeldBaton{digest_text_, v.leader, v.baton_gate, v.as_of, v.baton_next, v.baton_before};
+  baton_taken_ = v.baton_gate;
 }
 
 void Cluster::ReadDigest(const std::string& digest) {
@@ -256,6 +394,22 @@ void Cluster::ReadDigest(const std::string& digest) {
       v->members = d.at("members").get<uint64_t>();
       v->leader = d.at("leader").get<std::string>();
       if (auto it = d.find("newest_gate_us"); it != d.end() && !it->is_null()) v->newest = it->get<int64_t>();
+      if (auto it = d.find("baton"); it != d.end()) {
+        v->baton_holder = it->at("holder").get<std::string>();
+        v->baton_gate = it->at("gate_us").get<int64_t>();
+        v->baton_next = !it->at("next").empty();
+        for (const Json& x : it->at("before")) {
+          Record r;
+          const std::string node = x.at("node").get<std::string>();
+          if (const std::string why = ParseRecord(node, x.at("record").get<std::string>(), now, &r); !why.empty()) {
+            // Not one this node accepts (a clock ahead): no baton, the turn comes.
+            LOG_INFO("cluster {}: a baton naming {}'s record is not used: {}", opt_.name, node, why);
+            v->baton_holder.clear();
+            break;
+          }
+          v->baton_before.push_back(std::move(r));
+        }
+      }
       for (const Json& x : d.at("records")) {
         const std::string node = x.at("node").get<std::string>();
         Record r;
@@ -300,9 +454,6 @@ void Cluster::ReadDigest(const std::string& digest) {
   const uint64_t members = view->members;
   const std::string& leader = view->leader;
   MutexLock lk(&mu_);
-  // A summary and this member's turn come by two watches: the older of
-  // the two says less (EtcdRecords keeps the newer; this is a guard).
-  if (as_of < digest_as_of_) return;
   if (as_of > now + skew) {
     // The elected member's clock is ahead: its reads cannot stand for a
     // time this node has not reached.
@@ -310,6 +461,12 @@ void Cluster::ReadDigest(const std::string& digest) {
                                         static_cast<double>(as_of - now) / (1000 * kUsPerMs));
     if (digest_problem_ != msg) LOG_ERROR("cluster {}: {}; it is not used", opt_.name, msg);
     digest_problem_ = msg;
+    return;
+  }
+  // A summary and this member's turn come by two watches: the older of
+  // the two says less, but it may hand this member a baton.
+  if (as_of < digest_as_of_) {
+    TakeBatonLocked(*view);
     return;
   }
   if (!digest_problem_.empty()) LOG_INFO("cluster {}: the members' digest is readable again", opt_.name);
@@ -350,6 +507,7 @@ void Cluster::ReadDigest(const std::string& digest) {
   // it once the clock is there): then no pending entry waits for this node.
   need_us_ = newest > 0 && newest <= now + skew ? newest + skew : 0;
   others_ = others;
+  TakeBatonLocked(*view);
   refused_ = refused;
   read_at_ = as_of;
   members_total_ = members;

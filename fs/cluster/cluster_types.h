@@ -65,11 +65,26 @@ class LogView {
 // SummaryGapUs (sooner when a member is lost or refused). A thousand
 // members then receive a few summaries a second, not one for each of the
 // thousand steps of a checkpoint (docs/scale.md).
+//
+// The turn also carries a *baton* (docs/scale.md "The baton"): the next
+// members in that order whose entries the rule would let pass once the
+// members before them in it have published (every other member's record
+// already allows them), with the records of those members. A member that
+// published its entry puts its new record into the baton and hands it to
+// the next (RecordStore::PutHanding: one transaction with its record), so
+// a step of the chain is one store round trip between two members, not a
+// round trip to the elected member and another back.
 struct Reduction {
   std::string summary;    // for every member ("" : nothing new, or not yet)
   std::string turn_node;  // the member whose entry this reduction lets pass ("" : none new)
   std::string turn;       // the digest for it alone ("" : none)
   int64_t due = 0;        // µs: when a new reduction would say more (0 : when a record changes)
+};
+
+// A baton handed on with a record (Reduction): the digest for member `to`,
+// written under turn/`to` only while `leader` is still the elected member.
+struct Handoff {
+  std::string to, digest, leader;
 };
 
 // Where the members' records are (the backend's reserved area; fakes in
@@ -78,6 +93,14 @@ class RecordStore {
  public:
   virtual ~RecordStore() = default;
   [[nodiscard]] virtual Status Put(const std::string& node, const std::string& bytes) = 0;
+  // This node's record and, in the same request, a baton for the next
+  // member (a store that reduces; the others only put the record).
+  [[nodiscard]] virtual Status PutHanding(const std::string& node, const std::string& bytes, const Handoff&) {
+    return Put(node, bytes);
+  }
+  // The last turn given to this node (a baton it holds, or records newer
+  // than the digest's), even when a newer summary followed it ("" : none).
+  virtual std::string Turn() { return ""; }
   [[nodiscard]] virtual Result<std::vector<std::pair<std::string, std::string>>> List() = 0;
   // A store that reduces the records in one place (etcd:
   // fs/cluster/etcd_records.h) gives each member a digest of them instead
@@ -95,6 +118,30 @@ class RecordStore {
 std::unique_ptr<RecordStore> BackendRecords(backend::Backend* be, std::string name);
 // The local drain log.
 std::unique_ptr<LogView> LocalLog(OpLog* log);
+
+// One member's record as read (Cluster::ParseRecord).
+struct ClusterRecord {
+  std::string node, state;
+  int64_t heartbeat_us = 0, watermark_us = 0;  // wall clock, µs
+  std::optional<int64_t> oldest_gate_us;
+  std::optional<int64_t> unsafe_gate_us;  // U: its oldest entry not replicated K times
+  uint64_t unpersisted = 0, at_risk = 0;  // at_risk: of those, not replicated (paths: the first)
+  std::vector<std::string> paths;
+  std::vector<std::pair<std::string, int64_t>> refused;  // the records it refuses: node, their heartbeat
+  std::string problem;                                   // ClusterMember::record_problem
+  int problem_reads = 0;                                 // reads in a row that found it
+};
+
+// A baton this member holds: the digest as given, its elected member, the
+// gate of this member's entry in it and the digest's read time, whether it
+// names a member after this one (handed on once the entry is applied), and
+// the records of the members before it as they handed it on.
+struct HeldBaton {
+  std::string digest, leader;
+  int64_t gate_us = 0, as_of_us = 0;
+  bool hand_on = false;
+  std::vector<ClusterRecord> before;
+};
 
 // One member as the last record read shows it.
 struct ClusterMember {

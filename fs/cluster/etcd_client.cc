@@ -467,8 +467,15 @@ Result<TxnResult> Client::PutIfEqual(const std::string& key, const std::string& 
 Result<int64_t> Client::Txn(const std::vector<Op>& ops, int64_t timeout_ms) {
   Json success = Json::array();
   for (const Op& op : ops) {
-    if (!op.del) {
+    if (!op.del && op.guard_key.empty()) {
       success.push_back(PutOp(op.key, op.value, op.lease));
+      continue;
+    }
+    if (!op.del) {
+      Json cmp = {{"key", B64(op.guard_key)}, {"target", "VALUE"}, {"result", "EQUAL"}, {"value", B64(op.guard_value)}};
+      success.push_back(
+          {{"request_txn",
+            {{"compare", Json::array({cmp})}, {"success", Json::array({PutOp(op.key, op.value, op.lease)})}}}});
       continue;
     }
     Json d = {{"key", B64(op.key)}};

@@ -102,6 +102,9 @@ class Client {
     // delete is a transaction nested in this one (etcd >= 3.3), decided on
     // its own: the others go on whether it deletes or not.
     int64_t if_mod_revision = 0;
+    // A put only while guard_key holds guard_value ("" : whatever), also
+    // decided on its own (the others go on either way).
+    std::string guard_key{}, guard_value{};
   };
   // The revision. `timeout_ms` (0: Options::timeout_ms) bounds each
   // endpoint's exchange: a caller that must not wait long passes less.

@@ -121,13 +121,44 @@ void EtcdRecords::Close(bool leave) {
     LOG_WARN("cluster {}: revoking this node's lease: {}", opt_.cluster, client_.LastError());
 }
 
-Status EtcdRecords::Put(const std::string& node, const std::string& bytes) {
+Status EtcdRecords::Put(const std::string& node, const std::string& bytes) { return PutRecord(node, bytes, nullptr); }
+
+Status EtcdRecords::PutHanding(const std::string& node, const std::string& bytes, const Handoff& h) {
+  return PutRecord(node, bytes, &h);
+}
+
+std::string EtcdRecords::Turn() {
+  MutexLock lk(&mu_);
+  return turn_;
+}
+
+Status EtcdRecords::PutRecord(const std::string& node, const std::string& bytes, const Handoff* h) {
   auto lease = Lease();
   if (!lease) return Err(lease.error());
-  auto rev = client_.Put(prefix_ + kMembers + node, bytes, *lease);
+  // The baton goes under the elected member's lease, and only while it is
+  // still the one its digest names: a baton of an older election is not
+  // written (the new elected member gives turns of its own).
+  std::string guard;
+  int64_t leader_lease = 0;
+  if (h) {
+    MutexLock lk(&mu_);
+    if (leader_value_.starts_with(h->leader + " ")) {
+      guard = leader_value_;
+      leader_lease = std::strtoll(guard.c_str() + h->leader.size() + 1, nullptr, 10);
+    }
+  }
+  Result<int64_t> rev = guard.empty() || leader_lease == 0
+                            ? client_.Put(prefix_ + kMembers + node, bytes, *lease)
+                            : client_.Txn({{.key = prefix_ + kMembers + node, .value = bytes, .lease = *lease},
+                                           {.key = prefix_ + kTurns + h->to,
+                                            .value = h->digest,
+                                            .lease = leader_lease,
+                                            .guard_key = prefix_ + kLeader,
+                                            .guard_value = guard}});
   {
     MutexLock lk(&mu_);
     stats_.puts++;
+    stats_.handoffs += !guard.empty() && leader_lease != 0 && rev.has_value();
   }
   if (!rev) {
     // A lease that expired meanwhile: the next put takes a new one.
@@ -281,8 +312,13 @@ bool EtcdRecords::DigestEventsLocked(const std::vector<etcd::WatchEvent>& evs) {
       const bool leading = !ev.deleted && ev.kv.value == mine;
       if (leading_ && !leading) LOG_INFO("cluster {}: node {} no longer reduces the records", opt_.cluster, opt_.node);
       leading_ = leading;
-    } else if ((ev.kv.key == prefix_ + kSummary || ev.kv.key == prefix_ + kTurns + opt_.node) && !ev.deleted &&
-               ev.kv.mod_revision > digest_rev_) {
+    } else if ((ev.kv.key == prefix_ + kSummary || ev.kv.key == prefix_ + kTurns + opt_.node) && !ev.deleted) {
+      if (ev.kv.key != prefix_ + kSummary && ev.kv.mod_revision > turn_rev_) {
+        turn_ = ev.kv.value;  // read beside a newer summary: it may carry a baton
+        turn_rev_ = ev.kv.mod_revision;
+        fresh = true;
+      }
+      if (ev.kv.mod_revision <= digest_rev_) continue;
       digest_ = ev.kv.value;
       digest_rev_ = ev.kv.mod_revision;
       stats_.digests_seen++;

@@ -14,7 +14,9 @@
 //                    entry pass between two summaries (Reduction), with
 //                    the elected member's lease; NODE watches this key
 //                    besides digest/, and reads whichever of the two is
-//                    newer (by revision)
+//                    newer (by revision); also a baton (cluster_types.h:
+//                    Reduction) a member handed on, under the elected
+//                    member's lease, guarded by digest/leader
 // A member: Open grants the lease (TTL --member-timeout, at least 2 s) and
 // keeps it alive every TTL/3; watches digest/ (one watch: the leader and
 // the digest); campaigns (create digest/leader if absent) when there is no
@@ -64,6 +66,7 @@ struct EtcdRecordsStats {
   uint64_t summaries = 0, turns = 0;  // written by this member (elected), of each kind
   uint64_t deltas = 0;                // reads of the records changed since the last (O(changes))
   uint64_t from_watch = 0;            // reductions of what the watch brought, without a read
+  uint64_t handoffs = 0;              // batons this member handed on with its record
 };
 
 class EtcdRecords final : public RecordStore {
@@ -89,6 +92,8 @@ class EtcdRecords final : public RecordStore {
   void Close(bool leave);
 
   Status Put(const std::string& node, const std::string& bytes) override;
+  Status PutHanding(const std::string& node, const std::string& bytes, const Handoff& h) override;
+  std::string Turn() override;
   Result<std::vector<std::pair<std::string, std::string>>> List() override;
   std::optional<std::string> Digest() override;
   std::string Describe() override;
@@ -103,6 +108,7 @@ class EtcdRecords final : public RecordStore {
   Result<int64_t> Lease();
 
  private:
+  Status PutRecord(const std::string& node, const std::string& bytes, const Handoff* h);
   void KeepAliveLoop();
   void ReduceLoop();
   void OnDigestEvents(const std::vector<etcd::WatchEvent>& evs);
@@ -136,6 +142,8 @@ class EtcdRecords final : public RecordStore {
   std::chrono::steady_clock::time_point lease_ok_ GUARDED_BY(mu_);
   std::string leader_value_ GUARDED_BY(mu_);  // digest/leader as last seen ("" : none)
   std::string digest_ GUARDED_BY(mu_);
+  std::string turn_ GUARDED_BY(mu_);  // this node's last turn (Turn), and its revision
+  int64_t turn_rev_ GUARDED_BY(mu_) = 0;
   int64_t digest_rev_ GUARDED_BY(mu_) = 0;  // its mod revision: the newer of summary and turn wins
   // The records as the reads and the members' watch brought them (key:
   // the etcd key), the store revision every put up to which is in, and

@@ -11,6 +11,7 @@
 
 #include "common/io.h"
 #include "common/log.h"
+#include "fs/cluster/etcd_records.h"
 #include "fs/cluster/peer_loads.h"
 #include "fs/cluster/replica_store.h"
 #include "fs/cluster/replicator.h"
@@ -108,6 +109,14 @@ std::string MetricsText(Daemon* d) {
     t.One("cluster_kept_removals_total", "counter",
           "Removals not applied to the backend: ordered after a lost member's lost entries (ckptfs status).",
           static_cast<double>(d->cluster->Status().kept_removals));
+  if (d->etcd_records) {
+    const EtcdRecordsStats es = d->etcd_records->Stats();
+    t.One("cluster_turns_total", "counter", "Turns this node wrote as the elected member (one step of a chain each).",
+          static_cast<double>(es.turns));
+    t.One("cluster_batons_handed_total", "counter",
+          "Batons this node handed on with its record (a step of a chain without the elected member).",
+          static_cast<double>(es.handoffs));
+  }
   const PressureStats mp = d->table->core().residency.MemoryPressure();
   t.One("memory_available_bytes", "gauge", "Headroom the memory watch read last (MemAvailable or the cgroup's).",
         static_cast<double>(mp.available));

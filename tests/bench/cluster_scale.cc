@@ -8,6 +8,8 @@
 //   build/cluster_scale --etcd HOST:PORT[,...] [--etcd-dir DIR] [--members 100,1000]
 //                       [--seconds 60] [--period-ms 10000]
 //                       [--sample-ms 20] [--tick-ms 100] [--lease-s 10]
+//                       [--stage-ms 500]  (a shard's transfer: 100 ms to this; 0: none,
+//                                          to time the publication chain alone)
 //                       (a member's timers: slower ones let 1,000 members
 //                        share 2 cores; a real node runs one member)
 //                       (--cluster-store etcd: the checkpoint workload below;
@@ -194,6 +196,7 @@ double Percentile(std::vector<double> v, double p) {
 // with the defaults, a thousand on two cores need slower ones).
 struct MemberKnobs {
   int sample_ms = 20, tick_ms = 100, lease_s = 10;
+  int stage_ms = 500;  // a shard is staged (may be published) 100 ms to this after its close; 0: at once
 };
 
 void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, const std::string& etcd_dir,
@@ -291,7 +294,9 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
       MutexLock lk(&mu);
       logged_at = NowMs();
     }
-    for (int i = 0; i < m; i++) logs[i]->Log(NowMs() + 100 + static_cast<int64_t>(rng() % 400));
+    for (int i = 0; i < m; i++)
+      logs[i]->Log(NowMs() + (knobs.stage_ms <= 100 ? knobs.stage_ms
+                                                    : 100 + static_cast<int64_t>(rng() % (knobs.stage_ms - 100))));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the barrier
     uint64_t seq = logs[0]->Log(NowMs() + 5);
     {
@@ -332,7 +337,7 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
     auto s = e->Stats();
     sum.puts += s.puts, sum.ranges += s.ranges, sum.txns += s.txns, sum.keepalives += s.keepalives;
     sum.grants += s.grants, sum.digests_seen += s.digests_seen, sum.reductions += s.reductions;
-    sum.summaries += s.summaries, sum.turns += s.turns, sum.deltas += s.deltas;
+    sum.summaries += s.summaries, sum.turns += s.turns, sum.deltas += s.deltas, sum.handoffs += s.handoffs;
   }
   // Closed in parallel after the printing: a watch stops within curl's
   // progress period (about 1 s), two watches a member.
@@ -349,9 +354,8 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
   const double per = static_cast<double>(std::max(ckpts, 1)) * m;
   std::printf(
       "%8d %6s %6d %9zu %10.0f %10.0f %10.0f %11.0f %9.2f %9.2f %8.1f %9.1f %10.1f %9llu %8d %8.1f %7.1f %8zu "
-      "%9.1f %7.1f %8.1f\n",
-      m,
-      etcd.empty() ? "posix" : "etcd", ckpts, latency.size(), Percentile(latency, 0.5), Percentile(latency, 0.99),
+      "%9.1f %7.1f %8.1f %8.1f\n",
+      m, etcd.empty() ? "posix" : "etcd", ckpts, latency.size(), Percentile(latency, 0.5), Percentile(latency, 0.99),
       latency.empty() ? 0 : *std::max_element(latency.begin(), latency.end()), Percentile(chain, 0.5),
       static_cast<double>(sum.puts + sum.txns) / per, static_cast<double>(sum.keepalives) / per,
       static_cast<double>(sum.digests_seen) / per, static_cast<double>(sum.ranges) / std::max(ckpts, 1),
@@ -359,7 +363,7 @@ void RunCheckpoints(int m, int seconds, int period_ms, const std::string& etcd, 
       static_cast<unsigned long long>(live), out_of_order, cpu,
       etcd.empty() ? 0 : EtcdDbMiB("http://" + etcd.substr(0, etcd.find(','))), blocked,
       static_cast<double>(sum.summaries) / std::max(ckpts, 1), static_cast<double>(sum.turns) / std::max(ckpts, 1),
-      static_cast<double>(sum.deltas) / std::max(ckpts, 1));
+      static_cast<double>(sum.deltas) / std::max(ckpts, 1), static_cast<double>(sum.handoffs) / std::max(ckpts, 1));
   std::fflush(stdout);
   close_all();
 }
@@ -400,6 +404,7 @@ int main(int argc, char** argv) {
     else if (a == "--sample-ms") knobs.sample_ms = std::atoi(next().c_str());
     else if (a == "--tick-ms") knobs.tick_ms = std::atoi(next().c_str());
     else if (a == "--lease-s") knobs.lease_s = std::atoi(next().c_str());
+    else if (a == "--stage-ms") knobs.stage_ms = std::atoi(next().c_str());
     else {
       std::fprintf(stderr, "usage: cluster_scale --endpoint URL [--bucket B] [--members 4,16,64] [--seconds 10] "
                            "[--heartbeat-ms 500]\n");
@@ -426,9 +431,10 @@ int main(int argc, char** argv) {
       }
       pbe = std::move(*b);
     }
-    std::printf("%8s %6s %6s %9s %10s %10s %10s %11s %9s %9s %8s %9s %10s %9s %8s %8s %7s %8s %9s %7s %8s\n", "members", "store",
-                "ckpts", "measured", "p50 ms", "p99 ms", "max ms", "shards p50", "wr/ck/nd", "ka/ck/nd", "dg/ck/nd",
-                "rng/ckpt", "store rq/s", "live", "order!", "etcd cpu", "db MiB", "blocked", "sum/ckpt", "turn/ck", "dlt/ck");
+    std::printf("%8s %6s %6s %9s %10s %10s %10s %11s %9s %9s %8s %9s %10s %9s %8s %8s %7s %8s %9s %7s %8s %8s\n",
+                "members", "store", "ckpts", "measured", "p50 ms", "p99 ms", "max ms", "shards p50", "wr/ck/nd",
+                "ka/ck/nd", "dg/ck/nd", "rng/ckpt", "store rq/s", "live", "order!", "etcd cpu", "db MiB", "blocked",
+                "sum/ckpt", "turn/ck", "dlt/ck", "hand/ck");
     if (knobs.sample_ms < 1 || knobs.tick_ms < 1 || knobs.lease_s < 2) {
       std::fprintf(stderr, "cluster_scale: --sample-ms and --tick-ms >= 1, --lease-s >= 2\n");
       return 2;

@@ -28,10 +28,12 @@ if [ "${CLUSTER_STORE:-}" = etcd ]; then  # multinode_jobs_etcd.sh: the records 
   COMMON+=(--cluster-store "etcd://$EPS")
 fi
 for n in "${NODES[@]}"; do
+  PROM=()  # with etcd: the turns given and the batons handed on (noted after the jobs)
+  [ "${CLUSTER_STORE:-}" = etcd ] && PROM=(--metrics-textfile "$T/$n.prom")
   if [ "$n" = b ]; then
-    mount_node "$n" CKPTFS_DRAIN_DELAY_MS=150 -- "${COMMON[@]}" --node "$n"
+    mount_node "$n" CKPTFS_DRAIN_DELAY_MS=150 -- "${COMMON[@]}" --node "$n" "${PROM[@]}"
   else
-    mount_node "$n" -- "${COMMON[@]}" --node "$n"
+    mount_node "$n" -- "${COMMON[@]}" --node "$n" "${PROM[@]}"
   fi
 done
 MNTS=()
@@ -206,6 +208,16 @@ for m in "${MNTS[@]}"; do
   for s in 1 2; do [ ! -e "$m/global_step$s" ] || fail "$m still shows global_step$s"; done
   [ -e "$m/global_step4" ] && [ -e "$m/iter_0000004" ] || fail "$m does not show the kept steps"
 done
+
+if [ "${CLUSTER_STORE:-}" = etcd ]; then
+  sleep 5.5  # the metrics file is written every 5 s
+  turns=0 batons=0
+  for n in "${NODES[@]}"; do
+    turns=$((turns + $(awk '$1 == "ckptfs_cluster_turns_total" {print int($2)}' "$T/$n.prom")))
+    batons=$((batons + $(awk '$1 == "ckptfs_cluster_batons_handed_total" {print int($2)}' "$T/$n.prom")))
+  done
+  note "8 checkpoints on 4 nodes: $turns turns given by the elected member, $batons batons handed on"
+fi
 
 # 2. A clean restart of every node: the tiers are given back, every shard is
 #    fetched from the backend.

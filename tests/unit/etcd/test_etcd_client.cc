@@ -175,6 +175,28 @@ Test(etcd_client, delete_if_mod_revision) {
   cr_assert_eq(c.Range("/n/a")->kvs.size(), 0u);
 }
 
+// A put guarded by another key's value (a baton handed on with a record,
+// only while the elected member is the one it names): the guarded put goes
+// only while the guard holds; the transaction's other puts go either way.
+Test(etcd_client, put_if_guard_holds) {
+  Client c(Opts(Start(1)));
+  cr_assert(c.Put("/lead", "n1 7").has_value());
+  auto t = c.Txn({{.key = "/rec", .value = "r1"},
+                  {.key = "/turn/b", .value = "baton1", .guard_key = "/lead", .guard_value = "n1 7"}});
+  cr_assert(t.has_value(), "txn: %s", c.LastError().c_str());
+  auto turn = c.Range("/turn/b");
+  cr_assert_eq(turn->kvs.size(), 1u);
+  cr_assert_str_eq(turn->kvs[0].value.c_str(), "baton1");
+  cr_assert(c.Put("/lead", "n2 9").has_value());  // another election
+  t = c.Txn({{.key = "/rec", .value = "r2"},
+             {.key = "/turn/b", .value = "baton2", .guard_key = "/lead", .guard_value = "n1 7"}});
+  cr_assert(t.has_value(), "txn: %s", c.LastError().c_str());
+  turn = c.Range("/turn/b");
+  cr_assert_str_eq(turn->kvs[0].value.c_str(), "baton1", "a baton of an older election was written");
+  auto rec = c.Range("/rec");
+  cr_assert_str_eq(rec->kvs[0].value.c_str(), "r2", "the record did not go with the guard failing");
+}
+
 Test(etcd_client, leases_expire_and_revoke) {
   Client c(Opts(Start(1)));
   auto id = c.Grant(2);
