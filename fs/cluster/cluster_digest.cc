@@ -348,7 +348,12 @@ std::optional<Handoff> Cluster::HandOnLocked(const std::string& record) {
     Json d = Json::parse(baton_->digest);
     Json b = d.at("baton");
     Json next = b.at("next");
-    b.at("before").push_back({{"node", opt_.node}, {"record", record}});
+    // Without the paths it names (the rule reads its times): a baton
+    // carries up to 32 records, and etcd keeps every version for a while.
+    Json mine = Json::parse(record);
+    mine["paths"] = Json::array();
+    b.at("before").push_back(
+        {{"node", opt_.node}, {"record", mine.dump(-1, ' ', false, Json::error_handler_t::replace)}});
     h.to = next.at(0).at("node").get<std::string>();
     d["baton"] = {{"holder", h.to},
                   {"gate_us", next.at(0).at("gate_us")},
