@@ -40,6 +40,21 @@ constexpr int64_t kSummaryGapPerMemberUs = 250;
 constexpr size_t kBaton = 32;
 constexpr int64_t kBatonGraceUs = 100 * 1000;
 
+// The `n` first of `v` by `less`, in order.
+template <typename Less>
+std::vector<const ClusterRecord*> Smallest(std::vector<const ClusterRecord*> v, size_t n, Less less) {
+  n = std::min(v.size(), n);
+  std::partial_sort(v.begin(), v.begin() + static_cast<ssize_t>(n), v.end(), less);
+  v.resize(n);
+  return v;
+}
+bool ByHeartbeat(const ClusterRecord* a, const ClusterRecord* b) {
+  return std::tie(a->heartbeat_us, a->node) < std::tie(b->heartbeat_us, b->node);
+}
+bool ByGate(const ClusterRecord* a, const ClusterRecord* b) {
+  return std::tie(*a->oldest_gate_us, a->node) < std::tie(*b->oldest_gate_us, b->node);
+}
+
 bool Named(const std::vector<std::pair<std::string, int64_t>>& baton, const std::pair<std::string, int64_t>& turn) {
   return std::find(baton.begin(), baton.end(), turn) != baton.end();
 }
@@ -50,18 +65,8 @@ bool Named(const std::vector<std::pair<std::string, int64_t>>& baton, const std:
 std::vector<const ClusterRecord*> BatonChain(std::vector<const ClusterRecord*> pending,
                                              std::vector<const ClusterRecord*> live, const ClusterRecord* head,
                                              int64_t as_of, int64_t skew) {
-  auto first = [](std::vector<const ClusterRecord*>* v, size_t n, auto less) {
-    n = std::min(v->size(), n);
-    std::partial_sort(v->begin(), v->begin() + static_cast<ssize_t>(n), v->end(), less);
-    v->resize(n);
-  };
-  first(&pending, kBaton + 1, [](const ClusterRecord* a, const ClusterRecord* b) {
-    return std::tie(*a->oldest_gate_us, a->node) < std::tie(*b->oldest_gate_us, b->node);
-  });
-  // The oldest records: among kBaton + 3, two lie outside any prefix.
-  first(&live, kBaton + 3, [](const ClusterRecord* a, const ClusterRecord* b) {
-    return std::tie(a->heartbeat_us, a->node) < std::tie(b->heartbeat_us, b->node);
-  });
+  pending = Smallest(std::move(pending), kBaton + 1, ByGate);
+  live = Smallest(std::move(live), kBaton + 3, ByHeartbeat);  // of these, two lie outside any prefix
   std::vector<const ClusterRecord*> chain, before{head};
   for (const ClusterRecord* c : pending) {
     if (c == head) continue;
@@ -131,18 +136,8 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
     live.push_back(&r);
     if (r.oldest_gate_us) pending.push_back(&r);
   }
-  auto take = [](std::vector<const Record*> v, auto less) {
-    size_t n = std::min(v.size(), kDeciding);
-    std::partial_sort(v.begin(), v.begin() + static_cast<ssize_t>(n), v.end(), less);
-    v.resize(n);
-    return v;
-  };
-  auto by_t = take(live, [](const Record* a, const Record* b) {
-    return std::tie(a->heartbeat_us, a->node) < std::tie(b->heartbeat_us, b->node);
-  });
-  auto by_g = take(pending, [](const Record* a, const Record* b) {
-    return std::tie(*a->oldest_gate_us, a->node) < std::tie(*b->oldest_gate_us, b->node);
-  });
+  auto by_t = Smallest(live, kDeciding, ByHeartbeat);
+  auto by_g = Smallest(pending, kDeciding, ByGate);
   // With nothing pending, T decides nothing: only membership goes in (a
   // small cluster's records all go in, for status).
   std::vector<const Record*> deciding = live.size() <= kAllUpTo ? live : pending.empty() ? by_g : by_t;
@@ -288,9 +283,8 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
         if (Named(baton_given_, baton_wait_.first)) baton_backoff_ = 1;  // the one before passed without a turn
         baton_wait_ = {turn, now};
       }
-      const int64_t grace = kBatonGraceUs;
-      if (now - baton_wait_.second < grace) {
-        out.due = out.due == 0 ? baton_wait_.second + grace : std::min(out.due, baton_wait_.second + grace);
+      if (const int64_t at = baton_wait_.second + kBatonGraceUs; now < at) {
+        out.due = out.due == 0 ? at : std::min(out.due, at);
         return out;
       }
       // Lost: the next turns go without a baton (1, 2, 4 ... up to kBaton
@@ -299,7 +293,7 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
       baton_skip_ = baton_backoff_;
       baton_backoff_ = std::min<int>(2 * baton_backoff_, kBaton);
       LOG_DEBUG("cluster {}: the baton did not reach member {} within {} ms; {} turns without one", opt_.name,
-                turn.first, grace / kUsPerMs, baton_skip_);
+                turn.first, kBatonGraceUs / kUsPerMs, baton_skip_);
     }
     // One step of the chain: only the member whose turn it is learns now,
     // with the baton for the members after it.

@@ -147,18 +147,18 @@ Status EtcdRecords::PutRecord(const std::string& node, const std::string& bytes,
       leader_lease = std::strtoll(guard.c_str() + h->leader.size() + 1, nullptr, 10);
     }
   }
-  Result<int64_t> rev = guard.empty() || leader_lease == 0
-                            ? client_.Put(prefix_ + kMembers + node, bytes, *lease)
-                            : client_.Txn({{.key = prefix_ + kMembers + node, .value = bytes, .lease = *lease},
-                                           {.key = prefix_ + kTurns + h->to,
-                                            .value = h->digest,
-                                            .lease = leader_lease,
-                                            .guard_key = prefix_ + kLeader,
-                                            .guard_value = guard}});
+  const bool hand = !guard.empty() && leader_lease != 0;
+  Result<int64_t> rev = !hand ? client_.Put(prefix_ + kMembers + node, bytes, *lease)
+                              : client_.Txn({{.key = prefix_ + kMembers + node, .value = bytes, .lease = *lease},
+                                             {.key = prefix_ + kTurns + h->to,
+                                              .value = h->digest,
+                                              .lease = leader_lease,
+                                              .guard_key = prefix_ + kLeader,
+                                              .guard_value = guard}});
   {
     MutexLock lk(&mu_);
     stats_.puts++;
-    stats_.handoffs += !guard.empty() && leader_lease != 0 && rev.has_value();
+    stats_.handoffs += hand && rev.has_value();
   }
   if (!rev) {
     // A lease that expired meanwhile: the next put takes a new one.
