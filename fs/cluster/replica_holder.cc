@@ -90,16 +90,16 @@ void Link::Impl::Put(const std::shared_ptr<Conn>& c, const Msg& m0) {
   Reply(*c, m.req, Op::kAccepted);
 }
 
-void Link::Impl::RefuseReplica(const std::shared_ptr<Conn>& c, uint64_t req, const std::string& why) {
+void Link::Impl::RefuseReplica(const std::shared_ptr<Conn>& c, uint64_t req, const std::string& why, int err) {
   auto it = c->rx.find(req);
   std::string name = it != c->rx.end() ? it->second->in->held().key.Name() : "?";
   if (it != c->rx.end()) {
     it->second->failed = true;
     c->rx.erase(it);
   }
-  chunks_refused++;
+  if (err == EBADMSG) chunks_refused++;  // the peer's bytes, not this holder's trouble
   LOG_ERROR("replica link: replica {} from node {} ({}) refused: {}", name, c->peer_id, c->addr, why);
-  Reply(*c, req, Op::kRefused, EBADMSG, why);
+  Reply(*c, req, Op::kRefused, static_cast<uint64_t>(err), why);
 }
 
 void Link::Impl::Chunk(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv) {
@@ -120,45 +120,65 @@ void Link::Impl::Chunk(const std::shared_ptr<Conn>& c, const Msg& m, void* data,
   rx->last = Clock::now();
   const uint64_t want = m.b, req = m.req;
   std::weak_ptr<Conn> wc = c;
-  auto landed = [this, rx, wc, req, off, len, want, idx](bool ok) {
+  // `p`: the chunk's bytes (a buffer of the pool, or UCX's own for an eager
+  // message), checked, written to the replica's file, and hashed for the
+  // content checksum when it is the next one in order.
+  auto landed = [this, rx, wc, req, off, len, want, idx](bool ok, const char* p) {
     auto conn = wc.lock();
     if (rx->failed || !conn || conn->st == Conn::St::kClosed) return;
     if (!ok) return RefuseReplica(conn, req, "a chunk did not arrive");
-    if (ChunkHash(rx->in->data() + off, len) != want)
+    if (ChunkHash(p, len) != want)
       return RefuseReplica(conn, req, "the chunk at offset " + std::to_string(off) + " does not match its checksum");
+    if (int e = rx->in->Write(off, p, len); e != 0) return RefuseReplica(conn, req, "writing it: " + ErrStr(e), e);
     rx->got[idx] = true;
     rx->chunks_got++;
-    const uint64_t total = rx->in->held().size;
-    while (rx->hashed < rx->got.size() && rx->got[rx->hashed]) {
-      const uint64_t o = rx->hashed * kChunk;
-      rx->hash.Update(o, rx->in->data() + o, std::min(kChunk, total - o));
+    if (idx == rx->hashed) {
+      rx->hash.Update(off, p, len);
       rx->hashed++;
     }
+    if (int e = HashLanded(*rx); e != 0) return RefuseReplica(conn, req, "reading it back: " + ErrStr(e), e);
     rx->last = Clock::now();
     bytes_in += len;
     Reply(*conn, req, Op::kAck, off);
     if (rx->ended) End(conn, Msg{.op = Op::kEnd, .req = req});
   };
   if (!rndv) {
-    std::memcpy(rx->in->data() + off, data, len);
+    landed(true, static_cast<const char*>(data));
     ucp_am_data_release(worker, data);
-    return landed(true);
+    return;
   }
   struct Ctx {
     Impl* impl;
     std::shared_ptr<Rx> rx;
-    std::function<void(bool)> done;
+    std::shared_ptr<char> buf;
+    std::function<void(bool, const char*)> done;
   };
   rx->pending++;
-  auto* ctx = new Ctx{this, rx, landed};
-  RecvInto(data, rx->in->data() + off, len, ctx, [](void* ud, bool ok) {
+  auto* ctx = new Ctx{this, rx, ChunkPool::Get(chunks), landed};
+  RecvInto(data, ctx->buf.get(), len, ctx, [](void* ud, bool ok) {
     auto* x = static_cast<Ctx*>(ud);
     x->impl->completions.push_back([x, ok] {
       x->rx->pending--;
-      x->done(ok);
+      x->done(ok, x->buf.get());
       delete x;  // the last holder of a failed Rx discards it here
     });
   });
+}
+
+// Chunks that landed before the one in front of them join the content
+// checksum once it came, read back from the replica's file (rare: UCX
+// mostly completes one connection's receives in order).
+int Link::Impl::HashLanded(Rx& rx) {
+  const uint64_t total = rx.in->held().size;
+  std::shared_ptr<char> buf;
+  while (rx.hashed < rx.got.size() && rx.got[rx.hashed]) {
+    const uint64_t o = rx.hashed * kChunk, n = std::min(kChunk, total - o);
+    if (!buf) buf = ChunkPool::Get(chunks);
+    if (int e = rx.in->Read(o, buf.get(), n); e != 0) return e;
+    rx.hash.Update(o, buf.get(), n);
+    rx.hashed++;
+  }
+  return 0;
 }
 
 void Link::Impl::End(const std::shared_ptr<Conn>& c, const Msg& m) {

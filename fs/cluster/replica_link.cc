@@ -7,6 +7,7 @@
 // sending and receiving are allowed.
 #include "fs/cluster/replica_link.h"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "common/mutex.h"
 #include "fs/cluster/replica_link_impl.h"
@@ -398,14 +400,37 @@ void Link::Impl::Begin(Conn& c, const std::shared_ptr<Request>& r) {
   Send(c, m);
 }
 
+std::shared_ptr<char> ChunkPool::Get(const std::shared_ptr<ChunkPool>& pool) {
+  std::unique_ptr<char[]> b;
+  {
+    MutexLock l(&pool->mu_);
+    if (!pool->free_.empty()) {
+      b = std::move(pool->free_.back());
+      pool->free_.pop_back();
+    }
+  }
+  if (!b) b.reset(new char[kChunk]);
+  return std::shared_ptr<char>(b.release(), [pool](char* p) {
+    std::unique_ptr<char[]> back(p);
+    MutexLock l(&pool->mu_);
+    if (pool->free_.size() < kKeep) pool->free_.push_back(std::move(back));
+  });
+}
+
 void Link::Impl::Pump(Conn& c, const std::shared_ptr<Request>& r) {
   const int limit = stop_after.load();
   while (r->inflight < kWindow && r->next < r->size && (limit < 0 || r->sent < limit)) {
     const uint64_t off = r->next, n = std::min(kChunk, r->size - off);
-    if (r->hashing) r->hashing->Update(off, r->src + off, n);
-    uint64_t h = ChunkHash(r->src + off, n);
+    auto buf = ChunkPool::Get(chunks);
+    if (int e = PreadFull(r->src_fd, buf.get(), n, off); e != 0) {
+      LOG_ERROR("replica link: replica {}: reading {} bytes at offset {} of its source: {}", r->key.Name(), n, off,
+                e == EIO ? "it ends sooner (a new version written in place?) or cannot be read" : ErrStr(e));
+      return Finish(r, Err(e));
+    }
+    if (r->hashing) r->hashing->Update(off, buf.get(), n);
+    uint64_t h = ChunkHash(buf.get(), n);
     if (lie.load()) h ^= 1;
-    Send(c, Msg{.op = Op::kChunk, .req = r->id, .a = off, .b = h}, r->src + off, n, r);
+    Send(c, Msg{.op = Op::kChunk, .req = r->id, .a = off, .b = h}, buf.get(), n, buf);
     bytes_out += n;
     r->next += n;
     r->inflight++;
@@ -671,11 +696,7 @@ Status Link::Replicate(const std::string& peer, const Key& k, int fd, uint64_t s
     r->hashing = std::make_unique<backend::ContentHash>();
     if (!r->hashing->ok()) return Err(ENOMEM);
   }
-  if (size) {
-    void* m = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) return ErrFromErrno();
-    r->src = static_cast<const char*>(m);
-  }
+  if (size && (r->src_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) return ErrFromErrno();
   auto res = impl_->Call(r, peer);
   if (!res) return Err(res.error());
   if (r->hashing && (r->hash_hi | r->hash_lo) != 0) {  // computed as the chunks went (not when HELD at once)

@@ -5,8 +5,9 @@
 // Why UCX (docs/architecture.md, "Libraries"): the same code runs over TCP
 // here and over RDMA verbs on clusters that have them. Messages are UCX
 // active messages: the header is a replica_wire message, a chunk's bytes
-// are the data, which UCX moves eagerly or by rendezvous straight into the
-// holder's mapping of the replica (zero-copy where the transport can); the
+// are the data, which UCX moves eagerly or by rendezvous into one of the
+// holder's reused chunk buffers (zero-copy where the transport can), from
+// where it is checked and written to the replica's file; the
 // reply endpoint UCX hands the receiver is what binds a message to its
 // authenticated connection.
 //
@@ -69,7 +70,8 @@ class Link {
   // empty without one.
   const std::string& address() const;
 
-  // Streams `size` bytes of `fd` (a file of the tier; mapped read-only) to
+  // Streams `size` bytes of `fd` (a file of the tier, read a chunk at a
+  // time; EIO if it turns out shorter than `size`) to
   // the member listening at `peer` as replica `k`, and returns once the
   // holder answered that it holds it whole and checked. EAGAIN: the holder
   // has no room now; EBADMSG: it refused the bytes; EACCES: the handshake

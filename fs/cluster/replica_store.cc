@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +16,21 @@
 
 namespace ckpt::fs::replica {
 namespace {
+
+// The content checksum of the first `size` bytes of `fd`, read a slice at a
+// time (a replica committed without the checksum of its landing).
+Result<std::pair<uint64_t, uint64_t>> HashFile(int fd, uint64_t size) {
+  constexpr uint64_t kSlice = 4u << 20;
+  backend::ContentHash hash;
+  if (!hash.ok()) return Err(ENOMEM);
+  std::unique_ptr<char[]> buf(new char[std::min(kSlice, std::max<uint64_t>(size, 1))]);
+  for (uint64_t off = 0; off < size; off += kSlice) {
+    const uint64_t n = std::min(kSlice, size - off);
+    if (int e = PreadFull(fd, buf.get(), n, off); e != 0) return Err(e);
+    hash.Update(off, buf.get(), n);
+  }
+  return hash.Finish(size);
+}
 
 constexpr char kPart[] = ".part-";
 constexpr char kMeta[] = ".meta";
@@ -116,11 +130,20 @@ std::string Store::FinalName(const Held& h) const {
          backend::ChecksumHex(h.hash_hi, h.hash_lo);
 }
 
-Store::Incoming::Incoming(Store* s, Held h, int fd, char* map, std::string part)
-    : store_(s), held_(std::move(h)), fd_(fd), map_(map), part_(std::move(part)) {}
+Store::Incoming::Incoming(Store* s, Held h, int fd, std::string part)
+    : store_(s), held_(std::move(h)), fd_(fd), part_(std::move(part)) {}
+
+int Store::Incoming::Write(uint64_t off, const char* p, size_t n) const {
+  if (off > held_.size || n > held_.size - off) return EINVAL;
+  return PwriteFull(fd_, p, n, off);
+}
+
+int Store::Incoming::Read(uint64_t off, char* p, size_t n) const {
+  if (off > held_.size || n > held_.size - off) return EINVAL;
+  return PreadFull(fd_, p, n, off);
+}
 
 Store::Incoming::~Incoming() {
-  if (map_) munmap(map_, held_.size);
   if (fd_ >= 0) close(fd_);
   if (!done_) {
     unlinkat(store_->dirfd_, part_.c_str(), 0);
@@ -248,7 +271,6 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
   const bool reused = !reuse.empty() && renameat(dirfd_, reuse.c_str(), dirfd_, part.c_str()) == 0;
   if (!reuse.empty() && !reused) unlinkat(dirfd_, reuse.c_str(), 0);
   int fd = openat(dirfd_, part.c_str(), O_RDWR | O_CREAT | (reused ? 0 : O_TRUNC) | O_NOFOLLOW | O_CLOEXEC, 0600);
-  char* map = nullptr;
   int err = 0;
   if (fd < 0) err = errno;
   else if (reused && ftruncate(fd, static_cast<off_t>(h.size)) != 0)  // a larger one's tail freed
@@ -256,13 +278,8 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
   else if (h.size && fallocate(fd, 0, 0, static_cast<off_t>(h.size)) != 0 &&
            ftruncate(fd, static_cast<off_t>(h.size)) != 0)
     err = errno;
-  else if (h.size) {
-    void* m = mmap(nullptr, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) err = errno;
-    else map = static_cast<char*>(m);
-  }
   // From here the Incoming owns the reservation: its destructor undoes it.
-  auto in = std::unique_ptr<Incoming>(new Incoming(this, h, fd, map, part));
+  auto in = std::unique_ptr<Incoming>(new Incoming(this, h, fd, part));
   if (err) return Err(err == ENOSPC ? EAGAIN : err);
   return in;
 }
@@ -276,7 +293,10 @@ Status Store::Commit(std::unique_ptr<Incoming> in, std::optional<std::pair<uint6
   const Held& h = in->held_;
   if ((h.hash_hi | h.hash_lo) == 0) return Err(EBADMSG);  // no checksum to hold it to
   if (want && (want->first != h.hash_hi || want->second != h.hash_lo)) return Err(EBADMSG);  // PUT and END differ
-  auto sum = landed ? *landed : backend::ContentChecksum(in->map_, h.size);
+  std::pair<uint64_t, uint64_t> sum;
+  if (landed) sum = *landed;
+  else if (auto s = HashFile(in->fd_, h.size)) sum = *s;
+  else return Err(s.error());
   if (sum.first != h.hash_hi || sum.second != h.hash_lo) return Err(EBADMSG);  // ~Incoming discards it
   const std::string final_name = FinalName(h), meta_tmp = in->part_ + kMeta;
   int mfd = openat(dirfd_, meta_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);

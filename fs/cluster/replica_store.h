@@ -7,8 +7,8 @@
 // replicas never take the room of this node's own saves (docs/replicas.md,
 // "Backpressure never reaches a save").
 //
-// A replica arrives into `.part-NAME` (sized and mapped at Begin, filled by
-// chunks in any order), is checked against the writer's content checksum at
+// A replica arrives into `.part-NAME` (sized at Begin, written by chunks
+// in any order), is checked against the writer's content checksum at
 // Commit and only then renamed to its final name: a replica that is listed
 // is whole and checked; a writer or holder that dies mid-stream leaves a
 // `.part-` file that Open() removes. The final name carries what a holder
@@ -52,21 +52,22 @@ class Store {
   static Result<std::unique_ptr<Store>> Open(const std::string& dir, uint64_t limit);
   ~Store();
 
-  // A replica being received: `data()` is a writable mapping of `size`
-  // bytes. Destroyed without Commit, it is discarded and its room freed.
+  // A replica being received: `size` bytes written at any offsets, in any
+  // order. Destroyed without Commit, it is discarded and its room freed.
   class Incoming {
    public:
     ~Incoming();
-    char* data() const { return map_; }
+    // Whole ranges inside [0, size): 0 or an errno (ENOSPC: the tmpfs is full).
+    int Write(uint64_t off, const char* p, size_t n) const;
+    int Read(uint64_t off, char* p, size_t n) const;
     const Held& held() const { return held_; }
 
    private:
     friend class Store;
-    Incoming(Store* s, Held h, int fd, char* map, std::string part);
+    Incoming(Store* s, Held h, int fd, std::string part);
     Store* store_;
     Held held_;
     int fd_;
-    char* map_;
     std::string part_;
     bool done_ = false;
   };

@@ -184,7 +184,8 @@ Test(replica_store, commit_checks_the_checksum_and_open_forgets_unfinished_ones)
     auto in = st.Begin(h);
     cr_assert(in.has_value());
     cr_expect_eq(st.Begin(h).error(), EBUSY, "one transfer of a version at a time");
-    std::memcpy((*in)->data(), data.data(), data.size());
+    cr_assert_eq((*in)->Write(0, data.data(), data.size()), 0);
+    cr_expect_eq((*in)->Write(data.size() - 10, data.data(), 11), EINVAL, "a write past its size");
     cr_assert(st.Commit(std::move(*in)).has_value());
     cr_expect_eq(st.Begin(h).error(), EEXIST);
     cr_expect_eq(st.bytes(), data.size());
@@ -196,8 +197,9 @@ Test(replica_store, commit_checks_the_checksum_and_open_forgets_unfinished_ones)
     bad.key.ino = 9;
     auto in2 = st.Begin(bad);
     cr_assert(in2.has_value());
-    std::memcpy((*in2)->data(), data.data(), data.size());
-    (*in2)->data()[500] ^= 1;
+    std::string flipped = data;
+    flipped[500] ^= 1;
+    cr_assert_eq((*in2)->Write(0, flipped.data(), flipped.size()), 0);
     cr_expect_eq(st.Commit(std::move(*in2)).error(), EBADMSG);
     cr_expect_eq(st.bytes(), data.size(), "the refused one's room is free again");
     cr_expect_eq(st.List().size(), 1u);
@@ -249,7 +251,7 @@ Test(replica_store, commit_checks_the_checksum_and_open_forgets_unfinished_ones)
                              .hash_lo = nsum.second,
                              .meta = "m"});
   cr_assert(in.has_value());
-  std::memcpy((*in)->data(), next.data(), next.size());
+  cr_assert_eq((*in)->Write(0, next.data(), next.size()), 0);
   cr_assert((*s)->Commit(std::move(*in)).has_value(), "a spare written over checks like a fresh file");
   cr_expect_eq((*s)->spare_bytes(), 0u);
   cr_expect_eq((*s)->bytes(), 60000u, "the spare's tail beyond the new size is freed");
@@ -407,6 +409,33 @@ Test(replica_link, a_writer_that_dies_mid_stream_leaves_nothing_held, .timeout =
   int files = 0;
   for (auto& e : fsys::directory_iterator(p.dir + "/replicas")) files += e.is_regular_file();
   cr_expect_eq(files, 0, "and its part file removed");
+  close(fd);
+}
+
+// A tier file that shrank under its replication (a new version written in
+// place): the writer reads each chunk with pread, so the transfer fails
+// with an error; it read a mapping before, and the daemon died of SIGBUS.
+Test(replica_link, a_source_that_shrank_fails_the_replica_not_the_writer, .timeout = 60) {
+  Pair p(64 << 20);
+  std::pair<uint64_t, uint64_t> sum;
+  const uint64_t size = 6 * kChunk;
+  int fd = MakeFile(p.dir + "/src", size, 8, &sum);
+  cr_assert_eq(ftruncate(fd, static_cast<off_t>(2 * kChunk + 100)), 0);
+  auto st = p.writer->Replicate(p.addr, Key{.writer = "writer.a", .ino = 2, .version = 1}, fd, size, 1, sum.first,
+                                sum.second);
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), EIO);
+  cr_expect_eq(p.store->List().size(), 0u, "what came before the end is no replica");
+  // The link still works: the file as it is now is replicated whole.
+  const uint64_t now_size = 2 * kChunk + 100;
+  std::string bytes(now_size, '\0');
+  cr_assert_eq(pread(fd, bytes.data(), now_size, 0), static_cast<ssize_t>(now_size));
+  auto now_sum = ckpt::backend::ContentChecksum(bytes.data(), now_size);
+  cr_expect(p.writer
+                ->Replicate(p.addr, Key{.writer = "writer.a", .ino = 2, .version = 2}, fd, now_size, 2, now_sum.first,
+                            now_sum.second)
+                .has_value());
+  cr_expect_eq(p.store->List().size(), 1u);
   close(fd);
 }
 
@@ -642,7 +671,8 @@ Test(replica_store, a_published_replica_holds_no_gate_and_makes_room) {
            .meta = "m"};
     auto in = st.Begin(h);
     cr_assert(in.has_value(), "%s", in ? "" : ckpt::ErrStr(in.error()).c_str());
-    std::memcpy((*in)->data(), data.data(), data.size());
+    cr_assert_eq((*in)->Write(0, data.data(), data.size()), 0);
+    cr_expect_eq((*in)->Write(data.size() - 10, data.data(), 11), EINVAL, "a write past its size");
     cr_assert(st.Commit(std::move(*in)).has_value());
   };
   {
@@ -779,7 +809,7 @@ Test(replica_store, replicas_take_the_tiers_room_and_give_back_what_they_can) {
                             .hash_lo = sum.second,
                             .meta = "m"});
     if (!in) return in.error();
-    std::memcpy((*in)->data(), data.data(), n);
+    cr_assert_eq((*in)->Write(0, data.data(), n), 0);
     cr_assert(st.Commit(std::move(*in)).has_value());
     return 0;
   };
