@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "fs/core/memory_watch.h"
 
 namespace ckpt::fs {
 
@@ -159,9 +160,22 @@ void Residency::RefillSpares(bool passthrough) {
     size = FirstFileGuess();
   }
   {
-    // Nor when the claim would take it there (the watch's last reading).
-    MutexLock lk(&mu_);
-    if (pressure_.min_free > 0 && pressure_.available < 2 * pressure_.min_free + 2 * size) return;
+    // Nor when the claim would take it there: the watch's last reading, or,
+    // with the watch off (--min-free 0), one taken now. A spare is tmpfs
+    // pages nothing can reclaim: in a memory cgroup a claim past its limit
+    // OOM-kills the trainer or this daemon (stop 47, memory_pressure's
+    // control run once `cp` to a new name made spares: a 700 MiB cgroup
+    // filled by them, then the daemon killed).
+    uint64_t available, min_free;
+    {
+      MutexLock lk(&mu_);
+      available = pressure_.available, min_free = pressure_.min_free;
+    }
+    if (min_free == 0) {
+      const Headroom now = ReadHeadroom();
+      available = now.known ? now.available : UINT64_MAX;
+    }
+    if (available < 2 * min_free + 2 * size) return;
   }
   if (size == 0) return;
   constexpr uint64_t kUnit = 2u << 20;  // spares are whole 2 MiB
