@@ -18,18 +18,9 @@ namespace ckpt::fs::ops {
 namespace {
 
 // Opens the tier file and fills the handle. Returns 0 or an errno.
-// `created`: the file was made by this very call (create), so it is empty
-// and has no version, and a writer of it writes a new version from
-// nothing whether it passed O_TRUNC or not: `cp` to a new name, Python's
-// tempfile and open(..., "xb"), Rust's create_new and `dd conv=notrunc`
-// open O_CREAT|O_EXCL without O_TRUNC. The core is asked as for an
-// O_TRUNC (a passthrough writer into the spares: until stop 47 these
-// took the copying path, and their mount made no spares); the handle
-// keeps the caller's flags.
-int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, bool created = false) {
+int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Daemon* d = D(req);
-  const bool writable = (fi->flags & O_ACCMODE) != O_RDONLY;
-  auto r = d->table->OpenHandle(ino, created && writable ? fi->flags | O_TRUNC : fi->flags);
+  auto r = d->table->OpenHandle(ino, fi->flags);
   if (!r) return r.error();
   auto* h = new FileHandle{ino, r->fd};
   h->flags = fi->flags;
@@ -127,7 +118,7 @@ void ckpt_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mod
     Daemon* d = D(req);
     auto r = d->table->Mknod(parent, name, S_IFREG | (mode & 07777), 0, CallerOf(req));
     if (!r) return (void)fuse_reply_err(req, r.error());
-    int e = OpenFile(req, r->ino, fi, /*created=*/true);
+    int e = OpenFile(req, r->ino, fi);
     if (e) {
       d->table->Forget(r->ino, 1);
       return (void)fuse_reply_err(req, e);
