@@ -281,6 +281,7 @@ static std::string OpenReplicas(Daemon* d) {
     table->core().oplog.WhenApplied(seq, std::move(fn));
   };
   ports.hold = [dp] { return dp->table->core().saves.HoldDrain(); };
+  ports.observed = [c = d->cluster.get()] { c->Poke(); };
   d->replicator = std::make_unique<replica::Replicator>(cfg.node, static_cast<int>(cfg.replicas), d->replica_link.get(),
                                                         d->replica_peers.get(), ports);
   replica::Replicator* repl = d->replicator.get();

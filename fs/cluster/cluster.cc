@@ -304,7 +304,7 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
     // own, not those held here for others). A loss of this node begins there.
     if (const uint64_t u = std::max(applied_ + 1, unsafe_from); u <= s.post)
       r.unsafe_gate_us = GateLocked(u).value_or(s.t);
-    written_unsafe_from_ = unsafe_from;
+    written_unsafe_from_ = AtRiskFrom(unsafe_from, s.post), written_logged_ = s.post;
     r.unpersisted = count;
     r.at_risk = at_risk;
     r.paths = std::move(paths);
@@ -341,13 +341,14 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
 void Cluster::Tick() {
   const int64_t now = clock_();
   const uint64_t applied = log_->AppliedSeq();
-  // A replica held for another node came or went (SetHeldGate): the
-  // others wait on this record's gate, so it is written at once.
+  // A replica held for another node came or went (SetHeldGate): the others wait on this record's gate, so it
+  // is written at once; so is each entry at risk (AtRiskFrom: the first, 0 if none; and each after it).
   const int64_t held = held_gate_ ? held_gate_().value_or(0) : 0;
-  const uint64_t unsafe_from = unsafe_from_ ? unsafe_from_() : 0;
+  const uint64_t logged = log_->LoggedSeq(), unsafe_from = unsafe_from_ ? AtRiskFrom(unsafe_from_(), logged) : 0;
   bool write = false, read = false;
   {
     MutexLock lk(&mu_);
+    const bool risk = unsafe_from != written_unsafe_from_ || (unsafe_from != 0 && logged > written_logged_);
     // Busy: another member had files pending at the last read, so it may
     // wait for a record of this node newer than its files' gates. The
     // drain waits for an entry that this node's record in the store does
@@ -365,14 +366,14 @@ void Cluster::Tick() {
       // minute), and after a failed write every heartbeat: O(1) records a
       // node per checkpoint and file, not one a tick.
       write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs * (write_error_.empty() ? kDigestHeartbeats : 1) ||
-              (write_error_.empty() && (applied != written_applied_ || held != written_held_ ||
-                                        unsafe_from != written_unsafe_from_ || (waiting_ && wait_gate_ > stored_us_) ||
-                                        (need_us_ > stored_us_ && now >= need_us_) || BatonDueLocked()));
+              (write_error_.empty() &&
+               (applied != written_applied_ || held != written_held_ || risk || (waiting_ && wait_gate_ > stored_us_) ||
+                (need_us_ > stored_us_ && now >= need_us_) || BatonDueLocked()));
     } else {
       write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs ||
               (write_error_.empty() && read_error_.empty() &&
-               (applied != written_applied_ || held != written_held_ || unsafe_from != written_unsafe_from_ ||
-                now < busy_until_ || self_missing_ || (waiting_ && wait_gate_ > stored_us_)));
+               (applied != written_applied_ || held != written_held_ || risk || now < busy_until_ || self_missing_ ||
+                (waiting_ && wait_gate_ > stored_us_)));
     }
     read = waiting_ || reduces_;  // a digest is read from memory: no request
   }

@@ -255,7 +255,8 @@ class Cluster {
   std::function<void()> on_change_;                    // SetOnChange
   std::function<uint64_t()> unsafe_from_;              // SetReplicas
   std::function<bool(uint64_t, uint64_t)> replicated_;  // SetReplicas
-  uint64_t written_unsafe_from_ GUARDED_BY(mu_) = 0;    // its value in the last record built
+  uint64_t written_unsafe_from_ GUARDED_BY(mu_) = 0;    // its value in the last record built (AtRiskFrom)
+  uint64_t written_logged_ GUARDED_BY(mu_) = 0;         // the last entry that record saw logged
   LostWindows lost_windows_ GUARDED_BY(mu_);
   int64_t written_held_ GUARDED_BY(mu_) = 0;           // its value in the last record built (0: none)
   // Exact gate times of pending entries a sample saw (LogView::LoggedTimes), the newest seq asked for.

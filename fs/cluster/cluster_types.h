@@ -207,6 +207,14 @@ class LostWindows {
   std::deque<std::string> kept_paths_;
 };
 
+// The first of a member's entries at risk (not replicated K times), 0 if
+// none: `unsafe_from` (Replicator::UnsafeFrom) once it is logged. While
+// every entry is held, UnsafeFrom is the next seq to log, and it stays that
+// seq once that entry is logged and queued: compared raw, a record naming
+// nothing at risk stood while files closed (the crash harness's node-loss
+// kind, seed 166835: three shards lost unlisted).
+inline uint64_t AtRiskFrom(uint64_t unsafe_from, uint64_t logged) { return unsafe_from <= logged ? unsafe_from : 0; }
+
 // What a dead member's last record says it loses, for the log: "its N
 // unpersisted files not replicated are lost, e.g. P (M others are
 // replicated: their holders publish them)".

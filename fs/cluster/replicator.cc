@@ -414,6 +414,7 @@ void Replicator::Run() {
     gate->r = this;
   }
   auto checked = Clock::now();
+  uint64_t told = 0;  // observed_ when ports_.observed was last called
   for (;;) {
     if (Clock::now() - checked > std::chrono::seconds(1)) {
       ForgetGoneHolders();
@@ -422,6 +423,13 @@ void Replicator::Run() {
     std::vector<std::pair<std::string, Key>> drops;
     std::optional<Item> item;
     std::vector<meta::LogEntry> to_size;
+    bool observed = false;
+    {
+      MutexLock l(&mu_);
+      observed = observed_ != told;
+      told = observed_;
+    }
+    if (observed && ports_.observed) ports_.observed();
     {
       MutexLock l(&mu_);
       auto next = Next(ports_.hold && ports_.hold(), &to_size);

@@ -127,6 +127,10 @@ class Replicator {
     // undone): on the drain's thread, without locks held.
     std::function<void(uint64_t seq, std::function<void(int err)> fn)> when_applied;
     std::function<bool()> hold;  // true while a save runs: wait
+    // New entries were observed (UnsafeFrom moved): called on the
+    // replicator's thread, no lock held, so that the cluster's record names
+    // them at risk within a store round trip, not at its next tick.
+    std::function<void()> observed;
   };
   struct Stats {
     int replicas = 0;

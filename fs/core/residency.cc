@@ -156,16 +156,17 @@ void Residency::RefillSpares(bool passthrough) {
   // only once a new version written from nothing (O_TRUNC, passthrough)
   // was seen: they are for such writers.
   if (first) {
-    if (size > 0 || first_spare_made_.exchange(true)) return;
+    if (size > 0 || first_spare_made_.load()) return;
     size = FirstFileGuess();
   }
   {
     // Nor when the claim would take it there: the watch's last reading, or,
     // with the watch off (--min-free 0), one taken now. A spare is tmpfs
     // pages nothing can reclaim: in a memory cgroup a claim past its limit
-    // OOM-kills the trainer or this daemon (stop 47, memory_pressure's
-    // control run once `cp` to a new name made spares: a 700 MiB cgroup
-    // filled by them, then the daemon killed).
+    // OOM-kills the trainer or this daemon (stop 47: a 700 MiB cgroup
+    // filled by spares, then the daemon killed; spares_memory.sh). The
+    // fresh mount's spare refused so is asked again at the next call,
+    // until memory is there or a save came.
     uint64_t available, min_free;
     {
       MutexLock lk(&mu_);
@@ -177,7 +178,7 @@ void Residency::RefillSpares(bool passthrough) {
     }
     if (available < 2 * min_free + 2 * size) return;
   }
-  if (size == 0) return;
+  if (size == 0 || (first && first_spare_made_.exchange(true))) return;
   constexpr uint64_t kUnit = 2u << 20;  // spares are whole 2 MiB
   const uint64_t budget = tier_->Stats().budget;
   size = (size + kUnit - 1) / kUnit * kUnit;

@@ -17,31 +17,11 @@ set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 require_root
 
-LIMIT=$((700 << 20))
-if [ -d /sys/fs/cgroup/memory ] && [ -w /sys/fs/cgroup/memory ]; then
-  CG=/sys/fs/cgroup/memory/ckptfs-test-$$
-  mkdir "$CG" 2> /dev/null || skip "cannot make a memory cgroup under /sys/fs/cgroup/memory"
-  echo "$LIMIT" > "$CG/memory.limit_in_bytes" || skip "cannot set memory.limit_in_bytes"
-  BACK=/sys/fs/cgroup/memory$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup)
-elif grep -qw memory /sys/fs/cgroup/cgroup.controllers 2> /dev/null; then
-  CG=/sys/fs/cgroup/ckptfs-test-$$
-  mkdir "$CG" 2> /dev/null || skip "cannot make a cgroup under /sys/fs/cgroup"
-  echo "$LIMIT" > "$CG/memory.max" 2> /dev/null || skip "the memory controller is not enabled for new cgroups"
-  BACK=/sys/fs/cgroup$(awk -F: '$1 == 0 {print $3}' /proc/self/cgroup)
-else
-  skip "no memory cgroup controller"
-fi
-leave_cg() {
-  echo $$ > "$BACK/cgroup.procs" 2> /dev/null || true
-  for p in $(cat "$CG/cgroup.procs" 2> /dev/null); do echo "$p" > "$BACK/cgroup.procs" 2> /dev/null || true; done
-  rmdir "$CG" 2> /dev/null || true
-}
-at_exit leave_cg
-
+make_memory_cgroup $((700 << 20))
 # References made outside the cgroup (their page cache is not its charge).
 for i in 1 2 3 4 5 6 7; do head -c 60M /dev/urandom > "$T/f$i"; done
 head -c 16M /dev/urandom > "$T/late"
-echo $$ > "$CG/cgroup.procs"
+enter_memory_cgroup
 
 cat > "$T/hungry.py" <<'PY'
 import sys, time

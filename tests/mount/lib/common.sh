@@ -79,6 +79,34 @@ command -v fusermount3 >/dev/null || skip "no fusermount3"
 [ -x "$CKPTFS" ] || fail "no $CKPTFS: run make"
 
 require_root() { [ "$(id -u)" = 0 ] || skip "needs root"; }
+# make_memory_cgroup BYTES: a memory cgroup of that limit (v1 or v2; SKIP
+# where none can be made), removed at exit with everything in it moved
+# back. CG: its dir; CG_USAGE: its usage file. enter_memory_cgroup: this
+# shell (and what it starts from then on) into it.
+make_memory_cgroup() {
+  if [ -d /sys/fs/cgroup/memory ] && [ -w /sys/fs/cgroup/memory ]; then
+    CG=/sys/fs/cgroup/memory/ckptfs-test-$$
+    mkdir "$CG" 2> /dev/null || skip "cannot make a memory cgroup under /sys/fs/cgroup/memory"
+    echo "$1" > "$CG/memory.limit_in_bytes" || skip "cannot set memory.limit_in_bytes"
+    CG_USAGE=$CG/memory.usage_in_bytes
+    _CG_BACK=/sys/fs/cgroup/memory$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup)
+  elif grep -qw memory /sys/fs/cgroup/cgroup.controllers 2> /dev/null; then
+    CG=/sys/fs/cgroup/ckptfs-test-$$
+    mkdir "$CG" 2> /dev/null || skip "cannot make a cgroup under /sys/fs/cgroup"
+    echo "$1" > "$CG/memory.max" 2> /dev/null || skip "the memory controller is not enabled for new cgroups"
+    CG_USAGE=$CG/memory.current
+    _CG_BACK=/sys/fs/cgroup$(awk -F: '$1 == 0 {print $3}' /proc/self/cgroup)
+  else
+    skip "no memory cgroup controller"
+  fi
+  at_exit _leave_memory_cgroup
+}
+enter_memory_cgroup() { echo $$ > "$CG/cgroup.procs"; }
+_leave_memory_cgroup() {
+  echo $$ > "$_CG_BACK/cgroup.procs" 2> /dev/null || true
+  for p in $(cat "$CG/cgroup.procs" 2> /dev/null); do echo "$p" > "$_CG_BACK/cgroup.procs" 2> /dev/null || true; done
+  rmdir "$CG" 2> /dev/null || true
+}
 
 _base=${CKPTFS_TEST_ROOT:-${TMPDIR:-/tmp}}
 mkdir -p "$_base"

@@ -1030,3 +1030,40 @@ Test(cluster, a_removal_ordered_after_a_lost_members_entries_is_kept) {
   cr_expect_eq(a.c->KeepsRemoval(a.c->GateTime(rm4).value(), "step_4/shard_a"), std::string("c"),
                "after it: what c logged then is not known");
 }
+
+// A file closed while every earlier entry is replicated is named at risk
+// by the next tick, and so is each one after it: the replicator's
+// UnsafeFrom is the next seq to log while nothing is at risk and stays that
+// seq once that entry is logged, so a record naming nothing at risk stood
+// while three shards closed, and a node lost then took them unlisted (the
+// crash harness's node-loss kind, seed 166835).
+Test(cluster, each_entry_at_risk_is_named_at_the_next_tick) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now);
+  uint64_t held = 0;  // entries up to here are replicated K times
+  a.c->SetReplicas([&] { return held + 1; }, [](uint64_t, uint64_t) { return false; });
+  a.c->Heartbeat();
+  auto record = [&] {
+    std::lock_guard lk(store.mu);
+    return nlohmann::json::parse(store.recs.at("a"));
+  };
+  cr_assert(record()["unsafe_gate_us"].is_null());
+  now = 1010;  // well before the next heartbeat is due
+  a.log.LogAt("step_1/shard_0", 1010);
+  a.c->Tick();
+  cr_assert(!record()["unsafe_gate_us"].is_null(), "the first file at risk, named at once");
+  cr_expect_eq(record()["at_risk"].get<int>(), 1);
+  now = 1020;
+  a.log.LogAt("step_1/shard_1", 1020);
+  a.c->Tick();
+  cr_expect_eq(record()["at_risk"].get<int>(), 2, "the next one too, though the first at risk did not move");
+  held = 2;
+  a.log.applied = 0;
+  now = 1030;
+  a.c->Tick();
+  cr_expect(record()["unsafe_gate_us"].is_null(), "both replicated: nothing at risk");
+  now = 1040;
+  a.c->Tick();  // nothing changed: no write needed, and none breaks anything
+  cr_expect(record()["unsafe_gate_us"].is_null());
+}
