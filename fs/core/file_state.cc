@@ -50,7 +50,9 @@ Result<int> InodeTable::Open(uint64_t ino, int flags) {
   return r->fd;
 }
 
-Result<OpenResult> InodeTable::OpenHandle(uint64_t ino, int flags) { return OpenImpl(ino, flags, true); }
+Result<OpenResult> InodeTable::OpenHandle(uint64_t ino, int flags, bool created) {
+  return OpenImpl(ino, flags, true, created);
+}
 
 void InodeTable::EvictForPassthrough(uint64_t ino) {
   uint64_t missing = 0;
@@ -79,9 +81,10 @@ void InodeTable::MarkChanged(Inode* n) {
   n->data_gen++;
 }
 
-Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_passthrough) {
+Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_passthrough, bool created) {
   const bool writable = (flags & O_ACCMODE) != O_RDONLY;
   const bool trunc = (flags & O_TRUNC) && writable;
+  const bool fresh = trunc || (created && writable && !(flags & O_APPEND));  // a new version from nothing
   if (trunc && allow_passthrough && core_.passthrough.active()) {
     // A new version from nothing: the next one is likely written through
     // passthrough, so spares become worth their memory; and clean files
@@ -104,11 +107,12 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
       // Passthrough for every handle of the inode or for none (the kernel
       // fails a mix with EIO): decided by the handles open now.
       bool pt = allow_passthrough && core_.passthrough.active() && n->opens == n->pt_opens;
-      // A new passthrough writer only for an O_TRUNC (torch.save, np.save,
-      // a DCP shard: a new version from nothing) with room in the budget;
-      // r+ opens (np.memmap, in-place updates) keep the copying path, which
-      // sees every change and can make a writer wait for space.
-      if (pt && writable && n->pt_opens == 0 && (!trunc || !core_.passthrough.Room(n, trunc))) pt = false;
+      // A new passthrough writer only for a new version from nothing (an
+      // O_TRUNC: torch.save, np.save, a DCP shard; or the open that created
+      // the file) with room in the budget; r+ opens (np.memmap, in-place
+      // updates) keep the copying path, which sees every change and can
+      // make a writer wait for space.
+      if (pt && writable && n->pt_opens == 0 && (!fresh || !core_.passthrough.Room(n, true))) pt = false;
       // A passthrough writer changes bytes the daemon never sees: the
       // sealed version the drain still needs is copied aside now, under
       // the data lock, outside the namespace lock (below). An O_TRUNC with no handle open

@@ -143,8 +143,13 @@ class InodeTable {
   // the tier file without the daemon; Flush, Release, SyncSeal and every
   // attribute read take them in (size, mtime, the budget) from the file.
   // The sealed version a passthrough writer could change is copied aside
-  // at open (the kernel cannot be stopped at its first write).
-  [[nodiscard]] Result<OpenResult> OpenHandle(uint64_t ino, int flags);
+  // at open (the kernel cannot be stopped at its first write). `created`:
+  // the open that made the file (FUSE create): empty, no version, so its
+  // writer writes a new version from nothing with or without O_TRUNC
+  // (O_CREAT|O_EXCL: cp, tempfile, open(..., "xb")) and may be
+  // passthrough; into fresh pages, never an adopted spare (a spare's pages
+  // are all there: a sparse file written so took its whole size).
+  [[nodiscard]] Result<OpenResult> OpenHandle(uint64_t ino, int flags, bool created = false);
   void set_backing(BackingFiles* b) { core_.passthrough.set_backing(b); }
   // Passthrough writers fill the tier without asking: takes in what they
   // wrote and, if the tier is over its budget, evicts clean files for the
@@ -254,7 +259,7 @@ class InodeTable {
   // Counts an O_RDWR passthrough writer's close or fsync as a change of the
   // bytes (if none was seen). REQUIRES: the namespace lock held.
   void MarkChanged(Inode* n) REQUIRES(mu());
-  Result<OpenResult> OpenImpl(uint64_t ino, int flags, bool allow_passthrough) EXCLUDES(mu());
+  Result<OpenResult> OpenImpl(uint64_t ino, int flags, bool allow_passthrough, bool created = false) EXCLUDES(mu());
   Result<OpenResult> OpenLocked(Inode* n, int flags, bool passthrough) REQUIRES(mu());
   // DirAndChild for Unlink and Rmdir, after the checks they share (the
   // name's length, a writable mount).

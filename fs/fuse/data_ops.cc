@@ -18,9 +18,10 @@ namespace ckpt::fs::ops {
 namespace {
 
 // Opens the tier file and fills the handle. Returns 0 or an errno.
-int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+// `created`: by ckpt_create (InodeTable::OpenHandle).
+int OpenFile(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, bool created = false) {
   Daemon* d = D(req);
-  auto r = d->table->OpenHandle(ino, fi->flags);
+  auto r = d->table->OpenHandle(ino, fi->flags, created);
   if (!r) return r.error();
   auto* h = new FileHandle{ino, r->fd};
   h->flags = fi->flags;
@@ -118,7 +119,7 @@ void ckpt_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mod
     Daemon* d = D(req);
     auto r = d->table->Mknod(parent, name, S_IFREG | (mode & 07777), 0, CallerOf(req));
     if (!r) return (void)fuse_reply_err(req, r.error());
-    int e = OpenFile(req, r->ino, fi);
+    int e = OpenFile(req, r->ino, fi, /*created=*/true);
     if (e) {
       d->table->Forget(r->ino, 1);
       return (void)fuse_reply_err(req, e);

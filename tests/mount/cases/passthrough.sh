@@ -4,7 +4,9 @@
 #   1. Negotiated (status says so), or the case is skipped with the reason.
 #   2. An O_TRUNC writer (torch.save) and readers are passthrough handles
 #      (user.ckptfs.io); bytes, size and mtime come out right; the drain
-#      publishes the exact bytes.
+#      publishes the exact bytes. So is the writer of a name it creates
+#      without O_TRUNC (O_CREAT|O_EXCL: cp, tempfile), into fresh pages
+#      (no spare); O_CREAT on a file that exists is not, nor O_APPEND.
 #   3. A passthrough reader is open while a writer rewrites the file with
 #      O_TRUNC and the drain still owes the old version: the reader sees the
 #      truncation (one file, as POSIX wants); the old version is copied
@@ -67,6 +69,34 @@ assert os.getxattr(path, "user.ckptfs.io").decode() == "closed", "the reader's h
 PY
 same_bytes "$T/ref1" "$MNT/model.pt"
 expect_eq 640 "$(stat -c %a "$MNT/model.pt")" "mode"
+# A new name written without O_TRUNC (cp, tempfile, open(..., "xb"):
+# O_CREAT|O_EXCL) is a new version from nothing too: a passthrough writer,
+# into fresh pages (an adopted spare's pages are all there, and a sparse
+# file written so would take them all: file_sparse.sh). O_CREAT without
+# O_TRUNC on a file that exists is an update in place: the copying path,
+# which sees every change; so is an O_APPEND writer.
+$PY - "$MNT/excl.pt" "$MNT/model.pt" "$T/ref1" "$MNT/append.log" <<'PY'
+import os, sys
+path, existing, ref, log = sys.argv[1:5]
+data = open(ref, "rb").read()
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+io = os.getxattr(path, "user.ckptfs.io").decode()
+assert io == "passthrough", f"O_CREAT|O_EXCL writer of a new name: {io}"
+os.write(fd, data)
+os.close(fd)
+assert open(path, "rb").read() == data, "read back differs"
+fd = os.open(existing, os.O_WRONLY | os.O_CREAT)
+io = os.getxattr(existing, "user.ckptfs.io").decode()
+assert io == "daemon", f"O_CREAT without O_TRUNC on an existing file: {io}"
+os.close(fd)
+fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+io = os.getxattr(log, "user.ckptfs.io").decode()
+assert io == "daemon", f"O_APPEND writer of a new name: {io}"
+os.write(fd, b"one\n")
+os.close(fd)
+PY
+same_bytes "$T/ref1" "$MNT/excl.pt"
+expect_eq 600 "$(stat -c %a "$MNT/excl.pt")" "mode of the O_EXCL file"
 
 # 3. A reader open while the file is rewritten, the first version not yet drained.
 head -c $((20 << 20)) /dev/urandom > "$T/ref2"

@@ -680,3 +680,40 @@ BOTH(passthrough_handles) {
   for (auto& l : log) persists += l.op == LogOp::kPersist && l.ino == f;
   cr_assert_geq(persists, 2u);
 }
+
+// The open that created a file (FUSE create) writes a new version from
+// nothing with or without O_TRUNC (cp, tempfile, open(..., "xb")): a
+// passthrough writer, into fresh pages (a spare stays a spare: its pages
+// are all there, and a sparse file written into it would take them all).
+// Not an O_APPEND writer, and not an open that did not create the file.
+BOTH(created_writer_is_passthrough_without_a_spare) {
+  Env e(k);
+  ckpt::test::FakeBacking fb;
+  e.table->set_backing(&fb);
+  e.WriteFile(kRoot, "sealed", std::string(4096, 'a'));  // a size to expect
+  e.table->core().residency.set_prealloc(1 << 20);
+  cr_assert(e.tier->AddSpare(2 << 20, 0));
+  const uint64_t spare = e.tier->Spares().first;
+  cr_assert_gt(spare, 0u);
+  auto made = e.table->Mknod(kRoot, "excl", S_IFREG | 0600, 0, Caller{});
+  cr_assert(made.has_value());
+  auto w = e.table->OpenHandle(made->ino, O_WRONLY | O_CREAT | O_EXCL, /*created=*/true);
+  cr_assert(w.has_value());
+  cr_assert_gt(w->backing_id, 0, "the writer of the file its open created");
+  cr_assert_eq(e.tier->Spares().first, spare, "no spare adopted");
+  cr_assert_eq(pwrite(w->fd, "hello", 5, 0), 5);
+  cr_assert(e.table->Flush(made->ino, O_WRONLY).has_value());
+  e.table->Release(made->ino, O_WRONLY, true);
+  cr_assert_eq(e.table->GetAttr(made->ino)->size, 5u);
+
+  auto again = e.table->OpenHandle(made->ino, O_WRONLY | O_CREAT);  // it exists now: an update in place
+  cr_assert(again.has_value());
+  cr_assert_eq(again->backing_id, 0);
+  e.table->Release(made->ino, O_WRONLY, false);
+  auto log = e.table->Mknod(kRoot, "log", S_IFREG | 0600, 0, Caller{});
+  cr_assert(log.has_value());
+  auto a = e.table->OpenHandle(log->ino, O_WRONLY | O_CREAT | O_APPEND, /*created=*/true);
+  cr_assert(a.has_value());
+  cr_assert_eq(a->backing_id, 0, "an O_APPEND writer keeps the copying path");
+  e.table->Release(log->ino, O_WRONLY, false);
+}
