@@ -23,22 +23,7 @@ for i in 1 2 3 4 5 6 7; do head -c 60M /dev/urandom > "$T/f$i"; done
 head -c 16M /dev/urandom > "$T/late"
 enter_memory_cgroup
 
-cat > "$T/hungry.py" <<'PY'
-import sys, time
-# The OOM killer's first choice in the control run, never the daemon's.
-with open("/proc/self/oom_score_adj", "w") as f:
-    f.write("1000")
-step, total = 10 << 20, int(sys.argv[1]) << 20
-held = []
-while sum(len(b) for b in held) < total:
-    b = bytearray(step)
-    for i in range(0, step, 4096):
-        b[i] = 1  # touch every page: resident, charged
-    held.append(b)
-    time.sleep(0.04)
-time.sleep(1)
-print("survived", sum(len(b) for b in held) >> 20, "MiB")
-PY
+hungry() { $PY "$LIB/hold_memory.py" "$1" 0.04; }  # grows at about 250 MB/s
 
 fill_persisted() {
   for i in 1 2 3 4 5 6 7; do cp "$T/f$i" "$MNT/f$i"; done
@@ -49,7 +34,7 @@ fill_persisted() {
 mount_fs --cache-size 2G --min-free 0
 fill_persisted
 rc=0
-$PY "$T/hungry.py" 320 > "$T/hungry.out" 2>&1 || rc=$?
+hungry 320 > "$T/hungry.out" 2>&1 || rc=$?
 note "control (--min-free 0): hungry exit $rc: $(cat "$T/hungry.out")"
 [ "$rc" = 137 ] || fail "control: the hungry process was not OOM-killed (exit $rc): the case cannot tell anything"
 umount_fs
@@ -59,7 +44,7 @@ mount_fs --cache-size 2G --min-free 128M
 fill_persisted
 grep -q "memory watch: --min-free 134217728" "$STATE/ckptfs.log" || fail "no memory watch started"
 rc=0
-$PY "$T/hungry.py" 320 > "$T/hungry.out" 2>&1 || rc=$?
+hungry 320 > "$T/hungry.out" 2>&1 || rc=$?
 [ "$rc" = 0 ] || fail "the hungry process died (exit $rc) although $((7 * 60)) MiB of the tier were in the backend: $(cat "$T/hungry.out")"
 note "with --min-free 128M: $(cat "$T/hungry.out")"
 grep -q "memory: .* under --min-free 134217728: evicted [1-9]" "$STATE/ckptfs.log" \

@@ -36,25 +36,7 @@ hold=$(((LIMIT - base - (150 << 20)) >> 20))
 [ "$hold" -ge 100 ] || skip "the daemon takes $((base >> 20)) MiB of the $((LIMIT >> 20)) MiB cgroup"
 note "cgroup ${LIMIT} bytes, the daemon and this shell $((base >> 20)) MiB, the holder $hold MiB"
 
-cat > "$T/holder.py" <<'PY'
-import os, sys, time
-# The OOM killer's first choice, never the daemon's.
-with open("/proc/self/oom_score_adj", "w") as f:
-    f.write("1000")
-step, total = 10 << 20, int(sys.argv[1]) << 20
-held = []
-while sum(len(b) for b in held) < total:
-    b = bytearray(step)
-    for i in range(0, step, 4096):
-        b[i] = 1  # touch every page: resident, charged
-    held.append(b)
-print("held", flush=True)
-end = time.monotonic() + 60
-while not os.path.exists(sys.argv[2]) and time.monotonic() < end:
-    time.sleep(0.05)
-print("survived", sum(len(b) for b in held) >> 20, "MiB", flush=True)
-PY
-$PY "$T/holder.py" "$hold" "$T/release" > "$T/holder.out" 2>&1 &
+$PY "$LIB/hold_memory.py" "$hold" 0 "$T/release" > "$T/holder.out" 2>&1 &
 holder=$!
 at_exit 'kill "$holder" 2> /dev/null'
 for _ in $(seq 300); do grep -q held "$T/holder.out" && break; sleep 0.1; done
