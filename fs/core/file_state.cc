@@ -84,7 +84,10 @@ void InodeTable::MarkChanged(Inode* n) {
 Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_passthrough, bool created) {
   const bool writable = (flags & O_ACCMODE) != O_RDONLY;
   const bool trunc = (flags & O_TRUNC) && writable;
-  const bool fresh = trunc || (created && writable && !(flags & O_APPEND));  // a new version from nothing
+  // A new version from nothing. The open that created the file, under
+  // memory pressure, takes the copying path, where new writes can be made
+  // to wait (Residency::RelieveMemory): a passthrough writer cannot be.
+  const bool fresh = trunc || (created && writable && !(flags & O_APPEND) && !core_.residency.MemoryPressure().active);
   if (trunc && allow_passthrough && core_.passthrough.active()) {
     // A new version from nothing: the next one is likely written through
     // passthrough, so spares become worth their memory; and clean files

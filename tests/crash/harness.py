@@ -1483,6 +1483,7 @@ class NodeLoss(MultiIteration):
                               f"kept {c.get('kept_removals', 0)} removals out of the backend "
                               f"{' '.join(c.get('kept_paths', [])[:4])}")
         self.listed_lost = max(c["lost_count"] for c in reps.values())
+        self.listed_paths = {e["path"] for c in reps.values() for e in c.get("lost", [])}
         return errs
 
     def final_checks(self, models):
@@ -1516,7 +1517,7 @@ class NodeLoss(MultiIteration):
         if at_risk:
             self.notes.append(f"{len(at_risk)} acknowledged files not seen replicated before the kill: "
                               f"{len(at_risk) - len(lost)} in the backend, {len(lost)} lost: {' '.join(lost)}")
-        if lost and self.listed_lost < len(lost):
+        if [rel for rel in lost if rel not in self.listed_paths]:
             # A close acknowledged just before the kill may not be in the
             # node's record yet: the record is written one store round trip
             # after the replicator sees the close (docs/consistency.md,
@@ -1527,9 +1528,10 @@ class NodeLoss(MultiIteration):
             self.notes.append(f"n{self.victim} was lost with {len(lost)} acknowledged files, {self.listed_lost} "
                               f"listed lost, the elected reducer being {self.leader}; closed before the kill by "
                               + ", ".join(f"{self.kill_wall - closed[r]:.3f}s" for r in lost if r in closed))
-            if self.listed_lost < len(early):
-                self.notes.append("BUG: a node lost with files not persisted, and the live nodes list fewer lost "
-                                  f"(status cluster.lost_count {self.listed_lost}) than the {len(early)} of them "
+            unlisted = [rel for rel in early if rel not in self.listed_paths]
+            if unlisted:
+                self.notes.append("BUG: a node lost with files not persisted, and no live node lists "
+                                  f"{' '.join(unlisted)} lost (status cluster.lost; lost_count {self.listed_lost}), "
                                   f"closed more than {RECORD_WINDOW_S}s before the kill")
         for v_, rels in sorted(self.watcher.unsure):
             if not (rels & set(tree)):

@@ -685,7 +685,8 @@ BOTH(passthrough_handles) {
 // nothing with or without O_TRUNC (cp, tempfile, open(..., "xb")): a
 // passthrough writer, into fresh pages (a spare stays a spare: its pages
 // are all there, and a sparse file written into it would take them all).
-// Not an O_APPEND writer, and not an open that did not create the file.
+// Not an O_APPEND writer, not an open that did not create the file, and
+// not under memory pressure.
 BOTH(created_writer_is_passthrough_without_a_spare) {
   Env e(k);
   ckpt::test::FakeBacking fb;
@@ -716,4 +717,14 @@ BOTH(created_writer_is_passthrough_without_a_spare) {
   cr_assert(a.has_value());
   cr_assert_eq(a->backing_id, 0, "an O_APPEND writer keeps the copying path");
   e.table->Release(log->ino, O_WRONLY, false);
+  // Under memory pressure: the copying path, where new writes can be made
+  // to wait; a passthrough writer cannot be.
+  e.table->core().residency.RelieveMemory(1 << 20, 64 << 20, "test");
+  auto pressed = e.table->Mknod(kRoot, "pressed", S_IFREG | 0600, 0, Caller{});
+  cr_assert(pressed.has_value());
+  auto p = e.table->OpenHandle(pressed->ino, O_WRONLY | O_CREAT | O_EXCL, /*created=*/true);
+  cr_assert(p.has_value());
+  cr_assert_eq(p->backing_id, 0, "under memory pressure");
+  e.table->Release(pressed->ino, O_WRONLY, false);
+  e.table->core().residency.RelieveMemory(1ull << 40, 64 << 20, "test");
 }
