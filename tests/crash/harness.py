@@ -130,6 +130,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -209,11 +210,14 @@ def wait_gone(pid, timeout):
 
 
 def mounted_type(path):
-    with open("/proc/self/mounts", errors="surrogateescape") as f:
+    # Bytes: another mount's path may be no UTF-8 at all (a test of hostile
+    # names); /proc escapes space, tab, newline and backslash as \ooo.
+    want = os.fsencode(path)
+    with open("/proc/self/mounts", "rb") as f:
         for line in f:
             dev, mnt, typ = line.split()[:3]
-            if mnt.encode().decode("unicode_escape") == path:
-                return typ
+            if re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), mnt) == want:
+                return typ.decode()
     return None
 
 
