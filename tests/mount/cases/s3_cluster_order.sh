@@ -19,7 +19,9 @@ touch "$PAUSE"
 mkdir "$A/global_step1"
 head -c 100000 /dev/urandom > "$A/global_step1/shard_a"
 sleep 0.2  # more than the ordering margin: b's files come after a's
-mkdir "$B/global_step1"
+# -p, as every rank's makedirs(exist_ok=True): a's mkdir, drained, shows
+# on b within the shared namespace's TTL (CI saw EEXIST here).
+mkdir -p "$B/global_step1"
 head -c 100000 /dev/urandom > "$B/global_step1/shard_b"
 sleep 0.2  # the barrier
 echo global_step1 > "$A/latest"
