@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   mount->add_option("--cluster-store-ca", cfg.cluster_store_ca, "FILE: CA certificates for etcds://");
   mount->add_option("--cluster-store-cert", cfg.cluster_store_cert, "FILE: TLS client certificate for etcds://");
   mount->add_option("--cluster-store-key", cfg.cluster_store_key, "FILE: its private key (mode 0600)");
-  std::string replicas, replica_budget, replica_group;
+  std::string replicas, replica_budget, replica_group, peer_fanout;
   auto* replicas_opt =
       mount->add_option("--replicas", replicas,
                         "K (0 to 8, default 0): stream every closed file into the memory of K other members (needs "
@@ -99,6 +99,11 @@ int main(int argc, char** argv) {
       "--replica-group", replica_group,
       "N (default 8): members whose --node ids end in numbers of one run of N (gpu-0..gpu-7, gpu-8..) share a "
       "rack; a file's copies go to other racks first");
+  auto* fanout_opt = mount->add_option(
+      "--peer-fanout", peer_fanout,
+      "N (default 4; 0: no tree): members loading one file that a member serves itself; the next ones are sent "
+      "to members that already have it (a tree: a restart of many nodes reads the backend once, and each member "
+      "serves about N copies)");
   mount->add_flag("--foreground,-f", cfg.foreground, "do not daemonize; log to stderr too");
   mount->add_option("-o", cfg.fuse_opts, "FUSE mount options, and passthrough=off (every read and write through the daemon), io_uring=off (requests through /dev/fuse), reply_yield=off (callers may move to an idle CPU at each reply; see docs/operations.md)");
   mount->add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error");
@@ -210,8 +215,9 @@ int main(int argc, char** argv) {
         Number{"--drain-yield", drain_yield_opt->count() > 0, &drain_yield, ParseMillis, &cfg.drain_yield_ms},
         Number{"--member-timeout", !member_timeout.empty(), &member_timeout, ParseCount, &cfg.member_timeout_s},
         Number{"--max-clock-skew", !max_clock_skew.empty(), &max_clock_skew, ParseMillis, &cfg.max_clock_skew_ms},
-        Number{"--replicas", replicas_opt->count() > 0, &replicas, ParseCount, &cfg.replicas},
-        Number{"--replica-group", rgroup_opt->count() > 0, &replica_group, ParseCount, &cfg.replica_group}}) {
+        Number{"--replicas", replicas_opt->count() > 0, &replicas, ParseCountOrZero, &cfg.replicas},
+        Number{"--replica-group", rgroup_opt->count() > 0, &replica_group, ParseCount, &cfg.replica_group},
+        Number{"--peer-fanout", fanout_opt->count() > 0, &peer_fanout, ParseCountOrZero, &cfg.peer_fanout}}) {
     if (!o.given) continue;
     auto v = o.parse(*o.text);
     if (!v) {
@@ -225,7 +231,7 @@ int main(int argc, char** argv) {
                            !cfg.cluster_store_password_file.empty() || !cfg.cluster_store_ca.empty() ||
                            !cfg.cluster_store_cert.empty() || !cfg.cluster_store_key.empty() ||
                            replicas_opt->count() > 0 || listen_opt->count() > 0 || secret_opt->count() > 0 ||
-                           rbudget_opt->count() > 0 || rgroup_opt->count() > 0;
+                           rbudget_opt->count() > 0 || rgroup_opt->count() > 0 || fanout_opt->count() > 0;
   if (auto own = TakeOwnOptions(&cfg.fuse_opts, &cfg); !own) {
     fprintf(stderr, "ckptfs: %s\n", own.error().c_str());
     return 2;

@@ -39,6 +39,13 @@ std::expected<uint64_t, std::string> ParseCount(const std::string& s) {
   return v;
 }
 
+std::expected<uint64_t, std::string> ParseCountOrZero(const std::string& s) {
+  if (s == "0") return 0;
+  auto v = ParseCount(s);
+  if (!v) return std::unexpected("want 0 or a whole number up to 1000000000, not '" + EscapeName(s) + "'");
+  return v;
+}
+
 std::expected<uint64_t, std::string> ParseTtl(const std::string& s) {
   const std::string want = "want whole seconds from 0 (off) to " + std::to_string(kMaxSharedTtl) + ", not '" +
                            EscapeName(s) + "'";

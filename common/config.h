@@ -107,6 +107,7 @@ struct Config {
   std::string cluster_secret;    // --cluster-secret FILE
   uint64_t replica_budget = 0;   // --replica-budget SIZE
   uint64_t replica_group = 8;    // --replica-group N: member numbers per failure group
+  uint64_t peer_fanout = 4;      // --peer-fanout N: askers of one file a member serves (0: all)
   std::string metrics;           // --metrics HOST:PORT ("" : off)
   std::string metrics_textfile;  // --metrics-textfile PATH ("" : off)
   std::string log_level = "info";
@@ -128,6 +129,8 @@ std::expected<uint64_t, std::string> ParseSize(const std::string& s);
 // DIGITS only, at most 1,000,000,000; otherwise a one-line message naming
 // the input (0, a sign, a fraction, garbage).
 std::expected<uint64_t, std::string> ParseCount(const std::string& s);
+// The same, with 0 (off) allowed too (--replicas, --peer-fanout).
+std::expected<uint64_t, std::string> ParseCountOrZero(const std::string& s);
 
 // Parses --shared-ttl / -o shared_ttl=: whole seconds from 0 (the shared
 // namespace off) to kMaxSharedTtl, DIGITS only; otherwise a one-line

@@ -240,14 +240,17 @@ static std::string OpenReplicas(Daemon* d) {
   tier->set_outside_relief([rs](uint64_t need) { return rs->Relieve(need); });
   InodeTable* table = d->table.get();
   d->peer_loads = std::make_unique<replica::PeerLoads>(
-      cfg.node, d->replica_store.get(), [table](const replica::Content& c, bool fetch) {
+      cfg.node, d->replica_store.get(),
+      [table](const replica::Content& c, bool fetch) {
         return LocalCopyForPeer(table, c.path, c.size, c.hi, c.lo, fetch);
-      });
+      },
+      cfg.peer_fanout);
   replica::PeerLoads* loads = d->peer_loads.get();
   auto link = replica::Link::Open({.node_id = cfg.node,
                                    .secret = *secret,
                                    .listen = cfg.replica_listen,
-                                   .serve = [loads](const replica::Content& c) { return loads->Serve(c); }},
+                                   .serve = [loads](const replica::Content& c, const std::string& asker,
+                                                    replica::Link::Ask ask) { return loads->Serve(c, asker, ask); }},
                                   d->replica_store.get());
   if (!link) return "replicas: " + link.error();
   d->replica_link = std::move(*link);

@@ -20,15 +20,18 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kKeepOpen = std::chrono::seconds(5);  // a served file's descriptor, idle
 constexpr size_t kMaxOpen = 16;
 constexpr auto kLateLanding = std::chrono::seconds(60);  // a failed load's receives still in flight
+constexpr auto kSpreadIdle = std::chrono::seconds(60);   // a file's tree, unasked
+constexpr size_t kMaxSpreads = 1024;
 
-// A serving thread never asks a peer itself: a home that must fetch reads
-// the backend, whatever its view of the members (no chains, no cycles).
+// A serving thread fetches only for an asker the home sent here
+// (kFetchRelay), and then asks the home directly (Load): one member between
+// an asker and the home at most, whatever their views of the members.
 thread_local bool serving = false;
 
 }  // namespace
 
-PeerLoads::PeerLoads(std::string node, Store* store, LocalCopy local)
-    : node_(std::move(node)), store_(store), local_(std::move(local)) {}
+PeerLoads::PeerLoads(std::string node, Store* store, LocalCopy local, uint64_t fanout)
+    : node_(std::move(node)), store_(store), local_(std::move(local)), fanout_(fanout) {}
 
 PeerLoads::~PeerLoads() {
   MutexLock l(&mu_);
@@ -53,50 +56,45 @@ Status PeerLoads::Load(const Content& c, int fd) {
   {
     MutexLock l(&mu_);
     if (link_ && peers_) home = peers_->Home(c.path);
-    if (serving || home.first.empty() || home.first == node_) {
+    if (home.first.empty() || home.first == node_) {
       stats_.to_backend++;
       return Err(ENOENT);
     }
     link = link_;
     loading_++;
   }
-  // The home may first fetch the file from the backend: its first answer
-  // may take that long (at 50 MB/s, at least the link's own timeout).
-  const int64_t first_ms = std::max<int64_t>(30000, static_cast<int64_t>(c.size / 50000));
-  backend::ContentHash hash;
   const auto t0 = Clock::now();
   Status st;
   // The pieces land in a mapping of the tier file itself (no copy here),
   // hashed in order while the next ones move. The mapping lives as long as
   // a receive may still write into it, past an error returned here.
   std::shared_ptr<const void> map;
-  if (!hash.ok()) {
-    st = Err(ENOMEM);
-  } else if (c.size > 0) {
+  if (c.size > 0) {
     void* m = mmap(nullptr, c.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED) st = ErrFromErrno();
     else map = std::shared_ptr<const void>(m, [n = c.size](const void* p) { munmap(const_cast<void*>(p), n); });
   }
-  if (st && map) {
-    char* base = static_cast<char*>(const_cast<void*>(map.get()));
-    st = link->FetchAll(home.second, c, base, map, first_ms,
-                        [&](uint64_t off, size_t n) { hash.Update(off, base + off, n); });
-  }
-  if (st) {
-    auto [hi, lo] = hash.Finish(c.size);
-    if (hi != c.hi || lo != c.lo) st = Err(EBADMSG);
-  }
-  if (!st && map) {
-    // A failed piece's siblings may still be landing in the mapping, and
-    // the caller fetches from the backend into this very file next: wait
-    // until no receive holds it (each ends by its answer, its deadline or
-    // its connection's end). Past that, the file is not to be used.
-    const auto until = Clock::now() + kLateLanding;
-    while (map.use_count() > 1 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (map.use_count() > 1) {
-      LOG_ERROR("loads: {}: receives from node {} still in flight {} s after the load failed; the fetch fails",
-                EscapeName(c.path), home.first, std::chrono::duration<double>(kLateLanding).count());
-      st = Err(EBUSY);
+  char* base = static_cast<char*>(const_cast<void*>(map.get()));
+  // A serving thread loads for an asker it was sent (kFetchRelay): from the
+  // home itself, never sent on (no chains past one member, no cycles).
+  std::string from = home.first, elsewhere;
+  if (st)
+    st = FetchFrom(link, home.first, home.second, c, base, map, serving ? Link::Ask::kDirect : Link::Ask::kHome,
+                   &elsewhere);
+  bool relayed = false;
+  if (!st && st.error() == EREMOTE) {
+    std::string addr;
+    {
+      MutexLock l(&mu_);
+      if (peers_ && elsewhere != node_) addr = peers_->addr_of(elsewhere);
+    }
+    st =
+        addr.empty() ? Status(Err(ENOENT)) : FetchFrom(link, elsewhere, addr, c, base, map, Link::Ask::kRelay, nullptr);
+    if (st) {
+      relayed = true;
+      from = elsewhere;
+    } else if (st.error() != EBUSY) {  // the member named failed: the home itself, once
+      st = FetchFrom(link, home.first, home.second, c, base, map, Link::Ask::kDirect, nullptr);
     }
   }
   MutexLock l(&mu_);
@@ -104,7 +102,8 @@ Status PeerLoads::Load(const Content& c, int fd) {
   if (st) {
     stats_.from_peers++;
     stats_.from_peers_bytes += c.size;
-    LOG_DEBUG("loads: {} ({} bytes) from node {} in {:.3f} s", EscapeName(c.path), c.size, home.first,
+    if (relayed) stats_.from_relays++;
+    LOG_DEBUG("loads: {} ({} bytes) from node {} in {:.3f} s", EscapeName(c.path), c.size, from,
               std::chrono::duration<double>(Clock::now() - t0).count());
     return {};
   }
@@ -114,10 +113,83 @@ Status PeerLoads::Load(const Content& c, int fd) {
     return st;
   }
   stats_.failures++;
-  stats_.last_error = "loading " + EscapeName(c.path) + " from node " + home.first + ": " +
+  stats_.last_error = "loading " + EscapeName(c.path) + " from node " + from + ": " +
                       (st.error() == EBADMSG ? "its bytes do not match the file's checksum" : ErrStr(st.error()));
   LOG_WARN("loads: {}; reading the backend instead", stats_.last_error);
   return st;
+}
+
+Status PeerLoads::FetchFrom(Link* link, const std::string& node, const std::string& addr, const Content& c, char* base,
+                            const std::shared_ptr<const void>& map, Link::Ask ask, std::string* elsewhere) {
+  backend::ContentHash hash;
+  if (!hash.ok()) return Err(ENOMEM);
+  // The member may first fetch the file (from the backend, or from its own
+  // home for an asker it was sent): its first answer may take that long
+  // (at 50 MB/s, at least the link's own timeout).
+  const int64_t first_ms = std::max<int64_t>(30000, static_cast<int64_t>(c.size / 50000));
+  Status st;
+  if (map)
+    st = link->FetchAll(
+        addr, c, base, map, first_ms, [&](uint64_t off, size_t n) { hash.Update(off, base + off, n); }, ask, elsewhere);
+  if (st) {
+    auto [hi, lo] = hash.Finish(c.size);
+    if (hi != c.hi || lo != c.lo) st = Err(EBADMSG);
+  }
+  if (!st && map) {
+    // A failed piece's siblings may still be landing in the mapping, and
+    // the caller fetches into this very file next (from another member or
+    // the backend): wait until no receive holds it (each ends by its answer,
+    // its deadline or its connection's end). Past that, the file is not to
+    // be used.
+    const auto until = Clock::now() + kLateLanding;
+    while (map.use_count() > 1 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (map.use_count() > 1) {
+      LOG_ERROR("loads: {}: receives from node {} still in flight {} s after the load failed; the fetch fails",
+                EscapeName(c.path), node, std::chrono::duration<double>(kLateLanding).count());
+      return Err(EBUSY);
+    }
+  }
+  return st;
+}
+
+std::string PeerLoads::Spread::Route(const std::string& asker, const std::function<bool(const std::string&)>& member,
+                                     bool* first) {
+  if (first) *first = false;
+  for (const Asker& a : askers_)
+    if (a.node == asker) return a.sent_to.empty() || !member(a.sent_to) ? std::string() : a.sent_to;
+  std::string to;
+  if (fanout_ > 0 && here_ >= fanout_ && askers_.size() < kMaxAskers) {
+    for (Asker& a : askers_)
+      if (a.children < fanout_ && member(a.node)) {
+        a.children++;
+        to = a.node;
+        break;
+      }
+  }
+  if (to.empty()) here_++;
+  if (askers_.size() < kMaxAskers) askers_.push_back(Asker{asker, to, 0});
+  if (first) *first = true;
+  return to;
+}
+
+std::string PeerLoads::Route(const Content& c, const std::string& asker) {
+  MutexLock l(&mu_);
+  if (fanout_ == 0 || !peers_) return {};
+  const auto now = Clock::now();
+  for (auto it = spreads_.begin(); it != spreads_.end();)
+    it = now - it->second.used > kSpreadIdle ? spreads_.erase(it) : std::next(it);
+  auto it = spreads_.find({c.hi, c.lo});
+  if (it == spreads_.end()) {
+    if (spreads_.size() >= kMaxSpreads) return {};
+    it = spreads_.emplace(std::pair{c.hi, c.lo}, Spread(fanout_)).first;
+  }
+  it->second.used = now;
+  Peers* peers = peers_;
+  bool first = false;
+  std::string to = it->second.Route(
+      asker, [&](const std::string& n) { return n != node_ && n != asker && !peers->addr_of(n).empty(); }, &first);
+  if (!to.empty() && first) stats_.sent_elsewhere++;
+  return to;
 }
 
 int PeerLoads::Cached(const Content& c) {
@@ -149,8 +221,11 @@ void PeerLoads::Remember(const Content& c, int fd, uint64_t Stats::*served) {
   else if (mine >= 0) close(mine);
 }
 
-Result<int> PeerLoads::Serve(const Content& c) {
-  if (int fd = Cached(c); fd >= 0) return fd;
+Result<Link::Served> PeerLoads::Serve(const Content& c, const std::string& asker, Link::Ask ask) {
+  if (ask == Link::Ask::kHome) {
+    if (std::string to = Route(c, asker); !to.empty()) return Link::Served{.elsewhere = std::move(to)};
+  }
+  if (int fd = Cached(c); fd >= 0) return Link::Served{.fd = fd};
   serving = true;
   struct Reset {
     ~Reset() { serving = false; }
@@ -162,25 +237,27 @@ Result<int> PeerLoads::Serve(const Content& c) {
       auto f = store_->OpenHeld(h.key);
       if (!f) continue;
       Remember(c, f->first, &Stats::served_from_replicas);
-      return f->first;
+      return Link::Served{.fd = f->first};
     }
   }
   auto fd = local_(c, false);
   if (fd) {
     Remember(c, *fd, &Stats::served_from_tier);
-    return fd;
+    return Link::Served{.fd = *fd};
   }
-  if (fd.error() != ENOENT) return fd;
+  if (fd.error() != ENOENT) return Err(fd.error());
   bool home;
   {
     MutexLock l(&mu_);
     home = peers_ && peers_->Home(c.path).first == node_;
   }
-  if (!home) return Err(ENOENT);
-  fd = local_(c, true);  // once from the backend, then from this tier
-  if (!fd) return fd;
+  // The home fetches from the backend; a member the home sent an asker to
+  // waits for its own load in flight, or loads it from the home (Load).
+  if (!home && ask != Link::Ask::kRelay) return Err(ENOENT);
+  fd = local_(c, true);
+  if (!fd) return Err(fd.error());
   Remember(c, *fd, &Stats::served_after_fetch);
-  return fd;
+  return Link::Served{.fd = *fd};
 }
 
 }  // namespace ckpt::fs::replica

@@ -18,6 +18,19 @@
 // went away sends the asker to the backend, as before. Nothing here is
 // needed for correctness: it saves backend reads.
 //
+// A popular file is spread by a tree (Spread), not served N times by its
+// home: the home serves its first `fanout` askers itself and sends each next
+// one (kElsewhere) to the earliest asker that has fewer than `fanout` sent
+// to it — a member that fetched the file or is fetching it, and serves it
+// once its own load is whole (kFetchRelay: it waits for that load, or makes
+// one). So a restart of N nodes opening one file costs the home `fanout`
+// transfers and each member at most `fanout` more, in about log_fanout(N)
+// rounds. An asker follows one redirect at most, and falls back to the home
+// itself (kFetchDirect, never redirected), then to the backend; a member
+// loading for an asker it was sent (a serving thread) asks the home only,
+// directly. Every redirect goes to an earlier asker of the same home, so
+// the waits form no cycle.
+//
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
@@ -27,6 +40,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/mutex.h"
 #include "common/result.h"
@@ -49,10 +63,37 @@ class PeerLoads {
     uint64_t failures = 0;                          // errors and checksum mismatches
     uint64_t to_backend = 0;                        // loads left to the backend (home here, misses, failures)
     uint64_t served_from_replicas = 0, served_from_tier = 0, served_after_fetch = 0;  // files (within 5 s: once)
+    uint64_t sent_elsewhere = 0;  // askers this node sent to another member (the tree)
+    uint64_t from_relays = 0;     // loads served whole by the member the home sent this node to
     std::string last_error;
   };
 
-  PeerLoads(std::string node, Store* store, LocalCopy local);
+  // A home's tree for one file: who asked it, in order, and where each was
+  // sent. Not thread-safe (PeerLoads holds its lock).
+  class Spread {
+   public:
+    explicit Spread(uint64_t fanout) : fanout_(fanout) {}
+    // Where `asker` gets the file: "" here, or the member to ask instead
+    // (the same answer for every piece it asks). `member(n)`: n is still a
+    // member with a link. *first: whether `asker` is new here.
+    std::string Route(const std::string& asker, const std::function<bool(const std::string&)>& member,
+                      bool* first = nullptr);
+    std::chrono::steady_clock::time_point used{};
+
+   private:
+    static constexpr size_t kMaxAskers = 4096;  // past them, every next asker is served here
+    struct Asker {
+      std::string node, sent_to;
+      uint64_t children = 0;
+    };
+    const uint64_t fanout_;
+    uint64_t here_ = 0;
+    std::vector<Asker> askers_;  // in the order they asked
+  };
+
+  // `fanout` (--peer-fanout): askers of one file a member serves before the
+  // next are sent to those that have it; 0: the home serves every one.
+  PeerLoads(std::string node, Store* store, LocalCopy local, uint64_t fanout = 4);
   PeerLoads(const PeerLoads&) = delete;
   PeerLoads& operator=(const PeerLoads&) = delete;
   ~PeerLoads();
@@ -72,7 +113,7 @@ class PeerLoads {
   Status Load(const Content& c, int fd);
 
   // Link::Options::serve: what a member asking this one gets.
-  Result<int> Serve(const Content& c);
+  Result<Link::Served> Serve(const Content& c, const std::string& asker, Link::Ask ask);
 
   Stats stats() const;
 
@@ -84,6 +125,13 @@ class PeerLoads {
   // file in `served` — unless another serving thread had it already (so
   // each file served counts once).
   void Remember(const Content& c, int fd, uint64_t Stats::*served);
+  // One try of a load from the member at `addr` into `base` (c.size bytes,
+  // mapped; `map` holds it), checked whole. On failure it returns once no
+  // receive of it may still land (EBUSY: one did not end in time).
+  Status FetchFrom(Link* link, const std::string& node, const std::string& addr, const Content& c, char* base,
+                   const std::shared_ptr<const void>& map, Link::Ask ask, std::string* elsewhere);
+  // The tree's answer for `asker` of `c`: "" serve it here.
+  std::string Route(const Content& c, const std::string& asker);
 
   const std::string node_;
   Store* const store_;
@@ -98,6 +146,8 @@ class PeerLoads {
     std::chrono::steady_clock::time_point used;
   };
   std::map<std::pair<uint64_t, uint64_t>, Open> open_ GUARDED_BY(mu_);  // by checksum
+  const uint64_t fanout_;
+  std::map<std::pair<uint64_t, uint64_t>, Spread> spreads_ GUARDED_BY(mu_);  // by checksum
   Stats stats_ GUARDED_BY(mu_);
 };
 

@@ -44,7 +44,9 @@ void Link::Impl::HolderMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
     case Op::kEnd: return End(c, m);
     case Op::kDrop: return DropReplica(c, m);
     case Op::kGet: return Get(c, m);
-    case Op::kFetch: return Fetch(c, m);
+    case Op::kFetch:
+    case Op::kFetchDirect:
+    case Op::kFetchRelay: return Fetch(c, m);
     default: break;
   }
   if (data) ucp_am_data_release(worker, data);
@@ -240,7 +242,11 @@ void Link::Impl::Fetch(const std::shared_ptr<Conn>& c, const Msg& m) {
   MutexLock l(&serve_mu);
   if (servers.empty() || serve_stop) return Reply(*c, m.req, Op::kRefused, ENOENT);
   if (serve_q.size() >= 64) return Reply(*c, m.req, Op::kRefused, EAGAIN);  // bounded: the asker goes elsewhere
-  serve_q.push_back(ServeJob{c, m.req, std::move(*content), m.a, std::min<uint64_t>(m.b, Link::kFetchPiece)});
+  const Link::Ask ask = m.op == Op::kFetch         ? Link::Ask::kHome
+                        : m.op == Op::kFetchDirect ? Link::Ask::kDirect
+                                                   : Link::Ask::kRelay;
+  serve_q.push_back(
+      ServeJob{c, m.req, std::move(*content), m.a, std::min<uint64_t>(m.b, Link::kFetchPiece), ask, c->peer_id});
   serve_cv.NotifyOne();
 }
 
@@ -262,8 +268,17 @@ void Link::Impl::ServeLoop() {
     int err = 0;
     std::shared_ptr<char[]> buf;
     uint64_t n = 0;
-    auto fd = opts.serve(j.content);
-    if (!fd) {
+    auto fd = opts.serve(j.content, j.asker, j.ask);
+    if (fd && fd->fd < 0) {  // another member to ask; a kHome ask only
+      if (fd->elsewhere.empty() || j.ask != Link::Ask::kHome) {
+        err = ENOENT;
+      } else {
+        Post([this, wc = j.conn, req = j.req, to = std::move(fd->elsewhere)]() mutable {
+          if (auto c = wc.lock(); c && c->st == Conn::St::kReady) Reply(*c, req, Op::kElsewhere, 0, std::move(to));
+        });
+        continue;
+      }
+    } else if (!fd) {
       err = fd.error();
     } else {
       const uint64_t off = std::min(j.offset, j.content.size);
@@ -274,7 +289,7 @@ void Link::Impl::ServeLoop() {
         MutexLock l(&serve_mu);
         while (!serve_stop && serve_bytes > 0 && serve_bytes + n > kServeBytes) serve_cv.Wait(&serve_mu);
         if (serve_stop) {
-          close(*fd);
+          close(fd->fd);
           return;
         }
         serve_bytes += n;
@@ -285,8 +300,8 @@ void Link::Impl::ServeLoop() {
         serve_bytes -= n;
         serve_cv.NotifyAll();
       });
-      if (int e = PreadFull(*fd, buf.get(), n, off)) err = e;  // EIO when it ends early
-      close(*fd);
+      if (int e = PreadFull(fd->fd, buf.get(), n, off)) err = e;  // EIO when it ends early
+      close(fd->fd);
     }
     const uint64_t off = j.offset;
     Post([this, wc = j.conn, req = j.req, off, err, n, buf = std::move(buf)]() mutable {

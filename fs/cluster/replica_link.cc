@@ -391,6 +391,7 @@ void Link::Impl::Begin(Conn& c, const std::shared_ptr<Request>& r) {
     m.a = r->offset;
     m.b = r->len;
   } else if (r->kind == Op::kFetch) {
+    m.op = r->ask_op;
     m.text = r->content.Text();
     m.a = r->offset;
     m.b = r->len;
@@ -497,6 +498,10 @@ void Link::Impl::ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
     case Op::kRefused: return Finish(r, Err(m.a && m.a < 4096 ? static_cast<int>(m.a) : EIO));
     case Op::kDropped: return Finish(r, 0);
     case Op::kData: return ReceiveData(r, m, data, len, rndv);
+    case Op::kElsewhere:
+      if (r->kind != Op::kFetch || r->ask_op != Op::kFetch || !ValidNodeId(m.text)) return Finish(r, Err(EPROTO));
+      r->elsewhere = m.text;
+      return Finish(r, Err(EREMOTE));
     default: break;
   }
   if (data) ucp_am_data_release(worker, data);
@@ -719,13 +724,16 @@ Result<size_t> Link::Read(const std::string& peer, const Key& k, uint64_t offset
 }
 
 Status Link::FetchAll(const std::string& peer, const Content& c, char* dst, std::shared_ptr<const void> keep,
-                      int64_t first_timeout_ms, const std::function<void(uint64_t, size_t)>& landed) {
+                      int64_t first_timeout_ms, const std::function<void(uint64_t, size_t)>& landed, Ask ask,
+                      std::string* elsewhere) {
   if (c.Text().size() > kMaxText) return Err(ENAMETOOLONG);
+  const Op op = ask == Ask::kHome ? Op::kFetch : ask == Ask::kDirect ? Op::kFetchDirect : Op::kFetchRelay;
   std::deque<std::pair<std::shared_ptr<Request>, std::future<Result<uint64_t>>>> q;
   uint64_t next = 0;
   auto start = [&] {
     auto r = std::make_shared<Request>();
     r->kind = Op::kFetch;
+    r->ask_op = op;
     r->content = c;
     r->offset = next;
     r->len = std::min<uint64_t>(kFetchPiece, c.size - next);
@@ -738,6 +746,7 @@ Status Link::FetchAll(const std::string& peer, const Content& c, char* dst, std:
   while (next < c.size && q.size() < kFetchDepth) start();
   while (!q.empty()) {
     auto res = q.front().second.get();  // the rest still hold `keep` while they land
+    if (!res && res.error() == EREMOTE && elsewhere) *elsewhere = q.front().first->elsewhere;
     if (!res) return Err(res.error());
     const auto& r = q.front().first;
     if (*res != r->len) return Err(EIO);  // shorter than the asker was told

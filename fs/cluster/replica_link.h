@@ -38,17 +38,29 @@ namespace ckpt::fs::replica {
 
 class Link {
  public:
+  // How a member asks this one for a load (Options::serve, FetchAll).
+  enum class Ask : uint8_t {
+    kHome,    // kFetch: it takes this member for the file's home; may be sent elsewhere
+    kDirect,  // kFetchDirect: never sent elsewhere
+    kRelay,   // kFetchRelay: the home sent it here; fetch the file first if it is not here
+  };
+  // What serve() answers: a read-only descriptor of the bytes (the link
+  // closes it), or, for a kHome ask only, the member to ask instead.
+  struct Served {
+    int fd = -1;
+    std::string elsewhere{};
+  };
   struct Options {
     std::string node_id{};       // this member (ValidNodeId)
     std::string secret{};        // from LoadSecret
     std::string listen{};        // "HOST:PORT" (port 0: any free one); empty: requests only
     int64_t timeout_ms = 30000;  // one request, connection and handshake included
-    // Loads other members ask of this one (Fetch): a read-only descriptor
-    // of exactly the bytes `c` names, which the link closes, or an error
-    // (ENOENT: not here). Called on the link's serving threads (kServers),
-    // never its loop: it may block (a fetch from the backend). Empty: every
-    // load is refused with ENOENT.
-    std::function<Result<int>(const Content& c)> serve{};
+    // Loads other members ask of this one (FetchAll), one call per piece:
+    // exactly the bytes `c` names, another member to ask (Served), or an
+    // error (ENOENT: not here). `asker`: the member asking, as its handshake
+    // proved. Called on the link's serving threads (kServers), never its
+    // loop: it may block (a fetch). Empty: every load is refused with ENOENT.
+    std::function<Result<Served>(const Content& c, const std::string& asker, Ask ask)> serve{};
   };
   static constexpr int kServers = 2;
   struct Counters {
@@ -94,11 +106,15 @@ class Link {
   // caller checks (peer_loads.h), is what tells a lie; `landed(offset, len)`
   // runs on the caller's thread for each piece, in order (to hash it while
   // the next ones move). `first_timeout_ms`: for the first piece (the peer
-  // may fetch the file first), 0: the link's.
+  // may fetch the file first), 0: the link's. EREMOTE: the peer sent the
+  // asker to another member, named in *elsewhere (a kHome ask only; the
+  // pieces asked meanwhile are answered the same, and may still be in
+  // flight when this returns).
   static constexpr uint64_t kFetchPiece = 8u << 20;
   static constexpr size_t kFetchDepth = 4;
   Status FetchAll(const std::string& peer, const Content& c, char* dst, std::shared_ptr<const void> keep,
-                  int64_t first_timeout_ms, const std::function<void(uint64_t, size_t)>& landed);
+                  int64_t first_timeout_ms, const std::function<void(uint64_t, size_t)>& landed, Ask ask = Ask::kHome,
+                  std::string* elsewhere = nullptr);
   // Tells `peer` to forget replica `k`. ENOENT: it did not hold it.
   Status Drop(const std::string& peer, const Key& k);
 

@@ -73,7 +73,9 @@ struct Request {
   std::unique_ptr<backend::ContentHash> hashing;
   int inflight = 0, sent = 0;
   bool ended = false;
-  Content content;  // Fetch
+  Content content;         // Fetch
+  Op ask_op = Op::kFetch;  // Fetch: kFetch, kFetchDirect or kFetchRelay
+  std::string elsewhere;   // Fetch answered kElsewhere: the member named
   // FetchAll: the bytes land at `dst` straight from UCX, in memory that
   // `dst_keep` holds mapped until the last receive into it is over.
   char* dst = nullptr;
@@ -259,6 +261,8 @@ struct Link::Impl {
     uint64_t req = 0;
     Content content;
     uint64_t offset = 0, len = 0;
+    Link::Ask ask = Link::Ask::kHome;
+    std::string asker;
   };
   Mutex serve_mu;
   CondVar serve_cv;

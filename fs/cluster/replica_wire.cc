@@ -50,7 +50,10 @@ bool KnownOp(uint16_t op) {
     case Op::kDropped:
     case Op::kGet:
     case Op::kData:
-    case Op::kFetch: return true;
+    case Op::kFetch:
+    case Op::kElsewhere:
+    case Op::kFetchDirect:
+    case Op::kFetchRelay: return true;
   }
   return false;
 }

@@ -45,10 +45,13 @@ enum class Op : uint16_t {
   kRefused = 17,   // text = why; the request is over, nothing of it is kept
   kDrop = 20,      // text = key: the writer persisted it
   kDropped = 21,
-  kGet = 22,    // text = key; a = offset, b = length
-  kData = 23,   // a = offset; data = the bytes, b = their XXH3-64 (none for a kFetch: the whole file is checked)
-  kFetch = 24,  // a load (Content): text = size '\n' path; a = offset, b = length, c/d = checksum hi/lo;
-                // answered by kData or kRefused (ENOENT: not here)
+  kGet = 22,          // text = key; a = offset, b = length
+  kData = 23,         // a = offset; data = the bytes, b = their XXH3-64 (none for a kFetch: the whole file is checked)
+  kFetch = 24,        // a load (Content): text = size '\n' path; a = offset, b = length, c/d = checksum hi/lo;
+                      // answered by kData, kRefused (ENOENT: not here) or kElsewhere
+  kElsewhere = 25,    // text = a member's node id: ask it instead (it fetched or is fetching the file)
+  kFetchDirect = 26,  // as kFetch, never answered kElsewhere (an asker that was, or a member fetching for one)
+  kFetchRelay = 27,   // as kFetchDirect, from an asker the home sent here: fetch the file first if it is not here
 };
 
 struct Msg {

@@ -69,6 +69,8 @@ void ReplicaMetrics(Daemon* d, Text* t) {
     t->One("loads_from_peers_total", "counter", "Files loaded from another member's RAM.",
            static_cast<double>(ps.from_peers));
     t->One("loads_to_backend_total", "counter", "Loads left to the backend.", static_cast<double>(ps.to_backend));
+    t->One("loads_sent_elsewhere_total", "counter", "Members loading a file this node sent to one that has it.",
+           static_cast<double>(ps.sent_elsewhere));
   }
 }
 

@@ -85,6 +85,8 @@ static Json ReplicasJson(Daemon* d) {
                       {"served_from_replicas", ps.served_from_replicas},
                       {"served_from_tier", ps.served_from_tier},
                       {"served_after_fetch", ps.served_after_fetch},
+                      {"sent_elsewhere", ps.sent_elsewhere},
+                      {"from_relays", ps.from_relays},
                       {"last_error", ps.last_error}};
   }
   if (d->takeover) {

@@ -9,15 +9,19 @@
 #    dropped before each read). Ratio: x's read ÷ r's (goal ≥ 5).
 #  - fan-out: READERS nodes open one persisted file at once: the backend
 #    reads they cost together (status to_backend), against READERS without
-#    loads from peers, and the time until all have it.
+#    loads from peers, the time until all have it, and the most copies one
+#    member sent (status served_bytes ÷ the size): with the tree
+#    (--peer-fanout FANOUT, default 2) and without it (--peer-fanout 0, the
+#    home serves every reader).
 # BENCH_BACKEND=s3: the backend is s3rver on loopback (tests/s3/s3rver.sh)
 # instead of a local directory. Prints min / median / max. Needs root, etcd.
 #
-#   BUILD=build REPS=3 SIZE_MIB=1024 READERS=4 [BENCH_BACKEND=s3] tests/bench/peer_loads.sh
+#   BUILD=build REPS=3 SIZE_MIB=1024 READERS=4 [FANOUT=2] [BENCH_BACKEND=s3] tests/bench/peer_loads.sh
 set -euo pipefail
 REPS=${REPS:-3}
 SIZE_MIB=${SIZE_MIB:-1024}
 READERS=${READERS:-4}
+FANOUT=${FANOUT:-2}
 export CASE=bench-peer_loads
 source "$(dirname "$0")/../mount/lib/common.sh"
 source "$(dirname "$0")/lib.sh"
@@ -108,36 +112,43 @@ for rep in $(seq "$REPS"); do
 done
 
 # ---- fan-out: READERS nodes open one file at once ----
-fan() {  # fan WITH_LINKS(0/1): prints "backend_reads seconds"
-  local with=$1 nodes=() n t0 pids=() reads=0
+fan() {  # fan MODE (0: no links, 1: links and the tree, 2: links, no tree): prints "backend_reads seconds copies"
+  local mode=$1 nodes=() n t0 pids=() reads=0 most=0 c
+  local opts=("${BASE[@]}")
+  case $mode in 1) opts+=("${LINK[@]}" --peer-fanout "$FANOUT") ;; 2) opts+=("${LINK[@]}" --peer-fanout 0) ;; esac
   for i in $(seq 0 "$READERS"); do
-    n=f$with-$i
-    if [ "$with" = 1 ]; then mount_node $n -- "${BASE[@]}" "${LINK[@]}" --node $n
-    else mount_node $n -- "${BASE[@]}" --node $n; fi
+    n=f$mode-$i
+    mount_node $n -- "${opts[@]}" --node $n
     nodes+=($n)
   done
-  [ "$with" = 0 ] || wait_peers f1-0 "$READERS"
-  mkdir -p "$(node_mnt f$with-0)/fan$with"
-  dd if="$T/data" of="$(node_mnt f$with-0)/fan$with/model.pt" bs=4M status=none
-  "$CKPTFS" drain "$(node_mnt f$with-0)" > /dev/null
+  [ "$mode" = 0 ] || wait_peers f$mode-0 "$READERS"
+  mkdir -p "$(node_mnt f$mode-0)/fan$mode"
+  dd if="$T/data" of="$(node_mnt f$mode-0)/fan$mode/model.pt" bs=4M status=none
+  "$CKPTFS" drain "$(node_mnt f$mode-0)" > /dev/null
   sync; echo 3 > /proc/sys/vm/drop_caches
   t0=$(now)
-  for n in "${nodes[@]:1}"; do cat "$(node_mnt $n)/fan$with/model.pt" > /dev/null & pids+=($!); done
+  for n in "${nodes[@]:1}"; do cat "$(node_mnt $n)/fan$mode/model.pt" > /dev/null & pids+=($!); done
   for p in "${pids[@]}"; do wait "$p"; done
   local dt; dt=$(secs "$t0" "$(now)")
-  if [ "$with" = 1 ]; then
-    for n in "${nodes[@]}"; do reads=$((reads + $(loads $n 'print(j["loads"]["to_backend"])'))); done
+  if [ "$mode" != 0 ]; then
+    for n in "${nodes[@]}"; do
+      reads=$((reads + $(loads $n 'print(j["loads"]["to_backend"])')))
+      c=$(loads $n "print(round(j['loads']['served_bytes'] / ($SIZE_MIB << 20)))")
+      [ "$c" -le "$most" ] || most=$c
+    done
   else
     reads=$READERS
   fi
   for n in "${nodes[@]}"; do umount_node $n; forget_node $n; done
-  echo "$reads $dt"
+  echo "$reads $dt $most"
 }
-read -r fan_reads fan_s <<< "$(fan 1)"
-read -r plain_reads plain_s <<< "$(fan 0)"
+read -r fan_reads fan_s fan_most <<< "$(fan 1)"
+read -r flat_reads flat_s flat_most <<< "$(fan 2)"
+read -r plain_reads plain_s _ <<< "$(fan 0)"
 
 echo "# loads from peers, $SIZE_MIB MiB, backend ${BENCH_BACKEND:-posix}, $REPS repetitions (min / median / max)"
 stats "recovery: read from a peer (s)" "${peer_s[@]}"
 stats "recovery: read from the backend (s)" "${backend_s[@]}"
 stats "from the backend / from a peer (>= 5)" "${ratio[@]}"
 echo "fan-out, $READERS readers of one $SIZE_MIB MiB file at once: backend reads $fan_reads (without loads from peers: $plain_reads), all read in $fan_s s (without: $plain_s s)"
+echo "fan-out, the most copies one member sent: $fan_most with --peer-fanout $FANOUT (backend reads $flat_reads, all read in $flat_s s, $flat_most copies with --peer-fanout 0)"

@@ -7,6 +7,8 @@
 #     every reader gets its bytes, and the backend is read at most once for
 #     the three (the file's home serves the others: from its RAM, or after
 #     its own one fetch); without loads from peers it was read three times.
+#     With --peer-fanout 1 the home serves one of them and sends the next to
+#     one that has it or is loading it (the tree): two members or more serve.
 #  2. A member e with another secret reads the same file: the home refuses
 #     it, e reads the backend instead and gets the right bytes.
 #  3. A second file whose home is a reader: after the home's daemon is
@@ -21,7 +23,7 @@ start_etcd 1
 STORE="etcd://$ETCD_EPS"
 SECRET=$T/secret
 make_secret "$SECRET"
-COMMON=(--cluster job --member-timeout 2 --cluster-store "$STORE" --replica-listen 127.0.0.1:0)
+COMMON=(--cluster job --member-timeout 2 --cluster-store "$STORE" --replica-listen 127.0.0.1:0 --peer-fanout 1)
 for n in a b c d; do mount_node $n -- "${COMMON[@]}" --node $n --cluster-secret "$SECRET"; done
 A=$(node_mnt a)
 loads_of() {  # loads_of MOUNT PYTHON: j is status.cluster.replicas.loads
@@ -50,12 +52,18 @@ for p in "${pids[@]}"; do wait "$p"; done
 reads=$(($(to_backend a b c d) - before))
 served=0
 for n in a b c d; do served=$((served + $(loads_of "$(node_mnt $n)" 'print(int(j["served"] > 0))'))); done
-from_peers=0
-for n in b c d; do from_peers=$((from_peers + $(loads_of "$(node_mnt $n)" 'print(j["from_peers"])'))); done
-note "3 readers: $reads backend read(s), $from_peers load(s) from a peer"
+from_peers=0 relays=0 sent=0
+for n in b c d; do
+  from_peers=$((from_peers + $(loads_of "$(node_mnt $n)" 'print(j["from_peers"])')))
+  relays=$((relays + $(loads_of "$(node_mnt $n)" 'print(j["from_relays"])')))
+done
+for n in a b c d; do sent=$((sent + $(loads_of "$(node_mnt $n)" 'print(j["sent_elsewhere"])'))); done
+note "3 readers: $reads backend read(s), $from_peers load(s) from a peer, $relays from one the home sent them to, $served members served"
 [ "$reads" -le 1 ] || fail "the backend was read $reads times for three readers of one file"
 [ "$from_peers" -ge 2 ] || fail "only $from_peers of the readers loaded from a peer"
-[ "$served" = 1 ] || fail "$served members served loads (the home only)"
+# The home serves one asker itself (--peer-fanout 1); the next is sent on.
+[ "$served" -ge 2 ] || fail "$served member(s) served loads: the home served more than one asker itself"
+[ "$sent" -ge 1 ] && [ "$relays" -ge 1 ] || fail "no asker was sent to another member ($sent) or served there ($relays)"
 
 # ---- 2. a member without the secret reads the backend ----
 make_secret "$T/other-secret"

@@ -391,6 +391,17 @@ Test(config, checkpoint_policy_counts) {
   ExpectOptionRefused("persist_every=0", "-o persist_every=0");
 }
 
+// --replicas and --peer-fanout: 0 (off) too, nothing else new.
+Test(config, counts_that_may_be_zero) {
+  cr_assert_eq(*ckpt::ParseCountOrZero("0"), 0u);
+  cr_assert_eq(*ckpt::ParseCountOrZero("4"), 4u);
+  for (const char* bad : {"00", "-0", "-1", "", "4x", "1000000001", "0x1"}) {
+    auto r = ckpt::ParseCountOrZero(bad);
+    cr_assert(!r.has_value(), "'%s' accepted", bad);
+    cr_assert(r.error().find("want 0 or a whole number") != std::string::npos, "%s", r.error().c_str());
+  }
+}
+
 // --shared-ttl and -o shared_ttl=: whole seconds, 0 (off) to a day.
 Test(config, shared_ttl) {
   cr_assert_eq(ckpt::Config{}.shared_ttl_s, 1u);

@@ -504,12 +504,13 @@ Test(replica_link, a_load_is_served_by_the_holders_source, .timeout = 60) {
   const uint64_t size = 5 * Link::kFetchPiece + (5 << 20) + 7;  // more pieces than in flight
   close(MakeFile(dir + "/src", size, 9, &sum));
   std::atomic<int> asked{0};
-  auto serve = [&](const Content& c) -> ckpt::Result<int> {
+  auto serve = [&](const Content& c, const std::string& asker, Link::Ask) -> ckpt::Result<Link::Served> {
     asked++;
+    if (asker != "asker") return ckpt::Err(EACCES);
     if (c.hi != sum.first || c.lo != sum.second || c.size != size || c.path != "step/a.pt") return ckpt::Err(ENOENT);
     int fd = open((dir + "/src").c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ckpt::Err(errno);
-    return fd;
+    return Link::Served{.fd = fd};
   };
   auto s = Store::Open(dir + "/replicas", 1 << 20);
   cr_assert(s.has_value());
@@ -573,11 +574,12 @@ Test(peer_loads, a_load_comes_from_the_home_checked_whole, .timeout = 60) {
     if (c.hi != sum.first || c.lo != sum.second) return ckpt::Err(ENOENT);
     return open((dir + (cut ? "/short" : lie ? "/liar" : "/src")).c_str(), O_RDONLY | O_CLOEXEC);
   });
-  auto hb = Link::Open({.node_id = "b",
-                        .secret = kSecret,
-                        .listen = "127.0.0.1:0",
-                        .serve = [&](const Content& c) { return server.Serve(c); }},
-                       s->get());
+  auto hb = Link::Open(
+      {.node_id = "b",
+       .secret = kSecret,
+       .listen = "127.0.0.1:0",
+       .serve = [&](const Content& c, const std::string& asker, Link::Ask ask) { return server.Serve(c, asker, ask); }},
+      s->get());
   cr_assert(hb.has_value());
   PeerLoads asker("a", nullptr, [](const Content&, bool) -> ckpt::Result<int> { return ckpt::Err(ENOENT); });
   auto ha = Link::Open({.node_id = "a", .secret = kSecret}, nullptr);
@@ -652,6 +654,113 @@ Test(peer_loads, a_load_comes_from_the_home_checked_whole, .timeout = 60) {
   server.Attach(nullptr, nullptr);
   ha->reset();
   hb->reset();
+  fsys::remove_all(dir);
+}
+
+// The tree (PeerLoads::Spread): a home serves its first `fanout` askers and
+// sends each next one to the earliest asker with fewer than `fanout` sent
+// to it; an asker gets the same answer every time it asks, is never sent to
+// itself, nor to a member that left.
+Test(peer_loads, askers_of_one_file_are_spread_in_a_tree) {
+  std::set<std::string> gone;
+  auto member = [&](const std::string& n) { return !gone.count(n); };
+  PeerLoads::Spread t(2);
+  std::vector<std::string> got;
+  for (int i = 1; i <= 7; i++) got.push_back(t.Route("n" + std::to_string(i), member));
+  const std::vector<std::string> want = {"", "", "n1", "n1", "n2", "n2", "n3"};
+  cr_expect(got == want, "routes: %s %s %s %s %s %s %s", got[0].c_str(), got[1].c_str(), got[2].c_str(), got[3].c_str(),
+            got[4].c_str(), got[5].c_str(), got[6].c_str());
+  cr_expect_eq(t.Route("n3", member), "n1", "the same answer for each piece");
+  cr_expect_eq(t.Route("n1", member), "", "the first askers stay served by the home");
+  gone.insert("n3");
+  cr_expect_eq(t.Route("n7", member), "", "sent to a member that left: served by the home");
+  cr_expect_eq(t.Route("n8", member), "n4", "n3 left: the next with room");
+  PeerLoads::Spread self(1);
+  cr_expect_eq(self.Route("a", member), "");
+  cr_expect_eq(self.Route("b", member), "a");
+  cr_expect_eq(self.Route("c", member), "b", "fanout 1 is a chain");
+  PeerLoads::Spread none(0);
+  for (const char* n : {"a", "b", "c", "d"}) cr_expect_eq(none.Route(n, member), "", "fanout 0: every one here");
+}
+
+// Over real links: with --peer-fanout 1, b (the home) serves a; then c is
+// sent to a, which serves it from its tier; when a cannot, c falls back to
+// b itself (never sent on twice), and either way the bytes are b's, checked whole.
+Test(peer_loads, a_home_sends_the_next_asker_to_one_that_has_the_file, .timeout = 60) {
+  const std::string dir = TempDir();
+  std::pair<uint64_t, uint64_t> sum;
+  const uint64_t size = (17 << 20) + 5;
+  close(MakeFile(dir + "/src", size, 7, &sum));
+  std::string orig(size, '\0');
+  int sfd = open((dir + "/src").c_str(), O_RDONLY);
+  cr_assert_eq(pread(sfd, orig.data(), size, 0), static_cast<ssize_t>(size));
+  close(sfd);
+  auto s = Store::Open(dir + "/replicas", 64 << 20);
+  cr_assert(s.has_value());
+  // Each node's tier: b has the file; a and c load into their own files.
+  std::atomic<bool> a_has{false};
+  auto tier_of = [&](const std::string& n, bool has) -> ckpt::Result<int> {
+    if (!has) return ckpt::Err(ENOENT);
+    return open((dir + "/" + n).c_str(), O_RDONLY | O_CLOEXEC);
+  };
+  PeerLoads b(
+      "b", s->get(), [&](const Content& c, bool) { return tier_of("src", c.hi == sum.first); }, 1);
+  PeerLoads a(
+      "a", nullptr, [&](const Content&, bool) { return tier_of("a", a_has.load()); }, 1);
+  PeerLoads c(
+      "c", nullptr, [&](const Content&, bool) { return tier_of("c", false); }, 1);
+  auto open_link = [&](const std::string& id, PeerLoads* pl, Store* st) {
+    auto l = Link::Open(
+        {.node_id = id,
+         .secret = kSecret,
+         .listen = "127.0.0.1:0",
+         .serve = [pl](const Content& x, const std::string& asker, Link::Ask ask) { return pl->Serve(x, asker, ask); }},
+        st);
+    cr_assert(l.has_value());
+    return std::move(*l);
+  };
+  auto sa = Store::Open(dir + "/replicas-a", 1 << 20), sc = Store::Open(dir + "/replicas-c", 1 << 20);
+  cr_assert(sa.has_value() && sc.has_value());
+  auto ha = open_link("a", &a, sa->get()), hb = open_link("b", &b, s->get()), hc = open_link("c", &c, sc->get());
+  Peers peers(nullptr, "a", "");
+  peers.SetMembersForTest({{"a", ha->address()}, {"b", hb->address()}, {"c", hc->address()}});
+  for (auto [pl, l] : {std::pair{&a, ha.get()}, std::pair{&b, hb.get()}, std::pair{&c, hc.get()}})
+    pl->Attach(l, &peers);
+  std::string path;
+  for (int i = 0; path.empty() && i < 1000; i++)
+    if (std::string p = "step" + std::to_string(i) + "/model.pt"; peers.Home(p).first == "b") path = p;
+  cr_assert(!path.empty());
+  const Content want{.path = path, .size = size, .hi = sum.first, .lo = sum.second};
+  auto load = [&](PeerLoads* pl, const std::string& n) {
+    int fd = open((dir + "/" + n).c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    cr_assert(fd >= 0);
+    cr_assert_eq(ftruncate(fd, static_cast<off_t>(size)), 0);
+    auto st = pl->Load(want, fd);
+    std::string got(size, '\0');
+    cr_assert_eq(pread(fd, got.data(), size, 0), static_cast<ssize_t>(size));
+    close(fd);
+    cr_expect(!st || got == orig, "%s: the bytes loaded are the file's", n.c_str());
+    return st;
+  };
+  cr_assert(load(&a, "a").has_value(), "a, the first asker, is served by the home");
+  a_has = true;
+  cr_assert(load(&c, "c").has_value());
+  cr_expect_eq(b.stats().sent_elsewhere, 1u, "the home sent c on");
+  cr_expect_eq(c.stats().from_relays, 1u, "c was served by a");
+  cr_expect_eq(a.stats().served_from_tier, 1u);
+  cr_expect_eq(hb->counters().load_bytes_served, size, "the home served the file once");
+  // a no longer has it and cannot fetch it (its load from the home is what a
+  // serving thread would make; here its tier refuses): c is served by b.
+  a_has = false;
+  std::this_thread::sleep_for(std::chrono::seconds(6));  // past a's cached descriptor
+  cr_assert(load(&c, "c2").has_value());
+  cr_expect_eq(c.stats().from_relays, 1u);
+  cr_expect_eq(c.stats().from_peers, 2u);
+  cr_expect_eq(hb->counters().load_bytes_served, 2 * size, "the fall-back went to the home");
+  for (PeerLoads* pl : {&a, &b, &c}) pl->Attach(nullptr, nullptr);
+  ha.reset();
+  hb.reset();
+  hc.reset();
   fsys::remove_all(dir);
 }
 
