@@ -2,7 +2,6 @@
 #include "fs/cluster/peer_loads.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 
 #include "backend/checksum.h"
 #include "common/config.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "fs/cluster/replicator.h"
 
@@ -19,7 +19,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kKeepOpen = std::chrono::seconds(5);  // a served file's descriptor, idle
 constexpr size_t kMaxOpen = 16;
-constexpr auto kLateLanding = std::chrono::seconds(60);  // a failed load's receives still in flight
 constexpr auto kSpreadIdle = std::chrono::seconds(60);   // a file's tree, unasked
 constexpr size_t kMaxSpreads = 1024;
 
@@ -64,23 +63,10 @@ Status PeerLoads::Load(const Content& c, int fd) {
     loading_++;
   }
   const auto t0 = Clock::now();
-  Status st;
-  // The pieces land in a mapping of the tier file itself (no copy here),
-  // hashed in order while the next ones move. The mapping lives as long as
-  // a receive may still write into it, past an error returned here.
-  std::shared_ptr<const void> map;
-  if (c.size > 0) {
-    void* m = mmap(nullptr, c.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) st = ErrFromErrno();
-    else map = std::shared_ptr<const void>(m, [n = c.size](const void* p) { munmap(const_cast<void*>(p), n); });
-  }
-  char* base = static_cast<char*>(const_cast<void*>(map.get()));
   // A serving thread loads for an asker it was sent (kFetchRelay): from the
   // home itself, never sent on (no chains past one member, no cycles).
   std::string from = home.first, elsewhere;
-  if (st)
-    st = FetchFrom(link, home.first, home.second, c, base, map, serving ? Link::Ask::kDirect : Link::Ask::kHome,
-                   &elsewhere);
+  Status st = FetchFrom(link, home.second, c, fd, serving ? Link::Ask::kDirect : Link::Ask::kHome, &elsewhere);
   bool relayed = false;
   if (!st && st.error() == EREMOTE) {
     std::string addr;
@@ -88,13 +74,13 @@ Status PeerLoads::Load(const Content& c, int fd) {
       MutexLock l(&mu_);
       if (peers_ && elsewhere != node_) addr = peers_->addr_of(elsewhere);
     }
-    st =
-        addr.empty() ? Status(Err(ENOENT)) : FetchFrom(link, elsewhere, addr, c, base, map, Link::Ask::kRelay, nullptr);
+    st = addr.empty() ? Status(Err(ENOENT)) : FetchFrom(link, addr, c, fd, Link::Ask::kRelay, nullptr);
     if (st) {
       relayed = true;
       from = elsewhere;
-    } else if (st.error() != EBUSY) {  // the member named failed: the home itself, once
-      st = FetchFrom(link, home.first, home.second, c, base, map, Link::Ask::kDirect, nullptr);
+    } else {  // the member named failed: the home itself, once, into an emptied file
+      st = Empty(fd, c.size);
+      if (st) st = FetchFrom(link, home.second, c, fd, Link::Ask::kDirect, nullptr);
     }
   }
   MutexLock l(&mu_);
@@ -119,37 +105,35 @@ Status PeerLoads::Load(const Content& c, int fd) {
   return st;
 }
 
-Status PeerLoads::FetchFrom(Link* link, const std::string& node, const std::string& addr, const Content& c, char* base,
-                            const std::shared_ptr<const void>& map, Link::Ask ask, std::string* elsewhere) {
+Status PeerLoads::FetchFrom(Link* link, const std::string& addr, const Content& c, int fd, Link::Ask ask,
+                            std::string* elsewhere) {
   backend::ContentHash hash;
   if (!hash.ok()) return Err(ENOMEM);
   // The member may first fetch the file (from the backend, or from its own
   // home for an asker it was sent): its first answer may take that long
   // (at 50 MB/s, at least the link's own timeout).
   const int64_t first_ms = std::max<int64_t>(30000, static_cast<int64_t>(c.size / 50000));
-  Status st;
-  if (map)
-    st = link->FetchAll(
-        addr, c, base, map, first_ms, [&](uint64_t off, size_t n) { hash.Update(off, base + off, n); }, ask, elsewhere);
+  // Each piece is hashed, then written where it goes, zero blocks left as
+  // the holes they are in a file just sized (as the backend's fetch does).
+  Status st = c.size == 0 ? Status{}
+                          : link->FetchAll(
+                                addr, c, first_ms,
+                                [&](uint64_t off, const char* p, size_t n) -> Status {
+                                  hash.Update(off, p, n);
+                                  if (int e = WriteNonZero(fd, p, n, off); e != 0) return Err(e);
+                                  return {};
+                                },
+                                ask, elsewhere);
   if (st) {
     auto [hi, lo] = hash.Finish(c.size);
     if (hi != c.hi || lo != c.lo) st = Err(EBADMSG);
   }
-  if (!st && map) {
-    // A failed piece's siblings may still be landing in the mapping, and
-    // the caller fetches into this very file next (from another member or
-    // the backend): wait until no receive holds it (each ends by its answer,
-    // its deadline or its connection's end). Past that, the file is not to
-    // be used.
-    const auto until = Clock::now() + kLateLanding;
-    while (map.use_count() > 1 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (map.use_count() > 1) {
-      LOG_ERROR("loads: {}: receives from node {} still in flight {} s after the load failed; the fetch fails",
-                EscapeName(c.path), node, std::chrono::duration<double>(kLateLanding).count());
-      return Err(EBUSY);
-    }
-  }
   return st;
+}
+
+Status PeerLoads::Empty(int fd, uint64_t size) {
+  if (ftruncate(fd, 0) != 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) return ErrFromErrno();
+  return {};
 }
 
 std::string PeerLoads::Spread::Route(const std::string& asker, const std::function<bool(const std::string&)>& member,

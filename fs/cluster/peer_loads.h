@@ -107,9 +107,9 @@ class PeerLoads {
   // c.size, only holes; zero blocks stay holes). ENOENT: this node is the
   // home, no member has a link, or the home does not hold it; other
   // errors: the load failed (logged once per failure). Either way the
-  // caller reads the backend, after emptying `fd` — but for EBUSY: a
-  // receive may still write into `fd` (it did not end within a minute of
-  // the failure), and the fetch must fail rather than use it.
+  // caller reads the backend, after emptying `fd`; nothing of this load
+  // writes into `fd` once it returned (the pieces land in buffers of the
+  // link's, written from this thread).
   Status Load(const Content& c, int fd);
 
   // Link::Options::serve: what a member asking this one gets.
@@ -125,11 +125,12 @@ class PeerLoads {
   // file in `served` — unless another serving thread had it already (so
   // each file served counts once).
   void Remember(const Content& c, int fd, uint64_t Stats::*served);
-  // One try of a load from the member at `addr` into `base` (c.size bytes,
-  // mapped; `map` holds it), checked whole. On failure it returns once no
-  // receive of it may still land (EBUSY: one did not end in time).
-  Status FetchFrom(Link* link, const std::string& node, const std::string& addr, const Content& c, char* base,
-                   const std::shared_ptr<const void>& map, Link::Ask ask, std::string* elsewhere);
+  // One try of a load from the member at `addr` into `fd` (c.size bytes,
+  // holes where nothing was written yet), checked whole.
+  Status FetchFrom(Link* link, const std::string& addr, const Content& c, int fd, Link::Ask ask,
+                   std::string* elsewhere);
+  // Empties `fd` of what a failed try wrote, keeping its size.
+  static Status Empty(int fd, uint64_t size);
   // The tree's answer for `asker` of `c`: "" serve it here.
   std::string Route(const Content& c, const std::string& asker);
 

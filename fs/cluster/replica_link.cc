@@ -723,12 +723,19 @@ Result<size_t> Link::Read(const std::string& peer, const Key& k, uint64_t offset
   return r->buf.size();
 }
 
-Status Link::FetchAll(const std::string& peer, const Content& c, char* dst, std::shared_ptr<const void> keep,
-                      int64_t first_timeout_ms, const std::function<void(uint64_t, size_t)>& landed, Ask ask,
+Status Link::FetchAll(const std::string& peer, const Content& c, int64_t first_timeout_ms,
+                      const std::function<Status(uint64_t, const char*, size_t)>& landed, Ask ask,
                       std::string* elsewhere) {
   if (c.Text().size() > kMaxText) return Err(ENAMETOOLONG);
   const Op op = ask == Ask::kHome ? Op::kFetch : ask == Ask::kDirect ? Op::kFetchDirect : Op::kFetchRelay;
-  std::deque<std::pair<std::shared_ptr<Request>, std::future<Result<uint64_t>>>> q;
+  struct Piece {
+    std::shared_ptr<Request> r;
+    std::future<Result<uint64_t>> done;
+    std::shared_ptr<char[]> buf;  // also held by the request while its receive may land
+  };
+  std::deque<Piece> q;
+  // Buffers of landed pieces, used again: faulted in once per load, not per piece.
+  std::vector<std::shared_ptr<char[]>> spare;
   uint64_t next = 0;
   auto start = [&] {
     auto r = std::make_shared<Request>();
@@ -737,21 +744,29 @@ Status Link::FetchAll(const std::string& peer, const Content& c, char* dst, std:
     r->content = c;
     r->offset = next;
     r->len = std::min<uint64_t>(kFetchPiece, c.size - next);
-    r->dst = dst + next;
-    r->dst_keep = keep;
+    std::shared_ptr<char[]> buf;
+    if (!spare.empty()) {
+      buf = std::move(spare.back());
+      spare.pop_back();
+    } else {
+      buf.reset(new char[kFetchPiece]);
+    }
+    r->dst = buf.get();
+    r->dst_keep = buf;
     next += r->len;
     auto f = impl_->Start(r, peer, next == r->len ? first_timeout_ms : 0);
-    q.emplace_back(std::move(r), std::move(f));
+    q.push_back(Piece{std::move(r), std::move(f), std::move(buf)});
   };
   while (next < c.size && q.size() < kFetchDepth) start();
   while (!q.empty()) {
-    auto res = q.front().second.get();  // the rest still hold `keep` while they land
-    if (!res && res.error() == EREMOTE && elsewhere) *elsewhere = q.front().first->elsewhere;
-    if (!res) return Err(res.error());
-    const auto& r = q.front().first;
-    if (*res != r->len) return Err(EIO);  // shorter than the asker was told
-    landed(r->offset, r->len);
+    Piece p = std::move(q.front());
     q.pop_front();
+    auto res = p.done.get();
+    if (!res && res.error() == EREMOTE && elsewhere) *elsewhere = p.r->elsewhere;
+    if (!res) return Err(res.error());
+    if (*res != p.r->len) return Err(EIO);  // shorter than the asker was told
+    if (auto st = landed(p.r->offset, p.buf.get(), p.r->len); !st) return st;
+    spare.push_back(std::move(p.buf));  // its receive is over: answered
     if (next < c.size) start();
   }
   return {};

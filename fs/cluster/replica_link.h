@@ -99,21 +99,23 @@ class Link {
   // Reads `len` bytes at `offset` of replica `k` held by `peer` into `buf`
   // (checked by their XXH3-64); returns the bytes read (fewer at its end).
   Result<size_t> Read(const std::string& peer, const Key& k, uint64_t offset, void* buf, size_t len);
-  // The whole file `c` names from `peer` into `dst` (c.size bytes, memory
-  // that `keep` holds: a receive may still land after an error returned),
-  // in kFetchPiece pieces with kFetchDepth in flight, landing straight from
-  // the transport, unchecked: the whole file's content checksum, which the
-  // caller checks (peer_loads.h), is what tells a lie; `landed(offset, len)`
-  // runs on the caller's thread for each piece, in order (to hash it while
-  // the next ones move). `first_timeout_ms`: for the first piece (the peer
-  // may fetch the file first), 0: the link's. EREMOTE: the peer sent the
-  // asker to another member, named in *elsewhere (a kHome ask only; the
-  // pieces asked meanwhile are answered the same, and may still be in
-  // flight when this returns).
+  // The whole file `c` names from `peer`, in kFetchPiece pieces with
+  // kFetchDepth in flight, each landing straight from the transport in one
+  // of a few buffers of this call's, reused (not in a mapping of the
+  // destination: on a VM, a fault per page of a fresh tmpfs mapping made a
+  // 1 GiB load take 5 s where pwrite of the same bytes takes 0.3 s),
+  // unchecked: the whole file's content checksum, which the caller checks
+  // (peer_loads.h), is what tells a lie. `landed(offset, data, len)` runs on
+  // the caller's thread for each piece, in order (to hash and write it
+  // while the next ones move); nothing lands anywhere the caller sees once
+  // this returns (a receive still in flight after an error holds its own
+  // buffer). `first_timeout_ms`: for the first piece (the peer may fetch
+  // the file first), 0: the link's. EREMOTE: the peer sent the asker to
+  // another member, named in *elsewhere (a kHome ask only).
   static constexpr uint64_t kFetchPiece = 8u << 20;
   static constexpr size_t kFetchDepth = 4;
-  Status FetchAll(const std::string& peer, const Content& c, char* dst, std::shared_ptr<const void> keep,
-                  int64_t first_timeout_ms, const std::function<void(uint64_t, size_t)>& landed, Ask ask = Ask::kHome,
+  Status FetchAll(const std::string& peer, const Content& c, int64_t first_timeout_ms,
+                  const std::function<Status(uint64_t, const char*, size_t)>& landed, Ask ask = Ask::kHome,
                   std::string* elsewhere = nullptr);
   // Tells `peer` to forget replica `k`. ENOENT: it did not hold it.
   Status Drop(const std::string& peer, const Key& k);

@@ -77,7 +77,7 @@ struct Request {
   Op ask_op = Op::kFetch;  // Fetch: kFetch, kFetchDirect or kFetchRelay
   std::string elsewhere;   // Fetch answered kElsewhere: the member named
   // FetchAll: the bytes land at `dst` straight from UCX, in memory that
-  // `dst_keep` holds mapped until the last receive into it is over.
+  // `dst_keep` holds until the last receive into it is over.
   char* dst = nullptr;
   std::shared_ptr<const void> dst_keep;
   // Read, Fetch: where the bytes land (copied to the caller's buffer by the caller).

@@ -526,23 +526,24 @@ Test(replica_link, a_load_is_served_by_the_holders_source, .timeout = 60) {
   close(sfd);
   std::shared_ptr<char[]> back(new char[size]);
   uint64_t landed = 0;
-  auto st = (*a)->FetchAll(addr, c, back.get(), back, 0, [&](uint64_t off, size_t n) {
+  auto st = (*a)->FetchAll(addr, c, 0, [&](uint64_t off, const char* p, size_t n) -> ckpt::Status {
     cr_expect_eq(off, landed, "pieces are handed over in order");
+    std::memcpy(back.get() + off, p, n);
     landed += n;
+    return {};
   });
   cr_assert(st.has_value(), "%s", st ? "" : ckpt::ErrStr(st.error()).c_str());
   cr_expect_eq(landed, size);
   cr_expect(std::memcmp(back.get(), orig.data(), size) == 0, "the bytes loaded are the source's");
   cr_expect_eq((*h)->counters().load_bytes_served, size);
-  auto none = [](uint64_t, size_t) {};
+  auto none = [](uint64_t, const char*, size_t) -> ckpt::Status { return {}; };
   Content bad = c;
   bad.path = "../etc/passwd";
   const int before = asked.load();  // every piece of the load above was answered
-  cr_expect_eq((*a)->FetchAll(addr, bad, back.get(), back, 0, none).error(), EINVAL,
-               "a path out of the tree is refused");
+  cr_expect_eq((*a)->FetchAll(addr, bad, 0, none).error(), EINVAL, "a path out of the tree is refused");
   Content other = c;
   other.lo ^= 1;
-  cr_expect_eq((*a)->FetchAll(addr, other, back.get(), back, 0, none).error(), ENOENT, "another checksum is not here");
+  cr_expect_eq((*a)->FetchAll(addr, other, 0, none).error(), ENOENT, "another checksum is not here");
   cr_expect_eq(asked.load() > before, true);
   a->reset();
   h->reset();
