@@ -79,6 +79,10 @@ Status PeerLoads::Load(const Content& c, int fd) {
       relayed = true;
       from = elsewhere;
     } else {  // the member named failed: the home itself, once, into an emptied file
+      if (st.error() != ENOENT)
+        LOG_WARN("loads: {} from node {} (sent there by node {}): {}; asking node {} itself", EscapeName(c.path),
+                 elsewhere, home.first,
+                 st.error() == EBADMSG ? "its bytes do not match the file's checksum" : ErrStr(st.error()), home.first);
       st = Empty(fd, c.size);
       if (st) st = FetchFrom(link, home.second, c, fd, Link::Ask::kDirect, nullptr);
     }
