@@ -1,4 +1,4 @@
-// io.cc — PreadFull, PwriteFull, AllZero and WriteNonZero (io.h).
+// io.cc — PreadFull, PwriteFull, AllZero, WriteNonZero and EmptyFile (io.h).
 #include "common/io.h"
 
 #include <unistd.h>
@@ -61,6 +61,11 @@ int WriteNonZero(int fd, const char* buf, uint64_t len, uint64_t off, uint64_t b
     while (p < len && !AllZero(buf + p, piece(p))) p += piece(p);
     if (int e = PwriteFull(fd, buf + run, p - run, off + run)) return e;
   }
+  return 0;
+}
+
+int EmptyFile(int fd, uint64_t size) {
+  if (ftruncate(fd, 0) != 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) return errno;
   return 0;
 }
 

@@ -1,5 +1,6 @@
 // io.h — whole-range pread/pwrite: the loops every copy needs, once, and
-// the hole-keeping write both backends' fetches use.
+// the hole-keeping write both backends' fetches use, and EmptyFile before a
+// fetch is tried again.
 //
 // They retry EINTR and continue after short transfers. They return 0 or a
 // positive errno, as liburing's completions do once negated, so the
@@ -31,5 +32,9 @@ bool AllZero(const char* p, size_t n);
 // REQUIRES: the destination reads as zeros over the skipped blocks (a fresh
 // file ftruncate'd to size, or those bytes rewritten with the same data).
 int WriteNonZero(int fd, const char* buf, uint64_t len, uint64_t off, uint64_t block = 4096);
+
+// Makes the file at `fd` `size` bytes of zeros (holes), dropping whatever a
+// failed fetch wrote, so the next fetch may use WriteNonZero: 0 or an errno.
+int EmptyFile(int fd, uint64_t size);
 
 }  // namespace ckpt

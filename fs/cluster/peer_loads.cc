@@ -83,8 +83,8 @@ Status PeerLoads::Load(const Content& c, int fd) {
         LOG_WARN("loads: {} from node {} (sent there by node {}): {}; asking node {} itself", EscapeName(c.path),
                  elsewhere, home.first,
                  st.error() == EBADMSG ? "its bytes do not match the file's checksum" : ErrStr(st.error()), home.first);
-      st = Empty(fd, c.size);
-      if (st) st = FetchFrom(link, home.second, c, fd, Link::Ask::kDirect, nullptr);
+      int e = EmptyFile(fd, c.size);
+      st = e != 0 ? Status(Err(e)) : FetchFrom(link, home.second, c, fd, Link::Ask::kDirect, nullptr);
     }
   }
   MutexLock l(&mu_);
@@ -133,11 +133,6 @@ Status PeerLoads::FetchFrom(Link* link, const std::string& addr, const Content& 
     if (hi != c.hi || lo != c.lo) st = Err(EBADMSG);
   }
   return st;
-}
-
-Status PeerLoads::Empty(int fd, uint64_t size) {
-  if (ftruncate(fd, 0) != 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) return ErrFromErrno();
-  return {};
 }
 
 std::string PeerLoads::Spread::Route(const std::string& asker, const std::function<bool(const std::string&)>& member,

@@ -129,8 +129,6 @@ class PeerLoads {
   // holes where nothing was written yet), checked whole.
   Status FetchFrom(Link* link, const std::string& addr, const Content& c, int fd, Link::Ask ask,
                    std::string* elsewhere);
-  // Empties `fd` of what a failed try wrote, keeping its size.
-  static Status Empty(int fd, uint64_t size);
   // The tree's answer for `asker` of `c`: "" serve it here.
   std::string Route(const Content& c, const std::string& asker);
 

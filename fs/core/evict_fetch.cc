@@ -5,6 +5,7 @@
 //
 // One of the files of InodeTable (fs/core/inode_table.h), split by
 // responsibility; docs/architecture.md maps them.
+#include "common/io.h"
 #include "fs/core/core_impl.h"
 
 namespace ckpt::fs {
@@ -228,11 +229,10 @@ Status InodeTable::EnsureLocal(uint64_t ino, int attempt) {
   auto st = core_.tier()->Fill(ino, size, [&](int fd) -> int {
     if (core_.peer_fetch && (hi | lo) != 0) {
       auto peer = core_.peer_fetch(path, fd, size, hi, lo);
-      if (peer) return 0;                     // checked against hi/lo
-      if (peer.error() == EBUSY) return EIO;  // a late receive may still write into fd
+      if (peer) return 0;  // checked against hi/lo
       // Nothing of a failed load from a peer may stay: the backend's fetch
       // leaves its zero blocks as holes over whatever is there.
-      if (ftruncate(fd, 0) != 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) return errno;
+      if (int e = EmptyFile(fd, size); e != 0) return e;
     }
     auto sum = core_.backend()->Fetch(path, fd, size);
     if (!sum) return sum.error();
