@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # replicas.sh — what --replicas 1 costs and gives (issue #30), on this
 # machine, in one run: three mounts of one job over a local backend and a
-# 1-member etcd: w (writes, --replicas 1, its drain held so that nothing
-# else moves), h (holds), p (writes, no replicas, no replica link). Every
+# 1-member etcd: w (writes, --replicas 1), h (holds), p (writes, no
+# replicas, no replica link); w's and p's drains held while saves are
+# timed, so that nothing else moves. Every
 # node fresh each repetition, each mount's first spare made, and every
 # save begins with the three daemons idle (quiet_daemons: on a cluster
 # they are three machines; here one node's spare or replica landing would
@@ -13,8 +14,8 @@
 #   - on w, the time from close to `replicated`, and the replication's
 #     throughput (SIZE ÷ that time) ÷ ucx_perftest tag_bw over loopback TCP
 #     in the same run (goal ≥ 0.8);
-#   - the next save into w and into p (rotated), once w's drain persisted
-#     the first: the save ratio again, in the steady state (the holder keeps
+#   - the next save into w and into p (rotated), once both drains, let go
+#     together, persisted the first: the save ratio again, in the steady state (the holder keeps
 #     the dropped replica's pages as a spare): close to `replicated` again;
 #   - w lost (its daemon killed, its tier removed): the time until the
 #     holder has published its second file to the backend (lease expiry included).
@@ -77,10 +78,16 @@ head -c $((SIZE_MIB << 20)) /dev/urandom > "$DATA"
 
 save_r=() save_p=() next_ratio=() rep_ratio=() rep_s=() takeover_s=() again_s=() again_ratio=()
 for rep in $(seq "$REPS"); do
-  touch "$T/pause_w"
+  # Both writers' drains held: neither drain runs under a timed save, and
+  # both are let go together, so that each next save comes as soon after
+  # its node's drain (stop 50: w's drain ran right before its next save
+  # and p's minutes before; 1 GiB written to this VM's disk a second
+  # earlier made w's next save 1.7-4x p's, with or without replicas: 1.2x
+  # when the saves waited 10 s more).
+  touch "$T/pause_w" "$T/pause_p"
   mount_node w "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_w" -- "${COMMON[@]}" "${LINK[@]}" --node "w$rep" --replicas 1 ${WLOG:+--log-level debug}
   mount_node h -- "${COMMON[@]}" "${LINK[@]}" --node "h$rep"
-  mount_node p -- "${COMMON[@]}" --node "p$rep" ${PLOG:+--log-level debug}
+  mount_node p "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_p" -- "${COMMON[@]}" --node "p$rep" ${PLOG:+--log-level debug}
   W=$(node_mnt w) P=$(node_mnt p)
   for _ in $(seq 100); do
     "$CKPTFS" status "$W" --json | $PY -c "import json,sys; assert json.load(sys.stdin)['cluster']['replicas']['peers'] >= 1" \
@@ -118,9 +125,6 @@ for rep in $(seq "$REPS"); do
       rep_ratio+=("$(awk -v s="$SIZE_MIB" -v t="$rs" -v u="$ucx_bw" 'BEGIN { printf "%.3f", s * 1.048576 / t / u }')")
     else
       save_p_one=$(secs "$t0" "$t1")
-      # Its drain must not run under w's save: when p goes first, wait for
-      # it; when w went first, p's file is ordered after w's held one.
-      [ $m = "${order[0]}" ] && wait_state "$mnt/$name" persisted
     fi
   done
   save_r+=("$save_w") save_p+=("$save_p_one")
@@ -128,15 +132,16 @@ for rep in $(seq "$REPS"); do
   # The next checkpoint (a trainer's steady state): w's drain persists the
   # shard, the holder drops its replica (keeping its pages as a spare), and
   # a second shard is replicated into them.
-  rm -f "$T/pause_w"
+  rm -f "$T/pause_w" "$T/pause_p"
   H=$(node_mnt h)
   for _ in $(seq 600); do
     "$CKPTFS" status "$H" --json | $PY -c "import json,sys; assert json.load(sys.stdin)['cluster']['replicas']['held_files'] == 0" \
       2> /dev/null && break
     sleep 0.1
   done
-  touch "$T/pause_w"
-  sleep 0.5  # the drain sees the pause before the next close
+  wait_state "$P/p-shard" persisted
+  touch "$T/pause_w" "$T/pause_p"
+  sleep 0.5  # the drains see the pause before the next close
   # The next save on both, in rotated order: the steady state a trainer
   # lives in (the first save of a fresh mount above is issue #29's "first").
   for m in "${order[@]}"; do
@@ -148,7 +153,6 @@ for rep in $(seq "$REPS"); do
     t1=$(now)
     if [ $m = p ]; then
       next_p=$(secs "$t0" "$t1")
-      [ $m = "${order[0]}" ] && wait_state "$mnt/$name" persisted
       continue
     fi
     next_w=$(secs "$t0" "$t1")
@@ -160,7 +164,10 @@ for rep in $(seq "$REPS"); do
   again_ratio+=("$(awk -v s="$SIZE_MIB" -v t="$again" -v u="$ucx_bw" 'BEGIN { printf "%.3f", s * 1.048576 / t / u }')")
   note "rep $rep: the next save with replicas $next_w s, without $next_p s, close -> replicated $again s"
   [ -z "${WLOG:-}" ] || grep -h "replicated 1 time\|save" "$(node_state w)/ckptfs.log" | tail -5 >&2
-  # w lost: the holder publishes its second shard.
+  # w lost: the holder publishes its second shard (after p's, when p
+  # closed its own first: the job's drain is ordered across nodes).
+  rm -f "$T/pause_p"
+  wait_state "$P/p-shard2" persisted
   kill_node w
   rm_tier "$TIER-w"
   t3=$(now)
