@@ -289,6 +289,7 @@ static std::string OpenReplicas(Daemon* d) {
                                                         d->replica_peers.get(), ports);
   replica::Replicator* repl = d->replicator.get();
   table->SetReplicated([repl](uint64_t ino, uint64_t version) { return repl->Replicated(ino, version); });
+  table->core().residency.set_busy([repl] { return repl->Sending(); });
   d->cluster->SetReplicas([repl] { return repl->UnsafeFrom(); },
                           [repl](uint64_t ino, uint64_t version) { return repl->Replicated(ino, version); });
   return "";
@@ -687,6 +688,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     if (d->replicator) {
       if (!d->etcd_names) d->table->core().oplog.set_observer(nullptr);
       d->table->SetReplicated(nullptr);
+      d->table->core().residency.set_busy(nullptr);
       d->replicator->Stop();
     }
     if (d->takeover) d->takeover->Stop();

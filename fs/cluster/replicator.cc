@@ -233,6 +233,14 @@ void Replicator::Observe(const std::vector<meta::LogEntry>& entries) {
   if (any) cv_.NotifyAll();
 }
 
+bool Replicator::Sending() const {
+  MutexLock l(&mu_);
+  if (sending_ != 0) return true;
+  for (const Item& it : queue_)
+    if (it.tries == 0) return true;
+  return false;
+}
+
 bool Replicator::Replicated(uint64_t ino, uint64_t version) const {
   MutexLock l(&mu_);
   auto it = held_.find({ino, version});

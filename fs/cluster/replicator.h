@@ -156,6 +156,11 @@ class Replicator {
   // so that a member that dies loses only what lies from there on
   // (Cluster::KeepsRemoval).
   uint64_t UnsafeFrom() const;
+  // A version being sent, or one queued for its first try: spares wait
+  // (Residency::set_busy). One waiting to be tried again (a holder gone,
+  // full) does not count, so a cluster that cannot take replicas does not
+  // keep the next save from its spare.
+  bool Sending() const;
   Stats stats() const;
 
  private:

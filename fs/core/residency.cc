@@ -76,6 +76,22 @@ bool Residency::Loading(std::chrono::steady_clock::time_point now) {
   return read_closed_.time_since_epoch().count() != 0 && now < read_closed_ + std::chrono::seconds(1);
 }
 
+void Residency::set_busy(std::function<bool()> busy) {
+  auto f = busy ? std::make_shared<const std::function<bool()>>(std::move(busy)) : nullptr;
+  MutexLock lk(&mu_);
+  busy_ = std::move(f);
+}
+
+bool Residency::Busy(std::chrono::steady_clock::time_point now) {
+  std::shared_ptr<const std::function<bool()>> busy;
+  {
+    MutexLock lk(&mu_);
+    if (Loading(now)) return true;
+    busy = busy_;
+  }
+  return busy && (*busy)();  // its own locks, never under mu_
+}
+
 void Residency::TruncWriterSeen() {
   trunc_writes_seen_.store(true);
   saved_since_spare_.store(true);
@@ -147,6 +163,8 @@ void Residency::RefillSpares(bool passthrough) {
     }
     save = last_save_bytes_;
   }
+  // Nor beside a replication (set_busy), asked without mu_ held.
+  if (Busy(std::chrono::steady_clock::now())) return;
   // A fresh mount (nothing written since, nothing in the namespace): one
   // spare for its first save, FirstFileGuess, made once. A mount that
   // found files (a restart, a shared backend) makes none until a save: a
@@ -216,8 +234,11 @@ void Residency::RefillSpares(bool passthrough) {
   }
   // Cut short when a save or a load begins: the part made is kept.
   if (tier_->AddSpare(bytes, headroom, [this] {
-        MutexLock lk(&mu_);
-        return writing_files_ > 0 || Loading(std::chrono::steady_clock::now());
+        {
+          MutexLock lk(&mu_);
+          if (writing_files_ > 0) return true;
+        }
+        return Busy(std::chrono::steady_clock::now());
       }))
     saved_since_spare_.store(false);
 }

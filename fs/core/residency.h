@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -81,6 +82,13 @@ class Residency {
   // fought over them (issue #29: a fresh mount's first load 2.4x tmpfs).
   void ReaderOpened() EXCLUDES(mu_);
   void ReaderClosed() EXCLUDES(mu_);
+  // Another of this node's transfers spares wait for, as for a load: with
+  // --replicas, the replicator sending a closed file (Replicator::Sending).
+  // Warming a spare frees pages for the tier's fallocate to take; beside a
+  // replication the link's buffers and sockets take them first, and the
+  // spare gets pages the host took back (stop 50: the next save with
+  // replicas 2.2x the one without). May be set at any time.
+  void set_busy(std::function<bool()> busy) EXCLUDES(mu_);
   // An O_TRUNC writer through passthrough: spares are worth their memory.
   void TruncWriterSeen();
   // A version of `bytes` sealed (this save's bytes, the largest file).
@@ -149,6 +157,9 @@ class Residency {
   uint64_t reading_files_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point read_opened_ GUARDED_BY(mu_){}, read_closed_ GUARDED_BY(mu_){};
   bool Loading(std::chrono::steady_clock::time_point now) REQUIRES(mu_);
+  // Loading, or another transfer (set_busy) under way.
+  bool Busy(std::chrono::steady_clock::time_point now) EXCLUDES(mu_);
+  std::shared_ptr<const std::function<bool()>> busy_ GUARDED_BY(mu_);
   // Past this, a handle held open for reading (an mmap'd checkpoint, a
   // reader that never closes) no longer holds spares back.
   static constexpr std::chrono::seconds kLoadSpan{10};

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -152,6 +153,19 @@ Test(residency, no_spare_beside_a_load) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   w.res->RefillSpares(true);
   cr_assert_eq(w.tier->Spares().first, 16 * M, "made once the load is a second past");
+}
+
+Test(residency, no_spare_beside_a_replication) {
+  World w(64 * M);
+  w.res->set_prealloc(Residency::kPreallocAuto);
+  std::atomic<bool> sending{true};
+  w.res->set_busy([&] { return sending.load(); });
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.tier->Spares().first, 0u, "the replicator is sending a file");
+  sending = false;
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.tier->Spares().first, 16 * M, "made once it is done");
+  w.res->set_busy(nullptr);
 }
 
 Test(residency, a_full_budget_evicts_ahead_for_the_next_saves_spare) {
