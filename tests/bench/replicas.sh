@@ -33,7 +33,8 @@ export UCX_MEM_EVENTS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no UCX
 
 source "$(dirname "$0")/lib.sh"
 
-# Until FILE's user.ckptfs.state is STATE (60 s at most): each save is timed
+# Until FILE's user.ckptfs.state is STATE; after 60 s the bench fails (a
+# state never reached would time a wrong interval): each save is timed
 # with the other mount quiet (w: replicated, p: persisted), whichever order.
 # (Only when p went first: the job's drain is ordered across nodes, so a
 # file p closes after w's held one waits for w's drain.) One process asks
@@ -42,13 +43,16 @@ source "$(dirname "$0")/lib.sh"
 wait_state() {
   $PY - "$1" "$2" << 'EOF'
 import os, sys, time
-for _ in range(6000):
+deadline, last = time.monotonic() + 60, "(none)"
+while time.monotonic() < deadline:
     try:
-        if os.getxattr(sys.argv[1], "user.ckptfs.state").decode() == sys.argv[2]:
-            break
-    except OSError:
-        pass
+        last = os.getxattr(sys.argv[1], "user.ckptfs.state").decode()
+        if last == sys.argv[2]:
+            sys.exit(0)
+    except OSError as e:
+        last = e.strerror
     time.sleep(0.01)
+sys.exit(f"{sys.argv[1]}: still {last} after 60 s, waiting for {sys.argv[2]}")
 EOF
 }
 
@@ -118,7 +122,7 @@ for rep in $(seq "$REPS"); do
     t1=$(now)
     if [ $m = w ]; then
       save_w=$(secs "$t0" "$t1")
-      wait_state "$mnt/shard" replicated
+      wait_state "$mnt/shard" replicated || fail "w's shard never replicated"
       t2=$(now)
       rs=$(secs "$t1" "$t2")
       rep_s+=("$rs")
@@ -134,12 +138,14 @@ for rep in $(seq "$REPS"); do
   # a second shard is replicated into them.
   rm -f "$T/pause_w" "$T/pause_p"
   H=$(node_mnt h)
+  dropped=0
   for _ in $(seq 600); do
     "$CKPTFS" status "$H" --json | $PY -c "import json,sys; assert json.load(sys.stdin)['cluster']['replicas']['held_files'] == 0" \
-      2> /dev/null && break
+      2> /dev/null && dropped=1 && break
     sleep 0.1
   done
-  wait_state "$P/p-shard" persisted
+  [ $dropped = 1 ] || fail "the holder kept w's replica 60 s after the drains were let go"
+  wait_state "$P/p-shard" persisted || fail "p's shard never persisted"
   touch "$T/pause_w" "$T/pause_p"
   sleep 0.5  # the drains see the pause before the next close
   # The next save on both, in rotated order: the steady state a trainer
@@ -156,7 +162,7 @@ for rep in $(seq "$REPS"); do
       continue
     fi
     next_w=$(secs "$t0" "$t1")
-    wait_state "$W/shard2" replicated
+    wait_state "$W/shard2" replicated || fail "w's second shard never replicated"
     again=$(secs "$t1" "$(now)")
   done
   next_ratio+=("$(awk -v a="$next_w" -v b="$next_p" 'BEGIN { printf "%.3f", a / b }')")
@@ -167,7 +173,7 @@ for rep in $(seq "$REPS"); do
   # w lost: the holder publishes its second shard (after p's, when p
   # closed its own first: the job's drain is ordered across nodes).
   rm -f "$T/pause_p"
-  wait_state "$P/p-shard2" persisted
+  wait_state "$P/p-shard2" persisted || fail "p's second shard never persisted"
   kill_node w
   rm_tier "$TIER-w"
   t3=$(now)

@@ -168,6 +168,20 @@ Test(residency, no_spare_beside_a_replication) {
   w.res->set_busy(nullptr);
 }
 
+Test(residency, a_spare_being_made_stops_when_a_replication_begins) {
+  // 256 MiB budget: the fresh mount's spare is a quarter, two 32 MiB chunks
+  // (Tier::AddSpare). Busy is asked once by RefillSpares' gate, then
+  // between chunks: the replicator begins sending after the first chunk.
+  World w(256 * M);
+  w.res->set_prealloc(Residency::kPreallocAuto);
+  std::atomic<int> asked{0};
+  w.res->set_busy([&] { return asked.fetch_add(1) >= 1; });
+  w.res->RefillSpares(true);
+  cr_assert_geq(asked.load(), 2, "asked again while the spare was made");
+  cr_assert_eq(w.tier->Spares().first, 32 * M, "the chunk made before the replication is kept, the rest not made");
+  w.res->set_busy(nullptr);
+}
+
 Test(residency, a_full_budget_evicts_ahead_for_the_next_saves_spare) {
   World w(64 * M);
   w.res->set_prealloc(Residency::kPreallocAuto);
@@ -178,6 +192,20 @@ Test(residency, a_full_budget_evicts_ahead_for_the_next_saves_spare) {
   cr_assert_eq(w.evictions.size(), 1u, "room asked for before the spare is made");
   cr_assert(w.evictions[0].second, "for a spare: the last save's files stay");
   cr_assert_geq(w.evictions[0].first, 20 * M + 8 * M + 40 * M - 64 * M);
+}
+
+Test(residency, a_remnant_spare_does_not_keep_the_budget_full) {
+  // A spare too small for the next save (a top-up left over when the save
+  // took the spare beside it) is no reason to skip the eviction ahead.
+  World w(64 * M);
+  w.res->set_prealloc(Residency::kPreallocAuto);
+  w.Fill(7, 40 * M);
+  cr_assert(w.tier->AddSpare(2 * M, 0, nullptr), "a 2 MiB remnant");
+  w.res->TruncWriterSeen();
+  w.res->Sealed(20 * M);
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.evictions.size(), 1u, "room asked for although a spare is there");
+  cr_assert(w.evictions[0].second, "for a spare: the last save's files stay");
 }
 
 Test(residency, memory_pressure_drops_spares_then_evicts_then_holds_writers) {
