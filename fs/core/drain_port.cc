@@ -139,6 +139,7 @@ Status DrainPort::CompletePersist(const LogEntry& e, const backend::Staged& s, u
     if (current) {
       Transition(n, FileEvent::kPublish);
       n->open_marked = false;
+      core_.residency.Persisted();  // the eviction ahead may find room now
     } else {
       Transition(n, FileEvent::kStageEnd);
     }

@@ -101,11 +101,17 @@ void Residency::Sealed(uint64_t bytes) {
   MutexLock lk(&mu_);
   largest_sealed_ = std::max(largest_sealed_, bytes);
   save_bytes_acc_ += bytes;  // this save's bytes so far
+  evict_skip_ = evict_backoff_ = 0;  // what the eviction ahead may take changed
 }
 
 void Residency::SawFile(uint64_t bytes) {
   MutexLock lk(&mu_);
   largest_sealed_ = std::max(largest_sealed_, bytes);
+}
+
+void Residency::Persisted() {
+  MutexLock lk(&mu_);
+  evict_skip_ = evict_backoff_ = 0;
 }
 
 uint64_t Residency::LargestSealed() {
@@ -233,8 +239,13 @@ void Residency::RefillSpares(bool passthrough) {
     // never come. Not before the mount's first save: what the tier
     // re-attached is what a restarted trainer reads next.
     cache::TierStats s = tier_->Stats();
-    if (s.used + s.reserved + bytes + headroom > s.for_files())
-      (void)evict_(s.used + s.reserved + bytes + headroom - s.for_files(), true, /*spare_kept=*/true);
+    if (s.used + s.reserved + bytes + headroom > s.for_files() && EvictAheadDue()) {
+      const auto r = evict_(s.used + s.reserved + bytes + headroom - s.for_files(), true, /*spare_kept=*/true);
+      MutexLock lk(&mu_);
+      evict_backoff_ =
+          r == cache::Tier::Relief::kFreed ? 0 : std::min(std::max(1u, 2 * evict_backoff_), kEvictBackoffMax);
+      evict_skip_ = evict_backoff_;
+    }
   }
   // Cut short when a save or a load begins: the part made is kept.
   if (tier_->AddSpare(bytes, headroom, [this] {
@@ -245,6 +256,13 @@ void Residency::RefillSpares(bool passthrough) {
         return Busy(std::chrono::steady_clock::now());
       }))
     saved_since_spare_.store(false);
+}
+
+bool Residency::EvictAheadDue() {
+  MutexLock lk(&mu_);
+  if (evict_skip_ == 0) return true;
+  --evict_skip_;
+  return false;
 }
 
 // ---- Memory pressure ----

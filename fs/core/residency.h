@@ -97,6 +97,8 @@ class Residency {
   // checkpoint here weighs.
   void SawFile(uint64_t bytes) EXCLUDES(mu_);
   uint64_t LargestSealed() EXCLUDES(mu_);
+  // A version reached the backend: a file the eviction ahead may take now.
+  void Persisted() EXCLUDES(mu_);
   // How large a new file is expected to be: the largest sealed since the
   // mount; before any, the spare made for the first file (0: unknown).
   uint64_t ExpectedSize() EXCLUDES(mu_);
@@ -171,6 +173,15 @@ class Residency {
   std::atomic<bool> first_spare_made_{false};   // a fresh mount's one spare
   std::atomic<bool> saved_since_spare_{false};  // an O_TRUNC writer since the last spare was made
   std::atomic<bool> over_budget_{false};        // OverBudgetBegins
+  // The eviction ahead refused (nothing clean enough yet: the drain still
+  // has the files) is not asked again at each call: it walks the LRU under
+  // the inode table's lock. The next `evict_skip_` calls that would ask do
+  // not; each refusal doubles the gap (1, 2, 4 ... kEvictBackoffMax calls
+  // of ~50 ms); room made, a version sealed or one persisted ends it.
+  static constexpr uint32_t kEvictBackoffMax = 32;
+  bool EvictAheadDue() EXCLUDES(mu_);  // false while calls are skipped
+  uint32_t evict_skip_ GUARDED_BY(mu_) = 0;
+  uint32_t evict_backoff_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckpt::fs

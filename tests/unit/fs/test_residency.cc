@@ -208,6 +208,40 @@ Test(residency, a_remnant_spare_does_not_keep_the_budget_full) {
   cr_assert(w.evictions[0].second, "for a spare: the last save's files stay");
 }
 
+Test(residency, a_refused_eviction_ahead_is_asked_less_often) {
+  // Nothing clean to evict yet (the drain still has the files): the
+  // eviction ahead walks the LRU under the inode table's lock, so it is not
+  // asked again at each of the spare thread's calls (50 ms apart) but
+  // after 1, 2, 4 ... calls; a version sealed (a save) or persisted (the
+  // drain) asks at once.
+  World w(64 * M);
+  w.res->set_prealloc(Residency::kPreallocAuto);
+  w.Fill(7, 40 * M);
+  w.res->TruncWriterSeen();
+  w.res->Sealed(20 * M);
+  std::vector<size_t> asked;
+  for (int i = 0; i < 12; i++) {
+    w.res->RefillSpares(true);
+    asked.push_back(w.evictions.size());
+  }
+  cr_assert(asked == (std::vector<size_t>{1, 1, 2, 2, 2, 3, 3, 3, 3, 3, 4, 4}), "asked after 1, 2, 4, 8 calls");
+  w.res->Sealed(20 * M);
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.evictions.size(), 5u, "a save: asked at once");
+  w.res->RefillSpares(true);
+  w.res->Persisted();
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.evictions.size(), 6u, "a file persisted: asked at once");
+  // Room made ends the back-off: asked at every call.
+  w.res->set_evictor([&w](uint64_t need, bool, bool spare_kept) {
+    w.evictions.emplace_back(need, spare_kept);
+    return Tier::Relief::kFreed;
+  });
+  w.res->Sealed(20 * M);
+  for (int i = 0; i < 3; i++) w.res->RefillSpares(true);
+  cr_assert_eq(w.evictions.size(), 9u, "room made: no back-off");
+}
+
 Test(residency, memory_pressure_drops_spares_then_evicts_then_holds_writers) {
   World w(64 * M);
   w.res->set_prealloc(Residency::kPreallocAuto);
