@@ -101,7 +101,7 @@ void Residency::Sealed(uint64_t bytes) {
   MutexLock lk(&mu_);
   largest_sealed_ = std::max(largest_sealed_, bytes);
   save_bytes_acc_ += bytes;  // this save's bytes so far
-  evict_skip_ = evict_backoff_ = 0;  // what the eviction ahead may take changed
+  EvictAheadAgainLocked();
 }
 
 void Residency::SawFile(uint64_t bytes) {
@@ -111,7 +111,14 @@ void Residency::SawFile(uint64_t bytes) {
 
 void Residency::Persisted() {
   MutexLock lk(&mu_);
+  EvictAheadAgainLocked();
+}
+
+void Residency::EvictAheadAgainLocked() {
+  // What the eviction ahead may take changed: ask at the next call, and a
+  // refusal already under way (it looked before the change) sets no gap.
   evict_skip_ = evict_backoff_ = 0;
+  ++evict_epoch_;
 }
 
 uint64_t Residency::LargestSealed() {
@@ -239,11 +246,15 @@ void Residency::RefillSpares(bool passthrough) {
     // never come. Not before the mount's first save: what the tier
     // re-attached is what a restarted trainer reads next.
     cache::TierStats s = tier_->Stats();
-    if (s.used + s.reserved + bytes + headroom > s.for_files() && EvictAheadDue()) {
+    uint64_t epoch = 0;
+    if (s.used + s.reserved + bytes + headroom > s.for_files() && EvictAheadDue(&epoch)) {
       const auto r = evict_(s.used + s.reserved + bytes + headroom - s.for_files(), true, /*spare_kept=*/true);
       MutexLock lk(&mu_);
-      evict_backoff_ =
-          r == cache::Tier::Relief::kFreed ? 0 : std::min(std::max(1u, 2 * evict_backoff_), kEvictBackoffMax);
+      if (r == cache::Tier::Relief::kFreed || epoch != evict_epoch_) {
+        evict_backoff_ = 0;  // room made, or a version sealed or persisted meanwhile
+      } else {
+        evict_backoff_ = std::min(std::max(1u, 2 * evict_backoff_), kEvictBackoffMax);
+      }
       evict_skip_ = evict_backoff_;
     }
   }
@@ -258,8 +269,9 @@ void Residency::RefillSpares(bool passthrough) {
     saved_since_spare_.store(false);
 }
 
-bool Residency::EvictAheadDue() {
+bool Residency::EvictAheadDue(uint64_t* epoch) {
   MutexLock lk(&mu_);
+  *epoch = evict_epoch_;
   if (evict_skip_ == 0) return true;
   --evict_skip_;
   return false;

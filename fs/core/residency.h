@@ -177,11 +177,15 @@ class Residency {
   // has the files) is not asked again at each call: it walks the LRU under
   // the inode table's lock. The next `evict_skip_` calls that would ask do
   // not; each refusal doubles the gap (1, 2, 4 ... kEvictBackoffMax calls
-  // of ~50 ms); room made, a version sealed or one persisted ends it.
+  // of ~50 ms); room made, a version sealed or one persisted ends it, and
+  // a refusal during which one was sealed or persisted (`evict_epoch_`
+  // moved) sets no gap.
   static constexpr uint32_t kEvictBackoffMax = 32;
-  bool EvictAheadDue() EXCLUDES(mu_);  // false while calls are skipped
+  bool EvictAheadDue(uint64_t* epoch) EXCLUDES(mu_);  // false while calls are skipped
+  void EvictAheadAgainLocked() REQUIRES(mu_);         // Sealed, Persisted
   uint32_t evict_skip_ GUARDED_BY(mu_) = 0;
   uint32_t evict_backoff_ GUARDED_BY(mu_) = 0;
+  uint64_t evict_epoch_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckpt::fs

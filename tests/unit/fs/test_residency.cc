@@ -242,6 +242,31 @@ Test(residency, a_refused_eviction_ahead_is_asked_less_often) {
   cr_assert_eq(w.evictions.size(), 9u, "room made: no back-off");
 }
 
+Test(residency, a_refusal_overtaken_by_a_persist_sets_no_back_off) {
+  // The eviction looked at the LRU before the drain published a file; its
+  // refusal is stale, so the next call asks again for the room that file
+  // frees, instead of waiting out a gap.
+  World w(64 * M);
+  w.res->set_prealloc(Residency::kPreallocAuto);
+  w.Fill(7, 40 * M);
+  w.res->TruncWriterSeen();
+  w.res->Sealed(20 * M);
+  w.res->set_evictor([&w](uint64_t need, bool, bool spare_kept) {
+    w.evictions.emplace_back(need, spare_kept);
+    if (w.evictions.size() == 2) w.res->Persisted();  // lands while the 2nd looks
+    return Tier::Relief::kWait;
+  });
+  w.res->RefillSpares(true);  // refused: skips the next call
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.evictions.size(), 1u, "the back-off skipped a call");
+  w.res->RefillSpares(true);  // asked; a file persisted meanwhile
+  cr_assert_eq(w.evictions.size(), 2u);
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.evictions.size(), 3u, "asked at once: the refusal was overtaken");
+  w.res->RefillSpares(true);
+  cr_assert_eq(w.evictions.size(), 3u, "a plain refusal backs off again");
+}
+
 Test(residency, memory_pressure_drops_spares_then_evicts_then_holds_writers) {
   World w(64 * M);
   w.res->set_prealloc(Residency::kPreallocAuto);
