@@ -62,6 +62,18 @@ holds_none() {
     $PY -c "import json,sys; sys.exit(json.load(sys.stdin)['cluster']['replicas']['held_files'] != 0)"
 }
 
+# has_peer MNT: the node at MNT sees a replica peer; has_spare MNT: its
+# spares cover one save. (A timeout fails the bench: before, the loops fell
+# through and timed a save with no peer or no spare.)
+has_peer() {
+  "$CKPTFS" status "$1" --json |
+    $PY -c "import json,sys; sys.exit(json.load(sys.stdin)['cluster']['replicas']['peers'] < 1)"
+}
+has_spare() {
+  "$CKPTFS" status "$1" --json |
+    $PY -c "import json,sys; sys.exit(json.load(sys.stdin)['passthrough']['prealloc_bytes'] < $SIZE_MIB << 20)"
+}
+
 # The transport's own bandwidth here, same run.
 port=$((20000 + RANDOM % 20000))
 ucx_perftest -p "$port" > /dev/null 2>&1 &
@@ -99,20 +111,12 @@ for rep in $(seq "$REPS"); do
   mount_node h -- "${COMMON[@]}" "${LINK[@]}" --node "h$rep"
   mount_node p "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_p" -- "${COMMON[@]}" --node "p$rep" ${PLOG:+--log-level debug}
   W=$(node_mnt w) P=$(node_mnt p)
-  for _ in $(seq 100); do
-    "$CKPTFS" status "$W" --json | $PY -c "import json,sys; assert json.load(sys.stdin)['cluster']['replicas']['peers'] >= 1" \
-      2> /dev/null && break
-    sleep 0.1
-  done
+  wait_for 10 "w saw no replica peer 10 s after the mounts" has_peer "$W"
   # Each mount's first spare made (a trainer builds its model before its
   # first save, longer than the spare takes): the save measured, not the
   # race with it.
   for m in w h p; do
-    for _ in $(seq 300); do
-      "$CKPTFS" status "$(node_mnt $m)" --json | $PY -c "import json,sys; assert json.load(sys.stdin)['passthrough']['prealloc_bytes'] >= $SIZE_MIB << 20" \
-        2> /dev/null && break
-      sleep 0.1
-    done
+    wait_for 30 "$m made no ${SIZE_MIB} MiB spare 30 s after its mount" has_spare "$(node_mnt $m)"
   done
   order=(w p); [ $((rep % 2)) = 0 ] && order=(p w)
   for m in "${order[@]}"; do
