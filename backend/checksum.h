@@ -24,8 +24,6 @@
 // reentrant.
 #pragma once
 
-#include <xxhash.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -33,6 +31,7 @@
 #include <utility>
 
 #include "common/io.h"
+#include "common/xxhash_fast.h"
 
 namespace ckpt::backend {
 

@@ -8,7 +8,6 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <cerrno>
 #include <charconv>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/xxhash_fast.h"
 
 namespace ckpt::fs::replica {
 namespace {

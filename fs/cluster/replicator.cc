@@ -3,12 +3,12 @@
 
 #include <sys/mman.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <iterator>
 
 #include "common/log.h"
+#include "common/xxhash_fast.h"
 
 namespace ckpt::fs::replica {
 namespace {
