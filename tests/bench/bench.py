@@ -669,11 +669,30 @@ def mkfiles(d, count, nbytes):
     out("creates_per_second", count / t, "1/s")
 
 
-def steps_while_draining(d, nbytes, pid, steps=8):
+def wait_quiet(pid, limit=30.0):
+    """Waits until the daemon `pid` used at most one clock tick of CPU in
+    half a second (no spare being made, nothing draining); False if it did
+    not within `limit` seconds."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        c0 = cpu_seconds(pid)
+        time.sleep(0.5)
+        if cpu_seconds(pid) - c0 <= 1.0 / os.sysconf("SC_CLK_TCK"):
+            return True
+    return False
+
+
+def steps_while_draining(d, nbytes, pid, steps=12):
     """Issue #29: a trainer's CPU-bound step (matrix multiplies, as between
     saves) timed with the drain idle, then while a `nbytes` file written
-    to the ckptfs mount `d` drains; the daemon's CPU seconds over the
-    drain. Prints the medians and their ratio, and the drain's CPU per GiB."""
+    to the ckptfs mount `d` drains, then idle again; the daemon's CPU
+    seconds over the drain. The idle steps are taken before and after the
+    drain, each time once the daemon is quiet (its spares made), and their
+    median is the reference: this VM's speed drifts (a run of 20261130 had
+    the idle step at 1.23 s in one repetition and 0.67-0.74 s in the
+    others, and one repetition changed speed halfway), and a reference
+    taken on one side only turned that drift into ratios of 0.60 and 1.16.
+    Prints the medians and their ratio, and the drain's CPU per GiB."""
     import statistics
 
     import torch
@@ -681,12 +700,12 @@ def steps_while_draining(d, nbytes, pid, steps=8):
     a = torch.rand(1024, 1024)
     b = torch.rand(1024, 1024)
 
-    def step():  # about 0.5 s here (Debian's CPU torch: 4-5 GFLOP/s a core)
+    def step():  # about 0.35 s here (Debian's CPU torch: 4-5 GFLOP/s a core)
         t0 = time.perf_counter()
-        for _ in range(2):
-            torch.mm(a, b)
+        torch.mm(a, b)  # one product (two until 20261130): twice the steps inside a drain
         return time.perf_counter() - t0
 
+    quiet = wait_quiet(pid)
     step()
     idle = [step() for _ in range(steps)]
     path = os.path.join(d, "draining.bin")
@@ -707,6 +726,9 @@ def steps_while_draining(d, nbytes, pid, steps=8):
     drain_s = time.perf_counter() - t0
     cpu = cpu_seconds(pid) - cpu0
     os.unlink(path)
+    quiet = wait_quiet(pid) and quiet
+    idle += [step() for _ in range(steps)]
+    out("daemon_quiet_before_idle_steps", 1.0 if quiet else 0.0, "bool")
     out("step_idle_seconds", statistics.median(idle), "s")
     out("step_draining_seconds", statistics.median(busy) if busy else 0.0, "s")
     out("steps_while_draining", len(busy), "steps")
