@@ -56,6 +56,16 @@ struct World {
     tier->Unpin(ino);
     cr_assert(st.has_value(), "tier write");
   }
+  // The budget near full after a save: 40 MiB of clean files the evictor
+  // could drop, an O_TRUNC writer seen, a 20 MiB version sealed (a
+  // `remnant` spare of that size made between the files and the save).
+  void FullAfterASave(uint64_t remnant = 0) {
+    res->set_prealloc(Residency::kPreallocAuto);
+    Fill(7, 40 * M);
+    if (remnant) cr_assert(tier->AddSpare(remnant, 0, nullptr), "a remnant spare");
+    res->TruncWriterSeen();
+    res->Sealed(20 * M);
+  }
 };
 
 std::vector<uint64_t> Inos(const std::vector<std::pair<uint64_t, uint64_t>>& order) {
@@ -184,10 +194,7 @@ Test(residency, a_spare_being_made_stops_when_a_replication_begins) {
 
 Test(residency, a_full_budget_evicts_ahead_for_the_next_saves_spare) {
   World w(64 * M);
-  w.res->set_prealloc(Residency::kPreallocAuto);
-  w.Fill(7, 40 * M);  // clean files the evictor could drop
-  w.res->TruncWriterSeen();
-  w.res->Sealed(20 * M);
+  w.FullAfterASave();
   w.res->RefillSpares(true);
   cr_assert_eq(w.evictions.size(), 1u, "room asked for before the spare is made");
   cr_assert(w.evictions[0].second, "for a spare: the last save's files stay");
@@ -198,11 +205,7 @@ Test(residency, a_remnant_spare_does_not_keep_the_budget_full) {
   // A spare too small for the next save (a top-up left over when the save
   // took the spare beside it) is no reason to skip the eviction ahead.
   World w(64 * M);
-  w.res->set_prealloc(Residency::kPreallocAuto);
-  w.Fill(7, 40 * M);
-  cr_assert(w.tier->AddSpare(2 * M, 0, nullptr), "a 2 MiB remnant");
-  w.res->TruncWriterSeen();
-  w.res->Sealed(20 * M);
+  w.FullAfterASave(/*remnant=*/2 * M);
   w.res->RefillSpares(true);
   cr_assert_eq(w.evictions.size(), 1u, "room asked for although a spare is there");
   cr_assert(w.evictions[0].second, "for a spare: the last save's files stay");
@@ -215,10 +218,7 @@ Test(residency, a_refused_eviction_ahead_is_asked_less_often) {
   // after 1, 2, 4 ... calls; a version sealed (a save) or persisted (the
   // drain) asks at once.
   World w(64 * M);
-  w.res->set_prealloc(Residency::kPreallocAuto);
-  w.Fill(7, 40 * M);
-  w.res->TruncWriterSeen();
-  w.res->Sealed(20 * M);
+  w.FullAfterASave();
   std::vector<size_t> asked;
   for (int i = 0; i < 12; i++) {
     w.res->RefillSpares(true);
@@ -247,10 +247,7 @@ Test(residency, a_refusal_overtaken_by_a_persist_sets_no_back_off) {
   // refusal is stale, so the next call asks again for the room that file
   // frees, instead of waiting out a gap.
   World w(64 * M);
-  w.res->set_prealloc(Residency::kPreallocAuto);
-  w.Fill(7, 40 * M);
-  w.res->TruncWriterSeen();
-  w.res->Sealed(20 * M);
+  w.FullAfterASave();
   w.res->set_evictor([&w](uint64_t need, bool, bool spare_kept) {
     w.evictions.emplace_back(need, spare_kept);
     if (w.evictions.size() == 2) w.res->Persisted();  // lands while the 2nd looks
