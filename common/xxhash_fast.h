@@ -4,7 +4,8 @@
 // symbols are built for the x86-64 baseline, SSE2). The values are the same
 // (the checksum is defined by XXH3, not by how it is computed); the content
 // checksum of a drained file took 0.076 s a GiB in SSE2 and 0.027 s with
-// the dispatch on this VM's EPYC (docs/benchmarks.md, "the drain's CPU").
+// the dispatch on this VM's EPYC (docs/benchmarks.md, "Stop 53: the step
+// beside the drain again").
 // Include it instead of <xxhash.h> where bytes of files are hashed.
 #pragma once
 
