@@ -454,6 +454,42 @@ def copy_bandwidth(nbytes=256 << 20):
     return nbytes / t / 1e9
 
 
+def _prime_kernel_reads(state):
+    """Has the kernel read every tensor of `state` once before any timed
+    save: written into a pipe that a thread empties, so that no page is
+    allocated and freed on the way (a scratch file on /dev/shm handed
+    tmpfs's next save the pages it freed). On this VM (a PVM guest) the
+    kernel's first read of user pages the process wrote costs ~2.3 s a
+    GiB, whatever the file system: a C program's first 1 GiB write from a
+    freshly written buffer took 2.4-3.4 s into ckptfs and into tmpfs
+    alike, its second write of the same buffer 0.16-0.20 s, and touching
+    the buffer from user space first changed nothing (stop 53,
+    docs/benchmarks.md). Without this, the first target in a repetition of
+    the `first` pattern paid for the process, not for its mount: the
+    ckptfs saves of 3.27 and 2.83 s in run 20261130-002259 were the
+    repetitions where ckptfs went first."""
+    import threading
+
+    r, w = os.pipe()
+
+    def drain():
+        while os.read(r, 1 << 20):
+            pass
+
+    t = threading.Thread(target=drain, daemon=True)
+    t.start()
+    try:
+        for v in state.values():
+            mv = memoryview(v.numpy()).cast("B")
+            off = 0
+            while off < len(mv):
+                off += os.write(w, mv[off : off + (1 << 20)])
+    finally:
+        os.close(w)
+        t.join()
+        os.close(r)
+
+
 def trainer(gib, reps, dirs, pattern="rotate", warmup=True, rep_base=1, load=False, ranks=0, other_gib=2.0):
     """A long-lived trainer: builds its state once, then saves it again and
     again, to each DIR in turn (NAME=PATH), rotating which goes first in
@@ -466,7 +502,8 @@ def trainer(gib, reps, dirs, pattern="rotate", warmup=True, rep_base=1, load=Fal
     `gib`/N each) save at once and the time is until the last one is done.
     Repetition 0 warms every target (first file of a mount, allocator) and
     is not reported unless `warmup` is False (the first save of a fresh
-    mount: then repetitions are numbered from `rep_base`). With `load`, a
+    mount: then repetitions are numbered from `rep_base`, and the process
+    itself is primed first, _prime_kernel_reads). With `load`, a
     new process loads each save (rank 0's file) and its time is reported.
     Prints `NAME REP METRIC VALUE UNIT` lines."""
     import multiprocessing as mp
@@ -490,6 +527,8 @@ def trainer(gib, reps, dirs, pattern="rotate", warmup=True, rep_base=1, load=Fal
     else:
         state = trainer_state(gib)
         nbytes = sum(v.numel() * v.element_size() for v in state.values())
+        if not warmup:
+            _prime_kernel_reads(state)
     out("tensor_bytes", nbytes / 1e9, "GB")
     try:
         for r in range(reps + (1 if warmup else 0)):
