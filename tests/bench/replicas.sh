@@ -56,22 +56,11 @@ sys.exit(f"{sys.argv[1]}: still {last} after 60 s, waiting for {sys.argv[2]}")
 EOF
 }
 
-# holds_none MNT: the node at MNT holds no peer's replica (status --json).
-holds_none() {
-  "$CKPTFS" status "$1" --json |
-    $PY -c "import json,sys; sys.exit(json.load(sys.stdin)['cluster']['replicas']['held_files'] != 0)"
-}
-
-# has_peer MNT: the node at MNT sees a replica peer; has_spare MNT: its
-# spares cover one save. (A timeout fails the bench: before, the loops fell
-# through and timed a save with no peer or no spare.)
-has_peer() {
-  "$CKPTFS" status "$1" --json |
-    $PY -c "import json,sys; sys.exit(json.load(sys.stdin)['cluster']['replicas']['peers'] < 1)"
-}
-has_spare() {
-  "$CKPTFS" status "$1" --json |
-    $PY -c "import json,sys; sys.exit(json.load(sys.stdin)['passthrough']['prealloc_bytes'] < $SIZE_MIB << 20)"
+# status_is MNT EXPR: EXPR (Python, over `s`, the node's status --json)
+# holds at MNT; for wait_for, whose timeout fails the bench (before, the
+# waits for a peer and for a spare fell through and timed a save without).
+status_is() {
+  "$CKPTFS" status "$1" --json | $PY -c "import json,sys; s=json.load(sys.stdin); sys.exit(not ($2))"
 }
 
 # The transport's own bandwidth here, same run.
@@ -111,12 +100,13 @@ for rep in $(seq "$REPS"); do
   mount_node h -- "${COMMON[@]}" "${LINK[@]}" --node "h$rep"
   mount_node p "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_p" -- "${COMMON[@]}" --node "p$rep" ${PLOG:+--log-level debug}
   W=$(node_mnt w) P=$(node_mnt p)
-  wait_for 10 "w saw no replica peer 10 s after the mounts" has_peer "$W"
+  wait_for 10 "w saw no replica peer 10 s after the mounts" status_is "$W" "s['cluster']['replicas']['peers'] >= 1"
   # Each mount's first spare made (a trainer builds its model before its
   # first save, longer than the spare takes): the save measured, not the
   # race with it.
   for m in w h p; do
-    wait_for 30 "$m made no ${SIZE_MIB} MiB spare 30 s after its mount" has_spare "$(node_mnt $m)"
+    wait_for 30 "$m made no ${SIZE_MIB} MiB spare 30 s after its mount" \
+      status_is "$(node_mnt $m)" "s['passthrough']['prealloc_bytes'] >= $SIZE_MIB << 20"
   done
   order=(w p); [ $((rep % 2)) = 0 ] && order=(p w)
   for m in "${order[@]}"; do
@@ -148,7 +138,8 @@ for rep in $(seq "$REPS"); do
   # a second shard is replicated into them.
   rm -f "$T/pause_w" "$T/pause_p"
   H=$(node_mnt h)
-  wait_for 60 "the holder kept w's replica 60 s after the drains were let go" holds_none "$H"
+  wait_for 60 "the holder kept w's replica 60 s after the drains were let go" \
+    status_is "$H" "s['cluster']['replicas']['held_files'] == 0"
   wait_state "$P/p-shard" persisted || fail "p's shard never persisted"
   touch "$T/pause_w" "$T/pause_p"
   sleep 0.5  # the drains see the pause before the next close
