@@ -81,11 +81,17 @@ void Link::Impl::Put(const std::shared_ptr<Conn>& c, const Msg& m0) {
   auto in = store->Begin(Held{.key = *k, .size = m.a, .gate_us = m.b, .hash_hi = m.c, .hash_lo = m.d, .meta = meta});
   if (!in) {
     if (in.error() == EEXIST) return Reply(*c, m.req, Op::kHeld, m.a);
+    if (in.error() == ESTALE)
+      LOG_ERROR(
+          "replica link: node {} ({}) offered replica {}, but one of that name with other bytes is held here: "
+          "refused (a node that reused its id with a new state dir?)",
+          c->peer_id, c->addr, k->Name());
     if (in.error() == EAGAIN) return Reply(*c, m.req, Op::kWait);
     return Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(in.error()));
   }
   auto rx = std::make_shared<Rx>();
   rx->got.assign((m.a + kChunk - 1) / kChunk, false);
+  rx->claimed = rx->got;
   rx->in = std::move(*in);
   rx->last = Clock::now();
   c->rx[m.req] = rx;
@@ -113,12 +119,13 @@ void Link::Impl::Chunk(const std::shared_ptr<Conn>& c, const Msg& m, void* data,
   auto rx = it->second;
   const uint64_t size = rx->in->held().size, off = m.a;
   const uint64_t idx = off / kChunk;
-  if (off % kChunk || off >= size || len != std::min(kChunk, size - off) || rx->got[idx]) {
+  if (off % kChunk || off >= size || len != std::min(kChunk, size - off) || rx->claimed[idx]) {
     if (data) ucp_am_data_release(worker, data);
     return RefuseReplica(
         c, m.req,
         "a chunk at offset " + std::to_string(off) + " of " + std::to_string(len) + " bytes does not fit the replica");
   }
+  rx->claimed[idx] = true;
   rx->last = Clock::now();
   const uint64_t want = m.b, req = m.req;
   std::weak_ptr<Conn> wc = c;

@@ -422,6 +422,7 @@ void Link::Impl::Pump(Conn& c, const std::shared_ptr<Request>& r) {
   const int limit = stop_after.load();
   while (r->inflight < kWindow && r->next < r->size && (limit < 0 || r->sent < limit)) {
     const uint64_t off = r->next, n = std::min(kChunk, r->size - off);
+    if (int ms = pace_ms.load(); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     auto buf = ChunkPool::Get(chunks);
     if (int e = PreadFull(r->src_fd, buf.get(), n, off); e != 0) {
       LOG_ERROR("replica link: replica {}: reading {} bytes at offset {} of its source: {}", r->key.Name(), n, off,
@@ -431,6 +432,8 @@ void Link::Impl::Pump(Conn& c, const std::shared_ptr<Request>& r) {
     if (r->hashing) r->hashing->Update(off, buf.get(), n);
     uint64_t h = ChunkHash(buf.get(), n);
     if (lie.load()) h ^= 1;
+    if (off == 0 && repeat_first.load())
+      Send(c, Msg{.op = Op::kChunk, .req = r->id, .a = off, .b = h}, buf.get(), n, buf);
     Send(c, Msg{.op = Op::kChunk, .req = r->id, .a = off, .b = h}, buf.get(), n, buf);
     bytes_out += n;
     r->next += n;
@@ -488,10 +491,18 @@ void Link::Impl::ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
     return;
   }
   auto r = it->second;
+  if (!Answers(r->kind, m.op)) {  // a holder that answers a GET with HELD, a PUT with DROPPED...
+    if (data) ucp_am_data_release(worker, data);
+    LOG_ERROR("replica link: node {} ({}) answered a request with message {} that does not answer it: disconnected",
+              c->peer_id, c->addr, static_cast<int>(m.op));
+    Finish(r, Err(EPROTO));
+    return Close(c, true);
+  }
   switch (m.op) {
-    case Op::kAccepted: return Pump(*c, r);
+    case Op::kAccepted: r->deadline = Clock::now() + r->timeout; return Pump(*c, r);
     case Op::kAck:
       if (r->inflight > 0) r->inflight--;
+      r->deadline = Clock::now() + r->timeout;
       return Pump(*c, r);
     case Op::kHeld: return Finish(r, r->size);
     case Op::kWait: return Finish(r, Err(EAGAIN));
@@ -508,10 +519,13 @@ void Link::Impl::ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
 }
 
 void Link::Impl::ReceiveData(const std::shared_ptr<Request>& r, const Msg& m, void* data, size_t len, bool rndv) {
-  if ((r->kind != Op::kGet && r->kind != Op::kFetch) || len > r->len) {
+  // One kData answers a request: a second one, while the first may still
+  // be landing in the request's buffer, is refused, never received.
+  if ((r->kind != Op::kGet && r->kind != Op::kFetch) || len > r->len || r->receiving) {
     if (data) ucp_am_data_release(worker, data);
     return Finish(r, Err(EPROTO));
   }
+  r->receiving = true;
   // FetchAll's pieces land where the caller mapped them; the others in the request's buffer.
   char* dst = r->dst;
   if (!dst) {
@@ -636,7 +650,8 @@ void Link::Impl::Sweep() {
 std::future<Result<uint64_t>> Link::Impl::Start(std::shared_ptr<Request> r, const std::string& peer,
                                                 int64_t timeout_ms) {
   r->id = next_id++;
-  r->deadline = Clock::now() + std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : opts.timeout_ms);
+  r->timeout = std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : opts.timeout_ms);
+  r->deadline = Clock::now() + r->timeout;
   auto fut = r->done.get_future();
   Post([this, r, peer] { StartRequest(r, peer); });
   return fut;
@@ -789,5 +804,7 @@ Link::Counters Link::counters() const {
 
 void Link::TestLieAboutChunks(bool on) { impl_->lie = on; }
 void Link::TestStopAfterChunks(int n) { impl_->stop_after = n; }
+void Link::TestPaceChunks(int ms) { impl_->pace_ms = ms; }
+void Link::TestRepeatFirstChunk(bool on) { impl_->repeat_first = on; }
 
 }  // namespace ckpt::fs::replica

@@ -126,6 +126,11 @@ class Link {
   // after `n` chunks without ending it (as a writer that died mid-stream).
   void TestLieAboutChunks(bool on);
   void TestStopAfterChunks(int n);
+  // Tests only: sleep `ms` before each chunk (a slow link: the transfer
+  // outlasts `timeout_ms` while every chunk arrives within it); send the
+  // first chunk twice (a confused writer).
+  void TestPaceChunks(int ms);
+  void TestRepeatFirstChunk(bool on);
 
   struct Impl;
 

@@ -58,7 +58,11 @@ struct Request {
   uint64_t id = 0;
   Op kind{};
   Key key;
+  // Given up at `deadline`: `timeout` after the start, pushed on by each
+  // sign of progress (a PUT accepted, a chunk acknowledged), so a replica
+  // of any size moves as long as its chunks do.
   Clock::time_point deadline;
+  Clock::duration timeout{};
   std::weak_ptr<Conn> conn;
   std::promise<Result<uint64_t>> done;
   bool finished = false;
@@ -83,6 +87,7 @@ struct Request {
   // Read, Fetch: where the bytes land (copied to the caller's buffer by the caller).
   uint64_t offset = 0, len = 0;
   std::string buf;
+  bool receiving = false;  // Read, Fetch: its one kData came (another is a protocol error)
   ~Request() {
     if (src_fd >= 0) close(src_fd);
   }
@@ -91,7 +96,8 @@ struct Request {
 // A replica this node is receiving as a holder.
 struct Rx {
   std::unique_ptr<Store::Incoming> in;
-  std::vector<bool> got;  // per chunk
+  std::vector<bool> got;      // per chunk: landed, checked and written
+  std::vector<bool> claimed;  // per chunk: its message came (a second one is refused, even while the first lands)
   uint64_t chunks_got = 0;
   // The content checksum of the chunks landed so far in order (those after
   // a gap wait for it): at END it is the whole replica's, with no pass of
@@ -154,6 +160,8 @@ struct Link::Impl {
   std::atomic<uint64_t> loads_served{0}, load_bytes_served{0};
   std::atomic<bool> lie{false};
   std::atomic<int> stop_after{-1};
+  std::atomic<int> pace_ms{0};
+  std::atomic<bool> repeat_first{false};
 
   // ---- set-up and the loop ----
   // On the loop's thread: "" when ready, else why not.

@@ -70,6 +70,14 @@ bool ParseFinal(std::string_view name, Held* h) {
   return backend::ParseChecksumHex(name.substr(t2 + 1), &h->hash_hi, &h->hash_lo);
 }
 
+// Whether held replica `x` is the one a writer offers again as `h`: held
+// for its gate, not published, of the same size and meta (its path and
+// seq, written once per version), and of the same checksum if `h` gives one.
+bool SameReplica(const Held& x, const Held& h) {
+  if (x.published || x.size != h.size || x.meta != h.meta) return false;
+  return (h.hash_hi | h.hash_lo) == 0 || (x.hash_hi == h.hash_hi && x.hash_lo == h.hash_lo);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, uint64_t limit) {
@@ -229,7 +237,7 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
   {
     MutexLock l(&mu_);
     for (const Held& x : held_)
-      if (x.key == h.key) return Err(EEXIST);
+      if (x.key == h.key) return Err(SameReplica(x, h) ? EEXIST : ESTALE);
     if (std::find(incoming_.begin(), incoming_.end(), h.key) != incoming_.end()) return Err(EBUSY);
     // The spare closest in size (the smallest that is large enough, else the
     // largest): its pages are written over; the rest of them, if any, freed.

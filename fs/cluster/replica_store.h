@@ -74,7 +74,13 @@ class Store {
 
   // Reserves `h.size` bytes and makes the `.part-` file. EAGAIN: the limit
   // has no room now (the writer tries later); EEXIST: this version is held
-  // already (nothing to send); EINVAL: a size over the limit itself.
+  // already, as the writer describes it (size, meta, checksum when given),
+  // unpublished (nothing to send: a retry whose HELD was lost); ESTALE: a
+  // replica of that name is held but is not this one (a writer that
+  // reuses a name — a replacement node with the same id and a new state
+  // dir numbers its files anew — or a copy published in a dead writer's
+  // place): it is not counted as this one, and not replaced (it may be
+  // the only copy of what it is); EINVAL: a size over the limit itself.
   Result<std::unique_ptr<Incoming>> Begin(const Held& h);
   // Checks the content checksum and makes the replica appear. EBADMSG: the
   // bytes are not what the writer's checksum says (discarded, logged by the

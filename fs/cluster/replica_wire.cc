@@ -103,6 +103,17 @@ std::optional<Msg> Decode(const void* p, size_t len) {
   return m;
 }
 
+bool Answers(Op request, Op reply) {
+  if (reply == Op::kRefused) return true;
+  switch (request) {
+    case Op::kPut: return reply == Op::kAccepted || reply == Op::kAck || reply == Op::kHeld || reply == Op::kWait;
+    case Op::kDrop: return reply == Op::kDropped;
+    case Op::kGet: return reply == Op::kData;
+    case Op::kFetch: return reply == Op::kData || reply == Op::kElsewhere;
+    default: return false;
+  }
+}
+
 bool ValidNodeId(std::string_view id) {
   if (id.empty() || id.size() > kMaxNodeId) return false;
   if (!isalnum(static_cast<unsigned char>(id[0]))) return false;

@@ -66,6 +66,11 @@ std::string Encode(const Msg& m);
 // one well-formed message (unknown op, text too long, bytes short or left).
 std::optional<Msg> Decode(const void* p, size_t len);
 
+// Whether `reply` can answer a request of kind `request` (kPut, kGet,
+// kFetch, kDrop): a holder that answers a GET with HELD or a PUT with
+// DROPPED is confused or lying, and is not believed.
+bool Answers(Op request, Op reply);
+
 // A member's node id as the cluster knows it: 1..64 of [A-Za-z0-9._-],
 // starting with a letter or digit (so it is also a safe file name part).
 bool ValidNodeId(std::string_view id);

@@ -287,8 +287,8 @@ Test(replica_link, a_replica_arrives_whole_is_read_back_and_dropped, .timeout = 
   cr_expect_eq(p.holder->counters().replicas_held, 1u);
   cr_expect_eq(p.holder->counters().bytes_in, size);
 
-  // Sent again (a writer retrying after a lost answer): held, nothing moves.
-  cr_expect(p.writer->Replicate(p.addr, k, fd, size, 555, sum.first, sum.second).has_value());
+  // Sent again (a writer retrying after a lost answer, with the same meta): held, nothing moves.
+  cr_expect(p.writer->Replicate(p.addr, k, fd, size, 555, sum.first, sum.second, meta).has_value());
   cr_expect_eq(p.holder->counters().bytes_in, size);
 
   std::string back(size, '\0'), orig(size, '\0');
@@ -412,6 +412,75 @@ Test(replica_link, a_writer_that_dies_mid_stream_leaves_nothing_held, .timeout =
   close(fd);
 }
 
+// The link's timeout is a time without progress, not a bound on the
+// whole transfer: a replica of tens of GB at a link's speed (or one that
+// yields to saves) takes longer than 30 s, and was failed and sent again
+// forever while its deadline counted from the start.
+Test(replica_link, a_replica_outlasting_the_timeout_moves_while_its_chunks_do, .timeout = 60) {
+  Pair p(128 << 20, kSecret, 1000);
+  std::pair<uint64_t, uint64_t> sum;
+  const uint64_t size = 16 * kChunk;
+  int fd = MakeFile(p.dir + "/src", size, 11, &sum);
+  p.writer->TestPaceChunks(100);  // 1.6 s in all; a window of chunks in 0.4 s
+  const auto t0 = std::chrono::steady_clock::now();
+  auto st = p.writer->Replicate(p.addr, Key{.writer = "writer.a", .ino = 1, .version = 1}, fd, size, 1, sum.first,
+                                sum.second);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  cr_assert(st.has_value(), "%s", st ? "" : ckpt::ErrStr(st.error()).c_str());
+  cr_expect_gt(took, std::chrono::milliseconds(1000), "it did outlast the timeout");
+  cr_expect_eq(p.store->List().size(), 1u);
+  close(fd);
+}
+
+// A writer that sends a chunk twice: the second is refused when it comes,
+// even while the first is still landing (a rendezvous receive); counted
+// twice, it stood in for a chunk never sent, and a replica with a hole
+// (old bytes of a reused spare there) was held as whole.
+Test(replica_link, a_chunk_sent_twice_is_refused, .timeout = 60) {
+  Pair p(64 << 20);
+  std::pair<uint64_t, uint64_t> sum;
+  const uint64_t size = 3 * kChunk;
+  int fd = MakeFile(p.dir + "/src", size, 12, &sum);
+  Key k{.writer = "writer.a", .ino = 3, .version = 1};
+  p.writer->TestRepeatFirstChunk(true);
+  auto st = p.writer->Replicate(p.addr, k, fd, size, 1, sum.first, sum.second);
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), EBADMSG);
+  cr_expect_eq(p.store->List().size(), 0u);
+  cr_expect(WaitFor([&] { return p.store->bytes() == 0; }), "nothing of it is kept");
+  p.writer->TestRepeatFirstChunk(false);
+  cr_expect(p.writer->Replicate(p.addr, k, fd, size, 1, sum.first, sum.second).has_value());
+  cr_expect_eq(p.store->List().size(), 1u);
+  close(fd);
+}
+
+// A writer that offers a name the holder holds with other bytes (a
+// replacement node with the dead one's id and a new state dir numbers its
+// files from the start): not counted as held; the copy held stays.
+Test(replica_link, a_name_held_with_other_bytes_is_not_counted_as_this_one, .timeout = 60) {
+  Pair p(64 << 20);
+  std::pair<uint64_t, uint64_t> a, b;
+  int fa = MakeFile(p.dir + "/a", kChunk + 5, 13, &a);
+  int fb = MakeFile(p.dir + "/b", kChunk + 5, 14, &b);
+  Key k{.writer = "writer.a", .ino = 2, .version = 7};
+  cr_assert(p.writer->Replicate(p.addr, k, fa, kChunk + 5, 1, a.first, a.second, "{\"path\":\"old/x\"}").has_value());
+  cr_expect(p.writer->Replicate(p.addr, k, fa, kChunk + 5, 1, a.first, a.second, "{\"path\":\"old/x\"}").has_value(),
+            "the same replica offered again (its HELD lost) is held");
+  auto st = p.writer->Replicate(p.addr, k, fb, kChunk + 5, 1, b.first, b.second, "{\"path\":\"new/y\"}");
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), ESTALE);
+  uint64_t hi = 0, lo = 0;  // hashed as it goes: the meta still tells them apart
+  st = p.writer->Replicate(p.addr, k, fb, kChunk + 5, 1, &hi, &lo, "{\"path\":\"new/y\"}");
+  cr_assert(!st.has_value());
+  cr_expect_eq(st.error(), ESTALE);
+  auto held = p.store->List();
+  cr_assert_eq(held.size(), 1u);
+  cr_expect_eq(held[0].hash_hi, a.first, "the first copy stays");
+  cr_expect_eq(held[0].meta, "{\"path\":\"old/x\"}");
+  close(fa);
+  close(fb);
+}
+
 // A tier file that shrank under its replication (a new version written in
 // place): the writer reads each chunk with pread, so the transfer fails
 // with an error; it read a mapping before, and the daemon died of SIGBUS.
@@ -469,6 +538,20 @@ Test(replica_link, bad_addresses_are_refused_in_one_line) {
   cr_assert(w.has_value());
   cr_expect(!(*w)->Drop("127.0.0.1:1", Key{.writer = "n1", .ino = 1, .version = 1}).has_value(),
             "nobody listens there");
+}
+
+Test(replica_wire, a_reply_is_believed_only_for_the_request_it_answers) {
+  using ckpt::fs::replica::Answers;
+  cr_expect(Answers(Op::kPut, Op::kAccepted) && Answers(Op::kPut, Op::kAck) && Answers(Op::kPut, Op::kHeld) &&
+            Answers(Op::kPut, Op::kWait) && Answers(Op::kPut, Op::kRefused));
+  cr_expect(!Answers(Op::kPut, Op::kDropped), "a PUT answered DROPPED is no replica");
+  cr_expect(!Answers(Op::kPut, Op::kData));
+  cr_expect(Answers(Op::kDrop, Op::kDropped) && Answers(Op::kDrop, Op::kRefused));
+  cr_expect(!Answers(Op::kDrop, Op::kHeld));
+  cr_expect(Answers(Op::kGet, Op::kData) && !Answers(Op::kGet, Op::kHeld), "a GET answered HELD is no end of file");
+  cr_expect(!Answers(Op::kGet, Op::kElsewhere));
+  cr_expect(Answers(Op::kFetch, Op::kData) && Answers(Op::kFetch, Op::kElsewhere) && !Answers(Op::kFetch, Op::kAck));
+  cr_expect(!Answers(Op::kHello, Op::kReady), "not a request of the link's");
 }
 
 Test(replica_wire, file_meta_round_trips_and_garbage_is_refused) {
@@ -796,6 +879,13 @@ Test(replica_store, a_published_replica_holds_no_gate_and_makes_room) {
     cr_expect(!(*s)->Retire(Key{.writer = "w", .ino = 7, .version = 1}), "not held");
     cr_expect_eq((*s)->MinGate(), 200u, "a published replica holds no gate");
     cr_expect((*s)->OpenHeld(Key{.writer = "w", .ino = 1, .version = 1}).has_value(), "and is still served");
+    cr_expect_eq((*s)->Begin(Held{.key = {.writer = "w", .ino = 1, .version = 1},
+                                  .size = data.size(),
+                                  .hash_hi = sum.first,
+                                  .hash_lo = sum.second,
+                                  .meta = "m"})
+                     .error(),
+                 ESTALE, "a published copy is not a replica held for a writer");
   }
   auto s = Store::Open(dir + "/r", 700000);
   cr_assert(s.has_value());
