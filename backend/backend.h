@@ -50,6 +50,8 @@
 
 namespace ckpt::backend {
 
+// kTmpDir and kClusterDir are refused as a component of a backend's root
+// or prefix (common/config.cc, ParseBackendUrl).
 inline constexpr char kTmpDir[] = ".ckptfs-tmp";
 // The reserved area of cluster records (PutRecord, ListRecords): like the
 // staging area, never listed, stat-ed or written through the other methods.

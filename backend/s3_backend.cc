@@ -32,13 +32,12 @@
 // runs), or, whoever staged it, once it is kStaleStagedSec (an hour) old
 // by LastModified / Initiated (a store that gives neither time keeps
 // other owners' leftovers: a lifecycle rule on .ckptfs-tmp/ is the
-// remedy). Removing every one, as before, let a restarting node abort the
-// upload another node was in the middle of. A half-done exchange's objects
-// (xchg-*, Rename) are never removed: one may hold the only copy of a
-// file. An upload whose abort fails (the store
-// is down) is remembered and aborted again around the next multipart
-// upload (before it starts and once it completes), so a store that comes
-// back is left clean without a remount.
+// remedy; without a prefix only keys under .ckptfs-tmp/ are ever
+// leftovers: the rest of the bucket may be other tools'). Removing every one, as before, let a restarting node abort
+// the upload another node was in the middle of. A half-done exchange's objects (xchg-*, Rename) are never removed: one
+// may hold the only copy of a file. An upload whose abort fails (the store is down) is remembered and aborted again
+// around the next multipart upload (before it starts and once it completes), so a store that comes back is left clean
+// without a remount.
 #include "backend/s3_backend.h"
 
 #include <curl/curl.h>
@@ -190,6 +189,11 @@ bool S3Backend::Leftover(const std::string& key, int64_t made_sec, int64_t now) 
       if (!cfg_.owner.empty() && owner == cfg_.owner) return true;
     }
   }
+  // Without a prefix the bucket is not ours alone: an upload to a key
+  // outside the staging area may be another tool's (a dataset's upload
+  // that runs for hours), and is never aborted; ours there (a publish's
+  // copy cut short) is left to the bucket's lifecycle rule.
+  if (root_.empty() && !key.starts_with(tmp_root_)) return false;
   return made_sec > 0 && made_sec < now - kStaleStagedSec;
 }
 

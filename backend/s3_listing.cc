@@ -342,6 +342,10 @@ Status S3Backend::ListPages(const std::string& key_prefix, const std::function<S
     if (!page) return BadReply("list", key_prefix, r);
     if (auto st = fn(*page); !st) return st;
     if (!page->truncated) return {};
+    // More follows, but from where? Without a new token the next request
+    // would start over (or ask for the same page) forever.
+    if (page->next_token.empty() || page->next_token == token)
+      return BadReply("list: no new continuation token", key_prefix, r);
     token = page->next_token;
   }
 }

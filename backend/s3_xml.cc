@@ -56,6 +56,10 @@ std::string Save(const pugi::xml_document& doc) {
   return ss.str();
 }
 
+// An xsd:boolean's true: "true" or "1" (a store that says 1 has more
+// pages too; read as false, a listing ended after its first page).
+bool Truthy(std::string_view v) { return v == "true" || v == "1"; }
+
 // Values of encoding-type=url replies: percent-encoded, '+' for a space.
 std::string UrlDecode(std::string_view s) { return PercentDecode(s, /*plus_is_space=*/true); }
 
@@ -106,7 +110,7 @@ Result<ListPage> ParseListObjectsV2(std::string_view xml) {
   if (!Load(doc, xml, "ListBucketResult", &root)) return Err(EIO);
   bool url = Text(root, "EncodingType") == "url";
   ListPage page;
-  page.truncated = Text(root, "IsTruncated") == "true";
+  page.truncated = Truthy(Text(root, "IsTruncated"));
   page.next_token = Text(root, "NextContinuationToken");
   for (pugi::xml_node c = root.first_child(); c; c = c.next_sibling()) {
     if (c.type() != pugi::node_element) continue;
@@ -142,7 +146,7 @@ Result<UploadsPage> ParseListMultipartUploads(std::string_view xml) {
   if (!Load(doc, xml, "ListMultipartUploadsResult", &root)) return Err(EIO);
   bool url = Text(root, "EncodingType") == "url";
   UploadsPage page;
-  page.truncated = Text(root, "IsTruncated") == "true";
+  page.truncated = Truthy(Text(root, "IsTruncated"));
   page.next_key_marker = Text(root, "NextKeyMarker");
   page.next_upload_id_marker = Text(root, "NextUploadIdMarker");
   if (url) page.next_key_marker = UrlDecode(page.next_key_marker);

@@ -5,7 +5,9 @@
 // A command-line error is one line on stderr (exit 2); no message quotes a
 // URL's userinfo back (RedactUserinfo).
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <tuple>
@@ -153,7 +155,18 @@ int main(int argc, char** argv) {
   status->add_flag("--json", json, "machine-readable output");
   auto* drain = app.add_subcommand("drain", "wait until everything closed so far is persisted");
   drain->add_option("mountpoint", target)->required();
-  drain->add_option("--timeout", timeout_s, "give up after SECONDS (exit 1)")->check(CLI::NonNegativeNumber);
+  // CLI::NonNegativeNumber lets "nan" through (no comparison with it is
+  // true): the drain then never timed out.
+  const CLI::Validator finite(
+      [](std::string& in) {
+        char* end = nullptr;
+        const double v = std::strtod(in.c_str(), &end);
+        return end != in.c_str() && *end == '\0' && std::isfinite(v) && v >= 0
+                   ? std::string()
+                   : "'" + in + "' is not a number of seconds (0 or more; 0: no limit)";
+      },
+      "SECONDS");
+  drain->add_option("--timeout", timeout_s, "give up after SECONDS (exit 1; 0: never)")->check(finite);
   std::string skip_path;
   auto* skip = app.add_subcommand("skip", "give up on the file the drain holds at (the backend refuses it for good)");
   skip->add_option("mountpoint", target)->required();

@@ -107,6 +107,32 @@ std::expected<uint64_t, std::string> ParseSize(const std::string& s) {
   return static_cast<uint64_t>(bytes);
 }
 
+namespace {
+
+// A component of a backend's root or prefix that ckptfs keeps for itself
+// inside a backend (backend/backend.h: kTmpDir, kClusterDir), or null. A
+// mount whose backend lies in another mount's staging area would see its
+// staged files removed as that mount's leftovers an hour on.
+const char* ReservedComponent(std::string_view path) {
+  for (const char* name : {".ckptfs-tmp", ".ckptfs-cluster"}) {
+    const std::string_view n(name);
+    for (size_t pos = path.find(n); pos != std::string_view::npos; pos = path.find(n, pos + 1)) {
+      const bool starts = pos == 0 || path[pos - 1] == '/';
+      const bool ends = pos + n.size() == path.size() || path[pos + n.size()] == '/';
+      if (starts && ends) return name;
+    }
+  }
+  return nullptr;
+}
+
+std::unexpected<std::string> Reserved(const std::string& s, const char* name) {
+  return std::unexpected(
+      "invalid backend '" + s + "': '" + name +
+      "' is a name ckptfs keeps for itself inside a backend; choose a directory or prefix outside it");
+}
+
+}  // namespace
+
 std::expected<BackendUrl, std::string> ParseBackendUrl(const std::string& s) {
   // Userinfo (user:password@) in any URL is refused before anything else,
   // with a message that does not echo the URL: every later message may.
@@ -131,6 +157,7 @@ std::expected<BackendUrl, std::string> ParseBackendUrl(const std::string& s) {
     while (!u.prefix.empty() && u.prefix.back() == '/') u.prefix.pop_back();
     while (!u.prefix.empty() && u.prefix.front() == '/') u.prefix.erase(0, 1);
     if (u.bucket.empty()) return std::unexpected("invalid backend '" + s + "': no bucket in s3:// URL");
+    if (const char* r = ReservedComponent(u.prefix)) return Reserved(s, r);
     return u;
   }
   if (s.rfind("file://", 0) == 0) rest = s.substr(7);
@@ -138,6 +165,7 @@ std::expected<BackendUrl, std::string> ParseBackendUrl(const std::string& s) {
     return std::unexpected("invalid backend '" + s + "': expected a directory, file:///path or s3://bucket/prefix");
   if (rest.empty() || rest[0] != '/') return std::unexpected("invalid backend '" + s + "': the path must be absolute");
   while (rest.size() > 1 && rest.back() == '/') rest.pop_back();
+  if (const char* r = ReservedComponent(rest)) return Reserved(s, r);
   u.path = rest;
   return u;
 }

@@ -32,6 +32,13 @@ namespace {
 
 constexpr size_t kMaxNegative = 65536;  // remembered ENOENTs; all forgotten past this
 
+// The permission bits of an entry found in the backend, which takes the
+// mount root's owner: without set-user-ID and set-group-ID, as chown(2)
+// clears them, so a file anyone could write to the backend (or give an
+// x-amz-meta-mode) never shows as the mount owner's setuid program (that
+// matters on a mount with `-o suid`; libfuse mounts nosuid by default).
+mode_t ImportedMode(uint32_t mode) { return static_cast<mode_t>(mode & 01777); }
+
 constexpr int kMaxDropDepth = 64;       // deeper clean trees are kept (dropped later, from below)
 
 std::string Join(const std::string& dir, std::string_view name) {
@@ -171,7 +178,7 @@ Inode* SharedNamespace::FollowBackend(Inode* p, const std::string& name, Inode* 
   r.state = DataState::kRemote;
   r.size = r.sealed_size = e.size;
   r.mtime = r.ctime = {e.mtime_sec, e.mtime_nsec};
-  if (e.mode) r.mode = (r.mode & S_IFMT) | (e.mode & 07777);
+  if (e.mode) r.mode = (r.mode & S_IFMT) | ImportedMode(e.mode);
   r.checksum_hi = e.has_checksum ? e.checksum_hi : 0;
   r.checksum_lo = e.has_checksum ? e.checksum_lo : 0;
   Batch b;
@@ -519,13 +526,13 @@ Inode* SharedNamespace::AdoptEntry(Inode* p, const std::string& name, const back
   r.version = 1;
   switch (e.type) {
     case backend::Entry::Type::kDir:
-      r.mode = S_IFDIR | (e.mode ? e.mode & 07777 : 0755);
+      r.mode = S_IFDIR | (e.mode ? ImportedMode(e.mode) : 0755);
       r.nlink = 2;
       r.state = DataState::kPersisted;
       p->rec.nlink++;
       break;
     case backend::Entry::Type::kFile:
-      r.mode = S_IFREG | (e.mode ? e.mode & 07777 : 0644);
+      r.mode = S_IFREG | (e.mode ? ImportedMode(e.mode) : 0644);
       r.nlink = 1;
       r.size = r.sealed_size = e.size;
       core_.residency.SawFile(e.size);  // what a checkpoint here weighs

@@ -3,7 +3,8 @@
 # on stderr naming the problem, and nothing mounted or left running:
 # unknown option, missing or absent mount point, non-empty mount point,
 # already-mounted mount point, unwritable state dir, bad size strings,
-# nonexistent backend, bad --fsync value.
+# nonexistent backend, bad --fsync value, a backend inside a reserved
+# directory, a drain timeout that is not a number of seconds.
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
@@ -42,6 +43,13 @@ echo regular > "$T/regular"
 expect_refusal "$T/regular|state" "$MNT" mount "$MNT" --backend "$BACKEND" --state-dir "$T/regular/state" --tier-dir "$TIER"
 expect_refusal "$T/regular|backend" "$MNT" mount "$MNT" --backend "$T/regular" --state-dir "$STATE" --tier-dir "$TIER"
 expect_refusal 'fsync|sometimes' "$MNT" mount "$MNT" "${base[@]}" --fsync sometimes
+# A backend inside another mount's staging area: its files would be that mount's leftovers.
+mkdir -p "$BACKEND/.ckptfs-tmp"
+expect_refusal 'keeps for itself' "$MNT" mount "$MNT" --backend "$BACKEND/.ckptfs-tmp" --state-dir "$STATE" --tier-dir "$TIER"
+rmdir "$BACKEND/.ckptfs-tmp"
+# A timeout that is no number of seconds (nan passed CLI11's check: no timeout at all).
+expect_refusal 'nan.*seconds' "" drain "$MNT" --timeout nan
+expect_refusal 'seconds' "" drain "$MNT" --timeout -1
 if [ "$(id -u)" = 0 ]; then
   # A read-only state dir (root ignores mode bits, not a read-only mount).
   mkdir -p "$T/ro/state"

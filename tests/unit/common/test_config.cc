@@ -230,6 +230,14 @@ Test(backend_url, rejects) {
   ExpectBadUrl("s3://", "bucket");
   ExpectBadUrl("s3:///prefix", "bucket");
   ExpectBadUrl("http://host/x", "s3://");
+  // Inside another mount's staging area or cluster records: its leftovers.
+  ExpectBadUrl("/nfs/ckpts/.ckptfs-tmp", "keeps for itself");
+  ExpectBadUrl("/nfs/ckpts/.ckptfs-tmp/mine/", "keeps for itself");
+  ExpectBadUrl("file:///nfs/.ckptfs-cluster/x", "keeps for itself");
+  ExpectBadUrl("s3://b/team/.ckptfs-tmp", "keeps for itself");
+  ExpectBadUrl("s3://b/.ckptfs-cluster/x", "keeps for itself");
+  ExpectPosix("/nfs/.ckptfs-tmpx/a.ckptfs-tmp", "/nfs/.ckptfs-tmpx/a.ckptfs-tmp");
+  ExpectS3("s3://b/x.ckptfs-tmp/.ckptfs-clusters", "b", "x.ckptfs-tmp/.ckptfs-clusters");
   ExpectBadUrl("gs://bucket/x", "s3://");
   ExpectBadUrl("S3://bucket/x", "s3://");  // schemes are lower case
 }

@@ -475,6 +475,8 @@ Test(drain, import_existing_backend_on_first_mount) {
   stdfs::create_directories(d.root + "/old/step_7");
   { std::ofstream(d.root + "/old/step_7/model.pt") << "old weights"; }
   stdfs::create_symlink("step_7", d.root + "/old/latest");
+  { std::ofstream(d.root + "/old/tool") << "#!/bin/sh"; }
+  cr_assert_eq(chmod((d.root + "/old/tool").c_str(), 06755), 0);  // someone's setuid file in the backend
   // A fresh state dir over this backend: reopen with a new store.
   d.env.reset();
   d.env = std::make_unique<Env>(KvKind::kRocks, 64ull << 20, d.be.get());
@@ -488,6 +490,10 @@ Test(drain, import_existing_backend_on_first_mount) {
   cr_assert_eq(m->state, ckpt::meta::DataState::kRemote);
   cr_assert_eq(m->size, 11u);
   cr_assert_eq(e.table->Readlink(e.table->Lookup(old->ino, "latest")->ino).value_or(""), std::string("step_7"));
+  auto tool = e.table->Lookup(old->ino, "tool");
+  cr_assert(tool.has_value());
+  cr_expect_eq(tool->mode & 07777, 0755u, "imported with the root's owner: no setuid or setgid (mode %o)",
+               tool->mode & 07777);
   auto fd = e.table->Open(m->ino, O_RDONLY);
   cr_assert(fd.has_value());
   char buf[16] = {};

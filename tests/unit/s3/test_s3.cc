@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backend/s3_backend.h"
+#include "backend/s3_backend_impl.h"
 #include "backend/s3_config.h"
 #include "backend/s3_xml.h"
 #include "common/text.h"
@@ -84,6 +85,28 @@ static const char kListPage[] = R"(<?xml version="1.0" encoding="UTF-8"?>
     <ETag>"9b2cf535f27731c974343645a3985328-3"</ETag><Size>41943040</Size><StorageClass>STANDARD</StorageClass></Contents>
 </ListBucketResult>)";
 
+// An hour-old upload is a leftover under this mount's prefix (a publish's
+// copy cut short); without a prefix, only in the staging area: the rest of
+// the bucket may be another tool's upload of many hours.
+Test(s3_leftovers, an_old_upload_outside_the_staging_area_is_ours_only_under_a_prefix) {
+  using ckpt::backend::s3impl::S3Backend;
+  ckpt::backend::S3Config c;
+  c.endpoint = "http://127.0.0.1:1";
+  c.bucket = "b";
+  c.owner = "node-a";
+  const int64_t now = 1800000000, old = now - 2 * 3600, fresh = now - 60;
+  S3Backend whole(c);
+  cr_expect(!whole.Leftover("datasets/imagenet.tar", old, now), "another tool's upload in a shared bucket");
+  cr_expect(!whole.Leftover("step_1/model.pt", old, now));
+  cr_expect(whole.Leftover(".ckptfs-tmp/node-b/stage-1-2-3", old, now), "staged by a gone daemon, an hour ago");
+  cr_expect(!whole.Leftover(".ckptfs-tmp/node-b/stage-1-2-3", fresh, now));
+  c.prefix = "team/ckpts";
+  S3Backend prefixed(c);
+  cr_expect(prefixed.Leftover("team/ckpts/step_1/model.pt", old, now), "under the mount's prefix: ours");
+  cr_expect(!prefixed.Leftover("team/ckpts/step_1/model.pt", fresh, now));
+  cr_expect(prefixed.Leftover("team/ckpts/.ckptfs-tmp/node-b/stage-1-2-3", old, now));
+}
+
 Test(s3_xml, list_objects_v2) {
   auto page = s3::ParseListObjectsV2(kListPage);
   cr_assert(page.has_value());
@@ -96,6 +119,21 @@ Test(s3_xml, list_objects_v2) {
   cr_expect_eq(page->objects[1].size, 41943040u);
   cr_expect_eq(page->objects[1].etag, std::string("\"9b2cf535f27731c974343645a3985328-3\""));
   cr_expect_eq(page->objects[0].mtime_sec, 1704164645);
+}
+
+// xsd:boolean: "1" is true too (a listing read as ended after its first
+// page made Rmdir leave keys and the merge drop entries that are there).
+Test(s3_xml, is_truncated_as_an_xml_boolean) {
+  std::string one = kListPage;
+  one.replace(one.find("<IsTruncated>true"), 17, "<IsTruncated>1");
+  cr_expect(s3::ParseListObjectsV2(one)->truncated);
+  std::string zero = kListPage;
+  zero.replace(zero.find("<IsTruncated>true"), 17, "<IsTruncated>0");
+  cr_expect(!s3::ParseListObjectsV2(zero)->truncated);
+  cr_expect(s3::ParseListMultipartUploads(
+                "<ListMultipartUploadsResult><IsTruncated>1</IsTruncated><NextKeyMarker>k</NextKeyMarker>"
+                "<NextUploadIdMarker>u</NextUploadIdMarker></ListMultipartUploadsResult>")
+                ->truncated);
 }
 
 Test(s3_xml, list_objects_v2_url_encoded_and_prefixes) {
