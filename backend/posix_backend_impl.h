@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "backend/posix_walk.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/mutex.h"
 #include "common/result.h"
@@ -31,7 +32,7 @@ namespace ckpt::backend::posiximpl {
 using namespace posix;
 
 inline constexpr char kProbePrefix[] = ".ckptfs-probe-";
-inline constexpr int kMaxTreeDepth = 256;     // Rmdir: deeper trees are refused (ENAMETOOLONG)
+inline constexpr int kMaxTreeDepth = 256;     // Rmdir: deeper trees are refused (ENAMETOOLONG); List: not entered
 inline constexpr char kLockPrefix[] = "lk-";  // <staging area>/lk-NONCE: flock'd while its backend lives
 
 // The nonce in a staging-area name: lk-NONCE, or XX-PID-NONCE-N (UniqueName).
@@ -128,8 +129,9 @@ class PosixBackend final : public Backend {
 
  private:
   // The path of `rel` for log lines ("<root>/a/b"); of the root when empty.
+  // Escaped (EscapeName): a name with a newline cannot forge a log line.
   std::string Show(std::string_view rel) const {
-    return rel.empty() ? root_ : (root_ == "/" ? "" : root_) + "/" + std::string(rel);
+    return EscapeName(rel.empty() ? root_ : (root_ == "/" ? "" : root_) + "/" + std::string(rel));
   }
   std::string Show(std::string_view dir, std::string_view name) const {
     return Show(std::string(dir) + "/" + std::string(name));
@@ -224,8 +226,11 @@ class PosixBackend final : public Backend {
   static Result<Entry> EntryAt(int dfd, const std::string& name, const std::string& rel);
 
   // Reports the entries of the directory open as `fd` (taken over), whose
-  // path is `rel`, sorted by name, each directory before what it holds.
-  Status Walk(int fd, const std::string& rel, const std::function<void(const Entry&)>& fn);
+  // path is `rel`, sorted by name, each directory before what it holds;
+  // `depth` levels below the root: directories deeper than kMaxTreeDepth
+  // are listed, not entered (logged once), so a planted deep tree costs a
+  // mount neither its descriptors nor its stack.
+  Status Walk(int fd, const std::string& rel, const std::function<void(const Entry&)>& fn, int depth = 0);
 
   const std::string root_;               // as configured (absolute, normalized): for logs
   const std::string canon_;              // its canonical path at open: what is opened

@@ -216,7 +216,7 @@ Result<Entry> PosixBackend::EntryAt(int dfd, const std::string& name, const std:
   return e;
 }
 
-Status PosixBackend::Walk(int fd, const std::string& rel, const std::function<void(const Entry&)>& fn) {
+Status PosixBackend::Walk(int fd, const std::string& rel, const std::function<void(const Entry&)>& fn, int depth) {
   Fd dir(fd);
   std::vector<std::string> names;
   if (int e = ReadNames(dir.get(), rel.empty(), &names)) return Fail(e, "list: readdir", Show(rel));
@@ -233,12 +233,16 @@ Status PosixBackend::Walk(int fd, const std::string& rel, const std::function<vo
     }
     fn(*e);
     if (e->type != Entry::Type::kDir) continue;
+    if (depth + 1 >= kMaxTreeDepth) {
+      LOG_WARN("posix backend: list: not entering '{}': deeper than {} levels", Show(child), kMaxTreeDepth);
+      continue;
+    }
     int sub = openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (sub < 0) {
       if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR) continue;  // changed while we walked
       return Fail(errno, "list: open", Show(child));
     }
-    if (auto s = Walk(sub, child, fn); !s) return s;
+    if (auto s = Walk(sub, child, fn, depth + 1); !s) return s;
   }
   return {};
 }

@@ -3,6 +3,7 @@
 // after what a lost node took with it").
 #include <algorithm>
 
+#include "common/config.h"
 #include "fs/cluster/cluster_types.h"
 
 namespace ckpt::fs {
@@ -32,7 +33,7 @@ std::string LostFilesText(uint64_t unpersisted, uint64_t at_risk, const std::vec
   const uint64_t safe = unpersisted > at_risk ? unpersisted - at_risk : 0;
   std::string s = at_risk == 0 ? "its last record names no file left unreplicated"
                                : "its " + std::to_string(at_risk) + " unpersisted files not replicated are lost" +
-                                     (paths.empty() ? "" : ", e.g. " + paths.front());
+                                     (paths.empty() ? "" : ", e.g. " + EscapeName(paths.front()));
   if (safe > 0) s += " (" + std::to_string(safe) + " replicated: their holders publish them)";
   return s;
 }

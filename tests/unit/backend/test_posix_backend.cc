@@ -493,6 +493,26 @@ Test(posix_backend, fetch_into_unmappable_destination) {
   cr_assert_eq(e.be->Fetch("f", small.fd, src.bytes.size()).error(), EINVAL);
 }
 
+// A tree planted deeper than kMaxTreeDepth (256) is listed down to that
+// depth: the mount goes on, with one descriptor and one stack frame per
+// level only that far.
+Test(posix_backend, list_stops_at_the_depth_limit) {
+  Env e;
+  std::string rel;
+  for (int i = 0; i < 300; i++) {
+    rel += (rel.empty() ? "" : "/") + std::string("d");
+    cr_assert_eq(mkdir(e.P(rel).c_str(), 0755), 0, "level %d", i);
+  }
+  size_t entries = 0, deepest = 0;
+  cr_assert(e.be->List([&](const Entry& en) {
+                  entries++;
+                  deepest = std::max<size_t>(deepest, std::count(en.path.begin(), en.path.end(), '/') + 1);
+                })
+                .has_value());
+  cr_expect_eq(deepest, 256u);
+  cr_expect_eq(entries, 256u);
+}
+
 Test(posix_backend, list) {
   Env e;
   Source src(4 * kMiB + 123, 400);

@@ -93,6 +93,14 @@ void ExpectShardFirst(Node& a, Node& b, int64_t* now, int64_t at, uint64_t shard
 
 }  // namespace
 
+// A lost member's paths come from its record (another node's names): a
+// newline in one cannot make the warning two log lines.
+Test(cluster, lost_files_text_escapes_the_path_it_names) {
+  const std::string t = ckpt::fs::LostFilesText(3, 2, {"step_9/rank0\n[error] forged line"});
+  cr_expect(t.find('\n') == std::string::npos, "%s", t.c_str());
+  cr_expect(t.find("step_9/rank0") != std::string::npos, "%s", t.c_str());
+}
+
 Test(cluster, gate_times_and_watermark) {
   FakeStore store;
   int64_t now = 1000;
