@@ -78,6 +78,9 @@ void Link::Impl::Put(const std::shared_ptr<Conn>& c, const Msg& m0) {
   if (!k) return;
   if (!store) return Reply(*c, m.req, Op::kRefused, EOPNOTSUPP);
   if (c->rx.count(m.req)) return Reply(*c, m.req, Op::kRefused, EEXIST);
+  // Each replica being received holds a part file open: a member that
+  // starts many and sends nothing is told to wait, as a full holder does.
+  if (c->rx.size() >= kMaxIncomingPerConn) return Reply(*c, m.req, Op::kWait);
   auto in = store->Begin(Held{.key = *k, .size = m.a, .gate_us = m.b, .hash_hi = m.c, .hash_lo = m.d, .meta = meta});
   if (!in) {
     if (in.error() == EEXIST) return Reply(*c, m.req, Op::kHeld, m.a);

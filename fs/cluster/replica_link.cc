@@ -295,7 +295,20 @@ bool Link::Impl::Accept() {
   if (conn_requests.empty()) return false;
   auto reqs_now = std::move(conn_requests);
   conn_requests.clear();
+  size_t pending = 0;
+  for (const auto& [ep, c] : conns)
+    pending += c->holder_side && (c->st == Conn::St::kAwaitHello || c->st == Conn::St::kAwaitProof);
   for (auto* r : reqs_now) {
+    if (pending >= static_cast<size_t>(std::max(opts.max_handshakes, 1))) {
+      // Logged once per burst: the first rejection after one went through.
+      if (!rejecting) LOG_WARN("replica link: {} connections are in their handshake: rejecting more", pending);
+      rejecting = true;
+      peers_refused++;
+      ucp_listener_reject(listener, r);
+      continue;
+    }
+    rejecting = false;
+    pending++;
     ucp_conn_request_attr_t ra{};
     ra.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
     std::string from = "a peer";
@@ -358,7 +371,7 @@ std::shared_ptr<Conn> Link::Impl::Dial(const std::string& peer, int* err) {
   }
   conns[c->ep] = c;
   dialed[peer] = c;
-  Send(*c, Msg{.op = Op::kHello, .text = c->nonce_c + opts.node_id});
+  if (!silent_dial.load()) Send(*c, Msg{.op = Op::kHello, .text = c->nonce_c + opts.node_id});
   return c;
 }
 
@@ -637,8 +650,9 @@ void Link::Impl::Sweep() {
       Finish(r, Err(ETIMEDOUT));
     }
   const auto idle = std::chrono::milliseconds(opts.timeout_ms);
+  const auto handshake = std::chrono::milliseconds(std::min(opts.timeout_ms, opts.handshake_ms));
   for (auto& [ep, c] : std::unordered_map<ucp_ep_h, std::shared_ptr<Conn>>(conns)) {
-    if (c->holder_side && c->st != Conn::St::kReady && c->st != Conn::St::kClosed && now - c->since > idle) {
+    if (c->holder_side && c->st != Conn::St::kReady && c->st != Conn::St::kClosed && now - c->since > handshake) {
       Refuse(c, "did not finish the handshake in time");
       continue;
     }
@@ -806,5 +820,6 @@ void Link::TestLieAboutChunks(bool on) { impl_->lie = on; }
 void Link::TestStopAfterChunks(int n) { impl_->stop_after = n; }
 void Link::TestPaceChunks(int ms) { impl_->pace_ms = ms; }
 void Link::TestRepeatFirstChunk(bool on) { impl_->repeat_first = on; }
+void Link::TestSilentDial(bool on) { impl_->silent_dial = on; }
 
 }  // namespace ckpt::fs::replica

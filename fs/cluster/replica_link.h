@@ -61,10 +61,16 @@ class Link {
     // proved. Called on the link's serving threads (kServers), never its
     // loop: it may block (a fetch). Empty: every load is refused with ENOENT.
     std::function<Result<Served>(const Content& c, const std::string& asker, Ask ask)> serve{};
+    // Connections to the listener not through the handshake yet: more are
+    // rejected at once, and each is refused after `handshake_ms` (or the
+    // timeout, if shorter). Anyone who reaches the port can open them: the
+    // bound keeps descriptors and endpoints for the members.
+    int max_handshakes = 64;
+    int64_t handshake_ms = 5000;
   };
   static constexpr int kServers = 2;
   struct Counters {
-    uint64_t peers_refused = 0;   // connections that failed the handshake or spoke before it
+    uint64_t peers_refused = 0;   // connections that failed the handshake, spoke before it, or found no room for one
     uint64_t chunks_refused = 0;  // chunks or replicas whose checksum did not match
     uint64_t replicas_held = 0;   // replicas this holder accepted
     uint64_t bytes_in = 0, bytes_out = 0;
@@ -131,6 +137,9 @@ class Link {
   // first chunk twice (a confused writer).
   void TestPaceChunks(int ms);
   void TestRepeatFirstChunk(bool on);
+  // Tests only: connect without saying HELLO (a port scanner, or a peer
+  // that hangs before the handshake).
+  void TestSilentDial(bool on);
 
   struct Impl;
 

@@ -131,6 +131,7 @@ struct Link::Impl {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   ucp_listener_h listener = nullptr;
+  bool rejecting = false;  // Accept: rejecting connections beyond max_handshakes (logged once per burst)
   int epfd = -1, evfd = -1;
   std::thread thread;
   std::atomic<bool> stop{false};
@@ -162,6 +163,7 @@ struct Link::Impl {
   std::atomic<int> stop_after{-1};
   std::atomic<int> pace_ms{0};
   std::atomic<bool> repeat_first{false};
+  std::atomic<bool> silent_dial{false};
 
   // ---- set-up and the loop ----
   // On the loop's thread: "" when ready, else why not.

@@ -22,6 +22,7 @@ namespace ckpt::fs::replica {
 
 inline constexpr uint64_t kChunk = 4ull << 20;  // bytes per chunk message
 inline constexpr int kWindow = 4;               // chunks of one file in flight
+inline constexpr size_t kMaxIncomingPerConn = 16;  // replicas one connection may have open at a holder (more: WAIT)
 inline constexpr size_t kNonceLen = 32;
 inline constexpr size_t kMacLen = 32;        // HMAC-SHA256
 inline constexpr size_t kMinSecretLen = 16;  // bytes of a --cluster-secret file

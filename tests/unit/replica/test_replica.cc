@@ -481,6 +481,81 @@ Test(replica_link, a_name_held_with_other_bytes_is_not_counted_as_this_one, .tim
   close(fb);
 }
 
+// Anyone who reaches the port can connect: connections that do not go
+// through the handshake are bounded (more are rejected at once) and
+// refused after handshake_ms, after which members get in again.
+Test(replica_link, connections_that_never_say_hello_are_bounded, .timeout = 60) {
+  std::string dir = TempDir();
+  auto s = Store::Open(dir + "/replicas", 64 << 20);
+  cr_assert(s.has_value());
+  auto h = Link::Open({.node_id = "holder-1",
+                       .secret = kSecret,
+                       .listen = "127.0.0.1:0",
+                       .timeout_ms = 20000,
+                       .max_handshakes = 2,
+                       .handshake_ms = 1500},
+                      s->get());
+  cr_assert(h.has_value(), "%s", h ? "" : h.error().c_str());
+  const std::string addr = (*h)->address();
+  std::pair<uint64_t, uint64_t> sum;
+  int fd = MakeFile(dir + "/src", 1000, 15, &sum);
+  std::vector<std::unique_ptr<Link>> silent;
+  std::vector<std::thread> threads;
+  std::atomic<int> done{0};
+  for (int i = 0; i < 3; i++) {
+    auto w = Link::Open({.node_id = "silent" + std::to_string(i), .secret = kSecret, .timeout_ms = 1000}, nullptr);
+    cr_assert(w.has_value());
+    (*w)->TestSilentDial(true);
+    silent.push_back(std::move(*w));
+    threads.emplace_back([&, i] {
+      (void)silent[i]->Replicate(addr, Key{.writer = "silent" + std::to_string(i), .ino = 1, .version = 1}, fd, 1000, 1,
+                                 sum.first, sum.second);
+      done++;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // in order: the third is the one beyond the bound
+  }
+  for (auto& t : threads) t.join();
+  cr_expect_geq((*h)->counters().peers_refused, 1u, "the third was rejected");
+  // The two held slots are refused 1.5 s after they opened; then a member gets in.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  auto w = Link::Open({.node_id = "writer.a", .secret = kSecret, .timeout_ms = 5000}, nullptr);
+  cr_assert(w.has_value());
+  auto st =
+      (*w)->Replicate(addr, Key{.writer = "writer.a", .ino = 1, .version = 1}, fd, 1000, 1, sum.first, sum.second);
+  cr_expect(st.has_value(), "%s", st ? "" : ckpt::ErrStr(st.error()).c_str());
+  close(fd);
+  w->reset();
+  silent.clear();
+  h->reset();
+  s->reset();
+  fsys::remove_all(dir);
+}
+
+// A member that opens many replicas and sends nothing holds a part file
+// each: past kMaxIncomingPerConn on one connection it is told to wait.
+Test(replica_link, replicas_open_on_one_connection_are_bounded, .timeout = 60) {
+  Pair p(64 << 20, kSecret, 1500);
+  std::pair<uint64_t, uint64_t> sum;
+  int fd = MakeFile(p.dir + "/src", 1, 16, &sum);
+  p.writer->TestStopAfterChunks(0);  // PUT, then nothing
+  constexpr int kN = 20;
+  std::vector<std::thread> threads;
+  std::atomic<int> waited{0}, timed_out{0};
+  for (int i = 0; i < kN; i++)
+    threads.emplace_back([&, i] {
+      auto st =
+          p.writer->Replicate(p.addr, Key{.writer = "writer.a", .ino = static_cast<uint64_t>(100 + i), .version = 1},
+                              fd, 1, 1, sum.first, sum.second);
+      if (!st && st.error() == EAGAIN) waited++;
+      if (!st && st.error() == ETIMEDOUT) timed_out++;
+    });
+  for (auto& t : threads) t.join();
+  cr_expect_eq(timed_out.load(), static_cast<int>(ckpt::fs::replica::kMaxIncomingPerConn));
+  cr_expect_eq(waited.load(), kN - static_cast<int>(ckpt::fs::replica::kMaxIncomingPerConn));
+  cr_expect_eq(p.store->List().size(), 0u);
+  close(fd);
+}
+
 // A tier file that shrank under its replication (a new version written in
 // place): the writer reads each chunk with pread, so the transfer fails
 // with an error; it read a mapping before, and the daemon died of SIGBUS.
