@@ -233,15 +233,25 @@ void Link::Impl::Get(const std::shared_ptr<Conn>& c, const Msg& m) {
   if (!h) return Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(h.error()));
   const auto [fd, held] = *h;
   const uint64_t off = std::min(m.a, held.size), n = std::min({m.b, kMaxRead, held.size - off});
-  std::string buf(n, '\0');
-  ssize_t got = n ? pread(fd, buf.data(), n, static_cast<off_t>(off)) : 0;
+  if (n && *get_bytes + n > kServeBytes) {
+    close(fd);
+    return Reply(*c, m.req, Op::kRefused, EAGAIN);
+  }
+  *get_bytes += n;
+  auto counter = get_bytes;
+  std::shared_ptr<std::string> buf(new std::string(n, '\0'), [counter, n](std::string* b) {
+    *counter -= n;
+    delete b;
+  });
+  ssize_t got = n ? pread(fd, buf->data(), n, static_cast<off_t>(off)) : 0;
+  const int e = errno;
   close(fd);
-  if (got < 0) return Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(errno));
-  buf.resize(static_cast<size_t>(got));
-  bytes_out += buf.size();
-  Msg d{.op = Op::kData, .req = m.req, .a = off, .b = ChunkHash(buf.data(), buf.size())};
-  if (buf.empty()) return Send(*c, d);
-  Send(*c, d, nullptr, 0, nullptr, std::move(buf));
+  if (got < 0) return Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(e));
+  buf->resize(static_cast<size_t>(got));
+  bytes_out += buf->size();
+  Msg d{.op = Op::kData, .req = m.req, .a = off, .b = ChunkHash(buf->data(), buf->size())};
+  if (buf->empty()) return Send(*c, d);
+  Send(*c, d, buf->data(), buf->size(), buf);  // `buf` held until UCX is done with it
 }
 
 // A load: queued for the serving threads (the source may block on a fetch

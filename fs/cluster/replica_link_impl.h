@@ -279,6 +279,11 @@ struct Link::Impl {
   std::deque<ServeJob> serve_q GUARDED_BY(serve_mu);
   bool serve_stop GUARDED_BY(serve_mu) = false;
   static constexpr uint64_t kServeBytes = 128ull << 20;  // pieces read for askers and not yet sent
+  // GET replies read and not yet sent (bytes; shared with the send
+  // contexts that hold them, which may outlive a request): past
+  // kServeBytes a GET is refused EAGAIN, so an asker that never reads its
+  // socket cannot grow this holder's memory.
+  std::shared_ptr<std::atomic<uint64_t>> get_bytes = std::make_shared<std::atomic<uint64_t>>(0);
   uint64_t serve_bytes GUARDED_BY(serve_mu) = 0;
   std::vector<std::thread> servers;
 
