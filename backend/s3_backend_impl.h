@@ -20,6 +20,8 @@
 #include "backend/s3_backend.h"
 #include "backend/s3_client.h"
 #include "backend/s3_xml.h"
+#include "common/config.h"
+#include "common/log.h"
 #include "common/mutex.h"
 #include "common/result.h"
 
@@ -170,13 +172,24 @@ class S3Backend final : public Backend {
   static ObjectInfo InfoFrom(const Response& r);
 
   // HEADs every listed item's key (`parallel`×4 in flight) into its
-  // `info`; one removed while it was listed is marked `gone`. 0 or an errno.
+  // `info`; one removed while it was listed is marked `gone`, and so is
+  // one these credentials may list but not read (403: a bucket policy on
+  // that key; 400: an SSE-C object), with a warning: one such object
+  // failed the whole listing, and so the mount. 0 or an errno.
   template <class Item>
   int HeadEach(std::vector<Item>& items, std::string_view what, bool quiet_all) {
     return RunParallel(items.size(), cfg_.parallel * 4, [&](size_t i) -> int {
       auto info = Head(items[i].key, what, /*quiet_404=*/true, quiet_all);
       if (!info && info.error() == ENOENT) {
         items[i].gone = true;  // removed while we listed
+        return 0;
+      }
+      if (!info && (info.error() == EACCES || info.error() == EINVAL)) {
+        LOG_WARN(
+            "s3 backend: {}: skipping '{}': listed, but its HEAD is refused ({}): not readable with these "
+            "credentials",
+            what, EscapeName(items[i].key), ErrStr(info.error()));
+        items[i].gone = true;
         return 0;
       }
       if (!info) return info.error();

@@ -168,8 +168,13 @@ Result<std::vector<Entry>> S3Backend::ListDir(const std::string& dir) {
     return 0;
   });
   if (err) return Err(err);
+  // A key "a" and keys under "a/" both: the object is the entry, as List
+  // and Stat have it (two entries of one name made the shared namespace
+  // drop and adopt it again at every look).
+  std::unordered_set<std::string_view> objects;
+  for (const auto& it : items) objects.insert(it.rel);
   for (auto& d : dirs) {
-    if (d.gone) continue;
+    if (d.gone || objects.count(d.rel)) continue;
     Entry e{};
     e.type = Entry::Type::kDir;
     e.path = std::move(d.rel);

@@ -85,6 +85,10 @@ async function verify(ctx, next) {
     console.error(`SIGV4 MISMATCH ${ctx.method} ${raw}\n--- canonical request ---\n${canonical}\n---`);
     return deny(ctx, 'SignatureDoesNotMatch', 'The request signature we calculated does not match the signature you provided.');
   }
+  // A bucket policy stand-in for the tests: an object named forbidden-*
+  // may be listed but not read (HEAD and GET answer 403).
+  if ((ctx.method === 'HEAD' || ctx.method === 'GET') && /\/forbidden-[^/]*$/.test(dec(rawPath)))
+    return deny(ctx, 'AccessDenied', 'Access Denied');
   return next();
 }
 
