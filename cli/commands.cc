@@ -342,7 +342,19 @@ int CmdLatest(const std::string& mnt_in, const std::string& which) {
   Json list = ReadCheckpoints(mnt);
   for (auto it = list.rbegin(); it != list.rend(); ++it)
     if (Bool(*it, which.c_str())) {
-      printf("%s\n", (mnt + "/" + Str(*it, "path")).c_str());
+      // Printed as it is, for `$(ckptfs latest ...)`: only the checkpoint's
+      // own name must match the regex, so a directory above it may hold a
+      // newline, and the script would read two paths. Such a path is
+      // refused (EscapeName changes only control bytes, '\\' and invalid UTF-8).
+      const std::string path = mnt + "/" + Str(*it, "path");
+      if (EscapeName(path) != path) {
+        fprintf(stderr,
+                "ckptfs: the %s checkpoint's path has a control character or is not UTF-8: %s (`ckptfs "
+                "checkpoints --json` gives it exactly)\n",
+                which.c_str(), EscapeName(path).c_str());
+        return 1;
+      }
+      printf("%s\n", path.c_str());
       return 0;
     }
   fprintf(stderr, "ckptfs: no %s checkpoint in %s\n", which.c_str(), EscapeName(mnt).c_str());

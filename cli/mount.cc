@@ -171,8 +171,10 @@ void CheckWritableDir(const std::string& what, const std::string& dir) {
   struct stat st;
   if (stat(dir.c_str(), &st) != 0) Die(what + " " + dir + " does not exist");
   if (!S_ISDIR(st.st_mode)) Die(what + " " + dir + " is not a directory");
-  std::string probe = dir + "/.ckptfs-probe-" + std::to_string(getpid());
-  int fd = open(probe.c_str(), O_CREAT | O_WRONLY | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  // A random name (mkostemp: O_EXCL, tried again when taken): one made of
+  // the pid let anyone who can write there make the mount fail.
+  std::string probe = dir + "/.ckptfs-probe-XXXXXX";
+  int fd = mkostemp(probe.data(), O_CLOEXEC);
   if (fd < 0) Die(what + " " + dir + " is not writable: " + ErrStr(errno));
   close(fd);
   unlink(probe.c_str());

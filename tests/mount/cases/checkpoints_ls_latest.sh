@@ -97,6 +97,14 @@ umount_fs
 mount_fs --cache-size 256M --checkpoint-regex 'ckpt_[0-9]+'
 mkdir "$MNT/ckpt_3" && echo x > "$MNT/ckpt_3/w"
 expect_eq "$MNT/ckpt_3" "$("$CKPTFS" latest "$MNT")" "latest with --checkpoint-regex"
+# Only the checkpoint's own name must match: a directory above it with a
+# newline would make `$(ckptfs latest)` two paths. Refused, with the path escaped.
+mkdir -p "$MNT/run"$'\n'"x/ckpt_4" && echo x > "$MNT/run"$'\n'"x/ckpt_4/w"
+rc=0
+"$CKPTFS" latest "$MNT" > "$T/out" 2> "$T/err" || rc=$?
+expect_eq 1 "$rc" "latest of a path with a newline"
+[ ! -s "$T/out" ] || fail "latest printed a path with a newline: $(cat "$T/out")"
+grep -qF 'run\nx/ckpt_4' "$T/err" || fail "latest of a path with a newline: $(cat "$T/err")"
 umount_fs
 for bad in '(' ''; do
   expect_mount_refused "invalid --checkpoint-regex" "$MNT" --backend "$BACKEND" --state-dir "$STATE" --tier-dir "$TIER" \
