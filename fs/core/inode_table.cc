@@ -560,17 +560,41 @@ Result<std::vector<DirEntry>> InodeTable::ListDir(uint64_t ino) {
   return out;
 }
 
+namespace {
+
+// The namespaces kept here: user.*, and trusted.* and security.*, whose
+// writers the kernel checks (CAP_SYS_ADMIN, the LSM). The kernel checks
+// nothing for system.* and leaves it to the file system: taken, any user
+// could set them on anyone's file (EOPNOTSUPP, as tmpfs without ACLs).
+bool KeptNamespace(std::string_view name) {
+  return name.starts_with("user.") || name.starts_with("trusted.") || name.starts_with("security.");
+}
+
+}  // namespace
+
 Status InodeTable::SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags) {
   if (name.empty() || name.size() > 255) return Err(ERANGE);
   if (value.size() > kMaxXattrValue) return Err(E2BIG);
+  if (!KeptNamespace(name)) return Err(EOPNOTSUPP);
   if (name.starts_with("user.ckptfs.")) return Err(EPERM);
   if (auto st = core_.Writable(); !st) return st;
   MutexLock lk(&mu());
   Inode* n = core_.Find(ino);
   if (!n) return Err(ENOENT);
-  bool exists = n->xattrs.count(name) != 0;
+  auto old = n->xattrs.find(name);
+  bool exists = old != n->xattrs.end();
   if ((flags & XATTR_CREATE) && exists) return Err(EEXIST);
   if ((flags & XATTR_REPLACE) && !exists) return Err(ENODATA);
+  // All of a file's names and values within kMaxXattrBytes: in RAM and in
+  // RocksDB, unbounded they let one user fill the state dir (the mount then
+  // goes read-only for everyone) or make listxattr answer ERANGE for good.
+  // Their names within what one listxattr returns (XATTR_LIST_MAX).
+  size_t total = name.size() + value.size(), names = exists ? 0 : name.size() + 1;
+  for (const auto& [k, v] : n->xattrs) {
+    names += k.size() + 1;
+    if (k != name) total += k.size() + v.size();
+  }
+  if (total > kMaxXattrBytes || names > XATTR_LIST_MAX) return Err(ENOSPC);
   InodeRecord r = n->rec;
   r.ctime = core_.Now();
   Batch b;
@@ -618,6 +642,7 @@ Result<std::string> InodeTable::ListXattr(uint64_t ino) {
 }
 
 Status InodeTable::RemoveXattr(uint64_t ino, std::string_view name) {
+  if (!KeptNamespace(name)) return Err(EOPNOTSUPP);
   if (name.starts_with("user.ckptfs.")) return Err(EPERM);
   if (auto st = core_.Writable(); !st) return st;
   MutexLock lk(&mu());

@@ -82,6 +82,8 @@ inline constexpr size_t kMaxName = 255;
 // The file type of a directory entry (DT_*) from a mode.
 inline uint8_t DirentType(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
 inline constexpr size_t kMaxXattrValue = 64 * 1024;
+// All of one inode's xattr names and values (InodeTable::SetXattr: ENOSPC past it).
+inline constexpr size_t kMaxXattrBytes = 256 * 1024;
 inline constexpr char kStateXattr[] = "user.ckptfs.state";
 // How the file's open handles reach its bytes: "passthrough", "daemon" or
 // "closed".

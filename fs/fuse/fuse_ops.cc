@@ -378,7 +378,11 @@ void ckpt_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void ckpt_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
   Daemon* d = D(req);
   if (d->cfg.fsync != FsyncMode::kBackend) return (void)fuse_reply_err(req, 0);
-  d->table->WhenApplied(d->table->core().oplog.LoggedSeq(), 0, [req](int err) { fuse_reply_err(req, err); });
+  // Guarded as every callback is: an exception (bad_alloc) out of here
+  // reached libfuse and terminated the daemon.
+  Guard(req, [&] {
+    d->table->WhenApplied(d->table->core().oplog.LoggedSeq(), 0, [req](int err) { fuse_reply_err(req, err); });
+  });
 }
 
 void ckpt_statfs(fuse_req_t req, fuse_ino_t ino) {

@@ -101,6 +101,32 @@ BOTH(xattrs) {
   cr_assert_eq(e.table->SetXattr(f, "user.ckptfs.state", "persisted", 0).error(), EPERM);
   cr_assert(e.table->RemoveXattr(f, "user.a").has_value());
   cr_assert_eq(e.table->GetXattr(f, "user.a").error(), ENODATA);
+  // system.* is not kept: the kernel checks no permission for it.
+  cr_assert_eq(e.table->SetXattr(f, "system.x", "1", 0).error(), EOPNOTSUPP);
+  cr_assert_eq(e.table->RemoveXattr(f, "system.x").error(), EOPNOTSUPP);
+  cr_assert_eq(e.table->SetXattr(f, "other.x", "1", 0).error(), EOPNOTSUPP);
+  // One file's xattrs are bounded (256 KiB of names and values, 64 KiB of
+  // names): past it ENOSPC, and the mount stays writable.
+  const std::string big(ckpt::fs::kMaxXattrValue, 'v');
+  int stored = 0;
+  for (int i = 0; i < 10; i++) {
+    auto st = e.table->SetXattr(f, "user.big" + std::to_string(i), big, 0);
+    if (!st) {
+      cr_assert_eq(st.error(), ENOSPC);
+      break;
+    }
+    stored++;
+  }
+  cr_expect_eq(stored, 3, "three of 64 KiB and their names fit in 256 KiB");
+  cr_assert(e.table->SetXattr(f, "user.big0", "small", 0).has_value(), "replacing one makes room");
+  cr_assert(e.table->SetXattr(f, "user.big3", big, 0).has_value());
+  for (int i = 0; i < 4; i++) cr_assert(e.table->RemoveXattr(f, "user.big" + std::to_string(i)).has_value());
+  int names = 0;
+  for (;; names++)
+    if (!e.table->SetXattr(f, "user." + std::string(200, 'n') + std::to_string(names), "", 0)) break;
+  cr_expect_lt(e.table->ListXattr(f)->size(), 65537u);
+  cr_expect_gt(names, 300);
+  cr_assert(e.table->core().Writable().has_value());
 }
 
 Test(inode_table, survives_reopen) {

@@ -67,6 +67,20 @@ Test(namespace_, ancestors) {
   cr_assert_not(t.ns.IsAncestor(c, b));
 }
 
+// A chain deeper than the walk's old bound (100000 steps, then abort()):
+// any user who can make directories could build it with renames and take
+// the mount down. Now it is walked to the root, as deep as it is.
+Test(namespace_, ancestors_of_a_very_deep_directory) {
+  Tree t;
+  uint64_t top = t.Add(kRootIno, "d", S_IFDIR | 0755), d = top;
+  for (int i = 0; i < 100050; i++) d = t.Add(d, "d", S_IFDIR | 0755);
+  uint64_t c = t.Add(kRootIno, "c", S_IFDIR | 0755);
+  MutexLock lk(&t.ns.mu());
+  cr_assert(t.ns.IsAncestor(top, d));
+  cr_assert(t.ns.IsAncestor(kRootIno, d));
+  cr_assert_not(t.ns.IsAncestor(c, d));
+}
+
 Test(namespace_, longest_path_below_a_directory) {
   Tree t;
   uint64_t a = t.Add(kRootIno, "a", S_IFDIR | 0755);
