@@ -728,6 +728,17 @@ bool Cluster::MayPublishAs(int64_t gate_us, const std::string& node) {
   const int64_t skew = opt_.max_skew_ms * kUsPerMs;
   MutexLock lk(&mu_);
   if (!BlockedLocked().empty() || read_at_ < gate_us + skew) return false;
+  // This node's own entries come first too: others_ never holds this
+  // node's record, and a holder's shard closed before the dead writer's
+  // `latest` must reach the backend before it. A sample at or after
+  // gate_us sees every own entry logged before it; the oldest pending one
+  // (gate, node) before (gate_us, node) holds the publish back.
+  const SampleRec& s = samples_.back();
+  if (s.t < gate_us) return false;
+  if (applied_ < s.post) {
+    const int64_t own = GateLocked(applied_ + 1).value_or(s.t);
+    if (own < gate_us || (own == gate_us && opt_.node < node)) return false;
+  }
   for (const Record& r : others_) {
     if (r.state != "live" || Dead(r, now) || r.node == node) continue;
     if (r.heartbeat_us < gate_us + skew ||

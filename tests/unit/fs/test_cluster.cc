@@ -957,6 +957,34 @@ Test(cluster, a_replica_held_for_a_dead_node_keeps_the_order) {
   cr_expect(c.c->MayPublish(own));
 }
 
+// The holder's own shard, closed before the dead writer's `latest` it
+// holds a replica of, reaches the backend first: MayPublishAs looked at the
+// other members' records only (this node's own is never among them), so c
+// published b's `latest` while its own earlier shard was still draining.
+Test(cluster, a_holder_publishes_a_dead_writers_later_file_after_its_own) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now, 3000), b("b", &store, &now, 3000), c("c", &store, &now, 3000);
+  std::optional<int64_t> held;
+  c.c->SetHeldGate([&held] { return held; });
+  now = 1100;
+  uint64_t own = c.log.Log("step1/shard_c");
+  c.c->Sample();
+  now = 1200;
+  uint64_t latest = b.log.Log("latest");
+  b.c->Sample();
+  const int64_t g = Ms(b.c->GateTime(latest)) * 1000;
+  held = g + 1;  // c holds b's `latest`
+  now = 4500;    // b is dead; c's shard still pending
+  for (Node* n : {&c, &a, &c, &a}) n->c->Heartbeat();
+  cr_expect(!c.c->MayPublishAs(g + 1, "b"), "c's own earlier shard goes first");
+  cr_expect(c.c->MayPublish(own), "and it may: the replica it holds is of a later file");
+  c.log.applied = own;
+  now = 4600;
+  for (Node* n : {&c, &a, &c, &a}) n->c->Heartbeat();
+  cr_expect(c.c->MayPublishAs(g + 1, "b"), "then b's latest, in b's place");
+}
+
 // A dead member's entries held by two holders (issue #30: a file on c, the
 // rename that moves it, one µs later, on a): the rename's holder asks for
 // its gate + 1 (takeover.cc), so c's record — the file's gate + 1 µs —
