@@ -716,6 +716,34 @@ Test(cluster, record_from_the_future_holds_nobody) {
   cr_expect_eq(j.at("refused")[0].at("node").get<std::string>(), std::string("zz"));
 }
 
+// Times no member writes: a heartbeat far before 1970 made now - heartbeat
+// overflow, so the record never aged into dead and, with a pending gate
+// of 1, held every drain for ever; a double (1e300) converted to INT64_MIN.
+// Such records are unreadable, and hold nobody.
+Test(cluster, a_record_with_times_no_member_writes_holds_nobody) {
+  FakeStore store;
+  int64_t now = 1000;
+  auto forged = [](nlohmann::json heartbeat, nlohmann::json gate) {
+    return nlohmann::json{{"version", 2},           {"cluster", "job"},          {"node", "zz"},
+                          {"state", "live"},        {"heartbeat_us", heartbeat}, {"watermark_us", 0},
+                          {"oldest_gate_us", gate}, {"unpersisted", 1},          {"paths", {"forged"}}}
+        .dump();
+  };
+  Node a("a", &store, &now, 3000);
+  cr_expect(a.c->Join());
+  now = 1100;
+  uint64_t e = a.log.Log("latest");
+  a.c->Sample();
+  for (const std::string& rec : {forged(INT64_MIN + 1000, 1), forged(1e300, 1), forged(-5, 1), forged(2000 * 1000, -1),
+                                 forged(2000 * 1000, 1.5), forged(std::numeric_limits<uint64_t>::max(), 1)}) {
+    store.recs["zz"] = rec;
+    now += 100;
+    a.c->Heartbeat();
+    cr_expect(a.c->MayPublish(e), "held by %s", rec.c_str());
+    for (const auto& m : a.c->Status().members) cr_expect_neq(m.node, std::string("zz"), "%s", rec.c_str());
+  }
+}
+
 // The other side of a missing record: a live member whose record vanishes
 // from the store (deleted, unreadable) is not a member with nothing
 // pending: its last record read holds the others until it is dead.
