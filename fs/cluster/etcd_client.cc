@@ -245,6 +245,11 @@ int Client::Perform(CURL* h, size_t endpoint, const std::string& path, const std
   curl_slist* hdrs = curl_slist_append(nullptr, "Content-Type: application/json");
   std::string auth = "Authorization: " + token;
   if (!token.empty()) hdrs = curl_slist_append(hdrs, auth.c_str());
+  // A stream (a watch) requires a leader (etcd's "hasleader" metadata,
+  // through the gateway): a member cut off from the others' majority ends
+  // it with "no leader" and the watch moves to the next endpoint, where it
+  // kept it open and silent for as long as the partition lasted (etcd-io/etcd#7593).
+  if (sink) hdrs = curl_slist_append(hdrs, "Grpc-Metadata-Hasleader: true");
   Transfer t{out, sink, stop};
   curl_easy_setopt(h, CURLOPT_URL, url.c_str());
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -562,7 +567,7 @@ void Watch::Stop() {
 }
 
 void Watch::Run() {
-  size_t ep = 0;
+  size_t ep = c_->current_endpoint() % std::max<size_t>(c_->endpoint_count(), 1);
   bool failing = false;
   while (!stop_) {
     Json create = {{"key", B64(key_)}};

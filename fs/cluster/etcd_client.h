@@ -131,6 +131,11 @@ class Client {
   int Stream(size_t endpoint, const std::string& path, const std::string& body,
              const std::function<bool(const char*, size_t)>& sink, const std::atomic<bool>* stop, CURLM* multi);
   size_t endpoint_count() const { return opt_.endpoints.size(); }
+  // The endpoint that answered last (where a new watch starts).
+  size_t current_endpoint() const {
+    MutexLock lk(&mu_);
+    return current_;
+  }
 
  private:
   // POST `path` with `body`; the reply's JSON text. Fails over endpoints.
@@ -144,7 +149,7 @@ class Client {
   void SetError(std::string e) EXCLUDES(mu_);
 
   const Options opt_;
-  Mutex mu_;
+  mutable Mutex mu_;
   std::vector<CURL*> free_ GUARDED_BY(mu_);
   size_t current_ GUARDED_BY(mu_) = 0;  // the endpoint that answered last
   std::string token_ GUARDED_BY(mu_);   // auth token ("" : none)
