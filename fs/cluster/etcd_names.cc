@@ -223,8 +223,18 @@ void EtcdNames::Sweep() {
     }
   }
   if (!files.empty()) {
-    MutexLock one(&announce_mu_);
-    Write(files);
+    // Under announce_mu_, which a FUSE reply's Announce waits for: within
+    // the reply budget, and not at all while etcd does not answer (the
+    // others see these names within --shared-ttl of the drain). With the
+    // client's own timeout (5 s an endpoint) a frozen etcd held every
+    // mkdir and rename that long.
+    if (!records_->client()->reachable()) {
+      MutexLock lk(&mu_);
+      stats_.failures++;
+    } else {
+      MutexLock one(&announce_mu_);
+      Write(files, ReplyBudgetMs());
+    }
   }
   if (!expired.empty()) {
     if (!records_->client()->Txn(expired)) {
