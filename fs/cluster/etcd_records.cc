@@ -3,6 +3,7 @@
 
 #include <chrono>
 
+#include "common/config.h"
 #include "common/log.h"
 
 namespace ckpt::fs {
@@ -208,10 +209,15 @@ Result<std::vector<std::pair<std::string, std::string>>> EtcdRecords::List() {
     // A record without a lease was not written by a member (a member's
     // record lives and dies with its lease): a stale or forged key.
     if (kv.lease == 0) {
-      LOG_DEBUG("cluster {}: etcd key {} has no lease; not a member", opt_.cluster, kv.key);
+      LOG_DEBUG("cluster {}: etcd key {} has no lease; not a member", opt_.cluster, EscapeName(kv.key));
       continue;
     }
-    out.emplace_back(kv.key.substr(dir.size()), std::move(kv.value));
+    std::string name = kv.key.substr(dir.size());
+    if (!ValidClusterName(name)) {  // no member can have it (--node is checked): into logs and status it would go raw
+      LOG_DEBUG("cluster {}: etcd key {} is no member's name; ignored", opt_.cluster, EscapeName(kv.key));
+      continue;
+    }
+    out.emplace_back(std::move(name), std::move(kv.value));
   }
   return out;
 }
@@ -265,8 +271,8 @@ std::optional<std::vector<std::pair<std::string, std::string>>> EtcdRecords::Rec
 std::vector<std::pair<std::string, std::string>> EtcdRecords::MembersLocked() const {
   const size_t skip = prefix_.size() + sizeof(kMembers) - 1;
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& [key, kv] : members_)
-    if (kv.lease != 0) out.emplace_back(key.substr(skip), kv.value);  // no lease: a tombstone, or no member's
+  for (const auto& [key, kv] : members_)  // no lease: a tombstone, or no member's; nor a name no member can have
+    if (kv.lease != 0 && ValidClusterName(key.substr(skip))) out.emplace_back(key.substr(skip), kv.value);
   return out;
 }
 

@@ -457,6 +457,14 @@ Test(etcd_client, the_elected_member_reads_what_changed) {
     cr_assert(b->Put("b", std::to_string(i)).has_value());
     cr_assert(sees({"a=1", "b=" + std::to_string(i)}), "the elected member did not see b's record %d", i);
   }
+  // A key under members/ with a lease but a name no member can have (a
+  // newline in it would reach logs and status raw): not a member.
+  Client raw(Opts(eps));
+  auto lease = raw.Grant(30);
+  cr_assert(lease.has_value());
+  cr_assert(raw.Put("/ckptfs/job/members/x\ny", "{}", *lease).has_value());
+  cr_assert(b->Put("b", "last").has_value());
+  cr_assert(sees({"a=1", "b=last"}), "a key with a name no member can have is in the view");
   b->Close(true);  // b leaves: its lease revoked, its record gone
   cr_assert(sees({"a=1"}), "b's removed record is still in the elected member's view");
   cr_assert(a->Put("a", "2").has_value());
