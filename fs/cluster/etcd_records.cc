@@ -53,6 +53,11 @@ bool EtcdRecords::leader() {
 std::string EtcdRecords::Describe() { return opt_.url; }
 
 Result<int64_t> EtcdRecords::Lease() {
+  // One grant at a time: after a lease loss the heartbeat, the reads and
+  // the names each granted one, and a record or name could be put under a
+  // lease that was replaced at once and never kept alive (it then expired
+  // with the live node's name). The others wait for the one grant and take it.
+  MutexLock one(&grant_mu_);
   {
     MutexLock lk(&mu_);
     if (lease_ != 0 && !lease_lost_) return lease_;

@@ -105,7 +105,7 @@ class EtcdRecords final : public RecordStore {
   std::string prefix() const { return prefix_; }
   etcd::Client* client() { return &client_; }
   // The lease this node's keys are under; a new one if it expired.
-  Result<int64_t> Lease();
+  Result<int64_t> Lease() EXCLUDES(mu_, grant_mu_);
 
  private:
   Status PutRecord(const std::string& node, const std::string& bytes, const Handoff* h);
@@ -135,6 +135,7 @@ class EtcdRecords final : public RecordStore {
 
   Mutex mu_;
   CondVar cv_;
+  Mutex grant_mu_ ACQUIRED_BEFORE(mu_);  // Lease(): one grant at a time
   int64_t lease_ GUARDED_BY(mu_) = 0;
   bool lease_lost_ GUARDED_BY(mu_) = false;
   // When the store last confirmed the lease (granted, or a keep-alive

@@ -285,6 +285,27 @@ Test(etcd_client, a_watch_on_a_member_without_a_leader_ends, .timeout = 90) {
   Stop();
 }
 
+// One grant at a time: the heartbeat, the reads and the names asked for a
+// lease at once (after a loss, or at start), each granted one, and all but
+// one of them were never kept alive: a record put under one expired with
+// the live node's name.
+Test(etcd_client, concurrent_askers_of_a_lease_share_one_grant) {
+  auto eps = Start(1);
+  ckpt::fs::EtcdRecordsOptions o;
+  o.client = Opts(eps);
+  o.url = "etcd://test";
+  o.cluster = "job";
+  o.node = "a";
+  o.lease_ttl_s = 5;
+  ckpt::fs::EtcdRecords r(o, [] { return int64_t{0}; });
+  std::vector<std::thread> ts;
+  std::vector<int64_t> got(8, 0);
+  for (size_t i = 0; i < got.size(); i++) ts.emplace_back([&, i] { got[i] = r.Lease().value_or(-1); });
+  for (auto& t : ts) t.join();
+  for (int64_t id : got) cr_expect(id > 0 && id == got[0], "leases %lld and %lld", (long long)got[0], (long long)id);
+  cr_expect_eq(r.Stats().grants, 1u);
+}
+
 Test(etcd_client, one_member_down_nothing_changes, .timeout = 90) {
   auto eps = Start(3);
   Client c(Opts(eps));
