@@ -228,7 +228,7 @@ class PosixBackend final : public Backend {
   // Reports the entries of the directory open as `fd` (taken over), whose
   // path is `rel`, sorted by name, each directory before what it holds;
   // `depth` levels below the root: directories deeper than kMaxTreeDepth
-  // are listed, not entered (logged once), so a planted deep tree costs a
+  // are listed, not entered (a warning each), so a planted deep tree costs a
   // mount neither its descriptors nor its stack.
   Status Walk(int fd, const std::string& rel, const std::function<void(const Entry&)>& fn, int depth = 0);
 

@@ -174,8 +174,9 @@ class S3Backend final : public Backend {
   // HEADs every listed item's key (`parallel`×4 in flight) into its
   // `info`; one removed while it was listed is marked `gone`, and so is
   // one these credentials may list but not read (403: a bucket policy on
-  // that key; 400: an SSE-C object), with a warning: one such object
-  // failed the whole listing, and so the mount. 0 or an errno.
+  // that key), with a warning: one such object failed the whole listing,
+  // and so the mount. A 400 still fails it: a HEAD has no body to tell an
+  // SSE-C object from an expired token. 0 or an errno.
   template <class Item>
   int HeadEach(std::vector<Item>& items, std::string_view what, bool quiet_all) {
     return RunParallel(items.size(), cfg_.parallel * 4, [&](size_t i) -> int {
@@ -184,7 +185,7 @@ class S3Backend final : public Backend {
         items[i].gone = true;  // removed while we listed
         return 0;
       }
-      if (!info && (info.error() == EACCES || info.error() == EINVAL)) {
+      if (!info && info.error() == EACCES) {
         LOG_WARN(
             "s3 backend: {}: skipping '{}': listed, but its HEAD is refused ({}): not readable with these "
             "credentials",

@@ -168,11 +168,14 @@ Result<std::vector<Entry>> S3Backend::ListDir(const std::string& dir) {
     return 0;
   });
   if (err) return Err(err);
+  if (int e = HeadEach(items, "listdir: head", /*quiet_all=*/true)) return Err(e);
   // A key "a" and keys under "a/" both: the object is the entry, as List
   // and Stat have it (two entries of one name made the shared namespace
-  // drop and adopt it again at every look).
+  // drop and adopt it again at every look) — an object that is there: one
+  // gone or unreadable leaves the directory.
   std::unordered_set<std::string_view> objects;
-  for (const auto& it : items) objects.insert(it.rel);
+  for (const auto& it : items)
+    if (!it.gone) objects.insert(it.rel);
   for (auto& d : dirs) {
     if (d.gone || objects.count(d.rel)) continue;
     Entry e{};
@@ -180,7 +183,6 @@ Result<std::vector<Entry>> S3Backend::ListDir(const std::string& dir) {
     e.path = std::move(d.rel);
     out.push_back(std::move(e));
   }
-  if (int e = HeadEach(items, "listdir: head", /*quiet_all=*/true)) return Err(e);
   for (auto& it : items)
     if (!it.gone) out.push_back(EntryOf(it.rel, it.info, it.mtime));
   std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.path < b.path; });

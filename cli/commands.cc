@@ -345,9 +345,12 @@ int CmdLatest(const std::string& mnt_in, const std::string& which) {
       // Printed as it is, for `$(ckptfs latest ...)`: only the checkpoint's
       // own name must match the regex, so a directory above it may hold a
       // newline, and the script would read two paths. Such a path is
-      // refused (EscapeName changes only control bytes, '\\' and invalid UTF-8).
+      // refused: EscapeName changes control bytes and invalid UTF-8, and
+      // doubles '\\' (harmless in $(...), so allowed).
       const std::string path = mnt + "/" + Str(*it, "path");
-      if (EscapeName(path) != path) {
+      std::string doubled;
+      for (char ch : path) doubled.append(ch == '\\' ? 2 : 1, ch);
+      if (EscapeName(path) != doubled) {
         fprintf(stderr,
                 "ckptfs: the %s checkpoint's path has a control character or is not UTF-8: %s (`ckptfs "
                 "checkpoints --json` gives it exactly)\n",

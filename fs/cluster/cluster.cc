@@ -680,13 +680,13 @@ bool Cluster::MayPublishAs(int64_t gate_us, const std::string& node) {
   // node's record, and a holder's shard closed before the dead writer's
   // `latest` must reach the backend before it. A sample at or after
   // gate_us sees every own entry logged before it; the oldest pending one
-  // (gate, node) before (gate_us, node) holds the publish back.
+  // before gate_us holds the publish back. At the same gate the replica
+  // goes first: MayPublish holds an own entry at or after what is held
+  // here (gate_us is that held gate, the writer's + 1 µs), and a tie
+  // broken the other way here would hold both for ever.
   const SampleRec& s = samples_.back();
   if (s.t < gate_us) return false;
-  if (applied_ < s.post) {
-    const int64_t own = GateLocked(applied_ + 1).value_or(s.t);
-    if (own < gate_us || (own == gate_us && opt_.node < node)) return false;
-  }
+  if (applied_ < s.post && GateLocked(applied_ + 1).value_or(s.t) < gate_us) return false;
   for (const Record& r : others_) {
     if (r.state != "live" || Dead(r, now) || r.node == node) continue;
     if (r.heartbeat_us < gate_us + skew ||

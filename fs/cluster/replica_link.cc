@@ -512,10 +512,20 @@ void Link::Impl::ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
     return Close(c, true);
   }
   switch (m.op) {
-    case Op::kAccepted: r->deadline = Clock::now() + r->timeout; return Pump(*c, r);
-    case Op::kAck:
-      if (r->inflight > 0) r->inflight--;
+    // Progress moves the deadline: the PUT accepted (once), a chunk in
+    // flight acknowledged. A repeated ACCEPTED or an ACK with nothing in
+    // flight moves nothing: a holder that chatters does not keep a
+    // replication alive for ever.
+    case Op::kAccepted:
+      if (r->accepted) return;
+      r->accepted = true;
       r->deadline = Clock::now() + r->timeout;
+      return Pump(*c, r);
+    case Op::kAck:
+      if (r->inflight > 0) {
+        r->inflight--;
+        r->deadline = Clock::now() + r->timeout;
+      }
       return Pump(*c, r);
     case Op::kHeld: return Finish(r, r->size);
     case Op::kWait: return Finish(r, Err(EAGAIN));

@@ -76,7 +76,7 @@ struct Request {
   // and sent with END (hashing_ null when the PUT carried it).
   std::unique_ptr<backend::ContentHash> hashing;
   int inflight = 0, sent = 0;
-  bool ended = false;
+  bool ended = false, accepted = false;
   Content content;         // Fetch
   Op ask_op = Op::kFetch;  // Fetch: kFetch, kFetchDirect or kFetchRelay
   std::string elsewhere;   // Fetch answered kElsewhere: the member named

@@ -624,6 +624,9 @@ Result<std::string> InodeTable::GetXattr(uint64_t ino, std::string_view name) {
     if (!S_ISREG(n->rec.mode)) return Err(ENODATA);
     return std::string(n->opens == 0 ? "closed" : n->pt_opens > 0 ? "passthrough" : "daemon");
   }
+  // One stored before namespaces were checked (a system.* another user
+  // set) is inert: neither shown nor listed (cp -a would carry it on).
+  if (!KeptNamespace(name)) return Err(EOPNOTSUPP);
   auto it = n->xattrs.find(name);
   if (it == n->xattrs.end()) return Err(ENODATA);
   return it->second;
@@ -635,6 +638,7 @@ Result<std::string> InodeTable::ListXattr(uint64_t ino) {
   if (!n) return Err(ENOENT);
   std::string out;
   for (auto& [k, v] : n->xattrs) {
+    if (!KeptNamespace(k)) continue;  // stored before namespaces were checked: inert
     out.append(k);
     out.push_back('\0');
   }

@@ -105,6 +105,9 @@ rc=0
 expect_eq 1 "$rc" "latest of a path with a newline"
 [ ! -s "$T/out" ] || fail "latest printed a path with a newline: $(cat "$T/out")"
 grep -qF 'run\nx/ckpt_4' "$T/err" || fail "latest of a path with a newline: $(cat "$T/err")"
+# A backslash is harmless in $(...): printed as it is.
+mkdir -p "$MNT/back\\slash/ckpt_5" && echo x > "$MNT/back\\slash/ckpt_5/w"
+expect_eq "$MNT/back\\slash/ckpt_5" "$("$CKPTFS" latest "$MNT")" "latest under a directory with a backslash"
 umount_fs
 for bad in '(' ''; do
   expect_mount_refused "invalid --checkpoint-regex" "$MNT" --backend "$BACKEND" --state-dir "$STATE" --tier-dir "$TIER" \
