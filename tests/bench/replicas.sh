@@ -172,9 +172,12 @@ for rep in $(seq "$REPS"); do
   # once a timeout failed the bench; before, it spent 60 s unseen).
   rm -f "$T/pause_p"
   if [ "${order[0]}" = p ]; then wait_state "$P/p-shard2" persisted || fail "p's second shard never persisted"; fi
+  # Timed from the kill: removing the lost node's tier (1-2 GiB) takes a
+  # moment, and its lease may expire meanwhile (timed after it until stop
+  # 54: 0.6 s "writer lost -> backend" with a 2 s lease).
+  t3=$(now)
   kill_node w
   rm_tier "$TIER-w"
-  t3=$(now)
   for _ in $(seq 3000); do cmp -s "$DATA" "$BACKEND/shard2" && break; sleep 0.01; done
   cmp -s "$DATA" "$BACKEND/shard2" || fail "the holder did not publish w's shard"
   takeover_s+=("$(secs "$t3" "$(now)")")
