@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/config.h"
 #include "common/result.h"
 #include "common/text.h"
 
@@ -52,10 +53,10 @@ namespace ckpt::backend {
 
 // kTmpDir and kClusterDir are refused as a component of a backend's root
 // or prefix (common/config.cc, ParseBackendUrl).
-inline constexpr char kTmpDir[] = ".ckptfs-tmp";
+inline constexpr const char* kTmpDir = kReservedTmpDir;
 // The reserved area of cluster records (PutRecord, ListRecords): like the
 // staging area, never listed, stat-ed or written through the other methods.
-inline constexpr char kClusterDir[] = ".ckptfs-cluster";
+inline constexpr const char* kClusterDir = kReservedClusterDir;
 // The largest record PutRecord takes and ListRecords returns.
 inline constexpr size_t kMaxRecordBytes = 1 << 20;
 // A staged entry that no live daemon can be shown to own is removed once

@@ -110,11 +110,11 @@ std::expected<uint64_t, std::string> ParseSize(const std::string& s) {
 namespace {
 
 // A component of a backend's root or prefix that ckptfs keeps for itself
-// inside a backend (backend/backend.h: kTmpDir, kClusterDir), or null. A
+// inside a backend (kReservedTmpDir, kReservedClusterDir), or null. A
 // mount whose backend lies in another mount's staging area would see its
 // staged files removed as that mount's leftovers an hour on.
 const char* ReservedComponent(std::string_view path) {
-  for (const char* name : {".ckptfs-tmp", ".ckptfs-cluster"}) {
+  for (const char* name : {kReservedTmpDir, kReservedClusterDir}) {
     const std::string_view n(name);
     for (size_t pos = path.find(n); pos != std::string_view::npos; pos = path.find(n, pos + 1)) {
       const bool starts = pos == 0 || path[pos - 1] == '/';

@@ -16,6 +16,12 @@ namespace ckpt {
 
 enum class FsyncMode { kMemory, kBackend };
 
+// Names ckptfs keeps for itself at the top of a backend's root (the
+// staging area and the cluster records: backend/backend.h), refused as a
+// component of a backend's root or prefix (ParseBackendUrl).
+inline constexpr char kReservedTmpDir[] = ".ckptfs-tmp";
+inline constexpr char kReservedClusterDir[] = ".ckptfs-cluster";
+
 struct BackendUrl {
   enum class Kind { kPosix, kS3 } kind = Kind::kPosix;
   std::string path;    // kPosix: absolute directory
