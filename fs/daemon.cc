@@ -219,6 +219,11 @@ static void MakeRoomForReplicas(Daemon* d) {
     (void)d->table->Evict(s.used + s.reserved + want - s.for_files(), /*all_or_nothing=*/true, /*spare_kept=*/true);
 }
 
+// This run's incarnation in the cluster: the state dir's random id (made
+// with its metadata), so a daemon restarted on its state dir is the same
+// member, and a new machine under the same --node id is another.
+static std::string Incarnation(const Daemon& d) { return fmt::format("{:016x}", d.fs_id); }
+
 // --replica-listen and --replicas (issue #30, fs/cluster/replicator.h):
 // the store of other members' replicas beside the tier, the link, where
 // the members listen, and the replicator of this node's closed files. ""
@@ -285,6 +290,7 @@ static std::string OpenReplicas(Daemon* d) {
   };
   ports.hold = [dp] { return dp->table->core().saves.HoldDrain(); };
   ports.observed = [c = d->cluster.get()] { c->Poke(); };
+  ports.incarnation = Incarnation(*d);
   d->replicator = std::make_unique<replica::Replicator>(cfg.node, static_cast<int>(cfg.replicas), d->replica_link.get(),
                                                         d->replica_peers.get(), ports);
   replica::Replicator* repl = d->replicator.get();
@@ -436,6 +442,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     ClusterOptions co;
     co.name = cfg.cluster;
     co.node = cfg.node;
+    co.incarnation = Incarnation(*d);
     co.member_timeout_ms = static_cast<int64_t>(cfg.member_timeout_s) * 1000;
     co.max_skew_ms = static_cast<int64_t>(cfg.max_clock_skew_ms);
     // How soon a record follows progress while the cluster is busy: each

@@ -291,6 +291,7 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
     MutexLock lk(&mu_);
     const SampleRec& s = samples_.back();  // never empty after Init
     r.node = opt_.node;
+    r.incarnation = opt_.incarnation;
     r.state = state;
     r.heartbeat_us = s.t;
     r.watermark_us = WatermarkLocked(applied_);
@@ -335,6 +336,7 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
             {"at_risk", r.at_risk},
             {"paths", r.paths},
             {"refused", refused}};
+  if (!r.incarnation.empty()) j["incarnation"] = r.incarnation;
   return {j.dump(-1, ' ', false, Json::error_handler_t::replace), r.heartbeat_us};
 }
 
@@ -506,11 +508,17 @@ void Cluster::ReadRecords() {
   // refused: not a member with nothing pending. Its last record read stands
   // (and holds the others) until it is dead by that record's heartbeat;
   // its files are then listed as lost.
+  // A record of the same id from another incarnation (a new machine that
+  // mounted with a new state dir under a dead node's id) replaces the
+  // file, not the dead run: its last record stands the same way.
   for (Record& old : others_) {
     if (old.state != "live") continue;
-    if (std::any_of(others.begin(), others.end(), [&](const Record& r) { return r.node == old.node; })) continue;
+    auto now_there = std::find_if(others.begin(), others.end(), [&](const Record& r) { return r.node == old.node; });
+    if (now_there != others.end() && SameIncarnation(now_there->incarnation, old.incarnation)) continue;
     auto why = unused.find(old.node);
-    std::string problem = why == unused.end() ? "missing" : why->second;
+    std::string problem = now_there != others.end() ? "replaced by a new run (" + now_there->incarnation + ")"
+                          : why == unused.end()     ? "missing"
+                                                    : why->second;
     // One read can catch a record mid-replacement where a PUT is not
     // atomic for readers (the test server renames an object's metadata and
     // its bytes one after the other: seen in a busy run); the next
@@ -532,11 +540,11 @@ void Cluster::ReadRecords() {
   }
   std::string refused_by;
   for (const Record& r : others) {
-    auto noted = std::find(dead_noted_.begin(), dead_noted_.end(), r.node);
+    auto noted = std::find(dead_noted_.begin(), dead_noted_.end(), NotedName(r));
     if (Dead(r, now) && noted == dead_noted_.end()) {
       LOG_WARN("cluster {}: member {} is dead (no heartbeat for {} s); {}", opt_.name, r.node,
                (now - r.heartbeat_us) / (1000 * kUsPerMs), LostFilesText(r.unpersisted, r.at_risk, r.paths));
-      dead_noted_.push_back(r.node);
+      dead_noted_.push_back(NotedName(r));
     } else if (!Dead(r, now) && noted != dead_noted_.end()) {
       LOG_INFO("cluster {}: member {} is back ({})", opt_.name, r.node, r.state);
       dead_noted_.erase(noted);

@@ -180,24 +180,37 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
         if (std::none_of(lost_.begin(), lost_.end(), [&](const Record& x) { return x.node == r.node; }))
           lost_.push_back(r);
     }
-    std::erase_if(lost_, [&](const Record& r) { return seen.count(r.node) > 0; });
+    // A record of the same node id from another incarnation (a replacement
+    // machine mounted under the dead node's id with a new state dir, before
+    // or after its lease expired) does not bring the dead run back: what it
+    // had pending is lost (its holders publish its replicas) all the same.
+    auto back = [&](const Record& r) {
+      auto it = seen.find(r.node);
+      return it != seen.end() && SameIncarnation(it->second.incarnation, r.incarnation);
+    };
+    std::erase_if(lost_, back);
     for (const auto& [name, old] : reduced_) {
-      if (seen.count(name) || old.state != "live") continue;
+      if (back(old) || old.state != "live") continue;
+      const bool replaced = seen.count(name) > 0;
       if (old.unpersisted == 0) {
-        LOG_INFO("cluster {}: member {} is gone (its lease ended, nothing pending)", opt_.name, name);
+        LOG_INFO("cluster {}: member {} is gone ({}, nothing pending)", opt_.name, name,
+                 replaced ? "a new run mounted under its id" : "its lease ended");
         continue;
       }
-      LOG_WARN("cluster {}: member {} is dead (its lease expired); {}", opt_.name, name,
+      LOG_WARN("cluster {}: member {} is dead ({}); {}", opt_.name, name,
+               replaced ? "a new run with a new state dir mounted under its id" : "its lease expired",
                LostFilesText(old.unpersisted, old.at_risk, old.paths));
       Record gone = old;
       gone.paths.resize(std::min(gone.paths.size(), kLostPaths));
-      gone.problem = fmt::format("lease expired, noticed at {} ms", now / kUsPerMs);
+      gone.problem =
+          fmt::format("{}, noticed at {} ms", replaced ? "replaced by a new run" : "lease expired", now / kUsPerMs);
       lost_.push_back(std::move(gone));
       if (lost_.size() > kLostKept) lost_.pop_front();
     }
     reduced_ = seen;
     for (const Record& r : lost_)
       lost_j.push_back({{"node", r.node},
+                        {"incarnation", r.incarnation},
                         {"heartbeat_us", r.heartbeat_us},
                         {"unpersisted", r.unpersisted},
                         {"at_risk", r.at_risk},
@@ -427,6 +440,7 @@ void Cluster::ReadDigest(const std::string& digest) {
       for (const Json& x : d.at("lost")) {
         Record r;
         r.node = x.at("node").get<std::string>();
+        r.incarnation = x.value("incarnation", std::string());
         r.unpersisted = x.at("unpersisted").get<uint64_t>();
         r.at_risk = x.value("at_risk", r.unpersisted);
         r.paths = x.at("paths").get<std::vector<std::string>>();
@@ -473,17 +487,21 @@ void Cluster::ReadDigest(const std::string& digest) {
   digest_seen_ = view->carried;
   digest_as_of_ = as_of;
   digest_lost_.clear();
+  auto carried = [&](const Record& r) {  // its run's record is among the deciding: it is back
+    return std::any_of(others.begin(), others.end(), [&](const Record& o) {
+      return o.node == r.node && SameIncarnation(o.incarnation, r.incarnation);
+    });
+  };
   for (const Record& r : lost) {
-    if (std::none_of(others.begin(), others.end(), [&](const Record& o) { return o.node == r.node; }))
-      digest_lost_.push_back(r);
-    if (std::find(dead_noted_.begin(), dead_noted_.end(), r.node) != dead_noted_.end()) continue;
-    LOG_WARN("cluster {}: member {} is dead (its lease expired); {}", opt_.name, r.node,
-             LostFilesText(r.unpersisted, r.at_risk, r.paths));
-    dead_noted_.push_back(r.node);
+    if (!carried(r)) digest_lost_.push_back(r);
+    if (std::find(dead_noted_.begin(), dead_noted_.end(), NotedName(r)) != dead_noted_.end()) continue;
+    LOG_WARN("cluster {}: member {} is dead (its lease expired, or a new run mounted under its id); {}", opt_.name,
+             r.node, LostFilesText(r.unpersisted, r.at_risk, r.paths));
+    dead_noted_.push_back(NotedName(r));
   }
   // Back: a member named lost whose record is among the deciding again.
   for (const Record& r : others)
-    if (auto it = std::find(dead_noted_.begin(), dead_noted_.end(), r.node); it != dead_noted_.end()) {
+    if (auto it = std::find(dead_noted_.begin(), dead_noted_.end(), NotedName(r)); it != dead_noted_.end()) {
       LOG_INFO("cluster {}: member {} is back ({})", opt_.name, r.node, r.state);
       dead_noted_.erase(it);
     }

@@ -35,6 +35,16 @@ int64_t TimeField(const nlohmann::json& v, int64_t scale) {
 
 }  // namespace
 
+std::string NotedName(const ClusterRecord& r) { return r.incarnation.empty() ? r.node : r.node + "#" + r.incarnation; }
+
+std::string Incarnation(const nlohmann::json& j) {
+  auto it = j.find("incarnation");
+  if (it == j.end()) return "";  // a version before it: unknown
+  std::string s = it->get<std::string>();
+  if (s.empty() || s.size() > kMaxIncarnation) throw std::invalid_argument("an incarnation no member writes");
+  return s;
+}
+
 std::string Cluster::ParseRecord(const std::string& name, const std::string& bytes, int64_t now, Record* out) const {
   Record& r = *out;
   try {
@@ -44,6 +54,7 @@ std::string Cluster::ParseRecord(const std::string& name, const std::string& byt
       return "unreadable";
     }
     r.node = name;
+    r.incarnation = Incarnation(j);
     r.state = j.at("state").get<std::string>();
     if (r.state != "live" && r.state != "left") return "unreadable";
     // A version 1 record (ms): the start of its millisecond, which errs

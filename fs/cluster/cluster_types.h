@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -29,7 +30,26 @@ struct ClusterOptions {
   int64_t member_timeout_ms = 60000;  // --member-timeout
   int64_t max_skew_ms = 50;           // --max-clock-skew
   size_t max_refused = 1000;          // refused nodes named in a record
+  // This run of the node: made with its state dir (StateIncarnation), so a
+  // replacement machine that mounts under a dead node's --node id with a
+  // new state dir is told apart from the node it replaces. Empty: unknown
+  // (records of versions before it; tests).
+  std::string incarnation;
 };
+
+// Whether two records of one node are of the same run: the same
+// incarnation, or either one unknown (a record of an older version).
+inline bool SameIncarnation(const std::string& a, const std::string& b) { return a.empty() || b.empty() || a == b; }
+
+struct ClusterRecord;
+// The name a run of a member is logged dead and back under: the node id,
+// and its incarnation where known (two runs of one id are two members).
+std::string NotedName(const ClusterRecord& r);
+// The "incarnation" of a member record (ClusterOptions::incarnation): ""
+// when the record has none; throws for one no member writes (empty, or
+// over kMaxIncarnation bytes, or not a string). cluster_record.cc.
+constexpr size_t kMaxIncarnation = 64;
+std::string Incarnation(const nlohmann::json& record);
 
 // Whether `s` may name a cluster or a node: [A-Za-z0-9][A-Za-z0-9._-]{0,63}.
 bool ValidClusterName(const std::string& s);
@@ -122,6 +142,7 @@ std::unique_ptr<LogView> LocalLog(OpLog* log);
 // One member's record as read (Cluster::ParseRecord).
 struct ClusterRecord {
   std::string node, state;
+  std::string incarnation;                     // ClusterOptions::incarnation of the run that wrote it ("" unknown)
   int64_t heartbeat_us = 0, watermark_us = 0;  // wall clock, µs
   std::optional<int64_t> oldest_gate_us;
   std::optional<int64_t> unsafe_gate_us;  // U: its oldest entry not replicated K times

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -211,10 +212,22 @@ bool SameMac(std::string_view a, std::string_view b) {
 
 uint64_t ChunkHash(const void* p, size_t len) { return XXH3_64bits(p, len); }
 
+namespace {
+
+// An incarnation as a meta line carries it: 1 to 64 bytes, none a space,
+// a newline or a control character.
+bool MetaWord(std::string_view w) {
+  return !w.empty() && w.size() <= 64 &&
+         std::all_of(w.begin(), w.end(), [](char c) { return static_cast<unsigned char>(c) > 0x20 && c != 0x7f; });
+}
+
+}  // namespace
+
 std::string EncodeMeta(const FileMeta& m) {
-  return "1 " + std::to_string(m.seq) + " " + std::to_string(m.mode) + " " + std::to_string(m.uid) + " " +
+  const bool v2 = MetaWord(m.incarnation);
+  return (v2 ? "2 " : "1 ") + std::to_string(m.seq) + " " + std::to_string(m.mode) + " " + std::to_string(m.uid) + " " +
          std::to_string(m.gid) + " " + (m.has_owner ? "1" : "0") + " " + std::to_string(m.mtime_sec) + " " +
-         std::to_string(m.mtime_nsec) + "\n" + m.path;
+         std::to_string(m.mtime_nsec) + (v2 ? " " + m.incarnation : "") + "\n" + m.path;
 }
 
 std::optional<FileMeta> DecodeMeta(std::string_view s) {
@@ -232,7 +245,9 @@ std::optional<FileMeta> DecodeMeta(std::string_view s) {
     head = sp == std::string_view::npos ? std::string_view() : head.substr(sp + 1);
   }
   uint64_t v[7];
-  if (f.size() != 8 || f[0] != "1") return std::nullopt;
+  const bool v2 = f.size() == 9 && f[0] == "2" && MetaWord(f[8]);
+  if (!v2 && (f.size() != 8 || f[0] != "1")) return std::nullopt;
+  if (v2) m.incarnation = std::string(f[8]);
   for (int i = 0; i < 7; i++)
     if (!ParseU64(f[i + 1], &v[i]) && f[i + 1] != "0") return std::nullopt;
   for (int i = 0; i < 7; i++)

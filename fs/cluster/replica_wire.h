@@ -123,10 +123,12 @@ uint64_t ChunkHash(const void* p, size_t len);  // XXH3-64
 
 // What a writer tells its holders of a file (a PUT's meta): enough for a
 // holder to publish it in the writer's place (fs/cluster/takeover.h).
-// Encoded as one line of numbers, then the path (any bytes but NUL, a
-// newline included, as the drain log has them).
+// Encoded as one line of numbers (version 2: then the writer's
+// incarnation), then the path (any bytes but NUL, a newline included, as
+// the drain log has them). Version 1 (no incarnation) is still read.
 struct FileMeta {
-  uint64_t seq = 0;  // the writer's log entry
+  uint64_t seq = 0;         // the writer's log entry
+  std::string incarnation;  // the writer's run (ClusterOptions::incarnation); "" unknown
   std::string path;  // as the backend names it
   uint32_t mode = 0, uid = 0, gid = 0;
   bool has_owner = false;

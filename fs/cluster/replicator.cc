@@ -344,6 +344,7 @@ bool Replicator::Send(const Item& it) {
     return false;
   }
   const std::string meta = EncodeMeta(FileMeta{.seq = it.e.seq,
+                                               .incarnation = ports_.incarnation,
                                                .path = it.e.path,
                                                .mode = it.e.mode & 07777,
                                                .uid = it.e.uid,

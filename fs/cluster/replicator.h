@@ -131,6 +131,10 @@ class Replicator {
     // replicator's thread, no lock held, so that the cluster's record names
     // them at risk within a store round trip, not at its next tick.
     std::function<void()> observed;
+    // This run's incarnation (the member record's), sent with each replica:
+    // a holder tells the replicas of a dead run from a new one's under the
+    // same node id by it (Takeover).
+    std::string incarnation;
   };
   struct Stats {
     int replicas = 0;

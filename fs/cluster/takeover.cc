@@ -97,7 +97,7 @@ void Takeover::Pass() {
     // its lease, as its record does) is live: its record is read only
     // every kLiveCheck, to drop what it applied and whose DROP was lost.
     // O(1) requests a holder every few seconds, not one a writer a pass.
-    if (!peers_->addr_of(writer).empty()) {
+    if (!peers_->addr_of(writer).empty() && !gone_.count(writer)) {
       auto& at = checked_[writer];
       if (now - at < kLiveCheck) continue;
       at = now;
@@ -106,28 +106,42 @@ void Takeover::Pass() {
     // the lease expires); what it says is applied.
     auto r = records_->client()->Range(records_->prefix() + "members/" + writer);
     if (!r) return;  // the store is unreachable: nothing can be decided
-    if (r->kvs.empty() || r->kvs[0].lease == 0) {
+    const bool gone = r->kvs.empty() || r->kvs[0].lease == 0;
+    int64_t heartbeat = 0;
+    std::optional<int64_t> oldest;
+    std::string incarnation;
+    if (!gone) {
+      try {
+        auto j = nlohmann::json::parse(r->kvs[0].value);
+        heartbeat = j.at("heartbeat_us").get<int64_t>();
+        if (!j.at("oldest_gate_us").is_null()) oldest = j.at("oldest_gate_us").get<int64_t>();
+        incarnation = Incarnation(j);
+      } catch (const std::exception&) {
+        continue;  // not a record this version reads: keep the replicas
+      }
+    }
+    // Replicas of another run of this id (a new machine mounted under it
+    // with a new state dir: its record is there, its files numbered from 1
+    // again) are a dead writer's, as when the record is gone: published in
+    // its place, never collected by what the new run's record says.
+    auto dead_end = std::stable_partition(held.begin(), held.end(), [&](const Held& h) {
+      if (gone) return true;
+      auto m = DecodeMeta(h.meta);
+      return m && !SameIncarnation(m->incarnation, incarnation);
+    });
+    if (dead_end != held.begin()) {
       // Not before the cluster names it lost (the elected member's digest,
       // from its last record): then this node knows from which gate on its
       // entries were lost, and keeps its removals ordered after them out
       // of the backend (LostWindows). A writer that had nothing pending is
       // never named: after kNamedWithin, its replicas go all the same.
-      auto& gone = gone_[writer];
-      if (gone == std::chrono::steady_clock::time_point{}) gone = now;
-      if (!NamedLost(writer) && now - gone < kNamedWithin) continue;
-      PublishFor(writer, std::move(held));
+      auto& since = gone_[writer];
+      if (since == std::chrono::steady_clock::time_point{}) since = now;
+      if (NamedLost(writer) || now - since >= kNamedWithin)
+        PublishFor(writer, std::vector<Held>(held.begin(), dead_end));
       continue;
     }
     gone_.erase(writer);
-    int64_t heartbeat = 0;
-    std::optional<int64_t> oldest;
-    try {
-      auto j = nlohmann::json::parse(r->kvs[0].value);
-      heartbeat = j.at("heartbeat_us").get<int64_t>();
-      if (!j.at("oldest_gate_us").is_null()) oldest = j.at("oldest_gate_us").get<int64_t>();
-    } catch (const std::exception&) {
-      continue;  // not a record this version reads: keep the replicas
-    }
     for (const Held& h : held) {
       const auto g = static_cast<int64_t>(h.gate_us);
       if (heartbeat >= g && (!oldest || *oldest > g) && store_->Drop(h.key)) {

@@ -60,10 +60,11 @@ struct Node {
   FakeLog log;
   std::unique_ptr<Cluster> c;
   Node(const std::string& id, FakeStore* store, int64_t* clock, int64_t timeout_ms = 60000,
-       const std::string& samples = "") {
+       const std::string& samples = "", const std::string& incarnation = "") {
     ClusterOptions o;
     o.name = "job";
     o.node = id;
+    o.incarnation = incarnation;
     o.member_timeout_ms = timeout_ms;
     o.max_skew_ms = 50;
     c = std::make_unique<Cluster>(o, store, &log, samples, [clock] { return *clock * 1000; });
@@ -330,6 +331,50 @@ Test(cluster, dead_member_is_ignored_and_its_files_listed_lost) {
   b.c->Heartbeat();
   a.c->Heartbeat();
   cr_expect(!a.c->MayPublish(latest2));
+}
+
+// b is replaced before it is dead: a new machine mounts under its id with
+// a new state dir and overwrites its record (nothing pending). b's run is
+// not back: its entry still holds a's `latest` until the run is dead by its
+// last heartbeat, then its file is listed lost, as for any dead member —
+// the new record does not make it vanish (that let `latest` pass at once,
+// with b's shard lost and never named).
+Test(cluster, a_new_run_under_a_members_id_does_not_erase_the_old_runs_files) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now, 3000, "", "aaaa"), b("b", &store, &now, 3000, "", "b0b0");
+  now = 1100;
+  b.log.Log("step2/shard_b");
+  b.c->Heartbeat();
+  now = 1200;
+  uint64_t latest = a.log.Log("latest");
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest));
+  now = 1300;  // b is killed; a new run mounts under its id at once
+  Node b2("b", &store, &now, 3000, "", "b1b1");
+  b2.c->Heartbeat();
+  now = 1400;
+  a.c->Heartbeat();
+  now = 2000;
+  b2.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(!a.c->MayPublish(latest), "b's first run had step2/shard_b pending: its new run does not erase it");
+  now = 4200;
+  b2.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(latest), "b's first run is dead by its last heartbeat");
+  int dead = 0, live = 0;
+  for (auto& m : a.c->Status().members) {
+    if (m.node != "b") continue;
+    if (m.state == "dead") {
+      dead++;
+      cr_assert_eq(m.paths.size(), 1u);
+      cr_expect_eq(m.paths[0], std::string("step2/shard_b"));
+    } else {
+      live++;
+    }
+  }
+  cr_expect(dead == 1 && live == 1, "b's runs: %d dead, %d live", dead, live);
 }
 
 // A member that joins between two reads of the records, and closes a file

@@ -50,10 +50,11 @@ struct Log : ckpt::fs::LogView {
 struct Node {
   Log log;
   std::unique_ptr<Cluster> c;
-  Node(const std::string& id, ckpt::fs::RecordStore* store, int64_t* clock_ms) {
+  Node(const std::string& id, ckpt::fs::RecordStore* store, int64_t* clock_ms, const std::string& incarnation = "") {
     ClusterOptions o;
     o.name = "job";
     o.node = id;
+    o.incarnation = incarnation;
     o.max_skew_ms = 50;
     c = std::make_unique<Cluster>(o, store, &log, "", [clock_ms] { return *clock_ms * 1000; });
     c->Init();
@@ -164,6 +165,59 @@ Test(cluster_digest, lost_member_and_its_return) {
   a.c->Heartbeat();
   for (const auto& m : a.c->Status().members)
     if (m.node == "b") cr_expect_eq(m.state, "live");
+  cr_expect(nlohmann::json::parse(*s.digest)["lost"].empty());
+}
+
+// A new machine mounts under b's id with a new state dir (another
+// incarnation), before or after b's lease expired: b's run is lost all the
+// same (its holders publish its replicas, Takeover), and stays named lost
+// in the digest while the new run is live; the same run back is not lost.
+Test(cluster_digest, a_new_run_under_a_dead_members_id_does_not_bring_it_back) {
+  for (bool lease_expired_first : {true, false}) {
+    int64_t now = 1000;
+    DigestStore s;
+    Node a("a", &s, &now, "aaaa"), b("b", &s, &now, "b0b0");
+    a.c->Heartbeat();
+    b.log.at.push_back(now * 1000);
+    b.c->Sample();
+    b.c->Heartbeat();
+    s.digest = Reduce(a, s, now);
+    now += 100;
+    if (lease_expired_first) {
+      s.recs.erase("b");
+      s.digest = Reduce(a, s, now);
+    }
+    Node b2("b", &s, &now, "b1b1");  // nothing pending: a fresh state dir
+    b2.c->Heartbeat();
+    now += 100;
+    s.digest = Reduce(a, s, now);
+    a.c->Heartbeat();
+    auto d = nlohmann::json::parse(*s.digest);
+    cr_assert_eq(d["lost"].size(), 1u, "b's first run is not named lost (lease expired first: %d)",
+                 lease_expired_first);
+    cr_expect_eq(d["lost"][0]["incarnation"], "b0b0");
+    int dead = 0, live = 0;
+    for (const auto& m : a.c->Status().members)
+      if (m.node == "b") (m.state == "dead" && m.unpersisted == 1 ? dead : live) += 1;
+    cr_expect(dead == 1 && live == 1, "a lists b's runs as %d dead and %d live (lease expired first: %d)", dead, live,
+              lease_expired_first);
+    // Read again: still lost (a reduction does not forget it).
+    now += 100;
+    s.digest = Reduce(a, s, now);
+    cr_expect_eq(nlohmann::json::parse(*s.digest)["lost"].size(), 1u);
+  }
+  // The same run back (a restart on its state dir) is not lost.
+  int64_t now = 1000;
+  DigestStore s;
+  Node a("a", &s, &now, "aaaa"), b("b", &s, &now, "b0b0");
+  b.log.at.push_back(now * 1000);
+  b.c->Sample();
+  b.c->Heartbeat();
+  s.digest = Reduce(a, s, now);
+  now += 100;
+  Node again("b", &s, &now, "b0b0");
+  again.c->Heartbeat();
+  s.digest = Reduce(a, s, now);
   cr_expect(nlohmann::json::parse(*s.digest)["lost"].empty());
 }
 

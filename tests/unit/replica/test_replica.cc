@@ -631,6 +631,7 @@ Test(replica_wire, a_reply_is_believed_only_for_the_request_it_answers) {
 
 Test(replica_wire, file_meta_round_trips_and_garbage_is_refused) {
   FileMeta m{.seq = 42,
+             .incarnation = "0123456789abcdef",
              .path = "global_step7/mp_rank_00 model states.pt",
              .mode = 0640,
              .uid = 1000,
@@ -645,8 +646,14 @@ Test(replica_wire, file_meta_round_trips_and_garbage_is_refused) {
   cr_expect_eq(d->mode, 0640u);
   cr_expect(d->has_owner);
   cr_expect_eq(d->mtime_nsec, 999999999u);
+  cr_expect_eq(d->incarnation, "0123456789abcdef");
+  // Version 1 (a writer before incarnations): read, the run unknown.
+  auto v1 = DecodeMeta("1 7 420 0 0 0 5 6\nstep/x");
+  cr_assert(v1.has_value());
+  cr_expect(v1->seq == 7 && v1->incarnation.empty() && v1->path == "step/x");
   for (const char* bad : {"", "1 2 3\npath", "2 1 0 0 0 0 0 0\np", "1 1 0 0 0 2 0 0\np", "1 1 0 0 0 0 0 1000000000\np",
-                          "1 1 0 0 0 0 0 0\n", "1 x 0 0 0 0 0 0\np"})
+                          "1 1 0 0 0 0 0 0\n", "1 x 0 0 0 0 0 0\np", "1 1 0 0 0 0 0 0 abcd\np", "2 1 0 0 0 0 0 0 \np",
+                          "2 1 0 0 0 0 0 0 a\x01\np"})
     cr_expect(!DecodeMeta(bad).has_value(), "%s", bad);
   FileMeta nl{.seq = 1, .path = "step\n1/shard"};  // a name may hold a newline: it must not strand a replica
   auto back = DecodeMeta(EncodeMeta(nl));
