@@ -193,9 +193,28 @@ void ckpt_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
     else if (to_set & FUSE_SET_ATTR_ATIME) c.atime = ToTs(attr->st_atim);
     if (to_set & FUSE_SET_ATTR_MTIME_NOW) c.mtime = ToTs({0, UTIME_NOW});
     else if (to_set & FUSE_SET_ATTR_MTIME) c.mtime = ToTs(attr->st_mtim);
-    auto r = D(req)->table->SetAttr(ino, c);
-    if (!r) return (void)fuse_reply_err(req, r.error());
-    ReplyAttr(req, *r);
+    auto apply = [req, ino, c] {
+      auto r = D(req)->table->SetAttr(ino, c);
+      if (!r) return (void)fuse_reply_err(req, r.error());
+      ReplyAttr(req, *r);
+    };
+    // A truncate that first fetches an evicted file (up to its size, from
+    // S3) or copies its sealed version aside for the drain (seconds for
+    // GiBs) runs on the fetcher or the copier thread, as an open or a write
+    // that does: on this worker it held the requests the kernel had handed
+    // it already (stat, ls, status).
+    Daemon* d = D(req);
+    OffloadQueue* q = nullptr;
+    if (c.to_set & kSetSize) {
+      if (c.size != 0 && d->fetcher && d->table->NeedsFetch(ino, O_RDWR)) q = d->fetcher.get();
+      else if (d->copier && d->table->ChangeCopiesAside(ino)) q = d->copier.get();
+    }
+    auto job = [req, apply](bool cancelled) {
+      if (cancelled) return (void)fuse_reply_err(req, EIO);
+      Guard(req, apply);
+    };
+    if (q && q->Submit(std::move(job), 0)) return;
+    apply();
   });
 }
 
