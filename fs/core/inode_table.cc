@@ -163,7 +163,7 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
 }
 
 Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, uint32_t mode, Caller who,
-                                        std::string_view target, uint64_t rdev) {
+                                        std::string_view target, uint64_t rdev, bool seal) {
   if (auto st = CheckName(name); !st) return Err(st.error());
   if (auto st = core_.Writable(); !st) return Err(st.error());
   MutexLock lk(&mu());
@@ -208,13 +208,23 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   std::vector<LogEntry> log;
   if ((S_ISDIR(mode) || S_ISLNK(mode)) && !under_memory_only && !r.memory_only)
     core_.oplog.Append(&b, VersionStore::MakeEntry(r, core_.ns.EntryPath(parent, name)), &log);
+  if (S_ISREG(mode)) n->data_gen = 1;  // a new file is sealed at its first close
+  seal = seal && S_ISREG(mode);
+  if (seal) {
+    // mknod(2): no close follows, and a file never sealed never drains
+    // (nor survives a restart). Sealed empty now, from an empty tier file.
+    if (auto st = core_.tier()->Truncate(r.ino, 0); !st) return Err(st.error());
+    (void)core_.versions.Seal(core_.ns, n.get(), under_memory_only || r.memory_only, &b, &log);
+  }
   MetaStore::PutInode(&b, r);
   MetaStore::PutInode(&b, pr);
   MetaStore::PutDentry(&b, parent, name, r.ino, DirentType(mode));
   MetaStore::PutCounter(&b, kNextInoCounter, core_.ns.next_ino() + 1);
   if (r.ckpt_ord > 0) MetaStore::PutCounter(&b, kCheckpointCounter, r.ckpt_ord + 1);
-  if (auto st = core_.CommitWithLog(b, std::move(log)); !st) return Err(st.error());
-  if (S_ISREG(mode)) n->data_gen = 1;  // a new file is sealed at its first close
+  if (auto st = core_.CommitWithLog(b, std::move(log)); !st) {
+    if (seal) core_.tier()->Remove(r.ino);
+    return Err(st.error());
+  }
   if (r.ckpt_ord > 0) {
     core_.ckpts.ReserveUpTo(r.ckpt_ord + 1);
     LOG_DEBUG("checkpoint {} '{}' made{}", r.ckpt_ord, core_.ns.EntryPath(parent, name),
@@ -230,11 +240,11 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   return out;
 }
 
-Result<InodeRecord> InodeTable::Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
-                                      Caller who) {
+Result<InodeRecord> InodeTable::Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev, Caller who,
+                                      bool seal) {
   if (S_ISDIR(mode) || S_ISLNK(mode)) return Err(EINVAL);
   if ((mode & S_IFMT) == 0) mode |= S_IFREG;
-  return NewNode(parent, name, mode, who, {}, rdev);
+  return NewNode(parent, name, mode, who, {}, rdev, seal);
 }
 
 Result<InodeRecord> InodeTable::Mkdir(uint64_t parent, std::string_view name, uint32_t mode, Caller who) {

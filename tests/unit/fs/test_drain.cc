@@ -1580,3 +1580,31 @@ Test(drain, spares_cover_a_whole_save) {
   cr_assert_eq(e.tier->Spares().second, 6u, "one spare per file of the save: %zu", e.tier->Spares().second);
   cr_assert_eq(e.tier->Spares().first, 24u << 20);
 }
+
+// mknod(2) of a regular file: no open follows, so no close seals it. It is
+// sealed empty at once (mknod's `seal`): it drains, it replaces what it is
+// renamed over in the backend, and a restart keeps it.
+Test(drain, mknod_of_a_regular_file_drains_it_empty) {
+  DrainEnv d;
+  Env& e = *d.env;
+  e.WriteFile(kRoot, "old", "old bytes");
+  cr_assert(e.table->Mknod(kRoot, "empty", S_IFREG | 0644, 0, ckpt::fs::Caller{}, /*seal=*/true).has_value());
+  d.Start();
+  d.Drain();
+  cr_assert(d.Exists("empty"), "a file made by mknod never drained");
+  cr_assert_eq(stdfs::file_size(d.root + "/empty"), 0u);
+  cr_assert_eq(e.table->Lookup(kRoot, "empty")->state, ckpt::meta::DataState::kPersisted);
+  cr_assert(e.table->Mknod(kRoot, "e2", S_IFREG | 0644, 0, ckpt::fs::Caller{}, true).has_value());
+  cr_assert(e.table->Rename(kRoot, "e2", kRoot, "old", 0).has_value());
+  d.Drain();
+  cr_assert_eq(d.Read("old"), "", "the replaced file's bytes are still there");
+}
+
+Test(drain, mknod_of_a_regular_file_survives_a_restart_before_its_drain) {
+  Env e(KvKind::kRocks);
+  cr_assert(e.table->Mknod(kRoot, "empty", S_IFREG | 0644, 0, ckpt::fs::Caller{}, true).has_value());
+  e.Open();
+  auto r = e.table->Lookup(kRoot, "empty");
+  cr_assert(r.has_value(), "dropped at the restart as created but never closed");
+  cr_assert_eq(r->size, 0u);
+}
