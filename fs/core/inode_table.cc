@@ -15,6 +15,66 @@ Status CheckName(std::string_view name) {
   return {};
 }
 void Touch(Inode* dir, const meta::Timespec& t) { dir->rec.mtime = dir->rec.ctime = t; }
+
+// What the backend holds under an entry's name once the log before now is
+// applied. Directories and symlinks are logged when made; a regular file
+// once sealed (or imported from the backend: clean, or with a checksum).
+// Fifos, sockets and devices never reach it. A file made here and not
+// sealed yet has nothing there, or the bytes of a file it was renamed over
+// while open, which its persist or its removal replaces in turn.
+enum class Held { kNothing, kMaybeStale, kEntry };
+
+Held BackendHolds(const InodeRecord& r) {
+  if (S_ISDIR(r.mode) || S_ISLNK(r.mode)) return Held::kEntry;
+  if (!S_ISREG(r.mode)) return Held::kNothing;
+  if (r.version > 0 || r.state != meta::DataState::kDirty || (r.checksum_hi | r.checksum_lo) != 0) return Held::kEntry;
+  return Held::kMaybeStale;
+}
+
+LogEntry RemovalOf(const InodeRecord& r, std::string path) {
+  LogEntry e;
+  e.op = LogOp::kUnlink;
+  e.ino = r.ino;
+  e.path = std::move(path);
+  return e;
+}
+
+// The entries that replay a rename (`from` -> `to`; dst: what `to` names,
+// or null) on the backend, where the backend lacks a side
+// (docs/consistency.md, "Renames, special files and exchanges").
+std::vector<LogEntry> BackendRename(const InodeRecord& src, const InodeRecord* dst, std::string from, std::string to,
+                                    bool exchange) {
+  LogEntry mv;
+  mv.op = LogOp::kRename;
+  mv.flags = exchange ? 1 : 0;
+  mv.ino = src.ino;
+  mv.mode = src.mode;  // its type, for the cluster store's names (fs/cluster/etcd_names.h)
+  mv.path = std::move(from);
+  mv.path2 = std::move(to);
+  const Held s = BackendHolds(src), d = dst ? BackendHolds(*dst) : Held::kNothing;
+  if (!exchange) {
+    // Its rename is a no-op in the backend, which would keep the file it
+    // replaces (an ENOENT there is "nothing to do": a file renamed while
+    // open comes later, by its persist, and must not delete `to` now).
+    if (dst && s == Held::kNothing) return {RemovalOf(*dst, mv.path2), mv};
+    return {mv};
+  }
+  // renameat2 exchanges only two names the backend has, and was a no-op
+  // there otherwise: the side it holds moves to the other's name instead
+  // (replacing what may be stale there), and the other side's persist, if
+  // it is a file, comes later under its new name.
+  if (s == Held::kEntry && d == Held::kEntry) return {mv};
+  if (s == Held::kNothing && d == Held::kNothing) return {};
+  mv.flags = 0;
+  const InodeRecord& moved = d > s ? *dst : src;
+  const InodeRecord& other = d > s ? src : *dst;
+  if (d > s) std::swap(mv.path, mv.path2);
+  mv.ino = moved.ino;
+  mv.mode = moved.mode;
+  // A directory does not replace a file in a rename: a stale one goes first.
+  if (S_ISDIR(moved.mode) && BackendHolds(other) == Held::kMaybeStale) return {RemovalOf(other, mv.path2), mv};
+  return {mv};
+}
 }  // namespace
 
 void InodeTable::FillStat(const InodeRecord& r, struct stat* st) {
@@ -482,16 +542,10 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
   };
   Batch b;
   std::vector<LogEntry> log;
-  {
-    LogEntry e;
-    e.op = LogOp::kRename;
-    e.flags = exchange ? 1 : 0;
-    e.ino = sr.ino;
-    e.mode = sr.mode;  // its type, for the cluster store's names (fs/cluster/etcd_names.h)
-    e.path = core_.ns.EntryPath(parent, name);
-    e.path2 = core_.ns.EntryPath(newparent, newname);
-    if (!memory_only) core_.oplog.Append(&b, e, &log);
-  }
+  if (!memory_only)
+    for (const LogEntry& e : BackendRename(sr, dst ? &dst->rec : nullptr, core_.ns.EntryPath(parent, name),
+                                           core_.ns.EntryPath(newparent, newname), exchange))
+      core_.oplog.Append(&b, e, &log);
   if (new_ord > 0) {
     sr.ckpt_ord = new_ord;
     MetaStore::PutCounter(&b, kCheckpointCounter, new_ord + 1);
