@@ -15,6 +15,66 @@ Status CheckName(std::string_view name) {
   return {};
 }
 void Touch(Inode* dir, const meta::Timespec& t) { dir->rec.mtime = dir->rec.ctime = t; }
+
+// What the backend holds under an entry's name once the log before now is
+// applied. Directories and symlinks are logged when made; a regular file
+// once sealed (or imported from the backend: clean, or with a checksum).
+// Fifos, sockets and devices never reach it. A file made here and not
+// sealed yet has nothing there, or the bytes of a file it was renamed over
+// while open, which its persist or its removal replaces in turn.
+enum class Held { kNothing, kMaybeStale, kEntry };
+
+Held BackendHolds(const InodeRecord& r) {
+  if (S_ISDIR(r.mode) || S_ISLNK(r.mode)) return Held::kEntry;
+  if (!S_ISREG(r.mode)) return Held::kNothing;
+  if (r.version > 0 || r.state != meta::DataState::kDirty || (r.checksum_hi | r.checksum_lo) != 0) return Held::kEntry;
+  return Held::kMaybeStale;
+}
+
+LogEntry RemovalOf(const InodeRecord& r, std::string path) {
+  LogEntry e;
+  e.op = LogOp::kUnlink;
+  e.ino = r.ino;
+  e.path = std::move(path);
+  return e;
+}
+
+// The entries that replay a rename (`from` -> `to`; dst: what `to` names,
+// or null) on the backend, where the backend lacks a side
+// (docs/consistency.md, "Renames, special files and exchanges").
+std::vector<LogEntry> BackendRename(const InodeRecord& src, const InodeRecord* dst, std::string from, std::string to,
+                                    bool exchange) {
+  LogEntry mv;
+  mv.op = LogOp::kRename;
+  mv.flags = exchange ? 1 : 0;
+  mv.ino = src.ino;
+  mv.mode = src.mode;  // its type, for the cluster store's names (fs/cluster/etcd_names.h)
+  mv.path = std::move(from);
+  mv.path2 = std::move(to);
+  const Held s = BackendHolds(src), d = dst ? BackendHolds(*dst) : Held::kNothing;
+  if (!exchange) {
+    // Its rename is a no-op in the backend, which would keep the file it
+    // replaces (an ENOENT there is "nothing to do": a file renamed while
+    // open comes later, by its persist, and must not delete `to` now).
+    if (dst && s == Held::kNothing) return {RemovalOf(*dst, mv.path2), mv};
+    return {mv};
+  }
+  // renameat2 exchanges only two names the backend has, and was a no-op
+  // there otherwise: the side it holds moves to the other's name instead
+  // (replacing what may be stale there), and the other side's persist, if
+  // it is a file, comes later under its new name.
+  if (s == Held::kEntry && d == Held::kEntry) return {mv};
+  if (s == Held::kNothing && d == Held::kNothing) return {};
+  mv.flags = 0;
+  const InodeRecord& moved = d > s ? *dst : src;
+  const InodeRecord& other = d > s ? src : *dst;
+  if (d > s) std::swap(mv.path, mv.path2);
+  mv.ino = moved.ino;
+  mv.mode = moved.mode;
+  // A directory does not replace a file in a rename: a stale one goes first.
+  if (S_ISDIR(moved.mode) && BackendHolds(other) == Held::kMaybeStale) return {RemovalOf(other, mv.path2), mv};
+  return {mv};
+}
 }  // namespace
 
 void InodeTable::FillStat(const InodeRecord& r, struct stat* st) {
@@ -163,7 +223,7 @@ Result<InodeRecord> InodeTable::SetAttr(uint64_t ino, const AttrChange& c) {
 }
 
 Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, uint32_t mode, Caller who,
-                                        std::string_view target, uint64_t rdev) {
+                                        std::string_view target, uint64_t rdev, bool seal) {
   if (auto st = CheckName(name); !st) return Err(st.error());
   if (auto st = core_.Writable(); !st) return Err(st.error());
   MutexLock lk(&mu());
@@ -208,13 +268,23 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   std::vector<LogEntry> log;
   if ((S_ISDIR(mode) || S_ISLNK(mode)) && !under_memory_only && !r.memory_only)
     core_.oplog.Append(&b, VersionStore::MakeEntry(r, core_.ns.EntryPath(parent, name)), &log);
+  if (S_ISREG(mode)) n->data_gen = 1;  // a new file is sealed at its first close
+  seal = seal && S_ISREG(mode);
+  if (seal) {
+    // mknod(2): no close follows, and a file never sealed never drains
+    // (nor survives a restart). Sealed empty now, from an empty tier file.
+    if (auto st = core_.tier()->Truncate(r.ino, 0); !st) return Err(st.error());
+    (void)core_.versions.Seal(core_.ns, n.get(), under_memory_only || r.memory_only, &b, &log);
+  }
   MetaStore::PutInode(&b, r);
   MetaStore::PutInode(&b, pr);
   MetaStore::PutDentry(&b, parent, name, r.ino, DirentType(mode));
   MetaStore::PutCounter(&b, kNextInoCounter, core_.ns.next_ino() + 1);
   if (r.ckpt_ord > 0) MetaStore::PutCounter(&b, kCheckpointCounter, r.ckpt_ord + 1);
-  if (auto st = core_.CommitWithLog(b, std::move(log)); !st) return Err(st.error());
-  if (S_ISREG(mode)) n->data_gen = 1;  // a new file is sealed at its first close
+  if (auto st = core_.CommitWithLog(b, std::move(log)); !st) {
+    if (seal) core_.tier()->Remove(r.ino);
+    return Err(st.error());
+  }
   if (r.ckpt_ord > 0) {
     core_.ckpts.ReserveUpTo(r.ckpt_ord + 1);
     LOG_DEBUG("checkpoint {} '{}' made{}", r.ckpt_ord, core_.ns.EntryPath(parent, name),
@@ -230,11 +300,11 @@ Result<InodeRecord> InodeTable::NewNode(uint64_t parent, std::string_view name, 
   return out;
 }
 
-Result<InodeRecord> InodeTable::Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
-                                      Caller who) {
+Result<InodeRecord> InodeTable::Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev, Caller who,
+                                      bool seal) {
   if (S_ISDIR(mode) || S_ISLNK(mode)) return Err(EINVAL);
   if ((mode & S_IFMT) == 0) mode |= S_IFREG;
-  return NewNode(parent, name, mode, who, {}, rdev);
+  return NewNode(parent, name, mode, who, {}, rdev, seal);
 }
 
 Result<InodeRecord> InodeTable::Mkdir(uint64_t parent, std::string_view name, uint32_t mode, Caller who) {
@@ -472,16 +542,10 @@ Status InodeTable::Rename(uint64_t parent, std::string_view name, uint64_t newpa
   };
   Batch b;
   std::vector<LogEntry> log;
-  {
-    LogEntry e;
-    e.op = LogOp::kRename;
-    e.flags = exchange ? 1 : 0;
-    e.ino = sr.ino;
-    e.mode = sr.mode;  // its type, for the cluster store's names (fs/cluster/etcd_names.h)
-    e.path = core_.ns.EntryPath(parent, name);
-    e.path2 = core_.ns.EntryPath(newparent, newname);
-    if (!memory_only) core_.oplog.Append(&b, e, &log);
-  }
+  if (!memory_only)
+    for (const LogEntry& e : BackendRename(sr, dst ? &dst->rec : nullptr, core_.ns.EntryPath(parent, name),
+                                           core_.ns.EntryPath(newparent, newname), exchange))
+      core_.oplog.Append(&b, e, &log);
   if (new_ord > 0) {
     sr.ckpt_ord = new_ord;
     MetaStore::PutCounter(&b, kCheckpointCounter, new_ord + 1);

@@ -110,8 +110,9 @@ class InodeTable {
   [[nodiscard]] Result<InodeRecord> SetAttr(uint64_t ino, const AttrChange& c);
 
   // Creates a regular file, fifo, socket or device node. EEXIST if present.
+  // `seal`: a regular file is sealed empty now (mknod(2): no close follows).
   [[nodiscard]] Result<InodeRecord> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
-                                          Caller who);
+                                          Caller who, bool seal = false);
   [[nodiscard]] Result<InodeRecord> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, Caller who);
   [[nodiscard]] Result<InodeRecord> Symlink(uint64_t parent, std::string_view name, std::string_view target,
                                             Caller who);
@@ -265,7 +266,7 @@ class InodeTable {
   // name's length, a writable mount).
   Result<std::pair<Inode*, Inode*>> EntryToRemove(uint64_t parent, std::string_view name) REQUIRES(mu());
   Result<InodeRecord> NewNode(uint64_t parent, std::string_view name, uint32_t mode, Caller who,
-                              std::string_view target, uint64_t rdev) EXCLUDES(mu());
+                              std::string_view target, uint64_t rdev, bool seal = false) EXCLUDES(mu());
   // Points the record's (parent, name) at some remaining link.
   void RepointPrimary(Inode* n, uint64_t gone_parent, std::string_view gone_name) REQUIRES(mu());
   // Seals and commits in one WriteBatch. REQUIRES: the namespace lock held.

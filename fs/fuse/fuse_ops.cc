@@ -231,7 +231,7 @@ void ckpt_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode
   LOG_DEBUG("mknod(parent={}, name={}, mode={:o})", parent, name, mode);
   NoteSave(req);
   Guard(req, [&] {
-    auto r = D(req)->table->Mknod(parent, name, mode, rdev, CallerOf(req));
+    auto r = D(req)->table->Mknod(parent, name, mode, rdev, CallerOf(req), /*seal=*/true);  // no close follows
     if (!r) return (void)fuse_reply_err(req, r.error());
     ReplyEntry(req, *r);
   });

@@ -5,7 +5,8 @@
 # rename onto itself or another link of the same inode, RENAME_NOREPLACE,
 # RENAME_EXCHANGE (file/file, file/dir), dir over empty dir (ok), dir over
 # non-empty dir (ENOTEMPTY), dir into its own subdir (EINVAL), file over
-# dir (EISDIR), dir over file (ENOTDIR). Everything again after a remount.
+# dir (EISDIR), dir over file (ENOTDIR), a fifo and a file made by mknod(2)
+# over drained files (the backend follows). Everything again after a remount.
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 
@@ -112,6 +113,23 @@ expect_errno EINVAL rename "$MNT/empty" "$MNT/empty/c/inside"
 expect_errno EISDIR rename "$MNT/n3" "$MNT/full"
 expect_errno ENOTDIR rename "$MNT/full" "$MNT/n3"
 expect_errno ENOENT rename "$MNT/nothing" "$MNT/n4"
+
+# A fifo renamed over a drained file: the backend, which never holds a
+# fifo, loses the file's name too. A regular file made by mknod(2), never
+# opened, drains empty and replaces what it is renamed over.
+cp "$T/b" "$MNT/ft"
+"$CKPTFS" drain "$MNT" --timeout 60 > /dev/null || fail "drain"
+mkfifo "$MNT/p"
+mv -f "$MNT/p" "$MNT/ft"
+"$CKPTFS" drain "$MNT" --timeout 60 > /dev/null || fail "drain"
+[ ! -e "$BACKEND/ft" ] || fail "stale file under a fifo"
+rm "$MNT/ft"
+cp "$T/b" "$MNT/fm"
+"$CKPTFS" drain "$MNT" --timeout 60 > /dev/null || fail "drain"
+$PY -c 'import os, stat, sys; os.mknod(sys.argv[1], 0o644 | stat.S_IFREG)' "$MNT/made"
+mv -f "$MNT/made" "$MNT/fm"
+"$CKPTFS" drain "$MNT" --timeout 60 > /dev/null || fail "drain"
+[ -f "$BACKEND/fm" ] && [ ! -s "$BACKEND/fm" ] || fail "the file mknod made did not replace fm in the backend"
 
 check_backend
 find "$MNT" | sort > "$T/before"

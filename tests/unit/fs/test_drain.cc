@@ -1580,3 +1580,115 @@ Test(drain, spares_cover_a_whole_save) {
   cr_assert_eq(e.tier->Spares().second, 6u, "one spare per file of the save: %zu", e.tier->Spares().second);
   cr_assert_eq(e.tier->Spares().first, 24u << 20);
 }
+
+// Fifos, sockets and devices never reach the backend, so the rename of one
+// over a persisted file changed nothing there, and the file's old bytes
+// stayed under its name for good. The name is removed in the backend now:
+// also when the file renamed over it before was never sealed (its rename
+// was a no-op there too, waiting for a persist that never comes).
+Test(drain, special_file_renamed_over_a_persisted_file_removes_it) {
+  DrainEnv d;
+  Env& e = *d.env;
+  e.WriteFile(kRoot, "target", "old");
+  e.WriteFile(kRoot, "target2", "old");
+  d.Start();
+  d.Drain();
+  cr_assert_eq(d.Read("target"), "old");
+  cr_assert(e.table->Mknod(kRoot, "p", S_IFIFO | 0644, 0, ckpt::fs::Caller{}).has_value());
+  cr_assert(e.table->Rename(kRoot, "p", kRoot, "target", 0).has_value());
+  d.Drain();
+  cr_assert_not(d.Exists("target"), "the fifo's name still holds the replaced file's bytes");
+  cr_assert_not(d.Exists("p"));
+  // An open file renamed over target2, then a fifo over that one before its close.
+  auto q = e.table->Mknod(kRoot, "q", S_IFREG | 0644, 0, ckpt::fs::Caller{});
+  cr_assert(q.has_value());
+  cr_assert(e.table->Open(q->ino, O_RDWR).has_value());
+  cr_assert(e.table->Rename(kRoot, "q", kRoot, "target2", 0).has_value());
+  cr_assert(e.table->Mknod(kRoot, "p2", S_IFIFO | 0644, 0, ckpt::fs::Caller{}).has_value());
+  cr_assert(e.table->Rename(kRoot, "p2", kRoot, "target2", 0).has_value());
+  e.table->Release(q->ino, O_RDWR);
+  d.Drain();
+  cr_assert_not(d.Exists("target2"), "the fifo's name still holds the bytes the open file replaced");
+}
+
+// RENAME_EXCHANGE of a persisted file with a fifo: renameat2 needs both
+// names, and the backend lacks the fifo, so the exchange was a no-op there
+// and the file's bytes stayed under the name the fifo has now. They move
+// to the file's new name, where a fetch looks for them.
+Test(drain, exchange_with_a_fifo_moves_the_file_in_the_backend) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t a = e.WriteFile(kRoot, "a", "bytes of a");
+  d.Start();
+  d.Drain();
+  cr_assert(e.table->Mknod(kRoot, "p", S_IFIFO | 0644, 0, ckpt::fs::Caller{}).has_value());
+  cr_assert(e.table->Rename(kRoot, "a", kRoot, "p", RENAME_EXCHANGE).has_value());
+  d.Drain();
+  cr_assert_eq(d.Read("p"), "bytes of a");
+  cr_assert_not(d.Exists("a"), "the fifo's name holds the file's bytes");
+  cr_assert(e.table->Evict(1ull << 30) == ckpt::cache::Tier::Relief::kFreed);
+  auto fd = e.table->Open(a, O_RDONLY);
+  cr_assert(fd.has_value(), "fetch after the exchange: %d", fd ? 0 : fd.error());
+  std::string back(10, '\0');
+  cr_assert_eq(pread(*fd, back.data(), back.size(), 0), 10);
+  cr_assert_eq(back, "bytes of a");
+  e.table->Release(a, O_RDONLY);
+}
+
+// The same with a file open since its creation, never sealed: its later
+// persist, to its new name, overwrote the other file's only backend copy.
+Test(drain, exchange_with_a_file_never_sealed_moves_the_other_in_the_backend) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t a = e.WriteFile(kRoot, "a", "bytes of a");
+  d.Start();
+  d.Drain();
+  auto q = e.table->Mknod(kRoot, "q", S_IFREG | 0644, 0, ckpt::fs::Caller{});
+  cr_assert(q.has_value());
+  cr_assert(e.table->Open(q->ino, O_RDWR).has_value());
+  std::string qb = "bytes of q";
+  cr_assert(e.table->Write(q->ino, 0, qb.size(), [&](int f) { return pwrite(f, qb.data(), qb.size(), 0); }));
+  cr_assert(e.table->Rename(kRoot, "a", kRoot, "q", RENAME_EXCHANGE).has_value());
+  d.Drain();
+  cr_assert_eq(d.Read("q"), "bytes of a");
+  cr_assert_not(d.Exists("a"));
+  e.table->Release(q->ino, O_RDWR);  // sealed under its new name, "a"
+  d.Drain();
+  cr_assert_eq(d.Read("a"), "bytes of q");
+  cr_assert_eq(d.Read("q"), "bytes of a");
+  cr_assert(e.table->Evict(1ull << 30) == ckpt::cache::Tier::Relief::kFreed);
+  auto fd = e.table->Open(a, O_RDONLY);
+  cr_assert(fd.has_value(), "fetch after the exchange: %d", fd ? 0 : fd.error());
+  std::string back(10, '\0');
+  cr_assert_eq(pread(*fd, back.data(), back.size(), 0), 10);
+  cr_assert_eq(back, "bytes of a");
+  e.table->Release(a, O_RDONLY);
+}
+
+// mknod(2) of a regular file: no open follows, so no close seals it. It is
+// sealed empty at once (mknod's `seal`): it drains, it replaces what it is
+// renamed over in the backend, and a restart keeps it.
+Test(drain, mknod_of_a_regular_file_drains_it_empty) {
+  DrainEnv d;
+  Env& e = *d.env;
+  e.WriteFile(kRoot, "old", "old bytes");
+  cr_assert(e.table->Mknod(kRoot, "empty", S_IFREG | 0644, 0, ckpt::fs::Caller{}, /*seal=*/true).has_value());
+  d.Start();
+  d.Drain();
+  cr_assert(d.Exists("empty"), "a file made by mknod never drained");
+  cr_assert_eq(stdfs::file_size(d.root + "/empty"), 0u);
+  cr_assert_eq(e.table->Lookup(kRoot, "empty")->state, ckpt::meta::DataState::kPersisted);
+  cr_assert(e.table->Mknod(kRoot, "e2", S_IFREG | 0644, 0, ckpt::fs::Caller{}, true).has_value());
+  cr_assert(e.table->Rename(kRoot, "e2", kRoot, "old", 0).has_value());
+  d.Drain();
+  cr_assert_eq(d.Read("old"), "", "the replaced file's bytes are still there");
+}
+
+Test(drain, mknod_of_a_regular_file_survives_a_restart_before_its_drain) {
+  Env e(KvKind::kRocks);
+  cr_assert(e.table->Mknod(kRoot, "empty", S_IFREG | 0644, 0, ckpt::fs::Caller{}, true).has_value());
+  e.Open();
+  auto r = e.table->Lookup(kRoot, "empty");
+  cr_assert(r.has_value(), "dropped at the restart as created but never closed");
+  cr_assert_eq(r->size, 0u);
+}
