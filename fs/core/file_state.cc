@@ -266,15 +266,15 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
 }
 
 Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn,
-                                 bool wait) {
+                                 bool wait, cache::Deadline deadline) {
   if (auto st = core_.Writable(); !st) return Err(st.error());
   if (off > core_.limits().max_file_size || len > core_.limits().max_file_size - off) return Err(EFBIG);
   // The first write after a seal (an fsync, a close through another
   // handle, mmap writeback after close) keeps the sealed version first.
-  auto data = LockForMutation(ino, wait);
+  auto data = LockForMutation(ino, wait, deadline);
   if (!data) return Err(data.error());
   // The tier may wait for space here: never under the namespace lock.
-  auto n = core_.tier()->Write(ino, off, len, fn, wait);
+  auto n = core_.tier()->Write(ino, off, len, fn, wait, deadline);
   if (!n) return n;
   MutexLock lk(&mu());
   Inode* node = core_.Find(ino);
@@ -289,7 +289,7 @@ Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const s
   return n;
 }
 
-Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait) {
+Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait, cache::Deadline deadline) {
   if (auto st = core_.Writable(); !st) return st;
   if (off > core_.limits().max_file_size || len > core_.limits().max_file_size - off) return Err(EFBIG);
   {
@@ -298,9 +298,9 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len,
     if (!n) return Err(ENOENT);
     if (!S_ISREG(n->rec.mode)) return Err(ENODEV);
   }
-  auto data = LockForMutation(ino, wait);
+  auto data = LockForMutation(ino, wait, deadline);
   if (!data) return Err(data.error());
-  if (auto st = core_.tier()->Fallocate(ino, mode, off, len, wait); !st) return st;
+  if (auto st = core_.tier()->Fallocate(ino, mode, off, len, wait, deadline); !st) return st;
   MutexLock lk(&mu());
   Inode* n = core_.Find(ino);
   if (!n) return {};
@@ -338,7 +338,7 @@ bool InodeTable::ChangeCopiesAside(uint64_t ino) {
   return n && core_.versions.NeedsCopy(n);
 }
 
-Result<Core::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait) {
+Result<Core::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait, cache::Deadline deadline) {
   std::shared_ptr<std::shared_mutex> dmu;
   {
     MutexLock lk(&mu());
@@ -370,7 +370,8 @@ Result<Core::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait) {
     // everything else can (the namespace lock is free), the evictor that makes room for
     // the copy included.
     const uint64_t key = cache::SnapKey(ino, version);
-    if (auto st = keep_live ? core_.tier()->CopyOut(ino, key, wait) : core_.tier()->Snapshot(ino, key, true, wait);
+    if (auto st = keep_live ? core_.tier()->CopyOut(ino, key, wait, true, deadline)
+                            : core_.tier()->Snapshot(ino, key, true, wait, deadline);
         !st) {
       if (st.error() != EAGAIN)
         LOG_ERROR("ino {}: cannot keep version {} for the drain: {}", ino, version, strerror(st.error()));
