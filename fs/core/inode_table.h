@@ -177,7 +177,8 @@ class InodeTable {
   // close(2) of a handle (FUSE flush). The kernel answers close(2) after
   // this, not after release: so the last writer's flush seals the file (a
   // file whose close returned is never lost), and any flush records size
-  // and times durably.
+  // and times durably. EFBIG if a passthrough writer took the file past
+  // --max-file-size: it is cut back to the limit (Core::CutToLimit) first.
   // `open_gen`: OpenResult::gen of the handle flushed; a last writer's
   // flush seals only what was written since that open (a shell's `>`
   // closes the descriptor it opened before a byte is written: sealing then
@@ -188,7 +189,8 @@ class InodeTable {
   // before it is in the backend. EIO if the table shuts down first.
   [[nodiscard]] Status SyncToBackend(uint64_t ino, bool wait = true);
   // The fsync's seal alone: returns the log seq that must be applied for
-  // the file (and everything before it) to be in the backend.
+  // the file (and everything before it) to be in the backend. EFBIG as
+  // for Flush (the cut-back file sealed).
   // `keep` (fsync=backend): a version sealed under a passthrough writer is
   // copied aside, so the drain need not wait for the writer's close.
   [[nodiscard]] Result<uint64_t> SyncSeal(uint64_t ino, bool keep = false);
