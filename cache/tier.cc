@@ -250,7 +250,7 @@ Result<FdRef> Tier::Ref(uint64_t key) {
   return r;
 }
 
-Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy, bool wait) {
+Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy, bool wait, Deadline deadline) {
   auto ref = Ref(ino);
   if (!ref) return Err(ref.error());
   FdRef src = std::move(*ref);
@@ -263,7 +263,7 @@ Status Tier::Snapshot(uint64_t ino, uint64_t snap_key, bool copy, bool wait) {
     struct stat st;
     if (fstat(src->fd, &st) != 0) return ErrFromErrno();
     reserve = static_cast<uint64_t>(st.st_blocks) * 512;
-    if (auto r = Reserve(reserve, wait); !r) return r;
+    if (auto r = Reserve(reserve, wait, true, deadline); !r) return r;
     int fd = OpenAt(tmp, O_RDWR | O_CREAT | O_TRUNC);
     int err = fd < 0 ? errno : 0;
     if (!err) {
@@ -337,7 +337,7 @@ Status Tier::Rekey(uint64_t from, uint64_t to) {
   return {};
 }
 
-Status Tier::CopyOut(uint64_t ino, uint64_t snap_key, bool wait, bool evict) {
+Status Tier::CopyOut(uint64_t ino, uint64_t snap_key, bool wait, bool evict, Deadline deadline) {
   auto ref = Ref(ino);
   if (!ref) return Err(ref.error());
   FdRef src = std::move(*ref);
@@ -345,7 +345,7 @@ Status Tier::CopyOut(uint64_t ino, uint64_t snap_key, bool wait, bool evict) {
   struct stat st;
   if (fstat(src->fd, &st) != 0) return ErrFromErrno();
   const uint64_t reserve = Allocated(st);
-  if (auto r = Reserve(reserve, wait, evict); !r) return r;
+  if (auto r = Reserve(reserve, wait, evict, deadline); !r) return r;
   int fd = OpenAt(tmp, O_RDWR | O_CREAT | O_TRUNC);
   int err = fd < 0 ? errno : 0;
   FdRef fresh;
@@ -525,10 +525,11 @@ void Tier::Recharge(File* f) {
   f->charged = now;
 }
 
-Status Tier::Reserve(uint64_t n, bool wait, bool evict) {
+Status Tier::Reserve(uint64_t n, bool wait, bool evict, Deadline by) {
   MutexLock lk(&mu_);
   if (n > budget_) return Err(ENOSPC);
-  auto deadline = std::chrono::steady_clock::now() + wait_limit_;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = std::min(start + wait_limit_, by.value_or(start + wait_limit_));
   bool waited = false;
   while (used_ + reserved_ + n > Budget()) {
     uint64_t missing = used_ + reserved_ + n - Budget();
@@ -582,7 +583,8 @@ Status Tier::Reserve(uint64_t n, bool wait, bool evict) {
         LOG_WARN("tier: full ({} of {} bytes in use); writer waits for the drain", used_ + reserved_, budget_);
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      LOG_WARN("tier: gave up waiting for {} bytes after {} ms: ENOSPC", n, wait_limit_.count());
+      LOG_WARN("tier: gave up waiting for {} bytes after {} ms: ENOSPC", n,
+               std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count());
       return Err(ENOSPC);
     }
     space_cv_.WaitFor(&mu_, std::chrono::milliseconds(100));
@@ -603,7 +605,8 @@ void Tier::Unreserve(uint64_t n) {
   reserved_ -= n;
 }
 
-Result<size_t> Tier::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn, bool wait) {
+Result<size_t> Tier::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn, bool wait,
+                           Deadline deadline) {
   FdRef ref;
   {
     MutexLock lk(&mu_);
@@ -619,7 +622,7 @@ Result<size_t> Tier::Write(uint64_t ino, uint64_t off, size_t len, const std::fu
   uint64_t end = off + len;
   uint64_t cur = static_cast<uint64_t>(st.st_size);
   uint64_t need = end <= cur ? 0 : (off >= cur ? len : end - cur);
-  if (auto r = Reserve(need, wait); !r) return Err(r.error());
+  if (auto r = Reserve(need, wait, true, deadline); !r) return Err(r.error());
   ssize_t n = fn(fd);
   {
     MutexLock lk(&mu_);
@@ -644,11 +647,11 @@ Status Tier::Truncate(uint64_t ino, uint64_t size) {
   return res;
 }
 
-Status Tier::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait) {
+Status Tier::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait, Deadline deadline) {
   // Only allocating modes take pages; punching and collapsing give them back.
   bool allocates = !(mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_COLLAPSE_RANGE));
   uint64_t need = allocates ? len : 0;
-  if (auto r = Reserve(need, wait); !r) return r;
+  if (auto r = Reserve(need, wait, true, deadline); !r) return r;
   MutexLock lk(&mu_);
   reserved_ -= need;
   auto f = OpenLocked(ino, true);

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -56,6 +57,12 @@ inline uint64_t SnapKey(uint64_t ino, uint64_t version) {
 inline bool IsSnapKey(uint64_t key) { return (key & kSnapBit) != 0; }
 inline uint64_t SnapIno(uint64_t key) { return (key & ~kSnapBit) >> 20; }
 inline bool SnapMatches(uint64_t key, uint64_t ino, uint64_t version) { return key == SnapKey(ino, version); }
+
+// When a wait for space ends. Empty: the wait limit from when the wait
+// starts. A request queued before it may wait (the daemon's space waiter)
+// passes its arrival plus the limit, so a queue does not add a wait limit
+// per writer ahead of it. Never later than a limit from the wait's start.
+using Deadline = std::optional<std::chrono::steady_clock::time_point>;
 
 struct TierStats {
   uint64_t budget = 0;
@@ -115,7 +122,7 @@ class Tier {
   // keep the old bytes. A crash part way leaves either the old state or the
   // snapshot plus a live file (a copy in progress is named *.tmp and
   // removed at the next Open).
-  [[nodiscard]] Status Snapshot(uint64_t ino, uint64_t snap_key, bool copy, bool wait = true);
+  [[nodiscard]] Status Snapshot(uint64_t ino, uint64_t snap_key, bool copy, bool wait = true, Deadline deadline = {});
 
   // Copy-on-write for a file whose live descriptor must stay the same (the
   // kernel serves passthrough handles from it): the bytes now under `ino`
@@ -123,7 +130,8 @@ class Tier {
   // Reserves the copy's pages first, as Snapshot does.
   // `evict` false: only free budget is used (no evictor, no wait), for a
   // caller that holds the lock the evictor takes.
-  [[nodiscard]] Status CopyOut(uint64_t ino, uint64_t snap_key, bool wait = true, bool evict = true);
+  [[nodiscard]] Status CopyOut(uint64_t ino, uint64_t snap_key, bool wait = true, bool evict = true,
+                               Deadline deadline = {});
 
   // Re-reads the allocation of the inode's file into the budget: for bytes
   // written behind the tier's back (passthrough writes by the kernel).
@@ -188,17 +196,19 @@ class Tier {
   // return the count or a negative errno), reserving the space first.
   // With `wait` false, a reservation that would have to wait for space
   // returns EAGAIN at once (nothing written, nothing charged): the caller
-  // queues the write where waiting holds no FUSE worker.
+  // queues the write where waiting holds no FUSE worker. A wait ends at
+  // `deadline` (see Deadline) with ENOSPC.
   // REQUIRES: the inode is pinned.
   [[nodiscard]] Result<size_t> Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int fd)>& fn,
-                                     bool wait = true);
+                                     bool wait = true, Deadline deadline = {});
 
   // Sets the file's size (creating the file if needed). Shrinking frees pages.
   [[nodiscard]] Status Truncate(uint64_t ino, uint64_t size);
 
-  // fallocate(2) on the tier file, reserving `len` bytes first (`wait`: as
-  // for Write).
-  [[nodiscard]] Status Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait = true);
+  // fallocate(2) on the tier file, reserving `len` bytes first (`wait`,
+  // `deadline`: as for Write).
+  [[nodiscard]] Status Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait = true,
+                                 Deadline deadline = {});
 
   // Deletes the inode's tier file and returns its pages to the budget.
   // Missing files are not an error.
@@ -224,6 +234,7 @@ class Tier {
 
   // How long a write waits for space before ENOSPC. Default 0 (fail at once).
   void set_wait_limit(std::chrono::milliseconds d) { wait_limit_ = d; }
+  std::chrono::milliseconds wait_limit() const { return wait_limit_; }
 
   // Room of the budget held by something beside the tier's own files —
   // the replicas other members keep on this node (fs/cluster/replica_store.h):
@@ -299,11 +310,12 @@ class Tier {
     uint64_t charged = 0;  // bytes of `used_` this file accounts for
   };
 
-  // Reserves `n` bytes, waiting for space up to wait_limit_ (or EAGAIN at
-  // the first wait if !wait). ENOSPC if the request can never fit or the
-  // wait runs out.
+  // Reserves `n` bytes, waiting for space up to wait_limit_ or `deadline`,
+  // whichever comes first (or EAGAIN at the first wait if !wait). ENOSPC if
+  // the request can never fit or the wait runs out (at once, after the
+  // evictor's try, for a deadline already past).
   // `evict` false: neither the evictor nor a wait (ENOSPC at once).
-  Status Reserve(uint64_t n, bool wait, bool evict = true) EXCLUDES(mu_);
+  Status Reserve(uint64_t n, bool wait, bool evict = true, Deadline deadline = {}) EXCLUDES(mu_);
   void Unreserve(uint64_t n) EXCLUDES(mu_);
   // Re-reads the file's allocation (f is in files_) and adjusts used_.
   void Recharge(File* f) REQUIRES(mu_);

@@ -126,6 +126,15 @@ void Core::Absorb(Inode* n) {
   if (size == n->pt_size && mtime_ns == n->pt_mtime_ns) return;
   n->pt_size = size;
   n->pt_mtime_ns = mtime_ns;
+  // Checked here, not per write: the kernel's writes never reach the
+  // daemon. Said once per overrun; CutToLimit acts on it.
+  const bool over = size > limits_.max_file_size;
+  if (over && !n->pt_oversize)
+    LOG_WARN(
+        "ino {} ({}): a passthrough writer took it to {} bytes, over --max-file-size ({}): cut back at its "
+        "close or fsync, which fail with EFBIG",
+        n->rec.ino, ns.EntryPath(n->rec.parent, n->rec.name), size, limits_.max_file_size);
+  n->pt_oversize = over;
   versions.SupersedeInPlace(n);
   n->rec.size = size;
   n->rec.mtime = n->rec.ctime = meta::Timespec{st->st_mtim.tv_sec, static_cast<uint32_t>(st->st_mtim.tv_nsec)};
@@ -133,6 +142,16 @@ void Core::Absorb(Inode* n) {
   n->data_gen++;
   if (n->rec.mode & (S_ISUID | S_ISGID)) n->rec.mode &= ~(S_ISUID | ((n->rec.mode & S_IXGRP) ? S_ISGID : 0));
   n->size_dirty = true;
+}
+
+Status Core::CutToLimit(Inode* n) {
+  if (!n->pt_oversize) return {};
+  if (auto st = tier_->Truncate(n->rec.ino, limits_.max_file_size); !st) {
+    LOG_ERROR("ino {}: cannot cut the file back to --max-file-size: {}", n->rec.ino, strerror(st.error()));
+    return st;
+  }
+  Absorb(n);  // the new size and mtime; clears pt_oversize
+  return Err(EFBIG);
 }
 
 void Core::SetBackendPath(Inode* n, std::string path) {

@@ -157,6 +157,12 @@ class Core {
   // drain in the live file is superseded (its bytes changed in place: the
   // next seal brings them).
   void Absorb(Inode* n) REQUIRES(mu());
+  // A passthrough writer's file taken in past --max-file-size (the kernel
+  // writes it without asking): cuts the tier file back to the limit and
+  // takes that in, as the copying path would have kept it (its writes
+  // past the limit fail). EFBIG then, for the close or fsync to report;
+  // {} if the file is within the limit; the errno if the cut failed.
+  Status CutToLimit(Inode* n) REQUIRES(mu());
 
   // A held data lock and the mutex it locks (the mutex outlives the inode
   // if that is erased meanwhile). Members in this order: unlock, then drop.

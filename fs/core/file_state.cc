@@ -115,7 +115,9 @@ Result<OpenResult> InodeTable::OpenImpl(uint64_t ino, int flags, bool allow_pass
       // the file) with room in the budget; r+ opens (np.memmap, in-place
       // updates) keep the copying path, which sees every change and can
       // make a writer wait for space.
-      if (pt && writable && n->pt_opens == 0 && (!fresh || !core_.passthrough.Room(n, true))) pt = false;
+      if (pt && writable && n->pt_opens == 0 &&
+          (!fresh || !core_.passthrough.Room(n, true, core_.limits().max_file_size)))
+        pt = false;
       // A passthrough writer changes bytes the daemon never sees: the
       // sealed version the drain still needs is copied aside now, under
       // the data lock, outside the namespace lock (below). An O_TRUNC with no handle open
@@ -232,6 +234,10 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
   MutexLock lk(&mu());
   Inode* n = core_.Find(ino);  // a passthrough writer's bytes taken in
   if (!n) return;
+  // Past --max-file-size with no flush to report it (the writer's close
+  // went before its last bytes: mmap stores): cut back, and only logged.
+  if (auto st = core_.CutToLimit(n); !st && st.error() == EFBIG)
+    LOG_WARN("ino {}: cut back to --max-file-size at release; the writer was not told", ino);
   core_.tier()->Unpin(ino);
   n->opens--;
   const bool writable = (open_flags & O_ACCMODE) != O_RDONLY;
@@ -266,15 +272,15 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
 }
 
 Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int)>& fn,
-                                 bool wait) {
+                                 bool wait, cache::Deadline deadline) {
   if (auto st = core_.Writable(); !st) return Err(st.error());
   if (off > core_.limits().max_file_size || len > core_.limits().max_file_size - off) return Err(EFBIG);
   // The first write after a seal (an fsync, a close through another
   // handle, mmap writeback after close) keeps the sealed version first.
-  auto data = LockForMutation(ino, wait);
+  auto data = LockForMutation(ino, wait, deadline);
   if (!data) return Err(data.error());
   // The tier may wait for space here: never under the namespace lock.
-  auto n = core_.tier()->Write(ino, off, len, fn, wait);
+  auto n = core_.tier()->Write(ino, off, len, fn, wait, deadline);
   if (!n) return n;
   MutexLock lk(&mu());
   Inode* node = core_.Find(ino);
@@ -289,7 +295,7 @@ Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const s
   return n;
 }
 
-Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait) {
+Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait, cache::Deadline deadline) {
   if (auto st = core_.Writable(); !st) return st;
   if (off > core_.limits().max_file_size || len > core_.limits().max_file_size - off) return Err(EFBIG);
   {
@@ -298,9 +304,9 @@ Status InodeTable::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len,
     if (!n) return Err(ENOENT);
     if (!S_ISREG(n->rec.mode)) return Err(ENODEV);
   }
-  auto data = LockForMutation(ino, wait);
+  auto data = LockForMutation(ino, wait, deadline);
   if (!data) return Err(data.error());
-  if (auto st = core_.tier()->Fallocate(ino, mode, off, len, wait); !st) return st;
+  if (auto st = core_.tier()->Fallocate(ino, mode, off, len, wait, deadline); !st) return st;
   MutexLock lk(&mu());
   Inode* n = core_.Find(ino);
   if (!n) return {};
@@ -317,19 +323,24 @@ Status InodeTable::Flush(uint64_t ino, int open_flags, uint64_t open_gen) {
   MutexLock lk(&mu());
   Inode* n = core_.Find(ino);
   if (!n) return Err(ENOENT);
+  // A passthrough writer past --max-file-size: the file is cut back and
+  // sealed (or recorded) as any change, and close(2) fails with EFBIG.
+  const Status cut = core_.CutToLimit(n);
   bool last_writer = (open_flags & O_ACCMODE) != O_RDONLY && n->writers == 1;
   if (last_writer && n->pt_rdwr > 0) MarkChanged(n);
   // Nothing written since the open (a `>` redirect's first close, a touch):
   // release seals it, as it would any change left unsealed.
   if (last_writer && n->rec.nlink > 0 && n->data_gen != n->sealed_gen && n->data_gen != open_gen &&
-      S_ISREG(n->rec.mode))
-    return SealNow(n);
-  if (!n->size_dirty) return {};
+      S_ISREG(n->rec.mode)) {
+    if (auto st = SealNow(n); !st) return st;
+    return cut;
+  }
+  if (!n->size_dirty) return cut;
   Batch b;
   MetaStore::PutInode(&b, n->rec);
   if (auto st = core_.Commit(b); !st) return st;
   n->size_dirty = false;
-  return {};
+  return cut;
 }
 
 bool InodeTable::ChangeCopiesAside(uint64_t ino) {
@@ -338,7 +349,7 @@ bool InodeTable::ChangeCopiesAside(uint64_t ino) {
   return n && core_.versions.NeedsCopy(n);
 }
 
-Result<Core::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait) {
+Result<Core::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait, cache::Deadline deadline) {
   std::shared_ptr<std::shared_mutex> dmu;
   {
     MutexLock lk(&mu());
@@ -370,7 +381,8 @@ Result<Core::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait) {
     // everything else can (the namespace lock is free), the evictor that makes room for
     // the copy included.
     const uint64_t key = cache::SnapKey(ino, version);
-    if (auto st = keep_live ? core_.tier()->CopyOut(ino, key, wait) : core_.tier()->Snapshot(ino, key, true, wait);
+    if (auto st = keep_live ? core_.tier()->CopyOut(ino, key, wait, true, deadline)
+                            : core_.tier()->Snapshot(ino, key, true, wait, deadline);
         !st) {
       if (st.error() != EAGAIN)
         LOG_ERROR("ino {}: cannot keep version {} for the drain: {}", ino, version, strerror(st.error()));
@@ -396,9 +408,13 @@ Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
     // writer cannot be stopped at its next write: the version is sealed in
     // place, and the drain waits for the writer's close (BeginPersist)
     // unless it is copied aside below.
+    // Past --max-file-size: the cut-back file is sealed, and fsync(2)
+    // fails with EFBIG (as Flush).
+    const Status cut = core_.CutToLimit(n);
     if (n->pt_rdwr > 0) MarkChanged(n);
     if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode))
       if (auto st = SealNow(n); !st) return Err(st.error());
+    if (!cut) return Err(cut.error());
     // Everything logged so far, this file's seal included.
     seq = core_.oplog.LoggedSeq();
     if (!keep || n->pt_writers == 0 || !core_.versions.SealPending(n) ||

@@ -169,14 +169,17 @@ class InodeTable {
   // its bytes changed; persists size and times.
   void Release(uint64_t ino, int open_flags, bool passthrough = false);
   // Writes through the tier; updates size and mtime. `wait` false: EAGAIN
-  // instead of waiting for space (see cache::Tier::Write).
+  // instead of waiting for space (see cache::Tier::Write); a wait for space
+  // (a copy aside's too) ends with ENOSPC at `deadline` (cache::Deadline).
   [[nodiscard]] Result<size_t> Write(uint64_t ino, uint64_t off, size_t len, const std::function<ssize_t(int fd)>& fn,
-                                     bool wait = true);
-  [[nodiscard]] Status Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait = true);
+                                     bool wait = true, cache::Deadline deadline = {});
+  [[nodiscard]] Status Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len, bool wait = true,
+                                 cache::Deadline deadline = {});
   // close(2) of a handle (FUSE flush). The kernel answers close(2) after
   // this, not after release: so the last writer's flush seals the file (a
   // file whose close returned is never lost), and any flush records size
-  // and times durably.
+  // and times durably. EFBIG if a passthrough writer took the file past
+  // --max-file-size: it is cut back to the limit (Core::CutToLimit) first.
   // `open_gen`: OpenResult::gen of the handle flushed; a last writer's
   // flush seals only what was written since that open (a shell's `>`
   // closes the descriptor it opened before a byte is written: sealing then
@@ -187,7 +190,8 @@ class InodeTable {
   // before it is in the backend. EIO if the table shuts down first.
   [[nodiscard]] Status SyncToBackend(uint64_t ino, bool wait = true);
   // The fsync's seal alone: returns the log seq that must be applied for
-  // the file (and everything before it) to be in the backend.
+  // the file (and everything before it) to be in the backend. EFBIG as
+  // for Flush (the cut-back file sealed).
   // `keep` (fsync=backend): a version sealed under a passthrough writer is
   // copied aside, so the drain need not wait for the writer's close.
   [[nodiscard]] Result<uint64_t> SyncSeal(uint64_t ino, bool keep = false);
@@ -276,9 +280,9 @@ class InodeTable {
   // (lazy copy-on-write: only the first change after a seal pays). The copy
   // runs with the data lock exclusive and the namespace lock released, so other files'
   // operations go on, and is reserved against the budget (`wait` false:
-  // EAGAIN instead of waiting for space). ENOENT if the inode is gone.
-  // REQUIRES: the namespace lock not held.
-  Result<Core::DataShared> LockForMutation(uint64_t ino, bool wait) EXCLUDES(mu());
+  // EAGAIN instead of waiting for space; `deadline`: as for Write). ENOENT
+  // if the inode is gone. REQUIRES: the namespace lock not held.
+  Result<Core::DataShared> LockForMutation(uint64_t ino, bool wait, cache::Deadline deadline = {}) EXCLUDES(mu());
   // Brings a remote file's bytes into the tier. Drops the namespace lock during the
   // fetch and retakes it before returning. REQUIRES: the namespace lock held; regular file.
   Status EnsureLocal(uint64_t ino, int attempt = 0) REQUIRES(mu());

@@ -61,6 +61,7 @@ struct Inode {
   int backing_id = 0;
   uint64_t pt_size = 0;
   int64_t pt_mtime_ns = 0;
+  bool pt_oversize = false;  // taken in past --max-file-size (Core::CutToLimit)
   uint32_t writers = 0;      // opens for writing
   bool open_marked = false;  // state recorded dirty by an open for writing
   // Wall-clock ns (in memory only; 0: not seen since mount): the first

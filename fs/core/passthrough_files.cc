@@ -55,8 +55,12 @@ void PassthroughFiles::End(Inode* n, int flags) {
   }
 }
 
-bool PassthroughFiles::Room(const Inode* n, bool trunc) const {
-  return residency_->ExpectedSize() > 0 && Shortfall(n, trunc) == 0;
+bool PassthroughFiles::Room(const Inode* n, bool trunc, uint64_t max_file_size) const {
+  // A writer expected past --max-file-size takes the copying path, whose
+  // writes stop at the limit; a passthrough writer is cut back only at its
+  // close (Core::CutToLimit), after filling the tier with bytes then lost.
+  const uint64_t expected = residency_->ExpectedSize();
+  return expected > 0 && expected <= max_file_size && Shortfall(n, trunc) == 0;
 }
 
 uint64_t PassthroughFiles::Shortfall(const Inode* n, bool trunc) const {

@@ -48,8 +48,9 @@ class PassthroughFiles {
   void End(Inode* n, int flags) EXCLUDES(mu_);
 
   // Would a new passthrough writer of `n` fit in the budget (its last
-  // version's size, with room to spare)?
-  bool Room(const Inode* n, bool trunc) const;
+  // version's size, with room to spare), and is it expected to stay within
+  // `max_file_size`?
+  bool Room(const Inode* n, bool trunc, uint64_t max_file_size) const;
   // The bytes of free budget a new passthrough writer of `n` lacks (0: none).
   uint64_t Shortfall(const Inode* n, bool trunc) const;
 

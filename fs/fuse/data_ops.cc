@@ -218,18 +218,21 @@ ssize_t WriteCopy(int fd, const std::vector<char>& data, off_t off) {
 // A write the tier has no room for yet, or one that must first copy a
 // sealed version aside: its bytes, copied out of the request (CopyRequest),
 // go into a job that `waiter` runs (the space waiter once there is room;
-// the copier), which replies. False if `waiter` refused the job (its queue
+// the copier), which replies. The job waits for space until `deadline`
+// (the request's arrival plus the tier's wait limit), however long it sat
+// in the queue first. False if `waiter` refused the job (its queue
 // still full after `wait_for_room`): the caller still holds `data` and
 // must write from it (the request's buffer is spent).
 bool QueueWrite(fuse_req_t req, fuse_ino_t ino, std::shared_ptr<const std::vector<char>> data, off_t off,
-                OffloadQueue* waiter, std::chrono::milliseconds wait_for_room) {
+                OffloadQueue* waiter, std::chrono::milliseconds wait_for_room, cache::Deadline deadline) {
   const size_t len = data->size();
-  auto job = [req, ino, off, data](bool cancelled) {
+  auto job = [req, ino, off, data, deadline](bool cancelled) {
     Daemon* d = D(req);
     if (cancelled) return (void)fuse_reply_err(req, EIO);
     Guard(req, [&] {
-      auto n = d->table->Write(ino, static_cast<uint64_t>(off), data->size(),
-                               [&](int fd) { return WriteCopy(fd, *data, off); });
+      auto n = d->table->Write(
+          ino, static_cast<uint64_t>(off), data->size(), [&](int fd) { return WriteCopy(fd, *data, off); },
+          /*wait=*/true, deadline);
       FinishWrite(req, ino, data->size(), off, n);
     });
   };
@@ -258,6 +261,9 @@ void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, 
   NoteSave(req);
   Guard(req, [&] {
     Daemon* d = D(req);
+    // A write queued for space behind others waits one wait limit from
+    // now, not from when its turn comes.
+    const cache::Deadline deadline = std::chrono::steady_clock::now() + d->tier->wait_limit();
     auto* h = reinterpret_cast<FileHandle*>(fi->fh);
     h->wrote = true;
     size_t len = fuse_buf_size(in);
@@ -266,7 +272,7 @@ void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, 
     std::shared_ptr<const std::vector<char>> data;
     auto queue = [&](OffloadQueue* waiter, std::chrono::milliseconds wait_for_room) {
       if (!data && !(data = CopyRequest(req, in))) return true;  // replied
-      return QueueWrite(req, ino, data, off, waiter, wait_for_room);
+      return QueueWrite(req, ino, data, off, waiter, wait_for_room, deadline);
     };
     // Waits for space on the space waiter's thread, not this worker; a
     // full queue holds this worker for kRoomWait at most.
@@ -290,7 +296,7 @@ void ckpt_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* in, off_t off, 
       dst.buf[0].pos = off;
       return fuse_buf_copy(&dst, in, FUSE_BUF_SPLICE_NONBLOCK);
     };
-    auto n = d->table->Write(ino, static_cast<uint64_t>(off), len, write_in, /*wait=*/!can_queue);
+    auto n = d->table->Write(ino, static_cast<uint64_t>(off), len, write_in, /*wait=*/!can_queue, deadline);
     if (!n && n.error() == EAGAIN && !refused) {  // EAGAIN only with a space waiter (wait=false)
       if (to_space_waiter()) return;
       n = d->table->Write(ino, static_cast<uint64_t>(off), len, write_in, /*wait=*/false);  // room meanwhile?
@@ -351,19 +357,21 @@ void ckpt_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t l
     Daemon* d = D(req);
     reinterpret_cast<FileHandle*>(fi->fh)->wrote = true;
     auto uoff = static_cast<uint64_t>(off), ulen = static_cast<uint64_t>(len);
+    // As for a write: one wait limit from the request's arrival.
+    const cache::Deadline deadline = std::chrono::steady_clock::now() + d->tier->wait_limit();
     bool can_queue = d->space_waiter != nullptr;
-    auto r = d->table->Fallocate(ino, mode, uoff, ulen, /*wait=*/!can_queue);
+    auto r = d->table->Fallocate(ino, mode, uoff, ulen, /*wait=*/!can_queue, deadline);
     if (!r && r.error() == EAGAIN) {
       // No room yet: wait on the space waiter's thread, not this worker.
-      auto job = [req, ino, mode, uoff, ulen](bool cancelled) {
+      auto job = [req, ino, mode, uoff, ulen, deadline](bool cancelled) {
         if (cancelled) return (void)fuse_reply_err(req, EIO);
         Guard(req, [&] {
-          auto st = D(req)->table->Fallocate(ino, mode, uoff, ulen);
+          auto st = D(req)->table->Fallocate(ino, mode, uoff, ulen, /*wait=*/true, deadline);
           fuse_reply_err(req, st ? 0 : st.error());
         });
       };
       if (d->space_waiter->Submit(std::move(job), 0)) return;
-      r = d->table->Fallocate(ino, mode, uoff, ulen);
+      r = d->table->Fallocate(ino, mode, uoff, ulen, /*wait=*/true, deadline);
     }
     fuse_reply_err(req, r ? 0 : r.error());
   });

@@ -471,6 +471,42 @@ Test(tier, waiting_writer_times_out_with_enospc) {
   cr_assert_eq(t->AllocatedBytes(2), 0u);
 }
 
+// A write queued for space (the daemon's space waiter runs such jobs one
+// after another) waits until its request's deadline, not a whole wait
+// limit from when its job starts: the Nth queued writer must not wait N
+// limits.
+Test(tier, waiting_writer_gives_up_at_its_deadline) {
+  auto t = OpenTier(64 * kKiB);
+  MustWrite(t.get(), 1, 0, Pattern(64 * kKiB, 'a'));
+  t->set_wait_limit(milliseconds(2000));
+  const std::string data = Pattern(4 * kKiB, 'b');
+  bool called = false;
+  cr_assert(t->Pin(2, true).has_value());
+  auto start = Clock::now();
+  auto r = t->Write(
+      2, 0, data.size(),
+      [&](int f) -> ssize_t {
+        called = true;
+        return pwrite(f, data.data(), data.size(), 0);
+      },
+      /*wait=*/true, start + milliseconds(200));
+  auto waited = Clock::now() - start;
+  cr_assert(!r.has_value());
+  cr_assert_eq(r.error(), ENOSPC);
+  cr_assert(!called);
+  cr_assert_geq(waited, milliseconds(190), "it waited until its deadline");
+  cr_assert_lt(waited, milliseconds(1000), "not the whole wait limit");
+
+  // A deadline already past: no room, so ENOSPC at once.
+  start = Clock::now();
+  auto s = t->Fallocate(2, 0, 0, 4 * kKiB, /*wait=*/true, start - milliseconds(1));
+  cr_assert_eq(s.error(), ENOSPC);
+  cr_assert_lt(Clock::now() - start, milliseconds(1000), "a past deadline does not wait");
+  t->Unpin(2);
+  cr_assert_eq(t->Stats().reserved, 0u);
+  cr_assert_eq(t->AllocatedBytes(2), 0u);
+}
+
 Test(tier, evictor_is_asked_for_the_missing_bytes) {
   auto t = OpenTier(64 * kKiB);
   MustWrite(t.get(), 1, 0, Pattern(48 * kKiB, 'a'));

@@ -210,12 +210,14 @@ Test(passthrough_files, a_writer_must_fit_the_budget) {
   MutexLock lk(&w.core->mu());
   fs::Inode* n = w.core->Find(f);
   fs::PassthroughFiles& pt = w.core->passthrough;
-  cr_assert_not(pt.Room(n, true), "nothing says how large a file is yet");
+  cr_assert_not(pt.Room(n, true, UINT64_MAX), "nothing says how large a file is yet");
   n->rec.sealed_size = 8 * M;
   w.core->residency.Sealed(8 * M);
-  cr_assert(pt.Room(n, true), "8 MiB and an eighth of 16 fit in 16");
+  cr_assert(pt.Room(n, true, UINT64_MAX), "8 MiB and an eighth of 16 fit in 16");
+  cr_assert(pt.Room(n, true, 8 * M), "a file expected at the limit may be passthrough");
+  cr_assert_not(pt.Room(n, true, 4 * M), "one expected past --max-file-size takes the copying path");
   cr_assert_eq(pt.Shortfall(n, true), 0u);
   n->rec.sealed_size = 15 * M;
-  cr_assert_not(pt.Room(n, true));
+  cr_assert_not(pt.Room(n, true, UINT64_MAX));
   cr_assert_eq(pt.Shortfall(n, true), 15 * M + 2 * M - 16 * M, "the version and an eighth, less what is free");
 }
