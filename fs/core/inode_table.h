@@ -109,8 +109,7 @@ class InodeTable {
   [[nodiscard]] Result<InodeRecord> GetAttr(uint64_t ino);
   [[nodiscard]] Result<InodeRecord> SetAttr(uint64_t ino, const AttrChange& c);
 
-  // Creates a regular file, fifo, socket or device node. EEXIST if present.
-  // `seal`: a regular file is sealed empty now (mknod(2): no close follows).
+  // Creates a regular file, fifo, socket or device node; EEXIST if present. `seal`: seals a file empty (mknod(2)).
   [[nodiscard]] Result<InodeRecord> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
                                           Caller who, bool seal = false);
   [[nodiscard]] Result<InodeRecord> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, Caller who);
