@@ -105,20 +105,33 @@ inline constexpr size_t kLostPageBytes = 60 * 1024;                  // under th
 inline constexpr size_t kStatusListMax = 100;                        // entries of each list in the status
 inline constexpr size_t kStatusListBytes = 16 * 1024;                // bytes of names of each list in the status
 
+// Who reads the status lists. Root and the mount's owner see every path;
+// on a mount other users can reach (allow_other), another uid sees a path
+// only where it could learn that name itself: it may search each directory
+// above it that exists here, and read the one holding it (a 0700 directory
+// of another user hides its checkpoints and lost files, as `ls` would).
+// Counts stay whole: they name nothing. fs/views/status.cc.
+struct Asker {
+  bool all = true;  // root, or the daemon's own uid
+  uint32_t uid = 0;
+  std::vector<uint32_t> gids;  // primary and supplementary
+};
+
 // The JSON document served as the root's user.ckptfs.status xattr (and
 // printed by `ckptfs status`): always valid UTF-8 (bytes that are not are
 // replaced by U+FFFD) and under 64 KiB (lists capped, totals beside them).
-// May throw std::bad_alloc.
-std::string StatusJson(Daemon* d);
+// Paths `who` may not see are left out of its lists (the drain's held
+// entry's path and its last error: replaced by a note). May throw std::bad_alloc.
+std::string StatusJson(Daemon* d, const Asker& who = {});
 
 // Page `page` of the full lost list: whole paths, raw bytes, each followed by
 // a NUL, at most kLostPageBytes (a longer path has a page of its own).
 // Page 0 always exists (empty when nothing is lost); ENODATA past the end.
-[[nodiscard]] Result<std::string> LostPage(Daemon* d, uint64_t page);
+[[nodiscard]] Result<std::string> LostPage(Daemon* d, uint64_t page, const Asker& who = {});
 
 // Page `page` of the checkpoint list (`ckptfs ls`): a JSON array of
 // objects, oldest first, each page under kLostPageBytes. Page 0 always
 // exists; ENODATA past the end.
-[[nodiscard]] Result<std::string> CheckpointsPage(Daemon* d, uint64_t page);
+[[nodiscard]] Result<std::string> CheckpointsPage(Daemon* d, uint64_t page, const Asker& who = {});
 
 }  // namespace ckpt::fs

@@ -479,11 +479,24 @@ void ckpt_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char*
   });
 }
 
+// Who asks for a status list (fs/daemon.h, Asker): root and the daemon's
+// own uid see everything; another uid's groups come from the kernel.
+Asker AskerOf(fuse_req_t req) {
+  const fuse_ctx* c = fuse_req_ctx(req);
+  Asker a{.all = c->uid == 0 || c->uid == geteuid(), .uid = c->uid, .gids = {c->gid}};
+  if (a.all) return a;
+  gid_t groups[256];
+  const int n = fuse_req_getgroups(req, 256, groups);
+  for (int i = 0; i < std::min(n, 256); i++) a.gids.push_back(groups[i]);
+  return a;
+}
+
 void ckpt_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   LOG_DEBUG("getxattr(ino={}, name={})", ino, name);
   TuneOnce(req);
   Guard(req, [&] {
-    if (ino == meta::kRootIno && strcmp(name, kStatusXattr) == 0) return ReplyXattr(req, StatusJson(D(req)), size);
+    if (ino == meta::kRootIno && strcmp(name, kStatusXattr) == 0)
+      return ReplyXattr(req, StatusJson(D(req), AskerOf(req)), size);
     // user.ckptfs.lost.N / user.ckptfs.checkpoints.N: page N of the lost
     // list (`ckptfs lost`) / of the checkpoints (`ckptfs ls`).
     for (const char* prefix : {kLostXattrPrefix, kCheckpointsXattrPrefix}) {
@@ -493,7 +506,8 @@ void ckpt_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size
       errno = 0;
       unsigned long long page = strtoull(num, &end, 10);
       if (*num >= '0' && *num <= '9' && *end == '\0' && errno == 0 && (num[0] != '0' || num[1] == '\0')) {
-        auto r = prefix == kLostXattrPrefix ? LostPage(D(req), page) : CheckpointsPage(D(req), page);
+        auto r = prefix == kLostXattrPrefix ? LostPage(D(req), page, AskerOf(req))
+                                            : CheckpointsPage(D(req), page, AskerOf(req));
         if (!r) return (void)fuse_reply_err(req, r.error());
         return ReplyXattr(req, *r, size);
       }

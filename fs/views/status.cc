@@ -42,6 +42,45 @@ std::string Shorten(const std::string& s, size_t max) {
   return s.size() <= max ? s : s.substr(0, max) + "...[shortened]";
 }
 
+// Whether `who` may learn the name `path` (relative to the mount root):
+// see Asker. A directory of the path that is not here (a lost file's,
+// another node's) guards nothing below it.
+bool MaySee(Daemon* d, const Asker& who, std::string_view path) {
+  if (who.all) return true;
+  Core& core = d->table->core();
+  MutexLock lk(&core.mu());
+  auto may = [&](const meta::InodeRecord& r, uint32_t bit) {  // bit: 1 search, 4 read
+    const bool group = std::find(who.gids.begin(), who.gids.end(), r.gid) != who.gids.end();
+    const uint32_t m = r.uid == who.uid ? r.mode >> 6 : group ? r.mode >> 3 : r.mode;
+    return (m & bit) != 0;
+  };
+  const Inode* dir = core.Find(meta::kRootIno);
+  while (dir) {
+    if (!may(dir->rec, 1)) return false;
+    const size_t slash = path.find('/');
+    if (slash == std::string_view::npos) return may(dir->rec, 4);
+    auto child = core.ns.Child(dir, path.substr(0, slash));
+    if (!child || !(*child)->is_dir()) return true;
+    dir = *child;
+    path.remove_prefix(slash + 1);
+  }
+  return true;
+}
+
+// The errors a status shows another uid: each may name a file (Asker).
+void HideErrors(Json* j) {
+  if (j->is_array()) {
+    for (Json& x : *j) HideErrors(&x);
+    return;
+  }
+  if (!j->is_object()) return;
+  for (auto& [k, v] : j->items()) {
+    if ((k == "last_error" || k == "takeover_error") && v.is_string() && !v.get<std::string>().empty())
+      v = "(not shown to this user: it may name another user's file; ask root)";
+    else HideErrors(&v);
+  }
+}
+
 }  // namespace
 
 static uint64_t SubFloor(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }  // read apart: may cross
@@ -116,7 +155,7 @@ static Json ReplicasJson(Daemon* d) {
   return r;
 }
 
-std::string StatusJson(Daemon* d) {
+std::string StatusJson(Daemon* d, const Asker& who) {
   cache::TierStats t = d->tier->Stats();
   NamespaceStats ns = d->table->core().ns.Stats();
   DataStats ds = d->table->DataStatistics();
@@ -132,12 +171,14 @@ std::string StatusJson(Daemon* d) {
   // The entry the drain holds at (refused for good), null when none.
   Json held = nullptr;
   if (auto h = d->table->core().oplog.Held())
-    held = Json{{"seq", h->seq},     {"path", h->path},   {"reason", h->reason},
-                {"since", h->since}, {"tried_ms", h->tried_ms}, {"behind", h->behind}};
+    held = Json{{"seq", h->seq},           {"path", MaySee(d, who, h->path) ? h->path : "(not shown to this user)"},
+                {"reason", h->reason},     {"since", h->since},
+                {"tried_ms", h->tried_ms}, {"behind", h->behind}};
   std::vector<std::string> lost_all = d->table->core().oplog.LostFiles();
   Json lost = Json::array();
   size_t bytes = 0;
   for (const std::string& p : lost_all) {
+    if (!MaySee(d, who, p)) continue;
     size_t n = Encoded(p) + 1;
     if (lost.size() >= kStatusListMax || bytes + n > kStatusListBytes) break;
     bytes += n;
@@ -147,6 +188,7 @@ std::string StatusJson(Daemon* d) {
   Json failed = Json::array();
   bytes = 0;
   for (const auto& [path, reason] : failed_all) {
+    if (!MaySee(d, who, path)) continue;
     Json entry{{"path", path}, {"reason", reason}};
     size_t n = Dump(entry).size() + 1;
     if (failed.size() >= kStatusListMax || bytes + n > kStatusListBytes) break;
@@ -262,6 +304,7 @@ std::string StatusJson(Daemon* d) {
       if (m.state == "dead") {
         lost_count += m.at_risk;
         for (const std::string& p : m.paths) {
+          if (!MaySee(d, who, p)) continue;
           Json entry{{"node", m.node}, {"path", p}};
           size_t n = Dump(entry).size() + 1;
           if (lost_files.size() >= kStatusListMax || lbytes + n > kStatusListBytes) break;
@@ -311,7 +354,9 @@ std::string StatusJson(Daemon* d) {
                     {"lost_count", lost_count},
                     {"lost", std::move(lost_files)},
                     {"kept_removals", cs.kept_removals},
-                    {"kept_paths", cs.kept_paths}};
+                    {"kept_paths", Json::array()}};
+    for (const std::string& p : cs.kept_paths)
+      if (MaySee(d, who, p)) j["cluster"]["kept_paths"].push_back(p);
     if (d->etcd_names) {
       // The shared namespace in etcd (--cluster-store with --shared):
       // requests since mount, and those that failed (their changes seen
@@ -322,6 +367,7 @@ std::string StatusJson(Daemon* d) {
     }
     if (d->replica_link) j["cluster"]["replicas"] = ReplicasJson(d);
   }
+  if (!who.all) HideErrors(&j);
   std::string out = Dump(j);
   // The lists fit kStatusListBytes each; what else is long is a few paths
   // and one error, each up to PATH_MAX bytes that may all be escaped.
@@ -345,11 +391,12 @@ std::string StatusJson(Daemon* d) {
   return out;
 }
 
-Result<std::string> LostPage(Daemon* d, uint64_t page) {
+Result<std::string> LostPage(Daemon* d, uint64_t page, const Asker& who) {
   std::vector<std::string> lost = d->table->core().oplog.LostFiles();
   std::string out;
   uint64_t at = 0;
   for (const std::string& p : lost) {
+    if (!MaySee(d, who, p)) continue;
     // An entry starts a new page when it would overflow this one; one
     // longer than a page has a page of its own.
     if (!out.empty() && out.size() + p.size() + 1 > kLostPageBytes) {
@@ -410,11 +457,12 @@ Json CheckpointJson(const CheckpointInfo& c) {
 
 }  // namespace
 
-Result<std::string> CheckpointsPage(Daemon* d, uint64_t page) {
+Result<std::string> CheckpointsPage(Daemon* d, uint64_t page, const Asker& who) {
   auto list = d->table->Checkpoints(d->checkpoint_pattern);
   std::string cur = "[";  // rows joined by ',' ; "]" closes it
   uint64_t at = 0;
   for (const auto& c : list) {
+    if (!MaySee(d, who, c.path)) continue;
     std::string row = Dump(CheckpointJson(c));
     // A row starts a new page when it would overflow this one.
     if (cur.size() > 1 && cur.size() + row.size() + 2 > kLostPageBytes) {
