@@ -751,6 +751,7 @@ ClusterStatus Cluster::Status() {
     m.at_risk = r.at_risk;
     m.paths = r.paths;
     m.record_problem = r.problem;
+    m.incarnation = r.incarnation;
     return m;
   };
   s.members.push_back(member(self_, true));

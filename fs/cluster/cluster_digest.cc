@@ -177,7 +177,7 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
       // elected): what it read, as its digest carried it, is the "before".
       reduced_ = digest_seen_;
       for (const Record& r : digest_lost_)
-        if (std::none_of(lost_.begin(), lost_.end(), [&](const Record& x) { return x.node == r.node; }))
+        if (std::none_of(lost_.begin(), lost_.end(), [&](const Record& x) { return NotedName(x) == NotedName(r); }))
           lost_.push_back(r);
     }
     // A record of the same node id from another incarnation (a replacement

@@ -179,6 +179,7 @@ struct ClusterMember {
   // Why the record shown is not the member's current one ("" : it is):
   // "missing", "unreadable" or "refused (...)"; the last one read stands.
   std::string record_problem;
+  std::string incarnation;  // the run its record is of ("" unknown)
 };
 
 // A record refused at the last read (its times in this node's future): no

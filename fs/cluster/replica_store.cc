@@ -237,8 +237,21 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
   {
     MutexLock l(&mu_);
     for (const Held& x : held_)
-      if (x.key == h.key) return Err(SameReplica(x, h) ? EEXIST : ESTALE);
+      if (x.key == h.key && !x.published) return Err(SameReplica(x, h) ? EEXIST : ESTALE);
     if (std::find(incoming_.begin(), incoming_.end(), h.key) != incoming_.end()) return Err(EBUSY);
+    // A published copy under the name (kept to serve loads: it is in the
+    // backend) gives way: a new run of its writer's id numbers its files
+    // from 1 again (Takeover), and was refused this holder for as long as
+    // the copy stayed.
+    for (auto it = held_.begin(); it != held_.end();) {
+      if (it->key != h.key) {
+        ++it;
+        continue;
+      }
+      Resize(it->size, 0);
+      evict.push_back(FinalName(*it));
+      it = held_.erase(it);
+    }
     // The spare closest in size (the smallest that is large enough, else the
     // largest): its pages are written over; the rest of them, if any, freed.
     auto best = spares_.end();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/config.h"
 #include "common/log.h"
@@ -137,8 +138,14 @@ void Takeover::Pass() {
       // never named: after kNamedWithin, its replicas go all the same.
       auto& since = gone_[writer];
       if (since == std::chrono::steady_clock::time_point{}) since = now;
-      if (NamedLost(writer) || now - since >= kNamedWithin)
-        PublishFor(writer, std::vector<Held>(held.begin(), dead_end));
+      std::set<std::string> runs;  // each run of the id whose replicas these are: each named
+      for (auto it = held.begin(); it != dead_end; ++it) {
+        auto m = DecodeMeta(it->meta);
+        runs.insert(m ? m->incarnation : "");
+      }
+      const bool named =
+          std::all_of(runs.begin(), runs.end(), [&](const std::string& run) { return NamedLost(writer, run); });
+      if (named || now - since >= kNamedWithin) PublishFor(writer, std::vector<Held>(held.begin(), dead_end));
       continue;
     }
     gone_.erase(writer);
@@ -153,10 +160,11 @@ void Takeover::Pass() {
   }
 }
 
-bool Takeover::NamedLost(const std::string& writer) {
+bool Takeover::NamedLost(const std::string& writer, const std::string& incarnation) {
   const ClusterStatus st = cluster_->Status();
-  return std::any_of(st.members.begin(), st.members.end(),
-                     [&](const ClusterMember& m) { return m.node == writer && m.state == "dead"; });
+  return std::any_of(st.members.begin(), st.members.end(), [&](const ClusterMember& m) {
+    return m.node == writer && m.state == "dead" && SameIncarnation(m.incarnation, incarnation);
+  });
 }
 
 void Takeover::PublishFor(const std::string& writer, std::vector<Held> held) {

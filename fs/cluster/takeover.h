@@ -65,7 +65,9 @@ class Takeover {
   void Pass();
   // One dead writer's replicas, oldest gate first, while the rule lets them.
   void PublishFor(const std::string& writer, std::vector<Held> held);
-  bool NamedLost(const std::string& writer);  // the cluster lists it dead (its lost window noted)
+  // The cluster lists that run of `writer` dead (its lost window noted):
+  // an earlier run of the same id named dead does not stand for a later one.
+  bool NamedLost(const std::string& writer, const std::string& incarnation);
   enum class Outcome { kLater, kInBackend, kLost };
   // Publishes one replica: kInBackend once published or already there (the
   // replica is then kept, published, to serve loads: Store::Retire);

@@ -236,8 +236,10 @@ void InodeTable::Release(uint64_t ino, int open_flags, bool passthrough) {
   if (!n) return;
   // Past --max-file-size with no flush to report it (the writer's close
   // went before its last bytes: mmap stores): cut back, and only logged.
-  if (auto st = core_.CutToLimit(n); !st && st.error() == EFBIG)
-    LOG_WARN("ino {}: cut back to --max-file-size at release; the writer was not told", ino);
+  // Never at a reader's release: the writer still writing is told at its close.
+  if ((open_flags & O_ACCMODE) != O_RDONLY)
+    if (auto st = core_.CutToLimit(n); !st && st.error() == EFBIG)
+      LOG_WARN("ino {}: cut back to --max-file-size at release; the writer was not told", ino);
   core_.tier()->Unpin(ino);
   n->opens--;
   const bool writable = (open_flags & O_ACCMODE) != O_RDONLY;
@@ -324,8 +326,9 @@ Status InodeTable::Flush(uint64_t ino, int open_flags, uint64_t open_gen) {
   Inode* n = core_.Find(ino);
   if (!n) return Err(ENOENT);
   // A passthrough writer past --max-file-size: the file is cut back and
-  // sealed (or recorded) as any change, and close(2) fails with EFBIG.
-  const Status cut = core_.CutToLimit(n);
+  // sealed (or recorded) as any change, and close(2) fails with EFBIG —
+  // of a writable handle only (a reader is not the one to tell).
+  const Status cut = (open_flags & O_ACCMODE) != O_RDONLY ? core_.CutToLimit(n) : Status{};
   bool last_writer = (open_flags & O_ACCMODE) != O_RDONLY && n->writers == 1;
   if (last_writer && n->pt_rdwr > 0) MarkChanged(n);
   // Nothing written since the open (a `>` redirect's first close, a touch):
@@ -396,7 +399,7 @@ Result<Core::DataShared> InodeTable::LockForMutation(uint64_t ino, bool wait, ca
   }
 }
 
-Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
+Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep, bool writer) {
   Core::DataExclusive data = core_.LockForSeal(ino);
   uint64_t seq, version;
   {
@@ -409,8 +412,8 @@ Result<uint64_t> InodeTable::SyncSeal(uint64_t ino, bool keep) {
     // place, and the drain waits for the writer's close (BeginPersist)
     // unless it is copied aside below.
     // Past --max-file-size: the cut-back file is sealed, and fsync(2)
-    // fails with EFBIG (as Flush).
-    const Status cut = core_.CutToLimit(n);
+    // fails with EFBIG (as Flush; a reader's fsync cuts nothing).
+    const Status cut = writer ? core_.CutToLimit(n) : Status{};
     if (n->pt_rdwr > 0) MarkChanged(n);
     if (n->rec.nlink > 0 && n->data_gen != n->sealed_gen && S_ISREG(n->rec.mode))
       if (auto st = SealNow(n); !st) return Err(st.error());

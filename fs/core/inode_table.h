@@ -193,7 +193,7 @@ class InodeTable {
   // for Flush (the cut-back file sealed).
   // `keep` (fsync=backend): a version sealed under a passthrough writer is
   // copied aside, so the drain need not wait for the writer's close.
-  [[nodiscard]] Result<uint64_t> SyncSeal(uint64_t ino, bool keep = false);
+  [[nodiscard]] Result<uint64_t> SyncSeal(uint64_t ino, bool keep = false, bool writer = true);
   // Calls fn with the outcome once every entry up to `seq` is applied: 0
   // if each of them reached the backend (or was undone by later history),
   // EIO if one that was pending when fn was registered failed, was lost

@@ -342,7 +342,8 @@ void ckpt_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi
   // not waited for here, so a slow backend never holds a FUSE worker.
   Guard(req, [&] {
     Daemon* d = D(req);
-    auto seq = d->table->SyncSeal(ino, d->cfg.fsync == FsyncMode::kBackend);
+    const bool writer = (reinterpret_cast<FileHandle*>(fi->fh)->flags & O_ACCMODE) != O_RDONLY;
+    auto seq = d->table->SyncSeal(ino, d->cfg.fsync == FsyncMode::kBackend, writer);
     if (!seq) return (void)fuse_reply_err(req, seq.error());
     if (d->cfg.fsync != FsyncMode::kBackend) return (void)fuse_reply_err(req, 0);
     d->table->WhenApplied(*seq, ino, [req](int err) { fuse_reply_err(req, err); });

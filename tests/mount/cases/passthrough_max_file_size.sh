@@ -7,6 +7,9 @@
 #      writes succeed, close(2) fails with EFBIG, the file is 1 MiB.
 #   2. fsync(2) of such a writer fails with EFBIG and cuts it back; the
 #      close after it (nothing more written) succeeds.
+#   2b. A reader's fsync and close meanwhile neither cut it nor are told
+#      (the writer's close is); the last, as it leaves later files the
+#      copying path (the largest file seen was over the limit).
 #   3. The drain publishes what was sealed: no backend file over the limit.
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
@@ -56,9 +59,29 @@ assert os.stat(path).st_size <= 1 << 20, f"size after fsync: {os.stat(path).st_s
 os.close(fd)
 PY
 
+# 2b. A reader that opens, fsyncs and closes the file meanwhile is not the
+#     one told (nor the one whose close cuts it): the writer's close is.
+$PY - "$MNT/read.pt" <<'PY'
+import errno, os, sys
+path = sys.argv[1]
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+assert os.getxattr(path, "user.ckptfs.io").decode() == "passthrough"
+os.write(fd, os.urandom(3 << 20))
+r = os.open(path, os.O_RDONLY)
+os.read(r, 4096)
+os.fsync(r)
+os.close(r)
+try:
+    os.close(fd)
+    raise SystemExit("the writer's close succeeded after a reader's close")
+except OSError as e:
+    assert e.errno == errno.EFBIG, f"close failed with {e}, not EFBIG"
+assert os.stat(path).st_size <= 1 << 20, f"size after close: {os.stat(path).st_size}"
+PY
+
 # 3. What the drain sends is within the limit.
 check_backend
-for f in big.pt synced.pt; do
+for f in big.pt read.pt synced.pt; do
   s=$(size_of "$BACKEND/$f")
   [ "$s" -le $((1 << 20)) ] || fail "$f in the backend is $s bytes, over --max-file-size"
 done
