@@ -271,6 +271,7 @@ class Cluster {
   int64_t need_us_ GUARDED_BY(mu_) = 0;
   std::map<std::string, Record> reduced_ GUARDED_BY(mu_);
   std::deque<Record> lost_ GUARDED_BY(mu_);          // vanished with files pending, newest last
+  std::map<std::string, std::pair<std::string, int64_t>> runs_ GUARDED_BY(mu_);  // id: run replaced, clash seen
   std::vector<Record> digest_lost_ GUARDED_BY(mu_);  // the digest's lost members (not among others_)
   // The live records the last digest read carried, and its time: a member elected after another compares
   // its first read with them (Reduce): one that died under the previous elected one is named lost too.

@@ -28,6 +28,8 @@ constexpr int64_t kUsPerMs = 1000;
 constexpr size_t kDeciding = 2;   // records of each order carried (see above)
 constexpr size_t kLostKept = 16;  // vanished members named in the digest
 constexpr size_t kLostPaths = 4;
+constexpr char kReplaced[] = "replaced by a new run";  // a lost run's `problem` when another run of its id came
+constexpr int64_t kClashKeptUs = 60 * 1000 * 1000;     // an id two runs wrote as is named this long after
 constexpr size_t kAllUpTo = 16;
 constexpr int64_t kDigestRefreshUs = 60 * 1000 * 1000;  // an unchanged summary is rewritten this often
 // Summaries at most every 10 ms, and 250 µs more per member: each is
@@ -92,6 +94,7 @@ struct Cluster::DigestView {
   int64_t baton_gate = 0;    // with the records of the members before it as they handed it on
   bool baton_next = false;
   std::vector<Record> baton_before;
+  std::vector<std::string> clashes;  // ids two runs write records as
 };
 
 int64_t Cluster::SummaryGapUs(size_t members) {
@@ -164,7 +167,7 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
     if (refused_j.size() < opt_.max_refused)
       refused_j.push_back(
           {{"node", r.node}, {"heartbeat_us", r.heartbeat_us}, {"unpersisted", r.unpersisted}, {"reason", r.problem}});
-  Json lost_j = Json::array();
+  Json lost_j = Json::array(), clashes_j = Json::array();
   {
     MutexLock lk(&mu_);
     // A member read before whose record is gone: its lease expired (or it
@@ -189,9 +192,22 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
       return it != seen.end() && SameIncarnation(it->second.incarnation, r.incarnation);
     };
     std::erase_if(lost_, back);
+    // A run another run of its id replaced, seen again: two mounts write
+    // records as this id, each in turn (not a replacement: a clash).
+    for (const auto& [name, r] : seen) {
+      auto it = runs_.find(name);
+      if (it == runs_.end() || r.incarnation.empty() || it->second.first != r.incarnation) continue;
+      if (it->second.second == 0)
+        LOG_ERROR(
+            "cluster {}: two mounts write records as node {} (runs {} and {}, in turn); give each mount its "
+            "own --node",
+            opt_.name, name, r.incarnation, reduced_.count(name) ? reduced_.at(name).incarnation : "?");
+      it->second.second = now;
+    }
     for (const auto& [name, old] : reduced_) {
       if (back(old) || old.state != "live") continue;
       const bool replaced = seen.count(name) > 0;
+      if (replaced) runs_[name].first = old.incarnation;
       if (old.unpersisted == 0) {
         LOG_INFO("cluster {}: member {} is gone ({}, nothing pending)", opt_.name, name,
                  replaced ? "a new run mounted under its id" : "its lease ended");
@@ -202,8 +218,7 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
                LostFilesText(old.unpersisted, old.at_risk, old.paths));
       Record gone = old;
       gone.paths.resize(std::min(gone.paths.size(), kLostPaths));
-      gone.problem =
-          fmt::format("{}, noticed at {} ms", replaced ? "replaced by a new run" : "lease expired", now / kUsPerMs);
+      gone.problem = fmt::format("{}, noticed at {} ms", replaced ? kReplaced : "lease expired", now / kUsPerMs);
       lost_.push_back(std::move(gone));
       if (lost_.size() > kLostKept) lost_.pop_front();
     }
@@ -217,6 +232,9 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
                         {"unsafe_gate_us", r.unsafe_gate_us ? Json(*r.unsafe_gate_us) : Json(nullptr)},
                         {"paths", r.paths},
                         {"noticed", r.problem}});
+    std::erase_if(runs_, [&](const auto& kv) { return !seen.count(kv.first); });
+    for (const auto& [node, run] : runs_)
+      if (run.second != 0 && now - run.second <= kClashKeptUs) clashes_j.push_back(node);
   }
   if (unreadable) LOG_DEBUG("cluster {}: {} records not readable; no members", opt_.name, unreadable);
   // The newest oldest-pending gate of any member: a record of every member
@@ -233,9 +251,10 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
             {"records", recs},
             {"refused", refused_j},
             {"lost", lost_j},
+            {"clashes", clashes_j},
             {"newest_gate_us", newest ? Json(*newest) : Json(nullptr)}};
   std::string body = d.dump(-1, ' ', false, Json::error_handler_t::replace);
-  const std::string urgent = refused_j.dump() + lost_j.dump();
+  const std::string urgent = refused_j.dump() + lost_j.dump() + clashes_j.dump();
   // Whose turn it is: the rule lets an entry pass only while no other
   // member has one before it in (gate, node) order, so of all pending
   // entries only the first may pass, and only once every other member's
@@ -446,9 +465,12 @@ void Cluster::ReadDigest(const std::string& digest) {
         r.paths = x.at("paths").get<std::vector<std::string>>();
         r.heartbeat_us = x.at("heartbeat_us").get<int64_t>();
         if (auto it = x.find("unsafe_gate_us"); it != x.end() && !it->is_null()) r.unsafe_gate_us = it->get<int64_t>();
+        r.problem = x.value("noticed", std::string());
         r.state = "live";
         v->lost.push_back(std::move(r));
       }
+      if (auto it = d.find("clashes"); it != d.end())  // since stop 55
+        v->clashes = it->get<std::vector<std::string>>();
     } catch (const std::exception& e) {
       MutexLock lk(&mu_);
       const std::string msg = std::string("the members' digest is not readable: ") + e.what();
@@ -487,6 +509,13 @@ void Cluster::ReadDigest(const std::string& digest) {
   digest_seen_ = view->carried;
   digest_as_of_ = as_of;
   digest_lost_.clear();
+  if (!clash_noted_ && std::find(view->clashes.begin(), view->clashes.end(), opt_.node) != view->clashes.end()) {
+    clash_noted_ = true;
+    LOG_ERROR(
+        "cluster {}: another mount writes records as node {} (the elected member saw two runs of this id in "
+        "turn); give each mount its own --node",
+        opt_.name, opt_.node);
+  }
   auto carried = [&](const Record& r) {  // its run's record is among the deciding: it is back
     return std::any_of(others.begin(), others.end(), [&](const Record& o) {
       return o.node == r.node && SameIncarnation(o.incarnation, r.incarnation);

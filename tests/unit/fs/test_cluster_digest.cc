@@ -221,6 +221,41 @@ Test(cluster_digest, a_new_run_under_a_dead_members_id_does_not_bring_it_back) {
   cr_expect(nlohmann::json::parse(*s.digest)["lost"].empty());
 }
 
+// Two mounts under one --node id (a misconfiguration the default id, made
+// of the host name and the state dir's path, never gives): each writes
+// the id's record in turn. The elected member sees a run it named lost
+// (replaced) come back, names the id in the digest's clashes, and each of
+// the two mounts reads it there: status says node_id_clash, as with
+// backend records. A single replacement is no clash.
+Test(cluster_digest, two_runs_writing_as_one_id_are_named) {
+  int64_t now = 1000;
+  DigestStore s;
+  Node a("a", &s, &now, "aaaa"), b("b", &s, &now, "b0b0"), b2("b", &s, &now, "b1b1");
+  a.c->Heartbeat();
+  b.c->Heartbeat();
+  s.digest = Reduce(a, s, now);
+  now += 100;
+  b2.c->Heartbeat();  // a replacement, once: not a clash
+  s.digest = Reduce(a, s, now);
+  cr_expect(nlohmann::json::parse(*s.digest)["clashes"].empty(), "one replacement named a clash");
+  for (int i = 0; i < 3; i++) {  // ... but both go on writing
+    now += 100;
+    b.c->Heartbeat();
+    s.digest = Reduce(a, s, now);
+    now += 100;
+    b2.c->Heartbeat();
+    s.digest = Reduce(a, s, now);
+  }
+  auto d = nlohmann::json::parse(*s.digest);
+  cr_assert_eq(d["clashes"].size(), 1u, "the digest names no clash: %s", d.dump().c_str());
+  cr_expect_eq(d["clashes"][0], "b");
+  b.c->Heartbeat();
+  b2.c->Heartbeat();
+  a.c->Heartbeat();
+  cr_expect(b.c->Status().node_id_clash && b2.c->Status().node_id_clash, "the two mounts were not told");
+  cr_expect(!a.c->Status().node_id_clash);
+}
+
 Test(cluster_digest, future_records_are_no_members) {
   int64_t now = 1000;
   DigestStore s;
