@@ -29,10 +29,12 @@
 
 #include "backend/s3_backend.h"
 #include "common/failpoint.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "common/text.h"
 #include "fs/core/memory_watch.h"
 #include "fs/core/peer_copy.h"
+#include "fs/core/recovery.h"
 #include "fs/fuse/reply_yield.h"
 
 namespace ckpt::fs {
@@ -217,6 +219,69 @@ static void MakeRoomForReplicas(Daemon* d) {
   cache::TierStats s = d->tier->Stats();
   if (s.used + s.reserved + want > s.for_files())
     (void)d->table->Evict(s.used + s.reserved + want - s.for_files(), /*all_or_nothing=*/true, /*spare_kept=*/true);
+}
+
+// A node that restarts on its state dir with its memory tier gone (a
+// reboot, a container's new /dev/shm) before its files drained reads them
+// back from its replica holders before it serves (recovery kept them
+// aside: Core::awaiting_peers). The holders keep them meanwhile: this
+// node's record still names those entries pending. What no holder gives
+// back is dropped and listed as lost, as recovery drops it without
+// replicas. Before the mount and the drain.
+static void RestoreFromPeers(Daemon* d) {
+  Core& core = d->table->core();
+  std::vector<uint64_t> inos;
+  {
+    MutexLock lk(&core.mu());
+    inos.swap(core.awaiting_peers);
+  }
+  if (inos.empty() || !d->replica_link || !d->replica_peers) return;
+  d->replica_peers->Start();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (d->replica_peers->count() == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::vector<uint64_t> lost;
+  for (uint64_t ino : inos) {
+    std::string path;
+    uint64_t size = 0, version = 0;
+    {
+      MutexLock lk(&core.mu());
+      Inode* n = core.Find(ino);
+      if (!n) continue;
+      path = core.ns.EntryPath(n->rec.parent, n->rec.name);
+      size = n->rec.sealed_size;
+      version = n->rec.version;
+    }
+    const replica::Key key{.writer = d->cfg.node, .ino = ino, .version = version};
+    std::string from;
+    for (const auto& [node, addr] : d->replica_peers->Ranked(path)) {
+      auto st = d->tier->Fill(ino, size, [&](int fd) -> int {
+        std::vector<char> buf(std::min<uint64_t>(std::max<uint64_t>(size, 1), 8 << 20));
+        for (uint64_t off = 0; off < size;) {
+          auto got = d->replica_link->Read(addr, key, off, buf.data(), std::min<uint64_t>(buf.size(), size - off));
+          if (!got) return got.error();
+          if (*got == 0) return EIO;  // shorter than the version sealed
+          if (int e = PwriteFull(fd, buf.data(), *got, off); e != 0) return e;
+          off += *got;
+        }
+        return 0;
+      });
+      if (st) {
+        from = node;
+        break;
+      }
+      LOG_INFO("ino {} '{}': not read back from {}: {}", ino, EscapeName(path), node, ErrStr(st.error()));
+    }
+    if (from.empty()) {
+      lost.push_back(ino);
+      continue;
+    }
+    LOG_WARN("ino {} '{}': read back from its replica on {} ({} bytes); it drains as before", ino, EscapeName(path),
+             from, size);
+  }
+  if (auto st = DropAwaited(core, lost, "not persisted, not in the memory tier, and no replica holder gave it back");
+      !st)
+    LOG_ERROR("cannot record {} lost files: {}", lost.size(), ErrStr(st.error()));
 }
 
 // This run's incarnation in the cluster: the state dir's random id (made
@@ -406,6 +471,14 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     d->attr_timeout = d->entry_timeout = std::min(d->attr_timeout, static_cast<double>(cfg.shared_ttl_s));
     LOG_INFO("shared namespace: on, ttl {} s (--shared-ttl)", cfg.shared_ttl_s);
   }
+  // --replicas: pending files the tier lost are asked of their holders
+  // before they count as lost (RestoreFromPeers).
+  {
+    Core& core = d->table->core();
+    MutexLock lk(&core.mu());
+    core.keep_lost_for_peers =
+        !cfg.cluster.empty() && !cfg.cluster_store.empty() && cfg.replicas > 0 && !cfg.replica_listen.empty();
+  }
   if (auto st = d->table->Load(Caller{geteuid(), getegid()}); !st)
     return fail(st.error() == EUCLEAN ? "metadata in " + cfg.state_dir +
                                             "/meta is damaged (a directory cycle; see the log); nothing was mounted"
@@ -510,6 +583,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     Drainer* dr = d->drainer.get();
     d->cluster->SetOnChange([dr] { dr->ClusterChanged(); });
   }
+  RestoreFromPeers(d.get());
 
   // fsname is what /proc/mounts shows: the display form, with the ',' and
   // '\\' that libfuse's option parser would split on escaped.

@@ -37,6 +37,7 @@ void Peers::SetMembersForTest(std::map<std::string, std::string> m) {
 Peers::~Peers() { Stop(); }
 
 void Peers::Start() {
+  if (thread_.joinable()) return;  // started early (RestoreFromPeers)
   thread_ = std::thread([this] { Loop(); });
 }
 

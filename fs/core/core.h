@@ -85,6 +85,12 @@ class Core {
   // but EBUSY (fd may still be written by the peer's transfer) fails it.
   // Only for files whose checksum is known. Set before the mount serves.
   std::function<Status(const std::string& path, int fd, uint64_t size, uint64_t hi, uint64_t lo)> peer_fetch;
+  // --replicas: files recovery found pending and not in the tier (a
+  // reboot, a container's new /dev/shm) are kept aside here instead of
+  // dropped as lost, for the daemon to read back from their replica
+  // holders once the link is up (DropAwaited drops the rest). Set before Load.
+  bool keep_lost_for_peers = false;
+  std::vector<uint64_t> awaiting_peers GUARDED_BY(mu());
   void AnnounceNames() {
     if (announce_names) announce_names();
   }

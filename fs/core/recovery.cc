@@ -161,7 +161,18 @@ Status Recover(Core& core, Caller root_owner, bool track_removals) {
     if (!RecoverFile(core, n, sizes, &rec)) lost.push_back(n);
   if (!lost.empty()) AdoptPublished(core, &lost, &rec);
   std::vector<LogEntry> unlinks;
-  for (Inode* n : lost) DropLost(core, n, "not persisted, and its bytes are not in the memory tier", &rec, &unlinks);
+  for (Inode* n : lost) {
+    // Sealed and pending: its replica holders keep that version (they drop
+    // it only once this node's record says it was applied) — asked first.
+    if (core.keep_lost_for_peers && n->rec.version > 0 && core.versions.SealPending(n) &&
+        n->rec.state == DataState::kDirty) {
+      LOG_WARN("ino {} '{}': not persisted and not in the memory tier: asked of its replica holders", n->rec.ino,
+               core.ns.EntryPath(n->rec.parent, n->rec.name));
+      core.awaiting_peers.push_back(n->rec.ino);
+      continue;
+    }
+    DropLost(core, n, "not persisted, and its bytes are not in the memory tier", &rec, &unlinks);
+  }
   st = core.store()->ForEachLost(
       [&](uint64_t id, std::string_view path, std::string_view) { core.oplog.RestoreLost(id, path); });
   if (!st) return st;
@@ -181,6 +192,18 @@ Status Recover(Core& core, Caller root_owner, bool track_removals) {
         core.SetBackendPath(n.get(), core.ns.EntryPath(n->rec.parent, n->rec.name));
   LOG_INFO("namespace loaded: {} inodes, next ino {}, {} log entries pending", core.ns.size(), core.ns.next_ino(),
            core.oplog.size());
+  return {};
+}
+
+Status DropAwaited(Core& core, const std::vector<uint64_t>& inos, std::string_view why) {
+  MutexLock lk(&core.mu());
+  Batch b;
+  std::vector<LogEntry> unlinks;
+  for (uint64_t ino : inos)
+    if (Inode* n = core.Find(ino)) DropLost(core, n, why, &b, &unlinks);
+  if (!b.empty())
+    if (auto c = core.Commit(b, true); !c) return c;
+  core.oplog.Publish(std::move(unlinks));
   return {};
 }
 

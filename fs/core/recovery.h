@@ -21,4 +21,9 @@ namespace ckpt::fs {
 // undecodable records, EUCLEAN if the parent pointers form a cycle.
 [[nodiscard]] Status Recover(Core& core, Caller root_owner, bool track_removals);
 
+// The files Recover kept aside for their replica holders
+// (Core::keep_lost_for_peers) that none gave back: dropped and listed as
+// lost, as Recover drops the others (`why`: the log line's reason).
+[[nodiscard]] Status DropAwaited(Core& core, const std::vector<uint64_t>& inos, std::string_view why);
+
 }  // namespace ckpt::fs

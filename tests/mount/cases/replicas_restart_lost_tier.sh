@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# A node restarts on its state dir with its memory tier gone (a reboot, or
+# a container restarted with a new /dev/shm) before its files drained, and
+# before its lease expired (issue #30: a lost node is not a lost
+# checkpoint). Three mounts a, b, c of one job, --replicas 1, etcd; a's
+# drain held: a closes its shard of step 1 and a second file, both
+# `replicated`; a is killed, its tier removed, and a mounts again at once
+# on the same state dir (its record stays live throughout: no holder
+# publishes in its place). Before, recovery dropped both files as lost and
+# its record's "nothing pending" made the holders drop their replicas:
+# the checkpoint was gone though a copy was in a peer's memory. Now a
+# reads them back from their holders before it serves: same bytes, not
+# listed lost, and they drain to the backend. A file no holder has is
+# listed lost, as without replicas.
+# serial: kills a daemon and mounts it again within its lease
+source "$(dirname "$0")/../lib/common.sh"
+require_root
+
+start_etcd 1
+SECRET=$T/secret
+make_secret "$SECRET"
+COMMON=(--cluster job --cluster-store "etcd://$ETCD_EPS" --replicas 1
+  --replica-listen 127.0.0.1:0 --cluster-secret "$SECRET")
+touch "$T/pause_a"
+mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --member-timeout 30 --node a
+mount_node b -- "${COMMON[@]}" --member-timeout 2 --node b
+mount_node c -- "${COMMON[@]}" --member-timeout 2 --node c
+A=$(node_mnt a)
+repl_of() { "$CKPTFS" status "$1" --json | $PY -c "import json,sys; j=json.load(sys.stdin)['cluster']['replicas']; $2"; }
+wait_for 20 "a does not see b's and c's replica links" repl_of "$A" 'assert j["peers"] == 2, j'
+
+mkdir -p "$A/global_step1"
+head -c 5000000 /dev/urandom > "$T/shard_a"
+head -c 300000 /dev/urandom > "$T/extra_a"
+cp "$T/shard_a" "$A/global_step1/shard_a"
+cp "$T/extra_a" "$A/global_step1/extra_a"
+is_replicated() { [ "$(state_of "$A/global_step1/$1")" = replicated ]; }
+for f in shard_a extra_a; do wait_for 30 "a's $f never became replicated" is_replicated "$f"; done
+[ ! -e "$BACKEND/global_step1/shard_a" ] || fail "a's shard drained (a's drain is held)"
+
+kill_node a
+rm_tier "$TIER-a"
+mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --member-timeout 30 --node a
+same_bytes "$T/shard_a" "$A/global_step1/shard_a"
+same_bytes "$T/extra_a" "$A/global_step1/extra_a"
+expect_eq 0 "$("$CKPTFS" status "$A" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["lost_count"])')" \
+  "files a lists lost"
+grep -q "read back from its replica on" "$(node_state a)/ckptfs.log" || fail "a's log does not say it read the files back"
+rm "$T/pause_a"
+"$CKPTFS" drain "$A" > "$T/drain.out" 2>&1 || fail "drain of a: $(cat "$T/drain.out")"
+same_bytes "$T/shard_a" "$BACKEND/global_step1/shard_a"
+same_bytes "$T/extra_a" "$BACKEND/global_step1/extra_a"
+note "a read its 2 files back from their holders after a restart with its tier gone; the backend has them"
+
+# With no holder (b and c gone before a's file was replicated), the same
+# restart lists the file lost, as without replicas.
+for n in b c; do umount_node "$n"; done
+touch "$T/pause_a"
+echo alone > "$A/alone"
+kill_node a
+rm_tier "$TIER-a"
+mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --member-timeout 30 --node a
+[ ! -e "$A/alone" ] || fail "a file no holder had is back"
+"$CKPTFS" lost "$A" > "$T/lost.out" || fail "ckptfs lost"
+grep -q "alone" "$T/lost.out" || fail "a does not list its unreplicated file lost: $(cat "$T/lost.out")"
+"$CKPTFS" lost "$A" --clear > /dev/null
+rm "$T/pause_a"
+umount_node a
+check_log --allow-errors "lost" --allow-warnings "replicas:|replica link|etcd|lease|not in the memory tier|read back|lost"
+echo "PASS: $CASE"
