@@ -24,20 +24,9 @@
 source "$(dirname "$0")/../lib/common.sh"
 require_root
 
-start_etcd 1
-SECRET=$T/secret
-make_secret "$SECRET"
-COMMON=(--cluster job --cluster-store "etcd://$ETCD_EPS" --replicas 1
-  --replica-listen 127.0.0.1:0 --cluster-secret "$SECRET")
-touch "$T/pause_a"
 # a's lease (its --member-timeout) is 6 s: b's removal right after a's
 # loss is made well before the cluster knows of it, however busy the machine.
-mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --member-timeout 6 --node a
-mount_node b -- "${COMMON[@]}" --member-timeout 2 --node b
-mount_node c -- "${COMMON[@]}" --member-timeout 2 --node c
-A=$(node_mnt a) B=$(node_mnt b)
-repl_of() { "$CKPTFS" status "$1" --json | $PY -c "import json,sys; j=json.load(sys.stdin)['cluster']['replicas']; $2"; }
-wait_for 20 "a does not see b's and c's replica links" repl_of "$A" 'assert j["peers"] == 2, j'
+replica_job 6
 
 # ---- 1. the shards, a's replicated, and latest ----
 mkdir -p "$A/global_step1" "$B/global_step1"
