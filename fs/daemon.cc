@@ -221,6 +221,10 @@ static void MakeRoomForReplicas(Daemon* d) {
     (void)d->table->Evict(s.used + s.reserved + want - s.for_files(), /*all_or_nothing=*/true, /*spare_kept=*/true);
 }
 
+// The tier key a file is read back into (RestoreFromPeers): no inode's,
+// no snapshot's (cache/tier.h: kSnapBit).
+constexpr uint64_t kRestoreKey = 1ULL << 62;
+
 // A node that restarts on its state dir with its memory tier gone (a
 // reboot, a container's new /dev/shm) before its files drained reads them
 // back from its replica holders before it serves (recovery kept them
@@ -228,18 +232,27 @@ static void MakeRoomForReplicas(Daemon* d) {
 // node's record still names those entries pending. What no holder gives
 // back is dropped and listed as lost, as recovery drops it without
 // replicas. Before the mount and the drain.
-static void RestoreFromPeers(Daemon* d) {
+static std::string RestoreFromPeers(Daemon* d) {
   Core& core = d->table->core();
   std::vector<uint64_t> inos;
   {
     MutexLock lk(&core.mu());
     inos.swap(core.awaiting_peers);
   }
-  if (inos.empty() || !d->replica_link || !d->replica_peers) return;
+  if (inos.empty() || !d->replica_link || !d->replica_peers) return "";
   d->replica_peers->Start();
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (d->replica_peers->count() == 0 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // No member's link known because etcd does not answer: nothing is
+  // dropped on that, and nothing served without them. (Etcd answering
+  // with no other member: no holder is there, the files are lost.)
+  if (d->replica_peers->count() == 0 && d->etcd_records &&
+      !d->etcd_records->client()->Range(d->etcd_records->prefix() + "members/" + d->cfg.node))
+    return fmt::format(
+        "{} files not persisted and not in the memory tier wait for their replica holders, and etcd does not "
+        "answer ({}): not mounted, nothing dropped; mount again once etcd answers",
+        inos.size(), d->etcd_records->client()->LastError());
   std::vector<uint64_t> lost;
   for (uint64_t ino : inos) {
     std::string path;
@@ -253,23 +266,37 @@ static void RestoreFromPeers(Daemon* d) {
       version = n->rec.version;
     }
     const replica::Key key{.writer = d->cfg.node, .ino = ino, .version = version};
+    // Read into a file of its own, renamed to the inode's once whole: a
+    // restore cut short (a kill) leaves no file of the sealed size that the
+    // next start would take for the version (it goes to orphans/).
+    const uint64_t part = kRestoreKey | ino;
+    auto read_back = [&](const std::string& addr, int fd) -> int {
+      std::vector<char> buf(std::min<uint64_t>(std::max<uint64_t>(size, 1), 8 << 20));
+      for (uint64_t off = 0; off < size;) {
+        auto got = d->replica_link->Read(addr, key, off, buf.data(), std::min<uint64_t>(buf.size(), size - off));
+        if (!got) return got.error();
+        if (*got == 0) return EIO;  // shorter than the version sealed
+        if (int e = PwriteFull(fd, buf.data(), *got, off); e != 0) return e;
+        off += *got;
+      }
+      char more;  // longer than the version sealed: another version under the name
+      auto tail = d->replica_link->Read(addr, key, size, &more, 1);
+      return !tail ? tail.error() : *tail != 0 ? ESTALE : 0;
+    };
     std::string from;
     for (const auto& [node, addr] : d->replica_peers->Ranked(path)) {
-      auto st = d->tier->Fill(ino, size, [&](int fd) -> int {
-        std::vector<char> buf(std::min<uint64_t>(std::max<uint64_t>(size, 1), 8 << 20));
-        for (uint64_t off = 0; off < size;) {
-          auto got = d->replica_link->Read(addr, key, off, buf.data(), std::min<uint64_t>(buf.size(), size - off));
-          if (!got) return got.error();
-          if (*got == 0) return EIO;  // shorter than the version sealed
-          if (int e = PwriteFull(fd, buf.data(), *got, off); e != 0) return e;
-          off += *got;
-        }
-        return 0;
-      });
+      Status st = Err(EAGAIN);
+      // A holder busy serving (EAGAIN) or slow is asked again, a few times.
+      for (int tries = 0; tries < 4 && !st && (st.error() == EAGAIN || st.error() == ETIMEDOUT); tries++) {
+        if (tries) std::this_thread::sleep_for(std::chrono::seconds(tries));
+        st = d->tier->Fill(part, size, [&](int fd) { return read_back(addr, fd); });
+      }
+      if (st) st = d->tier->Rekey(part, ino);
       if (st) {
         from = node;
         break;
       }
+      d->tier->Remove(part);
       LOG_INFO("ino {} '{}': not read back from {}: {}", ino, EscapeName(path), node, ErrStr(st.error()));
     }
     if (from.empty()) {
@@ -282,6 +309,7 @@ static void RestoreFromPeers(Daemon* d) {
   if (auto st = DropAwaited(core, lost, "not persisted, not in the memory tier, and no replica holder gave it back");
       !st)
     LOG_ERROR("cannot record {} lost files: {}", lost.size(), ErrStr(st.error()));
+  return "";
 }
 
 // This run's incarnation in the cluster: the state dir's random id (made
@@ -583,7 +611,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     Drainer* dr = d->drainer.get();
     d->cluster->SetOnChange([dr] { dr->ClusterChanged(); });
   }
-  RestoreFromPeers(d.get());
+  if (std::string why = RestoreFromPeers(d.get()); !why.empty()) return fail(why);
 
   // fsname is what /proc/mounts shows: the display form, with the ',' and
   // '\\' that libfuse's option parser would split on escaped.

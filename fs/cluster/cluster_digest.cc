@@ -179,6 +179,7 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
       // Another member reduced since this one last did (this one was just
       // elected): what it read, as its digest carried it, is the "before".
       reduced_ = digest_seen_;
+      runs_.clear();  // what it saw in an earlier term is not the runs of now
       for (const Record& r : digest_lost_)
         if (std::none_of(lost_.begin(), lost_.end(), [&](const Record& x) { return NotedName(x) == NotedName(r); }))
           lost_.push_back(r);
@@ -192,12 +193,18 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
       return it != seen.end() && SameIncarnation(it->second.incarnation, r.incarnation);
     };
     std::erase_if(lost_, back);
-    // A run another run of its id replaced, seen again: two mounts write
-    // records as this id, each in turn (not a replacement: a clash).
+    // A run another run of its id replaced, seen again, twice: two mounts
+    // write records as this id, each in turn (not a replacement, nor a run
+    // back once on its state dir after its replacement died: a clash).
+    // runs_' second: 0 none seen back, -1 once, else when last named.
     for (const auto& [name, r] : seen) {
       auto it = runs_.find(name);
       if (it == runs_.end() || r.incarnation.empty() || it->second.first != r.incarnation) continue;
-      if (it->second.second == 0)
+      if (it->second.second == 0) {
+        it->second.second = -1;
+        continue;
+      }
+      if (it->second.second == -1)
         LOG_ERROR(
             "cluster {}: two mounts write records as node {} (runs {} and {}, in turn); give each mount its "
             "own --node",
@@ -234,7 +241,7 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
                         {"noticed", r.problem}});
     std::erase_if(runs_, [&](const auto& kv) { return !seen.count(kv.first); });
     for (const auto& [node, run] : runs_)
-      if (run.second != 0 && now - run.second <= kClashKeptUs) clashes_j.push_back(node);
+      if (run.second > 0 && now - run.second <= kClashKeptUs) clashes_j.push_back(node);
   }
   if (unreadable) LOG_DEBUG("cluster {}: {} records not readable; no members", opt_.name, unreadable);
   // The newest oldest-pending gate of any member: a record of every member

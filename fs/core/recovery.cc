@@ -169,6 +169,10 @@ Status Recover(Core& core, Caller root_owner, bool track_removals) {
       LOG_WARN("ino {} '{}': not persisted and not in the memory tier: asked of its replica holders", n->rec.ino,
                core.ns.EntryPath(n->rec.parent, n->rec.name));
       core.awaiting_peers.push_back(n->rec.ino);
+      if (n->rec.size != n->rec.sealed_size) {  // what it will hold: the sealed version (as RecoverFile sets it)
+        n->rec.size = n->rec.sealed_size;
+        MetaStore::PutInode(&rec, n->rec);
+      }
       continue;
     }
     DropLost(core, n, "not persisted, and its bytes are not in the memory tier", &rec, &unlinks);

@@ -238,6 +238,10 @@ Test(cluster_digest, two_runs_writing_as_one_id_are_named) {
   b2.c->Heartbeat();  // a replacement, once: not a clash
   s.digest = Reduce(a, s, now);
   cr_expect(nlohmann::json::parse(*s.digest)["clashes"].empty(), "one replacement named a clash");
+  now += 100;
+  b.c->Heartbeat();  // the first run back on its state dir, once (its replacement died): not a clash either
+  s.digest = Reduce(a, s, now);
+  cr_expect(nlohmann::json::parse(*s.digest)["clashes"].empty(), "a run back once named a clash");
   for (int i = 0; i < 3; i++) {  // ... but both go on writing
     now += 100;
     b.c->Heartbeat();
