@@ -242,18 +242,23 @@ static std::string RestoreFromPeers(Daemon* d) {
   if (inos.empty() || !d->replica_link || !d->replica_peers) return "";
   d->replica_peers->Start();
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (d->replica_peers->count() == 0 && std::chrono::steady_clock::now() < until)
+  while (!d->replica_peers->known() && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  // No member's link known because etcd does not answer: nothing is
-  // dropped on that, and nothing served without them. (Etcd answering
-  // with no other member: no holder is there, the files are lost.)
-  if (d->replica_peers->count() == 0 && d->etcd_records &&
-      !d->etcd_records->client()->Range(d->etcd_records->prefix() + "members/" + d->cfg.node))
+  // A file is dropped only when every member with a link answered that it
+  // holds no copy of it: a member not read (etcd does not answer) or not
+  // reached (a holder restarting) may hold it, and nothing is dropped on
+  // that, nor served without it.
+  auto not_mounted = [&](const std::string& why) {
     return fmt::format(
-        "{} files not persisted and not in the memory tier wait for their replica holders, and etcd does not "
-        "answer ({}): not mounted, nothing dropped; mount again once etcd answers",
-        inos.size(), d->etcd_records->client()->LastError());
+        "{} files not persisted and not in the memory tier wait for their replica holders, and {}: not mounted, "
+        "nothing dropped; mount again once they answer",
+        inos.size(), why);
+  };
+  if (!d->replica_peers->known())
+    return not_mounted("the members' replica links cannot be read (etcd: " +
+                       (d->etcd_records ? d->etcd_records->client()->LastError() : std::string()) + ")");
   std::vector<uint64_t> lost;
+  std::map<std::string, int> unreached;  // holder -> its error: not asked again
   for (uint64_t ino : inos) {
     std::string path;
     uint64_t size = 0, version = 0;
@@ -275,7 +280,7 @@ static std::string RestoreFromPeers(Daemon* d) {
       for (uint64_t off = 0; off < size;) {
         auto got = d->replica_link->Read(addr, key, off, buf.data(), std::min<uint64_t>(buf.size(), size - off));
         if (!got) return got.error();
-        if (*got == 0) return EIO;  // shorter than the version sealed
+        if (*got == 0) return ESTALE;  // shorter than the version sealed: another version
         if (int e = PwriteFull(fd, buf.data(), *got, off); e != 0) return e;
         off += *got;
       }
@@ -285,9 +290,10 @@ static std::string RestoreFromPeers(Daemon* d) {
     };
     std::string from;
     for (const auto& [node, addr] : d->replica_peers->Ranked(path)) {
+      if (unreached.count(node)) continue;
       Status st = Err(EAGAIN);
-      // A holder busy serving (EAGAIN) or slow is asked again, a few times.
-      for (int tries = 0; tries < 4 && !st && (st.error() == EAGAIN || st.error() == ETIMEDOUT); tries++) {
+      // A holder busy serving others (EAGAIN) is asked again, a few times.
+      for (int tries = 0; tries < 4 && !st && st.error() == EAGAIN; tries++) {
         if (tries) std::this_thread::sleep_for(std::chrono::seconds(tries));
         st = d->tier->Fill(part, size, [&](int fd) { return read_back(addr, fd); });
       }
@@ -297,17 +303,26 @@ static std::string RestoreFromPeers(Daemon* d) {
         break;
       }
       d->tier->Remove(part);
-      LOG_INFO("ino {} '{}': not read back from {}: {}", ino, EscapeName(path), node, ErrStr(st.error()));
+      const int e = st.error();
+      // Its answer that it has no copy of this version; anything else (not
+      // reached, refused the link, out of room here) says nothing of it.
+      if (e != ENOENT && e != ESTALE) unreached[node] = e;
+      LOG_INFO("ino {} '{}': not read back from {}: {}", ino, EscapeName(path), node, ErrStr(e));
     }
-    if (from.empty()) {
-      lost.push_back(ino);
+    if (!from.empty()) {
+      LOG_WARN("ino {} '{}': read back from its replica on {} ({} bytes); it drains as before", ino, EscapeName(path),
+               from, size);
       continue;
     }
-    LOG_WARN("ino {} '{}': read back from its replica on {} ({} bytes); it drains as before", ino, EscapeName(path),
-             from, size);
+    if (!unreached.empty()) {
+      std::string who;
+      for (const auto& [node, e] : unreached) who += (who.empty() ? "" : ", ") + node + " (" + ErrStr(e) + ")";
+      // Those read back stay (their tier files are whole); the next mount asks for the rest again.
+      return not_mounted("these members did not answer: " + who);
+    }
+    lost.push_back(ino);
   }
-  if (auto st = DropAwaited(core, lost, "not persisted, not in the memory tier, and no replica holder gave it back");
-      !st)
+  if (auto st = DropAwaited(core, lost, "not persisted, not in the memory tier, and no replica holder has it"); !st)
     LOG_ERROR("cannot record {} lost files: {}", lost.size(), ErrStr(st.error()));
   return "";
 }
@@ -598,6 +613,17 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
       replica::Replicator* repl = d->replicator.get();
       d->table->core().oplog.set_observer([repl](const auto& entries) { repl->Observe(entries); });
     }
+    // Before this node's first record: one written after the restart names
+    // its recovered entries' gates from the samples, later than the exact
+    // times its replicas carry, and a holder that reads it takes them for
+    // applied and drops them (seen: a failed attempt's record did).
+    if (std::string why = RestoreFromPeers(d.get()); !why.empty()) {
+      // The threads etcd's records started (keepalive, watches, the reducer)
+      // call into the cluster: stopped before the daemon is taken down.
+      if (d->replica_peers) d->replica_peers->Stop();
+      if (d->etcd_records) d->etcd_records->Close(false);
+      return fail(why);
+    }
     d->cluster->Init();
     // Known to the other members before it serves a write. A degraded
     // mount (backend unreachable) does not wait for that here: it joins at
@@ -611,7 +637,6 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     Drainer* dr = d->drainer.get();
     d->cluster->SetOnChange([dr] { dr->ClusterChanged(); });
   }
-  if (std::string why = RestoreFromPeers(d.get()); !why.empty()) return fail(why);
 
   // fsname is what /proc/mounts shows: the display form, with the ',' and
   // '\\' that libfuse's option parser would split on escaped.

@@ -15,6 +15,7 @@
 // store before it serves a write).
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/log.h"
 #include "fs/cluster/cluster.h"
@@ -197,9 +198,11 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
     // write records as this id, each in turn (not a replacement, nor a run
     // back once on its state dir after its replacement died: a clash).
     // runs_' second: 0 none seen back, -1 once, else when last named.
+    std::set<std::string> back_now;  // ids whose replaced run is seen again in this reduction
     for (const auto& [name, r] : seen) {
       auto it = runs_.find(name);
       if (it == runs_.end() || r.incarnation.empty() || it->second.first != r.incarnation) continue;
+      back_now.insert(name);
       if (it->second.second == 0) {
         it->second.second = -1;
         continue;
@@ -214,7 +217,11 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
     for (const auto& [name, old] : reduced_) {
       if (back(old) || old.state != "live") continue;
       const bool replaced = seen.count(name) > 0;
-      if (replaced) runs_[name].first = old.incarnation;
+      if (replaced) {
+        auto& run = runs_[name];
+        run.first = old.incarnation;
+        if (!back_now.count(name) && run.second == -1) run.second = 0;  // a new replacement: not the switching
+      }
       if (old.unpersisted == 0) {
         LOG_INFO("cluster {}: member {} is gone ({}, nothing pending)", opt_.name, name,
                  replaced ? "a new run mounted under its id" : "its lease ended");

@@ -60,6 +60,11 @@ bool Peers::Advertise() {
   return records_->client()->Put(prefix_ + node_, addr_, *lease).has_value();
 }
 
+bool Peers::known() const {
+  MutexLock l(&mu_);
+  return revision_ > 0;
+}
+
 bool Peers::Read() {
   auto r = records_->client()->Range(prefix_, etcd::PrefixEnd(prefix_));
   if (!r) return false;

@@ -87,6 +87,7 @@ class Peers {
   // with a link, this node included; empty when none is known.
   std::pair<std::string, std::string> Home(std::string_view path) const;
   size_t count() const;  // other members with a link
+  bool known() const;    // the members' links were read once (count() says something)
   // Unit tests, without etcd (records null, never started): the members.
   void SetMembersForTest(std::map<std::string, std::string> m);
   std::string addr_of(const std::string& node) const;

@@ -10,13 +10,17 @@
 # its record's "nothing pending" made the holders drop their replicas:
 # the checkpoint was gone though a copy was in a peer's memory. Now a
 # reads them back from their holders before it serves: same bytes, not
-# listed lost, and they drain to the backend. A file no holder has is
-# listed lost, as without replicas.
+# listed lost, and they drain to the backend. With the holder of a file
+# down as well, a is not mounted and drops nothing; with the holder back,
+# it reads the file back. A file no holder has is listed lost, as without
+# replicas.
 # serial: kills a daemon and mounts it again within its lease
 source "$(dirname "$0")/../lib/common.sh"
 require_root
 
-replica_job 30  # a's lease outlasts its restart
+# a's lease outlasts its restart; b's and c's (30 s) a stalled keepalive on
+# a busy machine, and a holder's restart below
+replica_job 30 30
 
 mkdir -p "$A/global_step1"
 head -c 5000000 /dev/urandom > "$T/shard_a"
@@ -41,6 +45,34 @@ same_bytes "$T/shard_a" "$BACKEND/global_step1/shard_a"
 same_bytes "$T/extra_a" "$BACKEND/global_step1/extra_a"
 note "a read its 2 files back from their holders after a restart with its tier gone; the backend has them"
 
+# Its holder down too (a holder restarting): nothing is dropped and a is
+# not mounted; once the holder is back (its replica store kept beside its
+# tier), a mounts and reads the file back.
+touch "$T/pause_a"
+head -c 700000 /dev/urandom > "$T/more_a"
+cp "$T/more_a" "$A/more_a"
+is_more() { [ "$(state_of "$A/more_a")" = replicated ]; }
+wait_for 30 "a's more_a never became replicated" is_more
+holder=""
+for n in b c; do for f in "$TIER-$n-replicas"/a.[1-9]*; do [ -f "$f" ] && holder=$n; done; done
+[ -n "$holder" ] || fail "no holder of a's more_a"
+kill_node a
+rm_tier "$TIER-a"
+kill_node "$holder"  # its lease (30 s) keeps its link listed: a must not take it for "no copy"
+rc=0
+CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a "$CKPTFS" mount "$A" --state-dir "$(node_state a)" --tier-dir "$TIER-a" \
+  --cache-size 1G --backend "$BACKEND" "${COMMON[@]}" --member-timeout 30 --node a > "$T/mount-a.out" 2>&1 || rc=$?
+[ "$rc" != 0 ] || fail "a mounted with the holder of its file down"
+grep -q "did not answer" "$T/mount-a.out" || fail "a's refusal does not say why: $(cat "$T/mount-a.out")"
+note "refused while $holder is down: $(tail -1 "$T/mount-a.out")"
+mount_node "$holder" -- "${COMMON[@]}" --member-timeout 30 --node "$holder"
+mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --member-timeout 30 --node a
+same_bytes "$T/more_a" "$A/more_a"
+rm "$T/pause_a"
+"$CKPTFS" drain "$A" > "$T/drain.out" 2>&1 || fail "drain of a: $(cat "$T/drain.out")"
+same_bytes "$T/more_a" "$BACKEND/more_a"
+note "with its holder down, a was not mounted and dropped nothing; with the holder back, it read the file back"
+
 # With no holder (b and c gone before a's file was replicated), the same
 # restart lists the file lost, as without replicas.
 for n in b c; do umount_node "$n"; done
@@ -55,5 +87,5 @@ grep -q "alone" "$T/lost.out" || fail "a does not list its unreplicated file los
 "$CKPTFS" lost "$A" --clear > /dev/null
 rm "$T/pause_a"
 umount_node a
-check_log --allow-errors "lost" --allow-warnings "replicas:|replica link|etcd|lease|not in the memory tier|read back|lost"
+check_log --allow-errors "lost|did not answer" --allow-warnings "replicas:|replica link|etcd|lease|not in the memory tier|read back|lost"
 echo "PASS: $CASE"

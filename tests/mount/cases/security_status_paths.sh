@@ -21,7 +21,8 @@ echo y > "$MNT/public-lost"
 sync
 # A node reboot before the drain: the four files are lost.
 for p in $(_our_daemons); do kill -9 "$p"; done
-for _ in $(seq 50); do [ -z "$(_our_daemons)" ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ -z "$(_our_daemons)" ] && break; sleep 0.1; done
+[ -z "$(_our_daemons)" ] || fail "the killed daemon did not exit"
 "$CKPTFS" umount "$MNT" --no-drain > /dev/null 2>&1 || true
 rm_tier "$TIER"
 mount_fs

@@ -339,8 +339,8 @@ make_secret() {
 # The replica cases' job (issue #30): a 1-member etcd, a 0600 secret, COMMON
 # (the cluster and replica options), and nodes a, b and c mounted with
 # them — a's drain held while $T/pause_a exists, its lease (--member-timeout)
-# $1 s, b's and c's 2 s — then waits until a sees both links. Sets SECRET,
-# COMMON, A and B.
+# $1 s, b's and c's $2 s (default 2) — then waits until a sees both links.
+# Sets SECRET, COMMON, A and B.
 replica_job() {
   start_etcd 1
   SECRET=$T/secret
@@ -349,8 +349,8 @@ replica_job() {
     --replica-listen 127.0.0.1:0 --cluster-secret "$SECRET")
   touch "$T/pause_a"
   mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --member-timeout "$1" --node a
-  mount_node b -- "${COMMON[@]}" --member-timeout 2 --node b
-  mount_node c -- "${COMMON[@]}" --member-timeout 2 --node c
+  mount_node b -- "${COMMON[@]}" --member-timeout "${2:-2}" --node b
+  mount_node c -- "${COMMON[@]}" --member-timeout "${2:-2}" --node c
   A=$(node_mnt a) B=$(node_mnt b)
   wait_for 20 "a does not see b's and c's replica links" repl_of "$A" 'assert j["peers"] == 2, j'
 }

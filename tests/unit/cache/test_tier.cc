@@ -495,13 +495,13 @@ Test(tier, waiting_writer_gives_up_at_its_deadline) {
   cr_assert_eq(r.error(), ENOSPC);
   cr_assert(!called);
   cr_assert_geq(waited, milliseconds(190), "it waited until its deadline");
-  cr_assert_lt(waited, milliseconds(1000), "not the whole wait limit");
+  cr_assert_lt(waited, milliseconds(1900), "not the whole wait limit");
 
   // A deadline already past: no room, so ENOSPC at once.
   start = Clock::now();
   auto s = t->Fallocate(2, 0, 0, 4 * kKiB, /*wait=*/true, start - milliseconds(1));
   cr_assert_eq(s.error(), ENOSPC);
-  cr_assert_lt(Clock::now() - start, milliseconds(1000), "a past deadline does not wait");
+  cr_assert_lt(Clock::now() - start, milliseconds(1900), "a past deadline does not wait");
   t->Unpin(2);
   cr_assert_eq(t->Stats().reserved, 0u);
   cr_assert_eq(t->AllocatedBytes(2), 0u);
