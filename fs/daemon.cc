@@ -257,6 +257,15 @@ static std::string RestoreFromPeers(Daemon* d) {
   if (!d->replica_peers->known())
     return not_mounted("the members' replica links cannot be read (etcd: " +
                        (d->etcd_records ? d->etcd_records->client()->LastError() : std::string()) + ")");
+  // No wait for room: nothing frees it before the drain starts (Fill would
+  // wait the whole space limit, then blame the holder).
+  const auto wait_limit = d->tier->wait_limit();
+  d->tier->set_wait_limit(std::chrono::milliseconds(0));
+  struct Restore {
+    cache::Tier* tier;
+    std::chrono::milliseconds limit;
+    ~Restore() { tier->set_wait_limit(limit); }
+  } restore_limit{d->tier.get(), wait_limit};
   std::vector<uint64_t> lost;
   std::map<std::string, int> unreached;  // holder -> its error: not asked again
   for (uint64_t ino : inos) {
@@ -304,6 +313,9 @@ static std::string RestoreFromPeers(Daemon* d) {
       }
       d->tier->Remove(part);
       const int e = st.error();
+      if (e == ENOSPC)
+        return not_mounted(
+            fmt::format("this node's memory tier has no room for {} ({} bytes; --cache-size)", EscapeName(path), size));
       // Its answer that it has no copy of this version; anything else (not
       // reached, refused the link, out of room here) says nothing of it.
       if (e != ENOENT && e != ESTALE) unreached[node] = e;
@@ -618,10 +630,15 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     // times its replicas carry, and a holder that reads it takes them for
     // applied and drops them (seen: a failed attempt's record did).
     if (std::string why = RestoreFromPeers(d.get()); !why.empty()) {
-      // The threads etcd's records started (keepalive, watches, the reducer)
-      // call into the cluster: stopped before the daemon is taken down.
+      // Taken down as a shutdown does: the link's threads (they serve other
+      // members through peer_loads and the peers), then etcd's (keepalive,
+      // watches, the reducer: they call into the cluster), this run's lease
+      // revoked (it holds no record of this node; an election it won would
+      // hold the others' digest for a lease).
       if (d->replica_peers) d->replica_peers->Stop();
-      if (d->etcd_records) d->etcd_records->Close(false);
+      if (d->peer_loads) d->peer_loads->Attach(nullptr, nullptr);
+      d->replica_link.reset();
+      if (d->etcd_records) d->etcd_records->Close(true);
       return fail(why);
     }
     d->cluster->Init();

@@ -54,8 +54,9 @@ cp "$T/more_a" "$A/more_a"
 is_more() { [ "$(state_of "$A/more_a")" = replicated ]; }
 wait_for 30 "a's more_a never became replicated" is_more
 holder=""
-for n in b c; do for f in "$TIER-$n-replicas"/a.[1-9]*; do [ -f "$f" ] && holder=$n; done; done
-[ -n "$holder" ] || fail "no holder of a's more_a"
+ino=$(stat -c %i "$A/more_a")  # its replica's name: a.INO.VERSION
+for n in b c; do for f in "$TIER-$n-replicas"/a."$ino".[1-9]*; do [ -f "$f" ] && holder=$n; done; done
+[ -n "$holder" ] || fail "no holder of a's more_a (a.$ino.*): $(ls "$TIER"-[bc]-replicas)"
 kill_node a
 rm_tier "$TIER-a"
 kill_node "$holder"  # its lease (30 s) keeps its link listed: a must not take it for "no copy"
