@@ -233,8 +233,16 @@ class Tier {
   bool Tight();
 
   // How long a write waits for space before ENOSPC. Default 0 (fail at once).
-  void set_wait_limit(std::chrono::milliseconds d) { wait_limit_ = d; }
-  std::chrono::milliseconds wait_limit() const { return wait_limit_; }
+  // Under the lock: the restore from peers (fs/daemon.cc) changes it while
+  // the replica link's threads may reserve room.
+  void set_wait_limit(std::chrono::milliseconds d) EXCLUDES(mu_) {
+    MutexLock lk(&mu_);
+    wait_limit_ = d;
+  }
+  std::chrono::milliseconds wait_limit() EXCLUDES(mu_) {
+    MutexLock lk(&mu_);
+    return wait_limit_;
+  }
 
   // Room of the budget held by something beside the tier's own files —
   // the replicas other members keep on this node (fs/cluster/replica_store.h):
@@ -337,7 +345,7 @@ class Tier {
   }
   const int dirfd_;   // the directory, opened O_NOFOLLOW; every file op is relative to it
   int lock_fd_ = -1;  // flock'ed for the Tier's life
-  std::chrono::milliseconds wait_limit_{0};
+  std::chrono::milliseconds wait_limit_ GUARDED_BY(mu_){0};
   std::function<Relief(uint64_t)> evictor_;
   std::function<uint64_t(uint64_t)> outside_relief_;
   std::vector<std::pair<uint64_t, uint64_t>> attached_;
