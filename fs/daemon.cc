@@ -300,19 +300,19 @@ static std::string RestoreFromPeers(Daemon* d) {
     std::string from;
     for (const auto& [node, addr] : d->replica_peers->Ranked(path)) {
       if (unreached.count(node)) continue;
-      Status st = Err(EAGAIN);
       // A holder busy serving others (EAGAIN) is asked again, a few times.
-      for (int tries = 0; tries < 4 && !st && st.error() == EAGAIN; tries++) {
+      int e = EAGAIN;
+      for (int tries = 0; tries < 4 && e == EAGAIN; tries++) {
         if (tries) std::this_thread::sleep_for(std::chrono::seconds(tries));
-        st = d->tier->Fill(part, size, [&](int fd) { return read_back(addr, fd); });
+        Status st = d->tier->Fill(part, size, [&](int fd) { return read_back(addr, fd); });
+        if (st) st = d->tier->Rekey(part, ino);
+        e = st ? 0 : st.error();
       }
-      if (st) st = d->tier->Rekey(part, ino);
-      if (st) {
+      if (e == 0) {
         from = node;
         break;
       }
       d->tier->Remove(part);
-      const int e = st.error();
       if (e == ENOSPC)
         return not_mounted(
             fmt::format("this node's memory tier has no room for {} ({} bytes; --cache-size)", EscapeName(path), size));

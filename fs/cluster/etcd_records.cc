@@ -67,41 +67,52 @@ Result<int64_t> EtcdRecords::Lease() {
     SetError("granting a lease: " + client_.LastError());
     return Err(id.error());
   }
-  MutexLock lk(&mu_);
-  stats_.grants++;
-  if (lease_lost_) LOG_WARN("cluster {}: node {} rejoins under a new lease", opt_.cluster, opt_.node);
-  lease_ = *id;
-  lease_lost_ = false;
-  lease_ok_ = std::chrono::steady_clock::now();
+  {
+    MutexLock lk(&mu_);
+    stats_.grants++;
+    if (lease_lost_) LOG_WARN("cluster {}: node {} rejoins under a new lease", opt_.cluster, opt_.node);
+    lease_ = *id;
+    lease_lost_ = false;
+    lease_ok_ = std::chrono::steady_clock::now();
+  }
+  ForgetOwnLeader(*id);
   return *id;
 }
 
 Status EtcdRecords::Open() {
-  auto id = Lease();
-  if (!id) return Err(id.error());
-  // This node elected under a lease of its previous life (killed, mounted
-  // again): that key would stand until the old lease expires, and no digest
-  // would be written meanwhile. Deleted: the members elect again at once.
-  if (auto r = client_.Range(prefix_ + kLeader); r && !r->kvs.empty() &&
-      r->kvs[0].value.starts_with(opt_.node + " ") && r->kvs[0].value != opt_.node + " " + std::to_string(*id)) {
-    LOG_INFO("cluster {}: node {} was the elected member before it restarted; electing again", opt_.cluster,
-             opt_.node);
-    (void)client_.Delete(prefix_ + kLeader);
-  }
-  ReadDigestKeys();
+  // The watches and threads start whether or not the store answers now: a
+  // mount made while etcd is down (or refusing) joins once it answers —
+  // the next record put or campaign takes the lease, the keep-alive then
+  // renews it, the watches reconnect on their own and read the digest.
+  const int64_t rev = ReadDigestKeys();
+  const int64_t from = rev > 0 ? rev + 1 : 0;  // nothing between the read and the watch is missed
   digest_watch_ = std::make_unique<etcd::Watch>(
-      &client_, prefix_ + kDigestDir, etcd::PrefixEnd(prefix_ + kDigestDir), 0,
-      [this](const std::vector<etcd::WatchEvent>& evs, int64_t) { OnDigestEvents(evs); },
+      &client_, prefix_ + kDigestDir, etcd::PrefixEnd(prefix_ + kDigestDir), from,
+      [this](const std::vector<etcd::WatchEvent>& evs, int64_t) { OnWatchedDigest(evs); },
       [this](const std::string& e) { SetError(e.empty() ? "" : "watching the digest: " + e); },
       [this] { ReadDigestKeys(); });
   turn_watch_ = std::make_unique<etcd::Watch>(
-      &client_, prefix_ + kTurns + opt_.node, "", 0,
-      [this](const std::vector<etcd::WatchEvent>& evs, int64_t) { OnDigestEvents(evs); },
+      &client_, prefix_ + kTurns + opt_.node, "", from,
+      [this](const std::vector<etcd::WatchEvent>& evs, int64_t) { OnWatchedDigest(evs); },
       [this](const std::string& e) { SetError(e.empty() ? "" : "watching this node's turn: " + e); },
       [this] { ReadDigestKeys(); });
   keepalive_ = std::thread([this] { KeepAliveLoop(); });
   reducer_thread_ = std::thread([this] { ReduceLoop(); });
+  auto id = Lease();
+  if (!id) return Err(id.error());
   return {};
+}
+
+void EtcdRecords::ForgetOwnLeader(int64_t lease) {
+  // This node elected under a lease of its previous life (killed, mounted
+  // again): that key would stand until the old lease expires, and no digest
+  // would be written meanwhile. Deleted: the members elect again at once.
+  if (auto r = client_.Range(prefix_ + kLeader); r && !r->kvs.empty() && r->kvs[0].value.starts_with(opt_.node + " ") &&
+                                                 r->kvs[0].value != opt_.node + " " + std::to_string(lease)) {
+    LOG_INFO("cluster {}: node {} was the elected member under an earlier lease; electing again", opt_.cluster,
+             opt_.node);
+    (void)client_.Txn({{.del = true, .key = prefix_ + kLeader, .if_mod_revision = r->kvs[0].mod_revision}});
+  }
 }
 
 void EtcdRecords::Close(bool leave) {
@@ -154,13 +165,19 @@ Status EtcdRecords::PutRecord(const std::string& node, const std::string& bytes,
     }
   }
   const bool hand = !guard.empty() && leader_lease != 0;
-  Result<int64_t> rev = !hand ? client_.Put(prefix_ + kMembers + node, bytes, *lease)
-                              : client_.Txn({{.key = prefix_ + kMembers + node, .value = bytes, .lease = *lease},
-                                             {.key = prefix_ + kTurns + h->to,
-                                              .value = h->digest,
-                                              .lease = leader_lease,
-                                              .guard_key = prefix_ + kLeader,
-                                              .guard_value = guard}});
+  std::vector<etcd::Client::Op> ops(1);
+  ops[0].key = prefix_ + kMembers + node;
+  ops[0].value = bytes;
+  ops[0].lease = *lease;
+  if (hand) {
+    etcd::Client::Op& baton = ops.emplace_back();
+    baton.key = prefix_ + kTurns + h->to;
+    baton.value = h->digest;
+    baton.lease = leader_lease;
+    baton.guard_key = prefix_ + kLeader;
+    baton.guard_value = guard;
+  }
+  Result<int64_t> rev = !hand ? client_.Put(ops[0].key, bytes, *lease) : client_.Txn(ops);
   {
     MutexLock lk(&mu_);
     stats_.puts++;
@@ -286,11 +303,11 @@ std::optional<std::string> EtcdRecords::Digest() {
   return digest_;
 }
 
-void EtcdRecords::ReadDigestKeys() {
+int64_t EtcdRecords::ReadDigestKeys() {
   auto r = client_.Range(prefix_ + kDigestDir, etcd::PrefixEnd(prefix_ + kDigestDir));
   if (!r) {
     SetError("reading the digest: " + client_.LastError());
-    return;
+    return 0;
   }
   std::vector<etcd::WatchEvent> evs;
   bool leader_seen = false;
@@ -298,10 +315,29 @@ void EtcdRecords::ReadDigestKeys() {
     leader_seen = leader_seen || kv.key == prefix_ + kLeader;
     evs.push_back({false, std::move(kv)});
   }
-  if (!leader_seen) evs.push_back({true, {prefix_ + kLeader, "", 0, 0, 0, 0}});
-  if (auto t = client_.Range(prefix_ + kTurns + opt_.node); t)
+  if (!leader_seen) evs.push_back({true, {prefix_ + kLeader, "", 0, r->revision, 0, 0}});  // none, as of the read
+  auto t = client_.Range(prefix_ + kTurns + opt_.node);
+  if (t)
     for (etcd::KeyValue& kv : t->kvs) evs.push_back({false, std::move(kv)});
+  {
+    MutexLock lk(&mu_);
+    digest_read_ = digest_read_ || t.has_value();
+  }
   OnDigestEvents(evs);
+  return t ? r->revision : 0;
+}
+
+void EtcdRecords::OnWatchedDigest(const std::vector<etcd::WatchEvent>& evs) {
+  OnDigestEvents(evs);
+  // Watched from "now" (the read at Open failed: the store was down): what
+  // was written before is read once the watch is made (after its events:
+  // the read is the newer).
+  bool read;
+  {
+    MutexLock lk(&mu_);
+    read = digest_read_;
+  }
+  if (!read) ReadDigestKeys();
 }
 
 void EtcdRecords::OnDigestEvents(const std::vector<etcd::WatchEvent>& evs) {
@@ -318,6 +354,10 @@ bool EtcdRecords::DigestEventsLocked(const std::vector<etcd::WatchEvent>& evs) {
   bool fresh = false;
   for (const etcd::WatchEvent& ev : evs) {
     if (ev.kv.key == prefix_ + kLeader) {
+      // A read answered after a newer event (a campaign won meanwhile):
+      // what it saw is older, and kept out.
+      if (ev.kv.mod_revision < leader_rev_) continue;
+      leader_rev_ = ev.kv.mod_revision;
       leader_value_ = ev.deleted ? "" : ev.kv.value;
       const std::string mine = opt_.node + " " + std::to_string(lease_);
       const bool leading = !ev.deleted && ev.kv.value == mine;
@@ -388,10 +428,14 @@ void EtcdRecords::Campaign() {
   if (r && r->succeeded) {
     LOG_INFO("cluster {}: node {} reduces the members' records (elected)", opt_.cluster, opt_.node);
     leader_value_ = mine;
+    leader_rev_ = std::max(leader_rev_, r->revision);
     leading_ = true;
     dirty_ = true;
-  } else if (r && !r->kvs.empty()) {
+  } else if (r && !r->kvs.empty() && r->kvs[0].mod_revision >= leader_rev_) {
     leader_value_ = r->kvs[0].value;
+    leader_rev_ = r->kvs[0].mod_revision;
+    leading_ = leader_value_ == mine;  // won earlier, and a stale read forgot it
+    dirty_ = dirty_ || leading_;
   }
 }
 

@@ -85,8 +85,9 @@ class EtcdRecords final : public RecordStore {
   // Called (on the watch's thread, no lock held) when a new digest came;
   // before Open. The member ticks at once (Cluster::Poke).
   void SetOnDigest(std::function<void()> f) { on_digest_ = std::move(f); }
-  // Grants the lease and starts the threads; false (LastError says why)
-  // if the store cannot be reached or refuses (auth).
+  // Starts the watches and threads and grants the lease; false (LastError
+  // says why) if the store cannot be reached or refuses (auth): the node
+  // joins once it answers (the next record or campaign takes the lease).
   Status Open();
   // Stops the threads; `leave`: revokes the lease (this node's keys go).
   void Close(bool leave);
@@ -113,7 +114,12 @@ class EtcdRecords final : public RecordStore {
   void ReduceLoop();
   void OnDigestEvents(const std::vector<etcd::WatchEvent>& evs);
   bool DigestEventsLocked(const std::vector<etcd::WatchEvent>& evs) REQUIRES(mu_);  // true: a new digest
-  void ReadDigestKeys();
+  // The digest keys read (leader, summary, this node's turn); the store's
+  // revision as of the read (0: it failed).
+  int64_t ReadDigestKeys();
+  void OnWatchedDigest(const std::vector<etcd::WatchEvent>& evs);
+  // Deletes digest/leader if it names this node under another lease.
+  void ForgetOwnLeader(int64_t lease);
   void Reduce();
   // The elected member's view of every record: what it read before, the
   // records put since read now (Reduce); nullopt if it must read the range.
@@ -142,10 +148,12 @@ class EtcdRecords final : public RecordStore {
   // answered): cut off longer than the TTL, the node knows it was dropped.
   std::chrono::steady_clock::time_point lease_ok_ GUARDED_BY(mu_);
   std::string leader_value_ GUARDED_BY(mu_);  // digest/leader as last seen ("" : none)
+  int64_t leader_rev_ GUARDED_BY(mu_) = 0;    // the revision it was seen as of
   std::string digest_ GUARDED_BY(mu_);
   std::string turn_ GUARDED_BY(mu_);  // this node's last turn (Turn), and its revision
   int64_t turn_rev_ GUARDED_BY(mu_) = 0;
   int64_t digest_rev_ GUARDED_BY(mu_) = 0;  // its mod revision: the newer of summary and turn wins
+  bool digest_read_ GUARDED_BY(mu_) = false;  // the digest keys were read once
   // The records as the reads and the members' watch brought them (key:
   // the etcd key), the store revision every put up to which is in, and
   // whether they are whole (a full read since the watch began or was reset).

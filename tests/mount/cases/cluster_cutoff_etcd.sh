@@ -17,6 +17,9 @@
 #  6. A name a made, then b removed with its drain paused: a's expiry of
 #     its key (--shared-ttl + 1 s after a's drain) leaves b's tombstone in
 #     etcd (the delete compares the key's mod_revision with a's put).
+#  7. A node c mounted while cut off from etcd: the mount succeeds, c
+#     publishes nothing; reconnected, it joins (a lists it live), drains,
+#     and stays live past three lease TTLs (its lease is kept alive).
 #  4. etcd frozen (SIGSTOP: it accepts connections and answers nothing):
 #     a's mkdir answers within 2.5 s (the names' budget), the next ones at
 #     once (etcd marked unreachable); thawed, the job goes on.
@@ -135,6 +138,26 @@ rm -f "$T/pause_b"
 [ ! -e "$BACKEND/made_by_a" ] || fail "b's rmdir did not reach the backend"
 note "a's expiry of its key left the tombstone b wrote over it"
 
-for n in a b; do umount_node $n; done
+# ---- 7. a node mounted while etcd is out of its reach ----
+touch "$T/cut_c"
+mount_node c "CKPTFS_FAULT=etcd.cut:$T/cut_c" -- "${COMMON[@]}" --node c
+C=$(node_mnt c)
+head -c 100000 /dev/urandom > "$C/shard_c"
+cp "$C/shard_c" "$T/shard_c"
+sleep 1
+[ ! -e "$BACKEND/shard_c" ] || fail "c published a file before it ever reached etcd"
+rm -f "$T/cut_c"
+wait_for 30 "a does not list c live once etcd answers it" members_of_a 'assert m.get("c") == "live", m'
+"$CKPTFS" drain "$C" --timeout 60 > /dev/null || fail "c: drain once etcd answers"
+cmp "$T/shard_c" "$BACKEND/shard_c" || fail "c's file differs in the backend"
+# Three lease TTLs later c is still live: its lease is kept alive.
+for _ in 1 2 3 4 5 6; do
+  sleep 1
+  members_of_a 'assert m.get("c") == "live", m' || fail "c's lease was not kept alive: a lists c $(members_of_a 'print(m)')"
+done
+grep -q "lease expired" "$(node_state c)/ckptfs.log" && fail "c's lease expired after it joined"
+note "c, mounted while cut off from etcd, joined once it answered, drained, and stayed live"
+
+for n in a b c; do umount_node $n; done
 check_log --allow-errors "lease expired|etcd.cut" --allow-warnings "etcd|is dead|rejoins|lost|unreachable|lease|drain holds"
 echo "PASS: $CASE"

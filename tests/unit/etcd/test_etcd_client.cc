@@ -497,3 +497,41 @@ Test(etcd_client, the_elected_member_reads_what_changed) {
                 (unsigned long long)st.deltas, (unsigned long long)st.from_watch);
   a->Close(true);
 }
+
+// A member opened while etcd is down (a mount made before the store came
+// up): Open fails, and the member still joins once the store answers — its
+// record put under a lease the keep-alive renews past the TTL, elected
+// (there is no other), its reduction written and read back as the digest.
+Test(etcd_client, a_member_opened_while_the_store_is_down_joins_when_it_answers, .timeout = 90) {
+  auto eps = Start(1);
+  int rc = 0;
+  Run(g_script + " stop " + g_dir, &rc);
+  ckpt::fs::EtcdRecordsOptions o;
+  o.client = Opts(eps, "", "", 2000);
+  o.url = "etcd://test";
+  o.cluster = "job";
+  o.node = "a";
+  o.lease_ttl_s = 2;
+  o.tick_ms = 20;
+  ckpt::fs::EtcdRecords r(o, [] { return int64_t{1}; });
+  r.SetReducer([](const std::vector<std::pair<std::string, std::string>>& recs, int64_t) {
+    ckpt::fs::Reduction red;
+    for (const auto& [n, v] : recs) red.summary += n + "=" + v + ";";
+    return red;
+  });
+  cr_assert(!r.Open().has_value(), "Open succeeded with the store down");
+  Run(g_script + " restart " + g_dir + " 0", &rc);
+  cr_assert_eq(rc, 0, "etcd did not restart");
+  cr_assert(WaitFor([&] { return r.Put("a", "1").has_value(); }, 20000), "%s", r.LastError().c_str());
+  cr_assert(WaitFor([&] { return r.leader(); }, 10000), "a was never elected");
+  cr_assert(WaitFor([&] { return r.Digest().value_or("") == "a=1;"; }, 10000), "digest: '%s'",
+            r.Digest().value_or("").c_str());
+  // Past two TTLs: the record is still there, so the lease was kept alive.
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  Client raw(Opts(eps));
+  auto k = raw.Range("/ckptfs/job/members/a");
+  cr_assert(k.has_value());
+  cr_assert_eq(k->kvs.size(), 1u, "a's record expired: its lease was not kept alive");
+  cr_expect_geq(r.Stats().keepalives, 3u);
+  r.Close(true);
+}
