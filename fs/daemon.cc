@@ -221,6 +221,11 @@ static void MakeRoomForReplicas(Daemon* d) {
     (void)d->table->Evict(s.used + s.reserved + want - s.for_files(), /*all_or_nothing=*/true, /*spare_kept=*/true);
 }
 
+// This run's incarnation in the cluster: the state dir's random id (made
+// with its metadata), so a daemon restarted on its state dir is the same
+// member, and a new machine under the same --node id is another.
+static std::string Incarnation(const Daemon& d) { return fmt::format("{:016x}", d.fs_id); }
+
 // The tier key a file is read back into (RestoreFromPeers): no inode's,
 // no snapshot's (cache/tier.h: kSnapBit).
 constexpr uint64_t kRestoreKey = 1ULL << 62;
@@ -268,6 +273,7 @@ static std::string RestoreFromPeers(Daemon* d) {
   } restore_limit{d->tier.get(), wait_limit};
   std::vector<uint64_t> lost;
   std::map<std::string, int> unreached;  // holder -> its error: not asked again
+  const std::string run = Incarnation(*d);  // a copy another run under this id put is not this run's file
   for (uint64_t ino : inos) {
     std::string path;
     uint64_t size = 0, version = 0;
@@ -287,14 +293,14 @@ static std::string RestoreFromPeers(Daemon* d) {
     auto read_back = [&](const std::string& addr, int fd) -> int {
       std::vector<char> buf(std::min<uint64_t>(std::max<uint64_t>(size, 1), 8 << 20));
       for (uint64_t off = 0; off < size;) {
-        auto got = d->replica_link->Read(addr, key, off, buf.data(), std::min<uint64_t>(buf.size(), size - off));
+        auto got = d->replica_link->Read(addr, key, off, buf.data(), std::min<uint64_t>(buf.size(), size - off), run);
         if (!got) return got.error();
         if (*got == 0) return ESTALE;  // shorter than the version sealed: another version
         if (int e = PwriteFull(fd, buf.data(), *got, off); e != 0) return e;
         off += *got;
       }
       char more;  // longer than the version sealed: another version under the name
-      auto tail = d->replica_link->Read(addr, key, size, &more, 1);
+      auto tail = d->replica_link->Read(addr, key, size, &more, 1, run);
       return !tail ? tail.error() : *tail != 0 ? ESTALE : 0;
     };
     std::string from;
@@ -338,11 +344,6 @@ static std::string RestoreFromPeers(Daemon* d) {
     LOG_ERROR("cannot record {} lost files: {}", lost.size(), ErrStr(st.error()));
   return "";
 }
-
-// This run's incarnation in the cluster: the state dir's random id (made
-// with its metadata), so a daemon restarted on its state dir is the same
-// member, and a new machine under the same --node id is another.
-static std::string Incarnation(const Daemon& d) { return fmt::format("{:016x}", d.fs_id); }
 
 // --replica-listen and --replicas (issue #30, fs/cluster/replicator.h):
 // the store of other members' replicas beside the tier, the link, where

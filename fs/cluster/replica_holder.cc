@@ -7,6 +7,7 @@
 
 #include "common/io.h"
 #include "common/log.h"
+#include "fs/cluster/cluster_types.h"
 #include "fs/cluster/replica_link_impl.h"
 
 namespace ckpt::fs::replica {
@@ -232,6 +233,15 @@ void Link::Impl::Get(const std::shared_ptr<Conn>& c, const Msg& m) {
   auto h = k && store ? store->OpenHeld(*k) : Result<std::pair<int, Held>>(Err(ENOENT));
   if (!h) return Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(h.error()));
   const auto [fd, held] = *h;
+  // Asked for one run's copy: another run's (a replacement under the
+  // writer's id put its own version of this key) is not it.
+  if (m.c != 0) {
+    auto meta = DecodeMeta(held.meta);
+    if (meta && !SameIncarnation(meta->incarnation, fmt::format("{:016x}", m.c))) {
+      close(fd);
+      return Reply(*c, m.req, Op::kRefused, ESTALE);
+    }
+  }
   const uint64_t off = std::min(m.a, held.size), n = std::min({m.b, kMaxRead, held.size - off});
   if (n && *get_bytes + n > kServeBytes) {
     close(fd);

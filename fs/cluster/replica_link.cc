@@ -403,6 +403,7 @@ void Link::Impl::Begin(Conn& c, const std::shared_ptr<Request>& r) {
   } else if (r->kind == Op::kGet) {
     m.a = r->offset;
     m.b = r->len;
+    m.c = r->incarnation;
   } else if (r->kind == Op::kFetch) {
     m.op = r->ask_op;
     m.text = r->content.Text();
@@ -750,10 +751,16 @@ Status Link::Replicate(const std::string& peer, const Key& k, int fd, uint64_t s
   return {};
 }
 
-Result<size_t> Link::Read(const std::string& peer, const Key& k, uint64_t offset, void* buf, size_t len) {
+Result<size_t> Link::Read(const std::string& peer, const Key& k, uint64_t offset, void* buf, size_t len,
+                          const std::string& incarnation) {
   auto r = std::make_shared<Request>();
   r->kind = Op::kGet;
   r->key = k;
+  if (!incarnation.empty()) {
+    char* end = nullptr;
+    r->incarnation = std::strtoull(incarnation.c_str(), &end, 16);
+    if (*end != '\0' || incarnation.size() > 16) return Err(EINVAL);
+  }
   r->offset = offset;
   r->len = std::min<uint64_t>(len, kMaxRead);
   auto res = impl_->Call(r, peer);

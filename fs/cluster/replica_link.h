@@ -104,7 +104,10 @@ class Link {
                    uint64_t* hash_lo, const std::string& meta = {});
   // Reads `len` bytes at `offset` of replica `k` held by `peer` into `buf`
   // (checked by their XXH3-64); returns the bytes read (fewer at its end).
-  Result<size_t> Read(const std::string& peer, const Key& k, uint64_t offset, void* buf, size_t len);
+  // `incarnation` (hex, "" : any): ESTALE if the copy the peer holds was
+  // written by another run of the writer (replica_wire.h: FileMeta).
+  Result<size_t> Read(const std::string& peer, const Key& k, uint64_t offset, void* buf, size_t len,
+                      const std::string& incarnation = {});
   // The whole file `c` names from `peer`, in kFetchPiece pieces with
   // kFetchDepth in flight, each landing straight from the transport in one
   // of a few buffers of this call's, reused (not in a mapping of the

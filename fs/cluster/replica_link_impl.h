@@ -70,6 +70,7 @@ struct Request {
   // request), read a chunk at a time into the pool's buffers.
   int src_fd = -1;
   uint64_t size = 0, gate_us = 0, hash_hi = 0, hash_lo = 0;
+  uint64_t incarnation = 0;  // Read: the writer's run the copy must be of (0: any)
   std::string meta;
   uint64_t next = 0;  // offset of the next chunk to send
   // Replicate without a checksum: computed here as the chunks go, in order,

@@ -46,7 +46,7 @@ enum class Op : uint16_t {
   kRefused = 17,   // text = why; the request is over, nothing of it is kept
   kDrop = 20,      // text = key: the writer persisted it
   kDropped = 21,
-  kGet = 22,          // text = key; a = offset, b = length
+  kGet = 22,          // text = key; a = offset, b = length, c = the writer's incarnation (0: any)
   kData = 23,         // a = offset; data = the bytes, b = their XXH3-64 (none for a kFetch: the whole file is checked)
   kFetch = 24,        // a load (Content): text = size '\n' path; a = offset, b = length, c/d = checksum hi/lo;
                       // answered by kData, kRefused (ENOENT: not here) or kElsewhere

@@ -316,6 +316,30 @@ Test(replica_link, a_replica_arrives_whole_is_read_back_and_dropped, .timeout = 
   close(fd);
 }
 
+// A read asks for one run's copy (the restore from peers: a run back on
+// its state dir with its tier gone): a copy of the key that another run
+// of the writer's id put is refused (ESTALE), as is nothing else.
+Test(replica_link, a_read_for_one_run_is_not_given_another_runs_copy, .timeout = 60) {
+  Pair p(64 << 20);
+  std::pair<uint64_t, uint64_t> sum;
+  int fd = MakeFile(p.dir + "/src", 100000, 2, &sum);
+  const std::string run = "00000000000000aa";
+  Key k{.writer = "writer.a", .ino = 5, .version = 1};
+  FileMeta m{.seq = 3, .incarnation = run, .path = "step1/shard"};
+  cr_assert(p.writer->Replicate(p.addr, k, fd, 100000, 1, sum.first, sum.second, EncodeMeta(m)).has_value());
+  char b[16];
+  cr_expect_eq(p.writer->Read(p.addr, k, 0, b, sizeof b, run).value_or(0), sizeof b);
+  cr_expect_eq(p.writer->Read(p.addr, k, 0, b, sizeof b, "").value_or(0), sizeof b, "any run: given");
+  cr_expect_eq(p.writer->Read(p.addr, k, 0, b, sizeof b, "00000000000000bb").error(), ESTALE);
+  cr_expect_eq(p.writer->Read(p.addr, k, 0, b, sizeof b, "not hex").error(), EINVAL);
+  // A copy whose meta names no run (an older writer's): given to any.
+  Key old{.writer = "writer.a", .ino = 6, .version = 1};
+  FileMeta v1{.seq = 4, .incarnation = "", .path = "step1/old"};
+  cr_assert(p.writer->Replicate(p.addr, old, fd, 100000, 1, sum.first, sum.second, EncodeMeta(v1)).has_value());
+  cr_expect_eq(p.writer->Read(p.addr, old, 0, b, sizeof b, "00000000000000bb").value_or(0), sizeof b);
+  close(fd);
+}
+
 Test(replica_link, a_peer_without_the_secret_gets_nothing_in, .timeout = 60) {
   Pair p(64 << 20, "another secret of 32 bytes......");
   std::pair<uint64_t, uint64_t> sum;
@@ -655,7 +679,8 @@ Test(replica_wire, file_meta_round_trips_and_garbage_is_refused) {
                           "1 1 0 0 0 0 0 0\n", "1 x 0 0 0 0 0 0\np", "1 1 0 0 0 0 0 0 abcd\np", "2 1 0 0 0 0 0 0 \np",
                           "2 1 0 0 0 0 0 0 a\x01\np"})
     cr_expect(!DecodeMeta(bad).has_value(), "%s", bad);
-  FileMeta nl{.seq = 1, .path = "step\n1/shard"};  // a name may hold a newline: it must not strand a replica
+  FileMeta nl{
+      .seq = 1, .incarnation = "", .path = "step\n1/shard"};  // a name may hold a newline: it must not strand a replica
   auto back = DecodeMeta(EncodeMeta(nl));
   cr_assert(back.has_value());
   cr_expect_eq(back->path, nl.path);
