@@ -595,7 +595,9 @@ std::string Cluster::BlockedLocked() const {
   if (!refused_by_.empty())
     return "member " + refused_by_ + " refuses this node's records: this node's clock is ahead of its by more than " +
            "--max-clock-skew";
-  return "";
+  // The others may count this node dead whatever its last write said: what
+  // it publishes now may come after what they publish in its absence.
+  return store_->Standing();
 }
 
 bool Cluster::MayPublish(uint64_t seq) {

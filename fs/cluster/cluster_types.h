@@ -132,6 +132,11 @@ class RecordStore {
   // Why the store's last request failed, in its own words ("" : not known
   // beyond the errno).
   virtual std::string LastError() { return ""; }
+  // Why this node may be counted dead by the others though its last write
+  // succeeded (etcd: its lease expired, or was last confirmed too long
+  // ago to outlast a publish), "" : it is a member. Cheap; called under
+  // the cluster's lock, so it calls nothing back.
+  virtual std::string Standing() { return ""; }
 };
 
 // The records of cluster `name` in `be` (Backend::PutRecord/ListRecords).

@@ -40,6 +40,19 @@ std::string EtcdRecords::LastError() {
                      std::max(kMinTtlS, opt_.lease_ttl_s), error_.empty() ? "" : "; ", error_);
 }
 
+std::string EtcdRecords::Standing() {
+  const int64_t ttl_ms = std::max(kMinTtlS, opt_.lease_ttl_s) * 1000;
+  MutexLock lk(&mu_);
+  if (lease_ == 0) return "";  // never granted: no record either (the cluster holds for that)
+  if (lease_lost_) return "this node's lease expired: the others count it dead until it rejoins";
+  const auto age =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - lease_ok_).count();
+  if (age > ttl_ms * 2 / 3)
+    return fmt::format("this node's lease was last confirmed {} ms ago (TTL {} ms): the others may soon count it dead",
+                       age, ttl_ms);
+  return "";
+}
+
 EtcdRecordsStats EtcdRecords::Stats() {
   MutexLock lk(&mu_);
   return stats_;
@@ -62,6 +75,7 @@ Result<int64_t> EtcdRecords::Lease() {
     MutexLock lk(&mu_);
     if (lease_ != 0 && !lease_lost_) return lease_;
   }
+  const auto asked = std::chrono::steady_clock::now();  // the store's countdown starts no earlier
   auto id = client_.Grant(std::max(kMinTtlS, opt_.lease_ttl_s));
   if (!id) {
     SetError("granting a lease: " + client_.LastError());
@@ -73,7 +87,7 @@ Result<int64_t> EtcdRecords::Lease() {
     if (lease_lost_) LOG_WARN("cluster {}: node {} rejoins under a new lease", opt_.cluster, opt_.node);
     lease_ = *id;
     lease_lost_ = false;
-    lease_ok_ = std::chrono::steady_clock::now();
+    lease_ok_ = asked;
   }
   ForgetOwnLeader(*id);
   return *id;
@@ -393,13 +407,14 @@ void EtcdRecords::KeepAliveLoop() {
       lease = lease_lost_ ? 0 : lease_;
     }
     if (lease == 0) continue;  // the next Put takes a new lease
+    const auto asked = std::chrono::steady_clock::now();
     auto ttl = client_.KeepAlive(lease);
     MutexLock lk(&mu_);
     stats_.keepalives++;
     if (lease_ != lease) continue;
     const auto now = std::chrono::steady_clock::now();
     if (ttl && *ttl > 0) {
-      lease_ok_ = now;
+      lease_ok_ = std::max(lease_ok_, asked);  // confirmed as of the request: the store's countdown began after it
       continue;
     }
     // The store says the lease is gone, or it has not confirmed it for

@@ -101,6 +101,10 @@ class EtcdRecords final : public RecordStore {
 
   // The last failure, and whether this node's lease expired meanwhile.
   std::string LastError() override;
+  // Not a member while the lease is lost, or last confirmed more than two
+  // thirds of its TTL ago (the store's countdown began no earlier than the
+  // confirming request was sent; the third left covers a publish begun now).
+  std::string Standing() override;
   EtcdRecordsStats Stats();
   bool leader();
   std::string prefix() const { return prefix_; }

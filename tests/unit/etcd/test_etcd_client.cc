@@ -535,3 +535,33 @@ Test(etcd_client, a_member_opened_while_the_store_is_down_joins_when_it_answers,
   cr_expect_geq(r.Stats().keepalives, 3u);
   r.Close(true);
 }
+
+// Standing: a member whose lease has not been confirmed for two thirds of
+// its TTL (etcd gone quiet) says so before the keep-alive gives up on the
+// lease, so its cluster publishes nothing the others may order without it.
+Test(etcd_client, a_member_cut_off_stops_standing_before_its_lease_ends, .timeout = 90) {
+  auto eps = Start(1);
+  ckpt::fs::EtcdRecordsOptions o;
+  o.client = Opts(eps, "", "", 500);
+  o.url = "etcd://test";
+  o.cluster = "job";
+  o.node = "a";
+  o.lease_ttl_s = 3;
+  ckpt::fs::EtcdRecords r(o, [] { return int64_t{1}; });
+  cr_assert(r.Open().has_value(), "%s", r.LastError().c_str());
+  cr_assert(r.Put("a", "1").has_value());
+  cr_expect_str_empty(r.Standing().c_str());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // keep-alives answered meanwhile
+  cr_expect_str_empty(r.Standing().c_str(), "a member whose keep-alives are answered stands");
+  int rc = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  Run(g_script + " stop " + g_dir, &rc);
+  cr_assert(WaitFor([&] { return !r.Standing().empty(); }, 4000), "still standing with etcd stopped");
+  const auto took = std::chrono::steady_clock::now() - t0;
+  cr_expect_lt(took, std::chrono::milliseconds(2800), "stood %lld ms after etcd stopped (TTL 3 s)",
+               (long long)std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
+  cr_expect(
+      r.Standing().find("last confirmed") != std::string::npos || r.Standing().find("expired") != std::string::npos,
+      "%s", r.Standing().c_str());
+  r.Close(false);
+}

@@ -23,6 +23,7 @@ struct MemRecords : fs::RecordStore {
   // Set (even to ""): the store reduces, and members read this digest
   // (what the elected member wrote) instead of every record.
   std::optional<std::string> digest;
+  std::string standing;  // RecordStore::Standing: "" a member; else why the others may count this node dead
 
   Status Put(const std::string& node, const std::string& bytes) override {
     std::lock_guard lk(mu);
@@ -38,6 +39,10 @@ struct MemRecords : fs::RecordStore {
   std::optional<std::string> Digest() override {
     std::lock_guard lk(mu);
     return digest;
+  }
+  std::string Standing() override {
+    std::lock_guard lk(mu);
+    return standing;
   }
 };
 

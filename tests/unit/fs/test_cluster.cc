@@ -728,6 +728,29 @@ Test(cluster, failed_record_write_stops_publishing_until_one_succeeds) {
   cr_expect(a.c->Status().publish_blocked_reason.empty());
 }
 
+// A node whose store says the others may count it dead (etcd: its lease
+// expired, or was last confirmed too long ago) publishes nothing though
+// its last write succeeded, and says why; once it stands again, it does.
+Test(cluster, node_the_others_may_count_dead_does_not_publish) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now), b("b", &store, &now);
+  cr_expect(a.c->Join());
+  cr_expect(b.c->Join());
+  now = 1100;
+  uint64_t e1 = a.log.Log("step1/shard_a");
+  a.c->Sample();
+  now = 1200;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  store.standing = "this node's lease expired";
+  cr_expect(!a.c->MayPublish(e1), "published while the others may count it dead");
+  cr_expect(a.c->Status().publish_blocked_reason.find("lease expired") != std::string::npos, "%s",
+            a.c->Status().publish_blocked_reason.c_str());
+  store.standing.clear();
+  cr_expect(a.c->MayPublish(e1));
+}
+
 // A record whose heartbeat lies ten years ahead (written by anyone who can
 // write into .ckptfs-cluster/NAME/): it never ages into "dead", and its
 // pending file came first in every comparison, so it held every node's
