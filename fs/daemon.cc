@@ -97,7 +97,8 @@ std::expected<std::unique_ptr<backend::Backend>, std::string> OpenBackend(const 
 // pjdfstest makes 4095-byte paths from a directory below the mount's root.
 // The members' records in etcd (--cluster-store), with the credentials read
 // from their files; an error line if they cannot be read.
-std::expected<std::unique_ptr<EtcdRecords>, std::string> OpenEtcdRecords(const Config& cfg) {
+std::expected<std::unique_ptr<EtcdRecords>, std::string> OpenEtcdRecords(const Config& cfg,
+                                                                         const std::string& incarnation) {
   EtcdRecordsOptions eo;
   auto eps = etcd::ParseStoreUrl(cfg.cluster_store);
   if (!eps) return std::unexpected("--cluster-store: " + eps.error());
@@ -118,6 +119,7 @@ std::expected<std::unique_ptr<EtcdRecords>, std::string> OpenEtcdRecords(const C
   eo.url = cfg.cluster_store;
   eo.cluster = cfg.cluster;
   eo.node = cfg.node;
+  eo.incarnation = incarnation;
   eo.lease_ttl_s = static_cast<int64_t>(cfg.member_timeout_s);
   return std::make_unique<EtcdRecords>(std::move(eo), Cluster::WallClockUs);
 }
@@ -583,7 +585,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     if (cfg.cluster_store.empty()) {
       d->cluster_store = BackendRecords(d->backend.get(), cfg.cluster);
     } else {
-      auto store = OpenEtcdRecords(cfg);
+      auto store = OpenEtcdRecords(cfg, Incarnation(*d));
       if (!store) {
         LOG_ERROR("{}", store.error());
         return 2;
@@ -597,6 +599,8 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
       Cluster* c = d->cluster.get();
       d->etcd_records->SetReducer([c](const auto& records, int64_t as_of) { return c->Reduce(records, as_of); });
       d->etcd_records->SetOnDigest([c] { c->Poke(); });
+      Drainer* dr = d->drainer.get();
+      d->etcd_records->SetOnTaken([dr](const std::vector<uint64_t>& seqs) { dr->SkipTaken(seqs); });
       if (auto st = d->etcd_records->Open(); !st)
         LOG_WARN("cluster {}: etcd at {} not reachable yet ({}); retried every tick", cfg.cluster, cfg.cluster_store,
                  d->etcd_records->LastError());
@@ -604,6 +608,9 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     if (d->etcd_records && !cfg.replica_listen.empty()) {
       if (auto err = OpenReplicas(d.get()); !err.empty()) {
         LOG_ERROR("{}", err);
+        // etcd's threads call into the cluster, destroyed before the store
+        // on return: stopped first (and this run's lease revoked).
+        d->etcd_records->Close(true);
         return 2;
       }
     }

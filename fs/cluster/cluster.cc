@@ -367,7 +367,12 @@ void Cluster::Tick() {
       // most one a tick. Else every kDigestHeartbeats heartbeats (a few a
       // minute), and after a failed write every heartbeat: O(1) records a
       // node per checkpoint and file, not one a tick.
-      write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs * (write_error_.empty() ? kDigestHeartbeats : 1) ||
+      // Not standing (a lease lost, the record not put under the new one):
+      // written every heartbeat, as after a failed write — the drain holds
+      // until it is (a rejoin waited the 30 s of kDigestHeartbeats).
+      const bool standing = store_->Standing().empty();
+      write = now - last_write_ >=
+                  opt_.heartbeat_ms * kUsPerMs * (write_error_.empty() && standing ? kDigestHeartbeats : 1) ||
               (write_error_.empty() &&
                (applied != written_applied_ || held != written_held_ || risk || (waiting_ && wait_gate_ > stored_us_) ||
                 (need_us_ > stored_us_ && now >= need_us_) || BatonDueLocked()));

@@ -63,7 +63,7 @@
 // the last sample kept gets that time plus one period (LoadSamples says why).
 //
 // Thread-safety: every public method may be called from any thread. Its two
-// threads (sampler, heartbeat) call the LogView and the RecordStore without mu_.
+// threads call the LogView and the RecordStore without mu_ (but Standing, Describe).
 #pragma once
 
 #include <atomic>
@@ -220,7 +220,7 @@ class Cluster {
   const std::string samples_path_;
   const Clock clock_;
 
-  Mutex mu_;  // a leaf: nothing is called with it held
+  Mutex mu_;  // held only around RecordStore::Standing/Describe (leaf locks of the store's) and its own state
   CondVar cv_;
   std::deque<SampleRec> samples_ GUARDED_BY(mu_);
   uint64_t applied_ GUARDED_BY(mu_) = 0;  // AppliedSeq at the last sample

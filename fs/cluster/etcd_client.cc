@@ -459,6 +459,17 @@ Result<TxnResult> Client::PutIfAbsent(const std::string& key, const std::string&
   return Parsed(this, Call("/v3/kv/txn", req.dump()), ParseTxn);
 }
 
+Result<TxnResult> Client::PutIfModRevision(const std::string& key, const std::string& value,
+                                           const std::string& guard_key, int64_t guard_rev) {
+  Json req = {{"compare", Json::array({{{"key", B64(guard_key)},
+                                        {"target", "MOD"},
+                                        {"result", "EQUAL"},
+                                        {"mod_revision", std::to_string(guard_rev)}}})},
+              {"success", Json::array({PutOp(key, value, 0)})},
+              {"failure", Json::array({{{"request_range", {{"key", B64(guard_key)}}}}})}};
+  return Parsed(this, Call("/v3/kv/txn", req.dump()), ParseTxn);
+}
+
 Result<TxnResult> Client::PutIfEqual(const std::string& key, const std::string& value, int64_t lease,
                                      const std::string& guard_key, const std::string& guard_value) {
   Json req = {

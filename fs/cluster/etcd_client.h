@@ -91,6 +91,10 @@ class Client {
   // key = value (with `lease`) if guard_key holds guard_value.
   Result<TxnResult> PutIfEqual(const std::string& key, const std::string& value, int64_t lease,
                                const std::string& guard_key, const std::string& guard_value);
+  // key = value (no lease) while guard_key's mod_revision is `guard_rev`
+  // (0: while it does not exist).
+  Result<TxnResult> PutIfModRevision(const std::string& key, const std::string& value, const std::string& guard_key,
+                                     int64_t guard_rev);
   // Puts and deletes in one transaction (at most 128: etcd's limit).
   struct Op {
     bool del = false;

@@ -2,6 +2,7 @@
 #include "fs/cluster/etcd_records.h"
 
 #include <chrono>
+#include <sstream>
 
 #include "common/config.h"
 #include "common/log.h"
@@ -14,6 +15,7 @@ constexpr char kLeader[] = "digest/leader";
 constexpr char kSummary[] = "digest/summary";
 constexpr char kDigestDir[] = "digest/";
 constexpr char kTurns[] = "turn/";
+constexpr char kTaken[] = "taken/";
 constexpr auto kReduceGap = std::chrono::milliseconds(2);  // between reductions a changed record triggers
 constexpr int64_t kReadEveryUs = 1000 * 1000;  // the elected member's view read whole at least this often while busy
 constexpr int64_t kMinTtlS = 2;  // etcd's lease TTL floor (a shorter one is raised by the server)
@@ -45,6 +47,8 @@ std::string EtcdRecords::Standing() {
   MutexLock lk(&mu_);
   if (lease_ == 0) return "";  // never granted: no record either (the cluster holds for that)
   if (lease_lost_) return "this node's lease expired: the others count it dead until it rejoins";
+  if (record_lease_ != 0 && record_lease_ != lease_)
+    return "rejoining: this node's record is not yet in the store under its new lease";
   const auto age =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - lease_ok_).count();
   if (age > ttl_ms * 2 / 3)
@@ -66,6 +70,15 @@ bool EtcdRecords::leader() {
 std::string EtcdRecords::Describe() { return opt_.url; }
 
 Result<int64_t> EtcdRecords::Lease() {
+  bool granted = false;
+  auto id = LeaseLocked(&granted);
+  // Outside the one-grant lock: every caller of Lease (a name's write on a
+  // FUSE reply among them) would wait behind these two requests too.
+  if (id && granted) ForgetOwnLeader(*id);
+  return id;
+}
+
+Result<int64_t> EtcdRecords::LeaseLocked(bool* granted) {
   // One grant at a time: after a lease loss the heartbeat, the reads and
   // the names each granted one, and a record or name could be put under a
   // lease that was replaced at once and never kept alive (it then expired
@@ -88,8 +101,9 @@ Result<int64_t> EtcdRecords::Lease() {
     lease_ = *id;
     lease_lost_ = false;
     lease_ok_ = asked;
+    taken_read_ = false;  // a run back (restarted, or after its lease ended): what its holders took
   }
-  ForgetOwnLeader(*id);
+  *granted = true;
   return *id;
 }
 
@@ -121,11 +135,13 @@ void EtcdRecords::ForgetOwnLeader(int64_t lease) {
   // This node elected under a lease of its previous life (killed, mounted
   // again): that key would stand until the old lease expires, and no digest
   // would be written meanwhile. Deleted: the members elect again at once.
-  if (auto r = client_.Range(prefix_ + kLeader); r && !r->kvs.empty() && r->kvs[0].value.starts_with(opt_.node + " ") &&
-                                                 r->kvs[0].value != opt_.node + " " + std::to_string(lease)) {
+  constexpr int64_t kTimeoutMs = 1000;  // a cleanup: the next grant or the old lease's expiry does it too
+  if (auto r = client_.Range(prefix_ + kLeader, "", 0, kTimeoutMs);
+      r && !r->kvs.empty() && r->kvs[0].value.starts_with(opt_.node + " ") &&
+      r->kvs[0].value != opt_.node + " " + std::to_string(lease)) {
     LOG_INFO("cluster {}: node {} was the elected member under an earlier lease; electing again", opt_.cluster,
              opt_.node);
-    (void)client_.Txn({{.del = true, .key = prefix_ + kLeader, .if_mod_revision = r->kvs[0].mod_revision}});
+    (void)client_.Txn({{.del = true, .key = prefix_ + kLeader, .if_mod_revision = r->kvs[0].mod_revision}}, kTimeoutMs);
   }
 }
 
@@ -206,8 +222,83 @@ Status EtcdRecords::PutRecord(const std::string& node, const std::string& bytes,
     SetError("writing this node's record: " + client_.LastError());
     return Err(rev.error());
   }
+  bool read;
+  {
+    MutexLock lk(&mu_);
+    read = taken_read_;
+  }
+  if (!read) {
+    if (auto st = ReadTaken(); !st) return st;
+  }
+  {
+    MutexLock lk(&mu_);
+    record_lease_ = *lease;  // in the store under it, and the holders' claims read: standing again
+  }
   SetError("");
   return {};
+}
+
+namespace {
+// "RUN SEQ SEQ..." (taken/ values), or nullopt.
+std::optional<std::pair<std::string, std::vector<uint64_t>>> ParseTaken(const std::string& v) {
+  std::istringstream in(v);
+  std::pair<std::string, std::vector<uint64_t>> out;
+  if (!(in >> out.first)) return std::nullopt;
+  uint64_t seq;
+  while (in >> seq) out.second.push_back(seq);
+  if (!in.eof()) return std::nullopt;
+  return out;
+}
+}  // namespace
+
+Status EtcdRecords::ReadTaken() {
+  const std::string dir = prefix_ + kTaken + opt_.node + "/";
+  auto r = client_.Range(dir, etcd::PrefixEnd(dir));
+  if (!r) {
+    SetError("reading what this node's holders took over: " + client_.LastError());
+    return Err(r.error());
+  }
+  std::vector<uint64_t> seqs;
+  for (const etcd::KeyValue& kv : r->kvs) {
+    auto t = ParseTaken(kv.value);
+    if (!t) {
+      LOG_WARN("cluster {}: etcd key {} is not a holder's claim; ignored", opt_.cluster, EscapeName(kv.key));
+      continue;
+    }
+    if (t->first != opt_.incarnation) continue;  // another run's (an earlier one of this id)
+    LOG_WARN("cluster {}: holder {} took over {} of this run's entries while it was counted dead; skipped here",
+             opt_.cluster, EscapeName(kv.key.substr(dir.size())), t->second.size());
+    seqs.insert(seqs.end(), t->second.begin(), t->second.end());
+  }
+  if (!seqs.empty() && on_taken_) on_taken_(seqs);
+  MutexLock lk(&mu_);
+  taken_read_ = true;
+  return {};
+}
+
+Result<bool> EtcdRecords::ClaimTaken(const std::string& writer, const std::string& run,
+                                     const std::vector<uint64_t>& seqs, int64_t writer_rev) {
+  std::string v = run;
+  for (uint64_t s : seqs) v += " " + std::to_string(s);
+  auto r =
+      client_.PutIfModRevision(prefix_ + kTaken + writer + "/" + opt_.node, v, prefix_ + kMembers + writer, writer_rev);
+  if (!r) return Err(r.error());
+  return r->succeeded;
+}
+
+Result<std::map<std::string, std::pair<std::string, std::vector<uint64_t>>>> EtcdRecords::OwnClaims() {
+  const std::string dir = prefix_ + kTaken;
+  auto r = client_.Range(dir, etcd::PrefixEnd(dir));
+  if (!r) return Err(r.error());
+  std::map<std::string, std::pair<std::string, std::vector<uint64_t>>> out;
+  const std::string mine = "/" + opt_.node;
+  for (const etcd::KeyValue& kv : r->kvs) {
+    if (!kv.key.ends_with(mine) || kv.key.size() <= dir.size() + mine.size()) continue;
+    std::string writer = kv.key.substr(dir.size(), kv.key.size() - dir.size() - mine.size());
+    auto t = ParseTaken(kv.value);
+    if (t && ValidClusterName(writer)) out[writer] = std::move(*t);
+  }
+  return out;
 }
 
 Result<std::vector<std::pair<std::string, std::string>>> EtcdRecords::List() {
@@ -440,7 +531,7 @@ void EtcdRecords::Campaign() {
   auto r = client_.PutIfAbsent(prefix_ + kLeader, mine, *lease);
   MutexLock lk(&mu_);
   stats_.txns++;
-  if (r && r->succeeded) {
+  if (r && r->succeeded && r->revision >= leader_rev_) {  // else the watch brought newer: it decides
     LOG_INFO("cluster {}: node {} reduces the members' records (elected)", opt_.cluster, opt_.node);
     leader_value_ = mine;
     leader_rev_ = std::max(leader_rev_, r->revision);
@@ -512,6 +603,13 @@ void EtcdRecords::Reduce() {
     } else if (!r->succeeded) {
       if (leading_) LOG_INFO("cluster {}: node {} is no longer the elected member", opt_.cluster, opt_.node);
       leading_ = false;
+      // The leader key as the failed guard read it: a stale value kept
+      // would stop this node from ever campaigning again.
+      const int64_t rev = r->kvs.empty() ? r->revision : r->kvs[0].mod_revision;
+      if (rev >= leader_rev_) {
+        leader_value_ = r->kvs.empty() ? "" : r->kvs[0].value;
+        leader_rev_ = rev;
+      }
     }
   };
   if (!red.summary.empty()) {

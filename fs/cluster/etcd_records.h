@@ -10,6 +10,14 @@
 //   digest/summary   the digest (Cluster::Reduce), written only while the
 //                    writer is the elected member (a transaction that
 //                    compares digest/leader)
+//   taken/NODE/HOLDER the log entries (seqs) of NODE's run that HOLDER took
+//                    over (published in its place once it was dead: "RUN
+//                    SEQ SEQ..."), no lease: NODE's run back (restarted on
+//                    its state dir, or rejoining after its lease expired)
+//                    reads them after its first record and skips those
+//                    entries (the holder applies them); a holder writes one
+//                    only while NODE's record is as it saw it (absent, or
+//                    another run's), so none is written after the run is back
 //   turn/NODE        the digest for NODE alone, when a reduction lets its
 //                    entry pass between two summaries (Reduction), with
 //                    the elected member's lease; NODE watches this key
@@ -56,6 +64,7 @@ struct EtcdRecordsOptions {
   etcd::Options client;
   std::string url;  // as given (no credentials in it): for status
   std::string cluster, node;
+  std::string incarnation;   // this run's (ClusterOptions::incarnation): whose taken/ entries are its own
   int64_t lease_ttl_s = 60;  // --member-timeout
   int64_t tick_ms = 100;     // the elected member's reduction period while one is due
 };
@@ -85,6 +94,18 @@ class EtcdRecords final : public RecordStore {
   // Called (on the watch's thread, no lock held) when a new digest came;
   // before Open. The member ticks at once (Cluster::Poke).
   void SetOnDigest(std::function<void()> f) { on_digest_ = std::move(f); }
+  // Called with this run's entries its holders took over, once after each
+  // grant, after the first record put under it and before that put returns
+  // (so the drain, held until the record is in, never applies one of them
+  // itself); before Open. The put fails if taken/ cannot be read.
+  void SetOnTaken(std::function<void(const std::vector<uint64_t>& seqs)> f) { on_taken_ = std::move(f); }
+  // A holder's claim on a dead writer's entries (taken/WRITER/this node =
+  // "RUN SEQS"), put only while members/WRITER's mod_revision is
+  // `writer_rev` (0: absent); false when it changed (the writer may be back).
+  Result<bool> ClaimTaken(const std::string& writer, const std::string& run, const std::vector<uint64_t>& seqs,
+                          int64_t writer_rev);
+  // This node's claims (writer -> run and seqs), as a restarted holder reads them back.
+  Result<std::map<std::string, std::pair<std::string, std::vector<uint64_t>>>> OwnClaims();
   // Starts the watches and threads and grants the lease; false (LastError
   // says why) if the store cannot be reached or refuses (auth): the node
   // joins once it answers (the next record or campaign takes the lease).
@@ -103,7 +124,10 @@ class EtcdRecords final : public RecordStore {
   std::string LastError() override;
   // Not a member while the lease is lost, or last confirmed more than two
   // thirds of its TTL ago (the store's countdown began no earlier than the
-  // confirming request was sent; the third left covers a publish begun now).
+  // confirming request was sent; the third left covers a publish begun now),
+  // or, after a new grant, until this node's record is put under it and
+  // its holders' claims are read (another caller's grant — a name, the
+  // replica link's advertisement — does not make it a member again).
   std::string Standing() override;
   EtcdRecordsStats Stats();
   bool leader();
@@ -114,6 +138,7 @@ class EtcdRecords final : public RecordStore {
 
  private:
   Status PutRecord(const std::string& node, const std::string& bytes, const Handoff* h);
+  Result<int64_t> LeaseLocked(bool* granted) EXCLUDES(mu_, grant_mu_);  // Lease's one grant
   void KeepAliveLoop();
   void ReduceLoop();
   void OnDigestEvents(const std::vector<etcd::WatchEvent>& evs);
@@ -134,6 +159,7 @@ class EtcdRecords final : public RecordStore {
   std::vector<std::pair<std::string, std::string>> MembersLocked() const REQUIRES(mu_);
   void Campaign();
   void SetError(const std::string& e);
+  Status ReadTaken();  // this run's taken/ entries, to on_taken_
 
   const EtcdRecordsOptions opt_;
   const Clock clock_;
@@ -141,6 +167,7 @@ class EtcdRecords final : public RecordStore {
   etcd::Client client_;
   Reducer reducer_;
   std::function<void()> on_digest_;
+  std::function<void(const std::vector<uint64_t>&)> on_taken_;
   std::chrono::steady_clock::time_point last_reduce_ GUARDED_BY(mu_);
 
   Mutex mu_;
@@ -148,6 +175,8 @@ class EtcdRecords final : public RecordStore {
   Mutex grant_mu_ ACQUIRED_BEFORE(mu_);  // Lease(): one grant at a time
   int64_t lease_ GUARDED_BY(mu_) = 0;
   bool lease_lost_ GUARDED_BY(mu_) = false;
+  bool taken_read_ GUARDED_BY(mu_) = false;   // taken/ read since the last grant
+  int64_t record_lease_ GUARDED_BY(mu_) = 0;  // the lease this node's record was last put under (Standing)
   // When the store last confirmed the lease (granted, or a keep-alive
   // answered): cut off longer than the TTL, the node knows it was dropped.
   std::chrono::steady_clock::time_point lease_ok_ GUARDED_BY(mu_);

@@ -86,7 +86,51 @@ void Takeover::Loop() {
   }
 }
 
+namespace {
+// The writer's log entry of a replica (a namespace entry's version is its seq).
+uint64_t SeqOf(const Held& h) {
+  if (h.key.ino == kEntryIno) return h.key.version;
+  auto m = DecodeMeta(h.meta);
+  return m ? m->seq : 0;
+}
+std::string RunOf(const Held& h) {
+  auto m = DecodeMeta(h.meta);
+  return m ? m->incarnation : "";
+}
+}  // namespace
+
+bool Takeover::Claimed(const std::string& writer, const Held& h) const {
+  auto it = claimed_.find(writer);
+  return it != claimed_.end() && it->second.first == RunOf(h) && it->second.second.count(SeqOf(h));
+}
+
+bool Takeover::Claim(const std::string& writer, const Held& h, int64_t writer_rev) {
+  if (Claimed(writer, h)) return true;
+  auto& [run, seqs] = claimed_[writer];
+  if (run != RunOf(h)) {
+    run = RunOf(h);  // one run's claims a key: a later run of the id replaces an earlier one's
+    seqs.clear();
+  }
+  std::vector<uint64_t> all(seqs.begin(), seqs.end());
+  all.push_back(SeqOf(h));
+  auto ok = records_->ClaimTaken(writer, run, all, writer_rev);
+  if (!ok) {
+    Fail("cannot claim node " + writer + "'s entries in etcd: " + records_->client()->LastError());
+    return false;
+  }
+  if (!*ok) return false;  // its record changed since it was read: decided again next pass
+  seqs.insert(SeqOf(h));
+  return true;
+}
+
 void Takeover::Pass() {
+  if (!claims_read_) {
+    auto own = records_->OwnClaims();
+    if (!own) return;  // the store is unreachable: nothing can be decided
+    for (auto& [writer, claim] : *own)
+      claimed_[writer] = {claim.first, std::set<uint64_t>(claim.second.begin(), claim.second.end())};
+    claims_read_ = true;
+  }
   std::map<std::string, std::vector<Held>> by_writer;
   for (Held& h : store_->List())  // published ones are only kept to serve loads
     if (h.key.writer != node_ && !h.published) by_writer[h.key.writer].push_back(std::move(h));
@@ -108,6 +152,7 @@ void Takeover::Pass() {
     auto r = records_->client()->Range(records_->prefix() + "members/" + writer);
     if (!r) return;  // the store is unreachable: nothing can be decided
     const bool gone = r->kvs.empty() || r->kvs[0].lease == 0;
+    const int64_t writer_rev = r->kvs.empty() ? 0 : r->kvs[0].mod_revision;
     int64_t heartbeat = 0;
     std::optional<int64_t> oldest;
     std::string incarnation;
@@ -145,10 +190,19 @@ void Takeover::Pass() {
       }
       const bool named =
           std::all_of(runs.begin(), runs.end(), [&](const std::string& run) { return NamedLost(writer, run); });
-      if (named || now - since >= kNamedWithin) PublishFor(writer, std::vector<Held>(held.begin(), dead_end));
+      if (named || now - since >= kNamedWithin)
+        PublishFor(writer, std::vector<Held>(held.begin(), dead_end), writer_rev);
       continue;
     }
     gone_.erase(writer);
+    // Claimed while the writer was dead: it skips them, so they are this
+    // holder's to publish, live writer or not.
+    auto claimed_end =
+        std::stable_partition(held.begin(), held.end(), [&](const Held& h) { return Claimed(writer, h); });
+    if (claimed_end != held.begin()) {
+      PublishFor(writer, std::vector<Held>(held.begin(), claimed_end), writer_rev);
+      continue;
+    }
     for (const Held& h : held) {
       const auto g = static_cast<int64_t>(h.gate_us);
       if (heartbeat >= g && (!oldest || *oldest > g) && store_->Drop(h.key)) {
@@ -167,7 +221,7 @@ bool Takeover::NamedLost(const std::string& writer, const std::string& incarnati
   });
 }
 
-void Takeover::PublishFor(const std::string& writer, std::vector<Held> held) {
+void Takeover::PublishFor(const std::string& writer, std::vector<Held> held, int64_t writer_rev) {
   // The writer's order: its gates are one µs apart at least (OpLog), so
   // (gate, seq) is its log order across every holder.
   auto seq = [](const Held& h) {
@@ -187,6 +241,7 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Held> held) {
     // entry of this writer held elsewhere with an earlier gate holds this
     // one back, however close — a rename never goes before the file it moves.
     if (!cluster_->MayPublishAs(static_cast<int64_t>(h.gate_us) + 1, writer)) return;  // next pass
+    if (!Claim(writer, h, writer_rev)) return;
     const Outcome o = h.key.ino == kEntryIno ? Apply(h) : Publish(h);
     if (o == Outcome::kLater) return;
     // Kept, published, while its room is not needed: the replacement node

@@ -13,6 +13,15 @@
 // Cluster::MayPublishAs lets that gate through; two holders of one writer's
 // files order each other by the same records.
 //
+// Before it publishes or applies a dead writer's entry, a holder claims it
+// in etcd (EtcdRecords::ClaimTaken), only while the writer's record is as
+// the holder saw it: a writer's run that comes back (restarted on its state
+// dir, or rejoining after its lease ended) reads the claims after its first
+// record and skips those entries, so no entry is applied twice (a rename
+// replayed after the holder applied it failed for ever; a file published
+// again at its old name came back there). A claimed replica is published
+// even once its writer is back.
+//
 // Replicas of live writers are dropped once the writer's own record shows
 // the version applied (its oldest pending gate past it, the record newer
 // than it): the DROP a writer sends can be lost (it restarted, the holder
@@ -27,6 +36,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -64,7 +74,13 @@ class Takeover {
   void Loop();
   void Pass();
   // One dead writer's replicas, oldest gate first, while the rule lets them.
-  void PublishFor(const std::string& writer, std::vector<Held> held);
+  // `writer_rev`: the mod_revision of its record as read (0: none), the
+  // guard of each claim.
+  void PublishFor(const std::string& writer, std::vector<Held> held, int64_t writer_rev);
+  // Claims `h` for this holder (taken/ in etcd); false: not now (the
+  // writer's record changed, or the store did not answer).
+  bool Claim(const std::string& writer, const Held& h, int64_t writer_rev);
+  bool Claimed(const std::string& writer, const Held& h) const;
   // The cluster lists that run of `writer` dead (its lost window noted):
   // an earlier run of the same id named dead does not stand for a later one.
   bool NamedLost(const std::string& writer, const std::string& incarnation);
@@ -88,6 +104,10 @@ class Takeover {
   backend::Backend* const backend_;
   std::map<std::string, std::chrono::steady_clock::time_point> checked_;  // Pass's thread only
   std::map<std::string, std::chrono::steady_clock::time_point> gone_;     // its record first seen gone (Pass)
+  // What this holder claimed (Pass's thread only): writer -> its run, seqs;
+  // read back from etcd once (a restarted holder still owes them).
+  std::map<std::string, std::pair<std::string, std::set<uint64_t>>> claimed_;
+  bool claims_read_ = false;
   mutable Mutex mu_;
   CondVar cv_;
   bool stop_ GUARDED_BY(mu_) = false;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/checksum.h"
 #include "common/config.h"
 #include "common/failpoint.h"
 #include "common/log.h"
@@ -25,6 +26,24 @@ constexpr size_t kSkipLookahead = 4096;  // entries searched for an undoing rmdi
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// What staging would give of `size` bytes at `fd`, without a copy in the
+// backend: their size and content checksum (a taken entry's state).
+Result<backend::Staged> HashOnly(int fd, uint64_t size) {
+  backend::ContentHash h;
+  if (!h.ok()) return Err(ENOMEM);
+  std::vector<char> buf(std::min<uint64_t>(std::max<uint64_t>(size, 1), 4 << 20));
+  for (uint64_t off = 0; off < size;) {
+    const size_t n = std::min<uint64_t>(buf.size(), size - off);
+    if (int e = PreadFull(fd, buf.data(), n, off); e != 0) return Err(e);
+    h.Update(off, buf.data(), n);
+    off += n;
+  }
+  backend::Staged s;
+  s.size = size;
+  std::tie(s.checksum_hi, s.checksum_lo) = h.Finish(size);
+  return s;
 }
 
 }  // namespace
@@ -127,7 +146,7 @@ void Drainer::JoinAndDropStaged() {
   for (auto& [seq, job] : jobs_) {
     if (!job->done) continue;
     if (job->err == 0) {
-      backend_->Abort(job->staged);
+      if (!job->staged.token.empty()) backend_->Abort(job->staged);
       port_->AbortPersist(job->entry);
     }
   }
@@ -190,12 +209,15 @@ void Drainer::StageLoop() {
       // The bytes are a sealed version: a snapshot nothing changes, or the
       // live file until a writer copies it aside (VersionStore::MoveAside,
       // LockForMutation; checked after the transfer). Only a stop cancels it.
-      auto staged = backend_->Stage(src->fd, src->size, [&] { return stop_.load(); });
+      // A taken entry is hashed, not staged: the holder published it; its
+      // checksum is all the state needs.
+      auto staged = IsTaken(e.seq) ? HashOnly(src->fd, src->size)
+                                   : backend_->Stage(src->fd, src->size, [&] { return stop_.load(); });
       if (!port_->StagedBytesHeld(e, *src)) {
         // Copied aside under the transfer: whatever it read (torn bytes, a
         // short read) is dropped, and the copy is staged at once.
         LOG_DEBUG("drain: seq {} '{}' v{} copied aside while staged; staging the copy", e.seq, e.path, e.version);
-        if (staged) backend_->Abort(*staged);
+        if (staged && !staged->token.empty()) backend_->Abort(*staged);
         port_->AbortPersist(e);
         err = EAGAIN;
       } else if (!staged) {
@@ -227,6 +249,39 @@ void Drainer::YieldToSaves() {
   while (!stop_ && hold_()) SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
   yielding_--;
   stats_.yielded_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+bool Drainer::IsTaken(uint64_t seq) {
+  MutexLock lk(&mu_);
+  return taken_.count(seq) > 0;
+}
+
+bool Drainer::TakeTaken(uint64_t seq) {
+  MutexLock lk(&mu_);
+  return taken_.erase(seq) > 0;
+}
+
+void Drainer::SkipTaken(const std::vector<uint64_t>& seqs) {
+  auto head = log_->Pending(1);
+  if (head.empty()) return;  // every entry applied: none of them is left to skip
+  MutexLock lk(&mu_);
+  for (uint64_t seq : seqs)
+    if (seq >= head.front().seq) taken_.insert(seq);  // older ones were applied here before the loss
+  cv_.NotifyAll();
+}
+
+int Drainer::CompleteTaken(const LogEntry& e, const std::shared_ptr<Job>& job) {
+  if (!job->staged.token.empty()) backend_->Abort(job->staged);  // staged before it was known taken
+  LOG_INFO(
+      "drain: seq {} persist '{}' v{}: published by a replica holder while this node was counted dead; "
+      "not published again",
+      e.seq, EscapeName(e.path), e.version);
+  if (auto st = port_->CompletePersist(e, job->staged, job->src.gen); !st) return st.error();
+  MutexLock lk(&mu_);
+  taken_.erase(e.seq);
+  jobs_.erase(e.seq);
+  stats_.entries_skipped++;
+  return 0;
 }
 
 void Drainer::Schedule(const std::vector<LogEntry>& window) {
@@ -312,6 +367,14 @@ void Drainer::Run() {
 }
 
 int Drainer::ApplyHead(const LogEntry& e, const std::vector<LogEntry>& window) {
+  if (e.op != LogOp::kPersist && TakeTaken(e.seq)) {  // a replica holder applied it (SkipTaken)
+    LOG_INFO("drain: seq {} {} '{}': applied by a replica holder while this node was counted dead; not again", e.seq,
+             meta::LogOpName(e.op), EscapeName(e.path));
+    if (auto c = port_->CompleteEntry(e); !c) return c.error();
+    MutexLock lk(&mu_);
+    stats_.entries_skipped++;
+    return 0;
+  }
   bool skip;
   {
     MutexLock lk(&mu_);
@@ -342,7 +405,7 @@ bool Drainer::DropJob(const LogEntry& e) {
     jobs_.erase(e.seq);
   }
   if (job && job->err == 0) {  // staged before it was known not to be published
-    backend_->Abort(job->staged);
+    if (!job->staged.token.empty()) backend_->Abort(job->staged);
     port_->AbortPersist(e);
   }
   return true;
@@ -441,8 +504,11 @@ int Drainer::ApplyPersist(const LogEntry& e) {
   // while staged (StageLoop): staged again, not an error.
   if (job->err == EINPROGRESS || job->err == EAGAIN) return EINPROGRESS;
   if (job->err != 0) return job->err;
-  if (!WaitCluster(e)) return ECANCELED;
-  if (WhilePaused()) return ECANCELED;
+  // Taken over by a replica holder (this run was counted dead; SkipTaken
+  // came with its record), before or while it waited: not published.
+  if (IsTaken(e.seq)) return CompleteTaken(e, job);
+  if (!Cleared(e)) return ECANCELED;
+  if (IsTaken(e.seq)) return CompleteTaken(e, job);
   if (publish_delay_ms_ > 0) {  // test knob: a slow backend, to watch the order from outside
     MutexLock lk(&mu_);
     SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(publish_delay_ms_));
@@ -479,6 +545,15 @@ int Drainer::ApplyPersist(const LogEntry& e) {
   stats_.entries_applied++;
   recent_.emplace_back(NowSeconds(), job->staged.size);
   return 0;
+}
+
+bool Drainer::Cleared(const LogEntry& e) {
+  if (!WaitCluster(e)) return false;
+  if (WhilePaused()) return false;
+  // Asked again after a pause: this node may have stopped standing in the
+  // cluster meanwhile (a pause as long as its lease, or a process stopped
+  // there), and its holders may have taken the entry over (SkipTaken).
+  return WaitCluster(e);
 }
 
 bool Drainer::WhilePaused() {
@@ -550,8 +625,13 @@ Status ApplyToBackend(backend::Backend* b, const LogEntry& e) {
 }
 
 int Drainer::ApplyNamespace(const LogEntry& e) {
-  if (!WaitCluster(e)) return ECANCELED;
-  if (WhilePaused()) return ECANCELED;
+  if (!Cleared(e)) return ECANCELED;
+  if (TakeTaken(e.seq)) {  // taken over meanwhile (as in ApplyPersist): the holder applied it
+    if (auto c = port_->CompleteEntry(e); !c) return c.error();
+    MutexLock lk(&mu_);
+    stats_.entries_skipped++;
+    return 0;
+  }
   if (KeptForLost(cluster_, e.op, cluster_ ? cluster_->GateTime(e.seq).value_or(0) : 0, e.path,
                   "drain: seq " + std::to_string(e.seq))) {
     if (auto c = port_->CompleteEntry(e); !c) return c.error();

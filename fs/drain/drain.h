@@ -42,6 +42,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -113,6 +114,10 @@ class Drainer {
   void set_refusal_skip(bool skip) { refusal_skip_ = skip; }
   // Ends a backoff now (an operator's `ckptfs skip` waits for no timer).
   void Kick();
+  // Entries of this run that replica holders took over while it was
+  // counted dead (EtcdRecords::SetOnTaken): completed here without being
+  // applied (the holders applied them), as superseded entries are.
+  void SkipTaken(const std::vector<uint64_t>& seqs);
   // The cluster's view changed (Cluster::SetOnChange): an entry waiting
   // for it asks MayPublish again now.
   void ClusterChanged();
@@ -137,7 +142,7 @@ class Drainer {
     bool done = false;
     int err = 0;  // ESTALE: superseded; ECANCELED: changed while staging
     PersistSource src;
-    backend::Staged staged;
+    backend::Staged staged;  // no token: hashed only (a taken entry: nothing staged in the backend)
   };
 
   void Run();
@@ -175,6 +180,14 @@ class Drainer {
   // Waits until the cluster lets entry `e` reach the backend (at once
   // without a cluster). False if the drainer stops meanwhile.
   bool WaitCluster(const meta::LogEntry& e);
+  // WaitCluster, the pause knob (WhilePaused), then WaitCluster again.
+  bool Cleared(const meta::LogEntry& e);
+  // Taken over by a replica holder (SkipTaken): removed from taken_ if so.
+  bool TakeTaken(uint64_t seq) EXCLUDES(mu_);
+  bool IsTaken(uint64_t seq) EXCLUDES(mu_);
+  // Completes a taken persist as published (the holder published these
+  // bytes): persisted, with the checksum its job computed.
+  int CompleteTaken(const meta::LogEntry& e, const std::shared_ptr<Job>& job);
   // Marks entries undone by a later rmdir of the directory `e` creates.
   // A persist whose very next entry rewrites, deletes or replaces the file.
   bool SkipUndonePersist(const meta::LogEntry& e, const std::vector<meta::LogEntry>& window);
@@ -206,6 +219,7 @@ class Drainer {
   std::map<uint64_t, std::shared_ptr<Job>> jobs_ GUARDED_BY(mu_);  // by seq
   std::deque<std::shared_ptr<Job>> queue_ GUARDED_BY(mu_);         // waiting for a stager
   std::vector<uint64_t> skip_ GUARDED_BY(mu_);                     // seqs undone by history
+  std::set<uint64_t> taken_ GUARDED_BY(mu_);                       // seqs replica holders applied (SkipTaken)
   DrainStats stats_ GUARDED_BY(mu_);
   std::deque<std::pair<double, uint64_t>> recent_ GUARDED_BY(mu_);  // (time, bytes) for the rate
 
