@@ -404,9 +404,11 @@ static std::string OpenReplicas(Daemon* d) {
     if (!src) return Err(src.error());
     return replica::Replicator::Source{src->ref, src->fd, src->size};
   };
-  ports.gate_us = [table](uint64_t seq) -> int64_t {
+  // An entry recovered at a restart has no exact time: the gate its
+  // record names then (from the samples), which a holder takes for it.
+  ports.gate_us = [table, c = d->cluster.get()](uint64_t seq) -> int64_t {
     auto t = table->core().oplog.LoggedTimes(seq, seq);
-    return t.empty() ? 0 : t.front().second;
+    return !t.empty() ? t.front().second : c->GateTime(seq).value_or(0);
   };
   ports.when_applied = [table](uint64_t seq, std::function<void(int)> fn) {
     table->core().oplog.WhenApplied(seq, std::move(fn));
@@ -649,6 +651,10 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
       if (d->etcd_records) d->etcd_records->Close(true);
       return fail(why);
     }
+    // What the last run left pending is sent again (a holder that kept it
+    // answers at once): the log observer sees only new entries. After the
+    // restore, which brings back the bytes to send.
+    if (d->replicator) d->replicator->Observe(d->table->core().oplog.Pending(SIZE_MAX));
     d->cluster->Init();
     // Known to the other members before it serves a write. A degraded
     // mount (backend unreachable) does not wait for that here: it joins at

@@ -287,8 +287,10 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
   Record r;
   const int64_t held = held_gate_ ? held_gate_().value_or(0) : 0;  // 0: none
   const uint64_t unsafe_from = unsafe_from_ ? unsafe_from_() : 0;  // 0: every pending entry
+  uint64_t applied = 0;
   {
     MutexLock lk(&mu_);
+    applied = applied_;
     const SampleRec& s = samples_.back();  // never empty after Init
     r.node = opt_.node;
     r.incarnation = opt_.incarnation;
@@ -337,6 +339,10 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
             {"paths", r.paths},
             {"refused", refused}};
   if (!r.incarnation.empty()) j["incarnation"] = r.incarnation;
+  // What a holder of this node's replicas drops them by (Takeover): a log
+  // position stays exact across a restart, the gate times of recovered
+  // entries do not.
+  j["applied_seq"] = applied;
   return {j.dump(-1, ' ', false, Json::error_handler_t::replace), r.heartbeat_us};
 }
 

@@ -236,8 +236,27 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
   std::string reuse;  // a spare's file, renamed to the part file below
   {
     MutexLock l(&mu_);
-    for (const Held& x : held_)
-      if (x.key == h.key && !x.published) return Err(SameReplica(x, h) ? EEXIST : ESTALE);
+    for (Held& x : held_) {
+      if (x.key != h.key || x.published) continue;
+      if (!SameReplica(x, h)) return Err(ESTALE);
+      // Offered again under another gate: its writer restarted and sends
+      // what it had pending anew, under the gate its record names now (its
+      // exact times died with it: Cluster::GateTime). The replica takes it,
+      // so that this node's record and a takeover order it as the writer's
+      // record does (kept at the old gate, it held the writer's own drain).
+      if (h.gate_us != 0 && h.gate_us != x.gate_us) {
+        const uint64_t was = x.gate_us;
+        Held to = x;
+        to.gate_us = h.gate_us;
+        if (Rename(&x, std::move(to)))
+          LOG_INFO("replicas: {} offered again by its writer: its gate is now {} (was {})", h.key.Name(), h.gate_us,
+                   was);
+        else
+          LOG_WARN("replicas: {} offered again under gate {}: cannot rename it in {} ({}); kept at gate {}",
+                   h.key.Name(), h.gate_us, dir_, strerror(errno), was);
+      }
+      return Err(EEXIST);
+    }
     if (std::find(incoming_.begin(), incoming_.end(), h.key) != incoming_.end()) return Err(EBUSY);
     // A published copy under the name (kept to serve loads: it is in the
     // backend) gives way: a new run of its writer's id numbers its files
@@ -361,13 +380,19 @@ bool Store::Retire(const Key& k) {
   if (it->published) return true;
   Held to = *it;
   to.published = true;
-  const std::string from = FinalName(*it), name = FinalName(to);
+  return Rename(&*it, std::move(to));
+}
+
+bool Store::Rename(Held* x, Held to) {
+  const std::string from = FinalName(*x), name = FinalName(to);
   if (renameat(dirfd_, (from + kMeta).c_str(), dirfd_, (name + kMeta).c_str()) != 0) return false;
   if (renameat(dirfd_, from.c_str(), dirfd_, name.c_str()) != 0) {
+    const int e = errno;
     (void)renameat(dirfd_, (name + kMeta).c_str(), dirfd_, (from + kMeta).c_str());
+    errno = e;
     return false;
   }
-  *it = std::move(to);
+  *x = std::move(to);
   return true;
 }
 

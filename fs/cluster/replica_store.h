@@ -75,7 +75,8 @@ class Store {
   // Reserves `h.size` bytes and makes the `.part-` file. EAGAIN: the limit
   // has no room now (the writer tries later); EEXIST: this version is held
   // already, as the writer describes it (size, meta, checksum when given),
-  // unpublished (nothing to send: a retry whose HELD was lost); ESTALE: a
+  // unpublished (nothing to send: a retry whose HELD was lost, or its writer
+  // restarted: it then takes `h.gate_us`, the writer's gate now); ESTALE: a
   // replica of that name is held but is not this one (a writer that
   // reuses a name — a replacement node with the same id and a new state
   // dir numbers its files anew — or a copy published in a dead writer's
@@ -140,6 +141,9 @@ class Store {
   void FreeUnneeded(uint64_t need, std::vector<std::string>* names) REQUIRES(mu_);
   void Unlink(const std::vector<std::string>& names) const;
   std::string FinalName(const Held& h) const;
+  // Renames held replica `x` (its file and meta) to what `to` says of it,
+  // and makes it `to`; false (errno set, nothing changed) if a rename failed.
+  bool Rename(Held* x, Held to) REQUIRES(mu_);
 
   const std::string dir_;
   const int dirfd_;

@@ -153,15 +153,17 @@ void Takeover::Pass() {
     if (!r) return;  // the store is unreachable: nothing can be decided
     const bool gone = r->kvs.empty() || r->kvs[0].lease == 0;
     const int64_t writer_rev = r->kvs.empty() ? 0 : r->kvs[0].mod_revision;
-    int64_t heartbeat = 0;
-    std::optional<int64_t> oldest;
+    WriterRecord w;
     std::string incarnation;
     if (!gone) {
       try {
         auto j = nlohmann::json::parse(r->kvs[0].value);
-        heartbeat = j.at("heartbeat_us").get<int64_t>();
-        if (!j.at("oldest_gate_us").is_null()) oldest = j.at("oldest_gate_us").get<int64_t>();
+        w.heartbeat_us = j.at("heartbeat_us").get<int64_t>();
+        if (!j.at("oldest_gate_us").is_null()) w.oldest_gate_us = j.at("oldest_gate_us").get<int64_t>();
         incarnation = Incarnation(j);
+        // Its log position means this run's (a seq of another run is no
+        // measure of it): unknown run, unknown position.
+        if (j.contains("applied_seq") && !incarnation.empty()) w.applied_seq = j.at("applied_seq").get<uint64_t>();
       } catch (const std::exception&) {
         continue;  // not a record this version reads: keep the replicas
       }
@@ -204,14 +206,25 @@ void Takeover::Pass() {
       continue;
     }
     for (const Held& h : held) {
-      const auto g = static_cast<int64_t>(h.gate_us);
-      if (heartbeat >= g && (!oldest || *oldest > g) && store_->Drop(h.key)) {
+      if (ShowsApplied(w, h) && store_->Drop(h.key)) {
         LOG_DEBUG("replicas: node {} applied {} (its record says so): dropped", writer, h.key.Name());
         MutexLock l(&mu_);
         stats_.collected++;
       }
     }
   }
+}
+
+bool ShowsApplied(const WriterRecord& w, const Held& h) {
+  // By its log position where the record gives it and the replica says
+  // which entry it is: exact across the writer's restarts. Its times are
+  // not: the entries it recovers get their gates from its samples, later
+  // than the exact ones its replicas were sent with, and the times said
+  // applied a replica that was still pending (its only copy then went).
+  auto m = DecodeMeta(h.meta);
+  if (w.applied_seq && m && m->seq > 0 && !m->incarnation.empty()) return *w.applied_seq >= m->seq;
+  const auto g = static_cast<int64_t>(h.gate_us);
+  return w.heartbeat_us >= g && (!w.oldest_gate_us || *w.oldest_gate_us > g);
 }
 
 bool Takeover::NamedLost(const std::string& writer, const std::string& incarnation) {

@@ -23,10 +23,9 @@
 // even once its writer is back.
 //
 // Replicas of live writers are dropped once the writer's own record shows
-// the version applied (its oldest pending gate past it, the record newer
-// than it): the DROP a writer sends can be lost (it restarted, the holder
-// was unreachable), and a replica kept for ever would hold every member's
-// drain. A replica whose path already holds the same bytes, or a newer file
+// the version applied (ShowsApplied): the DROP a writer sends can be lost
+// (it restarted, the holder was unreachable), and a replica kept for ever
+// would hold every member's drain. A replica whose path already holds the same bytes, or a newer file
 // (a later mtime), in the backend is dropped without publishing: the dead
 // writer's drain got that far before it died.
 //
@@ -48,6 +47,18 @@
 #include "fs/cluster/replicator.h"
 
 namespace ckpt::fs::replica {
+
+// What a live writer's record says of its drain (Cluster::MakeRecord).
+struct WriterRecord {
+  int64_t heartbeat_us = 0;
+  std::optional<int64_t> oldest_gate_us;
+  std::optional<uint64_t> applied_seq;  // its log applied up to here (records of this run that give it)
+};
+// Whether `w` shows replica `h` of its writer applied: its log applied
+// past the replica's seq (FileMeta) where both are known; else, from a
+// record or replica of an older version, the record newer than the
+// replica's gate and its oldest pending gate past it.
+bool ShowsApplied(const WriterRecord& w, const Held& h);
 
 class Takeover {
  public:

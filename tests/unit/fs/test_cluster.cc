@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "fs/cluster/cluster.h"
+#include "fs/cluster/takeover.h"
 #include "tests/unit/fs/mem_records.h"
 
 using ckpt::Result;
@@ -497,6 +498,66 @@ Test(cluster, gate_times_survive_a_restart) {
   c2.Init();
   shorter.Log("new");
   cr_expect(!c2.GateTime(1).has_value());
+  std::filesystem::remove_all(tmpl);
+}
+
+// A member restarted with an entry pending (its drain held) names that
+// entry's gate from its samples: its exact time died with the run, and the
+// samples' is later than the one the entry's replica was sent with. By the
+// times, its first record said the replica applied, and the holder dropped
+// the only copy (Takeover). The record's log position says it is not.
+Test(cluster, a_restarted_members_record_does_not_say_its_pending_replica_applied) {
+  using ckpt::fs::replica::ShowsApplied;
+  using ckpt::fs::replica::WriterRecord;
+  char tmpl[] = "/tmp/clunit-XXXXXX";
+  cr_assert_not_null(mkdtemp(tmpl));
+  const std::string path = std::string(tmpl) + "/cluster-samples";
+  FakeStore store;
+  int64_t now = 1000;
+  const int64_t exact = 1'100'300;  // µs: when f was logged, the gate its replica carries
+  uint64_t seq = 0;
+  std::vector<std::string> logged;
+  auto record = [&] {
+    auto j = nlohmann::json::parse(store.recs["a"]);
+    WriterRecord w{.heartbeat_us = j["heartbeat_us"].get<int64_t>(), .applied_seq = j["applied_seq"].get<uint64_t>()};
+    if (!j["oldest_gate_us"].is_null()) w.oldest_gate_us = j["oldest_gate_us"].get<int64_t>();
+    return w;
+  };
+  {
+    Node a("a", &store, &now, 60000, path, "run1");
+    a.log.Log("s0");
+    a.log.applied = 1;
+    now = 1100;
+    seq = a.log.LogAtUs("f", exact);
+    now = 1105;
+    a.c->Heartbeat();
+    cr_expect_eq(record().oldest_gate_us.value_or(0), exact);
+    logged = a.log.paths;
+  }
+  const ckpt::fs::replica::Held replica{
+      .key = {.writer = "a", .ino = 7, .version = 1},
+      .gate_us = static_cast<uint64_t>(exact),
+      .meta = ckpt::fs::replica::EncodeMeta({.seq = seq, .incarnation = "run1", .path = "f"})};
+  now = 1200;
+  FakeLog log;
+  log.paths = logged;
+  log.applied = 1;
+  ClusterOptions o;
+  o.name = "job";
+  o.node = "a";
+  o.incarnation = "run1";
+  Cluster c(o, &store, &log, path, [&now] { return now * 1000; });
+  c.Init();
+  c.Heartbeat();
+  WriterRecord w = record();
+  cr_expect_gt(w.oldest_gate_us.value_or(0), exact, "recovered: the samples' gate, later than the exact one");
+  cr_expect(!ShowsApplied(w, replica), "f is pending: its replica is kept");
+  w.applied_seq.reset();
+  cr_expect(ShowsApplied(w, replica), "the times alone (a record without applied_seq) said applied");
+  log.applied = seq;
+  now = 1300;
+  c.Heartbeat();
+  cr_expect(ShowsApplied(record(), replica), "applied: its replica goes");
   std::filesystem::remove_all(tmpl);
 }
 

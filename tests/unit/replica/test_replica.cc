@@ -267,6 +267,55 @@ Test(replica_store, commit_checks_the_checksum_and_open_forgets_unfinished_ones)
   fsys::remove_all(dir);
 }
 
+// A writer that restarted sends its pending versions again, under the
+// gates its record names now (later than the exact ones it sent before:
+// Cluster::GateTime). The holder that kept one answers at once and holds
+// it under the new gate, a restart of its own included: kept under the
+// old, earlier one, its record held the writer's own drain back, and the
+// writer's drain held the replica.
+Test(replica_store, a_replica_offered_again_under_another_gate_takes_it) {
+  std::string dir = TempDir();
+  std::string data(5000, 'g');
+  auto sum = ckpt::backend::ContentChecksum(data.data(), data.size());
+  Held h{.key = {.writer = "w", .ino = 3, .version = 2},
+         .size = data.size(),
+         .gate_us = 1000,
+         .hash_hi = sum.first,
+         .hash_lo = sum.second,
+         .meta = "{\"path\": \"f\"}"};
+  {
+    auto s = Store::Open(dir + "/r", 1 << 20);
+    cr_assert(s.has_value());
+    auto in = (*s)->Begin(h);
+    cr_assert(in.has_value());
+    cr_assert_eq((*in)->Write(0, data.data(), data.size()), 0);
+    cr_assert((*s)->Commit(std::move(*in)).has_value());
+    cr_expect_eq((*s)->MinGate(), 1000u);
+    Held again = h;
+    again.gate_us = 1700;
+    again.hash_hi = again.hash_lo = 0;  // the first holder's PUT: the checksum comes with END
+    cr_expect_eq((*s)->Begin(again).error(), EEXIST, "the same bytes: held at once");
+    cr_expect_eq((*s)->MinGate(), 1700u, "under the writer's gate now");
+    Held other = again;
+    other.meta = "{\"path\": \"g\"}";
+    cr_expect_eq((*s)->Begin(other).error(), ESTALE, "other bytes under the name: refused");
+    cr_expect_eq((*s)->MinGate(), 1700u, "and its gate not taken");
+  }
+  auto s = Store::Open(dir + "/r", 1 << 20);
+  cr_assert(s.has_value());
+  auto held = (*s)->List();
+  cr_assert_eq(held.size(), 1u);
+  cr_expect_eq(held[0].gate_us, 1700u, "the new gate survives a restart");
+  cr_expect_eq(held[0].meta, h.meta);
+  auto fd = (*s)->OpenHeld(h.key);
+  cr_assert(fd.has_value());
+  std::string back(data.size(), '\0');
+  cr_expect_eq(pread(fd->first, back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
+  cr_expect(back == data);
+  close(fd->first);
+  fsys::remove_all(dir);
+}
+
 Test(replica_link, a_replica_arrives_whole_is_read_back_and_dropped, .timeout = 60) {
   Pair p(64 << 20);
   std::pair<uint64_t, uint64_t> sum;
