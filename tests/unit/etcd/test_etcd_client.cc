@@ -80,6 +80,17 @@ Options Opts(std::vector<std::string> eps, std::string user = "", std::string pa
   return o;
 }
 
+// A member's records of cluster "job" (client timeout 2 s).
+ckpt::fs::EtcdRecordsOptions RecordsOpts(const std::vector<std::string>& eps, const std::string& node, int64_t ttl_s) {
+  ckpt::fs::EtcdRecordsOptions o;
+  o.client = Opts(eps, "", "", 2000);
+  o.url = "etcd://test";
+  o.cluster = "job";
+  o.node = node;
+  o.lease_ttl_s = ttl_s;
+  return o;
+}
+
 template <class F>
 bool WaitFor(F f, int ms) {
   for (int i = 0; i < ms / 10; i++) {
@@ -507,12 +518,7 @@ Test(etcd_client, a_member_opened_while_the_store_is_down_joins_when_it_answers,
   auto eps = Start(1);
   int rc = 0;
   Run(g_script + " stop " + g_dir, &rc);
-  ckpt::fs::EtcdRecordsOptions o;
-  o.client = Opts(eps, "", "", 2000);
-  o.url = "etcd://test";
-  o.cluster = "job";
-  o.node = "a";
-  o.lease_ttl_s = 2;
+  ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, "a", 2);
   o.tick_ms = 20;
   ckpt::fs::EtcdRecords r(o, [] { return int64_t{1}; });
   r.SetReducer([](const std::vector<std::pair<std::string, std::string>>& recs, int64_t) {
@@ -542,12 +548,7 @@ Test(etcd_client, a_member_opened_while_the_store_is_down_joins_when_it_answers,
 // lease, so its cluster publishes nothing the others may order without it.
 Test(etcd_client, a_member_cut_off_stops_standing_before_its_lease_ends, .timeout = 90) {
   auto eps = Start(1);
-  ckpt::fs::EtcdRecordsOptions o;
-  o.client = Opts(eps, "", "", 2000);
-  o.url = "etcd://test";
-  o.cluster = "job";
-  o.node = "a";
-  o.lease_ttl_s = 3;
+  ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, "a", 3);
   ckpt::fs::EtcdRecords r(o, [] { return int64_t{1}; });
   cr_assert(r.Open().has_value(), "%s", r.LastError().c_str());
   cr_assert(r.Put("a", "1").has_value());
@@ -593,13 +594,8 @@ Test(etcd_client, a_member_cut_off_stops_standing_before_its_lease_ends, .timeou
 Test(etcd_client, a_run_back_is_told_what_its_holders_took) {
   auto eps = Start(1);
   auto opts = [&](const std::string& node, const std::string& run) {
-    ckpt::fs::EtcdRecordsOptions o;
-    o.client = Opts(eps);
-    o.url = "etcd://test";
-    o.cluster = "job";
-    o.node = node;
+    ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, node, 5);
     o.incarnation = run;
-    o.lease_ttl_s = 5;
     return o;
   };
   auto clock = [] { return int64_t{1}; };

@@ -743,6 +743,20 @@ Test(cluster, node_whose_join_failed_publishes_only_after_its_record_is_written)
   cr_expect(a.c->Status().publish_blocked_reason.empty());
 }
 
+// a and b joined at 1000; a logs step1/shard_a at 1100 (its seq returned)
+// and both write their records at 1200.
+uint64_t JoinedWithOneEntry(Node& a, Node& b, int64_t* now) {
+  cr_expect(a.c->Join());
+  cr_expect(b.c->Join());
+  *now = 1100;
+  uint64_t e = a.log.Log("step1/shard_a");
+  a.c->Sample();
+  *now = 1200;
+  b.c->Heartbeat();
+  a.c->Heartbeat();
+  return e;
+}
+
 // A node whose record writes fail after it joined: its record in the store
 // is older than its new entries, which the others therefore cannot see; it
 // publishes none of them until a write succeeds.
@@ -750,14 +764,7 @@ Test(cluster, failed_record_write_stops_publishing_until_one_succeeds) {
   FakeStore store;
   int64_t now = 1000;
   Node a("a", &store, &now), b("b", &store, &now);
-  cr_expect(a.c->Join());
-  cr_expect(b.c->Join());
-  now = 1100;
-  uint64_t e1 = a.log.Log("step1/shard_a");
-  a.c->Sample();
-  now = 1200;
-  b.c->Heartbeat();
-  a.c->Heartbeat();
+  uint64_t e1 = JoinedWithOneEntry(a, b, &now);
   cr_expect(a.c->MayPublish(e1));
   a.log.applied = e1;
   store.put_fails = true;  // for a only below: b writes before and after
@@ -796,14 +803,7 @@ Test(cluster, node_the_others_may_count_dead_does_not_publish) {
   FakeStore store;
   int64_t now = 1000;
   Node a("a", &store, &now), b("b", &store, &now);
-  cr_expect(a.c->Join());
-  cr_expect(b.c->Join());
-  now = 1100;
-  uint64_t e1 = a.log.Log("step1/shard_a");
-  a.c->Sample();
-  now = 1200;
-  b.c->Heartbeat();
-  a.c->Heartbeat();
+  uint64_t e1 = JoinedWithOneEntry(a, b, &now);
   store.standing = "this node's lease expired";
   cr_expect(!a.c->MayPublish(e1), "published while the others may count it dead");
   cr_expect(a.c->Status().publish_blocked_reason.find("lease expired") != std::string::npos, "%s",
