@@ -456,6 +456,8 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   InitFailpoints();
 
   auto d = std::make_unique<Daemon>();
+  // fail, and once the cluster's threads may run, their teardown first (set there).
+  std::function<int(const std::string&)> fail_joined = fail;
   d->cfg = cfg;
   try {
     d->checkpoint_pattern = std::regex(cfg.checkpoint_regex, std::regex::ECMAScript);
@@ -607,12 +609,21 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
         LOG_WARN("cluster {}: etcd at {} not reachable yet ({}); retried every tick", cfg.cluster, cfg.cluster_store,
                  d->etcd_records->LastError());
     }
+    // A mount that fails from here on is taken down as a shutdown does: the
+    // link's threads (they serve other members through peer_loads and the
+    // peers), then etcd's (keepalive, watches, the reducer: they call into
+    // the cluster, destroyed before the store on return), this run's lease
+    // revoked (an election it won would hold the others' digest for a lease).
+    fail_joined = [&](const std::string& why) {
+      if (d->replica_peers) d->replica_peers->Stop();
+      if (d->peer_loads) d->peer_loads->Attach(nullptr, nullptr);
+      d->replica_link.reset();
+      if (d->etcd_records) d->etcd_records->Close(true);
+      return fail(why);
+    };
     if (d->etcd_records && !cfg.replica_listen.empty()) {
       if (auto err = OpenReplicas(d.get()); !err.empty()) {
-        LOG_ERROR("{}", err);
-        // etcd's threads call into the cluster, destroyed before the store
-        // on return: stopped first (and this run's lease revoked).
-        d->etcd_records->Close(true);
+        (void)fail_joined(err);
         return 2;
       }
     }
@@ -639,18 +650,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     // its recovered entries' gates from the samples, later than the exact
     // times its replicas carry, and a holder that reads it takes them for
     // applied and drops them (seen: a failed attempt's record did).
-    if (std::string why = RestoreFromPeers(d.get()); !why.empty()) {
-      // Taken down as a shutdown does: the link's threads (they serve other
-      // members through peer_loads and the peers), then etcd's (keepalive,
-      // watches, the reducer: they call into the cluster), this run's lease
-      // revoked (it holds no record of this node; an election it won would
-      // hold the others' digest for a lease).
-      if (d->replica_peers) d->replica_peers->Stop();
-      if (d->peer_loads) d->peer_loads->Attach(nullptr, nullptr);
-      d->replica_link.reset();
-      if (d->etcd_records) d->etcd_records->Close(true);
-      return fail(why);
-    }
+    if (std::string why = RestoreFromPeers(d.get()); !why.empty()) return fail_joined(why);
     // What the last run left pending is sent again (a holder that kept it
     // answers at once): the log observer sees only new entries. After the
     // restore, which brings back the bytes to send.
@@ -687,16 +687,16 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
   for (auto& a : args) argv.push_back(a.data());
   fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
   fuse_session* se = fuse_session_new(&fargs, &FuseOps(), sizeof(fuse_lowlevel_ops), d.get());
-  if (!se) return fail("invalid FUSE options: " + cfg.fuse_opts);
-  if (fuse_set_signal_handlers(se) != 0) return fail("cannot install signal handlers");
+  if (!se) return fail_joined("invalid FUSE options: " + cfg.fuse_opts);
+  if (fuse_set_signal_handlers(se) != 0) return fail_joined("cannot install signal handlers");
   // The kernel offers io_uring in the INIT it sends while mounting.
   if (cfg.io_uring) (void)FuseUring::Enable();
   reply_yield::Setup(cfg.reply_yield);
   if (fuse_session_mount(se, cfg.mountpoint.c_str()) != 0) {
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
-    return fail("cannot mount at " + cfg.mountpoint + " (is /dev/fuse available? see " + cfg.state_dir +
-                "/ckptfs.log)");
+    return fail_joined("cannot mount at " + cfg.mountpoint + " (is /dev/fuse available? see " + cfg.state_dir +
+                       "/ckptfs.log)");
   }
   // Passthrough is negotiated at INIT, through libfuse's custom I/O hooks.
   d->channel = std::make_unique<FuseChannel>(se, cfg.passthrough, cfg.io_uring);
@@ -713,14 +713,14 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
              cfg.persist_interval_s, cfg.keep_in_memory);
   if (!cfg.metrics.empty()) {
     auto a = ParseMetricsAddress(cfg.metrics);
-    if (!a) return fail(a.error());
+    if (!a) return fail_joined(a.error());
     d->metrics = std::make_unique<MetricsServer>(d.get());
     std::string why;
     if (auto st = d->metrics->Start(a->first, a->second, &why); !st) {
       fuse_session_unmount(se);
       fuse_remove_signal_handlers(se);
       fuse_session_destroy(se);
-      return fail("--metrics: " + why);
+      return fail_joined("--metrics: " + why);
     }
     LOG_INFO("metrics: http://{}:{}/metrics", a->first, a->second);
   }

@@ -232,18 +232,28 @@ Status EtcdRecords::PutRecord(const std::string& node, const std::string& bytes,
   }
   {
     MutexLock lk(&mu_);
-    record_lease_ = *lease;  // in the store under it, and the holders' claims read: standing again
+    // Under the lease it was put with, and the holders' claims read after
+    // it: standing again — unless that lease was replaced meanwhile (then a
+    // claim may have come after the read: the next put reads them again).
+    if (lease_ == *lease) {
+      taken_read_ = true;
+      record_lease_ = *lease;
+    }
   }
   SetError("");
   return {};
 }
 
 namespace {
+// A run as a claim names it: "-" for one unknown (a writer of an earlier version).
+std::string RunText(const std::string& run) { return run.empty() ? "-" : run; }
+
 // "RUN SEQ SEQ..." (taken/ values), or nullopt.
 std::optional<std::pair<std::string, std::vector<uint64_t>>> ParseTaken(const std::string& v) {
   std::istringstream in(v);
   std::pair<std::string, std::vector<uint64_t>> out;
   if (!(in >> out.first)) return std::nullopt;
+  if (out.first == "-") out.first.clear();
   uint64_t seq;
   while (in >> seq) out.second.push_back(seq);
   if (!in.eof()) return std::nullopt;
@@ -266,37 +276,38 @@ Status EtcdRecords::ReadTaken() {
       continue;
     }
     if (t->first != opt_.incarnation) continue;  // another run's (an earlier one of this id)
+    const std::string holder = kv.key.substr(dir.size(), kv.key.find('/', dir.size()) - dir.size());
     LOG_WARN("cluster {}: holder {} took over {} of this run's entries while it was counted dead; skipped here",
-             opt_.cluster, EscapeName(kv.key.substr(dir.size())), t->second.size());
+             opt_.cluster, EscapeName(holder), t->second.size());
     seqs.insert(seqs.end(), t->second.begin(), t->second.end());
   }
   if (!seqs.empty() && on_taken_) on_taken_(seqs);
-  MutexLock lk(&mu_);
-  taken_read_ = true;
   return {};
 }
 
 Result<bool> EtcdRecords::ClaimTaken(const std::string& writer, const std::string& run,
                                      const std::vector<uint64_t>& seqs, int64_t writer_rev) {
-  std::string v = run;
+  std::string v = RunText(run);
   for (uint64_t s : seqs) v += " " + std::to_string(s);
-  auto r =
-      client_.PutIfModRevision(prefix_ + kTaken + writer + "/" + opt_.node, v, prefix_ + kMembers + writer, writer_rev);
+  auto r = client_.PutIfModRevision(prefix_ + kTaken + writer + "/" + opt_.node + "/" + RunText(run), v,
+                                    prefix_ + kMembers + writer, writer_rev);
   if (!r) return Err(r.error());
   return r->succeeded;
 }
 
-Result<std::map<std::string, std::pair<std::string, std::vector<uint64_t>>>> EtcdRecords::OwnClaims() {
+Result<std::map<std::pair<std::string, std::string>, std::vector<uint64_t>>> EtcdRecords::OwnClaims() {
   const std::string dir = prefix_ + kTaken;
   auto r = client_.Range(dir, etcd::PrefixEnd(dir));
   if (!r) return Err(r.error());
-  std::map<std::string, std::pair<std::string, std::vector<uint64_t>>> out;
-  const std::string mine = "/" + opt_.node;
+  std::map<std::pair<std::string, std::string>, std::vector<uint64_t>> out;
   for (const etcd::KeyValue& kv : r->kvs) {
-    if (!kv.key.ends_with(mine) || kv.key.size() <= dir.size() + mine.size()) continue;
-    std::string writer = kv.key.substr(dir.size(), kv.key.size() - dir.size() - mine.size());
+    // WRITER/HOLDER/RUN under taken/: this holder's only.
+    const std::string rest = kv.key.substr(dir.size());
+    const size_t a = rest.find('/'), b = a == std::string::npos ? a : rest.find('/', a + 1);
+    if (b == std::string::npos || rest.substr(a + 1, b - a - 1) != opt_.node) continue;
+    std::string writer = rest.substr(0, a);
     auto t = ParseTaken(kv.value);
-    if (t && ValidClusterName(writer)) out[writer] = std::move(*t);
+    if (t && ValidClusterName(writer)) out[{writer, t->first}] = std::move(t->second);
   }
   return out;
 }

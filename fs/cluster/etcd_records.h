@@ -10,7 +10,7 @@
 //   digest/summary   the digest (Cluster::Reduce), written only while the
 //                    writer is the elected member (a transaction that
 //                    compares digest/leader)
-//   taken/NODE/HOLDER the log entries (seqs) of NODE's run that HOLDER took
+//   taken/NODE/HOLDER/RUN the log entries (seqs) of NODE's run RUN that HOLDER took
 //                    over (published in its place once it was dead: "RUN
 //                    SEQ SEQ..."), no lease: NODE's run back (restarted on
 //                    its state dir, or rejoining after its lease expired)
@@ -104,8 +104,8 @@ class EtcdRecords final : public RecordStore {
   // `writer_rev` (0: absent); false when it changed (the writer may be back).
   Result<bool> ClaimTaken(const std::string& writer, const std::string& run, const std::vector<uint64_t>& seqs,
                           int64_t writer_rev);
-  // This node's claims (writer -> run and seqs), as a restarted holder reads them back.
-  Result<std::map<std::string, std::pair<std::string, std::vector<uint64_t>>>> OwnClaims();
+  // This node's claims ((writer, run) -> seqs), as a restarted holder reads them back.
+  Result<std::map<std::pair<std::string, std::string>, std::vector<uint64_t>>> OwnClaims();
   // Starts the watches and threads and grants the lease; false (LastError
   // says why) if the store cannot be reached or refuses (auth): the node
   // joins once it answers (the next record or campaign takes the lease).

@@ -223,7 +223,7 @@ void Link::Impl::End(const std::shared_ptr<Conn>& c, const Msg& m) {
 void Link::Impl::DropReplica(const std::shared_ptr<Conn>& c, const Msg& m) {
   auto k = OwnKey(*c, m);
   if (!k) return;
-  auto st = store ? store->Drop(*k) : Status(Err(ENOENT));
+  auto st = store ? store->DropForWriter(*k) : Status(Err(ENOENT));
   if (st) Reply(*c, m.req, Op::kDropped);
   else Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(st.error()));
 }

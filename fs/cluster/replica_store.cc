@@ -258,6 +258,15 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
       return Err(EEXIST);
     }
     if (std::find(incoming_.begin(), incoming_.end(), h.key) != incoming_.end()) return Err(EBUSY);
+    // The very replica this node published in its writer's place, offered
+    // again (the writer's run back re-sends what its log still had
+    // pending): held, and stays published — a new unpublished copy would
+    // be published again, at a name a later rename may have left.
+    for (const Held& x : held_) {
+      Held as_held = x;
+      as_held.published = false;
+      if (x.key == h.key && x.published && SameReplica(as_held, h)) return Err(EEXIST);
+    }
     // A published copy under the name (kept to serve loads: it is in the
     // backend) gives way: a new run of its writer's id numbers its files
     // from 1 again (Takeover), and was refused this holder for as long as
@@ -356,8 +365,22 @@ Status Store::Commit(std::unique_ptr<Incoming> in, std::optional<std::pair<uint6
   return {};
 }
 
+void Store::SetClaimed(const Key& k) {
+  MutexLock l(&mu_);
+  if (std::find(claimed_.begin(), claimed_.end(), k) == claimed_.end()) claimed_.push_back(k);
+}
+
+Status Store::DropForWriter(const Key& k) {
+  {
+    MutexLock l(&mu_);
+    if (std::find(claimed_.begin(), claimed_.end(), k) != claimed_.end()) return {};
+  }
+  return Drop(k);
+}
+
 Status Store::Drop(const Key& k) {
   MutexLock l(&mu_);  // held across the renames: Begin takes spares under it
+  std::erase(claimed_, k);
   auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
   if (it == held_.end()) return Err(ENOENT);
   const Held h = *it;

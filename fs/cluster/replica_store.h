@@ -98,6 +98,11 @@ class Store {
   // ones (half the CPU of a replication on this VM went to zeroing pages).
   // Spares count against the limit and are the first to go for room.
   Status Drop(const Key& k);
+  // A writer's DROP (its drain applied the version): as Drop, except for a
+  // replica this holder claimed for a takeover (SetClaimed), which it
+  // publishes itself whatever the writer says (kept; {} returned).
+  Status DropForWriter(const Key& k);
+  void SetClaimed(const Key& k);
   // Marks a held replica published (its name says so, a restart keeps it):
   // it no longer counts for MinGate, and Begin drops it, oldest first, when
   // it needs its room. False: not held, or the rename failed.
@@ -152,6 +157,7 @@ class Store {
   uint64_t bytes_ GUARDED_BY(mu_) = 0;
   std::vector<Held> held_ GUARDED_BY(mu_);
   std::vector<Key> incoming_ GUARDED_BY(mu_);
+  std::vector<Key> claimed_ GUARDED_BY(mu_);                              // SetClaimed, until Drop
   std::vector<std::pair<std::string, uint64_t>> spares_ GUARDED_BY(mu_);  // dropped replicas' files: name, size
   uint64_t next_spare_ GUARDED_BY(mu_) = 0;
   Room room_ GUARDED_BY(mu_);

@@ -100,26 +100,26 @@ std::string RunOf(const Held& h) {
 }  // namespace
 
 bool Takeover::Claimed(const std::string& writer, const Held& h) const {
-  auto it = claimed_.find(writer);
-  return it != claimed_.end() && it->second.first == RunOf(h) && it->second.second.count(SeqOf(h));
+  auto it = claimed_.find({writer, RunOf(h)});
+  return it != claimed_.end() && it->second.count(SeqOf(h));
 }
 
 bool Takeover::Claim(const std::string& writer, const Held& h, int64_t writer_rev) {
-  if (Claimed(writer, h)) return true;
-  auto& [run, seqs] = claimed_[writer];
-  if (run != RunOf(h)) {
-    run = RunOf(h);  // one run's claims a key: a later run of the id replaces an earlier one's
-    seqs.clear();
+  if (Claimed(writer, h)) {
+    store_->SetClaimed(h.key);
+    return true;
   }
+  auto& seqs = claimed_[{writer, RunOf(h)}];
   std::vector<uint64_t> all(seqs.begin(), seqs.end());
   all.push_back(SeqOf(h));
-  auto ok = records_->ClaimTaken(writer, run, all, writer_rev);
+  auto ok = records_->ClaimTaken(writer, RunOf(h), all, writer_rev);
   if (!ok) {
     Fail("cannot claim node " + writer + "'s entries in etcd: " + records_->client()->LastError());
     return false;
   }
   if (!*ok) return false;  // its record changed since it was read: decided again next pass
   seqs.insert(SeqOf(h));
+  store_->SetClaimed(h.key);  // the writer's DROP no longer removes it: this holder publishes it
   return true;
 }
 
@@ -127,8 +127,7 @@ void Takeover::Pass() {
   if (!claims_read_) {
     auto own = records_->OwnClaims();
     if (!own) return;  // the store is unreachable: nothing can be decided
-    for (auto& [writer, claim] : *own)
-      claimed_[writer] = {claim.first, std::set<uint64_t>(claim.second.begin(), claim.second.end())};
+    for (auto& [who, seqs] : *own) claimed_[who] = std::set<uint64_t>(seqs.begin(), seqs.end());
     claims_read_ = true;
   }
   std::map<std::string, std::vector<Held>> by_writer;
@@ -199,8 +198,11 @@ void Takeover::Pass() {
     gone_.erase(writer);
     // Claimed while the writer was dead: it skips them, so they are this
     // holder's to publish, live writer or not.
-    auto claimed_end =
-        std::stable_partition(held.begin(), held.end(), [&](const Held& h) { return Claimed(writer, h); });
+    auto claimed_end = std::stable_partition(held.begin(), held.end(), [&](const Held& h) {
+      if (!Claimed(writer, h)) return false;
+      store_->SetClaimed(h.key);  // (again after a restart of this holder)
+      return true;
+    });
     if (claimed_end != held.begin()) {
       PublishFor(writer, std::vector<Held>(held.begin(), claimed_end), writer_rev);
       continue;

@@ -115,9 +115,9 @@ class Takeover {
   backend::Backend* const backend_;
   std::map<std::string, std::chrono::steady_clock::time_point> checked_;  // Pass's thread only
   std::map<std::string, std::chrono::steady_clock::time_point> gone_;     // its record first seen gone (Pass)
-  // What this holder claimed (Pass's thread only): writer -> its run, seqs;
+  // What this holder claimed (Pass's thread only): (writer, run) -> seqs;
   // read back from etcd once (a restarted holder still owes them).
-  std::map<std::string, std::pair<std::string, std::set<uint64_t>>> claimed_;
+  std::map<std::pair<std::string, std::string>, std::set<uint64_t>> claimed_;
   bool claims_read_ = false;
   mutable Mutex mu_;
   CondVar cv_;

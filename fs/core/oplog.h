@@ -110,6 +110,12 @@ class OpLog {
   // Records a loss found outside the drain (recovery) in `b`.
   void AddLost(meta::Batch* b, const std::string& path, std::string_view reason) EXCLUDES(mu_);
 
+  // The seq the next entry gets (every entry logged so far is below it).
+  uint64_t next_seq() EXCLUDES(mu_) {
+    MutexLock l(&mu_);
+    return next_seq_;
+  }
+
   // ---- The drain's side ----
   // The first `max` entries not yet applied, oldest first.
   std::vector<meta::LogEntry> Pending(size_t max) EXCLUDES(mu_);

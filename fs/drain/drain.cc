@@ -263,15 +263,26 @@ bool Drainer::TakeTaken(uint64_t seq) {
 
 void Drainer::SkipTaken(const std::vector<uint64_t>& seqs) {
   auto head = log_->Pending(1);
-  if (head.empty()) return;  // every entry applied: none of them is left to skip
+  const uint64_t next = log_->next_seq();
   MutexLock lk(&mu_);
-  for (uint64_t seq : seqs)
-    if (seq >= head.front().seq) taken_.insert(seq);  // older ones were applied here before the loss
+  for (uint64_t seq : seqs) {
+    // A claim of a seq this log never reached: an entry of a tail the
+    // metadata lost with the machine (its write-ahead log is not synced),
+    // which the holders took over; the seq will be given to a new entry,
+    // never to be skipped. Judged once for the process's life.
+    if (seq >= next) stale_taken_.insert(seq);
+    if (stale_taken_.count(seq) || head.empty() || seq < head.front().seq) continue;  // older: applied here before
+    taken_.insert(seq);
+  }
   cv_.NotifyAll();
 }
 
 int Drainer::CompleteTaken(const LogEntry& e, const std::shared_ptr<Job>& job) {
-  if (!job->staged.token.empty()) backend_->Abort(job->staged);  // staged before it was known taken
+  if (!job->staged.token.empty()) {  // staged before it was known taken
+    backend_->Abort(job->staged);
+    MutexLock lk(&mu_);
+    job->staged.token.clear();  // a retry of the completion aborts nothing twice
+  }
   LOG_INFO(
       "drain: seq {} persist '{}' v{}: published by a replica holder while this node was counted dead; "
       "not published again",

@@ -220,6 +220,7 @@ class Drainer {
   std::deque<std::shared_ptr<Job>> queue_ GUARDED_BY(mu_);         // waiting for a stager
   std::vector<uint64_t> skip_ GUARDED_BY(mu_);                     // seqs undone by history
   std::set<uint64_t> taken_ GUARDED_BY(mu_);                       // seqs replica holders applied (SkipTaken)
+  std::set<uint64_t> stale_taken_ GUARDED_BY(mu_);                 // claims of seqs past the log (SkipTaken)
   DrainStats stats_ GUARDED_BY(mu_);
   std::deque<std::pair<double, uint64_t>> recent_ GUARDED_BY(mu_);  // (time, bytes) for the rate
 

@@ -619,7 +619,7 @@ Test(etcd_client, a_run_back_is_told_what_its_holders_took) {
   auto own = h.OwnClaims();
   cr_assert(own.has_value());
   cr_assert_eq(own->size(), 1u);
-  cr_expect(own->at("w").first == "00000000000000aa" && own->at("w").second == std::vector<uint64_t>({3, 5}));
+  cr_expect(own->at({"w", "00000000000000aa"}) == std::vector<uint64_t>({3, 5}));
   told.clear();
   cr_assert(w.Put("w", "{}").has_value());
   cr_expect(told.empty(), "told again without a new lease");

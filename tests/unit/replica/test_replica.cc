@@ -1037,15 +1037,30 @@ Test(replica_store, a_published_replica_holds_no_gate_and_makes_room) {
     cr_expect(!(*s)->Retire(Key{.writer = "w", .ino = 7, .version = 1}), "not held");
     cr_expect_eq((*s)->MinGate(), 200u, "a published replica holds no gate");
     cr_expect((*s)->OpenHeld(Key{.writer = "w", .ino = 1, .version = 1}).has_value(), "and is still served");
+    // The same replica offered again (the writer's run back re-sends what
+    // its log still has pending): held, and it stays published.
+    {
+      auto same = (*s)->Begin(
+          Held{.key = {.writer = "w", .ino = 1, .version = 1}, .size = data.size(), .gate_us = 500, .meta = "m"});
+      cr_expect(!same.has_value() && same.error() == EEXIST, "the published copy was not taken as held");
+      bool published = false;
+      for (const Held& h : (*s)->List()) published = published || (h.key.ino == 1 && h.published);
+      cr_expect(published, "the published copy gave way to its own bytes");
+    }
+    // A claimed replica (a takeover's) stays when its writer says DROP.
+    (*s)->SetClaimed(Key{.writer = "w", .ino = 2, .version = 1});
+    cr_expect((*s)->DropForWriter(Key{.writer = "w", .ino = 2, .version = 1}).has_value());
+    cr_expect((*s)->OpenHeld(Key{.writer = "w", .ino = 2, .version = 1}).has_value(), "a claimed replica was dropped");
     // A new replica under a published copy's name (a new run of the
-    // writer's id numbers its files from 1 again): the copy, in the
-    // backend, gives way; the new one is not counted as held before it lands.
+    // writer's id numbers its files from 1 again: its meta names that run):
+    // the copy, in the backend, gives way; the new one is not counted as
+    // held before it lands.
     {
       auto again = (*s)->Begin(Held{.key = {.writer = "w", .ino = 1, .version = 1},
                                     .size = data.size(),
                                     .hash_hi = sum.first,
                                     .hash_lo = sum.second,
-                                    .meta = "m"});
+                                    .meta = "m of another run"});
       cr_assert(again.has_value(), "a published copy refused a new replica of its name: %s",
                 again ? "" : ckpt::ErrStr(again.error()).c_str());
       for (const Held& h : (*s)->List()) cr_expect(h.key.ino != 1, "the published copy is still listed");
