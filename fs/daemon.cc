@@ -604,7 +604,9 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
       d->etcd_records->SetReducer([c](const auto& records, int64_t as_of) { return c->Reduce(records, as_of); });
       d->etcd_records->SetOnDigest([c] { c->Poke(); });
       Drainer* dr = d->drainer.get();
-      d->etcd_records->SetOnTaken([dr](const std::vector<uint64_t>& seqs) { dr->SkipTaken(seqs); });
+      d->etcd_records->SetOnTaken([dr](const EtcdRecords::Taken& t) { dr->SkipTaken(t.done, t.claimed); });
+      EtcdRecords* er = d->etcd_records;
+      dr->set_refresh_taken([er] { (void)er->RefreshTaken(); });
       if (auto st = d->etcd_records->Open(); !st)
         LOG_WARN("cluster {}: etcd at {} not reachable yet ({}); retried every tick", cfg.cluster, cfg.cluster_store,
                  d->etcd_records->LastError());

@@ -248,16 +248,33 @@ namespace {
 // A run as a claim names it: "-" for one unknown (a writer of an earlier version).
 std::string RunText(const std::string& run) { return run.empty() ? "-" : run; }
 
-// "RUN SEQ SEQ..." (taken/ values), or nullopt.
-std::optional<std::pair<std::string, std::vector<uint64_t>>> ParseTaken(const std::string& v) {
+// "RUN SEQ[+|!]..." (taken/ values), or nullopt.
+std::optional<std::pair<std::string, EtcdRecords::Claims>> ParseTaken(const std::string& v) {
   std::istringstream in(v);
-  std::pair<std::string, std::vector<uint64_t>> out;
+  std::pair<std::string, EtcdRecords::Claims> out;
   if (!(in >> out.first)) return std::nullopt;
   if (out.first == "-") out.first.clear();
-  uint64_t seq;
-  while (in >> seq) out.second.push_back(seq);
-  if (!in.eof()) return std::nullopt;
+  std::string word;
+  while (in >> word) {
+    char status = EtcdRecords::kClaimed;
+    if (word.back() == EtcdRecords::kDone || word.back() == EtcdRecords::kGaveUp) {
+      status = word.back();
+      word.pop_back();
+    }
+    if (word.empty() || word.find_first_not_of("0123456789") != std::string::npos || word.size() > 19)
+      return std::nullopt;
+    out.second[std::stoull(word)] = status;
+  }
   return out;
+}
+
+std::string TakenText(const std::string& run, const EtcdRecords::Claims& claims) {
+  std::string v = RunText(run);
+  for (const auto& [seq, status] : claims) {
+    v += " " + std::to_string(seq);
+    if (status != EtcdRecords::kClaimed) v += status;
+  }
+  return v;
 }
 }  // namespace
 
@@ -268,7 +285,7 @@ Status EtcdRecords::ReadTaken() {
     SetError("reading what this node's holders took over: " + client_.LastError());
     return Err(r.error());
   }
-  std::vector<uint64_t> seqs;
+  Taken taken;
   for (const etcd::KeyValue& kv : r->kvs) {
     auto t = ParseTaken(kv.value);
     if (!t) {
@@ -277,29 +294,54 @@ Status EtcdRecords::ReadTaken() {
     }
     if (t->first != opt_.incarnation) continue;  // another run's (an earlier one of this id)
     const std::string holder = kv.key.substr(dir.size(), kv.key.find('/', dir.size()) - dir.size());
-    LOG_WARN("cluster {}: holder {} took over {} of this run's entries while it was counted dead; skipped here",
-             opt_.cluster, EscapeName(holder), t->second.size());
-    seqs.insert(seqs.end(), t->second.begin(), t->second.end());
+    size_t done = 0, claimed = 0;
+    for (const auto& [seq, status] : t->second) {
+      done += status == kDone;
+      claimed += status == kClaimed;
+    }
+    // Claimed and not done: the holder's to finish while it lives; gone,
+    // the entry is this node's again (it may have applied it before it
+    // died: a second failure, within what K+1 losses may lose).
+    bool holder_live = true;
+    if (claimed > 0) {
+      auto m = client_.Range(prefix_ + kMembers + holder);
+      if (!m) {
+        SetError("reading the record of holder " + holder + ": " + client_.LastError());
+        return Err(m.error());
+      }
+      holder_live = !m->kvs.empty() && m->kvs[0].lease != 0;
+    }
+    for (const auto& [seq, status] : t->second) {
+      if (status == kDone) taken.done.push_back(seq);
+      else if (status == kClaimed && holder_live) taken.claimed.push_back(seq);
+    }
+    if (done + claimed > 0)
+      LOG_INFO("cluster {}: holder {}{} took over {} of this run's entries while it was counted dead ({} not done)",
+               opt_.cluster, EscapeName(holder), holder_live ? "" : " (gone since)", done + claimed, claimed);
   }
-  if (!seqs.empty() && on_taken_) on_taken_(seqs);
+  if (on_taken_) on_taken_(taken);
   return {};
 }
 
-Result<bool> EtcdRecords::ClaimTaken(const std::string& writer, const std::string& run,
-                                     const std::vector<uint64_t>& seqs, int64_t writer_rev) {
-  std::string v = RunText(run);
-  for (uint64_t s : seqs) v += " " + std::to_string(s);
-  auto r = client_.PutIfModRevision(prefix_ + kTaken + writer + "/" + opt_.node + "/" + RunText(run), v,
-                                    prefix_ + kMembers + writer, writer_rev);
+Result<bool> EtcdRecords::ClaimTaken(const std::string& writer, const std::string& run, const Claims& claims,
+                                     int64_t writer_rev) {
+  auto r = client_.PutIfModRevision(prefix_ + kTaken + writer + "/" + opt_.node + "/" + RunText(run),
+                                    TakenText(run, claims), prefix_ + kMembers + writer, writer_rev);
   if (!r) return Err(r.error());
   return r->succeeded;
 }
 
-Result<std::map<std::pair<std::string, std::string>, std::vector<uint64_t>>> EtcdRecords::OwnClaims() {
+Status EtcdRecords::MarkTaken(const std::string& writer, const std::string& run, const Claims& claims) {
+  auto r = client_.Put(prefix_ + kTaken + writer + "/" + opt_.node + "/" + RunText(run), TakenText(run, claims));
+  if (!r) return Err(r.error());
+  return {};
+}
+
+Result<std::map<std::pair<std::string, std::string>, EtcdRecords::Claims>> EtcdRecords::OwnClaims() {
   const std::string dir = prefix_ + kTaken;
   auto r = client_.Range(dir, etcd::PrefixEnd(dir));
   if (!r) return Err(r.error());
-  std::map<std::pair<std::string, std::string>, std::vector<uint64_t>> out;
+  std::map<std::pair<std::string, std::string>, Claims> out;
   for (const etcd::KeyValue& kv : r->kvs) {
     // WRITER/HOLDER/RUN under taken/: this holder's only.
     const std::string rest = kv.key.substr(dir.size());

@@ -94,18 +94,32 @@ class EtcdRecords final : public RecordStore {
   // Called (on the watch's thread, no lock held) when a new digest came;
   // before Open. The member ticks at once (Cluster::Poke).
   void SetOnDigest(std::function<void()> f) { on_digest_ = std::move(f); }
-  // Called with this run's entries its holders took over, once after each
-  // grant, after the first record put under it and before that put returns
-  // (so the drain, held until the record is in, never applies one of them
-  // itself); before Open. The put fails if taken/ cannot be read.
-  void SetOnTaken(std::function<void(const std::vector<uint64_t>& seqs)> f) { on_taken_ = std::move(f); }
-  // A holder's claim on a dead writer's entries (taken/WRITER/this node =
-  // "RUN SEQS"), put only while members/WRITER's mod_revision is
+  // A holder's claims, seq -> what became of it: kClaimed (not yet
+  // applied), kDone (published or applied), kGaveUp (the holder could not:
+  // the writer applies it itself).
+  static constexpr char kClaimed = ' ', kDone = '+', kGaveUp = '!';
+  using Claims = std::map<uint64_t, char>;
+  // This run's entries its holders took over: done (the writer completes
+  // them unapplied) and claimed by a live holder, not yet done (the writer's
+  // drain waits at them). A claim the holder gave up, or of a holder whose
+  // record is gone, is the writer's to apply.
+  struct Taken {
+    std::vector<uint64_t> done, claimed;
+  };
+  // Called with Taken once after each grant, after the first record put
+  // under it and before that put returns (so the drain, held until the
+  // record is in, never applies one of them itself), and at each
+  // RefreshTaken; before Open. The put fails if taken/ cannot be read.
+  void SetOnTaken(std::function<void(const Taken&)> f) { on_taken_ = std::move(f); }
+  Status RefreshTaken() { return ReadTaken(); }
+  // A holder's claims on a dead writer's entries (taken/WRITER/this node/RUN
+  // = "RUN SEQ[+|!]..."), put only while members/WRITER's mod_revision is
   // `writer_rev` (0: absent); false when it changed (the writer may be back).
-  Result<bool> ClaimTaken(const std::string& writer, const std::string& run, const std::vector<uint64_t>& seqs,
-                          int64_t writer_rev);
-  // This node's claims ((writer, run) -> seqs), as a restarted holder reads them back.
-  Result<std::map<std::pair<std::string, std::string>, std::vector<uint64_t>>> OwnClaims();
+  Result<bool> ClaimTaken(const std::string& writer, const std::string& run, const Claims& claims, int64_t writer_rev);
+  // The same claims with what became of them, whatever the writer's record.
+  Status MarkTaken(const std::string& writer, const std::string& run, const Claims& claims);
+  // This node's claims ((writer, run) -> claims), as a restarted holder reads them back.
+  Result<std::map<std::pair<std::string, std::string>, Claims>> OwnClaims();
   // Starts the watches and threads and grants the lease; false (LastError
   // says why) if the store cannot be reached or refuses (auth): the node
   // joins once it answers (the next record or campaign takes the lease).
@@ -167,7 +181,7 @@ class EtcdRecords final : public RecordStore {
   etcd::Client client_;
   Reducer reducer_;
   std::function<void()> on_digest_;
-  std::function<void(const std::vector<uint64_t>&)> on_taken_;
+  std::function<void(const Taken&)> on_taken_;
   std::chrono::steady_clock::time_point last_reduce_ GUARDED_BY(mu_);
 
   Mutex mu_;

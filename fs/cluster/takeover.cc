@@ -104,21 +104,40 @@ bool Takeover::Claimed(const std::string& writer, const Held& h) const {
   return it != claimed_.end() && it->second.count(SeqOf(h));
 }
 
+void Takeover::Mark(const std::string& writer, const Held& h, char status) {
+  auto it = claimed_.find({writer, RunOf(h)});
+  if (it == claimed_.end() || !it->second.count(SeqOf(h))) return;
+  it->second[SeqOf(h)] = status;
+  unmarked_.insert(it->first);
+  MarkPending();
+}
+
+void Takeover::MarkPending() {
+  for (auto it = unmarked_.begin(); it != unmarked_.end();) {
+    if (auto st = records_->MarkTaken(it->first, it->second, claimed_[*it]); !st) {
+      Fail("cannot record in etcd what became of node " + it->first +
+           "'s claimed entries (its drain waits for it): " + records_->client()->LastError());
+      return;  // next pass
+    }
+    it = unmarked_.erase(it);
+  }
+}
+
 bool Takeover::Claim(const std::string& writer, const Held& h, int64_t writer_rev) {
   if (Claimed(writer, h)) {
     store_->SetClaimed(h.key);
     return true;
   }
-  auto& seqs = claimed_[{writer, RunOf(h)}];
-  std::vector<uint64_t> all(seqs.begin(), seqs.end());
-  all.push_back(SeqOf(h));
+  auto& claims = claimed_[{writer, RunOf(h)}];
+  EtcdRecords::Claims all = claims;
+  all[SeqOf(h)] = EtcdRecords::kClaimed;
   auto ok = records_->ClaimTaken(writer, RunOf(h), all, writer_rev);
   if (!ok) {
     Fail("cannot claim node " + writer + "'s entries in etcd: " + records_->client()->LastError());
     return false;
   }
   if (!*ok) return false;  // its record changed since it was read: decided again next pass
-  seqs.insert(SeqOf(h));
+  claims = std::move(all);
   store_->SetClaimed(h.key);  // the writer's DROP no longer removes it: this holder publishes it
   return true;
 }
@@ -127,9 +146,10 @@ void Takeover::Pass() {
   if (!claims_read_) {
     auto own = records_->OwnClaims();
     if (!own) return;  // the store is unreachable: nothing can be decided
-    for (auto& [who, seqs] : *own) claimed_[who] = std::set<uint64_t>(seqs.begin(), seqs.end());
+    claimed_ = std::move(*own);
     claims_read_ = true;
   }
+  MarkPending();
   std::map<std::string, std::vector<Held>> by_writer;
   for (Held& h : store_->List())  // published ones are only kept to serve loads
     if (h.key.writer != node_ && !h.published) by_writer[h.key.writer].push_back(std::move(h));
@@ -259,6 +279,9 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Held> held, int
     if (!Claim(writer, h, writer_rev)) return;
     const Outcome o = h.key.ino == kEntryIno ? Apply(h) : Publish(h);
     if (o == Outcome::kLater) return;
+    // Told to the writer through its claim: done, or given up (then the
+    // writer, if it comes back, applies the entry itself).
+    Mark(writer, h, o == Outcome::kLost ? EtcdRecords::kGaveUp : EtcdRecords::kDone);
     // Kept, published, while its room is not needed: the replacement node
     // and the others load it from here (this holder is its home now). A
     // namespace entry, once applied, serves nothing.

@@ -92,6 +92,9 @@ class Takeover {
   // writer's record changed, or the store did not answer).
   bool Claim(const std::string& writer, const Held& h, int64_t writer_rev);
   bool Claimed(const std::string& writer, const Held& h) const;
+  // What became of a claimed entry, into its claim (the writer waits for it).
+  void Mark(const std::string& writer, const Held& h, char status);
+  void MarkPending();
   // The cluster lists that run of `writer` dead (its lost window noted):
   // an earlier run of the same id named dead does not stand for a later one.
   bool NamedLost(const std::string& writer, const std::string& incarnation);
@@ -117,7 +120,8 @@ class Takeover {
   std::map<std::string, std::chrono::steady_clock::time_point> gone_;     // its record first seen gone (Pass)
   // What this holder claimed (Pass's thread only): (writer, run) -> seqs;
   // read back from etcd once (a restarted holder still owes them).
-  std::map<std::pair<std::string, std::string>, std::set<uint64_t>> claimed_;
+  std::map<std::pair<std::string, std::string>, EtcdRecords::Claims> claimed_;
+  std::set<std::pair<std::string, std::string>> unmarked_;  // outcomes not yet in etcd (retried each pass)
   bool claims_read_ = false;
   mutable Mutex mu_;
   CondVar cv_;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "backend/checksum.h"
 #include "common/config.h"
@@ -211,8 +212,13 @@ void Drainer::StageLoop() {
       // LockForMutation; checked after the transfer). Only a stop cancels it.
       // A taken entry is hashed, not staged: the holder published it; its
       // checksum is all the state needs.
-      auto staged = IsTaken(e.seq) ? HashOnly(src->fd, src->size)
-                                   : backend_->Stage(src->fd, src->size, [&] { return stop_.load(); });
+      bool hash_only;
+      {
+        MutexLock lk(&mu_);
+        hash_only = taken_.count(e.seq) || claimed_taken_.count(e.seq);  // a holder's (claimed: likely done soon)
+      }
+      auto staged =
+          hash_only ? HashOnly(src->fd, src->size) : backend_->Stage(src->fd, src->size, [&] { return stop_.load(); });
       if (!port_->StagedBytesHeld(e, *src)) {
         // Copied aside under the transfer: whatever it read (torn bytes, a
         // short read) is dropped, and the copy is staged at once.
@@ -226,6 +232,7 @@ void Drainer::StageLoop() {
       } else {
         job->staged = *staged;
         job->src = *src;
+        job->hashed_only = hash_only;
       }
     }
     MutexLock lk(&mu_);
@@ -261,10 +268,27 @@ bool Drainer::TakeTaken(uint64_t seq) {
   return taken_.erase(seq) > 0;
 }
 
-void Drainer::SkipTaken(const std::vector<uint64_t>& seqs) {
+bool Drainer::WaitingForHolder(uint64_t seq) {
+  {
+    MutexLock lk(&mu_);
+    if (!claimed_taken_.count(seq)) return false;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (refresh_taken_ && now - refreshed_at_ >= std::chrono::milliseconds(500)) {
+    refreshed_at_ = now;
+    refresh_taken_();  // SkipTaken again, with what the holders say now
+  }
+  MutexLock lk(&mu_);
+  return claimed_taken_.count(seq) > 0;
+}
+
+void Drainer::SkipTaken(const std::vector<uint64_t>& seqs, const std::vector<uint64_t>& claimed) {
   auto head = log_->Pending(1);
   const uint64_t next = log_->next_seq();
   MutexLock lk(&mu_);
+  claimed_taken_.clear();
+  for (uint64_t seq : claimed)
+    if (seq < next && !stale_taken_.count(seq)) claimed_taken_.insert(seq);
   for (uint64_t seq : seqs) {
     // A claim of a seq this log never reached: an entry of a tail the
     // metadata lost with the machine (its write-ahead log is not synced),
@@ -275,6 +299,55 @@ void Drainer::SkipTaken(const std::vector<uint64_t>& seqs) {
     taken_.insert(seq);
   }
   cv_.NotifyAll();
+}
+
+namespace {
+
+// Where rename `r` moved `path` (unchanged if it did not touch it).
+std::string MovedBy(const std::string& path, const LogEntry& r) {
+  if (r.op != LogOp::kRename) return path;
+  if (PathUnder(path, r.path)) return r.path2 + path.substr(r.path.size());
+  if ((r.flags & 1) && PathUnder(path, r.path2)) return r.path + path.substr(r.path2.size());  // an exchange
+  return path;
+}
+
+}  // namespace
+
+LogEntry Drainer::WhereHoldersLeftIt(const LogEntry& e) {
+  {
+    MutexLock lk(&mu_);
+    if (taken_.empty() || *taken_.rbegin() < e.seq) return e;
+  }
+  // The holders went on past `e` (they gave it up, or never had it) and
+  // applied later entries, renames among them, that this log still holds:
+  // the backend's names are where those left them. Published at the old
+  // name, the file would stay there (the renames are not applied again).
+  LogEntry moved = e;
+  const bool paths2 = e.op == LogOp::kRename || e.op == LogOp::kLink || e.op == LogOp::kPersist;
+  for (const LogEntry& r : log_->Pending(std::numeric_limits<size_t>::max())) {
+    if (r.seq <= e.seq || r.op != LogOp::kRename) continue;
+    {
+      MutexLock lk(&mu_);
+      if (!taken_.count(r.seq)) continue;
+    }
+    moved.path = MovedBy(moved.path, r);
+    if (!paths2) continue;
+    std::string out;  // path2: NUL-separated for a persist's other names
+    for (size_t at = 0; at <= moved.path2.size();) {
+      size_t end = moved.path2.find('\0', at);
+      if (end == std::string::npos) end = moved.path2.size();
+      if (!out.empty() || at > 0) out.push_back('\0');
+      out += MovedBy(moved.path2.substr(at, end - at), r);
+      at = end + 1;
+    }
+    moved.path2 = std::move(out);
+  }
+  if (moved.path != e.path)
+    LOG_INFO(
+        "drain: seq {} {} '{}': applied here, not by a replica holder, after the holders applied later renames; "
+        "at '{}', where they left it",
+        e.seq, meta::LogOpName(e.op), EscapeName(e.path), EscapeName(moved.path));
+  return moved;
 }
 
 int Drainer::CompleteTaken(const LogEntry& e, const std::shared_ptr<Job>& job) {
@@ -378,6 +451,7 @@ void Drainer::Run() {
 }
 
 int Drainer::ApplyHead(const LogEntry& e, const std::vector<LogEntry>& window) {
+  if (WaitingForHolder(e.seq)) return EINPROGRESS;    // its holder's claim: done, or given back, first
   if (e.op != LogOp::kPersist && TakeTaken(e.seq)) {  // a replica holder applied it (SkipTaken)
     LOG_INFO("drain: seq {} {} '{}': applied by a replica holder while this node was counted dead; not again", e.seq,
              meta::LogOpName(e.op), EscapeName(e.path));
@@ -519,14 +593,22 @@ int Drainer::ApplyPersist(const LogEntry& e) {
   // came with its record), before or while it waited: not published.
   if (IsTaken(e.seq)) return CompleteTaken(e, job);
   if (!Cleared(e)) return ECANCELED;
+  if (WaitingForHolder(e.seq)) return EINPROGRESS;
   if (IsTaken(e.seq)) return CompleteTaken(e, job);
+  if (job->hashed_only) {  // hashed for a claim its holder gave back since: staged for real now
+    port_->AbortPersist(e);
+    MutexLock lk(&mu_);
+    jobs_.erase(e.seq);
+    return EINPROGRESS;
+  }
   if (publish_delay_ms_ > 0) {  // test knob: a slow backend, to watch the order from outside
     MutexLock lk(&mu_);
     SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(publish_delay_ms_));
   }
+  const LogEntry at = WhereHoldersLeftIt(e);
   backend::Attrs attrs{job->src.mode,      job->src.uid,       job->src.gid,
                        job->src.has_owner, job->src.mtime.sec, job->src.mtime.nsec};
-  if (auto st = backend_->Publish(job->staged, e.path, attrs); !st) {
+  if (auto st = backend_->Publish(job->staged, at.path, attrs); !st) {
     // ESTALE: the staged copy is gone (deleted behind the daemon's back,
     // the backend replaced): stage again. Otherwise the staged copy stays
     // and the retry publishes it again.
@@ -540,14 +622,16 @@ int Drainer::ApplyPersist(const LogEntry& e) {
   }
   FAILPOINT("drain.after_publish");
   // The file's other names (hard links) point at the new bytes too.
-  for (size_t at = 0; at < e.path2.size();) {
-    size_t end = e.path2.find('\0', at);
-    if (end == std::string::npos) end = e.path2.size();
-    std::string other = e.path2.substr(at, end - at);
-    at = end + 1;
+  for (size_t i = 0; i < at.path2.size();) {
+    size_t end = at.path2.find('\0', i);
+    if (end == std::string::npos) end = at.path2.size();
+    std::string other = at.path2.substr(i, end - i);
+    i = end + 1;
     if (auto st = backend_->Remove(other); !st && st.error() != ENOENT) return st.error();
-    if (auto st = backend_->Link(e.path, other); !st) return st.error();
+    if (auto st = backend_->Link(at.path, other); !st) return st.error();
   }
+  // The core's names follow the log in order (the holders' renames complete
+  // next, unapplied): the logged entry, not `at`.
   if (auto st = port_->CompletePersist(e, job->staged, job->src.gen); !st) return st.error();
   MutexLock lk(&mu_);
   jobs_.erase(e.seq);
@@ -637,20 +721,22 @@ Status ApplyToBackend(backend::Backend* b, const LogEntry& e) {
 
 int Drainer::ApplyNamespace(const LogEntry& e) {
   if (!Cleared(e)) return ECANCELED;
+  if (WaitingForHolder(e.seq)) return EINPROGRESS;
   if (TakeTaken(e.seq)) {  // taken over meanwhile (as in ApplyPersist): the holder applied it
     if (auto c = port_->CompleteEntry(e); !c) return c.error();
     MutexLock lk(&mu_);
     stats_.entries_skipped++;
     return 0;
   }
-  if (KeptForLost(cluster_, e.op, cluster_ ? cluster_->GateTime(e.seq).value_or(0) : 0, e.path,
+  const LogEntry at = WhereHoldersLeftIt(e);
+  if (KeptForLost(cluster_, e.op, cluster_ ? cluster_->GateTime(e.seq).value_or(0) : 0, at.path,
                   "drain: seq " + std::to_string(e.seq))) {
     if (auto c = port_->CompleteEntry(e); !c) return c.error();
     MutexLock lk(&mu_);
     stats_.entries_applied++;
     return 0;
   }
-  Status st = ApplyToBackend(backend_, e);
+  Status st = ApplyToBackend(backend_, at);
   // ENOENT: the entry names something whose bytes never reached the backend
   // (renamed or linked while still open, then sealed under the new name);
   // the later persist entry brings it. Replaying it is a no-op.

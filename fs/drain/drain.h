@@ -117,7 +117,10 @@ class Drainer {
   // Entries of this run that replica holders took over while it was
   // counted dead (EtcdRecords::SetOnTaken): completed here without being
   // applied (the holders applied them), as superseded entries are.
-  void SkipTaken(const std::vector<uint64_t>& seqs);
+  // `claimed`: taken by a live holder, not yet done: the drain waits at
+  // them, asking `refresh` (set_refresh_taken) twice a second for news.
+  void SkipTaken(const std::vector<uint64_t>& seqs, const std::vector<uint64_t>& claimed = {});
+  void set_refresh_taken(std::function<void()> f) { refresh_taken_ = std::move(f); }
   // The cluster's view changed (Cluster::SetOnChange): an entry waiting
   // for it asks MayPublish again now.
   void ClusterChanged();
@@ -143,6 +146,7 @@ class Drainer {
     int err = 0;  // ESTALE: superseded; ECANCELED: changed while staging
     PersistSource src;
     backend::Staged staged;  // no token: hashed only (a taken entry: nothing staged in the backend)
+    bool hashed_only = false;  // HashOnly: nothing to publish (a taken or claimed entry)
   };
 
   void Run();
@@ -221,6 +225,16 @@ class Drainer {
   std::vector<uint64_t> skip_ GUARDED_BY(mu_);                     // seqs undone by history
   std::set<uint64_t> taken_ GUARDED_BY(mu_);                       // seqs replica holders applied (SkipTaken)
   std::set<uint64_t> stale_taken_ GUARDED_BY(mu_);                 // claims of seqs past the log (SkipTaken)
+  std::set<uint64_t> claimed_taken_ GUARDED_BY(mu_);               // claimed, not done yet: waited for
+  std::function<void()> refresh_taken_;
+  std::chrono::steady_clock::time_point refreshed_at_;  // Run's thread only
+  // A live holder claimed `seq` and has not applied it yet: asks for news
+  // (at most twice a second); true while so.
+  bool WaitingForHolder(uint64_t seq);
+  // `e` with its names where the replica holders left them: moved by the
+  // later renames they applied (taken_) while this run was counted dead
+  // and `e` was not taken (given up, or held by none). `e` itself if none.
+  meta::LogEntry WhereHoldersLeftIt(const meta::LogEntry& e) EXCLUDES(mu_);
   DrainStats stats_ GUARDED_BY(mu_);
   std::deque<std::pair<double, uint64_t>> recent_ GUARDED_BY(mu_);  // (time, bytes) for the rate
 

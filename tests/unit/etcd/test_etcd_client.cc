@@ -591,8 +591,10 @@ Test(etcd_client, a_member_cut_off_stops_standing_before_its_lease_ends, .timeou
 
 // A holder's claims on a dead writer's entries (taken/): put only while
 // the writer's record is absent (or as the holder read it); the writer's
-// run, back, is told its own run's claims with its first record, not
-// another run's.
+// run, back, is told with its first record what was done in its place and
+// what a live holder claimed and has not done yet (its drain waits for
+// those), not another run's claims, nor those of a holder gone since; a
+// holder's outcome, marked later, is told at the next refresh.
 Test(etcd_client, a_run_back_is_told_what_its_holders_took) {
   auto eps = Start(1);
   auto opts = [&](const std::string& node, const std::string& run) {
@@ -600,32 +602,48 @@ Test(etcd_client, a_run_back_is_told_what_its_holders_took) {
     o.incarnation = run;
     return o;
   };
+  using R = ckpt::fs::EtcdRecords;
   auto clock = [] { return int64_t{1}; };
-  ckpt::fs::EtcdRecords h(opts("h", "00000000000000hh"), clock), h2(opts("h2", "0000000000000022"), clock);
-  ckpt::fs::EtcdRecords w(opts("w", "00000000000000aa"), clock);
-  cr_assert(h.Open().has_value() && h2.Open().has_value());
-  auto ok = h.ClaimTaken("w", "00000000000000aa", {3, 5}, 0);
+  R h(opts("h", "00000000000000hh"), clock), h2(opts("h2", "0000000000000022"), clock),
+      h3(opts("h3", "0000000000000033"), clock);
+  R w(opts("w", "00000000000000aa"), clock);
+  cr_assert(h.Open().has_value() && h2.Open().has_value() && h3.Open().has_value());
+  cr_assert(h.Put("h", "{}").has_value() && h2.Put("h2", "{}").has_value());  // live; h3 has no record
+  auto ok = h.ClaimTaken("w", "00000000000000aa", {{3, R::kDone}, {5, R::kClaimed}, {6, R::kGaveUp}}, 0);
   cr_assert(ok.has_value() && *ok, "a claim with the writer's record absent was refused");
-  ok = h2.ClaimTaken("w", "00000000000000bb", {4}, 0);  // an earlier run of the id: not w's
+  ok = h2.ClaimTaken("w", "00000000000000bb", {{4, R::kDone}}, 0);  // an earlier run of the id: not w's
   cr_assert(ok.has_value() && *ok);
-  std::vector<uint64_t> told;
-  w.SetOnTaken([&](const std::vector<uint64_t>& seqs) { told.insert(told.end(), seqs.begin(), seqs.end()); });
+  ok = h3.ClaimTaken("w", "00000000000000aa", {{8, R::kClaimed}, {9, R::kDone}}, 0);  // h3: gone
+  cr_assert(ok.has_value() && *ok);
+  R::Taken told;
+  int calls = 0;
+  w.SetOnTaken([&](const R::Taken& t) {
+    told = t;
+    calls++;
+  });
   cr_assert(w.Open().has_value());
-  cr_assert(told.empty(), "told before its first record");
+  cr_assert_eq(calls, 0, "told before its first record");
   cr_assert(w.Put("w", "{}").has_value());
-  std::sort(told.begin(), told.end());
-  cr_expect(told == std::vector<uint64_t>({3, 5}), "told %zu seqs", told.size());
-  ok = h.ClaimTaken("w", "00000000000000aa", {3, 5, 7}, 0);
+  std::sort(told.done.begin(), told.done.end());
+  cr_expect(told.done == std::vector<uint64_t>({3, 9}), "told %zu done", told.done.size());
+  cr_expect(told.claimed == std::vector<uint64_t>({5}), "told %zu claimed", told.claimed.size());
+  ok = h.ClaimTaken("w", "00000000000000aa", {{3, R::kDone}, {5, R::kClaimed}, {7, R::kClaimed}}, 0);
   cr_assert(ok.has_value());
   cr_expect(!*ok, "a claim was put after the writer's run was back");
   auto own = h.OwnClaims();
   cr_assert(own.has_value());
   cr_assert_eq(own->size(), 1u);
-  cr_expect(own->at({"w", "00000000000000aa"}) == std::vector<uint64_t>({3, 5}));
-  told.clear();
+  cr_expect(own->at({"w", "00000000000000aa"}).size() == 3u);
+  cr_assert(h.MarkTaken("w", "00000000000000aa", {{3, R::kDone}, {5, R::kDone}, {6, R::kGaveUp}}).has_value());
+  cr_assert(w.RefreshTaken().has_value());
+  std::sort(told.done.begin(), told.done.end());
+  cr_expect(told.done == std::vector<uint64_t>({3, 5, 9}) && told.claimed.empty(),
+            "after the mark: %zu done, %zu claimed", told.done.size(), told.claimed.size());
+  calls = 0;
   cr_assert(w.Put("w", "{}").has_value());
-  cr_expect(told.empty(), "told again without a new lease");
+  cr_expect_eq(calls, 0, "told again without a new lease");
   w.Close(true);
   h.Close(true);
   h2.Close(true);
+  h3.Close(true);
 }

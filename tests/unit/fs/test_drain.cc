@@ -1692,3 +1692,71 @@ Test(drain, mknod_of_a_regular_file_survives_a_restart_before_its_drain) {
   cr_assert(r.has_value(), "dropped at the restart as created but never closed");
   cr_assert_eq(r->size, 0u);
 }
+
+// Entries replica holders took over while this run was counted dead
+// (Drainer::SkipTaken, from the holders' claims in etcd): those done are
+// completed unapplied (a persist as published, its checksum from the
+// tier), one a live holder claimed and has not done yet holds the drain
+// until a refresh says it is done; a claim of a seq past the log (a tail
+// the metadata lost) is set aside, and the new entry given that seq is
+// published as any other.
+Test(drain, entries_holders_took_are_completed_unapplied_and_claims_waited_for) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t dir = e.Mkdir(kRoot, "staging");
+  e.WriteFile(dir, "f", "the holder published these");
+  cr_assert(e.table->Rename(kRoot, "staging", kRoot, "step", 0).has_value());
+  auto pending = e.table->core().oplog.Pending(16);
+  std::vector<uint64_t> seqs;
+  for (const auto& en : pending) seqs.push_back(en.seq);
+  cr_assert_geq(seqs.size(), 3u);
+  const uint64_t rename_seq = seqs.back(), next = e.table->core().oplog.next_seq();
+  std::vector<uint64_t> done(seqs.begin(), seqs.end() - 1);
+  d.drainer = std::make_unique<ckpt::fs::Drainer>(&e.table->drain_port(), d.be.get(), 4);
+  std::atomic<int> refreshes{0};
+  ckpt::fs::Drainer* dr = d.drainer.get();
+  dr->set_refresh_taken([&] {
+    if (++refreshes >= 2) {  // the holder marked the rename done
+      std::vector<uint64_t> all = seqs;
+      all.push_back(next);
+      dr->SkipTaken(all);
+    }
+  });
+  done.push_back(next);  // a claim of a seq this log never reached
+  dr->SkipTaken(done, {rename_seq});
+  dr->Start();
+  d.Drain(30);
+  cr_expect_geq(refreshes.load(), 2, "the drain did not wait for the claimed rename");
+  cr_expect_not(d.Exists("staging"), "a taken mkdir was applied");
+  cr_expect_not(d.Exists("step"), "a taken rename was applied");
+  auto f = e.table->Lookup(e.table->Lookup(kRoot, "step")->ino, "f");
+  cr_assert(f.has_value());
+  cr_expect_eq(f->state, ckpt::meta::DataState::kPersisted, "a taken persist is not persisted");
+  cr_expect_neq(f->checksum_hi | f->checksum_lo, 0u, "no checksum for a taken persist");
+  e.WriteFile(kRoot, "after", "new");  // gets seq `next`
+  d.Drain(30);
+  cr_expect_eq(d.Read("after"), "new", "the entry given a stale claim's seq was skipped");
+}
+
+// A holder gave up a file (or never held it) and went on to apply a later
+// rename of its directory: the run back publishes the file where that
+// rename left it, not at its logged name (which the rename is not applied
+// again to move).
+Test(drain, an_entry_the_holders_left_goes_where_their_later_renames_put_it) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t dir = e.Mkdir(kRoot, "staging");
+  e.WriteFile(dir, "f", "only the writer had these");
+  cr_assert(e.table->Rename(kRoot, "staging", kRoot, "step", 0).has_value());
+  std::vector<uint64_t> taken;  // the mkdir and the rename; not the persist
+  for (const auto& en : e.table->core().oplog.Pending(16))
+    if (en.op != ckpt::meta::LogOp::kPersist) taken.push_back(en.seq);
+  cr_assert_eq(taken.size(), 2u);
+  cr_assert(d.be->Mkdir("step", {0755, 0, 0, false, 0, 0}).has_value());  // what the holder applied
+  d.drainer = std::make_unique<ckpt::fs::Drainer>(&e.table->drain_port(), d.be.get(), 4);
+  d.drainer->SkipTaken(taken);
+  d.drainer->Start();
+  d.Drain(30);
+  cr_expect_eq(d.Read("step/f"), "only the writer had these");
+  cr_expect_not(d.Exists("staging"), "published at the name the holder's rename had left");
+}
