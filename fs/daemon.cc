@@ -32,6 +32,7 @@
 #include "common/io.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "fs/cluster/replica_wire.h"
 #include "fs/core/memory_watch.h"
 #include "fs/core/peer_copy.h"
 #include "fs/core/recovery.h"
@@ -226,7 +227,7 @@ static void MakeRoomForReplicas(Daemon* d) {
 // This run's incarnation in the cluster: the state dir's random id (made
 // with its metadata), so a daemon restarted on its state dir is the same
 // member, and a new machine under the same --node id is another.
-static std::string Incarnation(const Daemon& d) { return fmt::format("{:016x}", d.fs_id); }
+static std::string Incarnation(const Daemon& d) { return replica::IncarnationText(d.fs_id); }
 
 // The tier key a file is read back into (RestoreFromPeers): no inode's,
 // no snapshot's (cache/tier.h: kSnapBit).

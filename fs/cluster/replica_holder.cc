@@ -237,7 +237,7 @@ void Link::Impl::Get(const std::shared_ptr<Conn>& c, const Msg& m) {
   // writer's id put its own version of this key) is not it.
   if (m.c != 0) {
     auto meta = DecodeMeta(held.meta);
-    if (meta && !SameIncarnation(meta->incarnation, fmt::format("{:016x}", m.c))) {
+    if (meta && !SameIncarnation(meta->incarnation, IncarnationText(m.c))) {
       close(fd);
       return Reply(*c, m.req, Op::kRefused, ESTALE);
     }

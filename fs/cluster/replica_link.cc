@@ -757,9 +757,9 @@ Result<size_t> Link::Read(const std::string& peer, const Key& k, uint64_t offset
   r->kind = Op::kGet;
   r->key = k;
   if (!incarnation.empty()) {
-    char* end = nullptr;
-    r->incarnation = std::strtoull(incarnation.c_str(), &end, 16);
-    if (*end != '\0' || incarnation.size() > 16) return Err(EINVAL);
+    auto id = IncarnationId(incarnation);
+    if (!id) return Err(EINVAL);
+    r->incarnation = *id;
   }
   r->offset = offset;
   r->len = std::min<uint64_t>(len, kMaxRead);

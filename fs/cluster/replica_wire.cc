@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -181,6 +182,20 @@ std::expected<std::string, std::string> LoadSecret(const std::string& path) {
   if (s.size() < kMinSecretLen) return std::unexpected("holds fewer than 16 bytes (use e.g. `openssl rand -hex 32`)");
   if (s.size() > kMaxSecretLen) return std::unexpected("is longer than 4096 bytes");
   return s;
+}
+
+std::string IncarnationText(uint64_t id) {
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(id));
+  return out;
+}
+
+std::optional<uint64_t> IncarnationId(std::string_view text) {
+  uint64_t id = 0;
+  if (text.empty() || text.size() > 16) return std::nullopt;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id, 16);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return id;
 }
 
 std::string RandomNonce() {

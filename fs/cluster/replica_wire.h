@@ -111,6 +111,12 @@ std::expected<std::string, std::string> LoadSecret(const std::string& path);
 
 std::string RandomNonce();  // kNonceLen bytes from getrandom()
 
+// A run's incarnation (the state dir's random id) as records, metas and
+// names spell it: 16 lower-case hex digits; and back (a GET's `c`):
+// nullopt unless 1 to 16 hex digits and nothing else.
+std::string IncarnationText(uint64_t id);
+std::optional<uint64_t> IncarnationId(std::string_view text);
+
 // HMAC-SHA256 under `secret` of the handshake's transcript: `role`
 // ("holder" or "client"), both nonces and both node ids, each length-prefixed,
 // so no two different transcripts give the same input.

@@ -263,9 +263,15 @@ bool Drainer::IsTaken(uint64_t seq) {
   return taken_.count(seq) > 0;
 }
 
-bool Drainer::TakeTaken(uint64_t seq) {
+std::optional<int> Drainer::CompleteIfTaken(const LogEntry& e) {
+  if (!IsTaken(e.seq)) return std::nullopt;
+  LOG_INFO("drain: seq {} {} '{}': applied by a replica holder while this node was counted dead; not again", e.seq,
+           meta::LogOpName(e.op), EscapeName(e.path));
+  if (auto c = port_->CompleteEntry(e); !c) return c.error();  // still taken: the retry completes it
   MutexLock lk(&mu_);
-  return taken_.erase(seq) > 0;
+  taken_.erase(e.seq);
+  stats_.entries_skipped++;
+  return 0;
 }
 
 bool Drainer::WaitingForHolder(uint64_t seq) {
@@ -452,14 +458,8 @@ void Drainer::Run() {
 
 int Drainer::ApplyHead(const LogEntry& e, const std::vector<LogEntry>& window) {
   if (WaitingForHolder(e.seq)) return EINPROGRESS;    // its holder's claim: done, or given back, first
-  if (e.op != LogOp::kPersist && TakeTaken(e.seq)) {  // a replica holder applied it (SkipTaken)
-    LOG_INFO("drain: seq {} {} '{}': applied by a replica holder while this node was counted dead; not again", e.seq,
-             meta::LogOpName(e.op), EscapeName(e.path));
-    if (auto c = port_->CompleteEntry(e); !c) return c.error();
-    MutexLock lk(&mu_);
-    stats_.entries_skipped++;
-    return 0;
-  }
+  if (e.op != LogOp::kPersist)
+    if (auto done = CompleteIfTaken(e)) return *done;  // a replica holder applied it (SkipTaken)
   bool skip;
   {
     MutexLock lk(&mu_);
@@ -722,12 +722,7 @@ Status ApplyToBackend(backend::Backend* b, const LogEntry& e) {
 int Drainer::ApplyNamespace(const LogEntry& e) {
   if (!Cleared(e)) return ECANCELED;
   if (WaitingForHolder(e.seq)) return EINPROGRESS;
-  if (TakeTaken(e.seq)) {  // taken over meanwhile (as in ApplyPersist): the holder applied it
-    if (auto c = port_->CompleteEntry(e); !c) return c.error();
-    MutexLock lk(&mu_);
-    stats_.entries_skipped++;
-    return 0;
-  }
+  if (auto done = CompleteIfTaken(e)) return *done;  // taken over meanwhile (as in ApplyPersist)
   const LogEntry at = WhereHoldersLeftIt(e);
   if (KeptForLost(cluster_, e.op, cluster_ ? cluster_->GateTime(e.seq).value_or(0) : 0, at.path,
                   "drain: seq " + std::to_string(e.seq))) {

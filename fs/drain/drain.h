@@ -42,6 +42,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -186,8 +187,9 @@ class Drainer {
   bool WaitCluster(const meta::LogEntry& e);
   // WaitCluster, the pause knob (WhilePaused), then WaitCluster again.
   bool Cleared(const meta::LogEntry& e);
-  // Taken over by a replica holder (SkipTaken): removed from taken_ if so.
-  bool TakeTaken(uint64_t seq) EXCLUDES(mu_);
+  // A namespace entry a replica holder applied (taken_): completed here,
+  // unapplied, and its result returned; nullopt if not taken.
+  std::optional<int> CompleteIfTaken(const meta::LogEntry& e) EXCLUDES(mu_);
   bool IsTaken(uint64_t seq) EXCLUDES(mu_);
   // Completes a taken persist as published (the holder published these
   // bytes): persisted, with the checksum its job computed.

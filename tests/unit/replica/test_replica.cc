@@ -125,6 +125,14 @@ Test(replica_wire, keys_are_safe_file_names) {
     cr_expect(!Key::Parse(bad), "%s", bad);
 }
 
+Test(replica_wire, incarnations_are_16_hex_digits_and_read_back_strictly) {
+  cr_expect_eq(IncarnationText(0xabcULL), "0000000000000abc");
+  cr_expect_eq(IncarnationId(IncarnationText(0xfedcba9876543210ULL)).value_or(0), 0xfedcba9876543210ULL);
+  cr_expect_eq(IncarnationId("7").value_or(0), 7u);
+  for (const char* bad : {"", " 7", "7 ", "0x7", "-7", "+7", "g", "00000000000000001"})
+    cr_expect_not(IncarnationId(bad).has_value(), "'%s' read as an incarnation", bad);
+}
+
 Test(replica_wire, macs_bind_the_secret_the_nonces_and_the_ids) {
   const std::string n1(kNonceLen, 'a'), n2(kNonceLen, 'b');
   const std::string m = HandshakeMac(kSecret, "client", n1, n2, "x", "y");
