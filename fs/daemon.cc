@@ -414,6 +414,7 @@ static std::string OpenReplicas(Daemon* d) {
   ports.when_applied = [table](uint64_t seq, std::function<void(int)> fn) {
     table->core().oplog.WhenApplied(seq, std::move(fn));
   };
+  ports.applied_seq = [table] { return table->core().oplog.AppliedSeq(); };
   ports.hold = [dp] { return dp->table->core().saves.HoldDrain(); };
   ports.observed = [c = d->cluster.get()] { c->Poke(); };
   ports.incarnation = Incarnation(*d);

@@ -290,6 +290,29 @@ void Replicator::Applied(const Version& v) {
   cv_.NotifyAll();
 }
 
+void Replicator::Answered(const Version& v, uint64_t seq, int err) {
+  // EIO says an entry up to `seq` did not reach the backend. Once the
+  // applied seq passed `seq`, that is the drain's last word: the entry
+  // completed (failed, skipped, or lost) and the replicas go. A lost one
+  // (RecordLost: its bytes gone from this node's tier) goes too: nothing
+  // reads a replica of an entry its writer's log completed (a restart asks
+  // its holders only for entries still pending: RestoreFromPeers; the
+  // holders drop it themselves once this node's record shows it applied:
+  // Takeover's ShowsApplied), so kept it would only hold their room.
+  // Before that, the drain holds at a refusal up to `seq` or the log shut
+  // down: nothing of the entry is in the backend, and its replicas are what
+  // a node lost now leaves of it. Kept, and watched again (Run).
+  if (err != 0) {
+    const uint64_t applied = ports_.applied_seq ? ports_.applied_seq() : 0;
+    if (applied < seq) {
+      MutexLock l(&mu_);
+      rewatch_[v] = {seq, applied};
+      return;
+    }
+  }
+  Applied(v);
+}
+
 void Replicator::ForgetGoneHolders() {
   std::set<std::string> live;
   for (const auto& [node, addr] : peers_->Ranked("")) live.insert(addr);
@@ -428,6 +451,12 @@ void Replicator::Run() {
     MutexLock l(&gate->mu);
     gate->r = this;
   }
+  auto watch = [&](const Version& v, uint64_t seq) {
+    ports_.when_applied(seq, [gate, v, seq](int err) {
+      MutexLock l(&gate->mu);
+      if (gate->r) gate->r->Answered(v, seq, err);
+    });
+  };
   auto checked = Clock::now();
   uint64_t told = 0;  // observed_ when ports_.observed was last called
   for (;;) {
@@ -435,6 +464,23 @@ void Replicator::Run() {
       ForgetGoneHolders();
       checked = Clock::now();
     }
+    // A watch that heard EIO for a hold is set again once the applied seq
+    // moved (the held entry completed): one check a round, no wake-up of
+    // its own (a drop a second late costs nothing).
+    std::vector<std::pair<Version, uint64_t>> rearm;
+    if (ports_.applied_seq) {
+      const uint64_t applied = ports_.applied_seq();
+      MutexLock l(&mu_);
+      for (auto it = rewatch_.begin(); it != rewatch_.end();) {
+        if (it->second.second == applied) {
+          ++it;
+          continue;
+        }
+        rearm.emplace_back(it->first, it->second.first);
+        it = rewatch_.erase(it);
+      }
+    }
+    for (const auto& [v, seq] : rearm) watch(v, seq);
     std::vector<std::pair<std::string, Key>> drops;
     std::optional<Item> item;
     std::vector<meta::LogEntry> to_size;
@@ -484,13 +530,7 @@ void Replicator::Run() {
       stats_.dropped++;
     }
     if (!item) continue;
-    if (item->tries == 0 && ports_.when_applied) {
-      const Version v{item->e.ino, item->e.version};
-      ports_.when_applied(item->e.seq, [gate, v](int) {
-        MutexLock l(&gate->mu);
-        if (gate->r) gate->r->Applied(v);
-      });
-    }
+    if (item->tries == 0 && ports_.when_applied) watch({item->e.ino, item->e.version}, item->e.seq);
     if (Send(*item)) {
       MutexLock l(&mu_);
       sending_ = 0;

@@ -31,7 +31,10 @@
 // version is `replicated` (Replicated(), the file's user.ckptfs.state)
 // while those holders are live members (a holder whose lease ended takes
 // its replicas with it: the version is sent to the next member);
-// once the drain applied it, the holders are told to drop it. A holder
+// once the drain applied it, the holders are told to drop it: only once
+// the applied seq passed it, never while the drain holds at a refusal
+// before it or the log shuts down (then nothing of it is in the backend,
+// and its replicas are what a node lost then leaves of it). A holder
 // without room (WAIT) or gone makes the replicator try the next member in
 // the order, then again later; the file stays in RAM and its drain goes
 // on meanwhile.
@@ -125,8 +128,14 @@ class Replicator {
     std::function<Result<Source>(const meta::LogEntry&)> source;
     std::function<int64_t(uint64_t seq)> gate_us;  // 0: not known
     // Calls `fn` once the entry `seq` is applied (its bytes persisted, or
-    // undone): on the drain's thread, without locks held.
+    // undone): on the drain's thread, without locks held. OpLog::WhenApplied:
+    // EIO too when an entry up to `seq` failed or was lost (applied all the
+    // same), and when the drain holds at a refusal before it or the log
+    // shuts down (not applied: applied_seq tells those apart).
     std::function<void(uint64_t seq, std::function<void(int err)> fn)> when_applied;
+    // Every entry up to here is applied (OpLog::AppliedSeq). Without it an
+    // EIO from when_applied never drops a replica.
+    std::function<uint64_t()> applied_seq;
     std::function<bool()> hold;  // true while a save runs: wait
     // New entries were observed (UnsafeFrom moved): called on the
     // replicator's thread, no lock held, so that the cluster's record names
@@ -190,6 +199,10 @@ class Replicator {
   // Sends one version; false: try again later.
   bool Send(const Item& it);
   void Applied(const Version& v);
+  // when_applied answered `err` for `v`, logged at `seq`: Applied, or, if
+  // the applied seq has not passed `seq` (a hold, a shutdown), watched
+  // again once it moved (Run).
+  void Answered(const Version& v, uint64_t seq, int err);
   // Holders that left (their address gone from Peers) hold nothing any
   // more: their versions are sent again, to the next members in the order.
   void ForgetGoneHolders();
@@ -209,6 +222,9 @@ class Replicator {
   std::set<Version> pending_ GUARDED_BY(mu_);                         // queued or being sent
   std::set<Version> applied_ GUARDED_BY(mu_);                         // of those, persisted (or undone) meanwhile
   std::vector<std::pair<std::string, Key>> drops_ GUARDED_BY(mu_);
+  // Versions whose watch heard EIO before the applied seq passed them:
+  // their seq and the applied seq then (watched again once it moves).
+  std::map<Version, std::pair<uint64_t, uint64_t>> rewatch_ GUARDED_BY(mu_);
   Stats stats_ GUARDED_BY(mu_);
   uint64_t observed_ GUARDED_BY(mu_) = 0;  // the newest seq observed
   uint64_t sending_ GUARDED_BY(mu_) = 0;   // the seq of the item out of the queue (0 : none)

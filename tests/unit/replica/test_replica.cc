@@ -25,6 +25,7 @@
 #include "fs/cluster/replica_store.h"
 #include "fs/cluster/replica_wire.h"
 #include "fs/cluster/replicator.h"
+#include "fs/core/oplog.h"
 
 using namespace ckpt::fs::replica;
 namespace fsys = std::filesystem;
@@ -1317,4 +1318,78 @@ Test(replicator, small_files_and_entries_go_while_a_save_runs, .timeout = 60) {
   r.Stop();
   close(small);
   close(large);
+}
+
+// The drain holds at a refused entry (-o on_refusal=hold): OpLog answers
+// the watches covering it EIO at once, yet nothing of those files is in
+// the backend, so their holders keep them (they were dropped: a node lost
+// then lost every file behind the held one). They go once the applied seq
+// passes them: the held entry applied, the next one applied, a lost one
+// completed; a shutdown drops nothing. On the real OpLog.
+Test(replicator, a_held_drain_keeps_the_replicas_until_the_applied_seq_passes_them, .timeout = 60) {
+  Pair p(64 << 20);
+  using ckpt::fs::OpLog;
+  using ckpt::meta::LogEntry;
+  using ckpt::meta::LogOp;
+  std::map<uint64_t, int> fds;  // ino -> its bytes
+  std::pair<uint64_t, uint64_t> sum;
+  OpLog log;
+  std::vector<LogEntry> logged;
+  for (uint64_t ino : {3, 4, 5, 6}) {
+    fds[ino] = MakeFile(p.dir + "/f" + std::to_string(ino), 4096, static_cast<unsigned>(ino), &sum);
+    ckpt::meta::Batch b;
+    std::vector<LogEntry> out;
+    LogEntry e;
+    e.op = LogOp::kPersist;
+    e.ino = ino;
+    e.version = 1;
+    e.path = "f" + std::to_string(ino);
+    log.Append(&b, std::move(e), &out);
+    logged.push_back(out.at(0));
+    log.Publish(std::move(out));
+  }
+  const LogEntry &held = logged[0], &next = logged[1], &lost = logged[2];
+  auto done = [&](const LogEntry& e, OpLog::Outcome o) {
+    OpLog::Due due;
+    ckpt::meta::Batch b;
+    if (o == OpLog::Outcome::kLost) log.RecordLost(e, "not in the memory tier", &b);
+    log.Finish(log.Complete(e, o, "", &b), &due);
+  };
+  Replicator::Ports ports;
+  ports.source = [&](const LogEntry& e) -> ckpt::Result<Replicator::Source> {
+    return Replicator::Source{nullptr, fds.at(e.ino), 4096};
+  };
+  ports.gate_us = [](uint64_t seq) { return static_cast<int64_t>(1000 + seq); };
+  ports.when_applied = [&](uint64_t seq, std::function<void(int)> fn) { log.WhenApplied(seq, std::move(fn)); };
+  ports.applied_seq = [&] { return log.AppliedSeq(); };
+  Peers peers(nullptr, "writer.a", "");
+  peers.SetMembersForTest({{"writer.a", ""}, {"holder-1", p.addr}});
+  Replicator r("writer.a", 1, p.writer.get(), &peers, ports);
+  r.Start();
+  r.Observe(logged);
+  cr_assert(WaitFor([&] { return p.store->List().size() == 4; }), "the four files are held");
+  auto holds = [&](uint64_t ino) {
+    for (const Held& h : p.store->List())
+      if (h.key.ino == ino) return true;
+    return false;
+  };
+  log.Hold(held, "refused for good");                            // every watch covers it: EIO
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // rounds of the replicator's loop
+  cr_expect_eq(p.store->List().size(), 4u, "a held drain drops no replica: none of them is in the backend");
+  cr_expect(r.Replicated(held.ino, 1) && r.Replicated(next.ino, 1), "and the files stay replicated");
+  log.Hold(held, "refused again");       // the drain's retry
+  done(held, OpLog::Outcome::kApplied);  // then the backend took it
+  cr_expect(WaitFor([&] { return !holds(held.ino); }), "applied: its replica goes");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  cr_expect_eq(p.store->List().size(), 3u, "the ones behind it are watched again, not dropped");
+  done(next, OpLog::Outcome::kApplied);
+  cr_expect(WaitFor([&] { return !holds(next.ino); }), "the next one goes once applied");
+  done(lost, OpLog::Outcome::kLost);  // EIO, and the applied seq passed it: the drain's last word
+  cr_expect(WaitFor([&] { return !holds(lost.ino); }), "a lost entry's replica goes too (nothing reads it)");
+  log.Shutdown();  // the last one's watch hears EIO, unapplied
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  cr_expect(holds(logged[3].ino), "a shutdown drops nothing");
+  cr_expect(r.Replicated(logged[3].ino, 1));
+  r.Stop();
+  for (auto& [ino, fd] : fds) close(fd);
 }
