@@ -280,12 +280,19 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
   // that a lost member's lost list is not the files its holders publish.
   uint64_t at_risk = count;
   if (replicated_) std::tie(at_risk, paths) = log_->AtRisk(max_paths, replicated_);
+  // Dead members' replicas this node is to publish in their place: no
+  // other copy is known (their writer is gone), so they are lost with this
+  // node, and its record says so — a loss of writer and holder both was
+  // named nowhere, and no lost window kept the removals after them.
+  const HeldForOthers held = held_gate_ ? held_gate_() : HeldForOthers{};
+  at_risk += held.dead_files;
+  for (const std::string& p : held.dead_paths)
+    if (paths.size() < max_paths) paths.push_back(p);
   const size_t max_bytes = reduces_ ? kDigestRecordPathBytes : kRecordPathBytes;
   size_t keep = 0, bytes = 0;
   while (keep < paths.size() && bytes + paths[keep].size() <= max_bytes) bytes += paths[keep++].size();
   paths.resize(keep);
   Record r;
-  const int64_t held = held_gate_ ? held_gate_().value_or(0) : 0;  // 0: none
   const uint64_t unsafe_from = unsafe_from_ ? unsafe_from_() : 0;  // 0: every pending entry
   uint64_t applied = 0;
   {
@@ -301,12 +308,13 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
     // are pending, the oldest is applied_ + 1. Its gate, or T while no
     // sample has seen it yet (its gate is later: T errs on the safe side).
     if (applied_ < s.post) r.oldest_gate_us = GateLocked(applied_ + 1).value_or(s.t);
-    if (held > 0 && (!r.oldest_gate_us || held < *r.oldest_gate_us)) r.oldest_gate_us = held;
-    written_held_ = held;
+    if (held.gate && (!r.oldest_gate_us || *held.gate < *r.oldest_gate_us)) r.oldest_gate_us = held.gate;
+    written_held_ = {held.gate.value_or(0), held.dead_gate.value_or(0)};
     // U: the oldest entry no other member holds a copy of (the replicas'
     // own, not those held here for others). A loss of this node begins there.
     if (const uint64_t u = std::max(applied_ + 1, unsafe_from); u <= s.post)
       r.unsafe_gate_us = GateLocked(u).value_or(s.t);
+    if (held.dead_gate && (!r.unsafe_gate_us || *held.dead_gate < *r.unsafe_gate_us)) r.unsafe_gate_us = held.dead_gate;
     written_unsafe_from_ = AtRiskFrom(unsafe_from, s.post), written_logged_ = s.post;
     r.unpersisted = count;
     r.at_risk = at_risk;
@@ -351,7 +359,8 @@ void Cluster::Tick() {
   const uint64_t applied = log_->AppliedSeq();
   // A replica held for another node came or went (SetHeldGate): the others wait on this record's gate, so it
   // is written at once; so is each entry at risk (AtRiskFrom: the first, 0 if none; and each after it).
-  const int64_t held = held_gate_ ? held_gate_().value_or(0) : 0;
+  const HeldForOthers h = held_gate_ ? held_gate_() : HeldForOthers{};
+  const std::pair<int64_t, int64_t> held{h.gate.value_or(0), h.dead_gate.value_or(0)};
   const uint64_t logged = log_->LoggedSeq(), unsafe_from = unsafe_from_ ? AtRiskFrom(unsafe_from_(), logged) : 0;
   bool write = false, read = false;
   {
@@ -613,7 +622,7 @@ std::string Cluster::BlockedLocked() const {
 
 bool Cluster::MayPublish(uint64_t seq) {
   const int64_t now = clock_();
-  const int64_t held = held_gate_ ? held_gate_().value_or(0) : 0;  // taken before mu_ (the store's lock)
+  const int64_t held = held_gate_ ? held_gate_().gate.value_or(0) : 0;  // taken before mu_ (the store's lock)
   MutexLock lk(&mu_);
   std::vector<std::string> blockers;
   auto g = GateLocked(seq);

@@ -42,6 +42,18 @@ struct ClusterOptions {
 inline bool SameIncarnation(const std::string& a, const std::string& b) { return a.empty() || b.empty() || a == b; }
 
 struct ClusterRecord;
+
+// What this node holds for other members (issue #30; Cluster::SetHeldGate,
+// Takeover::Held): `gate`, the earliest replica's gate + 1 µs (its record
+// names it pending); and the replicas of dead members it is to publish in
+// their place, which are lost with this node: the earliest's gate (its
+// record's U goes back there), how many files, their paths (the first).
+struct HeldForOthers {
+  std::optional<int64_t> gate;
+  std::optional<int64_t> dead_gate;
+  uint64_t dead_files = 0;
+  std::vector<std::string> dead_paths;
+};
 // The name a run of a member is logged dead and back under: the node id,
 // and its incarnation where known (two runs of one id are two members).
 std::string NotedName(const ClusterRecord& r);

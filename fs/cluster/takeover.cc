@@ -46,11 +46,31 @@ void Takeover::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::optional<int64_t> Takeover::HeldGate() const {
-  const uint64_t g = store_->MinGate();
-  if (g == 0) return std::nullopt;
-  return static_cast<int64_t>(g) + 1;
+HeldForOthers Takeover::Holding() const {
+  HeldForOthers out;
+  {
+    MutexLock l(&mu_);
+    out = dead_held_;
+  }
+  if (const uint64_t g = store_->MinGate(); g != 0) out.gate = static_cast<int64_t>(g) + 1;
+  return out;
 }
+
+namespace {
+constexpr size_t kAtRiskPaths = 1000;  // as many as a record names (Cluster::MakeRecord cuts them to its size)
+// Adds `held` (a dead writer's, or claimed: this holder publishes them) to
+// what this node's loss would lose.
+void AddAtRisk(HeldForOthers* out, std::vector<Held>::const_iterator begin, std::vector<Held>::const_iterator end) {
+  for (auto it = begin; it != end; ++it) {
+    const auto g = static_cast<int64_t>(it->gate_us);
+    if (!out->dead_gate || g < *out->dead_gate) out->dead_gate = g;
+    if (it->key.ino == kEntryIno) continue;  // a namespace entry: its gate, no file
+    out->dead_files++;
+    auto m = DecodeMeta(it->meta);
+    if (m && out->dead_paths.size() < kAtRiskPaths) out->dead_paths.push_back(m->path);
+  }
+}
+}  // namespace
 
 Takeover::Stats Takeover::stats() const {
   MutexLock l(&mu_);
@@ -154,6 +174,7 @@ void Takeover::Pass() {
   for (Held& h : store_->List())  // published ones are only kept to serve loads
     if (h.key.writer != node_ && !h.published) by_writer[h.key.writer].push_back(std::move(h));
   const auto now = std::chrono::steady_clock::now();
+  HeldForOthers at_risk;  // dead_held_ once the pass has seen every writer
   std::erase_if(checked_, [&](const auto& kv) { return !by_writer.count(kv.first); });
   std::erase_if(gone_, [&](const auto& kv) { return !by_writer.count(kv.first); });
   for (auto& [writer, held] : by_writer) {
@@ -209,6 +230,7 @@ void Takeover::Pass() {
         auto m = DecodeMeta(it->meta);
         runs.insert(m ? m->incarnation : "");
       }
+      AddAtRisk(&at_risk, held.begin(), dead_end);
       const bool named =
           std::all_of(runs.begin(), runs.end(), [&](const std::string& run) { return NamedLost(writer, run); });
       if (named || now - since >= kNamedWithin)
@@ -224,6 +246,7 @@ void Takeover::Pass() {
       return true;
     });
     if (claimed_end != held.begin()) {
+      AddAtRisk(&at_risk, held.begin(), claimed_end);
       PublishFor(writer, std::vector<Held>(held.begin(), claimed_end), writer_rev);
       continue;
     }
@@ -235,6 +258,10 @@ void Takeover::Pass() {
       }
     }
   }
+  // As of the start of this pass: what it published since goes at the
+  // next one (a record that names a file published is on the safe side).
+  MutexLock l(&mu_);
+  dead_held_ = std::move(at_risk);
 }
 
 bool ShowsApplied(const WriterRecord& w, const Held& h) {

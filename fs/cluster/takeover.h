@@ -77,8 +77,10 @@ class Takeover {
 
   void Start();
   void Stop();
-  // For the record (Cluster::SetHeldGate): the earliest gate held + 1 µs.
-  std::optional<int64_t> HeldGate() const;
+  // For the record (Cluster::SetHeldGate): the earliest gate held + 1 µs,
+  // and the dead writers' replicas this holder is to publish (as of the
+  // last pass): lost with this node.
+  HeldForOthers Holding() const;
   Stats stats() const;
 
  private:
@@ -124,6 +126,7 @@ class Takeover {
   std::set<std::pair<std::string, std::string>> unmarked_;  // outcomes not yet in etcd (retried each pass)
   bool claims_read_ = false;
   mutable Mutex mu_;
+  HeldForOthers dead_held_ GUARDED_BY(mu_);  // Holding's second half, from the last pass
   CondVar cv_;
   bool stop_ GUARDED_BY(mu_) = false;
   Stats stats_ GUARDED_BY(mu_);

@@ -20,6 +20,7 @@ using ckpt::Result;
 using ckpt::Status;
 using ckpt::fs::Cluster;
 using ckpt::fs::ClusterOptions;
+using ckpt::fs::HeldForOthers;
 
 namespace {
 
@@ -1080,7 +1081,7 @@ Test(cluster, a_replica_held_for_a_dead_node_keeps_the_order) {
   int64_t now = 1000;
   Node a("a", &store, &now, 3000), b("b", &store, &now, 3000), c("c", &store, &now, 3000);
   std::optional<int64_t> held;  // what c holds: the shard's gate + 1 µs
-  c.c->SetHeldGate([&held] { return held; });
+  c.c->SetHeldGate([&held] { return HeldForOthers{held}; });
   now = 1100;
   uint64_t shard = b.log.Log("step1/shard_b");
   b.c->Sample();
@@ -1123,7 +1124,7 @@ Test(cluster, a_holder_publishes_a_dead_writers_later_file_after_its_own) {
   int64_t now = 1000;
   Node a("a", &store, &now, 3000), b("b", &store, &now, 3000), c("c", &store, &now, 3000);
   std::optional<int64_t> held;
-  c.c->SetHeldGate([&held] { return held; });
+  c.c->SetHeldGate([&held] { return HeldForOthers{held}; });
   now = 1100;
   uint64_t own = c.log.Log("step1/shard_c");
   c.c->Sample();
@@ -1151,8 +1152,8 @@ Test(cluster, a_dead_members_entries_on_two_holders_keep_its_exact_order) {
   int64_t now = 1000;
   Node a("a", &store, &now, 3000), b("b", &store, &now, 3000), c("c", &store, &now, 3000);
   std::optional<int64_t> on_c, on_a;
-  c.c->SetHeldGate([&on_c] { return on_c; });
-  a.c->SetHeldGate([&on_a] { return on_a; });
+  c.c->SetHeldGate([&on_c] { return HeldForOthers{on_c}; });
+  a.c->SetHeldGate([&on_a] { return HeldForOthers{on_a}; });
   now = 1100;
   uint64_t file = b.log.Log("step.tmp/shard_b");
   b.c->Sample();
@@ -1222,6 +1223,50 @@ Test(cluster, a_removal_ordered_after_a_lost_members_entries_is_kept) {
                "before c's last record, all of whose entries were replicated");
   cr_expect_eq(a.c->KeepsRemoval(a.c->GateTime(rm4).value(), "step_4/shard_a"), std::string("c"),
                "after it: what c logged then is not known");
+}
+
+// Two losses (issue #30, review D3): b dies with its shard replicated on
+// c only; c, to publish it in b's place, dies too. c's record named the
+// shard as its own at risk — its U at the shard's gate, its path among
+// c's — so the shard is listed lost with c, and a's removal ordered after
+// it is kept out of the backend. (c's record named none of it: nothing
+// listed the shard lost, and the removal went.)
+Test(cluster, a_holder_lost_with_a_dead_writers_replica_names_it_and_keeps_what_follows) {
+  FakeStore store;
+  int64_t now = 1000;
+  Node a("a", &store, &now, 3000), b("b", &store, &now, 3000), c("c", &store, &now, 3000);
+  HeldForOthers on_c;
+  c.c->SetHeldGate([&on_c] { return on_c; });
+  now = 1100;
+  const uint64_t shard = b.log.LogAt("step1/shard_b", 1100);
+  b.c->SetReplicas([shard] { return shard + 1; }, [](uint64_t, uint64_t) { return true; });  // held by c
+  b.c->Sample();
+  const int64_t g = b.c->GateTime(shard).value();
+  on_c.gate = g + 1;
+  now = 1200;
+  const uint64_t rm = a.log.LogAt("step_0/shard_a", 1200);
+  a.c->Sample();
+  now = 1300;
+  for (Node* n : {&b, &c, &a}) n->c->Heartbeat();  // b's last record: nothing of it at risk
+  cr_expect(!a.c->MayPublish(rm), "b's shard first");
+  now = 4500;  // b is dead: c is to publish the shard in its place
+  on_c.dead_gate = g;
+  on_c.dead_files = 1;
+  on_c.dead_paths = {"step1/shard_b"};
+  for (Node* n : {&c, &a, &c, &a}) n->c->Heartbeat();
+  cr_expect(!a.c->MayPublish(rm), "c holds b's shard");
+  cr_expect_eq(a.c->KeepsRemoval(a.c->GateTime(rm).value(), "step_0/shard_a"), std::string(""),
+               "b's loss lost nothing: its shard is on c");
+  now = 7600;  // c is dead too
+  a.c->Heartbeat();
+  cr_expect(a.c->MayPublish(rm));
+  cr_expect_eq(a.c->KeepsRemoval(a.c->GateTime(rm).value(), "step_0/shard_a"), std::string("c"),
+               "ordered after b's shard, lost with c");
+  bool named = false;
+  for (const auto& m : a.c->Status().members)
+    if (m.node == "c")
+      named = m.at_risk >= 1 && std::find(m.paths.begin(), m.paths.end(), "step1/shard_b") != m.paths.end();
+  cr_expect(named, "c's record does not name b's shard as lost with it");
 }
 
 // A file closed while every earlier entry is replicated is named at risk
