@@ -270,14 +270,26 @@ std::optional<int> Drainer::CompleteIfTaken(const LogEntry& e) {
   if (auto c = port_->CompleteEntry(e); !c) return c.error();  // still taken: the retry completes it
   MutexLock lk(&mu_);
   taken_.erase(e.seq);
+  taken_entries_.erase(e.seq);
   stats_.entries_skipped++;
   return 0;
 }
 
 bool Drainer::WaitingForHolder(uint64_t seq) {
+  // `seq` claimed and not marked; or not taken while a later seq is
+  // claimed and not marked: its holder may be applying it now, a rename
+  // that WhereHoldersLeftIt must see before `seq` is applied here.
+  auto waits = [&] {
+    mu_.AssertHeld();
+    return claimed_taken_.count(seq) > 0 ||
+           (!taken_.count(seq) && claimed_taken_.upper_bound(seq) != claimed_taken_.end());
+  };
   {
     MutexLock lk(&mu_);
-    if (!claimed_taken_.count(seq)) return false;
+    if (!waits()) {
+      stats_.holder_wait_seq = 0;
+      return false;
+    }
   }
   const auto now = std::chrono::steady_clock::now();
   if (refresh_taken_ && now - refreshed_at_ >= std::chrono::milliseconds(500)) {
@@ -285,7 +297,14 @@ bool Drainer::WaitingForHolder(uint64_t seq) {
     refresh_taken_();  // SkipTaken again, with what the holders say now
   }
   MutexLock lk(&mu_);
-  return claimed_taken_.count(seq) > 0;
+  const bool wait = waits();
+  if (wait && stats_.holder_wait_seq != seq)  // once per entry waited at
+    LOG_INFO(
+        "drain: seq {} waits: a replica holder claimed it or a later entry while this node was counted dead, and "
+        "has not said yet whether it applied it (status: drain.waits_for_holder_at_seq)",
+        seq);
+  stats_.holder_wait_seq = wait ? seq : 0;
+  return wait;
 }
 
 void Drainer::SkipTaken(const std::vector<uint64_t>& seqs, const std::vector<uint64_t>& claimed) {
@@ -309,48 +328,91 @@ void Drainer::SkipTaken(const std::vector<uint64_t>& seqs, const std::vector<uin
 
 namespace {
 
-// Where rename `r` moved `path` (unchanged if it did not touch it).
-std::string MovedBy(const std::string& path, const LogEntry& r) {
-  if (r.op != LogOp::kRename) return path;
-  if (PathUnder(path, r.path)) return r.path2 + path.substr(r.path.size());
-  if ((r.flags & 1) && PathUnder(path, r.path2)) return r.path + path.substr(r.path2.size());  // an exchange
-  return path;
+// Where a later entry `r` left `path`: moved (a rename of it or of a
+// directory above it; an exchange), unchanged, or nullopt — removed or
+// replaced (an unlink of it, an rmdir above it, a rename over it, a
+// persist of another version at that name).
+std::optional<std::string> LeftBy(const std::string& path, const LogEntry& r) {
+  switch (r.op) {
+    case LogOp::kRename:
+      if (PathUnder(path, r.path)) return r.path2 + path.substr(r.path.size());
+      if (PathUnder(path, r.path2)) {
+        if (r.flags & 1) return r.path + path.substr(r.path2.size());  // an exchange
+        return std::nullopt;
+      }
+      return path;
+    case LogOp::kUnlink: return path == r.path ? std::nullopt : std::optional(path);
+    case LogOp::kRmdir: return PathUnder(path, r.path) ? std::nullopt : std::optional(path);
+    case LogOp::kPersist: return path == r.path ? std::nullopt : std::optional(path);
+    default: return path;
+  }
 }
 
 }  // namespace
 
-LogEntry Drainer::WhereHoldersLeftIt(const LogEntry& e) {
+std::optional<LogEntry> Drainer::WhereHoldersLeftIt(const LogEntry& e) {
+  std::vector<uint64_t> later;
+  bool missing = false;
   {
     MutexLock lk(&mu_);
-    if (taken_.empty() || *taken_.rbegin() < e.seq) return e;
+    for (auto it = taken_.upper_bound(e.seq); it != taken_.end(); ++it) {
+      later.push_back(*it);
+      missing = missing || !taken_entries_.count(*it);
+    }
   }
+  if (later.empty()) return e;
   // The holders went on past `e` (they gave it up, or never had it) and
-  // applied later entries, renames among them, that this log still holds:
-  // the backend's names are where those left them. Published at the old
-  // name, the file would stay there (the renames are not applied again).
+  // applied later entries that this log still holds: the backend's names
+  // are where those left them. At its logged name a file would stay where
+  // a rename had moved its directory from, or replace what a later entry
+  // put there (the holders' entries are not applied again). The log is
+  // read once for each new set of taken entries, not for each entry.
+  if (missing) {
+    auto all = log_->Pending(std::numeric_limits<size_t>::max());
+    MutexLock lk(&mu_);
+    for (const LogEntry& r : all)
+      if (taken_.count(r.seq)) taken_entries_.emplace(r.seq, r);
+  }
   LogEntry moved = e;
   const bool paths2 = e.op == LogOp::kRename || e.op == LogOp::kLink || e.op == LogOp::kPersist;
-  for (const LogEntry& r : log_->Pending(std::numeric_limits<size_t>::max())) {
-    if (r.seq <= e.seq || r.op != LogOp::kRename) continue;
+  for (uint64_t seq : later) {
+    LogEntry r;
     {
       MutexLock lk(&mu_);
-      if (!taken_.count(r.seq)) continue;
+      auto it = taken_entries_.find(seq);
+      if (it == taken_entries_.end()) continue;
+      r = it->second;
     }
-    moved.path = MovedBy(moved.path, r);
+    auto path = LeftBy(moved.path, r);
+    if (!path) {
+      LOG_INFO(
+          "drain: seq {} {} '{}': a replica holder applied seq {} {} '{}' after it, in this node's place; "
+          "superseded, not applied",
+          e.seq, meta::LogOpName(e.op), EscapeName(e.path), r.seq, meta::LogOpName(r.op), EscapeName(r.path));
+      return std::nullopt;
+    }
+    moved.path = std::move(*path);
     if (!paths2) continue;
-    std::string out;  // path2: NUL-separated for a persist's other names
+    std::string out;  // path2: NUL-separated for a persist's other names (one removed is left out)
     for (size_t at = 0; at <= moved.path2.size();) {
       size_t end = moved.path2.find('\0', at);
       if (end == std::string::npos) end = moved.path2.size();
-      if (!out.empty() || at > 0) out.push_back('\0');
-      out += MovedBy(moved.path2.substr(at, end - at), r);
+      const std::string name = moved.path2.substr(at, end - at);
+      auto other = LeftBy(name, r);
+      // A persist's other name removed since is left out; a rename's or a
+      // link's target keeps its name (replaced there again, as logged).
+      if (!other && e.op != LogOp::kPersist) other = name;
+      if (other && !other->empty()) {
+        if (!out.empty()) out.push_back('\0');
+        out += *other;
+      }
       at = end + 1;
     }
     moved.path2 = std::move(out);
   }
   if (moved.path != e.path)
     LOG_INFO(
-        "drain: seq {} {} '{}': applied here, not by a replica holder, after the holders applied later renames; "
+        "drain: seq {} {} '{}': applied here, not by a replica holder, after the holders applied later entries; "
         "at '{}', where they left it",
         e.seq, meta::LogOpName(e.op), EscapeName(e.path), EscapeName(moved.path));
   return moved;
@@ -369,6 +431,19 @@ int Drainer::CompleteTaken(const LogEntry& e, const std::shared_ptr<Job>& job) {
   if (auto st = port_->CompletePersist(e, job->staged, job->src.gen); !st) return st.error();
   MutexLock lk(&mu_);
   taken_.erase(e.seq);
+  taken_entries_.erase(e.seq);
+  jobs_.erase(e.seq);
+  stats_.entries_skipped++;
+  return 0;
+}
+
+int Drainer::CompleteLeft(const LogEntry& e, const std::shared_ptr<Job>& job) {
+  if (job && job->err == 0) {  // staged (or hashed) for nothing
+    if (!job->staged.token.empty()) backend_->Abort(job->staged);
+    port_->AbortPersist(e);
+  }
+  if (auto st = port_->CompleteEntry(e); !st) return st.error();
+  MutexLock lk(&mu_);
   jobs_.erase(e.seq);
   stats_.entries_skipped++;
   return 0;
@@ -605,7 +680,9 @@ int Drainer::ApplyPersist(const LogEntry& e) {
     MutexLock lk(&mu_);
     SleepUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(publish_delay_ms_));
   }
-  const LogEntry at = WhereHoldersLeftIt(e);
+  const std::optional<LogEntry> left = WhereHoldersLeftIt(e);
+  if (!left) return CompleteLeft(e, job);
+  const LogEntry& at = *left;
   backend::Attrs attrs{job->src.mode,      job->src.uid,       job->src.gid,
                        job->src.has_owner, job->src.mtime.sec, job->src.mtime.nsec};
   if (auto st = backend_->Publish(job->staged, at.path, attrs); !st) {
@@ -723,7 +800,9 @@ int Drainer::ApplyNamespace(const LogEntry& e) {
   if (!Cleared(e)) return ECANCELED;
   if (WaitingForHolder(e.seq)) return EINPROGRESS;
   if (auto done = CompleteIfTaken(e)) return *done;  // taken over meanwhile (as in ApplyPersist)
-  const LogEntry at = WhereHoldersLeftIt(e);
+  const std::optional<LogEntry> left = WhereHoldersLeftIt(e);
+  if (!left) return CompleteLeft(e, nullptr);
+  const LogEntry& at = *left;
   if (KeptForLost(cluster_, e.op, cluster_ ? cluster_->GateTime(e.seq).value_or(0) : 0, at.path,
                   "drain: seq " + std::to_string(e.seq))) {
     if (auto c = port_->CompleteEntry(e); !c) return c.error();

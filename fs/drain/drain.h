@@ -70,6 +70,7 @@ struct DrainStats {
   uint64_t yields = 0;      // transfers that waited for a save to finish (set_yield)
   double yielded_s = 0;     // how long they waited, in all
   bool yielding = false;    // a transfer waits for a save now
+  uint64_t holder_wait_seq = 0;  // the head waits for a replica holder's claim of it (or a later one) to be marked
 };
 
 // Is a backend error one that no retry can fix for this entry? Then the
@@ -234,9 +235,14 @@ class Drainer {
   // (at most twice a second); true while so.
   bool WaitingForHolder(uint64_t seq);
   // `e` with its names where the replica holders left them: moved by the
-  // later renames they applied (taken_) while this run was counted dead
-  // and `e` was not taken (given up, or held by none). `e` itself if none.
-  meta::LogEntry WhereHoldersLeftIt(const meta::LogEntry& e) EXCLUDES(mu_);
+  // later entries they applied (taken_) while this run was counted dead
+  // and `e` was not taken (given up, or held by none); nullopt if one of
+  // those removed or replaced its name (then `e` is superseded:
+  // CompleteLeft completes it unapplied). `e` itself if none.
+  std::optional<meta::LogEntry> WhereHoldersLeftIt(const meta::LogEntry& e) EXCLUDES(mu_);
+  int CompleteLeft(const meta::LogEntry& e, const std::shared_ptr<Job>& job);
+  std::map<uint64_t, meta::LogEntry> taken_entries_
+      GUARDED_BY(mu_);  // taken_'s entries, as WhereHoldersLeftIt read them
   DrainStats stats_ GUARDED_BY(mu_);
   std::deque<std::pair<double, uint64_t>> recent_ GUARDED_BY(mu_);  // (time, bytes) for the rate
 

@@ -265,6 +265,7 @@ std::string StatusJson(Daemon* d, const Asker& who) {
         {"yields", dr.yields},
         {"yielded_s", dr.yielded_s},
         {"yielding", dr.yielding},
+        {"waits_for_holder_at_seq", dr.holder_wait_seq},
         {"in_error", dr.in_error},
         {"last_error", dr.last_error},
         {"last_error_time", dr.last_error_time},

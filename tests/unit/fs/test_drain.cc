@@ -1760,3 +1760,55 @@ Test(drain, an_entry_the_holders_left_goes_where_their_later_renames_put_it) {
   cr_expect_eq(d.Read("step/f"), "only the writer had these");
   cr_expect_not(d.Exists("staging"), "published at the name the holder's rename had left");
 }
+
+// The holders applied, after a file they gave up, a new version of its
+// name (latest.tmp renamed over `latest`): the run back does not publish
+// the old bytes over it.
+Test(drain, an_entry_a_holder_replaced_after_it_is_not_applied_over_the_new_name) {
+  DrainEnv d;
+  Env& e = *d.env;
+  e.WriteFile(kRoot, "latest", "step 1");
+  e.WriteFile(kRoot, "latest.tmp", "step 2");
+  cr_assert(e.table->Rename(kRoot, "latest.tmp", kRoot, "latest", 0).has_value());
+  auto pending = e.table->core().oplog.Pending(16);
+  cr_assert_eq(pending.size(), 3u);
+  const std::vector<uint64_t> taken{pending[1].seq, pending[2].seq};  // not step 1's persist
+  cr_assert(stdfs::exists(d.root));
+  {
+    std::ofstream f(d.root + "/latest");  // what the holder left
+    f << "step 2";
+  }
+  d.drainer = std::make_unique<ckpt::fs::Drainer>(&e.table->drain_port(), d.be.get(), 4);
+  d.drainer->SkipTaken(taken);
+  d.drainer->Start();
+  d.Drain(30);
+  cr_expect_eq(d.Read("latest"), "step 2", "the given-up older version was published over the holder's newer one");
+  cr_expect_not(d.Exists("latest.tmp"));
+}
+
+// A later entry is claimed and not yet marked: its holder may be applying
+// it (a rename of the file's directory) now. The file, given up, waits for
+// the mark, then goes where the rename left it.
+Test(drain, an_entry_waits_while_a_later_one_is_claimed_and_unmarked) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t dir = e.Mkdir(kRoot, "staging");
+  e.WriteFile(dir, "f", "only the writer had these");
+  cr_assert(e.table->Rename(kRoot, "staging", kRoot, "step", 0).has_value());
+  auto pending = e.table->core().oplog.Pending(16);
+  cr_assert_eq(pending.size(), 3u);
+  const uint64_t mkdir_seq = pending[0].seq, rename_seq = pending[2].seq;
+  cr_assert(d.be->Mkdir("step", {0755, 0, 0, false, 0, 0}).has_value());  // what the holder applied
+  d.drainer = std::make_unique<ckpt::fs::Drainer>(&e.table->drain_port(), d.be.get(), 4);
+  std::atomic<int> refreshes{0};
+  ckpt::fs::Drainer* dr = d.drainer.get();
+  dr->set_refresh_taken([&] {
+    if (++refreshes >= 2) dr->SkipTaken({mkdir_seq, rename_seq});  // the holder marked the rename done
+  });
+  dr->SkipTaken({mkdir_seq}, {rename_seq});
+  dr->Start();
+  d.Drain(30);
+  cr_expect_geq(refreshes.load(), 2, "the given-up file did not wait for the claimed rename after it");
+  cr_expect_eq(d.Read("step/f"), "only the writer had these");
+  cr_expect_not(d.Exists("staging"));
+}
