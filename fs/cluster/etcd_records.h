@@ -10,14 +10,20 @@
 //   digest/summary   the digest (Cluster::Reduce), written only while the
 //                    writer is the elected member (a transaction that
 //                    compares digest/leader)
-//   taken/NODE/HOLDER/RUN the log entries (seqs) of NODE's run RUN that HOLDER took
-//                    over (published in its place once it was dead: "RUN
-//                    SEQ SEQ..."), no lease: NODE's run back (restarted on
-//                    its state dir, or rejoining after its lease expired)
-//                    reads them after its first record and skips those
-//                    entries (the holder applies them); a holder writes one
-//                    only while NODE's record is as it saw it (absent, or
-//                    another run's), so none is written after the run is back
+//   taken/NODE/RUN/HOLDER/SEQ one log entry (SEQ, 20 digits: keys sort
+//                    numerically) of NODE's run RUN ("-": unknown; '/'
+//                    and '%' as %2F, %25) that HOLDER took over
+//                    (published or applied in its place once it was dead);
+//                    the value is what became of it (Claims), no lease:
+//                    NODE's run back (restarted on its state dir, or
+//                    rejoining after its lease expired) reads taken/NODE/RUN/
+//                    after its first record and skips those entries (the
+//                    holder applies them); a holder writes one only while
+//                    NODE's record is as it saw it (absent, or another
+//                    run's), so none is written after the run is back; the
+//                    run deletes its claims once its applied_seq passed them
+//                    (PutRecord); a run that never comes back leaves its
+//                    claims until the job's keys are deleted (etcdctl)
 //   turn/NODE        the digest for NODE alone, when a reduction lets its
 //                    entry pass between two summaries (Reduction), with
 //                    the elected member's lease; NODE watches this key
@@ -49,6 +55,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -96,7 +103,7 @@ class EtcdRecords final : public RecordStore {
   void SetOnDigest(std::function<void()> f) { on_digest_ = std::move(f); }
   // A holder's claims, seq -> what became of it: kClaimed (not yet
   // applied), kDone (published or applied), kGaveUp (the holder could not:
-  // the writer applies it itself).
+  // the writer applies it itself). One key per seq, the status its value.
   static constexpr char kClaimed = ' ', kDone = '+', kGaveUp = '!';
   using Claims = std::map<uint64_t, char>;
   // This run's entries its holders took over: done (the writer completes
@@ -110,16 +117,23 @@ class EtcdRecords final : public RecordStore {
   // under it and before that put returns (so the drain, held until the
   // record is in, never applies one of them itself), and at each
   // RefreshTaken; before Open. The put fails if taken/ cannot be read.
+  // Each later put of this node's record whose applied_seq (this run's)
+  // reached a claim read deletes the claims up to it (one range a holder):
+  // the drain completed those entries (a claim not done holds it before).
   void SetOnTaken(std::function<void(const Taken&)> f) { on_taken_ = std::move(f); }
-  Status RefreshTaken() { return ReadTaken(); }
-  // A holder's claims on a dead writer's entries (taken/WRITER/this node/RUN
-  // = "RUN SEQ[+|!]..."), put only while members/WRITER's mod_revision is
-  // `writer_rev` (0: absent); false when it changed (the writer may be back).
-  Result<bool> ClaimTaken(const std::string& writer, const std::string& run, const Claims& claims, int64_t writer_rev);
-  // The same claims with what became of them, whatever the writer's record.
-  Status MarkTaken(const std::string& writer, const std::string& run, const Claims& claims);
-  // This node's claims ((writer, run) -> claims), as a restarted holder reads them back.
-  Result<std::map<std::pair<std::string, std::string>, Claims>> OwnClaims();
+  Status RefreshTaken() { return ReadTaken(false); }
+  // A holder's claim on a dead writer's entry `seq` (taken/WRITER/RUN/this
+  // node/SEQ = kClaimed: that key alone), put only while members/WRITER's
+  // mod_revision is `writer_rev` (0: absent); false when it changed (the
+  // writer may be back).
+  Result<bool> ClaimTaken(const std::string& writer, const std::string& run, uint64_t seq, int64_t writer_rev);
+  // What became of a claimed entry (kDone, kGaveUp), whatever the writer's
+  // record; only while the claim still says kClaimed: a claim the writer
+  // deleted (its drain went past the entry) is not put back.
+  Status MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status);
+  // This node's claims on `writer`'s run `run`, as a restarted holder reads
+  // them back (one prefix: O(those claims)).
+  Result<Claims> OwnClaims(const std::string& writer, const std::string& run);
   // Starts the watches and threads and grants the lease; false (LastError
   // says why) if the store cannot be reached or refuses (auth): the node
   // joins once it answers (the next record or campaign takes the lease).
@@ -173,7 +187,14 @@ class EtcdRecords final : public RecordStore {
   std::vector<std::pair<std::string, std::string>> MembersLocked() const REQUIRES(mu_);
   void Campaign();
   void SetError(const std::string& e);
-  Status ReadTaken();  // this run's taken/ entries, to on_taken_
+  // This run's taken/ entries, to on_taken_ (`first`: the read after a
+  // grant, logged; a refresh is logged at debug).
+  Status ReadTaken(bool first);
+  // This run's applied_seq in its record `bytes` (nullopt: none, another
+  // run's, or no claims read to prune: then not parsed).
+  std::optional<uint64_t> AppliedSeqOf(const std::string& bytes);
+  // Deletes this run's claims up to `applied` (its drain's applied_seq).
+  void PruneTaken(uint64_t applied);
 
   const EtcdRecordsOptions opt_;
   const Clock clock_;
@@ -190,6 +211,9 @@ class EtcdRecords final : public RecordStore {
   int64_t lease_ GUARDED_BY(mu_) = 0;
   bool lease_lost_ GUARDED_BY(mu_) = false;
   bool taken_read_ GUARDED_BY(mu_) = false;   // taken/ read since the last grant
+  // This run's claims as last read (holder -> seqs), until pruned: a holder
+  // claims nothing once the run's record is back, so the read has them all.
+  std::map<std::string, std::set<uint64_t>> run_claims_ GUARDED_BY(mu_);
   int64_t record_lease_ GUARDED_BY(mu_) = 0;  // the lease this node's record was last put under (Standing)
   // When the store last confirmed the lease (granted, or a keep-alive
   // answered): cut off longer than the TTL, the node knows it was dropped.

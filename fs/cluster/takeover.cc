@@ -128,14 +128,15 @@ void Takeover::Mark(const std::string& writer, const Held& h, char status) {
   auto it = claimed_.find({writer, RunOf(h)});
   if (it == claimed_.end() || !it->second.count(SeqOf(h))) return;
   it->second[SeqOf(h)] = status;
-  unmarked_.insert(it->first);
+  unmarked_.insert({writer, RunOf(h), SeqOf(h)});
   MarkPending();
 }
 
 void Takeover::MarkPending() {
   for (auto it = unmarked_.begin(); it != unmarked_.end();) {
-    if (auto st = records_->MarkTaken(it->first, it->second, claimed_[*it]); !st) {
-      Fail("cannot record in etcd what became of node " + it->first +
+    const auto& [writer, run, seq] = *it;
+    if (auto st = records_->MarkTaken(writer, run, seq, claimed_[{writer, run}][seq]); !st) {
+      Fail("cannot record in etcd what became of node " + writer +
            "'s claimed entries (its drain waits for it): " + records_->client()->LastError());
       return;  // next pass
     }
@@ -148,31 +149,37 @@ bool Takeover::Claim(const std::string& writer, const Held& h, int64_t writer_re
     store_->SetClaimed(h.key);
     return true;
   }
-  auto& claims = claimed_[{writer, RunOf(h)}];
-  EtcdRecords::Claims all = claims;
-  all[SeqOf(h)] = EtcdRecords::kClaimed;
-  auto ok = records_->ClaimTaken(writer, RunOf(h), all, writer_rev);
+  // That entry's key alone: a claim costs the same at the first entry
+  // taken over as at the 100,000th.
+  auto ok = records_->ClaimTaken(writer, RunOf(h), SeqOf(h), writer_rev);
   if (!ok) {
     Fail("cannot claim node " + writer + "'s entries in etcd: " + records_->client()->LastError());
     return false;
   }
   if (!*ok) return false;  // its record changed since it was read: decided again next pass
-  claims = std::move(all);
+  claimed_[{writer, RunOf(h)}][SeqOf(h)] = EtcdRecords::kClaimed;
   store_->SetClaimed(h.key);  // the writer's DROP no longer removes it: this holder publishes it
   return true;
 }
 
 void Takeover::Pass() {
-  if (!claims_read_) {
-    auto own = records_->OwnClaims();
-    if (!own) return;  // the store is unreachable: nothing can be decided
-    claimed_ = std::move(*own);
-    claims_read_ = true;
-  }
-  MarkPending();
   std::map<std::string, std::vector<Held>> by_writer;
   for (Held& h : store_->List())  // published ones are only kept to serve loads
     if (h.key.writer != node_ && !h.published) by_writer[h.key.writer].push_back(std::move(h));
+  // This holder's claims on each writer's run it holds entries of, read
+  // back once (a restarted holder still owes them), before any is claimed
+  // anew: one prefix each. A claim the writer deleted since is of an entry
+  // its drain went past: its record's applied_seq says so (ShowsApplied).
+  for (const auto& [writer, held] : by_writer)
+    for (const Held& h : held) {
+      std::pair<std::string, std::string> run{writer, RunOf(h)};
+      if (claims_read_.count(run)) continue;
+      auto own = records_->OwnClaims(run.first, run.second);
+      if (!own) return;  // the store is unreachable: nothing can be decided
+      claimed_[run].insert(own->begin(), own->end());
+      claims_read_.insert(std::move(run));
+    }
+  MarkPending();
   const auto now = std::chrono::steady_clock::now();
   HeldForOthers at_risk;  // dead_held_ once the pass has seen every writer
   std::erase_if(checked_, [&](const auto& kv) { return !by_writer.count(kv.first); });

@@ -14,13 +14,14 @@
 // files order each other by the same records.
 //
 // Before it publishes or applies a dead writer's entry, a holder claims it
-// in etcd (EtcdRecords::ClaimTaken), only while the writer's record is as
-// the holder saw it: a writer's run that comes back (restarted on its state
-// dir, or rejoining after its lease ended) reads the claims after its first
-// record and skips those entries, so no entry is applied twice (a rename
-// replayed after the holder applied it failed for ever; a file published
-// again at its old name came back there). A claimed replica is published
-// even once its writer is back.
+// in etcd (EtcdRecords::ClaimTaken: a key for that entry alone), only while
+// the writer's record is as the holder saw it: a writer's run that comes
+// back (restarted on its state dir, or rejoining after its lease ended)
+// reads the claims after its first record and skips those entries, so no
+// entry is applied twice (a rename replayed after the holder applied it
+// failed for ever; a file published again at its old name came back
+// there), and deletes them once its drain went past them. A claimed
+// replica is published even once its writer is back.
 //
 // Replicas of live writers are dropped once the writer's own record shows
 // the version applied (ShowsApplied): the DROP a writer sends can be lost
@@ -38,6 +39,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "common/mutex.h"
@@ -121,10 +123,12 @@ class Takeover {
   std::map<std::string, std::chrono::steady_clock::time_point> checked_;  // Pass's thread only
   std::map<std::string, std::chrono::steady_clock::time_point> gone_;     // its record first seen gone (Pass)
   // What this holder claimed (Pass's thread only): (writer, run) -> seqs;
-  // read back from etcd once (a restarted holder still owes them).
+  // read back from etcd once for each run it holds entries of (a restarted
+  // holder still owes them): claims_read_.
   std::map<std::pair<std::string, std::string>, EtcdRecords::Claims> claimed_;
-  std::set<std::pair<std::string, std::string>> unmarked_;  // outcomes not yet in etcd (retried each pass)
-  bool claims_read_ = false;
+  std::set<std::pair<std::string, std::string>> claims_read_;
+  // Outcomes not yet in etcd, (writer, run, seq): retried each pass.
+  std::set<std::tuple<std::string, std::string, uint64_t>> unmarked_;
   mutable Mutex mu_;
   HeldForOthers dead_held_ GUARDED_BY(mu_);  // Holding's second half, from the last pass
   CondVar cv_;

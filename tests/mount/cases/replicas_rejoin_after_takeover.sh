@@ -11,13 +11,18 @@
 # Each time a's drain must skip what the holders applied (before, it
 # replayed them: staging.tmp/opt_a came back in the backend, and the
 # rename failed ENOTEMPTY for ever, holding every member's drain), its
-# files read persisted, and b's next file reaches the backend.
+# files read persisted, and b's next file reaches the backend; once its
+# drain went past them, the holders' claims are deleted from etcd.
 # serial: kills and stops a daemon past its lease
 source "$(dirname "$0")/../lib/common.sh"
 require_root
 
 replica_job 6
 is_replicated() { [ "$(state_of "$1")" = replicated ]; }
+no_claims_of() {
+  local k
+  k=$(ETCDCTL_API=3 etcdctl --endpoints "$ETCD_EPS" get --prefix "/ckptfs/job/taken/$1/" --keys-only) && [ -z "$k" ]
+}
 backend_tree() { (cd "$BACKEND" && find . -not -path './.ckptfs*' | sort | tr '\n' ' '); }
 
 # round N: a's staged file and its rename, replicated, a's drain held.
@@ -48,6 +53,8 @@ check_round() {
   [ -e "$BACKEND/after_b$1" ] || fail "round $1: b's next file is not in the backend"
   grep -q "took over .* of this run's entries" "$(node_state a)/ckptfs.log" ||
     fail "round $1: a's log does not say what its holders took over"
+  # Its drain past them, a deletes its holders' claims (one key an entry).
+  wait_for 20 "round $1: a's holders' claims are still in etcd after its drain went past them" no_claims_of a
 }
 
 # ---- 1. killed, restarted on its state dir ----

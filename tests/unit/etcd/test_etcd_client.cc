@@ -609,12 +609,19 @@ Test(etcd_client, a_run_back_is_told_what_its_holders_took) {
   R w(opts("w", "00000000000000aa"), clock);
   cr_assert(h.Open().has_value() && h2.Open().has_value() && h3.Open().has_value());
   cr_assert(h.Put("h", "{}").has_value() && h2.Put("h2", "{}").has_value());  // live; h3 has no record
-  auto ok = h.ClaimTaken("w", "00000000000000aa", {{3, R::kDone}, {5, R::kClaimed}, {6, R::kGaveUp}}, 0);
-  cr_assert(ok.has_value() && *ok, "a claim with the writer's record absent was refused");
-  ok = h2.ClaimTaken("w", "00000000000000bb", {{4, R::kDone}}, 0);  // an earlier run of the id: not w's
-  cr_assert(ok.has_value() && *ok);
-  ok = h3.ClaimTaken("w", "00000000000000aa", {{8, R::kClaimed}, {9, R::kDone}}, 0);  // h3: gone
-  cr_assert(ok.has_value() && *ok);
+  // Each claim, then what became of it (a claim is one key: claimed, then marked).
+  auto claim = [](R& holder, const std::string& run, const R::Claims& claims) {
+    for (const auto& [seq, status] : claims) {
+      auto ok = holder.ClaimTaken("w", run, seq, 0);
+      if (!ok || !*ok) return false;
+      if (status != R::kClaimed && !holder.MarkTaken("w", run, seq, status)) return false;
+    }
+    return true;
+  };
+  cr_assert(claim(h, "00000000000000aa", {{3, R::kDone}, {5, R::kClaimed}, {6, R::kGaveUp}}),
+            "a claim with the writer's record absent was refused");
+  cr_assert(claim(h2, "00000000000000bb", {{4, R::kDone}}));                    // an earlier run of the id: not w's
+  cr_assert(claim(h3, "00000000000000aa", {{8, R::kClaimed}, {9, R::kDone}}));  // h3: gone
   R::Taken told;
   int calls = 0;
   w.SetOnTaken([&](const R::Taken& t) {
@@ -627,14 +634,13 @@ Test(etcd_client, a_run_back_is_told_what_its_holders_took) {
   std::sort(told.done.begin(), told.done.end());
   cr_expect(told.done == std::vector<uint64_t>({3, 9}), "told %zu done", told.done.size());
   cr_expect(told.claimed == std::vector<uint64_t>({5}), "told %zu claimed", told.claimed.size());
-  ok = h.ClaimTaken("w", "00000000000000aa", {{3, R::kDone}, {5, R::kClaimed}, {7, R::kClaimed}}, 0);
+  auto ok = h.ClaimTaken("w", "00000000000000aa", 7, 0);
   cr_assert(ok.has_value());
   cr_expect(!*ok, "a claim was put after the writer's run was back");
-  auto own = h.OwnClaims();
+  auto own = h.OwnClaims("w", "00000000000000aa");
   cr_assert(own.has_value());
-  cr_assert_eq(own->size(), 1u);
-  cr_expect(own->at({"w", "00000000000000aa"}).size() == 3u);
-  cr_assert(h.MarkTaken("w", "00000000000000aa", {{3, R::kDone}, {5, R::kDone}, {6, R::kGaveUp}}).has_value());
+  cr_expect(*own == R::Claims({{3, R::kDone}, {5, R::kClaimed}, {6, R::kGaveUp}}), "%zu claims read back", own->size());
+  cr_assert(h.MarkTaken("w", "00000000000000aa", 5, R::kDone).has_value());
   cr_assert(w.RefreshTaken().has_value());
   std::sort(told.done.begin(), told.done.end());
   cr_expect(told.done == std::vector<uint64_t>({3, 5, 9}) && told.claimed.empty(),
@@ -646,4 +652,86 @@ Test(etcd_client, a_run_back_is_told_what_its_holders_took) {
   h.Close(true);
   h2.Close(true);
   h3.Close(true);
+}
+
+// A claim is one key of its own (taken/WRITER/RUN/HOLDER/SEQ), its value
+// the status alone: claiming or marking one entry rewrites no other (the
+// whole list rewritten each time was O(n^2) bytes over a run, and one
+// value past etcd's 1.5 MiB request limit near 150,000 entries). The
+// writer's run back deletes the claims its drain went past (its record's
+// applied_seq): etcd does not grow with every takeover for the job's life.
+// A mark on a deleted claim does not put it back; a holder reading its
+// claims back gets those left; another run's claims are not the writer's.
+Test(etcd_client, claims_are_a_key_each_and_the_run_back_deletes_those_it_went_past) {
+  auto eps = Start(1);
+  auto opts = [&](const std::string& node, const std::string& run) {
+    ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, node, 5);
+    o.incarnation = run;
+    return o;
+  };
+  using R = ckpt::fs::EtcdRecords;
+  auto clock = [] { return int64_t{1}; };
+  R h(opts("h", "00000000000000hh"), clock), w(opts("w", "00000000000000aa"), clock);
+  cr_assert(h.Open().has_value());
+  cr_assert(h.Put("h", "{}").has_value());
+  Client raw(Opts(eps));
+  const std::string dir = "/ckptfs/job/taken/w/";
+  auto keys = [&] {
+    auto r = raw.Range(dir, PrefixEnd(dir));
+    cr_assert(r.has_value());
+    return r->kvs;
+  };
+  // Claimed one at a time, as a holder does, each outcome marked after.
+  for (uint64_t seq : {3, 4, 8}) {
+    auto ok = h.ClaimTaken("w", "00000000000000aa", seq, 0);
+    cr_assert(ok.has_value() && *ok, "claim of %llu refused", (unsigned long long)seq);
+  }
+  auto first = keys();
+  cr_assert(h.MarkTaken("w", "00000000000000aa", 3, R::kDone).has_value());
+  cr_assert(h.MarkTaken("w", "00000000000000aa", 4, R::kGaveUp).has_value());
+  auto ok = h.ClaimTaken("w", "00000000000000bb", 2, 0);  // an earlier run of the id
+  cr_assert(ok.has_value() && *ok);
+  auto all = keys();
+  cr_assert_eq(all.size(), 4u, "%zu keys for 4 claims", all.size());
+  const std::string run = dir + "00000000000000aa/h/";
+  cr_expect(all[0].key == run + "00000000000000000003", "%s", all[0].key.c_str());
+  cr_expect(all[1].key == run + "00000000000000000004", "%s", all[1].key.c_str());
+  cr_expect(all[2].key == run + "00000000000000000008", "%s", all[2].key.c_str());
+  cr_expect(all[3].key == dir + "00000000000000bb/h/00000000000000000002", "%s", all[3].key.c_str());
+  cr_expect(all[0].value == "+" && all[1].value == "!" && all[2].value == " " && all[3].value == " ",
+            "values '%s' '%s' '%s' '%s'", all[0].value.c_str(), all[1].value.c_str(), all[2].value.c_str(),
+            all[3].value.c_str());
+  // The claim of 8 and the marks of 3 and 4 left the others as they were.
+  cr_assert_eq(first.size(), 3u, "%zu keys after 3 claims", first.size());
+  cr_expect_eq(all[2].mod_revision, first[2].mod_revision, "claim 8 rewritten by the marks");
+  cr_expect_eq(all[0].version, 2, "claim 3 written %lld times (claimed, marked)", (long long)all[0].version);
+  // The writer's run back: told, then its drain past 4 (applied_seq 5): 3
+  // and 4 are deleted, 8 (claimed, not done: the drain waits there) stays,
+  // and so does the other run's.
+  R::Taken told;
+  w.SetOnTaken([&](const R::Taken& t) { told = t; });
+  cr_assert(w.Open().has_value());
+  cr_assert(w.Put("w", R"({"incarnation":"00000000000000aa","applied_seq":2})").has_value());
+  cr_expect(told.done == std::vector<uint64_t>({3}) && told.claimed == std::vector<uint64_t>({8}));
+  cr_expect_eq(keys().size(), 4u, "claims above applied_seq deleted");
+  cr_assert(w.Put("w", R"({"incarnation":"00000000000000aa","applied_seq":5})").has_value());
+  all = keys();
+  cr_assert_eq(all.size(), 2u, "%zu keys left after the drain went past 3 and 4", all.size());
+  cr_expect(all[0].key == run + "00000000000000000008", "%s", all[0].key.c_str());
+  cr_expect(all[1].key == dir + "00000000000000bb/h/00000000000000000002", "%s", all[1].key.c_str());
+  // A mark that comes after the deletion does not put the claim back.
+  cr_assert(h.MarkTaken("w", "00000000000000aa", 3, R::kDone).has_value());
+  cr_expect_eq(keys().size(), 2u, "a mark put a deleted claim back");
+  auto own = h.OwnClaims("w", "00000000000000aa");
+  cr_assert(own.has_value());
+  cr_expect(*own == R::Claims({{8, R::kClaimed}}), "%zu claims read back", own->size());
+  // Marked done, then passed: none of this run's is left.
+  cr_assert(h.MarkTaken("w", "00000000000000aa", 8, R::kDone).has_value());
+  cr_assert(w.RefreshTaken().has_value());
+  cr_assert(w.Put("w", R"({"incarnation":"00000000000000aa","applied_seq":9})").has_value());
+  all = keys();
+  cr_assert_eq(all.size(), 1u, "%zu keys left", all.size());
+  cr_expect(all[0].key == dir + "00000000000000bb/h/00000000000000000002", "%s", all[0].key.c_str());
+  w.Close(true);
+  h.Close(true);
 }
