@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -167,6 +168,16 @@ struct DrainEnv {
   void Start(bool refusal_skip = false) {
     drainer = std::make_unique<ckpt::fs::Drainer>(&env->table->drain_port(), be.get(), 4);
     drainer->set_refusal_skip(refusal_skip);
+    drainer->Start();
+  }
+  // A run back after replica holders took entries over (Drainer::SkipTaken):
+  // `done` they applied, `claimed` not marked yet; `refresh` the drainer's
+  // news of them (set_refresh_taken), if any.
+  void StartTaken(const std::vector<uint64_t>& done, const std::vector<uint64_t>& claimed = {},
+                  std::function<void(ckpt::fs::Drainer*)> refresh = nullptr) {
+    drainer = std::make_unique<ckpt::fs::Drainer>(&env->table->drain_port(), be.get(), 4);
+    if (refresh) drainer->set_refresh_taken([this, refresh] { refresh(drainer.get()); });
+    drainer->SkipTaken(done, claimed);
     drainer->Start();
   }
   // Waits until the drain holds at an entry (a refusal for good).
@@ -1753,9 +1764,7 @@ Test(drain, an_entry_the_holders_left_goes_where_their_later_renames_put_it) {
     if (en.op != ckpt::meta::LogOp::kPersist) taken.push_back(en.seq);
   cr_assert_eq(taken.size(), 2u);
   cr_assert(d.be->Mkdir("step", {0755, 0, 0, false, 0, 0}).has_value());  // what the holder applied
-  d.drainer = std::make_unique<ckpt::fs::Drainer>(&e.table->drain_port(), d.be.get(), 4);
-  d.drainer->SkipTaken(taken);
-  d.drainer->Start();
+  d.StartTaken(taken);
   d.Drain(30);
   cr_expect_eq(d.Read("step/f"), "only the writer had these");
   cr_expect_not(d.Exists("staging"), "published at the name the holder's rename had left");
@@ -1778,9 +1787,7 @@ Test(drain, an_entry_a_holder_replaced_after_it_is_not_applied_over_the_new_name
     std::ofstream f(d.root + "/latest");  // what the holder left
     f << "step 2";
   }
-  d.drainer = std::make_unique<ckpt::fs::Drainer>(&e.table->drain_port(), d.be.get(), 4);
-  d.drainer->SkipTaken(taken);
-  d.drainer->Start();
+  d.StartTaken(taken);
   d.Drain(30);
   cr_expect_eq(d.Read("latest"), "step 2", "the given-up older version was published over the holder's newer one");
   cr_expect_not(d.Exists("latest.tmp"));
@@ -1799,14 +1806,10 @@ Test(drain, an_entry_waits_while_a_later_one_is_claimed_and_unmarked) {
   cr_assert_eq(pending.size(), 3u);
   const uint64_t mkdir_seq = pending[0].seq, rename_seq = pending[2].seq;
   cr_assert(d.be->Mkdir("step", {0755, 0, 0, false, 0, 0}).has_value());  // what the holder applied
-  d.drainer = std::make_unique<ckpt::fs::Drainer>(&e.table->drain_port(), d.be.get(), 4);
   std::atomic<int> refreshes{0};
-  ckpt::fs::Drainer* dr = d.drainer.get();
-  dr->set_refresh_taken([&] {
+  d.StartTaken({mkdir_seq}, {rename_seq}, [&](ckpt::fs::Drainer* dr) {
     if (++refreshes >= 2) dr->SkipTaken({mkdir_seq, rename_seq});  // the holder marked the rename done
   });
-  dr->SkipTaken({mkdir_seq}, {rename_seq});
-  dr->Start();
   d.Drain(30);
   cr_expect_geq(refreshes.load(), 2, "the given-up file did not wait for the claimed rename after it");
   cr_expect_eq(d.Read("step/f"), "only the writer had these");
