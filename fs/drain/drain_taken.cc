@@ -1,0 +1,210 @@
+// drain_taken.cc — the drainer's side of a run back after replica holders
+// took its entries over (issue #30; drain.h SkipTaken): entries they
+// applied are completed unapplied, entries a live holder claimed are
+// waited for, and entries they went past are applied where their later
+// entries left the names (or not at all, if those removed them).
+#include <chrono>
+#include <limits>
+#include <optional>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "fs/drain/drain.h"
+
+namespace ckpt::fs {
+
+using meta::LogEntry;
+using meta::LogOp;
+
+bool Drainer::IsTaken(uint64_t seq) {
+  MutexLock lk(&mu_);
+  return taken_.count(seq) > 0;
+}
+
+std::optional<int> Drainer::CompleteIfTaken(const LogEntry& e) {
+  if (!IsTaken(e.seq)) return std::nullopt;
+  LOG_INFO("drain: seq {} {} '{}': applied by a replica holder while this node was counted dead; not again", e.seq,
+           meta::LogOpName(e.op), EscapeName(e.path));
+  if (auto c = port_->CompleteEntry(e); !c) return c.error();  // still taken: the retry completes it
+  MutexLock lk(&mu_);
+  taken_.erase(e.seq);
+  taken_entries_.erase(e.seq);
+  stats_.entries_skipped++;
+  return 0;
+}
+
+bool Drainer::WaitingForHolder(uint64_t seq) {
+  // `seq` claimed and not marked; or not taken while a later seq is
+  // claimed and not marked: its holder may be applying it now, a rename
+  // that WhereHoldersLeftIt must see before `seq` is applied here.
+  auto waits = [&] {
+    mu_.AssertHeld();
+    return claimed_taken_.count(seq) > 0 ||
+           (!taken_.count(seq) && claimed_taken_.upper_bound(seq) != claimed_taken_.end());
+  };
+  {
+    MutexLock lk(&mu_);
+    if (!waits()) {
+      stats_.holder_wait_seq = 0;
+      return false;
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (refresh_taken_ && now - refreshed_at_ >= std::chrono::milliseconds(500)) {
+    refreshed_at_ = now;
+    refresh_taken_();  // SkipTaken again, with what the holders say now
+  }
+  MutexLock lk(&mu_);
+  const bool wait = waits();
+  if (wait && stats_.holder_wait_seq != seq)  // once per entry waited at
+    LOG_INFO(
+        "drain: seq {} waits: a replica holder claimed it or a later entry while this node was counted dead, and "
+        "has not said yet whether it applied it (status: drain.waits_for_holder_at_seq)",
+        seq);
+  stats_.holder_wait_seq = wait ? seq : 0;
+  return wait;
+}
+
+void Drainer::SkipTaken(const std::vector<uint64_t>& seqs, const std::vector<uint64_t>& claimed) {
+  auto head = log_->Pending(1);
+  const uint64_t next = log_->next_seq();
+  MutexLock lk(&mu_);
+  claimed_taken_.clear();
+  for (uint64_t seq : claimed)
+    if (seq < next && !stale_taken_.count(seq)) claimed_taken_.insert(seq);
+  for (uint64_t seq : seqs) {
+    // A claim of a seq this log never reached: an entry of a tail the
+    // metadata lost with the machine (its write-ahead log is not synced),
+    // which the holders took over; the seq will be given to a new entry,
+    // never to be skipped. Judged once for the process's life.
+    if (seq >= next) stale_taken_.insert(seq);
+    if (stale_taken_.count(seq) || head.empty() || seq < head.front().seq) continue;  // older: applied here before
+    taken_.insert(seq);
+  }
+  cv_.NotifyAll();
+}
+
+namespace {
+
+// Where a later entry `r` left `path`: moved (a rename of it or of a
+// directory above it; an exchange), unchanged, or nullopt — removed or
+// replaced (an unlink of it, an rmdir above it, a rename over it, a
+// persist of another version at that name).
+std::optional<std::string> LeftBy(const std::string& path, const LogEntry& r) {
+  switch (r.op) {
+    case LogOp::kRename:
+      if (PathUnder(path, r.path)) return r.path2 + path.substr(r.path.size());
+      if (PathUnder(path, r.path2)) {
+        if (r.flags & 1) return r.path + path.substr(r.path2.size());  // an exchange
+        return std::nullopt;
+      }
+      return path;
+    case LogOp::kUnlink: return path == r.path ? std::nullopt : std::optional(path);
+    case LogOp::kRmdir: return PathUnder(path, r.path) ? std::nullopt : std::optional(path);
+    case LogOp::kPersist: return path == r.path ? std::nullopt : std::optional(path);
+    default: return path;
+  }
+}
+
+}  // namespace
+
+std::optional<LogEntry> Drainer::WhereHoldersLeftIt(const LogEntry& e) {
+  std::vector<uint64_t> later;
+  bool missing = false;
+  {
+    MutexLock lk(&mu_);
+    for (auto it = taken_.upper_bound(e.seq); it != taken_.end(); ++it) {
+      later.push_back(*it);
+      missing = missing || !taken_entries_.count(*it);
+    }
+  }
+  if (later.empty()) return e;
+  // The holders went on past `e` (they gave it up, or never had it) and
+  // applied later entries that this log still holds: the backend's names
+  // are where those left them. At its logged name a file would stay where
+  // a rename had moved its directory from, or replace what a later entry
+  // put there (the holders' entries are not applied again). The log is
+  // read once for each new set of taken entries, not for each entry.
+  if (missing) {
+    auto all = log_->Pending(std::numeric_limits<size_t>::max());
+    MutexLock lk(&mu_);
+    for (const LogEntry& r : all)
+      if (taken_.count(r.seq)) taken_entries_.emplace(r.seq, r);
+  }
+  LogEntry moved = e;
+  const bool paths2 = e.op == LogOp::kRename || e.op == LogOp::kLink || e.op == LogOp::kPersist;
+  for (uint64_t seq : later) {
+    LogEntry r;
+    {
+      MutexLock lk(&mu_);
+      auto it = taken_entries_.find(seq);
+      if (it == taken_entries_.end()) continue;
+      r = it->second;
+    }
+    auto path = LeftBy(moved.path, r);
+    if (!path) {
+      LOG_INFO(
+          "drain: seq {} {} '{}': a replica holder applied seq {} {} '{}' after it, in this node's place; "
+          "superseded, not applied",
+          e.seq, meta::LogOpName(e.op), EscapeName(e.path), r.seq, meta::LogOpName(r.op), EscapeName(r.path));
+      return std::nullopt;
+    }
+    moved.path = std::move(*path);
+    if (!paths2) continue;
+    std::string out;  // path2: NUL-separated for a persist's other names (one removed is left out)
+    for (size_t at = 0; at <= moved.path2.size();) {
+      size_t end = moved.path2.find('\0', at);
+      if (end == std::string::npos) end = moved.path2.size();
+      const std::string name = moved.path2.substr(at, end - at);
+      auto other = LeftBy(name, r);
+      // A persist's other name removed since is left out; a rename's or a
+      // link's target keeps its name (replaced there again, as logged).
+      if (!other && e.op != LogOp::kPersist) other = name;
+      if (other && !other->empty()) {
+        if (!out.empty()) out.push_back('\0');
+        out += *other;
+      }
+      at = end + 1;
+    }
+    moved.path2 = std::move(out);
+  }
+  if (moved.path != e.path)
+    LOG_INFO(
+        "drain: seq {} {} '{}': applied here, not by a replica holder, after the holders applied later entries; "
+        "at '{}', where they left it",
+        e.seq, meta::LogOpName(e.op), EscapeName(e.path), EscapeName(moved.path));
+  return moved;
+}
+
+int Drainer::CompleteTaken(const LogEntry& e, const std::shared_ptr<Job>& job) {
+  if (!job->staged.token.empty()) {  // staged before it was known taken
+    backend_->Abort(job->staged);
+    MutexLock lk(&mu_);
+    job->staged.token.clear();  // a retry of the completion aborts nothing twice
+  }
+  LOG_INFO(
+      "drain: seq {} persist '{}' v{}: published by a replica holder while this node was counted dead; "
+      "not published again",
+      e.seq, EscapeName(e.path), e.version);
+  if (auto st = port_->CompletePersist(e, job->staged, job->src.gen); !st) return st.error();
+  MutexLock lk(&mu_);
+  taken_.erase(e.seq);
+  taken_entries_.erase(e.seq);
+  jobs_.erase(e.seq);
+  stats_.entries_skipped++;
+  return 0;
+}
+
+int Drainer::CompleteLeft(const LogEntry& e, const std::shared_ptr<Job>& job) {
+  if (job && job->err == 0) {  // staged (or hashed) for nothing
+    if (!job->staged.token.empty()) backend_->Abort(job->staged);
+    port_->AbortPersist(e);
+  }
+  if (auto st = port_->CompleteEntry(e); !st) return st.error();
+  MutexLock lk(&mu_);
+  jobs_.erase(e.seq);
+  stats_.entries_skipped++;
+  return 0;
+}
+
+}  // namespace ckpt::fs
