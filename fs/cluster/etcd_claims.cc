@@ -38,16 +38,38 @@ std::optional<uint64_t> ParseSeq(const std::string& s) {
   return v;
 }
 
+// A claim's value: its status, then the holder's run ("" : a version
+// before it wrote one).
 bool StatusChar(const std::string& v) {
-  return v.size() == 1 && (v[0] == EtcdRecords::kClaimed || v[0] == EtcdRecords::kDone || v[0] == EtcdRecords::kGaveUp);
+  return !v.empty() && v.size() <= 1 + kMaxIncarnation &&
+         (v[0] == EtcdRecords::kClaimed || v[0] == EtcdRecords::kDone || v[0] == EtcdRecords::kGaveUp ||
+          v[0] == EtcdRecords::kRevoked);
+}
+std::string HolderRun(const std::string& v) { return v.substr(1); }
+
+// A run from its key text (RunText's inverse).
+std::string RunFromText(const std::string& t) {
+  if (t == "-") return "";
+  std::string out;
+  for (size_t i = 0; i < t.size(); i++) {
+    if (t.compare(i, 3, "%2F") == 0) out += '/', i += 2;
+    else if (t.compare(i, 3, "%25") == 0) out += '%', i += 2;
+    else out += t[i];
+  }
+  return out;
 }
 
-// Every key of [key, end), read a page at a time.
-Result<std::vector<etcd::KeyValue>> RangeAll(etcd::Client* c, std::string key, const std::string& end) {
+// Every key of [key, end), read a page at a time, every page as of one
+// revision (the first page's): `*rev` says which.
+Result<std::vector<etcd::KeyValue>> RangeAll(etcd::Client* c, std::string key, const std::string& end,
+                                             int64_t* rev = nullptr) {
   std::vector<etcd::KeyValue> out;
+  int64_t at = 0;
   for (;;) {
-    auto r = c->Range(key, end, kPage);
+    auto r = c->Range(key, end, kPage, 0, at);
     if (!r) return Err(r.error());
+    if (at == 0) at = r->revision;
+    if (rev) *rev = at;
     for (etcd::KeyValue& kv : r->kvs) out.push_back(std::move(kv));
     if (!r->more || r->kvs.empty()) return out;
     key = out.back().key + '\0';  // the next key after the last
@@ -104,13 +126,15 @@ void EtcdRecords::PruneTaken(uint64_t applied) {
 
 Status EtcdRecords::ReadTaken(bool first) {
   const std::string dir = prefix_ + kTaken + opt_.node + "/" + RunText(opt_.incarnation) + "/";
-  auto r = RangeAll(&client_, dir, etcd::PrefixEnd(dir));
+  int64_t rev = 0;
+  auto r = RangeAll(&client_, dir, etcd::PrefixEnd(dir), &rev);
   if (!r) {
     SetError("reading what this node's holders took over: " + client_.LastError());
     return Err(r.error());
   }
   // HOLDER/SEQ under this run's directory, one key a claim.
   std::map<std::string, Claims> by_holder;
+  std::map<std::pair<std::string, uint64_t>, const etcd::KeyValue*> keys;  // (holder, seq) -> its claim as read
   size_t odd = 0;
   for (const etcd::KeyValue& kv : *r) {
     const std::string rest = kv.key.substr(dir.size());
@@ -121,6 +145,7 @@ Status EtcdRecords::ReadTaken(bool first) {
       continue;
     }
     by_holder[rest.substr(0, slash)][*seq] = kv.value[0];
+    keys[{rest.substr(0, slash), *seq}] = &kv;
   }
   if (odd > 0)
     LOG_WARN("cluster {}: {} etcd keys under {} are not holders' claims; ignored", opt_.cluster, odd, EscapeName(dir));
@@ -135,22 +160,45 @@ Status EtcdRecords::ReadTaken(bool first) {
       claimed += status == kClaimed;
       seen[holder].insert(seq);
     }
-    // Claimed and not done: the holder's to finish while it lives; gone,
-    // the entry is this node's again (it may have applied it before it
-    // died: a second failure, within what K+1 losses may lose).
-    bool holder_live = true;
+    // Claimed and not done: the holder's run's to finish while it lives;
+    // gone (its record absent, or another run's), the entry is this node's
+    // again once the claim is revoked (it may have applied it before it
+    // died: a second failure, within what K+1 losses may lose). The record
+    // as of the claims' read: a holder that marked a claim and then died
+    // between the two reads is not taken for one that did not mark it.
+    bool record_absent = false;
+    int64_t record_rev = 0;  // its mod_revision as read (0: absent)
+    std::string record_run;
     if (claimed > 0) {
-      auto m = client_.Range(prefix_ + kMembers + holder);
+      auto m = client_.Range(prefix_ + kMembers + holder, "", 0, 0, rev);
       if (!m) {
         SetError("reading the record of holder " + holder + ": " + client_.LastError());
         return Err(m.error());
       }
-      holder_live = !m->kvs.empty() && m->kvs[0].lease != 0;
+      record_absent = m->kvs.empty() || m->kvs[0].lease == 0;  // (one without a lease: not a member's)
+      record_rev = m->kvs.empty() ? 0 : m->kvs[0].mod_revision;
+      if (!record_absent) try {
+          record_run = Incarnation(nlohmann::json::parse(m->kvs[0].value));
+        } catch (const std::exception&) {
+          // a record this version does not read: its run unknown (live)
+        }
     }
+    bool gone = false;
     for (const auto& [seq, status] : claims) {
       if (status == kDone) taken.done.push_back(seq);
-      else if (status == kClaimed && holder_live) taken.claimed.push_back(seq);
+      if (status != kClaimed) continue;
+      const etcd::KeyValue* kv = keys[{holder, seq}];
+      if (!record_absent && SameIncarnation(record_run, HolderRun(kv->value))) {
+        taken.claimed.push_back(seq);
+        continue;
+      }
+      gone = true;
+      auto revoked =
+          Revoke(*kv, holder, HolderRun(kv->value), record_absent ? std::optional(record_rev) : std::nullopt);
+      if (!revoked) return Err(revoked.error());
+      if (!*revoked) taken.claimed.push_back(seq);  // changed since the read: waited for until the next
     }
+    const bool holder_live = !gone;
     done_n += done;
     claimed_n += claimed;
     who += fmt::format("{}{} {}{}", who.empty() ? "" : ", ", holder, claims.size(), holder_live ? "" : " (gone since)");
@@ -173,21 +221,51 @@ Status EtcdRecords::ReadTaken(bool first) {
   return {};
 }
 
-Result<bool> EtcdRecords::ClaimTaken(const std::string& writer, const std::string& run, uint64_t seq,
-                                     int64_t writer_rev) {
-  auto r =
-      client_.PutIfModRevision(prefix_ + kTaken + writer + "/" + RunText(run) + "/" + opt_.node + "/" + SeqText(seq),
-                               std::string(1, kClaimed), prefix_ + kMembers + writer, writer_rev);
-  if (!r) return Err(r.error());
+Result<bool> EtcdRecords::Revoke(const etcd::KeyValue& kv, const std::string& holder, const std::string& holder_run,
+                                 std::optional<int64_t> record_rev) {
+  // Guarded by the claim as read (a mark that landed since wins) and, for
+  // a holder whose record was absent, by its absence: a holder that stood
+  // again first re-reads its claims under its new record and keeps this
+  // one; one that stands again after sees kRevoked and publishes nothing
+  // of it. A record of another run stays another run's.
+  std::vector<std::pair<std::string, int64_t>> guards{{kv.key, kv.mod_revision}};
+  if (record_rev) guards.emplace_back(prefix_ + kMembers + holder, *record_rev);
+  auto r = client_.PutIfRevisions(kv.key, std::string(1, kRevoked) + holder_run, guards);
+  if (!r) {
+    SetError("revoking the claim " + EscapeName(kv.key) + " of a holder gone: " + client_.LastError());
+    return Err(r.error());
+  }
+  if (r->succeeded)
+    LOG_WARN("cluster {}: holder {} ({}) claimed {} and is gone: revoked, this node applies the entry itself",
+             opt_.cluster, holder, record_rev ? "its record expired" : "another run of the id is there",
+             EscapeName(kv.key));
   return r->succeeded;
 }
 
-Status EtcdRecords::MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status) {
-  // Guarded by the claim itself: once the writer's drain went past the
-  // entry it deleted the claim, and a mark put then would stay for ever.
+Result<bool> EtcdRecords::ClaimTaken(const std::string& writer, const std::string& run, uint64_t seq,
+                                     int64_t writer_rev) {
   const std::string key = prefix_ + kTaken + writer + "/" + RunText(run) + "/" + opt_.node + "/" + SeqText(seq);
-  auto r = client_.Txn(
-      {{.key = key, .value = std::string(1, status), .guard_key = key, .guard_value = std::string(1, kClaimed)}});
+  const std::string mine = std::string(1, kClaimed) + opt_.incarnation;
+  auto r = client_.PutIfRevisions(key, mine, {{prefix_ + kMembers + writer, writer_rev}, {key, 0}});
+  if (r) return r->succeeded;
+  // The reply lost: the claim may be in. Unrecorded, this holder would
+  // never finish it once the writer is back (its retry is refused), and
+  // the writer's drain would wait for it for ever.
+  auto back = client_.Range(key);
+  if (!back) return Err(r.error());
+  if (!back->kvs.empty() && back->kvs[0].value == mine) return true;
+  return Err(r.error());
+}
+
+Status EtcdRecords::MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status) {
+  // Guarded by the claim itself, as this run claimed it: once the writer's
+  // drain went past the entry it deleted the claim, and a mark put then
+  // would stay for ever; a revoked claim stays revoked.
+  const std::string key = prefix_ + kTaken + writer + "/" + RunText(run) + "/" + opt_.node + "/" + SeqText(seq);
+  auto r = client_.Txn({{.key = key,
+                         .value = std::string(1, status) + opt_.incarnation,
+                         .guard_key = key,
+                         .guard_value = std::string(1, kClaimed) + opt_.incarnation}});
   if (!r) return Err(r.error());
   return {};
 }
@@ -198,7 +276,28 @@ Result<EtcdRecords::Claims> EtcdRecords::OwnClaims(const std::string& writer, co
   if (!r) return Err(r.error());
   Claims out;
   for (const etcd::KeyValue& kv : *r)
-    if (auto seq = ParseSeq(kv.key.substr(dir.size())); seq && StatusChar(kv.value)) out[*seq] = kv.value[0];
+    if (auto seq = ParseSeq(kv.key.substr(dir.size()));
+        seq && StatusChar(kv.value) && HolderRun(kv.value) == opt_.incarnation)
+      out[*seq] = kv.value[0];
+  return out;
+}
+
+Result<std::map<std::pair<std::string, std::string>, EtcdRecords::Claims>> EtcdRecords::AllOwnClaims() {
+  const std::string dir = prefix_ + kTaken;
+  auto r = RangeAll(&client_, dir, etcd::PrefixEnd(dir));
+  if (!r) return Err(r.error());
+  std::map<std::pair<std::string, std::string>, Claims> out;
+  for (const etcd::KeyValue& kv : *r) {
+    // WRITER/RUN/HOLDER/SEQ
+    const std::string rest = kv.key.substr(dir.size());
+    const size_t a = rest.find('/'), b = a == std::string::npos ? a : rest.find('/', a + 1),
+                 c = b == std::string::npos ? b : rest.find('/', b + 1);
+    if (c == std::string::npos || rest.compare(b + 1, c - b - 1, opt_.node) != 0 || c - b - 1 != opt_.node.size())
+      continue;
+    auto seq = ParseSeq(rest.substr(c + 1));
+    if (!seq || !StatusChar(kv.value) || HolderRun(kv.value) != opt_.incarnation) continue;
+    out[{rest.substr(0, a), RunFromText(rest.substr(a + 1, b - a - 1))}][*seq] = kv.value[0];
+  }
   return out;
 }
 

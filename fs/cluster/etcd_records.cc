@@ -236,6 +236,7 @@ Status EtcdRecords::PutRecord(const std::string& node, const std::string& bytes,
     // claim may have come after the read: the next put reads them again).
     if (lease_ == *lease) {
       taken_read_ = true;
+      if (record_lease_ != *lease && node == opt_.node) standings_.fetch_add(1, std::memory_order_acq_rel);
       record_lease_ = *lease;
     }
   }
