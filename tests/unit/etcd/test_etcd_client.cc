@@ -15,13 +15,17 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backend/checksum.h"
 #include "common/mutex.h"
 #include "fs/cluster/etcd_client.h"
 #include "fs/cluster/etcd_records.h"
+#include "fs/cluster/replica_store.h"
+#include "fs/cluster/takeover.h"
 
 using namespace ckpt::fs::etcd;
 
@@ -850,4 +854,72 @@ Test(etcd_client, a_claim_of_another_run_of_the_holder_counts_as_gone) {
   w.Close(true);
   old_h.Close(true);
   new_h.Close(true);
+}
+
+// A holder back (restarted on its state dir) reads its claims back and
+// reconciles them with the replicas it holds before it publishes anything:
+// one published whose mark never landed is marked done; one with nothing
+// behind it (its tmpfs lost) given up, so the writer's drain, waiting
+// there, applies it itself; a revoked one's replica, unpublished, is
+// dropped, never published. Without it the writer waited for ever (the
+// claims stayed claimed) or the holder published the revoked entry again.
+Test(etcd_client, a_holder_back_reconciles_its_claims_with_its_replicas) {
+  using ckpt::fs::replica::Held;
+  using ckpt::fs::replica::Store;
+  auto eps = Start(1);
+  ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, "h", 5);
+  o.incarnation = "00000000000000hh";
+  using R = ckpt::fs::EtcdRecords;
+  R h(o, [] { return int64_t{1}; });
+  cr_assert(h.Open().has_value());
+  cr_assert(h.Put("h", R"({"incarnation":"00000000000000hh"})").has_value());
+  const std::string run = "00000000000000aa";
+  for (uint64_t seq : {4, 5, 6}) {
+    auto ok = h.ClaimTaken("w", run, seq, 0);
+    cr_assert(ok.has_value() && *ok);
+  }
+  Client raw(Opts(eps));
+  cr_assert(raw.Put("/ckptfs/job/taken/w/" + run + "/h/00000000000000000004", "x00000000000000hh").has_value());
+  char tmpl[] = "/tmp/ckpt-takeover-XXXXXX";
+  cr_assert_not_null(mkdtemp(tmpl));
+  auto st = Store::Open(std::string(tmpl) + "/r", 1 << 20);
+  cr_assert(st.has_value());
+  auto put = [&](uint64_t ino, uint64_t seq) {
+    const std::string data = "bytes";
+    auto sum = ckpt::backend::ContentChecksum(data.data(), data.size());
+    Held hd{.key = {.writer = "w", .ino = ino, .version = 1},
+            .size = data.size(),
+            .gate_us = 100 + seq,
+            .hash_hi = sum.first,
+            .hash_lo = sum.second,
+            .meta = ckpt::fs::replica::EncodeMeta({.seq = seq, .incarnation = run, .path = "f" + std::to_string(seq)})};
+    auto in = (*st)->Begin(hd);
+    cr_assert(in.has_value());
+    cr_assert_eq((*in)->Write(0, data.data(), data.size()), 0);
+    cr_assert((*st)->Commit(std::move(*in)).has_value());
+  };
+  put(14, 4);  // revoked
+  put(15, 5);  // published, its mark lost
+  cr_assert((*st)->Retire({.writer = "w", .ino = 15, .version = 1}));
+  // (6: nothing)
+  ckpt::fs::replica::Takeover t("h", st->get(), nullptr, &h, nullptr, nullptr);
+  t.Start();
+  R::Claims got;
+  const bool ok = WaitFor(
+      [&] {
+        auto own = h.OwnClaims("w", run);
+        if (own) got = *own;
+        return got == R::Claims({{4, R::kRevoked}, {5, R::kDone}, {6, R::kGaveUp}});
+      },
+      10000);
+  t.Stop();
+  cr_expect(ok, "claims after the holder's start: 4 '%c' 5 '%c' 6 '%c'", got.count(4) ? got[4] : '?',
+            got.count(5) ? got[5] : '?', got.count(6) ? got[6] : '?');
+  std::set<uint64_t> inos;
+  for (const Held& x : (*st)->List()) inos.insert(x.key.ino);
+  cr_expect(!inos.count(14), "a revoked claim's replica is still held");
+  cr_expect(inos.count(15), "the published replica was dropped");
+  cr_expect_eq(t.stats().published, 0u);
+  h.Close(true);
+  std::filesystem::remove_all(tmpl);
 }
