@@ -247,14 +247,16 @@ Result<bool> EtcdRecords::ClaimTaken(const std::string& writer, const std::strin
   const std::string key = prefix_ + kTaken + writer + "/" + RunText(run) + "/" + opt_.node + "/" + SeqText(seq);
   const std::string mine = std::string(1, kClaimed) + opt_.incarnation;
   auto r = client_.PutIfRevisions(key, mine, {{prefix_ + kMembers + writer, writer_rev}, {key, 0}});
-  if (r) return r->succeeded;
-  // The reply lost: the claim may be in. Unrecorded, this holder would
-  // never finish it once the writer is back (its retry is refused), and
-  // the writer's drain would wait for it for ever.
+  if (r && r->succeeded) return true;
+  // Refused, or the reply lost: this run's claim may be there already (an
+  // earlier try's reply was lost). Unrecorded, this holder would never
+  // finish it once the writer is back (its retry is refused), and the
+  // writer's drain would wait for it for ever. One key read.
   auto back = client_.Range(key);
-  if (!back) return Err(r.error());
-  if (!back->kvs.empty() && back->kvs[0].value == mine) return true;
-  return Err(r.error());
+  if (back && !back->kvs.empty() && back->kvs[0].value == mine) return true;
+  if (!r) return Err(r.error());
+  if (!back) return Err(back.error());
+  return false;
 }
 
 Status EtcdRecords::MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status) {

@@ -137,9 +137,9 @@ class EtcdRecords final : public RecordStore {
   // node/SEQ = kClaimed and this run: that key alone), put only while
   // members/WRITER's mod_revision is `writer_rev` (0: absent) and the key
   // does not exist (a claim revoked or pruned is never put again); false
-  // when either changed (the writer may be back). After an error (the
-  // reply lost: the put may have landed), the key is read back: this run's
-  // claim there is true; an error if it cannot be told.
+  // when either changed (the writer may be back). Refused or failed (a
+  // reply lost: the put, or an earlier one, may have landed), the key is
+  // read back: this run's claim there is true; an error if it cannot be told.
   Result<bool> ClaimTaken(const std::string& writer, const std::string& run, uint64_t seq, int64_t writer_rev);
   // What became of a claimed entry (kDone, kGaveUp), whatever the writer's
   // record; only while the claim still says kClaimed by this run: a claim

@@ -231,13 +231,14 @@ bool Takeover::Claim(const std::string& writer, const Held& h, int64_t writer_re
   // That entry's key alone: a claim costs the same at the first entry
   // taken over as at the 100,000th.
   auto ok = records_->ClaimTaken(writer, RunOf(h), SeqOf(h), writer_rev);
-  if (!ok || !*ok) {
-    // Not claimed, or not known (the claim may be in: read back before
-    // anything is decided of this entry, its writer back or not).
+  if (!ok) {
+    // Not known (the claim may be in: every claim is read back before
+    // anything is decided, its writer back or not).
     reread_ = true;
-    if (!ok) Fail("cannot claim node " + writer + "'s entries in etcd: " + records_->client()->LastError());
-    return false;  // its record changed since it was read: decided again next pass
+    Fail("cannot claim node " + writer + "'s entries in etcd: " + records_->client()->LastError());
+    return false;
   }
+  if (!*ok) return false;  // its record changed since it was read: decided again next pass
   claimed_[{writer, RunOf(h)}][SeqOf(h)] = EtcdRecords::kClaimed;
   store_->SetClaimed(h.key);  // the writer's DROP no longer removes it: this holder publishes it
   return true;

@@ -923,3 +923,33 @@ Test(etcd_client, a_holder_back_reconciles_its_claims_with_its_replicas) {
   h.Close(true);
   std::filesystem::remove_all(tmpl);
 }
+
+// A claim whose reply was lost (the put landed, the holder never heard):
+// its retry, refused once the writer's record is back, reads the key back
+// and finds this run's claim there: the holder goes on to publish and mark
+// it. Without, it never did, and the writer's drain waited for ever.
+Test(etcd_client, a_claim_whose_reply_was_lost_is_read_back) {
+  auto eps = Start(1);
+  ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, "h", 5);
+  o.incarnation = "00000000000000hh";
+  using R = ckpt::fs::EtcdRecords;
+  R h(o, [] { return int64_t{1}; });
+  cr_assert(h.Open().has_value());
+  const std::string run = "00000000000000aa", dir = "/ckptfs/job/taken/w/" + run + "/";
+  Client raw(Opts(eps));
+  // The first try's put, as it landed; then the writer is back.
+  cr_assert(raw.Put(dir + "h/00000000000000000005", " 00000000000000hh").has_value());
+  cr_assert(raw.Put("/ckptfs/job/members/w", "{}").has_value());
+  auto ok = h.ClaimTaken("w", run, 5, 0);
+  cr_assert(ok.has_value());
+  cr_expect(*ok, "this run's claim, there already, was not taken for one");
+  // Another run's claim there, or a revoked one, is not this run's.
+  cr_assert(raw.Put(dir + "h/00000000000000000006", " 0000000000000011").has_value());
+  cr_assert(raw.Put(dir + "h/00000000000000000007", "x00000000000000hh").has_value());
+  for (uint64_t seq : {6, 7}) {
+    ok = h.ClaimTaken("w", run, seq, 0);
+    cr_assert(ok.has_value());
+    cr_expect(!*ok, "claim %llu taken for this run's", (unsigned long long)seq);
+  }
+  h.Close(true);
+}
