@@ -409,9 +409,10 @@ static RangeResult ParseRange(const Json& j) {
 }
 
 Result<RangeResult> Client::Range(const std::string& key, const std::string& range_end, int64_t limit,
-                                  int64_t timeout_ms) {
+                                  int64_t timeout_ms, int64_t revision) {
   Json req = RangeRequest(key, range_end);
   if (limit > 0) req["limit"] = std::to_string(limit);
+  if (revision > 0) req["revision"] = std::to_string(revision);
   return Parsed(this, Call("/v3/kv/range", req.dump(), timeout_ms), ParseRange);
 }
 
@@ -467,6 +468,15 @@ Result<TxnResult> Client::PutIfModRevision(const std::string& key, const std::st
                                         {"mod_revision", std::to_string(guard_rev)}}})},
               {"success", Json::array({PutOp(key, value, 0)})},
               {"failure", Json::array({{{"request_range", {{"key", B64(guard_key)}}}}})}};
+  return Parsed(this, Call("/v3/kv/txn", req.dump()), ParseTxn);
+}
+
+Result<TxnResult> Client::PutIfRevisions(const std::string& key, const std::string& value,
+                                         const std::vector<std::pair<std::string, int64_t>>& guards) {
+  Json cmp = Json::array();
+  for (const auto& [k, rev] : guards)
+    cmp.push_back({{"key", B64(k)}, {"target", "MOD"}, {"result", "EQUAL"}, {"mod_revision", std::to_string(rev)}});
+  Json req = {{"compare", cmp}, {"success", Json::array({PutOp(key, value, 0)})}};
   return Parsed(this, Call("/v3/kv/txn", req.dump()), ParseTxn);
 }
 

@@ -78,9 +78,10 @@ class Client {
 
   // Errors: ECONNREFUSED (no endpoint answers), ETIMEDOUT, EACCES (auth),
   // E2BIG (request too large), EIO (anything else); LastError() says more.
-  // `timeout_ms` as for Txn.
+  // `timeout_ms` as for Txn; `revision` (0: the latest) reads the keys as
+  // they were at that revision (one consistent view over several reads).
   Result<RangeResult> Range(const std::string& key, const std::string& range_end = "", int64_t limit = 0,
-                            int64_t timeout_ms = 0);
+                            int64_t timeout_ms = 0, int64_t revision = 0);
   // The keys of [key, range_end) put at `min_mod_revision` or later (what
   // changed since a revision: O(changes), not O(keys)).
   Result<RangeResult> RangeSince(const std::string& key, const std::string& range_end, int64_t min_mod_revision);
@@ -95,6 +96,11 @@ class Client {
   // (0: while it does not exist).
   Result<TxnResult> PutIfModRevision(const std::string& key, const std::string& value, const std::string& guard_key,
                                      int64_t guard_rev);
+  // key = value (no lease) while each (guard key, mod_revision) holds (a
+  // mod_revision 0: while that key does not exist); succeeded false if one
+  // does not.
+  Result<TxnResult> PutIfRevisions(const std::string& key, const std::string& value,
+                                   const std::vector<std::pair<std::string, int64_t>>& guards);
   // Puts and deletes in one transaction (at most 128: etcd's limit).
   struct Op {
     bool del = false;

@@ -15,7 +15,6 @@ constexpr char kLeader[] = "digest/leader";
 constexpr char kSummary[] = "digest/summary";
 constexpr char kDigestDir[] = "digest/";
 constexpr char kTurns[] = "turn/";
-constexpr char kTaken[] = "taken/";
 constexpr auto kReduceGap = std::chrono::milliseconds(2);  // between reductions a changed record triggers
 constexpr int64_t kReadEveryUs = 1000 * 1000;  // the elected member's view read whole at least this often while busy
 constexpr int64_t kMinTtlS = 2;  // etcd's lease TTL floor (a shorter one is raised by the server)
@@ -237,6 +236,7 @@ Status EtcdRecords::PutRecord(const std::string& node, const std::string& bytes,
     // claim may have come after the read: the next put reads them again).
     if (lease_ == *lease) {
       taken_read_ = true;
+      if (record_lease_ != *lease && node == opt_.node) standings_.fetch_add(1, std::memory_order_acq_rel);
       record_lease_ = *lease;
     }
   }
@@ -244,195 +244,6 @@ Status EtcdRecords::PutRecord(const std::string& node, const std::string& bytes,
     if (auto applied = AppliedSeqOf(bytes)) PruneTaken(*applied);
   SetError("");
   return {};
-}
-
-namespace {
-constexpr int64_t kPage = 10000;  // keys a range read brings at once (a run's claims can be many)
-
-// A run as a key names it: "-" for one unknown (a writer of an earlier
-// version); '/' (and '%') escaped, so that it stays one component.
-std::string RunText(const std::string& run) {
-  if (run.empty()) return "-";
-  std::string out;
-  for (char c : run) out += c == '/' ? "%2F" : c == '%' ? "%25" : std::string(1, c);
-  return out;
-}
-
-// SEQ as a key names it: 20 digits (UINT64_MAX has 20), so keys sort as seqs do.
-std::string SeqText(uint64_t seq) { return fmt::format("{:020}", seq); }
-
-std::optional<uint64_t> ParseSeq(const std::string& s) {
-  if (s.size() != 20 || s.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
-  uint64_t v = 0;
-  for (char c : s) {
-    if (v > (UINT64_MAX - (c - '0')) / 10) return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v;
-}
-
-bool StatusChar(const std::string& v) {
-  return v.size() == 1 && (v[0] == EtcdRecords::kClaimed || v[0] == EtcdRecords::kDone || v[0] == EtcdRecords::kGaveUp);
-}
-
-// Every key of [key, end), read a page at a time.
-Result<std::vector<etcd::KeyValue>> RangeAll(etcd::Client* c, std::string key, const std::string& end) {
-  std::vector<etcd::KeyValue> out;
-  for (;;) {
-    auto r = c->Range(key, end, kPage);
-    if (!r) return Err(r.error());
-    for (etcd::KeyValue& kv : r->kvs) out.push_back(std::move(kv));
-    if (!r->more || r->kvs.empty()) return out;
-    key = out.back().key + '\0';  // the next key after the last
-  }
-}
-}  // namespace
-
-std::optional<uint64_t> EtcdRecords::AppliedSeqOf(const std::string& bytes) {
-  {
-    MutexLock lk(&mu_);
-    if (run_claims_.empty()) return std::nullopt;  // nothing to prune: not parsed
-  }
-  // This run's own log position (the record names the run it is of).
-  try {
-    auto j = nlohmann::json::parse(bytes);
-    if (!j.contains("applied_seq") || j.value("incarnation", std::string()) != opt_.incarnation) return std::nullopt;
-    return j.at("applied_seq").get<uint64_t>();
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
-void EtcdRecords::PruneTaken(uint64_t applied) {
-  // Each claim at or below `applied` is completed here: done or given up
-  // (the drain completed it unapplied, or applied it), or claimed by a
-  // holder gone since (applied); one a live holder has not marked holds
-  // the drain before it, so it is never below. One range a holder, deleted
-  // in one request; the read's view of them (no claim comes after it)
-  // shrinks with it.
-  const std::string dir = prefix_ + kTaken + opt_.node + "/" + RunText(opt_.incarnation) + "/";
-  std::vector<etcd::Client::Op> ops;
-  {
-    MutexLock lk(&mu_);
-    for (const auto& [holder, seqs] : run_claims_)
-      if (!seqs.empty() && *seqs.begin() <= applied)
-        ops.push_back({.del = true,
-                       .key = dir + holder + "/" + SeqText(0),
-                       .range_end = dir + holder + "/" + SeqText(applied) + '\0'});
-  }
-  for (size_t i = 0; i < ops.size(); i += 128) {  // etcd's limit of operations in one transaction
-    std::vector<etcd::Client::Op> part(ops.begin() + i, ops.begin() + std::min(ops.size(), i + 128));
-    if (auto r = client_.Txn(part); !r) {
-      LOG_WARN("cluster {}: deleting the claims this run's drain went past: {} (again at its next record)",
-               opt_.cluster, client_.LastError());
-      return;
-    }
-  }
-  MutexLock lk(&mu_);
-  for (auto it = run_claims_.begin(); it != run_claims_.end();) {
-    it->second.erase(it->second.begin(), it->second.upper_bound(applied));
-    it = it->second.empty() ? run_claims_.erase(it) : std::next(it);
-  }
-}
-
-Status EtcdRecords::ReadTaken(bool first) {
-  const std::string dir = prefix_ + kTaken + opt_.node + "/" + RunText(opt_.incarnation) + "/";
-  auto r = RangeAll(&client_, dir, etcd::PrefixEnd(dir));
-  if (!r) {
-    SetError("reading what this node's holders took over: " + client_.LastError());
-    return Err(r.error());
-  }
-  // HOLDER/SEQ under this run's directory, one key a claim.
-  std::map<std::string, Claims> by_holder;
-  size_t odd = 0;
-  for (const etcd::KeyValue& kv : *r) {
-    const std::string rest = kv.key.substr(dir.size());
-    const size_t slash = rest.find('/');
-    auto seq = slash == std::string::npos ? std::nullopt : ParseSeq(rest.substr(slash + 1));
-    if (!seq || !ValidClusterName(rest.substr(0, slash)) || !StatusChar(kv.value)) {
-      odd++;
-      continue;
-    }
-    by_holder[rest.substr(0, slash)][*seq] = kv.value[0];
-  }
-  if (odd > 0)
-    LOG_WARN("cluster {}: {} etcd keys under {} are not holders' claims; ignored", opt_.cluster, odd, EscapeName(dir));
-  Taken taken;
-  std::map<std::string, std::set<uint64_t>> seen;
-  std::string who;  // for the log: each holder, and how many it took
-  size_t done_n = 0, claimed_n = 0;
-  for (const auto& [holder, claims] : by_holder) {
-    size_t done = 0, claimed = 0;
-    for (const auto& [seq, status] : claims) {
-      done += status == kDone;
-      claimed += status == kClaimed;
-      seen[holder].insert(seq);
-    }
-    // Claimed and not done: the holder's to finish while it lives; gone,
-    // the entry is this node's again (it may have applied it before it
-    // died: a second failure, within what K+1 losses may lose).
-    bool holder_live = true;
-    if (claimed > 0) {
-      auto m = client_.Range(prefix_ + kMembers + holder);
-      if (!m) {
-        SetError("reading the record of holder " + holder + ": " + client_.LastError());
-        return Err(m.error());
-      }
-      holder_live = !m->kvs.empty() && m->kvs[0].lease != 0;
-    }
-    for (const auto& [seq, status] : claims) {
-      if (status == kDone) taken.done.push_back(seq);
-      else if (status == kClaimed && holder_live) taken.claimed.push_back(seq);
-    }
-    done_n += done;
-    claimed_n += claimed;
-    who += fmt::format("{}{} {}{}", who.empty() ? "" : ", ", holder, claims.size(), holder_live ? "" : " (gone since)");
-  }
-  {
-    MutexLock lk(&mu_);
-    run_claims_ = std::move(seen);
-  }
-  // One line a read (not one a claim); the refreshes of a drain waiting
-  // at a claim, twice a second, at debug.
-  if (!by_holder.empty()) {
-    const std::string line = fmt::format(
-        "cluster {}: holders took over {} of this run's entries while it was counted dead ({} done, {} not "
-        "done; by holder: {})",
-        opt_.cluster, r->size() - odd, done_n, claimed_n, who);
-    if (first) LOG_INFO("{}", line);
-    else LOG_DEBUG("{}", line);
-  }
-  if (on_taken_) on_taken_(taken);
-  return {};
-}
-
-Result<bool> EtcdRecords::ClaimTaken(const std::string& writer, const std::string& run, uint64_t seq,
-                                     int64_t writer_rev) {
-  auto r =
-      client_.PutIfModRevision(prefix_ + kTaken + writer + "/" + RunText(run) + "/" + opt_.node + "/" + SeqText(seq),
-                               std::string(1, kClaimed), prefix_ + kMembers + writer, writer_rev);
-  if (!r) return Err(r.error());
-  return r->succeeded;
-}
-
-Status EtcdRecords::MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status) {
-  // Guarded by the claim itself: once the writer's drain went past the
-  // entry it deleted the claim, and a mark put then would stay for ever.
-  const std::string key = prefix_ + kTaken + writer + "/" + RunText(run) + "/" + opt_.node + "/" + SeqText(seq);
-  auto r = client_.Txn(
-      {{.key = key, .value = std::string(1, status), .guard_key = key, .guard_value = std::string(1, kClaimed)}});
-  if (!r) return Err(r.error());
-  return {};
-}
-
-Result<EtcdRecords::Claims> EtcdRecords::OwnClaims(const std::string& writer, const std::string& run) {
-  const std::string dir = prefix_ + kTaken + writer + "/" + RunText(run) + "/" + opt_.node + "/";
-  auto r = RangeAll(&client_, dir, etcd::PrefixEnd(dir));
-  if (!r) return Err(r.error());
-  Claims out;
-  for (const etcd::KeyValue& kv : *r)
-    if (auto seq = ParseSeq(kv.key.substr(dir.size())); seq && StatusChar(kv.value)) out[*seq] = kv.value[0];
-  return out;
 }
 
 Result<std::vector<std::pair<std::string, std::string>>> EtcdRecords::List() {

@@ -14,7 +14,9 @@
 //                    numerically) of NODE's run RUN ("-": unknown; '/'
 //                    and '%' as %2F, %25) that HOLDER took over
 //                    (published or applied in its place once it was dead);
-//                    the value is what became of it (Claims), no lease:
+//                    the value is what became of it (Claims) followed
+//                    by HOLDER's run (the incarnation that claimed it;
+//                    "" from a version before it), no lease:
 //                    NODE's run back (restarted on its state dir, or
 //                    rejoining after its lease expired) reads taken/NODE/RUN/
 //                    after its first record and skips those entries (the
@@ -103,13 +105,22 @@ class EtcdRecords final : public RecordStore {
   void SetOnDigest(std::function<void()> f) { on_digest_ = std::move(f); }
   // A holder's claims, seq -> what became of it: kClaimed (not yet
   // applied), kDone (published or applied), kGaveUp (the holder could not:
-  // the writer applies it itself). One key per seq, the status its value.
-  static constexpr char kClaimed = ' ', kDone = '+', kGaveUp = '!';
+  // the writer applies it itself), kRevoked (the writer's run took it back
+  // while the holder's run was gone: ReadTaken; the holder publishes
+  // nothing of it). One key per seq, the status (then the holder's run) its
+  // value.
+  static constexpr char kClaimed = ' ', kDone = '+', kGaveUp = '!', kRevoked = 'x';
   using Claims = std::map<uint64_t, char>;
   // This run's entries its holders took over: done (the writer completes
   // them unapplied) and claimed by a live holder, not yet done (the writer's
-  // drain waits at them). A claim the holder gave up, or of a holder whose
-  // record is gone, is the writer's to apply.
+  // drain waits at them). A claim the holder gave up is the writer's to
+  // apply; so is one of a holder whose run is gone (its record absent, or
+  // another run's: a new machine under its id, or its state lost) once it
+  // is revoked: rewritten kRevoked only while the holder's record is still
+  // absent (or still another run's) and the claim unchanged, both as read
+  // at the revision the claims were read at (a transaction). A holder whose
+  // record is back first keeps its claim; one back after sees kRevoked.
+  // The writer applies the entry only once the revocation is in.
   struct Taken {
     std::vector<uint64_t> done, claimed;
   };
@@ -123,17 +134,28 @@ class EtcdRecords final : public RecordStore {
   void SetOnTaken(std::function<void(const Taken&)> f) { on_taken_ = std::move(f); }
   Status RefreshTaken() { return ReadTaken(false); }
   // A holder's claim on a dead writer's entry `seq` (taken/WRITER/RUN/this
-  // node/SEQ = kClaimed: that key alone), put only while members/WRITER's
-  // mod_revision is `writer_rev` (0: absent); false when it changed (the
-  // writer may be back).
+  // node/SEQ = kClaimed and this run: that key alone), put only while
+  // members/WRITER's mod_revision is `writer_rev` (0: absent) and the key
+  // does not exist (a claim revoked or pruned is never put again); false
+  // when either changed (the writer may be back). Refused or failed (a
+  // reply lost: the put, or an earlier one, may have landed), the key is
+  // read back: this run's claim there is true; an error if it cannot be told.
   Result<bool> ClaimTaken(const std::string& writer, const std::string& run, uint64_t seq, int64_t writer_rev);
   // What became of a claimed entry (kDone, kGaveUp), whatever the writer's
-  // record; only while the claim still says kClaimed: a claim the writer
-  // deleted (its drain went past the entry) is not put back.
+  // record; only while the claim still says kClaimed by this run: a claim
+  // the writer deleted (its drain went past the entry) or revoked is not
+  // put back.
   Status MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status);
-  // This node's claims on `writer`'s run `run`, as a restarted holder reads
-  // them back (one prefix: O(those claims)).
+  // This run's claims on `writer`'s run `run`, as a restarted holder reads
+  // them back (one prefix: O(those claims)); kRevoked ones included.
   Result<Claims> OwnClaims(const std::string& writer, const std::string& run);
+  // This run's claims on every writer's run, (writer, run) -> claims: what
+  // a holder reads back when it starts and after each new standing (it
+  // may hold no replica of a run it still owes a mark). O(every claim).
+  Result<std::map<std::pair<std::string, std::string>, Claims>> AllOwnClaims();
+  // How many times this node's record was put under a new lease: a holder
+  // that sees it change reads its claims back (some may be revoked).
+  uint64_t Standings() const { return standings_.load(std::memory_order_acquire); }
   // Starts the watches and threads and grants the lease; false (LastError
   // says why) if the store cannot be reached or refuses (auth): the node
   // joins once it answers (the next record or campaign takes the lease).
@@ -188,8 +210,15 @@ class EtcdRecords final : public RecordStore {
   void Campaign();
   void SetError(const std::string& e);
   // This run's taken/ entries, to on_taken_ (`first`: the read after a
-  // grant, logged; a refresh is logged at debug).
+  // grant, logged; a refresh is logged at debug); a gone holder's claims
+  // revoked (Taken).
   Status ReadTaken(bool first);
+  // Revokes `kv` (a claim of `holder`'s run `holder_run`, as read): true
+  // once it is kRevoked; false if the claim changed since, or the holder's
+  // record changed from `record_rev` (its mod_revision as read, 0: absent;
+  // nullopt: another run's, not guarded) — decided again at the next read.
+  Result<bool> Revoke(const etcd::KeyValue& kv, const std::string& holder, const std::string& holder_run,
+                      std::optional<int64_t> record_rev);
   // This run's applied_seq in its record `bytes` (nullopt: none, another
   // run's, or no claims read to prune: then not parsed).
   std::optional<uint64_t> AppliedSeqOf(const std::string& bytes);
@@ -215,6 +244,7 @@ class EtcdRecords final : public RecordStore {
   // claims nothing once the run's record is back, so the read has them all.
   std::map<std::string, std::set<uint64_t>> run_claims_ GUARDED_BY(mu_);
   int64_t record_lease_ GUARDED_BY(mu_) = 0;  // the lease this node's record was last put under (Standing)
+  std::atomic<uint64_t> standings_{0};        // Standings
   // When the store last confirmed the lease (granted, or a keep-alive
   // answered): cut off longer than the TTL, the node knows it was dropped.
   std::chrono::steady_clock::time_point lease_ok_ GUARDED_BY(mu_);

@@ -133,18 +133,97 @@ void Takeover::Mark(const std::string& writer, const Held& h, char status) {
 }
 
 void Takeover::MarkPending() {
+  std::set<std::tuple<std::string, std::string, uint64_t>> landed;
   for (auto it = unmarked_.begin(); it != unmarked_.end();) {
     const auto& [writer, run, seq] = *it;
     if (auto st = records_->MarkTaken(writer, run, seq, claimed_[{writer, run}][seq]); !st) {
       Fail("cannot record in etcd what became of node " + writer +
            "'s claimed entries (its drain waits for it): " + records_->client()->LastError());
-      return;  // next pass
+      break;  // next pass
     }
+    landed.insert(*it);
     it = unmarked_.erase(it);
   }
+  if (landed.empty()) return;
+  // A namespace entry's replica, kept (retired) until its mark was in: a
+  // holder restarted before that finds it and marks it done, not given up.
+  for (const Held& h : store_->List())
+    if (h.key.ino == kEntryIno && h.published && landed.count({h.key.writer, RunOf(h), SeqOf(h)}))
+      (void)store_->Drop(h.key);
+}
+
+bool Takeover::ReadBack() {
+  const uint64_t standing = records_->Standings();  // before the read: a later standing reads again
+  auto all = records_->AllOwnClaims();
+  if (!all) {
+    Fail("cannot read back this holder's claims in etcd: " + records_->client()->LastError());
+    return false;
+  }
+  std::map<std::tuple<std::string, std::string, uint64_t>, Held> held;
+  for (Held& h : store_->List())
+    if (h.key.writer != node_) held[{h.key.writer, RunOf(h), SeqOf(h)}] = std::move(h);
+  auto drop = [&](const std::tuple<std::string, std::string, uint64_t>& k, const char* why) {
+    auto h = held.find(k);
+    if (h == held.end()) return;
+    LOG_WARN("replicas: node {}'s entry {} (run {}): {}: its replica is dropped, not published", std::get<0>(k),
+             std::get<2>(k), std::get<1>(k), why);
+    (void)store_->Drop(h->second.key);
+    held.erase(h);
+  };
+  // Claimed before and gone from etcd: the writer's drain went past it
+  // (it deletes only those): the writer applied or completed it.
+  for (auto& [run, claims] : claimed_)
+    for (auto it = claims.begin(); it != claims.end();) {
+      auto found = all->find(run);
+      if (found != all->end() && found->second.count(it->first)) {
+        ++it;
+        continue;
+      }
+      const std::tuple k{run.first, run.second, it->first};
+      unmarked_.erase(k);
+      drop(k, "its writer went past it");
+      it = claims.erase(it);
+    }
+  for (const auto& [run, claims] : *all)
+    for (const auto& [seq, status] : claims) {
+      const std::tuple k{run.first, run.second, seq};
+      if (status == EtcdRecords::kRevoked) {
+        claimed_[run].erase(seq);
+        unmarked_.erase(k);
+        drop(k, "its writer took the claim back while this holder was gone and applied it itself");
+        continue;
+      }
+      if (unmarked_.count(k)) continue;  // this holder's mark, not in etcd yet
+      char& mine = claimed_[run][seq];
+      mine = status;
+      if (status != EtcdRecords::kClaimed) continue;
+      // Claimed, not marked: redone while the replica waits, unpublished
+      // (the pass publishes it); marked as what its replica says otherwise.
+      auto h = held.find(k);
+      if (h != held.end() && !h->second.published) continue;
+      mine = h != held.end() ? EtcdRecords::kDone : EtcdRecords::kGaveUp;
+      if (h == held.end())
+        LOG_WARN(
+            "replicas: node {}'s entry {} (run {}) was claimed here and its replica is gone: given up (the "
+            "writer applies it itself)",
+            run.first, seq, run.second);
+      unmarked_.insert(k);
+    }
+  std::erase_if(claimed_, [](const auto& kv) { return kv.second.empty(); });
+  standing_seen_ = standing;
+  reread_ = false;
+  MarkPending();
+  return true;
 }
 
 bool Takeover::Claim(const std::string& writer, const Held& h, int64_t writer_rev) {
+  // Standing again since the claims were read (this node's lease lapsed):
+  // some may be revoked; read after MayPublishAs said it stands, so a
+  // revocation is seen here or refused (takeover.h).
+  if (records_->Standings() != standing_seen_) {
+    (void)ReadBack();
+    return false;  // what it dropped may be among this pass's: decided again next pass
+  }
   if (Claimed(writer, h)) {
     store_->SetClaimed(h.key);
     return true;
@@ -153,6 +232,9 @@ bool Takeover::Claim(const std::string& writer, const Held& h, int64_t writer_re
   // taken over as at the 100,000th.
   auto ok = records_->ClaimTaken(writer, RunOf(h), SeqOf(h), writer_rev);
   if (!ok) {
+    // Not known (the claim may be in: every claim is read back before
+    // anything is decided, its writer back or not).
+    reread_ = true;
     Fail("cannot claim node " + writer + "'s entries in etcd: " + records_->client()->LastError());
     return false;
   }
@@ -166,19 +248,15 @@ void Takeover::Pass() {
   std::map<std::string, std::vector<Held>> by_writer;
   for (Held& h : store_->List())  // published ones are only kept to serve loads
     if (h.key.writer != node_ && !h.published) by_writer[h.key.writer].push_back(std::move(h));
-  // This holder's claims on each writer's run it holds entries of, read
-  // back once (a restarted holder still owes them), before any is claimed
-  // anew: one prefix each. A claim the writer deleted since is of an entry
-  // its drain went past: its record's applied_seq says so (ShowsApplied).
-  for (const auto& [writer, held] : by_writer)
-    for (const Held& h : held) {
-      std::pair<std::string, std::string> run{writer, RunOf(h)};
-      if (claims_read_.count(run)) continue;
-      auto own = records_->OwnClaims(run.first, run.second);
-      if (!own) return;  // the store is unreachable: nothing can be decided
-      claimed_[run].insert(own->begin(), own->end());
-      claims_read_.insert(std::move(run));
-    }
+  // This holder's claims, read back (a restarted holder still owes them;
+  // one back under a new lease may have lost some) before any is claimed
+  // anew or published; the replicas it dropped then are not this pass's.
+  if (reread_ || records_->Standings() != standing_seen_) {
+    if (!ReadBack()) return;  // the store is unreachable: nothing can be decided
+    by_writer.clear();
+    for (Held& h : store_->List())
+      if (h.key.writer != node_ && !h.published) by_writer[h.key.writer].push_back(std::move(h));
+  }
   MarkPending();
   const auto now = std::chrono::steady_clock::now();
   HeldForOthers at_risk;  // dead_held_ once the pass has seen every writer
@@ -318,8 +396,10 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Held> held, int
     Mark(writer, h, o == Outcome::kLost ? EtcdRecords::kGaveUp : EtcdRecords::kDone);
     // Kept, published, while its room is not needed: the replacement node
     // and the others load it from here (this holder is its home now). A
-    // namespace entry, once applied, serves nothing.
-    if (o == Outcome::kLost || h.key.ino == kEntryIno || !store_->Retire(h.key)) (void)store_->Drop(h.key);
+    // namespace entry, once applied, serves nothing: kept (published, so no
+    // pass applies it again) only until its mark is in (MarkPending).
+    if (o == Outcome::kLost || !store_->Retire(h.key)) (void)store_->Drop(h.key);
+    else if (h.key.ino == kEntryIno && !unmarked_.count({writer, RunOf(h), SeqOf(h)})) (void)store_->Drop(h.key);
     cluster_->Poke();  // the record no longer names this gate: the others go on
   }
 }

@@ -21,7 +21,25 @@
 // entry is applied twice (a rename replayed after the holder applied it
 // failed for ever; a file published again at its old name came back
 // there), and deletes them once its drain went past them. A claimed
-// replica is published even once its writer is back.
+// replica is published even once its writer is back — while the claim is
+// this holder's: a writer back while the holder's run was gone (its record
+// expired, or another run of its id is there) revokes the claim and
+// applies the entry itself (EtcdRecords::Taken). So a holder reads its
+// claims back when it starts, and each time its record stands under a new
+// lease (EtcdRecords::Standings), before it publishes anything claimed:
+// a revoked claim's replica is dropped (the writer has the entry), and so
+// is one whose claim the writer deleted (its drain went past it). A holder
+// whose lease lapsed publishes nothing until its record stands again
+// (Cluster::MayPublishAs: RecordStore::Standing), and its claims are read
+// back after that: a revocation is either seen or refused (it is guarded
+// on the holder's record being absent).
+//
+// What a claim read back says, reconciled: claimed, not marked, with the
+// replica held and unpublished: published (applied) again; its replica
+// published (a mark lost, or not yet put when the holder stopped): marked
+// done; no replica (its machine rebooted, tmpfs lost): marked given up (the
+// writer applies the entry itself). A namespace entry's replica is kept
+// (retired) until its mark is in etcd, for the same reason.
 //
 // Replicas of live writers are dropped once the writer's own record shows
 // the version applied (ShowsApplied): the DROP a writer sends can be lost
@@ -96,6 +114,9 @@ class Takeover {
   // writer's record changed, or the store did not answer).
   bool Claim(const std::string& writer, const Held& h, int64_t writer_rev);
   bool Claimed(const std::string& writer, const Held& h) const;
+  // Reads this holder's claims back from etcd and reconciles them with the
+  // replicas held (takeover.h's opening comment); false: not now.
+  bool ReadBack();
   // What became of a claimed entry, into its claim (the writer waits for it).
   void Mark(const std::string& writer, const Held& h, char status);
   void MarkPending();
@@ -123,10 +144,11 @@ class Takeover {
   std::map<std::string, std::chrono::steady_clock::time_point> checked_;  // Pass's thread only
   std::map<std::string, std::chrono::steady_clock::time_point> gone_;     // its record first seen gone (Pass)
   // What this holder claimed (Pass's thread only): (writer, run) -> seqs;
-  // read back from etcd once for each run it holds entries of (a restarted
-  // holder still owes them): claims_read_.
+  // read back from etcd (ReadBack) at the first pass, after each new
+  // standing (standing_seen_) and after a claim that failed (reread_).
   std::map<std::pair<std::string, std::string>, EtcdRecords::Claims> claimed_;
-  std::set<std::pair<std::string, std::string>> claims_read_;
+  bool reread_ = true;
+  uint64_t standing_seen_ = 0;
   // Outcomes not yet in etcd, (writer, run, seq): retried each pass.
   std::set<std::tuple<std::string, std::string, uint64_t>> unmarked_;
   mutable Mutex mu_;

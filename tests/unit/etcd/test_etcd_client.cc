@@ -15,13 +15,17 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backend/checksum.h"
 #include "common/mutex.h"
 #include "fs/cluster/etcd_client.h"
 #include "fs/cluster/etcd_records.h"
+#include "fs/cluster/replica_store.h"
+#include "fs/cluster/takeover.h"
 
 using namespace ckpt::fs::etcd;
 
@@ -698,7 +702,10 @@ Test(etcd_client, claims_are_a_key_each_and_the_run_back_deletes_those_it_went_p
   cr_expect(all[1].key == run + "00000000000000000004", "%s", all[1].key.c_str());
   cr_expect(all[2].key == run + "00000000000000000008", "%s", all[2].key.c_str());
   cr_expect(all[3].key == dir + "00000000000000bb/h/00000000000000000002", "%s", all[3].key.c_str());
-  cr_expect(all[0].value == "+" && all[1].value == "!" && all[2].value == " " && all[3].value == " ",
+  // The status, then the holder's run (whose claim it is: another run of
+  // the holder's id is not it).
+  cr_expect(all[0].value == "+00000000000000hh" && all[1].value == "!00000000000000hh" &&
+                all[2].value == " 00000000000000hh" && all[3].value == " 00000000000000hh",
             "values '%s' '%s' '%s' '%s'", all[0].value.c_str(), all[1].value.c_str(), all[2].value.c_str(),
             all[3].value.c_str());
   // The claim of 8 and the marks of 3 and 4 left the others as they were.
@@ -733,5 +740,216 @@ Test(etcd_client, claims_are_a_key_each_and_the_run_back_deletes_those_it_went_p
   cr_assert_eq(all.size(), 1u, "%zu keys left", all.size());
   cr_expect(all[0].key == dir + "00000000000000bb/h/00000000000000000002", "%s", all[0].key.c_str());
   w.Close(true);
+  h.Close(true);
+}
+
+// A holder whose run is gone — its record expired (its lease lapsed: etcd
+// cut off, or its restart longer than the TTL) — while the writer's run
+// back waits at its claim: the writer revokes the claim (kRevoked) and only
+// then applies the entry itself; a holder whose record is back first keeps
+// it (the revocation is guarded on the record's absence, as of the read).
+// The holder, standing again (Standings moves), reads kRevoked back, and
+// its mark does not turn it into a done entry. Without the revocation both
+// applied it (a `latest.tmp` renamed over `latest` twice).
+Test(etcd_client, a_gone_holders_claim_is_revoked_before_the_writer_applies_it, .timeout = 90) {
+  auto eps = Start(1);
+  auto opts = [&](const std::string& node, const std::string& run) {
+    ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, node, 5);
+    o.incarnation = run;
+    return o;
+  };
+  using R = ckpt::fs::EtcdRecords;
+  auto clock = [] { return int64_t{1}; };
+  const std::string run = "00000000000000aa", hrec = R"({"incarnation":"00000000000000hh"})";
+  R h(opts("h", "00000000000000hh"), clock), w(opts("w", run), clock);
+  cr_assert(h.Open().has_value());
+  cr_assert(h.Put("h", hrec).has_value());
+  for (uint64_t seq : {5, 6}) {
+    auto ok = h.ClaimTaken("w", run, seq, 0);
+    cr_assert(ok.has_value() && *ok);
+  }
+  R::Taken told;
+  w.SetOnTaken([&](const R::Taken& t) { told = t; });
+  cr_assert(w.Open().has_value());
+  cr_assert(w.Put("w", "{}").has_value());
+  cr_expect(told.claimed == std::vector<uint64_t>({5, 6}), "a live holder's claims are waited for");
+  Client raw(Opts(eps));
+  const std::string key5 = "/ckptfs/job/taken/w/" + run + "/h/00000000000000000005";
+  auto value = [&](const std::string& key) {
+    auto r = raw.Range(key);
+    cr_assert(r.has_value());
+    return r->kvs.empty() ? std::string("(none)") : r->kvs[0].value;
+  };
+  // A revocation guarded on the holder's record being absent is refused while it is there.
+  auto g = raw.PutIfRevisions(key5, "x", {{"/ckptfs/job/members/h", 0}});
+  cr_assert(g.has_value());
+  cr_expect(!g->succeeded && value(key5) == " 00000000000000hh", "revoked while the holder's record is there");
+  cr_assert(h.MarkTaken("w", run, 6, R::kDone).has_value());
+  // The holder's lease lapses (revoked here: its record goes, as at expiry);
+  // it stands again before the writer looked: its claim is still its own.
+  auto lapse = [&] {
+    auto lease = h.Lease();
+    cr_assert(lease.has_value());
+    cr_assert(raw.Revoke(*lease).has_value());
+  };
+  const uint64_t stood = h.Standings();
+  lapse();
+  cr_assert(WaitFor([&] { return h.Put("h", hrec).has_value(); }, 10000), "the holder did not stand again");
+  cr_expect_gt(h.Standings(), stood, "standing again under a new lease is not told");
+  cr_assert(w.RefreshTaken().has_value());
+  cr_expect(told.claimed == std::vector<uint64_t>({5}) && told.done == std::vector<uint64_t>({6}),
+            "a holder back before the writer looked lost its claim");
+  cr_expect_eq(value(key5), " 00000000000000hh");
+  // It lapses again and the writer looks first: revoked, the writer's to apply.
+  lapse();
+  cr_assert(w.RefreshTaken().has_value());
+  cr_expect(told.claimed.empty() && told.done == std::vector<uint64_t>({6}), "%zu claimed after the holder went",
+            told.claimed.size());
+  cr_expect_eq(value(key5), "x00000000000000hh", "not revoked: '%s'", value(key5).c_str());
+  cr_assert(WaitFor([&] { return h.Put("h", hrec).has_value(); }, 10000));
+  cr_assert(h.MarkTaken("w", run, 5, R::kDone).has_value());
+  cr_expect_eq(value(key5), "x00000000000000hh", "a holder's late mark turned a revoked claim into a done one");
+  auto own = h.OwnClaims("w", run);
+  cr_assert(own.has_value());
+  cr_expect(*own == R::Claims({{5, R::kRevoked}, {6, R::kDone}}), "%zu claims read back", own->size());
+  auto all = h.AllOwnClaims();
+  cr_assert(all.has_value());
+  cr_expect(all->size() == 1 && all->begin()->first == std::make_pair(std::string("w"), run) &&
+            all->begin()->second == *own);
+  w.Close(true);
+  h.Close(true);
+}
+
+// A claim by a run of the holder's id that is not the one whose record is
+// there (a new machine mounted under the id, or its state dir lost): that
+// run is gone, its claim revoked and the entry the writer's again, the
+// record notwithstanding. The new run does not read it as its own.
+Test(etcd_client, a_claim_of_another_run_of_the_holder_counts_as_gone) {
+  auto eps = Start(1);
+  auto opts = [&](const std::string& node, const std::string& run) {
+    ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, node, 5);
+    o.incarnation = run;
+    return o;
+  };
+  using R = ckpt::fs::EtcdRecords;
+  auto clock = [] { return int64_t{1}; };
+  const std::string run = "00000000000000aa";
+  R old_h(opts("h", "00000000000000hh"), clock), new_h(opts("h", "0000000000000011"), clock), w(opts("w", run), clock);
+  cr_assert(old_h.Open().has_value() && new_h.Open().has_value());
+  auto ok = old_h.ClaimTaken("w", run, 3, 0);
+  cr_assert(ok.has_value() && *ok);
+  cr_assert(new_h.Put("h", R"({"incarnation":"0000000000000011"})").has_value());
+  R::Taken told;
+  w.SetOnTaken([&](const R::Taken& t) { told = t; });
+  cr_assert(w.Open().has_value());
+  cr_assert(w.Put("w", "{}").has_value());
+  cr_expect(told.claimed.empty(), "the drain waits for a claim of a run that is gone");
+  Client raw(Opts(eps));
+  auto r = raw.Range("/ckptfs/job/taken/w/" + run + "/h/00000000000000000003");
+  cr_assert(r.has_value() && r->kvs.size() == 1);
+  cr_expect_eq(r->kvs[0].value, "x00000000000000hh");
+  auto all = new_h.AllOwnClaims();
+  cr_assert(all.has_value());
+  cr_expect(all->empty(), "another run's claims read back as this run's");
+  w.Close(true);
+  old_h.Close(true);
+  new_h.Close(true);
+}
+
+// A holder back (restarted on its state dir) reads its claims back and
+// reconciles them with the replicas it holds before it publishes anything:
+// one published whose mark never landed is marked done; one with nothing
+// behind it (its tmpfs lost) given up, so the writer's drain, waiting
+// there, applies it itself; a revoked one's replica, unpublished, is
+// dropped, never published. Without it the writer waited for ever (the
+// claims stayed claimed) or the holder published the revoked entry again.
+Test(etcd_client, a_holder_back_reconciles_its_claims_with_its_replicas) {
+  using ckpt::fs::replica::Held;
+  using ckpt::fs::replica::Store;
+  auto eps = Start(1);
+  ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, "h", 5);
+  o.incarnation = "00000000000000hh";
+  using R = ckpt::fs::EtcdRecords;
+  R h(o, [] { return int64_t{1}; });
+  cr_assert(h.Open().has_value());
+  cr_assert(h.Put("h", R"({"incarnation":"00000000000000hh"})").has_value());
+  const std::string run = "00000000000000aa";
+  for (uint64_t seq : {4, 5, 6}) {
+    auto ok = h.ClaimTaken("w", run, seq, 0);
+    cr_assert(ok.has_value() && *ok);
+  }
+  Client raw(Opts(eps));
+  cr_assert(raw.Put("/ckptfs/job/taken/w/" + run + "/h/00000000000000000004", "x00000000000000hh").has_value());
+  char tmpl[] = "/tmp/ckpt-takeover-XXXXXX";
+  cr_assert_not_null(mkdtemp(tmpl));
+  auto st = Store::Open(std::string(tmpl) + "/r", 1 << 20);
+  cr_assert(st.has_value());
+  auto put = [&](uint64_t ino, uint64_t seq) {
+    const std::string data = "bytes";
+    auto sum = ckpt::backend::ContentChecksum(data.data(), data.size());
+    Held hd{.key = {.writer = "w", .ino = ino, .version = 1},
+            .size = data.size(),
+            .gate_us = 100 + seq,
+            .hash_hi = sum.first,
+            .hash_lo = sum.second,
+            .meta = ckpt::fs::replica::EncodeMeta({.seq = seq, .incarnation = run, .path = "f" + std::to_string(seq)})};
+    auto in = (*st)->Begin(hd);
+    cr_assert(in.has_value());
+    cr_assert_eq((*in)->Write(0, data.data(), data.size()), 0);
+    cr_assert((*st)->Commit(std::move(*in)).has_value());
+  };
+  put(14, 4);  // revoked
+  put(15, 5);  // published, its mark lost
+  cr_assert((*st)->Retire({.writer = "w", .ino = 15, .version = 1}));
+  // (6: nothing)
+  ckpt::fs::replica::Takeover t("h", st->get(), nullptr, &h, nullptr, nullptr);
+  t.Start();
+  R::Claims got;
+  const bool ok = WaitFor(
+      [&] {
+        auto own = h.OwnClaims("w", run);
+        if (own) got = *own;
+        return got == R::Claims({{4, R::kRevoked}, {5, R::kDone}, {6, R::kGaveUp}});
+      },
+      10000);
+  t.Stop();
+  cr_expect(ok, "claims after the holder's start: 4 '%c' 5 '%c' 6 '%c'", got.count(4) ? got[4] : '?',
+            got.count(5) ? got[5] : '?', got.count(6) ? got[6] : '?');
+  std::set<uint64_t> inos;
+  for (const Held& x : (*st)->List()) inos.insert(x.key.ino);
+  cr_expect(!inos.count(14), "a revoked claim's replica is still held");
+  cr_expect(inos.count(15), "the published replica was dropped");
+  cr_expect_eq(t.stats().published, 0u);
+  h.Close(true);
+  std::filesystem::remove_all(tmpl);
+}
+
+// A claim whose reply was lost (the put landed, the holder never heard):
+// its retry, refused once the writer's record is back, reads the key back
+// and finds this run's claim there: the holder goes on to publish and mark
+// it. Without, it never did, and the writer's drain waited for ever.
+Test(etcd_client, a_claim_whose_reply_was_lost_is_read_back) {
+  auto eps = Start(1);
+  ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, "h", 5);
+  o.incarnation = "00000000000000hh";
+  using R = ckpt::fs::EtcdRecords;
+  R h(o, [] { return int64_t{1}; });
+  cr_assert(h.Open().has_value());
+  const std::string run = "00000000000000aa", dir = "/ckptfs/job/taken/w/" + run + "/";
+  Client raw(Opts(eps));
+  // The first try's put, as it landed; then the writer is back.
+  cr_assert(raw.Put(dir + "h/00000000000000000005", " 00000000000000hh").has_value());
+  cr_assert(raw.Put("/ckptfs/job/members/w", "{}").has_value());
+  auto ok = h.ClaimTaken("w", run, 5, 0);
+  cr_assert(ok.has_value());
+  cr_expect(*ok, "this run's claim, there already, was not taken for one");
+  // Another run's claim there, or a revoked one, is not this run's.
+  cr_assert(raw.Put(dir + "h/00000000000000000006", " 0000000000000011").has_value());
+  cr_assert(raw.Put(dir + "h/00000000000000000007", "x00000000000000hh").has_value());
+  for (uint64_t seq : {6, 7}) {
+    ok = h.ClaimTaken("w", run, seq, 0);
+    cr_assert(ok.has_value());
+    cr_expect(!*ok, "claim %llu taken for this run's", (unsigned long long)seq);
+  }
   h.Close(true);
 }
