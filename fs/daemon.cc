@@ -392,7 +392,7 @@ static std::string OpenReplicas(Daemon* d) {
   d->takeover = std::make_unique<replica::Takeover>(cfg.node, d->replica_store.get(), d->cluster.get(), d->etcd_records,
                                                     d->replica_peers.get(), d->backend.get());
   replica::Takeover* takeover = d->takeover.get();
-  d->cluster->SetHeldGate([takeover] { return takeover->Holding(); });
+  d->cluster->SetHeldGate([takeover](bool dead_too) { return takeover->Holding(dead_too); });
   LOG_INFO(
       "replicas: listening at {} for other members' replicas ({} at most, {} held); this node's files go to {} "
       "other member(s)",

@@ -284,7 +284,7 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
   // other copy is known (their writer is gone), so they are lost with this
   // node, and its record says so — a loss of writer and holder both was
   // named nowhere, and no lost window kept the removals after them.
-  const HeldForOthers held = held_gate_ ? held_gate_() : HeldForOthers{};
+  const HeldForOthers held = held_gate_ ? held_gate_(true) : HeldForOthers{};
   at_risk += held.dead_files;
   for (const std::string& p : held.dead_paths)
     if (paths.size() < max_paths) paths.push_back(p);
@@ -309,7 +309,7 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
     // sample has seen it yet (its gate is later: T errs on the safe side).
     if (applied_ < s.post) r.oldest_gate_us = GateLocked(applied_ + 1).value_or(s.t);
     if (held.gate && (!r.oldest_gate_us || *held.gate < *r.oldest_gate_us)) r.oldest_gate_us = held.gate;
-    written_held_ = {held.gate.value_or(0), held.dead_gate.value_or(0)};
+    written_held_ = {held.gate, held.dead_gate, held.dead_files, {}};
     // U: the oldest entry no other member holds a copy of (the replicas'
     // own, not those held here for others). A loss of this node begins there.
     if (const uint64_t u = std::max(applied_ + 1, unsafe_from); u <= s.post)
@@ -359,8 +359,7 @@ void Cluster::Tick() {
   const uint64_t applied = log_->AppliedSeq();
   // A replica held for another node came or went (SetHeldGate): the others wait on this record's gate, so it
   // is written at once; so is each entry at risk (AtRiskFrom: the first, 0 if none; and each after it).
-  const HeldForOthers h = held_gate_ ? held_gate_() : HeldForOthers{};
-  const std::pair<int64_t, int64_t> held{h.gate.value_or(0), h.dead_gate.value_or(0)};
+  const HeldForOthers held = held_gate_ ? held_gate_(true) : HeldForOthers{};
   const uint64_t logged = log_->LoggedSeq(), unsafe_from = unsafe_from_ ? AtRiskFrom(unsafe_from_(), logged) : 0;
   bool write = false, read = false;
   {
@@ -388,14 +387,14 @@ void Cluster::Tick() {
       const bool standing = store_->Standing().empty();
       write = now - last_write_ >=
                   opt_.heartbeat_ms * kUsPerMs * (write_error_.empty() && standing ? kDigestHeartbeats : 1) ||
-              (write_error_.empty() &&
-               (applied != written_applied_ || held != written_held_ || risk || (waiting_ && wait_gate_ > stored_us_) ||
-                (need_us_ > stored_us_ && now >= need_us_) || BatonDueLocked()));
+              (write_error_.empty() && (applied != written_applied_ || !SameHeld(held, written_held_) || risk ||
+                                        (waiting_ && wait_gate_ > stored_us_) ||
+                                        (need_us_ > stored_us_ && now >= need_us_) || BatonDueLocked()));
     } else {
       write = now - last_write_ >= opt_.heartbeat_ms * kUsPerMs ||
               (write_error_.empty() && read_error_.empty() &&
-               (applied != written_applied_ || held != written_held_ || risk || now < busy_until_ || self_missing_ ||
-                (waiting_ && wait_gate_ > stored_us_)));
+               (applied != written_applied_ || !SameHeld(held, written_held_) || risk || now < busy_until_ ||
+                self_missing_ || (waiting_ && wait_gate_ > stored_us_)));
     }
     read = waiting_ || reduces_;  // a digest is read from memory: no request
   }
@@ -622,7 +621,7 @@ std::string Cluster::BlockedLocked() const {
 
 bool Cluster::MayPublish(uint64_t seq) {
   const int64_t now = clock_();
-  const int64_t held = held_gate_ ? held_gate_().gate.value_or(0) : 0;  // taken before mu_ (the store's lock)
+  const int64_t held = held_gate_ ? held_gate_(false).gate.value_or(0) : 0;  // taken before mu_ (the store's lock)
   MutexLock lk(&mu_);
   std::vector<std::string> blockers;
   auto g = GateLocked(seq);

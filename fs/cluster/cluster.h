@@ -139,7 +139,7 @@ class Cluster {
   // pending, so nothing closed after it passes while the replica may still
   // have to be published; and dead members' replicas as its own at risk (U,
   // paths: lost with this node). Set before Start.
-  void SetHeldGate(std::function<HeldForOthers()> fn) { held_gate_ = std::move(fn); }
+  void SetHeldGate(std::function<HeldForOthers(bool dead_too)> fn) { held_gate_ = std::move(fn); }
   // The replicator's view: the first of this node's entries not replicated
   // K times (Replicator::UnsafeFrom: its gate is the record's U, where a loss
   // of this node begins) and whether a file version is (Replicated: the
@@ -251,14 +251,14 @@ class Cluster {
   bool clash_noted_ GUARDED_BY(mu_) = false;       // another mount with this node id (logged once)
   bool stop_ GUARDED_BY(mu_) = false;
   bool poked_ GUARDED_BY(mu_) = false;  // Poke: tick now
-  std::function<HeldForOthers()> held_gate_;           // SetHeldGate
+  std::function<HeldForOthers(bool)> held_gate_;       // SetHeldGate
   std::function<void()> on_change_;                    // SetOnChange
   std::function<uint64_t()> unsafe_from_;              // SetReplicas
   std::function<bool(uint64_t, uint64_t)> replicated_;  // SetReplicas
   uint64_t written_unsafe_from_ GUARDED_BY(mu_) = 0;    // its value in the last record built (AtRiskFrom)
   uint64_t written_logged_ GUARDED_BY(mu_) = 0;         // the last entry that record saw logged
   LostWindows lost_windows_ GUARDED_BY(mu_);
-  std::pair<int64_t, int64_t> written_held_ GUARDED_BY(mu_);  // (gate, dead_gate) in the last record built (0: none)
+  HeldForOthers written_held_ GUARDED_BY(mu_);  // in the last record built (its paths not kept: SameHeld)
   // Exact gate times of pending entries a sample saw (LogView::LoggedTimes), the newest seq asked for.
   std::map<uint64_t, int64_t> exact_ GUARDED_BY(mu_);
   uint64_t timed_ GUARDED_BY(mu_) = 0;

@@ -222,7 +222,9 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
         run.first = old.incarnation;
         if (!back_now.count(name) && run.second == -1) run.second = 0;  // a new replacement: not the switching
       }
-      if (old.unpersisted == 0) {
+      // Nothing pending of its own, and nothing held for dead members
+      // (their replicas are its at risk: lost with it).
+      if (old.unpersisted == 0 && old.at_risk == 0 && !old.unsafe_gate_us) {
         LOG_INFO("cluster {}: member {} is gone ({}, nothing pending)", opt_.name, name,
                  replaced ? "a new run mounted under its id" : "its lease ended");
         continue;

@@ -54,6 +54,10 @@ struct HeldForOthers {
   uint64_t dead_files = 0;
   std::vector<std::string> dead_paths;
 };
+// The same for a record (the paths follow the count, nearly always).
+inline bool SameHeld(const HeldForOthers& a, const HeldForOthers& b) {
+  return a.gate == b.gate && a.dead_gate == b.dead_gate && a.dead_files == b.dead_files;
+}
 // The name a run of a member is logged dead and back under: the node id,
 // and its incarnation where known (two runs of one id are two members).
 std::string NotedName(const ClusterRecord& r);

@@ -46,31 +46,52 @@ void Takeover::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-HeldForOthers Takeover::Holding() const {
+namespace {
+constexpr size_t kAtRiskPaths = 1000;  // as many as a record names (Cluster::MakeRecord cuts them to its size)
+}  // namespace
+
+HeldForOthers Takeover::Holding(bool dead_too) const {
   HeldForOthers out;
-  {
-    MutexLock l(&mu_);
-    out = dead_held_;
-  }
   if (const uint64_t g = store_->MinGate(); g != 0) out.gate = static_cast<int64_t>(g) + 1;
+  if (!dead_too) return out;
+  MutexLock l(&mu_);
+  for (const auto& [writer, d] : dead_held_) {
+    if (d.dead_gate && (!out.dead_gate || *d.dead_gate < *out.dead_gate)) out.dead_gate = d.dead_gate;
+    out.dead_files += d.dead_files;
+    for (const std::string& p : d.dead_paths)
+      if (out.dead_paths.size() < kAtRiskPaths) out.dead_paths.push_back(p);
+  }
   return out;
 }
 
-namespace {
-constexpr size_t kAtRiskPaths = 1000;  // as many as a record names (Cluster::MakeRecord cuts them to its size)
-// Adds `held` (a dead writer's, or claimed: this holder publishes them) to
-// what this node's loss would lose.
-void AddAtRisk(HeldForOthers* out, std::vector<Held>::const_iterator begin, std::vector<Held>::const_iterator end) {
+void Takeover::NoteAtRisk(const std::string& writer, std::vector<Held>::const_iterator begin,
+                          std::vector<Held>::const_iterator end) {
+  HeldForOthers d;
   for (auto it = begin; it != end; ++it) {
     const auto g = static_cast<int64_t>(it->gate_us);
-    if (!out->dead_gate || g < *out->dead_gate) out->dead_gate = g;
+    if (!d.dead_gate || g < *d.dead_gate) d.dead_gate = g;
     if (it->key.ino == kEntryIno) continue;  // a namespace entry: its gate, no file
-    out->dead_files++;
+    d.dead_files++;
     auto m = DecodeMeta(it->meta);
-    if (m && out->dead_paths.size() < kAtRiskPaths) out->dead_paths.push_back(m->path);
+    if (m && d.dead_paths.size() < kAtRiskPaths) d.dead_paths.push_back(m->path);
   }
+  bool changed;
+  {
+    MutexLock l(&mu_);
+    auto it = dead_held_.find(writer);
+    changed = begin == end ? it != dead_held_.end()
+                           : it == dead_held_.end() || it->second.dead_gate != d.dead_gate ||
+                                 it->second.dead_files != d.dead_files;
+    if (begin == end) {
+      if (it != dead_held_.end()) dead_held_.erase(it);
+    } else {
+      dead_held_[writer] = std::move(d);
+    }
+  }
+  // Written before this holder publishes any of them (its record names
+  // them at risk while it does), not at the next heartbeat.
+  if (changed && cluster_) cluster_->Poke();
 }
-}  // namespace
 
 Takeover::Stats Takeover::stats() const {
   MutexLock l(&mu_);
@@ -259,9 +280,12 @@ void Takeover::Pass() {
   }
   MarkPending();
   const auto now = std::chrono::steady_clock::now();
-  HeldForOthers at_risk;  // dead_held_ once the pass has seen every writer
   std::erase_if(checked_, [&](const auto& kv) { return !by_writer.count(kv.first); });
   std::erase_if(gone_, [&](const auto& kv) { return !by_writer.count(kv.first); });
+  {
+    MutexLock l(&mu_);  // a writer none of whose replicas is left: nothing of it at risk here
+    std::erase_if(dead_held_, [&](const auto& kv) { return !by_writer.count(kv.first); });
+  }
   for (auto& [writer, held] : by_writer) {
     // A writer whose replica link is still advertised (its key goes with
     // its lease, as its record does) is live: its record is read only
@@ -315,7 +339,7 @@ void Takeover::Pass() {
         auto m = DecodeMeta(it->meta);
         runs.insert(m ? m->incarnation : "");
       }
-      AddAtRisk(&at_risk, held.begin(), dead_end);
+      NoteAtRisk(writer, held.begin(), dead_end);  // lost with this node while it publishes them
       const bool named =
           std::all_of(runs.begin(), runs.end(), [&](const std::string& run) { return NamedLost(writer, run); });
       if (named || now - since >= kNamedWithin)
@@ -323,15 +347,20 @@ void Takeover::Pass() {
       continue;
     }
     gone_.erase(writer);
+    // A live writer's claimed replicas are not lost with this node: the
+    // writer has the bytes, and takes a gone holder's claim back.
+    NoteAtRisk(writer, held.end(), held.end());
     // Claimed while the writer was dead: it skips them, so they are this
-    // holder's to publish, live writer or not.
+    // holder's to publish, live writer or not — unless its record shows
+    // the entry applied: applied before it died (the claim then pruned),
+    // or completed after this holder's mark (then published already).
     auto claimed_end = std::stable_partition(held.begin(), held.end(), [&](const Held& h) {
       if (!Claimed(writer, h)) return false;
+      if (ShowsApplied(w, h)) return false;  // dropped below, as any applied replica
       store_->SetClaimed(h.key);  // (again after a restart of this holder)
       return true;
     });
     if (claimed_end != held.begin()) {
-      AddAtRisk(&at_risk, held.begin(), claimed_end);
       PublishFor(writer, std::vector<Held>(held.begin(), claimed_end), writer_rev);
       continue;
     }
@@ -343,10 +372,6 @@ void Takeover::Pass() {
       }
     }
   }
-  // As of the start of this pass: what it published since goes at the
-  // next one (a record that names a file published is on the safe side).
-  MutexLock l(&mu_);
-  dead_held_ = std::move(at_risk);
 }
 
 bool ShowsApplied(const WriterRecord& w, const Held& h) {

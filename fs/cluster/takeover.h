@@ -100,7 +100,7 @@ class Takeover {
   // For the record (Cluster::SetHeldGate): the earliest gate held + 1 µs,
   // and the dead writers' replicas this holder is to publish (as of the
   // last pass): lost with this node.
-  HeldForOthers Holding() const;
+  HeldForOthers Holding(bool dead_too = true) const;
   Stats stats() const;
 
  private:
@@ -152,7 +152,11 @@ class Takeover {
   // Outcomes not yet in etcd, (writer, run, seq): retried each pass.
   std::set<std::tuple<std::string, std::string, uint64_t>> unmarked_;
   mutable Mutex mu_;
-  HeldForOthers dead_held_ GUARDED_BY(mu_);  // Holding's second half, from the last pass
+  // Holding's second half: each dead writer's replicas this holder is to
+  // publish (NoteAtRisk, set before it publishes them; none: erased).
+  std::map<std::string, HeldForOthers> dead_held_ GUARDED_BY(mu_);
+  void NoteAtRisk(const std::string& writer, std::vector<Held>::const_iterator begin,
+                  std::vector<Held>::const_iterator end);
   CondVar cv_;
   bool stop_ GUARDED_BY(mu_) = false;
   Stats stats_ GUARDED_BY(mu_);

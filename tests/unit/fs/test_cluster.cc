@@ -1081,7 +1081,7 @@ Test(cluster, a_replica_held_for_a_dead_node_keeps_the_order) {
   int64_t now = 1000;
   Node a("a", &store, &now, 3000), b("b", &store, &now, 3000), c("c", &store, &now, 3000);
   std::optional<int64_t> held;  // what c holds: the shard's gate + 1 µs
-  c.c->SetHeldGate([&held] { return HeldForOthers{held}; });
+  c.c->SetHeldGate([&held](bool) { return HeldForOthers{held}; });
   now = 1100;
   uint64_t shard = b.log.Log("step1/shard_b");
   b.c->Sample();
@@ -1124,7 +1124,7 @@ Test(cluster, a_holder_publishes_a_dead_writers_later_file_after_its_own) {
   int64_t now = 1000;
   Node a("a", &store, &now, 3000), b("b", &store, &now, 3000), c("c", &store, &now, 3000);
   std::optional<int64_t> held;
-  c.c->SetHeldGate([&held] { return HeldForOthers{held}; });
+  c.c->SetHeldGate([&held](bool) { return HeldForOthers{held}; });
   now = 1100;
   uint64_t own = c.log.Log("step1/shard_c");
   c.c->Sample();
@@ -1152,8 +1152,8 @@ Test(cluster, a_dead_members_entries_on_two_holders_keep_its_exact_order) {
   int64_t now = 1000;
   Node a("a", &store, &now, 3000), b("b", &store, &now, 3000), c("c", &store, &now, 3000);
   std::optional<int64_t> on_c, on_a;
-  c.c->SetHeldGate([&on_c] { return HeldForOthers{on_c}; });
-  a.c->SetHeldGate([&on_a] { return HeldForOthers{on_a}; });
+  c.c->SetHeldGate([&on_c](bool) { return HeldForOthers{on_c}; });
+  a.c->SetHeldGate([&on_a](bool) { return HeldForOthers{on_a}; });
   now = 1100;
   uint64_t file = b.log.Log("step.tmp/shard_b");
   b.c->Sample();
@@ -1236,7 +1236,7 @@ Test(cluster, a_holder_lost_with_a_dead_writers_replica_names_it_and_keeps_what_
   int64_t now = 1000;
   Node a("a", &store, &now, 3000), b("b", &store, &now, 3000), c("c", &store, &now, 3000);
   HeldForOthers on_c;
-  c.c->SetHeldGate([&on_c] { return on_c; });
+  c.c->SetHeldGate([&on_c](bool dead_too) { return dead_too ? on_c : HeldForOthers{on_c.gate}; });
   now = 1100;
   const uint64_t shard = b.log.LogAt("step1/shard_b", 1100);
   b.c->SetReplicas([shard] { return shard + 1; }, [](uint64_t, uint64_t) { return true; });  // held by c

@@ -601,3 +601,29 @@ Test(cluster_digest, a_removal_after_a_lost_members_entries_is_kept) {
   cr_expect_eq(c.c->KeepsRemoval(now * 1000 + 1, "later"), std::string(""), "made after the loss was known");
   cr_expect_eq(c.c->Status().kept_removals, 1u);
 }
+
+// A holder with nothing of its own pending, publishing a dead member's
+// replica (issue #30, two losses), dies: the digest names it lost with
+// that replica (its record's at-risk file and U), not "gone, nothing
+// pending" (which kept no lost window and listed nothing).
+Test(cluster_digest, an_idle_holder_lost_with_a_dead_members_replica_is_named_lost) {
+  int64_t now = 1000;
+  DigestStore s;
+  Node a("a", &s, &now), h("h", &s, &now);
+  const int64_t g = 900 * 1000;  // the dead writer's shard
+  h.c->SetHeldGate([g](bool dead_too) {
+    ckpt::fs::HeldForOthers held{g + 1};
+    if (dead_too) held.dead_gate = g, held.dead_files = 1, held.dead_paths = {"step1/shard_b"};
+    return held;
+  });
+  for (Node* n : {&a, &h}) n->c->Heartbeat();
+  s.digest = Reduce(a, s, now);
+  now = 1100;
+  s.recs.erase("h");  // h's lease expires
+  s.digest = Reduce(a, s, now);
+  auto d = nlohmann::json::parse(*s.digest);
+  cr_assert_eq(d["lost"].size(), 1u, "%s", s.digest->c_str());
+  cr_expect_eq(d["lost"][0]["unsafe_gate_us"].get<int64_t>(), g);
+  a.c->Heartbeat();
+  cr_expect_eq(a.c->KeepsRemoval(g + 50 * 1000, "step_0/shard_a"), std::string("h"));
+}
