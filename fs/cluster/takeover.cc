@@ -396,12 +396,8 @@ bool Takeover::NamedLost(const std::string& writer, const std::string& incarnati
 void Takeover::PublishFor(const std::string& writer, std::vector<Held> held, int64_t writer_rev) {
   // The writer's order: its gates are one µs apart at least (OpLog), so
   // (gate, seq) is its log order across every holder.
-  auto seq = [](const Held& h) {
-    auto m = DecodeMeta(h.meta);
-    return m ? m->seq : 0;
-  };
-  std::sort(held.begin(), held.end(), [&](const Held& a, const Held& b) {
-    return a.gate_us != b.gate_us ? a.gate_us < b.gate_us : seq(a) < seq(b);
+  std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) {
+    return a.gate_us != b.gate_us ? a.gate_us < b.gate_us : SeqOf(a) < SeqOf(b);
   });
   for (const Held& h : held) {
     {
