@@ -85,13 +85,16 @@ Options Opts(std::vector<std::string> eps, std::string user = "", std::string pa
 }
 
 // A member's records of cluster "job" (client timeout 2 s).
-ckpt::fs::EtcdRecordsOptions RecordsOpts(const std::vector<std::string>& eps, const std::string& node, int64_t ttl_s) {
+// `run`: its incarnation ("" unknown).
+ckpt::fs::EtcdRecordsOptions RecordsOpts(const std::vector<std::string>& eps, const std::string& node, int64_t ttl_s,
+                                         const std::string& run = "") {
   ckpt::fs::EtcdRecordsOptions o;
   o.client = Opts(eps, "", "", 2000);
   o.url = "etcd://test";
   o.cluster = "job";
   o.node = node;
   o.lease_ttl_s = ttl_s;
+  o.incarnation = run;
   return o;
 }
 
@@ -601,11 +604,7 @@ Test(etcd_client, a_member_cut_off_stops_standing_before_its_lease_ends, .timeou
 // holder's outcome, marked later, is told at the next refresh.
 Test(etcd_client, a_run_back_is_told_what_its_holders_took) {
   auto eps = Start(1);
-  auto opts = [&](const std::string& node, const std::string& run) {
-    ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, node, 5);
-    o.incarnation = run;
-    return o;
-  };
+  auto opts = [&](const std::string& node, const std::string& run) { return RecordsOpts(eps, node, 5, run); };
   using R = ckpt::fs::EtcdRecords;
   auto clock = [] { return int64_t{1}; };
   R h(opts("h", "00000000000000hh"), clock), h2(opts("h2", "0000000000000022"), clock),
@@ -668,11 +667,7 @@ Test(etcd_client, a_run_back_is_told_what_its_holders_took) {
 // claims back gets those left; another run's claims are not the writer's.
 Test(etcd_client, claims_are_a_key_each_and_the_run_back_deletes_those_it_went_past) {
   auto eps = Start(1);
-  auto opts = [&](const std::string& node, const std::string& run) {
-    ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, node, 5);
-    o.incarnation = run;
-    return o;
-  };
+  auto opts = [&](const std::string& node, const std::string& run) { return RecordsOpts(eps, node, 5, run); };
   using R = ckpt::fs::EtcdRecords;
   auto clock = [] { return int64_t{1}; };
   R h(opts("h", "00000000000000hh"), clock), w(opts("w", "00000000000000aa"), clock);
@@ -753,11 +748,7 @@ Test(etcd_client, claims_are_a_key_each_and_the_run_back_deletes_those_it_went_p
 // applied it (a `latest.tmp` renamed over `latest` twice).
 Test(etcd_client, a_gone_holders_claim_is_revoked_before_the_writer_applies_it, .timeout = 90) {
   auto eps = Start(1);
-  auto opts = [&](const std::string& node, const std::string& run) {
-    ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, node, 5);
-    o.incarnation = run;
-    return o;
-  };
+  auto opts = [&](const std::string& node, const std::string& run) { return RecordsOpts(eps, node, 5, run); };
   using R = ckpt::fs::EtcdRecords;
   auto clock = [] { return int64_t{1}; };
   const std::string run = "00000000000000aa", hrec = R"({"incarnation":"00000000000000hh"})";
@@ -826,11 +817,7 @@ Test(etcd_client, a_gone_holders_claim_is_revoked_before_the_writer_applies_it, 
 // record notwithstanding. The new run does not read it as its own.
 Test(etcd_client, a_claim_of_another_run_of_the_holder_counts_as_gone) {
   auto eps = Start(1);
-  auto opts = [&](const std::string& node, const std::string& run) {
-    ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, node, 5);
-    o.incarnation = run;
-    return o;
-  };
+  auto opts = [&](const std::string& node, const std::string& run) { return RecordsOpts(eps, node, 5, run); };
   using R = ckpt::fs::EtcdRecords;
   auto clock = [] { return int64_t{1}; };
   const std::string run = "00000000000000aa";
