@@ -229,10 +229,11 @@ Reduction Cluster::Reduce(const std::vector<std::pair<std::string, std::string>>
                  replaced ? "a new run mounted under its id" : "its lease ended");
         continue;
       }
+      Record gone = old;
+      NotLostWhereHeld(&gone, seen);
       LOG_WARN("cluster {}: member {} is dead ({}); {}", opt_.name, name,
                replaced ? "a new run with a new state dir mounted under its id" : "its lease expired",
-               LostFilesText(old.unpersisted, old.at_risk, old.paths));
-      Record gone = old;
+               LostFilesText(gone.unpersisted, gone.at_risk, gone.paths));
       gone.paths.resize(std::min(gone.paths.size(), kLostPaths));
       gone.problem = fmt::format("{}, noticed at {} ms", replaced ? kReplaced : "lease expired", now / kUsPerMs);
       lost_.push_back(std::move(gone));

@@ -2,6 +2,8 @@
 // (cluster_types.h: LostWindows; docs/consistency.md, "Removals ordered
 // after what a lost node took with it").
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "common/config.h"
 #include "fs/cluster/cluster_types.h"
@@ -36,6 +38,24 @@ std::string LostFilesText(uint64_t unpersisted, uint64_t at_risk, const std::vec
                                      (paths.empty() ? "" : ", e.g. " + EscapeName(paths.front()));
   if (safe > 0) s += " (" + std::to_string(safe) + " replicated: their holders publish them)";
   return s;
+}
+
+void NotLostWhereHeld(ClusterRecord* gone, const std::map<std::string, ClusterRecord>& live) {
+  // A path is named at risk by the members that have its bytes and no one
+  // else: a live one naming it holds a copy (another holder of the dead
+  // writer's file, which publishes it; or, rarely, its own file of that
+  // name). Only the paths a record lists can be matched (the first ones,
+  // kRecordPaths): a file past them stays counted lost, on the safe side.
+  // The gate stays: the removals after it are kept out of the backend
+  // until the copy is published (the live holder's own gate orders them
+  // too), and at worst a removal is kept that could have gone.
+  std::set<std::string> held;
+  for (const auto& [node, r] : live)
+    if (node != gone->node && r.state == "live") held.insert(r.paths.begin(), r.paths.end());
+  const size_t before = gone->paths.size();
+  std::erase_if(gone->paths, [&](const std::string& p) { return held.count(p) > 0; });
+  const uint64_t elsewhere = before - gone->paths.size();
+  gone->at_risk = gone->at_risk > elsewhere ? gone->at_risk - elsewhere : 0;
 }
 
 }  // namespace ckpt::fs

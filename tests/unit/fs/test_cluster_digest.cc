@@ -627,3 +627,41 @@ Test(cluster_digest, an_idle_holder_lost_with_a_dead_members_replica_is_named_lo
   a.c->Heartbeat();
   cr_expect_eq(a.c->KeepsRemoval(g + 50 * 1000, "step_0/shard_a"), std::string("h"));
 }
+
+// K = 2: both holders of a dead writer's shard name it at risk; the loss of
+// one is not the shard's (the other publishes it), so it is not listed
+// lost with it. Its gate still keeps the removals after it (the safe side).
+Test(cluster_digest, a_dead_holders_shard_another_live_holder_names_is_not_listed_lost) {
+  int64_t now = 1000;
+  DigestStore s;
+  Node a("a", &s, &now), h1("h1", &s, &now), h2("h2", &s, &now);
+  const int64_t g = 900 * 1000;
+  auto holds = [g](std::vector<std::string> paths) {
+    return [g, paths](bool dead_too) {
+      ckpt::fs::HeldForOthers held{g + 1};
+      if (dead_too) held.dead_gate = g, held.dead_files = paths.size(), held.dead_paths = paths;
+      return held;
+    };
+  };
+  h1.c->SetHeldGate(holds({"step1/shard_b", "step1/shard_c"}));  // shard_c: h1 alone holds it
+  h2.c->SetHeldGate(holds({"step1/shard_b"}));
+  for (Node* n : {&a, &h1, &h2}) n->c->Heartbeat();
+  s.digest = Reduce(a, s, now);
+  now = 1100;
+  s.recs.erase("h1");  // h1's lease expires; h2 lives on
+  s.digest = Reduce(a, s, now);
+  auto d = nlohmann::json::parse(*s.digest);
+  cr_assert_eq(d["lost"].size(), 1u, "%s", s.digest->c_str());
+  cr_expect_eq(d["lost"][0]["node"].get<std::string>(), std::string("h1"));
+  cr_expect_eq(d["lost"][0]["at_risk"].get<uint64_t>(), 1u, "%s", s.digest->c_str());
+  cr_expect_eq(d["lost"][0]["paths"], nlohmann::json::array({"step1/shard_c"}), "%s", s.digest->c_str());
+  cr_expect_eq(d["lost"][0]["unsafe_gate_us"].get<int64_t>(), g);
+  // Then h2 dies too: the shard is lost now, and named with it.
+  now = 1200;
+  s.recs.erase("h2");
+  s.digest = Reduce(a, s, now);
+  d = nlohmann::json::parse(*s.digest);
+  cr_assert_eq(d["lost"].size(), 2u, "%s", s.digest->c_str());
+  cr_expect_eq(d["lost"][1]["node"].get<std::string>(), std::string("h2"));
+  cr_expect_eq(d["lost"][1]["paths"], nlohmann::json::array({"step1/shard_b"}), "%s", s.digest->c_str());
+}
