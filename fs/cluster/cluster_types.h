@@ -263,9 +263,7 @@ inline uint64_t AtRiskFrom(uint64_t unsafe_from, uint64_t logged) { return unsaf
 // unpersisted files not replicated are lost, e.g. P (M others are
 // replicated: their holders publish them)".
 std::string LostFilesText(uint64_t unpersisted, uint64_t at_risk, const std::vector<std::string>& paths);
-// Takes out of a dead member's record `gone` the paths a live record of
-// `live` names at risk too (with K > 1 every holder of a dead writer's file
-// names it: one holder's loss is not the file's). Its gate is kept.
+// Takes out of dead `gone` the paths a live record names at risk too (K > 1: a holder's loss is not the file's).
 void NotLostWhereHeld(ClusterRecord* gone, const std::map<std::string, ClusterRecord>& live);
 
 struct ClusterStatus {
