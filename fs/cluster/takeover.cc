@@ -65,7 +65,7 @@ HeldForOthers Takeover::Holding(bool dead_too) const {
 }
 
 void Takeover::NoteAtRisk(const std::string& writer, std::span<const Replica> dead) {
-  HeldForOthers d;
+  HeldForOthers d;  // its `gate` left unset, as in every dead_held_ entry (SameHeld compares it too)
   for (const Replica& r : dead) {
     const auto g = static_cast<int64_t>(r.held.gate_us);
     if (!d.dead_gate || g < *d.dead_gate) d.dead_gate = g;
@@ -77,9 +77,7 @@ void Takeover::NoteAtRisk(const std::string& writer, std::span<const Replica> de
   {
     MutexLock l(&mu_);
     auto it = dead_held_.find(writer);
-    changed = dead.empty() ? it != dead_held_.end()
-                           : it == dead_held_.end() || it->second.dead_gate != d.dead_gate ||
-                                 it->second.dead_files != d.dead_files;
+    changed = dead.empty() ? it != dead_held_.end() : it == dead_held_.end() || !SameHeld(it->second, d);
     if (dead.empty()) {
       if (it != dead_held_.end()) dead_held_.erase(it);
     } else {
