@@ -64,25 +64,21 @@ HeldForOthers Takeover::Holding(bool dead_too) const {
   return out;
 }
 
-void Takeover::NoteAtRisk(const std::string& writer, std::vector<Held>::const_iterator begin,
-                          std::vector<Held>::const_iterator end) {
-  HeldForOthers d;
-  for (auto it = begin; it != end; ++it) {
-    const auto g = static_cast<int64_t>(it->gate_us);
+void Takeover::NoteAtRisk(const std::string& writer, std::span<const Replica> dead) {
+  HeldForOthers d;  // its `gate` left unset, as in every dead_held_ entry (SameHeld compares it too)
+  for (const Replica& r : dead) {
+    const auto g = static_cast<int64_t>(r.held.gate_us);
     if (!d.dead_gate || g < *d.dead_gate) d.dead_gate = g;
-    if (it->key.ino == kEntryIno) continue;  // a namespace entry: its gate, no file
+    if (r.held.key.ino == kEntryIno) continue;  // a namespace entry: its gate, no file
     d.dead_files++;
-    auto m = DecodeMeta(it->meta);
-    if (m && d.dead_paths.size() < kAtRiskPaths) d.dead_paths.push_back(m->path);
+    if (r.meta && d.dead_paths.size() < kAtRiskPaths) d.dead_paths.push_back(r.meta->path);
   }
   bool changed;
   {
     MutexLock l(&mu_);
     auto it = dead_held_.find(writer);
-    changed = begin == end ? it != dead_held_.end()
-                           : it == dead_held_.end() || it->second.dead_gate != d.dead_gate ||
-                                 it->second.dead_files != d.dead_files;
-    if (begin == end) {
+    changed = dead.empty() ? it != dead_held_.end() : it == dead_held_.end() || !SameHeld(it->second, d);
+    if (dead.empty()) {
       if (it != dead_held_.end()) dead_held_.erase(it);
     } else {
       dead_held_[writer] = std::move(d);
@@ -127,29 +123,21 @@ void Takeover::Loop() {
   }
 }
 
-namespace {
-// The writer's log entry of a replica (a namespace entry's version is its seq).
-uint64_t SeqOf(const Held& h) {
-  if (h.key.ino == kEntryIno) return h.key.version;
-  auto m = DecodeMeta(h.meta);
-  return m ? m->seq : 0;
-}
-std::string RunOf(const Held& h) {
-  auto m = DecodeMeta(h.meta);
-  return m ? m->incarnation : "";
-}
-}  // namespace
-
-bool Takeover::Claimed(const std::string& writer, const Held& h) const {
-  auto it = claimed_.find({writer, RunOf(h)});
-  return it != claimed_.end() && it->second.count(SeqOf(h));
+const std::string& Replica::run() const {
+  static const std::string kUnknown;
+  return meta ? meta->incarnation : kUnknown;
 }
 
-void Takeover::Mark(const std::string& writer, const Held& h, char status) {
-  auto it = claimed_.find({writer, RunOf(h)});
-  if (it == claimed_.end() || !it->second.count(SeqOf(h))) return;
-  it->second[SeqOf(h)] = status;
-  unmarked_.insert({writer, RunOf(h), SeqOf(h)});
+bool Takeover::Claimed(const std::string& writer, const Replica& r) const {
+  auto it = claimed_.find({writer, r.run()});
+  return it != claimed_.end() && it->second.count(r.seq());
+}
+
+void Takeover::Mark(const std::string& writer, const Replica& r, char status) {
+  auto it = claimed_.find({writer, r.run()});
+  if (it == claimed_.end() || !it->second.count(r.seq())) return;
+  it->second[r.seq()] = status;
+  unmarked_.insert({writer, r.run(), r.seq()});
   MarkPending();
 }
 
@@ -168,9 +156,11 @@ void Takeover::MarkPending() {
   if (landed.empty()) return;
   // A namespace entry's replica, kept (retired) until its mark was in: a
   // holder restarted before that finds it and marks it done, not given up.
-  for (const Held& h : store_->List())
-    if (h.key.ino == kEntryIno && h.published && landed.count({h.key.writer, RunOf(h), SeqOf(h)}))
-      (void)store_->Drop(h.key);
+  for (Held& h : store_->List()) {
+    if (h.key.ino != kEntryIno || !h.published) continue;
+    const Replica r(std::move(h));
+    if (landed.count({r.held.key.writer, r.run(), r.seq()})) (void)store_->Drop(r.held.key);
+  }
 }
 
 bool Takeover::ReadBack() {
@@ -181,8 +171,12 @@ bool Takeover::ReadBack() {
     return false;
   }
   std::map<std::tuple<std::string, std::string, uint64_t>, Held> held;
-  for (Held& h : store_->List())
-    if (h.key.writer != node_) held[{h.key.writer, RunOf(h), SeqOf(h)}] = std::move(h);
+  for (Held& h : store_->List()) {
+    if (h.key.writer == node_) continue;
+    Replica r(std::move(h));
+    std::tuple k{r.held.key.writer, r.run(), r.seq()};
+    held[std::move(k)] = std::move(r.held);
+  }
   auto drop = [&](const std::tuple<std::string, std::string, uint64_t>& k, const char* why) {
     auto h = held.find(k);
     if (h == held.end()) return;
@@ -237,7 +231,7 @@ bool Takeover::ReadBack() {
   return true;
 }
 
-bool Takeover::Claim(const std::string& writer, const Held& h, int64_t writer_rev) {
+bool Takeover::Claim(const std::string& writer, const Replica& r, int64_t writer_rev) {
   // Standing again since the claims were read (this node's lease lapsed):
   // some may be revoked; read after MayPublishAs said it stands, so a
   // revocation is seen here or refused (takeover.h).
@@ -245,13 +239,13 @@ bool Takeover::Claim(const std::string& writer, const Held& h, int64_t writer_re
     (void)ReadBack();
     return false;  // what it dropped may be among this pass's: decided again next pass
   }
-  if (Claimed(writer, h)) {
-    store_->SetClaimed(h.key);
+  if (Claimed(writer, r)) {
+    store_->SetClaimed(r.held.key);
     return true;
   }
   // That entry's key alone: a claim costs the same at the first entry
   // taken over as at the 100,000th.
-  auto ok = records_->ClaimTaken(writer, RunOf(h), SeqOf(h), writer_rev);
+  auto ok = records_->ClaimTaken(writer, r.run(), r.seq(), writer_rev);
   if (!ok) {
     // Not known (the claim may be in: every claim is read back before
     // anything is decided, its writer back or not).
@@ -260,24 +254,21 @@ bool Takeover::Claim(const std::string& writer, const Held& h, int64_t writer_re
     return false;
   }
   if (!*ok) return false;  // its record changed since it was read: decided again next pass
-  claimed_[{writer, RunOf(h)}][SeqOf(h)] = EtcdRecords::kClaimed;
-  store_->SetClaimed(h.key);  // the writer's DROP no longer removes it: this holder publishes it
+  claimed_[{writer, r.run()}][r.seq()] = EtcdRecords::kClaimed;
+  store_->SetClaimed(r.held.key);  // the writer's DROP no longer removes it: this holder publishes it
   return true;
 }
 
 void Takeover::Pass() {
-  std::map<std::string, std::vector<Held>> by_writer;
-  for (Held& h : store_->List())  // published ones are only kept to serve loads
-    if (h.key.writer != node_ && !h.published) by_writer[h.key.writer].push_back(std::move(h));
   // This holder's claims, read back (a restarted holder still owes them;
   // one back under a new lease may have lost some) before any is claimed
   // anew or published; the replicas it dropped then are not this pass's.
-  if (reread_ || records_->Standings() != standing_seen_) {
+  if (reread_ || records_->Standings() != standing_seen_)
     if (!ReadBack()) return;  // the store is unreachable: nothing can be decided
-    by_writer.clear();
-    for (Held& h : store_->List())
-      if (h.key.writer != node_ && !h.published) by_writer[h.key.writer].push_back(std::move(h));
-  }
+  // Each replica's meta decoded here, once a pass.
+  std::map<std::string, std::vector<Replica>> by_writer;
+  for (Held& h : store_->List())  // published ones are only kept to serve loads
+    if (h.key.writer != node_ && !h.published) by_writer[h.key.writer].emplace_back(std::move(h));
   MarkPending();
   const auto now = std::chrono::steady_clock::now();
   std::erase_if(checked_, [&](const auto& kv) { return !by_writer.count(kv.first); });
@@ -321,10 +312,8 @@ void Takeover::Pass() {
     // with a new state dir: its record is there, its files numbered from 1
     // again) are a dead writer's, as when the record is gone: published in
     // its place, never collected by what the new run's record says.
-    auto dead_end = std::stable_partition(held.begin(), held.end(), [&](const Held& h) {
-      if (gone) return true;
-      auto m = DecodeMeta(h.meta);
-      return m && !SameIncarnation(m->incarnation, incarnation);
+    auto dead_end = std::stable_partition(held.begin(), held.end(), [&](const Replica& rep) {
+      return gone || (rep.meta && !SameIncarnation(rep.meta->incarnation, incarnation));
     });
     if (dead_end != held.begin()) {
       // Not before the cluster names it lost (the elected member's digest,
@@ -335,38 +324,35 @@ void Takeover::Pass() {
       auto& since = gone_[writer];
       if (since == std::chrono::steady_clock::time_point{}) since = now;
       std::set<std::string> runs;  // each run of the id whose replicas these are: each named
-      for (auto it = held.begin(); it != dead_end; ++it) {
-        auto m = DecodeMeta(it->meta);
-        runs.insert(m ? m->incarnation : "");
-      }
-      NoteAtRisk(writer, held.begin(), dead_end);  // lost with this node while it publishes them
+      for (auto it = held.begin(); it != dead_end; ++it) runs.insert(it->run());
+      NoteAtRisk(writer, {held.begin(), dead_end});  // lost with this node while it publishes them
       const bool named =
           std::all_of(runs.begin(), runs.end(), [&](const std::string& run) { return NamedLost(writer, run); });
       if (named || now - since >= kNamedWithin)
-        PublishFor(writer, std::vector<Held>(held.begin(), dead_end), writer_rev);
+        PublishFor(writer, std::vector<Replica>(held.begin(), dead_end), writer_rev);
       continue;
     }
     gone_.erase(writer);
     // A live writer's claimed replicas are not lost with this node: the
     // writer has the bytes, and takes a gone holder's claim back.
-    NoteAtRisk(writer, held.end(), held.end());
+    NoteAtRisk(writer, {});
     // Claimed while the writer was dead: it skips them, so they are this
     // holder's to publish, live writer or not — unless its record shows
     // the entry applied: applied before it died (the claim then pruned),
     // or completed after this holder's mark (then published already).
-    auto claimed_end = std::stable_partition(held.begin(), held.end(), [&](const Held& h) {
-      if (!Claimed(writer, h)) return false;
-      if (ShowsApplied(w, h)) return false;  // dropped below, as any applied replica
-      store_->SetClaimed(h.key);  // (again after a restart of this holder)
+    auto claimed_end = std::stable_partition(held.begin(), held.end(), [&](const Replica& rep) {
+      if (!Claimed(writer, rep)) return false;
+      if (ShowsApplied(w, rep)) return false;  // dropped below, as any applied replica
+      store_->SetClaimed(rep.held.key);        // (again after a restart of this holder)
       return true;
     });
     if (claimed_end != held.begin()) {
-      PublishFor(writer, std::vector<Held>(held.begin(), claimed_end), writer_rev);
+      PublishFor(writer, std::vector<Replica>(held.begin(), claimed_end), writer_rev);
       continue;
     }
-    for (const Held& h : held) {
-      if (ShowsApplied(w, h) && store_->Drop(h.key)) {
-        LOG_DEBUG("replicas: node {} applied {} (its record says so): dropped", writer, h.key.Name());
+    for (const Replica& rep : held) {
+      if (ShowsApplied(w, rep) && store_->Drop(rep.held.key)) {
+        LOG_DEBUG("replicas: node {} applied {} (its record says so): dropped", writer, rep.held.key.Name());
         MutexLock l(&mu_);
         stats_.collected++;
       }
@@ -374,15 +360,15 @@ void Takeover::Pass() {
   }
 }
 
-bool ShowsApplied(const WriterRecord& w, const Held& h) {
+bool ShowsApplied(const WriterRecord& w, const Replica& r) {
   // By its log position where the record gives it and the replica says
   // which entry it is: exact across the writer's restarts. Its times are
   // not: the entries it recovers get their gates from its samples, later
   // than the exact ones its replicas were sent with, and the times said
   // applied a replica that was still pending (its only copy then went).
-  auto m = DecodeMeta(h.meta);
+  const std::optional<FileMeta>& m = r.meta;
   if (w.applied_seq && m && m->seq > 0 && !m->incarnation.empty()) return *w.applied_seq >= m->seq;
-  const auto g = static_cast<int64_t>(h.gate_us);
+  const auto g = static_cast<int64_t>(r.held.gate_us);
   return w.heartbeat_us >= g && (!w.oldest_gate_us || *w.oldest_gate_us > g);
 }
 
@@ -393,13 +379,14 @@ bool Takeover::NamedLost(const std::string& writer, const std::string& incarnati
   });
 }
 
-void Takeover::PublishFor(const std::string& writer, std::vector<Held> held, int64_t writer_rev) {
+void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, int64_t writer_rev) {
   // The writer's order: its gates are one µs apart at least (OpLog), so
   // (gate, seq) is its log order across every holder.
-  std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) {
-    return a.gate_us != b.gate_us ? a.gate_us < b.gate_us : SeqOf(a) < SeqOf(b);
+  std::sort(held.begin(), held.end(), [](const Replica& a, const Replica& b) {
+    return a.held.gate_us != b.held.gate_us ? a.held.gate_us < b.held.gate_us : a.seq() < b.seq();
   });
-  for (const Held& h : held) {
+  for (const Replica& r : held) {
+    const Held& h = r.held;
     {
       MutexLock l(&mu_);
       if (stop_) return;
@@ -409,18 +396,18 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Held> held, int
     // entry of this writer held elsewhere with an earlier gate holds this
     // one back, however close — a rename never goes before the file it moves.
     if (!cluster_->MayPublishAs(static_cast<int64_t>(h.gate_us) + 1, writer)) return;  // next pass
-    if (!Claim(writer, h, writer_rev)) return;
-    const Outcome o = h.key.ino == kEntryIno ? Apply(h) : Publish(h);
+    if (!Claim(writer, r, writer_rev)) return;
+    const Outcome o = h.key.ino == kEntryIno ? Apply(h) : Publish(r);
     if (o == Outcome::kLater) return;
     // Told to the writer through its claim: done, or given up (then the
     // writer, if it comes back, applies the entry itself).
-    Mark(writer, h, o == Outcome::kLost ? EtcdRecords::kGaveUp : EtcdRecords::kDone);
+    Mark(writer, r, o == Outcome::kLost ? EtcdRecords::kGaveUp : EtcdRecords::kDone);
     // Kept, published, while its room is not needed: the replacement node
     // and the others load it from here (this holder is its home now). A
     // namespace entry, once applied, serves nothing: kept (published, so no
     // pass applies it again) only until its mark is in (MarkPending).
     if (o == Outcome::kLost || !store_->Retire(h.key)) (void)store_->Drop(h.key);
-    else if (h.key.ino == kEntryIno && !unmarked_.count({writer, RunOf(h), SeqOf(h)})) (void)store_->Drop(h.key);
+    else if (h.key.ino == kEntryIno && !unmarked_.count({writer, r.run(), r.seq()})) (void)store_->Drop(h.key);
     cluster_->Poke();  // the record no longer names this gate: the others go on
   }
 }
@@ -460,8 +447,9 @@ Takeover::Outcome Takeover::Apply(const Held& h) {
   return Outcome::kInBackend;
 }
 
-Takeover::Outcome Takeover::Publish(const Held& h) {
-  auto meta = DecodeMeta(h.meta);
+Takeover::Outcome Takeover::Publish(const Replica& r) {
+  const Held& h = r.held;
+  const std::optional<FileMeta>& meta = r.meta;
   if (!meta) return Lose("replica " + h.key.Name() + " of dead node " + h.key.writer + ": its meta is unreadable");
   const std::string what = "node " + h.key.writer + "'s " + EscapeName(meta->path) + " (ino " +
                            std::to_string(h.key.ino) + " version " + std::to_string(h.key.version) + ")";

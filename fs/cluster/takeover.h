@@ -54,7 +54,9 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -74,11 +76,22 @@ struct WriterRecord {
   std::optional<int64_t> oldest_gate_us;
   std::optional<uint64_t> applied_seq;  // its log applied up to here (records of this run that give it)
 };
-// Whether `w` shows replica `h` of its writer applied: its log applied
+// A replica of another writer with its meta decoded, once a takeover pass
+// (its seq, run and path are asked of it many times).
+struct Replica {
+  explicit Replica(Held h) : held(std::move(h)), meta(DecodeMeta(held.meta)) {}
+  Held held;
+  std::optional<FileMeta> meta;  // nullopt: unreadable
+  // The writer's log entry (a namespace entry's version is its seq); 0: unknown.
+  uint64_t seq() const { return held.key.ino == kEntryIno ? held.key.version : meta ? meta->seq : 0; }
+  // The writer's run (FileMeta::incarnation); "": unknown.
+  const std::string& run() const;
+};
+// Whether `w` shows replica `r` of its writer applied: its log applied
 // past the replica's seq (FileMeta) where both are known; else, from a
 // record or replica of an older version, the record newer than the
 // replica's gate and its oldest pending gate past it.
-bool ShowsApplied(const WriterRecord& w, const Held& h);
+bool ShowsApplied(const WriterRecord& w, const Replica& r);
 
 class Takeover {
  public:
@@ -109,16 +122,16 @@ class Takeover {
   // One dead writer's replicas, oldest gate first, while the rule lets them.
   // `writer_rev`: the mod_revision of its record as read (0: none), the
   // guard of each claim.
-  void PublishFor(const std::string& writer, std::vector<Held> held, int64_t writer_rev);
+  void PublishFor(const std::string& writer, std::vector<Replica> held, int64_t writer_rev);
   // Claims `h` for this holder (taken/ in etcd); false: not now (the
   // writer's record changed, or the store did not answer).
-  bool Claim(const std::string& writer, const Held& h, int64_t writer_rev);
-  bool Claimed(const std::string& writer, const Held& h) const;
+  bool Claim(const std::string& writer, const Replica& r, int64_t writer_rev);
+  bool Claimed(const std::string& writer, const Replica& r) const;
   // Reads this holder's claims back from etcd and reconciles them with the
   // replicas held (takeover.h's opening comment); false: not now.
   bool ReadBack();
   // What became of a claimed entry, into its claim (the writer waits for it).
-  void Mark(const std::string& writer, const Held& h, char status);
+  void Mark(const std::string& writer, const Replica& r, char status);
   void MarkPending();
   // The cluster lists that run of `writer` dead (its lost window noted):
   // an earlier run of the same id named dead does not stand for a later one.
@@ -127,7 +140,7 @@ class Takeover {
   // Publishes one replica: kInBackend once published or already there (the
   // replica is then kept, published, to serve loads: Store::Retire);
   // kLater: tried again next pass; kLost: dropped.
-  Outcome Publish(const Held& h);
+  Outcome Publish(const Replica& r);
   // Applies a namespace entry (a replica of key ino kEntryIno, its bytes
   // the encoded log entry: Replicator::Observe) to the backend.
   Outcome Apply(const Held& h);
@@ -155,8 +168,9 @@ class Takeover {
   // Holding's second half: each dead writer's replicas this holder is to
   // publish (NoteAtRisk, set before it publishes them; none: erased).
   std::map<std::string, HeldForOthers> dead_held_ GUARDED_BY(mu_);
-  void NoteAtRisk(const std::string& writer, std::vector<Held>::const_iterator begin,
-                  std::vector<Held>::const_iterator end);
+  // Sets `writer`'s entry of dead_held_ from `dead`, its replicas this
+  // holder is to publish (empty: erased); pokes the record if that changed.
+  void NoteAtRisk(const std::string& writer, std::span<const Replica> dead);
   CondVar cv_;
   bool stop_ GUARDED_BY(mu_) = false;
   Stats stats_ GUARDED_BY(mu_);

@@ -106,6 +106,29 @@ std::optional<std::string> LeftBy(const std::string& path, const LogEntry& r) {
   }
 }
 
+// Where a later entry `r` left a persist's other names (`names`,
+// NUL-separated, as path2 has them): one removed or replaced since is left
+// out (the file lives on under the others).
+std::string OtherNamesLeftBy(const std::string& names, const LogEntry& r) {
+  std::string out;
+  for (size_t at = 0; at <= names.size();) {
+    size_t end = names.find('\0', at);
+    if (end == std::string::npos) end = names.size();
+    auto name = LeftBy(names.substr(at, end - at), r);
+    if (name && !name->empty()) {
+      if (!out.empty()) out.push_back('\0');
+      out += *name;
+    }
+    at = end + 1;
+  }
+  return out;
+}
+
+// Where a later entry `r` left a rename's or a link's target: moved, or at
+// its name still if removed or replaced there (the entry replaces it again,
+// as logged).
+std::string TargetLeftBy(const std::string& target, const LogEntry& r) { return LeftBy(target, r).value_or(target); }
+
 }  // namespace
 
 std::optional<LogEntry> Drainer::WhereHoldersLeftIt(const LogEntry& e) {
@@ -132,7 +155,6 @@ std::optional<LogEntry> Drainer::WhereHoldersLeftIt(const LogEntry& e) {
       if (taken_.count(r.seq)) taken_entries_.emplace(r.seq, r);
   }
   LogEntry moved = e;
-  const bool paths2 = e.op == LogOp::kRename || e.op == LogOp::kLink || e.op == LogOp::kPersist;
   for (uint64_t seq : later) {
     LogEntry r;
     {
@@ -150,23 +172,8 @@ std::optional<LogEntry> Drainer::WhereHoldersLeftIt(const LogEntry& e) {
       return std::nullopt;
     }
     moved.path = std::move(*path);
-    if (!paths2) continue;
-    std::string out;  // path2: NUL-separated for a persist's other names (one removed is left out)
-    for (size_t at = 0; at <= moved.path2.size();) {
-      size_t end = moved.path2.find('\0', at);
-      if (end == std::string::npos) end = moved.path2.size();
-      const std::string name = moved.path2.substr(at, end - at);
-      auto other = LeftBy(name, r);
-      // A persist's other name removed since is left out; a rename's or a
-      // link's target keeps its name (replaced there again, as logged).
-      if (!other && e.op != LogOp::kPersist) other = name;
-      if (other && !other->empty()) {
-        if (!out.empty()) out.push_back('\0');
-        out += *other;
-      }
-      at = end + 1;
-    }
-    moved.path2 = std::move(out);
+    if (e.op == LogOp::kPersist) moved.path2 = OtherNamesLeftBy(moved.path2, r);
+    if (e.op == LogOp::kRename || e.op == LogOp::kLink) moved.path2 = TargetLeftBy(moved.path2, r);
   }
   if (moved.path != e.path)
     LOG_INFO(

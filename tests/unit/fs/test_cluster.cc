@@ -535,10 +535,10 @@ Test(cluster, a_restarted_members_record_does_not_say_its_pending_replica_applie
     cr_expect_eq(record().oldest_gate_us.value_or(0), exact);
     logged = a.log.paths;
   }
-  const ckpt::fs::replica::Held replica{
-      .key = {.writer = "a", .ino = 7, .version = 1},
-      .gate_us = static_cast<uint64_t>(exact),
-      .meta = ckpt::fs::replica::EncodeMeta({.seq = seq, .incarnation = "run1", .path = "f"})};
+  const ckpt::fs::replica::Replica replica(
+      ckpt::fs::replica::Held{.key = {.writer = "a", .ino = 7, .version = 1},
+                              .gate_us = static_cast<uint64_t>(exact),
+                              .meta = ckpt::fs::replica::EncodeMeta({.seq = seq, .incarnation = "run1", .path = "f"})});
   now = 1200;
   FakeLog log;
   log.paths = logged;

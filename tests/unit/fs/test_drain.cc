@@ -1815,3 +1815,62 @@ Test(drain, an_entry_waits_while_a_later_one_is_claimed_and_unmarked) {
   cr_expect_eq(d.Read("step/f"), "only the writer had these");
   cr_expect_not(d.Exists("staging"));
 }
+
+// A file with three names, its new version given up by the holders, which
+// went on to apply the rename of its directory and the removal of one name:
+// the run back publishes it where the rename left it, and links it at its
+// other names there, except the one removed since (not brought back).
+Test(drain, an_entry_the_holders_left_reaches_its_other_names_where_they_left_them) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t dir = e.Mkdir(kRoot, "staging");
+  uint64_t f = e.WriteFile(dir, "f", "version one");
+  cr_assert(e.table->Link(f, dir, "g").has_value());
+  cr_assert(e.table->Link(f, dir, "h").has_value());
+  d.Start();
+  d.Drain(30);
+  cr_assert_eq(d.Read("staging/h"), "version one");
+  d.drainer->Stop();
+  d.drainer.reset();
+  e.Overwrite(f, "version two");  // a persist naming the three
+  cr_assert(e.table->Rename(kRoot, "staging", kRoot, "step", 0).has_value());
+  cr_assert(e.table->Unlink(dir, "h").has_value());
+  auto pending = e.table->core().oplog.Pending(16);
+  cr_assert_eq(pending.size(), 3u);
+  cr_assert_eq(pending[0].op, ckpt::meta::LogOp::kPersist);
+  cr_assert_neq(pending[0].path2.find('\0'), std::string::npos, "the persist does not name the file's other two");
+  // What the holders applied: the rename and the unlink, not the persist.
+  cr_assert(d.be->Rename("staging", "step", false).has_value());
+  cr_assert(d.be->Remove("step/h").has_value());
+  d.StartTaken({pending[1].seq, pending[2].seq});
+  d.Drain(30);
+  cr_expect_eq(d.Read("step/f"), "version two");
+  cr_expect_eq(d.Read("step/g"), "version two", "the other name was not linked where the rename left it");
+  cr_expect_not(d.Exists("step/h"), "a name the holders removed after the persist came back");
+  cr_expect_not(d.Exists("staging"), "published at the names the holders' rename had left");
+}
+
+// A rename given up by the holders, which went on to rename its target's
+// directory: the run back moves the file where that rename left the
+// target, not into the directory's old name.
+Test(drain, a_rename_the_holders_left_goes_to_where_they_left_its_target) {
+  DrainEnv d;
+  Env& e = *d.env;
+  e.WriteFile(kRoot, "a", "moved");
+  uint64_t dir = e.Mkdir(kRoot, "staging");
+  d.Start();
+  d.Drain(30);
+  cr_assert_eq(d.Read("a"), "moved");
+  d.drainer->Stop();
+  d.drainer.reset();
+  cr_assert(e.table->Rename(kRoot, "a", dir, "a", 0).has_value());
+  cr_assert(e.table->Rename(kRoot, "staging", kRoot, "step", 0).has_value());
+  auto pending = e.table->core().oplog.Pending(16);
+  cr_assert_eq(pending.size(), 2u);
+  cr_assert(d.be->Rename("staging", "step", false).has_value());  // what the holder applied
+  d.StartTaken({pending[1].seq});
+  d.Drain(30);
+  cr_expect_eq(d.Read("step/a"), "moved");
+  cr_expect_not(d.Exists("a"), "the file stayed at its old name");
+  cr_expect_not(d.Exists("staging"), "moved into the name the holder's rename had left");
+}
