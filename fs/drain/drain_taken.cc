@@ -3,6 +3,8 @@
 // applied are completed unapplied, entries a live holder claimed are
 // waited for, and entries they went past are applied where their later
 // entries left the names (or not at all, if those removed them).
+#include <sys/stat.h>
+
 #include <chrono>
 #include <limits>
 #include <optional>
@@ -129,6 +131,26 @@ std::string OtherNamesLeftBy(const std::string& names, const LogEntry& r) {
 // as logged).
 std::string TargetLeftBy(const std::string& target, const LogEntry& r) { return LeftBy(target, r).value_or(target); }
 
+std::optional<LogEntry> SupersededTarget(const LogEntry& e, const std::string& source, const LogEntry& r) {
+  // A directory's tree stays (no entry removes a tree); a link removes nothing.
+  const bool removes = e.op == LogOp::kRename && !S_ISDIR(e.mode);
+  LOG_WARN(
+      "drain: seq {} {} '{}' -> '{}': a replica holder applied seq {} {} '{}' after it, in this node's place, "
+      "over its target; not applied there{}",
+      e.seq, meta::LogOpName(e.op), EscapeName(e.path), EscapeName(e.path2), r.seq, meta::LogOpName(r.op),
+      EscapeName(r.path),
+      removes                  ? fmt::format(" ('{}' removed, as the rename would)", EscapeName(source))
+      : e.op == LogOp::kRename ? fmt::format(" (the directory '{}' stays in the backend)", EscapeName(source))
+                               : "");
+  if (!removes) return std::nullopt;
+  LogEntry rm = e;
+  rm.op = LogOp::kUnlink;
+  rm.flags = 0;
+  rm.path = source;
+  rm.path2.clear();
+  return rm;
+}
+
 }  // namespace
 
 std::optional<LogEntry> Drainer::WhereHoldersLeftIt(const LogEntry& e) {
@@ -155,6 +177,7 @@ std::optional<LogEntry> Drainer::WhereHoldersLeftIt(const LogEntry& e) {
       if (taken_.count(r.seq)) taken_entries_.emplace(r.seq, r);
   }
   LogEntry moved = e;
+  std::optional<LogEntry> over;  // the first of their entries that removed or replaced e's target
   for (uint64_t seq : later) {
     LogEntry r;
     {
@@ -172,9 +195,18 @@ std::optional<LogEntry> Drainer::WhereHoldersLeftIt(const LogEntry& e) {
       return std::nullopt;
     }
     moved.path = std::move(*path);
+    // A rename or link whose target they removed or put another file at:
+    // applied now it would put this older file over theirs (a `latest`
+    // renamed back a checkpoint). What is left of a rename is its source's
+    // removal, where their later entries left the source (followed on: one
+    // that put a new file there supersedes the removal too, above). An
+    // exchange keeps both names: moved.
+    const bool names_target = (e.op == LogOp::kRename || e.op == LogOp::kLink) && !(e.flags & 1);
+    if (names_target && !over && !LeftBy(moved.path2, r)) over = r;
     if (e.op == LogOp::kPersist) moved.path2 = OtherNamesLeftBy(moved.path2, r);
-    if (e.op == LogOp::kRename || e.op == LogOp::kLink) moved.path2 = TargetLeftBy(moved.path2, r);
+    if (names_target && !over) moved.path2 = TargetLeftBy(moved.path2, r);
   }
+  if (over) return SupersededTarget(e, moved.path, *over);
   if (moved.path != e.path)
     LOG_INFO(
         "drain: seq {} {} '{}': applied here, not by a replica holder, after the holders applied later entries; "

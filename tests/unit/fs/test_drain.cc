@@ -1874,3 +1874,54 @@ Test(drain, a_rename_the_holders_left_goes_to_where_they_left_its_target) {
   cr_expect_not(d.Exists("a"), "the file stayed at its old name");
   cr_expect_not(d.Exists("staging"), "moved into the name the holder's rename had left");
 }
+
+// A rename the holders gave up (or never had), then one they applied onto
+// the same target: applied late, it put the older file over the newer one
+// — `latest` pointing back a checkpoint. Its target is theirs now; it is
+// not applied there; what is left of it is its source's removal.
+Test(drain, a_rename_whose_target_the_holders_replaced_is_not_applied_over_it) {
+  DrainEnv d;
+  Env& e = *d.env;
+  e.WriteFile(kRoot, "step_5.tmp", "five");
+  e.WriteFile(kRoot, "step_6.tmp", "six");
+  d.Start();
+  d.Drain(30);
+  d.drainer->Stop();
+  d.drainer.reset();
+  cr_assert(e.table->Rename(kRoot, "step_5.tmp", kRoot, "latest", 0).has_value());
+  cr_assert(e.table->Rename(kRoot, "step_6.tmp", kRoot, "latest", 0).has_value());
+  auto pending = e.table->core().oplog.Pending(16);
+  cr_assert_eq(pending.size(), 2u);
+  cr_assert(d.be->Rename("step_6.tmp", "latest", false).has_value());  // what the holder applied
+  d.StartTaken({pending[1].seq});
+  d.Drain(30);
+  cr_expect_eq(d.Read("latest"), "six", "the older rename was applied over the newer one");
+  cr_expect_not(d.Exists("step_5.tmp"), "the rename's source stayed in the backend");
+  cr_expect_eq(e.table->core().oplog.Pending(16).size(), 0u);
+}
+
+// The same, and then they put a new file at the rename's source: what was
+// left of the rename (its source's removal) is theirs too; not applied.
+Test(drain, a_superseded_renames_source_they_wrote_again_is_not_removed) {
+  DrainEnv d;
+  Env& e = *d.env;
+  e.WriteFile(kRoot, "latest.tmp", "five");
+  e.WriteFile(kRoot, "other.tmp", "six");
+  d.Start();
+  d.Drain(30);
+  d.drainer->Stop();
+  d.drainer.reset();
+  cr_assert(e.table->Rename(kRoot, "latest.tmp", kRoot, "latest", 0).has_value());
+  cr_assert(e.table->Rename(kRoot, "other.tmp", kRoot, "latest", 0).has_value());
+  e.WriteFile(kRoot, "latest.tmp", "seven");
+  auto pending = e.table->core().oplog.Pending(16);
+  cr_assert_eq(pending.size(), 3u);
+  // What the holder applied: the second rename and the new file.
+  // (Its publish of "seven" at latest.tmp: the old bytes stand for it here.)
+  cr_assert(d.be->Rename("other.tmp", "latest", false).has_value());
+  d.StartTaken({pending[1].seq, pending[2].seq});
+  d.Drain(30);
+  cr_expect_eq(d.Read("latest"), "six");
+  cr_expect(d.Exists("latest.tmp"), "the file they wrote at the superseded rename's source was removed");
+  cr_expect_eq(e.table->core().oplog.Pending(16).size(), 0u);
+}
