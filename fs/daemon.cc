@@ -587,7 +587,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     // two ticks. A directory answers in microseconds; an object store's
     // PUT and LIST cost money and tens of milliseconds.
     co.tick_ms = cfg.backend.kind == BackendUrl::Kind::kS3 ? 100 : 25;
-    d->cluster_log = LocalLog(&d->table->core().oplog);
+    d->cluster_log = LocalLog(&d->table->core().oplog, d->store->kv());
     if (cfg.cluster_store.empty()) {
       d->cluster_store = BackendRecords(d->backend.get(), cfg.cluster);
     } else {
