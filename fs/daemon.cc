@@ -415,6 +415,7 @@ static std::string OpenReplicas(Daemon* d) {
     table->core().oplog.WhenApplied(seq, std::move(fn));
   };
   ports.applied_seq = [table] { return table->core().oplog.AppliedSeq(); };
+  ports.durable_applied = [log = d->cluster_log.get()] { return log->DurableAppliedSeq(); };
   ports.hold = [dp] { return dp->table->core().saves.HoldDrain(); };
   ports.observed = [c = d->cluster.get()] { c->Poke(); };
   ports.incarnation = Incarnation(*d);
