@@ -26,8 +26,8 @@
 // Always compiled in; unset, FAULT(name) costs one predictable branch.
 //
 // Faults in use (keep docs/consistency.md in step):
-//   meta.write            a metadata write (fs/meta/rocks_kv.cc), as when the
-//                         state dir's disk fails
+//   meta.write            a metadata write or WAL sync (fs/meta/rocks_kv.cc),
+//                         as when the state dir's disk fails
 //   fuse.throw            every FUSE callback throws std::runtime_error at its
 //                         top (fs/fuse/fuse_ops.cc Guard): it must answer EIO
 //   fuse.nomem            ... throws std::bad_alloc: it must answer ENOMEM

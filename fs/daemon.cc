@@ -415,6 +415,7 @@ static std::string OpenReplicas(Daemon* d) {
     table->core().oplog.WhenApplied(seq, std::move(fn));
   };
   ports.applied_seq = [table] { return table->core().oplog.AppliedSeq(); };
+  ports.durable_applied = [log = d->cluster_log.get()] { return log->DurableAppliedSeq(); };
   ports.hold = [dp] { return dp->table->core().saves.HoldDrain(); };
   ports.observed = [c = d->cluster.get()] { c->Poke(); };
   ports.incarnation = Incarnation(*d);
@@ -587,7 +588,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     // two ticks. A directory answers in microseconds; an object store's
     // PUT and LIST cost money and tens of milliseconds.
     co.tick_ms = cfg.backend.kind == BackendUrl::Kind::kS3 ? 100 : 25;
-    d->cluster_log = LocalLog(&d->table->core().oplog);
+    d->cluster_log = LocalLog(&d->table->core().oplog, d->store->kv());
     if (cfg.cluster_store.empty()) {
       d->cluster_store = BackendRecords(d->backend.get(), cfg.cluster);
     } else {

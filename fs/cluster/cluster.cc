@@ -7,15 +7,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "common/log.h"
-#include "fs/core/inode_table.h"
 
 namespace ckpt::fs {
 
@@ -52,30 +54,6 @@ class BackendRecordStore final : public RecordStore {
   const std::string name_;
 };
 
-class OpLogView final : public LogView {
- public:
-  explicit OpLogView(OpLog* l) : l_(l) {}
-  uint64_t LoggedSeq() override { return l_->LoggedSeq(); }
-  uint64_t AppliedSeq() override { return l_->AppliedSeq(); }
-  std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) override { return l_->UnpersistedFiles(max); }
-  std::pair<uint64_t, std::vector<std::string>> AtRisk(size_t max,
-                                                       const std::function<bool(uint64_t, uint64_t)>& safe) override {
-    // Asked outside the log's lock: `safe` takes the replicator's.
-    std::pair<uint64_t, std::vector<std::string>> out{0, {}};
-    for (auto& [ino, version, path] : l_->UnpersistedVersions()) {
-      if (safe(ino, version)) continue;
-      if (out.first++ < max) out.second.push_back(std::move(path));
-    }
-    return out;
-  }
-  std::vector<std::pair<uint64_t, int64_t>> LoggedTimes(uint64_t from, uint64_t to) override {
-    return l_->LoggedTimes(from, to);
-  }
-
- private:
-  OpLog* const l_;
-};
-
 }  // namespace
 
 bool ValidClusterName(const std::string& s) {
@@ -87,8 +65,6 @@ bool ValidClusterName(const std::string& s) {
 std::unique_ptr<RecordStore> BackendRecords(backend::Backend* be, std::string name) {
   return std::make_unique<BackendRecordStore>(be, std::move(name));
 }
-
-std::unique_ptr<LogView> LocalLog(OpLog* log) { return std::make_unique<OpLogView>(log); }
 
 int64_t Cluster::WallClockUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -272,6 +248,11 @@ size_t Cluster::SampleCount() {
 }
 
 std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
+  // How far this node's log is applied where a machine crash cannot undo
+  // it (a sync of the metadata when the drain applied more since the last;
+  // no lock held): the others act on the record's applied_seq, so it goes
+  // no further (fs/cluster/log_view.h).
+  const uint64_t durable = log_->DurableAppliedSeq();
   const size_t max_paths = reduces_ ? kDigestRecordPaths : kRecordPaths;
   // With replicas the paths named are those at risk: the first pass only counts.
   auto [count, paths] = log_->Unpersisted(replicated_ ? 0 : max_paths);
@@ -349,8 +330,9 @@ std::pair<std::string, int64_t> Cluster::MakeRecord(const std::string& state) {
   if (!r.incarnation.empty()) j["incarnation"] = r.incarnation;
   // What a holder of this node's replicas drops them by (Takeover): a log
   // position stays exact across a restart, the gate times of recovered
-  // entries do not.
-  j["applied_seq"] = applied;
+  // entries do not. Never beyond `durable`: a sync that failed leaves the
+  // samples' applied seq ahead of it.
+  j["applied_seq"] = std::min(applied, durable);
   return {j.dump(-1, ' ', false, Json::error_handler_t::replace), r.heartbeat_us};
 }
 

@@ -17,10 +17,9 @@
 
 #include "backend/backend.h"
 #include "common/result.h"
+#include "fs/cluster/log_view.h"
 
 namespace ckpt::fs {
-
-class OpLog;
 
 struct ClusterOptions {
   std::string name;                   // --cluster
@@ -70,28 +69,6 @@ std::string Incarnation(const nlohmann::json& record);
 
 // Whether `s` may name a cluster or a node: [A-Za-z0-9][A-Za-z0-9._-]{0,63}.
 bool ValidClusterName(const std::string& s);
-
-// What the cluster reads of the local drain log (the OpLog in the
-// daemon, fakes in tests). Called without any cluster lock held.
-class LogView {
- public:
-  virtual ~LogView() = default;
-  virtual uint64_t LoggedSeq() = 0;   // the newest entry logged (0: none)
-  virtual uint64_t AppliedSeq() = 0;  // every entry up to here is applied
-  // The number of files whose closed version is not in the backend yet, and
-  // the paths of the first `max` of them, oldest first.
-  virtual std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) = 0;
-  // The same, but only the files `safe` (ino, version) does not vouch for
-  // (not replicated K times): what this node's loss would lose.
-  virtual std::pair<uint64_t, std::vector<std::string>> AtRisk(size_t max,
-                                                               const std::function<bool(uint64_t, uint64_t)>& safe) {
-    return Unpersisted(max);
-  }
-  // When the pending entries from..to were logged (wall µs), where known:
-  // their exact gate times. Entries without one (recovered at a restart)
-  // get the samples' (below).
-  virtual std::vector<std::pair<uint64_t, int64_t>> LoggedTimes(uint64_t from, uint64_t to) { return {}; }
-};
 
 // What the elected member's reduction of every record says (Cluster::Reduce,
 // with a store that reduces: etcd). The rule lets only one member's entry
@@ -158,8 +135,6 @@ class RecordStore {
 
 // The records of cluster `name` in `be` (Backend::PutRecord/ListRecords).
 std::unique_ptr<RecordStore> BackendRecords(backend::Backend* be, std::string name);
-// The local drain log.
-std::unique_ptr<LogView> LocalLog(OpLog* log);
 
 // One member's record as read (Cluster::ParseRecord).
 struct ClusterRecord {

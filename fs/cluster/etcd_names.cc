@@ -187,6 +187,10 @@ void EtcdNames::Announce() {
 }
 
 void EtcdNames::Sweep() {
+  // AppliedSeq, not the durable seq the record tells the others (LogView::
+  // DurableAppliedSeq): these keys say what the backend holds, which a
+  // machine crash that rolls this node's metadata back does not undo; no
+  // node reads this node's log position from them.
   const uint64_t applied = log_->AppliedSeq();
   const int64_t now = SteadyMs();
   std::vector<Change> files;

@@ -522,6 +522,22 @@ void Replicator::Run() {
       for (Item& it : queue_)
         if (it.e.ino == e.ino && it.e.version == e.version) it.size = n;
     }
+    // Each DROP was queued once its entry was applied (Applied): read now,
+    // the applied seq covers all of them. A machine crash would roll back a
+    // completion not synced yet, and the entry, pending again, would need
+    // its replicas: so they go once the metadata is durable up to here (one
+    // sync for the round's drops, none when the record's covered them). If
+    // it cannot be made so, they are not sent: the holders drop them once
+    // this node's record shows them applied (Takeover's ShowsApplied),
+    // which it does only once durable, as for a DROP lost on the way.
+    if (!drops.empty() && ports_.durable_applied) {
+      const uint64_t applied = ports_.applied_seq ? ports_.applied_seq() : 0;
+      if (const uint64_t durable = ports_.durable_applied(); durable < applied) {
+        LOG_DEBUG("replicas: {} drop(s) not sent: the metadata is durable up to entry {} only, {} applied",
+                  drops.size(), durable, applied);
+        drops.clear();
+      }
+    }
     for (const auto& [addr, key] : drops) {
       auto st = link_->Drop(addr, key);
       if (!st && st.error() != ENOENT)

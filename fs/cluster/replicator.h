@@ -34,7 +34,8 @@
 // once the drain applied it, the holders are told to drop it: only once
 // the applied seq passed it, never while the drain holds at a refusal
 // before it or the log shuts down (then nothing of it is in the backend,
-// and its replicas are what a node lost then leaves of it). A holder
+// and its replicas are what a node lost then leaves of it), and only once
+// that applied seq is durable (Ports::durable_applied). A holder
 // without room (WAIT) or gone makes the replicator try the next member in
 // the order, then again later; the file stays in RAM and its drain goes
 // on meanwhile.
@@ -136,6 +137,12 @@ class Replicator {
     // Every entry up to here is applied (OpLog::AppliedSeq). Without it an
     // EIO from when_applied never drops a replica.
     std::function<uint64_t()> applied_seq;
+    // The same, made durable (LogView::DurableAppliedSeq: a sync of the
+    // metadata when needed). Asked once for each round's DROPs, on the
+    // replicator's thread: they go only once it reaches applied_seq (the
+    // drain's completions are committed without a sync; a machine crash
+    // makes them pending again, their replicas needed). Unset: not asked.
+    std::function<uint64_t()> durable_applied;
     std::function<bool()> hold;  // true while a save runs: wait
     // New entries were observed (UnsafeFrom moved): called on the
     // replicator's thread, no lock held, so that the cluster's record names

@@ -2,7 +2,8 @@
 //
 // Two implementations: RocksKv (rocks_kv.cc, the durable record) and MemKv
 // (mem_kv.cc, for tests). The shape follows 3FS src/kv/KVStore.h and JuiceFS
-// tkv.go: point reads, prefix scans and atomic batches; nothing else.
+// tkv.go: point reads, prefix scans and atomic batches (and a sync of what
+// was written); nothing else.
 //
 // Thread-safety: a Kv may be used from many threads at once. A Batch is
 // owned by one thread (as rocksdb::WriteBatch).
@@ -48,6 +49,14 @@ class Kv {
   // before returning (fsync of the WAL); without it, durable against a crash
   // of the process.
   [[nodiscard]] virtual Status Write(const Batch& batch, bool sync = false) = 0;
+
+  // Makes every write that returned before the call durable against power
+  // loss (an fsync of the WAL: what `sync` would have done for each), with
+  // no write of its own; a write made during the call may or may not be
+  // covered. EIO (or another errno) if the sync failed: then nothing is
+  // known beyond the last one that succeeded. Blocks for the disk's flush:
+  // not on a FUSE worker's path.
+  [[nodiscard]] virtual Status Sync() = 0;
 
   // Calls fn(key, value) for every key starting with `prefix`, in key order,
   // until fn returns false.

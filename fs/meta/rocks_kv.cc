@@ -3,7 +3,9 @@
 // RocksDB statuses become errno here and nowhere else (as 3FS
 // RocksDBStore::get), by Status code, never by message text. Writes go to
 // the WAL without fsync unless asked: that survives a daemon crash, and the
-// ordered drain log makes a power loss recoverable from the backend.
+// ordered drain log makes a power loss recoverable from the backend. Sync
+// makes what was written durable at a moment a caller chooses (the cluster
+// record's applied seq: fs/cluster/log_view.h).
 //
 // Damage is refused, not repaired: paranoid checks on, and the WAL replayed
 // with kTolerateCorruptedTailRecords, which accepts only a torn last record
@@ -24,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <mutex>
 
@@ -66,7 +69,8 @@ std::string DamagedFiles(const std::string& dir) {
 
 class RocksKv final : public Kv {
  public:
-  RocksKv(std::unique_ptr<rocksdb::DB> db, int lock_fd) : db_(std::move(db)), lock_fd_(lock_fd) {}
+  RocksKv(std::unique_ptr<rocksdb::DB> db, int lock_fd, bool read_only)
+      : db_(std::move(db)), lock_fd_(lock_fd), read_only_(read_only) {}
   ~RocksKv() override {
     db_.reset();
     close(lock_fd_);  // releases the flock
@@ -107,6 +111,28 @@ class RocksKv final : public Kv {
     return {};
   }
 
+  Status Sync() override {
+    if (read_only_) return {};  // nothing was written through this handle
+#if defined(__SANITIZE_THREAD__)
+    std::lock_guard tsan_lk(tsan_write_mu_);  // see Write: RocksDB's hand-overs are invisible to TSan
+#endif
+    // FlushWAL(true): RocksDB's buffer to the file, then SyncWAL (every
+    // live WAL file, and their directory if new). The buffer is empty while
+    // manual_wal_flush is off (its default, and ours), so this is SyncWAL;
+    // written so, it stays right if that is ever turned on. Writes go on
+    // meanwhile: the fsync runs outside RocksDB's write path.
+    auto s = FAULT("meta.write") ? rocksdb::Status::IOError("fault meta.write") : db_->FlushWAL(true);
+    if (!s.ok()) {
+      // Logged once a run of failures: the caller tries again at each
+      // record it writes (a heartbeat), and a failing disk fails them all.
+      if (!sync_failing_.exchange(true)) LOG_ERROR("rocksdb sync of the WAL failed: {}", s.ToString());
+      else LOG_DEBUG("rocksdb sync of the WAL failed: {}", s.ToString());
+      return Err(ToErrno(s));
+    }
+    if (sync_failing_.exchange(false)) LOG_INFO("rocksdb: the WAL syncs again");
+    return {};
+  }
+
   Status Scan(std::string_view prefix, const std::function<bool(std::string_view, std::string_view)>& fn) override {
     rocksdb::ReadOptions ro;
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
@@ -126,6 +152,8 @@ class RocksKv final : public Kv {
  private:
   std::unique_ptr<rocksdb::DB> db_;
   int lock_fd_;
+  const bool read_only_;                   // OpenRocksKv's read_only
+  std::atomic<bool> sync_failing_{false};  // the last Sync failed (logged once)
 #if defined(__SANITIZE_THREAD__)
   std::mutex tsan_write_mu_;  // see Write
 #endif
@@ -162,7 +190,7 @@ Result<std::unique_ptr<Kv>> OpenRocksKv(const std::string& dir, std::string* why
     if (why) *why = s.ToString() + (s.IsCorruption() ? DamagedFiles(dir) : "");
     return Err(ToErrno(s));
   }
-  return std::unique_ptr<Kv>(new RocksKv(std::unique_ptr<rocksdb::DB>(raw), lock_fd));
+  return std::unique_ptr<Kv>(new RocksKv(std::unique_ptr<rocksdb::DB>(raw), lock_fd, read_only));
 }
 
 }  // namespace ckpt::meta

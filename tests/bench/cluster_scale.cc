@@ -59,6 +59,7 @@ class FakeLog final : public fs::LogView {
     int64_t t = NowMs() - start_ - 100;
     return t < 0 ? 0 : static_cast<uint64_t>(t / 200);
   }
+  uint64_t DurableAppliedSeq() override { return AppliedSeq(); }  // nothing behind it to sync
   std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) override {
     uint64_t n = LoggedSeq() - AppliedSeq();
     std::vector<std::string> paths;
@@ -131,6 +132,7 @@ class CkptLog final : public fs::LogView {
     MutexLock lk(&mu_);
     return applied_;
   }
+  uint64_t DurableAppliedSeq() override { return AppliedSeq(); }  // nothing behind it to sync
   std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) override {
     MutexLock lk(&mu_);
     std::vector<std::string> paths;

@@ -44,6 +44,10 @@ class FailingKv final : public meta::Kv {
     if (fail) return std::unexpected(EIO);
     return inner_->Write(b, sync);
   }
+  Status Sync() override {
+    if (fail) return std::unexpected(EIO);
+    return inner_->Sync();
+  }
   Status Scan(std::string_view p, const std::function<bool(std::string_view, std::string_view)>& fn) override {
     return inner_->Scan(p, fn);
   }

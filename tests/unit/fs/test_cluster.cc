@@ -50,6 +50,7 @@ struct FakeLog : ckpt::fs::LogView {
   }
   uint64_t LoggedSeq() override { return paths.size(); }
   uint64_t AppliedSeq() override { return applied; }
+  uint64_t DurableAppliedSeq() override { return applied; }  // nothing behind it to sync
   std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) override {
     std::pair<uint64_t, std::vector<std::string>> out{0, {}};
     for (size_t i = applied; i < paths.size(); i++)

@@ -34,6 +34,7 @@ struct Log : ckpt::fs::LogView {
   uint64_t applied = 0;
   uint64_t LoggedSeq() override { return at.size(); }
   uint64_t AppliedSeq() override { return applied; }
+  uint64_t DurableAppliedSeq() override { return applied; }  // nothing behind it to sync
   std::pair<uint64_t, std::vector<std::string>> Unpersisted(size_t max) override {
     std::pair<uint64_t, std::vector<std::string>> out{at.size() - applied, {}};
     for (size_t i = applied; i < at.size() && out.second.size() < max; i++)

@@ -1286,7 +1286,7 @@ Test(drain_cluster, publish_waits_for_the_other_members_earlier_file) {
   Env& e = *d.env;
   std::atomic<int64_t> now{100000};
   MemRecords store;
-  auto log = ckpt::fs::LocalLog(&e.table->core().oplog);
+  auto log = ckpt::fs::LocalLog(&e.table->core().oplog, e.store->kv());
   ckpt::fs::ClusterOptions o;
   o.name = "job";
   o.node = "a";

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/failpoint.h"
 #include "fs/meta/keys.h"
 #include "fs/meta/kv.h"
 #include "tests/unit/meta/helpers.h"
@@ -101,6 +102,33 @@ KV_TEST(kv, put_get_overwrite_binary) {
   b.Put("s", "synced");
   cr_assert(kv->Write(b, true).has_value());
   ExpectValue(kv, "s", "synced");
+}
+
+// Sync makes the writes before it durable (what `sync` on each would have
+// done): nothing a reader sees changes, and it may come at any moment,
+// again and again, with nothing new to sync. (A power loss is not
+// simulated here: RocksDB's WAL syncs are its own tests'.)
+KV_TEST(kv, sync_changes_nothing_a_reader_sees) {
+  KvEnv e(k);
+  Kv* kv = e.kv.get();
+  cr_assert(kv->Sync().has_value(), "a sync of an empty store is fine");
+  Put(kv, "a", "1");  // no sync of its own
+  cr_assert(kv->Sync().has_value());
+  ExpectValue(kv, "a", "1");
+  cr_assert(kv->Sync().has_value(), "and again, with nothing new");
+  Put(kv, "b", "2");
+  Batch d;
+  d.Delete("a");
+  cr_assert(kv->Write(d).has_value());
+  cr_assert(kv->Sync().has_value());
+  ExpectAbsent(kv, "a");
+  ExpectValue(kv, "b", "2");
+  e.Reopen();
+  kv = e.kv.get();
+  ExpectAbsent(kv, "a");
+  ExpectValue(kv, "b", "2");
+  Put(kv, "c", "3");  // still writable after syncs
+  ExpectValue(kv, "c", "3");
 }
 
 KV_TEST(kv, batch_applies_ops_in_order) {
@@ -374,4 +402,39 @@ ROCKS_TEST(rocks_kv, torn_wal_tail_is_tolerated) {
   cr_assert(kv.has_value(), "torn tail: errno %d", kv ? 0 : kv.error());
   ExpectValue(kv->get(), "k1000", std::string(100, 'a'));
   ExpectValue(kv->get(), "k1058", std::string(100, 'a' + 58 % 26));
+}
+
+// A sync that fails is an errno (the disk of the state dir failing: the
+// fault meta.write), and the store syncs again once the disk is back.
+ROCKS_TEST(rocks_kv, a_failed_sync_is_eio) {
+  const std::string flag = ckpt::test::g_dir + "/fault";
+  setenv("CKPTFS_FAULT", ("meta.write:" + flag).c_str(), 1);
+  ckpt::InitFailpoints();
+  auto kv = ckpt::meta::OpenRocksKv(ckpt::test::g_dir + "/db");
+  cr_assert(kv.has_value());
+  Put(kv->get(), "k", "v");
+  int fd = open(flag.c_str(), O_CREAT | O_WRONLY, 0600);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  auto st = (*kv)->Sync();
+  cr_assert(!st.has_value(), "a sync on a failing disk succeeded");
+  cr_expect_eq(st.error(), EIO);
+  cr_assert_eq(unlink(flag.c_str()), 0);
+  cr_expect((*kv)->Sync().has_value());
+  ExpectValue(kv->get(), "k", "v");
+}
+
+// `ckptfs gc` opens the store read-only: a sync there has nothing to do
+// (RocksDB's read-only handle cannot sync) and succeeds.
+ROCKS_TEST(rocks_kv, sync_of_a_read_only_store_succeeds) {
+  const std::string dir = ckpt::test::g_dir + "/db";
+  {
+    auto kv = ckpt::meta::OpenRocksKv(dir);
+    cr_assert(kv.has_value());
+    Put(kv->get(), "k", "v");
+  }
+  auto ro = ckpt::meta::OpenRocksKv(dir, nullptr, /*read_only=*/true);
+  cr_assert(ro.has_value(), "read-only open: errno %d", ro ? 0 : ro.error());
+  cr_expect((*ro)->Sync().has_value());
+  ExpectValue(ro->get(), "k", "v");
 }

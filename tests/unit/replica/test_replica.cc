@@ -1393,3 +1393,73 @@ Test(replicator, a_held_drain_keeps_the_replicas_until_the_applied_seq_passes_th
   r.Stop();
   for (auto& [ino, fd] : fds) close(fd);
 }
+
+// The drain's completions are committed without a sync: a machine crash
+// makes an applied entry pending again, and its replicas are then what it
+// is applied from. A DROP goes to the holders only once the applied seq is
+// durable (Ports::durable_applied); one the metadata could not be made
+// durable for is not sent at all (the holder drops it by this node's
+// record, which shows only durable seqs).
+Test(replicator, a_drop_waits_until_the_applied_seq_is_durable, .timeout = 60) {
+  Pair p(64 << 20);
+  using ckpt::fs::OpLog;
+  using ckpt::meta::LogEntry;
+  using ckpt::meta::LogOp;
+  std::map<uint64_t, int> fds;  // ino -> its bytes
+  std::pair<uint64_t, uint64_t> sum;
+  OpLog log;
+  std::vector<LogEntry> logged;
+  for (uint64_t ino : {3, 4}) {
+    fds[ino] = MakeFile(p.dir + "/f" + std::to_string(ino), 4096, static_cast<unsigned>(ino), &sum);
+    ckpt::meta::Batch b;
+    std::vector<LogEntry> out;
+    LogEntry e;
+    e.op = LogOp::kPersist;
+    e.ino = ino;
+    e.version = 1;
+    e.path = "f" + std::to_string(ino);
+    log.Append(&b, std::move(e), &out);
+    logged.push_back(out.at(0));
+    log.Publish(std::move(out));
+  }
+  auto apply = [&](const LogEntry& e) {
+    OpLog::Due due;
+    ckpt::meta::Batch b;
+    log.Finish(log.Complete(e, OpLog::Outcome::kApplied, "", &b), &due);
+  };
+  std::atomic<uint64_t> durable{0};
+  std::atomic<int> asked{0};
+  Replicator::Ports ports;
+  ports.source = [&](const LogEntry& e) -> ckpt::Result<Replicator::Source> {
+    return Replicator::Source{nullptr, fds.at(e.ino), 4096};
+  };
+  ports.gate_us = [](uint64_t seq) { return static_cast<int64_t>(1000 + seq); };
+  ports.when_applied = [&](uint64_t seq, std::function<void(int)> fn) { log.WhenApplied(seq, std::move(fn)); };
+  ports.applied_seq = [&] { return log.AppliedSeq(); };
+  ports.durable_applied = [&] {
+    asked++;
+    return durable.load();
+  };
+  Peers peers(nullptr, "writer.a", "");
+  peers.SetMembersForTest({{"writer.a", ""}, {"holder-1", p.addr}});
+  Replicator r("writer.a", 1, p.writer.get(), &peers, ports);
+  r.Start();
+  r.Observe(logged);
+  cr_assert(WaitFor([&] { return p.store->List().size() == 2; }), "both files are held");
+  auto holds = [&](uint64_t ino) {
+    for (const Held& h : p.store->List())
+      if (h.key.ino == ino) return true;
+    return false;
+  };
+  cr_expect_eq(asked.load(), 0, "no drop, no sync");
+  apply(logged[0]);  // applied, its completion not durable (the sync fails)
+  cr_expect(WaitFor([&] { return asked.load() > 0; }), "its drop asks for the durable seq");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // rounds of the replicator's loop
+  cr_expect(holds(logged[0].ino), "a drop went for an entry a machine crash would make pending again");
+  durable = 100;  // the metadata syncs again
+  apply(logged[1]);
+  cr_expect(WaitFor([&] { return !holds(logged[1].ino); }), "durable: its replica goes");
+  cr_expect(holds(logged[0].ino), "the drop not sent stays unsent: the record drops it");
+  r.Stop();
+  for (auto& [ino, fd] : fds) close(fd);
+}
