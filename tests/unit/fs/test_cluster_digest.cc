@@ -613,7 +613,8 @@ Test(cluster_digest, an_idle_holder_lost_with_a_dead_members_replica_is_named_lo
   Node a("a", &s, &now), h("h", &s, &now);
   const int64_t g = 900 * 1000;  // the dead writer's shard
   h.c->SetHeldGate([g](bool dead_too) {
-    ckpt::fs::HeldForOthers held{g + 1};
+    ckpt::fs::HeldForOthers held;
+    held.gate = g + 1;
     if (dead_too) held.dead_gate = g, held.dead_files = 1, held.dead_paths = {"step1/shard_b"};
     return held;
   });
