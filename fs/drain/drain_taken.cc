@@ -127,8 +127,9 @@ std::string OtherNamesLeftBy(const std::string& names, const LogEntry& r) {
 }
 
 // Where a later entry `r` left a rename's or a link's target: moved, or at
-// its name still if removed or replaced there (the entry replaces it again,
-// as logged).
+// its name still if removed or replaced there — reached so only by an
+// exchange (a plain rename or link whose target was superseded is not
+// applied there: SupersededTarget).
 std::string TargetLeftBy(const std::string& target, const LogEntry& r) { return LeftBy(target, r).value_or(target); }
 
 std::optional<LogEntry> SupersededTarget(const LogEntry& e, const std::string& source, const LogEntry& r) {
