@@ -101,11 +101,23 @@ def fmt_mmm(v, digits=2, suffix=""):
     return tuple(fmt(x, digits) + suffix for x in m)
 
 
-def verdict(med, op, goal):
-    if med is None:
+def holds(v, op, goal):
+    """Whether the values `v` meet the goal: by their median, or, for
+    "max<=", every one of them (issue #29: no repetition above 1.2x)."""
+    lo, med, hi = mmm(v)
+    if op == "max<=":
+        return hi <= goal
+    return med <= goal if op == "<=" else med >= goal
+
+
+def goal_text(op, goal):
+    return {"<=": "≤", ">=": "≥", "max<=": "every ≤"}[op] + f" {goal:g}"
+
+
+def verdict(v, op, goal):
+    if not v:
         return "not measured"
-    ok = med <= goal if op == "<=" else med >= goal
-    return "**met**" if ok else "**not met**"
+    return "**met**" if holds(v, op, goal) else "**not met**"
 
 
 # Small framework-shaped checkpoints (bench.py frameworks): metric, label, goal.
@@ -175,6 +187,7 @@ def build_rows(r, gb_data):
         over = [100.0 * (t[k] / dbytes[k] - 1) for k in sorted(set(t) & set(dbytes)) if dbytes[k] > 0]
         rows.append((f"tier bytes per data byte − 1, {what} (%)", over, "<=", 2.0, "%"))
     # Issue #29: every common trainer pattern, each a same-run ratio.
+    every = []
     for pat, label in PATTERN_FIGURES:
         phase = f"pat-{pat}"
         if not r.get(phase, "save_seconds", ck):
@@ -195,6 +208,12 @@ def build_rows(r, gb_data):
         if r.get(phase, "load_seconds", ck):
             rows.append((f"torch.load in a new process, {label}: ckptfs time ÷ tmpfs time",
                          r.ratio((phase, "load_seconds", ck), (phase, "load_seconds", tm)), "<=", 1.05, "×"))
+        every += r.ratio((phase, "save_seconds", ck), (phase, "save_seconds", tm))
+    # "No repetition above 1.2x tmpfs": a save that costs the same whatever
+    # came before it, judged by its slowest repetition, not its median.
+    if every:
+        rows.append(("torch.save, every pattern above, every repetition: ckptfs time ÷ tmpfs time",
+                     every, "max<=", 1.2, "×"))
     # Issue #29: the drain at the backend's speed, and out of the trainer's way.
     # The peers are measured right after the drain, in the same repetition.
     rows.append(("time to durable, sequential file: ckptfs drain ÷ cp + sync right after it",
@@ -472,11 +491,11 @@ def chart(rows, png):
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(ratio_rows) + 1.6))
     for i, (label, v, op, goal, unit) in enumerate(ratio_rows):
         lo, med, hi = mmm(v)
-        ok = med <= goal if op == "<=" else med >= goal
+        ok = holds(v, op, goal)
         ax.barh(i, med, color="#4c9a2a" if ok else "#c0392b", alpha=0.8)
         ax.errorbar(med, i, xerr=[[med - lo], [hi - med]], fmt="none", ecolor="black", capsize=3)
         ax.plot([goal, goal], [i - 0.4, i + 0.4], color="black", linewidth=2)
-        ax.text(hi * 1.05, i, f"{med:.2f}× (goal {'≤' if op == '<=' else '≥'} {goal:g})", va="center", fontsize=8)
+        ax.text(hi * 1.05, i, f"{med:.2f}× (goal {goal_text(op, goal)})", va="center", fontsize=8)
     ax.set_yticks(range(len(ratio_rows)))
     ax.set_yticklabels([x[0] for x in ratio_rows], fontsize=8)
     ax.invert_yaxis()
@@ -514,10 +533,10 @@ def render(r, runs, repo, note, s3_out=None):
            "| figure | goal | min | median | max | verdict |", "|---|---|---:|---:|---:|---|"]
     for label, v, op, goal, unit in rows:
         a, m, b = fmt_mmm(v)
-        g = f"{'≤' if op == '<=' else '≥'} {goal:.3g}{'' if unit == '×' else ' ' + unit}"
+        g = goal_text(op, float(f"{goal:.3g}")) + ("" if unit == "×" else " " + unit)
         if unit == "MiB":
             g = "< 100 MB"
-        md.append(f"| {label} | {g} | {a} | {m} | {b} | {verdict(mmm(v)[1] if v else None, op, goal)} |")
+        md.append(f"| {label} | {g} | {a} | {m} | {b} | {verdict(v, op, goal)} |")
     md += ["", "![ratios against same-run peers](benchmarks.png)", "",
            "### Other ratios (no goal)", "", "| figure | min | median | max |", "|---|---:|---:|---:|"]
     for label, v in other_rows(r):
