@@ -91,7 +91,10 @@ namespace {
 // Where a later entry `r` left `path`: moved (a rename of it or of a
 // directory above it; an exchange), unchanged, or nullopt — removed or
 // replaced (an unlink of it, an rmdir above it, a rename over it, a
-// persist of another version at that name).
+// persist of another version at that name, a directory, symlink or link
+// made there: in the log's order the name was free then, so what is there
+// since is theirs, not the object this node's entry names — under a
+// directory made again, what the backend kept stays this node's).
 std::optional<std::string> LeftBy(const std::string& path, const LogEntry& r) {
   switch (r.op) {
     case LogOp::kRename:
@@ -104,6 +107,11 @@ std::optional<std::string> LeftBy(const std::string& path, const LogEntry& r) {
     case LogOp::kUnlink: return path == r.path ? std::nullopt : std::optional(path);
     case LogOp::kRmdir: return PathUnder(path, r.path) ? std::nullopt : std::optional(path);
     case LogOp::kPersist: return path == r.path ? std::nullopt : std::optional(path);
+    // A mkdir over a directory the backend still holds (its removal given
+    // up) keeps what is under it: only the name itself is theirs.
+    case LogOp::kMkdir: return path == r.path ? std::nullopt : std::optional(path);
+    case LogOp::kSymlink: return PathUnder(path, r.path) ? std::nullopt : std::optional(path);
+    case LogOp::kLink: return PathUnder(path, r.path2) ? std::nullopt : std::optional(path);
     default: return path;
   }
 }
@@ -126,10 +134,22 @@ std::string OtherNamesLeftBy(const std::string& names, const LogEntry& r) {
   return out;
 }
 
+// Whether `name` is one of `names` (NUL-separated, as a persist's path2).
+bool HasName(const std::string& names, const std::string& name) {
+  for (size_t at = 0; at <= names.size();) {
+    size_t end = names.find('\0', at);
+    if (end == std::string::npos) end = names.size();
+    if (names.compare(at, end - at, name) == 0 && end > at) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
 // Where a later entry `r` left a rename's or a link's target: moved, or at
 // its name still if removed or replaced there — reached so only by an
 // exchange (a plain rename or link whose target was superseded is not
-// applied there: SupersededTarget).
+// applied there: SupersededTarget), whose target is an object of its own
+// that later entries move like its source.
 std::string TargetLeftBy(const std::string& target, const LogEntry& r) { return LeftBy(target, r).value_or(target); }
 
 std::optional<LogEntry> SupersededTarget(const LogEntry& e, const std::string& source, const LogEntry& r) {
@@ -187,7 +207,28 @@ std::optional<LogEntry> Drainer::WhereHoldersLeftIt(const LogEntry& e) {
       if (it == taken_entries_.end()) continue;
       r = it->second;
     }
+    if (e.op == LogOp::kPersist && r.op == LogOp::kPersist && r.ino == e.ino) {
+      LOG_INFO("drain: seq {} persist '{}' v{}: a replica holder published v{} of it after it; superseded, not applied",
+               e.seq, EscapeName(e.path), e.version, r.version);
+      return std::nullopt;  // (the holder published it at its main name only: its other names keep older bytes)
+    }
+    if (e.op == LogOp::kPersist) {
+      moved.path2 = OtherNamesLeftBy(moved.path2, r);
+      // A link of theirs made after it names this file too (they found no
+      // file there, ENOENT, taken as done, or an older version): linked
+      // there with its other names.
+      if (r.op == LogOp::kLink && r.ino == e.ino && r.path2 != moved.path && !HasName(moved.path2, r.path2))
+        moved.path2 += (moved.path2.empty() ? "" : std::string(1, '\0')) + r.path2;
+    }
     auto path = LeftBy(moved.path, r);
+    if (!path && e.op == LogOp::kPersist && !moved.path2.empty()) {
+      // Its name removed or replaced, the file lives on under another
+      // (a hard link): published there.
+      const size_t nul = moved.path2.find('\0');
+      moved.path = moved.path2.substr(0, nul);
+      moved.path2 = nul == std::string::npos ? std::string() : moved.path2.substr(nul + 1);
+      continue;
+    }
     if (!path) {
       LOG_INFO(
           "drain: seq {} {} '{}': a replica holder applied seq {} {} '{}' after it, in this node's place; "
@@ -202,10 +243,10 @@ std::optional<LogEntry> Drainer::WhereHoldersLeftIt(const LogEntry& e) {
     // removal, where their later entries left the source (followed on: one
     // that put a new file there supersedes the removal too, above). An
     // exchange keeps both names: moved.
-    const bool names_target = (e.op == LogOp::kRename || e.op == LogOp::kLink) && !(e.flags & 1);
+    const bool two_names = e.op == LogOp::kRename || e.op == LogOp::kLink;
+    const bool names_target = two_names && !(e.flags & 1);
     if (names_target && !over && !LeftBy(moved.path2, r)) over = r;
-    if (e.op == LogOp::kPersist) moved.path2 = OtherNamesLeftBy(moved.path2, r);
-    if (names_target && !over) moved.path2 = TargetLeftBy(moved.path2, r);
+    if (two_names && !over) moved.path2 = TargetLeftBy(moved.path2, r);
   }
   if (over) return SupersededTarget(e, moved.path, *over);
   if (moved.path != e.path)

@@ -1925,3 +1925,102 @@ Test(drain, a_superseded_renames_source_they_wrote_again_is_not_removed) {
   cr_expect(d.Exists("latest.tmp"), "the file they wrote at the superseded rename's source was removed");
   cr_expect_eq(e.table->core().oplog.Pending(16).size(), 0u);
 }
+
+// The atomic symlink swap (`ln -s step_N latest.tmp && mv -T latest.tmp
+// latest`) twice, the first rename given up: the symlink the holders made
+// at latest.tmp after it is a new object, not the one that rename moves.
+// Taken for it, the rename's target check found the holders' second rename
+// over `latest` and removed their `latest` (stop 58's review).
+Test(drain, a_symlink_swap_the_holders_made_again_keeps_their_latest) {
+  DrainEnv d;
+  Env& e = *d.env;
+  cr_assert(e.table->Symlink(kRoot, "latest.tmp", "step_5", ckpt::fs::Caller{}).has_value());
+  d.Start();
+  d.Drain(30);
+  d.drainer->Stop();
+  d.drainer.reset();
+  cr_assert(e.table->Rename(kRoot, "latest.tmp", kRoot, "latest", 0).has_value());
+  cr_assert(e.table->Symlink(kRoot, "latest.tmp", "step_6", ckpt::fs::Caller{}).has_value());
+  cr_assert(e.table->Rename(kRoot, "latest.tmp", kRoot, "latest", 0).has_value());
+  auto pending = e.table->core().oplog.Pending(16);
+  cr_assert_eq(pending.size(), 3u);
+  // What the holders' symlink and rename left in the backend.
+  stdfs::remove(d.root + "/latest.tmp");
+  stdfs::create_symlink("step_6", d.root + "/latest");
+  d.StartTaken({pending[1].seq, pending[2].seq});
+  d.Drain(30);
+  cr_assert(d.Exists("latest"), "the holders' latest was removed");
+  cr_expect_eq(stdfs::read_symlink(d.root + "/latest").string(), std::string("step_6"));
+  cr_expect_not(d.Exists("latest.tmp"));
+  cr_expect_eq(e.table->core().oplog.Pending(16).size(), 0u);
+}
+
+// A persist given up, then a hard link of the file the holders applied
+// (ENOENT there: no file yet, taken as done): the run back publishes the
+// file and links it at that name too. It was published at its own name
+// only (the persist, logged at the close, names no link).
+Test(drain, a_persist_the_holders_left_reaches_a_name_they_linked_after_it) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t dir = e.Mkdir(kRoot, "step_5");
+  uint64_t f = e.WriteFile(dir, "model.pt", "five");
+  cr_assert(e.table->Link(f, kRoot, "best.pt").has_value());
+  auto pending = e.table->core().oplog.Pending(16);
+  cr_assert_eq(pending.size(), 3u);  // mkdir, persist, link
+  cr_assert_eq(pending[1].op, ckpt::meta::LogOp::kPersist);
+  cr_assert(d.be->Mkdir("step_5", {0755, 0, 0, false, 0, 0}).has_value());  // theirs; their link found nothing
+  d.StartTaken({pending[0].seq, pending[2].seq});
+  d.Drain(30);
+  cr_expect_eq(d.Read("step_5/model.pt"), "five");
+  cr_expect_eq(d.Read("best.pt"), "five", "the name they linked after it never reached the backend");
+}
+
+// A new version given up, then the holders removed its main name (the
+// file lives on under a hard link): the run back publishes it at the name
+// left. It was completed as superseded, and the link kept the old bytes.
+Test(drain, a_persist_whose_name_the_holders_removed_goes_to_its_other_name) {
+  DrainEnv d;
+  Env& e = *d.env;
+  uint64_t f = e.WriteFile(kRoot, "a", "version one");
+  cr_assert(e.table->Link(f, kRoot, "b").has_value());
+  d.Start();
+  d.Drain(30);
+  cr_assert_eq(d.Read("b"), "version one");
+  d.drainer->Stop();
+  d.drainer.reset();
+  e.Overwrite(f, "version two");  // a persist naming a and b
+  cr_assert(e.table->Unlink(kRoot, "a").has_value());
+  auto pending = e.table->core().oplog.Pending(16);
+  cr_assert_eq(pending.size(), 2u);
+  cr_assert(d.be->Remove("a").has_value());  // what the holder applied
+  d.StartTaken({pending[1].seq});
+  d.Drain(30);
+  cr_expect_eq(d.Read("b"), "version two", "the new version did not reach the name the file lives on under");
+  cr_expect_not(d.Exists("a"), "the name the holders removed came back");
+}
+
+// An exchange given up, then the holders renamed its target's directory:
+// the run back exchanges the two where that rename left them (an exchange's
+// target is an object of its own: followed like its source).
+Test(drain, an_exchange_the_holders_left_goes_to_where_they_left_its_target) {
+  DrainEnv d;
+  Env& e = *d.env;
+  e.WriteFile(kRoot, "a", "was a");
+  uint64_t dir = e.Mkdir(kRoot, "staging");
+  e.WriteFile(dir, "b", "was b");
+  d.Start();
+  d.Drain(30);
+  cr_assert_eq(d.Read("staging/b"), "was b");
+  d.drainer->Stop();
+  d.drainer.reset();
+  cr_assert(e.table->Rename(kRoot, "a", dir, "b", RENAME_EXCHANGE).has_value());
+  cr_assert(e.table->Rename(kRoot, "staging", kRoot, "step", 0).has_value());
+  auto pending = e.table->core().oplog.Pending(16);
+  cr_assert_eq(pending.size(), 2u);
+  cr_assert(d.be->Rename("staging", "step", false).has_value());  // what the holder applied
+  d.StartTaken({pending[1].seq});
+  d.Drain(30);
+  cr_expect_eq(d.Read("a"), "was b");
+  cr_expect_eq(d.Read("step/b"), "was a", "the exchange did not follow its target's directory");
+  cr_expect_not(d.Exists("staging"), "the exchange made the directory's old name again");
+}
