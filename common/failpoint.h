@@ -17,6 +17,8 @@
 //   evict.mid             eviction recorded "remote", the tier bytes not yet freed
 //   load.recovery         start-up recovery half done (metadata fixed, log not
 //                         yet resumed)
+//   replica.rename.mid    a replica store's rename: the meta linked to the new
+//                         name, the data not yet renamed
 //
 //   CKPTFS_FAULT=name:FILE       FAULT(name) is true, and the caller fails its
 //                                operation with EIO, each time it is reached

@@ -17,6 +17,10 @@ void Link::Impl::HolderMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
     if (data) ucp_am_data_release(worker, data);
     if (m.op != Op::kHello || m.text.size() <= kNonceLen || !ValidNodeId(m.text.substr(kNonceLen)))
       return Refuse(c, "spoke before the handshake");
+    // No member dials itself: a peer under this holder's own id would place
+    // replicas its takeover never publishes nor collects (it skips its own),
+    // whose gate its record then names for ever, holding every drain.
+    if (m.text.substr(kNonceLen) == opts.node_id) return Refuse(c, "says it is this node (" + opts.node_id + ")");
     c->nonce_c = m.text.substr(0, kNonceLen);
     c->peer_id = m.text.substr(kNonceLen);
     c->nonce_s = RandomNonce();
@@ -129,7 +133,16 @@ void Link::Impl::Chunk(const std::shared_ptr<Conn>& c, const Msg& m, void* data,
         c, m.req,
         "a chunk at offset " + std::to_string(off) + " of " + std::to_string(len) + " bytes does not fit the replica");
   }
+  // At most the window in flight (claimed, not landed): a writer keeps to
+  // it (its next chunk goes once this holder acknowledged one, after the
+  // landing). Past it, each chunk's header took a 4 MiB buffer here,
+  // bounded by nothing but the replica's size.
+  if (rx->chunks_claimed - rx->chunks_got >= static_cast<uint64_t>(kWindow)) {
+    if (data) ucp_am_data_release(worker, data);
+    return RefuseReplica(c, m.req, "more than " + std::to_string(kWindow) + " chunks in flight", EPROTO);
+  }
   rx->claimed[idx] = true;
+  rx->chunks_claimed++;
   rx->last = Clock::now();
   const uint64_t want = m.b, req = m.req;
   std::weak_ptr<Conn> wc = c;

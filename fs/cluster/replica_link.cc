@@ -433,8 +433,8 @@ std::shared_ptr<char> ChunkPool::Get(const std::shared_ptr<ChunkPool>& pool) {
 }
 
 void Link::Impl::Pump(Conn& c, const std::shared_ptr<Request>& r) {
-  const int limit = stop_after.load();
-  while (r->inflight < kWindow && r->next < r->size && (limit < 0 || r->sent < limit)) {
+  const int limit = stop_after.load(), window = test_window.load() > 0 ? test_window.load() : kWindow;
+  while (r->inflight < window && r->next < r->size && (limit < 0 || r->sent < limit)) {
     const uint64_t off = r->next, n = std::min(kChunk, r->size - off);
     if (int ms = pace_ms.load(); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     auto buf = ChunkPool::Get(chunks);
@@ -837,6 +837,7 @@ void Link::TestLieAboutChunks(bool on) { impl_->lie = on; }
 void Link::TestStopAfterChunks(int n) { impl_->stop_after = n; }
 void Link::TestPaceChunks(int ms) { impl_->pace_ms = ms; }
 void Link::TestRepeatFirstChunk(bool on) { impl_->repeat_first = on; }
+void Link::TestWindow(int n) { impl_->test_window = n; }
 void Link::TestSilentDial(bool on) { impl_->silent_dial = on; }
 
 }  // namespace ckpt::fs::replica

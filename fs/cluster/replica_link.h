@@ -140,6 +140,9 @@ class Link {
   // first chunk twice (a confused writer).
   void TestPaceChunks(int ms);
   void TestRepeatFirstChunk(bool on);
+  // Tests only: `n` chunks of a file in flight instead of kWindow (0: kWindow),
+  // as a peer that sends every chunk's header at once.
+  void TestWindow(int n);
   // Tests only: connect without saying HELLO (a port scanner, or a peer
   // that hangs before the handshake).
   void TestSilentDial(bool on);

@@ -100,6 +100,7 @@ struct Rx {
   std::vector<bool> got;      // per chunk: landed, checked and written
   std::vector<bool> claimed;  // per chunk: its message came (a second one is refused, even while the first lands)
   uint64_t chunks_got = 0;
+  uint64_t chunks_claimed = 0;  // claimed - got: the chunks in flight, at most kWindow
   // The content checksum of the chunks landed so far in order (those after
   // a gap wait for it): at END it is the whole replica's, with no pass of
   // its own over the bytes.
@@ -164,6 +165,7 @@ struct Link::Impl {
   std::atomic<int> stop_after{-1};
   std::atomic<int> pace_ms{0};
   std::atomic<bool> repeat_first{false};
+  std::atomic<int> test_window{0};  // chunks in flight a file, 0: kWindow (TestWindow)
   std::atomic<bool> silent_dial{false};
 
   // ---- set-up and the loop ----

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "backend/checksum.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 
 namespace ckpt::fs::replica {
@@ -407,13 +408,25 @@ bool Store::Retire(const Key& k) {
 }
 
 bool Store::Rename(Held* x, Held to) {
+  // Each step leaves what Open reads back as one of the two, so that a
+  // crash between them keeps the replica (its writer, told HELD, does not
+  // send it again): the meta linked to the new name first (the data keeps
+  // a meta of its own name throughout; a meta without its data is removed
+  // at start), then the data renamed, then the old meta's name removed.
+  // (The meta renamed first, a crash before the data's rename left a data
+  // file without its meta, which Open discards.)
   const std::string from = FinalName(*x), name = FinalName(to);
-  if (renameat(dirfd_, (from + kMeta).c_str(), dirfd_, (name + kMeta).c_str()) != 0) return false;
-  if (renameat(dirfd_, from.c_str(), dirfd_, name.c_str()) != 0) {
-    const int e = errno;
-    (void)renameat(dirfd_, (name + kMeta).c_str(), dirfd_, (from + kMeta).c_str());
-    errno = e;
-    return false;
+  if (from != name) {
+    (void)unlinkat(dirfd_, (name + kMeta).c_str(), 0);  // a failed try's, or a leftover
+    if (linkat(dirfd_, (from + kMeta).c_str(), dirfd_, (name + kMeta).c_str(), 0) != 0) return false;
+    FAILPOINT("replica.rename.mid");
+    if (renameat(dirfd_, from.c_str(), dirfd_, name.c_str()) != 0) {
+      const int e = errno;
+      (void)unlinkat(dirfd_, (name + kMeta).c_str(), 0);
+      errno = e;
+      return false;
+    }
+    (void)unlinkat(dirfd_, (from + kMeta).c_str(), 0);
   }
   *x = std::move(to);
   return true;

@@ -483,6 +483,18 @@ Takeover::Outcome Takeover::Publish(const Replica& r) {
     backend_->Abort(*staged);
     return Lose("the replica of " + what + " does not match its checksum");
   }
+  // Still this holder's to publish? The stage took as long as the file's
+  // bytes (seconds), with the order checked before it: a lease lost
+  // meanwhile lets the writer, back, revoke the claim, apply the entry and
+  // publish a newer version at the name — put back over it by this
+  // publish. Asked again here, as the drain asks before its own (Cleared);
+  // the next pass reads the claims back (a revoked one is dropped).
+  if (records_->Standings() != standing_seen_ ||
+      (cluster_ && !cluster_->MayPublishAs(static_cast<int64_t>(h.gate_us) + 1, h.key.writer))) {
+    backend_->Abort(*staged);
+    LOG_INFO("replicas: {} staged, not published: this holder no longer stands or the order moved; next pass", what);
+    return Outcome::kLater;
+  }
   backend::Attrs a{.mode = meta->mode,
                    .uid = meta->uid,
                    .gid = meta->gid,

@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -20,6 +21,7 @@
 #include <thread>
 
 #include "backend/checksum.h"
+#include "common/failpoint.h"
 #include "fs/cluster/peer_loads.h"
 #include "fs/cluster/replica_link.h"
 #include "fs/cluster/replica_store.h"
@@ -325,6 +327,61 @@ Test(replica_store, a_replica_offered_again_under_another_gate_takes_it) {
   fsys::remove_all(dir);
 }
 
+// A holder killed between the two renames of a replica (its meta and its
+// data; here as Retire publishes it): the next start holds it under one of
+// its names. The meta renamed first, the data file was left without a meta
+// of its name, and the start discarded it — a replica its writer counts
+// held, gone (stop 59's review).
+Test(replica_store, a_crash_in_the_middle_of_a_rename_keeps_the_replica) {
+  std::string dir = TempDir();
+  std::string data(5000, 'c');
+  auto sum = ckpt::backend::ContentChecksum(data.data(), data.size());
+  Held h{.key = {.writer = "w", .ino = 4, .version = 1},
+         .size = data.size(),
+         .gate_us = 1000,
+         .hash_hi = sum.first,
+         .hash_lo = sum.second,
+         .meta = "{\"path\": \"f\"}"};
+  {
+    auto s = Store::Open(dir + "/r", 1 << 20);
+    cr_assert(s.has_value());
+    auto in = (*s)->Begin(h);
+    cr_assert(in.has_value());
+    cr_assert_eq((*in)->Write(0, data.data(), data.size()), 0);
+    cr_assert((*s)->Commit(std::move(*in)).has_value());
+    const pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) {  // the holder, killed at the failpoint
+      setenv("CKPTFS_FAILPOINT", "replica.rename.mid", 1);
+      ckpt::InitFailpoints();
+      (void)(*s)->Retire(h.key);
+      _exit(3);  // the failpoint was not reached
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(child, &status, 0), child);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "the rename did not reach its failpoint (%d)",
+              status);
+  }
+  auto s = Store::Open(dir + "/r", 1 << 20);
+  cr_assert(s.has_value());
+  auto held = (*s)->List();
+  cr_assert_eq(held.size(), 1u, "the replica was discarded at the start after the crash");
+  cr_expect_eq(held[0].meta, h.meta);
+  cr_expect_eq(held[0].size, data.size());
+  auto fd = (*s)->OpenHeld(h.key);
+  cr_assert(fd.has_value());
+  std::string back(data.size(), '\0');
+  cr_expect_eq(pread(fd->first, back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
+  cr_expect(back == data);
+  close(fd->first);
+  // And a rename that completes leaves one meta: no orphan of the old name.
+  cr_expect((*s)->Retire(h.key));
+  size_t metas = 0;
+  for (const auto& en : fsys::directory_iterator(dir + "/r")) metas += en.path().string().ends_with(".meta");
+  cr_expect_eq(metas, 1u);
+  fsys::remove_all(dir);
+}
+
 Test(replica_link, a_replica_arrives_whole_is_read_back_and_dropped, .timeout = 60) {
   Pair p(64 << 20);
   std::pair<uint64_t, uint64_t> sum;
@@ -424,6 +481,58 @@ Test(replica_link, a_writer_may_only_place_its_own_replicas, .timeout = 60) {
   cr_assert(!st.has_value());
   cr_expect_eq(st.error(), EPERM);
   cr_expect_eq(p.store->List().size(), 0u);
+  close(fd);
+}
+
+// A peer with the secret that says it is the holder itself: its replicas
+// would be the holder's own to its takeover (never published, never
+// collected) while its record named their gate for ever, holding every
+// member's drain (stop 59's review). Refused at the handshake.
+Test(replica_link, a_peer_under_the_holders_own_id_is_refused, .timeout = 60) {
+  Pair p(64 << 20);
+  std::pair<uint64_t, uint64_t> sum;
+  int fd = MakeFile(p.dir + "/src", 4096, 3, &sum);
+  auto w = Link::Open({.node_id = "holder-1", .secret = kSecret, .timeout_ms = 20000}, nullptr);
+  cr_assert(w.has_value(), "%s", w ? "" : w.error().c_str());
+  auto st =
+      (*w)->Replicate(p.addr, Key{.writer = "holder-1", .ino = 1, .version = 1}, fd, 4096, 1, sum.first, sum.second);
+  cr_assert(!st.has_value(), "a peer under the holder's own id placed a replica");
+  cr_expect_eq(st.error(), EACCES, "%s", ckpt::ErrStr(st.error()).c_str());
+  cr_expect_eq(p.store->List().size(), 0u);
+  cr_expect_eq(p.store->MinGate(), 0u, "a gate the holder's record would name");
+  cr_expect(WaitFor([&] { return p.holder->counters().peers_refused == 1; }));
+  // The honest writer still gets in.
+  cr_expect(
+      p.writer->Replicate(p.addr, Key{.writer = "writer.a", .ino = 1, .version = 1}, fd, 4096, 1, sum.first, sum.second)
+          .has_value());
+  close(fd);
+}
+
+// A writer past the window (more chunks in flight than kWindow, as a peer
+// that sends every chunk's header at once and its bytes later): each took
+// a 4 MiB buffer at the holder, bounded by nothing but the replica's size.
+// Its headers all come before any of its bytes can land (the writer's
+// loop sends them in one go, and moves no rendezvous meanwhile): the
+// holder refuses the replica at the first one past the window.
+Test(replica_link, a_writer_past_the_window_is_refused, .timeout = 60) {
+  // Over TCP the writer drives each rendezvous (the holder's receive waits
+  // for the writer's loop to put the bytes): none lands while Pump sends.
+  // Shared memory would let the holder fetch them as they are announced.
+  setenv("UCX_TLS", "tcp", 1);
+  Pair p(256 << 20);
+  std::pair<uint64_t, uint64_t> sum;
+  const uint64_t size = 24 * kChunk;
+  int fd = MakeFile(p.dir + "/src", size, 5, &sum);
+  Key k{.writer = "writer.a", .ino = 3, .version = 1};
+  p.writer->TestWindow(24);
+  auto st = p.writer->Replicate(p.addr, k, fd, size, 1, sum.first, sum.second);
+  cr_assert(!st.has_value(), "24 chunks in flight at once were taken");
+  cr_expect_eq(st.error(), EPROTO, "%s", ckpt::ErrStr(st.error()).c_str());
+  cr_expect(WaitFor([&] { return p.store->bytes() == 0; }), "nothing of it is kept");
+  cr_expect_eq(p.store->List().size(), 0u);
+  p.writer->TestWindow(0);
+  cr_expect(p.writer->Replicate(p.addr, k, fd, size, 1, sum.first, sum.second).has_value(),
+            "the window kept: taken, on the same connection");
   close(fd);
 }
 
