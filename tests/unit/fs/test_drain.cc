@@ -165,6 +165,14 @@ struct DrainEnv {
     stdfs::remove_all(root);
   }
   // `refusal_skip`: -o on_refusal=skip (a refusal fails its entry at once).
+  // What is logged so far drained, then the drainer gone: the writer's
+  // state before an outage, in the takeover cases.
+  void DrainAllThenStop() {
+    Start();
+    Drain(30);
+    drainer->Stop();
+    drainer.reset();
+  }
   void Start(bool refusal_skip = false) {
     drainer = std::make_unique<ckpt::fs::Drainer>(&env->table->drain_port(), be.get(), 4);
     drainer->set_refusal_skip(refusal_skip);
@@ -1884,10 +1892,7 @@ Test(drain, a_rename_whose_target_the_holders_replaced_is_not_applied_over_it) {
   Env& e = *d.env;
   e.WriteFile(kRoot, "step_5.tmp", "five");
   e.WriteFile(kRoot, "step_6.tmp", "six");
-  d.Start();
-  d.Drain(30);
-  d.drainer->Stop();
-  d.drainer.reset();
+  d.DrainAllThenStop();
   cr_assert(e.table->Rename(kRoot, "step_5.tmp", kRoot, "latest", 0).has_value());
   cr_assert(e.table->Rename(kRoot, "step_6.tmp", kRoot, "latest", 0).has_value());
   auto pending = e.table->core().oplog.Pending(16);
@@ -1907,10 +1912,7 @@ Test(drain, a_superseded_renames_source_they_wrote_again_is_not_removed) {
   Env& e = *d.env;
   e.WriteFile(kRoot, "latest.tmp", "five");
   e.WriteFile(kRoot, "other.tmp", "six");
-  d.Start();
-  d.Drain(30);
-  d.drainer->Stop();
-  d.drainer.reset();
+  d.DrainAllThenStop();
   cr_assert(e.table->Rename(kRoot, "latest.tmp", kRoot, "latest", 0).has_value());
   cr_assert(e.table->Rename(kRoot, "other.tmp", kRoot, "latest", 0).has_value());
   e.WriteFile(kRoot, "latest.tmp", "seven");
@@ -1935,10 +1937,7 @@ Test(drain, a_symlink_swap_the_holders_made_again_keeps_their_latest) {
   DrainEnv d;
   Env& e = *d.env;
   cr_assert(e.table->Symlink(kRoot, "latest.tmp", "step_5", ckpt::fs::Caller{}).has_value());
-  d.Start();
-  d.Drain(30);
-  d.drainer->Stop();
-  d.drainer.reset();
+  d.DrainAllThenStop();
   cr_assert(e.table->Rename(kRoot, "latest.tmp", kRoot, "latest", 0).has_value());
   cr_assert(e.table->Symlink(kRoot, "latest.tmp", "step_6", ckpt::fs::Caller{}).has_value());
   cr_assert(e.table->Rename(kRoot, "latest.tmp", kRoot, "latest", 0).has_value());

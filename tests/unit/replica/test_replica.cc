@@ -84,6 +84,35 @@ struct Pair {
   }
 };
 
+// Replica `k` of `data`: its size and checksum, gate 1000, meta path "f".
+Held HeldOf(const Key& k, const std::string& data) {
+  auto sum = ckpt::backend::ContentChecksum(data.data(), data.size());
+  return Held{.key = k,
+              .size = data.size(),
+              .gate_us = 1000,
+              .hash_hi = sum.first,
+              .hash_lo = sum.second,
+              .meta = "{\"path\": \"f\"}"};
+}
+
+// `data` received whole into `s` as `h` and committed.
+void CommitWhole(Store* s, const Held& h, const std::string& data) {
+  auto in = s->Begin(h);
+  cr_assert(in.has_value());
+  cr_assert_eq((*in)->Write(0, data.data(), data.size()), 0);
+  cr_assert(s->Commit(std::move(*in)).has_value());
+}
+
+// Whether `s` holds `k` with exactly these bytes.
+bool ReadsBack(Store* s, const Key& k, const std::string& data) {
+  auto fd = s->OpenHeld(k);
+  if (!fd) return false;
+  std::string back(data.size() + 1, '\0');
+  const ssize_t n = pread(fd->first, back.data(), back.size(), 0);
+  close(fd->first);
+  return n == static_cast<ssize_t>(data.size()) && back.compare(0, data.size(), data) == 0;
+}
+
 template <class F>
 bool WaitFor(F f, int ms = 10000) {
   for (int i = 0; i < ms / 10; i++) {
@@ -286,21 +315,12 @@ Test(replica_store, commit_checks_the_checksum_and_open_forgets_unfinished_ones)
 // writer's drain held the replica.
 Test(replica_store, a_replica_offered_again_under_another_gate_takes_it) {
   std::string dir = TempDir();
-  std::string data(5000, 'g');
-  auto sum = ckpt::backend::ContentChecksum(data.data(), data.size());
-  Held h{.key = {.writer = "w", .ino = 3, .version = 2},
-         .size = data.size(),
-         .gate_us = 1000,
-         .hash_hi = sum.first,
-         .hash_lo = sum.second,
-         .meta = "{\"path\": \"f\"}"};
+  const std::string data(5000, 'g');
+  const Held h = HeldOf({.writer = "w", .ino = 3, .version = 2}, data);
   {
     auto s = Store::Open(dir + "/r", 1 << 20);
     cr_assert(s.has_value());
-    auto in = (*s)->Begin(h);
-    cr_assert(in.has_value());
-    cr_assert_eq((*in)->Write(0, data.data(), data.size()), 0);
-    cr_assert((*s)->Commit(std::move(*in)).has_value());
+    CommitWhole(s->get(), h, data);
     cr_expect_eq((*s)->MinGate(), 1000u);
     Held again = h;
     again.gate_us = 1700;
@@ -318,12 +338,7 @@ Test(replica_store, a_replica_offered_again_under_another_gate_takes_it) {
   cr_assert_eq(held.size(), 1u);
   cr_expect_eq(held[0].gate_us, 1700u, "the new gate survives a restart");
   cr_expect_eq(held[0].meta, h.meta);
-  auto fd = (*s)->OpenHeld(h.key);
-  cr_assert(fd.has_value());
-  std::string back(data.size(), '\0');
-  cr_expect_eq(pread(fd->first, back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
-  cr_expect(back == data);
-  close(fd->first);
+  cr_expect(ReadsBack(s->get(), h.key, data), "the replica's bytes are not the ones committed");
   fsys::remove_all(dir);
 }
 
@@ -334,21 +349,12 @@ Test(replica_store, a_replica_offered_again_under_another_gate_takes_it) {
 // held, gone (stop 59's review).
 Test(replica_store, a_crash_in_the_middle_of_a_rename_keeps_the_replica) {
   std::string dir = TempDir();
-  std::string data(5000, 'c');
-  auto sum = ckpt::backend::ContentChecksum(data.data(), data.size());
-  Held h{.key = {.writer = "w", .ino = 4, .version = 1},
-         .size = data.size(),
-         .gate_us = 1000,
-         .hash_hi = sum.first,
-         .hash_lo = sum.second,
-         .meta = "{\"path\": \"f\"}"};
+  const std::string data(5000, 'c');
+  const Held h = HeldOf({.writer = "w", .ino = 4, .version = 1}, data);
   {
     auto s = Store::Open(dir + "/r", 1 << 20);
     cr_assert(s.has_value());
-    auto in = (*s)->Begin(h);
-    cr_assert(in.has_value());
-    cr_assert_eq((*in)->Write(0, data.data(), data.size()), 0);
-    cr_assert((*s)->Commit(std::move(*in)).has_value());
+    CommitWhole(s->get(), h, data);
     const pid_t child = fork();
     cr_assert_geq(child, 0);
     if (child == 0) {  // the holder, killed at the failpoint
@@ -368,12 +374,7 @@ Test(replica_store, a_crash_in_the_middle_of_a_rename_keeps_the_replica) {
   cr_assert_eq(held.size(), 1u, "the replica was discarded at the start after the crash");
   cr_expect_eq(held[0].meta, h.meta);
   cr_expect_eq(held[0].size, data.size());
-  auto fd = (*s)->OpenHeld(h.key);
-  cr_assert(fd.has_value());
-  std::string back(data.size(), '\0');
-  cr_expect_eq(pread(fd->first, back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
-  cr_expect(back == data);
-  close(fd->first);
+  cr_expect(ReadsBack(s->get(), h.key, data), "the replica's bytes are not the ones committed");
   // And a rename that completes leaves one meta: no orphan of the old name.
   cr_expect((*s)->Retire(h.key));
   size_t metas = 0;
