@@ -587,7 +587,25 @@ void Watch::Stop() {
   if (t_.joinable()) t_.join();
 }
 
+namespace {
+Mutex g_delay_mu;
+std::string g_delay_prefix GUARDED_BY(g_delay_mu);
+int g_delay_ms GUARDED_BY(g_delay_mu) = 0;
+}  // namespace
+
+void Watch::DelayConnectForTest(std::string prefix, int ms) {
+  MutexLock lk(&g_delay_mu);
+  g_delay_prefix = std::move(prefix);
+  g_delay_ms = ms;
+}
+
 void Watch::Run() {
+  int delay_ms = 0;
+  {
+    MutexLock lk(&g_delay_mu);
+    if (!g_delay_prefix.empty() && key_.starts_with(g_delay_prefix)) delay_ms = g_delay_ms;
+  }
+  for (int i = 0; i < delay_ms / 10 && !stop_; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   size_t ep = c_->current_endpoint() % std::max<size_t>(c_->endpoint_count(), 1);
   bool failing = false;
   while (!stop_) {

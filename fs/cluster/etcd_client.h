@@ -184,6 +184,11 @@ class Watch {
   Watch& operator=(const Watch&) = delete;
   void Stop();
 
+  // Tests: watches made after this on a key that starts with `prefix`
+  // open their stream `ms` later than asked (a stream slow to connect, as
+  // on a loaded machine); an empty prefix turns it off.
+  static void DelayConnectForTest(std::string prefix, int ms);
+
  private:
   void Run();
   Client* const c_;

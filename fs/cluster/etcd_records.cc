@@ -604,9 +604,24 @@ void EtcdRecords::ReduceLoop() {
     if (campaign) Campaign();
     if (watch) {
       // The elected member follows every record: a change makes the next
-      // tick reduce (one Range), at most one reduction a tick.
+      // tick reduce (one Range), at most one reduction a tick. The records
+      // are read whole first and followed from just after that read: a
+      // watch from "now" starts whenever its stream connects, and a record
+      // put between a read and then would be in neither the view nor the
+      // watch — nothing would reduce it until the next change.
+      const int64_t as_of = clock_();
+      if (!List()) {
+        MutexLock lk(&mu_);
+        dirty_ = true;  // not elected-and-watching yet: the next tick reads again
+        continue;
+      }
+      int64_t from;
+      {
+        MutexLock lk(&mu_);
+        from = members_rev_ + 1;
+      }
       members_watch_ = std::make_unique<etcd::Watch>(
-          &client_, prefix_ + kMembers, etcd::PrefixEnd(prefix_ + kMembers), 0,
+          &client_, prefix_ + kMembers, etcd::PrefixEnd(prefix_ + kMembers), from,
           [this](const std::vector<etcd::WatchEvent>& evs, int64_t) { OnMemberEvents(evs); },
           [this](const std::string& e) {
             MutexLock lk(&mu_);
@@ -620,6 +635,8 @@ void EtcdRecords::ReduceLoop() {
           });
       MutexLock lk(&mu_);
       watching_members_ = true;
+      members_whole_ = true;  // the read above, and the watch from just after it
+      whole_as_of_ = as_of;
       dirty_ = true;
       reduce = true;
     }
