@@ -19,6 +19,10 @@ constexpr auto kPeriod = std::chrono::milliseconds(200);
 constexpr auto kLiveCheck = std::chrono::seconds(5);
 constexpr auto kNamedWithin = std::chrono::seconds(10);
 
+std::string UnreadableMeta(const Held& h) {
+  return "replica " + h.key.Name() + " of dead node " + h.key.writer + ": its meta is unreadable";
+}
+
 // Errors no retry mends (the backend refuses the name or its place):
 // kept, such a replica would hold every member's drain for ever.
 bool Permanent(int e) {
@@ -210,6 +214,10 @@ bool Takeover::ReadBack() {
       }
       if (unmarked_.count(k)) continue;  // this holder's mark, not in etcd yet
       char& mine = claimed_[run][seq];
+      // Given up here before (this holder restarted since, or its lease
+      // lapsed): its names were in memory only, so every later entry of
+      // that run is poisoned (conservative; docs/replicas.md).
+      if (status == EtcdRecords::kGaveUp && mine != EtcdRecords::kGaveUp) poison_[run].Add(seq, Poison::All());
       mine = status;
       if (status != EtcdRecords::kClaimed) continue;
       // Claimed, not marked: redone while the replica waits, unpublished
@@ -217,11 +225,13 @@ bool Takeover::ReadBack() {
       auto h = held.find(k);
       if (h != held.end() && !h->second.published) continue;
       mine = h != held.end() ? EtcdRecords::kDone : EtcdRecords::kGaveUp;
-      if (h == held.end())
+      if (h == held.end()) {
         LOG_WARN(
             "replicas: node {}'s entry {} (run {}) was claimed here and its replica is gone: given up (the "
-            "writer applies it itself)",
+            "writer applies it itself), and every later entry of that run with it",
             run.first, seq, run.second);
+        poison_[run].Add(seq, Poison::All());  // its names, nothing here says
+      }
       unmarked_.insert(k);
     }
   std::erase_if(claimed_, [](const auto& kv) { return kv.second.empty(); });
@@ -273,6 +283,7 @@ void Takeover::Pass() {
   const auto now = std::chrono::steady_clock::now();
   std::erase_if(checked_, [&](const auto& kv) { return !by_writer.count(kv.first); });
   std::erase_if(gone_, [&](const auto& kv) { return !by_writer.count(kv.first); });
+  std::erase_if(poison_, [&](const auto& kv) { return !by_writer.count(kv.first.first); });
   {
     MutexLock l(&mu_);  // a writer none of whose replicas is left: nothing of it at risk here
     std::erase_if(dead_held_, [&](const auto& kv) { return !by_writer.count(kv.first); });
@@ -333,6 +344,10 @@ void Takeover::Pass() {
       continue;
     }
     gone_.erase(writer);
+    // What this run applied (its run back went past the entries given up
+    // here, in order) poisons nothing any more.
+    if (auto p = poison_.find({writer, incarnation}); p != poison_.end() && w.applied_seq)
+      std::erase_if(p->second.by_seq, [&](const auto& kv) { return kv.first <= *w.applied_seq; });
     // A live writer's claimed replicas are not lost with this node: the
     // writer has the bytes, and takes a gone holder's claim back.
     NoteAtRisk(writer, {});
@@ -397,10 +412,23 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
     // one back, however close — a rename never goes before the file it moves.
     if (!cluster_->MayPublishAs(static_cast<int64_t>(h.gate_us) + 1, writer)) return;  // next pass
     if (!Claim(writer, r, writer_rev)) return;
-    const Outcome o = h.key.ino == kEntryIno ? Apply(h) : Publish(r);
+    // An entry whose names an earlier given-up one of this run touches is
+    // given up too, and so on (poison.h): applied, it would act on other
+    // objects than on the writer. One whose names are unknown poisons
+    // every later one.
+    PoisonView& poison = poison_[{writer, r.run()}];
+    auto e = EntryOf(r);
+    if (!e && e.error() == Outcome::kLater) return;
+    Outcome o = Outcome::kLost;
+    if (e) {
+      e->seq = r.seq();
+      const std::optional<uint64_t> by = Touches(poison, *e);
+      o = by ? Poisoned(r, *e, *by) : h.key.ino == kEntryIno ? Apply(h, *e) : Publish(r);
+    }
     if (o == Outcome::kLater) return;
+    if (o == Outcome::kLost) poison.Add(r.seq(), e ? PoisonOf(*e) : Poison::All());
     // Told to the writer through its claim: done, or given up (then the
-    // writer, if it comes back, applies the entry itself).
+    // writer, if it comes back, applies the entry itself, in its order).
     Mark(writer, r, o == Outcome::kLost ? EtcdRecords::kGaveUp : EtcdRecords::kDone);
     // Kept, published, while its room is not needed: the replacement node
     // and the others load it from here (this holder is its home now). A
@@ -412,29 +440,59 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
   }
 }
 
-Takeover::Outcome Takeover::Apply(const Held& h) {
+std::expected<meta::LogEntry, Takeover::Outcome> Takeover::EntryOf(const Replica& r) {
+  const Held& h = r.held;
+  if (h.key.ino != kEntryIno) {
+    if (!r.meta) return std::unexpected(Lose(UnreadableMeta(h)));
+    meta::LogEntry e;
+    e.seq = r.seq();
+    e.op = meta::LogOp::kPersist;
+    e.ino = h.key.ino;
+    e.path = r.meta->path;
+    return e;
+  }
   const std::string what = "node " + h.key.writer + "'s namespace entry " + std::to_string(h.key.version);
   auto held = store_->OpenHeld(h.key);
   if (!held) {
     Fail("cannot open the replica of " + what + ": " + ErrStr(held.error()));
-    return Outcome::kLater;
+    return std::unexpected(Outcome::kLater);
   }
   std::string bytes(std::min<uint64_t>(h.size, 1u << 20), '\0');
   const ssize_t got = pread(held->first, bytes.data(), bytes.size(), 0);
   close(held->first);
-  if (got != static_cast<ssize_t>(bytes.size())) return Lose("cannot read " + what);
+  if (got != static_cast<ssize_t>(bytes.size())) return std::unexpected(Lose("cannot read " + what));
   auto e = meta::DecodeLogEntry(bytes);
-  if (!e || e->op == meta::LogOp::kPersist) return Lose(what + ": not an entry this version reads");
-  const std::string desc = what + " (" + meta::LogOpName(e->op) + " " + EscapeName(e->path) +
-                           (e->path2.empty() ? "" : " -> " + EscapeName(e->path2)) + ")";
-  if (fs::KeptForLost(cluster_, e->op, static_cast<int64_t>(h.gate_us), e->path, "replicas: " + what)) {
+  if (!e || e->op == meta::LogOp::kPersist) return std::unexpected(Lose(what + ": not an entry this version reads"));
+  return std::move(*e);
+}
+
+Takeover::Outcome Takeover::Poisoned(const Replica& r, const meta::LogEntry& e, uint64_t by) {
+  // Not Lose: its bytes are sound. The writer, back, applies it after the
+  // entry that poisoned it; never back, the entry is lost, and said so.
+  LOG_ERROR(
+      "replicas: node {}'s entry {} ({} {}) touches the names of its entry {}, given up here: given up too (the "
+      "writer applies both, in order, if it comes back; lost otherwise)",
+      r.held.key.writer, e.seq, meta::LogOpName(e.op), EscapeName(e.path), by);
+  MutexLock l(&mu_);
+  stats_.poisoned++;
+  stats_.failures++;
+  stats_.last_error = "entry " + std::to_string(e.seq) + " of node " + r.held.key.writer +
+                      " given up: it touches the names of given-up entry " + std::to_string(by);
+  return Outcome::kLost;
+}
+
+Takeover::Outcome Takeover::Apply(const Held& h, const meta::LogEntry& e) {
+  const std::string what = "node " + h.key.writer + "'s namespace entry " + std::to_string(h.key.version);
+  const std::string desc = what + " (" + meta::LogOpName(e.op) + " " + EscapeName(e.path) +
+                           (e.path2.empty() ? "" : " -> " + EscapeName(e.path2)) + ")";
+  if (fs::KeptForLost(cluster_, e.op, static_cast<int64_t>(h.gate_us), e.path, "replicas: " + what)) {
     MutexLock l(&mu_);
     stats_.applied_entries++;
     return Outcome::kInBackend;
   }
   // As the drain replays it: ENOENT is what a replay of a done entry (or
   // one on a file never persisted) finds, and nothing is left to do.
-  auto st = fs::ApplyToBackend(backend_, *e);
+  auto st = fs::ApplyToBackend(backend_, e);
   if (!st && st.error() != ENOENT) {
     if (Permanent(st.error()) || st.error() == EEXIST || st.error() == ENOTEMPTY)
       return Lose("cannot apply " + desc + ": " + ErrStr(st.error()));
@@ -450,7 +508,7 @@ Takeover::Outcome Takeover::Apply(const Held& h) {
 Takeover::Outcome Takeover::Publish(const Replica& r) {
   const Held& h = r.held;
   const std::optional<FileMeta>& meta = r.meta;
-  if (!meta) return Lose("replica " + h.key.Name() + " of dead node " + h.key.writer + ": its meta is unreadable");
+  if (!meta) return Lose(UnreadableMeta(h));
   const std::string what = "node " + h.key.writer + "'s " + EscapeName(meta->path) + " (ino " +
                            std::to_string(h.key.ino) + " version " + std::to_string(h.key.version) + ")";
   // What the backend holds there may be this very version (the writer's

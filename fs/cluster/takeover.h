@@ -53,6 +53,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <expected>
 #include <map>
 #include <optional>
 #include <set>
@@ -65,6 +66,7 @@
 #include "common/mutex.h"
 #include "fs/cluster/cluster.h"
 #include "fs/cluster/etcd_records.h"
+#include "fs/cluster/poison.h"
 #include "fs/cluster/replica_store.h"
 #include "fs/cluster/replicator.h"
 
@@ -99,6 +101,7 @@ class Takeover {
     uint64_t published = 0, published_bytes = 0, already_there = 0, collected = 0, failures = 0;
     uint64_t lost = 0;  // a dead node's replicas the backend refused for good (dropped, logged)
     uint64_t applied_entries = 0;  // a dead node's namespace entries applied in its place
+    uint64_t poisoned = 0;         // given up because an earlier given-up entry touched their names (poison.h)
     std::string last_error;
   };
   // `peers`: which writers still advertise a link (live, cheaply).
@@ -137,13 +140,19 @@ class Takeover {
   // an earlier run of the same id named dead does not stand for a later one.
   bool NamedLost(const std::string& writer, const std::string& incarnation);
   enum class Outcome { kLater, kInBackend, kLost };
+  // The log entry a replica stands for: a namespace entry's decoded bytes,
+  // a file's persist at its meta's path. Error kLater: not now (the
+  // replica could not be opened); kLost: unreadable (logged).
+  std::expected<meta::LogEntry, Outcome> EntryOf(const Replica& r);
+  // Given up because given-up entry `by` of the same run touches its names.
+  Outcome Poisoned(const Replica& r, const meta::LogEntry& e, uint64_t by);
   // Publishes one replica: kInBackend once published or already there (the
   // replica is then kept, published, to serve loads: Store::Retire);
   // kLater: tried again next pass; kLost: dropped.
   Outcome Publish(const Replica& r);
   // Applies a namespace entry (a replica of key ino kEntryIno, its bytes
-  // the encoded log entry: Replicator::Observe) to the backend.
-  Outcome Apply(const Held& h);
+  // the encoded log entry `e`: Replicator::Observe) to the backend.
+  Outcome Apply(const Held& h, const meta::LogEntry& e);
   void Fail(const std::string& why);
   // A replica that can never be published: logged as lost; kLost.
   Outcome Lose(const std::string& why);
@@ -164,6 +173,10 @@ class Takeover {
   uint64_t standing_seen_ = 0;
   // Outcomes not yet in etcd, (writer, run, seq): retried each pass.
   std::set<std::tuple<std::string, std::string, uint64_t>> unmarked_;
+  // The entries this holder gave up, (writer, run) -> their names (Pass's
+  // thread only): a later entry of that run touching them is given up too
+  // (poison.h). Pruned to what the writer's record shows unapplied.
+  std::map<std::pair<std::string, std::string>, PoisonView> poison_;
   mutable Mutex mu_;
   // Holding's second half: each dead writer's replicas this holder is to
   // publish (NoteAtRisk, set before it publishes them; none: erased).

@@ -137,6 +137,7 @@ static Json ReplicasJson(Daemon* d) {
     r["collected"] = ts.collected;
     r["takeover_failures"] = ts.failures;
     r["lost_for_dead"] = ts.lost;
+    r["poisoned_for_dead"] = ts.poisoned;
     r["takeover_error"] = ts.last_error;
   }
   if (d->replicator) {
