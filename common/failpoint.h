@@ -36,6 +36,9 @@
 //   etcd.cut              every request to etcd fails and open watches end
 //                         (fs/cluster/etcd_client.cc): a node cut off from
 //                         the cluster store
+//   takeover.mark         a holder's mark of a claimed entry (done, given up,
+//                         with a give-up's names) fails (fs/cluster/
+//                         etcd_claims.cc MarkTaken): its names not in etcd
 //   s3.exchange.after_first_move   an S3 Rename with exchange stops after its
 //                         first move (backend/s3_backend.cc Rename): a
 //                         half-done exchange for the retry to finish

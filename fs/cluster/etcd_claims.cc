@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/config.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "fs/cluster/etcd_records.h"
 
@@ -12,6 +13,7 @@ namespace ckpt::fs {
 namespace {
 constexpr char kMembers[] = "members/";
 constexpr char kTaken[] = "taken/";
+constexpr char kGaveUpDir[] = "gaveup/";
 }  // namespace
 namespace {
 constexpr int64_t kPage = 10000;  // keys a range read brings at once (a run's claims can be many)
@@ -108,6 +110,14 @@ void EtcdRecords::PruneTaken(uint64_t applied) {
         ops.push_back({.del = true,
                        .key = dir + holder + "/" + SeqText(0),
                        .range_end = dir + holder + "/" + SeqText(applied) + '\0'});
+  }
+  // The holders' give-ups among them (each has a '!' claim beside it):
+  // GAVEUP/SEQ/HOLDER up to `applied`.
+  if (!ops.empty()) {
+    const std::string gave = prefix_ + kGaveUpDir + opt_.node + "/" + RunText(opt_.incarnation) + "/";
+    ops.push_back({.del = true,
+                   .key = gave + SeqText(0),
+                   .range_end = applied == UINT64_MAX ? etcd::PrefixEnd(gave) : gave + SeqText(applied + 1)});
   }
   for (size_t i = 0; i < ops.size(); i += 128) {  // etcd's limit of operations in one transaction
     std::vector<etcd::Client::Op> part(ops.begin() + i, ops.begin() + std::min(ops.size(), i + 128));
@@ -259,17 +269,44 @@ Result<bool> EtcdRecords::ClaimTaken(const std::string& writer, const std::strin
   return false;
 }
 
-Status EtcdRecords::MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status) {
+Status EtcdRecords::MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status,
+                              const std::string* names) {
   // Guarded by the claim itself, as this run claimed it: once the writer's
   // drain went past the entry it deleted the claim, and a mark put then
-  // would stay for ever; a revoked claim stays revoked.
+  // would stay for ever; a revoked claim stays revoked. The names go under
+  // the same guard, first: etcd decides every nested compare before any
+  // put, so both land or neither.
   const std::string key = prefix_ + kTaken + writer + "/" + RunText(run) + "/" + opt_.node + "/" + SeqText(seq);
-  auto r = client_.Txn({{.key = key,
-                         .value = std::string(1, status) + opt_.incarnation,
-                         .guard_key = key,
-                         .guard_value = std::string(1, kClaimed) + opt_.incarnation}});
+  const std::string claimed = std::string(1, kClaimed) + opt_.incarnation;
+  if (FAULT("takeover.mark")) {
+    SetError("marking a claim: fault takeover.mark");
+    return Err(EIO);
+  }
+  std::vector<etcd::Client::Op> ops;
+  if (names)
+    ops.push_back({.key = prefix_ + kGaveUpDir + writer + "/" + RunText(run) + "/" + SeqText(seq) + "/" + opt_.node,
+                   .value = *names,
+                   .guard_key = key,
+                   .guard_value = claimed});
+  ops.push_back(
+      {.key = key, .value = std::string(1, status) + opt_.incarnation, .guard_key = key, .guard_value = claimed});
+  auto r = client_.Txn(ops);
   if (!r) return Err(r.error());
   return {};
+}
+
+Result<std::map<uint64_t, std::vector<std::string>>> EtcdRecords::ReadGaveUp(const std::string& writer,
+                                                                             const std::string& run) {
+  const std::string dir = prefix_ + kGaveUpDir + writer + "/" + RunText(run) + "/";
+  auto r = RangeAll(&client_, dir, etcd::PrefixEnd(dir));
+  if (!r) return Err(r.error());
+  std::map<uint64_t, std::vector<std::string>> out;
+  for (etcd::KeyValue& kv : *r) {  // SEQ/HOLDER
+    auto seq = ParseSeq(kv.key.substr(dir.size(), 20));
+    if (seq && kv.key.size() > dir.size() + 20 && kv.key[dir.size() + 20] == '/')
+      out[*seq].push_back(std::move(kv.value));
+  }
+  return out;
 }
 
 Result<EtcdRecords::Claims> EtcdRecords::OwnClaims(const std::string& writer, const std::string& run) {

@@ -145,7 +145,18 @@ class EtcdRecords final : public RecordStore {
   // record; only while the claim still says kClaimed by this run: a claim
   // the writer deleted (its drain went past the entry) or revoked is not
   // put back.
-  Status MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status);
+  // `names` (not null): also put, in the same transaction and under the
+  // same guard, at gaveup/WRITER/RUN/SEQ/this node — what a give-up makes
+  // untouchable for the other holders (replica::EncodePoison), or "+" for
+  // an entry another holder gave up and this one applied (done wins). A
+  // revoked or pruned claim leaves none; the writer's prune deletes them
+  // with its claims.
+  Status MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status,
+                   const std::string* names = nullptr);
+  // Every holder's gaveup/ values of `writer`'s run `run`, seq -> values,
+  // as of one revision (linearizable: read after a record seen, it has
+  // every mark put before that record).
+  Result<std::map<uint64_t, std::vector<std::string>>> ReadGaveUp(const std::string& writer, const std::string& run);
   // This run's claims on `writer`'s run `run`, as a restarted holder reads
   // them back (one prefix: O(those claims)); kRevoked ones included.
   Result<Claims> OwnClaims(const std::string& writer, const std::string& run);

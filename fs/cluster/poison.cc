@@ -1,6 +1,8 @@
 // poison.cc — see poison.h.
 #include "fs/cluster/poison.h"
 
+#include <algorithm>
+#include <charconv>
 #include <string_view>
 
 #include "fs/core/oplog.h"
@@ -9,6 +11,15 @@ namespace ckpt::fs::replica {
 
 using meta::LogEntry;
 using meta::LogOp;
+
+namespace {
+std::optional<uint64_t> ParseIno(std::string_view v) {
+  uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || end != v.data() + v.size()) return std::nullopt;
+  return n;
+}
+}  // namespace
 
 void PoisonView::Add(uint64_t seq, Poison p) {
   Poison& to = by_seq[seq];
@@ -41,6 +52,49 @@ Poison PoisonOf(const LogEntry& e) {
   p.names = NamesOf(e);
   if ((e.op == LogOp::kPersist || e.op == LogOp::kLink) && e.ino != 0) p.inos.insert(e.ino);
   return p;
+}
+
+std::string EncodePoison(const Poison& p) {
+  if (p.all) return "*";
+  std::string out;
+  auto item = [&](char kind, std::string_view v) {
+    if (!out.empty()) out += '\0';
+    out += kind;
+    out += v;
+  };
+  for (const std::string& n : p.names) item('p', n);
+  for (uint64_t ino : p.inos) item('i', std::to_string(ino));
+  return out.empty() || out.size() > kMaxPoisonText ? "*" : out;
+}
+
+Poison DecodePoison(std::string_view text) {
+  Poison p;
+  if (text.empty() || text == "*") return Poison::All();
+  for (size_t at = 0; at <= text.size();) {
+    size_t end = text.find('\0', at);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = text.substr(at, end - at);
+    if (item.size() < 2) return Poison::All();
+    const std::string_view v = item.substr(1);
+    if (item[0] == 'p') {
+      p.names.emplace_back(v);
+    } else if (auto ino = item[0] == 'i' ? ParseIno(v) : std::nullopt) {
+      p.inos.insert(*ino);
+    } else {
+      return Poison::All();
+    }
+    at = end + 1;
+  }
+  return p;
+}
+
+PoisonView PoisonFromHolders(const std::map<uint64_t, std::vector<std::string>>& by_seq) {
+  PoisonView v;
+  for (const auto& [seq, values] : by_seq) {
+    if (std::find(values.begin(), values.end(), kAppliedText) != values.end()) continue;
+    for (const std::string& t : values) v.Add(seq, DecodePoison(t));
+  }
+  return v;
 }
 
 std::optional<uint64_t> Touches(const PoisonView& v, const LogEntry& e) {

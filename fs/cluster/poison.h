@@ -22,6 +22,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fs/meta/meta_store.h"
@@ -52,6 +53,20 @@ struct PoisonView {
 std::vector<std::string> NamesOf(const meta::LogEntry& e);
 // What giving `e` up poisons: its names, and its file for a persist or link.
 Poison PoisonOf(const meta::LogEntry& e);
+// A give-up as the other holders read it (etcd, gaveup/WRITER/RUN/SEQ/
+// HOLDER): "*" (names unknown), or NUL-separated items, p<path> and
+// i<ino>; "*" as well past kMaxPoisonText. "+" is not a poison: another
+// holder applied that entry (done wins, PoisonFromHolders).
+inline constexpr size_t kMaxPoisonText = 64 << 10;
+inline constexpr char kAppliedText[] = "+";
+std::string EncodePoison(const Poison& p);
+// What EncodePoison wrote; anything else (a value this version does not
+// read) poisons every later entry.
+Poison DecodePoison(std::string_view text);
+// The holders' values of one writer run, seq -> values: a seq poisons
+// unless some holder applied it.
+PoisonView PoisonFromHolders(const std::map<uint64_t, std::vector<std::string>>& by_seq);
+
 // The earliest given-up entry before `e` (seq < e.seq) that `e` touches:
 // one whose names are unknown, one whose file `e` persists or links, or one
 // with a name at, above or below one of `e`'s. nullopt: `e` may be applied.

@@ -57,8 +57,10 @@ constexpr size_t kAtRiskPaths = 1000;  // as many as a record names (Cluster::Ma
 HeldForOthers Takeover::Holding(bool dead_too) const {
   HeldForOthers out;
   if (const uint64_t g = store_->MinGate(); g != 0) out.gate = static_cast<int64_t>(g) + 1;
-  if (!dead_too) return out;
   MutexLock l(&mu_);
+  for (const auto& [k, g] : gaveup_unmarked_)  // given up, its names not in etcd yet (PublishFor)
+    if (!out.gate || g + 1 < *out.gate) out.gate = g + 1;
+  if (!dead_too) return out;
   for (const auto& [writer, d] : dead_held_) {
     if (d.dead_gate && (!out.dead_gate || *d.dead_gate < *out.dead_gate)) out.dead_gate = d.dead_gate;
     out.dead_files += d.dead_files;
@@ -137,27 +139,46 @@ bool Takeover::Claimed(const std::string& writer, const Replica& r) const {
   return it != claimed_.end() && it->second.count(r.seq());
 }
 
-void Takeover::Mark(const std::string& writer, const Replica& r, char status) {
+void Takeover::Mark(const std::string& writer, const Replica& r, char status, std::optional<std::string> names) {
   auto it = claimed_.find({writer, r.run()});
   if (it == claimed_.end() || !it->second.count(r.seq())) return;
   it->second[r.seq()] = status;
-  unmarked_.insert({writer, r.run(), r.seq()});
+  const std::tuple k{writer, r.run(), r.seq()};
+  unmarked_.insert(k);
+  if (names) mark_names_[k] = std::move(*names);
   MarkPending();
+}
+
+void Takeover::Unmark(const std::tuple<std::string, std::string, uint64_t>& k) {
+  unmarked_.erase(k);
+  mark_names_.erase(k);
+  MutexLock l(&mu_);
+  gaveup_unmarked_.erase(k);
 }
 
 void Takeover::MarkPending() {
   std::set<std::tuple<std::string, std::string, uint64_t>> landed;
   for (auto it = unmarked_.begin(); it != unmarked_.end();) {
     const auto& [writer, run, seq] = *it;
-    if (auto st = records_->MarkTaken(writer, run, seq, claimed_[{writer, run}][seq]); !st) {
+    auto names = mark_names_.find(*it);
+    if (auto st = records_->MarkTaken(writer, run, seq, claimed_[{writer, run}][seq],
+                                      names == mark_names_.end() ? nullptr : &names->second);
+        !st) {
       Fail("cannot record in etcd what became of node " + writer +
            "'s claimed entries (its drain waits for it): " + records_->client()->LastError());
       break;  // next pass
     }
     landed.insert(*it);
+    if (names != mark_names_.end()) mark_names_.erase(names);
     it = unmarked_.erase(it);
   }
   if (landed.empty()) return;
+  bool let_go = false;
+  {
+    MutexLock l(&mu_);
+    for (const auto& k : landed) let_go = gaveup_unmarked_.erase(k) > 0 || let_go;
+  }
+  if (let_go && cluster_) cluster_->Poke();  // the given-up gates' names are in: the others go on
   // A namespace entry's replica, kept (retired) until its mark was in: a
   // holder restarted before that finds it and marks it done, not given up.
   for (Held& h : store_->List()) {
@@ -199,7 +220,7 @@ bool Takeover::ReadBack() {
         continue;
       }
       const std::tuple k{run.first, run.second, it->first};
-      unmarked_.erase(k);
+      Unmark(k);
       drop(k, "its writer went past it");
       it = claims.erase(it);
     }
@@ -208,16 +229,12 @@ bool Takeover::ReadBack() {
       const std::tuple k{run.first, run.second, seq};
       if (status == EtcdRecords::kRevoked) {
         claimed_[run].erase(seq);
-        unmarked_.erase(k);
+        Unmark(k);
         drop(k, "its writer took the claim back while this holder was gone and applied it itself");
         continue;
       }
       if (unmarked_.count(k)) continue;  // this holder's mark, not in etcd yet
       char& mine = claimed_[run][seq];
-      // Given up here before (this holder restarted since, or its lease
-      // lapsed): its names were in memory only, so every later entry of
-      // that run is poisoned (conservative; docs/replicas.md).
-      if (status == EtcdRecords::kGaveUp && mine != EtcdRecords::kGaveUp) poison_[run].Add(seq, Poison::All());
       mine = status;
       if (status != EtcdRecords::kClaimed) continue;
       // Claimed, not marked: redone while the replica waits, unpublished
@@ -231,6 +248,7 @@ bool Takeover::ReadBack() {
             "writer applies it itself), and every later entry of that run with it",
             run.first, seq, run.second);
         poison_[run].Add(seq, Poison::All());  // its names, nothing here says
+        mark_names_[k] = EncodePoison(Poison::All());
       }
       unmarked_.insert(k);
     }
@@ -411,12 +429,22 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
     // entry of this writer held elsewhere with an earlier gate holds this
     // one back, however close — a rename never goes before the file it moves.
     if (!cluster_->MayPublishAs(static_cast<int64_t>(h.gate_us) + 1, writer)) return;  // next pass
-    if (!Claim(writer, r, writer_rev)) return;
     // An entry whose names an earlier given-up one of this run touches is
     // given up too, and so on (poison.h): applied, it would act on other
     // objects than on the writer. One whose names are unknown poisons
-    // every later one.
-    PoisonView& poison = poison_[{writer, r.run()}];
+    // every later one. The other holders' give-ups are read here, after
+    // the order let this entry through: a holder keeps naming a given-up
+    // entry's gate until its names are in etcd (gaveup_unmarked_), so a
+    // read after its record moved on has them.
+    auto others = records_->ReadGaveUp(writer, r.run());
+    if (!others) {
+      Fail("cannot read the other holders' give-ups of node " + writer + ": " + records_->client()->LastError());
+      return;  // next pass
+    }
+    if (!Claim(writer, r, writer_rev)) return;
+    PoisonView& own = poison_[{writer, r.run()}];
+    PoisonView poison = PoisonFromHolders(*others);
+    for (const auto& [seq, p] : own.by_seq) poison.Add(seq, p);
     auto e = EntryOf(r);
     if (!e && e.error() == Outcome::kLater) return;
     Outcome o = Outcome::kLost;
@@ -426,10 +454,26 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
       o = by ? Poisoned(r, *e, *by) : h.key.ino == kEntryIno ? Apply(h, *e) : Publish(r);
     }
     if (o == Outcome::kLater) return;
-    if (o == Outcome::kLost) poison.Add(r.seq(), e ? PoisonOf(*e) : Poison::All());
     // Told to the writer through its claim: done, or given up (then the
-    // writer, if it comes back, applies the entry itself, in its order).
-    Mark(writer, r, o == Outcome::kLost ? EtcdRecords::kGaveUp : EtcdRecords::kDone);
+    // writer, if it comes back, applies the entry itself, in its order);
+    // a give-up with its names, for the other holders — and a done entry
+    // another holder gave up with "+" (it poisons nothing).
+    std::optional<std::string> names;
+    if (o == Outcome::kLost) {
+      Poison p = e ? PoisonOf(*e) : Poison::All();
+      names = EncodePoison(p);
+      own.Add(r.seq(), std::move(p));
+    } else if (others->count(r.seq())) {
+      names = kAppliedText;
+    }
+    Mark(writer, r, o == Outcome::kLost ? EtcdRecords::kGaveUp : EtcdRecords::kDone, std::move(names));
+    if (o == Outcome::kLost && unmarked_.count({writer, r.run(), r.seq()})) {
+      // Its names not in etcd yet: its gate stays in this holder's record
+      // until they are, or another holder could apply a later entry on
+      // them without knowing (MarkPending lets it go).
+      MutexLock l(&mu_);
+      gaveup_unmarked_[{writer, r.run(), r.seq()}] = static_cast<int64_t>(h.gate_us);
+    }
     // Kept, published, while its room is not needed: the replacement node
     // and the others load it from here (this holder is its home now). A
     // namespace entry, once applied, serves nothing: kept (published, so no

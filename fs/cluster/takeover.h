@@ -41,6 +41,14 @@
 // writer applies the entry itself). A namespace entry's replica is kept
 // (retired) until its mark is in etcd, for the same reason.
 //
+// An entry the backend refuses for good, or whose replica is unreadable,
+// is given up (marked kGaveUp, with its names beside the mark: MarkTaken),
+// and so is every later entry of that writer's run on those names, by
+// whichever holder holds it (poison.h): each entry is checked against this
+// holder's give-ups and the others' (ReadGaveUp, read once the order let
+// it through); a give-up's gate stays in this holder's record until its
+// names are in etcd.
+//
 // Replicas of live writers are dropped once the writer's own record shows
 // the version applied (ShowsApplied): the DROP a writer sends can be lost
 // (it restarted, the holder was unreachable), and a replica kept for ever
@@ -134,8 +142,12 @@ class Takeover {
   // replicas held (takeover.h's opening comment); false: not now.
   bool ReadBack();
   // What became of a claimed entry, into its claim (the writer waits for it).
-  void Mark(const std::string& writer, const Replica& r, char status);
+  // `names`: put beside the mark (EtcdRecords::MarkTaken): a give-up's
+  // names (EncodePoison), or kAppliedText.
+  void Mark(const std::string& writer, const Replica& r, char status, std::optional<std::string> names = {});
   void MarkPending();
+  // A mark no longer owed (the writer went past the entry, or revoked it).
+  void Unmark(const std::tuple<std::string, std::string, uint64_t>& k);
   // The cluster lists that run of `writer` dead (its lost window noted):
   // an earlier run of the same id named dead does not stand for a later one.
   bool NamedLost(const std::string& writer, const std::string& incarnation);
@@ -173,6 +185,7 @@ class Takeover {
   uint64_t standing_seen_ = 0;
   // Outcomes not yet in etcd, (writer, run, seq): retried each pass.
   std::set<std::tuple<std::string, std::string, uint64_t>> unmarked_;
+  std::map<std::tuple<std::string, std::string, uint64_t>, std::string> mark_names_;  // their names, if any
   // The entries this holder gave up, (writer, run) -> their names (Pass's
   // thread only): a later entry of that run touching them is given up too
   // (poison.h). Pruned to what the writer's record shows unapplied.
@@ -181,6 +194,9 @@ class Takeover {
   // Holding's second half: each dead writer's replicas this holder is to
   // publish (NoteAtRisk, set before it publishes them; none: erased).
   std::map<std::string, HeldForOthers> dead_held_ GUARDED_BY(mu_);
+  // Given up, dropped, and its mark (with its names) not in etcd yet:
+  // its gate, which this holder's record keeps naming (Holding) until it is.
+  std::map<std::tuple<std::string, std::string, uint64_t>, int64_t> gaveup_unmarked_ GUARDED_BY(mu_);
   // Sets `writer`'s entry of dead_held_ from `dead`, its replicas this
   // holder is to publish (empty: erased); pokes the record if that changed.
   void NoteAtRisk(const std::string& writer, std::span<const Replica> dead);

@@ -24,6 +24,7 @@
 #include "common/mutex.h"
 #include "fs/cluster/etcd_client.h"
 #include "fs/cluster/etcd_records.h"
+#include "fs/cluster/poison.h"
 #include "fs/cluster/replica_store.h"
 #include "fs/cluster/takeover.h"
 
@@ -691,6 +692,67 @@ Test(etcd_client, a_run_back_is_told_what_its_holders_took) {
 // applied_seq): etcd does not grow with every takeover for the job's life.
 // A mark on a deleted claim does not put it back; a holder reading its
 // claims back gets those left; another run's claims are not the writer's.
+// A give-up's names go beside its '!' mark (one transaction, the same
+// guard), for the other holders to read: another holder's "+" for the
+// same entry says it applied it (it poisons nothing); a mark on a claim
+// no longer this holder's puts no names; the writer's prune deletes them
+// with the claims (docs/design-holder-give-up.md §1).
+Test(etcd_client, a_give_up_names_its_paths_for_the_other_holders) {
+  auto eps = Start(1);
+  auto opts = [&](const std::string& node, const std::string& run) { return RecordsOpts(eps, node, 5, run); };
+  using R = ckpt::fs::EtcdRecords;
+  namespace rp = ckpt::fs::replica;
+  auto clock = [] { return int64_t{1}; };
+  const std::string run = "00000000000000aa";
+  R h(opts("h", "00000000000000hh"), clock), h2(opts("h2", "000000000000h2h2"), clock), w(opts("w", run), clock);
+  cr_assert(h.Open().has_value());
+  cr_assert(h2.Open().has_value());
+  cr_assert(h.Put("h", "{}").has_value());
+  cr_assert(h2.Put("h2", "{}").has_value());
+  for (uint64_t seq : {5, 6, 7}) {
+    auto ok = h.ClaimTaken("w", run, seq, 0);
+    cr_assert(ok.has_value() && *ok);
+  }
+  auto ok2 = h2.ClaimTaken("w", run, 6, 0);
+  cr_assert(ok2.has_value() && *ok2);
+  rp::Poison p;
+  p.names = {"d1/f", "latest"};
+  p.inos = {42};
+  const std::string names = rp::EncodePoison(p);
+  cr_assert(h.MarkTaken("w", run, 5, R::kGaveUp, &names).has_value());
+  const std::string all = rp::EncodePoison(rp::Poison::All());
+  cr_assert(h.MarkTaken("w", run, 6, R::kGaveUp, &all).has_value());
+  const std::string applied = rp::kAppliedText;
+  cr_assert(h2.MarkTaken("w", run, 6, R::kDone, &applied).has_value());
+  auto read = h2.ReadGaveUp("w", run);
+  cr_assert(read.has_value());
+  cr_assert_eq(read->size(), 2u, "%zu seqs given up", read->size());
+  const rp::PoisonView v = rp::PoisonFromHolders(*read);
+  cr_assert_eq(v.by_seq.size(), 1u, "6 was applied by h2: it poisons nothing");
+  const rp::Poison& got = v.by_seq.at(5);
+  cr_expect(!got.all && got.names == p.names && got.inos == p.inos);
+  // The claim is still a claim as the holder reads it back.
+  auto own = h.OwnClaims("w", run);
+  cr_assert(own.has_value());
+  cr_expect_eq(own->at(5), R::kGaveUp);
+  // A mark on a claim that is not this run's any more (revoked, pruned,
+  // never made) puts no names.
+  cr_assert(h.MarkTaken("w", run, 9, R::kGaveUp, &names).has_value());
+  read = h2.ReadGaveUp("w", run);
+  cr_assert(read.has_value());
+  cr_expect(!read->count(9), "names put without a claim");
+  // The writer's drain past 6: the names of 5 and 6 go with the claims.
+  cr_assert(w.Open().has_value());
+  cr_assert(w.Put("w", R"({"incarnation":"00000000000000aa","applied_seq":2})").has_value());
+  cr_assert(w.Put("w", R"({"incarnation":"00000000000000aa","applied_seq":6})").has_value());
+  read = h2.ReadGaveUp("w", run);
+  cr_assert(read.has_value());
+  cr_expect(read->empty(), "%zu seqs' names left after the drain went past them", read->size());
+  h.Close(true);
+  h2.Close(true);
+  w.Close(true);
+}
+
 Test(etcd_client, claims_are_a_key_each_and_the_run_back_deletes_those_it_went_past) {
   auto eps = Start(1);
   auto opts = [&](const std::string& node, const std::string& run) { return RecordsOpts(eps, node, 5, run); };

@@ -2,7 +2,10 @@
 // after it gave an earlier one up (fs/cluster/poison.h).
 #include <criterion/criterion.h>
 
+#include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "fs/cluster/poison.h"
 
@@ -82,4 +85,32 @@ Test(poison, poison_spreads_through_a_chain) {
   const LogEntry cd = Entry(7, LogOp::kRename, "c", "d");
   cr_expect_eq(Touches(v, cd).value_or(0), 6u);
   cr_expect(!Touches(v, Entry(8, LogOp::kRename, "x", "y")));
+}
+
+Test(poison, the_names_the_other_holders_read_are_the_names_given_up) {
+  Poison p;
+  p.names = {"a/b", std::string("odd\nname", 8), "latest"};
+  p.inos = {7, UINT64_MAX};
+  const Poison back = DecodePoison(EncodePoison(p));
+  cr_expect(!back.all);
+  cr_expect(back.names == p.names);
+  cr_expect(back.inos == p.inos);
+  cr_expect(DecodePoison(EncodePoison(Poison::All())).all);
+  // Past the cap, or not what this version writes: every later entry.
+  Poison big;
+  big.names.assign(100, std::string(1000, 'x'));
+  cr_expect_eq(EncodePoison(big), "*");
+  cr_expect(DecodePoison("q what").all);
+  cr_expect(DecodePoison(std::string("pa\0i99999999999999999999999", 26)).all, "an ino past 64 bits");
+  cr_expect(DecodePoison("").all);
+}
+
+Test(poison, an_entry_another_holder_applied_poisons_nothing) {
+  const std::map<uint64_t, std::vector<std::string>> by_seq = {
+      {5, {EncodePoison(PoisonOf(Entry(5, LogOp::kRename, "latest", "prev"))), kAppliedText}},
+      {6, {EncodePoison(PoisonOf(Entry(6, LogOp::kUnlink, "old")))}}};
+  const PoisonView v = PoisonFromHolders(by_seq);
+  cr_expect(!v.by_seq.count(5));
+  cr_expect(!Touches(v, Entry(7, LogOp::kRename, "latest.tmp", "latest")));
+  cr_expect_eq(Touches(v, Entry(7, LogOp::kMkdir, "old")).value_or(0), 6u);
 }
