@@ -295,18 +295,26 @@ Status EtcdRecords::MarkTaken(const std::string& writer, const std::string& run,
   return {};
 }
 
-Result<std::map<uint64_t, std::vector<std::string>>> EtcdRecords::ReadGaveUp(const std::string& writer,
-                                                                             const std::string& run) {
+Result<size_t> EtcdRecords::ReadGaveUp(const std::string& writer, const std::string& run,
+                                       std::map<uint64_t, std::map<std::string, std::string>>* into, int64_t* rev) {
   const std::string dir = prefix_ + kGaveUpDir + writer + "/" + RunText(run) + "/";
-  auto r = RangeAll(&client_, dir, etcd::PrefixEnd(dir));
-  if (!r) return Err(r.error());
-  std::map<uint64_t, std::vector<std::string>> out;
-  for (etcd::KeyValue& kv : *r) {  // SEQ/HOLDER
-    auto seq = ParseSeq(kv.key.substr(dir.size(), 20));
-    if (seq && kv.key.size() > dir.size() + 20 && kv.key[dir.size() + 20] == '/')
-      out[*seq].push_back(std::move(kv.value));
+  std::vector<etcd::KeyValue> kvs;
+  if (*rev == 0) {
+    auto r = RangeAll(&client_, dir, etcd::PrefixEnd(dir), rev);
+    if (!r) return Err(r.error());
+    kvs = std::move(*r);
+  } else {  // what was put since: O(new give-ups), not O(all of them), a read all the same
+    auto r = client_.RangeSince(dir, etcd::PrefixEnd(dir), *rev + 1);
+    if (!r) return Err(r.error());
+    kvs = std::move(r->kvs);
+    *rev = std::max(*rev, r->revision);
   }
-  return out;
+  for (etcd::KeyValue& kv : kvs) {  // SEQ/HOLDER
+    auto seq = ParseSeq(kv.key.substr(dir.size(), 20));
+    if (seq && kv.key.size() > dir.size() + 21 && kv.key[dir.size() + 20] == '/')
+      (*into)[*seq][kv.key.substr(dir.size() + 21)] = std::move(kv.value);
+  }
+  return kvs.size();
 }
 
 Result<EtcdRecords::Claims> EtcdRecords::OwnClaims(const std::string& writer, const std::string& run) {

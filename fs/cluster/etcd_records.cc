@@ -611,8 +611,10 @@ void EtcdRecords::ReduceLoop() {
       // watch — nothing would reduce it until the next change.
       const int64_t as_of = clock_();
       if (!List()) {
+        // Not watching yet: the next tick reads again (not at once — a
+        // store that refuses fast would be asked in a loop).
         MutexLock lk(&mu_);
-        dirty_ = true;  // not elected-and-watching yet: the next tick reads again
+        dirty_ = false;
         continue;
       }
       int64_t from;

@@ -153,10 +153,13 @@ class EtcdRecords final : public RecordStore {
   // with its claims.
   Status MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status,
                    const std::string* names = nullptr);
-  // Every holder's gaveup/ values of `writer`'s run `run`, seq -> values,
-  // as of one revision (linearizable: read after a record seen, it has
-  // every mark put before that record).
-  Result<std::map<uint64_t, std::vector<std::string>>> ReadGaveUp(const std::string& writer, const std::string& run);
+  // Every holder's gaveup/ values of `writer`'s run `run`, seq -> holder
+  // -> value, as of one revision, put into `*into`; `*rev` (0: all of
+  // them) reads only those put since it, and becomes the read's revision;
+  // how many keys came. Linearizable: read after a record seen, it has
+  // every mark put before that record.
+  Result<size_t> ReadGaveUp(const std::string& writer, const std::string& run,
+                            std::map<uint64_t, std::map<std::string, std::string>>* into, int64_t* rev);
   // This run's claims on `writer`'s run `run`, as a restarted holder reads
   // them back (one prefix: O(those claims)); kRevoked ones included.
   Result<Claims> OwnClaims(const std::string& writer, const std::string& run);

@@ -88,11 +88,11 @@ Poison DecodePoison(std::string_view text) {
   return p;
 }
 
-PoisonView PoisonFromHolders(const std::map<uint64_t, std::vector<std::string>>& by_seq) {
+PoisonView PoisonFromHolders(const GaveUps& by_seq) {
   PoisonView v;
   for (const auto& [seq, values] : by_seq) {
-    if (std::find(values.begin(), values.end(), kAppliedText) != values.end()) continue;
-    for (const std::string& t : values) v.Add(seq, DecodePoison(t));
+    if (std::any_of(values.begin(), values.end(), [](const auto& hv) { return hv.second == kAppliedText; })) continue;
+    for (const auto& [holder, t] : values) v.Add(seq, DecodePoison(t));
   }
   return v;
 }

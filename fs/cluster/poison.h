@@ -57,15 +57,16 @@ Poison PoisonOf(const meta::LogEntry& e);
 // HOLDER): "*" (names unknown), or NUL-separated items, p<path> and
 // i<ino>; "*" as well past kMaxPoisonText. "+" is not a poison: another
 // holder applied that entry (done wins, PoisonFromHolders).
-inline constexpr size_t kMaxPoisonText = 64 << 10;
+inline constexpr size_t kMaxPoisonText = 16 << 10;
 inline constexpr char kAppliedText[] = "+";
 std::string EncodePoison(const Poison& p);
 // What EncodePoison wrote; anything else (a value this version does not
 // read) poisons every later entry.
 Poison DecodePoison(std::string_view text);
-// The holders' values of one writer run, seq -> values: a seq poisons
-// unless some holder applied it.
-PoisonView PoisonFromHolders(const std::map<uint64_t, std::vector<std::string>>& by_seq);
+// The holders' values of one writer run, seq -> holder -> value.
+using GaveUps = std::map<uint64_t, std::map<std::string, std::string>>;
+// A seq poisons unless some holder applied it.
+PoisonView PoisonFromHolders(const GaveUps& by_seq);
 
 // The earliest given-up entry before `e` (seq < e.seq) that `e` touches:
 // one whose names are unknown, one whose file `e` persists or links, or one

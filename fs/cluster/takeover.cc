@@ -152,8 +152,12 @@ void Takeover::Mark(const std::string& writer, const Replica& r, char status, st
 void Takeover::Unmark(const std::tuple<std::string, std::string, uint64_t>& k) {
   unmarked_.erase(k);
   mark_names_.erase(k);
-  MutexLock l(&mu_);
-  gaveup_unmarked_.erase(k);
+  bool let_go;
+  {
+    MutexLock l(&mu_);
+    let_go = gaveup_unmarked_.erase(k) > 0;
+  }
+  if (let_go && cluster_) cluster_->Poke();
 }
 
 void Takeover::MarkPending() {
@@ -302,6 +306,8 @@ void Takeover::Pass() {
   std::erase_if(checked_, [&](const auto& kv) { return !by_writer.count(kv.first); });
   std::erase_if(gone_, [&](const auto& kv) { return !by_writer.count(kv.first); });
   std::erase_if(poison_, [&](const auto& kv) { return !by_writer.count(kv.first.first); });
+  std::erase_if(gaveup_seen_, [&](const auto& kv) { return !by_writer.count(kv.first.first); });
+  std::erase_if(poison_gate_, [&](const auto& kv) { return !by_writer.count(kv.first); });
   {
     MutexLock l(&mu_);  // a writer none of whose replicas is left: nothing of it at risk here
     std::erase_if(dead_held_, [&](const auto& kv) { return !by_writer.count(kv.first); });
@@ -366,6 +372,10 @@ void Takeover::Pass() {
     // here, in order) poisons nothing any more.
     if (auto p = poison_.find({writer, incarnation}); p != poison_.end() && w.applied_seq)
       std::erase_if(p->second.by_seq, [&](const auto& kv) { return kv.first <= *w.applied_seq; });
+    if (auto g = gaveup_seen_.find({writer, incarnation}); g != gaveup_seen_.end() && w.applied_seq) {
+      std::erase_if(g->second.by_seq, [&](const auto& kv) { return kv.first <= *w.applied_seq; });
+      g->second.view = PoisonFromHolders(g->second.by_seq);
+    }
     // A live writer's claimed replicas are not lost with this node: the
     // writer has the bytes, and takes a gone holder's claim back.
     NoteAtRisk(writer, {});
@@ -436,24 +446,42 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
     // the order let this entry through: a holder keeps naming a given-up
     // entry's gate until its names are in etcd (gaveup_unmarked_), so a
     // read after its record moved on has them.
-    auto others = records_->ReadGaveUp(writer, r.run());
-    if (!others) {
+    GaveUpSeen& others = gaveup_seen_[{writer, r.run()}];
+    auto came = records_->ReadGaveUp(writer, r.run(), &others.by_seq, &others.rev);
+    if (!came) {
       Fail("cannot read the other holders' give-ups of node " + writer + ": " + records_->client()->LastError());
       return;  // next pass
     }
+    if (*came > 0) others.view = PoisonFromHolders(others.by_seq);
     if (!Claim(writer, r, writer_rev)) return;
     PoisonView& own = poison_[{writer, r.run()}];
-    PoisonView poison = PoisonFromHolders(*others);
-    for (const auto& [seq, p] : own.by_seq) poison.Add(seq, p);
+    const PoisonView* poison = &others.view;
+    PoisonView both;
+    if (!own.by_seq.empty()) {
+      both = others.view;
+      for (const auto& [seq, p] : own.by_seq) both.Add(seq, p);
+      poison = &both;
+    }
     auto e = EntryOf(r);
     if (!e && e.error() == Outcome::kLater) return;
     Outcome o = Outcome::kLost;
+    const auto blind = poison_gate_.find(writer);
     if (e) {
       e->seq = r.seq();
-      const std::optional<uint64_t> by = Touches(poison, *e);
-      o = by ? Poisoned(r, *e, *by) : h.key.ino == kEntryIno ? Apply(h, *e) : Publish(r);
+      const std::optional<uint64_t> by = Touches(*poison, *e);
+      o = by ? Poisoned(r, *e, "its entry " + std::to_string(*by))
+          : blind != poison_gate_.end() && h.gate_us > blind->second
+              ? Poisoned(r, *e, "a replica of it given up here whose meta was unreadable (its run and names unknown)")
+          : h.key.ino == kEntryIno ? Apply(h, *e)
+                                   : Publish(r);
     }
     if (o == Outcome::kLater) return;
+    // A file replica whose meta is unreadable: its run, seq and names are
+    // unknown, so no run's poison would name it; every later entry of this
+    // writer held here is given up (by its gate). The other holders do not
+    // learn of it (docs/replicas.md).
+    if (o == Outcome::kLost && r.seq() == 0 && (blind == poison_gate_.end() || h.gate_us < blind->second))
+      poison_gate_[writer] = h.gate_us;
     // Told to the writer through its claim: done, or given up (then the
     // writer, if it comes back, applies the entry itself, in its order);
     // a give-up with its names, for the other holders — and a done entry
@@ -463,7 +491,7 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
       Poison p = e ? PoisonOf(*e) : Poison::All();
       names = EncodePoison(p);
       own.Add(r.seq(), std::move(p));
-    } else if (others->count(r.seq())) {
+    } else if (others.by_seq.count(r.seq())) {
       names = kAppliedText;
     }
     Mark(writer, r, o == Outcome::kLost ? EtcdRecords::kGaveUp : EtcdRecords::kDone, std::move(names));
@@ -510,18 +538,18 @@ std::expected<meta::LogEntry, Takeover::Outcome> Takeover::EntryOf(const Replica
   return std::move(*e);
 }
 
-Takeover::Outcome Takeover::Poisoned(const Replica& r, const meta::LogEntry& e, uint64_t by) {
+Takeover::Outcome Takeover::Poisoned(const Replica& r, const meta::LogEntry& e, const std::string& by) {
   // Not Lose: its bytes are sound. The writer, back, applies it after the
   // entry that poisoned it; never back, the entry is lost, and said so.
   LOG_ERROR(
-      "replicas: node {}'s entry {} ({} {}) touches the names of its entry {}, given up here: given up too (the "
-      "writer applies both, in order, if it comes back; lost otherwise)",
+      "replicas: node {}'s entry {} ({} {}) touches the names of {}, given up here: given up too (the writer applies "
+      "both, in order, if it comes back; lost otherwise)",
       r.held.key.writer, e.seq, meta::LogOpName(e.op), EscapeName(e.path), by);
   MutexLock l(&mu_);
   stats_.poisoned++;
   stats_.failures++;
-  stats_.last_error = "entry " + std::to_string(e.seq) + " of node " + r.held.key.writer +
-                      " given up: it touches the names of given-up entry " + std::to_string(by);
+  stats_.last_error =
+      "entry " + std::to_string(e.seq) + " of node " + r.held.key.writer + " given up: it touches the names of " + by;
   return Outcome::kLost;
 }
 

@@ -157,7 +157,8 @@ class Takeover {
   // replica could not be opened); kLost: unreadable (logged).
   std::expected<meta::LogEntry, Outcome> EntryOf(const Replica& r);
   // Given up because given-up entry `by` of the same run touches its names.
-  Outcome Poisoned(const Replica& r, const meta::LogEntry& e, uint64_t by);
+  // `by`: what poisoned it, as the log says it.
+  Outcome Poisoned(const Replica& r, const meta::LogEntry& e, const std::string& by);
   // Publishes one replica: kInBackend once published or already there (the
   // replica is then kept, published, to serve loads: Store::Retire);
   // kLater: tried again next pass; kLost: dropped.
@@ -190,6 +191,19 @@ class Takeover {
   // thread only): a later entry of that run touching them is given up too
   // (poison.h). Pruned to what the writer's record shows unapplied.
   std::map<std::pair<std::string, std::string>, PoisonView> poison_;
+  // Every holder's give-ups of (writer, run) as read from etcd, and the
+  // revision read up to (Pass's thread only): each entry reads only what
+  // was put since (ReadGaveUp).
+  struct GaveUpSeen {
+    GaveUps by_seq;
+    int64_t rev = 0;
+    PoisonView view;
+  };
+  std::map<std::pair<std::string, std::string>, GaveUpSeen> gaveup_seen_;
+  // writer -> the gate of a replica given up with its meta unreadable (its
+  // run and names unknown): every later one of that writer held here is
+  // given up too (Pass's thread only).
+  std::map<std::string, uint64_t> poison_gate_;
   mutable Mutex mu_;
   // Holding's second half: each dead writer's replicas this holder is to
   // publish (NoteAtRisk, set before it publishes them; none: erased).

@@ -724,10 +724,14 @@ Test(etcd_client, a_give_up_names_its_paths_for_the_other_holders) {
   cr_assert(h.MarkTaken("w", run, 6, R::kGaveUp, &all).has_value());
   const std::string applied = rp::kAppliedText;
   cr_assert(h2.MarkTaken("w", run, 6, R::kDone, &applied).has_value());
-  auto read = h2.ReadGaveUp("w", run);
-  cr_assert(read.has_value());
-  cr_assert_eq(read->size(), 2u, "%zu seqs given up", read->size());
-  const rp::PoisonView v = rp::PoisonFromHolders(*read);
+  rp::GaveUps read;
+  int64_t rev = 0;
+  auto came = h2.ReadGaveUp("w", run, &read, &rev);
+  cr_assert(came.has_value());
+  cr_expect_eq(*came, 3u, "%zu keys", *came);
+  cr_assert_eq(read.size(), 2u, "%zu seqs given up", read.size());
+  cr_expect(read.at(6).size() == 2 && read.at(6).at("h") == all && read.at(6).at("h2") == "+");
+  const rp::PoisonView v = rp::PoisonFromHolders(read);
   cr_assert_eq(v.by_seq.size(), 1u, "6 was applied by h2: it poisons nothing");
   const rp::Poison& got = v.by_seq.at(5);
   cr_expect(!got.all && got.names == p.names && got.inos == p.inos);
@@ -738,16 +742,29 @@ Test(etcd_client, a_give_up_names_its_paths_for_the_other_holders) {
   // A mark on a claim that is not this run's any more (revoked, pruned,
   // never made) puts no names.
   cr_assert(h.MarkTaken("w", run, 9, R::kGaveUp, &names).has_value());
-  read = h2.ReadGaveUp("w", run);
-  cr_assert(read.has_value());
-  cr_expect(!read->count(9), "names put without a claim");
+  // Read since the last revision: only what was put since (nothing).
+  came = h2.ReadGaveUp("w", run, &read, &rev);
+  cr_assert(came.has_value());
+  cr_expect_eq(*came, 0u, "a read since the last one brought %zu keys", *came);
+  cr_expect(!read.count(9), "names put without a claim");
+  // A give-up put since comes alone.
+  auto ok7 = h2.ClaimTaken("w", run, 7, 0);
+  cr_assert(ok7.has_value() && *ok7);
+  cr_assert(h2.MarkTaken("w", run, 7, R::kGaveUp, &all).has_value());
+  came = h2.ReadGaveUp("w", run, &read, &rev);
+  cr_assert(came.has_value());
+  cr_expect_eq(*came, 1u);
+  cr_expect(read.count(7) == 1 && read.size() == 3);
   // The writer's drain past 6: the names of 5 and 6 go with the claims.
   cr_assert(w.Open().has_value());
   cr_assert(w.Put("w", R"({"incarnation":"00000000000000aa","applied_seq":2})").has_value());
   cr_assert(w.Put("w", R"({"incarnation":"00000000000000aa","applied_seq":6})").has_value());
-  read = h2.ReadGaveUp("w", run);
-  cr_assert(read.has_value());
-  cr_expect(read->empty(), "%zu seqs' names left after the drain went past them", read->size());
+  cr_assert(w.Put("w", R"({"incarnation":"00000000000000aa","applied_seq":7})").has_value());
+  read.clear();
+  rev = 0;
+  came = h2.ReadGaveUp("w", run, &read, &rev);
+  cr_assert(came.has_value());
+  cr_expect(read.empty(), "%zu seqs' names left after the drain went past them", read.size());
   h.Close(true);
   h2.Close(true);
   w.Close(true);

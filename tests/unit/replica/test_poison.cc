@@ -106,9 +106,9 @@ Test(poison, the_names_the_other_holders_read_are_the_names_given_up) {
 }
 
 Test(poison, an_entry_another_holder_applied_poisons_nothing) {
-  const std::map<uint64_t, std::vector<std::string>> by_seq = {
-      {5, {EncodePoison(PoisonOf(Entry(5, LogOp::kRename, "latest", "prev"))), kAppliedText}},
-      {6, {EncodePoison(PoisonOf(Entry(6, LogOp::kUnlink, "old")))}}};
+  const GaveUps by_seq = {
+      {5, {{"h", EncodePoison(PoisonOf(Entry(5, LogOp::kRename, "latest", "prev")))}, {"h2", kAppliedText}}},
+      {6, {{"h", EncodePoison(PoisonOf(Entry(6, LogOp::kUnlink, "old")))}}}};
   const PoisonView v = PoisonFromHolders(by_seq);
   cr_expect(!v.by_seq.count(5));
   cr_expect(!Touches(v, Entry(7, LogOp::kRename, "latest.tmp", "latest")));
