@@ -15,11 +15,7 @@
 source "$(dirname "$0")/../lib/common.sh"
 require_root
 
-start_etcd 1
-SECRET=$T/secret
-make_secret "$SECRET"
-COMMON=(--cluster job --cluster-store "etcd://$ETCD_EPS" --replicas 1
-  --replica-listen 127.0.0.1:0 --cluster-secret "$SECRET")
+replica_store
 mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --member-timeout 6 --node a
 mount_node b -- "${COMMON[@]}" --member-timeout 2 --node b
 A=$(node_mnt a) B=$(node_mnt b)

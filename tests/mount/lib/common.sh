@@ -342,17 +342,22 @@ make_secret() {
 # $1 s, b's and c's $2 s (default 2) — then waits until a sees both links.
 # Sets SECRET, COMMON, A and B.
 replica_job() {
-  start_etcd 1
-  SECRET=$T/secret
-  make_secret "$SECRET"
-  COMMON=(--cluster job --cluster-store "etcd://$ETCD_EPS" --replicas 1
-    --replica-listen 127.0.0.1:0 --cluster-secret "$SECRET")
+  replica_store
   touch "$T/pause_a"
   mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --member-timeout "$1" --node a
   mount_node b -- "${COMMON[@]}" --member-timeout "${2:-2}" --node b
   mount_node c -- "${COMMON[@]}" --member-timeout "${2:-2}" --node c
   A=$(node_mnt a) B=$(node_mnt b)
   wait_for 20 "a does not see b's and c's replica links" repl_of "$A" 'assert j["peers"] == 2, j'
+}
+# replica_store: etcd and a secret for a --replicas 1 job; COMMON, the
+# options every node of it mounts with.
+replica_store() {
+  start_etcd 1
+  SECRET=$T/secret
+  make_secret "$SECRET"
+  COMMON=(--cluster job --cluster-store "etcd://$ETCD_EPS" --replicas 1
+    --replica-listen 127.0.0.1:0 --cluster-secret "$SECRET")
 }
 # repl_of MOUNT PYTHON: runs PYTHON with j the status's cluster.replicas.
 repl_of() { "$CKPTFS" status "$1" --json | $PY -c "import json,sys; j=json.load(sys.stdin)['cluster']['replicas']; $2"; }

@@ -518,6 +518,13 @@ Test(etcd_client, the_elected_member_reads_what_changed) {
   a->Close(true);
 }
 
+// A reducer whose summary is every record as NAME=VALUE;.
+static ckpt::fs::Reduction NamesAndValues(const std::vector<std::pair<std::string, std::string>>& recs, int64_t) {
+  ckpt::fs::Reduction red;
+  for (const auto& [n, v] : recs) red.summary += n + "=" + v + ";";
+  return red;
+}
+
 // A member opened while etcd is down (a mount made before the store came
 // up): Open fails, and the member still joins once the store answers — its
 // record put under a lease the keep-alive renews past the TTL, elected
@@ -529,11 +536,7 @@ Test(etcd_client, a_member_opened_while_the_store_is_down_joins_when_it_answers,
   ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, "a", 2);
   o.tick_ms = 20;
   ckpt::fs::EtcdRecords r(o, [] { return int64_t{1}; });
-  r.SetReducer([](const std::vector<std::pair<std::string, std::string>>& recs, int64_t) {
-    ckpt::fs::Reduction red;
-    for (const auto& [n, v] : recs) red.summary += n + "=" + v + ";";
-    return red;
-  });
+  r.SetReducer(NamesAndValues);
   cr_assert(!r.Open().has_value(), "Open succeeded with the store down");
   Run(g_script + " restart " + g_dir + " 0", &rc);
   cr_assert_eq(rc, 0, "etcd did not restart");
@@ -562,11 +565,7 @@ Test(etcd_client, a_record_put_while_the_elected_members_watch_connects_is_reduc
   ckpt::fs::EtcdRecordsOptions o = RecordsOpts(eps, "a", 5);
   o.tick_ms = 20;
   ckpt::fs::EtcdRecords r(o, [] { return int64_t{1}; });
-  r.SetReducer([](const std::vector<std::pair<std::string, std::string>>& recs, int64_t) {
-    ckpt::fs::Reduction red;
-    for (const auto& [n, v] : recs) red.summary += n + "=" + v + ";";
-    return red;
-  });
+  r.SetReducer(NamesAndValues);
   cr_assert(r.Open().has_value(), "%s", r.LastError().c_str());
   // Elected with no record yet, and the view read once (before, or as, its
   // watch was asked for): the record goes in while that watch connects.
