@@ -42,6 +42,16 @@ struct PressureStats {
 
 class Residency {
  public:
+  // No writer for this long, and the next one begins a new save (its files
+  // are the ones a spare never evicts); less than the pause between two
+  // checkpoints of a trainer (make bench: 6 s, BENCH_SETTLE; minutes in
+  // training), more than between two files of one checkpoint.
+  static constexpr auto kSaveGap = std::chrono::seconds(4);
+  // Tests: another gap (their saves come a quiet second apart).
+  void set_save_gap(std::chrono::milliseconds g) EXCLUDES(mu_) {
+    MutexLock lk(&mu_);
+    save_gap_ = g;
+  }
   // Evicts clean files, least recently used first, for `need` bytes
   // (InodeTable::Evict). `all_or_nothing`: only if they cover it all;
   // `spare_kept`: room for a spare, so the last save's files, anything used
@@ -153,6 +163,7 @@ class Residency {
   // or close.
   uint64_t writing_files_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point quiet_since_ GUARDED_BY(mu_){};
+  std::chrono::milliseconds save_gap_ GUARDED_BY(mu_) = kSaveGap;
   // Files open for reading only, and a reader's last open and close: a
   // load is under way while one opened in the last kLoadSpan is open, or
   // one closed in the last second (Loading).

@@ -60,7 +60,7 @@ for i in 1 2 3 4; do
   mkdir "$MNT/step_$i"
   cat "$T/ref" > "$MNT/step_$i/model.pt"  # O_TRUNC, as torch.save (cp creates with O_EXCL: the copying path)
   "$CKPTFS" drain "$MNT" --timeout 60 > /dev/null
-  sleep 1.1  # the quiet between two saves (a trainer's minutes)
+  sleep 4.2  # the quiet between two saves, past Residency::kSaveGap (a trainer's minutes)
 done
 for _ in $(seq 100); do [ "$(state_of "$MNT/step_0/model.pt")" = remote ] && break; sleep 0.1; done
 expect_eq remote "$(state_of "$MNT/step_0/model.pt")" "the oldest save, evicted for the next save's spare"

@@ -23,7 +23,7 @@ MiB=1048576
 mkdir -p "$H/step1" "$H/step2" "$H/step3"
 head -c $((15 * MiB)) /dev/urandom > "$H/step1/model.pt"
 head -c $((15 * MiB)) /dev/urandom > "$H/step2/model.pt"
-sleep 2  # a quiet spell: the next file is a new save
+sleep 4.5  # a quiet spell past Residency::kSaveGap: the next file is a new save
 head -c $((8 * MiB)) /dev/urandom > "$T/own3"
 cp "$T/own3" "$H/step3/model.pt"
 "$CKPTFS" drain "$H" --timeout 60 > /dev/null || fail "drain of h"

@@ -1497,6 +1497,7 @@ namespace {
 void WithSpares(Env& e, ckpt::test::FakeBacking* fb) {
   e.table->set_backing(fb);
   e.table->core().residency.set_prealloc(ckpt::fs::InodeTable::kPreallocAuto);
+  e.table->core().residency.set_save_gap(std::chrono::seconds(1));  // these saves come a quiet second apart
 }
 void TruncOpenClose(Env& e, uint64_t ino) {
   auto w = e.table->OpenHandle(ino, O_WRONLY | O_TRUNC);

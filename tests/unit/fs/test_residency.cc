@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -90,7 +91,7 @@ Test(residency, lru_order_follows_use) {
   cr_assert(Inos(w.res->Oldest()) == (std::vector<uint64_t>{1, 2}));
 }
 
-Test(residency, a_save_begins_at_the_first_writer_after_a_quiet_second) {
+Test(residency, a_save_begins_at_the_first_writer_after_a_quiet_gap) {
   World w;
   w.res->Add(1);
   w.res->Touch(1);  // read before the save
@@ -105,6 +106,31 @@ Test(residency, a_save_begins_at_the_first_writer_after_a_quiet_second) {
   w.res->WriterOpened(true);
   cr_assert_eq(w.res->SaveClock(), begun);
   w.res->WriterClosed(true);
+  w.res->WriterClosed(true);
+}
+
+// One checkpoint's files come with gaps between them (torch.save of the
+// model, then the optimizer state split into shards: 1.2 s); the spare
+// made in such a gap must not evict the first part. A writer within
+// kSaveGap of the last is the same save; one after it begins the next.
+Test(residency, a_file_written_a_second_after_the_last_is_the_same_save, .timeout = 30) {
+  World w;
+  w.res->WriterOpened(true);
+  const uint64_t begun = w.res->SaveClock();
+  w.res->Add(1);
+  w.res->Touch(1);  // the model
+  w.res->WriterClosed(true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  w.res->WriterOpened(true);  // its optimizer state
+  cr_assert_eq(w.res->SaveClock(), begun, "a second file 1.5 s later began a new save");
+  w.res->Add(2);
+  w.res->Touch(2);
+  w.res->WriterClosed(true);
+  auto order = w.res->Oldest();
+  cr_assert_gt(order[0].first, begun, "the checkpoint's first file may make way for a spare");
+  std::this_thread::sleep_for(ckpt::fs::Residency::kSaveGap + std::chrono::milliseconds(500));
+  w.res->WriterOpened(true);  // the next checkpoint
+  cr_assert_gt(w.res->SaveClock(), begun);
   w.res->WriterClosed(true);
 }
 
