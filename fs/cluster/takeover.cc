@@ -368,14 +368,7 @@ void Takeover::Pass() {
       continue;
     }
     gone_.erase(writer);
-    // What this run applied (its run back went past the entries given up
-    // here, in order) poisons nothing any more.
-    if (auto p = poison_.find({writer, incarnation}); p != poison_.end() && w.applied_seq)
-      std::erase_if(p->second.by_seq, [&](const auto& kv) { return kv.first <= *w.applied_seq; });
-    if (auto g = gaveup_seen_.find({writer, incarnation}); g != gaveup_seen_.end() && w.applied_seq) {
-      std::erase_if(g->second.by_seq, [&](const auto& kv) { return kv.first <= *w.applied_seq; });
-      g->second.view = PoisonFromHolders(g->second.by_seq);
-    }
+    if (w.applied_seq) ForgetApplied({writer, incarnation}, *w.applied_seq);
     // A live writer's claimed replicas are not lost with this node: the
     // writer has the bytes, and takes a gone holder's claim back.
     NoteAtRisk(writer, {});
@@ -400,6 +393,15 @@ void Takeover::Pass() {
         stats_.collected++;
       }
     }
+  }
+}
+
+void Takeover::ForgetApplied(const std::pair<std::string, std::string>& run, uint64_t applied) {
+  auto up_to = [applied](auto& by_seq) { std::erase_if(by_seq, [&](const auto& kv) { return kv.first <= applied; }); };
+  if (auto p = poison_.find(run); p != poison_.end()) up_to(p->second.by_seq);
+  if (auto g = gaveup_seen_.find(run); g != gaveup_seen_.end()) {
+    up_to(g->second.by_seq);
+    g->second.view = PoisonFromHolders(g->second.by_seq);
   }
 }
 
@@ -464,23 +466,14 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
     }
     auto e = EntryOf(r);
     if (!e && e.error() == Outcome::kLater) return;
-    Outcome o = Outcome::kLost;
-    const auto blind = poison_gate_.find(writer);
-    if (e) {
-      e->seq = r.seq();
-      const std::optional<uint64_t> by = Touches(*poison, *e);
-      o = by ? Poisoned(r, *e, "its entry " + std::to_string(*by))
-          : blind != poison_gate_.end() && h.gate_us > blind->second
-              ? Poisoned(r, *e, "a replica of it given up here whose meta was unreadable (its run and names unknown)")
-          : h.key.ino == kEntryIno ? Apply(h, *e)
-                                   : Publish(r);
-    }
+    const Outcome o = e ? Act(r, *e, *poison) : Outcome::kLost;
     if (o == Outcome::kLater) return;
     // A file replica whose meta is unreadable: its run, seq and names are
     // unknown, so no run's poison would name it; every later entry of this
     // writer held here is given up (by its gate). The other holders do not
     // learn of it (docs/replicas.md).
-    if (o == Outcome::kLost && r.seq() == 0 && (blind == poison_gate_.end() || h.gate_us < blind->second))
+    if (const auto blind = poison_gate_.find(writer);
+        o == Outcome::kLost && r.seq() == 0 && (blind == poison_gate_.end() || h.gate_us < blind->second))
       poison_gate_[writer] = h.gate_us;
     // Told to the writer through its claim: done, or given up (then the
     // writer, if it comes back, applies the entry itself, in its order);
@@ -535,7 +528,16 @@ std::expected<meta::LogEntry, Takeover::Outcome> Takeover::EntryOf(const Replica
   if (got != static_cast<ssize_t>(bytes.size())) return std::unexpected(Lose("cannot read " + what));
   auto e = meta::DecodeLogEntry(bytes);
   if (!e || e->op == meta::LogOp::kPersist) return std::unexpected(Lose(what + ": not an entry this version reads"));
+  e->seq = r.seq();  // its place in the writer's log is the replica's version
   return std::move(*e);
+}
+
+Takeover::Outcome Takeover::Act(const Replica& r, const meta::LogEntry& e, const PoisonView& poison) {
+  if (const std::optional<uint64_t> by = Touches(poison, e)) return Poisoned(r, e, "its entry " + std::to_string(*by));
+  if (const auto blind = poison_gate_.find(r.held.key.writer);
+      blind != poison_gate_.end() && r.held.gate_us > blind->second)
+    return Poisoned(r, e, "a replica of it given up here whose meta was unreadable (its run and names unknown)");
+  return r.held.key.ino == kEntryIno ? Apply(r.held, e) : Publish(r);
 }
 
 Takeover::Outcome Takeover::Poisoned(const Replica& r, const meta::LogEntry& e, const std::string& by) {

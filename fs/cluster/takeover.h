@@ -159,6 +159,14 @@ class Takeover {
   // Given up because given-up entry `by` of the same run touches its names.
   // `by`: what poisoned it, as the log says it.
   Outcome Poisoned(const Replica& r, const meta::LogEntry& e, const std::string& by);
+  // What becomes of entry `e` of `r` once claimed: given up when an earlier
+  // give-up in `poison` touches it, or when a replica of its writer given
+  // up here had an unreadable meta (poison_gate_); else applied (a
+  // namespace entry) or published (a file).
+  Outcome Act(const Replica& r, const meta::LogEntry& e, const PoisonView& poison);
+  // `run` (writer, run) applied its log up to `applied` (its run back went
+  // past the entries given up, in order): they poison nothing any more.
+  void ForgetApplied(const std::pair<std::string, std::string>& run, uint64_t applied);
   // Publishes one replica: kInBackend once published or already there (the
   // replica is then kept, published, to serve loads: Store::Retire);
   // kLater: tried again next pass; kLost: dropped.
