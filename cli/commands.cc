@@ -541,11 +541,12 @@ void PrintCluster(const Json& c) {
           u("published_for_dead"), HumanBytes(U64(r, "published_for_dead_bytes")).c_str(),
           u("entries_applied_for_dead"), u("kept_published_files"),
           Str(r, "takeover_error").empty() ? "" : "; last error: ", EscapeName(Str(r, "takeover_error")).c_str());
-    if (u("lost_for_dead") || u("poisoned_for_dead"))
+    if (u("lost_for_dead") || u("poisoned_for_dead") || u("passed_over_for_dead"))
       printf(
           "  GIVEN UP here for dead members: %llu entries the backend refused or whose replica was unreadable, %llu "
-          "later entries on their names (their writers apply them if they come back; lost otherwise)\n",
-          u("lost_for_dead"), u("poisoned_for_dead"));
+          "later entries on their names, %llu claimed here that other holders went past while this one was gone "
+          "(their writers apply them if they come back; lost otherwise)\n",
+          u("lost_for_dead"), u("poisoned_for_dead"), u("passed_over_for_dead"));
     if (auto l = r.find("loads"); l != r.end() && l->is_object()) {
       auto v = [&l](const char* k) { return static_cast<unsigned long long>(U64(*l, k)); };
       printf(

@@ -19,6 +19,9 @@
 //                         yet resumed)
 //   replica.rename.mid    a replica store's rename: the meta linked to the new
 //                         name, the data not yet renamed
+//   takeover.published    a holder published a dead writer's file to the
+//                         backend, its replica not yet marked published nor
+//                         its claim marked done
 //
 //   CKPTFS_FAULT=name:FILE       FAULT(name) is true, and the caller fails its
 //                                operation with EIO, each time it is reached

@@ -329,7 +329,8 @@ Result<EtcdRecords::Claims> EtcdRecords::OwnClaims(const std::string& writer, co
   return out;
 }
 
-Result<std::map<std::pair<std::string, std::string>, EtcdRecords::Claims>> EtcdRecords::AllOwnClaims() {
+Result<std::map<std::pair<std::string, std::string>, EtcdRecords::Claims>> EtcdRecords::AllOwnClaims(
+    LastSeqs* others_last) {
   const std::string dir = prefix_ + kTaken;
   auto r = RangeAll(&client_, dir, etcd::PrefixEnd(dir));
   if (!r) return Err(r.error());
@@ -339,11 +340,18 @@ Result<std::map<std::pair<std::string, std::string>, EtcdRecords::Claims>> EtcdR
     const std::string rest = kv.key.substr(dir.size());
     const size_t a = rest.find('/'), b = a == std::string::npos ? a : rest.find('/', a + 1),
                  c = b == std::string::npos ? b : rest.find('/', b + 1);
-    if (c == std::string::npos || rest.compare(b + 1, c - b - 1, opt_.node) != 0 || c - b - 1 != opt_.node.size())
-      continue;
+    if (c == std::string::npos) continue;
     auto seq = ParseSeq(rest.substr(c + 1));
-    if (!seq || !StatusChar(kv.value) || HolderRun(kv.value) != opt_.incarnation) continue;
-    out[{rest.substr(0, a), RunFromText(rest.substr(a + 1, b - a - 1))}][*seq] = kv.value[0];
+    if (!seq || !StatusChar(kv.value)) continue;
+    std::pair<std::string, std::string> run{rest.substr(0, a), RunFromText(rest.substr(a + 1, b - a - 1))};
+    const bool mine = c - b - 1 == opt_.node.size() && rest.compare(b + 1, c - b - 1, opt_.node) == 0 &&
+                      HolderRun(kv.value) == opt_.incarnation;
+    if (mine) {
+      out[std::move(run)][*seq] = kv.value[0];
+    } else if (others_last) {
+      uint64_t& last = (*others_last)[std::move(run)];
+      last = std::max(last, *seq);
+    }
   }
   return out;
 }

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "common/config.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "fs/drain/drain.h"
 
@@ -194,7 +195,8 @@ void Takeover::MarkPending() {
 
 bool Takeover::ReadBack() {
   const uint64_t standing = records_->Standings();  // before the read: a later standing reads again
-  auto all = records_->AllOwnClaims();
+  EtcdRecords::LastSeqs others_last;
+  auto all = records_->AllOwnClaims(&others_last);
   if (!all) {
     Fail("cannot read back this holder's claims in etcd: " + records_->client()->LastError());
     return false;
@@ -228,6 +230,7 @@ bool Takeover::ReadBack() {
       drop(k, "its writer went past it");
       it = claims.erase(it);
     }
+  passed_over_.clear();
   for (const auto& [run, claims] : *all)
     for (const auto& [seq, status] : claims) {
       const std::tuple k{run.first, run.second, seq};
@@ -242,9 +245,16 @@ bool Takeover::ReadBack() {
       mine = status;
       if (status != EtcdRecords::kClaimed) continue;
       // Claimed, not marked: redone while the replica waits, unpublished
-      // (the pass publishes it); marked as what its replica says otherwise.
+      // (the pass publishes it) — unless another holder claimed a later
+      // entry of that run: it went past this one while this holder was
+      // gone (its record no longer named the gate), and this one, done
+      // now, would undo what came after it (Act: PassedOver). Marked as
+      // what its replica says otherwise.
       auto h = held.find(k);
-      if (h != held.end() && !h->second.published) continue;
+      if (h != held.end() && !h->second.published) {
+        if (auto o = others_last.find(run); o != others_last.end() && o->second > seq) passed_over_.insert(k);
+        continue;
+      }
       mine = h != held.end() ? EtcdRecords::kDone : EtcdRecords::kGaveUp;
       if (h == held.end()) {
         LOG_WARN(
@@ -533,6 +543,7 @@ std::expected<meta::LogEntry, Takeover::Outcome> Takeover::EntryOf(const Replica
 }
 
 Takeover::Outcome Takeover::Act(const Replica& r, const meta::LogEntry& e, const PoisonView& poison) {
+  if (passed_over_.count({r.held.key.writer, r.run(), r.seq()})) return PassedOver(r, e);
   if (const std::optional<uint64_t> by = Touches(poison, e)) return Poisoned(r, e, "its entry " + std::to_string(*by));
   if (const auto blind = poison_gate_.find(r.held.key.writer);
       blind != poison_gate_.end() && r.held.gate_us > blind->second)
@@ -552,6 +563,34 @@ Takeover::Outcome Takeover::Poisoned(const Replica& r, const meta::LogEntry& e, 
   stats_.failures++;
   stats_.last_error =
       "entry " + std::to_string(e.seq) + " of node " + r.held.key.writer + " given up: it touches the names of " + by;
+  return Outcome::kLost;
+}
+
+Takeover::Outcome Takeover::PassedOver(const Replica& r, const meta::LogEntry& e) {
+  passed_over_.erase({r.held.key.writer, r.run(), r.seq()});
+  const std::string what = "node " + r.held.key.writer + "'s entry " + std::to_string(e.seq) + " (" +
+                           meta::LogOpName(e.op) + " " + EscapeName(e.path) + ")";
+  // A file published before this holder stopped is still there, its bytes
+  // the same, unless a later entry moved or replaced it: done.
+  if (r.held.key.ino != kEntryIno)
+    if (auto st = backend_->Stat(e.path); st && st->type == backend::Entry::Type::kFile && st->has_checksum &&
+                                          st->checksum_hi == r.held.hash_hi && st->checksum_lo == r.held.hash_lo) {
+      LOG_INFO("replicas: {} was published here before this holder stopped: done", what);
+      MutexLock l(&mu_);
+      stats_.already_there++;
+      return Outcome::kInBackend;
+    }
+  // Not Lose: its bytes are sound. The writer, back, applies it where the
+  // later entries left its names (drain_taken.cc); never back, it is lost.
+  LOG_ERROR(
+      "replicas: {} was claimed here, and other holders applied later entries of its writer while this holder was "
+      "gone: done now it would undo them; given up (the writer applies it where they left its names if it comes "
+      "back; lost otherwise)",
+      what);
+  MutexLock l(&mu_);
+  stats_.passed_over++;
+  stats_.failures++;
+  stats_.last_error = what + " given up: other holders went past it while this holder was gone";
   return Outcome::kLost;
 }
 
@@ -639,6 +678,7 @@ Takeover::Outcome Takeover::Publish(const Replica& r) {
     Fail("cannot publish " + what + " for the dead node: " + ErrStr(st.error()));
     return Outcome::kLater;
   }
+  FAILPOINT("takeover.published");
   LOG_WARN("replicas: published {} ({} bytes) in its place: it died before its drain did", what, h.size);
   MutexLock l(&mu_);
   stats_.published++;

@@ -35,7 +35,9 @@
 // on the holder's record being absent).
 //
 // What a claim read back says, reconciled: claimed, not marked, with the
-// replica held and unpublished: published (applied) again; its replica
+// replica held and unpublished: published (applied) again — unless another
+// holder claimed a later entry of that run meanwhile (it went past this
+// one while this holder was gone: PassedOver gives it up); its replica
 // published (a mark lost, or not yet put when the holder stopped): marked
 // done; no replica (its machine rebooted, tmpfs lost): marked given up (the
 // writer applies the entry itself). A namespace entry's replica is kept
@@ -110,6 +112,7 @@ class Takeover {
     uint64_t lost = 0;  // a dead node's replicas the backend refused for good (dropped, logged)
     uint64_t applied_entries = 0;  // a dead node's namespace entries applied in its place
     uint64_t poisoned = 0;         // given up because an earlier given-up entry touched their names (poison.h)
+    uint64_t passed_over = 0;      // claimed here, given up: others went past them while this holder was gone
     std::string last_error;
   };
   // `peers`: which writers still advertise a link (live, cheaply).
@@ -164,6 +167,11 @@ class Takeover {
   // up here had an unreadable meta (poison_gate_); else applied (a
   // namespace entry) or published (a file).
   Outcome Act(const Replica& r, const meta::LogEntry& e, const PoisonView& poison);
+  // A claim read back unmarked, its replica unpublished, whose run another
+  // holder went past (passed_over_): done if its file is in the backend
+  // with its bytes, else given up — published or applied now, it would
+  // undo the later entries the others applied while this holder was gone.
+  Outcome PassedOver(const Replica& r, const meta::LogEntry& e);
   // `run` (writer, run) applied its log up to `applied` (its run back went
   // past the entries given up, in order): they poison nothing any more.
   void ForgetApplied(const std::pair<std::string, std::string>& run, uint64_t applied);
@@ -195,6 +203,9 @@ class Takeover {
   // Outcomes not yet in etcd, (writer, run, seq): retried each pass.
   std::set<std::tuple<std::string, std::string, uint64_t>> unmarked_;
   std::map<std::tuple<std::string, std::string, uint64_t>, std::string> mark_names_;  // their names, if any
+  // Claims read back unmarked, their replicas unpublished, a later entry of
+  // whose run another holder claimed (ReadBack; Pass's thread only).
+  std::set<std::tuple<std::string, std::string, uint64_t>> passed_over_;
   // The entries this holder gave up, (writer, run) -> their names (Pass's
   // thread only): a later entry of that run touching them is given up too
   // (poison.h). Pruned to what the writer's record shows unapplied.

@@ -138,6 +138,7 @@ static Json ReplicasJson(Daemon* d) {
     r["takeover_failures"] = ts.failures;
     r["lost_for_dead"] = ts.lost;
     r["poisoned_for_dead"] = ts.poisoned;
+    r["passed_over_for_dead"] = ts.passed_over;
     r["takeover_error"] = ts.last_error;
   }
   if (d->replicator) {

@@ -939,12 +939,41 @@ Test(etcd_client, a_claim_of_another_run_of_the_holder_counts_as_gone) {
   auto r = raw.Range("/ckptfs/job/taken/w/" + run + "/h/00000000000000000003");
   cr_assert(r.has_value() && r->kvs.size() == 1);
   cr_expect_eq(r->kvs[0].value, "x00000000000000hh");
-  auto all = new_h.AllOwnClaims();
+  R::LastSeqs others;
+  auto all = new_h.AllOwnClaims(&others);
   cr_assert(all.has_value());
   cr_expect(all->empty(), "another run's claims read back as this run's");
+  cr_expect(others == R::LastSeqs({{{"w", run}, 3}}), "another run of the id is another holder");
   w.Close(true);
   old_h.Close(true);
   new_h.Close(true);
+}
+
+// What a holder reads back names, beside its own claims, the last entry of
+// each run another holder claimed: a holder back whose claim another went
+// past (its lease ran out meanwhile) must not publish it again
+// (Takeover::PassedOver). Whatever became of their claims, and of runs
+// this holder claimed nothing of.
+Test(etcd_client, a_holder_reads_how_far_the_others_claimed) {
+  auto eps = Start(1);
+  using R = ckpt::fs::EtcdRecords;
+  auto clock = [] { return int64_t{1}; };
+  const std::string run = "00000000000000aa", run2 = "00000000000000bb";
+  R h(RecordsOpts(eps, "h", 5, "00000000000000hh"), clock), g(RecordsOpts(eps, "g", 5, "00000000000000gg"), clock);
+  cr_assert(h.Open().has_value() && g.Open().has_value());
+  for (auto [who, writer_run, seq] :
+       {std::tuple{&h, run, 4}, {&g, run, 5}, {&g, run, 7}, {&h, run, 9}, {&g, run2, 2}}) {
+    auto ok = who->ClaimTaken("w", writer_run, seq, 0);
+    cr_assert(ok.has_value() && *ok);
+  }
+  cr_assert(g.MarkTaken("w", run, 7, R::kDone).has_value());
+  R::LastSeqs others;
+  auto all = h.AllOwnClaims(&others);
+  cr_assert(all.has_value());
+  cr_expect(all->size() == 1 && all->begin()->second == R::Claims({{4, R::kClaimed}, {9, R::kClaimed}}));
+  cr_expect(others == R::LastSeqs({{{"w", run}, 7}, {{"w", run2}, 2}}), "%zu runs", others.size());
+  h.Close(true);
+  g.Close(true);
 }
 
 // A holder back (restarted on its state dir) reads its claims back and
