@@ -113,6 +113,10 @@ $(BUILD)/gpu_bench: tests/bench/gpu_bench.cc $(BUILD)/libckptfs_cuda.so
 $(BUILD)/cluster_scale: tests/bench/cluster_scale.cc $(BUILD)/libckpt.a
 	$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
+# The replica link alone, writer to holder in one process (tests/bench/replicas.sh).
+$(BUILD)/link_bw: tests/bench/link_bw.cc $(BUILD)/libckpt.a
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
 # One Criterion binary per module folder: build/tests/unit_<module>.
 define UNIT_RULE
 $(BUILD)/tests/unit_$(1): $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard tests/unit/$(1)/*.cc)) $(UNIT_EXTRA) $(BUILD)/libckpt.a

@@ -17,6 +17,10 @@
 #   - the next save into w and into p (rotated), once both drains, let go
 #     together, persisted the first: the save ratio again, in the steady state (the holder keeps
 #     the dropped replica's pages as a spare): close to `replicated` again;
+#   - the next save's replication ÷ loopback TCP carrying a tmpfs file into
+#     another without ckptfs (tcp_copy.py), and the replica link alone
+#     (link_bw), both in the same run: what ucx_perftest's cache-hot
+#     buffer leaves out;
 #   - w lost (its daemon killed, its tier removed): the time until the
 #     holder has published its second file to the backend (lease expiry included).
 # Prints min / median / max of each ratio. Needs root, etcd, ucx-utils.
@@ -70,7 +74,29 @@ srv=$!
 sleep 1
 ucx_bw=$(UCX_TLS=tcp ucx_perftest -p "$port" -t tag_bw -s 4194304 -n 200 127.0.0.1 2>/dev/null | awk '/Final:/ { print $6 }')
 kill "$srv" 2> /dev/null || true
-note "ucx_perftest tag_bw, loopback, 4 MiB: $ucx_bw MB/s"
+note "ucx_perftest tag_bw, loopback, 4 MiB: $ucx_bw MiB/s (its \"MB\" is 2^20 bytes)"
+# What the transport figure leaves out, same run: ucx_perftest sends one
+# 4 MiB buffer, cache-hot, again and again; a replica moves a file that is
+# not in the cache from one tmpfs to another. (1) loopback TCP carrying a
+# tmpfs file into another without ckptfs (tcp_copy.py: read + send and
+# recv + write, the link's copies, no checksum, into resident pages as the
+# holder's spare; and sendfile, one copy fewer); (2) the replica link alone,
+# writer to holder in one process (link_bw: its first replica lands in fresh
+# pages, the next ones in the spare of the one dropped before).
+[ -x "$BUILD/link_bw" ] || make -s BUILD="$BUILD" "$BUILD/link_bw" > /dev/null
+BASE=/dev/shm/ckptfs-replicas-base-$$
+mkdir -p "$BASE"
+at_exit 'rm -rf "$BASE"'
+head -c $((SIZE_MIB << 20)) /dev/urandom > "$BASE/src"
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+tcp_copy=$(median $($PY "$(dirname "$0")/tcp_copy.py" "$BASE/src" "$BASE/dst" copy 5))
+tcp_sendfile=$(median $($PY "$(dirname "$0")/tcp_copy.py" "$BASE/src" "$BASE/dst" sendfile 5))
+rm -f "$BASE/src" "$BASE/dst"
+link_out=$("$BUILD/link_bw" "$BASE" "$SIZE_MIB" 5)
+link_first=$(echo "$link_out" | awk -F'gbps=' 'NR == 1 { print $2 }')
+link_next=$(median $(echo "$link_out" | awk -F'gbps=' 'NR > 1 { print $2 }'))
+note "loopback TCP, tmpfs file to tmpfs file (median of 5): read+send $tcp_copy GB/s, sendfile $tcp_sendfile GB/s"
+note "the replica link alone: first replica $link_first GB/s, the next ones (median of 4) $link_next GB/s"
 
 start_etcd 1
 SECRET=$T/secret
@@ -87,7 +113,7 @@ DATA=/dev/shm/ckptfs-replicas-data-$$
 at_exit 'rm -f "$DATA"'
 head -c $((SIZE_MIB << 20)) /dev/urandom > "$DATA"
 
-save_r=() save_p=() next_ratio=() rep_ratio=() rep_s=() takeover_s=() again_s=() again_ratio=()
+save_r=() save_p=() next_ratio=() rep_ratio=() rep_s=() takeover_s=() again_s=() again_ratio=() again_tcp=()
 for rep in $(seq "$REPS"); do
   # Both writers' drains held: neither drain runs under a timed save, and
   # both are let go together, so that each next save comes as soon after
@@ -126,7 +152,7 @@ for rep in $(seq "$REPS"); do
       t2=$(now)
       rs=$(secs "$t1" "$t2")
       rep_s+=("$rs")
-      rep_ratio+=("$(awk -v s="$SIZE_MIB" -v t="$rs" -v u="$ucx_bw" 'BEGIN { printf "%.3f", s * 1.048576 / t / u }')")
+      rep_ratio+=("$(awk -v s="$SIZE_MIB" -v t="$rs" -v u="$ucx_bw" 'BEGIN { printf "%.3f", s / t / u }')")
     else
       save_p_one=$(secs "$t0" "$t1")
     fi
@@ -162,7 +188,8 @@ for rep in $(seq "$REPS"); do
   done
   next_ratio+=("$(awk -v a="$next_w" -v b="$next_p" 'BEGIN { printf "%.3f", a / b }')")
   again_s+=("$again")
-  again_ratio+=("$(awk -v s="$SIZE_MIB" -v t="$again" -v u="$ucx_bw" 'BEGIN { printf "%.3f", s * 1.048576 / t / u }')")
+  again_ratio+=("$(awk -v s="$SIZE_MIB" -v t="$again" -v u="$ucx_bw" 'BEGIN { printf "%.3f", s / t / u }')")
+  again_tcp+=("$(awk -v s="$SIZE_MIB" -v t="$again" -v u="$tcp_copy" 'BEGIN { printf "%.3f", s * 1048576 / t / 1e9 / u }')")
   note "rep $rep: the next save with replicas $next_w s, without $next_p s, close -> replicated $again s"
   [ -z "${WLOG:-}" ] || grep -h "replicated 1 time\|save" "$(node_state w)/ckptfs.log" | tail -5 >&2
   # w lost: the holder publishes its second shard (after p's, when p
@@ -202,4 +229,8 @@ stats "close -> replicated (s)" "${rep_s[@]}"
 stats "replication / ucx_perftest tag_bw (>= 0.8)" "${rep_ratio[@]}"
 stats "next save: close -> replicated (s)" "${again_s[@]}"
 stats "next save: replication / ucx_perftest" "${again_ratio[@]}"
+stats "next save: replication / loopback TCP file copy" "${again_tcp[@]}"
+echo "loopback TCP, tmpfs file to tmpfs file: read+send $tcp_copy GB/s, sendfile $tcp_sendfile GB/s (median of 5)"
+echo "the replica link alone: first replica $link_first GB/s, the next $link_next GB/s (median of 4)"
+echo "ucx_perftest tag_bw: $ucx_bw MiB/s"
 stats "writer lost -> its file in the backend (s)" "${takeover_s[@]}"
