@@ -39,6 +39,9 @@
 //   etcd.cut              every request to etcd fails and open watches end
 //                         (fs/cluster/etcd_client.cc): a node cut off from
 //                         the cluster store
+//   takeover.publish      a holder's publish of a dead writer's file fails
+//                         before anything reaches the backend (fs/cluster/
+//                         takeover.cc Publish): tried again next pass
 //   takeover.mark         a holder's mark of a claimed entry (done, given up,
 //                         with a give-up's names) fails (fs/cluster/
 //                         etcd_claims.cc MarkTaken): its names not in etcd

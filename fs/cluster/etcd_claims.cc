@@ -330,7 +330,7 @@ Result<EtcdRecords::Claims> EtcdRecords::OwnClaims(const std::string& writer, co
 }
 
 Result<std::map<std::pair<std::string, std::string>, EtcdRecords::Claims>> EtcdRecords::AllOwnClaims(
-    LastSeqs* others_last) {
+    OthersClaims* others) {
   const std::string dir = prefix_ + kTaken;
   auto r = RangeAll(&client_, dir, etcd::PrefixEnd(dir));
   if (!r) return Err(r.error());
@@ -348,9 +348,10 @@ Result<std::map<std::pair<std::string, std::string>, EtcdRecords::Claims>> EtcdR
                       HolderRun(kv.value) == opt_.incarnation;
     if (mine) {
       out[std::move(run)][*seq] = kv.value[0];
-    } else if (others_last) {
-      uint64_t& last = (*others_last)[std::move(run)];
-      last = std::max(last, *seq);
+    } else if (others) {
+      Others& o = (*others)[std::move(run)];
+      o.last = std::max(o.last, *seq);
+      if (kv.value[0] == kDone) o.done.insert(*seq);
     }
   }
   return out;

@@ -166,10 +166,15 @@ class EtcdRecords final : public RecordStore {
   // This run's claims on every writer's run, (writer, run) -> claims: what
   // a holder reads back when it starts and after each new standing (it
   // may hold no replica of a run it still owes a mark). O(every claim).
-  // `others_last`: if given, for each (writer, run), the highest seq any
-  // other holder (another node, or another run of this one) claimed.
-  using LastSeqs = std::map<std::pair<std::string, std::string>, uint64_t>;
-  Result<std::map<std::pair<std::string, std::string>, Claims>> AllOwnClaims(LastSeqs* others_last = nullptr);
+  // `others`: if given, for each (writer, run), what the other holders
+  // (other nodes, or other runs of this one) claimed of it.
+  struct Others {
+    uint64_t last = 0;        // the highest seq claimed
+    std::set<uint64_t> done;  // the seqs marked done (kDone)
+    bool operator==(const Others&) const = default;
+  };
+  using OthersClaims = std::map<std::pair<std::string, std::string>, Others>;
+  Result<std::map<std::pair<std::string, std::string>, Claims>> AllOwnClaims(OthersClaims* others = nullptr);
   // How many times this node's record was put under a new lease: a holder
   // that sees it change reads its claims back (some may be revoked).
   uint64_t Standings() const { return standings_.load(std::memory_order_acquire); }

@@ -195,8 +195,8 @@ void Takeover::MarkPending() {
 
 bool Takeover::ReadBack() {
   const uint64_t standing = records_->Standings();  // before the read: a later standing reads again
-  EtcdRecords::LastSeqs others_last;
-  auto all = records_->AllOwnClaims(&others_last);
+  EtcdRecords::OthersClaims others;
+  auto all = records_->AllOwnClaims(&others);
   if (!all) {
     Fail("cannot read back this holder's claims in etcd: " + records_->client()->LastError());
     return false;
@@ -252,7 +252,8 @@ bool Takeover::ReadBack() {
       // what its replica says otherwise.
       auto h = held.find(k);
       if (h != held.end() && !h->second.published) {
-        if (auto o = others_last.find(run); o != others_last.end() && o->second > seq) passed_over_.insert(k);
+        if (auto o = others.find(run); o != others.end() && o->second.last > seq)
+          passed_over_[k] = o->second.done.count(seq);
         continue;
       }
       mine = h != held.end() ? EtcdRecords::kDone : EtcdRecords::kGaveUp;
@@ -543,7 +544,11 @@ std::expected<meta::LogEntry, Takeover::Outcome> Takeover::EntryOf(const Replica
 }
 
 Takeover::Outcome Takeover::Act(const Replica& r, const meta::LogEntry& e, const PoisonView& poison) {
-  if (passed_over_.count({r.held.key.writer, r.run(), r.seq()})) return PassedOver(r, e);
+  if (auto p = passed_over_.find({r.held.key.writer, r.run(), r.seq()}); p != passed_over_.end()) {
+    const bool done_elsewhere = p->second;
+    passed_over_.erase(p);
+    return PassedOver(r, e, done_elsewhere);
+  }
   if (const std::optional<uint64_t> by = Touches(poison, e)) return Poisoned(r, e, "its entry " + std::to_string(*by));
   if (const auto blind = poison_gate_.find(r.held.key.writer);
       blind != poison_gate_.end() && r.held.gate_us > blind->second)
@@ -566,20 +571,28 @@ Takeover::Outcome Takeover::Poisoned(const Replica& r, const meta::LogEntry& e, 
   return Outcome::kLost;
 }
 
-Takeover::Outcome Takeover::PassedOver(const Replica& r, const meta::LogEntry& e) {
-  passed_over_.erase({r.held.key.writer, r.run(), r.seq()});
+Takeover::Outcome Takeover::PassedOver(const Replica& r, const meta::LogEntry& e, bool done_elsewhere) {
   const std::string what = "node " + r.held.key.writer + "'s entry " + std::to_string(e.seq) + " (" +
                            meta::LogOpName(e.op) + " " + EscapeName(e.path) + ")";
-  // A file published before this holder stopped is still there, its bytes
-  // the same, unless a later entry moved or replaced it: done.
-  if (r.held.key.ino != kEntryIno)
-    if (auto st = backend_->Stat(e.path); st && st->type == backend::Entry::Type::kFile && st->has_checksum &&
-                                          st->checksum_hi == r.held.hash_hi && st->checksum_lo == r.held.hash_lo) {
-      LOG_INFO("replicas: {} was published here before this holder stopped: done", what);
-      MutexLock l(&mu_);
-      stats_.already_there++;
-      return Outcome::kInBackend;
-    }
+  // Done by another holder of it (K > 1; its record held the others at
+  // this gate until it was), or published here before this holder stopped
+  // and still where it was put: its bytes and its mtime (Publish sets the
+  // writer's), not only bytes — an empty file a later entry put at that
+  // name has the same.
+  const std::optional<FileMeta>& m = r.meta;
+  bool done = done_elsewhere;
+  if (!done && r.held.key.ino != kEntryIno && m) {
+    auto st = backend_->Stat(e.path);
+    done = st && st->type == backend::Entry::Type::kFile && st->has_checksum && st->checksum_hi == r.held.hash_hi &&
+           st->checksum_lo == r.held.hash_lo && st->mtime_sec == m->mtime_sec && st->mtime_nsec == m->mtime_nsec;
+  }
+  if (done) {
+    LOG_INFO("replicas: {} was claimed here before this holder stopped, and {}: done", what,
+             done_elsewhere ? "another holder of it did it" : "the backend holds it as published here");
+    MutexLock l(&mu_);
+    stats_.already_there++;
+    return Outcome::kInBackend;
+  }
   // Not Lose: its bytes are sound. The writer, back, applies it where the
   // later entries left its names (drain_taken.cc); never back, it is lost.
   LOG_ERROR(
@@ -624,6 +637,10 @@ Takeover::Outcome Takeover::Publish(const Replica& r) {
   if (!meta) return Lose(UnreadableMeta(h));
   const std::string what = "node " + h.key.writer + "'s " + EscapeName(meta->path) + " (ino " +
                            std::to_string(h.key.ino) + " version " + std::to_string(h.key.version) + ")";
+  if (FAULT("takeover.publish")) {
+    Fail("cannot publish " + what + " for the dead node: fault takeover.publish");
+    return Outcome::kLater;
+  }
   // What the backend holds there may be this very version (the writer's
   // drain got it there before it died) or a newer file: then nothing to do.
   if (auto st = backend_->Stat(meta->path); st && st->type == backend::Entry::Type::kFile) {

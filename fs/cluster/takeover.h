@@ -168,10 +168,11 @@ class Takeover {
   // namespace entry) or published (a file).
   Outcome Act(const Replica& r, const meta::LogEntry& e, const PoisonView& poison);
   // A claim read back unmarked, its replica unpublished, whose run another
-  // holder went past (passed_over_): done if its file is in the backend
-  // with its bytes, else given up — published or applied now, it would
-  // undo the later entries the others applied while this holder was gone.
-  Outcome PassedOver(const Replica& r, const meta::LogEntry& e);
+  // holder went past (passed_over_): done if another holder of it marked
+  // it done (`done_elsewhere`) or its file is in the backend with its bytes
+  // and mtime, else given up — published or applied now, it would undo the
+  // later entries the others applied while this holder was gone.
+  Outcome PassedOver(const Replica& r, const meta::LogEntry& e, bool done_elsewhere);
   // `run` (writer, run) applied its log up to `applied` (its run back went
   // past the entries given up, in order): they poison nothing any more.
   void ForgetApplied(const std::pair<std::string, std::string>& run, uint64_t applied);
@@ -204,8 +205,9 @@ class Takeover {
   std::set<std::tuple<std::string, std::string, uint64_t>> unmarked_;
   std::map<std::tuple<std::string, std::string, uint64_t>, std::string> mark_names_;  // their names, if any
   // Claims read back unmarked, their replicas unpublished, a later entry of
-  // whose run another holder claimed (ReadBack; Pass's thread only).
-  std::set<std::tuple<std::string, std::string, uint64_t>> passed_over_;
+  // whose run another holder claimed (ReadBack; Pass's thread only) ->
+  // whether another holder marked that very entry done.
+  std::map<std::tuple<std::string, std::string, uint64_t>, bool> passed_over_;
   // The entries this holder gave up, (writer, run) -> their names (Pass's
   // thread only): a later entry of that run touching them is given up too
   // (poison.h). Pruned to what the writer's record shows unapplied.

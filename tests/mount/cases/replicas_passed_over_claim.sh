@@ -83,11 +83,7 @@ note "$X gave its claim up: $(backend_tree)"
 
 # a back on its state dir: it applies the given-up file where the rename
 # left it.
-rm -f "$T/pause_a"
-mount_node a -- "${COMMON[@]}" --member-timeout 6 --node a
-"$CKPTFS" drain "$A" --timeout 40 > /dev/null || fail "a's drain does not empty after it came back"
-cmp "$T/data" "$BACKEND/e$i/f" || fail "e$i/f is not a's file: $(backend_tree)"
-[ ! -e "$BACKEND/d$i" ] || fail "d$i came back with a: $(backend_tree)"
+replica_writer_back a "e$i/f" "d$i" "${COMMON[@]}" --member-timeout 6 --node a
 cmp "$T/data" "$A/e$i/f" || fail "a reads another e$i/f"
 
 for n in a b c; do umount_node $n; done

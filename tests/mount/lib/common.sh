@@ -359,6 +359,20 @@ replica_store() {
   COMMON=(--cluster job --cluster-store "etcd://$ETCD_EPS" --replicas 1
     --replica-listen 127.0.0.1:0 --cluster-secret "$SECRET")
 }
+# replica_writer_back NODE FILE GONE ARGS...: NODE mounted again on its
+# state dir with ARGS, its drain let go; once drained, the backend holds
+# $T/data at FILE and nothing at GONE (a directory a later entry moved:
+# the writer's replay must not bring it back).
+replica_writer_back() {
+  local n=$1 file=$2 gone=$3 tree
+  shift 3
+  rm -f "$T/pause_$n"
+  mount_node "$n" -- "$@"
+  "$CKPTFS" drain "$(node_mnt "$n")" --timeout 40 > /dev/null || fail "$n's drain does not empty after it came back"
+  tree=$(cd "$BACKEND" && find . -not -path './.ckptfs*' | sort | tr '\n' ' ')
+  cmp "$T/data" "$BACKEND/$file" || fail "$file is not $n's file: $tree"
+  [ ! -e "$BACKEND/$gone" ] || fail "$gone came back with $n: $tree"
+}
 # repl_of MOUNT PYTHON: runs PYTHON with j the status's cluster.replicas.
 repl_of() { "$CKPTFS" status "$1" --json | $PY -c "import json,sys; j=json.load(sys.stdin)['cluster']['replicas']; $2"; }
 node_mnt() { echo "$T/$1/mnt"; }

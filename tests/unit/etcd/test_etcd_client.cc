@@ -939,19 +939,20 @@ Test(etcd_client, a_claim_of_another_run_of_the_holder_counts_as_gone) {
   auto r = raw.Range("/ckptfs/job/taken/w/" + run + "/h/00000000000000000003");
   cr_assert(r.has_value() && r->kvs.size() == 1);
   cr_expect_eq(r->kvs[0].value, "x00000000000000hh");
-  R::LastSeqs others;
+  R::OthersClaims others;
   auto all = new_h.AllOwnClaims(&others);
   cr_assert(all.has_value());
   cr_expect(all->empty(), "another run's claims read back as this run's");
-  cr_expect(others == R::LastSeqs({{{"w", run}, 3}}), "another run of the id is another holder");
+  cr_expect(others == R::OthersClaims({{{"w", run}, {.last = 3}}}), "another run of the id is another holder");
   w.Close(true);
   old_h.Close(true);
   new_h.Close(true);
 }
 
 // What a holder reads back names, beside its own claims, the last entry of
-// each run another holder claimed: a holder back whose claim another went
-// past (its lease ran out meanwhile) must not publish it again
+// each run another holder claimed, and which they marked done: a holder
+// back whose claim another went past (its lease ran out meanwhile) must not
+// publish it again, and one another holder of it did is done
 // (Takeover::PassedOver). Whatever became of their claims, and of runs
 // this holder claimed nothing of.
 Test(etcd_client, a_holder_reads_how_far_the_others_claimed) {
@@ -967,11 +968,13 @@ Test(etcd_client, a_holder_reads_how_far_the_others_claimed) {
     cr_assert(ok.has_value() && *ok);
   }
   cr_assert(g.MarkTaken("w", run, 7, R::kDone).has_value());
-  R::LastSeqs others;
+  cr_assert(g.MarkTaken("w", run, 5, R::kGaveUp).has_value());
+  R::OthersClaims others;
   auto all = h.AllOwnClaims(&others);
   cr_assert(all.has_value());
   cr_expect(all->size() == 1 && all->begin()->second == R::Claims({{4, R::kClaimed}, {9, R::kClaimed}}));
-  cr_expect(others == R::LastSeqs({{{"w", run}, 7}, {{"w", run2}, 2}}), "%zu runs", others.size());
+  cr_expect(others == R::OthersClaims({{{"w", run}, {.last = 7, .done = {7}}}, {{"w", run2}, {.last = 2}}}), "%zu runs",
+            others.size());
   h.Close(true);
   g.Close(true);
 }
