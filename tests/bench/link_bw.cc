@@ -5,8 +5,10 @@
 // times; the holder's spare from each replica dropped is what the next one
 // lands in, as on a holder between two saves. Prints one line a repetition:
 //   link_bw rep=N bytes=B seconds=S gbps=G
-// Usage: link_bw DIR SIZE_MIB REPS   (DIR on tmpfs: the source file and the store)
+// Usage: link_bw DIR SIZE_MIB REPS [fork]   (DIR on tmpfs: the source file
+// and the store; fork: the holder in a child process, as between daemons)
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,8 +28,9 @@ using ckpt::fs::replica::Link;
 using ckpt::fs::replica::Store;
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: link_bw DIR SIZE_MIB REPS\n");
+  const bool fork_holder = argc == 5 && std::string(argv[4]) == "fork";
+  if (argc != 4 && !fork_holder) {
+    std::fprintf(stderr, "usage: link_bw DIR SIZE_MIB REPS [fork]\n");
     return 2;
   }
   const std::string dir = argv[1];
@@ -52,23 +55,55 @@ int main(int argc, char** argv) {
     }
     if (pwrite(fd, buf.data(), std::min<uint64_t>(buf.size(), size - off), off) < 0) return 1;
   }
-  auto store = Store::Open(dir + "/link_bw.replicas", 2 * size + (64 << 20));
-  if (!store) {
-    std::fprintf(stderr, "link_bw: cannot open the store: %s\n", std::strerror(store.error()));
-    return 1;
-  }
   const std::string secret(32, 's');
-  auto holder = Link::Open({.node_id = "holder", .secret = secret, .listen = "127.0.0.1:0"}, store->get());
+  // The holder: its store and link, here or in a child that tells its
+  // address through a pipe and drops each replica when told (one byte).
+  int to_child[2], from_child[2];
+  if (pipe(to_child) != 0 || pipe(from_child) != 0) return 1;
+  pid_t child = fork_holder ? fork() : 0;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Link> holder;
+  if (child == 0) {
+    auto s = Store::Open(dir + "/link_bw.replicas", 2 * size + (64 << 20));
+    if (!s) {
+      std::fprintf(stderr, "link_bw: cannot open the store: %s\n", std::strerror(s.error()));
+      return 1;
+    }
+    store = std::move(*s);
+    auto h = Link::Open({.node_id = "holder", .secret = secret, .listen = "127.0.0.1:0"}, store.get());
+    if (!h) {
+      std::fprintf(stderr, "link_bw: %s\n", h.error().c_str());
+      return 1;
+    }
+    holder = std::move(*h);
+  }
+  if (fork_holder && child == 0) {
+    const std::string a = holder->address() + "\n";
+    if (write(from_child[1], a.data(), a.size()) < 0) _exit(1);
+    char c;
+    for (int rep = 1; read(to_child[0], &c, 1) == 1; rep++)
+      (void)store->Drop(Key{.writer = "writer", .ino = 1, .version = static_cast<uint64_t>(rep)});
+    holder.reset();
+    store.reset();
+    _exit(0);
+  }
+  std::string addr;
+  if (fork_holder) {
+    char c;
+    while (read(from_child[0], &c, 1) == 1 && c != '\n') addr += c;
+  } else {
+    addr = holder->address();
+  }
   auto writer = Link::Open({.node_id = "writer", .secret = secret}, nullptr);
-  if (!holder || !writer) {
-    std::fprintf(stderr, "link_bw: %s\n", !holder ? holder.error().c_str() : writer.error().c_str());
+  if (!writer) {
+    std::fprintf(stderr, "link_bw: %s\n", writer.error().c_str());
     return 1;
   }
   for (int rep = 1; rep <= reps; rep++) {
     const Key k{.writer = "writer", .ino = 1, .version = static_cast<uint64_t>(rep)};
     uint64_t hi = 0, lo = 0;
     const auto t0 = std::chrono::steady_clock::now();
-    auto st = (*writer)->Replicate((*holder)->address(), k, fd, size, 1000 + rep, &hi, &lo, "{\"path\": \"f\"}");
+    auto st = (*writer)->Replicate(addr, k, fd, size, 1000 + rep, &hi, &lo, "{\"path\": \"f\"}");
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!st) {
       std::fprintf(stderr, "link_bw: replication failed: %s\n", std::strerror(st.error()));
@@ -77,7 +112,15 @@ int main(int argc, char** argv) {
     std::printf("link_bw rep=%d bytes=%llu seconds=%.3f gbps=%.2f\n", rep, static_cast<unsigned long long>(size), s,
                 size / s / 1e9);
     std::fflush(stdout);
-    (void)(*store)->Drop(k);
+    if (fork_holder) {
+      if (write(to_child[1], "d", 1) != 1) return 1;
+    } else {
+      (void)store->Drop(k);
+    }
+  }
+  if (fork_holder) {
+    close(to_child[1]);
+    waitpid(child, nullptr, 0);
   }
   close(fd);
   unlink(src.c_str());
