@@ -7,6 +7,9 @@
 //   link_bw rep=N bytes=B seconds=S gbps=G
 // Usage: link_bw DIR SIZE_MIB REPS [fork]   (DIR on tmpfs: the source file
 // and the store; fork: the holder in a child process, as between daemons)
+// LINK_BW_SETSID=1 (with fork): the child in a session, an autogroup, of
+// its own, as a daemon is; LINK_BW_PAUSE=S: S seconds idle before each
+// replication (a holder's spare waits minutes between two saves).
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -63,6 +66,7 @@ int main(int argc, char** argv) {
   pid_t child = fork_holder ? fork() : 0;
   std::unique_ptr<Store> store;
   std::unique_ptr<Link> holder;
+  if (fork_holder && child == 0 && getenv("LINK_BW_SETSID")) setsid();
   if (child == 0) {
     auto s = Store::Open(dir + "/link_bw.replicas", 2 * size + (64 << 20));
     if (!s) {
@@ -78,6 +82,8 @@ int main(int argc, char** argv) {
     holder = std::move(*h);
   }
   if (fork_holder && child == 0) {
+    close(to_child[1]);
+    close(from_child[0]);
     const std::string a = holder->address() + "\n";
     if (write(from_child[1], a.data(), a.size()) < 0) _exit(1);
     char c;
@@ -89,6 +95,8 @@ int main(int argc, char** argv) {
   }
   std::string addr;
   if (fork_holder) {
+    close(to_child[0]);
+    close(from_child[1]);
     char c;
     while (read(from_child[0], &c, 1) == 1 && c != '\n') addr += c;
   } else {
@@ -102,6 +110,7 @@ int main(int argc, char** argv) {
   for (int rep = 1; rep <= reps; rep++) {
     const Key k{.writer = "writer", .ino = 1, .version = static_cast<uint64_t>(rep)};
     uint64_t hi = 0, lo = 0;
+    if (const char* pause = getenv("LINK_BW_PAUSE")) sleep(static_cast<unsigned>(std::atoi(pause)));
     const auto t0 = std::chrono::steady_clock::now();
     auto st = (*writer)->Replicate(addr, k, fd, size, 1000 + rep, &hi, &lo, "{\"path\": \"f\"}");
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
