@@ -22,6 +22,9 @@
 //   takeover.published    a holder published a dead writer's file to the
 //                         backend, its replica not yet marked published nor
 //                         its claim marked done
+//   takeover.gave_up      a holder gave a dead writer's entry up and dropped
+//                         its replica; its mark (with the entry's names) may
+//                         not be in etcd yet
 //
 //   CKPTFS_FAULT=name:FILE       FAULT(name) is true, and the caller fails its
 //                                operation with EIO, each time it is reached

@@ -13,7 +13,9 @@
 
 #include "backend/checksum.h"
 #include "common/failpoint.h"
+#include "common/io.h"
 #include "common/log.h"
+#include "common/text.h"
 
 namespace ckpt::fs::replica {
 namespace {
@@ -39,16 +41,35 @@ constexpr char kPublished[] = "published";
 constexpr char kSpare[] = ".free-";  // a dropped replica's file, kept for the next one (never listed)  // the gate
                                      // field of a Retire()d replica
 
-// A small file's bytes (a replica's meta), or nullopt.
-std::optional<std::string> ReadSmall(int dfd, const std::string& name) {
+constexpr char kNote[] = "note-";
+
+// A small file's bytes (a replica's meta, a note), or nullopt (missing,
+// or longer than `max`).
+std::optional<std::string> ReadSmall(int dfd, const std::string& name, size_t max = kMaxText) {
   int fd = openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
-  std::string s(kMaxText + 1, '\0');
-  ssize_t n = read(fd, s.data(), s.size());
+  struct stat st;
+  std::optional<std::string> s;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= max) {
+    s.emplace(static_cast<size_t>(st.st_size), '\0');
+    if (PreadFull(fd, s->data(), s->size(), 0) != 0) s.reset();
+  }
   close(fd);
-  if (n < 0 || static_cast<size_t>(n) > kMaxText) return std::nullopt;
-  s.resize(static_cast<size_t>(n));
   return s;
+}
+
+// A note's file name: its key hashed (a key holds a node id and a run,
+// whatever their bytes).
+std::string NoteName(const std::string& key) { return kNote + HexHash(key); }
+
+// A note's file: "LEN\nKEYTEXT", LEN the key's length.
+std::optional<std::pair<std::string, std::string>> ParseNote(std::string_view file) {
+  const size_t nl = file.find('\n');
+  size_t len = 0;
+  if (nl == std::string_view::npos) return std::nullopt;
+  auto [p, ec] = std::from_chars(file.data(), file.data() + nl, len);
+  if (ec != std::errc() || p != file.data() + nl || len > file.size() - nl - 1) return std::nullopt;
+  return std::make_pair(std::string(file.substr(nl + 1, len)), std::string(file.substr(nl + 1 + len)));
 }
 
 // "WRITER.INO.VERSION~GATE~HEX" → Held (size from the file).
@@ -107,6 +128,16 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, uint64_t limi
   for (const std::string& name : names) {
     std::string_view n = name;
     if (n == "." || n == "..") continue;
+    if (n.starts_with(kNote)) {  // kept when whole and named after its key
+      auto file = ReadSmall(dfd, name, kMaxNote + kMaxText);
+      auto note = file ? ParseNote(*file) : std::nullopt;
+      if (note && NoteName(note->first) == name) {
+        s->notes_[note->first] = std::move(note->second);
+      } else if (unlinkat(dfd, name.c_str(), 0) != 0) {
+        LOG_WARN("replicas: cannot remove {}/{}: {}", dir, name, ErrStr(errno));
+      }
+      continue;
+    }
     if (n.ends_with(kMeta)) {  // kept with its replica, removed without one
       std::string data(n.substr(0, n.size() - strlen(kMeta)));
       if (!std::binary_search(names.begin(), names.end(), data) && unlinkat(dfd, name.c_str(), 0) != 0)
@@ -456,6 +487,47 @@ uint64_t Store::MinGate() const {
   for (const Held& h : held_)
     if (!h.published && (g == 0 || (h.gate_us > 0 && h.gate_us < g))) g = h.gate_us;
   return g;
+}
+
+Status Store::KeepNote(const std::string& key, const std::string& text) {
+  if (key.size() > kMaxText || text.size() > kMaxNote) return Err(EINVAL);
+  const std::string name = NoteName(key), part = kPart + name;
+  const std::string file = std::to_string(key.size()) + "\n" + key + text;
+  int fd = openat(dirfd_, part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrFromErrno();
+  int e = PwriteFull(fd, file.data(), file.size(), 0);
+  if (close(fd) != 0 && e == 0) e = errno;
+  if (e == 0 && renameat(dirfd_, part.c_str(), dirfd_, name.c_str()) != 0) e = errno;
+  if (e != 0) {
+    unlinkat(dirfd_, part.c_str(), 0);
+    return Err(e);
+  }
+  MutexLock l(&mu_);
+  notes_[key] = text;
+  return {};
+}
+
+std::optional<std::string> Store::Note(const std::string& key) const {
+  MutexLock l(&mu_);
+  auto it = notes_.find(key);
+  if (it == notes_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::string> Store::NoteKeys() const {
+  MutexLock l(&mu_);
+  std::vector<std::string> keys;
+  for (const auto& [key, text] : notes_) keys.push_back(key);
+  return keys;
+}
+
+void Store::DropNote(const std::string& key) {
+  {
+    MutexLock l(&mu_);
+    if (!notes_.erase(key)) return;
+  }
+  if (unlinkat(dirfd_, NoteName(key).c_str(), 0) != 0 && errno != ENOENT)
+    LOG_WARN("replicas: cannot remove the note {}/{}: {}", dir_, NoteName(key), ErrStr(errno));
 }
 
 uint64_t Store::bytes() const {

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -135,6 +136,18 @@ class Store {
   uint64_t MinGate() const;
   uint64_t limit() const { return limit_; }
 
+  // Notes: a few small texts a holder must find again after its daemon
+  // restarts on the same tier (Takeover: what it decided of a claimed
+  // entry while that mark is not yet in etcd). One file each beside the
+  // replicas (`note-HASH`: the key's length, the key, the text; written
+  // whole under a `.part-` name, then renamed), kept by Open, never listed
+  // as replicas, not counted against the limit (each at most kMaxNote).
+  static constexpr size_t kMaxNote = 64 << 10;
+  Status KeepNote(const std::string& key, const std::string& text);
+  std::optional<std::string> Note(const std::string& key) const;
+  std::vector<std::string> NoteKeys() const;
+  void DropNote(const std::string& key);
+
  private:
   Store(std::string dir, int dirfd, uint64_t limit) : dir_(std::move(dir)), dirfd_(dirfd), limit_(limit) {}
   void Release(uint64_t n);
@@ -162,6 +175,7 @@ class Store {
   uint64_t next_spare_ GUARDED_BY(mu_) = 0;
   Room room_ GUARDED_BY(mu_);
   uint64_t wanted_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::string> notes_ GUARDED_BY(mu_);  // key -> text (KeepNote)
 };
 
 }  // namespace ckpt::fs::replica

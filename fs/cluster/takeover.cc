@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -28,6 +29,47 @@ std::string UnreadableMeta(const Held& h) {
 // kept, such a replica would hold every member's drain for ever.
 bool Permanent(int e) {
   return e == EINVAL || e == ENAMETOOLONG || e == ELOOP || e == ENOTDIR || e == EISDIR || e == EPERM || e == EACCES;
+}
+
+// A claimed entry's mark, kept on the tier until it is in etcd
+// (Store::KeepNote): a holder restarted meanwhile marks what it decided,
+// with the give-up's names, instead of guessing from its replicas (a
+// give-up drops its replica, and "claimed, no replica" read as a give-up
+// of unknown names: "*", every later entry of that run poisoned).
+// The note's key: the claim's (writer, run, seq).
+std::string NoteKey(const std::tuple<std::string, std::string, uint64_t>& k) {
+  return std::get<0>(k) + '\0' + std::get<1>(k) + '\0' + std::to_string(std::get<2>(k));
+}
+// Its text: STATUS GATE_US '\n' NAMES (the gate: the replica's, which a
+// give-up's names hold back in this holder's record until they are in).
+struct MarkNote {
+  char status = 0;
+  uint64_t gate_us = 0;
+  std::string names;
+};
+std::string EncodeMarkNote(const MarkNote& n) {
+  return std::string(1, n.status) + std::to_string(n.gate_us) + "\n" + n.names;
+}
+std::optional<MarkNote> DecodeMarkNote(std::string_view text) {
+  const size_t nl = text.find('\n');
+  if (text.empty() || nl == std::string_view::npos) return std::nullopt;
+  MarkNote n;
+  n.status = text[0];
+  auto [p, ec] = std::from_chars(text.data() + 1, text.data() + nl, n.gate_us);
+  if (ec != std::errc() || p != text.data() + nl) return std::nullopt;
+  if (n.status != EtcdRecords::kDone && n.status != EtcdRecords::kGaveUp) return std::nullopt;
+  n.names = text.substr(nl + 1);
+  return n;
+}
+// The note of claim `k`, if one was kept and reads.
+std::optional<MarkNote> NoteOf(const Store& store, const std::tuple<std::string, std::string, uint64_t>& k) {
+  auto text = store.Note(NoteKey(k));
+  if (!text) return std::nullopt;
+  auto note = DecodeMarkNote(*text);
+  if (!note)
+    LOG_WARN("replicas: node {}'s entry {} (run {}): the note of its mark is unreadable: ignored", std::get<0>(k),
+             std::get<2>(k), std::get<1>(k));
+  return note;
 }
 
 }  // namespace
@@ -146,6 +188,12 @@ void Takeover::Mark(const std::string& writer, const Replica& r, char status, st
   it->second[r.seq()] = status;
   const std::tuple k{writer, r.run(), r.seq()};
   unmarked_.insert(k);
+  // On the tier first: the give-up drops the replica right after, and the
+  // mark may not go in before this daemon stops.
+  const std::string key = NoteKey(k);
+  if (auto st = store_->KeepNote(key, EncodeMarkNote({status, r.held.gate_us, names.value_or("")})); !st)
+    LOG_WARN("replicas: node {}'s entry {} (run {}): cannot keep its mark on the tier until it is in etcd: {}", writer,
+             r.seq(), r.run(), ErrStr(st.error()));
   if (names) mark_names_[k] = std::move(*names);
   MarkPending();
 }
@@ -153,6 +201,7 @@ void Takeover::Mark(const std::string& writer, const Replica& r, char status, st
 void Takeover::Unmark(const std::tuple<std::string, std::string, uint64_t>& k) {
   unmarked_.erase(k);
   mark_names_.erase(k);
+  store_->DropNote(NoteKey(k));
   bool let_go;
   {
     MutexLock l(&mu_);
@@ -174,6 +223,7 @@ void Takeover::MarkPending() {
       break;  // next pass
     }
     landed.insert(*it);
+    store_->DropNote(NoteKey(*it));
     if (names != mark_names_.end()) mark_names_.erase(names);
     it = unmarked_.erase(it);
   }
@@ -256,6 +306,19 @@ bool Takeover::ReadBack() {
           passed_over_[k] = o->second.done.count(seq);
         continue;
       }
+      // What this holder decided before it stopped, kept on the tier
+      // until the mark was in (Mark): marked as decided, with its names.
+      if (auto note = NoteOf(*store_, k)) {
+        mine = note->status;
+        if (!note->names.empty()) mark_names_[k] = note->names;
+        if (note->status == EtcdRecords::kGaveUp) {
+          poison_[run].Add(seq, DecodePoison(note->names));
+          MutexLock l(&mu_);  // its names not in etcd: its gate held (Pass)
+          gaveup_unmarked_[k] = static_cast<int64_t>(note->gate_us);
+        }
+        unmarked_.insert(k);
+        continue;
+      }
       mine = h != held.end() ? EtcdRecords::kDone : EtcdRecords::kGaveUp;
       if (h == held.end()) {
         LOG_WARN(
@@ -267,6 +330,11 @@ bool Takeover::ReadBack() {
       }
       unmarked_.insert(k);
     }
+  // Notes of marks that went in, or of claims gone, before this holder
+  // stopped: nothing owes them.
+  for (const std::string& key : store_->NoteKeys())
+    if (std::none_of(unmarked_.begin(), unmarked_.end(), [&](const auto& k) { return NoteKey(k) == key; }))
+      store_->DropNote(key);
   std::erase_if(claimed_, [](const auto& kv) { return kv.second.empty(); });
   standing_seen_ = standing;
   reread_ = false;
@@ -512,6 +580,7 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
     // pass applies it again) only until its mark is in (MarkPending).
     if (o == Outcome::kLost || !store_->Retire(h.key)) (void)store_->Drop(h.key);
     else if (h.key.ino == kEntryIno && !unmarked_.count({writer, r.run(), r.seq()})) (void)store_->Drop(h.key);
+    if (o == Outcome::kLost) FAILPOINT("takeover.gave_up");
     cluster_->Poke();  // the record no longer names this gate: the others go on
   }
 }

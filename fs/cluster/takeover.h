@@ -39,9 +39,12 @@
 // holder claimed a later entry of that run meanwhile (it went past this
 // one while this holder was gone: PassedOver gives it up); its replica
 // published (a mark lost, or not yet put when the holder stopped): marked
-// done; no replica (its machine rebooted, tmpfs lost): marked given up (the
-// writer applies the entry itself). A namespace entry's replica is kept
-// (retired) until its mark is in etcd, for the same reason.
+// done; no replica: marked as the note of its mark says (Mark keeps what it
+// decided, with a give-up's names, on the tier until the mark is in etcd:
+// Store::KeepNote), else — its machine rebooted, tmpfs lost — given up with
+// its names unknown (the writer applies the entry itself, and every later
+// entry of that run is given up with it). A namespace entry's replica is
+// kept (retired) until its mark is in etcd, for the same reason.
 //
 // An entry the backend refuses for good, or whose replica is unreadable,
 // is given up (marked kGaveUp, with its names beside the mark: MarkTaken),

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -380,6 +381,54 @@ Test(replica_store, a_crash_in_the_middle_of_a_rename_keeps_the_replica) {
   size_t metas = 0;
   for (const auto& en : fsys::directory_iterator(dir + "/r")) metas += en.path().string().ends_with(".meta");
   cr_expect_eq(metas, 1u);
+  fsys::remove_all(dir);
+}
+
+Test(replica_store, notes_outlast_a_restart_and_nothing_else_passes_for_one) {
+  std::string dir = TempDir();
+  const std::string data(3000, 'n');
+  const Held h = HeldOf({.writer = "w", .ino = 4, .version = 1}, data);
+  const std::string key1 = std::string("w\0run\0") + "7", key2 = "other";
+  const std::string text1 = std::string("!12\npd1/f\0pd1", 14);
+  {
+    auto s = Store::Open(dir + "/r", 1 << 20);
+    cr_assert(s.has_value());
+    CommitWhole(s->get(), h, data);
+    cr_assert((*s)->KeepNote(key1, "first").has_value());
+    cr_assert((*s)->KeepNote(key1, text1).has_value());  // replaced
+    cr_assert((*s)->KeepNote(key2, "x").has_value());
+    (*s)->DropNote(key2);
+    cr_expect((*s)->KeepNote(key2, std::string(Store::kMaxNote + 1, 'x')).error() == EINVAL);
+    cr_expect_eq((*s)->List().size(), 1u, "a note is listed as a replica");
+    cr_expect_eq((*s)->bytes(), data.size(), "a note counts against the limit");
+  }
+  // A note torn by a crash (a .part- file), one whose name is not its
+  // key's, and one that does not parse: none is kept.
+  auto put = [&](const std::string& name, const std::string& body) {
+    std::ofstream(dir + "/r/" + name, std::ios::binary) << body;
+  };
+  put(".part-note-0123456789abcdef", "5\nhello");
+  put("note-0123456789abcdef", "5\nhelloworld");
+  put("note-fedcba9876543210", "garbage");
+  auto s = Store::Open(dir + "/r", 1 << 20);
+  cr_assert(s.has_value());
+  cr_expect_eq((*s)->List().size(), 1u);
+  auto keys = (*s)->NoteKeys();
+  cr_assert_eq(keys.size(), 1u, "%zu notes kept after a restart", keys.size());
+  cr_expect_eq(keys[0], key1);
+  auto n = (*s)->Note(key1);
+  cr_assert(n.has_value());
+  cr_expect_eq(*n, text1, "the note's text changed across the restart");
+  cr_expect(!(*s)->Note(key2).has_value(), "a dropped note came back");
+  size_t files = 0;
+  for (const auto& en : fsys::directory_iterator(dir + "/r"))
+    files += en.path().filename().string().find("note-") != std::string::npos;
+  cr_expect_eq(files, 1u, "the torn and foreign notes were not removed");
+  (*s)->DropNote(key1);
+  cr_expect((*s)->NoteKeys().empty());
+  auto again = Store::Open(dir + "/r", 1 << 20);
+  cr_assert(again.has_value());
+  cr_expect((*again)->NoteKeys().empty(), "a dropped note came back at the next start");
   fsys::remove_all(dir);
 }
 

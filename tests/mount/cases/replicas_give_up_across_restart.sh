@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# A holder that gave a dead writer's entry up and stopped before the mark
+# (with the entry's names) was in etcd marks it, back on its tier, with
+# those names: not with "*", which would give up every later entry of the
+# writer's run (issue #30; docs/replicas.md, "A give-up's names outlast
+# the holder"). Two nodes, --replicas 1: a writes, b holds. a's drain held:
+# `mv L P` (the backend refuses it for good: P is a directory there), then
+# `mkdir Q` (other names). a is killed; b's marks fail (fault
+# takeover.mark); b gives the rename up, drops its replica, and dies
+# (failpoint takeover.gave_up) before it reaches `mkdir Q`. b, back on its
+# tier and state dir, the marks let through:
+#  - before: its claim of the rename read back unmarked with no replica:
+#    given up with its names unknown ("*"), and `mkdir Q` with it (Q never
+#    reached the backend until a came back);
+#  - now: the note b kept on its tier gives the mark and its names (L, P):
+#    `mkdir Q` touches neither and is applied;
+#  - a, back on its state dir, applies the rename itself.
+# serial: kills daemons and waits out their leases
+source "$(dirname "$0")/../lib/common.sh"
+require_root
+
+replica_store
+touch "$T/pause_a"
+mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --member-timeout 3 --node a
+mount_node b "CKPTFS_FAULT=takeover.mark:$T/nomark" "CKPTFS_FAILPOINT=takeover.gave_up" -- \
+  "${COMMON[@]}" --member-timeout 2 --node b
+A=$(node_mnt a)
+wait_for 20 "a does not see b's replica link" repl_of "$A" 'assert j["peers"] == 1, j'
+backend_tree() { (cd "$BACKEND" && find . -not -path './.ckptfs*' | sort | tr '\n' ' '); }
+entries() { repl_of "$A" 'print(j["replicated_entries"])'; }
+notes() { ls "$TIER-b-replicas" 2> /dev/null | grep -c '^note-' || true; }
+gaveup() { ETCDCTL_API=3 etcdctl --endpoints "$ETCD_EPS" get --prefix /ckptfs/job/gaveup/a/ --print-value-only | tr '\0' ' '; }
+head -c 300000 /dev/urandom > "$T/data"
+
+rm -f "$T/pause_a"
+cp "$T/data" "$A/L"
+"$CKPTFS" drain "$A" --timeout 30 > /dev/null || fail "L did not drain"
+touch "$T/pause_a"
+n0=$(entries)
+mv "$A/L" "$A/P"
+mkdir "$A/Q"
+wait_for 30 "a's rename and mkdir were not both replicated" eval '[ "$(entries)" -ge $((n0 + 2)) ]'
+
+# The rename refused by the backend for good; b's marks refused; a lost.
+mkdir "$BACKEND/P" && touch "$BACKEND/P/x"
+touch "$T/nomark"
+kill_node a
+wait_for 60 "b never gave a's rename up (its failpoint)" eval '[ -z "$(_node_pid b)" ]'
+[ -z "$(gaveup)" ] || fail "b's give-up is in etcd though its marks failed: $(gaveup)"
+[ "$(notes)" -ge 1 ] || fail "b kept no note of its give-up on its tier: $(ls "$TIER-b-replicas")"
+[ ! -e "$BACKEND/Q" ] || fail "b applied mkdir Q before it stopped: the case tests nothing: $(backend_tree)"
+note "b gave mv L P up and stopped before its mark was in: $(backend_tree)"
+
+# b back on its tier and state dir, its marks let through.
+rm -f "$T/nomark"
+mount_node b -- "${COMMON[@]}" --member-timeout 2 --node b
+BM=$(node_mnt b)
+wait_for 60 "b, back, did not apply mkdir Q (its give-up of mv L P read back as '*'?): gaveup/a/ = '$(gaveup)'; $(backend_tree)" \
+  test -d "$BACKEND/Q"
+wait_for 30 "b's give-up never reached etcd" eval '[ -n "$(gaveup)" ]'
+names=$(gaveup)
+case "$names" in *pP*) ;; *) fail "b's give-up in etcd does not name P: '$names'" ;; esac
+[ "$names" != "*" ] || fail "b's give-up in etcd names nothing ('*')"
+repl_of "$BM" 'assert j["poisoned_for_dead"] == 0, j' || fail "b gave up an entry of a that the rename does not touch"
+wait_for 20 "b's note outlived its mark" eval '[ "$(notes)" -eq 0 ]'
+note "b, back, gave mv L P up with its names ($names) and applied mkdir Q: $(backend_tree)"
+
+# a back on its state dir: it applies the rename itself.
+rm -r "$BACKEND/P"
+replica_writer_back a P L "${COMMON[@]}" --member-timeout 3 --node a
+[ -d "$BACKEND/Q" ] || fail "Q is gone from the backend after a came back: $(backend_tree)"
+
+for n in a b; do umount_node $n; done
+check_log --allow-errors "lease expired|cut off|replicas: |given up|failpoint|takeover.mark" \
+  --allow-warnings "replicas|is dead|lease|took over|rejoins|drain holds|lost|etcd|waits"
+echo "PASS: $CASE"
