@@ -72,6 +72,22 @@ std::optional<MarkNote> NoteOf(const Store& store, const std::tuple<std::string,
   return note;
 }
 
+// What the backend holds at a replica's path, against the replica: a file
+// with its bytes, with the writer's mtime (a takeover's publish sets it),
+// or with a later one. All false: nothing there, or not a file.
+struct AtName {
+  bool same_bytes = false, same_mtime = false, newer = false;
+};
+AtName WhatIsAt(backend::Backend* backend, const Held& h, const FileMeta& m) {
+  AtName at;
+  auto st = backend->Stat(m.path);
+  if (!st || st->type != backend::Entry::Type::kFile) return at;
+  at.same_bytes = st->has_checksum && st->checksum_hi == h.hash_hi && st->checksum_lo == h.hash_lo;
+  at.same_mtime = st->mtime_sec == m.mtime_sec && st->mtime_nsec == m.mtime_nsec;
+  at.newer = st->mtime_sec > m.mtime_sec || (st->mtime_sec == m.mtime_sec && st->mtime_nsec > m.mtime_nsec);
+  return at;
+}
+
 }  // namespace
 
 Takeover::Takeover(std::string node, Store* store, Cluster* cluster, EtcdRecords* records, Peers* peers,
@@ -648,12 +664,10 @@ Takeover::Outcome Takeover::PassedOver(const Replica& r, const meta::LogEntry& e
   // and still where it was put: its bytes and its mtime (Publish sets the
   // writer's), not only bytes — an empty file a later entry put at that
   // name has the same.
-  const std::optional<FileMeta>& m = r.meta;
   bool done = done_elsewhere;
-  if (!done && r.held.key.ino != kEntryIno && m) {
-    auto st = backend_->Stat(e.path);
-    done = st && st->type == backend::Entry::Type::kFile && st->has_checksum && st->checksum_hi == r.held.hash_hi &&
-           st->checksum_lo == r.held.hash_lo && st->mtime_sec == m->mtime_sec && st->mtime_nsec == m->mtime_nsec;
+  if (!done && r.held.key.ino != kEntryIno && r.meta) {
+    const AtName at = WhatIsAt(backend_, r.held, *r.meta);
+    done = at.same_bytes && at.same_mtime;
   }
   if (done) {
     LOG_INFO("replicas: {} was claimed here before this holder stopped, and {}: done", what,
@@ -712,16 +726,12 @@ Takeover::Outcome Takeover::Publish(const Replica& r) {
   }
   // What the backend holds there may be this very version (the writer's
   // drain got it there before it died) or a newer file: then nothing to do.
-  if (auto st = backend_->Stat(meta->path); st && st->type == backend::Entry::Type::kFile) {
-    const bool same = st->has_checksum && st->checksum_hi == h.hash_hi && st->checksum_lo == h.hash_lo;
-    const bool newer =
-        st->mtime_sec > meta->mtime_sec || (st->mtime_sec == meta->mtime_sec && st->mtime_nsec > meta->mtime_nsec);
-    if (same || newer) {
-      LOG_INFO("replicas: {} is already in the backend ({}): not published again", what, same ? "same bytes" : "newer");
-      MutexLock l(&mu_);
-      stats_.already_there++;
-      return Outcome::kInBackend;
-    }
+  if (const AtName at = WhatIsAt(backend_, h, *meta); at.same_bytes || at.newer) {
+    LOG_INFO("replicas: {} is already in the backend ({}): not published again", what,
+             at.same_bytes ? "same bytes" : "newer");
+    MutexLock l(&mu_);
+    stats_.already_there++;
+    return Outcome::kInBackend;
   }
   auto held = store_->OpenHeld(h.key);
   if (!held) {
