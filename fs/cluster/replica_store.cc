@@ -41,7 +41,7 @@ constexpr char kPublished[] = "published";
 constexpr char kSpare[] = ".free-";  // a dropped replica's file, kept for the next one (never listed)  // the gate
                                      // field of a Retire()d replica
 
-constexpr char kNote[] = "note-";
+constexpr char kNote[] = ".note-";  // a dot: no node id starts so (ValidNodeId), no replica is taken for a note
 
 // A small file's bytes (a replica's meta, a note), or nullopt (missing,
 // or longer than `max`).
@@ -62,14 +62,22 @@ std::optional<std::string> ReadSmall(int dfd, const std::string& name, size_t ma
 // whatever their bytes).
 std::string NoteName(const std::string& key) { return kNote + HexHash(key); }
 
-// A note's file: "LEN\nKEYTEXT", LEN the key's length.
+// A note's file: "KEYLEN TEXTLEN\nKEYTEXT" — both lengths exact, so a
+// note cut short (a tier on a disk that lost power) is not taken for one.
+std::string NoteFile(const std::string& key, const std::string& text) {
+  return std::to_string(key.size()) + " " + std::to_string(text.size()) + "\n" + key + text;
+}
 std::optional<std::pair<std::string, std::string>> ParseNote(std::string_view file) {
   const size_t nl = file.find('\n');
-  size_t len = 0;
+  size_t klen = 0, tlen = 0;
   if (nl == std::string_view::npos) return std::nullopt;
-  auto [p, ec] = std::from_chars(file.data(), file.data() + nl, len);
-  if (ec != std::errc() || p != file.data() + nl || len > file.size() - nl - 1) return std::nullopt;
-  return std::make_pair(std::string(file.substr(nl + 1, len)), std::string(file.substr(nl + 1 + len)));
+  const char* end = file.data() + nl;
+  auto [p, ec] = std::from_chars(file.data(), end, klen);
+  if (ec != std::errc() || p == end || *p != ' ') return std::nullopt;
+  auto [q, ec2] = std::from_chars(p + 1, end, tlen);
+  if (ec2 != std::errc() || q != end || klen > file.size() - nl - 1 || tlen != file.size() - nl - 1 - klen)
+    return std::nullopt;
+  return std::make_pair(std::string(file.substr(nl + 1, klen)), std::string(file.substr(nl + 1 + klen)));
 }
 
 // "WRITER.INO.VERSION~GATE~HEX" → Held (size from the file).
@@ -492,7 +500,7 @@ uint64_t Store::MinGate() const {
 Status Store::KeepNote(const std::string& key, const std::string& text) {
   if (key.size() > kMaxText || text.size() > kMaxNote) return Err(EINVAL);
   const std::string name = NoteName(key), part = kPart + name;
-  const std::string file = std::to_string(key.size()) + "\n" + key + text;
+  const std::string file = NoteFile(key, text);
   int fd = openat(dirfd_, part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return ErrFromErrno();
   int e = PwriteFull(fd, file.data(), file.size(), 0);

@@ -139,7 +139,7 @@ class Store {
   // Notes: a few small texts a holder must find again after its daemon
   // restarts on the same tier (Takeover: what it decided of a claimed
   // entry while that mark is not yet in etcd). One file each beside the
-  // replicas (`note-HASH`: the key's length, the key, the text; written
+  // replicas (`.note-HASH`: the key's and text's lengths, the key, the text; written
   // whole under a `.part-` name, then renamed), kept by Open, never listed
   // as replicas, not counted against the limit (each at most kMaxNote).
   static constexpr size_t kMaxNote = 64 << 10;

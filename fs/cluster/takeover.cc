@@ -208,8 +208,10 @@ void Takeover::Mark(const std::string& writer, const Replica& r, char status, st
   // mark may not go in before this daemon stops.
   const std::string key = NoteKey(k);
   if (auto st = store_->KeepNote(key, EncodeMarkNote({status, r.held.gate_us, names.value_or("")})); !st)
-    LOG_WARN("replicas: node {}'s entry {} (run {}): cannot keep its mark on the tier until it is in etcd: {}", writer,
-             r.seq(), r.run(), ErrStr(st.error()));
+    LOG_ERROR(
+        "replicas: node {}'s entry {} (run {}): cannot keep its mark on the tier until it is in etcd ({}): restarted "
+        "before the mark is in, this holder would give up every later entry of that run",
+        writer, r.seq(), r.run(), ErrStr(st.error()));
   if (names) mark_names_[k] = std::move(*names);
   MarkPending();
 }
@@ -297,6 +299,7 @@ bool Takeover::ReadBack() {
       it = claims.erase(it);
     }
   passed_over_.clear();
+  bool held_back = false;  // a given-up gate held again (a note): the record says so now
   for (const auto& [run, claims] : *all)
     for (const auto& [seq, status] : claims) {
       const std::tuple k{run.first, run.second, seq};
@@ -310,29 +313,35 @@ bool Takeover::ReadBack() {
       char& mine = claimed_[run][seq];
       mine = status;
       if (status != EtcdRecords::kClaimed) continue;
-      // Claimed, not marked: redone while the replica waits, unpublished
-      // (the pass publishes it) — unless another holder claimed a later
-      // entry of that run: it went past this one while this holder was
-      // gone (its record no longer named the gate), and this one, done
-      // now, would undo what came after it (Act: PassedOver). Marked as
-      // what its replica says otherwise.
       auto h = held.find(k);
-      if (h != held.end() && !h->second.published) {
-        if (auto o = others.find(run); o != others.end() && o->second.last > seq)
-          passed_over_[k] = o->second.done.count(seq);
-        continue;
-      }
       // What this holder decided before it stopped, kept on the tier
-      // until the mark was in (Mark): marked as decided, with its names.
+      // until the mark was in (Mark): marked as decided, with its names;
+      // its replica, if this holder stopped before it let it go, let go
+      // as then (dropped after a give-up, kept published after a publish).
       if (auto note = NoteOf(*store_, k)) {
+        if (h != held.end() && !h->second.published &&
+            (note->status == EtcdRecords::kGaveUp || !store_->Retire(h->second.key)))
+          drop(k, "it was decided here before this holder stopped");
         mine = note->status;
         if (!note->names.empty()) mark_names_[k] = note->names;
         if (note->status == EtcdRecords::kGaveUp) {
           poison_[run].Add(seq, DecodePoison(note->names));
           MutexLock l(&mu_);  // its names not in etcd: its gate held (Pass)
           gaveup_unmarked_[k] = static_cast<int64_t>(note->gate_us);
+          held_back = true;
         }
         unmarked_.insert(k);
+        continue;
+      }
+      // Claimed, not marked, undecided: redone while the replica waits,
+      // unpublished (the pass publishes it) — unless another holder
+      // claimed a later entry of that run: it went past this one while
+      // this holder was gone (its record no longer named the gate), and
+      // this one, done now, would undo what came after it (Act:
+      // PassedOver). Marked as what its replica says otherwise.
+      if (h != held.end() && !h->second.published) {
+        if (auto o = others.find(run); o != others.end() && o->second.last > seq)
+          passed_over_[k] = o->second.done.count(seq);
         continue;
       }
       mine = h != held.end() ? EtcdRecords::kDone : EtcdRecords::kGaveUp;
@@ -348,9 +357,11 @@ bool Takeover::ReadBack() {
     }
   // Notes of marks that went in, or of claims gone, before this holder
   // stopped: nothing owes them.
+  std::set<std::string> owed;
+  for (const auto& k : unmarked_) owed.insert(NoteKey(k));
   for (const std::string& key : store_->NoteKeys())
-    if (std::none_of(unmarked_.begin(), unmarked_.end(), [&](const auto& k) { return NoteKey(k) == key; }))
-      store_->DropNote(key);
+    if (!owed.count(key)) store_->DropNote(key);
+  if (held_back && cluster_) cluster_->Poke();
   std::erase_if(claimed_, [](const auto& kv) { return kv.second.empty(); });
   standing_seen_ = standing;
   reread_ = false;

@@ -28,7 +28,7 @@ A=$(node_mnt a)
 wait_for 20 "a does not see b's replica link" repl_of "$A" 'assert j["peers"] == 1, j'
 backend_tree() { (cd "$BACKEND" && find . -not -path './.ckptfs*' | sort | tr '\n' ' '); }
 entries() { repl_of "$A" 'print(j["replicated_entries"])'; }
-notes() { ls "$TIER-b-replicas" 2> /dev/null | grep -c '^note-' || true; }
+notes() { ls -A "$TIER-b-replicas" 2> /dev/null | grep -c '^\.note-' || true; }
 gaveup() { ETCDCTL_API=3 etcdctl --endpoints "$ETCD_EPS" get --prefix /ckptfs/job/gaveup/a/ --print-value-only | tr '\0' ' '; }
 head -c 300000 /dev/urandom > "$T/data"
 
@@ -47,7 +47,7 @@ touch "$T/nomark"
 kill_node a
 wait_for 60 "b never gave a's rename up (its failpoint)" eval '[ -z "$(_node_pid b)" ]'
 [ -z "$(gaveup)" ] || fail "b's give-up is in etcd though its marks failed: $(gaveup)"
-[ "$(notes)" -ge 1 ] || fail "b kept no note of its give-up on its tier: $(ls "$TIER-b-replicas")"
+[ "$(notes)" -ge 1 ] || fail "b kept no note of its give-up on its tier: $(ls -A "$TIER-b-replicas")"
 [ ! -e "$BACKEND/Q" ] || fail "b applied mkdir Q before it stopped: the case tests nothing: $(backend_tree)"
 note "b gave mv L P up and stopped before its mark was in: $(backend_tree)"
 

@@ -388,31 +388,35 @@ Test(replica_store, notes_outlast_a_restart_and_nothing_else_passes_for_one) {
   std::string dir = TempDir();
   const std::string data(3000, 'n');
   const Held h = HeldOf({.writer = "w", .ino = 4, .version = 1}, data);
+  // A node id may begin as a note's file name did once ("note-"): its
+  // replicas are replicas.
+  const Held nx = HeldOf({.writer = "note-x", .ino = 5, .version = 1}, data);
   const std::string key1 = std::string("w\0run\0") + "7", key2 = "other";
   const std::string text1 = std::string("!12\npd1/f\0pd1", 14);
   {
     auto s = Store::Open(dir + "/r", 1 << 20);
     cr_assert(s.has_value());
     CommitWhole(s->get(), h, data);
+    CommitWhole(s->get(), nx, data);
     cr_assert((*s)->KeepNote(key1, "first").has_value());
     cr_assert((*s)->KeepNote(key1, text1).has_value());  // replaced
     cr_assert((*s)->KeepNote(key2, "x").has_value());
     (*s)->DropNote(key2);
     cr_expect((*s)->KeepNote(key2, std::string(Store::kMaxNote + 1, 'x')).error() == EINVAL);
-    cr_expect_eq((*s)->List().size(), 1u, "a note is listed as a replica");
-    cr_expect_eq((*s)->bytes(), data.size(), "a note counts against the limit");
+    cr_expect_eq((*s)->List().size(), 2u, "a note is listed as a replica");
+    cr_expect_eq((*s)->bytes(), 2 * data.size(), "a note counts against the limit");
   }
   // A note torn by a crash (a .part- file), one whose name is not its
   // key's, and one that does not parse: none is kept.
   auto put = [&](const std::string& name, const std::string& body) {
     std::ofstream(dir + "/r/" + name, std::ios::binary) << body;
   };
-  put(".part-note-0123456789abcdef", "5\nhello");
-  put("note-0123456789abcdef", "5\nhelloworld");
-  put("note-fedcba9876543210", "garbage");
+  put(".part-.note-0123456789abcdef", "5 0\nhello");
+  put(".note-0123456789abcdef", "5 5\nhelloworld");
+  put(".note-fedcba9876543210", "garbage");
   auto s = Store::Open(dir + "/r", 1 << 20);
   cr_assert(s.has_value());
-  cr_expect_eq((*s)->List().size(), 1u);
+  cr_expect_eq((*s)->List().size(), 2u, "a replica was taken for a note at the start");
   auto keys = (*s)->NoteKeys();
   cr_assert_eq(keys.size(), 1u, "%zu notes kept after a restart", keys.size());
   cr_expect_eq(keys[0], key1);
@@ -422,7 +426,7 @@ Test(replica_store, notes_outlast_a_restart_and_nothing_else_passes_for_one) {
   cr_expect(!(*s)->Note(key2).has_value(), "a dropped note came back");
   size_t files = 0;
   for (const auto& en : fsys::directory_iterator(dir + "/r"))
-    files += en.path().filename().string().find("note-") != std::string::npos;
+    files += en.path().filename().string().find(".note-") != std::string::npos;
   cr_expect_eq(files, 1u, "the torn and foreign notes were not removed");
   (*s)->DropNote(key1);
   cr_expect((*s)->NoteKeys().empty());
