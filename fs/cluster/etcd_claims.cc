@@ -7,6 +7,7 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "fs/cluster/etcd_records.h"
+#include "fs/cluster/poison.h"
 
 namespace ckpt::fs {
 
@@ -14,6 +15,7 @@ namespace {
 constexpr char kMembers[] = "members/";
 constexpr char kTaken[] = "taken/";
 constexpr char kGaveUpDir[] = "gaveup/";
+const std::string kDoneValue = replica::kAppliedText;  // beside every kDone mark (MarkTaken)
 }  // namespace
 namespace {
 constexpr int64_t kPage = 10000;  // keys a range read brings at once (a run's claims can be many)
@@ -282,6 +284,10 @@ Status EtcdRecords::MarkTaken(const std::string& writer, const std::string& run,
     SetError("marking a claim: fault takeover.mark");
     return Err(EIO);
   }
+  // A done mark says so beside it ("+"), names given or not: another
+  // holder's give-up of the same entry (K > 1) then poisons nothing,
+  // whichever of the two marks lands first (done wins).
+  if (!names && status == kDone) names = &kDoneValue;
   std::vector<etcd::Client::Op> ops;
   if (names)
     ops.push_back({.key = prefix_ + kGaveUpDir + writer + "/" + RunText(run) + "/" + SeqText(seq) + "/" + opt_.node,

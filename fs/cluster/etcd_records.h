@@ -147,10 +147,11 @@ class EtcdRecords final : public RecordStore {
   // put back.
   // `names` (not null): also put, in the same transaction and under the
   // same guard, at gaveup/WRITER/RUN/SEQ/this node — what a give-up makes
-  // untouchable for the other holders (replica::EncodePoison), or "+" for
-  // an entry another holder gave up and this one applied (done wins). A
-  // revoked or pruned claim leaves none; the writer's prune deletes them
-  // with its claims.
+  // untouchable for the other holders (replica::EncodePoison), or "+":
+  // this holder applied the entry (done wins). Every kDone mark puts "+"
+  // (names given or not), so that another holder's give-up of the same
+  // entry poisons nothing whichever mark lands first. A revoked or pruned
+  // claim leaves none; the writer's prune deletes them with its claims.
   Status MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status,
                    const std::string* names = nullptr);
   // Every holder's gaveup/ values of `writer`'s run `run`, seq -> holder

@@ -567,7 +567,8 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
     PoisonView both;
     if (!own.by_seq.empty()) {
       both = others.view;
-      for (const auto& [seq, p] : own.by_seq) both.Add(seq, p);
+      for (const auto& [seq, p] : own.by_seq)  // done wins here too: another holder applied it
+        if (!AppliedByAny(others.by_seq, seq)) both.Add(seq, p);
       poison = &both;
     }
     auto e = EntryOf(r);
@@ -583,15 +584,14 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
       poison_gate_[writer] = h.gate_us;
     // Told to the writer through its claim: done, or given up (then the
     // writer, if it comes back, applies the entry itself, in its order);
-    // a give-up with its names, for the other holders — and a done entry
-    // another holder gave up with "+" (it poisons nothing).
+    // a give-up with its names, for the other holders (a done mark says
+    // "+" beside it, MarkTaken: it poisons nothing, whichever mark of the
+    // entry's holders lands first).
     std::optional<std::string> names;
     if (o == Outcome::kLost) {
       Poison p = e ? PoisonOf(*e) : Poison::All();
       names = EncodePoison(p);
       own.Add(r.seq(), std::move(p));
-    } else if (others.by_seq.count(r.seq())) {
-      names = kAppliedText;
     }
     Mark(writer, r, o == Outcome::kLost ? EtcdRecords::kGaveUp : EtcdRecords::kDone, std::move(names));
     if (o == Outcome::kLost && unmarked_.count({writer, r.run(), r.seq()})) {

@@ -29,7 +29,7 @@ wait_for 20 "a does not see b's replica link" repl_of "$A" 'assert j["peers"] ==
 backend_tree() { (cd "$BACKEND" && find . -not -path './.ckptfs*' | sort | tr '\n' ' '); }
 entries() { repl_of "$A" 'print(j["replicated_entries"])'; }
 notes() { ls -A "$TIER-b-replicas" 2> /dev/null | grep -c '^\.note-' || true; }
-gaveup() { ETCDCTL_API=3 etcdctl --endpoints "$ETCD_EPS" get --prefix /ckptfs/job/gaveup/a/ --print-value-only | tr '\0' ' '; }
+gaveup() { ETCDCTL_API=3 etcdctl --endpoints "$ETCD_EPS" get --prefix /ckptfs/job/gaveup/a/ --print-value-only | tr '\0' ' ' | grep -vx '+' || true; }
 head -c 300000 /dev/urandom > "$T/data"
 
 rm -f "$T/pause_a"

@@ -55,7 +55,7 @@ for m in "$B" "$C"; do
   repl_of "$m" 'assert j["passed_over_for_dead"] == 0 and j["lost_for_dead"] == 0 and j["poisoned_for_dead"] == 0, j' ||
     fail "$m gave an entry of a up that c did"
 done
-names=$(ETCDCTL_API=3 etcdctl --endpoints "$ETCD_EPS" get --prefix /ckptfs/job/gaveup/a/ --keys-only | grep -c . || true)
+names=$(given_up_in_etcd a)
 expect_eq 0 "$names" "give-ups of a named in etcd"
 note "b took its claim as done (c did it)"
 

@@ -373,6 +373,12 @@ replica_writer_back() {
   cmp "$T/data" "$BACKEND/$file" || fail "$file is not $n's file: $tree"
   [ ! -e "$BACKEND/$gone" ] || fail "$gone came back with $n: $tree"
 }
+# given_up_in_etcd WRITER: how many holders' give-ups of WRITER's entries
+# etcd names (gaveup/WRITER/; a done mark's "+" beside it is not one).
+given_up_in_etcd() {
+  ETCDCTL_API=3 etcdctl --endpoints "$ETCD_EPS" get --prefix "/ckptfs/job/gaveup/$1/" -w json |
+    $PY -c 'import base64,json,sys; print(sum(base64.b64decode(k["value"]) != b"+" for k in json.load(sys.stdin).get("kvs", [])))'
+}
 # repl_of MOUNT PYTHON: runs PYTHON with j the status's cluster.replicas.
 repl_of() { "$CKPTFS" status "$1" --json | $PY -c "import json,sys; j=json.load(sys.stdin)['cluster']['replicas']; $2"; }
 node_mnt() { echo "$T/$1/mnt"; }

@@ -769,6 +769,47 @@ Test(etcd_client, a_give_up_names_its_paths_for_the_other_holders) {
   w.Close(true);
 }
 
+// Done wins whichever mark lands first (K > 1): a holder that applied an
+// entry says "+" beside its done mark, names given or not, so another
+// holder's give-up of the same entry, marked after it, poisons nothing
+// (before, "+" was put only by a holder that had read the other's
+// give-up before its mark: marked first, the done left the names to
+// poison every later entry on them at every holder).
+Test(etcd_client, a_done_mark_wins_over_a_give_up_marked_after_it) {
+  auto eps = Start(1);
+  auto opts = [&](const std::string& node, const std::string& run) { return RecordsOpts(eps, node, 5, run); };
+  using R = ckpt::fs::EtcdRecords;
+  namespace rp = ckpt::fs::replica;
+  auto clock = [] { return int64_t{1}; };
+  const std::string run = "00000000000000aa";
+  R h(opts("h", "00000000000000hh"), clock), h2(opts("h2", "000000000000h2h2"), clock);
+  cr_assert(h.Open().has_value());
+  cr_assert(h2.Open().has_value());
+  cr_assert(h.Put("h", "{}").has_value());
+  cr_assert(h2.Put("h2", "{}").has_value());
+  for (R* x : {&h, &h2}) {
+    auto ok = x->ClaimTaken("w", run, 8, 0);
+    cr_assert(ok.has_value() && *ok);
+  }
+  cr_assert(h2.MarkTaken("w", run, 8, R::kDone).has_value());
+  rp::Poison p;
+  p.names = {"latest"};
+  const std::string names = rp::EncodePoison(p);
+  cr_assert(h.MarkTaken("w", run, 8, R::kGaveUp, &names).has_value());
+  rp::GaveUps read;
+  int64_t rev = 0;
+  cr_assert(h.ReadGaveUp("w", run, &read, &rev).has_value());
+  cr_assert(read.count(8) && read.at(8).count("h2"), "the done mark put nothing beside it");
+  cr_expect_eq(read.at(8).at("h2"), std::string(rp::kAppliedText));
+  cr_expect(rp::AppliedByAny(read, 8));
+  cr_expect(rp::PoisonFromHolders(read).by_seq.empty(), "an entry a holder applied poisons");
+  auto own = h2.OwnClaims("w", run);
+  cr_assert(own.has_value());
+  cr_expect_eq(own->at(8), R::kDone);
+  h.Close(true);
+  h2.Close(true);
+}
+
 Test(etcd_client, claims_are_a_key_each_and_the_run_back_deletes_those_it_went_past) {
   auto eps = Start(1);
   auto opts = [&](const std::string& node, const std::string& run) { return RecordsOpts(eps, node, 5, run); };
