@@ -7,7 +7,6 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "fs/cluster/etcd_records.h"
-#include "fs/cluster/poison.h"
 
 namespace ckpt::fs {
 
@@ -15,7 +14,7 @@ namespace {
 constexpr char kMembers[] = "members/";
 constexpr char kTaken[] = "taken/";
 constexpr char kGaveUpDir[] = "gaveup/";
-const std::string kDoneValue = replica::kAppliedText;  // beside every kDone mark (MarkTaken)
+constexpr char kAppliedDir[] = "applied/";  // APPLIED/WRITER/RUN/SEQ/HOLDER: a done mark by seq (MarkTaken)
 }  // namespace
 namespace {
 constexpr int64_t kPage = 10000;  // keys a range read brings at once (a run's claims can be many)
@@ -113,14 +112,16 @@ void EtcdRecords::PruneTaken(uint64_t applied) {
                        .key = dir + holder + "/" + SeqText(0),
                        .range_end = dir + holder + "/" + SeqText(applied) + '\0'});
   }
-  // The holders' give-ups among them (each has a '!' claim beside it):
-  // GAVEUP/SEQ/HOLDER up to `applied`.
-  if (!ops.empty()) {
-    const std::string gave = prefix_ + kGaveUpDir + opt_.node + "/" + RunText(opt_.incarnation) + "/";
-    ops.push_back({.del = true,
-                   .key = gave + SeqText(0),
-                   .range_end = applied == UINT64_MAX ? etcd::PrefixEnd(gave) : gave + SeqText(applied + 1)});
-  }
+  // The holders' give-ups and done marks by seq among them (each has its
+  // claim beside it): GAVEUP/SEQ/HOLDER and APPLIED/SEQ/HOLDER up to
+  // `applied`.
+  if (!ops.empty())
+    for (const char* d : {kGaveUpDir, kAppliedDir}) {
+      const std::string dir2 = prefix_ + d + opt_.node + "/" + RunText(opt_.incarnation) + "/";
+      ops.push_back({.del = true,
+                     .key = dir2 + SeqText(0),
+                     .range_end = applied == UINT64_MAX ? etcd::PrefixEnd(dir2) : dir2 + SeqText(applied + 1)});
+    }
   for (size_t i = 0; i < ops.size(); i += 128) {  // etcd's limit of operations in one transaction
     std::vector<etcd::Client::Op> part(ops.begin() + i, ops.begin() + std::min(ops.size(), i + 128));
     if (auto r = client_.Txn(part); !r) {
@@ -284,14 +285,20 @@ Status EtcdRecords::MarkTaken(const std::string& writer, const std::string& run,
     SetError("marking a claim: fault takeover.mark");
     return Err(EIO);
   }
-  // A done mark says so beside it ("+"), names given or not: another
-  // holder's give-up of the same entry (K > 1) then poisons nothing,
-  // whichever of the two marks lands first (done wins).
-  if (!names && status == kDone) names = &kDoneValue;
   std::vector<etcd::Client::Op> ops;
   if (names)
     ops.push_back({.key = prefix_ + kGaveUpDir + writer + "/" + RunText(run) + "/" + SeqText(seq) + "/" + opt_.node,
                    .value = *names,
+                   .guard_key = key,
+                   .guard_value = claimed});
+  // A done mark also says so by seq, where a holder about to give a later
+  // entry up for another holder's give-up of this one looks first
+  // (AppliedBy): done wins whichever mark lands first (K > 1). Not among
+  // the give-ups: those are read at every entry, these only for the seqs
+  // that poison one.
+  if (status == kDone)
+    ops.push_back({.key = prefix_ + kAppliedDir + writer + "/" + RunText(run) + "/" + SeqText(seq) + "/" + opt_.node,
+                   .value = "+",
                    .guard_key = key,
                    .guard_value = claimed});
   ops.push_back(
@@ -309,7 +316,7 @@ Result<size_t> EtcdRecords::ReadGaveUp(const std::string& writer, const std::str
     auto r = RangeAll(&client_, dir, etcd::PrefixEnd(dir), rev);
     if (!r) return Err(r.error());
     kvs = std::move(*r);
-  } else {  // what was put since: O(new give-ups), not O(all of them), a read all the same
+  } else {  // what was put since: O(new give-ups) sent back (etcd reads them all: give-ups only here)
     auto r = client_.RangeSince(dir, etcd::PrefixEnd(dir), *rev + 1);
     if (!r) return Err(r.error());
     kvs = std::move(r->kvs);
@@ -321,6 +328,13 @@ Result<size_t> EtcdRecords::ReadGaveUp(const std::string& writer, const std::str
       (*into)[*seq][kv.key.substr(dir.size() + 21)] = std::move(kv.value);
   }
   return kvs.size();
+}
+
+Result<bool> EtcdRecords::AppliedBy(const std::string& writer, const std::string& run, uint64_t seq) {
+  const std::string dir = prefix_ + kAppliedDir + writer + "/" + RunText(run) + "/" + SeqText(seq) + "/";
+  auto r = client_.Range(dir, etcd::PrefixEnd(dir), 1);
+  if (!r) return Err(r.error());
+  return !r->kvs.empty();
 }
 
 Result<EtcdRecords::Claims> EtcdRecords::OwnClaims(const std::string& writer, const std::string& run) {

@@ -83,7 +83,8 @@ class Client {
   Result<RangeResult> Range(const std::string& key, const std::string& range_end = "", int64_t limit = 0,
                             int64_t timeout_ms = 0, int64_t revision = 0);
   // The keys of [key, range_end) put at `min_mod_revision` or later (what
-  // changed since a revision: O(changes), not O(keys)).
+  // changed since a revision: O(changes) sent back — etcd itself still
+  // reads the whole range and filters it, so keep such ranges small).
   Result<RangeResult> RangeSince(const std::string& key, const std::string& range_end, int64_t min_mod_revision);
   Result<int64_t> Put(const std::string& key, const std::string& value, int64_t lease = 0);  // the revision
   Result<int64_t> Delete(const std::string& key, const std::string& range_end = "");         // keys deleted

@@ -147,13 +147,18 @@ class EtcdRecords final : public RecordStore {
   // put back.
   // `names` (not null): also put, in the same transaction and under the
   // same guard, at gaveup/WRITER/RUN/SEQ/this node — what a give-up makes
-  // untouchable for the other holders (replica::EncodePoison), or "+":
-  // this holder applied the entry (done wins). Every kDone mark puts "+"
-  // (names given or not), so that another holder's give-up of the same
-  // entry poisons nothing whichever mark lands first. A revoked or pruned
-  // claim leaves none; the writer's prune deletes them with its claims.
+  // untouchable for the other holders (replica::EncodePoison), or "+" for
+  // an entry another holder gave up and this one applied (done wins).
+  // Every kDone mark also puts applied/WRITER/RUN/SEQ/this node (AppliedBy),
+  // under the same guard. A revoked or pruned claim leaves none of them;
+  // the writer's prune deletes them with its claims.
   Status MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status,
                    const std::string* names = nullptr);
+  // Whether some holder marked entry `seq` of `writer`'s run `run` done
+  // (MarkTaken's applied/ key): one small range, asked only for a seq whose
+  // give-up would poison a later entry — a done mark that landed before or
+  // after that give-up wins either way.
+  Result<bool> AppliedBy(const std::string& writer, const std::string& run, uint64_t seq);
   // Every holder's gaveup/ values of `writer`'s run `run`, seq -> holder
   // -> value, as of one revision, put into `*into`; `*rev` (0: all of
   // them) reads only those put since it, and becomes the read's revision;

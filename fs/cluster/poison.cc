@@ -88,16 +88,10 @@ Poison DecodePoison(std::string_view text) {
   return p;
 }
 
-bool AppliedByAny(const GaveUps& by_seq, uint64_t seq) {
-  auto it = by_seq.find(seq);
-  return it != by_seq.end() &&
-         std::any_of(it->second.begin(), it->second.end(), [](const auto& hv) { return hv.second == kAppliedText; });
-}
-
 PoisonView PoisonFromHolders(const GaveUps& by_seq) {
   PoisonView v;
   for (const auto& [seq, values] : by_seq) {
-    if (AppliedByAny(by_seq, seq)) continue;
+    if (std::any_of(values.begin(), values.end(), [](const auto& hv) { return hv.second == kAppliedText; })) continue;
     for (const auto& [holder, t] : values) v.Add(seq, DecodePoison(t));
   }
   return v;

@@ -67,8 +67,6 @@ Poison DecodePoison(std::string_view text);
 using GaveUps = std::map<uint64_t, std::map<std::string, std::string>>;
 // A seq poisons unless some holder applied it.
 PoisonView PoisonFromHolders(const GaveUps& by_seq);
-// Whether some holder says it applied `seq` ("+").
-bool AppliedByAny(const GaveUps& by_seq, uint64_t seq);
 
 // The earliest given-up entry before `e` (seq < e.seq) that `e` touches:
 // one whose names are unknown, one whose file `e` persists or links, or one

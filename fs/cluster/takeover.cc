@@ -567,8 +567,7 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
     PoisonView both;
     if (!own.by_seq.empty()) {
       both = others.view;
-      for (const auto& [seq, p] : own.by_seq)  // done wins here too: another holder applied it
-        if (!AppliedByAny(others.by_seq, seq)) both.Add(seq, p);
+      for (const auto& [seq, p] : own.by_seq) both.Add(seq, p);
       poison = &both;
     }
     auto e = EntryOf(r);
@@ -584,14 +583,16 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
       poison_gate_[writer] = h.gate_us;
     // Told to the writer through its claim: done, or given up (then the
     // writer, if it comes back, applies the entry itself, in its order);
-    // a give-up with its names, for the other holders (a done mark says
-    // "+" beside it, MarkTaken: it poisons nothing, whichever mark of the
-    // entry's holders lands first).
+    // a give-up with its names, for the other holders — and a done entry
+    // another holder gave up with "+" (it poisons nothing; a done mark
+    // also says so by seq, for a give-up read before it: Act).
     std::optional<std::string> names;
     if (o == Outcome::kLost) {
       Poison p = e ? PoisonOf(*e) : Poison::All();
       names = EncodePoison(p);
       own.Add(r.seq(), std::move(p));
+    } else if (others.by_seq.count(r.seq())) {
+      names = kAppliedText;
     }
     Mark(writer, r, o == Outcome::kLost ? EtcdRecords::kGaveUp : EtcdRecords::kDone, std::move(names));
     if (o == Outcome::kLost && unmarked_.count({writer, r.run(), r.seq()})) {
@@ -645,7 +646,26 @@ Takeover::Outcome Takeover::Act(const Replica& r, const meta::LogEntry& e, const
     passed_over_.erase(p);
     return PassedOver(r, e, done_elsewhere);
   }
-  if (const std::optional<uint64_t> by = Touches(poison, e)) return Poisoned(r, e, "its entry " + std::to_string(*by));
+  // Poisoned by an earlier give-up — unless a holder of that entry (K > 1)
+  // marked it done: done wins, whichever mark landed first (a done mark
+  // says so by seq; asked here, for the few seqs that poison, not read
+  // with the give-ups at every entry).
+  PoisonView rest;
+  const PoisonView* view = &poison;
+  for (std::optional<uint64_t> by = Touches(*view, e); by; by = Touches(*view, e)) {
+    auto applied = records_->AppliedBy(r.held.key.writer, r.run(), *by);
+    if (!applied) {
+      Fail("cannot ask etcd whether another holder applied node " + r.held.key.writer + "'s entry " +
+           std::to_string(*by) + ": " + records_->client()->LastError());
+      return Outcome::kLater;
+    }
+    if (!*applied) return Poisoned(r, e, "its entry " + std::to_string(*by));
+    if (view == &poison) {
+      rest = poison;
+      view = &rest;
+    }
+    rest.by_seq.erase(*by);
+  }
   if (const auto blind = poison_gate_.find(r.held.key.writer);
       blind != poison_gate_.end() && r.held.gate_us > blind->second)
     return Poisoned(r, e, "a replica of it given up here whose meta was unreadable (its run and names unknown)");

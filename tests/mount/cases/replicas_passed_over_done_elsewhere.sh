@@ -11,8 +11,8 @@
 #    put its names (d/f, its file) in etcd and poison every later entry
 #    of a on them, at every holder, though c did it (and the writer, back,
 #    would skip it as c's);
-#  - nothing of a's is given up or poisoned anywhere, gaveup/a/ stays
-#    empty, and a, back, leaves e/f alone and nothing at d.
+#  - nothing of a's is given up or poisoned anywhere, etcd names no
+#    give-up of a's, and a, back, leaves e/f alone and nothing at d.
 # serial: kills daemons and waits out their leases
 source "$(dirname "$0")/../lib/common.sh"
 require_root

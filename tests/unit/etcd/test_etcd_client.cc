@@ -769,12 +769,13 @@ Test(etcd_client, a_give_up_names_its_paths_for_the_other_holders) {
   w.Close(true);
 }
 
-// Done wins whichever mark lands first (K > 1): a holder that applied an
-// entry says "+" beside its done mark, names given or not, so another
-// holder's give-up of the same entry, marked after it, poisons nothing
-// (before, "+" was put only by a holder that had read the other's
-// give-up before its mark: marked first, the done left the names to
-// poison every later entry on them at every holder).
+// Done wins whichever mark lands first (K > 1): a done mark also says so
+// by seq (applied/), where a holder about to give a later entry up for
+// another holder's give-up of this one asks (AppliedBy); not among the
+// give-ups, which every holder reads at every entry (before, a done mark
+// put "+" only if its holder had read the other's give-up first: marked
+// first, it left the give-up's names to poison every later entry on them
+// at every holder). The writer's prune deletes them with the claims.
 Test(etcd_client, a_done_mark_wins_over_a_give_up_marked_after_it) {
   auto eps = Start(1);
   auto opts = [&](const std::string& node, const std::string& run) { return RecordsOpts(eps, node, 5, run); };
@@ -782,7 +783,7 @@ Test(etcd_client, a_done_mark_wins_over_a_give_up_marked_after_it) {
   namespace rp = ckpt::fs::replica;
   auto clock = [] { return int64_t{1}; };
   const std::string run = "00000000000000aa";
-  R h(opts("h", "00000000000000hh"), clock), h2(opts("h2", "000000000000h2h2"), clock);
+  R h(opts("h", "00000000000000hh"), clock), h2(opts("h2", "000000000000h2h2"), clock), w(opts("w", run), clock);
   cr_assert(h.Open().has_value());
   cr_assert(h2.Open().has_value());
   cr_assert(h.Put("h", "{}").has_value());
@@ -791,23 +792,38 @@ Test(etcd_client, a_done_mark_wins_over_a_give_up_marked_after_it) {
     auto ok = x->ClaimTaken("w", run, 8, 0);
     cr_assert(ok.has_value() && *ok);
   }
+  auto before = h.AppliedBy("w", run, 8);
+  cr_assert(before.has_value());
+  cr_expect(!*before, "applied before any mark");
   cr_assert(h2.MarkTaken("w", run, 8, R::kDone).has_value());
   rp::Poison p;
   p.names = {"latest"};
   const std::string names = rp::EncodePoison(p);
   cr_assert(h.MarkTaken("w", run, 8, R::kGaveUp, &names).has_value());
+  auto applied = h.AppliedBy("w", run, 8);
+  cr_assert(applied.has_value());
+  cr_expect(*applied, "h2's done mark of 8 is not found by seq");
+  auto other = h.AppliedBy("w", run, 80);
+  cr_assert(other.has_value());
+  cr_expect(!*other, "80 (a seq sharing 8's digits) reads as applied");
+  // The give-ups every holder reads at every entry stay give-ups only.
   rp::GaveUps read;
   int64_t rev = 0;
   cr_assert(h.ReadGaveUp("w", run, &read, &rev).has_value());
-  cr_assert(read.count(8) && read.at(8).count("h2"), "the done mark put nothing beside it");
-  cr_expect_eq(read.at(8).at("h2"), std::string(rp::kAppliedText));
-  cr_expect(rp::AppliedByAny(read, 8));
-  cr_expect(rp::PoisonFromHolders(read).by_seq.empty(), "an entry a holder applied poisons");
+  cr_expect(read.size() == 1 && read.at(8).size() == 1 && read.at(8).count("h"));
   auto own = h2.OwnClaims("w", run);
   cr_assert(own.has_value());
   cr_expect_eq(own->at(8), R::kDone);
+  // The writer's drain past 8: the done mark by seq goes with the claims.
+  cr_assert(w.Open().has_value());
+  cr_assert(w.Put("w", R"({"incarnation":"00000000000000aa","applied_seq":2})").has_value());
+  cr_assert(w.Put("w", R"({"incarnation":"00000000000000aa","applied_seq":8})").has_value());
+  applied = h.AppliedBy("w", run, 8);
+  cr_assert(applied.has_value());
+  cr_expect(!*applied, "the done mark by seq outlived the claims");
   h.Close(true);
   h2.Close(true);
+  w.Close(true);
 }
 
 Test(etcd_client, claims_are_a_key_each_and_the_run_back_deletes_those_it_went_past) {
