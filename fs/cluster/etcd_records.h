@@ -142,22 +142,16 @@ class EtcdRecords final : public RecordStore {
   // read back: this run's claim there is true; an error if it cannot be told.
   Result<bool> ClaimTaken(const std::string& writer, const std::string& run, uint64_t seq, int64_t writer_rev);
   // What became of a claimed entry (kDone, kGaveUp), whatever the writer's
-  // record; only while the claim still says kClaimed by this run: a claim
-  // the writer deleted (its drain went past the entry) or revoked is not
-  // put back.
-  // `names` (not null): also put, in the same transaction and under the
-  // same guard, at gaveup/WRITER/RUN/SEQ/this node — what a give-up makes
-  // untouchable for the other holders (replica::EncodePoison), or "+" for
-  // an entry another holder gave up and this one applied (done wins).
-  // Every kDone mark also puts applied/WRITER/RUN/SEQ/this node (AppliedBy),
-  // under the same guard. A revoked or pruned claim leaves none of them;
-  // the writer's prune deletes them with its claims.
+  // record; only while the claim still says kClaimed by this run (a claim
+  // deleted or revoked is not put back). In the same transaction, under
+  // the same guard: `names` (not null) at gaveup/WRITER/RUN/SEQ/this node
+  // (a give-up's, replica::EncodePoison, or "+": applied here, another
+  // holder gave it up), and for kDone applied/WRITER/RUN/SEQ/this node
+  // (AppliedBy). The writer's prune deletes them with its claims.
   Status MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status,
                    const std::string* names = nullptr);
-  // Whether some holder marked entry `seq` of `writer`'s run `run` done
-  // (MarkTaken's applied/ key): one small range, asked only for a seq whose
-  // give-up would poison a later entry — a done mark that landed before or
-  // after that give-up wins either way.
+  // Whether some holder marked entry `seq` of `writer`'s run `run` done (a
+  // give-up of it then poisons nothing, whichever mark landed first).
   Result<bool> AppliedBy(const std::string& writer, const std::string& run, uint64_t seq);
   // Every holder's gaveup/ values of `writer`'s run `run`, seq -> holder
   // -> value, as of one revision, put into `*into`; `*rev` (0: all of
