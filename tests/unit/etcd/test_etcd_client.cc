@@ -683,6 +683,23 @@ Test(etcd_client, a_run_back_is_told_what_its_holders_took) {
   h3.Close(true);
 }
 
+// Two holders, h and h2, standing in etcd (their records put), and w, the
+// writer of run kRun, not opened yet.
+struct TwoHolders {
+  static constexpr char kRun[] = "00000000000000aa";
+  explicit TwoHolders(const std::vector<std::string>& eps)
+      : h(RecordsOpts(eps, "h", 5, "00000000000000hh"), Clock),
+        h2(RecordsOpts(eps, "h2", 5, "000000000000h2h2"), Clock),
+        w(RecordsOpts(eps, "w", 5, kRun), Clock) {
+    cr_assert(h.Open().has_value());
+    cr_assert(h2.Open().has_value());
+    cr_assert(h.Put("h", "{}").has_value());
+    cr_assert(h2.Put("h2", "{}").has_value());
+  }
+  static int64_t Clock() { return 1; }
+  ckpt::fs::EtcdRecords h, h2, w;
+};
+
 // A claim is one key of its own (taken/WRITER/RUN/HOLDER/SEQ), its value
 // the status alone: claiming or marking one entry rewrites no other (the
 // whole list rewritten each time was O(n^2) bytes over a run, and one
@@ -697,17 +714,11 @@ Test(etcd_client, a_run_back_is_told_what_its_holders_took) {
 // no longer this holder's puts no names; the writer's prune deletes them
 // with the claims (docs/design-holder-give-up.md §1).
 Test(etcd_client, a_give_up_names_its_paths_for_the_other_holders) {
-  auto eps = Start(1);
-  auto opts = [&](const std::string& node, const std::string& run) { return RecordsOpts(eps, node, 5, run); };
+  TwoHolders t(Start(1));
   using R = ckpt::fs::EtcdRecords;
   namespace rp = ckpt::fs::replica;
-  auto clock = [] { return int64_t{1}; };
-  const std::string run = "00000000000000aa";
-  R h(opts("h", "00000000000000hh"), clock), h2(opts("h2", "000000000000h2h2"), clock), w(opts("w", run), clock);
-  cr_assert(h.Open().has_value());
-  cr_assert(h2.Open().has_value());
-  cr_assert(h.Put("h", "{}").has_value());
-  cr_assert(h2.Put("h2", "{}").has_value());
+  R &h = t.h, &h2 = t.h2, &w = t.w;
+  const std::string run = TwoHolders::kRun;
   for (uint64_t seq : {5, 6, 7}) {
     auto ok = h.ClaimTaken("w", run, seq, 0);
     cr_assert(ok.has_value() && *ok);
@@ -777,17 +788,11 @@ Test(etcd_client, a_give_up_names_its_paths_for_the_other_holders) {
 // first, it left the give-up's names to poison every later entry on them
 // at every holder). The writer's prune deletes them with the claims.
 Test(etcd_client, a_done_mark_wins_over_a_give_up_marked_after_it) {
-  auto eps = Start(1);
-  auto opts = [&](const std::string& node, const std::string& run) { return RecordsOpts(eps, node, 5, run); };
+  TwoHolders t(Start(1));
   using R = ckpt::fs::EtcdRecords;
   namespace rp = ckpt::fs::replica;
-  auto clock = [] { return int64_t{1}; };
-  const std::string run = "00000000000000aa";
-  R h(opts("h", "00000000000000hh"), clock), h2(opts("h2", "000000000000h2h2"), clock), w(opts("w", run), clock);
-  cr_assert(h.Open().has_value());
-  cr_assert(h2.Open().has_value());
-  cr_assert(h.Put("h", "{}").has_value());
-  cr_assert(h2.Put("h2", "{}").has_value());
+  R &h = t.h, &h2 = t.h2, &w = t.w;
+  const std::string run = TwoHolders::kRun;
   for (R* x : {&h, &h2}) {
     auto ok = x->ClaimTaken("w", run, 8, 0);
     cr_assert(ok.has_value() && *ok);
