@@ -330,11 +330,18 @@ Result<size_t> EtcdRecords::ReadGaveUp(const std::string& writer, const std::str
   return kvs.size();
 }
 
-Result<bool> EtcdRecords::AppliedBy(const std::string& writer, const std::string& run, uint64_t seq) {
-  const std::string dir = prefix_ + kAppliedDir + writer + "/" + RunText(run) + "/" + SeqText(seq) + "/";
+Result<EtcdRecords::Applied> EtcdRecords::AppliedBy(const std::string& writer, const std::string& run, uint64_t seq) {
+  const std::string tail = writer + "/" + RunText(run) + "/" + SeqText(seq) + "/";
+  const std::string dir = prefix_ + kAppliedDir + tail;
   auto r = client_.Range(dir, etcd::PrefixEnd(dir), 1);
   if (!r) return Err(r.error());
-  return !r->kvs.empty();
+  if (!r->kvs.empty()) return Applied::kByHolder;
+  // The give-ups at the same revision: gone, the writer's prune went past
+  // the entry (it deletes both ranges at once), so it is applied too.
+  const std::string gave = prefix_ + kGaveUpDir + tail;
+  auto g = client_.Range(gave, etcd::PrefixEnd(gave), 1, 0, r->revision);
+  if (!g) return Err(g.error());
+  return g->kvs.empty() ? Applied::kPruned : Applied::kNo;
 }
 
 Result<EtcdRecords::Claims> EtcdRecords::OwnClaims(const std::string& writer, const std::string& run) {

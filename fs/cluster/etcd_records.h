@@ -150,9 +150,11 @@ class EtcdRecords final : public RecordStore {
   // (AppliedBy). The writer's prune deletes them with its claims.
   Status MarkTaken(const std::string& writer, const std::string& run, uint64_t seq, char status,
                    const std::string* names = nullptr);
-  // Whether some holder marked entry `seq` of `writer`'s run `run` done (a
-  // give-up of it then poisons nothing, whichever mark landed first).
-  Result<bool> AppliedBy(const std::string& writer, const std::string& run, uint64_t seq);
+  // Given-up entry `seq` of `writer`'s run `run`, at one revision: done by a holder
+  // (its give-up then poisons nothing, whichever mark landed first), or no
+  // give-up left (kPruned: the writer's drain went past it), or kNo.
+  enum class Applied { kNo, kByHolder, kPruned };
+  Result<Applied> AppliedBy(const std::string& writer, const std::string& run, uint64_t seq);
   // Every holder's gaveup/ values of `writer`'s run `run`, seq -> holder
   // -> value, as of one revision, put into `*into`; `*rev` (0: all of
   // them) reads only those put since it, and becomes the read's revision;
@@ -241,11 +243,9 @@ class EtcdRecords final : public RecordStore {
   // nullopt: another run's, not guarded) — decided again at the next read.
   Result<bool> Revoke(const etcd::KeyValue& kv, const std::string& holder, const std::string& holder_run,
                       std::optional<int64_t> record_rev);
-  // This run's applied_seq in its record `bytes` (nullopt: none, another
-  // run's, or no claims read to prune: then not parsed).
+  // This run's applied_seq in record `bytes` (nullopt: none, another run's, or no claims to prune).
   std::optional<uint64_t> AppliedSeqOf(const std::string& bytes);
-  // Deletes this run's claims up to `applied` (its drain's applied_seq).
-  void PruneTaken(uint64_t applied);
+  void PruneTaken(uint64_t applied);  // this run's claims up to `applied` (its drain's applied_seq)
 
   const EtcdRecordsOptions opt_;
   const Clock clock_;

@@ -507,6 +507,7 @@ void Takeover::ForgetApplied(const std::pair<std::string, std::string>& run, uin
   if (auto p = poison_.find(run); p != poison_.end()) up_to(p->second.by_seq);
   if (auto g = gaveup_seen_.find(run); g != gaveup_seen_.end()) {
     up_to(g->second.by_seq);
+    std::erase_if(g->second.applied, [&](uint64_t seq) { return seq <= applied; });
     g->second.view = PoisonFromHolders(g->second.by_seq);
   }
 }
@@ -649,17 +650,27 @@ Takeover::Outcome Takeover::Act(const Replica& r, const meta::LogEntry& e, const
   // Poisoned by an earlier give-up — unless a holder of that entry (K > 1)
   // marked it done: done wins, whichever mark landed first (a done mark
   // says so by seq; asked here, for the few seqs that poison, not read
-  // with the give-ups at every entry).
+  // with the give-ups at every entry) — or the writer, back, applied it
+  // (its prune took the give-ups: read before, they still poison here).
+  // Each answer that it is applied is kept, asked once a run.
   PoisonView rest;
   const PoisonView* view = &poison;
+  const std::string& writer = r.held.key.writer;
+  std::set<uint64_t>& known = gaveup_seen_[{writer, r.run()}].applied;
   for (std::optional<uint64_t> by = Touches(*view, e); by; by = Touches(*view, e)) {
-    auto applied = records_->AppliedBy(r.held.key.writer, r.run(), *by);
-    if (!applied) {
-      Fail("cannot ask etcd whether another holder applied node " + r.held.key.writer + "'s entry " +
-           std::to_string(*by) + ": " + records_->client()->LastError());
-      return Outcome::kLater;
+    if (!known.count(*by)) {
+      auto applied = records_->AppliedBy(writer, r.run(), *by);
+      if (!applied) {
+        Fail("cannot ask etcd whether another holder applied node " + writer + "'s entry " + std::to_string(*by) +
+             ": " + records_->client()->LastError());
+        return Outcome::kLater;
+      }
+      // Pruned, unless it is this holder's own give-up whose mark is not in.
+      const bool mine_unmarked = unmarked_.count({writer, r.run(), *by}) > 0;
+      if (*applied == EtcdRecords::Applied::kNo || (*applied == EtcdRecords::Applied::kPruned && mine_unmarked))
+        return Poisoned(r, e, "its entry " + std::to_string(*by));
+      known.insert(*by);
     }
-    if (!*applied) return Poisoned(r, e, "its entry " + std::to_string(*by));
     if (view == &poison) {
       rest = poison;
       view = &rest;

@@ -222,6 +222,7 @@ class Takeover {
     GaveUps by_seq;
     int64_t rev = 0;
     PoisonView view;
+    std::set<uint64_t> applied;  // seqs among them etcd said applied (Act: asked once)
   };
   std::map<std::pair<std::string, std::string>, GaveUpSeen> gaveup_seen_;
   // writer -> the gate of a replica given up with its meta unreadable (its

@@ -687,8 +687,9 @@ Test(etcd_client, a_run_back_is_told_what_its_holders_took) {
 // writer of run kRun, not opened yet.
 struct TwoHolders {
   static constexpr char kRun[] = "00000000000000aa";
-  explicit TwoHolders(const std::vector<std::string>& eps)
-      : h(RecordsOpts(eps, "h", 5, "00000000000000hh"), Clock),
+  explicit TwoHolders(const std::vector<std::string>& endpoints)
+      : eps(endpoints),
+        h(RecordsOpts(eps, "h", 5, "00000000000000hh"), Clock),
         h2(RecordsOpts(eps, "h2", 5, "000000000000h2h2"), Clock),
         w(RecordsOpts(eps, "w", 5, kRun), Clock) {
     cr_assert(h.Open().has_value());
@@ -697,6 +698,7 @@ struct TwoHolders {
     cr_assert(h2.Put("h2", "{}").has_value());
   }
   static int64_t Clock() { return 1; }
+  std::vector<std::string> eps;
   ckpt::fs::EtcdRecords h, h2, w;
 };
 
@@ -786,10 +788,13 @@ Test(etcd_client, a_give_up_names_its_paths_for_the_other_holders) {
 // give-ups, which every holder reads at every entry (before, a done mark
 // put "+" only if its holder had read the other's give-up first: marked
 // first, it left the give-up's names to poison every later entry on them
-// at every holder). The writer's prune deletes them with the claims.
+// at every holder). The writer's prune deletes them with the claims, and
+// a give-up gone so is applied too (before, a holder that had read the
+// give-up and asked after the prune gave a later entry up for nothing).
 Test(etcd_client, a_done_mark_wins_over_a_give_up_marked_after_it) {
   TwoHolders t(Start(1));
   using R = ckpt::fs::EtcdRecords;
+  using A = R::Applied;
   namespace rp = ckpt::fs::replica;
   R &h = t.h, &h2 = t.h2, &w = t.w;
   const std::string run = TwoHolders::kRun;
@@ -797,35 +802,42 @@ Test(etcd_client, a_done_mark_wins_over_a_give_up_marked_after_it) {
     auto ok = x->ClaimTaken("w", run, 8, 0);
     cr_assert(ok.has_value() && *ok);
   }
-  auto before = h.AppliedBy("w", run, 8);
-  cr_assert(before.has_value());
-  cr_expect(!*before, "applied before any mark");
-  cr_assert(h2.MarkTaken("w", run, 8, R::kDone).has_value());
+  auto nine = h.ClaimTaken("w", run, 9, 0);
+  cr_assert(nine.has_value() && *nine);
+  auto asked = [&](uint64_t seq) {
+    auto a = h.AppliedBy("w", run, seq);
+    cr_assert(a.has_value(), "AppliedBy(%llu) failed", (unsigned long long)seq);
+    return *a;
+  };
   rp::Poison p;
   p.names = {"latest"};
   const std::string names = rp::EncodePoison(p);
+  cr_assert(h2.MarkTaken("w", run, 8, R::kDone).has_value());
   cr_assert(h.MarkTaken("w", run, 8, R::kGaveUp, &names).has_value());
-  auto applied = h.AppliedBy("w", run, 8);
-  cr_assert(applied.has_value());
-  cr_expect(*applied, "h2's done mark of 8 is not found by seq");
-  auto other = h.AppliedBy("w", run, 80);
-  cr_assert(other.has_value());
-  cr_expect(!*other, "80 (a seq sharing 8's digits) reads as applied");
+  cr_assert(h.MarkTaken("w", run, 9, R::kGaveUp, &names).has_value());
+  cr_expect(asked(8) == A::kByHolder, "h2's done mark of 8 is not found by seq");
+  cr_expect(asked(9) == A::kNo, "9, given up by h alone, reads as applied");
+  cr_expect(asked(80) == A::kPruned, "80 (a seq sharing 8's digits, never given up) reads as given up or applied");
   // The give-ups every holder reads at every entry stay give-ups only.
   rp::GaveUps read;
   int64_t rev = 0;
   cr_assert(h.ReadGaveUp("w", run, &read, &rev).has_value());
-  cr_expect(read.size() == 1 && read.at(8).size() == 1 && read.at(8).count("h"));
+  cr_expect(read.size() == 2 && read.at(8).size() == 1 && read.at(8).count("h"));
   auto own = h2.OwnClaims("w", run);
   cr_assert(own.has_value());
   cr_expect_eq(own->at(8), R::kDone);
-  // The writer's drain past 8: the done mark by seq goes with the claims.
+  // The writer's drain past 9: the done mark by seq goes with the claims,
+  // and so do the give-ups, so both read as applied (by the writer).
   cr_assert(w.Open().has_value());
   cr_assert(w.Put("w", R"({"incarnation":"00000000000000aa","applied_seq":2})").has_value());
-  cr_assert(w.Put("w", R"({"incarnation":"00000000000000aa","applied_seq":8})").has_value());
-  applied = h.AppliedBy("w", run, 8);
-  cr_assert(applied.has_value());
-  cr_expect(!*applied, "the done mark by seq outlived the claims");
+  cr_assert(w.Put("w", R"({"incarnation":"00000000000000aa","applied_seq":9})").has_value());
+  cr_expect(asked(8) == A::kPruned, "8's marks outlived the claims");
+  cr_expect(asked(9) == A::kPruned,
+            "9's give-up outlived the writer's prune: a later entry on it is given up for nothing");
+  Client raw(Opts(t.eps));
+  auto left = raw.Range("/ckptfs/job/applied/", PrefixEnd("/ckptfs/job/applied/"));
+  cr_assert(left.has_value());
+  cr_expect(left->kvs.empty(), "the done mark by seq outlived the claims");
   h.Close(true);
   h2.Close(true);
   w.Close(true);
