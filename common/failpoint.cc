@@ -35,7 +35,14 @@ void Hit(std::string_view name) {
 }
 
 bool FaultOn(std::string_view name) {
-  if (name != fault_name_ || access(fault_file_.c_str(), F_OK) != 0) return false;
+  // fault_name_: one name, or several separated by commas.
+  bool named = false;
+  for (std::string_view rest = fault_name_; !named && !rest.empty();) {
+    const size_t comma = rest.find(',');
+    named = rest.substr(0, comma) == name;
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  if (!named || access(fault_file_.c_str(), F_OK) != 0) return false;
   if (!fault_logged_.exchange(true)) LOG_WARN("fault {} on ({} exists): failing with EIO", name, fault_file_);
   return true;
 }

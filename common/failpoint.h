@@ -29,7 +29,8 @@
 //   CKPTFS_FAULT=name:FILE       FAULT(name) is true, and the caller fails its
 //                                operation with EIO, each time it is reached
 //                                while FILE exists: a disk error a test turns
-//                                on (touch FILE) at the moment it chooses
+//                                on (touch FILE) at the moment it chooses;
+//                                name may be several, comma-separated
 //
 // Always compiled in; unset, FAULT(name) costs one predictable branch.
 //
@@ -48,6 +49,9 @@
 //   takeover.mark         a holder's mark of a claimed entry (done, given up,
 //                         with a give-up's names) fails (fs/cluster/
 //                         etcd_claims.cc MarkTaken): its names not in etcd
+//   replica.note          a holder's note of a mark (Store::KeepNote) cannot
+//                         be written, as on a full tier: the give-up keeps
+//                         its replica until the mark is in etcd instead
 //   s3.exchange.after_first_move   an S3 Rename with exchange stops after its
 //                         first move (backend/s3_backend.cc Rename): a
 //                         half-done exchange for the retry to finish

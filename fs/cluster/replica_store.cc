@@ -499,6 +499,7 @@ uint64_t Store::MinGate() const {
 
 Status Store::KeepNote(const std::string& key, const std::string& text) {
   if (key.size() > kMaxText || text.size() > kMaxNote) return Err(EINVAL);
+  if (FAULT("replica.note")) return Err(ENOSPC);
   const std::string name = NoteName(key), part = kPart + name;
   const std::string file = NoteFile(key, text);
   int fd = openat(dirfd_, part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);

@@ -198,22 +198,24 @@ bool Takeover::Claimed(const std::string& writer, const Replica& r) const {
   return it != claimed_.end() && it->second.count(r.seq());
 }
 
-void Takeover::Mark(const std::string& writer, const Replica& r, char status, std::optional<std::string> names) {
+bool Takeover::Mark(const std::string& writer, const Replica& r, char status, std::optional<std::string> names) {
   auto it = claimed_.find({writer, r.run()});
-  if (it == claimed_.end() || !it->second.count(r.seq())) return;
+  if (it == claimed_.end() || !it->second.count(r.seq())) return true;
   it->second[r.seq()] = status;
   const std::tuple k{writer, r.run(), r.seq()};
   unmarked_.insert(k);
   // On the tier first: the give-up drops the replica right after, and the
   // mark may not go in before this daemon stops.
   const std::string key = NoteKey(k);
-  if (auto st = store_->KeepNote(key, EncodeMarkNote({status, r.held.gate_us, names.value_or("")})); !st)
-    LOG_ERROR(
-        "replicas: node {}'s entry {} (run {}): cannot keep its mark on the tier until it is in etcd ({}): restarted "
-        "before the mark is in, this holder would give up every later entry of that run",
+  auto st = store_->KeepNote(key, EncodeMarkNote({status, r.held.gate_us, names.value_or("")}));
+  if (!st)
+    LOG_WARN(
+        "replicas: node {}'s entry {} (run {}): cannot keep its mark on the tier until it is in etcd ({}): its "
+        "replica is kept instead, until the mark is in",
         writer, r.seq(), r.run(), ErrStr(st.error()));
   if (names) mark_names_[k] = std::move(*names);
   MarkPending();
+  return st.has_value();
 }
 
 void Takeover::Unmark(const std::tuple<std::string, std::string, uint64_t>& k) {
@@ -253,12 +255,26 @@ void Takeover::MarkPending() {
   }
   if (let_go && cluster_) cluster_->Poke();  // the given-up gates' names are in: the others go on
   // A namespace entry's replica, kept (retired) until its mark was in: a
-  // holder restarted before that finds it and marks it done, not given up.
+  // holder restarted before that finds it and marks it done, not given up;
+  // and a given-up one kept unpublished (its mark not noted: PublishFor).
   for (Held& h : store_->List()) {
-    if (h.key.ino != kEntryIno || !h.published) continue;
+    if (h.key.ino != kEntryIno && h.published) continue;
     const Replica r(std::move(h));
-    if (landed.count({r.held.key.writer, r.run(), r.seq()})) (void)store_->Drop(r.held.key);
+    if (!landed.count({r.held.key.writer, r.run(), r.seq()})) continue;
+    if (r.held.published || claimed_[{r.held.key.writer, r.run()}][r.seq()] == EtcdRecords::kGaveUp)
+      (void)store_->Drop(r.held.key);
   }
+}
+
+bool Takeover::KeptGivenUp(const std::string& writer, const Replica& r) {
+  // Given up here and kept for its names until the mark is in; once it is
+  // (read back after a restart, or landed), nothing needs it.
+  auto run = claimed_.find({writer, r.run()});
+  if (run == claimed_.end()) return false;
+  auto c = run->second.find(r.seq());
+  if (c == run->second.end() || c->second != EtcdRecords::kGaveUp) return false;
+  if (!unmarked_.count({writer, r.run(), r.seq()})) (void)store_->Drop(r.held.key);
+  return true;
 }
 
 bool Takeover::ReadBack() {
@@ -543,6 +559,7 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
       MutexLock l(&mu_);
       if (stop_) return;
     }
+    if (KeptGivenUp(writer, r)) continue;
     // Another holder's record names its earliest held gate + 1 µs (so that
     // a live writer never waits for its own replica): asked as gate + 1, an
     // entry of this writer held elsewhere with an earlier gate holds this
@@ -561,7 +578,10 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
       Fail("cannot read the other holders' give-ups of node " + writer + ": " + records_->client()->LastError());
       return;  // next pass
     }
-    if (*came > 0) others.view = PoisonFromHolders(others.by_seq);
+    if (*came > 0) {
+      others.view = PoisonFromHolders(others.by_seq);
+      others.applied.clear();  // asked again (a seq the writer numbered again may be given up anew)
+    }
     if (!Claim(writer, r, writer_rev)) return;
     PoisonView& own = poison_[{writer, r.run()}];
     const PoisonView* poison = &others.view;
@@ -595,8 +615,10 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
     } else if (others.by_seq.count(r.seq())) {
       names = kAppliedText;
     }
-    Mark(writer, r, o == Outcome::kLost ? EtcdRecords::kGaveUp : EtcdRecords::kDone, std::move(names));
-    if (o == Outcome::kLost && unmarked_.count({writer, r.run(), r.seq()})) {
+    const bool noted =
+        Mark(writer, r, o == Outcome::kLost ? EtcdRecords::kGaveUp : EtcdRecords::kDone, std::move(names));
+    const bool unmarked = unmarked_.count({writer, r.run(), r.seq()}) > 0;
+    if (o == Outcome::kLost && unmarked) {
       // Its names not in etcd yet: its gate stays in this holder's record
       // until they are, or another holder could apply a later entry on
       // them without knowing (MarkPending lets it go).
@@ -607,8 +629,15 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
     // and the others load it from here (this holder is its home now). A
     // namespace entry, once applied, serves nothing: kept (published, so no
     // pass applies it again) only until its mark is in (MarkPending).
-    if (o == Outcome::kLost || !store_->Retire(h.key)) (void)store_->Drop(h.key);
-    else if (h.key.ino == kEntryIno && !unmarked_.count({writer, r.run(), r.seq()})) (void)store_->Drop(h.key);
+    // A give-up whose mark is neither in etcd nor noted on the tier keeps
+    // its replica, unpublished, until the mark is in (MarkPending): a
+    // restart reads its names from it, not "*" (every later entry lost).
+    if (o == Outcome::kLost && unmarked && !noted) {
+    } else if (o == Outcome::kLost || !store_->Retire(h.key)) {
+      (void)store_->Drop(h.key);
+    } else if (h.key.ino == kEntryIno && !unmarked) {
+      (void)store_->Drop(h.key);
+    }
     if (o == Outcome::kLost) FAILPOINT("takeover.gave_up");
     cluster_->Poke();  // the record no longer names this gate: the others go on
   }
@@ -651,25 +680,27 @@ Takeover::Outcome Takeover::Act(const Replica& r, const meta::LogEntry& e, const
   // marked it done: done wins, whichever mark landed first (a done mark
   // says so by seq; asked here, for the few seqs that poison, not read
   // with the give-ups at every entry) — or the writer, back, applied it
-  // (its prune took the give-ups: read before, they still poison here).
-  // Each answer that it is applied is kept, asked once a run.
+  // (its prune took the give-ups: read before, they still poison here —
+  // pruned means gone from etcd, so only a give-up read there, this
+  // holder's own marked ones included, and not one still owed). Each
+  // answer that it is applied is kept until new give-ups come (PublishFor).
   PoisonView rest;
   const PoisonView* view = &poison;
   const std::string& writer = r.held.key.writer;
-  std::set<uint64_t>& known = gaveup_seen_[{writer, r.run()}].applied;
+  GaveUpSeen& seen = gaveup_seen_[{writer, r.run()}];
   for (std::optional<uint64_t> by = Touches(*view, e); by; by = Touches(*view, e)) {
-    if (!known.count(*by)) {
+    if (!seen.applied.count(*by)) {
       auto applied = records_->AppliedBy(writer, r.run(), *by);
       if (!applied) {
         Fail("cannot ask etcd whether another holder applied node " + writer + "'s entry " + std::to_string(*by) +
              ": " + records_->client()->LastError());
         return Outcome::kLater;
       }
-      // Pruned, unless it is this holder's own give-up whose mark is not in.
-      const bool mine_unmarked = unmarked_.count({writer, r.run(), *by}) > 0;
-      if (*applied == EtcdRecords::Applied::kNo || (*applied == EtcdRecords::Applied::kPruned && mine_unmarked))
+      const bool pruned = *applied == EtcdRecords::Applied::kPruned && seen.by_seq.count(*by) &&
+                          !unmarked_.count({writer, r.run(), *by});
+      if (*applied != EtcdRecords::Applied::kByHolder && !pruned)
         return Poisoned(r, e, "its entry " + std::to_string(*by));
-      known.insert(*by);
+      seen.applied.insert(*by);
     }
     if (view == &poison) {
       rest = poison;

@@ -149,9 +149,12 @@ class Takeover {
   bool ReadBack();
   // What became of a claimed entry, into its claim (the writer waits for it).
   // `names`: put beside the mark (EtcdRecords::MarkTaken): a give-up's
-  // names (EncodePoison), or kAppliedText.
-  void Mark(const std::string& writer, const Replica& r, char status, std::optional<std::string> names = {});
+  // names (EncodePoison), or kAppliedText. False: not on the tier (no note).
+  bool Mark(const std::string& writer, const Replica& r, char status, std::optional<std::string> names = {});
   void MarkPending();
+  // A replica given up here, its mark owed (kept for its names: PublishFor):
+  // true, and dropped once the mark is in.
+  bool KeptGivenUp(const std::string& writer, const Replica& r);
   // A mark no longer owed (the writer went past the entry, or revoked it).
   void Unmark(const std::tuple<std::string, std::string, uint64_t>& k);
   // The cluster lists that run of `writer` dead (its lost window noted):
@@ -222,7 +225,7 @@ class Takeover {
     GaveUps by_seq;
     int64_t rev = 0;
     PoisonView view;
-    std::set<uint64_t> applied;  // seqs among them etcd said applied (Act: asked once)
+    std::set<uint64_t> applied;  // seqs among them etcd said applied (Act), until new give-ups come
   };
   std::map<std::pair<std::string, std::string>, GaveUpSeen> gaveup_seen_;
   // writer -> the gate of a replica given up with its meta unreadable (its

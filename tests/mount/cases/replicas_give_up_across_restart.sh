@@ -15,20 +15,27 @@
 #  - now: the note b kept on its tier gives the mark and its names (L, P):
 #    `mkdir Q` touches neither and is applied;
 #  - a, back on its state dir, applies the rename itself.
+# With NO_NOTE=1 (replicas_give_up_no_note.sh), b cannot write its note
+# either (fault replica.note, as on a full tier): it keeps the replica
+# itself, unpublished, until the mark is in, and reads the names from it
+# when it is back (before: dropped, and read back as "*").
 # serial: kills daemons and waits out their leases
 source "$(dirname "$0")/../lib/common.sh"
 require_root
+faults=takeover.mark
+[ "${NO_NOTE:-0}" = 1 ] && faults=takeover.mark,replica.note
 
 replica_store
 touch "$T/pause_a"
 mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --member-timeout 3 --node a
-mount_node b "CKPTFS_FAULT=takeover.mark:$T/nomark" "CKPTFS_FAILPOINT=takeover.gave_up" -- \
+mount_node b "CKPTFS_FAULT=$faults:$T/nomark" "CKPTFS_FAILPOINT=takeover.gave_up" -- \
   "${COMMON[@]}" --member-timeout 2 --node b
 A=$(node_mnt a)
 wait_for 20 "a does not see b's replica link" repl_of "$A" 'assert j["peers"] == 1, j'
 backend_tree() { (cd "$BACKEND" && find . -not -path './.ckptfs*' | sort | tr '\n' ' '); }
 entries() { repl_of "$A" 'print(j["replicated_entries"])'; }
 notes() { ls -A "$TIER-b-replicas" 2> /dev/null | grep -c '^\.note-' || true; }
+held_of_a() { ls -A "$TIER-b-replicas" 2> /dev/null | grep '^a\.0\.[1-9]' | grep -vc '\.meta$' || true; }
 gaveup() { ETCDCTL_API=3 etcdctl --endpoints "$ETCD_EPS" get --prefix /ckptfs/job/gaveup/a/ --print-value-only | tr '\0' ' ' | grep -vx '+' || true; }
 head -c 300000 /dev/urandom > "$T/data"
 
@@ -47,7 +54,12 @@ touch "$T/nomark"
 kill_node a
 wait_for 60 "b never gave a's rename up (its failpoint)" eval '[ -z "$(_node_pid b)" ]'
 [ -z "$(gaveup)" ] || fail "b's give-up is in etcd though its marks failed: $(gaveup)"
-[ "$(notes)" -ge 1 ] || fail "b kept no note of its give-up on its tier: $(ls -A "$TIER-b-replicas")"
+if [ "${NO_NOTE:-0}" = 1 ]; then
+  [ "$(notes)" -eq 0 ] || fail "b kept a note though the fault replica.note was on: the case tests nothing"
+  [ "$(held_of_a)" -ge 2 ] || fail "b dropped the rename it gave up with no note of it (only mkdir Q is held): $(ls -A "$TIER-b-replicas")"
+else
+  [ "$(notes)" -ge 1 ] || fail "b kept no note of its give-up on its tier: $(ls -A "$TIER-b-replicas")"
+fi
 [ ! -e "$BACKEND/Q" ] || fail "b applied mkdir Q before it stopped: the case tests nothing: $(backend_tree)"
 note "b gave mv L P up and stopped before its mark was in: $(backend_tree)"
 
