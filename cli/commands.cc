@@ -533,6 +533,8 @@ void PrintCluster(const Json& c) {
            EscapeName(Str(r, "failure_group")).c_str());
     if (u("peers_refused") || u("chunks_refused"))
       printf("; REFUSED %llu peer(s), %llu replica(s) with bad checksums", u("peers_refused"), u("chunks_refused"));
+    if (u("messages_refused"))
+      printf("; DROPPED %llu message(s) not sealed with their connection's key (forged?)", u("messages_refused"));
     printf("\n");
     if (u("published_for_dead") || u("entries_applied_for_dead") || u("takeover_failures"))
       printf(

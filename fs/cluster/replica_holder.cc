@@ -37,6 +37,7 @@ void Link::Impl::HolderMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
     LOG_DEBUG("replica link: {} is node {}", c->addr, c->peer_id);
     Send(*c, Msg{.op = Op::kReady,
                  .text = HandshakeMac(opts.secret, "holder", c->nonce_c, c->nonce_s, c->peer_id, opts.node_id)});
+    c->key = SessionKey(opts.secret, c->nonce_c, c->nonce_s, c->peer_id, opts.node_id);  // after READY, unsealed
     return;
   }
   if (c->st != Conn::St::kReady) {

@@ -25,6 +25,7 @@
 #include <map>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/config.h"
@@ -241,7 +242,9 @@ void Link::Impl::OnEpError(void* arg, ucp_ep_h ep, ucs_status_t) { static_cast<I
 void Link::Impl::Send(Conn& c, const Msg& m, const void* data, size_t len, std::shared_ptr<const void> keep,
                       std::string payload) {
   if (c.st == Conn::St::kClosed) return;
-  auto* ctx = new SendCtx{this, Encode(m), std::move(payload), std::move(keep)};
+  const std::string forged = forge_tags && !c.key.empty() ? c.key + "x" : std::string();
+  auto* ctx = new SendCtx{this, Encode(m, forged.empty() ? c.key : forged, c.holder_side ? 'h' : 'c'),
+                          std::move(payload), std::move(keep)};
   if (!ctx->payload.empty()) {
     data = ctx->payload.data();
     len = ctx->payload.size();
@@ -488,6 +491,7 @@ void Link::Impl::ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
       return Close(c, false);
     }
     c->st = Conn::St::kReady;
+    c->key = SessionKey(opts.secret, c->nonce_c, c->nonce_s, opts.node_id, c->peer_id);
     auto w = std::move(c->waiting);
     c->waiting.clear();
     for (auto& r : w)
@@ -627,6 +631,20 @@ bool Link::Impl::HandleArrived() {
       continue;
     }
     auto c = it->second;
+    // Sealed under the connection's key once it has one, and only then:
+    // UCX names the endpoint from what the message itself carries, so the
+    // handshake binds a message only through its tag. A forged one is
+    // dropped, not the connection (its member did nothing wrong).
+    if (c->key.empty() ? !a.msg->tag.empty() : !SealedBy(*a.msg, c->key, c->holder_side ? 'c' : 'h')) {
+      if (a.data) ucp_am_data_release(worker, a.data);
+      messages_refused++;
+      if (!std::exchange(c->forged_logged, true))
+        LOG_ERROR(
+            "replica link: a message for the connection with node {} ({}) is not sealed with its key: dropped "
+            "(forged, or a peer of another version); later ones are counted, not logged",
+            c->peer_id.empty() ? "?" : c->peer_id, c->addr);
+      continue;
+    }
     if (c->holder_side) HolderMessage(c, *a.msg, a.data, a.len, a.rndv);
     else ClientMessage(c, *a.msg, a.data, a.len, a.rndv);
   }
@@ -828,9 +846,9 @@ Status Link::Drop(const std::string& peer, const Key& k) {
 }
 
 Link::Counters Link::counters() const {
-  return {impl_->peers_refused.load(),    impl_->chunks_refused.load(), impl_->replicas_held.load(),
-          impl_->bytes_in.load(),         impl_->bytes_out.load(),      impl_->loads_served.load(),
-          impl_->load_bytes_served.load()};
+  return {impl_->peers_refused.load(),     impl_->chunks_refused.load(),  impl_->replicas_held.load(),
+          impl_->bytes_in.load(),          impl_->bytes_out.load(),       impl_->loads_served.load(),
+          impl_->load_bytes_served.load(), impl_->messages_refused.load()};
 }
 
 void Link::TestLieAboutChunks(bool on) { impl_->lie = on; }
@@ -839,5 +857,6 @@ void Link::TestPaceChunks(int ms) { impl_->pace_ms = ms; }
 void Link::TestRepeatFirstChunk(bool on) { impl_->repeat_first = on; }
 void Link::TestWindow(int n) { impl_->test_window = n; }
 void Link::TestSilentDial(bool on) { impl_->silent_dial = on; }
+void Link::TestForgeTags(bool on) { impl_->forge_tags = on; }
 
 }  // namespace ckpt::fs::replica

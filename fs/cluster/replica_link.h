@@ -75,6 +75,7 @@ class Link {
     uint64_t replicas_held = 0;   // replicas this holder accepted
     uint64_t bytes_in = 0, bytes_out = 0;
     uint64_t loads_served = 0, load_bytes_served = 0;  // Fetch answers this member gave
+    uint64_t messages_refused = 0;                     // after a handshake, messages not sealed under its key (dropped)
   };
 
   // `store` (may be null with an empty `listen`) receives the replicas other
@@ -146,6 +147,9 @@ class Link {
   // Tests only: connect without saying HELLO (a port scanner, or a peer
   // that hangs before the handshake).
   void TestSilentDial(bool on);
+  // Tests only: seal every message after the handshake under a wrong key
+  // (as one a peer that skipped the handshake makes pass for a member's).
+  void TestForgeTags(bool on);
 
   struct Impl;
 

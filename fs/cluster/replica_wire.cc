@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -73,27 +74,46 @@ void PutField(std::string* s, std::string_view f) {
 
 }  // namespace
 
-std::string Encode(const Msg& m) {
+std::string Encode(const Msg& m, std::string_view key, char dir) {
   std::string s;
-  s.reserve(kHeader + m.text.size());
+  s.reserve(kHeader + m.text.size() + 1 + kTagLen);
   const auto op = static_cast<uint16_t>(m.op);
   s.push_back(static_cast<char>(op & 0xff));
   s.push_back(static_cast<char>(op >> 8));
-  s.append(2, '\0');
+  s.push_back(key.empty() ? '\0' : '\1');  // sealed
+  s.push_back('\0');
   const auto n = static_cast<uint32_t>(m.text.size());
   for (int i = 0; i < 4; i++) s.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
   for (uint64_t v : {m.req, m.a, m.b, m.c, m.d}) Put64(&s, v);
   s.append(m.text);
+  if (!key.empty()) {
+    // The tag over the direction and every byte before it.
+    s.push_back(dir);
+    unsigned char out[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    const bool ok = HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+                         reinterpret_cast<const unsigned char*>(s.data()), s.size(), out, &len) != nullptr;
+    s.pop_back();
+    if (!ok) abort();  // HMAC-SHA256 over memory cannot fail but for a broken libcrypto
+    s.append(reinterpret_cast<const char*>(out), kTagLen);
+  }
   return s;
+}
+
+bool SealedBy(const Msg& m, std::string_view key, char dir) {
+  if (key.empty() || m.tag.size() != kTagLen) return false;
+  const std::string want = Encode(m, key, dir);
+  return CRYPTO_memcmp(want.data() + want.size() - kTagLen, m.tag.data(), kTagLen) == 0;
 }
 
 std::optional<Msg> Decode(const void* p, size_t len) {
   if (len < kHeader) return std::nullopt;
   const auto* b = static_cast<const unsigned char*>(p);
   const uint16_t op = static_cast<uint16_t>(b[0] | (b[1] << 8));
-  if (!KnownOp(op) || b[2] || b[3]) return std::nullopt;
+  if (!KnownOp(op) || b[2] > 1 || b[3]) return std::nullopt;
+  const size_t tag = b[2] ? kTagLen : 0;
   const uint32_t n = b[4] | (b[5] << 8) | (b[6] << 16) | (static_cast<uint32_t>(b[7]) << 24);
-  if (n > kMaxText || len != kHeader + n) return std::nullopt;
+  if (n > kMaxText || len != kHeader + n + tag) return std::nullopt;
   Msg m;
   m.op = static_cast<Op>(op);
   m.req = Get64(b + 8);
@@ -102,6 +122,7 @@ std::optional<Msg> Decode(const void* p, size_t len) {
   m.c = Get64(b + 32);
   m.d = Get64(b + 40);
   m.text.assign(reinterpret_cast<const char*>(b + kHeader), n);
+  m.tag.assign(reinterpret_cast<const char*>(b + kHeader + n), tag);
   return m;
 }
 
@@ -219,6 +240,11 @@ std::string HandshakeMac(std::string_view secret, std::string_view role, std::st
             reinterpret_cast<const unsigned char*>(in.data()), in.size(), out, &len))
     return {};
   return std::string(reinterpret_cast<const char*>(out), len);
+}
+
+std::string SessionKey(std::string_view secret, std::string_view nonce_c, std::string_view nonce_s,
+                       std::string_view id_c, std::string_view id_s) {
+  return HandshakeMac(secret, "session", nonce_c, nonce_s, id_c, id_s);
 }
 
 bool SameMac(std::string_view a, std::string_view b) {

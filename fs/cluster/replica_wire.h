@@ -6,7 +6,10 @@
 // A message is a fixed little-endian header (op, request id, four numbers,
 // the length of a text) followed by the text; a chunk's bytes travel beside
 // it as the message's data. Decode() refuses anything malformed, so a peer
-// can send nothing that makes a daemon read past what it received.
+// can send nothing that makes a daemon read past what it received. After
+// the handshake every message is sealed: a flag in the header and a tag
+// (kTagLen bytes of HMAC-SHA256 under the connection's key, SessionKey)
+// after the text; one whose tag is not the connection's is dropped.
 //
 // Thread-safety: everything here is reentrant.
 #pragma once
@@ -25,6 +28,7 @@ inline constexpr int kWindow = 4;               // chunks of one file in flight
 inline constexpr size_t kMaxIncomingPerConn = 16;  // replicas one connection may have open at a holder (more: WAIT)
 inline constexpr size_t kNonceLen = 32;
 inline constexpr size_t kMacLen = 32;        // HMAC-SHA256
+inline constexpr size_t kTagLen = 16;        // a sealed message's tag: HMAC-SHA256 truncated
 inline constexpr size_t kMinSecretLen = 16;  // bytes of a --cluster-secret file
 inline constexpr size_t kMaxSecretLen = 4096;
 inline constexpr size_t kMaxText = 8192;  // text of one message (a PUT's carries a path)
@@ -60,9 +64,14 @@ struct Msg {
   uint64_t req = 0;  // the request a message belongs to (chosen by the client)
   uint64_t a = 0, b = 0, c = 0, d = 0;
   std::string text{};  // at most kMaxText bytes
+  std::string tag{};   // Decode: a sealed message's tag (kTagLen bytes), else empty
 };
 
-std::string Encode(const Msg& m);
+// Sealed when `key` is not empty: the tag binds the header, the text and
+// `dir` (who sends: 'c' client, 'h' holder, so no message is reflected).
+std::string Encode(const Msg& m, std::string_view key = {}, char dir = 0);
+// Whether `m` (decoded) is sealed under `key` by `dir` (constant time).
+bool SealedBy(const Msg& m, std::string_view key, char dir);
 // The message in `len` bytes at `p`, or nullopt when they are not exactly
 // one well-formed message (unknown op, text too long, bytes short or left).
 std::optional<Msg> Decode(const void* p, size_t len);
@@ -124,6 +133,10 @@ std::string HandshakeMac(std::string_view secret, std::string_view role, std::st
                          std::string_view nonce_s, std::string_view id_c, std::string_view id_s);
 // Compares in constant time (CRYPTO_memcmp).
 bool SameMac(std::string_view a, std::string_view b);
+// A connection's key once its handshake passed: HMAC-SHA256 under `secret`
+// of the same transcript, role "session" (a fresh one per connection).
+std::string SessionKey(std::string_view secret, std::string_view nonce_c, std::string_view nonce_s,
+                       std::string_view id_c, std::string_view id_s);
 
 uint64_t ChunkHash(const void* p, size_t len);  // XXH3-64
 

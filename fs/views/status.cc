@@ -110,6 +110,7 @@ static Json ReplicasJson(Daemon* d) {
             {"budget_bytes", d->replica_store->limit()},
             {"peers_refused", lc.peers_refused},
             {"chunks_refused", lc.chunks_refused},
+            {"messages_refused", lc.messages_refused},
             {"bytes_in", lc.bytes_in},
             {"bytes_out", lc.bytes_out}};
   if (d->peer_loads) {

@@ -147,6 +147,44 @@ Test(replica_wire, messages_round_trip_and_malformed_ones_are_refused) {
   cr_expect(!Decode(nullptr, 0));
 }
 
+// After the handshake every message is sealed: its tag binds the header,
+// the text and who sends it under the connection's own key. UCX tells a
+// holder which connection a message is on from what the message itself
+// carries (the reply endpoint's id), so the tag is what binds it to the
+// handshake (before, a peer that never shook hands could speak as one
+// that did).
+Test(replica_wire, sealed_messages_bind_the_key_the_sender_and_every_field) {
+  const std::string n1(kNonceLen, 'a'), n2(kNonceLen, 'b');
+  const std::string key = SessionKey(kSecret, n1, n2, "w", "h");
+  cr_assert_eq(key.size(), kMacLen);
+  cr_expect_neq(key, SessionKey(kSecret, n2, n1, "w", "h"), "another connection's nonces");
+  cr_expect(!SameMac(key, HandshakeMac(kSecret, "client", n1, n2, "w", "h")), "the key is not a proof on the wire");
+  Msg m{.op = Op::kChunk, .req = 9, .a = 4 << 20, .b = 0xfeed, .text = "t"};
+  const std::string s = Encode(m, key, 'c');
+  cr_expect_eq(s.size(), Encode(m).size() + kTagLen);
+  auto d = Decode(s.data(), s.size());
+  cr_assert(d.has_value());
+  cr_expect_eq(d->tag.size(), kTagLen);
+  cr_expect(SealedBy(*d, key, 'c'));
+  cr_expect(!SealedBy(*d, key, 'h'), "reflected to its sender");
+  cr_expect(!SealedBy(*d, key + "x", 'c'), "another key");
+  cr_expect(!SealedBy(*d, "", 'c'), "no key");
+  for (size_t at : {size_t{0}, size_t{8}, size_t{16}, size_t{24}, s.size() - kTagLen - 1, s.size() - 1}) {
+    std::string bad = s;
+    bad[at] ^= 1;
+    auto b = Decode(bad.data(), bad.size());
+    cr_expect(!b || !SealedBy(*b, key, 'c'), "byte %zu changed and still sealed", at);
+  }
+  auto plain = Decode(Encode(m).data(), Encode(m).size());
+  cr_assert(plain.has_value());
+  cr_expect(plain->tag.empty());
+  cr_expect(!SealedBy(*plain, key, 'c'), "an unsealed message");
+  cr_expect(!Decode(s.data(), s.size() - kTagLen), "the sealed flag without its tag");
+  std::string flag = s;
+  flag[2] = 2;
+  cr_expect(!Decode(flag.data(), flag.size()), "an unknown flag");
+}
+
 Test(replica_wire, keys_are_safe_file_names) {
   Key k{.writer = "host-1.example_2", .ino = 42, .version = 7};
   cr_expect_eq(k.Name(), "host-1.example_2.42.7");
@@ -523,6 +561,28 @@ Test(replica_link, a_peer_without_the_secret_gets_nothing_in, .timeout = 60) {
   cr_expect_eq(p.store->List().size(), 0u);
   cr_expect_eq(p.store->bytes(), 0u);
   cr_expect_eq(p.holder->counters().bytes_in, 0u);
+  close(fd);
+}
+
+// A message on an authenticated connection that is not sealed with its
+// key (what a peer that skipped the handshake sends under that
+// connection's endpoint id) is dropped and counted; the connection goes
+// on serving its member.
+Test(replica_link, a_message_not_sealed_with_the_connections_key_is_dropped, .timeout = 60) {
+  Pair p(64 << 20, kSecret, 2000);
+  std::pair<uint64_t, uint64_t> sum;
+  int fd = MakeFile(p.dir + "/src", 5000, 3, &sum);
+  Key k{.writer = "writer.a", .ino = 4, .version = 1};
+  p.writer->TestForgeTags(true);
+  auto st = p.writer->Replicate(p.addr, k, fd, 5000, 1, sum.first, sum.second);
+  cr_expect(!st.has_value(), "a PUT sealed under another key was taken");
+  cr_expect_geq(p.holder->counters().messages_refused, 1u);
+  cr_expect_eq(p.store->List().size(), 0u);
+  cr_expect_eq(p.holder->counters().peers_refused, 0u, "the handshake itself passed");
+  p.writer->TestForgeTags(false);
+  st = p.writer->Replicate(p.addr, k, fd, 5000, 1, sum.first, sum.second);
+  cr_expect(st.has_value(), "%s", st ? "" : ckpt::ErrStr(st.error()).c_str());
+  cr_expect_eq(p.store->List().size(), 1u);
   close(fd);
 }
 
