@@ -43,7 +43,7 @@ bool FaultOn(std::string_view name) {
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
   }
   if (!named || access(fault_file_.c_str(), F_OK) != 0) return false;
-  if (!fault_logged_.exchange(true)) LOG_WARN("fault {} on ({} exists): failing with EIO", name, fault_file_);
+  if (!fault_logged_.exchange(true)) LOG_WARN("fault {} on ({} exists): failing", name, fault_file_);
   return true;
 }
 

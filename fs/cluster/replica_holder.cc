@@ -38,6 +38,7 @@ void Link::Impl::HolderMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
     Send(*c, Msg{.op = Op::kReady,
                  .text = HandshakeMac(opts.secret, "holder", c->nonce_c, c->nonce_s, c->peer_id, opts.node_id)});
     c->key = SessionKey(opts.secret, c->nonce_c, c->nonce_s, c->peer_id, opts.node_id);  // after READY, unsealed
+    if (c->key.size() != kMacLen) Close(c, true);  // (libcrypto failed: never unsealed)
     return;
   }
   if (c->st != Conn::St::kReady) {

@@ -242,9 +242,10 @@ void Link::Impl::OnEpError(void* arg, ucp_ep_h ep, ucs_status_t) { static_cast<I
 void Link::Impl::Send(Conn& c, const Msg& m, const void* data, size_t len, std::shared_ptr<const void> keep,
                       std::string payload) {
   if (c.st == Conn::St::kClosed) return;
-  const std::string forged = forge_tags && !c.key.empty() ? c.key + "x" : std::string();
-  auto* ctx = new SendCtx{this, Encode(m, forged.empty() ? c.key : forged, c.holder_side ? 'h' : 'c'),
+  const int forge = c.key.empty() ? 0 : forge_how.load();  // TestForge
+  auto* ctx = new SendCtx{this, Encode(m, forge == 1 ? c.key + "x" : c.key, c.holder_side ? 'h' : 'c'),
                           std::move(payload), std::move(keep)};
+  if (forge == 2) ctx->hdr[3] = 1;  // a header no version reads
   if (!ctx->payload.empty()) {
     data = ctx->payload.data();
     len = ctx->payload.size();
@@ -492,6 +493,7 @@ void Link::Impl::ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
     }
     c->st = Conn::St::kReady;
     c->key = SessionKey(opts.secret, c->nonce_c, c->nonce_s, opts.node_id, c->peer_id);
+    if (c->key.size() != kMacLen) return Close(c, true);  // (libcrypto failed: never unsealed)
     auto w = std::move(c->waiting);
     c->waiting.clear();
     for (auto& r : w)
@@ -622,7 +624,9 @@ bool Link::Impl::HandleArrived() {
   arrived.clear();
   for (auto& a : batch) {
     auto it = a.ep ? conns.find(a.ep) : conns.end();
-    if (it == conns.end() || it->second->st == Conn::St::kClosed || !a.msg) {
+    // A malformed message before the handshake passed closes the
+    // connection; after it, it is dropped as a forged one (below).
+    if (it == conns.end() || it->second->st == Conn::St::kClosed || (!a.msg && it->second->key.empty())) {
       if (a.data) ucp_am_data_release(worker, a.data);
       if (it != conns.end() && !a.msg) {
         if (it->second->holder_side) Refuse(it->second, "sent a malformed message");
@@ -635,7 +639,7 @@ bool Link::Impl::HandleArrived() {
     // UCX names the endpoint from what the message itself carries, so the
     // handshake binds a message only through its tag. A forged one is
     // dropped, not the connection (its member did nothing wrong).
-    if (c->key.empty() ? !a.msg->tag.empty() : !SealedBy(*a.msg, c->key, c->holder_side ? 'c' : 'h')) {
+    if (!a.msg || (c->key.empty() ? !a.msg->tag.empty() : !SealedBy(*a.msg, c->key, c->holder_side ? 'c' : 'h'))) {
       if (a.data) ucp_am_data_release(worker, a.data);
       messages_refused++;
       if (!std::exchange(c->forged_logged, true))
@@ -857,6 +861,6 @@ void Link::TestPaceChunks(int ms) { impl_->pace_ms = ms; }
 void Link::TestRepeatFirstChunk(bool on) { impl_->repeat_first = on; }
 void Link::TestWindow(int n) { impl_->test_window = n; }
 void Link::TestSilentDial(bool on) { impl_->silent_dial = on; }
-void Link::TestForgeTags(bool on) { impl_->forge_tags = on; }
+void Link::TestForge(int how) { impl_->forge_how = how; }
 
 }  // namespace ckpt::fs::replica

@@ -147,9 +147,10 @@ class Link {
   // Tests only: connect without saying HELLO (a port scanner, or a peer
   // that hangs before the handshake).
   void TestSilentDial(bool on);
-  // Tests only: seal every message after the handshake under a wrong key
-  // (as one a peer that skipped the handshake makes pass for a member's).
-  void TestForgeTags(bool on);
+  // Tests only: every message after the handshake sealed under a wrong key
+  // (1), or malformed (2), as a peer that skipped the handshake makes one
+  // pass for a member's; 0: honest.
+  void TestForge(int how);
 
   struct Impl;
 

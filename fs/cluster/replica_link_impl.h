@@ -165,7 +165,8 @@ struct Link::Impl {
   std::atomic<uint64_t> next_id{1};
   std::atomic<uint64_t> peers_refused{0}, chunks_refused{0}, replicas_held{0}, bytes_in{0}, bytes_out{0};
   std::atomic<uint64_t> loads_served{0}, load_bytes_served{0}, messages_refused{0};
-  std::atomic<bool> lie{false}, forge_tags{false};
+  std::atomic<bool> lie{false};
+  std::atomic<int> forge_how{0};  // TestForge
   std::atomic<int> stop_after{-1};
   std::atomic<int> pace_ms{0};
   std::atomic<bool> repeat_first{false};

@@ -204,8 +204,9 @@ bool Takeover::Mark(const std::string& writer, const Replica& r, char status, st
   it->second[r.seq()] = status;
   const std::tuple k{writer, r.run(), r.seq()};
   unmarked_.insert(k);
-  // On the tier first: the give-up drops the replica right after, and the
-  // mark may not go in before this daemon stops.
+  // On the tier first: the give-up drops the replica right after (keeps
+  // it, if this note cannot be written), and the mark may not go in
+  // before this daemon stops.
   const std::string key = NoteKey(k);
   auto st = store_->KeepNote(key, EncodeMarkNote({status, r.held.gate_us, names.value_or("")}));
   if (!st)
@@ -268,12 +269,16 @@ void Takeover::MarkPending() {
 
 bool Takeover::KeptGivenUp(const std::string& writer, const Replica& r) {
   // Given up here and kept for its names until the mark is in; once it is
-  // (read back after a restart, or landed), nothing needs it.
+  // (read back after a restart, or landed), nothing needs it. Not for a
+  // replica whose meta is unreadable: (run "", seq 0) names no one entry.
+  if (r.seq() == 0) return false;
   auto run = claimed_.find({writer, r.run()});
   if (run == claimed_.end()) return false;
   auto c = run->second.find(r.seq());
   if (c == run->second.end() || c->second != EtcdRecords::kGaveUp) return false;
-  if (!unmarked_.count({writer, r.run(), r.seq()})) (void)store_->Drop(r.held.key);
+  if (!unmarked_.count({writer, r.run(), r.seq()}) && store_->Drop(r.held.key))
+    LOG_WARN("replicas: node {}'s entry {} (run {}) was given up here and its mark is in: its replica is dropped",
+             writer, r.seq(), r.run());
   return true;
 }
 
@@ -639,7 +644,7 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
       (void)store_->Drop(h.key);
     }
     if (o == Outcome::kLost) FAILPOINT("takeover.gave_up");
-    cluster_->Poke();  // the record no longer names this gate: the others go on
+    cluster_->Poke();  // the record no longer names this gate (once its mark is in): the others go on
   }
 }
 

@@ -44,7 +44,8 @@
 // Store::KeepNote), else — its machine rebooted, tmpfs lost — given up with
 // its names unknown (the writer applies the entry itself, and every later
 // entry of that run is given up with it). A namespace entry's replica is
-// kept (retired) until its mark is in etcd, for the same reason.
+// kept (retired) until its mark is in etcd, for the same reason; so is a
+// given-up one whose note could not be written (unpublished: KeptGivenUp).
 //
 // An entry the backend refuses for good, or whose replica is unreadable,
 // is given up (marked kGaveUp, with its names beside the mark: MarkTaken),

@@ -18,7 +18,10 @@
 # With NO_NOTE=1 (replicas_give_up_no_note.sh), b cannot write its note
 # either (fault replica.note, as on a full tier): it keeps the replica
 # itself, unpublished, until the mark is in, and reads the names from it
-# when it is back (before: dropped, and read back as "*").
+# when it is back (before: dropped, and read back as "*"). With LIVE=1 too
+# (replicas_give_up_no_note_live.sh), b is not stopped: it keeps the
+# replica, without deciding it again each pass, until its marks go in,
+# and then drops it.
 # serial: kills daemons and waits out their leases
 source "$(dirname "$0")/../lib/common.sh"
 require_root
@@ -28,8 +31,11 @@ faults=takeover.mark
 replica_store
 touch "$T/pause_a"
 mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --member-timeout 3 --node a
-mount_node b "CKPTFS_FAULT=$faults:$T/nomark" "CKPTFS_FAILPOINT=takeover.gave_up" -- \
+failpoint=takeover.gave_up
+[ "${LIVE:-0}" = 1 ] && failpoint=
+mount_node b "CKPTFS_FAULT=$faults:$T/nomark" "CKPTFS_FAILPOINT=$failpoint" -- \
   "${COMMON[@]}" --member-timeout 2 --node b
+B=$(node_mnt b)
 A=$(node_mnt a)
 wait_for 20 "a does not see b's replica link" repl_of "$A" 'assert j["peers"] == 1, j'
 backend_tree() { (cd "$BACKEND" && find . -not -path './.ckptfs*' | sort | tr '\n' ' '); }
@@ -52,6 +58,24 @@ wait_for 30 "a's rename and mkdir were not both replicated" eval '[ "$(entries)"
 mkdir "$BACKEND/P" && touch "$BACKEND/P/x"
 touch "$T/nomark"
 kill_node a
+if [ "${LIVE:-0}" = 1 ]; then
+  unpublished() { ls -A "$TIER-b-replicas" 2> /dev/null | grep '^a\.0\.[1-9]' | grep -v '\.meta$' | grep -vc '~published~' || true; }
+  wait_for 60 "b never gave a's rename up: $(repl_of "$B" 'print(j)')" repl_of "$B" 'assert j["lost_for_dead"] >= 1, j'
+  wait_for 30 "b did not apply mkdir Q while its marks failed: $(backend_tree)" test -d "$BACKEND/Q"
+  [ -z "$(gaveup)" ] || fail "b's give-up is in etcd though its marks failed: $(gaveup)"
+  [ "$(notes)" -eq 0 ] || fail "b kept a note though the fault replica.note was on: the case tests nothing"
+  [ "$(unpublished)" -eq 1 ] || fail "b does not keep the rename it gave up with no note of it: $(ls -A "$TIER-b-replicas")"
+  sleep 3 # passes go by: the kept replica is not decided again
+  repl_of "$B" 'assert j["lost_for_dead"] == 1, j' || fail "b decided its kept give-up again: $(repl_of "$B" 'print(j)')"
+  rm -f "$T/nomark"
+  wait_for 30 "b's give-up never reached etcd" eval '[ -n "$(gaveup)" ]'
+  case "$(gaveup)" in *pP*) ;; *) fail "b's give-up in etcd does not name P: '$(gaveup)'" ;; esac
+  wait_for 30 "b kept a's replicas after its marks went in: $(ls -A "$TIER-b-replicas")" eval '[ "$(held_of_a)" -eq 0 ]'
+  repl_of "$B" 'assert j["lost_for_dead"] == 1 and j["poisoned_for_dead"] == 0, j' ||
+    fail "b's counts: $(repl_of "$B" 'print(j)')"
+  note "b kept its give-up until the mark was in, then dropped it: $(backend_tree)"
+  BM=$B
+else
 wait_for 60 "b never gave a's rename up (its failpoint)" eval '[ -z "$(_node_pid b)" ]'
 [ -z "$(gaveup)" ] || fail "b's give-up is in etcd though its marks failed: $(gaveup)"
 if [ "${NO_NOTE:-0}" = 1 ]; then
@@ -76,6 +100,7 @@ case "$names" in *pP*) ;; *) fail "b's give-up in etcd does not name P: '$names'
 repl_of "$BM" 'assert j["poisoned_for_dead"] == 0, j' || fail "b gave up an entry of a that the rename does not touch"
 wait_for 20 "b's note outlived its mark" eval '[ "$(notes)" -eq 0 ]'
 note "b, back, gave mv L P up with its names ($names) and applied mkdir Q: $(backend_tree)"
+fi
 
 # a back on its state dir: it applies the rename itself.
 rm -r "$BACKEND/P"
