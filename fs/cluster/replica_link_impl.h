@@ -119,9 +119,7 @@ struct Conn {
   St st{};
   std::string addr;  // the peer's address as dialed, or "from HOST:PORT" on the holder side
   std::string peer_id, nonce_c, nonce_s;
-  // Set once the handshake passed (SessionKey): every message after it is
-  // sealed under it, both ways; one that is not is dropped (HandleArrived).
-  std::string key;
+  std::string key;  // SessionKey once the handshake passed: every later message sealed under it (HandleArrived)
   bool forged_logged = false;
   Clock::time_point since;
   std::map<uint64_t, std::shared_ptr<Rx>> rx;     // holder: by request id
@@ -166,8 +164,7 @@ struct Link::Impl {
   std::atomic<uint64_t> peers_refused{0}, chunks_refused{0}, replicas_held{0}, bytes_in{0}, bytes_out{0};
   std::atomic<uint64_t> loads_served{0}, load_bytes_served{0}, messages_refused{0};
   std::atomic<bool> lie{false};
-  std::atomic<int> forge_how{0};  // TestForge
-  std::atomic<int> stop_after{-1};
+  std::atomic<int> forge_how{0}, stop_after{-1};  // TestForge, TestStopAfterChunks
   std::atomic<int> pace_ms{0};
   std::atomic<bool> repeat_first{false};
   std::atomic<int> test_window{0};  // chunks in flight a file, 0: kWindow (TestWindow)
