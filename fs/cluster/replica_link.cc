@@ -440,7 +440,7 @@ void Link::Impl::Pump(Conn& c, const std::shared_ptr<Request>& r) {
   const int limit = stop_after.load(), window = test_window.load() > 0 ? test_window.load() : kWindow;
   while (r->inflight < window && r->next < r->size && (limit < 0 || r->sent < limit)) {
     const uint64_t off = r->next, n = std::min(kChunk, r->size - off);
-    if (int ms = pace_ms.load(); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    if (int ms = pace_ms.load(); ms > 0 && r->sent > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     auto buf = ChunkPool::Get(chunks);
     if (int e = PreadFull(r->src_fd, buf.get(), n, off); e != 0) {
       LOG_ERROR("replica link: replica {}: reading {} bytes at offset {} of its source: {}", r->key.Name(), n, off,
@@ -689,8 +689,20 @@ void Link::Impl::Sweep() {
       Refuse(c, "did not finish the handshake in time");
       continue;
     }
-    for (auto& [req, rx] : std::map<uint64_t, std::shared_ptr<Rx>>(c->rx))
-      if (now - rx->last > idle) RefuseReplica(c, req, "no chunk came for " + std::to_string(opts.timeout_ms) + " ms");
+    for (auto& [req, rx] : std::map<uint64_t, std::shared_ptr<Rx>>(c->rx)) {
+      if (now - rx->last <= idle) continue;
+      const bool stuck = rx->pending > 0;
+      RefuseReplica(c, req, "no chunk came for " + std::to_string(opts.timeout_ms) + " ms");
+      // A receive still pending holds the replica's room, its part file and
+      // a chunk buffer until it completes, which it never does from a
+      // writer that stopped (SIGSTOP, a hung disk): the connection goes
+      // (forced), which cancels it.
+      if (stuck) {
+        LOG_WARN("replica link: node {} ({}) stalled in the middle of a chunk: disconnected", c->peer_id, c->addr);
+        Close(c, true);
+        break;
+      }
+    }
   }
 }
 

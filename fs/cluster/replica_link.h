@@ -136,9 +136,10 @@ class Link {
   // after `n` chunks without ending it (as a writer that died mid-stream).
   void TestLieAboutChunks(bool on);
   void TestStopAfterChunks(int n);
-  // Tests only: sleep `ms` before each chunk (a slow link: the transfer
-  // outlasts `timeout_ms` while every chunk arrives within it); send the
-  // first chunk twice (a confused writer).
+  // Tests only: sleep `ms` before each chunk but the first, the link's
+  // loop stopped meanwhile (a slow link: the transfer outlasts `timeout_ms`
+  // while every chunk arrives within it; or a writer stalled mid-chunk);
+  // send the first chunk twice (a confused writer).
   void TestPaceChunks(int ms);
   void TestRepeatFirstChunk(bool on);
   // Tests only: `n` chunks of a file in flight instead of kWindow (0: kWindow),
