@@ -27,7 +27,7 @@
 //                         not be in etcd yet
 //
 //   CKPTFS_FAULT=name:FILE       FAULT(name) is true, and the caller fails its
-//                                operation with EIO, each time it is reached
+//                                operation (EIO, or as its entry says), each time it is reached
 //                                while FILE exists: a disk error a test turns
 //                                on (touch FILE) at the moment it chooses;
 //                                name may be several, comma-separated

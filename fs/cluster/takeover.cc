@@ -258,8 +258,10 @@ void Takeover::MarkPending() {
   // A namespace entry's replica, kept (retired) until its mark was in: a
   // holder restarted before that finds it and marks it done, not given up;
   // and a given-up one kept unpublished (its mark not noted: PublishFor).
+  std::set<std::string> writers;
+  for (const auto& k : landed) writers.insert(std::get<0>(k));
   for (Held& h : store_->List()) {
-    if (h.key.ino != kEntryIno && h.published) continue;
+    if ((h.key.ino != kEntryIno && h.published) || !writers.count(h.key.writer)) continue;
     const Replica r(std::move(h));
     if (!landed.count({r.held.key.writer, r.run(), r.seq()})) continue;
     if (r.held.published || claimed_[{r.held.key.writer, r.run()}][r.seq()] == EtcdRecords::kGaveUp)
@@ -637,7 +639,7 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
     // A give-up whose mark is neither in etcd nor noted on the tier keeps
     // its replica, unpublished, until the mark is in (MarkPending): a
     // restart reads its names from it, not "*" (every later entry lost).
-    if (o == Outcome::kLost && unmarked && !noted) {
+    if (o == Outcome::kLost && unmarked && !noted && r.seq() != 0) {
     } else if (o == Outcome::kLost || !store_->Retire(h.key)) {
       (void)store_->Drop(h.key);
     } else if (h.key.ino == kEntryIno && !unmarked) {
