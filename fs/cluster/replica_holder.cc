@@ -3,6 +3,7 @@
 // END, DROP and GET from a member that passed it.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/io.h"
@@ -258,16 +259,19 @@ void Link::Impl::Get(const std::shared_ptr<Conn>& c, const Msg& m) {
     }
   }
   const uint64_t off = std::min(m.a, held.size), n = std::min({m.b, kMaxRead, held.size - off});
-  if (n && *get_bytes + n > kServeBytes) {
+  if (n && (*get_bytes + n > kServeBytes || c->share->Full(n))) {
     close(fd);
     return Reply(*c, m.req, Op::kRefused, EAGAIN);
   }
   *get_bytes += n;
-  auto counter = get_bytes;
-  std::shared_ptr<std::string> buf(new std::string(n, '\0'), [counter, n](std::string* b) {
-    *counter -= n;
-    delete b;
-  });
+  std::shared_ptr<std::string> buf(new std::string(n, '\0'),
+                                   [this, counter = get_bytes, n, hold = c->share->Hold(n)](std::string* b) mutable {
+                                     *counter -= n;
+                                     delete b;
+                                     hold.reset();
+                                     MutexLock l(&serve_mu);  // a load of this asker's may wait for its share
+                                     serve_cv.NotifyAll();
+                                   });
   ssize_t got = n ? pread(fd, buf->data(), n, static_cast<off_t>(off)) : 0;
   const int e = errno;
   close(fd);
@@ -276,7 +280,14 @@ void Link::Impl::Get(const std::shared_ptr<Conn>& c, const Msg& m) {
   bytes_out += buf->size();
   Msg d{.op = Op::kData, .req = m.req, .a = off, .b = ChunkHash(buf->data(), buf->size())};
   if (buf->empty()) return Send(*c, d);
-  Send(*c, d, buf->data(), buf->size(), buf);  // `buf` held until UCX is done with it
+  SendServed(*c, d, buf->data(), buf->size(), buf);
+}
+
+void Link::Impl::SendServed(Conn& c, const Msg& m, const char* data, uint64_t n, std::shared_ptr<const void> buf) {
+  // The bytes, and the asker's count of bytes sending, held until UCX is done with them.
+  auto keep = std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<void>>>(std::move(buf),
+                                                                                              c.share->Sending(n));
+  Send(c, m, data, n, std::move(keep));
 }
 
 // A load: queued for the serving threads (the source may block on a fetch
@@ -286,26 +297,47 @@ void Link::Impl::Fetch(const std::shared_ptr<Conn>& c, const Msg& m) {
   if (!content) return Reply(*c, m.req, Op::kRefused, EINVAL);
   MutexLock l(&serve_mu);
   if (servers.empty() || serve_stop) return Reply(*c, m.req, Op::kRefused, ENOENT);
-  if (serve_q.size() >= 64) return Reply(*c, m.req, Op::kRefused, EAGAIN);  // bounded: the asker goes elsewhere
+  // Bounded, and one asker's part of it too: past either the asker goes elsewhere.
+  const auto mine =
+      std::count_if(serve_q.begin(), serve_q.end(), [&](const ServeJob& j) { return j.share == c->share; });
+  if (serve_q.size() >= kServeQueued || static_cast<size_t>(mine) >= kServeQueuedPerAsker)
+    return Reply(*c, m.req, Op::kRefused, EAGAIN);
   const Link::Ask ask = m.op == Op::kFetch         ? Link::Ask::kHome
                         : m.op == Op::kFetchDirect ? Link::Ask::kDirect
                                                    : Link::Ask::kRelay;
-  serve_q.push_back(
-      ServeJob{c, m.req, std::move(*content), m.a, std::min<uint64_t>(m.b, Link::kFetchPiece), ask, c->peer_id});
-  serve_cv.NotifyOne();
+  serve_q.push_back(ServeJob{c, c->share, nullptr, m.req, std::move(*content), m.a,
+                             std::min<uint64_t>(m.b, Link::kFetchPiece), ask, c->peer_id});
+  serve_cv.NotifyAll();  // NotifyOne could wake a server that cannot take it (its asker's share full)
+}
+
+// The first queued load whose asker's share has room for it, its share
+// taken; nullopt once the servers stop. Loads of askers gone are dropped.
+std::optional<Link::Impl::ServeJob> Link::Impl::NextServeJob() {
+  MutexLock l(&serve_mu);
+  for (;;) {
+    if (serve_stop) return std::nullopt;
+    for (auto it = serve_q.begin(); it != serve_q.end();) {
+      if (it->conn.expired()) {
+        it = serve_q.erase(it);
+        continue;
+      }
+      if (!it->share->Full(it->len)) {
+        ServeJob j = std::move(*it);
+        serve_q.erase(it);
+        j.hold = j.share->Hold(j.len);
+        return j;
+      }
+      ++it;
+    }
+    serve_cv.Wait(&serve_mu);
+  }
 }
 
 void Link::Impl::ServeLoop() {
   for (;;) {
-    ServeJob j;
-    {
-      MutexLock l(&serve_mu);
-      while (!serve_stop && serve_q.empty()) serve_cv.Wait(&serve_mu);
-      if (serve_stop) return;
-      j = std::move(serve_q.front());
-      serve_q.pop_front();
-    }
-    if (j.conn.expired()) continue;  // the asker went away
+    std::optional<ServeJob> next = NextServeJob();
+    if (!next) return;
+    ServeJob j = std::move(*next);
     // Read with pread, not mapped: a source truncated meanwhile (a new
     // version written in place) gives a short read here, where a mapping
     // would give SIGBUS. No hash per piece: the asker checks the whole
@@ -339,8 +371,9 @@ void Link::Impl::ServeLoop() {
         }
         serve_bytes += n;
       }
-      buf = std::shared_ptr<char[]>(new char[std::max<uint64_t>(n, 1)], [this, n](char* p) {
+      buf = std::shared_ptr<char[]>(new char[std::max<uint64_t>(n, 1)], [this, n, hold = j.hold](char* p) mutable {
         delete[] p;
+        hold.reset();
         MutexLock l(&serve_mu);
         serve_bytes -= n;
         serve_cv.NotifyAll();
@@ -357,7 +390,7 @@ void Link::Impl::ServeLoop() {
       load_bytes_served += n;
       bytes_out += n;
       const char* data = buf.get();
-      Send(*c, Msg{.op = Op::kData, .req = req, .a = off}, data, n, std::move(buf));
+      SendServed(*c, Msg{.op = Op::kData, .req = req, .a = off}, data, n, std::move(buf));
     });
   }
 }

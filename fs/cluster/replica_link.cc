@@ -556,6 +556,7 @@ void Link::Impl::ReceiveData(const std::shared_ptr<Request>& r, const Msg& m, vo
     return Finish(r, Err(EPROTO));
   }
   r->receiving = true;
+  if (const int ms = stall_ms.exchange(0); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   // FetchAll's pieces land where the caller mapped them; the others in the request's buffer.
   char* dst = r->dst;
   if (!dst) {
@@ -687,6 +688,15 @@ void Link::Impl::Sweep() {
   for (auto& [ep, c] : std::unordered_map<ucp_ep_h, std::shared_ptr<Conn>>(conns)) {
     if (c->holder_side && c->st != Conn::St::kReady && c->st != Conn::St::kClosed && now - c->since > handshake) {
       Refuse(c, "did not finish the handshake in time");
+      continue;
+    }
+    // An asker that stopped taking what it asked for (stopped, hung, or
+    // never reading) holds its share of the serving memory (replica_serve.h)
+    // while its sends are pending: forced closed, which cancels them.
+    if (c->share->Stalled(now, idle)) {
+      LOG_WARN("replica link: node {} ({}) took none of the {} bytes served to it for {} ms: disconnected", c->peer_id,
+               c->addr, c->share->held(), opts.timeout_ms);
+      Close(c, true);
       continue;
     }
     for (auto& [req, rx] : std::map<uint64_t, std::shared_ptr<Rx>>(c->rx)) {
@@ -874,5 +884,6 @@ void Link::TestRepeatFirstChunk(bool on) { impl_->repeat_first = on; }
 void Link::TestWindow(int n) { impl_->test_window = n; }
 void Link::TestSilentDial(bool on) { impl_->silent_dial = on; }
 void Link::TestForge(int how) { impl_->forge_how = how; }
+void Link::TestStallOnData(int ms) { impl_->stall_ms = ms; }
 
 }  // namespace ckpt::fs::replica

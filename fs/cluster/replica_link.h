@@ -152,6 +152,9 @@ class Link {
   // (1), or malformed (2), as a peer that skipped the handshake makes one
   // pass for a member's; 0: honest.
   void TestForge(int how);
+  // Tests only: the link's loop stops for `ms` when the next piece of a
+  // read or load comes, before it takes it (an asker stopped, or hung).
+  void TestStallOnData(int ms);
 
   struct Impl;
 

@@ -24,6 +24,7 @@
 #include "backend/checksum.h"
 #include "common/mutex.h"
 #include "fs/cluster/replica_link.h"
+#include "fs/cluster/replica_serve.h"
 
 namespace ckpt::fs::replica {
 
@@ -34,13 +35,12 @@ inline constexpr uint64_t kMaxRead = 64ull << 20;  // one GET
 struct Conn;
 
 // Chunk-sized buffers, reused. A replica moves through them (the writer
-// reads a chunk, hashes it and sends it; the holder receives it, checks
-// it and writes it to the replica's file) rather than through mappings of
-// whole files: mapping 1 GiB of tmpfs writable and populated costs 0.22 s
-// of page-table work here against 0.08 s for pwrite of the same bytes, and
-// a buffer used again is already faulted in (and registered, on RDMA).
-// A writer's file may also shrink under it (a new version written in
-// place): a short pread is an error, where a mapping would be a SIGBUS.
+// reads, hashes and sends a chunk; the holder receives, checks and writes
+// it) rather than through mappings of whole files: mapping 1 GiB of tmpfs
+// writable and populated costs 0.22 s of page-table work here against
+// 0.08 s for pwrite, and a buffer used again is already faulted in (and
+// registered, on RDMA). A writer's file may shrink under it (a new version
+// written in place): a short pread is an error, where a mapping is SIGBUS.
 class ChunkPool {
  public:
   // kChunk bytes, back to the pool when the last holder lets go of it
@@ -124,6 +124,7 @@ struct Conn {
   Clock::time_point since;
   std::map<uint64_t, std::shared_ptr<Rx>> rx;     // holder: by request id
   std::vector<std::shared_ptr<Request>> waiting;  // client: until kReady
+  std::shared_ptr<ServeShare> share = std::make_shared<ServeShare>();  // holder: what it lends this asker
 };
 
 struct Link::Impl {
@@ -163,12 +164,9 @@ struct Link::Impl {
   std::atomic<uint64_t> next_id{1};
   std::atomic<uint64_t> peers_refused{0}, chunks_refused{0}, replicas_held{0}, bytes_in{0}, bytes_out{0};
   std::atomic<uint64_t> loads_served{0}, load_bytes_served{0}, messages_refused{0};
-  std::atomic<bool> lie{false};
-  std::atomic<int> forge_how{0}, stop_after{-1};  // TestForge, TestStopAfterChunks
-  std::atomic<int> pace_ms{0};
-  std::atomic<bool> repeat_first{false};
-  std::atomic<int> test_window{0};  // chunks in flight a file, 0: kWindow (TestWindow)
-  std::atomic<bool> silent_dial{false};
+  std::atomic<bool> lie{false}, repeat_first{false}, silent_dial{false};
+  std::atomic<int> forge_how{0}, stop_after{-1}, pace_ms{0};  // TestForge, TestStopAfterChunks, TestPaceChunks
+  std::atomic<int> test_window{0}, stall_ms{0};               // TestWindow (0: kWindow), TestStallOnData
 
   // ---- set-up and the loop ----
   // On the loop's thread: "" when ready, else why not.
@@ -258,6 +256,8 @@ struct Link::Impl {
   void DropReplica(const std::shared_ptr<Conn>& c, const Msg& m);
 
   void Get(const std::shared_ptr<Conn>& c, const Msg& m);
+  // A piece served (GET, load), counted as the asker's sending until UCX is done with it.
+  void SendServed(Conn& c, const Msg& m, const char* data, uint64_t n, std::shared_ptr<const void> buf);
 
   // ---- the loop's bookkeeping ----
   bool HandleArrived();
@@ -271,8 +271,12 @@ struct Link::Impl {
   std::future<Result<uint64_t>> Start(std::shared_ptr<Request> r, const std::string& peer, int64_t timeout_ms = 0);
 
   // ---- loads served to other members (Options::serve), off the loop ----
+  // Bounded (replica_serve.h): kServeBytes read and not yet sent, kServeShare
+  // of it for one asker; a GET past either is refused EAGAIN, a load waits.
   struct ServeJob {
     std::weak_ptr<Conn> conn;
+    std::shared_ptr<ServeShare> share;
+    std::shared_ptr<void> hold;  // the asker's share, taken when a server picks the job
     uint64_t req = 0;
     Content content;
     uint64_t offset = 0, len = 0;
@@ -283,15 +287,11 @@ struct Link::Impl {
   CondVar serve_cv;
   std::deque<ServeJob> serve_q GUARDED_BY(serve_mu);
   bool serve_stop GUARDED_BY(serve_mu) = false;
-  static constexpr uint64_t kServeBytes = 128ull << 20;  // pieces read for askers and not yet sent
-  // GET replies read and not yet sent (bytes; shared with the send
-  // contexts that hold them, which may outlive a request): past
-  // kServeBytes a GET is refused EAGAIN, so an asker that never reads its
-  // socket cannot grow this holder's memory.
-  std::shared_ptr<std::atomic<uint64_t>> get_bytes = std::make_shared<std::atomic<uint64_t>>(0);
-  uint64_t serve_bytes GUARDED_BY(serve_mu) = 0;
+  std::shared_ptr<std::atomic<uint64_t>> get_bytes = std::make_shared<std::atomic<uint64_t>>(0);  // GETs'
+  uint64_t serve_bytes GUARDED_BY(serve_mu) = 0;                                                  // loads'
   std::vector<std::thread> servers;
 
+  std::optional<ServeJob> NextServeJob();
   void Fetch(const std::shared_ptr<Conn>& c, const Msg& m);
   void ServeLoop();
   void StopServers();

@@ -1066,6 +1066,85 @@ Test(replica_link, a_load_is_served_by_the_holders_source, .timeout = 60) {
   fsys::remove_all(dir);
 }
 
+// A holder serving one file of `size` bytes to any asker (UCX over TCP,
+// where an asker that stops progressing leaves the holder's sends pending),
+// an asker "asker.a" that stops when its first piece comes, and "asker.b".
+struct Served {
+  std::string dir;
+  Content c;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Link> holder, a, b;
+  Served(uint64_t size, int64_t holder_timeout_ms) {
+    setenv("UCX_TLS", "tcp", 1);
+    dir = TempDir();
+    std::pair<uint64_t, uint64_t> sum;
+    close(MakeFile(dir + "/src", size, 11, &sum));
+    c = Content{.path = "step/a.pt", .size = size, .hi = sum.first, .lo = sum.second};
+    auto serve = [d = dir](const Content&, const std::string&, Link::Ask) -> ckpt::Result<Link::Served> {
+      int fd = open((d + "/src").c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return ckpt::Err(errno);
+      return Link::Served{.fd = fd};
+    };
+    auto s = Store::Open(dir + "/replicas", 1 << 20);
+    cr_assert(s.has_value());
+    store = std::move(*s);
+    auto h = Link::Open({.node_id = "holder-1",
+                         .secret = kSecret,
+                         .listen = "127.0.0.1:0",
+                         .timeout_ms = holder_timeout_ms,
+                         .serve = serve},
+                        store.get());
+    cr_assert(h.has_value(), "%s", h ? "" : h.error().c_str());
+    holder = std::move(*h);
+    auto la = Link::Open({.node_id = "asker.a", .secret = kSecret, .timeout_ms = 60000}, nullptr);
+    auto lb = Link::Open({.node_id = "asker.b", .secret = kSecret, .timeout_ms = 60000}, nullptr);
+    cr_assert(la.has_value() && lb.has_value());
+    a = std::move(*la);
+    b = std::move(*lb);
+  }
+  ckpt::Status Fetch(Link* l) {
+    return l->FetchAll(holder->address(), c, 30000, [](uint64_t, const char*, size_t) -> ckpt::Status { return {}; });
+  }
+  ~Served() {
+    a.reset();
+    b.reset();
+    holder.reset();
+    store.reset();
+    fsys::remove_all(dir);
+  }
+};
+
+// An asker that stops taking its pieces (stopped, hung, or hostile: it
+// asks for more than one load keeps in flight) holds at most its share of
+// the serving memory: another asker's load goes on meanwhile.
+Test(replica_link, an_asker_that_stops_leaves_room_for_the_others, .timeout = 90) {
+  Served sv(20 * Link::kFetchPiece, 60000);  // the holder's idle time longer than the test
+  sv.a->TestStallOnData(10000);
+  std::vector<std::thread> loads;
+  for (int i = 0; i < 5; i++) loads.emplace_back([&] { (void)sv.Fetch(sv.a.get()); });  // 20 pieces: 160 MiB
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // a's pieces read and sent, a stopped
+  const auto t0 = std::chrono::steady_clock::now();
+  auto st = sv.Fetch(sv.b.get());
+  const auto took = std::chrono::steady_clock::now() - t0;
+  cr_expect(st.has_value(), "%s", st ? "" : ckpt::ErrStr(st.error()).c_str());
+  cr_expect_lt(took, std::chrono::milliseconds(7000), "b's load waited for the stopped asker (%lld ms)",
+               static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  for (auto& t : loads) t.join();
+}
+
+// An asker whose pieces stay unsent for the holder's idle time is
+// disconnected, which gives back what they held; an asker that moves on
+// again is not.
+Test(replica_link, an_asker_that_takes_nothing_is_disconnected, .timeout = 90) {
+  Served sv(6 * Link::kFetchPiece, 2000);
+  sv.a->TestStallOnData(8000);
+  auto st = sv.Fetch(sv.a.get());
+  cr_expect(!st.has_value(), "the stopped asker's load went on as if it had not stopped");
+  cr_expect(sv.Fetch(sv.a.get()).has_value(), "the asker, moving again, could not load");
+  sv.a->TestStallOnData(1000);  // within the holder's idle time: nothing happens
+  cr_expect(sv.Fetch(sv.a.get()).has_value(), "an asker slower than the idle time only was cut off");
+}
+
 // PeerLoads: a load goes to the file's home (the best rendezvous member),
 // is checked whole, and a home that lies is caught; a holder serves a
 // replica it holds by its checksum.
