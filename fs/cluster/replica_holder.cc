@@ -295,19 +295,23 @@ void Link::Impl::SendServed(Conn& c, const Msg& m, const char* data, uint64_t n,
 void Link::Impl::Fetch(const std::shared_ptr<Conn>& c, const Msg& m) {
   auto content = Content::FromText(m.text, m.c, m.d);
   if (!content) return Reply(*c, m.req, Op::kRefused, EINVAL);
-  MutexLock l(&serve_mu);
-  if (servers.empty() || serve_stop) return Reply(*c, m.req, Op::kRefused, ENOENT);
-  // Bounded, and one asker's part of it too: past either the asker goes elsewhere.
-  const auto mine =
-      std::count_if(serve_q.begin(), serve_q.end(), [&](const ServeJob& j) { return j.share == c->share; });
-  if (serve_q.size() >= kServeQueued || static_cast<size_t>(mine) >= kServeQueuedPerAsker)
-    return Reply(*c, m.req, Op::kRefused, EAGAIN);
   const Link::Ask ask = m.op == Op::kFetch         ? Link::Ask::kHome
                         : m.op == Op::kFetchDirect ? Link::Ask::kDirect
                                                    : Link::Ask::kRelay;
-  serve_q.push_back(ServeJob{c, c->share, nullptr, m.req, std::move(*content), m.a,
-                             std::min<uint64_t>(m.b, Link::kFetchPiece), ask, c->peer_id});
-  serve_cv.NotifyAll();  // NotifyOne could wake a server that cannot take it (its asker's share full)
+  int err = 0;
+  {
+    MutexLock l(&serve_mu);  // the reply goes after it: a send's completion may take it
+    // Bounded, and one asker's part of it too: past either the asker goes elsewhere.
+    const auto mine =
+        std::count_if(serve_q.begin(), serve_q.end(), [&](const ServeJob& j) { return j.share == c->share; });
+    if (serve_stop || servers.empty()) err = ENOENT;
+    else if (serve_q.size() >= kServeQueued || static_cast<size_t>(mine) >= kServeQueuedPerAsker) err = EAGAIN;
+    else
+      serve_q.push_back(ServeJob{c, c->share, nullptr, m.req, std::move(*content), m.a,
+                                 std::min<uint64_t>(m.b, Link::kFetchPiece), ask, c->peer_id});
+    serve_cv.NotifyAll();  // NotifyOne could wake a server that cannot take it (its asker's share full)
+  }
+  if (err) Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(err));
 }
 
 // The first queued load whose asker's share has room for it, its share

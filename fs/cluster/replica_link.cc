@@ -136,6 +136,14 @@ void Link::Impl::Teardown() {
   if (listener) ucp_listener_destroy(listener);
   conns.clear();
   dialed.clear();
+  // Tasks posted and never run hold served pieces, whose release takes
+  // serve_mu: gone now, while it still exists (the servers stopped first).
+  std::deque<std::function<void()>> left;
+  {
+    MutexLock l(&mu);
+    left.swap(tasks);
+  }
+  left.clear();
   if (worker) ucp_worker_destroy(worker);
   if (context) ucp_cleanup(context);
 }
@@ -161,12 +169,13 @@ void Link::Impl::Loop(std::promise<std::string>* ready) {
   while (!stop.load()) {
     bool busy = false;
     while (ucp_worker_progress(worker)) busy = true;
+    const auto progressed = Clock::now();
     busy |= RunCompletions();
     busy |= RunTasks();
     busy |= HandleArrived();
     busy |= Accept();
     busy |= HandleFailedEps();
-    Sweep();
+    Sweep(progressed);
     std::erase_if(closing, [](void* rq) {
       if (ucp_request_check_status(rq) == UCS_INPROGRESS) return false;
       ucp_request_free(rq);
@@ -299,13 +308,35 @@ bool Link::Impl::Accept() {
   if (conn_requests.empty()) return false;
   auto reqs_now = std::move(conn_requests);
   conn_requests.clear();
+  // In their handshake, in all and per source address (Conn::addr is
+  // "connection from HOST:PORT": the host is all before the last colon).
+  auto host_of = [](const std::string& addr) { return addr.substr(0, addr.rfind(':')); };
   size_t pending = 0;
+  std::map<std::string, size_t> per_host;
   for (const auto& [ep, c] : conns)
-    pending += c->holder_side && (c->st == Conn::St::kAwaitHello || c->st == Conn::St::kAwaitProof);
+    if (c->holder_side && (c->st == Conn::St::kAwaitHello || c->st == Conn::St::kAwaitProof)) {
+      pending++;
+      per_host[host_of(c->addr)]++;
+    }
   for (auto* r : reqs_now) {
-    if (pending >= static_cast<size_t>(std::max(opts.max_handshakes, 1))) {
+    ucp_conn_request_attr_t ra{};
+    ra.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    std::string from = "a peer:";
+    if (ucp_conn_request_query(r, &ra) == UCS_OK) {
+      char host[NI_MAXHOST] = {}, port[NI_MAXSERV] = {};
+      if (getnameinfo(reinterpret_cast<sockaddr*>(&ra.client_address), sizeof ra.client_address, host, sizeof host,
+                      port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+        from = std::string(host) + ":" + port;
+    }
+    const std::string addr = "connection from " + from;
+    size_t& mine = per_host[host_of(addr)];
+    const bool all = pending >= static_cast<size_t>(std::max(opts.max_handshakes, 1));
+    if (all || mine >= static_cast<size_t>(std::max(opts.max_handshakes_per_host, 1))) {
       // Logged once per burst: the first rejection after one went through.
-      if (!rejecting) LOG_WARN("replica link: {} connections are in their handshake: rejecting more", pending);
+      if (!rejecting && all) LOG_WARN("replica link: {} connections are in their handshake: rejecting more", pending);
+      if (!rejecting && !all)
+        LOG_WARN("replica link: {} connections from {} are in their handshake: rejecting more from it", mine,
+                 host_of(from));
       rejecting = true;
       peers_refused++;
       ucp_listener_reject(listener, r);
@@ -313,15 +344,7 @@ bool Link::Impl::Accept() {
     }
     rejecting = false;
     pending++;
-    ucp_conn_request_attr_t ra{};
-    ra.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-    std::string from = "a peer";
-    if (ucp_conn_request_query(r, &ra) == UCS_OK) {
-      char host[NI_MAXHOST] = {}, port[NI_MAXSERV] = {};
-      if (getnameinfo(reinterpret_cast<sockaddr*>(&ra.client_address), sizeof ra.client_address, host, sizeof host,
-                      port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) == 0)
-        from = std::string(host) + ":" + port;
-    }
+    mine++;
     ucp_ep_params_t ep{};
     ep.field_mask =
         UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -332,7 +355,7 @@ bool Link::Impl::Accept() {
     auto c = std::make_shared<Conn>();
     c->holder_side = true;
     c->st = Conn::St::kAwaitHello;
-    c->addr = "connection from " + from;
+    c->addr = addr;
     c->since = Clock::now();
     ucs_status_t st = ucp_ep_create(worker, &ep, &c->ep);
     if (st != UCS_OK) {
@@ -672,7 +695,7 @@ bool Link::Impl::HandleFailedEps() {
   return true;
 }
 
-void Link::Impl::Sweep() {
+void Link::Impl::Sweep(Clock::time_point progressed) {
   const auto now = Clock::now();
   for (auto& [id, r] : std::map<uint64_t, std::shared_ptr<Request>>(reqs))
     if (now > r->deadline) {
@@ -693,7 +716,9 @@ void Link::Impl::Sweep() {
     // An asker that stopped taking what it asked for (stopped, hung, or
     // never reading) holds its share of the serving memory (replica_serve.h)
     // while its sends are pending: forced closed, which cancels them.
-    if (c->share->Stalled(now, idle)) {
+    // Judged as of this turn's progress: a turn of the loop that took long
+    // (a slow pread) does not count against the asker.
+    if (c->share->Stalled(progressed, idle)) {
       LOG_WARN("replica link: node {} ({}) took none of the {} bytes served to it for {} ms: disconnected", c->peer_id,
                c->addr, c->share->held(), opts.timeout_ms);
       Close(c, true);

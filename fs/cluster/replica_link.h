@@ -64,8 +64,11 @@ class Link {
     // Connections to the listener not through the handshake yet: more are
     // rejected at once, and each is refused after `handshake_ms` (or the
     // timeout, if shorter). Anyone who reaches the port can open them: the
-    // bound keeps descriptors and endpoints for the members.
+    // bound keeps descriptors and endpoints for the members, and one source
+    // address may hold only `max_handshakes_per_host` of them (a member has
+    // one connection to another: one host cannot take every place).
     int max_handshakes = 64;
+    int max_handshakes_per_host = 8;
     int64_t handshake_ms = 5000;
   };
   static constexpr int kServers = 2;

@@ -164,9 +164,8 @@ struct Link::Impl {
   std::atomic<uint64_t> next_id{1};
   std::atomic<uint64_t> peers_refused{0}, chunks_refused{0}, replicas_held{0}, bytes_in{0}, bytes_out{0};
   std::atomic<uint64_t> loads_served{0}, load_bytes_served{0}, messages_refused{0};
-  std::atomic<bool> lie{false}, repeat_first{false}, silent_dial{false};
-  std::atomic<int> forge_how{0}, stop_after{-1}, pace_ms{0};  // TestForge, TestStopAfterChunks, TestPaceChunks
-  std::atomic<int> test_window{0}, stall_ms{0};               // TestWindow (0: kWindow), TestStallOnData
+  std::atomic<bool> lie{false}, repeat_first{false}, silent_dial{false};  // tests' hooks (replica_link.h)
+  std::atomic<int> forge_how{0}, stop_after{-1}, pace_ms{0}, test_window{0}, stall_ms{0};
 
   // ---- set-up and the loop ----
   // On the loop's thread: "" when ready, else why not.
@@ -264,7 +263,7 @@ struct Link::Impl {
 
   bool HandleFailedEps();
 
-  void Sweep();
+  void Sweep(Clock::time_point progressed);  // `progressed`: when this turn's UCX progress ended
 
   Result<uint64_t> Call(std::shared_ptr<Request> r, const std::string& peer, int64_t timeout_ms = 0);
   // Call without waiting: the answer comes through the returned future.

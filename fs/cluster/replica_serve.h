@@ -4,8 +4,9 @@
 // hung, or hostile) can hold neither all of it nor any of it for long.
 //
 // Every piece read for an asker is held, from the read until the transport
-// is done with it, against two bounds: the holder's (kServeBytes, shared
-// by every asker) and the asker's share (kServeShare, half of it). A
+// is done with it, against two bounds: the holder's (kServeBytes for
+// loads, as much again for GETs, shared by every asker) and the asker's
+// share (kServeShare: one load's pieces in flight, a quarter of it). A
 // piece handed to the transport is also counted as sending, with the time
 // the asker's sends last moved: Link::Impl::Sweep disconnects an asker
 // whose sends have not moved for the link's idle time, which cancels them
@@ -20,7 +21,7 @@
 namespace ckpt::fs::replica {
 
 inline constexpr uint64_t kServeBytes = 128ull << 20;     // read for askers and not yet sent, all askers
-inline constexpr uint64_t kServeShare = kServeBytes / 2;  // of which one asker's connection may hold
+inline constexpr uint64_t kServeShare = kServeBytes / 4;  // of which one asker's connection may hold
 inline constexpr size_t kServeQueued = 1024;              // loads queued, all askers
 inline constexpr size_t kServeQueuedPerAsker = 64;        // of which one asker's
 
