@@ -1,10 +1,13 @@
 // replica_holder.cc — the holder side of the replica link (see
 // replica_link.h): the handshake as the one who listens, and PUT, CHUNK,
 // END, DROP and GET from a member that passed it.
+#include <netdb.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <string>
 
 #include "common/io.h"
 #include "common/log.h"
@@ -242,6 +245,77 @@ void Link::Impl::DropReplica(const std::shared_ptr<Conn>& c, const Msg& m) {
   auto st = store ? store->DropForWriter(*k) : Status(Err(ENOENT));
   if (st) Reply(*c, m.req, Op::kDropped);
   else Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(st.error()));
+}
+
+// A connection to the listener: taken in for its handshake, within the bounds.
+bool Link::Impl::Accept() {
+  if (conn_requests.empty()) return false;
+  auto reqs_now = std::move(conn_requests);
+  conn_requests.clear();
+  // In their handshake, in all and per source address (Conn::addr is
+  // "connection from HOST:PORT": the host is all before the last colon; ""
+  // for a peer whose address UCX could not tell, bounded only in all).
+  auto host_of = [](const std::string& addr) {
+    const size_t colon = addr.rfind(':');
+    return colon == std::string::npos ? std::string() : addr.substr(0, colon);
+  };
+  size_t pending = 0;
+  std::map<std::string, size_t> per_host;
+  for (const auto& [ep, c] : conns)
+    if (c->holder_side && (c->st == Conn::St::kAwaitHello || c->st == Conn::St::kAwaitProof)) {
+      pending++;
+      per_host[host_of(c->addr)]++;
+    }
+  for (auto* r : reqs_now) {
+    ucp_conn_request_attr_t ra{};
+    ra.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    std::string from = "an unnamed peer";
+    if (ucp_conn_request_query(r, &ra) == UCS_OK) {
+      char host[NI_MAXHOST] = {}, port[NI_MAXSERV] = {};
+      if (getnameinfo(reinterpret_cast<sockaddr*>(&ra.client_address), sizeof ra.client_address, host, sizeof host,
+                      port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+        from = std::string(host) + ":" + port;
+    }
+    const std::string addr = "connection from " + from, host = host_of(addr);
+    size_t& mine = per_host[host];
+    const bool all = pending >= static_cast<size_t>(std::max(opts.max_handshakes, 1));
+    if (all || (!host.empty() && mine >= static_cast<size_t>(std::max(opts.max_handshakes_per_host, 1)))) {
+      // Logged once per burst and reason (all, or that host): the first
+      // rejection after one went through.
+      if (rejecting.insert(all ? "" : host).second) {
+        if (all) LOG_WARN("replica link: {} connections are in their handshake: rejecting more", pending);
+        else
+          LOG_WARN("replica link: {} connections from {} are in their handshake: rejecting more from it", mine,
+                   host_of(from));
+      }
+      peers_refused++;
+      ucp_listener_reject(listener, r);
+      continue;
+    }
+    rejecting.erase("");
+    rejecting.erase(host);
+    pending++;
+    mine++;
+    ucp_ep_params_t ep{};
+    ep.field_mask =
+        UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.conn_request = r;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &Impl::OnEpError;
+    ep.err_handler.arg = this;
+    auto c = std::make_shared<Conn>();
+    c->holder_side = true;
+    c->st = Conn::St::kAwaitHello;
+    c->addr = addr;
+    c->since = Clock::now();
+    ucs_status_t st = ucp_ep_create(worker, &ep, &c->ep);
+    if (st != UCS_OK) {
+      LOG_WARN("replica link: cannot accept a {}: {}", c->addr, ucs_status_string(st));
+      continue;
+    }
+    conns[c->ep] = c;
+  }
+  return true;
 }
 
 void Link::Impl::Get(const std::shared_ptr<Conn>& c, const Msg& m) {

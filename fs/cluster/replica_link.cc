@@ -304,69 +304,6 @@ void Link::Impl::Refuse(const std::shared_ptr<Conn>& c, const std::string& why) 
   Close(c, false);
 }
 
-bool Link::Impl::Accept() {
-  if (conn_requests.empty()) return false;
-  auto reqs_now = std::move(conn_requests);
-  conn_requests.clear();
-  // In their handshake, in all and per source address (Conn::addr is
-  // "connection from HOST:PORT": the host is all before the last colon).
-  auto host_of = [](const std::string& addr) { return addr.substr(0, addr.rfind(':')); };
-  size_t pending = 0;
-  std::map<std::string, size_t> per_host;
-  for (const auto& [ep, c] : conns)
-    if (c->holder_side && (c->st == Conn::St::kAwaitHello || c->st == Conn::St::kAwaitProof)) {
-      pending++;
-      per_host[host_of(c->addr)]++;
-    }
-  for (auto* r : reqs_now) {
-    ucp_conn_request_attr_t ra{};
-    ra.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-    std::string from = "a peer:";
-    if (ucp_conn_request_query(r, &ra) == UCS_OK) {
-      char host[NI_MAXHOST] = {}, port[NI_MAXSERV] = {};
-      if (getnameinfo(reinterpret_cast<sockaddr*>(&ra.client_address), sizeof ra.client_address, host, sizeof host,
-                      port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) == 0)
-        from = std::string(host) + ":" + port;
-    }
-    const std::string addr = "connection from " + from;
-    size_t& mine = per_host[host_of(addr)];
-    const bool all = pending >= static_cast<size_t>(std::max(opts.max_handshakes, 1));
-    if (all || mine >= static_cast<size_t>(std::max(opts.max_handshakes_per_host, 1))) {
-      // Logged once per burst: the first rejection after one went through.
-      if (!rejecting && all) LOG_WARN("replica link: {} connections are in their handshake: rejecting more", pending);
-      if (!rejecting && !all)
-        LOG_WARN("replica link: {} connections from {} are in their handshake: rejecting more from it", mine,
-                 host_of(from));
-      rejecting = true;
-      peers_refused++;
-      ucp_listener_reject(listener, r);
-      continue;
-    }
-    rejecting = false;
-    pending++;
-    mine++;
-    ucp_ep_params_t ep{};
-    ep.field_mask =
-        UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.conn_request = r;
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = &Impl::OnEpError;
-    ep.err_handler.arg = this;
-    auto c = std::make_shared<Conn>();
-    c->holder_side = true;
-    c->st = Conn::St::kAwaitHello;
-    c->addr = addr;
-    c->since = Clock::now();
-    ucs_status_t st = ucp_ep_create(worker, &ep, &c->ep);
-    if (st != UCS_OK) {
-      LOG_WARN("replica link: cannot accept a {}: {}", c->addr, ucs_status_string(st));
-      continue;
-    }
-    conns[c->ep] = c;
-  }
-  return true;
-}
-
 std::shared_ptr<Conn> Link::Impl::Dial(const std::string& peer, int* err) {
   auto it = dialed.find(peer);
   if (it != dialed.end() && it->second->st != Conn::St::kClosed) return it->second;

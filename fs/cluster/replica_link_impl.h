@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -136,7 +137,7 @@ struct Link::Impl {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   ucp_listener_h listener = nullptr;
-  bool rejecting = false;  // Accept: rejecting connections beyond max_handshakes (logged once per burst)
+  std::set<std::string> rejecting;  // Accept: "" (all) and hosts at their bound (logged once per burst)
   int epfd = -1, evfd = -1;
   std::thread thread;
   std::atomic<bool> stop{false};
