@@ -826,6 +826,25 @@ Test(replica_link, a_name_held_with_other_bytes_is_not_counted_as_this_one, .tim
   close(fb);
 }
 
+// A holder on `listen` whose handshakes are bounded as given (in all, per
+// source address, and in time), its store in `dir`.
+std::pair<std::unique_ptr<Store>, std::unique_ptr<Link>> BoundedHolder(const std::string& dir,
+                                                                       const std::string& listen, int max_handshakes,
+                                                                       int per_host, int64_t handshake_ms) {
+  auto s = Store::Open(dir + "/replicas", 64 << 20);
+  cr_assert(s.has_value());
+  auto h = Link::Open({.node_id = "holder-1",
+                       .secret = kSecret,
+                       .listen = listen,
+                       .timeout_ms = 20000,
+                       .max_handshakes = max_handshakes,
+                       .max_handshakes_per_host = per_host,
+                       .handshake_ms = handshake_ms},
+                      s->get());
+  cr_assert(h.has_value(), "%s", h ? "" : h.error().c_str());
+  return {std::move(*s), std::move(*h)};
+}
+
 // Anyone who reaches the port can connect: connections that do not go
 // through the handshake are bounded (the third of two allowed is rejected
 // when it comes) and refused after handshake_ms (the silent clients' own
@@ -833,17 +852,8 @@ Test(replica_link, a_name_held_with_other_bytes_is_not_counted_as_this_one, .tim
 // in again.
 Test(replica_link, connections_that_never_say_hello_are_bounded, .timeout = 60) {
   std::string dir = TempDir();
-  auto s = Store::Open(dir + "/replicas", 64 << 20);
-  cr_assert(s.has_value());
-  auto h = Link::Open({.node_id = "holder-1",
-                       .secret = kSecret,
-                       .listen = "127.0.0.1:0",
-                       .timeout_ms = 20000,
-                       .max_handshakes = 2,
-                       .handshake_ms = 1500},
-                      s->get());
-  cr_assert(h.has_value(), "%s", h ? "" : h.error().c_str());
-  const std::string addr = (*h)->address();
+  auto [s, h] = BoundedHolder(dir, "127.0.0.1:0", 2, 8, 1500);
+  const std::string addr = h->address();
   std::pair<uint64_t, uint64_t> sum;
   int fd = MakeFile(dir + "/src", 1000, 15, &sum);
   constexpr int kSilent = 3;
@@ -872,7 +882,7 @@ Test(replica_link, connections_that_never_say_hello_are_bounded, .timeout = 60) 
   for (int i = 0; i < kSilent; i++) cr_expect(err[i] != 0 && err[i] != ETIMEDOUT, "silent %d: %d", i, err[i]);
   cr_expect_lt(took[2], took[0], "the third was rejected at once, the first two after the handshake's time");
   cr_expect_geq(took[0], std::chrono::milliseconds(1400));
-  cr_expect_eq((*h)->counters().peers_refused, 3u);
+  cr_expect_eq(h->counters().peers_refused, 3u);
   auto w = Link::Open({.node_id = "writer.a", .secret = kSecret, .timeout_ms = 5000}, nullptr);
   cr_assert(w.has_value());
   auto st =
@@ -881,8 +891,8 @@ Test(replica_link, connections_that_never_say_hello_are_bounded, .timeout = 60) 
   close(fd);
   w->reset();
   silent.clear();
-  h->reset();
-  s->reset();
+  h.reset();
+  s.reset();
   fsys::remove_all(dir);
 }
 
@@ -925,18 +935,8 @@ Test(replica_link, silent_connections_from_one_host_leave_room_for_the_others, .
   if (other.empty())
     cr_skip_test("this machine has no network address but loopback that reaches itself: no second source address");
   std::string dir = TempDir();
-  auto s = Store::Open(dir + "/replicas", 64 << 20);
-  cr_assert(s.has_value());
-  auto h = Link::Open({.node_id = "holder-1",
-                       .secret = kSecret,
-                       .listen = "0.0.0.0:0",
-                       .timeout_ms = 20000,
-                       .max_handshakes = 4,
-                       .max_handshakes_per_host = 2,
-                       .handshake_ms = 6000},
-                      s->get());
-  cr_assert(h.has_value(), "%s", h ? "" : h.error().c_str());
-  const std::string port = (*h)->address().substr((*h)->address().rfind(':'));
+  auto [s, h] = BoundedHolder(dir, "0.0.0.0:0", 4, 2, 6000);
+  const std::string port = h->address().substr(h->address().rfind(':'));
   std::pair<uint64_t, uint64_t> sum;
   int fd = MakeFile(dir + "/src", 1000, 17, &sum);
   constexpr int kSilent = 4;  // as many as the whole bound
@@ -955,7 +955,7 @@ Test(replica_link, silent_connections_from_one_host_leave_room_for_the_others, .
                              1000, 1, sum.first, sum.second);
       err[i] = st ? 0 : st.error();
     });
-  cr_expect(WaitFor([&] { return (*h)->counters().peers_refused >= 2; }, 4500),  // before handshake_ms
+  cr_expect(WaitFor([&] { return h->counters().peers_refused >= 2; }, 4500),  // before handshake_ms
             "the connections beyond the host's bound were not rejected at once");
   auto w = Link::Open({.node_id = "writer.a", .secret = kSecret, .timeout_ms = 5000}, nullptr);
   cr_assert(w.has_value());
@@ -968,12 +968,12 @@ Test(replica_link, silent_connections_from_one_host_leave_room_for_the_others, .
                "the member waited for the silent ones to be refused");
   for (auto& t : threads) t.join();
   for (int i = 0; i < kSilent; i++) cr_expect(err[i] != 0, "silent %d got through", i);
-  cr_expect_eq((*h)->counters().peers_refused, 4u, "two rejected at once, two refused after the handshake's time");
+  cr_expect_eq(h->counters().peers_refused, 4u, "two rejected at once, two refused after the handshake's time");
   close(fd);
   w->reset();
   silent.clear();
-  h->reset();
-  s->reset();
+  h.reset();
+  s.reset();
   fsys::remove_all(dir);
 }
 
