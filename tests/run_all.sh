@@ -289,7 +289,16 @@ run_units() {
       echo "FAIL $name: $(san_name) reports ($(elapsed "$t0")s)"
       echo "$san"
       failed=$((failed + 1))
-      [ -n "$syn" ] && passed=$((passed + $(sed -E 's/.*Passing: ([0-9]+).*/\1/' <<< "$syn")))
+      # The tests that failed or crashed beside the reports are shown and
+      # counted too (a crash may be what the report was about).
+      if [ -n "$syn" ]; then
+        echo "  $syn (exit $rc)"
+        passed=$((passed + $(sed -E 's/.*Passing: ([0-9]+).*/\1/' <<< "$syn")))
+        failed=$((failed + $(sed -E 's/.*Failing: ([0-9]+).*/\1/' <<< "$syn")))
+      else
+        echo "  (exit $rc, no Criterion synthesis line)"
+      fi
+      sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E '\[(FAIL|----)\]|CRASH|signal|Assertion' | head -n 40 | sed 's/^/  | /'
       continue
     fi
     if [ -z "$syn" ]; then
