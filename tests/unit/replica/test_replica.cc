@@ -1216,17 +1216,21 @@ struct Served {
 // An asker that stops taking its pieces (stopped, hung, or hostile: it
 // asks for more than one load keeps in flight) holds at most its share of
 // the serving memory: another asker's load goes on meanwhile.
+// Sized to stay far inside the timeout under TSan on a loaded machine
+// (stop 64's CI: this test at 160 MiB a load was twice as slow there): a's
+// five loads of one load's window each (4 pieces, 32 MiB) ask for 160 MiB
+// at once, past the holder's 128 MiB, and b's load is 32 MiB.
 Test(replica_link, an_asker_that_stops_leaves_room_for_the_others, .timeout = 60) {
-  Served sv(20 * Link::kFetchPiece, 60000);  // the holder's idle time longer than the test
-  sv.a->TestStallOnData(10000);
+  Served sv(4 * Link::kFetchPiece, 60000);  // the holder's idle time longer than the test
+  sv.a->TestStallOnData(12000);
   std::vector<std::thread> loads;
   for (int i = 0; i < 5; i++) loads.emplace_back([&] { (void)sv.Fetch(sv.a.get()); });  // 20 pieces: 160 MiB
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // a's pieces read and sent, a stopped
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // a's pieces read and sent, a stopped
   const auto t0 = std::chrono::steady_clock::now();
   auto st = sv.Fetch(sv.b.get());
   const auto took = std::chrono::steady_clock::now() - t0;
   cr_expect(st.has_value(), "%s", st ? "" : ckpt::ErrStr(st.error()).c_str());
-  cr_expect_lt(took, std::chrono::milliseconds(7000), "b's load waited for the stopped asker (%lld ms)",
+  cr_expect_lt(took, std::chrono::milliseconds(8000), "b's load waited for the stopped asker (%lld ms)",
                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
   for (auto& t : loads) t.join();
 }
@@ -1234,9 +1238,11 @@ Test(replica_link, an_asker_that_stops_leaves_room_for_the_others, .timeout = 60
 // An asker whose pieces stay unsent for the holder's idle time is
 // disconnected, which gives back what they held; an asker that moves on
 // again is not.
+// The idle time is 4 s, the stop that must not be cut 1 s: 3 s of slack
+// for a slow turn under TSan on a loaded machine.
 Test(replica_link, an_asker_that_takes_nothing_is_disconnected, .timeout = 60) {
-  Served sv(6 * Link::kFetchPiece, 2000);
-  sv.a->TestStallOnData(8000);
+  Served sv(6 * Link::kFetchPiece, 4000);
+  sv.a->TestStallOnData(10000);
   auto st = sv.Fetch(sv.a.get());
   cr_expect(!st.has_value(), "the stopped asker's load went on as if it had not stopped");
   // Moving again, it loads (its first try may still find its dead
