@@ -252,7 +252,7 @@ void Store::FreeUnneeded(uint64_t need, std::vector<std::string>* names) {
     spares_.erase(spares_.begin());
   }
   for (auto it = held_.begin(); freed < need && it != held_.end();) {
-    if (!it->published) {
+    if (!it->published || std::find(kept_.begin(), kept_.end(), it->key) != kept_.end()) {
       ++it;
       continue;
     }
@@ -319,6 +319,7 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
       Resize(it->size, 0);
       evict.push_back(FinalName(*it));
       it = held_.erase(it);
+      std::erase(kept_, h.key);
     }
     // The spare closest in size (the smallest that is large enough, else the
     // largest): its pages are written over; the rest of them, if any, freed.
@@ -421,6 +422,7 @@ Status Store::DropForWriter(const Key& k) {
 Status Store::Drop(const Key& k) {
   MutexLock l(&mu_);  // held across the renames: Begin takes spares under it
   std::erase(claimed_, k);
+  std::erase(kept_, k);
   auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
   if (it == held_.end()) return Err(ENOENT);
   const Held h = *it;
@@ -444,6 +446,19 @@ bool Store::Retire(const Key& k) {
   Held to = *it;
   to.published = true;
   return Rename(&*it, std::move(to));
+}
+
+bool Store::Keep(const Key& k) {
+  MutexLock l(&mu_);
+  auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
+  if (it == held_.end() || !it->published) return false;
+  if (std::find(kept_.begin(), kept_.end(), k) == kept_.end()) kept_.push_back(k);
+  return true;
+}
+
+void Store::Unkeep(const Key& k) {
+  MutexLock l(&mu_);
+  std::erase(kept_, k);
 }
 
 bool Store::Rename(Held* x, Held to) {

@@ -108,6 +108,13 @@ class Store {
   // it no longer counts for MinGate, and Begin drops it, oldest first, when
   // it needs its room. False: not held, or the rename failed.
   bool Retire(const Key& k);
+  // Keeps a published copy from being given back for room (Relieve,
+  // Begin) until Unkeep, Drop or a new replica of its name: its claim's
+  // mark is not in etcd yet, and a holder restarted without the copy
+  // would read "claimed, no replica" as a give-up (Takeover). False: not
+  // held published.
+  bool Keep(const Key& k);
+  void Unkeep(const Key& k);
   // A descriptor of a held replica (read-only) and what is known of it.
   Result<std::pair<int, Held>> OpenHeld(const Key& k) const;
   std::vector<Held> List() const;
@@ -171,6 +178,7 @@ class Store {
   std::vector<Held> held_ GUARDED_BY(mu_);
   std::vector<Key> incoming_ GUARDED_BY(mu_);
   std::vector<Key> claimed_ GUARDED_BY(mu_);                              // SetClaimed, until Drop
+  std::vector<Key> kept_ GUARDED_BY(mu_);                                 // Keep, until Unkeep or Drop
   std::vector<std::pair<std::string, uint64_t>> spares_ GUARDED_BY(mu_);  // dropped replicas' files: name, size
   uint64_t next_spare_ GUARDED_BY(mu_) = 0;
   Room room_ GUARDED_BY(mu_);

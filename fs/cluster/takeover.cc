@@ -258,12 +258,16 @@ void Takeover::MarkPending() {
   // A namespace entry's replica, kept (retired) until its mark was in: a
   // holder restarted before that finds it and marks it done, not given up;
   // and a given-up one kept unpublished (its mark not noted: PublishFor).
+  // A published file's copy, kept from eviction while its mark was not
+  // in (Act), may go for room now.
   std::set<std::string> writers;
   for (const auto& k : landed) writers.insert(std::get<0>(k));
   for (Held& h : store_->List()) {
-    if ((h.key.ino != kEntryIno && h.published) || !writers.count(h.key.writer)) continue;
+    if (!writers.count(h.key.writer)) continue;
     const Replica r(std::move(h));
     if (!landed.count({r.held.key.writer, r.run(), r.seq()})) continue;
+    store_->Unkeep(r.held.key);
+    if (r.held.key.ino != kEntryIno && r.held.published) continue;
     if (r.held.published || claimed_[{r.held.key.writer, r.run()}][r.seq()] == EtcdRecords::kGaveUp)
       (void)store_->Drop(r.held.key);
   }
@@ -345,6 +349,8 @@ bool Takeover::ReadBack() {
         if (h != held.end() && !h->second.published &&
             (note->status == EtcdRecords::kGaveUp || !store_->Retire(h->second.key)))
           drop(k, "it was decided here before this holder stopped");
+        else if (h != held.end() && note->status == EtcdRecords::kDone)
+          (void)store_->Keep(h->second.key);  // until the mark is in (MarkPending)
         mine = note->status;
         if (!note->names.empty()) mark_names_[k] = note->names;
         if (note->status == EtcdRecords::kGaveUp) {
@@ -368,6 +374,7 @@ bool Takeover::ReadBack() {
         continue;
       }
       mine = h != held.end() ? EtcdRecords::kDone : EtcdRecords::kGaveUp;
+      if (h != held.end()) (void)store_->Keep(h->second.key);  // until the mark is in (MarkPending)
       if (h == held.end()) {
         LOG_WARN(
             "replicas: node {}'s entry {} (run {}) was claimed here and its replica is gone: given up (the "
@@ -639,11 +646,17 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
     // A give-up whose mark is neither in etcd nor noted on the tier keeps
     // its replica, unpublished, until the mark is in (MarkPending): a
     // restart reads its names from it, not "*" (every later entry lost).
+    // A published copy whose done mark is not in etcd is kept from
+    // eviction until it is (MarkPending): a restart before then with
+    // neither note nor copy would read "claimed, no replica" and give the
+    // applied entry up, and the writer, back, would apply it again.
     if (o == Outcome::kLost && unmarked && !noted && r.seq() != 0) {
     } else if (o == Outcome::kLost || !store_->Retire(h.key)) {
       (void)store_->Drop(h.key);
     } else if (h.key.ino == kEntryIno && !unmarked) {
       (void)store_->Drop(h.key);
+    } else if (unmarked) {
+      (void)store_->Keep(h.key);
     }
     if (o == Outcome::kLost) FAILPOINT("takeover.gave_up");
     cluster_->Poke();  // the record no longer names this gate (once its mark is in): the others go on

@@ -1703,6 +1703,55 @@ Test(replica_store, replicas_take_the_tiers_room_and_give_back_what_they_can) {
   fsys::remove_all(dir);
 }
 
+// A published copy whose claim's mark is not in etcd yet is kept
+// (Store::Keep, Takeover): neither Relieve nor a new replica's need for
+// room gives it back until Unkeep; Drop lets it go whatever. Without it, a
+// copy evicted before its mark landed, and a restart, read "claimed, no
+// replica": the applied entry given up, and applied again by its writer.
+Test(replica_store, a_published_copy_kept_for_its_mark_is_not_given_back_for_room) {
+  std::string dir = TempDir();
+  const uint64_t n = 300000;
+  std::string data(n, 'k');
+  auto sum = ckpt::backend::ContentChecksum(data.data(), data.size());
+  auto hold = [&](Store& st, uint64_t ino) {
+    auto in = st.Begin(Held{.key = {.writer = "w", .ino = ino, .version = 1},
+                            .size = n,
+                            .gate_us = 5,
+                            .hash_hi = sum.first,
+                            .hash_lo = sum.second,
+                            .meta = "m"});
+    if (!in) return in.error();
+    cr_assert_eq((*in)->Write(0, data.data(), n), 0);
+    cr_assert(st.Commit(std::move(*in)).has_value());
+    return 0;
+  };
+  auto key = [](uint64_t ino) { return Key{.writer = "w", .ino = ino, .version = 1}; };
+  auto s = Store::Open(dir + "/r", 2 * n);
+  cr_assert(s.has_value());
+  Store& st = **s;
+  cr_assert_eq(hold(st, 1), 0);
+  cr_assert_eq(hold(st, 2), 0);
+  cr_expect(!st.Keep(key(1)), "an unpublished replica is not a published copy");
+  cr_expect(!st.Keep(key(9)), "not held");
+  cr_expect(st.Retire(key(1)) && st.Retire(key(2)));
+  cr_expect(st.Keep(key(1)));
+  cr_expect_eq(st.Relieve(2 * n), n, "only the copy not kept went");
+  cr_expect(st.OpenHeld(key(1)).has_value(), "the kept copy was given back for room");
+  cr_expect_eq(hold(st, 3), 0);
+  cr_expect_eq(hold(st, 4), EAGAIN, "a new replica took the kept copy's room");
+  cr_expect(st.OpenHeld(key(1)).has_value());
+  st.Unkeep(key(1));
+  cr_expect_eq(hold(st, 4), 0, "the copy, no longer kept, did not make room");
+  cr_expect(!st.OpenHeld(key(1)).has_value());
+  // Drop forgets the keep: a new copy of the name later is not kept.
+  cr_expect(st.Retire(key(3)) && st.Keep(key(3)));
+  cr_assert(st.Drop(key(3)).has_value());
+  cr_assert_eq(hold(st, 3), 0);
+  cr_expect(st.Retire(key(3)));
+  cr_expect_eq(st.Relieve(n), n, "a dropped copy's keep outlived it");
+  fsys::remove_all(dir);
+}
+
 // The holder's daemon dies mid-stream: the writer's send fails (nothing
 // counted as held: the file is not `replicated`), and what the holder had
 // begun is no replica when its store is opened again.
