@@ -359,6 +359,9 @@ static std::string OpenReplicas(Daemon* d) {
   auto store = replica::Store::Open(cfg.tier_dir + "-replicas", cfg.replica_budget);
   if (!store) return "replicas: cannot open " + cfg.tier_dir + "-replicas: " + ErrStr(store.error());
   d->replica_store = std::move(*store);
+  // Copies published in dead writers' places stay until the takeover's
+  // first read-back of its claims says which marks are still owed.
+  d->replica_store->KeepPublished();
   // One budget (--cache-size) for this node's files and the replicas it
   // holds: a replica takes the tier's room, and gives its spare pages and
   // published copies back first when the node's own writes need it.

@@ -310,7 +310,9 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
     // A published copy under the name (kept to serve loads: it is in the
     // backend) gives way: a new run of its writer's id numbers its files
     // from 1 again (Takeover), and was refused this holder for as long as
-    // the copy stayed.
+    // the copy stayed. Not while it is kept for its claim's mark (Keep):
+    // the new replica waits until the mark is in.
+    if (std::find(kept_.begin(), kept_.end(), h.key) != kept_.end()) return Err(EAGAIN);
     for (auto it = held_.begin(); it != held_.end();) {
       if (it->key != h.key) {
         ++it;
@@ -319,7 +321,6 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
       Resize(it->size, 0);
       evict.push_back(FinalName(*it));
       it = held_.erase(it);
-      std::erase(kept_, h.key);
     }
     // The spare closest in size (the smallest that is large enough, else the
     // largest): its pages are written over; the rest of them, if any, freed.
@@ -438,14 +439,17 @@ Status Store::Drop(const Key& k) {
   return {};
 }
 
-bool Store::Retire(const Key& k) {
+bool Store::Retire(const Key& k, bool keep) {
   MutexLock l(&mu_);  // held across the renames: no Drop or OpenHeld between them
   auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
   if (it == held_.end()) return false;
-  if (it->published) return true;
-  Held to = *it;
-  to.published = true;
-  return Rename(&*it, std::move(to));
+  if (!it->published) {
+    Held to = *it;
+    to.published = true;
+    if (!Rename(&*it, std::move(to))) return false;
+  }
+  if (keep && std::find(kept_.begin(), kept_.end(), k) == kept_.end()) kept_.push_back(k);
+  return true;
 }
 
 bool Store::Keep(const Key& k) {
@@ -459,6 +463,12 @@ bool Store::Keep(const Key& k) {
 void Store::Unkeep(const Key& k) {
   MutexLock l(&mu_);
   std::erase(kept_, k);
+}
+
+void Store::KeepPublished() {
+  MutexLock l(&mu_);
+  for (const Held& h : held_)
+    if (h.published && std::find(kept_.begin(), kept_.end(), h.key) == kept_.end()) kept_.push_back(h.key);
 }
 
 bool Store::Rename(Held* x, Held to) {

@@ -107,14 +107,18 @@ class Store {
   // Marks a held replica published (its name says so, a restart keeps it):
   // it no longer counts for MinGate, and Begin drops it, oldest first, when
   // it needs its room. False: not held, or the rename failed.
-  bool Retire(const Key& k);
+  // keep: and Keep it, under the same lock (no eviction between the two).
+  bool Retire(const Key& k, bool keep = false);
   // Keeps a published copy from being given back for room (Relieve,
-  // Begin) until Unkeep, Drop or a new replica of its name: its claim's
-  // mark is not in etcd yet, and a holder restarted without the copy
-  // would read "claimed, no replica" as a give-up (Takeover). False: not
-  // held published.
+  // Begin's need) and from giving way to a new replica of its name
+  // (EAGAIN) until Unkeep or Drop: its claim's mark is neither in etcd
+  // nor noted on the tier, and a holder restarted without the copy would
+  // read "claimed, no replica" as a give-up (Takeover). False: not held
+  // published. KeepPublished keeps every published copy (at start, until
+  // the holder's first read-back of its claims says which are owed).
   bool Keep(const Key& k);
   void Unkeep(const Key& k);
+  void KeepPublished();
   // A descriptor of a held replica (read-only) and what is known of it.
   Result<std::pair<int, Held>> OpenHeld(const Key& k) const;
   std::vector<Held> List() const;

@@ -298,7 +298,10 @@ bool Takeover::ReadBack() {
   }
   std::map<std::tuple<std::string, std::string, uint64_t>, Held> held;
   for (Held& h : store_->List()) {
-    if (h.key.writer == node_) continue;
+    if (h.key.writer == node_) {
+      store_->Unkeep(h.key);  // no claim of this holder's own (KeepPublished)
+      continue;
+    }
     Replica r(std::move(h));
     std::tuple k{r.held.key.writer, r.run(), r.seq()};
     held[std::move(k)] = std::move(r.held);
@@ -349,8 +352,6 @@ bool Takeover::ReadBack() {
         if (h != held.end() && !h->second.published &&
             (note->status == EtcdRecords::kGaveUp || !store_->Retire(h->second.key)))
           drop(k, "it was decided here before this holder stopped");
-        else if (h != held.end() && note->status == EtcdRecords::kDone)
-          (void)store_->Keep(h->second.key);  // until the mark is in (MarkPending)
         mine = note->status;
         if (!note->names.empty()) mark_names_[k] = note->names;
         if (note->status == EtcdRecords::kGaveUp) {
@@ -374,7 +375,7 @@ bool Takeover::ReadBack() {
         continue;
       }
       mine = h != held.end() ? EtcdRecords::kDone : EtcdRecords::kGaveUp;
-      if (h != held.end()) (void)store_->Keep(h->second.key);  // until the mark is in (MarkPending)
+      if (h != held.end()) (void)store_->Keep(h->second.key);  // no note: until the mark is in (MarkPending)
       if (h == held.end()) {
         LOG_WARN(
             "replicas: node {}'s entry {} (run {}) was claimed here and its replica is gone: given up (the "
@@ -391,6 +392,10 @@ bool Takeover::ReadBack() {
   for (const auto& k : unmarked_) owed.insert(NoteKey(k));
   for (const std::string& key : store_->NoteKeys())
     if (!owed.count(key)) store_->DropNote(key);
+  // Published copies, all kept since the store opened (KeepPublished):
+  // only those whose done mark is neither in etcd nor noted stay kept.
+  for (const auto& [k, h] : held)
+    if (!owed.count(NoteKey(k)) || store_->Note(NoteKey(k))) store_->Unkeep(h.key);
   if (held_back && cluster_) cluster_->Poke();
   std::erase_if(claimed_, [](const auto& kv) { return kv.second.empty(); });
   standing_seen_ = standing;
@@ -646,17 +651,16 @@ void Takeover::PublishFor(const std::string& writer, std::vector<Replica> held, 
     // A give-up whose mark is neither in etcd nor noted on the tier keeps
     // its replica, unpublished, until the mark is in (MarkPending): a
     // restart reads its names from it, not "*" (every later entry lost).
-    // A published copy whose done mark is not in etcd is kept from
-    // eviction until it is (MarkPending): a restart before then with
-    // neither note nor copy would read "claimed, no replica" and give the
-    // applied entry up, and the writer, back, would apply it again.
+    // A published copy whose done mark is neither in etcd nor noted is
+    // kept from eviction until the mark is in (Retire's keep; MarkPending
+    // lets it go): a restart with neither note nor copy would read
+    // "claimed, no replica" and give the applied entry up, and the
+    // writer, back, would apply it again.
     if (o == Outcome::kLost && unmarked && !noted && r.seq() != 0) {
-    } else if (o == Outcome::kLost || !store_->Retire(h.key)) {
+    } else if (o == Outcome::kLost || !store_->Retire(h.key, unmarked && !noted)) {
       (void)store_->Drop(h.key);
     } else if (h.key.ino == kEntryIno && !unmarked) {
       (void)store_->Drop(h.key);
-    } else if (unmarked) {
-      (void)store_->Keep(h.key);
     }
     if (o == Outcome::kLost) FAILPOINT("takeover.gave_up");
     cluster_->Poke();  // the record no longer names this gate (once its mark is in): the others go on

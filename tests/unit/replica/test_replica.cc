@@ -1744,11 +1744,35 @@ Test(replica_store, a_published_copy_kept_for_its_mark_is_not_given_back_for_roo
   cr_expect_eq(hold(st, 4), 0, "the copy, no longer kept, did not make room");
   cr_expect(!st.OpenHeld(key(1)).has_value());
   // Drop forgets the keep: a new copy of the name later is not kept.
-  cr_expect(st.Retire(key(3)) && st.Keep(key(3)));
+  cr_expect(st.Retire(key(3), true), "retired and kept at once");
   cr_assert(st.Drop(key(3)).has_value());
   cr_assert_eq(hold(st, 3), 0);
   cr_expect(st.Retire(key(3)));
   cr_expect_eq(st.Relieve(n), n, "a dropped copy's keep outlived it");
+  // A new replica under a kept copy's name (its writer's new run numbers
+  // its files anew) waits; the copy gives way once it is let go.
+  cr_assert_eq(hold(st, 3), 0);
+  cr_expect(st.Retire(key(3), true));
+  auto renamed = [&](const char* meta) {
+    return st.Begin(Held{.key = key(3), .size = n, .hash_hi = sum.first, .hash_lo = sum.second, .meta = meta});
+  };
+  {
+    auto in = renamed("m of another run");
+    cr_expect(!in.has_value() && in.error() == EAGAIN, "a kept copy gave way to a new replica of its name");
+  }
+  st.Unkeep(key(3));
+  {
+    auto in = renamed("m of another run");
+    cr_expect(in.has_value(), "the copy, let go, still refused the new replica");
+  }  // abandoned
+  // At a start every published copy is kept (KeepPublished), until the
+  // takeover's read-back lets go of those no mark is owed for.
+  cr_assert_eq(hold(st, 5), 0);
+  cr_expect(st.Retire(key(5)));
+  st.KeepPublished();
+  cr_expect_eq(st.Relieve(2 * n), 0u, "a published copy went before the read-back");
+  st.Unkeep(key(5));
+  cr_expect_eq(st.Relieve(2 * n), n);
   fsys::remove_all(dir);
 }
 
