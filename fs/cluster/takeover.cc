@@ -393,9 +393,15 @@ bool Takeover::ReadBack() {
   for (const std::string& key : store_->NoteKeys())
     if (!owed.count(key)) store_->DropNote(key);
   // Published copies, all kept since the store opened (KeepPublished):
-  // only those whose done mark is neither in etcd nor noted stay kept.
-  for (const auto& [k, h] : held)
-    if (!owed.count(NoteKey(k)) || store_->Note(NoteKey(k))) store_->Unkeep(h.key);
+  // only those whose done mark is neither in etcd nor noted (a note that
+  // reads) stay kept. Over the store, not `held`: replicas whose metas
+  // name no run or seq share one key there.
+  for (Held& h : store_->List()) {
+    if (h.key.writer == node_) continue;  // let go above
+    const Replica r(std::move(h));
+    const std::tuple k{r.held.key.writer, r.run(), r.seq()};
+    if (!unmarked_.count(k) || NoteOf(*store_, k)) store_->Unkeep(r.held.key);
+  }
   if (held_back && cluster_) cluster_->Poke();
   std::erase_if(claimed_, [](const auto& kv) { return kv.second.empty(); });
   standing_seen_ = standing;
