@@ -145,6 +145,10 @@ void Link::Impl::Teardown() {
   }
   left.clear();
   if (worker) ucp_worker_destroy(worker);
+  // Receives the destroy cancelled called back into completions, which
+  // nothing runs now (their connections are gone): discarded, which frees
+  // what they hold while the rest of this Impl still exists.
+  completions.clear();
   if (context) ucp_cleanup(context);
 }
 
@@ -549,11 +553,8 @@ void Link::Impl::ReceiveData(const std::shared_ptr<Request>& r, const Msg& m, vo
                         else Finish(r, Err(ECONNRESET));
                       }};
   RecvInto(data, dst, len, ctx, [](void* ud, bool ok) {
-    auto* x = static_cast<Ctx*>(ud);
-    x->impl->completions.push_back([x, ok] {
-      x->done(ok);
-      delete x;
-    });
+    std::shared_ptr<Ctx> x(static_cast<Ctx*>(ud));  // freed run or not (as in Chunk)
+    x->impl->completions.push_back([x, ok] { x->done(ok); });
   });
 }
 
