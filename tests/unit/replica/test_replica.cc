@@ -1634,6 +1634,26 @@ Test(replica_placement, copies_go_to_other_failure_groups_first) {
   cr_expect_eq(first.size(), 8u, "the first holder is spread over both other racks' eight members");
 }
 
+// Replicas of writer "w", version 1, of `n` bytes of one byte each, held
+// whole (begun, written, committed): 0, or why Begin refused.
+struct Whole {
+  std::string data;
+  std::pair<uint64_t, uint64_t> sum;
+  Whole(uint64_t n, char c) : data(n, c), sum(ckpt::backend::ContentChecksum(data.data(), data.size())) {}
+  int Hold(Store& st, uint64_t ino) {
+    auto in = st.Begin(Held{.key = {.writer = "w", .ino = ino, .version = 1},
+                            .size = data.size(),
+                            .gate_us = 5,
+                            .hash_hi = sum.first,
+                            .hash_lo = sum.second,
+                            .meta = "m"});
+    if (!in) return in.error();
+    cr_assert_eq((*in)->Write(0, data.data(), data.size()), 0);
+    cr_assert(st.Commit(std::move(*in)).has_value());
+    return 0;
+  }
+};
+
 // One budget with the tier (Store::ShareRoom): every byte held is taken
 // from the room first; a replica that finds none waits (EAGAIN) and says
 // how much it wanted, once the store's own spares and published copies
@@ -1641,20 +1661,8 @@ Test(replica_placement, copies_go_to_other_failure_groups_first) {
 Test(replica_store, replicas_take_the_tiers_room_and_give_back_what_they_can) {
   std::string dir = TempDir();
   const uint64_t n = 300000;
-  std::string data(n, 'r');
-  auto sum = ckpt::backend::ContentChecksum(data.data(), data.size());
-  auto hold = [&](Store& st, uint64_t ino) {
-    auto in = st.Begin(Held{.key = {.writer = "w", .ino = ino, .version = 1},
-                            .size = n,
-                            .gate_us = 5,
-                            .hash_hi = sum.first,
-                            .hash_lo = sum.second,
-                            .meta = "m"});
-    if (!in) return in.error();
-    cr_assert_eq((*in)->Write(0, data.data(), n), 0);
-    cr_assert(st.Commit(std::move(*in)).has_value());
-    return 0;
-  };
+  Whole whole(n, 'r');
+  auto hold = [&](Store& st, uint64_t ino) { return whole.Hold(st, ino); };
   {
     auto s = Store::Open(dir + "/r", 10 * n);
     cr_assert(s.has_value());
@@ -1711,20 +1719,9 @@ Test(replica_store, replicas_take_the_tiers_room_and_give_back_what_they_can) {
 Test(replica_store, a_published_copy_kept_for_its_mark_is_not_given_back_for_room) {
   std::string dir = TempDir();
   const uint64_t n = 300000;
-  std::string data(n, 'k');
-  auto sum = ckpt::backend::ContentChecksum(data.data(), data.size());
-  auto hold = [&](Store& st, uint64_t ino) {
-    auto in = st.Begin(Held{.key = {.writer = "w", .ino = ino, .version = 1},
-                            .size = n,
-                            .gate_us = 5,
-                            .hash_hi = sum.first,
-                            .hash_lo = sum.second,
-                            .meta = "m"});
-    if (!in) return in.error();
-    cr_assert_eq((*in)->Write(0, data.data(), n), 0);
-    cr_assert(st.Commit(std::move(*in)).has_value());
-    return 0;
-  };
+  Whole whole(n, 'k');
+  auto hold = [&](Store& st, uint64_t ino) { return whole.Hold(st, ino); };
+  const auto& sum = whole.sum;
   auto key = [](uint64_t ino) { return Key{.writer = "w", .ino = ino, .version = 1}; };
   auto s = Store::Open(dir + "/r", 2 * n);
   cr_assert(s.has_value());
