@@ -252,7 +252,7 @@ void Store::FreeUnneeded(uint64_t need, std::vector<std::string>* names) {
     spares_.erase(spares_.begin());
   }
   for (auto it = held_.begin(); freed < need && it != held_.end();) {
-    if (!it->published || std::find(kept_.begin(), kept_.end(), it->key) != kept_.end()) {
+    if (!it->published || Kept(it->key)) {
       ++it;
       continue;
     }
@@ -312,7 +312,7 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
     // from 1 again (Takeover), and was refused this holder for as long as
     // the copy stayed. Not while it is kept for its claim's mark (Keep):
     // the new replica waits until the mark is in.
-    if (std::find(kept_.begin(), kept_.end(), h.key) != kept_.end()) return Err(EAGAIN);
+    if (Kept(h.key)) return Err(EAGAIN);
     for (auto it = held_.begin(); it != held_.end();) {
       if (it->key != h.key) {
         ++it;
@@ -448,15 +448,17 @@ bool Store::Retire(const Key& k, bool keep) {
     to.published = true;
     if (!Rename(&*it, std::move(to))) return false;
   }
-  if (keep && std::find(kept_.begin(), kept_.end(), k) == kept_.end()) kept_.push_back(k);
+  if (keep && !Kept(k)) kept_.push_back(k);
   return true;
 }
+
+bool Store::Kept(const Key& k) const { return std::find(kept_.begin(), kept_.end(), k) != kept_.end(); }
 
 bool Store::Keep(const Key& k) {
   MutexLock l(&mu_);
   auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
   if (it == held_.end() || !it->published) return false;
-  if (std::find(kept_.begin(), kept_.end(), k) == kept_.end()) kept_.push_back(k);
+  if (!Kept(k)) kept_.push_back(k);
   return true;
 }
 
@@ -468,7 +470,7 @@ void Store::Unkeep(const Key& k) {
 void Store::KeepPublished() {
   MutexLock l(&mu_);
   for (const Held& h : held_)
-    if (h.published && std::find(kept_.begin(), kept_.end(), h.key) == kept_.end()) kept_.push_back(h.key);
+    if (h.published && !Kept(h.key)) kept_.push_back(h.key);
 }
 
 bool Store::Rename(Held* x, Held to) {

@@ -162,6 +162,7 @@ class Store {
  private:
   Store(std::string dir, int dirfd, uint64_t limit) : dir_(std::move(dir)), dirfd_(dirfd), limit_(limit) {}
   void Release(uint64_t n);
+  bool Kept(const Key& k) const REQUIRES(mu_);
   // bytes_ from `from` to `to` more or less, the room taken or given with
   // it; false (nothing changed): the room has not the difference.
   bool Resize(uint64_t from, uint64_t to) REQUIRES(mu_);

@@ -298,10 +298,7 @@ bool Takeover::ReadBack() {
   }
   std::map<std::tuple<std::string, std::string, uint64_t>, Held> held;
   for (Held& h : store_->List()) {
-    if (h.key.writer == node_) {
-      store_->Unkeep(h.key);  // no claim of this holder's own (KeepPublished)
-      continue;
-    }
+    if (h.key.writer == node_) continue;
     Replica r(std::move(h));
     std::tuple k{r.held.key.writer, r.run(), r.seq()};
     held[std::move(k)] = std::move(r.held);
@@ -397,7 +394,10 @@ bool Takeover::ReadBack() {
   // reads) stay kept. Over the store, not `held`: replicas whose metas
   // name no run or seq share one key there.
   for (Held& h : store_->List()) {
-    if (h.key.writer == node_) continue;  // let go above
+    if (h.key.writer == node_) {
+      store_->Unkeep(h.key);  // no claim of this holder's own
+      continue;
+    }
     const Replica r(std::move(h));
     const std::tuple k{r.held.key.writer, r.run(), r.seq()};
     if (!unmarked_.count(k) || NoteOf(*store_, k)) store_->Unkeep(r.held.key);
