@@ -254,12 +254,14 @@ bool Link::Impl::Accept() {
   if (conn_requests.empty()) return false;
   auto reqs_now = std::move(conn_requests);
   conn_requests.clear();
-  // In their handshake, in all and per source address (Conn::addr is
-  // "connection from HOST:PORT": the host is all before the last colon; ""
-  // for a peer whose address UCX could not tell, bounded only in all).
+  // In their handshake, in all and per source (Conn::addr is "connection
+  // from HOST:PORT": the host is all before the last colon, counted by
+  // HandshakeSource, an IPv6 host by its /64; "" for a peer whose address
+  // UCX could not tell, bounded only in all).
   auto host_of = [](const std::string& addr) {
     const size_t colon = addr.rfind(':');
-    return colon == std::string::npos ? std::string() : addr.substr(0, colon);
+    const size_t from = addr.rfind(' ', colon) + 1;  // after "connection from "
+    return colon == std::string::npos ? std::string() : HandshakeSource(addr.substr(from, colon - from));
   };
   size_t pending = 0;
   std::map<std::string, size_t> per_host;

@@ -473,6 +473,17 @@ void Store::KeepPublished() {
     if (h.published && !Kept(h.key)) kept_.push_back(h.key);
 }
 
+Store::KeptTotal Store::KeptNow() const {
+  MutexLock l(&mu_);
+  KeptTotal t;
+  for (const Held& h : held_)
+    if (h.published && Kept(h.key)) {
+      t.files++;
+      t.bytes += h.size;
+    }
+  return t;
+}
+
 bool Store::Rename(Held* x, Held to) {
   // Each step leaves what Open reads back as one of the two, so that a
   // crash between them keeps the replica (its writer, told HELD, does not

@@ -119,6 +119,13 @@ class Store {
   bool Keep(const Key& k);
   void Unkeep(const Key& k);
   void KeepPublished();
+  // The copies kept now and their bytes: room not given back for anything
+  // until their marks land (status, metrics).
+  struct KeptTotal {
+    size_t files = 0;
+    uint64_t bytes = 0;
+  };
+  KeptTotal KeptNow() const;
   // A descriptor of a held replica (read-only) and what is known of it.
   Result<std::pair<int, Held>> OpenHeld(const Key& k) const;
   std::vector<Held> List() const;

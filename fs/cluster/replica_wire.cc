@@ -1,6 +1,7 @@
 // replica_wire.cc — see replica_wire.h.
 #include "fs/cluster/replica_wire.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -135,6 +136,16 @@ bool Answers(Op request, Op reply) {
     case Op::kFetch: return reply == Op::kData || reply == Op::kElsewhere;
     default: return false;
   }
+}
+
+std::string HandshakeSource(std::string_view host) {
+  std::string h(host.substr(0, host.find('%')));
+  in6_addr a{};
+  if (inet_pton(AF_INET6, h.c_str(), &a) != 1) return std::string(host);
+  char out[INET6_ADDRSTRLEN] = {};
+  if (IN6_IS_ADDR_V4MAPPED(&a)) return inet_ntop(AF_INET, &a.s6_addr[12], out, sizeof out) ? out : h;
+  std::memset(&a.s6_addr[8], 0, 8);
+  return inet_ntop(AF_INET6, &a, out, sizeof out) ? std::string(out) + "/64" : h;
 }
 
 bool ValidNodeId(std::string_view id) {

@@ -81,6 +81,14 @@ std::optional<Msg> Decode(const void* p, size_t len);
 // DROPPED is confused or lying, and is not believed.
 bool Answers(Op request, Op reply);
 
+// What a connecting peer's handshakes are counted against (per-source
+// bound, Link::Options::max_handshakes_per_host), from getnameinfo's numeric
+// host: an IPv4 address itself; an IPv6 address by its /64, since one host
+// is routinely given a whole /64 and could otherwise use a new address
+// for each connection ("2001:db8:1:2::/64"); an IPv4-mapped IPv6 address
+// as its IPv4 one; a zone index ("%eth0") dropped. Anything else as it is.
+std::string HandshakeSource(std::string_view host);
+
 // A member's node id as the cluster knows it: 1..64 of [A-Za-z0-9._-],
 // starting with a letter or digit (so it is also a safe file name part).
 bool ValidNodeId(std::string_view id);

@@ -99,12 +99,17 @@ static Json ReplicasJson(Daemon* d) {
     published += !entry && h.published;
     files += !entry && !h.published;
   }
+  const replica::Store::KeptTotal kept = d->replica_store->KeptNow();
   Json r = {{"listen", d->replica_link->address()},
             {"peers", d->replica_peers ? d->replica_peers->count() : 0},
             {"failure_group", replica::Peers::GroupOf(d->cfg.node, d->cfg.replica_group)},
             {"held_files", files},
             {"held_entries", entries},  // other members' namespace entries (mkdir, rename...)
             {"kept_published_files", published},
+            // Of those, kept until their done marks are in etcd (Store::Keep):
+            // never given back for room meanwhile.
+            {"kept_for_marks_files", kept.files},
+            {"kept_for_marks_bytes", kept.bytes},
             {"held_bytes", SubFloor(d->replica_store->bytes(), d->replica_store->spare_bytes() + entry_bytes)},
             {"spare_bytes", d->replica_store->spare_bytes()},
             {"budget_bytes", d->replica_store->limit()},

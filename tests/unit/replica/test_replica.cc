@@ -190,6 +190,21 @@ Test(replica_wire, sealed_messages_bind_the_key_the_sender_and_every_field) {
   cr_expect(!Decode(flag.data(), flag.size()), "an unknown flag");
 }
 
+// The per-source handshake bound counts an IPv6 host by its /64: a host
+// given a /64 cannot take every place with a new address per connection.
+Test(replica_wire, handshakes_are_counted_per_ipv4_address_and_per_ipv6_64) {
+  cr_expect_eq(HandshakeSource("10.1.2.3"), "10.1.2.3");
+  cr_expect_eq(HandshakeSource("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::/64");
+  cr_expect_eq(HandshakeSource("2001:db8:1:2::9"), HandshakeSource("2001:db8:1:2:ffff::1"),
+               "two addresses of one /64 counted apart");
+  cr_expect_neq(HandshakeSource("2001:db8:1:2::9"), HandshakeSource("2001:db8:1:3::9"));
+  cr_expect_eq(HandshakeSource("::ffff:192.0.2.7"), "192.0.2.7", "an IPv4-mapped address is its IPv4 one");
+  cr_expect_eq(HandshakeSource("fe80::1%eth0"), HandshakeSource("fe80::2%eth1"), "a zone index split a /64");
+  cr_expect_eq(HandshakeSource("::1"), "::/64");
+  cr_expect_eq(HandshakeSource(""), "");
+  cr_expect_eq(HandshakeSource("not an address"), "not an address");
+}
+
 Test(replica_wire, keys_are_safe_file_names) {
   Key k{.writer = "host-1.example_2", .ino = 42, .version = 7};
   cr_expect_eq(k.Name(), "host-1.example_2.42.7");
@@ -1732,12 +1747,15 @@ Test(replica_store, a_published_copy_kept_for_its_mark_is_not_given_back_for_roo
   cr_expect(!st.Keep(key(9)), "not held");
   cr_expect(st.Retire(key(1)) && st.Retire(key(2)));
   cr_expect(st.Keep(key(1)));
+  cr_expect_eq(st.KeptNow().files, 1u);
+  cr_expect_eq(st.KeptNow().bytes, n, "status shows the kept copy's bytes");
   cr_expect_eq(st.Relieve(2 * n), n, "only the copy not kept went");
   cr_expect(st.OpenHeld(key(1)).has_value(), "the kept copy was given back for room");
   cr_expect_eq(hold(st, 3), 0);
   cr_expect_eq(hold(st, 4), EAGAIN, "a new replica took the kept copy's room");
   cr_expect(st.OpenHeld(key(1)).has_value());
   st.Unkeep(key(1));
+  cr_expect_eq(st.KeptNow().files, 0u, "a copy let go is still shown kept");
   cr_expect_eq(hold(st, 4), 0, "the copy, no longer kept, did not make room");
   cr_expect(!st.OpenHeld(key(1)).has_value());
   // Drop forgets the keep: a new copy of the name later is not kept.
