@@ -536,14 +536,16 @@ void PrintCluster(const Json& c) {
     if (u("messages_refused"))
       printf("; DROPPED %llu message(s) not sealed with their connection's key (forged?)", u("messages_refused"));
     printf("\n");
-    if (u("published_for_dead") || u("entries_applied_for_dead") || u("takeover_failures") || u("kept_published_files"))
+    if (u("published_for_dead") || u("entries_applied_for_dead") || u("takeover_failures") ||
+        u("kept_published_files") || u("kept_for_marks_files") || u("kept_for_marks_entries"))
       printf(
           "  replicas published here for dead members: %llu files (%s), %llu namespace entries, %llu kept to "
           "serve loads%s%s%s\n",
           u("published_for_dead"), HumanBytes(U64(r, "published_for_dead_bytes")).c_str(),
           u("entries_applied_for_dead"), u("kept_published_files"),
-          u("kept_for_marks_files")
-              ? (", " + std::to_string(u("kept_for_marks_files")) + " of them (" +
+          u("kept_for_marks_files") || u("kept_for_marks_entries")
+              ? ("; " + std::to_string(u("kept_for_marks_files")) + " files and " +
+                 std::to_string(u("kept_for_marks_entries")) + " entries (" +
                  HumanBytes(U64(r, "kept_for_marks_bytes")) + ") held until their done marks reach etcd")
                     .c_str()
               : "",

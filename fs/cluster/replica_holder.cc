@@ -91,7 +91,10 @@ void Link::Impl::Put(const std::shared_ptr<Conn>& c, const Msg& m0) {
   if (c->rx.count(m.req)) return Reply(*c, m.req, Op::kRefused, EEXIST);
   // Each replica being received holds a part file open: a member that
   // starts many and sends nothing is told to wait, as a full holder does.
-  if (c->rx.size() >= kMaxIncomingPerConn) return Reply(*c, m.req, Op::kWait);
+  // So does one refused while a chunk's receive was in flight (it holds
+  // the room and part file until the receive ends).
+  std::erase_if(c->refused, [](const std::weak_ptr<Rx>& w) { return w.expired(); });
+  if (c->rx.size() + c->refused.size() >= kMaxIncomingPerConn) return Reply(*c, m.req, Op::kWait);
   auto in = store->Begin(Held{.key = *k, .size = m.a, .gate_us = m.b, .hash_hi = m.c, .hash_lo = m.d, .meta = meta});
   if (!in) {
     if (in.error() == EEXIST) return Reply(*c, m.req, Op::kHeld, m.a);
@@ -117,6 +120,10 @@ void Link::Impl::RefuseReplica(const std::shared_ptr<Conn>& c, uint64_t req, con
   std::string name = it != c->rx.end() ? it->second->in->held().key.Name() : "?";
   if (it != c->rx.end()) {
     it->second->failed = true;
+    // A receive still in flight keeps the replica (its room, part file and
+    // a chunk buffer) until it ends: from a peer that never drives it, not
+    // before the idle sweep closes the connection (replica_link.cc).
+    if (it->second->pending > 0) c->refused.push_back(it->second);
     c->rx.erase(it);
   }
   if (err == EBADMSG) chunks_refused++;  // the peer's bytes, not this holder's trouble
@@ -254,22 +261,20 @@ bool Link::Impl::Accept() {
   if (conn_requests.empty()) return false;
   auto reqs_now = std::move(conn_requests);
   conn_requests.clear();
-  // In their handshake, in all and per source (Conn::addr is "connection
-  // from HOST:PORT": the host is all before the last colon, counted by
-  // HandshakeSource, an IPv6 host by its /64; "" for a peer whose address
-  // UCX could not tell, bounded only in all).
+  // In their handshake, in all, per source address and per IPv6 /64
+  // (HandshakePrefix). Conn::addr is "connection from HOST:PORT": the host
+  // is between "from " and the last colon; "" for a peer whose address UCX
+  // could not tell, bounded only in all.
   auto host_of = [](const std::string& addr) {
     const size_t colon = addr.rfind(':');
-    const size_t from = addr.rfind(' ', colon) + 1;  // after "connection from "
-    return colon == std::string::npos ? std::string() : HandshakeSource(addr.substr(from, colon - from));
+    if (colon == std::string::npos) return std::string();
+    const size_t from = addr.rfind(' ', colon) + 1;  // npos + 1: the whole
+    return addr.substr(from, colon - from);
   };
-  size_t pending = 0;
-  std::map<std::string, size_t> per_host;
+  HandshakeCount count(opts.max_handshakes, opts.max_handshakes_per_host, opts.max_handshakes_per_prefix);
   for (const auto& [ep, c] : conns)
-    if (c->holder_side && (c->st == Conn::St::kAwaitHello || c->st == Conn::St::kAwaitProof)) {
-      pending++;
-      per_host[host_of(c->addr)]++;
-    }
+    if (c->holder_side && (c->st == Conn::St::kAwaitHello || c->st == Conn::St::kAwaitProof))
+      count.Add(host_of(c->addr));
   for (auto* r : reqs_now) {
     ucp_conn_request_attr_t ra{};
     ra.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
@@ -281,16 +286,14 @@ bool Link::Impl::Accept() {
         from = std::string(host) + ":" + port;
     }
     const std::string addr = "connection from " + from, host = host_of(addr);
-    size_t& mine = per_host[host];
-    const bool all = pending >= static_cast<size_t>(std::max(opts.max_handshakes, 1));
-    if (all || (!host.empty() && mine >= static_cast<size_t>(std::max(opts.max_handshakes_per_host, 1)))) {
-      // Logged once per burst and reason (all, or that host): the first
-      // rejection after one went through.
-      if (rejecting.insert(all ? "" : host).second) {
-        if (all) LOG_WARN("replica link: {} connections are in their handshake: rejecting more", pending);
+    if (const auto past = count.Admit(host)) {
+      // Logged once per burst and reason (all, that host, its /64): the
+      // first rejection after one went through.
+      if (rejecting.insert(past->who).second) {
+        if (past->who.empty()) LOG_WARN("replica link: {} connections are in their handshake: rejecting more", past->n);
         else
-          LOG_WARN("replica link: {} connections from {} are in their handshake: rejecting more from it", mine,
-                   host_of(from));
+          LOG_WARN("replica link: {} connections from {} are in their handshake: rejecting more from it", past->n,
+                   past->who);
       }
       peers_refused++;
       ucp_listener_reject(listener, r);
@@ -298,8 +301,7 @@ bool Link::Impl::Accept() {
     }
     rejecting.erase("");
     rejecting.erase(host);
-    pending++;
-    mine++;
+    rejecting.erase(HandshakePrefix(host));
     ucp_ep_params_t ep{};
     ep.field_mask =
         UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -323,8 +325,12 @@ bool Link::Impl::Accept() {
 }
 
 void Link::Impl::Get(const std::shared_ptr<Conn>& c, const Msg& m) {
-  auto k = Key::Parse(m.text);
-  auto h = k && store ? store->OpenHeld(*k) : Result<std::pair<int, Held>>(Err(ENOENT));
+  // A writer reads back its own replicas only (a restart's restore): the
+  // others' bytes, by guessable inode and version, are not for it (loads
+  // from peers ask by content checksum: Fetch).
+  auto k = OwnKey(*c, m);
+  if (!k) return;
+  auto h = store ? store->OpenHeld(*k) : Result<std::pair<int, Held>>(Err(ENOENT));
   if (!h) return Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(h.error()));
   const auto [fd, held] = *h;
   // Asked for one run's copy: another run's (a replacement under the

@@ -302,7 +302,11 @@ void Link::Impl::Close(const std::shared_ptr<Conn>& c, bool force) {
 
 void Link::Impl::Refuse(const std::shared_ptr<Conn>& c, const std::string& why) {
   peers_refused++;
-  LOG_ERROR("replica link: refused {}{}: {}", c->addr, c->peer_id.empty() ? "" : " (node " + c->peer_id + ")", why);
+  if (refuse_log.Take()) {
+    const uint64_t held = refuse_log.held();
+    LOG_ERROR("replica link: refused {}{}: {}{}", c->addr, c->peer_id.empty() ? "" : " (node " + c->peer_id + ")", why,
+              held ? " (" + std::to_string(held) + " more refused without a line before it)" : "");
+  }
   Msg m{.op = Op::kRefused, .a = EACCES, .text = "not a member of this cluster"};
   Send(*c, m);
   Close(c, false);
@@ -676,6 +680,17 @@ void Link::Impl::Sweep(Clock::time_point progressed) {
         break;
       }
     }
+    // As stuck: a replica refused while a chunk's receive was in flight,
+    // which the peer never completed (a duplicate chunk, then nothing).
+    if (c->st == Conn::St::kClosed) continue;
+    std::erase_if(c->refused, [](const std::weak_ptr<Rx>& w) { return w.expired(); });
+    for (const auto& w : c->refused)
+      if (auto rx = w.lock(); rx && rx->pending > 0 && now - rx->last > idle) {
+        LOG_WARN("replica link: node {} ({}) stalled in the middle of a chunk of a refused replica: disconnected",
+                 c->peer_id, c->addr);
+        Close(c, true);
+        break;
+      }
   }
 }
 

@@ -66,9 +66,13 @@ class Link {
     // timeout, if shorter). Anyone who reaches the port can open them: the
     // bound keeps descriptors and endpoints for the members, and one source
     // address may hold only `max_handshakes_per_host` of them (a member has
-    // one connection to another: one host cannot take every place).
+    // one connection to another: one host cannot take every place), one
+    // IPv6 /64 only `max_handshakes_per_prefix` (HandshakePrefix: a host
+    // with a /64 has as many addresses as it likes; members of one subnet
+    // share it, so it is the larger).
     int max_handshakes = 64;
     int max_handshakes_per_host = 8;
+    int max_handshakes_per_prefix = 32;
     int64_t handshake_ms = 5000;
   };
   static constexpr int kServers = 2;

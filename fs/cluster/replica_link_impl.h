@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/checksum.h"
+#include "common/log.h"
 #include "common/mutex.h"
 #include "fs/cluster/replica_link.h"
 #include "fs/cluster/replica_serve.h"
@@ -116,14 +117,14 @@ struct Rx {
 struct Conn {
   enum class St { kAwaitHello, kAwaitProof, kAwaitChallenge, kAwaitReady, kReady, kClosed };
   ucp_ep_h ep = nullptr;
-  bool holder_side = false;
+  bool holder_side = false, forged_logged = false;
   St st{};
   std::string addr;  // the peer's address as dialed, or "from HOST:PORT" on the holder side
   std::string peer_id, nonce_c, nonce_s;
   std::string key;  // SessionKey once the handshake passed: every later message sealed under it (HandleArrived)
-  bool forged_logged = false;
   Clock::time_point since;
   std::map<uint64_t, std::shared_ptr<Rx>> rx;     // holder: by request id
+  std::vector<std::weak_ptr<Rx>> refused;         // holder: refused with a receive in flight (timed out as rx's are)
   std::vector<std::shared_ptr<Request>> waiting;  // client: until kReady
   std::shared_ptr<ServeShare> share = std::make_shared<ServeShare>();  // holder: what it lends this asker
 };
@@ -138,6 +139,7 @@ struct Link::Impl {
   ucp_worker_h worker = nullptr;
   ucp_listener_h listener = nullptr;
   std::set<std::string> rejecting;  // Accept: "" (all) and hosts at their bound (logged once per burst)
+  LogBudget refuse_log{10, std::chrono::seconds(10)};  // Refuse's lines: anyone who reaches the port causes them
   int epfd = -1, evfd = -1;
   std::thread thread;
   std::atomic<bool> stop{false};
@@ -171,7 +173,6 @@ struct Link::Impl {
   // ---- set-up and the loop ----
   // On the loop's thread: "" when ready, else why not.
   std::string Start();
-
   void Teardown();
 
   // The loop's wake-up descriptors: made before its thread starts and
@@ -186,7 +187,6 @@ struct Link::Impl {
   void Loop(std::promise<std::string>* ready);
 
   void Post(std::function<void()> fn);
-
   bool RunTasks();
   bool InFlight() const;  // requests or replicas being received
 

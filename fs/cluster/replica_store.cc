@@ -423,7 +423,7 @@ Status Store::DropForWriter(const Key& k) {
 Status Store::Drop(const Key& k) {
   MutexLock l(&mu_);  // held across the renames: Begin takes spares under it
   std::erase(claimed_, k);
-  std::erase(kept_, k);
+  kept_.erase(k);
   auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
   if (it == held_.end()) return Err(ENOENT);
   const Held h = *it;
@@ -448,29 +448,29 @@ bool Store::Retire(const Key& k, bool keep) {
     to.published = true;
     if (!Rename(&*it, std::move(to))) return false;
   }
-  if (keep && !Kept(k)) kept_.push_back(k);
+  if (keep) kept_.insert(k);
   return true;
 }
 
-bool Store::Kept(const Key& k) const { return std::find(kept_.begin(), kept_.end(), k) != kept_.end(); }
+bool Store::Kept(const Key& k) const { return kept_.count(k) > 0; }
 
 bool Store::Keep(const Key& k) {
   MutexLock l(&mu_);
   auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
   if (it == held_.end() || !it->published) return false;
-  if (!Kept(k)) kept_.push_back(k);
+  kept_.insert(k);
   return true;
 }
 
 void Store::Unkeep(const Key& k) {
   MutexLock l(&mu_);
-  std::erase(kept_, k);
+  kept_.erase(k);
 }
 
 void Store::KeepPublished() {
   MutexLock l(&mu_);
   for (const Held& h : held_)
-    if (h.published && !Kept(h.key)) kept_.push_back(h.key);
+    if (h.published) kept_.insert(h.key);
 }
 
 Store::KeptTotal Store::KeptNow() const {
@@ -478,7 +478,7 @@ Store::KeptTotal Store::KeptNow() const {
   KeptTotal t;
   for (const Held& h : held_)
     if (h.published && Kept(h.key)) {
-      t.files++;
+      (h.key.ino == kEntryIno ? t.entries : t.files)++;
       t.bytes += h.size;
     }
   return t;

@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -119,10 +120,10 @@ class Store {
   bool Keep(const Key& k);
   void Unkeep(const Key& k);
   void KeepPublished();
-  // The copies kept now and their bytes: room not given back for anything
-  // until their marks land (status, metrics).
+  // The copies kept now (files, namespace entries) and their bytes: room
+  // not given back for anything until their marks land (status, metrics).
   struct KeptTotal {
-    size_t files = 0;
+    size_t files = 0, entries = 0;
     uint64_t bytes = 0;
   };
   KeptTotal KeptNow() const;
@@ -190,7 +191,7 @@ class Store {
   std::vector<Held> held_ GUARDED_BY(mu_);
   std::vector<Key> incoming_ GUARDED_BY(mu_);
   std::vector<Key> claimed_ GUARDED_BY(mu_);                              // SetClaimed, until Drop
-  std::vector<Key> kept_ GUARDED_BY(mu_);                                 // Keep, until Unkeep or Drop
+  std::set<Key> kept_ GUARDED_BY(mu_);                                    // Keep, until Unkeep or Drop
   std::vector<std::pair<std::string, uint64_t>> spares_ GUARDED_BY(mu_);  // dropped replicas' files: name, size
   uint64_t next_spare_ GUARDED_BY(mu_) = 0;
   Room room_ GUARDED_BY(mu_);

@@ -138,7 +138,7 @@ bool Answers(Op request, Op reply) {
   }
 }
 
-std::string HandshakeSource(std::string_view host) {
+std::string HandshakePrefix(std::string_view host) {
   std::string h(host.substr(0, host.find('%')));
   in6_addr a{};
   if (inet_pton(AF_INET6, h.c_str(), &a) != 1) return std::string(host);
@@ -146,6 +146,22 @@ std::string HandshakeSource(std::string_view host) {
   if (IN6_IS_ADDR_V4MAPPED(&a)) return inet_ntop(AF_INET, &a.s6_addr[12], out, sizeof out) ? out : h;
   std::memset(&a.s6_addr[8], 0, 8);
   return inet_ntop(AF_INET6, &a, out, sizeof out) ? std::string(out) + "/64" : h;
+}
+
+void HandshakeCount::Add(const std::string& host) {
+  all_n_++;
+  hosts_[host]++;
+  prefixes_[HandshakePrefix(host)]++;
+}
+
+std::optional<HandshakeCount::Past> HandshakeCount::Admit(const std::string& host) {
+  auto past = [](int bound, size_t n) { return n >= static_cast<size_t>(std::max(bound, 1)); };
+  const std::string prefix = HandshakePrefix(host);
+  if (past(all_, all_n_)) return Past{"", all_n_};
+  if (const size_t n = hosts_[host]; !host.empty() && past(per_host_, n)) return Past{host, n};
+  if (const size_t n = prefixes_[prefix]; prefix != host && past(per_prefix_, n)) return Past{prefix, n};
+  Add(host);
+  return std::nullopt;
 }
 
 bool ValidNodeId(std::string_view id) {

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <expected>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -81,13 +82,35 @@ std::optional<Msg> Decode(const void* p, size_t len);
 // DROPPED is confused or lying, and is not believed.
 bool Answers(Op request, Op reply);
 
-// What a connecting peer's handshakes are counted against (per-source
-// bound, Link::Options::max_handshakes_per_host), from getnameinfo's numeric
-// host: an IPv4 address itself; an IPv6 address by its /64, since one host
-// is routinely given a whole /64 and could otherwise use a new address
-// for each connection ("2001:db8:1:2::/64"); an IPv4-mapped IPv6 address
-// as its IPv4 one; a zone index ("%eth0") dropped. Anything else as it is.
-std::string HandshakeSource(std::string_view host);
+// The network a connecting peer's handshakes are also counted against
+// (Link::Options::max_handshakes_per_prefix), from getnameinfo's numeric
+// host: an IPv6 address's /64 ("2001:db8:1:2::/64"; one host is routinely
+// given a whole /64, and could use a new address for each connection), an
+// IPv4-mapped address as its IPv4 one, a zone index ("%eth0") dropped.
+// Anything else (IPv4, "") as it is: its address bound is the one.
+std::string HandshakePrefix(std::string_view host);
+
+// The connections in their handshake, in all, per source host and per
+// HandshakePrefix (Link::Options' bounds; a bound below 1 counts as 1).
+class HandshakeCount {
+ public:
+  HandshakeCount(int all, int per_host, int per_prefix) : all_(all), per_host_(per_host), per_prefix_(per_prefix) {}
+  // One in its handshake, from `host` ("": unknown, bounded only in all).
+  void Add(const std::string& host);
+  // Counted (Add) and nullopt if a new connection from `host` is within
+  // every bound; else the bound it is past: who ("" for all, the host, or
+  // its /64) and how many are in their handshake there.
+  struct Past {
+    std::string who;
+    size_t n = 0;
+  };
+  std::optional<Past> Admit(const std::string& host);
+
+ private:
+  int all_, per_host_, per_prefix_;
+  size_t all_n_ = 0;
+  std::map<std::string, size_t> hosts_, prefixes_;
+};
 
 // A member's node id as the cluster knows it: 1..64 of [A-Za-z0-9._-],
 // starting with a letter or digit (so it is also a safe file name part).
@@ -105,6 +128,7 @@ struct Key {
   std::string Name() const;
   static std::optional<Key> Parse(std::string_view name);
   bool operator==(const Key&) const = default;
+  auto operator<=>(const Key&) const = default;
 };
 
 // What a member loading a file asks another member for (issue #30, loads

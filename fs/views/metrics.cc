@@ -51,9 +51,11 @@ void ReplicaMetrics(Daemon* d, Text* t) {
          static_cast<double>(d->tier->Stats().outside));
   t->One("replicas_held_files", "gauge", "Other members' files this node holds until they are persisted.",
          static_cast<double>(held));
-  t->One("replicas_kept_for_marks_bytes", "gauge",
-         "Published copies of dead members' files kept until their done marks reach etcd (not given back for room).",
-         static_cast<double>(d->replica_store->KeptNow().bytes));
+  t->One(
+      "replicas_kept_for_marks_bytes", "gauge",
+      "Published copies of dead members' files and entries kept until their done marks reach etcd (not given back for "
+      "room).",
+      static_cast<double>(d->replica_store->KeptNow().bytes));
   if (d->replicator) {
     const replica::Replicator::Stats rs = d->replicator->stats();
     t->One("replicas_replicated_files_total", "counter", "This node's files held by --replicas K members (replicated).",

@@ -106,9 +106,10 @@ static Json ReplicasJson(Daemon* d) {
             {"held_files", files},
             {"held_entries", entries},  // other members' namespace entries (mkdir, rename...)
             {"kept_published_files", published},
-            // Of those, kept until their done marks are in etcd (Store::Keep):
-            // never given back for room meanwhile.
+            // Published copies (files, entries) kept until their done marks
+            // are in etcd (Store::Keep): never given back for room meanwhile.
             {"kept_for_marks_files", kept.files},
+            {"kept_for_marks_entries", kept.entries},
             {"kept_for_marks_bytes", kept.bytes},
             {"held_bytes", SubFloor(d->replica_store->bytes(), d->replica_store->spare_bytes() + entry_bytes)},
             {"spare_bytes", d->replica_store->spare_bytes()},

@@ -99,7 +99,7 @@ repl_of "$H" 'assert j["published_for_dead"] >= 1 and j["held_files"] == 0 and j
   fail "$holder: $(repl_of "$H" 'print(j)')"
 # Its copies are kept against eviction only until their done marks are in
 # etcd (Store::Keep): with etcd up, none stays kept.
-unkept() { repl_of "$H" 'assert j["kept_for_marks_files"] == 0 and j["kept_for_marks_bytes"] == 0, j'; }
+unkept() { repl_of "$H" 'assert j["kept_for_marks_files"] == j["kept_for_marks_entries"] == j["kept_for_marks_bytes"] == 0, j'; }
 wait_for 15 "$holder still keeps copies for their marks" unkept
 grep -qE "replicas published here for dead members: [0-9]+ files" <<< "$("$CKPTFS" status "$H")" ||
   fail "$holder's status text: $("$CKPTFS" status "$H")"

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/io.h"
+#include "common/log.h"
 #include "common/mounts.h"
 #include "common/text.h"
 
@@ -82,4 +83,18 @@ Test(io, full_transfers) {
   close(fd);
   cr_expect_eq(PreadFull(fd, back.data(), 1, 0), EBADF);
   cr_expect_eq(PwriteFull(fd, back.data(), 1, 0), EBADF);
+}
+
+// Lines anyone can cause are bounded per window; what was held back is told
+// by the next line that goes.
+Test(log, a_budget_bounds_lines_per_window_and_counts_the_rest) {
+  using namespace std::chrono_literals;
+  ckpt::LogBudget b(3, 10s);
+  const auto t0 = std::chrono::steady_clock::now();
+  int went = 0;
+  for (int i = 0; i < 100; i++) went += b.Take(t0 + std::chrono::milliseconds(i));
+  cr_expect_eq(went, 3, "%d lines went in one window", went);
+  cr_expect(b.Take(t0 + 11s), "the next window's first line was held back");
+  cr_expect_eq(b.held(), 97u, "the held-back lines were not counted");
+  cr_expect_eq(b.held(), 0u, "the count was not cleared once told");
 }
