@@ -123,7 +123,12 @@ void Link::Impl::RefuseReplica(const std::shared_ptr<Conn>& c, uint64_t req, con
     // A receive still in flight keeps the replica (its room, part file and
     // a chunk buffer) until it ends: from a peer that never drives it, not
     // before the idle sweep closes the connection (replica_link.cc).
-    if (it->second->pending > 0) c->refused.push_back(it->second);
+    // Judged from now, and from each of its receives that ends: by "none
+    // of them moved for the idle time", as a live replica is.
+    if (it->second->pending > 0) {
+      it->second->last = Clock::now();
+      c->refused.push_back(it->second);
+    }
     c->rx.erase(it);
   }
   if (err == EBADMSG) chunks_refused++;  // the peer's bytes, not this holder's trouble
@@ -201,6 +206,7 @@ void Link::Impl::Chunk(const std::shared_ptr<Conn>& c, const Msg& m, void* data,
     std::shared_ptr<Ctx> x(static_cast<Ctx*>(ud));
     x->impl->completions.push_back([x, ok] {
       x->rx->pending--;
+      x->rx->last = Clock::now();  // a refused replica's receives, too (the idle sweep)
       x->done(ok, x->buf.get());  // the last holder of a failed Rx discards it with x
     });
   });

@@ -211,7 +211,7 @@ void Link::Impl::Post(std::function<void()> fn) {
 bool Link::Impl::InFlight() const {
   if (!reqs.empty()) return true;
   for (const auto& [ep, c] : conns)
-    if (!c->rx.empty()) return true;
+    if (!c->rx.empty() || !c->refused.empty()) return true;
   return false;
 }
 
@@ -676,6 +676,7 @@ void Link::Impl::Sweep(Clock::time_point progressed) {
       // (forced), which cancels it.
       if (stuck) {
         LOG_WARN("replica link: node {} ({}) stalled in the middle of a chunk: disconnected", c->peer_id, c->addr);
+        stalled_closed++;
         Close(c, true);
         break;
       }
@@ -688,6 +689,7 @@ void Link::Impl::Sweep(Clock::time_point progressed) {
       if (auto rx = w.lock(); rx && rx->pending > 0 && now - rx->last > idle) {
         LOG_WARN("replica link: node {} ({}) stalled in the middle of a chunk of a refused replica: disconnected",
                  c->peer_id, c->addr);
+        stalled_closed++;
         Close(c, true);
         break;
       }
@@ -850,9 +852,9 @@ Status Link::Drop(const std::string& peer, const Key& k) {
 }
 
 Link::Counters Link::counters() const {
-  return {impl_->peers_refused.load(),     impl_->chunks_refused.load(),  impl_->replicas_held.load(),
-          impl_->bytes_in.load(),          impl_->bytes_out.load(),       impl_->loads_served.load(),
-          impl_->load_bytes_served.load(), impl_->messages_refused.load()};
+  return {impl_->peers_refused.load(),     impl_->chunks_refused.load(),   impl_->replicas_held.load(),
+          impl_->bytes_in.load(),          impl_->bytes_out.load(),        impl_->loads_served.load(),
+          impl_->load_bytes_served.load(), impl_->messages_refused.load(), impl_->stalled_closed.load()};
 }
 
 void Link::TestLieAboutChunks(bool on) { impl_->lie = on; }

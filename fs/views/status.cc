@@ -117,6 +117,7 @@ static Json ReplicasJson(Daemon* d) {
             {"peers_refused", lc.peers_refused},
             {"chunks_refused", lc.chunks_refused},
             {"messages_refused", lc.messages_refused},
+            {"stalled_closed", lc.stalled_closed},  // connections closed for a receive that stopped moving
             {"bytes_in", lc.bytes_in},
             {"bytes_out", lc.bytes_out}};
   if (d->peer_loads) {

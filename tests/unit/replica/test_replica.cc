@@ -666,6 +666,9 @@ void RoomComesBackFromAStalledWriter(Hook hook, int pace_ms) {
   cr_expect(WaitFor([&] { return (*s)->bytes() == 0; }, 20000), "the room stayed taken");
   cr_expect_lt(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(9000),
                "the room came back only when the writer moved again");
+  // By the close of a stuck receive, not by a plain idle refusal (the
+  // chunk's receive was in flight: the case under test).
+  cr_expect_eq((*h)->counters().stalled_closed, 1u, "no connection was closed for a stuck receive");
   t.join();
   cr_expect_eq((*s)->List().size(), 0u);
   close(fd);
