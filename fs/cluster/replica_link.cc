@@ -666,18 +666,22 @@ void Link::Impl::Sweep(Clock::time_point progressed) {
       Close(c, true);
       continue;
     }
+    // A receive still pending holds the replica's room, its part file and
+    // a chunk buffer until it completes, which it never does from a writer
+    // that stopped (SIGSTOP, a hung disk) or a peer that never drives it:
+    // the connection goes (forced), which cancels it.
+    auto close_stuck = [&](const char* what) {
+      LOG_WARN("replica link: node {} ({}) stalled in the middle of a chunk{}: disconnected", c->peer_id, c->addr,
+               what);
+      stalled_closed++;
+      Close(c, true);
+    };
     for (auto& [req, rx] : std::map<uint64_t, std::shared_ptr<Rx>>(c->rx)) {
       if (now - rx->last <= idle) continue;
       const bool stuck = rx->pending > 0;
       RefuseReplica(c, req, "no chunk came for " + std::to_string(opts.timeout_ms) + " ms");
-      // A receive still pending holds the replica's room, its part file and
-      // a chunk buffer until it completes, which it never does from a
-      // writer that stopped (SIGSTOP, a hung disk): the connection goes
-      // (forced), which cancels it.
       if (stuck) {
-        LOG_WARN("replica link: node {} ({}) stalled in the middle of a chunk: disconnected", c->peer_id, c->addr);
-        stalled_closed++;
-        Close(c, true);
+        close_stuck("");
         break;
       }
     }
@@ -687,10 +691,7 @@ void Link::Impl::Sweep(Clock::time_point progressed) {
     std::erase_if(c->refused, [](const std::weak_ptr<Rx>& w) { return w.expired(); });
     for (const auto& w : c->refused)
       if (auto rx = w.lock(); rx && rx->pending > 0 && now - rx->last > idle) {
-        LOG_WARN("replica link: node {} ({}) stalled in the middle of a chunk of a refused replica: disconnected",
-                 c->peer_id, c->addr);
-        stalled_closed++;
-        Close(c, true);
+        close_stuck(" of a refused replica");
         break;
       }
   }
