@@ -27,7 +27,8 @@
 # first. See docs/testing.md.
 #
 # Environment: BUILD (default build), CASE_TIMEOUT (seconds per mounted case,
-# default 600), UNIT_TIMEOUT (per unit binary, default 600), JOBS (mounted
+# default 600), UNIT_TIMEOUT (per unit binary, default 600), UNIT_BESIDE
+# (unit binaries run in the background beside the others; default unit_etcd), JOBS (mounted
 # cases run at once, default 3; a case marked `# serial: REASON` always runs
 # alone, see tests/mount/lib/common.sh), KEEP=1 keeps a failed case's temp
 # dir. A mounted case exits 0 (pass), 77 (skip) or anything else (fail);
@@ -253,8 +254,34 @@ san_name() {
   esac
 }
 
+# One unit binary, run to its end: its exit status and seconds go to
+# $RUN/NAME.urc for report_unit.
+exec_unit() {
+  local bin=$1 name=$2 t0 rc out=$RUN/$2.log
+  mkdir -p "$RUN/san-$name"
+  t0=$(now)
+  # --verbose: only then does Criterion print [SKIP] lines.
+  TSAN_OPTIONS="$TSAN_OPTIONS log_path=$RUN/san-$name/r" \
+    ASAN_OPTIONS="$ASAN_OPTIONS log_path=$RUN/san-$name/r" \
+    UBSAN_OPTIONS="$UBSAN_OPTIONS log_path=$RUN/san-$name/r" \
+    timeout -k 10 "$UNIT_TIMEOUT" "$bin" --ascii --verbose > "$out" 2>&1
+  rc=$?
+  # UBSan beside ASan ignores log_path and reports on stderr, here the
+  # binary's log: its part from the first report on is scanned too.
+  if grep -q ': runtime error: ' "$out"; then
+    sed 's/\x1b\[[0-9;]*m//g' "$out" | awk '/: runtime error: / { r = 1 } r' > "$RUN/san-$name/r.stderr"
+  fi
+  echo "$rc $(elapsed "$t0")" > "$RUN/$name.urc"
+}
+
+# UNIT_BESIDE: binaries that wait most of their time (unit_etcd runs its
+# tests one at a time against etcd servers: 16 s of CPU in 80 s, as long
+# under a sanitizer). Each runs in the background beside the others, not
+# before them; its result prints when it ends, after theirs.
+UNIT_BESIDE=${UNIT_BESIDE:-unit_etcd}
+
 run_units() {
-  local bin name out t0 rc syn tested passing failing crashing skips skip_rc san
+  local bin name beside_pid="" beside_name=""
   shopt -s nullglob
   local bins=("$BUILD"/tests/unit_*)
   shopt -u nullglob
@@ -267,73 +294,76 @@ run_units() {
     [ -x "$bin" ] || continue
     name=$PREFIX$(basename "$bin")
     selected "$name" || continue
-    out=$RUN/$name.log
-    mkdir -p "$RUN/san-$name"
-    t0=$(now)
-    # --verbose: only then does Criterion print [SKIP] lines.
-    TSAN_OPTIONS="$TSAN_OPTIONS log_path=$RUN/san-$name/r" \
-      ASAN_OPTIONS="$ASAN_OPTIONS log_path=$RUN/san-$name/r" \
-      UBSAN_OPTIONS="$UBSAN_OPTIONS log_path=$RUN/san-$name/r" \
-      timeout -k 10 "$UNIT_TIMEOUT" "$bin" --ascii --verbose > "$out" 2>&1
-    rc=$?
-    # UBSan beside ASan ignores log_path and reports on stderr, here the
-    # binary's log: its part from the first report on is scanned too.
-    if grep -q ': runtime error: ' "$out"; then
-      sed 's/\x1b\[[0-9;]*m//g' "$out" | awk '/: runtime error: / { r = 1 } r' > "$RUN/san-$name/r.stderr"
-    fi
-    syn=$(sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E 'Synthesis: Tested: [0-9]+' | tail -n 1)
-    # Criterion does not see TSan's reports (a test that raced still
-    # passes), nor always ASan's (the test's process ends): each binary
-    # with reports fails once.
-    if san=$(san_reports "$RUN/san-$name"); then
-      echo "FAIL $name: $(san_name) reports ($(elapsed "$t0")s)"
-      echo "$san"
-      failed=$((failed + 1))
-      # The tests that failed or crashed beside the reports are shown and
-      # counted too (a crash may be what the report was about).
-      if [ -n "$syn" ]; then
-        echo "  $syn (exit $rc)"
-        passed=$((passed + $(sed -E 's/.*Passing: ([0-9]+).*/\1/' <<< "$syn")))
-        failed=$((failed + $(sed -E 's/.*Failing: ([0-9]+).*/\1/' <<< "$syn")))
-      else
-        echo "  (exit $rc, no Criterion synthesis line)"
-      fi
-      sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E '\[(FAIL|----)\]|CRASH|signal|Assertion' | head -n 40 | sed 's/^/  | /'
+    if [ -z "$beside_pid" ] && [[ " $UNIT_BESIDE " == *" $(basename "$bin") "* ]]; then
+      exec_unit "$bin" "$name" &
+      beside_pid=$! beside_name=$name
       continue
     fi
-    if [ -z "$syn" ]; then
-      echo "FAIL $name (exit $rc, no Criterion synthesis line, $(elapsed "$t0")s)"
-      tail -n 30 "$out" | sed 's/^/  | /'
-      failed=$((failed + 1))
-      continue
-    fi
-    tested=$(sed -E 's/.*Tested: ([0-9]+).*/\1/' <<< "$syn")
-    passing=$(sed -E 's/.*Passing: ([0-9]+).*/\1/' <<< "$syn")
-    failing=$(sed -E 's/.*Failing: ([0-9]+).*/\1/' <<< "$syn")
-    crashing=$(sed -E 's/.*Crashing: ([0-9]+).*/\1/' <<< "$syn")
-    passed=$((passed + passing))
-    failed=$((failed + failing))
-    # Criterion counts crashes among the failures; if not, add them.
-    if [ $((passing + failing)) -lt "$tested" ]; then failed=$((failed + tested - passing - failing)); fi
-    check_unit_skips "$out" "$name" > "$out.skips"
-    skip_rc=$?
-    skips=$(cat "$out.skips")
-    if [ "$failing" -eq 0 ] && [ "$crashing" -eq 0 ] && [ "$passing" -eq "$tested" ] && [ "$rc" -eq 0 ] \
-      && [ "$skip_rc" -eq 0 ]; then
-      echo "PASS $name: $passing tests ($(elapsed "$t0")s)"
-      [ -z "$skips" ] || echo "$skips"
-    elif [ "$failing" -eq 0 ] && [ "$crashing" -eq 0 ] && [ "$passing" -eq "$tested" ] && [ "$rc" -eq 0 ]; then
-      echo "FAIL $name: $passing tests passed, but some were skipped ($(elapsed "$t0")s)"
-      echo "$skips"
-    else
-      [ -z "$skips" ] || echo "$skips"
-      if [ "$failing" -eq 0 ] && [ "$passing" -eq "$tested" ]; then
-        failed=$((failed + 1))  # exit status says something broke
-      fi
-      echo "FAIL $name: $passing of $tested passed, $failing failing, $crashing crashing (exit $rc, $(elapsed "$t0")s)"
-      sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E '\[(FAIL|----)\]|CRASH|signal|Assertion' | head -n 40 | sed 's/^/  | /'
-    fi
+    exec_unit "$bin" "$name"
+    report_unit "$name"
   done
+  if [ -n "$beside_pid" ]; then
+    wait "$beside_pid"
+    report_unit "$beside_name"
+  fi
+}
+
+# The result of exec_unit's run of NAME: printed and counted.
+report_unit() {
+  local name=$1 out=$RUN/$1.log rc secs syn tested passing failing crashing skips skip_rc san
+  read -r rc secs < "$RUN/$name.urc" || { rc=1; secs=?; }
+  syn=$(sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E 'Synthesis: Tested: [0-9]+' | tail -n 1)
+  # Criterion does not see TSan's reports (a test that raced still
+  # passes), nor always ASan's (the test's process ends): each binary
+  # with reports fails once.
+  if san=$(san_reports "$RUN/san-$name"); then
+    echo "FAIL $name: $(san_name) reports (${secs}s)"
+    echo "$san"
+    failed=$((failed + 1))
+    # The tests that failed or crashed beside the reports are shown and
+    # counted too (a crash may be what the report was about).
+    if [ -n "$syn" ]; then
+      echo "  $syn (exit $rc)"
+      passed=$((passed + $(sed -E 's/.*Passing: ([0-9]+).*/\1/' <<< "$syn")))
+      failed=$((failed + $(sed -E 's/.*Failing: ([0-9]+).*/\1/' <<< "$syn")))
+    else
+      echo "  (exit $rc, no Criterion synthesis line)"
+    fi
+    sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E '\[(FAIL|----)\]|CRASH|signal|Assertion' | head -n 40 | sed 's/^/  | /'
+    return
+  fi
+  if [ -z "$syn" ]; then
+    echo "FAIL $name (exit $rc, no Criterion synthesis line, ${secs}s)"
+    tail -n 30 "$out" | sed 's/^/  | /'
+    failed=$((failed + 1))
+    return
+  fi
+  tested=$(sed -E 's/.*Tested: ([0-9]+).*/\1/' <<< "$syn")
+  passing=$(sed -E 's/.*Passing: ([0-9]+).*/\1/' <<< "$syn")
+  failing=$(sed -E 's/.*Failing: ([0-9]+).*/\1/' <<< "$syn")
+  crashing=$(sed -E 's/.*Crashing: ([0-9]+).*/\1/' <<< "$syn")
+  passed=$((passed + passing))
+  failed=$((failed + failing))
+  # Criterion counts crashes among the failures; if not, add them.
+  if [ $((passing + failing)) -lt "$tested" ]; then failed=$((failed + tested - passing - failing)); fi
+  check_unit_skips "$out" "$name" > "$out.skips"
+  skip_rc=$?
+  skips=$(cat "$out.skips")
+  if [ "$failing" -eq 0 ] && [ "$crashing" -eq 0 ] && [ "$passing" -eq "$tested" ] && [ "$rc" -eq 0 ] \
+    && [ "$skip_rc" -eq 0 ]; then
+    echo "PASS $name: $passing tests (${secs}s)"
+    [ -z "$skips" ] || echo "$skips"
+  elif [ "$failing" -eq 0 ] && [ "$crashing" -eq 0 ] && [ "$passing" -eq "$tested" ] && [ "$rc" -eq 0 ]; then
+    echo "FAIL $name: $passing tests passed, but some were skipped (${secs}s)"
+    echo "$skips"
+  else
+    [ -z "$skips" ] || echo "$skips"
+    if [ "$failing" -eq 0 ] && [ "$passing" -eq "$tested" ]; then
+      failed=$((failed + 1))  # exit status says something broke
+    fi
+    echo "FAIL $name: $passing of $tested passed, $failing failing, $crashing crashing (exit $rc, ${secs}s)"
+    sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E '\[(FAIL|----)\]|CRASH|signal|Assertion' | head -n 40 | sed 's/^/  | /'
+  fi
 }
 
 # Runs one mounted case (in the background under run_mounted): its output

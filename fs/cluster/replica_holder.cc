@@ -39,6 +39,7 @@ void Link::Impl::HolderMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
       return Refuse(c, "failed the handshake: it does not hold this cluster's secret");
     c->st = Conn::St::kReady;
     LOG_DEBUG("replica link: {} is node {}", c->addr, c->peer_id);
+    AdmitNode(c);
     Send(*c, Msg{.op = Op::kReady,
                  .text = HandshakeMac(opts.secret, "holder", c->nonce_c, c->nonce_s, c->peer_id, opts.node_id)});
     c->key = SessionKey(opts.secret, c->nonce_c, c->nonce_s, c->peer_id, opts.node_id);  // after READY, unsealed
@@ -89,12 +90,18 @@ void Link::Impl::Put(const std::shared_ptr<Conn>& c, const Msg& m0) {
   if (!k) return;
   if (!store) return Reply(*c, m.req, Op::kRefused, EOPNOTSUPP);
   if (c->rx.count(m.req)) return Reply(*c, m.req, Op::kRefused, EEXIST);
-  // Each replica being received holds a part file open: a member that
-  // starts many and sends nothing is told to wait, as a full holder does.
-  // So does one refused while a chunk's receive was in flight (it holds
-  // the room and part file until the receive ends).
-  std::erase_if(c->refused, [](const std::weak_ptr<Rx>& w) { return w.expired(); });
-  if (c->rx.size() + c->refused.size() >= kMaxIncomingPerConn) return Reply(*c, m.req, Op::kWait);
+  // Each replica being received holds a part file open: a node that
+  // starts many and sends nothing is told to wait, as a full holder does,
+  // whatever connections it started them on. So does one refused while a
+  // chunk's receive was in flight (it holds the room and part file until
+  // the receive ends).
+  size_t open = 0;
+  for (const auto& [ep, o] : conns)
+    if (o->holder_side && o->st == Conn::St::kReady && o->peer_id == c->peer_id) {
+      std::erase_if(o->refused, [](const std::weak_ptr<Rx>& w) { return w.expired(); });
+      open += o->rx.size() + o->refused.size();
+    }
+  if (open >= kMaxIncomingPerNode) return Reply(*c, m.req, Op::kWait);
   auto in = store->Begin(Held{.key = *k, .size = m.a, .gate_us = m.b, .hash_hi = m.c, .hash_lo = m.d, .meta = meta});
   if (!in) {
     if (in.error() == EEXIST) return Reply(*c, m.req, Op::kHeld, m.a);
@@ -260,6 +267,27 @@ void Link::Impl::DropReplica(const std::shared_ptr<Conn>& c, const Msg& m) {
   auto st = store ? store->DropForWriter(*k) : Status(Err(ENOENT));
   if (st) Reply(*c, m.req, Op::kDropped);
   else Reply(*c, m.req, Op::kRefused, static_cast<uint64_t>(st.error()));
+}
+
+// A node's bounds are its id's, not a connection's (a member may open any
+// number once through the handshake): its connections share one serving
+// share, and past kMaxConnsPerNode its oldest is closed. The newest wins:
+// a node that reconnects holds it, and this holder may not yet have seen
+// the old one go.
+void Link::Impl::AdmitNode(const std::shared_ptr<Conn>& c) {
+  std::vector<std::shared_ptr<Conn>> same;
+  for (const auto& [ep, o] : conns)
+    if (o != c && o->holder_side && o->st == Conn::St::kReady && o->peer_id == c->peer_id) same.push_back(o);
+  if (same.empty()) return;
+  c->share = same.front()->share;
+  if (same.size() < kMaxConnsPerNode) return;
+  auto oldest =
+      *std::min_element(same.begin(), same.end(), [](const auto& a, const auto& b) { return a->since < b->since; });
+  crowded_closed++;
+  if (refuse_log.Take())
+    LOG_WARN("replica link: node {} opened a connection past its {} here: its oldest ({}) closed", c->peer_id,
+             kMaxConnsPerNode, oldest->addr);
+  Close(oldest, true);
 }
 
 // A connection to the listener: taken in for its handshake, within the bounds.

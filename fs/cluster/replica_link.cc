@@ -855,7 +855,8 @@ Status Link::Drop(const std::string& peer, const Key& k) {
 Link::Counters Link::counters() const {
   return {impl_->peers_refused.load(),     impl_->chunks_refused.load(),   impl_->replicas_held.load(),
           impl_->bytes_in.load(),          impl_->bytes_out.load(),        impl_->loads_served.load(),
-          impl_->load_bytes_served.load(), impl_->messages_refused.load(), impl_->stalled_closed.load()};
+          impl_->load_bytes_served.load(), impl_->messages_refused.load(), impl_->stalled_closed.load(),
+          impl_->crowded_closed.load()};
 }
 
 void Link::TestLieAboutChunks(bool on) { impl_->lie = on; }

@@ -84,6 +84,7 @@ class Link {
     uint64_t loads_served = 0, load_bytes_served = 0;  // Fetch answers this member gave
     uint64_t messages_refused = 0;                     // after a handshake, messages not sealed under its key (dropped)
     uint64_t stalled_closed = 0;  // connections closed for a chunk's receive that stopped moving (the idle sweep)
+    uint64_t crowded_closed = 0;  // a node's oldest connection, closed when it opened one past kMaxConnsPerNode
   };
 
   // `store` (may be null with an empty `listen`) receives the replicas other

@@ -166,7 +166,8 @@ struct Link::Impl {
 
   std::atomic<uint64_t> next_id{1};
   std::atomic<uint64_t> peers_refused{0}, chunks_refused{0}, replicas_held{0}, bytes_in{0}, bytes_out{0};
-  std::atomic<uint64_t> loads_served{0}, load_bytes_served{0}, messages_refused{0}, stalled_closed{0};
+  std::atomic<uint64_t> loads_served{0}, load_bytes_served{0}, messages_refused{0}, stalled_closed{0},
+      crowded_closed{0};
   std::atomic<bool> lie{false}, repeat_first{false}, silent_dial{false};  // tests' hooks (replica_link.h)
   std::atomic<int> forge_how{0}, stop_after{-1}, pace_ms{0}, test_window{0}, stall_ms{0};
 
@@ -214,6 +215,7 @@ struct Link::Impl {
   void Refuse(const std::shared_ptr<Conn>& c, const std::string& why);
 
   bool Accept();
+  void AdmitNode(const std::shared_ptr<Conn>& c);  // a holder's bounds per node id (replica_holder.cc)
 
   std::shared_ptr<Conn> Dial(const std::string& peer, int* err);
 
@@ -223,7 +225,6 @@ struct Link::Impl {
   void StartRequest(const std::shared_ptr<Request>& r, const std::string& peer);
 
   void Begin(Conn& c, const std::shared_ptr<Request>& r);
-
   void Pump(Conn& c, const std::shared_ptr<Request>& r);
 
   void ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv);
@@ -250,7 +251,6 @@ struct Link::Impl {
   void Chunk(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv);
 
   int HashLanded(Rx& rx);
-
   void End(const std::shared_ptr<Conn>& c, const Msg& m);
 
   void DropReplica(const std::shared_ptr<Conn>& c, const Msg& m);

@@ -26,7 +26,8 @@ namespace ckpt::fs::replica {
 
 inline constexpr uint64_t kChunk = 4ull << 20;  // bytes per chunk message
 inline constexpr int kWindow = 4;               // chunks of one file in flight
-inline constexpr size_t kMaxIncomingPerConn = 16;  // replicas one connection may have open at a holder (more: WAIT)
+inline constexpr size_t kMaxIncomingPerNode = 16;  // replicas one node id may have open at a holder (more: WAIT)
+inline constexpr size_t kMaxConnsPerNode = 4;      // a node id's connections at a holder (more: its oldest closed)
 inline constexpr size_t kNonceLen = 32;
 inline constexpr size_t kMacLen = 32;        // HMAC-SHA256
 inline constexpr size_t kTagLen = 16;        // a sealed message's tag: HMAC-SHA256 truncated

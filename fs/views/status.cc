@@ -118,6 +118,7 @@ static Json ReplicasJson(Daemon* d) {
             {"chunks_refused", lc.chunks_refused},
             {"messages_refused", lc.messages_refused},
             {"stalled_closed", lc.stalled_closed},  // connections closed for a receive that stopped moving
+            {"crowded_closed", lc.crowded_closed},  // a node's oldest, past its bound of connections
             {"bytes_in", lc.bytes_in},
             {"bytes_out", lc.bytes_out}};
   if (d->peer_loads) {

@@ -844,17 +844,22 @@ Test(replica_link, a_writer_that_dies_mid_stream_leaves_nothing_held, .timeout =
 // yields to saves) takes longer than 30 s, and was failed and sent again
 // forever while its deadline counted from the start.
 Test(replica_link, a_replica_outlasting_the_timeout_moves_while_its_chunks_do, .timeout = 60) {
-  Pair p(128 << 20, kSecret, 2000);
+  // One chunk in flight, 300 ms before each but the first: 4.5 s in all,
+  // and 2.7 s of room between two acknowledgements under the 3 s timeout.
+  // (A window of four paced 200 ms apart gave the first one 1.4 s, which a
+  // TSan build beside a compiler outlasted in CI, stop 66.)
+  Pair p(128 << 20, kSecret, 3000);
   std::pair<uint64_t, uint64_t> sum;
   const uint64_t size = 16 * kChunk;
   int fd = MakeFile(p.dir + "/src", size, 11, &sum);
-  p.writer->TestPaceChunks(200);  // 3.0 s in all (none before the first); a window of chunks in 0.6 s
+  p.writer->TestWindow(1);
+  p.writer->TestPaceChunks(300);
   const auto t0 = std::chrono::steady_clock::now();
   auto st = p.writer->Replicate(p.addr, Key{.writer = "writer.a", .ino = 1, .version = 1}, fd, size, 1, sum.first,
                                 sum.second);
   const auto took = std::chrono::steady_clock::now() - t0;
   cr_assert(st.has_value(), "%s", st ? "" : ckpt::ErrStr(st.error()).c_str());
-  cr_expect_gt(took, std::chrono::milliseconds(2000), "it did outlast the timeout");
+  cr_expect_gt(took, std::chrono::milliseconds(3000), "it did outlast the timeout");
   cr_expect_eq(p.store->List().size(), 1u);
   close(fd);
 }
@@ -1038,8 +1043,11 @@ Test(replica_link, silent_connections_from_one_host_leave_room_for_the_others, .
 }
 
 // A member that opens many replicas and sends nothing holds a part file
-// each: past kMaxIncomingPerConn on one connection it is told to wait.
-Test(replica_link, replicas_open_on_one_connection_are_bounded, .timeout = 60) {
+// each: past kMaxIncomingPerNode it is told to wait, on whichever of its
+// connections it asks (the bound was per connection until stop 67, and a
+// member may open as many as it likes); another node is not.
+Test(replica_link, replicas_open_for_one_node_are_bounded_across_its_connections, .timeout = 60) {
+  using ckpt::fs::replica::kMaxIncomingPerNode;
   Pair p(64 << 20, kSecret, 3000);
   std::pair<uint64_t, uint64_t> sum;
   int fd = MakeFile(p.dir + "/src", 1, 16, &sum);
@@ -1056,9 +1064,54 @@ Test(replica_link, replicas_open_on_one_connection_are_bounded, .timeout = 60) {
       if (!st && st.error() == ETIMEDOUT) timed_out++;
     });
   for (auto& t : threads) t.join();
-  cr_expect_eq(timed_out.load(), static_cast<int>(ckpt::fs::replica::kMaxIncomingPerConn));
-  cr_expect_eq(waited.load(), kN - static_cast<int>(ckpt::fs::replica::kMaxIncomingPerConn));
-  cr_expect_eq(p.store->List().size(), 0u);
+  cr_expect_eq(timed_out.load(), static_cast<int>(kMaxIncomingPerNode));
+  cr_expect_eq(waited.load(), kN - static_cast<int>(kMaxIncomingPerNode));
+  auto open_writer = [](const std::string& id) {
+    auto w = Link::Open({.node_id = id, .secret = kSecret, .timeout_ms = 20000}, nullptr);
+    cr_assert(w.has_value(), "%s", w ? "" : w.error().c_str());
+    return std::move(*w);
+  };
+  auto again = open_writer("writer.a");  // the same node on a second connection
+  auto st =
+      again->Replicate(p.addr, Key{.writer = "writer.a", .ino = 200, .version = 1}, fd, 1, 1, sum.first, sum.second);
+  cr_expect(!st.has_value() && st.error() == EAGAIN, "a second connection of the node was not told to wait (%s)",
+            st ? "held" : ckpt::ErrStr(st.error()).c_str());
+  auto other = open_writer("writer.b");
+  st = other->Replicate(p.addr, Key{.writer = "writer.b", .ino = 200, .version = 1}, fd, 1, 1, sum.first, sum.second);
+  cr_expect(st.has_value(), "another node's replica: %s", st ? "" : ckpt::ErrStr(st.error()).c_str());
+  cr_expect_eq(p.store->List().size(), 1u);
+  close(fd);
+}
+
+// A node's connections past kMaxConnsPerNode: its oldest is closed (each
+// holds a descriptor and an endpoint), and the node still replicates.
+Test(replica_link, a_node_opening_too_many_connections_loses_its_oldest, .timeout = 60) {
+  using ckpt::fs::replica::kMaxConnsPerNode;
+  Pair p(64 << 20);
+  std::pair<uint64_t, uint64_t> sum;
+  int fd = MakeFile(p.dir + "/src", 5, 17, &sum);
+  std::vector<std::unique_ptr<Link>> ws;
+  for (size_t i = 0; i <= kMaxConnsPerNode; i++) {
+    auto w = Link::Open({.node_id = "writer.a", .secret = kSecret, .timeout_ms = 20000}, nullptr);
+    cr_assert(w.has_value());
+    ws.push_back(std::move(*w));
+    auto st = ws.back()->Replicate(p.addr, Key{.writer = "writer.a", .ino = 10 + i, .version = 1}, fd, 5, 1, sum.first,
+                                   sum.second);
+    cr_expect(st.has_value(), "connection %zu: %s", i, st ? "" : ckpt::ErrStr(st.error()).c_str());
+    cr_expect_eq(p.holder->counters().crowded_closed, i < kMaxConnsPerNode ? 0u : 1u, "after connection %zu", i);
+  }
+  // (A request sent before its side saw the close fails, and is tried again,
+  // as the daemon's replication does.)
+  cr_expect(WaitFor(
+                [&] {
+                  return ws.front()
+                      ->Replicate(p.addr, Key{.writer = "writer.a", .ino = 99, .version = 1}, fd, 5, 1, sum.first,
+                                  sum.second)
+                      .has_value();
+                },
+                10000),
+            "the node whose oldest connection was closed replicates again");
+  cr_expect_eq(p.store->List().size(), kMaxConnsPerNode + 2);
   close(fd);
 }
 
