@@ -165,13 +165,18 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, uint64_t limi
     }
     h.size = static_cast<uint64_t>(st.st_size);
     h.meta = std::move(*meta);
-    s->bytes_ += h.size;
+    s->bytes_ += Charge(h);
     s->held_.push_back(h);
   }
   return s;
 }
 
 Store::~Store() { close(dirfd_); }
+
+uint64_t Store::Charge(const Held& h) {
+  constexpr uint64_t kPage = 4096, kInode = 1024;
+  return h.size + (std::max<uint64_t>(h.meta.size(), 1) + kPage - 1) / kPage * kPage + 2 * kInode;
+}
 
 std::string Store::FinalName(const Held& h) const {
   return h.key.Name() + "~" + (h.published ? std::string(kPublished) : std::to_string(h.gate_us)) + "~" +
@@ -195,7 +200,7 @@ Store::Incoming::~Incoming() {
   if (fd_ >= 0) close(fd_);
   if (!done_) {
     unlinkat(store_->dirfd_, part_.c_str(), 0);
-    store_->Release(held_.size);
+    store_->Release(Charge(held_));
     MutexLock l(&store_->mu_);
     std::erase(store_->incoming_, held_.key);
   }
@@ -256,8 +261,8 @@ void Store::FreeUnneeded(uint64_t need, std::vector<std::string>* names) {
       ++it;
       continue;
     }
-    freed += it->size;
-    Resize(it->size, 0);
+    freed += Charge(*it);
+    Resize(Charge(*it), 0);
     names->push_back(FinalName(*it));
     it = held_.erase(it);
   }
@@ -271,7 +276,8 @@ void Store::Unlink(const std::vector<std::string>& names) const {
 }
 
 Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
-  if (h.size > limit_) return Err(EINVAL);
+  const uint64_t need = Charge(h);
+  if (need > limit_) return Err(EINVAL);
   std::vector<std::string> evict;
   std::string reuse;  // a spare's file, renamed to the part file below
   {
@@ -318,7 +324,7 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
         ++it;
         continue;
       }
-      Resize(it->size, 0);
+      Resize(Charge(*it), 0);
       evict.push_back(FinalName(*it));
       it = held_.erase(it);
     }
@@ -339,13 +345,13 @@ Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
     }
     // Within the limit, and within the node's one budget (the tier's room,
     // ShareRoom): the other spares and the published copies make room first.
-    if (bytes_ - std::min(bytes_, reused) + h.size > limit_)
-      FreeUnneeded(bytes_ - std::min(bytes_, reused) + h.size - limit_, &evict);
-    bool fits = bytes_ - std::min(bytes_, reused) + h.size <= limit_ && Resize(reused, h.size);
-    if (!fits && bytes_ - std::min(bytes_, reused) + h.size <= limit_) {
-      FreeUnneeded(h.size, &evict);  // the tier is full: what this store holds for nobody goes first
-      fits = Resize(reused, h.size);
-      if (!fits) wanted_ = std::max(wanted_, h.size > reused ? h.size - reused : 0);
+    if (bytes_ - std::min(bytes_, reused) + need > limit_)
+      FreeUnneeded(bytes_ - std::min(bytes_, reused) + need - limit_, &evict);
+    bool fits = bytes_ - std::min(bytes_, reused) + need <= limit_ && Resize(reused, need);
+    if (!fits && bytes_ - std::min(bytes_, reused) + need <= limit_) {
+      FreeUnneeded(need, &evict);  // the tier is full: what this store holds for nobody goes first
+      fits = Resize(reused, need);
+      if (!fits) wanted_ = std::max(wanted_, need > reused ? need - reused : 0);
     }
     if (!fits) {
       if (!reuse.empty()) {  // no room even so: it goes
@@ -431,10 +437,11 @@ Status Store::Drop(const Key& k) {
   const std::string name = FinalName(h), spare = kSpare + std::to_string(next_spare_++);
   unlinkat(dirfd_, (name + kMeta).c_str(), 0);  // first: a replica without its meta is never listed again
   if (h.size > 0 && renameat(dirfd_, name.c_str(), dirfd_, spare.c_str()) == 0) {
-    spares_.emplace_back(spare, h.size);  // still counted in bytes_
+    Resize(Charge(h), h.size);  // the meta's part freed, the file's bytes still counted
+    spares_.emplace_back(spare, h.size);
     return {};
   }
-  Resize(h.size, 0);
+  Resize(Charge(h), 0);
   if (unlinkat(dirfd_, name.c_str(), 0) != 0 && errno != ENOENT) return ErrFromErrno();
   return {};
 }

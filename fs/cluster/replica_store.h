@@ -74,7 +74,7 @@ class Store {
     bool done_ = false;
   };
 
-  // Reserves `h.size` bytes and makes the `.part-` file. EAGAIN: the limit
+  // Reserves `Charge(h)` bytes and makes the `.part-` file. EAGAIN: the limit
   // has no room now (the writer tries later); EEXIST: this version is held
   // already, as the writer describes it (size, meta, checksum when given),
   // unpublished (nothing to send: a retry whose HELD was lost, or its writer
@@ -150,6 +150,12 @@ class Store {
   uint64_t TakeWanted();
 
   uint64_t bytes() const;  // held, reserved and spare
+  // What a replica takes of the limit and the node's budget: its bytes,
+  // its meta file's pages (one at least) and the two files' inodes (1 KiB
+  // each, about what tmpfs spends on an inode and its dentry). Until stop
+  // 67 only its bytes: a member committing many empty replicas filled RAM
+  // with metas the budget never saw. A spare keeps only its bytes.
+  static uint64_t Charge(const Held& h);
   uint64_t spare_bytes() const;
   // The earliest gate time among the replicas held (0: none).
   uint64_t MinGate() const;

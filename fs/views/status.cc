@@ -95,7 +95,7 @@ static Json ReplicasJson(Daemon* d) {
   for (const auto& h : list) {
     const bool entry = h.key.ino == replica::kEntryIno;
     entries += entry;
-    entry_bytes += entry ? h.size : 0;
+    entry_bytes += entry ? replica::Store::Charge(h) : 0;
     published += !entry && h.published;
     files += !entry && !h.published;
   }

@@ -82,26 +82,29 @@ done
 same_bytes "$T/shard_a" "$replica" || fail "the replica's bytes differ from the shard's"
 H=$(node_mnt "$holder")
 repl_of "$A" 'assert j["replicated_files"] == 1 and j["replicas"] == 1, j' || fail "a's status: $(repl_of "$A" 'print(j)')"
-repl_of "$H" 'assert j["held_files"] == 1 and j["held_bytes"] == 9437185, j' ||
+# What it takes of the budget (replica::Store::Charge): its 9437185 bytes,
+# a page for its meta and 1 KiB for each of its two files' inodes.
+CHARGED=$((9437185 + 4096 + 2048))
+repl_of "$H" "assert j['held_files'] == 1 and j['held_bytes'] == $CHARGED, j" ||
   fail "$holder's status: $(repl_of "$H" 'print(j)')"
 repl_of "$H" "assert j['failure_group'] == '$holder', j" || fail "$holder's failure group: $(repl_of "$H" 'print(j)')"
 grep -q "replicas held here for 2 other member(s): 1 files" <<< "$("$CKPTFS" status "$H")" ||
   fail "$holder's status text: $("$CKPTFS" status "$H")"
 # One budget: the replica takes the holder's tier room, shown apart in
 # status and in df (free but not available: Size - Used - Avail).
-status_json "$H" | $PY -c "import json,sys; t=json.load(sys.stdin)['tier']; assert t['replica_bytes'] == 9437185, t" ||
+status_json "$H" | $PY -c "import json,sys; t=json.load(sys.stdin)['tier']; assert t['replica_bytes'] == $CHARGED, t" ||
   fail "$holder's tier does not count the replica: $(status_json "$H")"
 grep -q "of other members' replicas" <<< "$("$CKPTFS" status "$H")" || fail "status text: $("$CKPTFS" status "$H")"
 read -r size used avail < <(df -B1 --output=size,used,avail "$H" | tail -1)
 apart=$((size - used - avail))
-[ "$apart" -ge 9437185 ] && [ "$apart" -le $((9437185 + 8192)) ] ||
-  fail "df of $holder: size $size - used $used - avail $avail = $apart, not the replica's 9437185 bytes"
+[ "$apart" -ge "$CHARGED" ] && [ "$apart" -le $((CHARGED + 8192)) ] ||
+  fail "df of $holder: size $size - used $used - avail $avail = $apart, not the replica's $CHARGED bytes"
 note "df of $holder: $apart bytes of the budget held for a's replica, apart from its files"
 # And in the metrics (the text file is written every 5 s).
 metric_is() { grep -qx "ckptfs_$2 $3" "$T/$1.prom"; }
 wait_for 15 "a's metrics: $(grep replica "$T/a.prom")" metric_is a replicas_replicated_files_total 1
 wait_for 15 "$holder's metrics: $(grep replica "$T/$holder.prom")" metric_is "$holder" replicas_held_files 1
-metric_is "$holder" tier_replica_bytes 9437185 || fail "$holder's metrics: $(grep replica "$T/$holder.prom")"
+metric_is "$holder" tier_replica_bytes "$CHARGED" || fail "$holder's metrics: $(grep replica "$T/$holder.prom")"
 note "a's shard replicated on $holder"
 
 # ---- 3. the holder leaves: the shard goes to the other member ----

@@ -307,9 +307,10 @@ Test(replica_store, commit_checks_the_checksum_and_open_forgets_unfinished_ones)
     cr_expect_eq((*in)->Write(data.size() - 10, data.data(), 11), EINVAL, "a write past its size");
     cr_assert(st.Commit(std::move(*in)).has_value());
     cr_expect_eq(st.Begin(h).error(), EEXIST);
-    cr_expect_eq(st.bytes(), data.size());
-    cr_expect_eq(st.Begin(Held{.key = {.writer = "w", .ino = 6, .version = 1}, .size = 1 << 20}).error(), EAGAIN,
-                 "no room beside the first");
+    cr_expect_eq(st.bytes(), Store::Charge(h), "its bytes, and its meta's page and two inodes");
+    cr_expect_eq(Store::Charge(h), data.size() + 4096 + 2048);
+    cr_expect_eq(st.Begin(Held{.key = {.writer = "w", .ino = 6, .version = 1}, .size = (1 << 20) - 8192}).error(),
+                 EAGAIN, "no room beside the first");
     cr_expect_eq(st.Begin(Held{.key = {.writer = "w", .ino = 6, .version = 1}, .size = 2 << 20}).error(), EINVAL);
 
     Held bad = h;
@@ -320,7 +321,7 @@ Test(replica_store, commit_checks_the_checksum_and_open_forgets_unfinished_ones)
     flipped[500] ^= 1;
     cr_assert_eq((*in2)->Write(0, flipped.data(), flipped.size()), 0);
     cr_expect_eq(st.Commit(std::move(*in2)).error(), EBADMSG);
-    cr_expect_eq(st.bytes(), data.size(), "the refused one's room is free again");
+    cr_expect_eq(st.bytes(), Store::Charge(h), "the refused one's room is free again");
     cr_expect_eq(st.List().size(), 1u);
   }
   // What a holder that died mid-stream leaves: a part file, a replica
@@ -340,7 +341,7 @@ Test(replica_store, commit_checks_the_checksum_and_open_forgets_unfinished_ones)
   cr_expect_eq(held[0].key.ino, 5u);
   cr_expect_eq(held[0].gate_us, 123u);
   cr_expect_eq(held[0].size, 100000u);
-  cr_expect_eq((*s)->bytes(), 100000u, "the leftovers are gone and not counted");
+  cr_expect_eq((*s)->bytes(), Store::Charge(held[0]), "the leftovers are gone and not counted");
   int files = 0, metas = 0;
   for (auto& e : fsys::directory_iterator(dir + "/r")) {
     files += e.is_regular_file();
@@ -373,7 +374,7 @@ Test(replica_store, commit_checks_the_checksum_and_open_forgets_unfinished_ones)
   cr_assert_eq((*in)->Write(0, next.data(), next.size()), 0);
   cr_assert((*s)->Commit(std::move(*in)).has_value(), "a spare written over checks like a fresh file");
   cr_expect_eq((*s)->spare_bytes(), 0u);
-  cr_expect_eq((*s)->bytes(), 60000u, "the spare's tail beyond the new size is freed");
+  cr_expect_eq((*s)->bytes(), 60000u + 4096 + 2048, "the spare's tail beyond the new size is freed");
   auto back = (*s)->OpenHeld(Key{.writer = "w", .ino = 7, .version = 1});
   cr_assert(back.has_value());
   struct stat after_st;
@@ -462,6 +463,36 @@ Test(replica_store, a_crash_in_the_middle_of_a_rename_keeps_the_replica) {
   fsys::remove_all(dir);
 }
 
+// Empty replicas cost RAM too (a meta file's page, two inodes): a member
+// committing many of them, whose drain never drops them, fills the limit
+// and is told to wait, as one sending bytes is. Until stop 67 they were
+// free, and their metas grew without bound.
+Test(replica_store, empty_replicas_count_their_metas_against_the_limit) {
+  std::string dir = TempDir();
+  auto s = Store::Open(dir + "/r", 64 << 10);
+  cr_assert(s.has_value());
+  const Held one = HeldOf({.writer = "w", .ino = 1, .version = 1}, "");
+  const uint64_t each = Store::Charge(one);
+  cr_assert_eq(each, 4096u + 2048u);
+  uint64_t ino = 1;
+  for (; ino <= 100; ino++) {
+    Held h = one;
+    h.key.ino = ino;
+    auto in = (*s)->Begin(h);
+    if (!in) {
+      cr_expect_eq(in.error(), EAGAIN);
+      break;
+    }
+    cr_assert((*s)->Commit(std::move(*in)).has_value());
+  }
+  cr_expect_eq(ino - 1, (64u << 10) / each, "empty replicas held within 64 KiB: %llu",
+               static_cast<unsigned long long>(ino - 1));
+  cr_expect_leq((*s)->bytes(), 64u << 10);
+  cr_expect((*s)->Drop(Key{.writer = "w", .ino = 1, .version = 1}).has_value());
+  cr_expect_eq((*s)->bytes(), (ino - 2) * each, "a dropped one gives its room back (no spare of no bytes)");
+  fsys::remove_all(dir);
+}
+
 Test(replica_store, notes_outlast_a_restart_and_nothing_else_passes_for_one) {
   std::string dir = TempDir();
   const std::string data(3000, 'n');
@@ -482,7 +513,7 @@ Test(replica_store, notes_outlast_a_restart_and_nothing_else_passes_for_one) {
     (*s)->DropNote(key2);
     cr_expect((*s)->KeepNote(key2, std::string(Store::kMaxNote + 1, 'x')).error() == EINVAL);
     cr_expect_eq((*s)->List().size(), 2u, "a note is listed as a replica");
-    cr_expect_eq((*s)->bytes(), 2 * data.size(), "a note counts against the limit");
+    cr_expect_eq((*s)->bytes(), 2 * Store::Charge(h), "a note counts against the limit");
   }
   // A note torn by a crash (a .part- file), one whose name is not its
   // key's, and one that does not parse: none is kept.
@@ -1652,7 +1683,7 @@ Test(replica_store, a_published_replica_holds_no_gate_and_makes_room) {
   auto left = (*s)->List();
   cr_expect_eq(left.size(), 2u);
   for (const Held& h : left) cr_expect(!h.published && h.key.ino != 1);
-  cr_expect_eq((*s)->bytes(), 600000u);
+  cr_expect_eq((*s)->bytes(), 2 * (300000u + 4096 + 2048));
   cr_expect_eq((*s)->Begin(Held{.key = {.writer = "w", .ino = 4, .version = 1}, .size = 300000}).error(), EAGAIN,
                "replicas that hold a gate never make room");
   fsys::remove_all(dir);
@@ -1776,6 +1807,7 @@ Test(replica_store, replicas_take_the_tiers_room_and_give_back_what_they_can) {
   const uint64_t n = 300000;
   Whole whole(n, 'r');
   auto hold = [&](Store& st, uint64_t ino) { return whole.Hold(st, ino); };
+  const uint64_t c = n + 4096 + 2048;  // Store::Charge: the bytes, the meta's page, two inodes
   {
     auto s = Store::Open(dir + "/r", 10 * n);
     cr_assert(s.has_value());
@@ -1785,7 +1817,7 @@ Test(replica_store, replicas_take_the_tiers_room_and_give_back_what_they_can) {
   cr_assert(s.has_value());
   Store& st = **s;
   // The room: 2.5 replicas' worth. What is held at start is taken at once.
-  uint64_t room = 5 * n / 2, taken = 0;
+  uint64_t room = 5 * c / 2, taken = 0;
   st.ShareRoom({.take =
                     [&](uint64_t b, bool force) {
                       if (!force && taken + b > room) return false;
@@ -1793,34 +1825,34 @@ Test(replica_store, replicas_take_the_tiers_room_and_give_back_what_they_can) {
                       return true;
                     },
                 .give = [&](uint64_t b) { taken -= std::min(taken, b); }});
-  cr_expect_eq(taken, n, "the replica found at start is counted");
+  cr_expect_eq(taken, c, "the replica found at start is counted");
   cr_expect_eq(hold(st, 2), 0);
-  cr_expect_eq(taken, 2 * n);
+  cr_expect_eq(taken, 2 * c);
   cr_expect_eq(hold(st, 3), EAGAIN, "no room beside the node's own files: the writer waits");
-  cr_expect_eq(st.TakeWanted(), n, "and the evictor is told how much");
+  cr_expect_eq(st.TakeWanted(), c, "and the evictor is told how much");
   cr_expect_eq(st.TakeWanted(), 0u, "once");
-  cr_expect_eq(taken, 2 * n);
-  // A dropped replica's pages stay as a spare (still taken); the next
-  // replica is written into them without more room.
+  cr_expect_eq(taken, 2 * c);
+  // A dropped replica's pages stay as a spare (still taken; its meta's
+  // part is given back); the next replica is written into them.
   cr_assert(st.Drop(Key{.writer = "w", .ino = 1, .version = 1}).has_value());
-  cr_expect_eq(taken, 2 * n);
+  cr_expect_eq(taken, c + n);
   cr_expect_eq(hold(st, 3), 0, "into the spare's pages");
-  cr_expect_eq(taken, 2 * n);
+  cr_expect_eq(taken, 2 * c);
   // The node's own write needs room: a published copy goes, never one the
   // cluster counts on.
   cr_expect(st.Retire(Key{.writer = "w", .ino = 2, .version = 1}));
-  cr_expect_eq(st.Relieve(1), n);
-  cr_expect_eq(taken, n);
-  cr_expect_eq(st.Relieve(n), 0u, "nothing left but a replica a writer counts on");
+  cr_expect_eq(st.Relieve(1), c);
+  cr_expect_eq(taken, c);
+  cr_expect_eq(st.Relieve(c), 0u, "nothing left but a replica a writer counts on");
   cr_expect_eq(st.List().size(), 1u);
   cr_expect_eq(st.bytes(), taken, "the store and the room agree");
   // A replica that failed its checksum gives its room back.
   Held bad{.key = {.writer = "w", .ino = 9, .version = 1}, .size = n, .hash_hi = 1, .hash_lo = 2};
   auto in = st.Begin(bad);
   cr_assert(in.has_value());
-  cr_expect_eq(taken, 2 * n);
+  cr_expect_eq(taken, 2 * c);
   cr_expect_eq(st.Commit(std::move(*in)).error(), EBADMSG);
-  cr_expect_eq(taken, n);
+  cr_expect_eq(taken, c);
   fsys::remove_all(dir);
 }
 
@@ -1835,8 +1867,9 @@ Test(replica_store, a_published_copy_kept_for_its_mark_is_not_given_back_for_roo
   Whole whole(n, 'k');
   auto hold = [&](Store& st, uint64_t ino) { return whole.Hold(st, ino); };
   const auto& sum = whole.sum;
+  const uint64_t c = n + 4096 + 2048;  // Store::Charge of each (their metas: a page each)
   auto key = [](uint64_t ino) { return Key{.writer = "w", .ino = ino, .version = 1}; };
-  auto s = Store::Open(dir + "/r", 2 * n);
+  auto s = Store::Open(dir + "/r", 2 * c);
   cr_assert(s.has_value());
   Store& st = **s;
   cr_assert_eq(hold(st, 1), 0);
@@ -1847,7 +1880,7 @@ Test(replica_store, a_published_copy_kept_for_its_mark_is_not_given_back_for_roo
   cr_expect(st.Keep(key(1)));
   cr_expect_eq(st.KeptNow().files, 1u);
   cr_expect_eq(st.KeptNow().bytes, n, "status shows the kept copy's bytes");
-  cr_expect_eq(st.Relieve(2 * n), n, "only the copy not kept went");
+  cr_expect_eq(st.Relieve(2 * n), c, "only the copy not kept went");
   cr_expect(st.OpenHeld(key(1)).has_value(), "the kept copy was given back for room");
   cr_expect_eq(hold(st, 3), 0);
   cr_expect_eq(hold(st, 4), EAGAIN, "a new replica took the kept copy's room");
@@ -1861,7 +1894,7 @@ Test(replica_store, a_published_copy_kept_for_its_mark_is_not_given_back_for_roo
   cr_assert(st.Drop(key(3)).has_value());
   cr_assert_eq(hold(st, 3), 0);
   cr_expect(st.Retire(key(3)));
-  cr_expect_eq(st.Relieve(n), n, "a dropped copy's keep outlived it");
+  cr_expect_eq(st.Relieve(n), c, "a dropped copy's keep outlived it");
   // A new replica under a kept copy's name (its writer's new run numbers
   // its files anew) waits; the copy gives way once it is let go.
   cr_assert_eq(hold(st, 3), 0);
@@ -1885,7 +1918,7 @@ Test(replica_store, a_published_copy_kept_for_its_mark_is_not_given_back_for_roo
   st.KeepPublished();
   cr_expect_eq(st.Relieve(2 * n), 0u, "a published copy went before the read-back");
   st.Unkeep(key(5));
-  cr_expect_eq(st.Relieve(2 * n), n);
+  cr_expect_eq(st.Relieve(2 * n), c);
   // A namespace entry's copy kept for its mark is counted as an entry.
   cr_assert_eq(hold(st, kEntryIno), 0);
   cr_expect(st.Retire(key(kEntryIno), true));
