@@ -536,7 +536,7 @@ void PrintCluster(const Json& c) {
     if (u("messages_refused"))
       printf("; DROPPED %llu message(s) not sealed with their connection's key (forged?)", u("messages_refused"));
     if (u("stalled_closed") || u("crowded_closed"))
-      printf("; CLOSED %llu connection(s) stalled mid-chunk, %llu past their node's 4", u("stalled_closed"),
+      printf("; CLOSED %llu connection(s) stalled mid-chunk, %llu past their node's bound", u("stalled_closed"),
              u("crowded_closed"));
     printf("\n");
     if (u("published_for_dead") || u("entries_applied_for_dead") || u("takeover_failures") ||

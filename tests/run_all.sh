@@ -261,11 +261,16 @@ exec_unit() {
   mkdir -p "$RUN/san-$name"
   t0=$(now)
   # --verbose: only then does Criterion print [SKIP] lines.
+  # In the background and waited for, its pid in NAME.tpid (as run_case):
+  # an INT or TERM stops it (cleanup_run) even when it runs beside others.
   TSAN_OPTIONS="$TSAN_OPTIONS log_path=$RUN/san-$name/r" \
     ASAN_OPTIONS="$ASAN_OPTIONS log_path=$RUN/san-$name/r" \
     UBSAN_OPTIONS="$UBSAN_OPTIONS log_path=$RUN/san-$name/r" \
-    timeout -k 10 "$UNIT_TIMEOUT" "$bin" --ascii --verbose > "$out" 2>&1
+    timeout -k 10 "$UNIT_TIMEOUT" "$bin" --ascii --verbose > "$out" 2>&1 &
+  echo $! > "$RUN/$name.tpid"
+  wait $!
   rc=$?
+  rm -f "$RUN/$name.tpid"
   # UBSan beside ASan ignores log_path and reports on stderr, here the
   # binary's log: its part from the first report on is scanned too.
   if grep -q ': runtime error: ' "$out"; then
@@ -276,12 +281,13 @@ exec_unit() {
 
 # UNIT_BESIDE: binaries that wait most of their time (unit_etcd runs its
 # tests one at a time against etcd servers: 16 s of CPU in 80 s, as long
-# under a sanitizer). Each runs in the background beside the others, not
-# before them; its result prints when it ends, after theirs.
+# under a sanitizer). Each starts in the background before the others run
+# and its result prints after theirs.
 UNIT_BESIDE=${UNIT_BESIDE:-unit_etcd}
 
 run_units() {
-  local bin name beside_pid="" beside_name=""
+  local bin name pid
+  local -a beside_pids=() beside_names=()
   shopt -s nullglob
   local bins=("$BUILD"/tests/unit_*)
   shopt -u nullglob
@@ -294,18 +300,23 @@ run_units() {
     [ -x "$bin" ] || continue
     name=$PREFIX$(basename "$bin")
     selected "$name" || continue
-    if [ -z "$beside_pid" ] && [[ " $UNIT_BESIDE " == *" $(basename "$bin") "* ]]; then
-      exec_unit "$bin" "$name" &
-      beside_pid=$! beside_name=$name
-      continue
-    fi
+    [[ " $UNIT_BESIDE " == *" $(basename "$bin") "* ]] || continue
+    exec_unit "$bin" "$name" &
+    beside_pids+=($!)
+    beside_names+=("$name")
+  done
+  for bin in "${bins[@]}"; do
+    [ -x "$bin" ] || continue
+    name=$PREFIX$(basename "$bin")
+    selected "$name" || continue
+    [[ " $UNIT_BESIDE " != *" $(basename "$bin") "* ]] || continue
     exec_unit "$bin" "$name"
     report_unit "$name"
   done
-  if [ -n "$beside_pid" ]; then
-    wait "$beside_pid"
-    report_unit "$beside_name"
-  fi
+  for pid in "${!beside_pids[@]}"; do
+    wait "${beside_pids[$pid]}"
+    report_unit "${beside_names[$pid]}"
+  done
 }
 
 # The result of exec_unit's run of NAME: printed and counted.

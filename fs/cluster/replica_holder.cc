@@ -39,12 +39,11 @@ void Link::Impl::HolderMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
       return Refuse(c, "failed the handshake: it does not hold this cluster's secret");
     c->st = Conn::St::kReady;
     LOG_DEBUG("replica link: {} is node {}", c->addr, c->peer_id);
-    AdmitNode(c);
     Send(*c, Msg{.op = Op::kReady,
                  .text = HandshakeMac(opts.secret, "holder", c->nonce_c, c->nonce_s, c->peer_id, opts.node_id)});
     c->key = SessionKey(opts.secret, c->nonce_c, c->nonce_s, c->peer_id, opts.node_id);  // after READY, unsealed
-    if (c->key.size() != kMacLen) Close(c, true);  // (libcrypto failed: never unsealed)
-    return;
+    if (c->key.size() != kMacLen) return Close(c, true);  // (libcrypto failed: never unsealed)
+    return AdmitNode(c);
   }
   if (c->st != Conn::St::kReady) {
     if (data) ucp_am_data_release(worker, data);
@@ -281,8 +280,15 @@ void Link::Impl::AdmitNode(const std::shared_ptr<Conn>& c) {
   if (same.empty()) return;
   c->share = same.front()->share;
   if (same.size() < kMaxConnsPerNode) return;
-  auto oldest =
-      *std::min_element(same.begin(), same.end(), [](const auto& a, const auto& b) { return a->since < b->since; });
+  // The oldest with nothing in flight (no replica open, nothing being
+  // served), else the oldest: a live writer's transfer is spared.
+  auto busy = [](const std::shared_ptr<Conn>& o) {
+    std::erase_if(o->refused, [](const std::weak_ptr<Rx>& w) { return w.expired(); });
+    return !o->rx.empty() || !o->refused.empty() || o->sends->sending() > 0;
+  };
+  auto oldest = *std::min_element(same.begin(), same.end(), [&](const auto& a, const auto& b) {
+    return std::make_pair(busy(a), a->since) < std::make_pair(busy(b), b->since);
+  });
   crowded_closed++;
   if (refuse_log.Take())
     LOG_WARN("replica link: node {} opened a connection past its {} here: its oldest ({}) closed", c->peer_id,
@@ -404,7 +410,7 @@ void Link::Impl::Get(const std::shared_ptr<Conn>& c, const Msg& m) {
 void Link::Impl::SendServed(Conn& c, const Msg& m, const char* data, uint64_t n, std::shared_ptr<const void> buf) {
   // The bytes, and the asker's count of bytes sending, held until UCX is done with them.
   auto keep = std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<void>>>(std::move(buf),
-                                                                                              c.share->Sending(n));
+                                                                                              c.sends->Sending(n));
   Send(c, m, data, n, std::move(keep));
 }
 

@@ -660,9 +660,9 @@ void Link::Impl::Sweep(Clock::time_point progressed) {
     // while its sends are pending: forced closed, which cancels them.
     // Judged as of this turn's progress: a turn of the loop that took long
     // (a slow pread) does not count against the asker.
-    if (c->share->Stalled(progressed, idle)) {
+    if (c->sends->Stalled(progressed, idle)) {
       LOG_WARN("replica link: node {} ({}) took none of the {} bytes served to it for {} ms: disconnected", c->peer_id,
-               c->addr, c->share->held(), opts.timeout_ms);
+               c->addr, c->sends->sending(), opts.timeout_ms);
       Close(c, true);
       continue;
     }

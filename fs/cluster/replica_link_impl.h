@@ -126,7 +126,8 @@ struct Conn {
   std::map<uint64_t, std::shared_ptr<Rx>> rx;     // holder: by request id
   std::vector<std::weak_ptr<Rx>> refused;         // holder: refused with a receive in flight (timed out as rx's are)
   std::vector<std::shared_ptr<Request>> waiting;  // client: until kReady
-  std::shared_ptr<ServeShare> share = std::make_shared<ServeShare>();  // holder: what it lends this asker
+  std::shared_ptr<ServeShare> share = std::make_shared<ServeShare>();  // holder: what it lends this node (AdmitNode)
+  std::shared_ptr<ServeShare> sends = std::make_shared<ServeShare>();  // holder: this connection's sends (Sweep)
 };
 
 struct Link::Impl {
@@ -237,7 +238,6 @@ struct Link::Impl {
 
   // ---- holder side ----
   void HolderMessage(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv);
-
   void Reply(Conn& c, uint64_t req, Op op, uint64_t a = 0, std::string text = {});
 
   // A request about this writer's own replicas only: a member cannot place

@@ -6,11 +6,14 @@
 // Every piece read for an asker is held, from the read until the transport
 // is done with it, against two bounds: the holder's (kServeBytes for
 // loads, as much again for GETs, shared by every asker) and the asker's
-// share (kServeShare: one load's pieces in flight, a quarter of it). A
-// piece handed to the transport is also counted as sending, with the time
-// the asker's sends last moved: Link::Impl::Sweep disconnects an asker
-// whose sends have not moved for the link's idle time, which cancels them
-// and gives their memory back.
+// share (kServeShare: one load's pieces in flight, a quarter of it; one
+// share per node id, over all its connections). A piece handed to the
+// transport is also counted as sending on its connection's own
+// ServeShare, with the time that connection's sends last moved:
+// Link::Impl::Sweep disconnects a connection whose sends have not moved
+// for the link's idle time, which cancels them and gives their memory
+// back. (The clock is per connection: a node's new connection does not
+// inherit an old one's stall, nor keep a stuck one open.)
 #pragma once
 
 #include <atomic>
@@ -21,7 +24,8 @@
 namespace ckpt::fs::replica {
 
 inline constexpr uint64_t kServeBytes = 128ull << 20;     // read for askers and not yet sent, all askers
-inline constexpr uint64_t kServeShare = kServeBytes / 4;  // of which one asker's connection may hold
+inline constexpr uint64_t kServeShare =
+    kServeBytes / 4;  // of which one asker (a node id, all its connections) may hold
 inline constexpr size_t kServeQueued = 1024;              // loads queued, all askers
 inline constexpr size_t kServeQueuedPerAsker = 64;        // of which one asker's
 
@@ -44,6 +48,7 @@ class ServeShare : public std::enable_shared_from_this<ServeShare> {
   // Sends outstanding and none of them done for `idle`.
   bool Stalled(Clock::time_point now, Clock::duration idle) const;
   uint64_t held() const { return held_.load(); }
+  uint64_t sending() const { return sending_.load(); }
 
  private:
   void Moved() { moved_ = Clock::now().time_since_epoch().count(); }

@@ -276,6 +276,7 @@ void Store::Unlink(const std::vector<std::string>& names) const {
 }
 
 Result<std::unique_ptr<Store::Incoming>> Store::Begin(const Held& h) {
+  if (h.size > limit_) return Err(EINVAL);  // first: Charge of a size near 2^64 wraps
   const uint64_t need = Charge(h);
   if (need > limit_) return Err(EINVAL);
   std::vector<std::string> evict;

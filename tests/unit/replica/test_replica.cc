@@ -1396,6 +1396,25 @@ Test(replica_link, an_asker_that_takes_nothing_is_disconnected, .timeout = 60) {
   cr_expect(sv.Fetch(sv.a.get()).has_value(), "an asker slower than the idle time only was cut off");
 }
 
+// A node's connections share its serving share (AdmitNode), not its
+// stall clock: a second connection of the node that asks while the first
+// has stopped waits for the share, and is not cut off with the stopped
+// one. (Sharing one ServeShare whole, the sweep closed every connection
+// of the node once one had stalled: stop 67's review.)
+Test(replica_link, a_nodes_second_connection_is_not_cut_for_the_firsts_stall, .timeout = 60) {
+  Served sv(6 * Link::kFetchPiece, 4000);
+  auto a2 = Link::Open({.node_id = "asker.a", .secret = kSecret, .timeout_ms = 60000}, nullptr);
+  cr_assert(a2.has_value());
+  sv.a->TestStallOnData(10000);
+  std::thread stopped([&] { (void)sv.Fetch(sv.a.get()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // a's pieces sent, a stopped
+  auto st = sv.Fetch(a2->get());
+  cr_expect(st.has_value(), "the node's second connection was cut with the first: %s",
+            st ? "" : ckpt::ErrStr(st.error()).c_str());
+  stopped.join();
+  a2->reset();
+}
+
 // PeerLoads: a load goes to the file's home (the best rendezvous member),
 // is checked whole, and a home that lies is caught; a holder serves a
 // replica it holds by its checksum.
