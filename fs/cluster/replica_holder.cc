@@ -28,19 +28,22 @@ void Link::Impl::HolderMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
     c->nonce_c = m.text.substr(0, kNonceLen);
     c->peer_id = m.text.substr(kNonceLen);
     c->nonce_s = RandomNonce();
-    Send(*c, Msg{.op = Op::kChallenge, .text = c->nonce_s + opts.node_id});
+    // This holder's node id is told only to a member, in READY: anyone may
+    // say HELLO, and a node id names a host.
+    Send(*c, Msg{.op = Op::kChallenge, .text = c->nonce_s});
     c->st = Conn::St::kAwaitProof;
     return;
   }
   if (c->st == Conn::St::kAwaitProof) {
     if (data) ucp_am_data_release(worker, data);
     if (m.op != Op::kProof) return Refuse(c, "spoke before the handshake");
-    if (!SameMac(m.text, HandshakeMac(opts.secret, "client", c->nonce_c, c->nonce_s, c->peer_id, opts.node_id)))
+    if (!SameMac(m.text, HandshakeMac(opts.secret, "client", c->nonce_c, c->nonce_s, c->peer_id, "")))
       return Refuse(c, "failed the handshake: it does not hold this cluster's secret");
     c->st = Conn::St::kReady;
     LOG_DEBUG("replica link: {} is node {}", c->addr, c->peer_id);
     Send(*c, Msg{.op = Op::kReady,
-                 .text = HandshakeMac(opts.secret, "holder", c->nonce_c, c->nonce_s, c->peer_id, opts.node_id)});
+                 .text = HandshakeMac(opts.secret, "holder", c->nonce_c, c->nonce_s, c->peer_id, opts.node_id) +
+                         opts.node_id});
     c->key = SessionKey(opts.secret, c->nonce_c, c->nonce_s, c->peer_id, opts.node_id);  // after READY, unsealed
     if (c->key.size() != kMacLen) return Close(c, true);  // (libcrypto failed: never unsealed)
     return AdmitNode(c);

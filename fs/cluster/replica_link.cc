@@ -440,25 +440,28 @@ void Link::Impl::Pump(Conn& c, const std::shared_ptr<Request>& r) {
 
 void Link::Impl::ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv) {
   if (c->st == Conn::St::kAwaitChallenge && m.op == Op::kChallenge) {
-    if (m.text.size() <= kNonceLen || !ValidNodeId(m.text.substr(kNonceLen))) return Close(c, true);
-    c->nonce_s = m.text.substr(0, kNonceLen);
-    c->peer_id = m.text.substr(kNonceLen);
-    Send(*c, Msg{.op = Op::kProof,
-                 .text = HandshakeMac(opts.secret, "client", c->nonce_c, c->nonce_s, opts.node_id, c->peer_id)});
+    if (m.text.size() != kNonceLen) return Close(c, true);
+    c->nonce_s = m.text;
+    if (test_saw_challenge) test_saw_challenge(m.text);
+    Send(*c,
+         Msg{.op = Op::kProof, .text = HandshakeMac(opts.secret, "client", c->nonce_c, c->nonce_s, opts.node_id, "")});
     c->st = Conn::St::kAwaitReady;
     return;
   }
   if (c->st == Conn::St::kAwaitReady && m.op == Op::kReady) {
-    // The holder proves it knows the secret too: a replica never goes to
-    // a listener that is not a member.
-    if (!SameMac(m.text, HandshakeMac(opts.secret, "holder", c->nonce_c, c->nonce_s, opts.node_id, c->peer_id))) {
+    // The holder proves it knows the secret too, and names itself: a
+    // replica never goes to a listener that is not a member.
+    const std::string id = m.text.size() > kMacLen ? m.text.substr(kMacLen) : "";
+    if (!ValidNodeId(id) || id == opts.node_id ||
+        !SameMac(m.text.substr(0, kMacLen),
+                 HandshakeMac(opts.secret, "holder", c->nonce_c, c->nonce_s, opts.node_id, id))) {
       peers_refused++;
-      LOG_ERROR("replica link: {} (says node {}) failed the handshake: it does not hold this cluster's secret", c->addr,
-                c->peer_id);
+      LOG_ERROR("replica link: {} failed the handshake: it does not hold this cluster's secret", c->addr);
       for (auto& r : c->waiting) Finish(r, Err(EACCES));
       c->waiting.clear();
       return Close(c, false);
     }
+    c->peer_id = id;
     c->st = Conn::St::kReady;
     c->key = SessionKey(opts.secret, c->nonce_c, c->nonce_s, opts.node_id, c->peer_id);
     if (c->key.size() != kMacLen) return Close(c, true);  // (libcrypto failed: never unsealed)
@@ -867,5 +870,6 @@ void Link::TestWindow(int n) { impl_->test_window = n; }
 void Link::TestSilentDial(bool on) { impl_->silent_dial = on; }
 void Link::TestForge(int how) { impl_->forge_how = how; }
 void Link::TestStallOnData(int ms) { impl_->stall_ms = ms; }
+void Link::TestOnChallenge(std::function<void(const std::string&)> f) { impl_->test_saw_challenge = std::move(f); }
 
 }  // namespace ckpt::fs::replica

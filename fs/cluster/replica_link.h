@@ -164,6 +164,9 @@ class Link {
   // Tests only: the link's loop stops for `ms` when the next piece of a
   // read or load comes, before it takes it (an asker stopped, or hung).
   void TestStallOnData(int ms);
+  // Tests only: `f` sees each CHALLENGE's text as it arrives (on the loop's
+  // thread); set it before the link dials anyone.
+  void TestOnChallenge(std::function<void(const std::string&)> f);
 
   struct Impl;
 

@@ -171,6 +171,7 @@ struct Link::Impl {
       crowded_closed{0};
   std::atomic<bool> lie{false}, repeat_first{false}, silent_dial{false};  // tests' hooks (replica_link.h)
   std::atomic<int> forge_how{0}, stop_after{-1}, pace_ms{0}, test_window{0}, stall_ms{0};
+  std::function<void(const std::string&)> test_saw_challenge;  // set before the first dial
 
   // ---- set-up and the loop ----
   // On the loop's thread: "" when ready, else why not.

@@ -179,7 +179,7 @@ uint64_t Store::Charge(const Held& h) {
 }
 
 std::string Store::FinalName(const Held& h) const {
-  return h.key.Name() + "~" + (h.published ? std::string(kPublished) : std::to_string(h.gate_us)) + "~" +
+  return h.key.Name() + "~" + (h.published && !h.unnamed ? std::string(kPublished) : std::to_string(h.gate_us)) + "~" +
          backend::ChecksumHex(h.hash_hi, h.hash_lo);
 }
 
@@ -451,10 +451,16 @@ bool Store::Retire(const Key& k, bool keep) {
   MutexLock l(&mu_);  // held across the renames: no Drop or OpenHeld between them
   auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
   if (it == held_.end()) return false;
-  if (!it->published) {
+  if (!it->published || it->unnamed) {
     Held to = *it;
     to.published = true;
-    if (!Rename(&*it, std::move(to))) return false;
+    to.unnamed = false;
+    if (!Rename(&*it, std::move(to))) {
+      if (!it->unnamed)
+        LOG_WARN("replicas: cannot rename {} in {} as published ({}): published in memory, under its old name",
+                 it->key.Name(), dir_, ErrStr(errno));
+      it->published = it->unnamed = true;
+    }
   }
   if (keep) kept_.insert(k);
   return true;

@@ -44,6 +44,10 @@ struct Held {
   // Published in a dead writer's place (Takeover) and kept only to serve
   // loads (peer_loads.h): no gate, and the first to go when room is needed.
   bool published = false;
+  // Published, but its files still carry the gate's name: the rename
+  // failed (Retire tries it again). A restart reads it back unpublished,
+  // as after a crash between the publish and the rename.
+  bool unnamed = false;
 };
 
 class Store {
@@ -107,7 +111,10 @@ class Store {
   void SetClaimed(const Key& k);
   // Marks a held replica published (its name says so, a restart keeps it):
   // it no longer counts for MinGate, and Begin drops it, oldest first, when
-  // it needs its room. False: not held, or the rename failed.
+  // it needs its room. False: not held. A rename that fails (a full tier's
+  // inodes) leaves it published in memory under its old name (`unnamed`,
+  // logged), never dropped: its done mark may be owed, and a holder that
+  // lost it would read "claimed, no replica" as a give-up.
   // keep: and Keep it, under the same lock (no eviction between the two).
   bool Retire(const Key& k, bool keep = false);
   // Keeps a published copy from being given back for room (Relieve,

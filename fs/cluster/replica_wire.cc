@@ -259,7 +259,7 @@ std::string RandomNonce() {
 
 std::string HandshakeMac(std::string_view secret, std::string_view role, std::string_view nonce_c,
                          std::string_view nonce_s, std::string_view id_c, std::string_view id_s) {
-  std::string in = "ckptfs-replica-1";
+  std::string in = "ckptfs-replica-2";  // 2: the holder's id told in READY
   for (std::string_view f : {role, nonce_c, nonce_s, id_c, id_s}) PutField(&in, f);
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;

@@ -38,9 +38,9 @@ inline constexpr size_t kMaxNodeId = 64;
 
 enum class Op : uint16_t {
   kHello = 1,      // client → holder: text = client's node id ‖ nonce_c
-  kChallenge = 2,  // holder → client: text = holder's node id ‖ nonce_s ‖ MAC("holder")
-  kProof = 3,      // client → holder: text = MAC("client")
-  kReady = 4,      // holder → client: the client is a member; requests may follow
+  kChallenge = 2,  // holder → client: text = nonce_s (the holder's id is not told yet)
+  kProof = 3,      // client → holder: text = MAC("client", the holder's id empty)
+  kReady = 4,      // holder → client: text = MAC("holder") ‖ holder's node id; requests may follow
   kPut = 10,       // text = key '\n' the writer's JSON of the file (path, mode, owner, mtime, seq);
                    // a = size, b = gate time (µs), c/d = content checksum hi/lo (0/0: with END)
   kChunk = 11,     // a = offset, b = XXH3-64 of the bytes; data = the bytes

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -463,6 +464,45 @@ Test(replica_store, a_crash_in_the_middle_of_a_rename_keeps_the_replica) {
   fsys::remove_all(dir);
 }
 
+// A publish whose rename fails (on a full tier, the meta's link has no
+// inode): the replica stays, published in memory and kept, under its old
+// name; the next Retire names it. Until stop 68 Retire answered false and
+// the takeover dropped the copy whose done mark it still owed.
+Test(replica_store, a_publish_whose_rename_fails_keeps_the_replica) {
+  std::string dir = TempDir();
+  const std::string data(5000, 'p');
+  const Held h = HeldOf({.writer = "w", .ino = 6, .version = 2}, data);
+  auto s = Store::Open(dir + "/r", 1 << 20);
+  cr_assert(s.has_value());
+  CommitWhole(s->get(), h, data);
+  cr_expect_eq((*s)->MinGate(), 1000u);
+  // The published meta's name taken by a directory: the link fails.
+  const std::string blocked =
+      dir + "/r/" + h.key.Name() + "~published~" + ckpt::backend::ChecksumHex(h.hash_hi, h.hash_lo) + ".meta";
+  cr_assert(fsys::create_directory(blocked));
+  cr_expect((*s)->Retire(h.key, true), "a failed rename dropped the published replica");
+  auto held = (*s)->List();
+  cr_assert_eq(held.size(), 1u);
+  cr_expect(held[0].published && held[0].unnamed);
+  cr_expect_eq((*s)->MinGate(), 0u, "a published replica's gate still held the drains");
+  cr_expect_eq((*s)->KeptNow().files, 1u, "not kept while its mark is owed");
+  cr_expect(ReadsBack(s->get(), h.key, data), "unreadable under its old name");
+  cr_expect_eq((*s)->Relieve(1 << 20), 0u, "given back for room while kept");
+  cr_expect_eq((*s)->List().size(), 1u);
+  // The tier has room again: the next Retire names it, and a restart reads it published.
+  fsys::remove(blocked);
+  cr_expect((*s)->Retire(h.key));
+  cr_expect(!(*s)->List()[0].unnamed);
+  s->reset();
+  auto again = Store::Open(dir + "/r", 1 << 20);
+  cr_assert(again.has_value());
+  held = (*again)->List();
+  cr_assert_eq(held.size(), 1u);
+  cr_expect(held[0].published, "the retried rename did not name it published");
+  cr_expect(ReadsBack(again->get(), h.key, data));
+  fsys::remove_all(dir);
+}
+
 // Empty replicas cost RAM too (a meta file's page, two inodes): a member
 // committing many of them, whose drain never drops them, fills the limit
 // and is told to wait, as one sending bytes is. Until stop 67 they were
@@ -628,12 +668,23 @@ Test(replica_link, a_read_for_one_run_is_not_given_another_runs_copy, .timeout =
 
 Test(replica_link, a_peer_without_the_secret_gets_nothing_in, .timeout = 60) {
   Pair p(64 << 20, "another secret of 32 bytes......");
+  std::mutex mu;
+  std::string challenge;  // what anyone who says HELLO learns: a nonce, not who listens
+  p.writer->TestOnChallenge([&](const std::string& t) {
+    std::lock_guard l(mu);
+    challenge = t;
+  });
   std::pair<uint64_t, uint64_t> sum;
   int fd = MakeFile(p.dir + "/src", 1 << 20, 2, &sum);
   Key k{.writer = "writer.a", .ino = 1, .version = 1};
   auto st = p.writer->Replicate(p.addr, k, fd, 1 << 20, 1, sum.first, sum.second);
   cr_assert(!st.has_value());
   cr_expect_eq(st.error(), EACCES, "%s", ckpt::ErrStr(st.error()).c_str());
+  {
+    std::lock_guard l(mu);
+    cr_expect_eq(challenge.size(), kNonceLen, "the challenge is the nonce alone (%zu bytes)", challenge.size());
+    cr_expect(challenge.find("holder-1") == std::string::npos, "the challenge named the holder to a non-member");
+  }
   cr_expect(WaitFor([&] { return p.holder->counters().peers_refused == 1; }), "the holder logged and counted it");
   cr_expect_eq(p.store->List().size(), 0u);
   cr_expect_eq(p.store->bytes(), 0u);
