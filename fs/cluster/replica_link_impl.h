@@ -165,8 +165,7 @@ struct Link::Impl {
   std::map<uint64_t, std::shared_ptr<Request>> reqs;
   std::vector<void*> closing;
 
-  std::atomic<uint64_t> next_id{1};
-  std::atomic<uint64_t> peers_refused{0}, chunks_refused{0}, replicas_held{0}, bytes_in{0}, bytes_out{0};
+  std::atomic<uint64_t> next_id{1}, peers_refused{0}, chunks_refused{0}, replicas_held{0}, bytes_in{0}, bytes_out{0};
   std::atomic<uint64_t> loads_served{0}, load_bytes_served{0}, messages_refused{0}, stalled_closed{0},
       crowded_closed{0};
   std::atomic<bool> lie{false}, repeat_first{false}, silent_dial{false};  // tests' hooks (replica_link.h)
