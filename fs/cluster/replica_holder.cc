@@ -21,10 +21,6 @@ void Link::Impl::HolderMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
     if (data) ucp_am_data_release(worker, data);
     if (m.op != Op::kHello || m.text.size() <= kNonceLen || !ValidNodeId(m.text.substr(kNonceLen)))
       return Refuse(c, "spoke before the handshake");
-    // No member dials itself: a peer under this holder's own id would place
-    // replicas its takeover never publishes nor collects (it skips its own),
-    // whose gate its record then names for ever, holding every drain.
-    if (m.text.substr(kNonceLen) == opts.node_id) return Refuse(c, "says it is this node (" + opts.node_id + ")");
     c->nonce_c = m.text.substr(0, kNonceLen);
     c->peer_id = m.text.substr(kNonceLen);
     c->nonce_s = RandomNonce();
@@ -39,6 +35,12 @@ void Link::Impl::HolderMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
     if (m.op != Op::kProof) return Refuse(c, "spoke before the handshake");
     if (!SameMac(m.text, HandshakeMac(opts.secret, "client", c->nonce_c, c->nonce_s, c->peer_id, "")))
       return Refuse(c, "failed the handshake: it does not hold this cluster's secret");
+    // No member dials itself: a peer under this holder's own id would place
+    // replicas its takeover never publishes nor collects (it skips its own),
+    // whose gate its record then names for ever, holding every drain.
+    // Refused only once it proved the secret: a refusal at HELLO would tell
+    // anyone who guessed the holder's id that they had.
+    if (c->peer_id == opts.node_id) return Refuse(c, "says it is this node (" + opts.node_id + ")");
     c->st = Conn::St::kReady;
     LOG_DEBUG("replica link: {} is node {}", c->addr, c->peer_id);
     Send(*c, Msg{.op = Op::kReady,

@@ -440,9 +440,15 @@ void Link::Impl::Pump(Conn& c, const std::shared_ptr<Request>& r) {
 
 void Link::Impl::ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv) {
   if (c->st == Conn::St::kAwaitChallenge && m.op == Op::kChallenge) {
-    if (m.text.size() != kNonceLen) return Close(c, true);
-    c->nonce_s = m.text;
     if (test_saw_challenge) test_saw_challenge(m.text);
+    if (m.text.size() != kNonceLen) {  // a daemon of another version (before 2: nonce ‖ id)
+      peers_refused++;
+      LOG_ERROR("replica link: {} speaks another version of the replica handshake: disconnected", c->addr);
+      for (auto& r : c->waiting) Finish(r, Err(EPROTO));
+      c->waiting.clear();
+      return Close(c, true);
+    }
+    c->nonce_s = m.text;
     Send(*c,
          Msg{.op = Op::kProof, .text = HandshakeMac(opts.secret, "client", c->nonce_c, c->nonce_s, opts.node_id, "")});
     c->st = Conn::St::kAwaitReady;
@@ -452,11 +458,12 @@ void Link::Impl::ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
     // The holder proves it knows the secret too, and names itself: a
     // replica never goes to a listener that is not a member.
     const std::string id = m.text.size() > kMacLen ? m.text.substr(kMacLen) : "";
-    if (!ValidNodeId(id) || id == opts.node_id ||
-        !SameMac(m.text.substr(0, kMacLen),
-                 HandshakeMac(opts.secret, "holder", c->nonce_c, c->nonce_s, opts.node_id, id))) {
+    const bool proved = SameMac(m.text.substr(0, kMacLen),
+                                HandshakeMac(opts.secret, "holder", c->nonce_c, c->nonce_s, opts.node_id, id));
+    if (!proved || !ValidNodeId(id) || id == opts.node_id) {
       peers_refused++;
-      LOG_ERROR("replica link: {} failed the handshake: it does not hold this cluster's secret", c->addr);
+      LOG_ERROR("replica link: {} failed the handshake: {}", c->addr,
+                !proved ? "it does not hold this cluster's secret" : "it names itself '" + EscapeName(id) + "'");
       for (auto& r : c->waiting) Finish(r, Err(EACCES));
       c->waiting.clear();
       return Close(c, false);

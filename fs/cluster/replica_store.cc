@@ -466,6 +466,18 @@ bool Store::Retire(const Key& k, bool keep) {
   return true;
 }
 
+size_t Store::NameUnnamed() {
+  MutexLock l(&mu_);
+  size_t left = 0;
+  for (Held& h : held_) {
+    if (!h.unnamed) continue;
+    Held to = h;
+    to.unnamed = false;
+    if (!Rename(&h, std::move(to))) left++;
+  }
+  return left;
+}
+
 bool Store::Kept(const Key& k) const { return kept_.count(k) > 0; }
 
 bool Store::Keep(const Key& k) {
@@ -524,16 +536,21 @@ bool Store::Rename(Held* x, Held to) {
 }
 
 Result<std::pair<int, Held>> Store::OpenHeld(const Key& k) const {
-  Held h;
-  {
-    MutexLock l(&mu_);
-    auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
-    if (it == held_.end()) return Err(ENOENT);
-    h = *it;
+  // Opened outside the lock (a tier file's open is not free): a rename
+  // (Retire, NameUnnamed, a new gate) between the copy and the open gives
+  // ENOENT, and the replica is looked up again under its new name.
+  for (int tries = 0;; tries++) {
+    Held h;
+    {
+      MutexLock l(&mu_);
+      auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
+      if (it == held_.end()) return Err(ENOENT);
+      h = *it;
+    }
+    int fd = openat(dirfd_, FinalName(h).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) return std::make_pair(fd, h);
+    if (errno != ENOENT || tries == 3) return ErrFromErrno();
   }
-  int fd = openat(dirfd_, FinalName(h).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return ErrFromErrno();
-  return std::make_pair(fd, h);
 }
 
 std::vector<Held> Store::List() const {

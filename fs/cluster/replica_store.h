@@ -117,6 +117,9 @@ class Store {
   // lost it would read "claimed, no replica" as a give-up.
   // keep: and Keep it, under the same lock (no eviction between the two).
   bool Retire(const Key& k, bool keep = false);
+  // Tries again the renames of the `unnamed` ones (the takeover's every
+  // pass). The number still unnamed.
+  size_t NameUnnamed();
   // Keeps a published copy from being given back for room (Relieve,
   // Begin's need) and from giving way to a new replica of its name
   // (EAGAIN) until Unkeep or Drop: its claim's mark is neither in etcd

@@ -444,6 +444,7 @@ void Takeover::Pass() {
   // anew or published; the replicas it dropped then are not this pass's.
   if (reread_ || records_->Standings() != standing_seen_)
     if (!ReadBack()) return;  // the store is unreachable: nothing can be decided
+  (void)store_->NameUnnamed();  // publishes whose rename failed: named now, if the tier lets it
   // Each replica's meta decoded here, once a pass.
   std::map<std::string, std::vector<Replica>> by_writer;
   for (Held& h : store_->List())  // published ones are only kept to serve loads

@@ -489,10 +489,14 @@ Test(replica_store, a_publish_whose_rename_fails_keeps_the_replica) {
   cr_expect(ReadsBack(s->get(), h.key, data), "unreadable under its old name");
   cr_expect_eq((*s)->Relieve(1 << 20), 0u, "given back for room while kept");
   cr_expect_eq((*s)->List().size(), 1u);
-  // The tier has room again: the next Retire names it, and a restart reads it published.
+  cr_expect_eq((*s)->NameUnnamed(), 1u, "named while the tier still refuses it");
+  // The tier has room again: the takeover's next pass names it, and a
+  // restart reads it published.
   fsys::remove(blocked);
-  cr_expect((*s)->Retire(h.key));
+  cr_expect_eq((*s)->NameUnnamed(), 0u);
   cr_expect(!(*s)->List()[0].unnamed);
+  cr_expect(ReadsBack(s->get(), h.key, data), "unreadable under its new name");
+  cr_expect((*s)->Retire(h.key), "a published replica retired again");
   s->reset();
   auto again = Store::Open(dir + "/r", 1 << 20);
   cr_assert(again.has_value());
@@ -689,6 +693,22 @@ Test(replica_link, a_peer_without_the_secret_gets_nothing_in, .timeout = 60) {
   cr_expect_eq(p.store->List().size(), 0u);
   cr_expect_eq(p.store->bytes(), 0u);
   cr_expect_eq(p.holder->counters().bytes_in, 0u);
+  {  // Nor does a non-member that guesses the holder's id learn that it guessed right.
+    std::string c2;
+    auto guess =
+        Link::Open({.node_id = "holder-1", .secret = "another secret of 32 bytes......", .timeout_ms = 20000}, nullptr);
+    cr_assert(guess.has_value());
+    (*guess)->TestOnChallenge([&](const std::string& t) {
+      std::lock_guard l(mu);
+      c2 = t;
+    });
+    auto g = (*guess)->Replicate(p.addr, Key{.writer = "holder-1", .ino = 1, .version = 1}, fd, 1 << 20, 1, sum.first,
+                                 sum.second);
+    cr_expect(!g.has_value() && g.error() == EACCES);
+    guess->reset();
+    std::lock_guard l(mu);
+    cr_expect_eq(c2.size(), kNonceLen, "the holder's own id was refused before the challenge (%zu bytes)", c2.size());
+  }
   close(fd);
 }
 
