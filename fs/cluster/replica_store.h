@@ -45,7 +45,8 @@ struct Held {
   // loads (peer_loads.h): no gate, and the first to go when room is needed.
   bool published = false;
   // Published, but its files still carry the gate's name: the rename
-  // failed (Retire tries it again). A restart reads it back unpublished,
+  // failed (NameUnnamed, each takeover pass, and Retire try it again).
+  // A restart reads it back unpublished,
   // as after a crash between the publish and the rename.
   bool unnamed = false;
 };
