@@ -451,30 +451,28 @@ bool Store::Retire(const Key& k, bool keep) {
   MutexLock l(&mu_);  // held across the renames: no Drop or OpenHeld between them
   auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& x) { return x.key == k; });
   if (it == held_.end()) return false;
-  if (!it->published || it->unnamed) {
-    Held to = *it;
-    to.published = true;
-    to.unnamed = false;
-    if (!Rename(&*it, std::move(to))) {
-      if (!it->unnamed)
-        LOG_WARN("replicas: cannot rename {} in {} as published ({}): published in memory, under its old name",
-                 it->key.Name(), dir_, ErrStr(errno));
-      it->published = it->unnamed = true;
-    }
-  }
+  if (!it->published || it->unnamed) (void)NamePublished(&*it);
   if (keep) kept_.insert(k);
   return true;
+}
+
+bool Store::NamePublished(Held* x) {
+  Held to = *x;
+  to.published = true;
+  to.unnamed = false;
+  if (Rename(x, std::move(to))) return true;
+  if (!x->unnamed)
+    LOG_WARN("replicas: cannot rename {} in {} as published ({}): published in memory, under its old name",
+             x->key.Name(), dir_, ErrStr(errno));
+  x->published = x->unnamed = true;
+  return false;
 }
 
 size_t Store::NameUnnamed() {
   MutexLock l(&mu_);
   size_t left = 0;
-  for (Held& h : held_) {
-    if (!h.unnamed) continue;
-    Held to = h;
-    to.unnamed = false;
-    if (!Rename(&h, std::move(to))) left++;
-  }
+  for (Held& h : held_)
+    if (h.unnamed && !NamePublished(&h)) left++;
   return left;
 }
 

@@ -199,6 +199,9 @@ class Store {
   // Renames held replica `x` (its file and meta) to what `to` says of it,
   // and makes it `to`; false (errno set, nothing changed) if a rename failed.
   bool Rename(Held* x, Held to) REQUIRES(mu_);
+  // Renames `x` to its published name; if that fails, keeps it published
+  // in memory under its old name (`unnamed`, logged once) and says false.
+  bool NamePublished(Held* x) REQUIRES(mu_);
 
   const std::string dir_;
   const int dirfd_;
