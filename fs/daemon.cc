@@ -33,6 +33,7 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "fs/cluster/replica_wire.h"
+#include "fs/cluster/sent_sums.h"
 #include "fs/core/memory_watch.h"
 #include "fs/core/peer_copy.h"
 #include "fs/core/recovery.h"
@@ -229,125 +230,6 @@ static void MakeRoomForReplicas(Daemon* d) {
 // member, and a new machine under the same --node id is another.
 static std::string Incarnation(const Daemon& d) { return replica::IncarnationText(d.fs_id); }
 
-// The tier key a file is read back into (RestoreFromPeers): no inode's,
-// no snapshot's (cache/tier.h: kSnapBit).
-constexpr uint64_t kRestoreKey = 1ULL << 62;
-
-// A node that restarts on its state dir with its memory tier gone (a
-// reboot, a container's new /dev/shm) before its files drained reads them
-// back from its replica holders before it serves (recovery kept them
-// aside: Core::awaiting_peers). The holders keep them meanwhile: this
-// node's record still names those entries pending. What no holder gives
-// back is dropped and listed as lost, as recovery drops it without
-// replicas. Before the mount and the drain.
-static std::string RestoreFromPeers(Daemon* d) {
-  Core& core = d->table->core();
-  std::vector<uint64_t> inos;
-  {
-    MutexLock lk(&core.mu());
-    inos.swap(core.awaiting_peers);
-  }
-  if (inos.empty() || !d->replica_link || !d->replica_peers) return "";
-  d->replica_peers->Start();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!d->replica_peers->known() && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  // A file is dropped only when every member with a link answered that it
-  // holds no copy of it: a member not read (etcd does not answer) or not
-  // reached (a holder restarting) may hold it, and nothing is dropped on
-  // that, nor served without it.
-  auto not_mounted = [&](const std::string& why) {
-    return fmt::format(
-        "{} files not persisted and not in the memory tier wait for their replica holders, and {}: not mounted, "
-        "nothing dropped; mount again once they answer",
-        inos.size(), why);
-  };
-  if (!d->replica_peers->known())
-    return not_mounted("the members' replica links cannot be read (etcd: " +
-                       (d->etcd_records ? d->etcd_records->client()->LastError() : std::string()) + ")");
-  // No wait for room: nothing frees it before the drain starts (Fill would
-  // wait the whole space limit, then blame the holder).
-  const auto wait_limit = d->tier->wait_limit();
-  d->tier->set_wait_limit(std::chrono::milliseconds(0));
-  struct Restore {
-    cache::Tier* tier;
-    std::chrono::milliseconds limit;
-    ~Restore() { tier->set_wait_limit(limit); }
-  } restore_limit{d->tier.get(), wait_limit};
-  std::vector<uint64_t> lost;
-  std::map<std::string, int> unreached;  // holder -> its error: not asked again
-  const std::string run = Incarnation(*d);  // a copy another run under this id put is not this run's file
-  for (uint64_t ino : inos) {
-    std::string path;
-    uint64_t size = 0, version = 0;
-    {
-      MutexLock lk(&core.mu());
-      Inode* n = core.Find(ino);
-      if (!n) continue;
-      path = core.ns.EntryPath(n->rec.parent, n->rec.name);
-      size = n->rec.sealed_size;
-      version = n->rec.version;
-    }
-    const replica::Key key{.writer = d->cfg.node, .ino = ino, .version = version};
-    // Read into a file of its own, renamed to the inode's once whole: a
-    // restore cut short (a kill) leaves no file of the sealed size that the
-    // next start would take for the version (it goes to orphans/).
-    const uint64_t part = kRestoreKey | ino;
-    auto read_back = [&](const std::string& addr, int fd) -> int {
-      std::vector<char> buf(std::min<uint64_t>(std::max<uint64_t>(size, 1), 8 << 20));
-      for (uint64_t off = 0; off < size;) {
-        auto got = d->replica_link->Read(addr, key, off, buf.data(), std::min<uint64_t>(buf.size(), size - off), run);
-        if (!got) return got.error();
-        if (*got == 0) return ESTALE;  // shorter than the version sealed: another version
-        if (int e = PwriteFull(fd, buf.data(), *got, off); e != 0) return e;
-        off += *got;
-      }
-      char more;  // longer than the version sealed: another version under the name
-      auto tail = d->replica_link->Read(addr, key, size, &more, 1, run);
-      return !tail ? tail.error() : *tail != 0 ? ESTALE : 0;
-    };
-    std::string from;
-    for (const auto& [node, addr] : d->replica_peers->Ranked(path)) {
-      if (unreached.count(node)) continue;
-      // A holder busy serving others (EAGAIN) is asked again, a few times.
-      int e = EAGAIN;
-      for (int tries = 0; tries < 4 && e == EAGAIN; tries++) {
-        if (tries) std::this_thread::sleep_for(std::chrono::seconds(tries));
-        Status st = d->tier->Fill(part, size, [&](int fd) { return read_back(addr, fd); });
-        if (st) st = d->tier->Rekey(part, ino);
-        e = st ? 0 : st.error();
-      }
-      if (e == 0) {
-        from = node;
-        break;
-      }
-      d->tier->Remove(part);
-      if (e == ENOSPC)
-        return not_mounted(
-            fmt::format("this node's memory tier has no room for {} ({} bytes; --cache-size)", EscapeName(path), size));
-      // Its answer that it has no copy of this version; anything else (not
-      // reached, refused the link, out of room here) says nothing of it.
-      if (e != ENOENT && e != ESTALE) unreached[node] = e;
-      LOG_INFO("ino {} '{}': not read back from {}: {}", ino, EscapeName(path), node, ErrStr(e));
-    }
-    if (!from.empty()) {
-      LOG_WARN("ino {} '{}': read back from its replica on {} ({} bytes); it drains as before", ino, EscapeName(path),
-               from, size);
-      continue;
-    }
-    if (!unreached.empty()) {
-      std::string who;
-      for (const auto& [node, e] : unreached) who += (who.empty() ? "" : ", ") + node + " (" + ErrStr(e) + ")";
-      // Those read back stay (their tier files are whole); the next mount asks for the rest again.
-      return not_mounted("these members did not answer: " + who);
-    }
-    lost.push_back(ino);
-  }
-  if (auto st = DropAwaited(core, lost, "not persisted, not in the memory tier, and no replica holder has it"); !st)
-    LOG_ERROR("cannot record {} lost files: {}", lost.size(), ErrStr(st.error()));
-  return "";
-}
-
 // --replica-listen and --replicas (issue #30, fs/cluster/replicator.h):
 // the store of other members' replicas beside the tier, the link, where
 // the members listen, and the replicator of this node's closed files. ""
@@ -422,6 +304,15 @@ static std::string OpenReplicas(Daemon* d) {
   ports.hold = [dp] { return dp->table->core().saves.HoldDrain(); };
   ports.observed = [c = d->cluster.get()] { c->Poke(); };
   ports.incarnation = Incarnation(*d);
+  // Kept for a restart's read-back (sent_sums.h); a failed put is logged,
+  // and that version's read-back goes unchecked.
+  ports.sent = [kv = d->store->kv()](uint64_t ino, uint64_t version, uint64_t hi, uint64_t lo) {
+    if (auto st = replica::RememberSentSum(kv, ino, version, hi, lo); !st)
+      LOG_WARN("replicas: ino {} version {}: its checksum was not kept: {}", ino, version, ErrStr(st.error()));
+  };
+  ports.dropped = [kv = d->store->kv()](uint64_t ino, uint64_t version) {
+    (void)replica::ForgetSentSum(kv, ino, version);
+  };
   d->replicator = std::make_unique<replica::Replicator>(cfg.node, static_cast<int>(cfg.replicas), d->replica_link.get(),
                                                         d->replica_peers.get(), ports);
   replica::Replicator* repl = d->replicator.get();

@@ -134,4 +134,11 @@ std::string StatusJson(Daemon* d, const Asker& who = {});
 // exists; ENODATA past the end.
 [[nodiscard]] Result<std::string> CheckpointsPage(Daemon* d, uint64_t page, const Asker& who = {});
 
+// A node restarted on its state dir with its memory tier gone reads its
+// unpersisted files back from their replica holders, each checked against
+// the checksum sent with its replicas (fs/cluster/sent_sums.h), before it
+// serves; what none gives back is listed lost. "" or why it must not
+// mount (one line). fs/restore_peers.cc.
+std::string RestoreFromPeers(Daemon* d);
+
 }  // namespace ckpt::fs

@@ -29,9 +29,29 @@ Peers::Peers(EtcdRecords* records, std::string node, std::string addr, uint64_t 
       prefix_(records ? records->prefix() + "replicas/" : ""),
       group_(std::max<uint64_t>(group, 1)) {}
 
-void Peers::SetMembersForTest(std::map<std::string, std::string> m) {
+void Peers::SetMembersForTest(std::map<std::string, std::string> m, std::map<std::string, int64_t> revisions) {
   MutexLock l(&mu_);
-  members_ = std::move(m);
+  listed_.clear();
+  for (auto& [node, addr] : m) listed_[node] = {std::move(addr), revisions.count(node) ? revisions[node] : 0};
+  Derive();
+}
+
+void Peers::Derive() {
+  std::map<std::string, int64_t> newest;  // addr -> the latest revision that lists it
+  for (const auto& [node, at] : listed_) newest[at.first] = std::max(newest[at.first], at.second);
+  members_.clear();
+  std::set<std::string> shadowed;
+  for (const auto& [node, at] : listed_) {
+    if (at.second == newest[at.first]) {
+      members_[node] = at.first;
+    } else {
+      shadowed.insert(node);
+      if (!shadowed_.count(node))
+        LOG_WARN("replicas: node {} lists {}, which a member listed since: it gets no replicas until it lists its own",
+                 node, at.first);
+    }
+  }
+  shadowed_ = std::move(shadowed);
 }
 
 Peers::~Peers() { Stop(); }
@@ -68,14 +88,15 @@ bool Peers::known() const {
 bool Peers::Read() {
   auto r = records_->client()->Range(prefix_, etcd::PrefixEnd(prefix_));
   if (!r) return false;
-  std::map<std::string, std::string> m;
+  std::map<std::string, std::pair<std::string, int64_t>> m;
   for (const auto& kv : r->kvs) {
     std::string node = kv.key.substr(prefix_.size());
-    if (ValidNodeId(node) && kv.lease != 0 && kv.value.size() < 256) m[node] = kv.value;
+    if (ValidNodeId(node) && kv.lease != 0 && kv.value.size() < 256) m[node] = {kv.value, kv.mod_revision};
   }
   {
     MutexLock l(&mu_);
-    members_ = std::move(m);
+    listed_ = std::move(m);
+    Derive();
     revision_ = r->revision;
     reread_ = false;
   }
@@ -86,9 +107,10 @@ bool Peers::Read() {
         for (const auto& ev : evs) {
           std::string node = ev.kv.key.substr(std::min(prefix_.size(), ev.kv.key.size()));
           if (!ValidNodeId(node)) continue;
-          if (ev.deleted) members_.erase(node);
-          else if (ev.kv.lease != 0 && ev.kv.value.size() < 256) members_[node] = ev.kv.value;
+          if (ev.deleted) listed_.erase(node);
+          else if (ev.kv.lease != 0 && ev.kv.value.size() < 256) listed_[node] = {ev.kv.value, ev.kv.mod_revision};
         }
+        Derive();
         revision_ = rev;
       },
       [](const std::string& e) { LOG_DEBUG("replicas: the members' watch: {}", e); },
@@ -381,7 +403,7 @@ bool Replicator::Send(const Item& it) {
                                                .has_owner = it.e.has_owner,
                                                .mtime_sec = it.e.mtime.sec,
                                                .mtime_nsec = it.e.mtime.nsec});
-  bool waited = false;
+  bool waited = false, told_sum = false;
   for (const auto& [node, addr] : ranked) {
     {
       MutexLock l(&mu_);
@@ -392,6 +414,10 @@ bool Replicator::Send(const Item& it) {
     auto st = link_->Replicate(addr, key, src->fd, src->size, static_cast<uint64_t>(std::max<int64_t>(gate, 0)),
                                &sum_hi, &sum_lo, meta);
     if (st) {
+      if (!entry && !told_sum && (sum_hi | sum_lo) != 0 && ports_.sent) {
+        ports_.sent(it.e.ino, it.e.version, sum_hi, sum_lo);
+        told_sum = true;
+      }
       const bool same = peers_->SameGroup(node, node_);
       MutexLock l(&mu_);
       held_[v].push_back(addr);
@@ -542,6 +568,7 @@ void Replicator::Run() {
       auto st = link_->Drop(addr, key);
       if (!st && st.error() != ENOENT)
         LOG_DEBUG("replicas: {} did not drop {}: {}", addr, key.Name(), ErrStr(st.error()));
+      if (ports_.dropped && key.ino != kEntryIno) ports_.dropped(key.ino, key.version);
       MutexLock l(&mu_);
       stats_.dropped++;
     }

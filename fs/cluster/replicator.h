@@ -92,8 +92,9 @@ class Peers {
   std::pair<std::string, std::string> Home(std::string_view path) const;
   size_t count() const;  // other members with a link
   bool known() const;    // the members' links were read once (count() says something)
-  // Unit tests, without etcd (records null, never started): the members.
-  void SetMembersForTest(std::map<std::string, std::string> m);
+  // Unit tests, without etcd (records null, never started): the members,
+  // and the revision each listed its address at (none: all alike).
+  void SetMembersForTest(std::map<std::string, std::string> m, std::map<std::string, int64_t> revisions = {});
   std::string addr_of(const std::string& node) const;
 
  private:
@@ -108,6 +109,14 @@ class Peers {
   CondVar cv_;
   bool stop_ GUARDED_BY(mu_) = false;
   bool reread_ GUARDED_BY(mu_) = true;
+  // One address is one daemon: when two members list the same address (a
+  // daemon under a new id took the port of one whose lease has not ended),
+  // it is the one that listed it last; the other is left out until it lists
+  // an address again. Without that, K copies could be counted on one
+  // daemon through its two names. Derive makes members_ from listed_.
+  void Derive() REQUIRES(mu_);
+  std::map<std::string, std::pair<std::string, int64_t>> listed_ GUARDED_BY(mu_);  // node → addr, its revision
+  std::set<std::string> shadowed_ GUARDED_BY(mu_);                                 // listed, left out (logged once)
   std::map<std::string, std::string> members_ GUARDED_BY(mu_);  // node → addr
   int64_t revision_ GUARDED_BY(mu_) = 0;
   std::unique_ptr<etcd::Watch> watch_;
@@ -148,6 +157,12 @@ class Replicator {
     // replicator's thread, no lock held, so that the cluster's record names
     // them at risk within a store round trip, not at its next tick.
     std::function<void()> observed;
+    // The content checksum sent with ino@version's replicas, once the first
+    // holder took it whole (a file's, not an entry's), and the version's
+    // replicas dropped once persisted: on the replicator's thread
+    // (sent_sums.h keeps it for a restart's read-back). Unset: not told.
+    std::function<void(uint64_t ino, uint64_t version, uint64_t hi, uint64_t lo)> sent;
+    std::function<void(uint64_t ino, uint64_t version)> dropped;
     // This run's incarnation (the member record's), sent with each replica:
     // a holder tells the replicas of a dead run from a new one's under the
     // same node id by it (Takeover).

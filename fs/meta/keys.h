@@ -12,6 +12,7 @@
 // | 'L'    | "L" + seq (u64 BE)                    | drain log entry                        |
 // | 'Z'    | "Z" + seq (u64 BE)                    | lost file: path \0 reason              |
 // | 'Q'    | "Q" + seq (u64 BE)                    | failed log entry: path \0 reason       |
+// | 'S'    | "S" + ino (u64 BE) + version (u64 BE) | content checksum sent with its replicas |
 //
 // Inode numbers and sequence numbers are big-endian so that a prefix scan
 // returns them in numeric order (as JuiceFS does for chunk indexes).
@@ -32,6 +33,7 @@ inline constexpr char kXattrPrefix = 'X';
 inline constexpr char kLogPrefix = 'L';
 inline constexpr char kLostPrefix = 'Z';    // Z <seq u64 BE> -> "path\0reason"
 inline constexpr char kFailedPrefix = 'Q';  // Q <seq u64 BE> -> "path\0reason"
+inline constexpr char kSentSumPrefix = 'S';  // S <ino u64 BE> <version u64 BE> -> hi, lo (u64 BE each)
 
 inline constexpr uint64_t kRootIno = 1;
 
@@ -102,6 +104,13 @@ inline std::string LostKey(uint64_t seq) {
 inline std::string FailedKey(uint64_t seq) {
   std::string k(1, kFailedPrefix);
   AppendU64BE(&k, seq);
+  return k;
+}
+
+inline std::string SentSumKey(uint64_t ino, uint64_t version) {
+  std::string k(1, kSentSumPrefix);
+  AppendU64BE(&k, ino);
+  AppendU64BE(&k, version);
   return k;
 }
 

@@ -74,6 +74,38 @@ rm "$T/pause_a"
 same_bytes "$T/more_a" "$BACKEND/more_a"
 note "with its holder down, a was not mounted and dropped nothing; with the holder back, it read the file back"
 
+# A holder that gives back other bytes than a replicated (its copy changed
+# at rest: a tier is a directory root can write; or a member that lies
+# under consistent chunk hashes) is not believed: a compares the read-back
+# with the checksum it kept when it sent the replica. Its only copy bad,
+# the file is listed lost with the reason, not served with those bytes.
+touch "$T/pause_a"
+head -c 400000 /dev/urandom > "$T/bad_a"
+cp "$T/bad_a" "$A/bad_a"
+is_bad() { [ "$(state_of "$A/bad_a")" = replicated ]; }
+wait_for 30 "a's bad_a never became replicated" is_bad
+ino=$(stat -c %i "$A/bad_a")
+copy=""
+for n in b c; do for f in "$TIER-$n-replicas"/a."$ino".[1-9]*; do
+  case "$f" in *.meta) ;; *) [ -f "$f" ] && copy=$f ;; esac
+done; done
+[ -n "$copy" ] || fail "no holder's copy of a's bad_a (a.$ino.*): $(ls "$TIER"-[bc]-replicas)"
+expect_eq 400000 "$(stat -c %s "$copy")" "the size of the holder's copy $copy"
+printf 'XXXXXXXX' | dd of="$copy" bs=1 seek=1000 conv=notrunc status=none
+kill_node a
+rm_tier "$TIER-a"
+mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --member-timeout 30 --node a
+[ ! -e "$A/bad_a" ] || fail "a took the holder's changed bytes for its file (cmp: $(cmp "$T/bad_a" "$A/bad_a" 2>&1))"
+"$CKPTFS" lost "$A" > "$T/lost.out" || fail "ckptfs lost"
+grep -q "bad_a" "$T/lost.out" || fail "a does not list bad_a lost: $(cat "$T/lost.out")"
+grep -q "ino $ino 'bad_a': the bytes read back from .* are not the ones this node replicated" \
+  "$(node_state a)/ckptfs.log" || fail "a's log does not name the mismatch"
+grep -q "ino $ino 'bad_a': lost (.*checksum mismatch)" "$(node_state a)/ckptfs.log" ||
+  fail "a's log does not give the mismatch as the reason bad_a is lost"
+"$CKPTFS" lost "$A" --clear > /dev/null
+rm "$T/pause_a"
+note "a holder's changed copy was refused by its checksum: bad_a listed lost, not served"
+
 # With no holder (b and c gone before a's file was replicated), the same
 # restart lists the file lost, as without replicas.
 for n in b c; do umount_node "$n"; done
@@ -88,5 +120,5 @@ grep -q "alone" "$T/lost.out" || fail "a does not list its unreplicated file los
 "$CKPTFS" lost "$A" --clear > /dev/null
 rm "$T/pause_a"
 umount_node a
-check_log --allow-errors "lost|did not answer" --allow-warnings "replicas:|replica link|etcd|lease|not in the memory tier|read back|lost"
+check_log --allow-errors "lost|did not answer|not the ones this node replicated" --allow-warnings "replicas:|replica link|etcd|lease|not in the memory tier|read back|lost"
 echo "PASS: $CASE"
