@@ -60,10 +60,10 @@ static std::string Restore(Daemon* d) {
   // wait the whole space limit, then blame the holder).
   const auto wait_limit = d->tier->wait_limit();
   d->tier->set_wait_limit(std::chrono::milliseconds(0));
-  struct Restore {
+  struct RestoreLimit {
     cache::Tier* tier;
     std::chrono::milliseconds limit;
-    ~Restore() { tier->set_wait_limit(limit); }
+    ~RestoreLimit() { tier->set_wait_limit(limit); }
   } restore_limit{d->tier.get(), wait_limit};
   std::vector<uint64_t> lost, corrupt;   // corrupt: only other bytes came back
   std::map<std::string, int> unreached;  // holder -> its error: not asked again
@@ -88,9 +88,17 @@ static std::string Restore(Daemon* d) {
     // The checksum this node sent with the version's replicas: what comes
     // back must be those bytes (sent_sums.h). None kept (sent by a version
     // before this one, or lost with a machine crash): taken unchecked.
-    const auto sent = replica::SentSum(d->store->kv(), ino, version);
+    auto kept = replica::SentSum(d->store->kv(), ino, version);
+    if (!kept)
+      return not_mounted(fmt::format("the checksum kept of {}'s replicas cannot be read from the metadata store: {}",
+                                     EscapeName(path), ErrStr(kept.error())));
+    const auto& sent = *kept;
     if (!sent) LOG_INFO("ino {} '{}': no checksum kept of its replicas: read back unchecked", ino, EscapeName(path));
+    // Set when a holder's bytes came back whole and other than those sent
+    // (EBADMSG from the link is a chunk hurt on the way: asked again).
+    bool sum_bad = false;
     auto read_back = [&](const std::string& addr, int fd) -> int {
+      sum_bad = false;
       std::vector<char> buf(std::min<uint64_t>(std::max<uint64_t>(size, 1), 8 << 20));
       backend::ContentHash hash;
       if (sent && !hash.ok()) return ENOMEM;
@@ -105,15 +113,17 @@ static std::string Restore(Daemon* d) {
       char more;  // longer than the version sealed: another version under the name
       auto tail = d->replica_link->Read(addr, key, size, &more, 1, run);
       if (!tail || *tail != 0) return !tail ? tail.error() : ESTALE;
-      return sent && hash.Finish(size) != *sent ? EBADMSG : 0;
+      sum_bad = sent && hash.Finish(size) != *sent;
+      return sum_bad ? EBADMSG : 0;
     };
     std::string from;
     bool mismatched = false;
     for (const auto& [node, addr] : d->replica_peers->Ranked(path)) {
       if (unreached.count(node)) continue;
-      // A holder busy serving others (EAGAIN) is asked again, a few times.
+      // A holder busy serving others (EAGAIN), or a chunk that came hurt
+      // (EBADMSG from the link), is asked again, a few times.
       int e = EAGAIN;
-      for (int tries = 0; tries < 4 && e == EAGAIN; tries++) {
+      for (int tries = 0; tries < 4 && (e == EAGAIN || (e == EBADMSG && !sum_bad)); tries++) {
         if (tries) std::this_thread::sleep_for(std::chrono::seconds(tries));
         Status st = d->tier->Fill(part, size, [&](int fd) { return read_back(addr, fd); });
         if (st) st = d->tier->Rekey(part, ino);
@@ -129,13 +139,16 @@ static std::string Restore(Daemon* d) {
             fmt::format("this node's memory tier has no room for {} ({} bytes; --cache-size)", EscapeName(path), size));
       // Other bytes than this node sent: that holder has no good copy (the
       // next one may). One line, an error: a copy changed at rest, or a
-      // member that lies.
-      if (e == EBADMSG) {
+      // member that lies. It is told to drop it: kept, it would answer the
+      // re-send of this version HELD and count as a copy.
+      if (e == EBADMSG && sum_bad) {
         mismatched = true;
         LOG_ERROR(
             "ino {} '{}': the bytes read back from {} are not the ones this node replicated (checksum "
-            "mismatch): not taken",
+            "mismatch): not taken, its copy dropped",
             ino, EscapeName(path), node);
+        if (auto st = d->replica_link->Drop(addr, key); !st)
+          LOG_WARN("ino {} '{}': {} did not drop its bad copy: {}", ino, EscapeName(path), node, ErrStr(st.error()));
         continue;
       }
       // Its answer that it has no copy of this version; anything else (not

@@ -91,7 +91,7 @@ bool Peers::Read() {
   std::map<std::string, std::pair<std::string, int64_t>> m;
   for (const auto& kv : r->kvs) {
     std::string node = kv.key.substr(prefix_.size());
-    if (ValidNodeId(node) && kv.lease != 0 && kv.value.size() < 256) m[node] = {kv.value, kv.mod_revision};
+    if (ValidNodeId(node) && kv.lease != 0 && kv.value.size() < 256) m[node] = {kv.value, kv.create_revision};
   }
   {
     MutexLock l(&mu_);
@@ -108,7 +108,7 @@ bool Peers::Read() {
           std::string node = ev.kv.key.substr(std::min(prefix_.size(), ev.kv.key.size()));
           if (!ValidNodeId(node)) continue;
           if (ev.deleted) listed_.erase(node);
-          else if (ev.kv.lease != 0 && ev.kv.value.size() < 256) listed_[node] = {ev.kv.value, ev.kv.mod_revision};
+          else if (ev.kv.lease != 0 && ev.kv.value.size() < 256) listed_[node] = {ev.kv.value, ev.kv.create_revision};
         }
         Derive();
         revision_ = rev;

@@ -111,11 +111,13 @@ class Peers {
   bool reread_ GUARDED_BY(mu_) = true;
   // One address is one daemon: when two members list the same address (a
   // daemon under a new id took the port of one whose lease has not ended),
-  // it is the one that listed it last; the other is left out until it lists
-  // an address again. Without that, K copies could be counted on one
+  // it is the one whose key is newest (etcd's create_revision: a member's
+  // re-put each second keeps it, so two live daemons on one address, a
+  // misconfiguration, do not take turns); the other is left out until it
+  // lists an address of its own. Without that, K copies could be counted on one
   // daemon through its two names. Derive makes members_ from listed_.
   void Derive() REQUIRES(mu_);
-  std::map<std::string, std::pair<std::string, int64_t>> listed_ GUARDED_BY(mu_);  // node → addr, its revision
+  std::map<std::string, std::pair<std::string, int64_t>> listed_ GUARDED_BY(mu_);  // node → addr, key's creation
   std::set<std::string> shadowed_ GUARDED_BY(mu_);                                 // listed, left out (logged once)
   std::map<std::string, std::string> members_ GUARDED_BY(mu_);  // node → addr
   int64_t revision_ GUARDED_BY(mu_) = 0;

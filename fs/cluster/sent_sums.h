@@ -35,10 +35,12 @@ Status RememberSentSum(meta::Kv* kv, uint64_t ino, uint64_t version, uint64_t hi
 // Removes it (none: nothing to do).
 Status ForgetSentSum(meta::Kv* kv, uint64_t ino, uint64_t version);
 // The checksum sent with ino@version's replicas; nullopt when none was kept
-// (or its value is not 16 bytes: a foreign value is no checksum).
-std::optional<std::pair<uint64_t, uint64_t>> SentSum(meta::Kv* kv, uint64_t ino, uint64_t version);
+// (or its value is not 16 bytes: a foreign value is no checksum). Errors:
+// the Kv's (EIO), never ENOENT.
+Result<std::optional<std::pair<uint64_t, uint64_t>>> SentSum(meta::Kv* kv, uint64_t ino, uint64_t version);
 // Removes every kept checksum for which `needed(ino, version)` is false;
-// the number removed.
+// the number removed. `needed` is called after the scan, with no lock of
+// the Kv's held (it may take the caller's locks).
 Result<uint64_t> SweepSentSums(meta::Kv* kv, const std::function<bool(uint64_t ino, uint64_t version)>& needed);
 
 }  // namespace ckpt::fs::replica

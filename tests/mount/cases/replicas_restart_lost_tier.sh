@@ -96,6 +96,9 @@ kill_node a
 rm_tier "$TIER-a"
 mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --member-timeout 30 --node a
 [ ! -e "$A/bad_a" ] || fail "a took the holder's changed bytes for its file (cmp: $(cmp "$T/bad_a" "$A/bad_a" 2>&1))"
+# Told to drop it while a mounted (before a's record says bad_a is gone,
+# which would make the holder drop it a few seconds later anyway).
+[ ! -e "$copy" ] || fail "the holder kept its changed copy of bad_a ($copy): a re-send would count it"
 "$CKPTFS" lost "$A" > "$T/lost.out" || fail "ckptfs lost"
 grep -q "bad_a" "$T/lost.out" || fail "a does not list bad_a lost: $(cat "$T/lost.out")"
 grep -q "ino $ino 'bad_a': the bytes read back from .* are not the ones this node replicated" \
@@ -104,7 +107,7 @@ grep -q "ino $ino 'bad_a': lost (.*checksum mismatch)" "$(node_state a)/ckptfs.l
   fail "a's log does not give the mismatch as the reason bad_a is lost"
 "$CKPTFS" lost "$A" --clear > /dev/null
 rm "$T/pause_a"
-note "a holder's changed copy was refused by its checksum: bad_a listed lost, not served"
+note "a holder's changed copy was refused by its checksum and dropped: bad_a listed lost, not served"
 
 # With no holder (b and c gone before a's file was replicated), the same
 # restart lists the file lost, as without replicas.
