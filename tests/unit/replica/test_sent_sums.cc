@@ -19,7 +19,7 @@ static bool Kept(ckpt::meta::Kv* kv, uint64_t ino, uint64_t version) {
   return s->has_value();
 }
 
-Test(sent_sums, one_per_version_forgotten_exactly_and_swept_by_need, .timeout = 20) {
+Test(sent_sums, one_per_version_forgotten_exactly_and_swept_by_need) {
   auto kv = ckpt::meta::NewMemKv();
   cr_assert(RememberSentSum(kv.get(), 7, 1, 0x1111, 0x2222).has_value());
   cr_assert(RememberSentSum(kv.get(), 7, 2, 0x3333, 0x4444).has_value());
@@ -48,7 +48,7 @@ Test(sent_sums, one_per_version_forgotten_exactly_and_swept_by_need, .timeout = 
   std::set<Sum> asked;  // (ino, version)
   auto swept = SweepSentSums(kv.get(), [&](uint64_t ino, uint64_t version) {
     // Asked after the scan: the caller's own locks and this Kv may be used
-    // (inside MemKv's Scan this read would deadlock: the test's timeout).
+    // (inside MemKv's Scan this read would deadlock: the binary's timeout).
     (void)kv->Get(ckpt::meta::InodeKey(ino));
     asked.insert({ino, version});
     return ino == 9;  // only 9@1 is still pending
