@@ -169,13 +169,14 @@ static std::string Restore(Daemon* d) {
     }
     (mismatched ? corrupt : lost).push_back(ino);
   }
-  if (auto st = DropAwaited(core, lost, "not persisted, not in the memory tier, and no replica holder has it"); !st)
-    LOG_ERROR("cannot record {} lost files: {}", lost.size(), ErrStr(st.error()));
-  if (auto st = DropAwaited(core, corrupt,
-                            "not persisted, not in the memory tier, and its replica holders gave back other bytes "
-                            "than were replicated (checksum mismatch)");
-      !st)
-    LOG_ERROR("cannot record {} lost files: {}", corrupt.size(), ErrStr(st.error()));
+  const std::pair<const std::vector<uint64_t>*, const char*> drops[] = {
+      {&lost, "not persisted, not in the memory tier, and no replica holder has it"},
+      {&corrupt,
+       "not persisted, not in the memory tier, and its replica holders gave back other bytes than were replicated "
+       "(checksum mismatch)"}};
+  for (const auto& [inos, why] : drops)
+    if (auto st = DropAwaited(core, *inos, why); !st)
+      LOG_ERROR("cannot record {} lost files: {}", inos->size(), ErrStr(st.error()));
   return "";
 }
 
