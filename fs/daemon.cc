@@ -304,11 +304,15 @@ static std::string OpenReplicas(Daemon* d) {
   ports.hold = [dp] { return dp->table->core().saves.HoldDrain(); };
   ports.observed = [c = d->cluster.get()] { c->Poke(); };
   ports.incarnation = Incarnation(*d);
-  // Kept for a restart's read-back (sent_sums.h); a failed put is logged,
-  // and that version's read-back goes unchecked.
+  // Kept for a restart's read-back (sent_sums.h) before any holder holds
+  // the version; a failed put is logged, and the version sent again later.
   ports.sent = [kv = d->store->kv()](uint64_t ino, uint64_t version, uint64_t hi, uint64_t lo) {
-    if (auto st = replica::RememberSentSum(kv, ino, version, hi, lo); !st)
-      LOG_WARN("replicas: ino {} version {}: its checksum was not kept: {}", ino, version, ErrStr(st.error()));
+    auto st = replica::RememberSentSum(kv, ino, version, hi, lo);
+    if (!st)
+      LOG_WARN(
+          "replicas: ino {} version {}: its checksum could not be kept ({}): not replicated now, tried again later",
+          ino, version, ErrStr(st.error()));
+    return st.has_value();
   };
   ports.dropped = [kv = d->store->kv()](uint64_t ino, uint64_t version) {
     (void)replica::ForgetSentSum(kv, ino, version);

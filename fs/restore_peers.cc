@@ -95,7 +95,11 @@ static std::string Restore(Daemon* d) {
     const auto& sent = *kept;
     if (!sent) LOG_INFO("ino {} '{}': no checksum kept of its replicas: read back unchecked", ino, EscapeName(path));
     // Set when a holder's bytes came back whole and other than those sent
-    // (EBADMSG from the link is a chunk hurt on the way: asked again).
+    // (EBADMSG from the link is a chunk hurt on the way: asked again), or
+    // of another size than this version's with its checksum kept: its
+    // copy changed at rest, not another version (a copy of another run is
+    // told by its incarnation; a size alone said "no copy", and the bad one
+    // stayed).
     bool sum_bad = false;
     auto read_back = [&](const std::string& addr, int fd) -> int {
       sum_bad = false;
@@ -105,14 +109,21 @@ static std::string Restore(Daemon* d) {
       for (uint64_t off = 0; off < size;) {
         auto got = d->replica_link->Read(addr, key, off, buf.data(), std::min<uint64_t>(buf.size(), size - off), run);
         if (!got) return got.error();
-        if (*got == 0) return ESTALE;  // shorter than the version sealed: another version
+        if (*got == 0) {  // shorter than the version sealed: another version, or changed
+          sum_bad = sent.has_value();
+          return sum_bad ? EBADMSG : ESTALE;
+        }
         if (int e = PwriteFull(fd, buf.data(), *got, off); e != 0) return e;
         if (sent) hash.Update(off, buf.data(), *got);
         off += *got;
       }
       char more;  // longer than the version sealed: another version under the name
       auto tail = d->replica_link->Read(addr, key, size, &more, 1, run);
-      if (!tail || *tail != 0) return !tail ? tail.error() : ESTALE;
+      if (!tail) return tail.error();
+      if (*tail != 0) {
+        sum_bad = sent.has_value();
+        return sum_bad ? EBADMSG : ESTALE;
+      }
       sum_bad = sent && hash.Finish(size) != *sent;
       return sum_bad ? EBADMSG : 0;
     };

@@ -350,6 +350,7 @@ std::shared_ptr<Conn> Link::Impl::Dial(const std::string& peer, int* err) {
 void Link::Impl::Finish(const std::shared_ptr<Request>& r, Result<uint64_t> res) {
   if (r->finished) return;
   r->finished = true;
+  r->summed = nullptr;
   reqs.erase(r->id);
   r->done.set_value(res);
 }
@@ -433,6 +434,9 @@ void Link::Impl::Pump(Conn& c, const std::shared_ptr<Request>& r) {
       std::tie(r->hash_hi, r->hash_lo) = r->hashing->Finish(r->size);
       end.c = r->hash_hi;
       end.d = r->hash_lo;
+      // Before END: no HELD can come before the caller has the checksum.
+      // On this thread, as Finish: the caller still waits for the answer.
+      if (r->summed && !r->finished && !r->summed(r->hash_hi, r->hash_lo)) return Finish(r, Err(EIO));
     }
     Send(c, end);
   }
@@ -762,7 +766,8 @@ Status Link::Replicate(const std::string& peer, const Key& k, int fd, uint64_t s
 }
 
 Status Link::Replicate(const std::string& peer, const Key& k, int fd, uint64_t size, uint64_t gate_us,
-                       uint64_t* hash_hi, uint64_t* hash_lo, const std::string& meta) {
+                       uint64_t* hash_hi, uint64_t* hash_lo, const std::string& meta,
+                       const std::function<bool(uint64_t, uint64_t)>& summed) {
   if (k.Name().size() + 1 + meta.size() > kMaxText) return Err(ENAMETOOLONG);
   auto r = std::make_shared<Request>();
   r->meta = meta;
@@ -775,6 +780,7 @@ Status Link::Replicate(const std::string& peer, const Key& k, int fd, uint64_t s
   if ((r->hash_hi | r->hash_lo) == 0) {
     r->hashing = std::make_unique<backend::ContentHash>();
     if (!r->hashing->ok()) return Err(ENOMEM);
+    r->summed = summed;
   }
   if (size && (r->src_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) return ErrFromErrno();
   auto res = impl_->Call(r, peer);

@@ -60,9 +60,8 @@ struct Request {
   uint64_t id = 0;
   Op kind{};
   Key key;
-  // Given up at `deadline`: `timeout` after the start, pushed on by each
-  // sign of progress (a PUT accepted, a chunk acknowledged), so a replica
-  // of any size moves as long as its chunks do.
+  // Given up at `deadline`: `timeout` after the start, pushed on by each sign of progress (a PUT
+  // accepted, a chunk acknowledged), so a replica of any size moves as long as its chunks do.
   Clock::time_point deadline;
   Clock::duration timeout{};
   std::weak_ptr<Conn> conn;
@@ -76,8 +75,9 @@ struct Request {
   std::string meta;
   uint64_t next = 0;  // offset of the next chunk to send
   // Replicate without a checksum: computed here as the chunks go, in order,
-  // and sent with END (hashing_ null when the PUT carried it).
+  // and sent with END (null when the PUT carried it); `summed` told it first.
   std::unique_ptr<backend::ContentHash> hashing;
+  std::function<bool(uint64_t, uint64_t)> summed;
   int inflight = 0, sent = 0;
   bool ended = false, accepted = false;
   Content content;         // Fetch

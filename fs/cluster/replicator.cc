@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/xxhash_fast.h"
 
@@ -411,13 +412,18 @@ bool Replicator::Send(const Item& it) {
       if (static_cast<int>(held_[v].size()) >= k_) break;
       if (std::find(held_[v].begin(), held_[v].end(), addr) != held_[v].end()) continue;
     }
+    // The checksum is told before END goes (on the link's thread, while
+    // this one waits), so before the holder can hold the copy: a process
+    // killed right after HELD has it kept (FAILPOINT below); not kept, no
+    // END goes and the version is sent again later. Told once a version: a
+    // holder after a refusing one hashes again, the same sum.
+    std::function<bool(uint64_t, uint64_t)> summed;
+    if (!entry && !told_sum && ports_.sent)
+      summed = [&](uint64_t hi, uint64_t lo) { return told_sum = ports_.sent(it.e.ino, it.e.version, hi, lo); };
     auto st = link_->Replicate(addr, key, src->fd, src->size, static_cast<uint64_t>(std::max<int64_t>(gate, 0)),
-                               &sum_hi, &sum_lo, meta);
+                               &sum_hi, &sum_lo, meta, summed);
     if (st) {
-      if (!entry && !told_sum && (sum_hi | sum_lo) != 0 && ports_.sent) {
-        ports_.sent(it.e.ino, it.e.version, sum_hi, sum_lo);
-        told_sum = true;
-      }
+      if (!entry) FAILPOINT("replica.held");
       const bool same = peers_->SameGroup(node, node_);
       MutexLock l(&mu_);
       held_[v].push_back(addr);

@@ -159,11 +159,15 @@ class Replicator {
     // replicator's thread, no lock held, so that the cluster's record names
     // them at risk within a store round trip, not at its next tick.
     std::function<void()> observed;
-    // The content checksum sent with ino@version's replicas, once the first
-    // holder took it whole (a file's, not an entry's), and the version's
-    // replicas dropped once persisted: on the replicator's thread
-    // (sent_sums.h keeps it for a restart's read-back). Unset: not told.
-    std::function<void(uint64_t ino, uint64_t version, uint64_t hi, uint64_t lo)> sent;
+    // The content checksum sent with ino@version's replicas (a file's, not
+    // an entry's), once a version's chunks all reached its first holder and
+    // before END goes, so before any holder holds it (on the link's thread,
+    // while the replicator's waits; told once a version, even when that
+    // holder then refuses it; false: not kept, and no holder gets the
+    // version now); and the version's replicas dropped once persisted (on
+    // the replicator's thread). sent_sums.h keeps it for a restart's
+    // read-back. Unset: not told.
+    std::function<bool(uint64_t ino, uint64_t version, uint64_t hi, uint64_t lo)> sent;
     std::function<void(uint64_t ino, uint64_t version)> dropped;
     // This run's incarnation (the member record's), sent with each replica:
     // a holder tells the replicas of a dead run from a new one's under the

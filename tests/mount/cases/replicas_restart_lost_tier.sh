@@ -79,35 +79,50 @@ note "with its holder down, a was not mounted and dropped nothing; with the hold
 # under consistent chunk hashes) is not believed: a compares the read-back
 # with the checksum it kept when it sent the replica. Its only copy bad,
 # the file is listed lost with the reason, not served with those bytes.
+# A copy cut short at rest (short_a) is the same: its size other than the
+# version's, with the checksum kept, is a mismatch (it was taken for "no
+# copy": listed lost for the wrong reason, the bad copy kept).
+# a dies right after the holder's second HELD (failpoint replica.held@2):
+# each checksum was kept before END went (until stop 70 it was put after
+# HELD, and a kill in between left the read-back unchecked).
+umount_node a
 touch "$T/pause_a"
+mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" CKPTFS_FAILPOINT=replica.held@2 -- "${COMMON[@]}" \
+  --member-timeout 30 --node a
 head -c 400000 /dev/urandom > "$T/bad_a"
+head -c 350000 /dev/urandom > "$T/short_a"
 cp "$T/bad_a" "$A/bad_a"
-is_bad() { [ "$(state_of "$A/bad_a")" = replicated ]; }
-wait_for 30 "a's bad_a never became replicated" is_bad
-ino=$(stat -c %i "$A/bad_a")
-copy=""
-for n in b c; do for f in "$TIER-$n-replicas"/a."$ino".[1-9]*; do
-  case "$f" in *.meta) ;; *) [ -f "$f" ] && copy=$f ;; esac
-done; done
-[ -n "$copy" ] || fail "no holder's copy of a's bad_a (a.$ino.*): $(ls "$TIER"-[bc]-replicas)"
-expect_eq 400000 "$(stat -c %s "$copy")" "the size of the holder's copy $copy"
-printf 'XXXXXXXX' | dd of="$copy" bs=1 seek=1000 conv=notrunc status=none
-kill_node a
+cp "$T/short_a" "$A/short_a" || true # a may die at the failpoint before cp's last call returns
+a_died() { [ -z "$(_node_pid a)" ]; }
+wait_for 30 "a did not die at the failpoint replica.held" a_died
+grep -q "failpoint replica.held reached" "$(node_state a)/ckptfs.log" || fail "a died, not at replica.held"
+declare -A copy ino
+for name in bad_a short_a; do # the holder's copy: a.INO.VERSION, the only one of its size
+  for n in b c; do for f in "$TIER-$n-replicas"/a.*.[1-9]*; do
+    case "$f" in *.meta) ;; *) [ -f "$f" ] && [ "$(stat -c %s "$f")" = "$(stat -c %s "$T/$name")" ] && copy[$name]=$f ;; esac
+  done; done
+  [ -n "${copy[$name]:-}" ] || fail "no holder's copy of a's $name: $(ls -l "$TIER"-[bc]-replicas)"
+  ino[$name]=$(basename "${copy[$name]}" | cut -d. -f2)
+done
+printf 'XXXXXXXX' | dd of="${copy[bad_a]}" bs=1 seek=1000 conv=notrunc status=none
+truncate -s 300000 "${copy[short_a]}"
 rm_tier "$TIER-a"
 mount_node a "CKPTFS_DRAIN_PAUSE_FILE=$T/pause_a" -- "${COMMON[@]}" --member-timeout 30 --node a
-[ ! -e "$A/bad_a" ] || fail "a took the holder's changed bytes for its file (cmp: $(cmp "$T/bad_a" "$A/bad_a" 2>&1))"
-# Told to drop it while a mounted (before a's record says bad_a is gone,
-# which would make the holder drop it a few seconds later anyway).
-[ ! -e "$copy" ] || fail "the holder kept its changed copy of bad_a ($copy): a re-send would count it"
 "$CKPTFS" lost "$A" > "$T/lost.out" || fail "ckptfs lost"
-grep -q "bad_a" "$T/lost.out" || fail "a does not list bad_a lost: $(cat "$T/lost.out")"
-grep -q "ino $ino 'bad_a': the bytes read back from .* are not the ones this node replicated" \
-  "$(node_state a)/ckptfs.log" || fail "a's log does not name the mismatch"
-grep -q "ino $ino 'bad_a': lost (.*checksum mismatch)" "$(node_state a)/ckptfs.log" ||
-  fail "a's log does not give the mismatch as the reason bad_a is lost"
+for name in bad_a short_a; do
+  [ ! -e "$A/$name" ] || fail "a took the holder's changed bytes for its $name (cmp: $(cmp "$T/$name" "$A/$name" 2>&1))"
+  # Told to drop it while a mounted (before a's record says the file is
+  # gone, which would make the holder drop it a few seconds later anyway).
+  [ ! -e "${copy[$name]}" ] || fail "the holder kept its changed copy of $name (${copy[$name]}): a re-send would count it"
+  grep -q "$name" "$T/lost.out" || fail "a does not list $name lost: $(cat "$T/lost.out")"
+  grep -q "ino ${ino[$name]} '$name': the bytes read back from .* are not the ones this node replicated" \
+    "$(node_state a)/ckptfs.log" || fail "a's log does not name $name's mismatch"
+  grep -q "ino ${ino[$name]} '$name': lost (.*checksum mismatch)" "$(node_state a)/ckptfs.log" ||
+    fail "a's log does not give the mismatch as the reason $name is lost"
+done
 "$CKPTFS" lost "$A" --clear > /dev/null
 rm "$T/pause_a"
-note "a holder's changed copy was refused by its checksum and dropped: bad_a listed lost, not served"
+note "holders' copies changed or cut short at rest were refused by their checksum and dropped: listed lost, not served"
 
 # With no holder (b and c gone before a's file was replicated), the same
 # restart lists the file lost, as without replicas.
@@ -123,5 +138,5 @@ grep -q "alone" "$T/lost.out" || fail "a does not list its unreplicated file los
 "$CKPTFS" lost "$A" --clear > /dev/null
 rm "$T/pause_a"
 umount_node a
-check_log --allow-errors "lost|did not answer|not the ones this node replicated" --allow-warnings "replicas:|replica link|etcd|lease|not in the memory tier|read back|lost"
+check_log --allow-errors "lost|did not answer|not the ones this node replicated|failpoint replica.held" --allow-warnings "replicas:|replica link|etcd|lease|not in the memory tier|read back|lost"
 echo "PASS: $CASE"

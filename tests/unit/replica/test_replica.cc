@@ -1790,9 +1790,22 @@ Test(replica_link, a_replica_hashed_as_it_goes_is_checked_at_its_end, .timeout =
   int fd = MakeFile(p.dir + "/src", size, 7, &sum);
   uint64_t hi = 0, lo = 0;
   Key k{.writer = "writer.a", .ino = 21, .version = 2};
-  auto st = p.writer->Replicate(p.addr, k, fd, size, 9, &hi, &lo, "m");
+  // The writer is given the checksum before the holder can hold the copy
+  // (a writer killed right after HELD has it kept: sent_sums.h).
+  std::pair<uint64_t, uint64_t> told{0, 0};
+  int summed = 0;
+  size_t held_when_told = 99;
+  auto st = p.writer->Replicate(p.addr, k, fd, size, 9, &hi, &lo, "m", [&](uint64_t h, uint64_t l) {
+    told = {h, l};
+    summed++;
+    held_when_told = p.store->List().size();
+    return true;
+  });
   cr_assert(st.has_value(), "%s", st ? "" : ckpt::ErrStr(st.error()).c_str());
   cr_expect(hi == sum.first && lo == sum.second, "the checksum computed on the way is the file's");
+  cr_expect_eq(summed, 1);
+  cr_expect(told == sum, "the checksum told is the file's");
+  cr_expect_eq(held_when_told, 0u, "told before the holder held the replica");
   auto held = p.store->List();
   cr_assert_eq(held.size(), 1u);
   cr_expect(held[0].hash_hi == sum.first && held[0].hash_lo == sum.second, "held under the writer's checksum");
@@ -1814,6 +1827,16 @@ Test(replica_link, a_replica_hashed_as_it_goes_is_checked_at_its_end, .timeout =
       p.writer->Replicate(p.addr, Key{.writer = "writer.a", .ino = 23, .version = 1}, fd, size, 9, &hi, &lo).error(),
       EBADMSG);
   cr_expect_eq(p.store->List().size(), 2u);
+  // The checksum not kept (the writer's metadata store failed): no END, nothing held.
+  p.writer->TestLieAboutChunks(false);
+  hi = lo = 0;
+  cr_expect_eq(p.writer
+                   ->Replicate(p.addr, Key{.writer = "writer.a", .ino = 24, .version = 1}, fd, size, 9, &hi, &lo, "m",
+                               [](uint64_t, uint64_t) { return false; })
+                   .error(),
+               EIO);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // an END sent anyway would be held by now
+  cr_expect_eq(p.store->List().size(), 2u, "held without the writer's checksum kept");
   close(fd);
   close(fd2);
 }
@@ -2098,6 +2121,7 @@ Test(replicator, small_files_and_entries_go_while_a_save_runs, .timeout = 60) {
     versions |= version;
     sent[ino] = {hi, lo};
     told++;
+    return true;
   };
   ports.source = [&](const ckpt::meta::LogEntry& e) -> ckpt::Result<Replicator::Source> {
     const int fd = e.ino == 2 ? small : large;
