@@ -421,9 +421,13 @@ bool Tier::AddSpare(uint64_t bytes, uint64_t headroom, const std::function<bool(
   if (err || closed_ || made == 0) {
     unlinkat(dirfd_, name.c_str(), 0);
     space_cv_.NotifyAll();
-    if (err) LOG_WARN("tier: cannot pre-allocate {} bytes: {}", bytes, strerror(err));
+    if (err && err != spare_err_)
+      LOG_WARN("tier: cannot pre-allocate {} bytes for a spare: {} (not said again until a spare is made)", bytes,
+               strerror(err));
+    if (err) spare_err_ = err;
     return false;
   }
+  spare_err_ = 0;
   used_ += Allocated(st);
   spares_.push_back({name, Allocated(st)});
   space_cv_.NotifyAll();  // a writer waiting for the room it held drops it now

@@ -371,6 +371,7 @@ class Tier {
   // whether a write waits for that room (AddSpare then stops at its next
   // chunk, and Reserve drops what it made).
   uint64_t making_spare_ GUARDED_BY(mu_) = 0;
+  int spare_err_ GUARDED_BY(mu_) = 0;  // AddSpare's last error, logged once until one is made
   bool room_wanted_ GUARDED_BY(mu_) = false;
   bool RoomWanted() EXCLUDES(mu_);
   double warm_seconds_ GUARDED_BY(mu_) = 0;

@@ -213,7 +213,7 @@ void Residency::RefillSpares(bool passthrough) {
     }
     if (available < 2 * min_free + 2 * size) return;
   }
-  if (size == 0 || (first && first_spare_made_.exchange(true))) return;
+  if (size == 0 || (first && first_spare_made_.load())) return;
   constexpr uint64_t kUnit = 2u << 20;  // spares are whole 2 MiB
   const uint64_t budget = tier_->Stats().budget;
   size = (size + kUnit - 1) / kUnit * kUnit;
@@ -255,6 +255,7 @@ void Residency::RefillSpares(bool passthrough) {
     if (s.used + s.reserved + bytes + headroom > s.for_files() && EvictAheadDue(&epoch)) {
       const auto r = evict_(s.used + s.reserved + bytes + headroom - s.for_files(), true, /*spare_kept=*/true);
       MutexLock lk(&mu_);
+      if (r == cache::Tier::Relief::kFreed) spare_skip_ = 0;  // room made: the spare is tried now
       if (r == cache::Tier::Relief::kFreed || epoch != evict_epoch_) {
         evict_backoff_ = 0;  // room made, or a version sealed or persisted meanwhile
       } else {
@@ -263,15 +264,32 @@ void Residency::RefillSpares(bool passthrough) {
       evict_skip_ = evict_backoff_;
     }
   }
-  // Cut short when a save or a load begins: the part made is kept.
-  if (tier_->AddSpare(bytes, headroom, [this] {
-        {
-          MutexLock lk(&mu_);
-          if (writing_files_ > 0) return true;
-        }
-        return Busy(std::chrono::steady_clock::now());
-      }))
+  {
+    MutexLock lk(&mu_);
+    if (spare_skip_ > 0) {  // the tier refused the last one
+      --spare_skip_;
+      return;
+    }
+  }
+  // Cut short when a save, a load or a memory-pressure episode begins (the
+  // watch's thread: a spare still being made is not among those it drops,
+  // and it would go on growing, 32 MiB at a time, while the trainer needs
+  // the memory): the part made is kept (dropped then by the episode's next
+  // reading).
+  const bool made = tier_->AddSpare(bytes, headroom, [this] {
+    if (Busy(std::chrono::steady_clock::now())) return true;
+    MutexLock lk(&mu_);
+    return writing_files_ > 0 || pressure_.active;
+  });
+  if (made) {
     saved_since_spare_.store(false);
+    if (first) first_spare_made_.store(true);
+  }
+  // Refused (the budget has no room for it, /dev/shm is full): asked again
+  // after 1, 2, 4 ... calls; a fresh mount's one spare too, until made.
+  MutexLock lk(&mu_);
+  spare_backoff_ = made ? 0 : std::min(std::max(1u, 2 * spare_backoff_), kEvictBackoffMax);
+  spare_skip_ = spare_backoff_;
 }
 
 bool Residency::EvictAheadDue(uint64_t* epoch) {

@@ -197,6 +197,12 @@ class Residency {
   uint32_t evict_skip_ GUARDED_BY(mu_) = 0;
   uint32_t evict_backoff_ GUARDED_BY(mu_) = 0;
   uint64_t evict_epoch_ GUARDED_BY(mu_) = 0;
+  // A spare the tier refused (no room, or /dev/shm full: ENOSPC) is not
+  // asked for again at each call (each try warms 32 MiB first): the next
+  // `spare_skip_` calls do not; each refusal doubles the gap, up to
+  // kEvictBackoffMax calls; a spare made ends it.
+  uint32_t spare_skip_ GUARDED_BY(mu_) = 0;
+  uint32_t spare_backoff_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckpt::fs

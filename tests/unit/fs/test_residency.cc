@@ -218,6 +218,45 @@ Test(residency, a_spare_being_made_stops_when_a_replication_begins) {
   w.res->set_busy(nullptr);
 }
 
+Test(residency, a_spare_being_made_stops_when_memory_runs_short) {
+  // 512 MiB budget: the fresh mount's spare is a quarter, four 32 MiB
+  // chunks. A memory-pressure episode begins (the watch's thread) after
+  // the first: the rest is not made — it went on growing while the trainer
+  // needed the memory, out of reach of the episode's DropSpares.
+  World w(512 * M);
+  w.res->set_prealloc(Residency::kPreallocAuto);
+  std::atomic<int> asked{0};
+  w.res->set_busy([&] {
+    if (asked.fetch_add(1) == 1) w.res->RelieveMemory(1 * M, 64 * M, "test");
+    return false;
+  });
+  w.res->RefillSpares(true);
+  cr_assert(w.res->MemoryPressure().active, "the episode began while the spare was made");
+  cr_assert_eq(w.tier->Spares().first, 32 * M, "the chunk made before the episode is kept, the rest not made");
+  w.res->set_busy(nullptr);
+}
+
+Test(residency, a_refused_spare_is_asked_for_again_less_often) {
+  // The tier has no room for the fresh mount's spare (16 MiB beside 50 MiB
+  // of files in 64 MiB; likewise a /dev/shm full: ENOSPC): asked again
+  // after 1, 2, 4 ... calls (each try warms pages first), and made once
+  // there is room (it was never asked again: the fresh mount's one spare
+  // counted as made when asked).
+  World w(64 * M);
+  w.res->set_prealloc(Residency::kPreallocAuto);
+  w.Fill(7, 50 * M);
+  for (int i = 0; i < 3; i++) w.res->RefillSpares(true);  // tried at calls 1 and 3
+  cr_assert_eq(w.tier->Spares().first, 0u, "no room");
+  w.tier->Remove(7);
+  int calls = 0;
+  while (w.tier->Spares().first == 0 && calls < 20) {
+    w.res->RefillSpares(true);
+    calls++;
+  }
+  cr_assert_eq(w.tier->Spares().first, 16 * M, "made once there is room");
+  cr_assert_eq(calls, 3, "the two calls after the second refusal skipped");
+}
+
 Test(residency, a_full_budget_evicts_ahead_for_the_next_saves_spare) {
   World w(64 * M);
   w.FullAfterASave();
