@@ -216,13 +216,22 @@ void ReleaseTier(Daemon* d) {
 // files make room, least recently used first, as for a spare — never the
 // last save's files nor the newest --keep-in-memory checkpoints, and only
 // if that covers it. Other members' unpersisted bytes are worth more than
-// this node's copies of what the backend holds.
+// this node's copies of what the backend holds. When that cannot, this
+// node's spares (pages for its next save, nobody's bytes) go: they were
+// left standing, and a holder whose budget was mostly its spare answered
+// WAIT for ever (stop 70, tests/mount/cases/replicas_budget_spares.sh).
 static void MakeRoomForReplicas(Daemon* d) {
   const uint64_t want = d->replica_store->TakeWanted();
   if (want == 0) return;
   cache::TierStats s = d->tier->Stats();
-  if (s.used + s.reserved + want > s.for_files())
-    (void)d->table->Evict(s.used + s.reserved + want - s.for_files(), /*all_or_nothing=*/true, /*spare_kept=*/true);
+  if (s.used + s.reserved + want <= s.for_files()) return;
+  if (d->table->Evict(s.used + s.reserved + want - s.for_files(), /*all_or_nothing=*/true, /*spare_kept=*/true) ==
+      cache::Tier::Relief::kFreed)
+    return;
+  if (const uint64_t spares = d->tier->Spares().first; spares > 0) {
+    d->tier->DropSpares();
+    LOG_INFO("replicas: dropped {} bytes of pre-allocated spares for a replica ({} bytes wanted)", spares, want);
+  }
 }
 
 // This run's incarnation in the cluster: the state dir's random id (made
@@ -288,7 +297,8 @@ static std::string OpenReplicas(Daemon* d) {
   ports.source = [table](const meta::LogEntry& e) -> Result<replica::Replicator::Source> {
     auto src = table->drain_port().ReplicaSource(e);
     if (!src) return Err(src.error());
-    return replica::Replicator::Source{src->ref, src->fd, src->size};
+    return replica::Replicator::Source{src->ref, src->fd, src->size,
+                                       [table, e, s = *src] { return table->drain_port().StagedBytesHeld(e, s); }};
   };
   // An entry recovered at a restart has no exact time: the gate its
   // record names then (from the samples), which a holder takes for it.

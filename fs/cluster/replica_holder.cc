@@ -58,6 +58,9 @@ void Link::Impl::HolderMessage(const std::shared_ptr<Conn>& c, const Msg& m, voi
     case Op::kPut: return Put(c, m);
     case Op::kChunk: return Chunk(c, m, data, len, rndv);
     case Op::kEnd: return End(c, m);
+    case Op::kAbort:  // the writer's bytes are not to be held (sent again later): its room back now
+      LOG_DEBUG("replica link: replica {} given up by node {} before its end", Discard(c, m.req), c->peer_id);
+      return;
     case Op::kDrop: return DropReplica(c, m);
     case Op::kGet: return Get(c, m);
     case Op::kFetch:
@@ -127,6 +130,13 @@ void Link::Impl::Put(const std::shared_ptr<Conn>& c, const Msg& m0) {
 }
 
 void Link::Impl::RefuseReplica(const std::shared_ptr<Conn>& c, uint64_t req, const std::string& why, int err) {
+  const std::string name = Discard(c, req);
+  if (err == EBADMSG) chunks_refused++;  // the peer's bytes, not this holder's trouble
+  LOG_ERROR("replica link: replica {} from node {} ({}) refused: {}", name, c->peer_id, c->addr, why);
+  Reply(*c, req, Op::kRefused, static_cast<uint64_t>(err), why);
+}
+
+std::string Link::Impl::Discard(const std::shared_ptr<Conn>& c, uint64_t req) {
   auto it = c->rx.find(req);
   std::string name = it != c->rx.end() ? it->second->in->held().key.Name() : "?";
   if (it != c->rx.end()) {
@@ -142,9 +152,7 @@ void Link::Impl::RefuseReplica(const std::shared_ptr<Conn>& c, uint64_t req, con
     }
     c->rx.erase(it);
   }
-  if (err == EBADMSG) chunks_refused++;  // the peer's bytes, not this holder's trouble
-  LOG_ERROR("replica link: replica {} from node {} ({}) refused: {}", name, c->peer_id, c->addr, why);
-  Reply(*c, req, Op::kRefused, static_cast<uint64_t>(err), why);
+  return name;
 }
 
 void Link::Impl::Chunk(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv) {

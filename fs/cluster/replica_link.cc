@@ -350,7 +350,10 @@ std::shared_ptr<Conn> Link::Impl::Dial(const std::string& peer, int* err) {
 void Link::Impl::Finish(const std::shared_ptr<Request>& r, Result<uint64_t> res) {
   if (r->finished) return;
   r->finished = true;
-  r->summed = nullptr;
+  if (r->await_sum && !r->sum_told) {
+    r->sum_told = true;
+    r->sum_ready.set_value(false);
+  }
   reqs.erase(r->id);
   r->done.set_value(res);
 }
@@ -434,12 +437,28 @@ void Link::Impl::Pump(Conn& c, const std::shared_ptr<Request>& r) {
       std::tie(r->hash_hi, r->hash_lo) = r->hashing->Finish(r->size);
       end.c = r->hash_hi;
       end.d = r->hash_lo;
-      // Before END: no HELD can come before the caller has the checksum.
-      // On this thread, as Finish: the caller still waits for the answer.
-      if (r->summed && !r->finished && !r->summed(r->hash_hi, r->hash_lo)) return Finish(r, Err(EIO));
+    }
+    // The caller's turn before END: no HELD can come before it kept the
+    // checksum. Its work (a metadata write, a look at the source) is done
+    // on its thread, not this loop's, which serves every peer.
+    if (r->await_sum) {
+      r->sum_told = true;
+      r->sum_ready.set_value(true);
+      return;
     }
     Send(c, end);
   }
+}
+
+void Link::Impl::EndAfterSum(const std::shared_ptr<Request>& r, bool kept) {
+  if (r->finished) return;  // its deadline, its connection, the link's stop
+  auto c = r->conn.lock();
+  if (!c) return Finish(r, Err(ECONNRESET));
+  if (!kept) {  // the holder gives its room back now, not at its idle sweep
+    Send(*c, Msg{.op = Op::kAbort, .req = r->id});
+    return Finish(r, Err(EIO));
+  }
+  Send(*c, Msg{.op = Op::kEnd, .req = r->id, .c = r->hash_hi, .d = r->hash_lo});
 }
 
 void Link::Impl::ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv) {
@@ -780,10 +799,19 @@ Status Link::Replicate(const std::string& peer, const Key& k, int fd, uint64_t s
   if ((r->hash_hi | r->hash_lo) == 0) {
     r->hashing = std::make_unique<backend::ContentHash>();
     if (!r->hashing->ok()) return Err(ENOMEM);
-    r->summed = summed;
+    r->await_sum = static_cast<bool>(summed);
   }
   if (size && (r->src_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) return ErrFromErrno();
-  auto res = impl_->Call(r, peer);
+  std::future<bool> sum_ready;
+  if (r->await_sum) sum_ready = r->sum_ready.get_future();
+  auto done = impl_->Start(r, peer);
+  // Every chunk acknowledged, END not sent: `summed` on this thread, then
+  // END (or, not kept, the request fails EIO) on the loop's.
+  if (sum_ready.valid() && sum_ready.get()) {
+    const bool kept = summed(r->hash_hi, r->hash_lo);
+    impl_->Post([impl = impl_.get(), r, kept] { impl->EndAfterSum(r, kept); });
+  }
+  auto res = done.get();
   if (!res) return Err(res.error());
   if (r->hashing && (r->hash_hi | r->hash_lo) != 0) {  // computed as the chunks went (not when HELD at once)
     *hash_hi = r->hash_hi;
@@ -808,55 +836,6 @@ Result<size_t> Link::Read(const std::string& peer, const Key& k, uint64_t offset
   if (!res) return Err(res.error());
   std::memcpy(buf, r->buf.data(), r->buf.size());
   return r->buf.size();
-}
-
-Status Link::FetchAll(const std::string& peer, const Content& c, int64_t first_timeout_ms,
-                      const std::function<Status(uint64_t, const char*, size_t)>& landed, Ask ask,
-                      std::string* elsewhere) {
-  if (c.Text().size() > kMaxText) return Err(ENAMETOOLONG);
-  const Op op = ask == Ask::kHome ? Op::kFetch : ask == Ask::kDirect ? Op::kFetchDirect : Op::kFetchRelay;
-  struct Piece {
-    std::shared_ptr<Request> r;
-    std::future<Result<uint64_t>> done;
-    std::shared_ptr<char[]> buf;  // also held by the request while its receive may land
-  };
-  std::deque<Piece> q;
-  // Buffers of landed pieces, used again: faulted in once per load, not per piece.
-  std::vector<std::shared_ptr<char[]>> spare;
-  uint64_t next = 0;
-  auto start = [&] {
-    auto r = std::make_shared<Request>();
-    r->kind = Op::kFetch;
-    r->ask_op = op;
-    r->content = c;
-    r->offset = next;
-    r->len = std::min<uint64_t>(kFetchPiece, c.size - next);
-    std::shared_ptr<char[]> buf;
-    if (!spare.empty()) {
-      buf = std::move(spare.back());
-      spare.pop_back();
-    } else {
-      buf.reset(new char[kFetchPiece]);
-    }
-    r->dst = buf.get();
-    r->dst_keep = buf;
-    next += r->len;
-    auto f = impl_->Start(r, peer, next == r->len ? first_timeout_ms : 0);
-    q.push_back(Piece{std::move(r), std::move(f), std::move(buf)});
-  };
-  while (next < c.size && q.size() < kFetchDepth) start();
-  while (!q.empty()) {
-    Piece p = std::move(q.front());
-    q.pop_front();
-    auto res = p.done.get();
-    if (!res && res.error() == EREMOTE && elsewhere) *elsewhere = p.r->elsewhere;
-    if (!res) return Err(res.error());
-    if (*res != p.r->len) return Err(EIO);  // shorter than the asker was told
-    if (auto st = landed(p.r->offset, p.buf.get(), p.r->len); !st) return st;
-    spare.push_back(std::move(p.buf));  // its receive is over: answered
-    if (next < c.size) start();
-  }
-  return {};
 }
 
 Status Link::Drop(const std::string& peer, const Key& k) {

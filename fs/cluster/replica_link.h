@@ -110,12 +110,13 @@ class Link {
   // The same with the content checksum in *hash_hi/*hash_lo, or 0/0: then
   // computed as the chunks go (no pass of its own before the first one),
   // sent with END, and stored there once the holder held it. `summed`, if
-  // set, is called with that checksum on the link's thread once the last
+  // set, is called with that checksum on the calling thread once the last
   // chunk was acknowledged and before END goes, so before the holder can
   // hold the replica (what a writer keeps for a restart's read-back is kept
-  // before any holder counts it: sent_sums.h); it must not call the link.
-  // It returns false when it could not keep it: then no END goes, and the
-  // call fails EIO (the holder holds nothing).
+  // before any holder counts it: sent_sums.h). It returns false when the
+  // bytes sent are not to be held (the checksum not kept, the source
+  // changed under the transfer): then no END goes, and the call fails EIO
+  // (the holder holds nothing).
   Status Replicate(const std::string& peer, const Key& k, int fd, uint64_t size, uint64_t gate_us, uint64_t* hash_hi,
                    uint64_t* hash_lo, const std::string& meta = {},
                    const std::function<bool(uint64_t hi, uint64_t lo)>& summed = {});

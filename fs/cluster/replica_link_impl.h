@@ -75,9 +75,11 @@ struct Request {
   std::string meta;
   uint64_t next = 0;  // offset of the next chunk to send
   // Replicate without a checksum: computed here as the chunks go, in order,
-  // and sent with END (null when the PUT carried it); `summed` told it first.
+  // and sent with END (null when the PUT carried it). With `await_sum`, END
+  // waits for the caller, told by `sum_ready` (false: finished without it).
   std::unique_ptr<backend::ContentHash> hashing;
-  std::function<bool(uint64_t, uint64_t)> summed;
+  bool await_sum = false, sum_told = false;
+  std::promise<bool> sum_ready;
   int inflight = 0, sent = 0;
   bool ended = false, accepted = false;
   Content content;         // Fetch
@@ -222,11 +224,10 @@ struct Link::Impl {
 
   // ---- client requests ----
   void Finish(const std::shared_ptr<Request>& r, Result<uint64_t> res);
-
   void StartRequest(const std::shared_ptr<Request>& r, const std::string& peer);
-
   void Begin(Conn& c, const std::shared_ptr<Request>& r);
   void Pump(Conn& c, const std::shared_ptr<Request>& r);
+  void EndAfterSum(const std::shared_ptr<Request>& r, bool kept);  // the caller's answer to sum_ready
 
   void ClientMessage(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv);
 
@@ -245,9 +246,8 @@ struct Link::Impl {
   std::optional<Key> OwnKey(Conn& c, const Msg& m);
 
   void Put(const std::shared_ptr<Conn>& c, const Msg& m);
-
   void RefuseReplica(const std::shared_ptr<Conn>& c, uint64_t req, const std::string& why, int err = EBADMSG);
-
+  std::string Discard(const std::shared_ptr<Conn>& c, uint64_t req);  // the receive's key name, or "?"
   void Chunk(const std::shared_ptr<Conn>& c, const Msg& m, void* data, size_t len, bool rndv);
 
   int HashLanded(Rx& rx);

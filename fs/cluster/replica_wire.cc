@@ -50,6 +50,7 @@ bool KnownOp(uint16_t op) {
     case Op::kHeld:
     case Op::kWait:
     case Op::kRefused:
+    case Op::kAbort:
     case Op::kDrop:
     case Op::kDropped:
     case Op::kGet:

@@ -50,6 +50,7 @@ enum class Op : uint16_t {
   kHeld = 15,      // the replica is whole, checked and kept
   kWait = 16,      // no room at the holder now: try later (the writer's file stays in RAM)
   kRefused = 17,   // text = why; the request is over, nothing of it is kept
+  kAbort = 18,     // client → holder: a PUT given up before its END; nothing of it is kept (no answer)
   kDrop = 20,      // text = key: the writer persisted it
   kDropped = 21,
   kGet = 22,          // text = key; a = offset, b = length, c = the writer's incarnation (0: any)

@@ -412,16 +412,30 @@ bool Replicator::Send(const Item& it) {
       if (static_cast<int>(held_[v].size()) >= k_) break;
       if (std::find(held_[v].begin(), held_[v].end(), addr) != held_[v].end()) continue;
     }
-    // The checksum is told before END goes (on the link's thread, while
-    // this one waits), so before the holder can hold the copy: a process
-    // killed right after HELD has it kept (FAILPOINT below); not kept, no
-    // END goes and the version is sent again later. Told once a version: a
-    // holder after a refusing one hashes again, the same sum.
+    // Once every chunk of a transfer that computes the checksum (the first
+    // holder's) went, before its END: the source is asked whether it still
+    // holds the version (a writer that began to change a live tier file
+    // copied the version aside: what went may be torn; the holders after
+    // the first check the bytes against this checksum), and the checksum
+    // is kept, so before the holder can hold the copy: a process killed
+    // right after HELD has it (FAILPOINT below). Either not so, no END
+    // goes, and the version is sent again later (from its copy). Told once
+    // a version: a holder after a refusing one hashes again, the same sum.
+    bool changed = false;
     std::function<bool(uint64_t, uint64_t)> summed;
-    if (!entry && !told_sum && ports_.sent)
-      summed = [&](uint64_t hi, uint64_t lo) { return told_sum = ports_.sent(it.e.ino, it.e.version, hi, lo); };
+    if (!entry)
+      summed = [&](uint64_t hi, uint64_t lo) {
+        if (src->unchanged && !src->unchanged()) return !(changed = true);
+        if (told_sum || !ports_.sent) return true;
+        return told_sum = ports_.sent(it.e.ino, it.e.version, hi, lo);
+      };
     auto st = link_->Replicate(addr, key, src->fd, src->size, static_cast<uint64_t>(std::max<int64_t>(gate, 0)),
                                &sum_hi, &sum_lo, meta, summed);
+    if (changed) {
+      LOG_DEBUG("replicas: ino {} version {} ({}) copied aside while it was sent; sent again", v.first, v.second,
+                it.e.path);
+      return false;
+    }
     if (st) {
       if (!entry) FAILPOINT("replica.held");
       const bool same = peers_->SameGroup(node, node_);

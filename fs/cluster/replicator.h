@@ -133,6 +133,11 @@ class Replicator {
     std::shared_ptr<const void> keep;
     int fd = -1;
     uint64_t size = 0;
+    // Whether `fd` still holds the version's bytes, asked once they all
+    // went to the first holder, before its END (a live tier file a writer
+    // began to change meanwhile, its version copied aside: what went may
+    // be torn). Unset: always.
+    std::function<bool()> unchanged;
   };
   struct Ports {
     // The version an entry names. ESTALE or ENODATA: superseded or gone

@@ -1837,6 +1837,13 @@ Test(replica_link, a_replica_hashed_as_it_goes_is_checked_at_its_end, .timeout =
                EIO);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // an END sent anyway would be held by now
   cr_expect_eq(p.store->List().size(), 2u, "held without the writer's checksum kept");
+  // The holder was told (ABORT): its receive is gone now, not at its idle
+  // sweep, so the same replica sent again at once is taken (EBUSY before).
+  hi = lo = 0;
+  auto again = p.writer->Replicate(p.addr, Key{.writer = "writer.a", .ino = 24, .version = 1}, fd, size, 9, &hi, &lo,
+                                   "m", [](uint64_t, uint64_t) { return true; });
+  cr_expect(again.has_value(), "sent again: %s", again ? "" : ckpt::ErrStr(again.error()).c_str());
+  cr_expect_eq(p.store->List().size(), 3u);
   close(fd);
   close(fd2);
 }
@@ -2155,6 +2162,44 @@ Test(replicator, small_files_and_entries_go_while_a_save_runs, .timeout = 60) {
   }
   close(small);
   close(large);
+}
+
+// A live tier file a writer began to change while it was sent (its
+// version copied aside): what went may be torn, so no END goes (the source
+// is asked before it) and the version is sent again; its checksum is kept
+// once, by the transfer that is held.
+Test(replicator, a_source_changed_under_its_transfer_is_sent_again, .timeout = 60) {
+  Pair p(64 << 20);
+  std::pair<uint64_t, uint64_t> sum;
+  const int fd = MakeFile(p.dir + "/f", 3 << 20, 3, &sum);
+  std::atomic<int> asked{0}, told{0};
+  std::mutex mu;
+  std::pair<uint64_t, uint64_t> kept{0, 0};
+  Replicator::Ports ports;
+  ports.sent = [&](uint64_t, uint64_t, uint64_t hi, uint64_t lo) {
+    std::lock_guard l(mu);
+    kept = {hi, lo};
+    told++;
+    return true;
+  };
+  ports.source = [&](const ckpt::meta::LogEntry&) -> ckpt::Result<Replicator::Source> {
+    return Replicator::Source{nullptr, fd, 3 << 20, [&] { return asked.fetch_add(1) > 0; }};
+  };
+  ports.gate_us = [](uint64_t seq) { return static_cast<int64_t>(1000 + seq); };
+  Peers peers(nullptr, "writer.a", "");
+  peers.SetMembersForTest({{"writer.a", ""}, {"holder-1", p.addr}});
+  Replicator r("writer.a", 1, p.writer.get(), &peers, ports);
+  r.Start();
+  using ckpt::meta::LogEntry;
+  r.Observe({LogEntry{.seq = 1, .op = ckpt::meta::LogOp::kPersist, .ino = 3, .version = 1, .path = "f"}});
+  cr_expect(WaitFor([&] { return r.Replicated(3, 1); }, 20000), "sent again, and held");
+  r.Stop();
+  cr_expect_eq(asked.load(), 2, "asked once a transfer, before its END");
+  cr_expect_eq(told.load(), 1, "the checksum kept by the transfer held, not by the one given up");
+  std::lock_guard l(mu);
+  cr_expect(kept == sum);
+  cr_expect_eq(p.store->List().size(), 1u);
+  close(fd);
 }
 
 // The drain holds at a refused entry (-o on_refusal=hold): OpLog answers
