@@ -424,7 +424,7 @@ bool Tier::AddSpare(uint64_t bytes, uint64_t headroom, const std::function<bool(
     if (err && err != spare_err_)
       LOG_WARN("tier: cannot pre-allocate {} bytes for a spare: {} (not said again until a spare is made)", bytes,
                strerror(err));
-    if (err) spare_err_ = err;
+    if (err) spare_err_ = err, spare_failures_++;
     return false;
   }
   spare_err_ = 0;
@@ -437,6 +437,11 @@ bool Tier::AddSpare(uint64_t bytes, uint64_t headroom, const std::function<bool(
 bool Tier::RoomWanted() {
   MutexLock lk(&mu_);
   return room_wanted_;
+}
+
+std::pair<uint64_t, int> Tier::SpareFailures() {
+  MutexLock lk(&mu_);
+  return {spare_failures_, spare_err_};
 }
 
 std::pair<uint64_t, double> Tier::SpareWarmth() {

@@ -167,6 +167,10 @@ class Tier {
   static void WarmPages(uint64_t bytes);
   // What making spares cost so far: bytes warmed and seconds spent.
   std::pair<uint64_t, double> SpareWarmth();
+  // AddSpare's tries that failed with an error (not a refusal for want of
+  // room in the budget: that costs nothing), and the last error (0 once a
+  // spare was made since).
+  std::pair<uint64_t, int> SpareFailures();
   // Puts the smallest spare of at least `want` bytes (else the largest)
   // under the inode's name, replacing its file, which must be unpinned (a
   // new version: O_TRUNC). False if there is none (or the file is pinned).
@@ -372,6 +376,7 @@ class Tier {
   // chunk, and Reserve drops what it made).
   uint64_t making_spare_ GUARDED_BY(mu_) = 0;
   int spare_err_ GUARDED_BY(mu_) = 0;  // AddSpare's last error, logged once until one is made
+  uint64_t spare_failures_ GUARDED_BY(mu_) = 0;
   bool room_wanted_ GUARDED_BY(mu_) = false;
   bool RoomWanted() EXCLUDES(mu_);
   double warm_seconds_ GUARDED_BY(mu_) = 0;

@@ -22,9 +22,10 @@
 //   takeover.published    a holder published a dead writer's file to the
 //                         backend, its replica not yet marked published nor
 //                         its claim marked done
-//   replica.held          a writer's first holder of a file's version answered
-//                         HELD; nothing after it done (its checksum for a
-//                         restart's read-back must be kept already)
+//   replica.held          a holder of a writer's file version answered HELD
+//                         (each holder's HELD is a hit); nothing after it
+//                         done (its checksum for a restart's read-back must
+//                         be kept already)
 //   takeover.gave_up      a holder gave a dead writer's entry up and dropped
 //                         its replica; its mark (with the entry's names) may
 //                         not be in etcd yet

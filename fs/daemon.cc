@@ -228,6 +228,9 @@ static void MakeRoomForReplicas(Daemon* d) {
   if (d->table->Evict(s.used + s.reserved + want - s.for_files(), /*all_or_nothing=*/true, /*spare_kept=*/true) ==
       cache::Tier::Relief::kFreed)
     return;
+  // Held first: made again within 50 ms, they took the room back before
+  // the writer's next try (0.5-5 s), WAIT after WAIT (review, stop 70).
+  d->table->core().residency.HoldSpares(std::chrono::seconds(10));
   if (const uint64_t spares = d->tier->Spares().first; spares > 0) {
     d->tier->DropSpares();
     LOG_INFO("replicas: dropped {} bytes of pre-allocated spares for a replica ({} bytes wanted)", spares, want);

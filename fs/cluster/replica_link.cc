@@ -350,9 +350,9 @@ std::shared_ptr<Conn> Link::Impl::Dial(const std::string& peer, int* err) {
 void Link::Impl::Finish(const std::shared_ptr<Request>& r, Result<uint64_t> res) {
   if (r->finished) return;
   r->finished = true;
-  if (r->await_sum && !r->sum_told) {
+  if (r->sum_ready && !r->sum_told) {
     r->sum_told = true;
-    r->sum_ready.set_value(false);
+    r->sum_ready->set_value(false);
   }
   reqs.erase(r->id);
   r->done.set_value(res);
@@ -441,9 +441,9 @@ void Link::Impl::Pump(Conn& c, const std::shared_ptr<Request>& r) {
     // The caller's turn before END: no HELD can come before it kept the
     // checksum. Its work (a metadata write, a look at the source) is done
     // on its thread, not this loop's, which serves every peer.
-    if (r->await_sum) {
+    if (r->sum_ready) {
       r->sum_told = true;
-      r->sum_ready.set_value(true);
+      r->sum_ready->set_value(true);
       return;
     }
     Send(c, end);
@@ -458,6 +458,7 @@ void Link::Impl::EndAfterSum(const std::shared_ptr<Request>& r, bool kept) {
     Send(*c, Msg{.op = Op::kAbort, .req = r->id});
     return Finish(r, Err(EIO));
   }
+  r->deadline = Clock::now() + r->timeout;  // the caller's time is not the holder's
   Send(*c, Msg{.op = Op::kEnd, .req = r->id, .c = r->hash_hi, .d = r->hash_lo});
 }
 
@@ -799,11 +800,11 @@ Status Link::Replicate(const std::string& peer, const Key& k, int fd, uint64_t s
   if ((r->hash_hi | r->hash_lo) == 0) {
     r->hashing = std::make_unique<backend::ContentHash>();
     if (!r->hashing->ok()) return Err(ENOMEM);
-    r->await_sum = static_cast<bool>(summed);
+    if (summed) r->sum_ready.emplace();
   }
   if (size && (r->src_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) return ErrFromErrno();
   std::future<bool> sum_ready;
-  if (r->await_sum) sum_ready = r->sum_ready.get_future();
+  if (r->sum_ready) sum_ready = r->sum_ready->get_future();
   auto done = impl_->Start(r, peer);
   // Every chunk acknowledged, END not sent: `summed` on this thread, then
   // END (or, not kept, the request fails EIO) on the loop's.

@@ -75,11 +75,11 @@ struct Request {
   std::string meta;
   uint64_t next = 0;  // offset of the next chunk to send
   // Replicate without a checksum: computed here as the chunks go, in order,
-  // and sent with END (null when the PUT carried it). With `await_sum`, END
-  // waits for the caller, told by `sum_ready` (false: finished without it).
+  // and sent with END (null when the PUT carried it). With `sum_ready`, END
+  // waits for the caller, told by it (false: finished without it).
   std::unique_ptr<backend::ContentHash> hashing;
-  bool await_sum = false, sum_told = false;
-  std::promise<bool> sum_ready;
+  std::optional<std::promise<bool>> sum_ready;
+  bool sum_told = false;
   int inflight = 0, sent = 0;
   bool ended = false, accepted = false;
   Content content;         // Fetch

@@ -421,13 +421,17 @@ bool Replicator::Send(const Item& it) {
     // right after HELD has it (FAILPOINT below). Either not so, no END
     // goes, and the version is sent again later (from its copy). Told once
     // a version: a holder after a refusing one hashes again, the same sum.
-    bool changed = false;
+    // Not so: this version waits for its next try (not the next member:
+    // neither is the holder's doing).
+    bool changed = false, not_kept = false;
     std::function<bool(uint64_t, uint64_t)> summed;
     if (!entry)
       summed = [&](uint64_t hi, uint64_t lo) {
         if (src->unchanged && !src->unchanged()) return !(changed = true);
         if (told_sum || !ports_.sent) return true;
-        return told_sum = ports_.sent(it.e.ino, it.e.version, hi, lo);
+        told_sum = ports_.sent(it.e.ino, it.e.version, hi, lo);
+        not_kept = !told_sum;  // logged by the port
+        return told_sum;
       };
     auto st = link_->Replicate(addr, key, src->fd, src->size, static_cast<uint64_t>(std::max<int64_t>(gate, 0)),
                                &sum_hi, &sum_lo, meta, summed);
@@ -436,6 +440,7 @@ bool Replicator::Send(const Item& it) {
                 it.e.path);
       return false;
     }
+    if (not_kept) return false;
     if (st) {
       if (!entry) FAILPOINT("replica.held");
       const bool same = peers_->SameGroup(node, node_);

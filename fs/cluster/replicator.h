@@ -166,8 +166,8 @@ class Replicator {
     std::function<void()> observed;
     // The content checksum sent with ino@version's replicas (a file's, not
     // an entry's), once a version's chunks all reached its first holder and
-    // before END goes, so before any holder holds it (on the link's thread,
-    // while the replicator's waits; told once a version, even when that
+    // before END goes, so before any holder holds it (on the replicator's
+    // thread, the link holding END back; told once a version, even when that
     // holder then refuses it; false: not kept, and no holder gets the
     // version now); and the version's replicas dropped once persisted (on
     // the replicator's thread). sent_sums.h keeps it for a restart's

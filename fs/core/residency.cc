@@ -160,8 +160,9 @@ void Residency::RefillSpares(bool passthrough) {
   bool first;
   {
     MutexLock lk(&mu_);
-    // No memory claimed ahead while the machine is short of it.
-    if (pressure_.active) return;
+    // No memory claimed ahead while the machine is short of it, nor while
+    // a replica needs the room (HoldSpares).
+    if (pressure_.active || std::chrono::steady_clock::now() < spares_held_until_) return;
     // Never beside a save, whichever path it takes, nor in the gap between
     // two files of one save (64 shards): only after a quiet second — or at
     // once when the tier just gave pages back (a trainer removing its
@@ -276,20 +277,29 @@ void Residency::RefillSpares(bool passthrough) {
   // and it would go on growing, 32 MiB at a time, while the trainer needs
   // the memory): the part made is kept (dropped then by the episode's next
   // reading).
+  const uint64_t failures = tier_->SpareFailures().first;
   const bool made = tier_->AddSpare(bytes, headroom, [this] {
-    if (Busy(std::chrono::steady_clock::now())) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (Busy(now)) return true;
     MutexLock lk(&mu_);
-    return writing_files_ > 0 || pressure_.active;
+    return writing_files_ > 0 || pressure_.active || now < spares_held_until_;
   });
   if (made) {
     saved_since_spare_.store(false);
     if (first) first_spare_made_.store(true);
   }
-  // Refused (the budget has no room for it, /dev/shm is full): asked again
-  // after 1, 2, 4 ... calls; a fresh mount's one spare too, until made.
+  // Failed (/dev/shm full): asked again after 1, 2, 4 ... calls. Refused
+  // for room, or made: at the next call. A fresh mount's one spare too,
+  // until made.
+  const bool failed = tier_->SpareFailures().first > failures;
   MutexLock lk(&mu_);
-  spare_backoff_ = made ? 0 : std::min(std::max(1u, 2 * spare_backoff_), kEvictBackoffMax);
+  spare_backoff_ = failed ? std::min(std::max(1u, 2 * spare_backoff_), kEvictBackoffMax) : 0;
   spare_skip_ = spare_backoff_;
+}
+
+void Residency::HoldSpares(std::chrono::milliseconds d) {
+  MutexLock lk(&mu_);
+  spares_held_until_ = std::max(spares_held_until_, std::chrono::steady_clock::now() + d);
 }
 
 bool Residency::EvictAheadDue(uint64_t* epoch) {

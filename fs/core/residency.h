@@ -99,6 +99,10 @@ class Residency {
   // spare gets pages the host took back (stop 50: the next save with
   // replicas 2.2x the one without). May be set at any time.
   void set_busy(std::function<bool()> busy) EXCLUDES(mu_);
+  // No spare made (one being made stops) for `d`: another member's replica
+  // needs the room its spares were dropped for (MakeRoomForReplicas); the
+  // spare thread would make them again before the writer's next try.
+  void HoldSpares(std::chrono::milliseconds d) EXCLUDES(mu_);
   // An O_TRUNC writer through passthrough: spares are worth their memory.
   void TruncWriterSeen();
   // A version of `bytes` sealed (this save's bytes, the largest file).
@@ -197,12 +201,15 @@ class Residency {
   uint32_t evict_skip_ GUARDED_BY(mu_) = 0;
   uint32_t evict_backoff_ GUARDED_BY(mu_) = 0;
   uint64_t evict_epoch_ GUARDED_BY(mu_) = 0;
-  // A spare the tier refused (no room, or /dev/shm full: ENOSPC) is not
-  // asked for again at each call (each try warms 32 MiB first): the next
-  // `spare_skip_` calls do not; each refusal doubles the gap, up to
-  // kEvictBackoffMax calls; a spare made ends it.
+  // A spare the tier failed to make (an error: /dev/shm full, ENOSPC) is
+  // not asked for again at each call (each try warms 32 MiB first): the
+  // next `spare_skip_` calls do not; each failure doubles the gap, up to
+  // kEvictBackoffMax calls; a spare made ends it. A refusal for want of
+  // room in the budget costs nothing and sets no gap (a save's spare must
+  // not wait past the trainer's removal of its old checkpoint).
   uint32_t spare_skip_ GUARDED_BY(mu_) = 0;
   uint32_t spare_backoff_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point spares_held_until_ GUARDED_BY(mu_){};  // HoldSpares
 };
 
 }  // namespace ckpt::fs
