@@ -424,7 +424,10 @@ bool Tier::AddSpare(uint64_t bytes, uint64_t headroom, const std::function<bool(
     if (err && err != spare_err_)
       LOG_WARN("tier: cannot pre-allocate {} bytes for a spare: {} (not said again until a spare is made)", bytes,
                strerror(err));
-    if (err) spare_err_ = err, spare_failures_++;
+    if (err) {
+      spare_err_ = err;
+      spare_failures_++;
+    }
     return false;
   }
   spare_err_ = 0;

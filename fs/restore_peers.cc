@@ -101,6 +101,10 @@ static std::string Restore(Daemon* d) {
     // told by its incarnation; a size alone said "no copy", and the bad one
     // stayed).
     bool sum_bad = false;
+    auto other_size = [&] {
+      sum_bad = sent.has_value();
+      return sum_bad ? EBADMSG : ESTALE;
+    };
     auto read_back = [&](const std::string& addr, int fd) -> int {
       sum_bad = false;
       std::vector<char> buf(std::min<uint64_t>(std::max<uint64_t>(size, 1), 8 << 20));
@@ -109,10 +113,7 @@ static std::string Restore(Daemon* d) {
       for (uint64_t off = 0; off < size;) {
         auto got = d->replica_link->Read(addr, key, off, buf.data(), std::min<uint64_t>(buf.size(), size - off), run);
         if (!got) return got.error();
-        if (*got == 0) {  // shorter than the version sealed: another version, or changed
-          sum_bad = sent.has_value();
-          return sum_bad ? EBADMSG : ESTALE;
-        }
+        if (*got == 0) return other_size();  // shorter than the version sealed
         if (int e = PwriteFull(fd, buf.data(), *got, off); e != 0) return e;
         if (sent) hash.Update(off, buf.data(), *got);
         off += *got;
@@ -120,10 +121,7 @@ static std::string Restore(Daemon* d) {
       char more;  // longer than the version sealed: another version under the name
       auto tail = d->replica_link->Read(addr, key, size, &more, 1, run);
       if (!tail) return tail.error();
-      if (*tail != 0) {
-        sum_bad = sent.has_value();
-        return sum_bad ? EBADMSG : ESTALE;
-      }
+      if (*tail != 0) return other_size();
       sum_bad = sent && hash.Finish(size) != *sent;
       return sum_bad ? EBADMSG : 0;
     };

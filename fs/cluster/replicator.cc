@@ -419,10 +419,9 @@ bool Replicator::Send(const Item& it) {
     // the first check the bytes against this checksum), and the checksum
     // is kept, so before the holder can hold the copy: a process killed
     // right after HELD has it (FAILPOINT below). Either not so, no END
-    // goes, and the version is sent again later (from its copy). Told once
-    // a version: a holder after a refusing one hashes again, the same sum.
-    // Not so: this version waits for its next try (not the next member:
-    // neither is the holder's doing).
+    // goes, and the version waits for its next try (from its copy; not the
+    // next member: neither is the holder's doing). Told once a version: a
+    // holder after a refusing one hashes again, the same sum.
     bool changed = false, not_kept = false;
     std::function<bool(uint64_t, uint64_t)> summed;
     if (!entry)

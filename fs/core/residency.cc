@@ -256,7 +256,7 @@ void Residency::RefillSpares(bool passthrough) {
     if (s.used + s.reserved + bytes + headroom > s.for_files() && EvictAheadDue(&epoch)) {
       const auto r = evict_(s.used + s.reserved + bytes + headroom - s.for_files(), true, /*spare_kept=*/true);
       MutexLock lk(&mu_);
-      if (r == cache::Tier::Relief::kFreed) spare_skip_ = 0;  // room made: the spare is tried now
+      if (r == cache::Tier::Relief::kFreed) spare_skip_ = 0;  // pages freed: a failed spare is tried now
       if (r == cache::Tier::Relief::kFreed || epoch != evict_epoch_) {
         evict_backoff_ = 0;  // room made, or a version sealed or persisted meanwhile
       } else {
@@ -267,7 +267,7 @@ void Residency::RefillSpares(bool passthrough) {
   }
   {
     MutexLock lk(&mu_);
-    if (spare_skip_ > 0) {  // the tier refused the last one
+    if (spare_skip_ > 0) {  // the last one failed with an error (SpareFailures)
       --spare_skip_;
       return;
     }
