@@ -452,7 +452,7 @@ std::pair<uint64_t, double> Tier::SpareWarmth() {
   return {warmed_bytes_, warm_seconds_};
 }
 
-bool Tier::AdoptSpare(uint64_t ino, uint64_t want) {
+Result<int> Tier::AdoptSpare(uint64_t ino, uint64_t want) {
   MutexLock lk(&mu_);
   // The smallest that holds `want`, else the largest (part of the file
   // still lands in allocated pages).
@@ -462,21 +462,25 @@ bool Tier::AdoptSpare(uint64_t ino, uint64_t want) {
   if (best == spares_.end())
     for (auto it = spares_.begin(); it != spares_.end(); ++it)
       if (best == spares_.end() || it->bytes > best->bytes) best = it;
-  if (best == spares_.end()) return false;
+  if (best == spares_.end()) return Err(ENOENT);
   auto cur = files_.find(ino);
-  if (cur != files_.end() && cur->second.pins > 0) return false;
-  const std::string live = NameOf(ino);
-  if (renameat(dirfd_, best->name.c_str(), dirfd_, live.c_str()) != 0) {
-    LOG_WARN("tier: cannot use a pre-allocated file for ino {}: {}", ino, strerror(errno));
-    return false;
+  if (cur != files_.end() && cur->second.pins > 0) return Err(EBUSY);
+  // Opened before it replaces the file: a descriptor the process cannot
+  // get (EMFILE) leaves the old file where it was.
+  int fd = OpenAt(best->name, O_RDWR);
+  if (fd < 0 || renameat(dirfd_, best->name.c_str(), dirfd_, NameOf(ino).c_str()) != 0) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    LOG_WARN("tier: cannot use a pre-allocated file for ino {}: {}", ino, strerror(e));
+    return Err(e);
   }
   File& f = files_[ino];
   used_ -= f.charged;  // the file it replaced is gone (a reader's descriptor keeps its bytes)
-  f.fd = nullptr;
-  f.pins = 0;
+  f.fd = std::make_shared<const FdHolder>(fd);
+  f.pins = 1;
   f.charged = best->bytes;
   spares_.erase(best);
-  return true;
+  return fd;
 }
 
 void Tier::TrimBeyondEof(uint64_t ino) {
@@ -504,6 +508,20 @@ void Tier::DropSpares() {
   }
   if (!spares_.empty()) space_cv_.NotifyAll();
   spares_.clear();
+}
+
+uint64_t Tier::Charged(uint64_t ino) {
+  MutexLock lk(&mu_);
+  auto it = files_.find(ino);
+  return it == files_.end() ? 0 : it->second.charged;
+}
+
+uint64_t Tier::FileSize(uint64_t ino) {
+  MutexLock lk(&mu_);
+  auto it = files_.find(ino);
+  struct stat st;
+  if (it == files_.end() || !it->second.fd || fstat(it->second.fd->fd, &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_size);
 }
 
 std::pair<uint64_t, size_t> Tier::Spares() {

@@ -173,13 +173,20 @@ class Tier {
   std::pair<uint64_t, int> SpareFailures();
   // Puts the smallest spare of at least `want` bytes (else the largest)
   // under the inode's name, replacing its file, which must be unpinned (a
-  // new version: O_TRUNC). False if there is none (or the file is pinned).
-  bool AdoptSpare(uint64_t ino, uint64_t want);
+  // new version: O_TRUNC), and pins it, as Pin does: its descriptor.
+  // ENOENT if there is no spare, EBUSY if the file is pinned, or the error
+  // of opening the spare: then nothing changed (the old file is still
+  // there: an open that cannot pin it must not leave it emptied).
+  [[nodiscard]] Result<int> AdoptSpare(uint64_t ino, uint64_t want);
   // Frees the pages of the inode's file beyond its end (a spare's unused
   // part) and recounts its charge.
   void TrimBeyondEof(uint64_t ino);
   // Drops every spare (their pages go back to the budget).
   void DropSpares();
+  // The bytes the budget counts for the inode's file (0 if it has none).
+  uint64_t Charged(uint64_t ino) EXCLUDES(mu_);
+  // The size of the inode's file if it is open (pinned), else 0.
+  uint64_t FileSize(uint64_t ino) EXCLUDES(mu_);
   // Bytes held by spares, and how many there are.
   std::pair<uint64_t, size_t> Spares();
   // When Remove last gave pages back (a file of at least kFreedNoted

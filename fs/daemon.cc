@@ -723,7 +723,7 @@ int RunDaemon(Config cfg, int report_fd, const std::vector<std::string>& warning
     while (!stop_watch.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       try {
-        if (d->table->core().passthrough.Opens().second == 0) d->table->RefillSpares();
+        d->table->RefillSpares();  // not beside a writer that is writing (Residency::WritersIdle)
       } catch (const std::exception& e) {
         LOG_ERROR("internal error in the spare maker: {}", e.what());
       }

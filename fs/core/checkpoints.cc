@@ -9,6 +9,7 @@
 // memory-only checkpoint for the backend.
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <unordered_set>
 
 #include "fs/core/core_impl.h"
@@ -128,9 +129,17 @@ uint64_t CheckpointCatalog::Of(const Namespace& ns, const Inode* n) {
 
 uint64_t CheckpointCatalog::KeptFrom(const Namespace& ns) {
   if (policy_.keep_in_memory == 0) return 0;
+  std::set<uint64_t> with_files, being_written;
+  for (auto& [ino, n] : ns.all()) {
+    if (n->is_dir() || n->rec.nlink == 0) continue;
+    const uint64_t ord = Of(ns, n.get());
+    if (ord == 0) continue;
+    with_files.insert(ord);
+    if (n->writers > 0 || n->data_gen != n->sealed_gen) being_written.insert(ord);
+  }
   std::vector<uint64_t> ords;
-  for (auto& [ino, n] : ns.all())
-    if (n->rec.ckpt_ord > 0 && n->rec.nlink > 0) ords.push_back(n->rec.ckpt_ord);
+  for (uint64_t ord : with_files)
+    if (!being_written.contains(ord)) ords.push_back(ord);
   if (ords.empty()) return 0;
   const size_t k = std::min<size_t>(ords.size(), policy_.keep_in_memory);
   std::nth_element(ords.begin(), ords.begin() + static_cast<std::ptrdiff_t>(k - 1), ords.end(), std::greater<>());

@@ -97,7 +97,10 @@ class CheckpointCatalog {
   }
   // The number of the checkpoint holding `n` (0: none), walking up.
   uint64_t Of(const Namespace& ns, const Inode* n) REQUIRES(ns.mu());
-  // The newest `keep_in_memory` checkpoints' numbers are >= this (0: none kept).
+  // The newest `keep_in_memory` complete checkpoints' numbers are >= this
+  // (0: none kept). Complete: it holds a file and none is being written.
+  // One being saved is not counted, so it never displaces the last one a
+  // restart would load (it is newer, and >= this: kept as well).
   uint64_t KeptFrom(const Namespace& ns) REQUIRES(ns.mu());
 
   // Every checkpoint whose name matches `pattern` (or that is numbered),

@@ -198,9 +198,12 @@ Result<OpenResult> InodeTable::OpenLocked(Inode* n, int flags, bool pt) {
   }
   // A new version written by the kernel goes into pre-allocated pages
   // (an empty spare file replaces the old one: no truncate needed).
-  bool adopted = pt && trunc && n->opens == 0 && core_.residency.prealloc() > 0 &&
-                 core_.tier()->AdoptSpare(ino, std::max(n->rec.sealed_size, core_.residency.LargestSealed()));
-  auto fd = core_.tier()->Pin(ino, true);
+  // Adopted and pinned at once: if it cannot be pinned the old file stays.
+  Result<int> fd = Err(ENOENT);
+  if (pt && trunc && n->opens == 0 && core_.residency.prealloc() > 0)
+    fd = core_.tier()->AdoptSpare(ino, std::max(n->rec.sealed_size, core_.residency.LargestSealed()));
+  const bool adopted = fd.has_value();
+  if (!adopted) fd = core_.tier()->Pin(ino, true);
   if (!fd) return Err(fd.error());
   if (trunc && (n->rec.size != 0 || was_remote || adopted)) {
     if (auto st = adopted ? Status{} : core_.tier()->Truncate(ino, 0); !st) {
@@ -284,6 +287,7 @@ Result<size_t> InodeTable::Write(uint64_t ino, uint64_t off, size_t len, const s
   // The tier may wait for space here: never under the namespace lock.
   auto n = core_.tier()->Write(ino, off, len, fn, wait, deadline);
   if (!n) return n;
+  core_.residency.Wrote(*n);
   MutexLock lk(&mu());
   Inode* node = core_.Find(ino);
   if (!node) return n;

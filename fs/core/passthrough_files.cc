@@ -21,10 +21,11 @@ Status PassthroughFiles::Start(Inode* n, int flags) {
   n->pt_opens++;
   if ((flags & O_ACCMODE) == O_RDWR) n->pt_rdwr++;
   const bool first_writer = writable && n->pt_writers++ == 0;
+  const uint64_t expected = first_writer ? Expected(n) : 0;
   {
     MutexLock lk(&mu_);
     handles_++;
-    if (first_writer) writing_.insert(ino);
+    if (first_writer) writing_[ino] = expected;
   }
   if (first_writer) {
     auto st = tier_->Refresh(ino);
@@ -63,9 +64,23 @@ bool PassthroughFiles::Room(const Inode* n, bool trunc, uint64_t max_file_size) 
   return expected > 0 && expected <= max_file_size && Shortfall(n, trunc) == 0;
 }
 
+uint64_t PassthroughFiles::Expected(const Inode* n) const {
+  return std::max(n->rec.sealed_size, residency_->ExpectedSize());
+}
+
 uint64_t PassthroughFiles::Shortfall(const Inode* n, bool trunc) const {
+  std::map<uint64_t, uint64_t> others;
+  {
+    MutexLock lk(&mu_);
+    others = writing_;
+  }
+  others.erase(n->rec.ino);
   cache::TierStats s = tier_->Stats();
   uint64_t taken = s.used + s.reserved - std::min(s.used, tier_->Spares().first);  // spares are free space
+  // What the writers admitted before are expected to write still, beyond
+  // what the tier has counted of their files (all of it for an adopted
+  // spare, whose pages are charged whole).
+  for (auto [ino, expected] : others) taken += expected - std::min(expected, tier_->Charged(ino));
   uint64_t free = s.for_files() > taken ? s.for_files() - taken : 0;
   // The kernel writes without asking: the last version's size must fit,
   // with an eighth of the budget to spare; otherwise the copying path,
@@ -76,8 +91,7 @@ uint64_t PassthroughFiles::Shortfall(const Inode* n, bool trunc) const {
   // what the operator said to expect), else (no spare: --prealloc 0, no
   // room) it takes the copying path, so a budget smaller than one
   // checkpoint is not overrun by a writer nobody could stop.
-  const uint64_t want =
-      std::max({n->rec.sealed_size, trunc ? 0 : n->rec.size, residency_->ExpectedSize()}) + s.budget / 8;
+  const uint64_t want = std::max(Expected(n), trunc ? 0 : n->rec.size) + s.budget / 8;
   return free >= want ? 0 : want - free;
 }
 
@@ -88,7 +102,15 @@ std::pair<uint64_t, uint64_t> PassthroughFiles::Opens() {
 
 std::vector<uint64_t> PassthroughFiles::Writers() {
   MutexLock lk(&mu_);
-  return {writing_.begin(), writing_.end()};
+  std::vector<uint64_t> out;
+  for (const auto& w : writing_) out.push_back(w.first);
+  return out;
+}
+
+uint64_t PassthroughFiles::WrittenBytes() {
+  uint64_t sum = 0;
+  for (uint64_t ino : Writers()) sum += tier_->FileSize(ino);
+  return sum;
 }
 
 }  // namespace ckpt::fs

@@ -14,7 +14,7 @@
 #pragma once
 
 #include <cstdint>
-#include <set>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -50,22 +50,33 @@ class PassthroughFiles {
   // Would a new passthrough writer of `n` fit in the budget (its last
   // version's size, with room to spare), and is it expected to stay within
   // `max_file_size`?
-  bool Room(const Inode* n, bool trunc, uint64_t max_file_size) const;
+  bool Room(const Inode* n, bool trunc, uint64_t max_file_size) const EXCLUDES(mu_);
   // The bytes of free budget a new passthrough writer of `n` lacks (0: none).
-  uint64_t Shortfall(const Inode* n, bool trunc) const;
+  // The writers admitted before it count with what they are expected to
+  // write still (the kernel tells nobody how much it wrote): eight ranks
+  // opening at once are not each given the same free room.
+  uint64_t Shortfall(const Inode* n, bool trunc) const EXCLUDES(mu_);
 
   // Passthrough handles open now, and inodes with a passthrough writer.
   std::pair<uint64_t, uint64_t> Opens() EXCLUDES(mu_);
   // The inodes a passthrough writer has open.
   std::vector<uint64_t> Writers() EXCLUDES(mu_);
+  // The sizes of their tier files added up: what they wrote, which the
+  // daemon does not see (Residency::set_unseen_writes).
+  uint64_t WrittenBytes() EXCLUDES(mu_);
 
  private:
   cache::Tier* const tier_;
   Residency* const residency_;
   BackingFiles* backing_ = nullptr;
-  ckpt::Mutex mu_;  // leaf lock
+  // The writer's expected size: its last version's, else the largest sealed.
+  uint64_t Expected(const Inode* n) const;
+
+  mutable ckpt::Mutex mu_;  // leaf lock
   uint64_t handles_ GUARDED_BY(mu_) = 0;
-  std::set<uint64_t> writing_ GUARDED_BY(mu_);
+  // Inodes with a passthrough writer, and the bytes each was expected to
+  // write when admitted.
+  std::map<uint64_t, uint64_t> writing_ GUARDED_BY(mu_);
 };
 
 }  // namespace ckpt::fs

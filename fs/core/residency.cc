@@ -54,8 +54,35 @@ void Residency::WriterOpened(bool first) {
   // then its optimizer state split into shards: 1.2 s), and the spare made
   // in such a gap evicted the checkpoint's first part, which a restarted
   // trainer then read from the backend (stop 60: 4.5-6.3 s against 0.3 s).
-  if (first && writing_files_++ == 0 && now >= quiet_since_ + save_gap_) save_clock_ = clock_;
+  // Writers left open that wrote nothing for as long (WritersIdle) are not
+  // a save under way: without this a log file kept open froze the save
+  // clock, and the eviction ahead kept every file used since.
+  if (first) {
+    if ((writing_files_ == 0 || now >= moved_at_ + save_gap_) && now >= quiet_since_ + save_gap_) save_clock_ = clock_;
+    writing_files_++;
+  }
   quiet_since_ = now;
+}
+
+void Residency::set_unseen_writes(std::function<uint64_t()> fn) {
+  MutexLock lk(&mu_);
+  unseen_writes_ = std::make_shared<const std::function<uint64_t()>>(std::move(fn));
+}
+
+void Residency::NoteWrites() {
+  std::shared_ptr<const std::function<uint64_t()>> unseen;
+  {
+    MutexLock lk(&mu_);
+    unseen = unseen_writes_;
+  }
+  const uint64_t v = written_.load(std::memory_order_relaxed) + (unseen ? (*unseen)() : 0);
+  MutexLock lk(&mu_);
+  if (v >= moved_ref_ + kMovedBytes) {
+    moved_ref_ = v;
+    moved_at_ = std::chrono::steady_clock::now();
+  } else if (v < moved_ref_) {
+    moved_ref_ = v;  // a writer closed: its file left the sum
+  }
 }
 
 void Residency::WriterClosed(bool last) {
@@ -110,6 +137,8 @@ void Residency::Sealed(uint64_t bytes) {
 }
 
 void Residency::SawFile(uint64_t bytes) {
+  const uint64_t budget = tier_->Stats().budget;
+  if (bytes > budget - budget / 8) return;
   MutexLock lk(&mu_);
   largest_sealed_ = std::max(largest_sealed_, bytes);
 }
@@ -156,6 +185,7 @@ void Residency::RefillSpares(bool passthrough) {
   // spare is counted as made: the spare thread's first call can come
   // before the kernel's INIT turned passthrough on (it used to be counted
   // then, and the first save of such a mount got no spare).
+  NoteWrites();  // whether spares are made or not: the next save's start needs it (WriterOpened)
   if (!passthrough || cap == 0) return;
   bool first;
   {
@@ -170,7 +200,8 @@ void Residency::RefillSpares(bool passthrough) {
     // (Tier::LastFreed; measured, docs/benchmarks.md).
     const auto now = std::chrono::steady_clock::now();
     const bool just_freed = now < tier_->LastFreed() + std::chrono::seconds(1);
-    if (writing_files_ > 0 || (now < quiet_since_ + std::chrono::seconds(1) && !just_freed)) return;
+    if ((writing_files_ > 0 && !WritersIdle(now)) || (now < quiet_since_ + std::chrono::seconds(1) && !just_freed))
+      return;
     size = largest_sealed_;
     first = !trunc_writes_seen_.load();
     // A quiet second: what was sealed since the last one is the last save.
@@ -281,8 +312,9 @@ void Residency::RefillSpares(bool passthrough) {
   const bool made = tier_->AddSpare(bytes, headroom, [this] {
     const auto now = std::chrono::steady_clock::now();
     if (Busy(now)) return true;
+    NoteWrites();
     MutexLock lk(&mu_);
-    return writing_files_ > 0 || pressure_.active || now < spares_held_until_;
+    return (writing_files_ > 0 && !WritersIdle(now)) || pressure_.active || now < spares_held_until_;
   });
   if (made) {
     saved_since_spare_.store(false);

@@ -105,10 +105,18 @@ class Residency {
   void HoldSpares(std::chrono::milliseconds d) EXCLUDES(mu_);
   // An O_TRUNC writer through passthrough: spares are worth their memory.
   void TruncWriterSeen();
+  // What the open writers wrote that the daemon does not see (their files'
+  // sizes: passthrough writers). Set once, before use; never called under
+  // mu_, nor by a caller holding the namespace lock.
+  void set_unseen_writes(std::function<uint64_t()> fn) EXCLUDES(mu_);
+  // The copying path wrote `bytes`.
+  void Wrote(uint64_t bytes) { written_.fetch_add(bytes, std::memory_order_relaxed); }
   // A version of `bytes` sealed (this save's bytes, the largest file).
   void Sealed(uint64_t bytes) EXCLUDES(mu_);
   // A file of `bytes` found (recovery, the backend's import): what a
-  // checkpoint here weighs.
+  // checkpoint here weighs. Not one larger than a passthrough writer could
+  // ever be given (the budget less its eighth: PassthroughFiles::Shortfall):
+  // a dataset in a shared backend would turn passthrough and spares off.
   void SawFile(uint64_t bytes) EXCLUDES(mu_);
   uint64_t LargestSealed() EXCLUDES(mu_);
   // A version reached the backend: a file the eviction ahead may take now.
@@ -168,6 +176,21 @@ class Residency {
   uint64_t writing_files_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point quiet_since_ GUARDED_BY(mu_){};
   std::chrono::milliseconds save_gap_ GUARDED_BY(mu_) = kSaveGap;
+  // Writers that wrote nothing for save_gap_ (a log left open, a handle a
+  // trainer forgot) are idle: they neither hold spares back nor keep the
+  // next save from beginning. Moved: kMovedBytes more written (seen on
+  // the copying path, or unseen: set_unseen_writes) since moved_at_, as
+  // NoteWrites last looked (the spare maker's every call).
+  static constexpr uint64_t kMovedBytes = 1 << 20;
+  std::atomic<uint64_t> written_{0};
+  std::shared_ptr<const std::function<uint64_t()>> unseen_writes_ GUARDED_BY(mu_);
+  uint64_t moved_ref_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point moved_at_ GUARDED_BY(mu_){};
+  void NoteWrites() EXCLUDES(mu_);
+  // Writers are open and none wrote for save_gap_.
+  bool WritersIdle(std::chrono::steady_clock::time_point now) REQUIRES(mu_) {
+    return writing_files_ > 0 && now >= std::max(quiet_since_, moved_at_) + save_gap_;
+  }
   // Files open for reading only, and a reader's last open and close: a
   // load is under way while one opened in the last kLoadSpan is open, or
   // one closed in the last second (Loading).

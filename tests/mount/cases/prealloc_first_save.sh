@@ -10,6 +10,7 @@
 #      save is never evicted for its own successor's spare.
 #   4. A restart makes none until a save, then one (capped by --prealloc
 #      SIZE); --prealloc 0 makes none.
+#   5. A log file left open for writing, idle, does not stop spares.
 set -euo pipefail
 source "$(dirname "$0")/../lib/common.sh"
 require_root
@@ -79,5 +80,17 @@ expect_eq $((8 << 20)) "$(spares)" "the spare under --prealloc 8M"
 remount_fs --cache-size 256M --prealloc 0
 sleep 1
 expect_eq 0 "$(spares)" "pre-allocated bytes with --prealloc 0"
+
+# 5. A trainer's log kept open for writing (a passthrough writer that
+# never closes) holds no spare back once it sits idle: the next save gets
+# one (it used to freeze spares and the save clock for as long as it was open).
+remount_fs --cache-size 256M --prealloc 8M
+exec 3> "$MNT/train.log"
+echo "step 1 loss 2.3" >&3
+head -c 1M /dev/urandom > "$MNT/latest.pt"
+wait_spares $((8 << 20)) "a spare beside a log left open"
+echo "step 2 loss 2.1" >&3
+exec 3>&-
+expect_eq 32 "$(stat -c %s "$MNT/train.log")" "the log's bytes"
 umount_fs
 check_log

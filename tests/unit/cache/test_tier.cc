@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -751,13 +752,13 @@ Test(tier, spares_are_adopted_trimmed_and_dropped_first) {
   cr_assert_eq(t->Spares().second, 1u);
   cr_assert_geq(t->Stats().used, 1u << 20, "a spare counts");
   MustWrite(t.get(), 5, 0, Pattern(8 * kKiB, 'o'));  // the old version, replaced
-  cr_assert(t->AdoptSpare(5, 512 * kKiB));
+  auto fd = t->AdoptSpare(5, 512 * kKiB);
+  cr_assert(fd.has_value());
   cr_assert_eq(t->Spares().second, 0u);
   struct stat st = StatOf(t->PathOf(5));
   cr_assert_eq(st.st_size, 0, "an empty file");
   cr_assert_geq(static_cast<uint64_t>(st.st_blocks) * 512, 1u << 20, "with its pages allocated");
-  // The kernel writes 100 KiB into it; the rest is given back.
-  auto fd = t->Pin(5, false);
+  // The kernel writes 100 KiB into it (adopted pinned); the rest is given back.
   std::string a = Pattern(100 * kKiB, 'k');
   cr_assert_eq(pwrite(*fd, a.data(), a.size(), 0), static_cast<ssize_t>(a.size()));
   t->Unpin(5);
@@ -769,7 +770,7 @@ Test(tier, spares_are_adopted_trimmed_and_dropped_first) {
   cr_assert(t->AddSpare(3 << 20, 0));
   MustWrite(t.get(), 6, 0, Pattern(2 << 20, 'w'));
   cr_assert_eq(t->Spares().second, 0u, "the spare made room");
-  cr_assert(!t->AdoptSpare(7, 0), "none left");
+  cr_assert_eq(t->AdoptSpare(7, 0).error(), ENOENT, "none left");
   // Spares do not outlive the tier: named *.tmp, removed at the next open.
   cr_assert(t->AddSpare(1 << 20, 0));
   t.reset();
@@ -778,6 +779,32 @@ Test(tier, spares_are_adopted_trimmed_and_dropped_first) {
   for (auto& e : std::filesystem::directory_iterator(TierDir()))
     cr_assert(e.path().filename().string().find(".tmp") == std::string::npos, "left behind: %s",
               e.path().c_str());
+}
+
+// A spare that cannot be opened (the process is out of descriptors) is not
+// put in place: the file it would have replaced keeps its bytes, and the
+// spare stays for the next new version.
+Test(tier, a_spare_that_cannot_be_pinned_replaces_nothing) {
+  auto t = OpenTier(4 << 20);
+  cr_assert(t->AddSpare(1 << 20, 0));
+  MustWrite(t.get(), 5, 0, Pattern(8 * kKiB, 'o'));
+  struct rlimit was;
+  cr_assert_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
+  int lowest = dup(0);  // the next descriptor an open would get
+  cr_assert_geq(lowest, 0);
+  close(lowest);
+  struct rlimit none = was;
+  none.rlim_cur = static_cast<rlim_t>(lowest);
+  cr_assert_eq(setrlimit(RLIMIT_NOFILE, &none), 0);
+  auto fd = t->AdoptSpare(5, 512 * kKiB);
+  cr_assert_eq(setrlimit(RLIMIT_NOFILE, &was), 0);
+  cr_assert_eq(fd.error(), EMFILE);
+  cr_assert(ReadFile(t->PathOf(5)) == Pattern(8 * kKiB, 'o'), "the old file kept its bytes");
+  cr_assert_eq(t->Spares().second, 1u, "the spare is still there");
+  auto again = t->AdoptSpare(5, 512 * kKiB);
+  cr_assert(again.has_value());
+  cr_assert_eq(StatOf(t->PathOf(5)).st_size, 0);
+  t->Unpin(5);
 }
 
 // A copy made under the lock the evictor takes (InodeTable::MoveAside under

@@ -109,13 +109,26 @@ Test(checkpoints, keep_in_memory_counts_the_newest_live_ones) {
   Tree t;
   CheckpointCatalog c;
   c.set_policy(Pattern(0, 2));
-  uint64_t ords[] = {3, 9, 5, 7};
-  uint64_t inos[4];
-  for (int i = 0; i < 4; i++) inos[i] = t.Add(kRootIno, "step_" + std::to_string(ords[i]), S_IFDIR | 0755);
+  uint64_t ords[] = {3, 9, 5, 7, 11};
+  uint64_t inos[5], files[5];
+  for (int i = 0; i < 5; i++) {
+    inos[i] = t.Add(kRootIno, "step_" + std::to_string(ords[i]), S_IFDIR | 0755);
+    files[i] = t.Add(inos[i], "model.pt", S_IFREG | 0644, 10);
+  }
+  t.Add(t.Add(kRootIno, "step_12", S_IFDIR | 0755), "empty", S_IFDIR | 0755);
   MutexLock lk(&t.ns.mu());
-  for (int i = 0; i < 4; i++) t.ns.Find(inos[i])->rec.ckpt_ord = ords[i];
-  cr_assert_eq(c.KeptFrom(t.ns), 7u, "the newest two are 9 and 7");
-  t.ns.Find(inos[1])->rec.nlink = 0;  // step_9 removed
+  for (int i = 0; i < 5; i++) t.ns.Find(inos[i])->rec.ckpt_ord = ords[i];
+  t.ns.Find(t.ns.Find(kRootIno)->children.at("step_12"))->rec.ckpt_ord = 12;
+  t.ns.Find(files[4])->writers = 1;  // step_11 is being saved
+  cr_assert_eq(c.KeptFrom(t.ns), 7u, "the newest two complete are 9 and 7 (11 is being saved, 12 has no file)");
+  t.ns.Find(files[4])->writers = 0;
+  t.ns.Find(files[4])->data_gen = 1;  // closed, not sealed yet: still being written
+  cr_assert_eq(c.KeptFrom(t.ns), 7u);
+  t.ns.Find(files[4])->sealed_gen = 1;
+  cr_assert_eq(c.KeptFrom(t.ns), 9u, "step_11 complete");
+  t.ns.Find(files[4])->rec.nlink = 0;  // step_11's file removed
+  t.ns.Find(files[1])->rec.nlink = 0;  // step_9 removed, its file first
+  t.ns.Find(inos[1])->rec.nlink = 0;
   cr_assert_eq(c.KeptFrom(t.ns), 5u);
   CheckpointCatalog keep_none;
   cr_assert_eq(keep_none.KeptFrom(t.ns), 0u);

@@ -1219,22 +1219,33 @@ Test(drain, memory_only_survives_a_restart) {
   cr_assert(d.Read("step_2/model.pt") == "model 2");
 }
 
+namespace {
+
+// --keep-in-memory `keep`; steps 1..`steps` saved (models of `pad`
+// bytes) and drained. Returns: step I's model.pt inode.
+std::function<uint64_t(int)> SavedAndDrained(DrainEnv& d, uint64_t keep, int steps, size_t pad) {
+  SetPolicy(d, 0, keep);
+  Env& e = *d.env;
+  uint64_t latest = e.WriteFile(kRoot, "latest", "0");
+  for (int i = 1; i <= steps; i++) SaveStep(d, i, latest, pad);
+  d.Start();
+  d.Drain();
+  return [&e](int i) {
+    auto s = e.table->Lookup(kRoot, "step_" + std::to_string(i));
+    return e.table->Lookup(s->ino, "model.pt")->ino;
+  };
+}
+
+}  // namespace
+
 // --keep-in-memory 2: when room is needed, persisted files of older
 // checkpoints go first, even when the newest two were used less recently;
 // the kept ones go last, when nothing else is left.
 Test(drain, keep_in_memory_evicts_older_checkpoints_first) {
   DrainEnv d;
-  SetPolicy(d, 0, 2);
   Env& e = *d.env;
   constexpr size_t M = 1 << 20;
-  uint64_t latest = e.WriteFile(kRoot, "latest", "0");
-  for (int i = 1; i <= 4; i++) SaveStep(d, i, latest, M);
-  d.Start();
-  d.Drain();
-  auto model = [&](int i) {
-    auto s = e.table->Lookup(kRoot, "step_" + std::to_string(i));
-    return e.table->Lookup(s->ino, "model.pt")->ino;
-  };
+  auto model = SavedAndDrained(d, 2, 4, M);
   // Plain LRU would take steps 3 and 4 first: the older steps are read last.
   for (int i : {1, 2}) {
     cr_assert(e.table->Open(model(i), O_RDONLY).has_value());
@@ -1245,6 +1256,27 @@ Test(drain, keep_in_memory_evicts_older_checkpoints_first) {
   cr_assert(!e.tier->Has(model(1)) && !e.tier->Has(model(2)), "the older steps stay");
   (void)e.table->Evict(64 * M);  // everything: the kept ones too, at last
   cr_assert(!e.tier->Has(model(3)) && !e.tier->Has(model(4)));
+}
+
+// --keep-in-memory 1 while the next checkpoint is being saved: the last
+// complete one is what a restart would load, so it is the one kept, not
+// the half-written one that merely has the highest number.
+Test(drain, keep_in_memory_keeps_the_last_complete_checkpoint_during_a_save) {
+  DrainEnv d;
+  Env& e = *d.env;
+  constexpr size_t M = 1 << 20;
+  auto model = SavedAndDrained(d, 1, 2, M);
+  cr_assert(e.table->Open(model(1), O_RDONLY).has_value());  // plain LRU would take step 2 first
+  e.table->Release(model(1), O_RDONLY);
+  auto saving = e.table->Mknod(e.Mkdir(kRoot, "step_3"), "model.pt", S_IFREG | 0644, 0, ckpt::fs::Caller{});
+  cr_assert(saving.has_value());
+  cr_assert(e.table->Open(saving->ino, O_WRONLY).has_value());
+  auto w = e.table->Write(saving->ino, 0, 5, [](int f) { return pwrite(f, "half.", 5, 0); });
+  cr_assert(w.has_value());
+  (void)e.table->Evict(M);
+  cr_assert(e.tier->Has(model(2)), "the last complete checkpoint was evicted while step_3 was being saved");
+  cr_assert(!e.tier->Has(model(1)));
+  e.table->Release(saving->ino, O_WRONLY);
 }
 
 // A memory-only step renamed into another keeps its flag; persisting the

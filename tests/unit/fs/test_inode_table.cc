@@ -754,3 +754,36 @@ BOTH(created_writer_is_passthrough_without_a_spare) {
   e.table->Release(pressed->ino, O_WRONLY, false);
   e.table->core().residency.RelieveMemory(1ull << 40, 64 << 20, "test");
 }
+
+// The kernel writes for a passthrough writer without asking: eight ranks
+// opening their shards at once must not each be admitted against the same
+// free room. Those admitted before count with what they are expected to
+// write still; their close gives the room back.
+BOTH(passthrough_writers_admitted_at_once_fit_the_budget_together) {
+  Env e(k);
+  ckpt::test::FakeBacking fb;
+  e.table->set_backing(&fb);
+  const uint64_t shard = 16ull << 20;
+  e.WriteFile(kRoot, "step1", std::string(shard, 'a'));  // each shard is expected this large
+  std::vector<uint64_t> admitted, copying;
+  for (int r = 0; r < 8; r++) {
+    auto made = e.table->Mknod(kRoot, "rank" + std::to_string(r), S_IFREG | 0600, 0, Caller{});
+    cr_assert(made.has_value());
+    auto w = e.table->OpenHandle(made->ino, O_WRONLY | O_CREAT | O_EXCL, /*created=*/true);
+    cr_assert(w.has_value());
+    (w->backing_id > 0 ? admitted : copying).push_back(made->ino);
+  }
+  const uint64_t budget = e.tier->Stats().budget;
+  cr_assert_geq(admitted.size(), 1u, "the first rank writes through passthrough");
+  cr_assert_leq(shard * (1 + admitted.size()), budget, "%zu writers of %llu MiB admitted into %llu MiB",
+                admitted.size(), static_cast<unsigned long long>(shard >> 20),
+                static_cast<unsigned long long>(budget >> 20));
+  for (uint64_t ino : copying) e.table->Release(ino, O_WRONLY, false);
+  for (uint64_t ino : admitted) e.table->Release(ino, O_WRONLY, true);  // wrote nothing: room given back
+  auto late = e.table->Mknod(kRoot, "late", S_IFREG | 0600, 0, Caller{});
+  cr_assert(late.has_value());
+  auto w = e.table->OpenHandle(late->ino, O_WRONLY | O_CREAT | O_EXCL, /*created=*/true);
+  cr_assert(w.has_value());
+  cr_assert_gt(w->backing_id, 0, "admitted again once the others closed");
+  e.table->Release(late->ino, O_WRONLY, true);
+}
