@@ -516,12 +516,12 @@ uint64_t Tier::Charged(uint64_t ino) {
   return it == files_.end() ? 0 : it->second.charged;
 }
 
-uint64_t Tier::FileSize(uint64_t ino) {
+std::optional<struct stat> Tier::StatIfOpen(uint64_t ino) {
   MutexLock lk(&mu_);
   auto it = files_.find(ino);
   struct stat st;
-  if (it == files_.end() || !it->second.fd || fstat(it->second.fd->fd, &st) != 0) return 0;
-  return static_cast<uint64_t>(st.st_size);
+  if (it == files_.end() || !it->second.fd || fstat(it->second.fd->fd, &st) != 0) return std::nullopt;
+  return st;
 }
 
 std::pair<uint64_t, size_t> Tier::Spares() {

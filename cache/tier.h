@@ -185,8 +185,8 @@ class Tier {
   void DropSpares();
   // The bytes the budget counts for the inode's file (0 if it has none).
   uint64_t Charged(uint64_t ino) EXCLUDES(mu_);
-  // The size of the inode's file if it is open (pinned), else 0.
-  uint64_t FileSize(uint64_t ino) EXCLUDES(mu_);
+  // The stat of the inode's file if it is open (pinned), else nullopt.
+  std::optional<struct stat> StatIfOpen(uint64_t ino) EXCLUDES(mu_);
   // Bytes held by spares, and how many there are.
   std::pair<uint64_t, size_t> Spares();
   // When Remove last gave pages back (a file of at least kFreedNoted

@@ -127,7 +127,7 @@ uint64_t CheckpointCatalog::Of(const Namespace& ns, const Inode* n) {
   return 0;
 }
 
-uint64_t CheckpointCatalog::KeptFrom(const Namespace& ns) {
+uint64_t CheckpointCatalog::KeptFrom(const Namespace& ns, bool saving) {
   if (policy_.keep_in_memory == 0) return 0;
   std::set<uint64_t> with_files, being_written;
   for (auto& [ino, n] : ns.all()) {
@@ -137,6 +137,7 @@ uint64_t CheckpointCatalog::KeptFrom(const Namespace& ns) {
     with_files.insert(ord);
     if (n->writers > 0 || n->data_gen != n->sealed_gen) being_written.insert(ord);
   }
+  if (saving && !with_files.empty()) being_written.insert(*with_files.rbegin());
   std::vector<uint64_t> ords;
   for (uint64_t ord : with_files)
     if (!being_written.contains(ord)) ords.push_back(ord);

@@ -101,7 +101,10 @@ class CheckpointCatalog {
   // (0: none kept). Complete: it holds a file and none is being written.
   // One being saved is not counted, so it never displaces the last one a
   // restart would load (it is newer, and >= this: kept as well).
-  uint64_t KeptFrom(const Namespace& ns) REQUIRES(ns.mu());
+  // `saving`: a save is under way (Residency::SaveUnderWay), so the newest
+  // checkpoint is not complete yet even between two of its files, when
+  // none is open (the model sealed, its optimizer state to come).
+  uint64_t KeptFrom(const Namespace& ns, bool saving = false) REQUIRES(ns.mu());
 
   // Every checkpoint whose name matches `pattern` (or that is numbered),
   // in the namespace's order; `lost_under(path)` counts the lost files

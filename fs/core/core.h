@@ -62,7 +62,7 @@ class Core {
   // `backend` may be null (unit tests of the namespace alone).
   Core(meta::MetaStore* store, cache::Tier* tier, backend::Backend* backend)
       : store_(store), tier_(tier), backend_(backend), residency(tier) {
-    residency.set_unseen_writes([this] { return passthrough.WrittenBytes(); });
+    residency.set_unseen_writes([this] { return passthrough.SampleWrites(); });
   }
   Core(const Core&) = delete;
   Core& operator=(const Core&) = delete;

@@ -109,7 +109,7 @@ cache::Tier::Relief InodeTable::Evict(uint64_t need, bool all_or_nothing, bool s
   // older of those first: a budget too small for them still gets its room.
   std::vector<Inode*> clean;
   std::vector<std::pair<uint64_t, Inode*>> kept;  // (checkpoint number, file)
-  const uint64_t kept_from = core_.ckpts.KeptFrom(core_.ns);
+  const uint64_t kept_from = core_.ckpts.KeptFrom(core_.ns, core_.residency.SaveUnderWay());
   const uint64_t save_clock = core_.residency.SaveClock();
   for (auto [use, ino] : core_.residency.Oldest()) {
     Inode* n = core_.Find(ino);

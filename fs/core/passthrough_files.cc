@@ -3,6 +3,7 @@
 #include "fs/core/passthrough_files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 
@@ -21,17 +22,15 @@ Status PassthroughFiles::Start(Inode* n, int flags) {
   n->pt_opens++;
   if ((flags & O_ACCMODE) == O_RDWR) n->pt_rdwr++;
   const bool first_writer = writable && n->pt_writers++ == 0;
-  const uint64_t expected = first_writer ? Expected(n) : 0;
-  {
-    MutexLock lk(&mu_);
-    handles_++;
-    if (first_writer) writing_[ino] = expected;
-  }
   if (first_writer) {
     auto st = tier_->Refresh(ino);
     n->pt_size = st ? static_cast<uint64_t>(st->st_size) : n->rec.size;
     n->pt_mtime_ns = st ? st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec : 0;
   }
+  const uint64_t expected = first_writer ? Expected(n) : 0;
+  MutexLock lk(&mu_);
+  handles_++;
+  if (first_writer) writing_[ino] = Writer{expected, n->pt_size, n->pt_mtime_ns, std::chrono::steady_clock::now()};
   return {};
 }
 
@@ -69,12 +68,14 @@ uint64_t PassthroughFiles::Expected(const Inode* n) const {
 }
 
 uint64_t PassthroughFiles::Shortfall(const Inode* n, bool trunc) const {
-  std::map<uint64_t, uint64_t> others;
+  std::vector<std::pair<uint64_t, uint64_t>> others;  // (ino, expected): those writing now
+  const auto gap = residency_->save_gap();
   {
     MutexLock lk(&mu_);
-    others = writing_;
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& [ino, w] : writing_)
+      if (ino != n->rec.ino && now < w.moved_at + gap) others.emplace_back(ino, w.expected);
   }
-  others.erase(n->rec.ino);
   cache::TierStats s = tier_->Stats();
   uint64_t taken = s.used + s.reserved - std::min(s.used, tier_->Spares().first);  // spares are free space
   // What the writers admitted before are expected to write still, beyond
@@ -107,10 +108,29 @@ std::vector<uint64_t> PassthroughFiles::Writers() {
   return out;
 }
 
-uint64_t PassthroughFiles::WrittenBytes() {
-  uint64_t sum = 0;
-  for (uint64_t ino : Writers()) sum += tier_->FileSize(ino);
-  return sum;
+uint64_t PassthroughFiles::SampleWrites() {
+  std::vector<std::pair<uint64_t, struct stat>> seen;
+  for (uint64_t ino : Writers())
+    if (auto st = tier_->StatIfOpen(ino)) seen.emplace_back(ino, *st);
+  MutexLock lk(&mu_);
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [ino, st] : seen) {
+    auto it = writing_.find(ino);
+    if (it == writing_.end()) continue;  // closed meanwhile
+    Writer& w = it->second;
+    const auto size = static_cast<uint64_t>(st.st_size);
+    const int64_t mtime = st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    const bool grew = size >= w.size + Residency::kMovedBytes, in_place = size == w.size && mtime != w.mtime_ns;
+    if (grew || in_place) {
+      moved_bytes_ += grew ? size - w.size : Residency::kMovedBytes;
+      w.moved_at = now;
+    }
+    if (grew || in_place || size < w.size) {  // a truncate starts over from its size
+      w.size = size;
+      w.mtime_ns = mtime;
+    }
+  }
+  return moved_bytes_;
 }
 
 }  // namespace ckpt::fs

@@ -13,6 +13,7 @@
 // are the namespace lock's.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <utility>
@@ -61,9 +62,14 @@ class PassthroughFiles {
   std::pair<uint64_t, uint64_t> Opens() EXCLUDES(mu_);
   // The inodes a passthrough writer has open.
   std::vector<uint64_t> Writers() EXCLUDES(mu_);
-  // The sizes of their tier files added up: what they wrote, which the
-  // daemon does not see (Residency::set_unseen_writes).
-  uint64_t WrittenBytes() EXCLUDES(mu_);
+  // Looks at their tier files (size, mtime) and returns the bytes seen
+  // written by them so far, a count that only grows (the daemon does not
+  // see their writes: Residency::set_unseen_writes). A file grown by
+  // Residency::kMovedBytes counts what it grew; one rewritten in place (its size
+  // set first: ftruncate, then filled) counts kMovedBytes per change of
+  // its mtime; smaller appends (a log's lines) add up until they reach
+  // kMovedBytes. The spare thread calls it every 50 ms.
+  uint64_t SampleWrites() EXCLUDES(mu_);
 
  private:
   cache::Tier* const tier_;
@@ -74,9 +80,19 @@ class PassthroughFiles {
 
   mutable ckpt::Mutex mu_;  // leaf lock
   uint64_t handles_ GUARDED_BY(mu_) = 0;
-  // Inodes with a passthrough writer, and the bytes each was expected to
-  // write when admitted.
-  std::map<uint64_t, uint64_t> writing_ GUARDED_BY(mu_);
+  // A file with a passthrough writer.
+  struct Writer {
+    uint64_t expected = 0;  // the bytes it was expected to write when admitted
+    // Its size and mtime when it last moved (SampleWrites), and when that
+    // was (its admission at first). One that has not moved for the save
+    // gap (Residency::save_gap: a log left open) no longer holds room
+    // (Shortfall).
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    std::chrono::steady_clock::time_point moved_at;
+  };
+  std::map<uint64_t, Writer> writing_ GUARDED_BY(mu_);
+  uint64_t moved_bytes_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckpt::fs

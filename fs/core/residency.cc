@@ -58,7 +58,7 @@ void Residency::WriterOpened(bool first) {
   // a save under way: without this a log file kept open froze the save
   // clock, and the eviction ahead kept every file used since.
   if (first) {
-    if ((writing_files_ == 0 || now >= moved_at_ + save_gap_) && now >= quiet_since_ + save_gap_) save_clock_ = clock_;
+    if ((writing_files_ == 0 || NoWritesFor(now)) && now >= quiet_since_ + save_gap_) save_clock_ = clock_;
     writing_files_++;
   }
   quiet_since_ = now;
@@ -77,12 +77,17 @@ void Residency::NoteWrites() {
   }
   const uint64_t v = written_.load(std::memory_order_relaxed) + (unseen ? (*unseen)() : 0);
   MutexLock lk(&mu_);
+  noted_at_ = std::chrono::steady_clock::now();
   if (v >= moved_ref_ + kMovedBytes) {
     moved_ref_ = v;
-    moved_at_ = std::chrono::steady_clock::now();
-  } else if (v < moved_ref_) {
-    moved_ref_ = v;  // a writer closed: its file left the sum
+    moved_at_ = noted_at_;
   }
+}
+
+bool Residency::SaveUnderWay() {
+  MutexLock lk(&mu_);
+  const auto now = std::chrono::steady_clock::now();
+  return now < quiet_since_ + save_gap_ || (writing_files_ > 0 && !WritersIdle(now));
 }
 
 void Residency::WriterClosed(bool last) {
@@ -137,8 +142,6 @@ void Residency::Sealed(uint64_t bytes) {
 }
 
 void Residency::SawFile(uint64_t bytes) {
-  const uint64_t budget = tier_->Stats().budget;
-  if (bytes > budget - budget / 8) return;
   MutexLock lk(&mu_);
   largest_sealed_ = std::max(largest_sealed_, bytes);
 }

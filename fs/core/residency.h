@@ -47,10 +47,16 @@ class Residency {
   // checkpoints of a trainer (make bench: 6 s, BENCH_SETTLE; minutes in
   // training), more than between two files of one checkpoint.
   static constexpr auto kSaveGap = std::chrono::seconds(4);
+  // Writers moved (wrote) when this much more was written (WritersIdle).
+  static constexpr uint64_t kMovedBytes = 1 << 20;
   // Tests: another gap (their saves come a quiet second apart).
   void set_save_gap(std::chrono::milliseconds g) EXCLUDES(mu_) {
     MutexLock lk(&mu_);
     save_gap_ = g;
+  }
+  std::chrono::milliseconds save_gap() EXCLUDES(mu_) {
+    MutexLock lk(&mu_);
+    return save_gap_;
   }
   // Evicts clean files, least recently used first, for `need` bytes
   // (InodeTable::Evict). `all_or_nothing`: only if they cover it all;
@@ -105,6 +111,9 @@ class Residency {
   void HoldSpares(std::chrono::milliseconds d) EXCLUDES(mu_);
   // An O_TRUNC writer through passthrough: spares are worth their memory.
   void TruncWriterSeen();
+  // A save is under way: a writer is writing, or one opened or closed in
+  // the last save_gap_ (the gap between two files of one checkpoint).
+  bool SaveUnderWay() EXCLUDES(mu_);
   // What the open writers wrote that the daemon does not see (their files'
   // sizes: passthrough writers). Set once, before use; never called under
   // mu_, nor by a caller holding the namespace lock.
@@ -114,9 +123,10 @@ class Residency {
   // A version of `bytes` sealed (this save's bytes, the largest file).
   void Sealed(uint64_t bytes) EXCLUDES(mu_);
   // A file of `bytes` found (recovery, the backend's import): what a
-  // checkpoint here weighs. Not one larger than a passthrough writer could
-  // ever be given (the budget less its eighth: PassthroughFiles::Shortfall):
-  // a dataset in a shared backend would turn passthrough and spares off.
+  // checkpoint here weighs. Every file, however large (a dataset beside
+  // the checkpoints turns passthrough off for new names: the copying path
+  // is the safe side; ignoring a large checkpoint found would admit its
+  // successor as a writer nothing can stop: docs/architecture.md).
   void SawFile(uint64_t bytes) EXCLUDES(mu_);
   uint64_t LargestSealed() EXCLUDES(mu_);
   // A version reached the backend: a file the eviction ahead may take now.
@@ -181,15 +191,22 @@ class Residency {
   // next save from beginning. Moved: kMovedBytes more written (seen on
   // the copying path, or unseen: set_unseen_writes) since moved_at_, as
   // NoteWrites last looked (the spare maker's every call).
-  static constexpr uint64_t kMovedBytes = 1 << 20;
   std::atomic<uint64_t> written_{0};
   std::shared_ptr<const std::function<uint64_t()>> unseen_writes_ GUARDED_BY(mu_);
   uint64_t moved_ref_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point moved_at_ GUARDED_BY(mu_){};
+  // When NoteWrites last looked: a look older than half the gap (the spare
+  // thread held up in an eviction or a spare's fallocate) says nothing,
+  // and writers are taken to be writing.
+  std::chrono::steady_clock::time_point noted_at_ GUARDED_BY(mu_){};
   void NoteWrites() EXCLUDES(mu_);
-  // Writers are open and none wrote for save_gap_.
+  // Nothing written for save_gap_, as a recent look saw.
+  bool NoWritesFor(std::chrono::steady_clock::time_point now) REQUIRES(mu_) {
+    return now >= moved_at_ + save_gap_ && now < noted_at_ + save_gap_ / 2;
+  }
+  // Writers are open and none wrote, opened or closed for save_gap_.
   bool WritersIdle(std::chrono::steady_clock::time_point now) REQUIRES(mu_) {
-    return writing_files_ > 0 && now >= std::max(quiet_since_, moved_at_) + save_gap_;
+    return writing_files_ > 0 && now >= quiet_since_ + save_gap_ && NoWritesFor(now);
   }
   // Files open for reading only, and a reader's last open and close: a
   // load is under way while one opened in the last kLoadSpan is open, or

@@ -790,7 +790,7 @@ Test(tier, a_spare_that_cannot_be_pinned_replaces_nothing) {
   MustWrite(t.get(), 5, 0, Pattern(8 * kKiB, 'o'));
   struct rlimit was;
   cr_assert_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
-  int lowest = dup(0);  // the next descriptor an open would get
+  int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC);  // the next descriptor an open would get
   cr_assert_geq(lowest, 0);
   close(lowest);
   struct rlimit none = was;

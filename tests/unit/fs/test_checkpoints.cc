@@ -126,6 +126,7 @@ Test(checkpoints, keep_in_memory_counts_the_newest_live_ones) {
   cr_assert_eq(c.KeptFrom(t.ns), 7u);
   t.ns.Find(files[4])->sealed_gen = 1;
   cr_assert_eq(c.KeptFrom(t.ns), 9u, "step_11 complete");
+  cr_assert_eq(c.KeptFrom(t.ns, /*saving=*/true), 7u, "a save under way: its next file may still come");
   t.ns.Find(files[4])->rec.nlink = 0;  // step_11's file removed
   t.ns.Find(files[1])->rec.nlink = 0;  // step_9 removed, its file first
   t.ns.Find(inos[1])->rec.nlink = 0;

@@ -4,7 +4,9 @@
 #include <linux/fs.h>
 #include <sys/xattr.h>
 
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include "tests/unit/fs/helpers.h"
 
@@ -755,6 +757,35 @@ BOTH(created_writer_is_passthrough_without_a_spare) {
   e.table->core().residency.RelieveMemory(1ull << 40, 64 << 20, "test");
 }
 
+// What a passthrough writer wrote, as the spare thread sees it (the daemon
+// sees none of its writes): a file grown by a MiB or more counts what it
+// grew; one rewritten in place (its size set first) counts a MiB per
+// change of its mtime; a log's small appends count once they add up.
+BOTH(passthrough_writes_are_seen_by_their_files) {
+  Env e(k);
+  ckpt::test::FakeBacking fb;
+  e.table->set_backing(&fb);
+  e.WriteFile(kRoot, "sealed", std::string(4 << 20, 'a'));  // room expected for a new name
+  auto made = e.table->Mknod(kRoot, "w", S_IFREG | 0600, 0, Caller{});
+  cr_assert(made.has_value());
+  auto w = e.table->OpenHandle(made->ino, O_WRONLY | O_CREAT | O_EXCL, /*created=*/true);
+  cr_assert(w.has_value() && w->backing_id > 0);
+  auto& pt = e.table->core().passthrough;
+  const uint64_t start = pt.SampleWrites();
+  const std::string mib(1 << 20, 'x');
+  cr_assert_eq(pwrite(w->fd, mib.data(), mib.size(), 0), static_cast<ssize_t>(mib.size()));
+  cr_assert_eq(pt.SampleWrites(), start + mib.size(), "a MiB written");
+  cr_assert_eq(pwrite(w->fd, "line\n", 5, mib.size()), 5);
+  cr_assert_eq(pt.SampleWrites(), start + mib.size(), "a log line alone is no move");
+  cr_assert_eq(ftruncate(w->fd, 3 << 20), 0);  // the size set first, then filled in place
+  const uint64_t grown = pt.SampleWrites();
+  cr_assert_geq(grown, start + (3u << 20), "grown to 3 MiB by a truncate");
+  cr_assert_eq(pwrite(w->fd, mib.data(), mib.size(), 1 << 20), static_cast<ssize_t>(mib.size()));
+  cr_assert_eq(pt.SampleWrites(), grown + (1u << 20), "a write in place counts a MiB");
+  cr_assert_eq(pt.SampleWrites(), grown + (1u << 20), "nothing since");
+  e.table->Release(made->ino, O_WRONLY, true);
+}
+
 // The kernel writes for a passthrough writer without asking: eight ranks
 // opening their shards at once must not each be admitted against the same
 // free room. Those admitted before count with what they are expected to
@@ -778,6 +809,17 @@ BOTH(passthrough_writers_admitted_at_once_fit_the_budget_together) {
   cr_assert_leq(shard * (1 + admitted.size()), budget, "%zu writers of %llu MiB admitted into %llu MiB",
                 admitted.size(), static_cast<unsigned long long>(shard >> 20),
                 static_cast<unsigned long long>(budget >> 20));
+  // Writers left open that write nothing (a log kept open) stop holding
+  // room after the save gap: the next rank is admitted.
+  e.table->core().residency.set_save_gap(std::chrono::milliseconds(200));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  (void)e.table->core().passthrough.SampleWrites();  // the spare thread's look: nothing moved
+  auto idle = e.table->Mknod(kRoot, "beside_idle", S_IFREG | 0600, 0, Caller{});
+  cr_assert(idle.has_value());
+  auto wi = e.table->OpenHandle(idle->ino, O_WRONLY | O_CREAT | O_EXCL, /*created=*/true);
+  cr_assert(wi.has_value());
+  cr_assert_gt(wi->backing_id, 0, "writers idle for the gap still held the room");
+  e.table->Release(idle->ino, O_WRONLY, true);
   for (uint64_t ino : copying) e.table->Release(ino, O_WRONLY, false);
   for (uint64_t ino : admitted) e.table->Release(ino, O_WRONLY, true);  // wrote nothing: room given back
   auto late = e.table->Mknod(kRoot, "late", S_IFREG | 0600, 0, Caller{});
