@@ -141,7 +141,9 @@ uint64_t CheckpointCatalog::KeptFrom(const Namespace& ns, bool saving) {
   std::vector<uint64_t> ords;
   for (uint64_t ord : with_files)
     if (!being_written.contains(ord)) ords.push_back(ord);
-  if (ords.empty()) return 0;
+  // None complete (the first save, or a save right after the last
+  // complete one was removed): every checkpoint goes last.
+  if (ords.empty()) return with_files.empty() ? 0 : *with_files.begin();
   const size_t k = std::min<size_t>(ords.size(), policy_.keep_in_memory);
   std::nth_element(ords.begin(), ords.begin() + static_cast<std::ptrdiff_t>(k - 1), ords.end(), std::greater<>());
   return ords[k - 1];

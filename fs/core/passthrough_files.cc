@@ -68,20 +68,30 @@ uint64_t PassthroughFiles::Expected(const Inode* n) const {
 }
 
 uint64_t PassthroughFiles::Shortfall(const Inode* n, bool trunc) const {
-  std::vector<std::pair<uint64_t, uint64_t>> others;  // (ino, expected): those writing now
+  // The other passthrough writers: (ino, bytes they are taken to hold:
+  // what one still writing was expected to write, at least what it wrote;
+  // what an idle one wrote).
+  std::vector<std::pair<uint64_t, uint64_t>> others;
   const auto gap = residency_->save_gap();
   {
     MutexLock lk(&mu_);
     const auto now = std::chrono::steady_clock::now();
+    // A look older than half the gap (the spare thread, at its lower
+    // priority, held up) says nothing: every writer is taken as writing.
+    const bool stale = now >= sampled_at_ + gap / 2;
     for (const auto& [ino, w] : writing_)
-      if (ino != n->rec.ino && now < w.moved_at + gap) others.emplace_back(ino, w.expected);
+      if (ino != n->rec.ino) others.emplace_back(ino, stale || now < w.moved_at + gap ? w.expected : 0);
   }
   cache::TierStats s = tier_->Stats();
   uint64_t taken = s.used + s.reserved - std::min(s.used, tier_->Spares().first);  // spares are free space
-  // What the writers admitted before are expected to write still, beyond
-  // what the tier has counted of their files (all of it for an adopted
-  // spare, whose pages are charged whole).
-  for (auto [ino, expected] : others) taken += expected - std::min(expected, tier_->Charged(ino));
+  // Beyond what the tier has counted of their files (all of it for an
+  // adopted spare, whose pages are charged whole; the kernel's writes only
+  // once taken in: Core::Absorb).
+  for (auto [ino, expected] : others) {
+    auto st = tier_->StatIfOpen(ino);
+    const uint64_t holds = std::max(expected, st ? static_cast<uint64_t>(st->st_size) : 0);
+    taken += holds - std::min(holds, tier_->Charged(ino));
+  }
   uint64_t free = s.for_files() > taken ? s.for_files() - taken : 0;
   // The kernel writes without asking: the last version's size must fit,
   // with an eighth of the budget to spare; otherwise the copying path,
@@ -114,6 +124,7 @@ uint64_t PassthroughFiles::SampleWrites() {
     if (auto st = tier_->StatIfOpen(ino)) seen.emplace_back(ino, *st);
   MutexLock lk(&mu_);
   const auto now = std::chrono::steady_clock::now();
+  sampled_at_ = now;
   for (const auto& [ino, st] : seen) {
     auto it = writing_.find(ino);
     if (it == writing_.end()) continue;  // closed meanwhile

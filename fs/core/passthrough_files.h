@@ -85,14 +85,15 @@ class PassthroughFiles {
     uint64_t expected = 0;  // the bytes it was expected to write when admitted
     // Its size and mtime when it last moved (SampleWrites), and when that
     // was (its admission at first). One that has not moved for the save
-    // gap (Residency::save_gap: a log left open) no longer holds room
-    // (Shortfall).
+    // gap (Residency::save_gap: a log left open) holds only the room of
+    // what it wrote, not what it was expected to write (Shortfall).
     uint64_t size = 0;
     int64_t mtime_ns = 0;
     std::chrono::steady_clock::time_point moved_at;
   };
   std::map<uint64_t, Writer> writing_ GUARDED_BY(mu_);
   uint64_t moved_bytes_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point sampled_at_ GUARDED_BY(mu_){};  // SampleWrites' last look
 };
 
 }  // namespace ckpt::fs

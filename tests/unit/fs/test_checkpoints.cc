@@ -127,6 +127,14 @@ Test(checkpoints, keep_in_memory_counts_the_newest_live_ones) {
   t.ns.Find(files[4])->sealed_gen = 1;
   cr_assert_eq(c.KeptFrom(t.ns), 9u, "step_11 complete");
   cr_assert_eq(c.KeptFrom(t.ns, /*saving=*/true), 7u, "a save under way: its next file may still come");
+  {
+    Tree one;  // the first save, or the one right after the last complete one was removed
+    uint64_t s1 = one.Add(kRootIno, "step_1", S_IFDIR | 0755);
+    one.Add(s1, "model.pt", S_IFREG | 0644, 10);
+    MutexLock l1(&one.ns.mu());
+    one.ns.Find(s1)->rec.ckpt_ord = 1;
+    cr_assert_eq(c.KeptFrom(one.ns, /*saving=*/true), 1u, "none complete: every checkpoint goes last");
+  }
   t.ns.Find(files[4])->rec.nlink = 0;  // step_11's file removed
   t.ns.Find(files[1])->rec.nlink = 0;  // step_9 removed, its file first
   t.ns.Find(inos[1])->rec.nlink = 0;
