@@ -784,6 +784,10 @@ Test(tier, spares_are_adopted_trimmed_and_dropped_first) {
 // A spare that cannot be opened (the process is out of descriptors) is not
 // put in place: the file it would have replaced keeps its bytes, and the
 // spare stays for the next new version.
+// Not in the sanitizer builds: their runtimes need descriptors of their own
+// inside the failing call (UBSan's vptr check of the log line opens a pipe,
+// and reported a false "invalid vptr" when it could not: CI of stop 71).
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 Test(tier, a_spare_that_cannot_be_pinned_replaces_nothing) {
   auto t = OpenTier(4 << 20);
   cr_assert(t->AddSpare(1 << 20, 0));
@@ -806,6 +810,7 @@ Test(tier, a_spare_that_cannot_be_pinned_replaces_nothing) {
   cr_assert_eq(StatOf(t->PathOf(5)).st_size, 0);
   t->Unpin(5);
 }
+#endif
 
 // A copy made under the lock the evictor takes (InodeTable::MoveAside under
 // its mutex) must not call the evictor (a self-deadlock) nor wait: ENOSPC.
