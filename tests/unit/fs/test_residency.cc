@@ -138,7 +138,7 @@ Test(residency, a_file_written_a_second_after_the_last_is_the_same_save, .timeou
 // nothing is not a save under way: the next checkpoint's first writer
 // begins a new save, though that writer is still open. One that is
 // writing, on either path, keeps the save going.
-Test(residency, a_save_begins_beside_a_writer_left_open, .timeout = 30) {
+Test(residency, a_save_begins_beside_a_writer_left_open) {
   World w;
   // A gap long enough that a loaded machine's stall between the look and
   // the open (under half of it) does not make the look stale.
@@ -174,7 +174,7 @@ Test(residency, a_save_begins_beside_a_writer_left_open, .timeout = 30) {
 }
 
 // Spares wait while a writer writes, not while one sits open idle.
-Test(residency, an_idle_writer_left_open_holds_no_spare_back, .timeout = 30) {
+Test(residency, an_idle_writer_left_open_holds_no_spare_back) {
   World w(64 * M);
   w.res->set_prealloc(Residency::kPreallocAuto);
   w.res->set_save_gap(std::chrono::milliseconds(200));
