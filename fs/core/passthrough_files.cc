@@ -132,7 +132,11 @@ uint64_t PassthroughFiles::SampleWrites() {
     const auto size = static_cast<uint64_t>(st.st_size);
     const int64_t mtime = st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
     const bool grew = size >= w.size + Residency::kMovedBytes, in_place = size == w.size && mtime != w.mtime_ns;
-    if (grew || in_place) {
+    // A file this large is a checkpoint's, not a log's: its writer may be
+    // paused between tensors or storing through a shared mapping (tmpfs
+    // sets no mtime for those), and is never taken for idle.
+    const bool large = size >= kNeverIdle;
+    if (grew || in_place || large) {
       moved_bytes_ += grew ? size - w.size : Residency::kMovedBytes;
       w.moved_at = now;
     }

@@ -68,8 +68,12 @@ class PassthroughFiles {
   // Residency::kMovedBytes counts what it grew; one rewritten in place (its size
   // set first: ftruncate, then filled) counts kMovedBytes per change of
   // its mtime; smaller appends (a log's lines) add up until they reach
-  // kMovedBytes. The spare thread calls it every 50 ms.
+  // kMovedBytes. A writer of a file of kNeverIdle or more counts as moving
+  // at every look: a checkpoint writer paused between tensors, or storing
+  // through a shared mapping (no mtime on tmpfs), is never taken for an
+  // idle log. The spare thread calls it every 50 ms.
   uint64_t SampleWrites() EXCLUDES(mu_);
+  static constexpr uint64_t kNeverIdle = 64ull << 20;
 
  private:
   cache::Tier* const tier_;

@@ -293,12 +293,6 @@ void Residency::RefillSpares(bool passthrough) {
       if (r == cache::Tier::Relief::kFreed) spare_skip_ = 0;  // pages freed: a failed spare is tried now
       if (r == cache::Tier::Relief::kFreed || epoch != evict_epoch_) {
         evict_backoff_ = 0;  // room made, or a version sealed or persisted meanwhile
-      } else if (std::chrono::steady_clock::now() < quiet_since_ + save_gap_) {
-        // While a save may still be under way, the newest checkpoint is
-        // held as incomplete (--keep-in-memory: KeptFrom), so one more is
-        // kept than after it: asked again every other call, not backed off
-        // for seconds past the save's end.
-        evict_backoff_ = 1;
       } else {
         evict_backoff_ = std::min(std::max(1u, 2 * evict_backoff_), kEvictBackoffMax);
       }

@@ -1266,6 +1266,9 @@ Test(drain, keep_in_memory_keeps_the_last_complete_checkpoint_during_a_save) {
   Env& e = *d.env;
   constexpr size_t M = 1 << 20;
   auto model = SavedAndDrained(d, 1, 2, M);
+  // The save below is under way for as long as the test runs, however
+  // slow the machine (a writer closed less than the gap ago: SaveUnderWay).
+  e.table->core().residency.set_save_gap(std::chrono::seconds(60));
   cr_assert(e.table->Open(model(1), O_RDONLY).has_value());  // plain LRU would take step 2 first
   e.table->Release(model(1), O_RDONLY);
   auto saving = e.table->Mknod(e.Mkdir(kRoot, "step_3"), "model.pt", S_IFREG | 0644, 0, ckpt::fs::Caller{});

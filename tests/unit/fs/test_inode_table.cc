@@ -787,6 +787,11 @@ BOTH(passthrough_writes_are_seen_by_their_files) {
   cr_assert_eq(pwrite(w->fd, mib.data(), mib.size(), 1 << 20), static_cast<ssize_t>(mib.size()));
   cr_assert_eq(pt.SampleWrites(), before + (1u << 20), "a write in place counts a MiB");
   cr_assert_eq(pt.SampleWrites(), before + (1u << 20), "nothing since");
+  // A checkpoint-sized file: its writer, paused or storing through a
+  // mapping, moves at every look.
+  cr_assert_eq(ftruncate(w->fd, ckpt::fs::PassthroughFiles::kNeverIdle), 0);
+  const uint64_t big = pt.SampleWrites();
+  cr_assert_eq(pt.SampleWrites(), big + ckpt::fs::Residency::kMovedBytes, "a checkpoint's writer taken for idle");
   e.table->Release(made->ino, O_WRONLY, true);
 }
 
